@@ -1,0 +1,97 @@
+"""Recorded machines: profiles on disk (bundled ones under ``pytest_gputopo/machines``).
+
+A profile is JSON: ``schema``, ``name``, ``description``, ``sources`` (the public outputs its facts
+come from), ``inferred`` (which fields are inferred rather than read), and ``topology`` (the
+``model.to_dict`` form). Loading never guesses: a bad file is a ``ProfileError`` naming the file
+and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .. import model
+
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "machines"
+
+
+class ProfileError(Exception):
+    """A machine profile cannot be used; the message names the file (and field, when known)."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    sources: tuple
+    inferred: tuple
+    topology: model.Topology
+    path: str
+
+
+def bundled_names() -> list[str]:
+    return sorted(p.stem for p in BUNDLED_DIR.glob("*.json"))
+
+
+def resolve(name_or_path: str) -> Path:
+    """A bundled machine's name, or a path to a profile file."""
+    if os.sep in name_or_path or name_or_path.endswith(".json") or (os.altsep and os.altsep in name_or_path):
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ProfileError(f"{name_or_path}: no such machine profile file")
+        return path
+    path = BUNDLED_DIR / f"{name_or_path}.json"
+    if not path.is_file():
+        raise ProfileError(f"unknown machine {name_or_path!r}; bundled machines: {', '.join(bundled_names())} "
+                           f"(or give a path to a profile written by `gputopo record`)")
+    return path
+
+
+def parse_profile(data: object, where: str) -> Profile:
+    """Validate a profile's dict form; ``where`` (the file) prefixes every error."""
+    try:
+        if not isinstance(data, dict):
+            raise model.SchemaError("(top level)", "expected a JSON object")
+        if data.get("schema") != model.SCHEMA_VERSION:
+            raise model.SchemaError("schema", f"version {data.get('schema')!r} is not supported "
+                                              f"(this plugin reads {model.SCHEMA_VERSION})")
+        name = data.get("name")
+        if not isinstance(name, str) or not name:
+            raise model.SchemaError("name", "missing or not a string")
+        for key in ("sources", "inferred"):
+            if not isinstance(data.get(key, []), list):
+                raise model.SchemaError(key, "expected a list")
+        if "topology" not in data:
+            raise model.SchemaError("topology", "missing")
+        topology = model.from_dict(data["topology"], "topology")
+    except model.SchemaError as exc:
+        raise ProfileError(f"{where}: field {exc}") from None
+    topology = replace(topology, source=model.Source("recorded", name, where))
+    return Profile(name=name, description=str(data.get("description", "")),
+                   sources=tuple(data.get("sources", [])), inferred=tuple(data.get("inferred", [])),
+                   topology=topology, path=where)
+
+
+def load_profile(name_or_path: str) -> Profile:
+    path = resolve(name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: cannot read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    return parse_profile(data, str(path))
+
+
+def profile_dict(name: str, topology: model.Topology, description: str = "", sources=(), inferred=()) -> dict:
+    """The JSON form of a profile (what ``gputopo record`` writes)."""
+    topo = model.to_dict(replace(topology, source=model.Source("none"), warnings=()))
+    topo.pop("schema")
+    topo.pop("source")
+    return {"schema": model.SCHEMA_VERSION, "name": name, "description": description,
+            "sources": list(sources), "inferred": list(inferred), "topology": topo}
