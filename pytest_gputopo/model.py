@@ -181,6 +181,15 @@ class Link:
     def name(self) -> str:
         return f"GPU{self.a}-GPU{self.b}"
 
+    @property
+    def p2p_works(self) -> bool | None:
+        """P2P read and write, NVML's status joined with CUDA's own answer when there is one:
+        a refusal by either wins; otherwise a yes by either; otherwise unknown."""
+        nvml = self.p2p.read_write
+        if nvml is False or self.cuda_peer is False:
+            return False
+        return True if (nvml or self.cuda_peer) else None
+
 
 @dataclass(frozen=True)
 class Source:
@@ -230,7 +239,7 @@ class Topology:
 
     def p2p(self, a: int, b: int) -> bool | None:
         """Whether ``cuda:a`` and ``cuda:b`` can do P2P read and write (None: unknown)."""
-        return self.link(a, b).p2p.read_write
+        return self.link(a, b).p2p_works
 
     def pairs(self, gpus: int | None = None) -> Iterator[Link]:
         """Every pair among ``cuda:0 .. cuda:gpus-1`` (all GPUs when ``gpus`` is None)."""

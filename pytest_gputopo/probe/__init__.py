@@ -1,0 +1,112 @@
+"""Learn the machine once: an ordered chain of sources, then the CUDA view of it.
+
+Sources: a machine the user named (a recorded profile driving the fake ``pynvml``, or
+``nvidia-smi topo -m`` text), else real NVML through ``nvidia-ml-py``. The result is restricted and
+renumbered to the GPUs this process sees as ``cuda:0..n-1``. Backends are imported lazily: loading
+the plugin must not import ``pynvml`` or ``torch``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from pathlib import Path
+
+from .. import model, runtime
+from .recorded import ProfileError, load_profile
+
+
+class MachineError(Exception):
+    """The machine the user named cannot be used (unknown name, malformed file)."""
+
+
+def probe(machine: str | None = None, *, p2p_text: dict | None = None, use_torch: bool = True) -> model.Topology:
+    """The topology as this process sees it. ``machine``: a bundled name, a profile (.json) or
+    ``nvidia-smi topo -m`` text file; None probes this host through NVML."""
+    if machine is None:
+        topology, view = _probe_nvml(), None
+        if topology.gpus and use_torch:
+            from .torch_cuda import cuda_view
+
+            view = cuda_view()
+        return _as_cuda_sees_it(topology, view)
+    if _is_text(machine):
+        return _as_cuda_sees_it(_from_smi_file(machine, p2p_text or {}), None)
+    return _as_cuda_sees_it(probe_recorded(machine), None)
+
+
+def probe_recorded(name_or_path: str) -> model.Topology:
+    """A recorded machine, read through the NVML code path via the fake ``pynvml``."""
+    from . import nvml
+    from .fake_nvml import make_fake_pynvml
+
+    try:
+        profile = load_profile(name_or_path)
+    except ProfileError as exc:
+        raise MachineError(str(exc)) from None
+    recorded = profile.topology
+    source = model.Source("recorded", profile.name, profile.path)
+    init_error = "LibraryNotFound" if (recorded.problem and not recorded.gpus) else None
+    fake = make_fake_pynvml(recorded, init_error=init_error)
+    try:
+        topology = nvml.probe(fake, source=source)
+    except fake.NVMLError as exc:
+        topology = model.Topology(source=source, problem=nvml.unavailable_reason(exc))
+    return dataclasses.replace(topology, hostname=recorded.hostname, nics=recorded.nics,
+                               driver_version=recorded.driver_version,
+                               cuda_driver_version=recorded.cuda_driver_version)
+
+
+def _probe_nvml() -> model.Topology:
+    try:
+        import pynvml
+    except ImportError:
+        return model.Topology(source=model.Source("nvml"), problem="nvidia-ml-py (module pynvml) is not installed")
+    from . import nvml
+
+    try:
+        return nvml.probe(pynvml)
+    except pynvml.NVMLError as exc:
+        return model.Topology(source=model.Source("nvml"), hostname=socket.gethostname(),
+                              problem=nvml.unavailable_reason(exc))
+
+
+def _is_text(machine: str) -> bool:
+    return Path(machine).suffix.lower() in (".txt", ".log", ".out") and Path(machine).is_file()
+
+
+def _from_smi_file(path: str, p2p_paths: dict) -> model.Topology:
+    from . import smi_text
+
+    try:
+        smi = smi_text.parse_topo_matrix(Path(path).read_text(encoding="utf-8", errors="replace"))
+        p2p = {cap: smi_text.parse_p2p_matrix(Path(p).read_text(encoding="utf-8", errors="replace"))
+               for cap, p in p2p_paths.items()}
+    except (OSError, smi_text.SmiParseError) as exc:
+        raise MachineError(f"{path}: {exc}") from None
+    return smi_text.to_topology(smi, p2p, name=path)
+
+
+def _as_cuda_sees_it(topology: model.Topology, view) -> model.Topology:
+    """Reorder to CUDA's numbering (torch's answer when there is one, else the environment's
+    CUDA_DEVICE_ORDER and CUDA_VISIBLE_DEVICES), and join CUDA's peer-access answers."""
+    warnings = list(topology.warnings)
+    if view is not None:
+        by_bus = {(g.pci_bus_id or "").upper(): i for i, g in enumerate(topology.gpus)}
+        order = [by_bus[b] for b in view.bus_ids if b in by_bus]
+        if len(order) != len(view.bus_ids):
+            warnings.append("CUDA sees devices NVML does not list; they are left out")
+    else:
+        vis = runtime.visible_gpus(topology.gpus)
+        order, warnings = list(vis.order), warnings + list(vis.warnings)
+    topology = topology.restrict(order)
+    if view is not None:
+        links = []
+        for ln in topology.links:
+            peer = view.peer.get((ln.a, ln.b))
+            if peer is not None and ln.p2p.read_write is not None and peer != ln.p2p.read_write:
+                warnings.append(f"{ln.name}: NVML says P2P is {'OK' if ln.p2p.read_write else 'refused'}, "
+                                f"CUDA says peer access is {'possible' if peer else 'impossible'}")
+            links.append(dataclasses.replace(ln, cuda_peer=peer))
+        topology = dataclasses.replace(topology, links=tuple(links))
+    return dataclasses.replace(topology, warnings=tuple(warnings))

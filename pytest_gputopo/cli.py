@@ -1,0 +1,175 @@
+"""The ``gputopo`` command: show, record and parse machines.
+
+Exit status: 0 done; 2 bad input (unreadable file, unknown machine, bad arguments), with one line
+on stderr saying why; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import model, report
+
+P2P_CAPS = {"r": "read", "w": "write", "n": "nvlink", "a": "atomics"}
+
+
+class CliError(Exception):
+    pass
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _emit(data, as_json: bool, lines=None) -> None:
+    if as_json:
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _topology(machine: str | None) -> model.Topology:
+    from .probe import MachineError, probe
+
+    try:
+        return probe(machine)
+    except MachineError as exc:
+        raise CliError(str(exc)) from None
+
+
+def cmd_show(args) -> int:
+    topology = _topology(args.machine)
+    data = {**model.to_dict(topology), "source_text": report.source_text(topology)}
+    _emit(data, args.json, report.full_report(topology) + ["", report.LEGEND])
+    return 0
+
+
+def cmd_machines(args) -> int:
+    from .probe.recorded import bundled_names, load_profile
+
+    profiles = [load_profile(name) for name in bundled_names()]
+    if args.json:
+        _emit([{"name": p.name, "description": p.description, "gpus": len(p.topology.gpus)} for p in profiles], True)
+    else:
+        width = max((len(p.name) for p in profiles), default=0)
+        _emit(None, False, [f"{p.name.ljust(width)}  {p.description}" for p in profiles])
+    return 0
+
+
+def _p2p_args(values: list[str]) -> dict:
+    """``[CAPS:]FILE`` -> {capability: text}; CAPS are letters of nvidia-smi's -p2p (r, w, n, a)."""
+    out = {}
+    for value in values:
+        caps, sep, path = value.partition(":")
+        if not sep or not caps or set(caps) - set(P2P_CAPS):
+            caps, path = "r", value
+        text = _read(path)
+        for c in caps:
+            out[P2P_CAPS[c]] = (path, text)
+    return out
+
+
+def cmd_record(args) -> int:
+    from .probe import probe
+    from .probe.recorded import profile_dict
+
+    if args.from_smi:
+        from .probe import smi_text
+
+        try:
+            smi = smi_text.parse_topo_matrix(_read(args.from_smi))
+            p2p = {cap: smi_text.parse_p2p_matrix(text) for cap, (_, text) in _p2p_args(args.p2p).items()}
+        except smi_text.SmiParseError as exc:
+            raise CliError(f"{args.from_smi}: {exc}") from None
+        topology = smi_text.to_topology(smi, p2p, name=args.from_smi)
+        sources = [{"what": "nvidia-smi topo -m", "file": args.from_smi}]
+        sources += [{"what": f"nvidia-smi topo -p2p ({cap})", "file": path} for cap, (path, _) in _p2p_args(args.p2p).items()]
+        inferred = ["every fact the text does not give is recorded as null (unknown)"]
+    else:
+        if args.p2p:
+            raise CliError("--p2p goes with --from-smi (NVML reports P2P status itself)")
+        topology = probe(None)
+        if not topology.gpus:
+            raise CliError(f"no GPU to record: {topology.problem or 'NVML lists none'}")
+        sources = [{"what": "NVML (nvidia-ml-py) on this host", "host": topology.hostname}]
+        inferred = []
+    name = args.name or Path(args.output).stem
+    data = profile_dict(name, topology, args.description or f"recorded by gputopo from {sources[0]['what']}",
+                        sources, inferred)
+    try:
+        Path(args.output).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+    for w in topology.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"wrote {args.output}: {len(topology.gpus)} GPUs, {report.header_line(topology)}")
+    return 0
+
+
+def cmd_parse(args) -> int:
+    from .probe import smi_text
+
+    text = _read(args.file)
+    try:
+        smi = smi_text.parse_topo_matrix(text)
+    except smi_text.SmiParseError as exc:
+        raise CliError(f"{args.file}: {exc}") from None
+    topology = smi_text.to_topology(smi, name=args.file)
+    lines = report.link_matrix(topology)
+    lines += [f"NICs: {', '.join(smi.nics)}"] if smi.nics else []
+    lines += [f"warning: {w}" for w in smi.warnings]
+    _emit(smi.to_json(), args.json, lines or ["(no GPU in the matrix)"])
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gputopo", description="GPU interconnect topology: show, record, parse.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("show", help="print this host's (or a recorded machine's) link and P2P matrices")
+    p.add_argument("--machine", metavar="NAME|PATH", help="a bundled machine, a profile, or nvidia-smi topo -m text")
+    p.add_argument("--json", action="store_true", help="print the topology as JSON (the profile's topology form)")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("machines", help="list the bundled recorded machines")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_machines)
+
+    p = sub.add_parser("record", help="write a machine profile from NVML, or from nvidia-smi text")
+    p.add_argument("-o", "--output", required=True, metavar="FILE")
+    p.add_argument("--from-smi", metavar="FILE", help="`nvidia-smi topo -m` output to build the profile from")
+    p.add_argument("--p2p", action="append", default=[], metavar="[CAPS:]FILE",
+                   help="`nvidia-smi topo -p2p CAPS` output (CAPS letters r,w,n,a; default r); repeatable")
+    p.add_argument("--name", help="the machine's name (default: the output file's stem)")
+    p.add_argument("--description")
+    p.set_defaults(func=cmd_record)
+
+    p = sub.add_parser("parse", help="read tool output and print what it says")
+    p.add_argument("format", choices=["smi-topo"], help="smi-topo: `nvidia-smi topo -m` text")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_parse)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as exc:
+        print(f"gputopo: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug: still one line, never a traceback for the user
+        print(f"gputopo: internal error ({type(exc).__name__}: {exc}); please report it", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

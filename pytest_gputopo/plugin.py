@@ -1,0 +1,174 @@
+"""pytest hooks of pytest-gputopo. Hooks only: facts come from ``probe``, verdicts from
+``requirements``, text from ``report``; state lives in ``config.stash``.
+
+Loading this module imports the standard library and pytest only (a test checks it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from . import options, report
+from . import requirements as reqs
+
+TOPOLOGY = pytest.StashKey["object"]()
+ITEM_REQS = pytest.StashKey[list]()
+STATE = pytest.StashKey["RunState"]()
+
+# Exit status of a run stopped by --gputopo-require or --gputopo-expect (pytest uses 0-5).
+GATE_EXIT_STATUS = 8
+WORKER_KEY = "gputopo_topology"
+
+
+class RunState:
+    def __init__(self, strict: bool):
+        self.strict = strict
+        self.verdicts: dict = {}  # requirement -> Verdict, evaluated once per run
+        self.probes = 0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.addoption(parser)
+
+
+def pytest_addhooks(pluginmanager) -> None:
+    from . import hooks
+
+    pluginmanager.add_hookspecs(hooks)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, help_text in reqs.MARKER_HELP.items():
+        sig = reqs.marker_signature(name).replace(", *, strict=None", ", strict=False")
+        config.addinivalue_line("markers", f"{sig}: {help_text}; unmet -> skip (fail when strict)")
+    state = RunState(strict=options.flag(config, "strict"))
+    config.stash[STATE] = state
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and WORKER_KEY in workerinput:
+        from .model import from_dict
+
+        topology = from_dict(workerinput[WORKER_KEY])  # xdist workers never probe
+    else:
+        topology = config.hook.pytest_gputopo_probe(config=config)
+        state.probes += 1
+    config.stash[TOPOLOGY] = topology
+    config.hook.pytest_gputopo_topology(config=config, topology=topology)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_gputopo_probe(config: pytest.Config):
+    from .probe import MachineError, probe
+
+    machine, where = options.value(config, "machine")
+    try:
+        return probe(machine)
+    except MachineError as exc:
+        raise pytest.UsageError(f"{where}: {exc}") from None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist controller: hand the topology to each worker."""
+    from .model import to_dict
+
+    node.workerinput[WORKER_KEY] = to_dict(node.config.stash[TOPOLOGY])
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    topology = config.stash[TOPOLOGY]
+    if config.get_verbosity() > 0:
+        return report.full_report(topology)
+    return [report.header_line(topology)] + [f"gputopo warning: {w}" for w in topology.warnings]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> None:
+    """Run gates, before the first test is collected."""
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return
+    topology = config.stash[TOPOLOGY]
+    problems = []
+    expr, where = options.value(config, "require")
+    if expr is not None:
+        try:
+            terms = reqs.parse_expression(expr)
+        except reqs.RequirementError as exc:
+            raise pytest.UsageError(f"{where}: {exc}") from None
+        for term in terms:
+            verdict = term.evaluate(topology, max_pairs=None)
+            if not verdict.ok:
+                problems += [f"{term}: {f}" for f in verdict.failures]
+    reference, where = options.value(config, "expect")
+    if reference is not None:
+        from .probe import MachineError, probe_recorded
+
+        try:
+            ref = probe_recorded(reference)
+        except MachineError as exc:
+            raise pytest.UsageError(f"{where}: {exc}") from None
+        problems += [f"expected as {ref.source.name}: {r}" for r in reqs.regressions(ref, topology)]
+    if problems:
+        tw = config.get_terminal_writer()
+        tw.line(f"gputopo: this machine does not meet the run's requirements "
+                f"[{report.source_text(topology)}]:", red=True, bold=True)
+        for p in problems:
+            tw.line(f"  - {p}", red=True)
+        pytest.exit(f"gputopo: run gate unmet ({len(problems)} problems); exit status {GATE_EXIT_STATUS}",
+                    returncode=GATE_EXIT_STATUS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Validate every gputopo marker now, so a bad argument stops the run naming the test."""
+    errors = []
+    for item in items:
+        found = []
+        for name in reqs.MARKERS:
+            for mark in item.iter_markers(name):
+                try:
+                    found.append(reqs.from_marker(name, mark.args, mark.kwargs))
+                except reqs.RequirementError as exc:
+                    errors.append(f"{item.nodeid}: @pytest.mark.{name}: {exc}")
+        item.stash[ITEM_REQS] = found
+    if errors:
+        raise pytest.UsageError("bad gputopo marker arguments:\n  " + "\n  ".join(errors))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    found = item.stash.get(ITEM_REQS, None)
+    if not found:
+        return
+    state: RunState = item.config.stash[STATE]
+    topology = item.config.stash[TOPOLOGY]
+    for requirement, strict in found:
+        verdict = state.verdicts.get(requirement)
+        if verdict is None:
+            verdict = state.verdicts[requirement] = requirement.evaluate(topology)
+        if verdict.ok:
+            continue
+        strict = state.strict if strict is None else strict
+        reason = f"{verdict.reason} [{report.source_text(topology)}]"
+        item.user_properties.append(("gputopo_unmet", str(requirement)))
+        if strict:
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or hasattr(config, "workerinput"):
+        return
+    # Count from the reports themselves, so that outcomes of xdist workers are counted too.
+    skipped, failed = Counter(), Counter()
+    for outcome, counter in (("skipped", skipped), ("failed", failed), ("error", failed)):
+        for rep in terminalreporter.stats.get(outcome, []):
+            for key, value in getattr(rep, "user_properties", ()):
+                if key == "gputopo_unmet" and getattr(rep, "when", None) == "setup":
+                    counter[value] += 1
+    line = report.skip_summary(skipped, failed, config.stash[TOPOLOGY])
+    if line:
+        terminalreporter.write_sep("-", "gputopo")
+        terminalreporter.write_line(line)

@@ -1,0 +1,143 @@
+"""All formatting: the header line, the link and P2P matrices, summaries. No I/O."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .model import Topology
+
+LEGEND = """\
+Legend:
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing at most a single PCIe bridge
+  NV#  = Connection traversing a bonded set of # NVLinks
+  ?    = not known (the source did not say)
+P2P: OK = read and write OK, CNS = chipset not supported, GNS = GPU not supported,
+  TNS = topology not supported, DR = disabled by regkey, NS = not supported, U = unknown"""
+
+
+def source_text(topology: Topology) -> str:
+    """The source, labelled so that a recorded machine can never pass for this host."""
+    src = topology.source
+    if src.kind == "recorded":
+        return f"recorded:{src.name} (a recorded machine, not this host)"
+    if src.kind == "smi-text":
+        return f"text:{src.name} (nvidia-smi output, not this host)"
+    return "NVML" if src.kind == "nvml" else str(src)
+
+
+def _models(topology: Topology) -> str:
+    names = Counter(g.name or "unknown GPU" for g in topology.gpus)
+    return ", ".join(f"{n}x {name}" for name, n in names.items())
+
+
+def p2p_summary(topology: Topology) -> str:
+    pairs = list(topology.pairs())
+    if not pairs:
+        return "P2P: no pairs"
+    works = Counter(ln.p2p_works for ln in pairs)
+    if works[True] == len(pairs):
+        return f"P2P OK on all {len(pairs)} pairs"
+    parts = [f"{works[True]} OK"] if works[True] else []
+    parts += [f"{works[False]} refused"] if works[False] else []
+    parts += [f"{works[None]} unknown"] if works[None] else []
+    return f"P2P {', '.join(parts)} of {len(pairs)} pairs"
+
+
+def header_line(topology: Topology) -> str:
+    if not topology.gpus:
+        why = f" ({topology.problem})" if topology.problem else ""
+        return f"gputopo: no GPU{why}; source {source_text(topology)}"
+    parts = [_models(topology)]
+    worst = topology.worst_link()
+    if worst is not None:
+        label = "unknown" if worst.label is None else str(worst.label)
+        parts.append(f"worst link {label} ({worst.name})")
+        parts.append(p2p_summary(topology))
+    parts.append(f"source {source_text(topology)}")
+    return "gputopo: " + ", ".join(parts)
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def link_matrix(topology: Topology) -> list[str]:
+    """GPU x GPU labels as ``nvidia-smi topo -m`` prints them, with CPU and NUMA affinity."""
+    n = len(topology.gpus)
+    if not n:
+        return []
+    rows = [[""] + [f"GPU{i}" for i in range(n)] + ["CPU Affinity", "NUMA Affinity"]]
+    for g in topology.gpus:
+        cells = []
+        for j in range(n):
+            if j == g.index:
+                cells.append("X")
+            else:
+                label = topology.link(g.index, j).label
+                cells.append("?" if label is None else str(label))
+        numa = "N/A" if g.numa_node is None else str(g.numa_node)
+        rows.append([f"GPU{g.index}"] + cells + [g.cpu_affinity or "N/A", numa])
+    return _table(rows)
+
+
+def p2p_matrix(topology: Topology) -> list[str]:
+    """GPU x GPU P2P status (read/write as NVML reports; ``+cuda``/``-cuda`` where CUDA disagrees)."""
+    n = len(topology.gpus)
+    if n < 2:
+        return []
+    rows = [[""] + [f"GPU{i}" for i in range(n)]]
+    for a in range(n):
+        cells = []
+        for b in range(n):
+            if a == b:
+                cells.append("X")
+                continue
+            ln = topology.link(a, b)
+            r, w = ln.p2p.read.value, ln.p2p.write.value
+            cell = r if r == w else f"{r}/{w}"
+            cells.append(cell)
+        rows.append([f"GPU{a}"] + cells)
+    return _table(rows)
+
+
+def gpu_lines(topology: Topology) -> list[str]:
+    lines = []
+    for g in topology.gpus:
+        pcie = "PCIe unknown"
+        if g.pcie_gen_current is not None or g.pcie_width_current is not None:
+            pcie = (f"PCIe Gen{g.pcie_gen_current or '?'} x{g.pcie_width_current or '?'}"
+                    f" (max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'})")
+        nvl = f", {g.active_nvlinks}/{len(g.nvlinks)} NVLinks up" if g.nvlinks else ""
+        lines.append(f"GPU{g.index}: {g.name or 'unknown'} bus {g.pci_bus_id or '?'} {pcie}{nvl}")
+    return lines
+
+
+def full_report(topology: Topology) -> list[str]:
+    """Everything ``gputopo show`` and ``pytest -v`` print."""
+    lines = [header_line(topology)]
+    if topology.gpus:
+        lines += [""] + link_matrix(topology)
+        p2p = p2p_matrix(topology)
+        if p2p:
+            lines += ["", "P2P read/write status (NVML):"] + p2p_matrix(topology)
+        lines += [""] + gpu_lines(topology)
+    if topology.nics:
+        lines += ["NICs: " + ", ".join(topology.nics)]
+    lines += [f"warning: {w}" for w in topology.warnings]
+    return lines
+
+
+def skip_summary(counts: Counter, strict: Counter, topology: Topology) -> str | None:
+    """One line counting tests skipped (or failed, strict) per unmet requirement."""
+    if not counts and not strict:
+        return None
+    parts = [f"{req} x{n}" for req, n in sorted(counts.items())]
+    parts += [f"{req} x{n} (strict: failed)" for req, n in sorted(strict.items())]
+    total = sum(counts.values()) + sum(strict.values())
+    return f"gputopo: {total} tests not run for unmet requirements: {', '.join(parts)} [{source_text(topology)}]"

@@ -1,0 +1,292 @@
+"""Requirements a test or a whole run places on the machine, and their verdicts.
+
+Pure: marker arguments and ``--gputopo-require`` expressions become frozen, hashable requirement
+objects; ``evaluate(requirement, topology)`` returns a ``Verdict`` whose reason names the pair, the
+link found and the link needed. "The GPUs a test uses" are ``cuda:0 .. cuda:gpus-1`` (all visible
+GPUs when ``gpus`` is None); fewer GPUs than asked is itself unmet.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from .model import Link, LinkClass, LinkLabel, Topology, link_satisfies
+
+# How many failing pairs a test's skip reason names before "and N more" (a run gate lists all).
+REASON_PAIRS = 3
+
+
+class RequirementError(ValueError):
+    """A marker argument or a ``--gputopo-require`` term is malformed."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str = ""
+    failures: tuple[str, ...] = ()  # one entry per unmet pair (or the count shortfall)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """Base: ``gpus`` is how many GPUs the test uses (None: all visible)."""
+
+    gpus: int | None = None
+
+    def __str__(self) -> str:
+        raise NotImplementedError
+
+    def check_pair(self, link: Link) -> str | None:
+        """None when ``link`` meets the requirement, else what is wrong with it."""
+        raise NotImplementedError
+
+    def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
+        visible = len(topology.gpus)
+        need = self.gpus if self.gpus is not None else 2
+        if visible < need:
+            what = f"{self.gpus} GPUs" if self.gpus is not None else "2 GPUs to form a pair"
+            return _unmet(self, [f"needs {what}, {_visible(topology)}"], max_pairs)
+        failures = [f"{ln.name} {problem}" for ln in topology.pairs(self.gpus)
+                    if (problem := self.check_pair(ln)) is not None]
+        return _unmet(self, failures, max_pairs) if failures else Verdict(True)
+
+
+def _visible(topology: Topology) -> str:
+    n = len(topology.gpus)
+    text = f"{n} visible" if n != 1 else "1 visible"
+    return f"{text} ({topology.problem})" if topology.problem and not n else text
+
+
+def _unmet(req: Requirement, failures: list[str], max_pairs: int | None) -> Verdict:
+    shown = failures if max_pairs is None else failures[:max_pairs]
+    more = len(failures) - len(shown)
+    reason = f"{req}: " + "; ".join(shown) + (f"; and {more} more pairs" if more else "")
+    return Verdict(False, reason, tuple(failures))
+
+
+def _gpu_arg(value, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequirementError(f"{what} must be a positive integer or None, got {value!r}")
+    return value
+
+
+def _link_text(link: Link) -> str:
+    return "an unknown link" if link.label is None else str(link.label)
+
+
+@dataclass(frozen=True)
+class GpuCount(Requirement):
+    count: int = 1
+
+    def __str__(self) -> str:
+        return f"requires_gpus({self.count})"
+
+    def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
+        if len(topology.gpus) >= self.count:
+            return Verdict(True)
+        return _unmet(self, [_visible(topology)], max_pairs)
+
+
+@dataclass(frozen=True)
+class P2PRequirement(Requirement):
+    def __str__(self) -> str:
+        return "requires_p2p" + (f"(gpus={self.gpus})" if self.gpus else "")
+
+    def check_pair(self, link: Link) -> str | None:
+        works = link.p2p_works
+        if works:
+            return None
+        if works is None:
+            return "P2P status is unknown (no source reported it)"
+        refused = [f"{cap} {getattr(link.p2p, cap).description}" for cap in ("read", "write")
+                   if getattr(link.p2p, cap).value not in ("OK", "U")]
+        if link.cuda_peer is False and not refused:
+            return "cannot do P2P (CUDA reports no peer access)"
+        return "cannot do P2P (" + ", ".join(refused) + ")"
+
+
+@dataclass(frozen=True)
+class NvLinkRequirement(Requirement):
+    min_links: int = 1
+
+    def __str__(self) -> str:
+        args = [f"gpus={self.gpus}"] if self.gpus else []
+        args += [f"min_links={self.min_links}"] if self.min_links != 1 else []
+        return "requires_nvlink" + (f"({', '.join(args)})" if args else "")
+
+    def check_pair(self, link: Link) -> str | None:
+        if link.nvlinks is None:
+            return "has an unknown number of NVLinks"
+        if link.nvlinks >= self.min_links:
+            return None
+        if link.nvlinks:
+            return f"are linked by {_link_text(link)}, needs NV{self.min_links}"
+        return f"are linked by {_link_text(link)}, not NVLink"
+
+
+@dataclass(frozen=True)
+class LinkRequirement(Requirement):
+    need: LinkLabel = LinkLabel(LinkClass.SYS)
+    spelled: str = ""  # as the user wrote it ("NV" means any NVLink)
+
+    def __str__(self) -> str:
+        gpus = f", gpus={self.gpus}" if self.gpus else ""
+        return f"requires_link('{self.spelled or self.need}'{gpus})"
+
+    def check_pair(self, link: Link) -> str | None:
+        if link.label is None:
+            return "are linked by an unknown link"
+        if link_satisfies(link.label, self.need):
+            return None
+        return f"are linked by {link.label}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Markers
+
+
+def _requires_gpus(n, *, strict=None):
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise RequirementError(f"n must be a non-negative integer, got {n!r}")
+    return GpuCount(count=n)
+
+
+def _requires_p2p(gpus=None, *, strict=None):
+    return P2PRequirement(gpus=_gpu_arg(gpus, "gpus"))
+
+
+def _requires_nvlink(gpus=None, min_links=1, *, strict=None):
+    if isinstance(min_links, bool) or not isinstance(min_links, int) or min_links < 1:
+        raise RequirementError(f"min_links must be a positive integer, got {min_links!r}")
+    return NvLinkRequirement(gpus=_gpu_arg(gpus, "gpus"), min_links=min_links)
+
+
+def _requires_link(cls, gpus=None, *, strict=None):
+    if not isinstance(cls, str):
+        raise RequirementError(f"cls must be a link class string such as 'NV', 'NV12' or 'PXB', got {cls!r}")
+    try:
+        need = LinkLabel.parse(cls)
+    except ValueError as exc:
+        raise RequirementError(str(exc)) from None
+    return LinkRequirement(gpus=_gpu_arg(gpus, "gpus"), need=need, spelled=cls.strip().upper())
+
+
+MARKERS: dict[str, Callable[..., Requirement]] = {
+    "requires_gpus": _requires_gpus,
+    "requires_p2p": _requires_p2p,
+    "requires_nvlink": _requires_nvlink,
+    "requires_link": _requires_link,
+}
+
+MARKER_HELP = {
+    "requires_gpus": "at least n visible GPUs",
+    "requires_p2p": "every pair among the GPUs the test uses (cuda:0..gpus-1, default all) can do P2P read and write",
+    "requires_nvlink": "every such pair is connected by at least min_links NVLinks",
+    "requires_link": "every such pair is linked at cls or better: NV# > PIX > PXB > PHB > NODE > SYS ('NV' = any NVLink)",
+}
+
+
+def marker_signature(name: str) -> str:
+    sig = str(inspect.signature(MARKERS[name]))
+    return f"{name}{sig}"
+
+
+def from_marker(name: str, args: tuple, kwargs: dict) -> tuple[Requirement, bool | None]:
+    """The requirement a marker states, and its ``strict=`` argument (None when not given)."""
+    factory = MARKERS[name]
+    try:
+        inspect.signature(factory).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise RequirementError(f"{exc}; signature: {marker_signature(name)}") from None
+    strict = kwargs.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise RequirementError(f"strict must be True or False, got {strict!r}")
+    return factory(*args, **kwargs), strict
+
+
+# ---------------------------------------------------------------------------------------------
+# Run-level expressions: --gputopo-require "gpus>=8,p2p,link>=NV18"
+
+REQUIRE_GRAMMAR = """\
+  EXPR  := TERM ("," TERM)*
+  TERM  := "gpus>=" N
+         | "p2p" [@N]                  every pair can do P2P read and write
+         | "nvlink" [">=" LINKS] [@N]  every pair has at least LINKS NVLinks (default 1)
+         | "link>=" CLASS [@N]         every pair is linked at CLASS or better
+  CLASS := NV | NV<links> | PIX | PXB | PHB | NODE | SYS   (order: NV# > PIX > PXB > PHB > NODE > SYS)
+  @N    := among the first N GPUs only (default: all visible GPUs)
+  example: gpus>=8,p2p,link>=NV18"""
+
+_TERM_RE = re.compile(
+    r"^(?:(?P<gpus>gpus\s*>=\s*(?P<count>\d+))"
+    r"|(?P<p2p>p2p)"
+    r"|(?P<nvlink>nvlink)(?:\s*>=\s*(?P<links>\d+))?"
+    r"|link\s*>=\s*(?P<cls>[A-Za-z0-9]+))"
+    r"(?:\s*@\s*(?P<at>\d+))?$", re.IGNORECASE)
+
+
+def parse_expression(text: str) -> tuple[Requirement, ...]:
+    terms = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in terms):
+        raise RequirementError(f"empty term in {text!r}\n{REQUIRE_GRAMMAR}")
+    out = []
+    for term in terms:
+        m = _TERM_RE.match(term)
+        if not m:
+            raise RequirementError(f"cannot read term {term!r}\n{REQUIRE_GRAMMAR}")
+        at = int(m["at"]) if m["at"] else None
+        try:
+            if m["gpus"]:
+                if at is not None:
+                    raise RequirementError("'@N' does not apply to gpus>=")
+                out.append(GpuCount(count=int(m["count"])))
+            elif m["p2p"]:
+                out.append(_requires_p2p(gpus=at))
+            elif m["nvlink"]:
+                out.append(_requires_nvlink(gpus=at, min_links=int(m["links"] or 1)))
+            else:
+                out.append(_requires_link(m["cls"], gpus=at))
+        except RequirementError as exc:
+            raise RequirementError(f"term {term!r}: {exc}\n{REQUIRE_GRAMMAR}") from None
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# --gputopo-expect: this node against a reference profile of a healthy node
+
+
+def regressions(reference: Topology, actual: Topology) -> list[str]:
+    """Every way ``actual`` is worse than ``reference``; empty when it is as good or better."""
+    found = []
+    if len(actual.gpus) < len(reference.gpus):
+        found.append(f"{len(actual.gpus)} GPUs visible, the reference has {len(reference.gpus)}")
+    for ref, gpu in zip(reference.gpus, actual.gpus):
+        where = f"GPU{gpu.index}"
+        if gpu.active_nvlinks < ref.active_nvlinks:
+            found.append(f"{where} has {gpu.active_nvlinks} active NVLinks, the reference {ref.active_nvlinks}")
+        for what, have, want, note in (
+                ("PCIe generation", gpu.pcie_gen_current, ref.pcie_gen_current,
+                 " (an idle GPU may lower its link generation to save power: check under load)"),
+                ("PCIe width", gpu.pcie_width_current, ref.pcie_width_current, ""),
+                ("max PCIe generation", gpu.pcie_gen_max, ref.pcie_gen_max, ""),
+                ("max PCIe width", gpu.pcie_width_max, ref.pcie_width_max, "")):
+            if want is not None and (have is None or have < want):
+                shown = "unknown" if have is None else ("x" if "width" in what else "Gen") + str(have)
+                wanted = ("x" if "width" in what else "Gen") + str(want)
+                found.append(f"{where} {what} is {shown}, the reference {wanted}{note}")
+    n = min(len(reference.gpus), len(actual.gpus))
+    for ref in reference.pairs(n):
+        link = actual.link(ref.a, ref.b)
+        if ref.label is not None and (link.label is None or link.label < ref.label):
+            found.append(f"{link.name} are linked by {_link_text(link)}, the reference by {ref.label}")
+        elif (ref.nvlinks or 0) > (link.nvlinks or 0):
+            found.append(f"{link.name} have {link.nvlinks} NVLinks, the reference {ref.nvlinks}")
+        if ref.p2p_works and not link.p2p_works:
+            state = "unknown" if link.p2p_works is None else "lost"
+            found.append(f"{link.name} P2P {state} (the reference can do P2P)")
+    return found

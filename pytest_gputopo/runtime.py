@@ -1,0 +1,105 @@
+"""The process's environment: the one place that reads ``os.environ``.
+
+Also maps NVML's device order to CUDA's: CUDA numbers devices by ``CUDA_DEVICE_ORDER``
+(``FASTEST_FIRST`` by default, ``PCI_BUS_ID``) and then keeps the ``CUDA_VISIBLE_DEVICES`` subset, so
+that "GPU 0" in a reason is the device a test gets as ``cuda:0``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+from .model import Gpu
+
+ENV_PREFIX = "PYTEST_GPUTOPO_"
+
+
+def env_option(name: str) -> str | None:
+    """``PYTEST_GPUTOPO_<NAME>`` for the option ``gputopo_<name>`` (None when unset)."""
+    return os.environ.get(ENV_PREFIX + name.upper())
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+@dataclass(frozen=True)
+class Visibility:
+    order: tuple[int, ...]  # positions in the NVML-ordered GPU list, in CUDA order
+    warnings: tuple[str, ...] = ()
+
+
+def _cuda_order(gpus: Sequence[Gpu], device_order: str) -> list[int]:
+    by_bus = sorted(range(len(gpus)), key=lambda i: ((gpus[i].pci_bus_id or "").upper(), i))
+    if device_order == "PCI_BUS_ID":
+        return by_bus
+    # FASTEST_FIRST: CUDA puts the most capable devices first and breaks ties by PCI bus id; we
+    # approximate "capable" by compute capability, which orders every real mixed box we know of.
+    def capability(i: int) -> tuple[int, ...]:
+        cc = gpus[i].compute_capability or "0.0"
+        return tuple(-int(x) for x in cc.split(".") if x.isdigit())
+    return sorted(by_bus, key=capability)
+
+
+def visible_gpus(gpus: Sequence[Gpu], visible: str | None = None, device_order: str | None = None) -> Visibility:
+    """Which NVML-listed GPUs a CUDA process sees, in CUDA order.
+
+    ``visible``/``device_order`` default to ``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER``. As in
+    CUDA, the list stops at the first entry that names no device; entries may be indices, GPU UUIDs
+    (a unique prefix suffices) or MIG ids (which this plugin cannot map: the list stops there too).
+    """
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if device_order is None:
+        device_order = os.environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    warnings = []
+    device_order = device_order.strip().upper()
+    if device_order not in ("FASTEST_FIRST", "PCI_BUS_ID"):
+        warnings.append(f"CUDA_DEVICE_ORDER={device_order!r} is not FASTEST_FIRST or PCI_BUS_ID; "
+                        f"CUDA uses FASTEST_FIRST")
+        device_order = "FASTEST_FIRST"
+    cuda = _cuda_order(gpus, device_order)
+    if visible is None:
+        return Visibility(tuple(cuda), tuple(warnings))
+    chosen: list[int] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        pick = _match(entry, cuda, gpus)
+        if isinstance(pick, str):
+            if entry:
+                warnings.append(f"CUDA_VISIBLE_DEVICES={visible!r}: {pick}; CUDA sees only the devices before it")
+            break
+        if pick in chosen:
+            warnings.append(f"CUDA_VISIBLE_DEVICES={visible!r}: {entry!r} is listed twice; CUDA sees only "
+                            f"the devices before it")
+            break
+        chosen.append(pick)
+    return Visibility(tuple(chosen), tuple(warnings))
+
+
+def _match(entry: str, cuda: list[int], gpus: Sequence[Gpu]) -> int | str:
+    """The NVML position ``entry`` names, or why it names none."""
+    if not entry:
+        return "empty entry"
+    if entry.lstrip("-").isdigit():
+        i = int(entry)
+        return cuda[i] if 0 <= i < len(cuda) else f"{entry!r} is not a device index (0..{len(cuda) - 1})"
+    if entry.upper().startswith("MIG-"):
+        return f"{entry!r} is a MIG instance, which pytest-gputopo does not map to a GPU"
+    wanted = entry.upper() if entry.upper().startswith("GPU-") else "GPU-" + entry.upper()
+    hits = [i for i, g in enumerate(gpus) if g.uuid and g.uuid.upper().startswith(wanted)]
+    if len(hits) == 1:
+        return hits[0]
+    return f"{entry!r} matches {'no' if not hits else 'more than one'} GPU UUID"
+
+
+def distributed_rank() -> tuple[int, int] | None:
+    """``(RANK, WORLD_SIZE)`` when a launcher such as torchrun set them."""
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None or world is None:
+        return None
+    try:
+        return int(rank), int(world)
+    except ValueError:
+        return None

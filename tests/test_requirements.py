@@ -1,0 +1,127 @@
+"""Requirements and verdicts on hand-built topologies (pure, no probing)."""
+
+import pytest
+
+from pytest_gputopo import requirements as reqs
+from pytest_gputopo.model import Gpu, Link, LinkClass, LinkLabel, P2P, P2PStatus, Topology
+
+OK = P2P(P2PStatus.OK, P2PStatus.OK, P2PStatus.OK, P2PStatus.OK)
+CNS = P2P(P2PStatus.CHIPSET_NOT_SUPPORTED, P2PStatus.CHIPSET_NOT_SUPPORTED)
+
+
+def box(labels: dict, n: int, p2p=OK) -> Topology:
+    """``labels``: {(a, b): "NV12" | "SYS" | None}; unlisted pairs are PIX."""
+    links = []
+    for a in range(n):
+        for b in range(a + 1, n):
+            text = labels.get((a, b), "PIX")
+            if text is None:
+                links.append(Link(a, b, pcie=None, nvlinks=None, p2p=P2P()))
+                continue
+            label = LinkLabel.parse(text)
+            nv = label.nvlinks if label.cls is LinkClass.NV else 0
+            links.append(Link(a, b, pcie=None if nv else label.cls, nvlinks=nv, p2p=p2p))
+    return Topology(gpus=tuple(Gpu(i, name="GPU") for i in range(n)), links=tuple(links))
+
+
+def test_link_order_and_nv_counts():
+    assert reqs.LinkRequirement(need=LinkLabel.parse("PXB")).evaluate(box({}, 4)).ok
+    verdict = reqs.from_marker("requires_link", ("PXB",), {})[0].evaluate(box({(0, 3): "SYS"}, 4))
+    assert not verdict.ok
+    assert verdict.reason == "requires_link('PXB'): GPU0-GPU3 are linked by SYS"
+    nv12 = reqs.from_marker("requires_link", ("NV12",), {})[0]
+    assert not nv12.evaluate(box({(0, 1): "NV4"}, 2)).ok
+    assert nv12.evaluate(box({(0, 1): "NV18"}, 2)).ok
+    any_nv = reqs.from_marker("requires_link", ("nv",), {})[0]
+    assert any_nv.evaluate(box({(0, 1): "NV1"}, 2)).ok
+    assert str(any_nv) == "requires_link('NV')"
+
+
+def test_gpus_argument_limits_the_pairs_to_the_first_devices():
+    topo = box({(0, 4): "SYS"}, 8)
+    link = reqs.from_marker("requires_link", ("PIX",), {"gpus": 4})[0]
+    assert link.evaluate(topo).ok
+    assert not reqs.from_marker("requires_link", ("PIX",), {})[0].evaluate(topo).ok
+    too_many = reqs.from_marker("requires_p2p", (), {"gpus": 16})[0].evaluate(topo)
+    assert not too_many.ok and "needs 16 GPUs, 8 visible" in too_many.reason
+
+
+def test_p2p_refused_unknown_and_cuda_disagreement():
+    assert reqs.P2PRequirement().evaluate(box({}, 2)).ok
+    refused = reqs.P2PRequirement().evaluate(box({}, 2, p2p=CNS))
+    assert "GPU0-GPU1 cannot do P2P (read chipset not supported, write chipset not supported)" in refused.reason
+    unknown = reqs.P2PRequirement().evaluate(box({(0, 1): None}, 2))
+    assert not unknown.ok and "unknown" in unknown.reason
+    topo = box({}, 2)
+    cuda_says_no = Topology(gpus=topo.gpus, links=(Link(0, 1, LinkClass.PIX, 0, OK, cuda_peer=False),))
+    assert "CUDA reports no peer access" in reqs.P2PRequirement().evaluate(cuda_says_no).reason
+
+
+def test_pair_requirements_need_a_pair():
+    one = box({}, 1)
+    verdict = reqs.P2PRequirement().evaluate(one)
+    assert not verdict.ok and "needs 2 GPUs to form a pair, 1 visible" in verdict.reason
+    none = Topology(problem="NVML library not found")
+    assert "(NVML library not found)" in reqs.GpuCount(count=1).evaluate(none).reason
+    assert reqs.GpuCount(count=0).evaluate(none).ok
+
+
+def test_nvlink_min_links():
+    topo = box({(0, 1): "NV4", (0, 2): "PHB", (1, 2): "NV4"}, 3)
+    verdict = reqs.from_marker("requires_nvlink", (), {"min_links": 2})[0].evaluate(topo)
+    assert verdict.failures == ("GPU0-GPU2 are linked by PHB, not NVLink",)
+    verdict = reqs.from_marker("requires_nvlink", (), {"min_links": 8})[0].evaluate(topo)
+    assert len(verdict.failures) == 3 and "GPU0-GPU1 are linked by NV4, needs NV8" in verdict.failures
+
+
+def test_reason_names_three_pairs_then_counts():
+    topo = box({(0, b): "SYS" for b in range(1, 8)}, 8)
+    verdict = reqs.from_marker("requires_link", ("PXB",), {})[0].evaluate(topo)
+    assert verdict.reason.endswith("; and 4 more pairs")
+    assert len(verdict.failures) == 7
+
+
+@pytest.mark.parametrize("name,args,kwargs,message", [
+    ("requires_gpus", ("8",), {}, "non-negative integer"),
+    ("requires_gpus", (), {}, "missing a required argument"),
+    ("requires_p2p", (), {"gpus": 0}, "positive integer"),
+    ("requires_p2p", (), {"gpu": 2}, "unexpected keyword argument 'gpu'"),
+    ("requires_link", ("PXQ",), {}, "unknown link label 'PXQ'"),
+    ("requires_link", (12,), {}, "link class string"),
+    ("requires_link", ("NV0",), {}, "unknown link label"),
+    ("requires_nvlink", (), {"min_links": True}, "min_links"),
+    ("requires_p2p", (), {"strict": "yes"}, "strict must be True or False"),
+])
+def test_bad_marker_arguments(name, args, kwargs, message):
+    with pytest.raises(reqs.RequirementError, match=message):
+        reqs.from_marker(name, args, kwargs)
+
+
+def test_marker_strict_argument_is_returned():
+    assert reqs.from_marker("requires_p2p", (), {"strict": True}) == (reqs.P2PRequirement(), True)
+    assert reqs.from_marker("requires_gpus", (2,), {})[1] is None
+
+
+def test_expression_grammar():
+    terms = reqs.parse_expression("gpus>=8, p2p, link>=NV18, nvlink>=2@4, link >= pxb @2")
+    assert terms == (reqs.GpuCount(count=8), reqs.P2PRequirement(),
+                     reqs.LinkRequirement(need=LinkLabel.parse("NV18"), spelled="NV18"),
+                     reqs.NvLinkRequirement(gpus=4, min_links=2),
+                     reqs.LinkRequirement(gpus=2, need=LinkLabel.parse("PXB"), spelled="PXB"))
+
+
+@pytest.mark.parametrize("text", ["", "gpus>8", "p2p,,link>=PIX", "link>=FAST", "gpus>=2@2", "nvlink>=0"])
+def test_bad_expressions_show_the_grammar(text):
+    with pytest.raises(reqs.RequirementError) as info:
+        reqs.parse_expression(text)
+    assert "TERM  :=" in str(info.value)
+
+
+def test_regressions_against_a_reference():
+    healthy = box({(a, b): "NV12" for a in range(4) for b in range(a + 1, 4)}, 4)
+    assert reqs.regressions(healthy, healthy) == []
+    degraded = box({(0, 1): "NV12", (0, 2): "NV12", (1, 2): "NV12", (0, 3): "SYS", (1, 3): "SYS", (2, 3): "NV8"}, 4)
+    found = reqs.regressions(healthy, degraded)
+    assert "GPU0-GPU3 are linked by SYS, the reference by NV12" in found
+    assert "GPU2-GPU3 are linked by NV8, the reference by NV12" in found
+    assert reqs.regressions(healthy, box({}, 2))[0] == "2 GPUs visible, the reference has 4"
