@@ -172,3 +172,10 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if line:
         terminalreporter.write_sep("-", "gputopo")
         terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def gputopo(pytestconfig: pytest.Config):
+    """The machine as this process sees it (``pytest_gputopo.model.Topology``): ``gpus``,
+    ``link(a, b)``, ``p2p(a, b)``, ``pairs(gpus=None)``, ``pairs_worse_than("PXB")``, ``source``."""
+    return pytestconfig.stash[TOPOLOGY]

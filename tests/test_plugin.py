@@ -1,0 +1,305 @@
+"""The plugin in real pytest sessions (pytester) against bundled recorded machines."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pytest_gputopo.plugin import GATE_EXIT_STATUS
+
+MARKED = """
+import pytest
+
+@pytest.mark.requires_gpus(8)
+def test_eight(): pass
+
+@pytest.mark.requires_p2p
+def test_p2p(): pass
+
+@pytest.mark.requires_nvlink
+def test_nvlink(): pass
+
+@pytest.mark.requires_link("PXB")
+def test_pxb(): pass
+
+@pytest.mark.requires_link("NV18", gpus=4)
+def test_nv18_first_four(): pass
+
+def test_plain(): pass
+"""
+
+
+def run(pytester, machine, *args, src=MARKED):
+    pytester.makepyfile(test_marked=src)
+    return pytester.runpytest("--gputopo-machine", machine, "-rs", *args)
+
+
+def test_healthy_nvswitch_box_runs_everything(pytester):
+    result = run(pytester, "hgx-h100")
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(["gputopo: 8x *H100*, worst link NV18 (GPU0-GPU1), P2P OK on all 28 pairs, "
+                                 "source recorded:hgx-h100 (a recorded machine, not this host)"])
+
+
+def test_gpu_that_lost_its_nvlinks_is_named(pytester):
+    result = run(pytester, "hgx-h100-nvlink-down")
+    result.assert_outcomes(passed=4, skipped=2)
+    result.stdout.fnmatch_lines([
+        "*requires_nvlink: GPU0-GPU5 are linked by *, not NVLink*recorded:hgx-h100-nvlink-down*",
+        "*requires_link('PXB'): GPU*-GPU5 are linked by *",
+    ])
+
+
+def test_pcie_only_box_without_p2p(pytester):
+    result = run(pytester, "4x-rtx4090")
+    result.assert_outcomes(passed=1, skipped=5)
+    result.stdout.fnmatch_lines(["*requires_p2p: GPU0-GPU1 cannot do P2P (read GPU not supported*"])
+
+
+def test_p2p_disabled_twin(pytester):
+    result = run(pytester, "8x-l40s-p2p-disabled")
+    result.stdout.fnmatch_lines(["*requires_p2p: GPU0-GPU1 cannot do P2P (read chipset not supported*"])
+
+
+def test_dual_socket_box_names_the_sys_pair(pytester):
+    result = run(pytester, "8x-l40s")
+    result.stdout.fnmatch_lines(["*requires_link('PXB'): GPU*-GPU* are linked by SYS*"])
+
+
+def test_no_gpu_machine_says_why_and_runs_the_rest(pytester):
+    result = run(pytester, "no-gpu")
+    result.assert_outcomes(passed=1, skipped=5)
+    result.stdout.fnmatch_lines([
+        "gputopo: no GPU (NVML library not found*); source recorded:no-gpu*",
+        "*requires_gpus(8): 0 visible (NVML library not found*",
+    ])
+
+
+def test_this_host_without_nvml(pytester):
+    """This machine (and CI) has no NVIDIA driver: the real NVML path says so."""
+    pytest.importorskip("pynvml")
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("this host has NVML; the no-driver path is tested on recorded machines")
+    except pynvml.NVMLError:
+        pass
+    pytester.makepyfile(test_marked=MARKED)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(passed=1, skipped=5)
+    result.stdout.fnmatch_lines(["gputopo: no GPU (*); source NVML"])
+
+
+@pytest.mark.parametrize("how", ["cli", "ini", "env", "marker"])
+def test_strict_mode_fails_unmet_tests(pytester, monkeypatch, how):
+    src = MARKED
+    args = []
+    if how == "cli":
+        args = ["--gputopo-strict"]
+    elif how == "ini":
+        pytester.makeini("[pytest]\ngputopo_strict = true\n")
+    elif how == "env":
+        monkeypatch.setenv("PYTEST_GPUTOPO_STRICT", "1")
+    else:
+        src = MARKED.replace("@pytest.mark.requires_p2p\n", "@pytest.mark.requires_p2p(strict=True)\n")
+    result = run(pytester, "4x-rtx4090", *args, src=src)
+    outcomes = result.parseoutcomes()
+    if how == "marker":
+        assert outcomes.get("failed") == 1 and outcomes.get("skipped") == 4
+    else:
+        assert outcomes.get("failed") == 5
+    result.stdout.fnmatch_lines(["*requires_p2p: GPU0-GPU1 cannot do P2P*"])
+
+
+def test_marker_strict_false_beats_the_option(pytester):
+    src = "import pytest\n@pytest.mark.requires_gpus(16, strict=False)\ndef test_x(): pass\n"
+    result = run(pytester, "hgx-h100", "--gputopo-strict", src=src)
+    result.assert_outcomes(skipped=1)
+
+
+def test_summary_counts_skips_per_requirement(pytester):
+    result = run(pytester, "4x-rtx4090")
+    result.stdout.fnmatch_lines(["gputopo: 5 tests not run for unmet requirements: *requires_gpus(8) x1*"
+                                 "requires_nvlink x1*requires_p2p x1*recorded:4x-rtx4090*"])
+
+
+def test_verbose_header_shows_the_matrix(pytester):
+    result = run(pytester, "dgx1-v100", "-v")
+    result.stdout.fnmatch_lines(["*GPU0*GPU1*GPU7*CPU Affinity*", "GPU0 * X *NV*", "P2P read/write status (NVML):"])
+
+
+def test_cuda_visible_devices_applies_to_a_recorded_machine(pytester, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    src = "import pytest\n@pytest.mark.requires_nvlink\ndef test_x(gputopo):\n    assert len(gputopo.gpus) == 4\n"
+    run(pytester, "hgx-h100-nvlink-down", src=src).assert_outcomes(passed=1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,0")
+    result = run(pytester, "hgx-h100-nvlink-down", src=src)
+    result.stdout.fnmatch_lines(["*requires_nvlink: GPU0-GPU1 are linked by*"])
+
+
+def test_fixture_helpers(pytester):
+    src = """
+def test_helpers(gputopo):
+    assert str(gputopo.link(0, 1).label) == "NV12"
+    assert gputopo.p2p(0, 7) is True
+    assert gputopo.pairs_worse_than("NV12") == []
+    assert len(gputopo.pairs_worse_than("NV18")) == 28
+    assert gputopo.recorded and gputopo.source.name == "dgx-a100"
+"""
+    run(pytester, "dgx-a100", src=src).assert_outcomes(passed=1)
+
+
+# ------------------------------------------------------------------ run gates
+
+
+def test_require_gate_passes_on_a_machine_that_meets_it(pytester):
+    run(pytester, "hgx-h100", "--gputopo-require", "gpus>=8,p2p,link>=NV18").assert_outcomes(passed=6)
+
+
+def test_require_gate_stops_before_collection_listing_every_unmet_pair(pytester):
+    result = run(pytester, "4x-rtx4090", "--gputopo-require", "gpus>=8,p2p,link>=PXB")
+    assert result.ret == GATE_EXIT_STATUS
+    result.stdout.fnmatch_lines([
+        "gputopo: this machine does not meet the run's requirements [recorded:4x-rtx4090*]:",
+        "  - requires_gpus(8): 4 visible",
+        "  - requires_p2p: GPU0-GPU1 cannot do P2P*",
+        "  - requires_p2p: GPU2-GPU3 cannot do P2P*",
+    ])
+    assert "collected" not in result.stdout.str()
+
+
+def test_require_gate_from_ini_and_env(pytester, monkeypatch):
+    pytester.makeini("[pytest]\ngputopo_require = gpus>=16\n")
+    pytester.makepyfile(test_a="def test_a(): pass")
+    assert pytester.runpytest("--gputopo-machine", "dgx-a100").ret == GATE_EXIT_STATUS
+    monkeypatch.setenv("PYTEST_GPUTOPO_REQUIRE", "gpus>=8")  # env beats ini
+    assert pytester.runpytest("--gputopo-machine", "dgx-a100").ret == 0
+    # the command line beats env
+    assert pytester.runpytest("--gputopo-machine", "dgx-a100", "--gputopo-require", "gpus>=9").ret == GATE_EXIT_STATUS
+
+
+def test_malformed_require_is_a_usage_error_with_the_grammar(pytester):
+    result = run(pytester, "hgx-h100", "--gputopo-require", "gpus>8")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gputopo-require: cannot read term 'gpus>8'*", "*TERM  :=*"])
+
+
+@pytest.mark.parametrize("machine,expected", [
+    ("hgx-h100-nvlink-down", ["*expected as hgx-h100: GPU5 has 0 active NVLinks, the reference 18*",
+                              "*expected as hgx-h100: GPU0-GPU5 are linked by *, the reference by NV18*"]),
+    ("hgx-h100-pcie-x8", ["*expected as hgx-h100: GPU* PCIe width is x8, the reference x16*"]),
+])
+def test_expect_gate_catches_a_degraded_node(pytester, machine, expected):
+    result = run(pytester, machine, "--gputopo-expect", "hgx-h100")
+    assert result.ret == GATE_EXIT_STATUS
+    result.stdout.fnmatch_lines(expected)
+
+
+def test_expect_gate_passes_on_a_healthy_node(pytester):
+    run(pytester, "hgx-h100", "--gputopo-expect", "hgx-h100").assert_outcomes(passed=6)
+
+
+def test_expect_gate_with_a_recorded_profile_file(pytester):
+    # A reference recorded once with `gputopo record` on the healthy node.
+    ref = pytester.path / "healthy.json"
+    from pytest_gputopo.probe import probe_recorded
+    from pytest_gputopo.probe.recorded import profile_dict
+
+    ref.write_text(json.dumps(profile_dict("healthy", probe_recorded("8x-l40s"))))
+    result = run(pytester, "8x-l40s-p2p-disabled", "--gputopo-expect", str(ref))
+    assert result.ret == GATE_EXIT_STATUS
+    result.stdout.fnmatch_lines(["*expected as healthy: GPU0-GPU1 P2P lost (the reference can do P2P)*"])
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_bad_marker_arguments_name_the_test(pytester):
+    src = "import pytest\n@pytest.mark.requires_link('PXQ')\ndef test_bad(): pass\n" \
+          "@pytest.mark.requires_gpus('two')\ndef test_worse(): pass\n"
+    result = run(pytester, "hgx-h100", src=src)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "*test_marked.py::test_bad: @pytest.mark.requires_link: unknown link label 'PXQ'*",
+        "*test_marked.py::test_worse: @pytest.mark.requires_gpus: n must be a non-negative integer*",
+    ])
+
+
+def test_unknown_machine_lists_the_bundled_ones(pytester):
+    result = run(pytester, "dgx-z900")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gputopo-machine: unknown machine 'dgx-z900'; bundled machines: *dgx-a100*"])
+
+
+def test_malformed_profile_names_file_and_field(pytester):
+    bad = pytester.path / "bad.json"
+    from pytest_gputopo.probe.recorded import load_profile
+
+    profile = json.loads(open(load_profile("dgx-a100").path).read())
+    profile["topology"]["gpus"][3]["pcie_gen_max"] = "five"
+    bad.write_text(json.dumps(profile))
+    result = run(pytester, str(bad))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{bad}: field topology.gpus[3].pcie_gen_max: expected int, got 'five'*"])
+    bad.write_text('{"schema": 1,\n "name": "x",\n "topology": {,}}')
+    result = run(pytester, str(bad))
+    result.stderr.fnmatch_lines([f"*{bad}:3:*not valid JSON*"])
+
+
+def test_bad_env_boolean_names_the_variable(pytester, monkeypatch):
+    monkeypatch.setenv("PYTEST_GPUTOPO_STRICT", "maybe")
+    result = run(pytester, "hgx-h100")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*environment variable PYTEST_GPUTOPO_STRICT: 'maybe' is not a boolean*"])
+
+
+def test_contradictory_options(pytester):
+    result = run(pytester, "hgx-h100", "--gputopo-strict", "--gputopo-no-strict")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gputopo-strict and --gputopo-no-strict contradict each other*"])
+
+
+def test_markers_are_registered_with_their_signatures(pytester):
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines([
+        "@pytest.mark.requires_gpus(n, strict=False): *",
+        "@pytest.mark.requires_p2p(gpus=None, strict=False): *",
+        "@pytest.mark.requires_nvlink(gpus=None, min_links=1, strict=False): *",
+        "@pytest.mark.requires_link(cls, gpus=None, strict=False): *",
+    ])
+
+
+# ------------------------------------------------------------------ processes
+
+
+def test_xdist_workers_receive_the_topology_and_never_probe(pytester):
+    pytest.importorskip("xdist")
+    pytester.makeconftest("""
+import os
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_gputopo_probe(config):
+    with open(os.path.join(str(config.rootpath), "probes.log"), "a") as f:
+        f.write("probe\\n")
+""")
+    pytester.makepyfile(test_marked=MARKED)
+    result = pytester.runpytest_subprocess("-n", "2", "--gputopo-machine", "4x-rtx4090", "-rs")
+    result.assert_outcomes(passed=1, skipped=5)
+    assert (pytester.path / "probes.log").read_text().count("probe") == 1
+    result.stdout.fnmatch_lines(["gputopo: 5 tests not run for unmet requirements:*"])
+
+
+def test_loading_the_plugin_imports_neither_torch_nor_pynvml():
+    code = ("import sys, importlib.metadata as md\n"
+            "[e for e in md.entry_points(group='pytest11') if e.name == 'gputopo'][0].load()\n"
+            "print(sorted(m for m in ('torch', 'pynvml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_recorded_run_imports_no_torch(pytester):
+    pytester.makepyfile(test_a="import sys\ndef test_a():\n    assert 'torch' not in sys.modules\n")
+    pytester.runpytest_subprocess("--gputopo-machine", "dgx-a100").assert_outcomes(passed=1)
