@@ -1,0 +1,678 @@
+#!/usr/bin/env python3
+"""Build the bundled recorded machines: ``pytest_gputopo/machines/<name>.json``.
+
+Each machine is written below as a compact description: the GPU model, the PCI bus ids, the NUMA
+layout, the NVLink wiring, and the PCIe class and P2P status of the GPU pairs. The helpers turn that
+into the model's dataclasses, and ``recorded.profile_dict`` turns those into the profile format.
+The degraded twins are derived in code from their healthy machine (copy it, then break one thing).
+
+The facts come from public outputs. Each profile lists them in ``sources``. Every field that is
+inferred rather than read is listed in ``inferred``, as ``field path: why``. "corpus topo/NNN" means
+``../shared/corpus/topo/NNN.txt`` and its ``.meta.json``; "reference/..." means ``../shared/reference``.
+
+Run it from anywhere; the output is deterministic (the same bytes on every run)::
+
+    python scripts/build_machines.py           # (re)write the JSON files
+    python scripts/build_machines.py --check   # exit 1 when a file is missing, stale or unexpected
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from pytest_gputopo.model import Gpu, Link, LinkClass, NvLink, P2P, P2PStatus, Topology  # noqa: E402
+from pytest_gputopo.probe import recorded  # noqa: E402
+
+OUT_DIR = recorded.BUNDLED_DIR
+MiB = 1 << 20
+
+OK, GNS, CNS, NS = (P2PStatus.OK, P2PStatus.GPU_NOT_SUPPORTED, P2PStatus.CHIPSET_NOT_SUPPORTED,
+                    P2PStatus.NOT_SUPPORTED)
+PIX, PXB, PHB, NODE, SYS = LinkClass.PIX, LinkClass.PXB, LinkClass.PHB, LinkClass.NODE, LinkClass.SYS
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks
+
+
+@dataclass(frozen=True)
+class Board:
+    """One GPU model as NVML reports it: name, FB memory total (MiB, as nvidia-smi prints it),
+    compute capability, and the PCIe generation and width of its slot."""
+
+    name: str
+    memory_mib: int
+    compute_capability: str
+    pcie_gen: int
+    pcie_width: int
+
+
+# Memory: the "FB Memory Usage / Total" (or the Memory-Usage column) of public nvidia-smi outputs.
+A100_SXM4_80GB = Board("NVIDIA A100-SXM4-80GB", 81920, "8.0", 4, 16)
+H100_SXM_80GB = Board("NVIDIA H100 80GB HBM3", 81559, "9.0", 5, 16)
+V100_SXM2_32GB = Board("Tesla V100-SXM2-32GB", 32510, "7.0", 3, 16)
+RTX_3090 = Board("NVIDIA GeForce RTX 3090", 24576, "8.6", 4, 16)
+RTX_4090 = Board("NVIDIA GeForce RTX 4090", 24564, "8.9", 4, 16)
+L40S = Board("NVIDIA L40S", 46068, "8.9", 4, 16)
+RTX_PRO_6000 = Board("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 97887, "12.0", 5, 16)
+A100_PCIE_80GB = Board("NVIDIA A100 80GB PCIe", 81920, "8.0", 4, 16)
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    description: str
+    topology: Topology
+    sources: tuple[str, ...]
+    inferred: tuple[str, ...]
+
+    def profile(self) -> dict:
+        return recorded.profile_dict(self.name, self.topology, self.description, self.sources, self.inferred)
+
+
+def bus_id(bus: int) -> str:
+    """NVML's form of a PCI bus id (domain 0, device 0, function 0): ``00000000:07:00.0``."""
+    return f"00000000:{bus:02X}:00.0"
+
+
+def synthetic_uuid(machine: str, index: int) -> str:
+    """A UUID that is plainly not a real GPU's: all-zero first group, the machine name hashed in."""
+    h = hashlib.sha256(machine.encode("utf-8")).hexdigest()
+    return f"GPU-00000000-{h[:4]}-4{h[4:7]}-8{h[7:10]}-{index:012x}"
+
+
+UUIDS = "gpus[*].uuid: synthetic (GPU-00000000-<hash of the machine name>-<index>), not a real GPU's"
+LOADED_LINK = ("gpus[*].pcie_gen_current, gpus[*].pcie_width_current: equal to the max, as a loaded link "
+               "reports them (an idle GPU drops to Gen1 to save power, reference/nvml-nccl-torch.md 2.5)")
+PCIE_PAIR_CAPS = ("links[*].p2p.nvlink, links[*].p2p.atomics of pairs without NVLink: NS, as public "
+                  "`nvidia-smi topo -p2p n` / `-p2p a` outputs show on PCIe-only pairs (2x H100 NVL: "
+                  "'topo -p2p n: NS', find_string id 59791247185; a PCIe pair: 'topo -p2p nvl = NS; "
+                  "topo -p2p a = NS', find_string id 71105197540), not captured on this machine")
+
+NVLINK_P2P = P2P(read=OK, write=OK, nvlink=OK, atomics=OK)
+
+
+def pcie_p2p(read_write: P2PStatus) -> P2P:
+    """The P2P status of a pair without NVLink: read/write as the driver reports them, and NS for
+    the NVLink path and for atomics (PCIe P2P atomics are not reported OK)."""
+    return P2P(read=read_write, write=read_write, nvlink=NS, atomics=NS)
+
+
+def nvlink_count(a: Gpu, b: Gpu) -> int:
+    """The ``#`` of ``NV#`` as nvidia-smi computes it: the active links of ``a`` whose remote is
+    ``b``; on an NVSwitch fabric, the smaller number of active switch links of the two GPUs."""
+    direct = sum(1 for ln in a.nvlinks
+                 if ln.active and ln.remote_type == "GPU" and ln.remote_bus_id == b.pci_bus_id)
+    if direct:
+        return direct
+    return min(sum(1 for ln in g.nvlinks if ln.active and ln.remote_type == "SWITCH") for g in (a, b))
+
+
+def tiers(*levels: tuple[Sequence[int], LinkClass], default: LinkClass = SYS) -> Callable[[int, int], LinkClass]:
+    """The PCIe class of a pair from groupings of the GPUs, closest first: ``tiers((switch, PIX),
+    (socket, NODE))`` gives PIX to GPUs on one switch, NODE to GPUs on one socket, else SYS."""
+    def pcie(a: int, b: int) -> LinkClass:
+        for groups, cls in levels:
+            if groups[a] == groups[b]:
+                return cls
+        return default
+    return pcie
+
+
+def uniform(cls: LinkClass) -> Callable[[int, int], LinkClass]:
+    return lambda a, b: cls
+
+
+def switch_nvlinks(switch_buses: Sequence[int], version: str) -> Callable[[int], tuple[NvLink, ...]]:
+    """Every GPU's NVLinks into an NVSwitch fabric: link ``i`` leads to the switch at ``switch_buses[i]``."""
+    links = tuple(NvLink(link=i, active=True, remote_bus_id=bus_id(b), remote_type="SWITCH", version=version)
+                  for i, b in enumerate(switch_buses))
+    return lambda gpu: links
+
+
+def mesh_nvlinks(wiring: Mapping[tuple[int, int], int], buses: Sequence[int],
+                 version: str) -> Callable[[int], tuple[NvLink, ...]]:
+    """Direct GPU-to-GPU NVLinks: ``wiring[(a, b)]`` links join GPUs ``a < b``. A GPU's links are
+    numbered in the order of its peers' indices."""
+    def links(gpu: int) -> tuple[NvLink, ...]:
+        peers = sorted((b if a == gpu else a, n) for (a, b), n in wiring.items() if gpu in (a, b))
+        remotes = [peer for peer, n in peers for _ in range(n)]
+        return tuple(NvLink(link=i, active=True, remote_bus_id=bus_id(buses[peer]), remote_type="GPU",
+                            version=version) for i, peer in enumerate(remotes))
+    return links
+
+
+def box(name: str, board: Board, buses: Sequence[int], *, pcie: Callable[[int, int], LinkClass],
+        read_write: P2PStatus, numa: Sequence[int] | None = None, affinity: Sequence[str] | None = None,
+        nvlinks: Callable[[int], tuple[NvLink, ...]] | None = None, **fields) -> Topology:
+    """A machine of identical GPUs, numbered in PCI bus order (index == nvml_index). A pair joined by
+    NVLink gets all-OK P2P; any other pair gets ``pcie_p2p(read_write)``."""
+    assert list(buses) == sorted(buses), f"{name}: bus ids must ascend with the index (CUDA PCI order)"
+    gpus = tuple(
+        Gpu(index=i, name=board.name, uuid=synthetic_uuid(name, i), pci_bus_id=bus_id(bus), nvml_index=i,
+            numa_node=None if numa is None else numa[i],
+            cpu_affinity=None if affinity is None else affinity[i],
+            pcie_gen_current=board.pcie_gen, pcie_gen_max=board.pcie_gen,
+            pcie_width_current=board.pcie_width, pcie_width_max=board.pcie_width,
+            memory_total_bytes=board.memory_mib * MiB, compute_capability=board.compute_capability,
+            nvlinks=() if nvlinks is None else nvlinks(i))
+        for i, bus in enumerate(buses))
+    links = []
+    for a in range(len(gpus)):
+        for b in range(a + 1, len(gpus)):
+            nv = nvlink_count(gpus[a], gpus[b])
+            links.append(Link(a=a, b=b, pcie=pcie(a, b), nvlinks=nv,
+                              p2p=NVLINK_P2P if nv else pcie_p2p(read_write)))
+    return Topology(gpus=gpus, links=tuple(links), **fields)
+
+
+def nvswitch_box(name: str, board: Board, buses: Sequence[int], *, switch_buses: Sequence[int], version: str,
+                 **kw) -> Topology:
+    """Every GPU wired into one NVSwitch fabric (NV<links> between every pair); P2P OK everywhere."""
+    return box(name, board, buses, read_write=OK, nvlinks=switch_nvlinks(switch_buses, version), **kw)
+
+
+def nvlink_mesh_box(name: str, board: Board, buses: Sequence[int], *, wiring: Mapping[tuple[int, int], int],
+                    version: str, **kw) -> Topology:
+    """GPUs joined pairwise by NVLink bridges or a cube mesh; other pairs over PCIe."""
+    return box(name, board, buses, nvlinks=mesh_nvlinks(wiring, buses, version), **kw)
+
+
+def pcie_box(name: str, board: Board, buses: Sequence[int], **kw) -> Topology:
+    """GPUs on PCIe only, no NVLink."""
+    return box(name, board, buses, **kw)
+
+
+def degrade(base: Machine, name: str, description: str, *, nvlinks_down: int | None = None,
+            pcie_trained: tuple[int, int, int] | None = None, read_write: P2PStatus | None = None,
+            sources: Sequence[str] = (), inferred: Sequence[str] = ()) -> Machine:
+    """A twin of ``base`` with one thing broken (copy, then change):
+
+    - ``nvlinks_down=g``: every NVLink of GPU ``g`` inactive; its pairs fall back to their PCIe class
+      and to PCIe P2P (read/write still OK, NVLink path NS);
+    - ``pcie_trained=(g, gen, width)``: GPU ``g``'s link trained down (the max stays);
+    - ``read_write=status``: P2P read and write refused with ``status`` for every pair.
+    """
+    gpus = list(base.topology.gpus)
+    if nvlinks_down is not None:
+        g = gpus[nvlinks_down]
+        gpus[g.index] = replace(g, nvlinks=tuple(replace(ln, active=False, remote_bus_id=None, remote_type="unknown")
+                                                 for ln in g.nvlinks))
+    if pcie_trained is not None:
+        g, gen, width = pcie_trained
+        gpus[g] = replace(gpus[g], pcie_gen_current=gen, pcie_width_current=width)
+    links = []
+    for ln in base.topology.links:
+        nv = nvlink_count(gpus[ln.a], gpus[ln.b])
+        if nv != ln.nvlinks:
+            ln = replace(ln, nvlinks=nv, p2p=NVLINK_P2P if nv else pcie_p2p(OK))
+        if read_write is not None:
+            ln = replace(ln, p2p=replace(ln.p2p, read=read_write, write=read_write))
+        links.append(ln)
+    topology = replace(base.topology, gpus=tuple(gpus), links=tuple(links))
+    twin = (f"(whole profile): a degraded twin constructed in code from the bundled machine "
+            f"'{base.name}' (copy, then change); the degradation itself is not a capture",)
+    return Machine(name, description, topology, base.sources + tuple(sources),
+                   base.inferred + twin + tuple(inferred))
+
+
+# ---------------------------------------------------------------------------------------------
+# The machines
+
+
+def dgx_a100() -> Machine:
+    name = "dgx-a100"
+    numa = (3, 3, 1, 1, 7, 7, 5, 5)
+    topology = nvswitch_box(
+        name, A100_SXM4_80GB, (0x07, 0x0F, 0x47, 0x4E, 0x87, 0x90, 0xB7, 0xBD),
+        # 2 links to each of the 6 NVSwitches, in the order nccl#1505 lists them for GPU0
+        switch_buses=(0xC7, 0xC7, 0xC4, 0xC4, 0xC6, 0xC6, 0xC9, 0xC9, 0xC5, 0xC5, 0xC8, 0xC8),
+        version="3.1",
+        numa=numa,
+        affinity=("48-63", "48-63", "16-31", "16-31", "112-127", "112-127", "80-95", "80-95"),
+        pcie=tiers((numa, PXB)),
+        nics=tuple(f"mlx5_{i}" for i in range(18)),
+    )
+    return Machine(
+        name,
+        "8x NVIDIA A100-SXM4-80GB on 6 NVSwitches (NV12 between every pair, 12 NVLinks per GPU), "
+        "2 AMD EPYC sockets in NPS4 (8 NUMA nodes, 2 GPUs per node), 18 mlx5 NICs. Topology as "
+        "`nvidia-smi topo -m` shows it on an 8x A100 SXM4 node (corpus topo/001), with the DGX A100 "
+        "PCI layout.",
+        topology,
+        sources=(
+            "corpus topo/001 (OCI HPC notes, `nvidia-smi topo -m` on an 8-GPU A100 SXM4 node): NV12 between "
+            "every GPU pair; NUMA affinity 3,3,1,1,7,7,5,5; CPU affinity 48-63,48-63,16-31,16-31,112-127,"
+            "112-127,80-95,80-95; NICs mlx5_0..mlx5_17; each GPU is PXB to the NICs of its own NUMA node "
+            "and SYS to all others",
+            "https://github.com/NVIDIA/nccl/issues/1505 (NCCL topology dump and `topo -m` of a DGX A100): "
+            "GPU0 at 0000:07:00.0 (device 0x20b0, sm 80, PCIe 16 GT/s x16) with 2 NVLinks to each of the 6 "
+            "NVSwitches 0000:c4..c9:00.0 (tclass 0x068000), listed c7,c4,c6,c9,c5,c8; NUMA 3,3,1,1,7,7,5,5",
+            "https://github.com/pc2/cc-slurm-sync Readme.md ('n2dgx' accelerator map of the Noctua 2 DGX A100 "
+            "nodes): GPU bus ids 07,0F,47,4E,87,90,B7,BD for GPUs 0-7",
+            "https://github.com/NVIDIA/nccl-tests/issues/228 (`nvidia-smi nvlink -s`, NVIDIA A100-SXM4-80GB): "
+            "12 links per GPU, each 25 GB/s",
+            "https://github.com/open-mpi/hwloc/issues/658 with reference/nvml-nccl-torch.md 1.5: A100 returns "
+            "nvmlDeviceGetNvLinkVersion = 5 = NVML_NVLINK_VERSION_3_1, hence version '3.1'",
+            "public nvidia-smi table of an 8x A100-SXM4-80GB node (find_string id 5915182574): 81920 MiB "
+            "per GPU",
+            "reference/nvml-nccl-torch.md 2.1: on an NVSwitch system every pair's NV# is the GPU's number "
+            "of Up NVLinks (DCGM), e.g. DGX A100 NV12",
+        ),
+        inferred=(
+            UUIDS,
+            "gpus[*].pci_bus_id: the DGX A100 layout (pc2/cc-slurm-sync, nccl#1505), not read on the node "
+            "of corpus topo/001 (an OCI HGX A100 node, whose bus ids are not shown)",
+            "gpus[*].nvlinks[*].remote_bus_id: which link number leads to which NVSwitch is inferred "
+            "(nccl#1505 gives 2 links per switch, not the link numbers); every GPU is given GPU0's order",
+            LOADED_LINK,
+            "links[*].pcie: PXB within a NUMA node, SYS across, inferred from the GPU-NIC columns of corpus "
+            "topo/001 (nvidia-smi hides a GPU pair's PCIe class behind NV12)",
+            "links[*].p2p: OK for read, write, nvlink and atomics, inferred from the NVSwitch fabric (NCCL "
+            "uses P2P/CUMEM/read between NVLink-connected A100s, corpus nccl/003, which needs NVML read "
+            "and write OK)",
+        ),
+    )
+
+
+# The two sockets of the HGX H100 node of corpus topo/003 (GPUs 0-3 on NUMA node 0, 4-7 on 1).
+HGX_H100_NUMA = (0, 0, 0, 0, 1, 1, 1, 1)
+
+
+def hgx_h100() -> Machine:
+    name = "hgx-h100"
+    topology = nvswitch_box(
+        name, H100_SXM_80GB, (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB),
+        # GPU0 of nccl#1182 (`nvidia-smi nvlink -R`): links 0-17 and the NVSwitch each leads to
+        switch_buses=(0x07, 0x07, 0x06, 0x06, 0x07, 0x07, 0x06, 0x06, 0x05,
+                      0x05, 0x07, 0x06, 0x08, 0x08, 0x05, 0x05, 0x08, 0x08),
+        version="4.0",
+        numa=HGX_H100_NUMA,
+        affinity=("0-47,96-143",) * 4 + ("48-95,144-191",) * 4,
+        pcie=tiers((HGX_H100_NUMA, NODE)),
+        nics=tuple(f"mlx5_{i}" for i in range(8)),
+        driver_version="570.124.06",
+    )
+    return Machine(
+        name,
+        "HGX H100: 8x NVIDIA H100 80GB HBM3 (SXM) on NVSwitches (NV18 between every pair, 18 NVLinks 4.0 "
+        "per GPU), PCIe Gen5 x16, 2 sockets (GPUs 0-3 / 4-7), 8 mlx5 NICs.",
+        topology,
+        sources=(
+            "corpus topo/003 (SGLang/Mooncake guide, `python3 -m sglang.check_env`, 8x NVIDIA H100 80GB HBM3, "
+            "driver 570.124.06): NV18 between every GPU pair; NUMA affinity 0,0,0,0,1,1,1,1; CPU affinity "
+            "0-47,96-143 (GPUs 0-3) and 48-95,144-191 (GPUs 4-7); NICs mlx5_0..mlx5_7; GPU-NIC classes PIX/"
+            "NODE within a socket, SYS across",
+            "corpus topo/024 (RHEL AI VM with 8x H100 80GB HBM3, fabric manager running): NV18 between every "
+            "pair; 18 NVLinks x 26.562 GB/s per GPU",
+            "https://github.com/thamada/nvidia-smi nvsim/H100SXMx8_smi.py (`nvidia-smi` and `-a` of an 8x "
+            "H100 SXM node, driver 565.57.01): bus ids 18,2A,3A,5D,9A,AB,BA,DB; FB memory total 81559 MiB; "
+            "PCIe generation max/current 5, width max/current 16x; product name NVIDIA H100 80GB HBM3",
+            "https://github.com/NVIDIA/nccl/issues/1182 (`nvidia-smi nvlink -R`, NVIDIA H100 80GB HBM3): "
+            "GPU0's links 0-17 lead to the NVSwitches 00000000:05..08:00.0, 4/5/5/4 links each",
+            "corpus nccl/023 (NCCL log of an 8x H800 HGX node with NVSwitch): every ring step via "
+            "P2P/CUMEM/read",
+            "reference/nvml-nccl-torch.md 2.1: NVSwitch NV# = the GPU's number of Up NVLinks, H100 NV18",
+        ),
+        inferred=(
+            UUIDS,
+            "gpus[*].pci_bus_id: a typical HGX H100 layout read on another node (thamada/nvidia-smi), not on "
+            "the node of corpus topo/003 whose matrix this profile uses",
+            "gpus[*].nvlinks[*].remote_bus_id: GPU0's link-to-NVSwitch mapping from nccl#1182 given to every "
+            "GPU (other GPUs of that node use other link numbers)",
+            "gpus[*].nvlinks[*].version: '4.0' (H100 is NVLink 4; NVML's encoded value on H100 was not seen "
+            "in a capture)",
+            "links[*].pcie: NODE within a socket, SYS across, inferred from the GPU-NIC columns of corpus "
+            "topo/003 (nvidia-smi hides a GPU pair's PCIe class behind NV18)",
+            "links[*].p2p: OK for read, write, nvlink and atomics, inferred from the NVSwitch fabric (NCCL uses "
+            "P2P on these boxes, corpus nccl/023, which needs NVML read and write OK)",
+        ),
+    )
+
+
+# NV# between GPU pairs a < b in the 8x V100 SXM2 hybrid cube mesh of corpus topo/036.
+DGX1_WIRING = {(0, 1): 2, (0, 2): 1, (0, 3): 2, (0, 6): 1, (1, 2): 2, (1, 3): 1, (1, 7): 1,
+               (2, 3): 1, (2, 4): 2, (3, 5): 2, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2,
+               (5, 7): 1, (6, 7): 2}
+
+
+def dgx1_v100() -> Machine:
+    name = "dgx1-v100"
+    buses = (0x06, 0x07, 0x0A, 0x0B, 0x85, 0x86, 0x89, 0x8A)
+    topology = nvlink_mesh_box(
+        name, V100_SXM2_32GB, buses, wiring=DGX1_WIRING, version="2.0",
+        numa=(0,) * 8, affinity=("0-19",) * 8, pcie=uniform(NODE), read_write=OK,
+    )
+    return Machine(
+        name,
+        "8x Tesla V100-SXM2-32GB in the DGX-1V hybrid cube mesh (NV1/NV2 direct links, 6 NVLink 2.0 "
+        "per GPU) as an Azure NDv2-class VM shows it (corpus topo/036): every pair without NVLink is "
+        "NODE, one NUMA node. (A bare-metal dual-socket DGX-1 shows SYS there instead.)",
+        topology,
+        sources=(
+            "corpus topo/036 (UCX-Py notes, `nvidia-smi topo -m` on an Azure VM with 8 GPUs and InfiniBand, "
+            "links rapidsai/ucx-py#311): the NV1/NV2 matrix of every pair (each GPU 6 links to 4 peers), NODE "
+            "for every other pair, CPU affinity 0-19 and NUMA affinity 0 for every GPU, no NIC in the matrix",
+            "https://github.com/NVIDIA/nccl/issues/671 (NCCL topology dump of a DGX-1 V100): GPU bus ids "
+            "06,07,0a,0b,85,86,89,8a, sm 70, PCIe 8 GT/s x16 (Gen3), NVLink counts 1 or 2 per peer",
+            "reference/nvml-nccl-torch.md 2.4 (https://github.com/Azure/azhpc-diagnostics/issues/73): V100 "
+            "`nvidia-smi nvlink -s` lists 25.781 GB/s links",
+            "public nvidia-smi tables of Tesla V100-SXM2-32GB (find_string id 15064665090): 32510 MiB",
+        ),
+        inferred=(
+            UUIDS,
+            "gpus[*].name: Tesla V100-SXM2-32GB, the GPU of Azure NDv2 (corpus topo/036 meta, inferred there "
+            "too; the matrix does not name the GPU)",
+            "gpus[*].pci_bus_id: a bare-metal DGX-1 V100's bus ids (nccl#671), not the VM's (not shown); the "
+            "cube-mesh wiring is corpus topo/036's numbering, which differs from nccl#671's",
+            "gpus[*].nvlinks[*].link: link numbers given in the order of the peer GPU indices",
+            "gpus[*].nvlinks[*].version: '2.0' (V100 is NVLink 2; NVML's encoded value on V100 was not seen)",
+            LOADED_LINK,
+            "links[*].pcie of NVLink pairs: NODE like every other pair of this one-NUMA-node VM (nvidia-smi "
+            "hides it behind NV#)",
+            "links[*].p2p: read/write OK for every pair (V100 SXM2 boards report peer access between all "
+            "GPUs); nvlink and atomics OK on NVLink pairs",
+            PCIE_PAIR_CAPS,
+        ),
+    )
+
+
+def rtx3090_nvlink() -> Machine:
+    name = "2x-rtx3090-nvlink"
+    buses = (0x01, 0x4B)
+    topology = nvlink_mesh_box(
+        name, RTX_3090, buses, wiring={(0, 1): 4}, version="3.1",
+        numa=(0, 0), pcie=uniform(PHB), read_write=OK,
+        driver_version="470.57.02", cuda_driver_version="11.4",
+    )
+    return Machine(
+        name,
+        "2x NVIDIA GeForce RTX 3090 joined by an NVLink bridge (NV4, NVLink 3.1) on a single-socket "
+        "Threadripper workstation; PCIe Gen4 x16 each.",
+        topology,
+        sources=(
+            "https://github.com/NVIDIA/nccl/issues/557 (2x ASUS TUF RTX 3090 with a Gigabyte AORUS NVLink "
+            "bridge, Threadripper 3960X, driver 470.57.02, CUDA 11.4): pciBusID 1 and 4b; "
+            "p2pBandwidthLatencyTest 'Device=0 CAN Access Peer Device=1' and back",
+            "https://github.com/Syllo/nvtop/pull/469 (dual RTX 3090 Founders Edition with an NVLink bridge): "
+            "4 physical links per GPU; nvmlNvlinkVersion_t returns 5 = NVLink 3.1",
+            "https://github.com/thamada/nvidia-smi gls/RTX3090_smi.py (`nvidia-smi -a`, RTX 3090): FB memory "
+            "total 24576 MiB; PCIe generation max 4, width max 16x",
+            "reference/peers.md (c) 7 (huggingface/accelerate#2328): P2P works on NVLinked 3090s",
+        ),
+        inferred=(
+            UUIDS,
+            "gpus[*].numa_node: 0 (single-socket Threadripper); gpus[*].cpu_affinity unknown",
+            LOADED_LINK,
+            "links[0].pcie: PHB, as the analogous two-GPU Threadripper host of corpus topo/021 reads (nccl#557 "
+            "shows no `topo -m`; nvidia-smi hides it behind NV4)",
+            "links[0].p2p: read/write OK from 'CAN Access Peer' (nccl#557), nvlink OK from the bridge, atomics "
+            "OK like other NVLink pairs; no `topo -p2p` capture",
+        ),
+    )
+
+
+def rtx4090_x4() -> Machine:
+    name = "4x-rtx4090"
+    topology = pcie_box(name, RTX_4090, (0x01, 0x25, 0x41, 0x61), pcie=uniform(NODE), read_write=GNS)
+    return Machine(
+        name,
+        "4x NVIDIA GeForce RTX 4090 on PCIe Gen4 x16, no NVLink; the driver refuses P2P for every pair "
+        "(GNS: GeForce cards do not support P2P with the stock driver).",
+        topology,
+        sources=(
+            "corpus ncclperf/005 (pptest_driver README, host GPU-RTX4090-4-4): 4x NVIDIA GeForce RTX 4090 at "
+            "bus 0x01, 0x25, 0x41, 0x61 (P2P there only with a patched kernel module)",
+            "https://github.com/thamada/nvidia-smi package/RTX4090_smi.py (`nvidia-smi -a` of an 8x RTX 4090 "
+            "node at buses 01,25,41,61,81,A1,C1,E1, driver 550.127.05): FB memory total 24564 MiB; PCIe "
+            "generation max 4, width max 16x",
+            "corpus nccl/012 (https://github.com/NVIDIA/TensorRT-LLM/issues/2225, RTX 4090 server): NCCL "
+            "'P2P is disabled between connected GPUs' for every pair (NVML read/write not OK)",
+            "https://github.com/NVIDIA/nccl-tests/issues/287 (sjeaugey): 'GeForce cards do not support P2P'",
+            "reference/nvml-nccl-torch.md 2.2 (https://github.com/noonghunna/club-3090/issues/1229) and "
+            "corpus topo/021: a GeForce RTX 5090 pair reports GNS in `nvidia-smi topo -p2p rw`",
+            "https://github.com/sgl-project/sglang/issues/4814 (8x RTX 4090): 'peer access is not supported "
+            "between these two devices'",
+        ),
+        inferred=(
+            UUIDS,
+            "gpus[*].numa_node, gpus[*].cpu_affinity: unknown (not in the sources)",
+            LOADED_LINK,
+            "links[*].pcie: NODE, inferred from the bus layout (each GPU on its own root complex 0x00/0x20/0x40/"
+            "0x60 of one AMD EPYC socket); the host's `topo -m` is not published",
+            "links[*].p2p.read, links[*].p2p.write: GNS, the code `topo -p2p` shows for GeForce RTX 5090 pairs; "
+            "not captured on a 4090 (one public note reports CNS on a dual-4090 board, find_string id "
+            "62125212643)",
+            PCIE_PAIR_CAPS,
+        ),
+    )
+
+
+# 8 PCIe GPUs in pairs behind 4 PCIe switches, 2 switches per socket (corpus topo/030's layout, 4 per socket).
+L40S_SWITCH = (0, 0, 1, 1, 2, 2, 3, 3)
+L40S_SOCKET = (0, 0, 0, 0, 1, 1, 1, 1)
+
+
+def l40s_x8() -> Machine:
+    name = "8x-l40s"
+    topology = pcie_box(
+        name, L40S, (0x1B, 0x1C, 0x3D, 0x3E, 0x89, 0x8A, 0xB1, 0xB2),
+        numa=L40S_SOCKET, affinity=("0-23,48-71",) * 4 + ("24-47,72-95",) * 4,
+        pcie=tiers((L40S_SWITCH, PIX), (L40S_SOCKET, NODE)), read_write=OK,
+    )
+    return Machine(
+        name,
+        "8x NVIDIA L40S (PCIe Gen4 x16, no NVLink) in a dual-socket server: GPU pairs behind PCIe switches "
+        "(PIX), two switches per socket (NODE), SYS across sockets; the driver reports P2P OK.",
+        topology,
+        sources=(
+            "corpus topo/030 (`nvidia-smi topo -m` of a 6-GPU dual-socket PCIe server): GPU pairs behind PCIe "
+            "switches read PIX, pairs on one socket NODE, across sockets SYS; CPU affinity 0-23,48-71 (NUMA 0) "
+            "and 24-47,72-95 (NUMA 1)",
+            "https://github.com/thamada/nvidia-smi nvsim/L40S_smi.py (`nvidia-smi -a`, NVIDIA L40S, driver "
+            "550.127.05): FB memory total 46068 MiB; PCIe generation max 4, width max 16x",
+            "https://github.com/NVIDIA/cuda-samples/issues/284 (2x L4, Ada datacenter, on a SYS pair): peer "
+            "access Yes; https://github.com/NVIDIA/nccl/issues/1817 (8x L20): NCCL uses P2P",
+            "contrary reports, modelled by the twin 8x-l40s-p2p-disabled: "
+            "https://github.com/ai-dynamo/aiconfigurator/issues/1346 (two 8x L40S nodes, 'no GPU P2P'), "
+            "https://github.com/NovaSky-AI/SkyRL/pull/108 (L4/L40S without peer access)",
+        ),
+        inferred=(
+            UUIDS,
+            "(whole profile): no public `topo -m` of an 8x L40S server was found; the PCIe layout is corpus "
+            "topo/030's pattern (pairs behind switches, dual socket) extended to 4 GPUs per socket",
+            "gpus[*].pci_bus_id: synthetic (a switch's two GPUs on neighbouring buses)",
+            "gpus[*].numa_node, gpus[*].cpu_affinity: corpus topo/030's two sockets, 4 GPUs each",
+            LOADED_LINK,
+            "links[*].p2p.read, links[*].p2p.write: OK for every pair, inferred from Ada datacenter siblings "
+            "(L4 peer access across SYS, cuda-samples#284; 8x L20 NCCL P2P, nccl#1817); public L40S nodes "
+            "without P2P exist (aiconfigurator#1346, SkyRL#108): see 8x-l40s-p2p-disabled",
+            PCIE_PAIR_CAPS,
+        ),
+    )
+
+
+def rtx_pro_6000_x2() -> Machine:
+    name = "2x-rtx-pro-6000"
+    topology = pcie_box(
+        name, RTX_PRO_6000, (0x01, 0x02), numa=(0, 0), affinity=("0-13", "0-13"),
+        pcie=uniform(PHB), read_write=OK, driver_version="595.71.05",
+    )
+    return Machine(
+        name,
+        "2x NVIDIA RTX PRO 6000 Blackwell Workstation Edition (96 GB, sm_120) on PCIe 5.0 only, no NVLink, "
+        "one host bridge (PHB); the driver reports P2P OK (whether it works depends on IOMMU/ACS).",
+        topology,
+        sources=(
+            "seeds/000 (NVLink vs PCIe on Blackwell RTX Pro): the RTX PRO 6000 Blackwell has no NVLink in any "
+            "variant, PCIe 5.0 x16 only",
+            "https://github.com/local-inference-lab/rtx6kpro/issues/15 (2x RTX PRO 6000 Blackwell Workstation "
+            "Edition, NVLink none, driver 595.71.05): `topo -m` PHB, CPU affinity 0-13, NUMA 0; `nvidia-smi "
+            "topo -p2p p`, `-p2p r` and `-p2p w` all OK; NCCL hangs on the first all_reduce unless "
+            "NCCL_P2P_DISABLE=1",
+            "https://github.com/NVIDIA/nccl/issues/1999 and vllm-project/vllm#33041 (via local-inference-lab/"
+            "vllm#262): dual RTX PRO 6000 hang with P2P enabled; cause IOMMU/ACS, P2P reported but unusable",
+            "https://github.com/vllm-project/vllm/issues/56128 (4x RTX PRO 6000 Blackwell Server Edition, "
+            "driver 580.126.09): GB202, sm_120, PCIe peer-to-peer with the stock driver",
+            "public nvidia-smi tables of NVIDIA RTX PRO 6000 Blackwell (find_string id 59293944018): 97887 MiB",
+        ),
+        inferred=(
+            UUIDS,
+            "gpus[*].pci_bus_id: synthetic (rtx6kpro#15 does not show them)",
+            "gpus[*].pcie_*: PCIe 5.0 x16 (the product, seeds/000); the desktop of rtx6kpro#15 ran each GPU at "
+            "Gen5 x8",
+            "gpus[*].name: 'Workstation Edition' as rtx6kpro#15 names the cards",
+            PCIE_PAIR_CAPS,
+        ),
+    )
+
+
+def single_gpu() -> Machine:
+    name = "single-gpu"
+    topology = pcie_box(name, A100_PCIE_80GB, (0xE1,), pcie=uniform(SYS), read_write=OK)
+    return Machine(
+        name,
+        "One NVIDIA A100 80GB PCIe (PCIe Gen4 x16): no GPU pairs at all.",
+        topology,
+        sources=(
+            "public nvidia-smi table of a one-GPU host (find_string id 10932353035): NVIDIA A100 80GB PCIe at "
+            "00000000:E1:00.0, 81920 MiB",
+            "corpus topo/012 (Princeton Adroit, 4x A100 PCIe): A100 PCIe nodes on PCIe Gen4, no NVLink",
+            "reference/nvml-nccl-torch.md 4.2 (https://github.com/intel/torch-xpu-ops/issues/1955): "
+            "_CudaDeviceProperties(name='NVIDIA A100 80GB PCIe', major=8, minor=0)",
+        ),
+        inferred=(
+            UUIDS,
+            "gpus[0].pcie_*: Gen4 x16, the A100 PCIe's link (not read on this host)",
+            "gpus[0].numa_node, gpus[0].cpu_affinity: unknown",
+        ),
+    )
+
+
+def no_gpu() -> Machine:
+    return Machine(
+        "no-gpu",
+        "A machine without an NVIDIA driver: NVML cannot be loaded, so there are no GPUs and no links.",
+        Topology(problem="NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"),
+        sources=(
+            "reference/nvml-nccl-torch.md 0 and 1.1: nvmlInit() without libnvidia-ml.so.1 raises "
+            "NVMLError_LibraryNotFound (value 12, 'NVML Shared Library Not Found') [verified on a machine "
+            "without a GPU]",
+        ),
+        inferred=("problem: the plugin's own wording of NVMLError_LibraryNotFound",),
+    )
+
+
+def machines() -> list[Machine]:
+    h100, l40s = hgx_h100(), l40s_x8()
+    return [
+        dgx_a100(),
+        h100,
+        dgx1_v100(),
+        rtx3090_nvlink(),
+        rtx4090_x4(),
+        l40s,
+        rtx_pro_6000_x2(),
+        single_gpu(),
+        no_gpu(),
+        degrade(
+            h100, "hgx-h100-nvlink-down",
+            "hgx-h100 with GPU5's NVLinks all down: GPU5's 18 links inactive, its pairs fall back to PCIe "
+            "(NODE within its socket, SYS across) and to PCIe P2P; every other pair stays NV18.",
+            nvlinks_down=5,
+            sources=(
+                "corpus topo/019 (3x RTX A6000, GPU2's NVLinks 'all links are inActive'): a GPU with inactive "
+                "links reads its PCIe class (NODE) in `topo -m`",
+                "reference/benchmarks-and-thresholds.md (d): DCGM `pcie.gpu_nvlinks_expected_up` and Azure "
+                "NHC2016 fail a GPU with fewer Up NVLinks than expected",
+            ),
+            inferred=(
+                "gpus[5].nvlinks[*]: inactive, remote_bus_id None and remote_type unknown (what NVML reports "
+                "for the remote end of a down link is not captured)",
+                "links[GPU5 pairs].p2p: read/write OK (P2P over PCIe still reported), nvlink and atomics NS",
+            ),
+        ),
+        degrade(
+            h100, "hgx-h100-pcie-x8",
+            "hgx-h100 with GPU2's PCIe link trained down to Gen3 x8 (max stays Gen5 x16).",
+            pcie_trained=(2, 3, 8),
+            sources=(
+                "reference/nvml-nccl-torch.md 2.5: `nvidia-smi -q -d PCIE` prints PCIe generation and link "
+                "width, Max and Current, per GPU",
+                "reference/benchmarks-and-thresholds.md (d): DCGM sets min_pci_generation/min_pci_width per SKU "
+                "(H100: Gen3, x16); aws/aws-k8s-tester#806: instances with reduced lanes",
+            ),
+            inferred=("gpus[2].pcie_gen_current, gpus[2].pcie_width_current: 3 and 8, the constructed fault",),
+        ),
+        degrade(
+            l40s, "8x-l40s-p2p-disabled",
+            "8x-l40s with P2P refused by the platform: read and write CNS (chipset not supported) for every "
+            "pair, as with IOMMU/ACS enabled; NCCL falls back to SHM.",
+            read_write=CNS,
+            sources=(
+                "https://github.com/NVIDIA/nccl/issues/257: P2P hangs with IOMMU enabled, fixed by "
+                "intel_iommu=off; https://github.com/NVIDIA/nccl/issues/2079: ACS forced P2P through the IOMMU",
+                "https://github.com/ai-dynamo/aiconfigurator/issues/1346 and "
+                "https://github.com/NovaSky-AI/SkyRL/pull/108: 8x L40S nodes without GPU P2P",
+            ),
+            inferred=("links[*].p2p.read, links[*].p2p.write: CNS chosen for the IOMMU/ACS case (the code an "
+                      "L40S node reports there was not captured)",),
+        ),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+def render(profile: dict) -> str:
+    return json.dumps(profile, indent=1, sort_keys=False) + "\n"
+
+
+def build() -> dict[str, str]:
+    """Every bundled machine's file name and text, in the order written above."""
+    out = {}
+    for m in machines():
+        if f"{m.name}.json" in out:
+            raise ValueError(f"machine {m.name!r} is defined twice")
+        out[f"{m.name}.json"] = render(m.profile())
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with the files on disk, write nothing")
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help=f"output folder (default {OUT_DIR})")
+    args = parser.parse_args(argv)
+    files = build()
+    stale = sorted(p.name for p in args.out.glob("*.json") if p.name not in files)
+    if args.check:
+        bad = [n for n, text in files.items()
+               if not (args.out / n).is_file() or (args.out / n).read_text(encoding="utf-8") != text]
+        for n in bad:
+            print(f"{args.out / n}: missing or out of date (run scripts/build_machines.py)", file=sys.stderr)
+        for n in stale:
+            print(f"{args.out / n}: not produced by scripts/build_machines.py", file=sys.stderr)
+        return 1 if bad or stale else 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    for n, text in files.items():
+        path = args.out / n
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8", newline="\n")
+            print(f"wrote {path}")
+    for n in stale:
+        print(f"warning: {args.out / n} is not produced by this script", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
