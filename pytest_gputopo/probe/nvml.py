@@ -1,0 +1,340 @@
+"""The NVML backend: read the machine through a ``pynvml``-like module.
+
+``probe(nvml)`` takes the module as a parameter, so the same code reads real NVML (``import pynvml``)
+and a recorded machine (``fake_nvml.make_fake_pynvml(topology)``). Every NVML call goes through one
+choke point (``_Reader.call``) that turns "not supported" (``NVMLError_NotSupported``,
+``NVMLError_FunctionNotFound``, a function an older nvidia-ml-py lacks) into the sentinel ``NA`` and
+returns other ``NVMLError``s instead of raising them: a fact NVML cannot give becomes ``None`` (other
+errors also leave a warning), never a crash. Only ``nvmlInit`` errors propagate; ``unavailable_reason``
+words them for a human.
+
+GPUs come back in NVML index order with ``index == nvml_index``; the caller reorders them into CUDA
+order. NVLink pair counts follow nvidia-smi ``topo -m`` (reference §2.1): links of GPU a whose remote
+bus id is b's, plus, through NVSwitches, the smaller of the two GPUs' active switch links. A count is
+``None`` (unknown) when either GPU has an active link whose destination NVML could not say (no remote
+bus id, or an unknown device type at a bus id that is no GPU's: it could be a switch), or whose NVLink
+state failed with an error: such a link could lead anywhere.
+
+No torch here; ``pynvml`` itself is only imported by the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from typing import Any
+
+from .. import model
+
+# A GPU whose PCI address is unknown gets a bus id in the all-ones domain from the fake module: PCI
+# reads return all ones for "no device", so no real GPU has it. probe() uses such ids only to match
+# NVLink ends and reports them as unknown (None).
+SYNTHETIC_DOMAIN = "FFFFFFFF"
+
+
+def synthetic_bus_id(n: int) -> str:
+    """The placeholder bus id for GPU ``n`` (NVML index) whose real one is unknown."""
+    return f"{SYNTHETIC_DOMAIN}:{n & 0xFF:02X}:{(n >> 8) & 0x1F:02X}.0"
+
+
+def is_synthetic_bus_id(bus_id: str) -> bool:
+    return bus_id[:9].upper() == SYNTHETIC_DOMAIN + ":"
+
+
+# NVML_NVLINK_VERSION_* are encoded (reference §1.5): 5 is NVLink 3.1, not NVLink 5.
+NVLINK_VERSIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
+NVLINK_DEVICE_TYPES = {0: "GPU", 1: "IBMNPU", 2: "SWITCH"}  # NVML_NVLINK_DEVICE_TYPE_*; 0xFF: unknown
+
+# NVML_P2P_CAPS_INDEX_* as the C enum has them: the module's READ is the tuple (0,) (a trailing comma
+# in every nvidia-ml-py), which ctypes refuses with ArgumentError.
+P2P_CAPS_INDEX = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
+
+_LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED, _NO_PERMISSION = 12, 9, 4  # NVML_ERROR_* (C values)
+_INVALID_ARGUMENT = 2
+NVLINK_MAX_LINKS_NEWEST = 36  # NVML_NVLINK_MAX_LINKS of the newest header: old bindings on new drivers see all links
+
+
+def unavailable_reason(exc: BaseException) -> str:
+    """Why NVML cannot be used, for a header line (``exc``: what ``nvmlInit`` raised)."""
+    code = getattr(exc, "value", None)
+    if code == _LIBRARY_NOT_FOUND:
+        return "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"
+    if code == _DRIVER_NOT_LOADED:
+        return "NVIDIA driver not loaded"
+    if code == _NO_PERMISSION:
+        return "no permission to use NVML"
+    return f"NVML error: {exc}"
+
+
+class _NA:
+    def __repr__(self) -> str:
+        return "NA"
+
+
+NA = _NA()  # "not supported": the call said so, or the binding lacks the function
+
+
+def probe(nvml: Any, *, source: model.Source | None = None) -> model.Topology:
+    """Read the machine through ``nvml``; ``nvmlInit`` errors propagate as the NVMLError they are."""
+    nvml.nvmlInit()
+    try:
+        return _Reader(nvml).topology(source)
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass  # the facts are read; a failing shutdown must not lose them
+
+
+def _mask(words) -> int:
+    """A ctypes bitmask array (64 bits per word, lowest first) as one int."""
+    mask = 0
+    for i, word in enumerate(words):
+        mask |= int(word) << (64 * i)
+    return mask
+
+
+def cpu_list(mask: int) -> str | None:
+    """A CPU bitmask as nvidia-smi prints it: ``0-23,48-71`` (None when empty)."""
+    bits = format(mask, "b")[::-1]  # bit i is CPU i
+    runs = ((m.start(), m.end() - 1) for m in re.finditer("1+", bits))
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs) or None
+
+
+def _text(value: Any) -> str:
+    # nvidia-ml-py <= 11.495 returns bytes for strings and struct fields
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _cuda_version(value: int) -> str:
+    return f"{value // 1000}.{value % 1000 // 10}"  # 12040 -> "12.4"
+
+
+def _worse(x: model.P2PStatus, y: model.P2PStatus) -> model.P2PStatus:
+    """The pair's status from both directions: a refusal beats unknown beats OK."""
+    if x is y or y is model.P2PStatus.OK:
+        return x
+    if x is model.P2PStatus.OK or x is model.P2PStatus.UNKNOWN:
+        return y
+    return x
+
+
+class _GpuLinks:
+    """What the pair counts need from one GPU's NVLinks."""
+
+    __slots__ = ("direct", "switch", "untyped", "ambiguous")
+
+    def __init__(self) -> None:
+        self.direct: dict[str, int] = {}  # lower-case remote bus id -> active links (not to a switch)
+        self.switch = 0  # active links to an NVSwitch
+        self.untyped: set[str] = set()  # remote bus ids of active links of unknown device type
+        self.ambiguous = False  # an active link (or one whose state failed) leads nobody knows where
+
+    def add(self, link: model.NvLink, remote: str | None) -> None:
+        """Count one link; ``remote`` is its remote bus id as NVML gave it (synthetic ones too)."""
+        if not link.active:
+            return
+        if link.remote_type == "SWITCH":
+            self.switch += 1
+        elif remote is None:
+            self.ambiguous = True
+        else:
+            key = remote.lower()
+            self.direct[key] = self.direct.get(key, 0) + 1
+            if link.remote_type == "unknown":
+                self.untyped.add(key)
+
+    def resolve(self, gpu_buses: set[str]) -> None:
+        """A link of unknown type at a bus id that is no GPU's may lead to a switch: pairs unknown."""
+        if self.untyped - gpu_buses:
+            self.ambiguous = True
+
+
+def counts_unknown(nvlinks: tuple[model.NvLink, ...], gpu_bus_ids) -> bool:
+    """Whether a GPU's NVLinks leave the NVLink counts of all its pairs unknown (see the module doc)."""
+    summary = _GpuLinks()
+    for link in nvlinks:
+        summary.add(link, link.remote_bus_id)
+    summary.resolve({b.lower() for b in gpu_bus_ids if b})
+    return summary.ambiguous
+
+
+class _Reader:
+    def __init__(self, nvml: Any):
+        self.nvml = nvml
+        self.error = nvml.NVMLError
+        self.unsupported = tuple(c for c in (getattr(nvml, "NVMLError_NotSupported", None),
+                                             getattr(nvml, "NVMLError_FunctionNotFound", None),
+                                             getattr(nvml, "NVMLLibraryMismatchError", None)) if c is not None)
+        self.fns: dict[str, Any] = {}
+        self.failures: dict[tuple[str, str], list] = {}  # (function, error) -> [first place, count]
+
+    # -- the choke point ------------------------------------------------------------------------
+
+    def call(self, name: str, *args: Any) -> Any:
+        """The value, ``NA`` (not supported / no such function), or the NVMLError (returned, not raised)."""
+        fn = self.fns.get(name)
+        if fn is None:
+            fn = self.fns[name] = getattr(self.nvml, name, None) or _missing
+        try:
+            return fn(*args)
+        except self.unsupported:
+            return NA
+        except self.error as exc:
+            return exc
+
+    def fact(self, where: str, name: str, *args: Any) -> Any:
+        """A value, or None when NVML cannot give it (other errors leave a warning)."""
+        value = self.call(name, *args)
+        if value is NA:
+            return None
+        if isinstance(value, self.error):
+            self.failed(where, name, value)
+            return None
+        return value
+
+    def failed(self, where: str, name: str, exc: BaseException) -> None:
+        entry = self.failures.setdefault((name, str(exc)), [where, 0])
+        entry[1] += 1
+
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(f"{name} failed for {where}: {err}" + (f" (and {n - 1} more)" if n > 1 else "")
+                     for (name, err), (where, n) in self.failures.items())
+
+    # -- the machine ----------------------------------------------------------------------------
+
+    def topology(self, source: model.Source | None) -> model.Topology:
+        driver = self.fact("the system", "nvmlSystemGetDriverVersion")
+        cuda = self.fact("the system", "nvmlSystemGetCudaDriverVersion")
+        count = self.fact("the system", "nvmlDeviceGetCount")
+        problem = None if count is not None else "NVML could not count the GPUs"
+        handles, raw_bus, gpus, nvlinks = [], [], [], []
+        for i in range(count or 0):
+            handle = self.fact(f"GPU{i}", "nvmlDeviceGetHandleByIndex", i)
+            gpu, bus, links = self.gpu(i, handle) if handle is not None else (model.Gpu(i, nvml_index=i), None, None)
+            handles.append(handle)
+            raw_bus.append(bus)
+            gpus.append(gpu)
+            nvlinks.append(links)
+        links = self.pairs(handles, raw_bus, nvlinks)
+        return model.Topology(
+            gpus=tuple(gpus), links=tuple(links), source=source or model.Source("nvml"),
+            driver_version=None if driver is None else _text(driver),
+            cuda_driver_version=None if cuda is None else _cuda_version(cuda),
+            hostname=socket.gethostname() if source is None else None,  # a given source: the caller fills it
+            problem=problem, warnings=self.warnings())
+
+    def gpu(self, i: int, h: Any) -> tuple[model.Gpu, str | None, _GpuLinks]:
+        where = f"GPU{i}"
+        f = self.fact
+        name, uuid = f(where, "nvmlDeviceGetName", h), f(where, "nvmlDeviceGetUUID", h)
+        pci = f(where, "nvmlDeviceGetPciInfo", h)
+        bus = _text(pci.busId) or None if pci is not None else None
+        memory = f(where, "nvmlDeviceGetMemoryInfo", h)
+        cc = f(where, "nvmlDeviceGetCudaComputeCapability", h)
+        # Enough 64-bit words for every CPU here, and at least 1024 CPUs (a recorded machine may be bigger).
+        words = (max(os.cpu_count() or 1, 1024) + 63) // 64
+        cpus = f(where, "nvmlDeviceGetCpuAffinity", h, words)
+        nvlinks, links = self.nvlinks(where, h)
+        gpu = model.Gpu(
+            index=i, nvml_index=i,
+            name=None if name is None else _text(name),
+            uuid=None if uuid is None else _text(uuid),
+            pci_bus_id=None if bus is None or is_synthetic_bus_id(bus) else bus,
+            numa_node=self.numa_node(where, h),
+            cpu_affinity=None if cpus is None else cpu_list(_mask(cpus)),
+            pcie_gen_current=f(where, "nvmlDeviceGetCurrPcieLinkGeneration", h),
+            pcie_gen_max=f(where, "nvmlDeviceGetMaxPcieLinkGeneration", h),
+            pcie_width_current=f(where, "nvmlDeviceGetCurrPcieLinkWidth", h),
+            pcie_width_max=f(where, "nvmlDeviceGetMaxPcieLinkWidth", h),
+            memory_total_bytes=None if memory is None else int(memory.total),
+            compute_capability=None if cc is None else f"{cc[0]}.{cc[1]}",
+            nvlinks=nvlinks)
+        return gpu, bus, links
+
+    def numa_node(self, where: str, h: Any) -> int | None:
+        """The CPU-side NUMA node the GPU is near (nvidia-smi's "NUMA Affinity"). Not
+        nvmlDeviceGetNumaNodeId: on Grace that is the GPU's own memory node ("GPU NUMA ID")."""
+        words = self.fact(where, "nvmlDeviceGetMemoryAffinity", h, 16, 0)  # 1024 nodes, NVML_AFFINITY_SCOPE_NODE
+        mask = 0 if words is None else _mask(words)
+        return mask.bit_length() - 1 if mask and not mask & (mask - 1) else None  # exactly one node
+
+    def nvlinks(self, where: str, h: Any) -> tuple[tuple[model.NvLink, ...], _GpuLinks]:
+        """Every NVLink, looping as DCGM does: InvalidArgument ends the links, NotSupported skips one."""
+        found, summary = [], _GpuLinks()
+        limit = max(getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 0), NVLINK_MAX_LINKS_NEWEST)
+        for k in range(limit):
+            state = self.call("nvmlDeviceGetNvLinkState", h, k)
+            if state is NA:
+                continue  # not this link (a GPU without NVLink answers so for every link)
+            if isinstance(state, self.error):
+                if state.value == _INVALID_ARGUMENT:
+                    break  # past the GPU's last link
+                self.failed(f"{where} NVLink {k}", "nvmlDeviceGetNvLinkState", state)
+                summary.ambiguous = True
+                continue
+            at = f"{where} NVLink {k}"
+            pci = self.fact(at, "nvmlDeviceGetNvLinkRemotePciInfo", h, k)
+            remote = _text(pci.busId) or None if pci is not None else None
+            kind = self.fact(at, "nvmlDeviceGetNvLinkRemoteDeviceType", h, k)
+            version = self.fact(at, "nvmlDeviceGetNvLinkVersion", h, k)
+            link = model.NvLink(link=k, active=state == 1,  # NVML_FEATURE_ENABLED
+                                remote_bus_id=None if remote is None or is_synthetic_bus_id(remote) else remote,
+                                remote_type=NVLINK_DEVICE_TYPES.get(kind, "unknown"),
+                                version=NVLINK_VERSIONS.get(version))
+            found.append(link)
+            summary.add(link, remote)
+        return tuple(found), summary
+
+    # -- the pairs ------------------------------------------------------------------------------
+
+    def pairs(self, handles: list, raw_bus: list, nvlinks: list) -> list[model.Link]:
+        gpu_buses = {b.lower() for b in raw_bus if b}
+        for links in nvlinks:
+            if links is not None:
+                links.resolve(gpu_buses)
+        out = []
+        n = len(handles)
+        statuses = model.P2PStatus
+        caps = tuple(P2P_CAPS_INDEX.items())
+        for a in range(n):
+            for b in range(a + 1, n):
+                ha, hb = handles[a], handles[b]
+                where = f"GPU{a}-GPU{b}"
+                if ha is None or hb is None:
+                    out.append(model.Link(a, b, pcie=None, nvlinks=None))
+                    continue
+                level = self.fact(where, "nvmlDeviceGetTopologyCommonAncestor", ha, hb)
+                p2p = {}
+                for cap, index in caps:
+                    ab = self.call("nvmlDeviceGetP2PStatus", ha, hb, index)
+                    ba = self.call("nvmlDeviceGetP2PStatus", hb, ha, index)
+                    p2p[cap] = _worse(self._status(where, ab), self._status(where, ba))
+                out.append(model.Link(a, b, pcie=model.NVML_LEVEL_TO_CLASS.get(level),
+                                      nvlinks=_count(nvlinks[a], nvlinks[b], raw_bus[b]),
+                                      p2p=model.P2P(**p2p)))
+        return out
+
+    def _status(self, where: str, value: Any) -> model.P2PStatus:
+        if value is NA:
+            return model.P2PStatus.UNKNOWN
+        if isinstance(value, self.error):
+            self.failed(where, "nvmlDeviceGetP2PStatus", value)
+            return model.P2PStatus.UNKNOWN
+        return model.P2PStatus.from_nvml(value)
+
+
+def _count(a: _GpuLinks | None, b: _GpuLinks | None, b_bus: str | None) -> int | None:
+    """NVLinks between a and b as nvidia-smi counts them (from a's side), or None when unknowable."""
+    if a is None or b is None or a.ambiguous or b.ambiguous:
+        return None
+    if b_bus is None:
+        direct = None if a.direct else 0
+    else:
+        direct = a.direct.get(b_bus.lower(), 0)
+    return None if direct is None else direct + min(a.switch, b.switch)
+
+
+def _missing(*args: Any) -> Any:
+    return NA

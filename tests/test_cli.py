@@ -1,0 +1,114 @@
+"""The ``gputopo`` command, run as a user runs it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_gputopo import cli
+from pytest_gputopo.probe import probe
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "topo"
+P2P_RW_GNS = " \tGPU0\tGPU1\t\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"
+
+
+def gputopo(*args):
+    """Run the installed console script's code in a subprocess (as a user would)."""
+    return subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", *args], capture_output=True, text=True)
+
+
+def test_show_a_recorded_machine():
+    out = gputopo("show", "--machine", "dgx1-v100")
+    assert out.returncode == 0, out.stderr
+    assert "source recorded:dgx1-v100 (a recorded machine, not this host)" in out.stdout
+    assert "P2P read/write status (NVML):" in out.stdout and "NV# " in out.stdout
+
+
+def test_show_json_is_the_profile_topology_form():
+    out = gputopo("show", "--machine", "hgx-h100-nvlink-down", "--json")
+    data = json.loads(out.stdout)
+    assert data["source"] == {"kind": "recorded", "name": "hgx-h100-nvlink-down", "detail": data["source"]["detail"]}
+    assert data["source_text"].startswith("recorded:hgx-h100-nvlink-down")
+    assert len(data["gpus"]) == 8 and len(data["links"]) == 28
+
+
+def test_show_this_host_without_a_gpu_says_why(capsys):
+    if probe(None).gpus:
+        pytest.skip("this host has GPUs")
+    assert cli.main(["show"]) == 0
+    assert "gputopo: no GPU (" in capsys.readouterr().out
+
+
+def test_machines_lists_the_bundled_ones():
+    out = gputopo("machines")
+    names = [line.split()[0] for line in out.stdout.splitlines()]
+    for name in ("dgx-a100", "hgx-h100", "dgx1-v100", "2x-rtx3090-nvlink", "4x-rtx4090", "8x-l40s",
+                 "2x-rtx-pro-6000", "single-gpu", "no-gpu", "hgx-h100-nvlink-down", "hgx-h100-pcie-x8",
+                 "8x-l40s-p2p-disabled"):
+        assert name in names
+
+
+def test_record_from_smi_text_keeps_unknowns_unknown(tmp_path, pytester):
+    topo = tmp_path / "topo.txt"
+    topo.write_text((CORPUS / "021.txt").read_text() if CORPUS.is_dir() else
+                    "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n")
+    out = tmp_path / "node.json"
+    assert cli.main(["record", "--from-smi", str(topo), "-o", str(out)]) == 0
+    profile = json.loads(out.read_text())
+    assert profile["name"] == "node" and profile["sources"][0]["file"] == str(topo)
+    link = profile["topology"]["links"][0]
+    assert link["pcie"] == "PHB" and link["p2p"]["read"] == "U"
+    gpu = profile["topology"]["gpus"][0]
+    assert gpu["pci_bus_id"] is None and gpu["name"] is None
+    # Unknown P2P does not satisfy requires_p2p, and the reason says so.
+    pytester.makepyfile("import pytest\n@pytest.mark.requires_p2p\ndef test_x(): pass\n")
+    result = pytester.runpytest("--gputopo-machine", str(out), "-rs")
+    result.stdout.fnmatch_lines(["*requires_p2p: GPU0-GPU1 P2P status is unknown*recorded:node*"])
+
+
+def test_record_from_smi_text_with_p2p_text(tmp_path):
+    topo = tmp_path / "topo.txt"
+    topo.write_text("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n")
+    p2p = tmp_path / "p2p.txt"
+    p2p.write_text(P2P_RW_GNS)
+    out = tmp_path / "node.json"
+    assert cli.main(["record", "--from-smi", str(topo), "--p2p", f"rw:{p2p}", "-o", str(out)]) == 0
+    p = json.loads(out.read_text())["topology"]["links"][0]["p2p"]
+    assert (p["read"], p["write"], p["nvlink"]) == ("GNS", "GNS", "U")
+
+
+def test_record_from_nvml_without_a_gpu_is_a_clear_error(tmp_path, capsys):
+    if probe(None).gpus:
+        pytest.skip("this host has GPUs")
+    assert cli.main(["record", "-o", str(tmp_path / "x.json")]) == 2
+    assert capsys.readouterr().err.startswith("gputopo: no GPU to record: ")
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
+def test_parse_smi_topo_json():
+    out = gputopo("parse", "smi-topo", str(CORPUS / "042.txt"), "--json")
+    data = json.loads(out.stdout)
+    assert data["matrix"][0] == ["X", "NV4", "SYS", "SYS"]
+    assert data["nics"] == ["mlx5_0"] and data["gpus"][2]["numa_affinity"] == "1"
+
+
+@pytest.mark.parametrize("content", ["", "hello\nworld\n", "\x00\xff binary", "Legend:\n  X = Self\n"])
+def test_unreadable_text_exits_2_with_one_line(tmp_path, content):
+    f = tmp_path / "topo.txt"
+    f.write_bytes(content.encode("latin-1"))
+    out = gputopo("parse", "smi-topo", str(f))
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["parse", "smi-topo", "/nonexistent/topo.txt"], "cannot read"),
+    (["show", "--machine", "dgx-z900"], "unknown machine 'dgx-z900'; bundled machines:"),
+    (["record", "-o", "/tmp/x.json", "--p2p", "p.txt"], ""),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    out = gputopo(*args)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert message in out.stderr
