@@ -154,7 +154,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         item.user_properties.append(("gputopo_unmet", str(requirement)))
         if strict:
             pytest.fail(reason, pytrace=False)
-        pytest.skip(reason)
+        # Reported at the test's own location, as pytest's skip markers are.
+        raise pytest.skip.Exception(reason, _use_item_location=True)
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
