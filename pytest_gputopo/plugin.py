@@ -11,7 +11,6 @@ from collections import Counter
 import pytest
 
 from . import options, report
-from . import requirements as reqs
 
 TOPOLOGY = pytest.StashKey["object"]()
 ITEM_REQS = pytest.StashKey[list]()
@@ -40,6 +39,8 @@ def pytest_addhooks(pluginmanager) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from . import requirements as reqs
+
     for name, help_text in reqs.MARKER_HELP.items():
         sig = reqs.marker_signature(name).replace(", *, strict=None", ", strict=False")
         config.addinivalue_line("markers", f"{sig}: {help_text}; unmet -> skip (fail when strict)")
@@ -89,6 +90,8 @@ def pytest_collection(session: pytest.Session) -> None:
     config = session.config
     if hasattr(config, "workerinput"):
         return
+    from . import requirements as reqs
+
     topology = config.stash[TOPOLOGY]
     problems = []
     expr, where = options.value(config, "require")
@@ -122,6 +125,8 @@ def pytest_collection(session: pytest.Session) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     """Validate every gputopo marker now, so a bad argument stops the run naming the test."""
+    from . import requirements as reqs
+
     errors = []
     for item in items:
         found = []

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from .model import Gpu
+if TYPE_CHECKING:
+    from .model import Gpu
 
 ENV_PREFIX = "PYTEST_GPUTOPO_"
 
@@ -92,6 +93,15 @@ def _match(entry: str, cuda: list[int], gpus: Sequence[Gpu]) -> int | str:
     if len(hits) == 1:
         return hits[0]
     return f"{entry!r} matches {'no' if not hits else 'more than one'} GPU UUID"
+
+
+def hostname() -> str:
+    """This host's name (os.uname avoids importing socket on the no-GPU fast path)."""
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket
+
+    return socket.gethostname()
 
 
 def distributed_rank() -> tuple[int, int] | None:

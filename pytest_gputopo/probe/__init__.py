@@ -9,11 +9,9 @@ the plugin must not import ``pynvml`` or ``torch``.
 from __future__ import annotations
 
 import dataclasses
-import socket
 from pathlib import Path
 
 from .. import model, runtime
-from .recorded import ProfileError, load_profile
 
 
 class MachineError(Exception):
@@ -39,6 +37,7 @@ def probe_recorded(name_or_path: str) -> model.Topology:
     """A recorded machine, read through the NVML code path via the fake ``pynvml``."""
     from . import nvml
     from .fake_nvml import make_fake_pynvml
+    from .recorded import ProfileError, load_profile
 
     try:
         profile = load_profile(name_or_path)
@@ -57,7 +56,25 @@ def probe_recorded(name_or_path: str) -> model.Topology:
                                cuda_driver_version=recorded.cuda_driver_version)
 
 
+def _nvml_library_missing() -> bool:
+    """Whether libnvidia-ml cannot be loaded: the check ``pynvml.nvmlInit`` starts with, done here
+    first so that a host without a driver does not pay for importing pynvml."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False  # pynvml searches other places on Windows; let it
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return True
+    return False
+
+
 def _probe_nvml() -> model.Topology:
+    if _nvml_library_missing():
+        return model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
+                              problem="NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed")
     try:
         import pynvml
     except ImportError:
@@ -67,7 +84,7 @@ def _probe_nvml() -> model.Topology:
     try:
         return nvml.probe(pynvml)
     except pynvml.NVMLError as exc:
-        return model.Topology(source=model.Source("nvml"), hostname=socket.gethostname(),
+        return model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
                               problem=nvml.unavailable_reason(exc))
 
 

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 from typing import Any
 
-from .. import model
+from .. import model, runtime
 
 # A GPU whose PCI address is unknown gets a bus id in the all-ones domain from the fake module: PCI
 # reads return all ones for "no device", so no real GPU has it. probe() uses such ids only to match
@@ -222,7 +221,7 @@ class _Reader:
             gpus=tuple(gpus), links=tuple(links), source=source or model.Source("nvml"),
             driver_version=None if driver is None else _text(driver),
             cuda_driver_version=None if cuda is None else _cuda_version(cuda),
-            hostname=socket.gethostname() if source is None else None,  # a given source: the caller fills it
+            hostname=runtime.hostname() if source is None else None,  # a given source: the caller fills it
             problem=problem, warnings=self.warnings())
 
     def gpu(self, i: int, h: Any) -> tuple[model.Gpu, str | None, _GpuLinks]:
