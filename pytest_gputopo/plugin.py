@@ -24,8 +24,12 @@ WORKER_KEY = "gputopo_topology"
 class RunState:
     def __init__(self, strict: bool):
         self.strict = strict
-        self.verdicts: dict = {}  # requirement -> Verdict, evaluated once per run
-        self.probes = 0
+        self.verdicts: dict = {}  # requirement -> skip reason (None: met), evaluated once per run
+
+    @staticmethod
+    def evaluate(requirement, topology) -> str | None:
+        verdict = requirement.evaluate(topology)
+        return None if verdict.ok else f"{verdict.reason} [{report.source_text(topology)}]"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,7 +57,6 @@ def pytest_configure(config: pytest.Config) -> None:
         topology = from_dict(workerinput[WORKER_KEY])  # xdist workers never probe
     else:
         topology = config.hook.pytest_gputopo_probe(config=config)
-        state.probes += 1
     config.stash[TOPOLOGY] = topology
     config.hook.pytest_gputopo_topology(config=config, topology=topology)
 
@@ -128,15 +131,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     from . import requirements as reqs
 
     errors = []
+    parsed: dict = {}  # the same marker on many tests is parsed once
     for item in items:
         found = []
-        for name in reqs.MARKERS:
-            for mark in item.iter_markers(name):
+        for mark in item.iter_markers():  # one walk over the node chain, not one per marker name
+            if mark.name not in reqs.MARKERS:
+                continue
+            try:
+                key = (mark.name, mark.args, tuple(sorted(mark.kwargs.items())))
+                result = parsed.get(key)
+            except TypeError:  # unhashable arguments: parse every time
+                key = result = None
+            if result is None:
                 try:
-                    found.append(reqs.from_marker(name, mark.args, mark.kwargs))
+                    result = reqs.from_marker(mark.name, mark.args, mark.kwargs)
                 except reqs.RequirementError as exc:
-                    errors.append(f"{item.nodeid}: @pytest.mark.{name}: {exc}")
-        item.stash[ITEM_REQS] = found
+                    result = exc
+                if key is not None:
+                    parsed[key] = result
+            if isinstance(result, reqs.RequirementError):
+                errors.append(f"{item.nodeid}: @pytest.mark.{mark.name}: {result}")
+            else:
+                found.append(result)
+        if found:
+            item.stash[ITEM_REQS] = found
     if errors:
         raise pytest.UsageError("bad gputopo marker arguments:\n  " + "\n  ".join(errors))
 
@@ -147,15 +165,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if not found:
         return
     state: RunState = item.config.stash[STATE]
-    topology = item.config.stash[TOPOLOGY]
     for requirement, strict in found:
-        verdict = state.verdicts.get(requirement)
-        if verdict is None:
-            verdict = state.verdicts[requirement] = requirement.evaluate(topology)
-        if verdict.ok:
+        reason = state.verdicts.get(requirement, ...)
+        if reason is ...:
+            reason = state.verdicts[requirement] = state.evaluate(requirement, item.config.stash[TOPOLOGY])
+        if reason is None:
             continue
         strict = state.strict if strict is None else strict
-        reason = f"{verdict.reason} [{report.source_text(topology)}]"
         item.user_properties.append(("gputopo_unmet", str(requirement)))
         if strict:
             pytest.fail(reason, pytrace=False)

@@ -305,3 +305,10 @@ def test_loading_the_plugin_imports_neither_torch_nor_pynvml():
 def test_a_recorded_run_imports_no_torch(pytester):
     pytester.makepyfile(test_a="import sys\ndef test_a():\n    assert 'torch' not in sys.modules\n")
     pytester.runpytest_subprocess("--gputopo-machine", "dgx-a100").assert_outcomes(passed=1)
+
+
+def test_unhashable_marker_arguments_are_still_validated(pytester):
+    src = "import pytest\n@pytest.mark.requires_p2p(gpus=[2])\ndef test_x(): pass\n"
+    result = run(pytester, "hgx-h100", src=src)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_x: @pytest.mark.requires_p2p: gpus must be a positive integer or None, got [[]2]*"])
