@@ -1,0 +1,45 @@
+"""On a real GPU host: NVML through nvidia-ml-py agrees with nvidia-smi and with CUDA.
+
+Skipped with a reason where there is no NVIDIA driver or GPU (this project's CI).
+"""
+
+import shutil
+import subprocess
+
+import pytest
+
+from pytest_gputopo.probe import probe
+from pytest_gputopo.probe import smi_text
+
+HOST = probe(None, use_torch=False)
+pytestmark = pytest.mark.skipif(not HOST.gpus, reason=f"no GPU on this host: {HOST.problem or 'NVML lists none'}")
+
+
+def test_nvml_facts_are_complete():
+    for gpu in HOST.gpus:
+        assert gpu.name and gpu.uuid and gpu.pci_bus_id
+        assert gpu.pcie_gen_max and gpu.pcie_width_max and gpu.memory_total_bytes
+    for link in HOST.links:
+        assert link.label is not None, f"{link.name}: NVML gave no link class"
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="nvidia-smi is not installed")
+def test_link_classes_match_nvidia_smi():
+    text = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, check=True).stdout
+    smi = smi_text.parse_topo_matrix(text)
+    nvml_order = probe(None, use_torch=False)  # NVML order == nvidia-smi order without CUDA_VISIBLE_DEVICES
+    if len(smi.gpus) != len(nvml_order.gpus):
+        pytest.skip("CUDA_VISIBLE_DEVICES hides GPUs that nvidia-smi shows")
+    for link in nvml_order.links:
+        assert smi.matrix[link.a][link.b] == str(link.label), link.name
+
+
+def test_cuda_agrees_with_nvml():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    joined = probe(None)
+    assert len(joined.gpus) == torch.cuda.device_count()
+    for link in joined.links:
+        assert link.cuda_peer is not None
+    assert not [w for w in joined.warnings if "NVML says P2P" in w], joined.warnings
