@@ -47,7 +47,7 @@ def _topology(machine: str | None) -> model.Topology:
 def cmd_show(args) -> int:
     topology = _topology(args.machine)
     data = {**model.to_dict(topology), "source_text": report.source_text(topology)}
-    _emit(data, args.json, report.full_report(topology) + ["", report.LEGEND])
+    _emit(data, args.json, report.full_report(topology) + ["", report.legend()])
     return 0
 
 

@@ -6,18 +6,13 @@ from collections import Counter
 
 from .model import Topology
 
-LEGEND = """\
-Legend:
-  X    = Self
-  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
-  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
-  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
-  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
-  PIX  = Connection traversing at most a single PCIe bridge
-  NV#  = Connection traversing a bonded set of # NVLinks
-  ?    = not known (the source did not say)
-P2P: OK = read and write OK, CNS = chipset not supported, GNS = GPU not supported,
-  TNS = topology not supported, DR = disabled by regkey, NS = not supported, U = unknown"""
+def legend() -> str:
+    """nvidia-smi's own legend, plus what this plugin adds."""
+    from .probe import smi_text  # only ``gputopo show`` needs it; keep plugin start-up light
+
+    return (smi_text.LEGEND.rstrip("\n") + "\n  ?    = not known (the source did not say)\n"
+            "P2P: OK = read and write OK, CNS = chipset not supported, GNS = GPU not supported,\n"
+            "  TNS = topology not supported, DR = disabled by regkey, NS = not supported, U = unknown")
 
 
 def source_text(topology: Topology) -> str:

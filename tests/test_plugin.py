@@ -312,3 +312,17 @@ def test_unhashable_marker_arguments_are_still_validated(pytester):
     result = run(pytester, "hgx-h100", src=src)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_x: @pytest.mark.requires_p2p: gpus must be a positive integer or None, got [[]2]*"])
+
+
+@pytest.mark.parametrize("problem", ["no permission to use NVML", "NVIDIA driver not loaded"])
+def test_a_machine_without_nvml_access_says_why(pytester, problem):
+    from pytest_gputopo.probe.recorded import load_profile
+
+    profile = json.loads(open(load_profile("no-gpu").path).read())
+    profile["topology"]["problem"] = problem
+    path = pytester.path / "locked.json"
+    path.write_text(json.dumps(profile))
+    result = run(pytester, str(path))
+    result.assert_outcomes(passed=1, skipped=5)
+    result.stdout.fnmatch_lines([f"gputopo: no GPU ({problem}); source recorded:no-gpu*",
+                                 f"*requires_p2p: needs 2 GPUs to form a pair, 0 visible ({problem})*"])

@@ -45,7 +45,7 @@ def probe_recorded(name_or_path: str) -> model.Topology:
         raise MachineError(str(exc)) from None
     recorded = profile.topology
     source = model.Source("recorded", profile.name, profile.path)
-    init_error = "LibraryNotFound" if (recorded.problem and not recorded.gpus) else None
+    init_error = _init_error_for(recorded.problem, nvml) if not recorded.gpus else None
     fake = make_fake_pynvml(recorded, init_error=init_error)
     try:
         topology = nvml.probe(fake, source=source)
@@ -54,6 +54,19 @@ def probe_recorded(name_or_path: str) -> model.Topology:
     return dataclasses.replace(topology, hostname=recorded.hostname, nics=recorded.nics,
                                driver_version=recorded.driver_version,
                                cuda_driver_version=recorded.cuda_driver_version)
+
+
+def _init_error_for(problem: str | None, nvml) -> str | None:
+    """The ``nvmlInit`` error whose reason a recorded machine's ``problem`` states, so that the
+    fake reproduces it (a machine recorded without a driver, without permission, ...)."""
+    if not problem:
+        return None
+    import pynvml
+
+    for name in ("LibraryNotFound", "DriverNotLoaded", "NoPermission"):
+        if nvml.unavailable_reason(getattr(pynvml, "NVMLError_" + name)()) == problem:
+            return name
+    return "Unknown"
 
 
 def _nvml_library_missing() -> bool:
