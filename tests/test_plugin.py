@@ -1,6 +1,7 @@
 """The plugin in real pytest sessions (pytester) against bundled recorded machines."""
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -326,3 +327,18 @@ def test_a_machine_without_nvml_access_says_why(pytester, problem):
     result.assert_outcomes(passed=1, skipped=5)
     result.stdout.fnmatch_lines([f"gputopo: no GPU ({problem}); source recorded:no-gpu*",
                                  f"*requires_p2p: needs 2 GPUs to form a pair, 0 visible ({problem})*"])
+
+
+@pytest.mark.skipif(not (Path(__file__).resolve().parents[2] / "shared" / "corpus" / "topo").is_dir(),
+                    reason="the shared corpus is not checked out beside the project")
+def test_gating_on_nvidia_smi_text(pytester):
+    """A file of `nvidia-smi topo -m` text as the machine: links known, P2P unknown (not in the text)."""
+    text = (Path(__file__).resolve().parents[2] / "shared" / "corpus" / "topo" / "042.txt").read_text()
+    (pytester.path / "a30.txt").write_text(text)
+    src = ("import pytest\n@pytest.mark.requires_nvlink(gpus=2)\ndef test_pair(): pass\n"
+           "@pytest.mark.requires_p2p(gpus=2)\ndef test_p2p(): pass\n")
+    result = run(pytester, "a30.txt", src=src)
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["gputopo: 4x unknown GPU, worst link SYS (GPU0-GPU2), P2P 6 unknown of 6 pairs, "
+                                 "source text:a30.txt (nvidia-smi output, not this host)",
+                                 "*requires_p2p(gpus=2): GPU0-GPU1 P2P status is unknown*"])
