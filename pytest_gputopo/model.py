@@ -218,6 +218,9 @@ class Topology:
     nics: tuple[str, ...] = ()
     problem: str | None = None  # why no GPU facts could be had (no library, no driver, ...)
     warnings: tuple[str, ...] = ()
+    # Benchmark figures published for a recorded machine (never measured here): dicts with kind
+    # ("allreduce", "p2p", "h2d"), gbps, source, and what they were measured on (see docs).
+    published: tuple[dict, ...] = ()
     _by_pair: dict = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -390,6 +393,30 @@ def _link_from(d: Any, path: str, n_gpus: int) -> Link:
                 cuda_peer=_get(d, "cuda_peer", p, (bool,), None))
 
 
+PUBLISHED_KINDS = ("allreduce", "p2p", "h2d")
+
+
+def _published_from(d: Any, path: str) -> dict:
+    d = _mapping(d, path)
+    p = path + "."
+    kind = _get(d, "kind", p, (str,), allow_none=False)
+    if kind not in PUBLISHED_KINDS:
+        raise SchemaError(p + "kind", f"{kind!r} is not one of {list(PUBLISHED_KINDS)}")
+    gbps = _get(d, "gbps", p, (int, float), allow_none=False)
+    if gbps <= 0:
+        raise SchemaError(p + "gbps", f"must be positive, got {gbps!r}")
+    if not _get(d, "source", p, (str,), allow_none=False).strip():
+        raise SchemaError(p + "source", "must say where the figure was published")
+    _get(d, "gpus", p, (int,), None)
+    _get(d, "size_bytes", p, (int,), None)
+    _get(d, "pinned", p, (bool,), None)
+    _get(d, "note", p, (str,), None)
+    extra = set(d) - {"kind", "gbps", "source", "gpus", "size_bytes", "pinned", "note"}
+    if extra:
+        raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
+    return dict(d)
+
+
 def from_dict(d: Any, path: str = "") -> Topology:
     """Build a Topology from its dict form; ``path`` prefixes field names in errors."""
     d = _mapping(d, path or "topology")
@@ -421,4 +448,6 @@ def from_dict(d: Any, path: str = "") -> Topology:
         nics=tuple(_get(d, "nics", p, (list,), [], allow_none=False)),
         problem=_get(d, "problem", p, (str,), None),
         warnings=tuple(_get(d, "warnings", p, (list,), [], allow_none=False)),
+        published=tuple(_published_from(f, f"{p}published[{i}]")
+                        for i, f in enumerate(_get(d, "published", p, (list,), [], allow_none=False))),
     )

@@ -74,9 +74,11 @@ class Machine:
     topology: Topology
     sources: tuple[str, ...]
     inferred: tuple[str, ...]
+    published: tuple[dict, ...] = ()  # benchmark figures published for such a machine, with their source
 
     def profile(self) -> dict:
-        return recorded.profile_dict(self.name, self.topology, self.description, self.sources, self.inferred)
+        topology = replace(self.topology, published=self.published)
+        return recorded.profile_dict(self.name, topology, self.description, self.sources, self.inferred)
 
 
 def bus_id(bus: int) -> str:
@@ -281,6 +283,20 @@ def dgx_a100() -> Machine:
             "uses P2P/CUMEM/read between NVLink-connected A100s, corpus nccl/003, which needs NVML read "
             "and write OK)",
         ),
+        published=(
+            {"kind": "allreduce", "gbps": 234.89, "gpus": 8, "size_bytes": 16 * 2**30,
+             "source": "ml-engineering network/README.md (all_reduce_bench on 8x A100 SXM, 16 GiB payload; "
+                       "reference/benchmarks-and-thresholds.md (c))"},
+            {"kind": "p2p", "gbps": 272.0,
+             "source": "ml-engineering network/README.md (unidirectional P2P writes ~272-277 GB/s on 8x A100 SXM; "
+                       "reference/benchmarks-and-thresholds.md (c)); the low end of the range"},
+            {"kind": "h2d", "gbps": 25.7, "pinned": True,
+             "source": "gengwg/gpu nvda_gpu_benchmark.md (bandwidthTest on DGX A100, 32 MB, pinned H2D 25.7 GB/s; "
+                       "reference/benchmarks-and-thresholds.md (c))"},
+            {"kind": "h2d", "gbps": 10.0, "pinned": False,
+             "source": "gengwg/gpu nvda_gpu_benchmark.md (bandwidthTest on DGX A100, 32 MB, pageable H2D 10.0 GB/s; "
+                       "reference/benchmarks-and-thresholds.md (c))"},
+        ),
     )
 
 
@@ -335,6 +351,16 @@ def hgx_h100() -> Machine:
             "topo/003 (nvidia-smi hides a GPU pair's PCIe class behind NV18)",
             "links[*].p2p: OK for read, write, nvlink and atomics, inferred from the NVSwitch fabric (NCCL uses "
             "P2P on these boxes, corpus nccl/023, which needs NVML read and write OK)",
+        ),
+        published=(
+            {"kind": "allreduce", "gbps": 370.0, "gpus": 8,
+             "source": "https://github.com/NVIDIA/nccl-tests/issues/212 (sjeaugey: HGX H100 ring all-reduce ~370 GB/s "
+                       "busbw at large sizes; reference/benchmarks-and-thresholds.md (c))",
+             "note": "ring (NCCL_ALGO=Ring); with NVLink SHARP the same node peaks near 480 GB/s busbw, which no "
+                     "longer describes a link"},
+            {"kind": "p2p", "gbps": 364.0,
+             "source": "ml-engineering network/README.md (8x H100 SXM unidirectional P2P 364-393 GB/s, typical 376; "
+                       "reference/benchmarks-and-thresholds.md (c)); the low end of the range"},
         ),
     )
 

@@ -51,7 +51,7 @@ def probe_recorded(name_or_path: str) -> model.Topology:
         topology = nvml.probe(fake, source=source)
     except fake.NVMLError as exc:
         topology = model.Topology(source=source, problem=nvml.unavailable_reason(exc))
-    return dataclasses.replace(topology, hostname=recorded.hostname, nics=recorded.nics,
+    return dataclasses.replace(topology, hostname=recorded.hostname, nics=recorded.nics, published=recorded.published,
                                driver_version=recorded.driver_version,
                                cuda_driver_version=recorded.cuda_driver_version)
 
