@@ -114,6 +114,8 @@ def cmd_record(args) -> int:
 
 
 def cmd_parse(args) -> int:
+    if args.format == "nccl-tests":
+        return _parse_nccl_tests(args)
     from .probe import smi_text
 
     text = _read(args.file)
@@ -127,6 +129,59 @@ def cmd_parse(args) -> int:
     lines += [f"warning: {w}" for w in smi.warnings]
     _emit(smi.to_json(), args.json, lines or ["(no GPU in the matrix)"])
     return 0
+
+
+def _parse_nccl_tests(args) -> int:
+    from .bench.nccl_tests import NcclTestsParseError, parse_nccl_tests
+
+    try:
+        result = parse_nccl_tests(_read(args.file))
+    except NcclTestsParseError as exc:
+        raise CliError(f"{args.file}: {exc}") from None
+    data = result.to_json()
+    lines = [f"{'size_bytes':>12}  {'busbw out':>10}  {'busbw in':>10}  wrong"]
+    for row in result.rows:
+        cells = [f"{r.busbw_gbps:10.2f}" if r and r.busbw_gbps is not None else f"{'N/A':>10}"
+                 for r in (row.out_of_place, row.in_place)]
+        wrong = [str(r.wrong) for r in (row.out_of_place, row.in_place) if r and r.wrong is not None]
+        lines.append(f"{row.size_bytes:>12}  {cells[0]}  {cells[1]}  {'/'.join(wrong) or '-'}")
+    avg, peak = data["avg_busbw_gbps"], data["max_busbw_gbps"]
+    lines.append(f"avg busbw (as printed): {'n/a' if avg is None else f'{avg:.2f}'} GB/s; "
+                 f"max busbw: {'n/a' if peak is None else f'{peak:.2f}'} GB/s")
+    lines += [f"warning: {w}" for w in data["warnings"]]
+    _emit(data, args.json, lines)
+    return 0
+
+
+def cmd_spec(args) -> int:
+    from . import spec
+
+    rows = spec.table_rows()
+    if args.json:
+        _emit([{"category": c, "item": i, "gbps": f.gbps, "source": f.source} for c, i, f in rows], True)
+        return 0
+    width = max(len(f"{c}: {i}") for c, i, _ in rows)
+    lines = [f"{(c + ': ' + i).ljust(width)}  {f.gbps:8.2f} GB/s  [{f.source}]" for c, i, f in rows]
+    lines += ["", "efficiency floors (fraction of expected): "
+              + ", ".join(f"{k}={v:g}" for k, v in spec.DEFAULT_FLOORS.items())]
+    _emit(None, False, lines)
+    return 0
+
+
+def cmd_check(args) -> int:
+    """A node health check: pytest with only the generated --gputopo-check items."""
+    import tempfile
+
+    import pytest
+
+    argv = ["-p", "no:cacheprovider", "-rfs", f"--gputopo-check={args.level}"]
+    argv += [f"--gputopo-machine={args.machine}"] if args.machine else []
+    argv += [f"--gputopo-json={args.json}"] if args.json else []
+    argv += [f"--junitxml={args.junitxml}"] if args.junitxml else []
+    argv += [f"--gputopo-allreduce-backend={args.allreduce_backend}"] if args.allreduce_backend else []
+    with tempfile.TemporaryDirectory(prefix="gputopo-check-") as empty:
+        code = pytest.main(argv + ["--rootdir", empty, empty])
+    return int(code)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,8 +206,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--description")
     p.set_defaults(func=cmd_record)
 
+    p = sub.add_parser("spec", help="print the expected-bandwidth table with the source of every figure")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_spec)
+
+    p = sub.add_parser("check", help="run the node health check (pytest --gputopo-check) and report like pytest")
+    p.add_argument("--level", choices=["quick", "full"], default="quick")
+    p.add_argument("--machine", metavar="NAME|PATH", help="check a recorded machine instead of this host")
+    p.add_argument("--json", metavar="PATH", help="write topology, measurements and outcomes as JSON")
+    p.add_argument("--junitxml", metavar="PATH", help="write JUnit XML")
+    p.add_argument("--allreduce-backend", choices=["nccl", "gloo"])
+    p.set_defaults(func=cmd_check)
+
     p = sub.add_parser("parse", help="read tool output and print what it says")
-    p.add_argument("format", choices=["smi-topo"], help="smi-topo: `nvidia-smi topo -m` text")
+    p.add_argument("format", choices=["smi-topo", "nccl-tests"],
+                   help="smi-topo: `nvidia-smi topo -m` text; nccl-tests: all_reduce_perf (or other *_perf) output")
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_parse)

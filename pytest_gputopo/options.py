@@ -18,6 +18,7 @@ class Option:
     name: str
     metavar: str | None  # None: a flag
     help: str
+    const: str | None = None  # the value when the option is given without one (--gputopo-check)
 
     @property
     def flag(self) -> str:
@@ -42,6 +43,26 @@ OPTIONS = {o.name: o for o in (
     Option("expect", "NAME|PATH",
            "stop the run before collection if this node is worse than a reference profile "
            "(a healthy node recorded once): links, NVLinks, PCIe generation/width, P2P, GPU count"),
+    Option("check", "LEVEL", "add health-check items: 'quick' (topology and P2P status, seconds) or 'full' "
+                             "(also P2P, host-to-device and all-reduce benchmarks)", const="quick"),
+    Option("json", "PATH", "write the topology and every measurement (units, sizes, iterations, spread, "
+                           "measured or recorded) and every check's outcome as one JSON document"),
+    Option("allreduce-backend", "nccl|gloo",
+           "torch.distributed backend of the all-reduce benchmark: nccl (GPUs, default) or gloo (CPUs)"),
+    Option("allreduce-world-size", "N", "processes of the gloo all-reduce benchmark (default 2)"),
+    Option("allreduce-engine", "torch|nccl-tests",
+           "torch (torch.distributed, default) or nccl-tests (runs all_reduce_perf when it is installed)"),
+    Option("allreduce-size", "BYTES", "the size all-reduce thresholds are judged at, e.g. 1G, 256M "
+                                      "(default 1G on GPUs, 16M with gloo)"),
+    Option("bench-timeout", "SECONDS", "deadline of each benchmark: a hang or a dead rank ends it with a "
+                                       "reason (default 300)"),
+    *(Option(f"floor-{key.replace('_', '-')}", "RATIO",
+             f"pass a {key.replace('_', ' ')} measurement at RATIO x the expected bandwidth (default in "
+             f"docs/thresholds.md; set explicitly, it also replaces a published per-SKU floor)")
+      for key in ("p2p", "h2d_pinned", "h2d_pageable", "allreduce")),
+    Option("cache", None, "reuse benchmark results from pytest's cache, keyed by host, GPUs, driver and "
+                          "library versions (see --gputopo-cache-max-age)"),
+    Option("cache-max-age", "HOURS", "the age limit of cached benchmark results (default 24)"),
 )}
 
 TRUE = ("1", "true", "yes", "on")
@@ -56,6 +77,9 @@ def addoption(parser: pytest.Parser) -> None:
             group.addoption(opt.flag, action="store_true", default=None, dest=opt.ini, help=f"{opt.help} {where}")
             group.addoption(f"--gputopo-no-{opt.name}", action="store_true", default=None,
                             dest=f"gputopo_no_{opt.name}", help=f"turn {opt.flag} off (overrides ini and env)")
+        elif opt.const is not None:
+            group.addoption(opt.flag, metavar=opt.metavar, default=None, dest=opt.ini, nargs="?", const=opt.const,
+                            help=f"{opt.help} {where}")
         else:
             group.addoption(opt.flag, metavar=opt.metavar, default=None, dest=opt.ini, help=f"{opt.help} {where}")
         parser.addini(opt.ini, f"{opt.help} (same as {opt.flag})", default=None)
@@ -92,3 +116,60 @@ def flag(config: pytest.Config, name: str) -> bool:
         return False
     raise pytest.UsageError(f"{where}: {raw!r} is not a boolean (use one of {', '.join(TRUE)} / "
                             f"{', '.join(f for f in FALSE if f)})")
+
+
+def choice(config: pytest.Config, name: str, choices: tuple[str, ...], default: str) -> str:
+    raw, where = value(config, name)
+    if raw is None:
+        return default
+    if raw.strip().lower() not in choices:
+        raise pytest.UsageError(f"{where}: {raw!r} is not one of {', '.join(choices)}")
+    return raw.strip().lower()
+
+
+def number(config: pytest.Config, name: str, default: float | None, *, integer: bool = False,
+           minimum: float = 0.0) -> float | None:
+    raw, where = value(config, name)
+    if raw is None:
+        return default
+    try:
+        parsed = int(raw) if integer else float(raw)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed <= minimum:
+        kind = "an integer" if integer else "a number"
+        raise pytest.UsageError(f"{where}: {raw!r} is not {kind} greater than {minimum:g}")
+    return parsed
+
+
+_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
+          "G": 2**30, "GB": 2**30, "GIB": 2**30}
+
+
+def size(config: pytest.Config, name: str) -> int | None:
+    """A size in bytes: ``1073741824``, ``1G``, ``256M`` (binary units, as nccl-tests reads them)."""
+    raw, where = value(config, name)
+    if raw is None:
+        return None
+    text = raw.strip().upper()
+    digits = text.rstrip("KMGIB")
+    unit = text[len(digits):]
+    if not digits.isdigit() or unit not in _UNITS or int(digits) * _UNITS[unit] < 4:
+        raise pytest.UsageError(f"{where}: {raw!r} is not a size in bytes such as 1073741824, 1G or 256M")
+    return int(digits) * _UNITS[unit]
+
+
+def floors(config: pytest.Config) -> tuple[dict, set]:
+    """The efficiency floors (defaults from ``spec``) and the keys the user set explicitly."""
+    from . import spec
+
+    result, explicit = dict(spec.DEFAULT_FLOORS), set()
+    for key in spec.FLOOR_KEYS:
+        raw, where = value(config, f"floor-{key.replace('_', '-')}")
+        if raw is not None:
+            try:
+                result[key] = spec.parse_floor_ratio(raw, where)
+            except ValueError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            explicit.add(key)
+    return result, explicit

@@ -136,3 +136,12 @@ def skip_summary(counts: Counter, strict: Counter, topology: Topology) -> str | 
     parts += [f"{req} x{n} (strict: failed)" for req, n in sorted(strict.items())]
     total = sum(counts.values()) + sum(strict.values())
     return f"gputopo: {total} tests not run for unmet requirements: {', '.join(parts)} [{source_text(topology)}]"
+
+
+def json_document(topology: Topology, results: list, checks: list) -> dict:
+    """What ``--gputopo-json`` writes. Every measurement keeps its origin: ``measured`` here,
+    ``cached`` (measured here earlier), or ``recorded`` (published for a recorded machine)."""
+    from .model import to_dict
+
+    return {"schema": 1, "source": source_text(topology), "recorded": topology.recorded,
+            "topology": to_dict(topology), "measurements": [r.to_json() for r in results], "checks": checks}

@@ -104,6 +104,13 @@ def hostname() -> str:
     return socket.gethostname()
 
 
+def nccl_tests_binary() -> str | None:
+    """nccl-tests' all_reduce_perf: on PATH, or in NCCL_TESTS_BIN_PATH (as DCGM looks for it)."""
+    from .bench.nccl_tests import find_all_reduce_perf
+
+    return find_all_reduce_perf(os.environ)
+
+
 def distributed_rank() -> tuple[int, int] | None:
     """``(RANK, WORLD_SIZE)`` when a launcher such as torchrun set them."""
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")

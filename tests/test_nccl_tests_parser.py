@@ -1,0 +1,645 @@
+"""nccl-tests output: the parser against every real sample in ../shared/corpus (read in place), the
+formats the nccl-tests sources print, property tests, and the all_reduce_perf runner driven by fake
+executables written at test time."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from pytest_gputopo.bench import nccl_tests as nt
+from pytest_gputopo.bench.nccl_tests import (
+    BenchTimeout, NcclTestsParseError, NcclTestsResult, NcclTestsRow, NcclTestsRunError, P2PParseError,
+    Result, parse_nccl_tests, parse_nccl_tests_all, parse_p2p_bandwidth_latency, render_nccl_tests,
+)
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+NCCLPERF = CORPUS / "ncclperf"
+NO_CORPUS = f"the shared corpus is not checked out here ({NCCLPERF})"
+
+
+def _samples(folder: Path, keep=lambda meta: True) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return [p for p in sorted(folder.glob("*.txt")) if keep(_meta(p))]
+
+
+def _meta(path: Path) -> dict:
+    return json.loads(path.with_suffix(".meta.json").read_text())
+
+
+def _is_p2p(meta: dict) -> bool:
+    return meta.get("expected", {}).get("tool") == "p2pBandwidthLatencyTest"
+
+
+PERF_SAMPLES = _samples(NCCLPERF, lambda m: not _is_p2p(m))
+P2P_SAMPLES = _samples(NCCLPERF, _is_p2p)
+# NCCL_DEBUG=INFO logs in nccl/ that also hold a result table (their meta says so).
+LOGS_WITH_TABLE = _samples(CORPUS / "nccl", lambda m: m.get("expected", {}).get("contains_perf_table"))
+ALL_TEXTS = _samples(NCCLPERF) + _samples(CORPUS / "nccl")
+
+
+def _params(paths: list[Path]):
+    """One case per sample, or one case skipped with the reason when the corpus is not here."""
+    if not paths:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=NO_CORPUS), id="no-corpus")]
+    return [pytest.param(p, id=f"{p.parent.name}/{p.name}") for p in paths]
+
+
+def _all_results(result: NcclTestsResult) -> list[Result]:
+    return [r for row in result.rows for r in row.results()]
+
+
+# ------------------------------------------------------------------------------- corpus: tables
+
+
+def test_corpus_samples_are_all_classified():
+    if not NCCLPERF.is_dir():
+        pytest.skip(NO_CORPUS)
+    assert len(PERF_SAMPLES) + len(P2P_SAMPLES) == len(list(NCCLPERF.glob("*.txt")))
+    assert PERF_SAMPLES and P2P_SAMPLES
+
+
+@pytest.mark.parametrize("path", _params(PERF_SAMPLES + LOGS_WITH_TABLE))
+def test_corpus_table_meets_its_meta(path: Path):
+    meta = _meta(path)
+    want = meta["expected"]
+    text = path.read_text()
+    result = parse_nccl_tests(text)
+
+    assert result.avg_busbw_gbps == pytest.approx(want["avg_bus_bandwidth"])
+    assert result.max_busbw_gbps() == pytest.approx(want["max_busbw_in_table"])
+    if "rows" in want or "perf_rows" in want:
+        assert len(result.rows) == want.get("rows", want.get("perf_rows"))
+    assert result.nranks == want["n_ranks"]
+    # Every published sample ends with "Out of bounds values : 0 OK".
+    assert (result.out_of_bounds, result.ok) == (0, True)
+    if "max_busbw_out_of_place" in want:
+        oop = max(row.out_of_place.busbw_gbps for row in result.rows)
+        assert oop == pytest.approx(want["max_busbw_out_of_place"])
+    if "min_size_bytes" in want:
+        assert min(row.size_bytes for row in result.rows) == want["min_size_bytes"]
+        assert max(row.size_bytes for row in result.rows) == want["max_size_bytes"]
+    if "zero_size_rows" in want:
+        assert sum(row.size_bytes == 0 for row in result.rows) == want["zero_size_rows"]
+    if str(want.get("validation", "")).startswith("off"):
+        assert all(r.wrong is None for r in _all_results(result))
+    if want.get("old_nccl_tests_format"):
+        assert all(r.wrong is None and r.error is not None for r in _all_results(result))
+        assert any("'error' column" in w for w in result.warnings)
+    else:
+        assert not result.warnings
+    if "columns" in want:
+        assert all((row.redop is not None) == ("redop" in want["columns"]) for row in result.rows)
+    if want.get("no_root_column"):
+        assert all(row.root is None for row in result.rows)
+    if "error_column_values" in want:  # "2e-07 (float error instead of #wrong count)"
+        value = float(want["error_column_values"].split()[0])
+        assert {r.error for r in _all_results(result)} == {value}
+    # The collective is named only when the text names the binary (a command line or a header).
+    if "_perf" in text:
+        assert result.collective == want["test"].split()[0].removesuffix("_perf")
+    else:
+        assert result.collective is None
+    # Every row is a whole row of this format: both placements, all numbers read.
+    for row in result.rows:
+        assert row.count is not None and row.type == "float"
+        assert row.out_of_place is not None and row.in_place is not None
+        for r in row.results():
+            assert None not in (r.time_us, r.algbw_gbps, r.busbw_gbps)
+    json.dumps(result.to_json(), allow_nan=False)
+
+
+@pytest.mark.parametrize("path", _params(PERF_SAMPLES))
+def test_corpus_table_cut_anywhere_keeps_what_is_there(path: Path):
+    """Published copies are cut mid-line: every cut of a real sample yields the parse error or a
+    prefix of the full table, whose last row may lack cells but never holds a wrong one."""
+    text = path.read_text()
+    full = parse_nccl_tests(text).rows
+    for cut in range(0, len(text), 7):
+        try:
+            rows = parse_nccl_tests(text[:cut]).rows
+        except NcclTestsParseError:
+            continue
+        assert rows[:-1] == full[: len(rows) - 1]
+        last, truth = rows[-1], full[len(rows) - 1]
+        assert (last.size_bytes, last.count, last.type) == (truth.size_bytes, truth.count, truth.type)
+        for got, real in ((last.out_of_place, truth.out_of_place), (last.in_place, truth.in_place)):
+            for name in ("time_us", "algbw_gbps", "busbw_gbps", "wrong", "error"):
+                value = getattr(got, name, None) if got else None
+                assert value is None or value == getattr(real, name), (cut, name)
+
+
+# --------------------------------------------------------------------------- corpus: p2p samples
+
+
+@pytest.mark.parametrize("path", _params(P2P_SAMPLES))
+def test_corpus_p2p_sample_is_refused_by_the_nccl_parser(path: Path):
+    with pytest.raises(NcclTestsParseError, match="p2pBandwidthLatencyTest"):
+        parse_nccl_tests(path.read_text())
+
+
+@pytest.mark.parametrize("path", _params(P2P_SAMPLES))
+def test_corpus_p2p_sample_meets_its_meta(path: Path):
+    want = _meta(path)["expected"]
+    p2p = parse_p2p_bandwidth_latency(path.read_text())
+    assert sorted(p2p.matrices) == sorted(want["sections_present"])
+    assert p2p.n_gpus == want["n_gpus"]
+    bidir = "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)"
+    assert p2p.offdiag_max(bidir) == pytest.approx(want["p2p_enabled_bidir_max_offdiag"])
+    assert p2p.offdiag_min(bidir) == pytest.approx(want["p2p_enabled_bidir_min_offdiag"])
+    assert p2p.diag_max(bidir) == pytest.approx(want["diag_max"])
+    assert not p2p.warnings
+
+
+@pytest.mark.parametrize("path", _params(ALL_TEXTS))
+def test_every_corpus_text_parses_or_is_refused_cleanly(path: Path):
+    text = path.read_text(errors="replace")
+    try:
+        for result in parse_nccl_tests_all(text):
+            assert result.rows
+    except NcclTestsParseError as exc:
+        assert "\n" not in str(exc) and str(exc)
+    try:
+        parse_p2p_bandwidth_latency(text)
+    except P2PParseError:
+        pass
+
+
+# ------------------------------------------------------- formats the nccl-tests sources print
+
+HEADER_2X = """\
+# nThread 1 nGpus 2 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid   4242 on      node1 device  0 [0x07] NVIDIA A100-SXM4-80GB
+#  Rank  1 Group  0 Pid   4242 on      node1 device  1 [0x0a] NVIDIA A100-SXM4-80GB
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+"""
+ROWS_2X = """\
+     1048576        262144     float     sum      -1    30.12   34.81   34.81      0    29.90   35.07   35.07      0
+     2097152        524288     float     sum      -1    45.50   46.09   46.09      0    45.10   46.50   46.50      0
+"""
+FOOTER_2X = """\
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 40.6175 
+#
+"""
+
+
+def test_modern_table_reads_every_field():
+    result = parse_nccl_tests("./build/all_reduce_perf -b 1M -e 2M -g 2\n" + HEADER_2X + ROWS_2X + FOOTER_2X)
+    assert result.collective == "all_reduce"
+    assert result.nranks == 2
+    assert result.rows[0] == NcclTestsRow(
+        size_bytes=1048576, count=262144, type="float", redop="sum", root=-1,
+        out_of_place=Result(30.12, 34.81, 34.81, 0), in_place=Result(29.90, 35.07, 35.07, 0))
+    assert (result.avg_busbw_gbps, result.out_of_bounds, result.ok) == (40.6175, 0, True)
+    assert result.max_busbw_gbps() == 46.50
+    assert result.warnings == ()
+
+
+def test_to_json_has_the_documented_shape():
+    data = parse_nccl_tests(HEADER_2X + ROWS_2X + FOOTER_2X).to_json()
+    assert {"rows", "avg_busbw_gbps", "max_busbw_gbps", "out_of_bounds", "warnings"} <= set(data)
+    row = data["rows"][1]
+    assert (row["size_bytes"], row["count"], row["type"], row["redop"]) == (2097152, 524288, "float", "sum")
+    assert row["in_place"] == {"time_us": 45.10, "algbw_gbps": 46.50, "busbw_gbps": 46.50, "wrong": 0,
+                               "error": None}
+    assert data["max_busbw_gbps"] == 46.50
+    json.dumps(data, allow_nan=False)
+
+
+def test_launcher_prefixes_are_stripped():
+    text = HEADER_2X + ROWS_2X + FOOTER_2X
+    for prefix in ("[1,0]<stdout>:", " 0: ", "node1: "):
+        tagged = "".join(prefix + line for line in text.splitlines(keepends=True))
+        assert parse_nccl_tests(tagged) == parse_nccl_tests(text), prefix
+
+
+def test_wrong_elements_and_failed_summaries_make_ok_false():
+    bad_row = ROWS_2X.replace("      0    29.90", "     17    29.90")
+    result = parse_nccl_tests(HEADER_2X + bad_row + FOOTER_2X.replace("0 OK", "1 FAILED"))
+    assert result.rows[0].out_of_place.wrong == 17
+    assert (result.out_of_bounds, result.ok) == (1, False)
+    # A row with #wrong > 0 is a failure even if the summary was lost.
+    assert parse_nccl_tests(HEADER_2X + bad_row).ok is False
+    # NCCL_TESTS_MIN_BW adds OK/FAILED to the average line.
+    low = FOOTER_2X.replace("40.6175 ", "40.6175 FAILED")
+    assert parse_nccl_tests(HEADER_2X + ROWS_2X + low).ok is False
+    assert parse_nccl_tests(HEADER_2X + ROWS_2X + FOOTER_2X.replace("40.6175 ", "40.6175 OK")).ok is True
+
+
+def test_no_summary_means_ok_unknown_and_a_warning():
+    result = parse_nccl_tests(HEADER_2X + ROWS_2X)
+    assert (result.ok, result.avg_busbw_gbps, result.out_of_bounds) == (None, None, None)
+    assert any("no summary" in w for w in result.warnings)
+
+
+def test_na_nan_and_minus_one_cells_are_none():
+    rows = ("        4096          1024     float    none       0    25.72    0.16    0.16    N/A    25.62    -nan     N/A     -1\n")
+    result = parse_nccl_tests(HEADER_2X + rows + FOOTER_2X)
+    row = result.rows[0]
+    assert row.out_of_place == Result(25.72, 0.16, 0.16, None)
+    assert row.in_place == Result(25.62, None, None, None)
+    assert any("'-nan'" in w for w in result.warnings)
+
+
+def test_new_columns_bitdiff_per_iteration_and_timestamp_are_skipped():
+    text = textwrap.dedent("""\
+        # nccl-tests version 2.19.6 nccl-headers=22803 nccl-library=22803
+        # Collective test starting: reduce_scatter_perf_mpi
+        #  Rank  0 Group  0 Pid 1 on n device  0 [0000:07:00] NVIDIA H100
+        #       size         count      type   redop    root     time   algbw   busbw  #wrong  #bitdiff    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong  #bitdiff    i_min    i_max    i_p99    i_cv%   timestamp
+        #        (B)    (elements)                               (us)  (GB/s)  (GB/s)                        (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)
+            8388608       2097152     float     sum      -1   100.10   83.80   73.33       0         0    98.00   102.00   101.50     1.20    99.90   83.97   73.47       0         0    97.00   101.00   100.80     1.10  2026-07-01 10:00:00
+        # Out of bounds values : 0 OK
+        # Bitwise mismatches   : 0 OK
+        # Avg bus bandwidth    : 73.4 
+        #
+        # Collective test concluded: reduce_scatter_perf_mpi
+        """)
+    result = parse_nccl_tests(text)
+    assert result.collective == "reduce_scatter"
+    assert result.rows[0].out_of_place == Result(100.10, 83.80, 73.33, 0)
+    assert result.rows[0].in_place == Result(99.90, 83.97, 73.47, 0)
+    assert (result.ok, result.nranks, result.warnings) == (True, 1, ())
+    assert parse_nccl_tests(text.replace("Bitwise mismatches   : 0 OK", "Bitwise mismatches   : 3 FAILED")).ok is False
+
+
+def test_oldest_format_bytes_n_op_res_with_one_placement():
+    # nccl-tests of 2017 (reduce_perf): "bytes N type op root" and only an out-of-place group.
+    text = textwrap.dedent("""\
+        #                                         out-of-place
+        #      bytes             N    type      op    root    time  algbw  busbw      res
+            1048576        262144   float     sum       0   51.20   20.48  20.48  0e+00
+            2097152        524288   float     sum       0   80.10   26.18  26.18  1e-03*
+        """)
+    result = parse_nccl_tests(text)
+    assert [(r.size_bytes, r.redop, r.root) for r in result.rows] == [(1048576, "sum", 0), (2097152, "sum", 0)]
+    assert result.rows[1].out_of_place == Result(80.10, 26.18, 26.18, None, 1e-03)
+    assert result.rows[1].in_place is None
+    assert any("above nccl-tests' threshold" in w for w in result.warnings)
+
+
+def test_columns_are_inferred_when_the_header_was_cut_off():
+    result = parse_nccl_tests(ROWS_2X + FOOTER_2X)
+    assert [r.size_bytes for r in result.rows] == [1048576, 2097152]
+    assert result.rows[0].root == -1 and result.rows[0].in_place.busbw_gbps == 35.07
+    assert any("columns inferred" in w for w in result.warnings)
+    # Old rows without root and with a float error column.
+    old = "    33554432       8388608     float     sum    19902    1.69    2.53  2e-07    19898    1.69    2.53  2e-07\n"
+    row = parse_nccl_tests(old).rows[0]
+    assert (row.redop, row.root, row.in_place.error, row.in_place.wrong) == ("sum", None, 2e-07, None)
+
+
+def test_a_row_cut_mid_line_keeps_its_whole_cells():
+    text = HEADER_2X + ROWS_2X + "     4194304       1048576     float     sum      -1    70.20   59.75   59.75      0    70.1"
+    result = parse_nccl_tests(text)
+    last = result.rows[-1]
+    assert last.out_of_place == Result(70.20, 59.75, 59.75, 0)
+    assert last.in_place is None  # "70.1" may be the start of "70.15": dropped
+    assert any("cut short" in w for w in result.warnings)
+
+
+def test_lines_interleaved_inside_the_table_are_skipped():
+    noise = ("node1:4242:4250 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 7000 - Init COMPLETE\n"
+             "8 more processes have sent help message help-mtl-ofi.txt / OFI call fail\n"
+             "user@node1:~/nccl-tests$ \n")
+    first, second = ROWS_2X.splitlines(keepends=True)
+    assert parse_nccl_tests(HEADER_2X + first + noise + second + FOOTER_2X).rows == \
+        parse_nccl_tests(HEADER_2X + ROWS_2X + FOOTER_2X).rows
+
+
+def test_nranks_falls_back_to_nccl_info_lines():
+    header = "\n".join(line for line in HEADER_2X.splitlines() if "Rank" not in line) + "\n"
+    info = "".join(f"h:1:2 [{r}] NCCL INFO comm 0x{r} rank {r} nranks 4 cudaDev {r} - Init COMPLETE\n" for r in range(4))
+    assert parse_nccl_tests(info + header + ROWS_2X + FOOTER_2X).nranks == 4
+    assert parse_nccl_tests(header + ROWS_2X + FOOTER_2X).nranks is None
+
+
+def test_several_runs_in_one_log():
+    second = HEADER_2X.replace("float", "half") + ROWS_2X.replace("float", " half") + FOOTER_2X
+    text = ("$ ./build/all_reduce_perf -g 2\n" + HEADER_2X + ROWS_2X + FOOTER_2X
+            + "$ ./build/all_gather_perf -g 2\n" + second)
+    runs = parse_nccl_tests_all(text)
+    assert [r.collective for r in runs] == ["all_reduce", "all_gather"]
+    assert [r.rows[0].type for r in runs] == ["float", "half"]
+    first = parse_nccl_tests(text)
+    assert first.rows == runs[0].rows and any("2 runs" in w for w in first.warnings)
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("", "no nccl-tests result table"),
+    ("hello\nworld\n", "no nccl-tests result table"),
+    (HEADER_2X, "no result row"),
+    (FOOTER_2X, "summary lines found"),
+    ("Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)\n   D\\D     0      1\n", "p2pBandwidthLatencyTest"),
+])
+def test_no_table_is_a_one_line_parse_error(text, reason):
+    with pytest.raises(NcclTestsParseError, match=reason) as info:
+        parse_nccl_tests(text)
+    assert "\n" not in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+# ------------------------------------------------------------------------- p2p (hand-written)
+
+P2P_TEXT = """\
+[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]
+Device: 0, NVIDIA GeForce RTX 4090, pciBusID: 1, pciDeviceID: 0, pciDomainID:0
+Device: 1, NVIDIA GeForce RTX 4090, pciBusID: 25, pciDeviceID: 0, pciDomainID:0
+P2P Connectivity Matrix
+     D\\D     0     1
+     0\t     1     1
+     1\t     1     1
+Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)
+   D\\D     0      1 
+     0 909.69  21.55 
+     1  21.49 915.23 
+Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)
+   D\\D     0      1 
+     0 919.67  41.10 
+     1  40.95 
+P2P=Disabled Latency Matrix (us)
+   GPU     0      1 
+     0   1.40  13.21 
+     1  12.88   1.38 
+
+   CPU     0      1 
+     0   2.41   6.55 
+     1   6.47   2.39 
+"""
+
+
+def test_p2p_matrices_latency_halves_and_cut_rows():
+    p2p = parse_p2p_bandwidth_latency(P2P_TEXT)
+    assert set(p2p.matrices) == {
+        "P2P Connectivity Matrix", "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)",
+        "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)", "P2P=Disabled Latency Matrix (us)",
+        "P2P=Disabled Latency Matrix (us) [CPU]"}
+    assert p2p.n_gpus == 2
+    bidir = p2p.matrices["Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)"]
+    assert bidir == ((919.67, 41.10), (40.95, None))
+    assert p2p.offdiag_max("Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)") == 41.10
+    assert p2p.matrices["P2P=Disabled Latency Matrix (us) [CPU]"][1] == (6.47, 2.39)
+    assert any("row 1 has 1 of 2" in w for w in p2p.warnings)
+    with pytest.raises(P2PParseError):
+        parse_p2p_bandwidth_latency(HEADER_2X + ROWS_2X)
+
+
+# ------------------------------------------------------------------------------ properties
+
+
+def _check_result(result: NcclTestsResult) -> None:
+    json.dumps(result.to_json(), allow_nan=False)
+    for row in result.rows:
+        assert isinstance(row.size_bytes, int) and row.size_bytes >= 0
+        assert row.out_of_place is not None or row.in_place is not None
+    assert all(isinstance(w, str) and w for w in result.warnings)
+
+
+@given(st.text())
+def test_arbitrary_text_raises_only_the_parse_error(text):
+    try:
+        for result in parse_nccl_tests_all(text):
+            _check_result(result)
+    except NcclTestsParseError:
+        pass
+    try:
+        parse_p2p_bandwidth_latency(text)
+    except P2PParseError:
+        pass
+
+
+TABLE_ALPHABET = st.sampled_from(list("0123456789 .-+eE#/:N/A\n\tabcdefghijklmnopqrstuvwxyz*[]<>"))
+
+
+@given(st.lists(st.one_of(st.text(TABLE_ALPHABET, max_size=120),
+                          st.sampled_from((HEADER_2X + ROWS_2X + FOOTER_2X).splitlines()))).map("\n".join))
+def test_table_like_text_raises_only_the_parse_error(text):
+    try:
+        for result in parse_nccl_tests_all(text):
+            _check_result(result)
+    except NcclTestsParseError:
+        pass
+
+
+_REAL_TEXTS = [p.read_text() for p in PERF_SAMPLES + P2P_SAMPLES] or [HEADER_2X + ROWS_2X + FOOTER_2X, P2P_TEXT]
+
+
+@st.composite
+def _mutated_samples(draw):
+    text = draw(st.sampled_from(_REAL_TEXTS))
+    for _ in range(draw(st.integers(1, 8))):
+        i = draw(st.integers(0, len(text)))
+        j = draw(st.integers(i, min(len(text), i + 200)))
+        piece = draw(st.one_of(st.just(""), st.text(TABLE_ALPHABET, max_size=20), st.text(max_size=5)))
+        text = text[:i] + piece + text[j:]
+    return text
+
+
+@given(_mutated_samples())
+def test_mutated_real_samples_raise_only_the_parse_errors(text):
+    try:
+        for result in parse_nccl_tests_all(text):
+            _check_result(result)
+    except NcclTestsParseError:
+        pass
+    try:
+        parse_p2p_bandwidth_latency(text)
+    except P2PParseError:
+        pass
+
+
+# The numbers as nccl-tests prints them: time to 7 characters (2, 1 or 0 decimals), bandwidth with 2.
+_TIME = st.one_of(st.integers(0, 9999).map(lambda x: x / 100), st.integers(1000, 99999).map(lambda x: x / 10),
+                  st.integers(10000, 10**8).map(float))
+_BW = st.integers(0, 10**6).map(lambda x: x / 100)
+_CELLS = st.builds(Result, _TIME | st.none(), _BW | st.none(), _BW | st.none(), st.integers(0, 10**6) | st.none())
+_ROWS = st.builds(NcclTestsRow, st.integers(0, 2**40), st.integers(0, 2**38),
+                  st.sampled_from(["float", "half", "bfloat16", "int8", "double"]),
+                  st.sampled_from(["sum", "prod", "min", "max", "avg", "none"]), st.integers(-1, 64),
+                  _CELLS, _CELLS)
+
+
+@given(rows=st.lists(_ROWS, min_size=1, max_size=12), oob=st.integers(0, 100),
+       avg=st.floats(0, 1e4, allow_nan=False).map(lambda x: float(f"{x:g}")),
+       nranks=st.integers(1, 16), collective=st.sampled_from([None, "all_reduce", "all_gather", "alltoall"]))
+def test_render_then_parse_round_trips(rows, oob, avg, nranks, collective):
+    wrong = any(r.wrong for row in rows for r in row.results())
+    result = NcclTestsResult(collective=collective, rows=tuple(rows), avg_busbw_gbps=avg, out_of_bounds=oob,
+                             ok=oob == 0 and not wrong, nranks=nranks)
+    assert parse_nccl_tests(render_nccl_tests(result)) == result
+
+
+def test_render_refuses_rows_the_modern_table_cannot_show():
+    with pytest.raises(ValueError, match="size 8"):
+        render_nccl_tests(NcclTestsResult(None, (NcclTestsRow(8),)))
+
+
+# ----------------------------------------------------------------------------------- runner
+
+SAMPLE_TEXT = HEADER_2X + ROWS_2X + FOOTER_2X
+
+
+def _fake(tmp_path: Path, body: str, name: str = "all_reduce_perf") -> str:
+    path = tmp_path / name
+    path.write_text(f"#!{sys.executable}\n" + textwrap.dedent(body))
+    path.chmod(0o755)
+    return str(path)
+
+
+def _env(**extra) -> dict:
+    return {**os.environ, **extra}
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` is a live process (a zombie waiting for its reaper counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _wait_gone(pids, within_s: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if _running(p)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return alive
+
+
+def test_argv_is_one_size_with_the_check_on():
+    assert nt.all_reduce_perf_argv("/x/all_reduce_perf", 8, 1 << 30, iters=50, warmup=10) == [
+        "/x/all_reduce_perf", "-b", "1073741824", "-e", "1073741824", "-f", "2", "-g", "8",
+        "-n", "50", "-w", "10", "-c", "1"]
+    for bad in ({"n_gpus": 0}, {"size_bytes": -1}, {"iters": 0}, {"warmup": -1}, {"n_gpus": True}):
+        args = {"n_gpus": 2, "size_bytes": 8, **bad}
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            nt.all_reduce_perf_argv("b", args["n_gpus"], args["size_bytes"],
+                                    iters=args.get("iters", 20), warmup=args.get("warmup", 5))
+
+
+def test_runner_passes_the_flags_and_parses_the_output(tmp_path):
+    text_file = tmp_path / "out.txt"
+    text_file.write_text(SAMPLE_TEXT)
+    binary = _fake(tmp_path, """\
+        import os, sys
+        open(os.environ["FAKE_ARGV"], "w").write("\\n".join(sys.argv[1:]))
+        sys.stdout.write(open(os.environ["FAKE_TEXT"]).read())
+        """)
+    argv_file = tmp_path / "argv"
+    result = nt.run_all_reduce_perf(binary, 2, 1 << 20, iters=7, warmup=3, timeout_s=60,
+                                    env=_env(FAKE_TEXT=str(text_file), FAKE_ARGV=str(argv_file)))
+    assert result == parse_nccl_tests(SAMPLE_TEXT)
+    assert argv_file.read_text().split("\n") == ["-b", "1048576", "-e", "1048576", "-f", "2", "-g", "2",
+                                                 "-n", "7", "-w", "3", "-c", "1"]
+
+
+@pytest.mark.skipif(not PERF_SAMPLES, reason=NO_CORPUS)
+def test_runner_reads_a_real_sample_as_printed(tmp_path):
+    sample = PERF_SAMPLES[0]
+    binary = _fake(tmp_path, f"import sys; sys.stdout.write(open({str(sample)!r}).read())\n")
+    assert nt.run_all_reduce_perf(binary, 8, 8, timeout_s=60) == parse_nccl_tests(sample.read_text())
+
+
+def test_runner_nonzero_exit_raises_with_the_tail(tmp_path):
+    binary = _fake(tmp_path, """\
+        import sys
+        print("some setup line")
+        print("node1: Test NCCL failure common.cu:954 'unhandled cuda error'", file=sys.stderr)
+        sys.exit(3)
+        """)
+    with pytest.raises(NcclTestsRunError, match=r"(?s)exited with status 3.*unhandled cuda error"):
+        nt.run_all_reduce_perf(binary, 2, 8, timeout_s=60)
+
+
+def test_runner_output_without_table_raises_run_error(tmp_path):
+    binary = _fake(tmp_path, 'print("# nThread 1 nGpus 2 ...")\n')
+    with pytest.raises(NcclTestsRunError, match="no nccl-tests result table") as info:
+        nt.run_all_reduce_perf(binary, 2, 8, timeout_s=60)
+    assert isinstance(info.value.__cause__, NcclTestsParseError)
+
+
+def test_runner_missing_binary_raises_run_error(tmp_path):
+    with pytest.raises(NcclTestsRunError, match="cannot start"):
+        nt.run_all_reduce_perf(str(tmp_path / "nope"), 2, 8, timeout_s=5)
+
+
+def _spawning_sleeper(tmp_path: Path, ignore_term: bool) -> tuple[str, Path]:
+    pids = tmp_path / "pids"
+    binary = _fake(tmp_path, f"""\
+        import os, signal, subprocess, sys, time
+        if {ignore_term!r}:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+        print("# nThread 1 nGpus 2", flush=True)
+        time.sleep(600)
+        """)
+    return binary, pids
+
+
+def _started_pids(pids_file: Path) -> list[int]:
+    return [int(p) for p in pids_file.read_text().split()] if pids_file.exists() else []
+
+
+@pytest.mark.parametrize("ignore_term", [False, True], ids=["sigterm", "sigkill-after-grace"])
+def test_runner_timeout_kills_the_whole_group(tmp_path, ignore_term):
+    binary, pids_file = _spawning_sleeper(tmp_path, ignore_term)
+    started = time.monotonic()
+    try:
+        with pytest.raises(BenchTimeout, match=r"did not finish within 1 s(?s:.*)# nThread"):
+            nt.run_all_reduce_perf(binary, 2, 8, timeout_s=1, grace_s=0.5)
+        elapsed = time.monotonic() - started
+        pids = _started_pids(pids_file)
+        assert len(pids) == 2  # the fake and the child it started
+        assert _wait_gone(pids) == []
+        assert elapsed < 1 + 3 * 0.5 + 2  # timeout + grace periods + slack, not the 600 s sleep
+    finally:
+        for pid in _started_pids(pids_file):  # never leave our own fakes running
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------- find binary
+
+
+def _exe(folder: Path) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "all_reduce_perf"
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_find_all_reduce_perf_order(tmp_path):
+    on_path = _exe(tmp_path / "bin")
+    named = _exe(tmp_path / "nccl-tests" / "build")
+    dcgm = _exe(tmp_path / "dcgm")
+    assert nt.find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(Path(named).parent), "PATH": str(tmp_path / "bin")}) == named
+    assert nt.find_all_reduce_perf({"DCGM_NCCL_TESTS_BIN_PATH": str(Path(dcgm).parent)}) == dcgm
+    # A variable naming a folder without the binary falls through to PATH.
+    assert nt.find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(tmp_path), "PATH": str(tmp_path / "bin")}) == on_path
+    assert nt.find_all_reduce_perf({"PATH": str(tmp_path / "empty")}) is None
+    assert nt.find_all_reduce_perf({}) is None
+
+
+def test_find_all_reduce_perf_skips_a_file_that_is_not_executable(tmp_path):
+    (tmp_path / "all_reduce_perf").write_text("not a program")
+    assert nt.find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(tmp_path)}) is None
