@@ -173,3 +173,18 @@ def floors(config: pytest.Config) -> tuple[dict, set]:
                 raise pytest.UsageError(str(exc)) from None
             explicit.add(key)
     return result, explicit
+
+
+def validate_benchmark_options(config: pytest.Config) -> None:
+    """Read every benchmark setting once at start-up, so that a bad value is a usage error naming
+    its source before any test runs (the benchmarks themselves start only when needed)."""
+    choice(config, "allreduce-backend", ("nccl", "gloo"), "nccl")
+    choice(config, "allreduce-engine", ("torch", "nccl-tests"), "torch")
+    if value(config, "check")[0] is not None:
+        choice(config, "check", ("quick", "full"), "quick")
+    number(config, "allreduce-world-size", None, integer=True)
+    size(config, "allreduce-size")
+    number(config, "bench-timeout", None)
+    number(config, "cache-max-age", None)
+    if any(value(config, o)[0] is not None for o in OPTIONS if o.startswith("floor-")):
+        floors(config)

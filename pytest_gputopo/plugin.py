@@ -27,7 +27,13 @@ class RunState:
         self.verdicts: dict = {}  # requirement -> skip reason (None: met), evaluated once per run
 
     @staticmethod
-    def evaluate(requirement, topology) -> str | None:
+    def evaluate(requirement, config) -> str | None:
+        from .checks import judge_bandwidth
+        from .requirements import BandwidthRequirement
+
+        if isinstance(requirement, BandwidthRequirement):
+            return judge_bandwidth(config, requirement)  # measures lazily, once per run
+        topology = config.stash[TOPOLOGY]
         verdict = requirement.evaluate(topology)
         return None if verdict.ok else f"{verdict.reason} [{report.source_text(topology)}]"
 
@@ -46,9 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from . import requirements as reqs
 
     for name, help_text in reqs.MARKER_HELP.items():
-        sig = reqs.marker_signature(name).replace(", *, strict=None", ", strict=False")
+        sig = reqs.marker_signature(name).replace("*, ", "").replace("strict=None", "strict=False")
         config.addinivalue_line("markers", f"{sig}: {help_text}; unmet -> skip (fail when strict)")
     state = RunState(strict=options.flag(config, "strict"))
+    options.validate_benchmark_options(config)
     config.stash[STATE] = state
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and WORKER_KEY in workerinput:
@@ -126,7 +133,7 @@ def pytest_collection(session: pytest.Session) -> None:
                     returncode=GATE_EXIT_STATUS)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Validate every gputopo marker now, so a bad argument stops the run naming the test."""
     from . import requirements as reqs
 
@@ -157,6 +164,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
             item.stash[ITEM_REQS] = found
     if errors:
         raise pytest.UsageError("bad gputopo marker arguments:\n  " + "\n  ".join(errors))
+    from .checks import check_items
+
+    items.extend(check_items(session))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -168,7 +178,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     for requirement, strict in found:
         reason = state.verdicts.get(requirement, ...)
         if reason is ...:
-            reason = state.verdicts[requirement] = state.evaluate(requirement, item.config.stash[TOPOLOGY])
+            reason = state.verdicts[requirement] = state.evaluate(requirement, item.config)
         if reason is None:
             continue
         strict = state.strict if strict is None else strict
@@ -201,3 +211,24 @@ def gputopo(pytestconfig: pytest.Config):
     """The machine as this process sees it (``pytest_gputopo.model.Topology``): ``gpus``,
     ``link(a, b)``, ``p2p(a, b)``, ``pairs(gpus=None)``, ``pairs_worse_than("PXB")``, ``source``."""
     return pytestconfig.stash[TOPOLOGY]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """--gputopo-json: the topology, every measurement and every check, as one document."""
+    config = session.config
+    path, where = options.value(config, "json")
+    if path is None or hasattr(config, "workerinput") or TOPOLOGY not in config.stash:
+        return
+    from .checks import CHECK_OUTCOMES, SUITE
+
+    suite = config.stash.get(SUITE, None)
+    document = report.json_document(config.stash[TOPOLOGY], suite.results if suite else [],
+                                    config.stash.get(CHECK_OUTCOMES, []))
+    import json
+
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(document, handle, indent=1)
+            handle.write("\n")
+    except OSError as exc:
+        raise pytest.UsageError(f"{where}: cannot write {path}: {exc.strerror or exc}") from None

@@ -60,10 +60,10 @@ def _visible(topology: Topology) -> str:
     return f"{text} ({topology.problem})" if topology.problem and not n else text
 
 
-def _unmet(req: Requirement, failures: list[str], max_pairs: int | None) -> Verdict:
+def _unmet(req: Requirement, failures: list[str], max_pairs: int | None, noun: str = "pairs") -> Verdict:
     shown = failures if max_pairs is None else failures[:max_pairs]
     more = len(failures) - len(shown)
-    reason = f"{req}: " + "; ".join(shown) + (f"; and {more} more pairs" if more else "")
+    reason = f"{req}: " + "; ".join(shown) + (f"; and {more} more {noun}" if more else "")
     return Verdict(False, reason, tuple(failures))
 
 
@@ -147,6 +147,82 @@ class LinkRequirement(Requirement):
 
 
 # ---------------------------------------------------------------------------------------------
+# Bandwidth: judged on measured (or, for a recorded machine, published) figures
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A bandwidth the caller looked up for a measurement: ``gbps`` with where it came from."""
+
+    gbps: float | None
+    origin: str  # "measured", "recorded" (published for the machine), "cached"
+    what: str = ""
+    source: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BandwidthRequirement(Requirement):
+    """``min_<metric>_bw``: every measurement behind it reaches ``gbps`` (or, when ``gbps`` is None,
+    ``floor`` x the bandwidth the link is expected to give)."""
+
+    metric: str = "allreduce"  # allreduce, p2p, h2d
+    gbps: float | None = None
+    size: int | None = None
+    pinned: bool = True
+    floor: float | None = None
+
+    def __str__(self) -> str:
+        args = [] if self.gbps is None else [f"{self.gbps:g}"]
+        args += [f"gpus={self.gpus}"] if self.gpus else []
+        args += [f"size={self.size}"] if self.size else []
+        args += ["pinned=False"] if self.metric == "h2d" and not self.pinned else []
+        args += [f"floor={self.floor:g}"] if self.floor is not None else []
+        return f"min_{self.metric}_bw({', '.join(args)})"
+
+    def keys(self, topology: Topology, allreduce_key) -> list[tuple]:
+        """The measurements this needs (``allreduce_key(gpus, size)`` names the all-reduce)."""
+        if self.metric == "allreduce":
+            key = allreduce_key(self.gpus, self.size)
+            return [key] if key[1] >= 1 else []
+        if self.metric == "p2p":
+            return [("p2p", ln.a, ln.b) for ln in topology.pairs(self.gpus)]
+        n = len(topology.gpus) if self.gpus is None else min(self.gpus, len(topology.gpus))
+        return [("h2d", g, self.pinned) for g in range(n)]
+
+    def judge(self, topology: Topology, figures: list[tuple[Figure, float | None, str]], default_floor: float,
+              max_items: int | None = REASON_PAIRS) -> Verdict:
+        """``figures``: (the figure, the expected GB/s or None, what the expectation comes from)."""
+        if not figures:
+            return _unmet(self, [f"nothing to measure: {_visible(topology)}"], max_items, "measurements")
+        failures, sources = [], []
+        for fig, expected, basis in figures:
+            if fig.gbps is None:
+                failures.append(f"{fig.what}: no figure ({fig.error})")
+                continue
+            needed = self.gbps
+            if needed is None:
+                if expected is None:
+                    failures.append(f"{fig.what}: {fig.origin} {fig.gbps:.1f} GB/s, but no expected bandwidth is "
+                                    f"known for {basis} to judge it against")
+                    continue
+                needed = (self.floor if self.floor is not None else default_floor) * expected
+            if fig.gbps < needed or fig.error:
+                exp = f", expected {expected:.1f} from {basis}" if expected is not None else f" ({basis})"
+                wrong = f"; {fig.error}" if fig.error else ""
+                failures.append(f"{fig.what}: {fig.origin} {fig.gbps:.1f} GB/s, needed {needed:.1f}{exp}{wrong}")
+                if fig.source and fig.source not in sources:
+                    sources.append(fig.source)
+        if not failures:
+            return Verdict(True)
+        verdict = _unmet(self, failures, max_items, "measurements")
+        if sources:  # a recorded machine's figures: say once where they were published
+            note = "; ".join(sources)
+            verdict = Verdict(False, f"{verdict.reason} (recorded figures, not measured here: {note})", verdict.failures)
+        return verdict
+
+
+# ---------------------------------------------------------------------------------------------
 # Markers
 
 
@@ -176,11 +252,41 @@ def _requires_link(cls, gpus=None, *, strict=None):
     return LinkRequirement(gpus=_gpu_arg(gpus, "gpus"), need=need, spelled=cls.strip().upper())
 
 
+def _bw_args(gbps, floor):
+    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or gbps <= 0):
+        raise RequirementError(f"gbps must be a positive number (GB/s = 1e9 B/s) or None, got {gbps!r}")
+    if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 < floor <= 2):
+        raise RequirementError(f"floor must be a fraction of the expected bandwidth in (0, 2], got {floor!r}")
+    return None if gbps is None else float(gbps), None if floor is None else float(floor)
+
+
+def _min_allreduce_bw(gbps=None, gpus=None, size=None, *, floor=None, strict=None):
+    gbps, floor = _bw_args(gbps, floor)
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 4):
+        raise RequirementError(f"size must be a number of bytes (>= 4), got {size!r}")
+    return BandwidthRequirement(gpus=_gpu_arg(gpus, "gpus"), metric="allreduce", gbps=gbps, size=size, floor=floor)
+
+
+def _min_p2p_bw(gbps=None, gpus=None, *, floor=None, strict=None):
+    gbps, floor = _bw_args(gbps, floor)
+    return BandwidthRequirement(gpus=_gpu_arg(gpus, "gpus"), metric="p2p", gbps=gbps, floor=floor)
+
+
+def _min_h2d_bw(gbps=None, pinned=True, *, floor=None, strict=None):
+    gbps, floor = _bw_args(gbps, floor)
+    if not isinstance(pinned, bool):
+        raise RequirementError(f"pinned must be True or False, got {pinned!r}")
+    return BandwidthRequirement(metric="h2d", gbps=gbps, pinned=pinned, floor=floor)
+
+
 MARKERS: dict[str, Callable[..., Requirement]] = {
     "requires_gpus": _requires_gpus,
     "requires_p2p": _requires_p2p,
     "requires_nvlink": _requires_nvlink,
     "requires_link": _requires_link,
+    "min_allreduce_bw": _min_allreduce_bw,
+    "min_p2p_bw": _min_p2p_bw,
+    "min_h2d_bw": _min_h2d_bw,
 }
 
 MARKER_HELP = {
@@ -188,6 +294,10 @@ MARKER_HELP = {
     "requires_p2p": "every pair among the GPUs the test uses (cuda:0..gpus-1, default all) can do P2P read and write",
     "requires_nvlink": "every such pair is connected by at least min_links NVLinks",
     "requires_link": "every such pair is linked at cls or better: NV# > PIX > PXB > PHB > NODE > SYS ('NV' = any NVLink)",
+    "min_allreduce_bw": "all-reduce bus bandwidth among the GPUs the test uses, at one large size, is at least "
+                        "gbps GB/s (None: floor x what the links should give)",
+    "min_p2p_bw": "P2P copy bandwidth of every such pair is at least gbps GB/s (None: floor x the link's)",
+    "min_h2d_bw": "host-to-device copy bandwidth of every visible GPU is at least gbps GB/s",
 }
 
 

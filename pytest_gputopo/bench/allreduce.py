@@ -1,0 +1,745 @@
+"""All-reduce bus bandwidth with ``torch.distributed``: one process per rank, a sweep of sizes.
+
+Figures follow nccl-tests (``src/all_reduce.cu``, ``doc/PERFORMANCE.md``):
+
+- ``algbw_gbps = size_bytes / time / 1e9`` (GB/s = 1e9 B/s), ``time`` the time of one all-reduce;
+- ``busbw_gbps = algbw_gbps * 2(n-1)/n`` -- 0 for a single rank, as nccl-tests prints;
+- ``time`` is the **maximum across ranks** of each sample (the collective is done when its slowest
+  rank is done; nccl-tests averages ranks by default, ``-a`` picks min/max/sum -- we take max so that a
+  slow rank cannot hide behind fast ones), then the median of the harness's stable window;
+- ``wrong``: after timing, a fresh all-reduce of "verifiable" inputs whose sum is exact in the dtype
+  (rank ``r`` holds ``(i mod m) + r + 1`` at element ``i``; every element must equal
+  ``n*(i mod m) + n(n+1)/2``, tolerance 0), the count of mismatching elements summed over ranks.
+  ``wrong > 0`` fails the row and the result, whatever the speed.
+
+Thresholds are judged at one large size (``judge_size``), never at the sweep average (nccl-tests'
+"Avg bus bandwidth" is pulled down by the small sizes).
+
+Process model (why subprocess and not multiprocessing): each rank is ``python -m
+pytest_gputopo.bench.allreduce --worker CONFIG RANK`` started with ``start_new_session=True``, so it
+leads its own process group and no terminal signal reaches it; the parent alone decides when it
+dies. Workers write their progress (phase, size) to ``status.<rank>.json`` and rank 0 its rows to
+``result.json`` in a private temporary directory; stdout/stderr go to files there (a full pipe would
+block a worker). The parent polls exits without reaping them (``waitid(WNOWAIT)``), so a process
+group id cannot be reused before it is killed. Whatever happens -- success, a dead rank, a hang past
+``timeout_s``, an exception or Ctrl-C in the parent -- the ``finally`` block sends SIGTERM to every
+worker's group, SIGKILL after a grace period, reaps every worker and deletes the directory. Should the
+parent itself be killed outright, each worker ends on its own: ``PR_SET_PDEATHSIG`` (Linux), a
+watchdog thread that sees the parent pid change, and a hard deadline a little after the parent's.
+
+``torch`` is imported only inside the worker (and never by this module at import time).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+__all__ = [
+    "AllReduceResult",
+    "AllReduceRow",
+    "BenchError",
+    "busbw_factor",
+    "format_size",
+    "measure_allreduce",
+    "parse_nccl_tuning",
+    "run_allreduce",
+]
+
+#: Largest integer each dtype holds exactly (so a sum of small integers stays exact).
+_EXACT_LIMIT = {
+    "float64": 2**53,
+    "float32": 2**24,
+    "float16": 2**11,
+    "bfloat16": 2**8,
+    "int64": 2**62,
+    "int32": 2**30,
+}
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
+
+_KILL_GRACE_S = 2.0  # SIGTERM -> SIGKILL
+_WORKER_GRACE_S = 10.0  # a worker outlives the parent's deadline by at most this much
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not produce figures: a rank died, a collective hung past the timeout,
+    the workers could not start. ``reason`` says which rank and what it was doing; ``pids`` are the
+    worker processes (all gone by the time this is raised); ``logs`` the tail of the culprit's output."""
+
+    def __init__(self, reason: str, *, pids: Sequence[int] = (), logs: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.pids = tuple(pids)
+        self.logs = logs
+
+
+def busbw_factor(world_size: int) -> float:
+    """nccl-tests' all-reduce bus-bandwidth factor 2(n-1)/n (0 for one rank)."""
+    return 2 * (world_size - 1) / world_size
+
+
+def format_size(size_bytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size_bytes >= scale and size_bytes % scale == 0:
+            return f"{size_bytes // scale} {unit}"
+    if size_bytes >= 1 << 20:
+        return f"{size_bytes / (1 << 20):.1f} MiB"
+    if size_bytes >= 1 << 10:
+        return f"{size_bytes / (1 << 10):.1f} KiB"
+    return f"{size_bytes} B"
+
+
+@dataclass(frozen=True)
+class AllReduceRow:
+    """One size of the sweep (one line of nccl-tests' table, out-of-place columns aside)."""
+
+    size_bytes: int
+    count: int  # elements per rank
+    time_us: float  # median over the stable window of max-over-ranks per-call time
+    algbw_gbps: float
+    busbw_gbps: float
+    wrong: int  # mismatching elements after a verifiable all-reduce, summed over ranks
+    iterations: int  # back-to-back all-reduce calls per timed sample
+    samples: int
+    spread: float  # max/min of the stable window's samples
+    stable: bool  # the window met the target spread
+    wall_s: float
+    error: Optional[str] = None
+    algo: Optional[str] = None  # NCCL algorithm from the TUNING log (None on gloo / unknown)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.wrong == 0
+
+    def to_json(self) -> dict:
+        return {
+            "size_bytes": self.size_bytes,
+            "count": self.count,
+            "time_us": self.time_us,
+            "algbw_gbps": self.algbw_gbps,
+            "busbw_gbps": self.busbw_gbps,
+            "wrong": self.wrong,
+            "iterations": self.iterations,
+            "samples": self.samples,
+            "spread": self.spread,
+            "stable": self.stable,
+            "wall_s": self.wall_s,
+            "error": self.error,
+            "algo": self.algo,
+        }
+
+
+@dataclass(frozen=True)
+class AllReduceResult:
+    backend: str
+    world_size: int
+    dtype: str
+    rows: Tuple[AllReduceRow, ...]
+    judged: AllReduceRow  # the row at judge_size: thresholds are judged there, not on the sweep average
+    nvls: Optional[bool]  # None on gloo or when NCCL did not say; True when NCCL chose NVLS/NVLS_TREE
+    nvls_evidence: Tuple[str, ...] = ()
+    wall_s: float = 0.0
+    worker_pids: Tuple[int, ...] = ()
+    measured: bool = True
+
+    @property
+    def ok(self) -> bool:
+        """Every row verified (wrong == 0, no error)."""
+        return all(row.ok for row in self.rows)
+
+    @property
+    def errors(self) -> Tuple[str, ...]:
+        out = []
+        for row in self.rows:
+            if row.error is not None:
+                out.append(row.error)
+            elif row.wrong:
+                out.append(f"{row.wrong} wrong element(s) at {format_size(row.size_bytes)}")
+        return tuple(out)
+
+    def to_json(self) -> dict:
+        return {
+            "benchmark": "all_reduce",
+            "backend": self.backend,
+            "world_size": self.world_size,
+            "dtype": self.dtype,
+            "busbw_factor": busbw_factor(self.world_size),
+            "rows": [row.to_json() for row in self.rows],
+            "judged": self.judged.to_json(),
+            "nvls": self.nvls,
+            "nvls_evidence": list(self.nvls_evidence),
+            "ok": self.ok,
+            "errors": list(self.errors),
+            "wall_s": self.wall_s,
+            "measured": self.measured,
+        }
+
+
+# --------------------------------------------------------------------------------------------------
+# NCCL log: which algorithm did an all-reduce of a given size use?
+
+_TUNING_RE = re.compile(r"\b(AllReduce|Broadcast|Reduce|AllGather|ReduceScatter): (\d+) Bytes -> Algo (\w+) proto (\w+)")
+
+
+def parse_nccl_tuning(text: str) -> List[Tuple[str, int, str, str]]:
+    """``(collective, bytes, algo, proto)`` for every NCCL_DEBUG_SUBSYS=TUNING dispatch line, e.g.
+    ``NCCL INFO AllReduce: 67108864 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..15}``
+    (``src/enqueue.cc``; printed by rank 0 of each communicator)."""
+    return [(m.group(1), int(m.group(2)), m.group(3), m.group(4)) for m in _TUNING_RE.finditer(text)]
+
+
+def _algo_by_size(lines: Iterable[Tuple[str, int, str, str]]) -> Dict[int, str]:
+    counts: Dict[int, Dict[str, int]] = {}
+    for coll, nbytes, algo, _proto in lines:
+        if coll == "AllReduce":
+            per = counts.setdefault(nbytes, {})
+            per[algo] = per.get(algo, 0) + 1
+    return {n: max(per, key=lambda a: per[a]) for n, per in counts.items()}
+
+
+def _nccl_env(workdir: str) -> Dict[str, str]:
+    return {
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,TUNING",
+        "NCCL_DEBUG_FILE": os.path.join(workdir, "nccl.%h.%p.log"),
+    }
+
+
+def _read_nccl_logs(workdir: str) -> str:
+    text = []
+    for name in sorted(os.listdir(workdir)):
+        if name.startswith("nccl.") and name.endswith(".log"):
+            try:
+                with open(os.path.join(workdir, name), errors="replace") as f:
+                    text.append(f.read())
+            except OSError:
+                pass
+    return "\n".join(text)
+
+
+# --------------------------------------------------------------------------------------------------
+# Parent side
+
+
+def _exited(proc: subprocess.Popen) -> Optional[int]:
+    """The exit code (negative = signal) if ``proc`` has exited, without reaping it, so that its pid
+    -- and with it its process group id -- stays reserved until we kill the group and reap it."""
+    if proc.returncode is not None:
+        return proc.returncode
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:  # pragma: no cover - macOS < 3.13, Windows
+        return proc.poll()
+    try:
+        info = waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # already reaped elsewhere
+        return proc.poll()
+    if info is None or info.si_pid == 0:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status
+    return -info.si_status
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    if proc.returncode is not None:  # reaped: its pid may belong to someone else by now
+        return
+    try:
+        if os.name == "posix":
+            os.killpg(proc.pid, sig)
+        else:  # pragma: no cover
+            proc.send_signal(sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _cleanup(procs: Sequence[subprocess.Popen]) -> None:
+    """SIGTERM every worker's process group, SIGKILL what is left after a grace period, reap all."""
+    for p in procs:
+        _signal_group(p, signal.SIGTERM)
+    end = time.monotonic() + _KILL_GRACE_S
+    while time.monotonic() < end and any(_exited(p) is None for p in procs):
+        time.sleep(0.01)
+    for p in procs:
+        # Also for exited leaders: a grandchild left in the group dies with it.
+        _signal_group(p, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+            pass
+
+
+def _read_json(path: str) -> Optional[dict]:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: str, limit: int = 2000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _describe_code(code: int) -> str:
+    if code < 0:
+        try:
+            return f"code {code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"code {code}"
+    return f"code {code}"
+
+
+def _phase_text(status: Optional[dict]) -> str:
+    if not status:
+        return "start-up"
+    return status.get("phase") or "start-up"
+
+
+def _failure_reason(workdir: str, codes: Dict[int, int], order: List[int]) -> Tuple[str, str]:
+    """Name the culprit among failed ranks: one that died without a Python error record (killed,
+    ``os._exit``) before one that raised (typically "connection closed" as a consequence)."""
+    statuses = {r: _read_json(os.path.join(workdir, f"status.{r}.json")) for r in codes}
+    hard = [r for r in order if not (statuses[r] or {}).get("error")]
+    soft = [r for r in order if r not in hard]
+    parts = []
+    for r in hard:
+        parts.append(f"rank {r} exited with {_describe_code(codes[r])} during {_phase_text(statuses[r])}")
+    for r in soft:
+        st = statuses[r] or {}
+        parts.append(f"rank {r} failed during {_phase_text(st)}: {st.get('error')}")
+    culprit = (hard or soft)[0]
+    return "; ".join(parts), _tail(os.path.join(workdir, f"rank{culprit}.log"))
+
+
+def _timeout_reason(workdir: str, timeout_s: float, running: List[int], done: List[int]) -> str:
+    statuses = {r: _read_json(os.path.join(workdir, f"status.{r}.json")) for r in running + done}
+    # Suspects: the ranks furthest behind; among them, a rank known to be outside the collective
+    # (the others are waiting inside it for that one).
+    steps = {r: (statuses[r] or {}).get("step", -1) for r in running}
+    behind = min(steps.values())
+    laggards = [r for r in running if steps[r] == behind]
+    outside = [r for r in laggards if (statuses[r] or {}).get("outside_collective")]
+    laggards = outside or laggards
+    who = "rank" if len(laggards) == 1 else "ranks"
+    where = "; ".join(f"rank {r} in {_phase_text(statuses[r])}" for r in running)
+    reason = f"timed out after {timeout_s:g} s waiting for {who} {', '.join(map(str, laggards))} ({where})"
+    if done:
+        reason += f"; finished: {', '.join(f'rank {r}' for r in done)}"
+    return reason
+
+
+def run_allreduce(
+    world_size: int,
+    sizes_bytes: Sequence[int],
+    *,
+    backend: str = "gloo",
+    judge_size: Optional[int] = None,
+    timeout_s: float = 120.0,
+    budget_s_per_size: float = 2.0,
+    dtype: str = "float32",
+    devices: Optional[Sequence[int]] = None,
+    env: Optional[Dict[str, str]] = None,
+    warmup: int = 5,
+    min_samples: int = 5,
+    max_samples: int = 50,
+    target_spread: float = 1.10,
+    min_sample_s: float = 0.02,
+    _hang_rank: Optional[int] = None,
+    _die_rank: Optional[int] = None,
+    _corrupt: bool = False,
+) -> AllReduceResult:
+    """Run an all-reduce sweep over ``world_size`` worker processes and return its figures.
+
+    ``judge_size`` (default: the largest size; added to the sweep when absent) is the row thresholds
+    are judged at. ``timeout_s`` bounds the whole run, start-up included; past it, or when a rank dies,
+    :class:`BenchError` names the rank and what it was doing, and no worker survives. A verification
+    failure is not an exception: the row carries ``wrong > 0`` / ``error`` and ``result.ok`` is False.
+    ``_hang_rank``/``_die_rank``/``_corrupt`` are test hooks (a rank that sleeps instead of
+    all-reducing, one that ``os._exit(9)``s there, one element flipped after the verifiable all-reduce).
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    if dtype not in _ITEMSIZE:
+        raise ValueError(f"dtype must be one of {sorted(_ITEMSIZE)}, got {dtype!r}")
+    if not sizes_bytes and judge_size is None:
+        raise ValueError("no sizes to measure")
+    if devices is not None and len(devices) < world_size:
+        raise ValueError(f"{len(devices)} devices given for {world_size} ranks")
+    itemsize = _ITEMSIZE[dtype]
+    wanted = list(sizes_bytes) + ([judge_size] if judge_size is not None else [])
+    counts = sorted({max(1, int(s) // itemsize) for s in wanted})
+    judge_count = counts[-1] if judge_size is None else max(1, int(judge_size) // itemsize)
+
+    t_start = time.monotonic()
+    deadline = t_start + timeout_s
+    workdir = tempfile.mkdtemp(prefix="gputopo-allreduce-")
+    procs: List[subprocess.Popen] = []
+    logs = []
+    try:
+        config = {
+            "backend": backend,
+            "world_size": world_size,
+            "counts": counts,
+            "dtype": dtype,
+            "devices": list(devices) if devices is not None else None,
+            "budget_s": budget_s_per_size,
+            "warmup": warmup,
+            "min_samples": min_samples,
+            "max_samples": max_samples,
+            "target_spread": target_spread,
+            "min_sample_s": min_sample_s,
+            "store": os.path.join(workdir, "store"),
+            "workdir": workdir,
+            "parent_pid": os.getpid(),
+            "deadline_epoch": time.time() + timeout_s + _WORKER_GRACE_S,
+            "pg_timeout_s": timeout_s + 60.0,  # the parent's deadline always fires first
+            "hang_rank": _hang_rank,
+            "die_rank": _die_rank,
+            "corrupt": bool(_corrupt),
+        }
+        config_path = os.path.join(workdir, "config.json")
+        with open(config_path, "w") as f:
+            json.dump(config, f)
+
+        child_env = dict(os.environ)  # the workers inherit the caller's environment ...
+        child_env.setdefault("OMP_NUM_THREADS", "1")  # ... as torchrun does, one thread per rank
+        if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in child_env and os.path.exists("/sys/class/net/lo"):
+            child_env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only: a single-node benchmark
+        if backend == "nccl":
+            child_env.update(_nccl_env(workdir))
+        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, child_env.get("PYTHONPATH")) if p)
+        if env:
+            child_env.update(env)
+
+        for rank in range(world_size):
+            log = open(os.path.join(workdir, f"rank{rank}.log"), "wb")
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "pytest_gputopo.bench.allreduce", "--worker", config_path, str(rank)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=child_env,
+                start_new_session=(os.name == "posix"), close_fds=True,
+            ))
+        pids = tuple(p.pid for p in procs)
+
+        first_exit: Dict[int, float] = {}
+        while True:
+            codes = {r: _exited(p) for r, p in enumerate(procs)}
+            now = time.monotonic()
+            for r, c in codes.items():
+                if c is not None and r not in first_exit:
+                    first_exit[r] = now
+            if all(c == 0 for c in codes.values()):
+                break
+            failed = [r for r, c in codes.items() if c not in (None, 0)]
+            if failed:
+                # Let the consequences (peers losing their connection) land, then name the culprit.
+                settle = min(deadline, now + 0.5)
+                while time.monotonic() < settle and any(_exited(p) is None for p in procs):
+                    time.sleep(0.02)
+                codes = {r: _exited(p) for r, p in enumerate(procs)}
+                for r, c in codes.items():
+                    if c is not None and r not in first_exit:
+                        first_exit[r] = time.monotonic()
+                failed = sorted((r for r, c in codes.items() if c not in (None, 0)), key=lambda r: (first_exit[r], r))
+                reason, tail = _failure_reason(workdir, {r: codes[r] for r in failed}, failed)
+                raise BenchError(reason, pids=pids, logs=tail)
+            if now >= deadline:
+                running = [r for r, c in codes.items() if c is None]
+                done = [r for r, c in codes.items() if c == 0]
+                reason = _timeout_reason(workdir, timeout_s, running, done)
+                raise BenchError(reason, pids=pids, logs=_tail(os.path.join(workdir, f"rank{running[0]}.log")))
+            time.sleep(0.02)
+
+        raw = _read_json(os.path.join(workdir, "result.json"))
+        if raw is None:
+            raise BenchError("rank 0 exited without writing its results", pids=pids,
+                             logs=_tail(os.path.join(workdir, "rank0.log")))
+        algos = _algo_by_size(parse_nccl_tuning(_read_nccl_logs(workdir))) if backend == "nccl" else {}
+        nvls_lines = []
+        if backend == "nccl":
+            nvls_lines = [ln.strip() for ln in _read_nccl_logs(workdir).splitlines() if "NVLS" in ln][:5]
+    finally:
+        _cleanup(procs)
+        for log in logs:
+            log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    factor = busbw_factor(world_size)
+    rows = []
+    for item in raw["rows"]:
+        m = item["measurement"]
+        size = item["size_bytes"]
+        median_s = m["median_s"]
+        algbw = size / median_s / 1e9 if median_s > 0 else math.inf
+        rows.append(AllReduceRow(
+            size_bytes=size,
+            count=item["count"],
+            time_us=median_s * 1e6,
+            algbw_gbps=algbw,
+            busbw_gbps=algbw * factor,
+            wrong=item["wrong"],
+            iterations=m["iterations_per_sample"],
+            samples=len(m["samples_s"]),
+            spread=m["spread"],
+            stable=m["stable"],
+            wall_s=m["wall_s"],
+            error=m["error"],
+            algo=algos.get(size),
+        ))
+    judged = next(r for r in rows if r.count == judge_count)
+    nvls: Optional[bool] = None
+    if backend == "nccl" and judged.algo is not None:
+        nvls = judged.algo.upper().startswith("NVLS")
+    return AllReduceResult(
+        backend=backend,
+        world_size=world_size,
+        dtype=dtype,
+        rows=tuple(rows),
+        judged=judged,
+        nvls=nvls,
+        nvls_evidence=tuple(nvls_lines),
+        wall_s=time.monotonic() - t_start,
+        worker_pids=pids,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Worker side (runs in the child: ``python -m pytest_gputopo.bench.allreduce --worker CONFIG RANK``)
+
+
+def _pattern(n: int, dtype: str) -> Tuple[int, List[int]]:
+    """(m, per-rank offsets): rank r holds (i mod m) + offsets[r]; the sum n*(i mod m) + sum(offsets)
+    must stay exact in ``dtype``. Falls back to nccl-tests' trick (only two ranks carry values)."""
+    limit = _EXACT_LIMIT[dtype]
+    offsets = [r + 1 for r in range(n)]
+    if sum(offsets) > limit:
+        offsets = [1 if r < 2 else 0 for r in range(n)]
+    m = max(1, min(251, (limit - sum(offsets)) // n + 1))
+    return m, offsets
+
+
+class _Status:
+    def __init__(self, workdir: str, rank: int) -> None:
+        self.path = os.path.join(workdir, f"status.{rank}.json")
+        self.rank = rank
+        self.step = 0
+
+    def __call__(self, phase: str, error: Optional[str] = None, *, advance: bool = True, **extra: Any) -> None:
+        """Record the current phase; ``step`` counts milestones (equal steps = the same point)."""
+        if advance:
+            self.step += 1
+        record = {"rank": self.rank, "step": self.step, "phase": phase, "error": error, "pid": os.getpid()}
+        record.update(extra)
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, self.path)
+
+
+def _guard_worker(parent_pid: int, deadline_epoch: float) -> None:
+    """End this worker if the parent disappears or the hard deadline passes."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except Exception:  # pragma: no cover
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(75)
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid or time.time() > deadline_epoch:
+                os._exit(75)
+            time.sleep(0.25)
+
+    threading.Thread(target=watch, name="gputopo-watchdog", daemon=True).start()
+
+
+def _worker_main(config_path: str, rank: int) -> int:
+    with open(config_path) as f:
+        cfg = json.load(f)
+    status = _Status(cfg["workdir"], rank)
+    status("start-up")
+    _guard_worker(cfg["parent_pid"], cfg["deadline_epoch"])
+    try:
+        _worker(cfg, rank, status)
+    except BaseException as exc:  # noqa: BLE001 - report anything, then fail
+        status(_status_phase(status), error=f"{type(exc).__name__}: {exc}".strip()[:500], advance=False)
+        raise
+    return 0
+
+
+def _status_phase(status: _Status) -> str:
+    rec = _read_json(status.path) or {}
+    return rec.get("phase") or "start-up"
+
+
+def measure_allreduce(
+    count: int,
+    *,
+    dtype: str = "float32",
+    device: Any = None,
+    warmup: int = 5,
+    budget_s: float = 2.0,
+    min_samples: int = 5,
+    max_samples: int = 50,
+    target_spread: float = 1.10,
+    min_sample_s: float = 0.02,
+    corrupt: bool = False,
+) -> Tuple[Any, int]:
+    """Time and verify an all-reduce of ``count`` elements in the *current* process group; call it on
+    every rank. Returns ``(Measurement, wrong)``, the same on every rank: per-call time = max over
+    ranks, then the harness's median; ``wrong`` summed over ranks. The timer is a wall clock between
+    barriers on CPU (gloo), CUDA events after a barrier on a CUDA ``device`` (NCCL).
+    """
+    import torch
+    import torch.distributed as dist
+
+    from .harness import CudaEventTimer, WallTimer, measure
+
+    n = dist.get_world_size()
+    rank = dist.get_rank()
+    tdtype = getattr(torch, dtype)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    size = count * _ITEMSIZE[dtype]
+
+    def agree(values: Sequence[float]) -> List[float]:
+        t = torch.tensor(list(values), dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.tolist()
+
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+
+        def barrier() -> None:
+            dist.barrier(device_ids=[index])
+
+        timer: Any = CudaEventTimer(device, sync=barrier)
+    else:
+        # gloo's all_reduce is blocking: a rank's clock stops when its own part is done; agree() then
+        # takes the max over ranks, so a barrier before stop would only add its latency.
+        timer = WallTimer(sync=dist.barrier, sync_at_stop=False)
+
+    # Timed buffer: zeros, so that back-to-back in-place sums stay finite (n**k overflows fp32 in
+    # ~128 calls); the cost of an all-reduce does not depend on the values. Verification has its own.
+    buf = torch.zeros(count, dtype=tdtype, device=device)
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            dist.all_reduce(buf)
+
+    m_mod, offsets = _pattern(n, dtype)
+    wrong_box = [0]
+
+    def verify() -> Optional[str]:
+        # (i mod m) built by repeating a block of m small integers: exact in every supported dtype,
+        # and a copy rather than an integer modulo over the whole buffer (0.5 s for 64 MiB on a CPU).
+        pattern = torch.arange(m_mod, dtype=tdtype, device=device).repeat(-(-count // m_mod))[:count]
+        x = pattern + offsets[rank]
+        dist.all_reduce(x)
+        if corrupt and rank == n - 1:
+            x[count // 2] += 1  # test hook: one flipped element
+        expected = pattern.mul_(n).add_(sum(offsets))  # in place: pattern is not needed any more
+        local = int((x != expected).sum().item())
+        w = torch.tensor([local], dtype=torch.int64, device=device)
+        dist.all_reduce(w)
+        wrong_box[0] = int(w.item())
+        if wrong_box[0]:
+            return f"{wrong_box[0]} wrong element(s) of {count} after all_reduce of {format_size(size)}"
+        return None
+
+    m = measure(
+        f"all_reduce of {format_size(size)}", run, size_bytes=size, timer=timer, warmup=warmup,
+        budget_s=budget_s, min_samples=min_samples, max_samples=max_samples, target_spread=target_spread,
+        min_sample_s=min_sample_s, verify=verify, agree=agree,
+    )
+    del buf
+    return m, wrong_box[0]
+
+
+def _worker(cfg: dict, rank: int, status: _Status) -> None:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    n = cfg["world_size"]
+    backend = cfg["backend"]
+    itemsize = _ITEMSIZE[cfg["dtype"]]
+
+    if backend == "nccl":
+        devices = cfg["devices"]
+        device = torch.device("cuda", devices[rank] if devices else rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+
+    status("init_process_group")
+    dist.init_process_group(
+        backend, init_method="file://" + cfg["store"], rank=rank, world_size=n,
+        timeout=timedelta(seconds=cfg["pg_timeout_s"]),
+    )
+
+    rows = []
+    for count in cfg["counts"]:
+        size = count * itemsize
+        what = f"all_reduce of {format_size(size)}"
+        status(what, size_bytes=size)
+        if cfg["hang_rank"] == rank:
+            status(f"test hook: sleeping instead of {what}", advance=False, size_bytes=size, outside_collective=True)
+            while True:
+                time.sleep(1)
+        if cfg["die_rank"] == rank:
+            os._exit(9)
+        m, wrong = measure_allreduce(
+            count, dtype=cfg["dtype"], device=device, warmup=cfg["warmup"], budget_s=cfg["budget_s"],
+            min_samples=cfg["min_samples"], max_samples=cfg["max_samples"], target_spread=cfg["target_spread"],
+            min_sample_s=cfg["min_sample_s"], corrupt=cfg["corrupt"],
+        )
+        rows.append({"size_bytes": size, "count": count, "wrong": wrong, "measurement": m.to_json()})
+
+    status("finishing")
+    if rank == 0:
+        path = os.path.join(cfg["workdir"], "result.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump({"rows": rows}, f)
+        os.replace(path + ".tmp", path)
+    dist.barrier()
+    dist.destroy_process_group()
+    status("done")
+
+
+def _main(argv: Sequence[str]) -> int:
+    if len(argv) == 3 and argv[0] == "--worker":
+        return _worker_main(argv[1], int(argv[2]))
+    print("usage: python -m pytest_gputopo.bench.allreduce --worker CONFIG RANK", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,0 +1,155 @@
+"""Copy-engine bandwidth on GPUs: P2P between a pair, and host<->device per GPU.
+
+GPU-only (exercised by ``tests/gpu``). Copies are ``Tensor.copy_`` (the copy engine, as
+p2pBandwidthLatencyTest's default and nvbandwidth's ``*_ce`` cases). Each measurement goes through the
+shared harness and is verified after timing: the destination must hold the source's byte pattern.
+torch is imported inside the functions: loading the plugin never imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from .harness import Measurement, WallTimer, measure
+
+DEFAULT_COPY_BYTES = 256 * 2**20  # nvbandwidth uses 512 MiB; 256 MiB reaches line rate on every link we know
+
+
+def _pattern(torch, n: int, device):
+    # A byte pattern no copy of a stale or zeroed buffer can match (period 251, a prime); built by
+    # repeating one small tile so it costs n bytes, not an n-element int index.
+    tile = torch.arange(251, dtype=torch.uint8, device=device)
+    return tile.repeat(-(-n // 251))[:n]
+
+
+def _verify(torch, dst, n: int, what: str):
+    def check() -> str | None:
+        torch.cuda.synchronize(dst.device) if dst.is_cuda else None
+        bad = int((dst != _pattern(torch, n, dst.device)).sum())
+        return f"{what}: {bad} of {n} bytes differ from the source after the copy" if bad else None
+    return check
+
+
+def _sync_all(torch, devices):
+    def sync() -> None:
+        for d in devices:
+            torch.cuda.synchronize(d)
+    return sync
+
+
+def p2p_copy(src: int, dst: int, *, peer: bool = True, bidirectional: bool = False,
+             size_bytes: int = DEFAULT_COPY_BYTES, budget_s: float = 2.0) -> Measurement:
+    """GPU ``src`` -> GPU ``dst`` by the copy engine. ``peer=False`` stages the copy through pinned host
+    memory (what a copy costs with P2P off), so a "P2P" slower than staging can be named."""
+    import torch
+
+    a, b = torch.device("cuda", src), torch.device("cuda", dst)
+    x = _pattern(torch, size_bytes, a)
+    y = torch.empty(size_bytes, dtype=torch.uint8, device=b)
+    back_src = _pattern(torch, size_bytes, b) if bidirectional else None
+    back_dst = torch.empty(size_bytes, dtype=torch.uint8, device=a) if bidirectional else None
+    host = None if peer else torch.empty(size_bytes, dtype=torch.uint8, pin_memory=True)
+    streams = (torch.cuda.Stream(a), torch.cuda.Stream(b)) if bidirectional else None
+
+    def one(out, inp, stream=None):
+        ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+        with ctx:
+            if peer:
+                out.copy_(inp, non_blocking=True)
+            else:
+                host.copy_(inp, non_blocking=True)
+                out.copy_(host, non_blocking=True)
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            if bidirectional:
+                one(y, x, streams[0])
+                one(back_dst, back_src, streams[1])
+            else:
+                one(y, x)
+
+    kind = ("P2P" if peer else "staged") + (" bidirectional" if bidirectional else "")
+    result = measure(f"{kind} copy GPU{src}->GPU{dst}", run, size_bytes=size_bytes,
+                     bytes_per_iteration=size_bytes * (2 if bidirectional else 1), timer=WallTimer(sync=_sync_all(torch, (a, b))), budget_s=budget_s,
+                     verify=_verify(torch, y, size_bytes, f"GPU{src}->GPU{dst}"))
+    return result
+
+
+@contextlib.contextmanager
+def _near(cpus: set[int] | None):
+    """Run on the GPU's own CPUs while host memory is allocated and first touched, so that Linux's
+    first-touch policy places its pages on the GPU's NUMA node."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        yield False
+        return
+    before = os.sched_getaffinity(0)
+    usable = cpus & before
+    if not usable:
+        yield False
+        return
+    os.sched_setaffinity(0, usable)
+    try:
+        yield True
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def parse_cpu_list(text: str | None) -> set[int] | None:
+    """``"0-23,48-71"`` -> the set of CPUs (None when unknown or unreadable)."""
+    if not text:
+        return None
+    cpus = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        return None
+    return cpus
+
+
+def host_device_copy(gpu: int, *, to_device: bool = True, pinned: bool = True, cpu_affinity: str | None = None,
+                     size_bytes: int = DEFAULT_COPY_BYTES, budget_s: float = 2.0) -> Measurement:
+    """Host -> GPU (or GPU -> host) by the copy engine, from pinned or pageable host memory placed on
+    the GPU's NUMA node when its CPU affinity is known."""
+    import torch
+
+    dev = torch.device("cuda", gpu)
+    with _near(parse_cpu_list(cpu_affinity)) as placed:
+        host = torch.empty(size_bytes, dtype=torch.uint8, pin_memory=pinned)
+        host.copy_(_pattern(torch, size_bytes, "cpu")) if to_device else host.zero_()
+    device_buf = _pattern(torch, size_bytes, dev) if not to_device else torch.empty(size_bytes, dtype=torch.uint8,
+                                                                                    device=dev)
+    src, dst = (host, device_buf) if to_device else (device_buf, host)
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            dst.copy_(src, non_blocking=pinned)
+
+    what = f"{'H2D' if to_device else 'D2H'} {'pinned' if pinned else 'pageable'} GPU{gpu}"
+    result = measure(what + (" (host memory on the GPU's NUMA node)" if placed else ""), run, size_bytes=size_bytes,
+                     timer=WallTimer(sync=_sync_all(torch, (dev,))), budget_s=budget_s,
+                     verify=_verify(torch, dst, size_bytes, what))
+    return result
+
+
+def main(argv: list[str]) -> int:
+    """Child-process entry (see ``subproc``): one measurement, printed as one JSON line."""
+    import json
+
+    request = json.loads(argv[0])
+    kind, *args = request["key"]
+    budget = request["budget_s"]
+    if kind in ("p2p", "p2p_staged"):
+        m = p2p_copy(args[0], args[1], peer=kind == "p2p", budget_s=budget)
+    else:
+        m = host_device_copy(args[0], pinned=args[1], cpu_affinity=request.get("cpu_affinity"), budget_s=budget)
+    print(json.dumps(m.to_json()))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,336 @@
+"""The measurement harness shared by every benchmark: warm-up, timing, statistics, data verification.
+
+One function, :func:`measure`, does what nvbandwidth and nccl-tests do by hand:
+
+1. **warm up**: ``warmup`` iterations (the first calls pay allocation, NCCL communicator set-up,
+   NVLS registration; ml-engineering saw a cold 4 GB all-reduce read 6.6x slow);
+2. **calibrate**: pick ``k`` iterations per sample so that one sample lasts at least
+   ``min_sample_s`` (20 ms by default), far above the resolution and the fixed overhead of the
+   timer (a barrier, an event record) -- ``run(k)`` runs the ``k`` iterations back to back, as
+   nccl-tests does with its ``iters`` launches;
+3. **sample** until the last ``min_samples`` samples agree within ``target_spread`` (max/min), or
+   the time budget is spent, or ``max_samples`` were taken;
+4. **summarise** with the median (nvbandwidth's default) of that final window (every sample when the
+   target was not met: the most robust median the budget bought);
+5. **verify** the data *after* timing: a non-None message from ``verify()`` fails the measurement
+   whatever its speed (nccl-tests' ``#wrong``, nvbandwidth's pattern check).
+
+The GPU and CPU paths differ only in the timer: :class:`WallTimer` (``time.perf_counter`` around the
+work, with a caller-given ``sync`` -- a barrier, ``torch.cuda.synchronize`` -- run before start and
+before stop) or :class:`CudaEventTimer` (CUDA events).
+
+Several processes (ranks of a collective) must take *the same* decisions -- the same ``k``, the
+same number of samples -- or their collectives stop matching and the benchmark hangs. Every figure
+the harness branches on therefore passes through ``agree`` (for a collective: the maximum across
+ranks, one small all-reduce per sample, outside the timed region). ``agree`` defaults to the
+identity for a single process.
+
+No ``torch`` import at module level: :class:`CudaEventTimer` imports it when constructed.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, Tuple
+
+try:  # Python >= 3.8
+    from typing import Protocol
+except ImportError:  # pragma: no cover
+    Protocol = object  # type: ignore[assignment,misc]
+
+__all__ = ["Timer", "WallTimer", "CudaEventTimer", "Measurement", "measure", "spread_of"]
+
+Clock = Callable[[], float]
+Agree = Callable[[Sequence[float]], Sequence[float]]
+
+
+class Timer(Protocol):
+    """Times one sample: ``start()``, the work, ``stop()`` -> elapsed seconds."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> float: ...
+
+
+class WallTimer:
+    """Host wall clock (``time.perf_counter``), as nccl-tests times (``std::chrono::steady_clock``).
+
+    ``sync`` runs before the clock starts and again before it stops: a ``dist.barrier`` for a CPU
+    collective, ``torch.cuda.synchronize`` for asynchronous GPU work, so that the interval covers the
+    work and nothing still queued escapes it. ``sync_at_stop=False`` skips the second call where the
+    work is already complete when ``run`` returns (a blocking gloo all-reduce: each rank stops when
+    its own part is done, the maximum over ranks is taken afterwards, and no barrier latency is
+    added to the timed interval -- nccl-tests likewise stops its clock without a barrier).
+    ``clock`` is injectable for tests.
+    """
+
+    def __init__(
+        self,
+        sync: Optional[Callable[[], Any]] = None,
+        clock: Clock = time.perf_counter,
+        *,
+        sync_at_stop: bool = True,
+    ) -> None:
+        self._sync = sync
+        self._clock = clock
+        self._sync_at_stop = sync_at_stop
+        self._t0: Optional[float] = None
+
+    def start(self) -> None:
+        if self._sync is not None:
+            self._sync()
+        self._t0 = self._clock()
+
+    def stop(self) -> float:
+        if self._t0 is None:
+            raise RuntimeError("WallTimer.stop() without start()")
+        if self._sync is not None and self._sync_at_stop:
+            self._sync()
+        elapsed = self._clock() - self._t0
+        self._t0 = None
+        return elapsed
+
+
+class CudaEventTimer:
+    """CUDA events on the current stream of ``device``: ``record`` at start and stop, then
+    ``synchronize`` on the end event and ``elapsed_time`` (milliseconds) -> seconds.
+
+    ``sync`` (e.g. a barrier) runs before the start event is recorded, so that every rank starts
+    together. Construct it only where CUDA exists: ``torch.cuda.Event`` raises on a CPU build.
+    """
+
+    def __init__(self, device: Any = None, sync: Optional[Callable[[], Any]] = None) -> None:
+        import torch  # noqa: PLC0415 -- never at module level
+
+        self._torch = torch
+        self._device = device
+        self._sync = sync
+        with torch.cuda.device(device) if device is not None else _nullcontext():
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._end = torch.cuda.Event(enable_timing=True)
+
+    def start(self) -> None:
+        if self._sync is not None:
+            self._sync()
+        with self._torch.cuda.device(self._device) if self._device is not None else _nullcontext():
+            self._start.record()
+
+    def stop(self) -> float:
+        with self._torch.cuda.device(self._device) if self._device is not None else _nullcontext():
+            self._end.record()
+        self._end.synchronize()
+        return self._start.elapsed_time(self._end) / 1e3
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One benchmark figure with the evidence behind it.
+
+    ``samples_s`` holds every sample as seconds *per iteration* (sample time / ``iterations_per_sample``).
+    ``median_s``, ``min_s``, ``max_s`` and ``spread`` (= max/min) describe the final ``window``: the last
+    ``min_samples`` samples when they met ``target_spread`` (``stable``), otherwise every sample. ``bw_gbps`` is
+    bytes per iteration / ``median_s`` / 1e9 (GB/s = 1e9 B/s). ``verified`` is True only when a
+    verification ran and passed; ``error`` carries a verification failure -- a failed measurement,
+    whatever its speed. ``wall_s`` is everything the measurement cost: warm-up, calibration,
+    samples, verification.
+    """
+
+    name: str
+    size_bytes: int
+    iterations_per_sample: int
+    samples_s: Tuple[float, ...]
+    median_s: float
+    min_s: float
+    max_s: float
+    spread: float
+    bw_gbps: float
+    verified: bool
+    error: Optional[str]
+    warmup: int
+    wall_s: float
+    window: int = 0
+    stable: bool = False
+    target_spread: float = 1.10
+    bytes_per_iteration: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """No verification failure (an unverified measurement is ok but not ``verified``)."""
+        return self.error is None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "size_bytes": self.size_bytes,
+            "bytes_per_iteration": self.bytes_per_iteration,
+            "iterations_per_sample": self.iterations_per_sample,
+            "samples_s": list(self.samples_s),
+            "window_samples": self.window,
+            "median_s": self.median_s,
+            "min_s": self.min_s,
+            "max_s": self.max_s,
+            "spread": self.spread,
+            "target_spread": self.target_spread,
+            "stable": self.stable,
+            "bw_gbps": self.bw_gbps,
+            "verified": self.verified,
+            "error": self.error,
+            "warmup_iterations": self.warmup,
+            "wall_s": self.wall_s,
+        }
+
+
+def spread_of(samples: Sequence[float]) -> float:
+    """max/min of the samples (1.0 = perfectly stable); inf when the minimum is 0."""
+    lo, hi = min(samples), max(samples)
+    if lo <= 0:
+        return 1.0 if hi <= 0 else math.inf
+    return hi / lo
+
+
+def _identity(values: Sequence[float]) -> Sequence[float]:
+    return values
+
+
+def measure(
+    name: str,
+    run: Callable[[int], Any],
+    *,
+    size_bytes: int,
+    timer: Timer,
+    warmup: int = 5,
+    budget_s: float = 10.0,
+    min_samples: int = 5,
+    max_samples: int = 50,
+    target_spread: float = 1.10,
+    iterations: Optional[int] = None,
+    verify: Optional[Callable[[], Optional[str]]] = None,
+    min_sample_s: float = 0.02,
+    max_iterations: int = 1 << 20,
+    bytes_per_iteration: Optional[int] = None,
+    agree: Optional[Agree] = None,
+    clock: Clock = time.perf_counter,
+) -> Measurement:
+    """Measure ``run`` (``run(k)`` = ``k`` back-to-back iterations) and return a :class:`Measurement`.
+
+    - ``warmup`` iterations first (in one ``run(warmup)`` call, untimed).
+    - ``iterations`` fixes the iterations per sample; otherwise they are calibrated so that one sample
+      lasts at least ``min_sample_s`` (at most ``max_iterations``).
+    - Samples are taken until the last ``min_samples`` have max/min <= ``target_spread`` (``stable``),
+      ``max_samples`` were taken, or the next sample would overrun ``budget_s`` (counted from the start
+      of the call; at least one sample is always taken). The budget covers warm-up, calibration and
+      sampling; verification comes on top.
+    - ``verify()`` runs once after timing; a non-None return is the measurement's ``error``.
+    - ``agree`` maps per-process figures to figures every process shares (max across ranks) so that
+      collective benchmarks take identical decisions on every rank; identity by default.
+    """
+    if min_samples < 1 or max_samples < min_samples:
+        raise ValueError(f"need 1 <= min_samples <= max_samples, got {min_samples}, {max_samples}")
+    if target_spread < 1.0:
+        raise ValueError(f"target_spread is a max/min ratio >= 1.0, got {target_spread}")
+    if iterations is not None and iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    agree_ = agree or _identity
+    t_begin = clock()
+
+    def elapsed() -> float:
+        return clock() - t_begin
+
+    def timed(k: int) -> Tuple[float, float, float]:
+        """One sample of k iterations -> agreed (sample time, wall cost of the sample, time since start)."""
+        before = clock()
+        timer.start()
+        run(k)
+        t = timer.stop()
+        after = clock()
+        t_a, cost_a, now_a = agree_((t, after - before, after - t_begin))
+        return float(t_a), max(float(cost_a), float(t_a)), float(now_a)
+
+    if warmup > 0:
+        run(warmup)
+
+    samples: list = []  # per-iteration seconds
+    cost = 0.0  # wall time one sample costs (timer overhead included), agreed across processes
+    now = 0.0  # agreed time since the start, as of the last sample
+    costs: list = []  # wall cost of each kept sample
+
+    if iterations is not None:
+        k = iterations
+    else:
+        k = 1
+        while True:
+            t, cost, now = timed(k)
+            if t >= min_sample_s or k >= max_iterations:
+                samples.append(t / k)  # a valid sample at the final k: keep it
+                costs.append(cost)
+                break
+            # Aim 20% above the target; at least double, at most 100x per step (a timer that reads ~0
+            # for tiny k must not send k to the cap in one jump).
+            want = math.ceil(k * min_sample_s * 1.2 / t) if t > 0 else k * 100
+            k_next = int(min(max_iterations, max(2 * k, min(want, 100 * k))))
+            if now + cost * k_next / k > budget_s:  # no room to grow: keep sampling with this k
+                samples.append(t / k)
+                costs.append(cost)
+                break
+            k = k_next
+
+    stable = False
+    while True:
+        if len(samples) >= min_samples and spread_of(samples[-min_samples:]) <= target_spread:
+            stable = True
+            break
+        if len(samples) >= max_samples:
+            break
+        # The next sample would overrun the budget? Predicted as the longest of the recent samples.
+        if samples and now + max(costs[-min_samples:] or [cost]) > budget_s:
+            break
+        t, cost, now = timed(k)
+        costs.append(cost)
+        samples.append(t / k)
+
+    # Stable: describe the window that met the target. Not stable (budget or max_samples reached):
+    # every sample, so that a noisy machine gets the most robust median it paid for.
+    window = samples[-min_samples:] if stable else samples
+    median = statistics.median(window)
+    per_iter_bytes = size_bytes if bytes_per_iteration is None else bytes_per_iteration
+    bw = per_iter_bytes / median / 1e9 if median > 0 else math.inf
+
+    error: Optional[str] = None
+    verified = False
+    if verify is not None:
+        try:
+            error = verify()
+        except Exception as exc:  # a verification that crashes is a failed verification
+            error = f"verification raised {type(exc).__name__}: {exc}"
+        verified = error is None
+
+    return Measurement(
+        name=name,
+        size_bytes=size_bytes,
+        iterations_per_sample=k,
+        samples_s=tuple(samples),
+        median_s=median,
+        min_s=min(window),
+        max_s=max(window),
+        spread=spread_of(window),
+        bw_gbps=bw,
+        verified=verified,
+        error=error,
+        warmup=warmup,
+        wall_s=elapsed(),
+        window=len(window),
+        stable=stable,
+        target_spread=target_spread,
+        bytes_per_iteration=per_iter_bytes,
+    )

@@ -1,0 +1,192 @@
+"""Benchmarks on demand: each runs at most once per run, only when something selected needs it.
+
+``BenchSuite.get(key)`` returns a ``BenchResult``; keys are ``("allreduce", n, size_bytes)``,
+``("p2p", a, b)``, ``("p2p_staged", a, b)`` and ``("h2d", gpu, pinned)``. On a recorded machine the
+figures published for it are served instead, labelled ``recorded`` with their source: nothing can
+be measured on a machine that is not here. Measurements take an inter-process lock so that two
+pytest processes (xdist workers, parallel jobs) never benchmark the same host at once, and may be
+kept in pytest's cache across runs (``--gputopo-cache``). torch is imported only by the benchmarks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .. import model
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    allreduce_backend: str = "nccl"  # "gloo" runs the same all-reduce on CPUs
+    allreduce_engine: str = "torch"  # or "nccl-tests" (all_reduce_perf)
+    world_size: int | None = None  # gloo: how many processes (default 2)
+    size_bytes: int | None = None  # the size thresholds are judged at (default: 1 GiB on GPUs, 16 MiB on gloo)
+    timeout_s: float = 300.0  # per benchmark: a hang or a dead rank ends it with a reason
+    budget_s: float = 10.0  # time to reach a stable estimate, per size
+    nccl_tests_binary: str | None = None
+
+    def judge_size(self, size: int | None) -> int:
+        if size is not None:
+            return size
+        if self.size_bytes is not None:
+            return self.size_bytes
+        return 16 * 2**20 if self.allreduce_backend == "gloo" else GIB
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    key: tuple
+    what: str  # "all-reduce busbw, 8 ranks (nccl), 1 GiB"
+    gbps: float | None
+    origin: str  # "measured", "recorded" (published for a recorded machine), "cached" (measured earlier)
+    source: str | None = None  # where a recorded figure was published
+    error: str | None = None  # why there is no figure, or why the measurement failed
+    detail: dict = field(default_factory=dict, compare=False)  # the measurement, with units
+
+    def to_json(self) -> dict:
+        return {"key": list(self.key), "what": self.what, "gbps": self.gbps, "origin": self.origin,
+                "source": self.source, "error": self.error, "detail": self.detail}
+
+
+def describe(key: tuple) -> str:
+    kind = key[0]
+    if kind == "allreduce":
+        return f"all-reduce busbw, {key[1]} ranks, {_size(key[2])}"
+    if kind in ("p2p", "p2p_staged"):
+        how = "P2P" if kind == "p2p" else "staged through the host (P2P off)"
+        return f"GPU{key[1]}->GPU{key[2]} copy, {how}"
+    return f"GPU{key[1]} host->device copy, {'pinned' if key[2] else 'pageable'}"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+@contextlib.contextmanager
+def host_lock(timeout_s: float):
+    """One benchmark at a time on this host, across processes (an advisory file lock)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    path = os.path.join(tempfile.gettempdir(), f"pytest-gputopo-bench-{os.getuid() if hasattr(os, 'getuid') else 0}.lock")
+    with open(path, "a") as handle:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"another process held the benchmark lock {path} for {timeout_s:.0f} s")
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class BenchSuite:
+    def __init__(self, topology: model.Topology, settings: BenchSettings,
+                 cache_get: Callable[[str], Any] | None = None, cache_set: Callable[[str, Any], None] | None = None):
+        self.topology = topology
+        self.settings = settings
+        self._results: dict[tuple, BenchResult] = {}
+        self._cache_get, self._cache_set = cache_get, cache_set
+
+    @property
+    def results(self) -> list[BenchResult]:
+        return list(self._results.values())
+
+    def allreduce_key(self, gpus: int | None, size: int | None) -> tuple:
+        if self.settings.allreduce_backend == "gloo":
+            n = self.settings.world_size or 2
+        else:
+            n = gpus or len(self.topology.gpus)
+        return ("allreduce", n, self.settings.judge_size(size))
+
+    def get(self, key: tuple) -> BenchResult:
+        result = self._results.get(key)
+        if result is None:
+            result = self._results[key] = self._obtain(key)
+        return result
+
+    # -- where a figure comes from ----------------------------------------------------------------
+
+    def _obtain(self, key: tuple) -> BenchResult:
+        gloo = key[0] == "allreduce" and self.settings.allreduce_backend == "gloo"
+        if self.topology.recorded and not gloo:  # gloo measures this host's CPUs, whatever the machine
+            return self._recorded(key)
+        cache_key = "/".join(str(k) for k in key)
+        if self._cache_get is not None:
+            cached = self._cache_get(cache_key)
+            if cached is not None:
+                return BenchResult(key, describe(key), cached["gbps"], "cached", detail=cached.get("detail", {}))
+        result = self._measure(key)
+        if self._cache_set is not None and result.gbps is not None and result.error is None:
+            self._cache_set(cache_key, {"gbps": result.gbps, "detail": result.detail})
+        return result
+
+    def _recorded(self, key: tuple) -> BenchResult:
+        kind = "p2p" if key[0] == "p2p" else key[0]
+        for fig in self.topology.published:
+            if fig["kind"] != kind:
+                continue
+            if kind == "allreduce" and fig.get("gpus") not in (None, key[1]):
+                continue
+            if kind == "h2d" and fig.get("pinned", True) != key[2]:
+                continue
+            note = f"; {fig['note']}" if fig.get("note") else ""
+            taken_at = key[:2] + (fig["size_bytes"],) if kind == "allreduce" and fig.get("size_bytes") else key
+            return BenchResult(key, describe(taken_at), float(fig["gbps"]), "recorded", source=fig["source"] + note,
+                               detail=dict(fig))
+        name = self.topology.source.name
+        return BenchResult(key, describe(key), None, "recorded",
+                           error=f"none published for the recorded machine {name}, which cannot be measured")
+
+    def _measure(self, key: tuple) -> BenchResult:
+        gloo = key[0] == "allreduce" and self.settings.allreduce_backend == "gloo"
+        if not gloo and not self.topology.gpus:
+            why = self.topology.problem or "no GPU visible"
+            return BenchResult(key, describe(key), None, "measured", error=f"cannot measure on this host: {why}")
+        try:
+            with host_lock(self.settings.timeout_s):
+                gbps, detail, error = self._run(key)
+        except Exception as exc:  # BenchError, timeouts, CUDA errors: a reason, never a crashed run
+            return BenchResult(key, describe(key), None, "measured", error=f"{type(exc).__name__}: {exc}")
+        return BenchResult(key, describe(key), gbps, "measured", error=error, detail=detail)
+
+    def _run(self, key: tuple) -> tuple[float | None, dict, str | None]:
+        kind, s = key[0], self.settings
+        if kind == "allreduce":
+            if s.allreduce_engine == "nccl-tests":
+                from .nccl_tests import run_all_reduce_perf
+
+                if not s.nccl_tests_binary:
+                    raise FileNotFoundError("all_reduce_perf (nccl-tests) is not installed or not on PATH")
+                res = run_all_reduce_perf(s.nccl_tests_binary, key[1], key[2], timeout_s=s.timeout_s)
+                busbw = res.max_busbw_gbps()
+                wrong = sum((r.out_of_place.wrong or 0) if r.out_of_place else 0 for r in res.rows)
+                return busbw, {"engine": "nccl-tests", **res.to_json()}, (f"{wrong} wrong elements" if wrong else None)
+            from .allreduce import run_allreduce
+
+            res = run_allreduce(key[1], [key[2]], backend=s.allreduce_backend, judge_size=key[2],
+                                timeout_s=s.timeout_s, budget_s_per_size=s.budget_s)
+            row = res.judged
+            error = f"{row.wrong} wrong elements after the all-reduce" if row.wrong else None
+            return row.busbw_gbps, {"engine": "torch.distributed", **res.to_json()}, error
+        from . import subproc
+
+        data = subproc.run_copy_benchmark(key, self.topology, budget_s=s.budget_s, timeout_s=s.timeout_s)
+        return data["bw_gbps"], data, data.get("error")

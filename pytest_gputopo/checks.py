@@ -1,0 +1,273 @@
+"""Benchmarks in a pytest run: the lazy suite, bandwidth verdicts for markers, and the generated
+health-check items of ``--gputopo-check``. Glue: facts from ``bench``, expectations from ``spec``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import time
+
+import pytest
+
+from . import options, report
+from . import requirements as reqs
+from .model import P2PStatus, Topology
+
+SUITE = pytest.StashKey["object"]()
+CHECK_OUTCOMES = pytest.StashKey[list]()
+LEVELS = ("quick", "full")
+CACHE_PREFIX = "gputopo/bench"
+
+
+def topology_of(config: pytest.Config) -> Topology:
+    from .plugin import TOPOLOGY
+
+    return config.stash[TOPOLOGY]
+
+
+# ---------------------------------------------------------------------------------------------
+# The suite, built on first use
+
+
+def settings(config: pytest.Config):
+    from .bench.suite import BenchSettings
+    from . import runtime
+
+    engine = options.choice(config, "allreduce-engine", ("torch", "nccl-tests"), "torch")
+    return BenchSettings(
+        allreduce_backend=options.choice(config, "allreduce-backend", ("nccl", "gloo"), "nccl"),
+        allreduce_engine=engine,
+        world_size=options.number(config, "allreduce-world-size", None, integer=True),
+        size_bytes=options.size(config, "allreduce-size"),
+        timeout_s=options.number(config, "bench-timeout", 300.0),
+        nccl_tests_binary=runtime.nccl_tests_binary() if engine == "nccl-tests" else None,
+    )
+
+
+def fingerprint(topology: Topology) -> str:
+    """Host, GPUs, driver and library versions: cached results are reused only on the same setup."""
+    def version(dist: str) -> str | None:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    facts = [topology.hostname, [g.uuid for g in topology.gpus], topology.driver_version,
+             topology.cuda_driver_version, version("torch"), version("pytest-gputopo")]
+    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
+
+
+def suite(config: pytest.Config):
+    found = config.stash.get(SUITE, None)
+    if found is not None:
+        return found
+    from .bench.suite import BenchSuite
+
+    topology = topology_of(config)
+    cache_get = cache_set = None
+    if options.flag(config, "cache") and getattr(config, "cache", None) is not None:
+        max_age_s = options.number(config, "cache-max-age", 24.0) * 3600
+        prefix = f"{CACHE_PREFIX}/{fingerprint(topology)}/"
+
+        def cache_get(key: str):
+            entry = config.cache.get(prefix + key, None)
+            if entry and time.time() - entry.get("time", 0) <= max_age_s:
+                return entry
+            return None
+
+        def cache_set(key: str, value: dict) -> None:
+            config.cache.set(prefix + key, {**value, "time": time.time()})
+    found = config.stash[SUITE] = BenchSuite(topology, settings(config), cache_get, cache_set)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Expectations from the documents' table
+
+
+def expected(config: pytest.Config, key: tuple):
+    """What the link should give for a measurement (a ``spec.Figure``, or None), and in words what
+    that rests on (the figure's label, or why there is none)."""
+    from . import spec
+
+    topology = topology_of(config)
+    kind = key[0]
+    if kind == "allreduce" and suite(config).settings.allreduce_backend == "gloo":
+        return None, "gloo on CPUs (no link to judge it by)"
+    if kind in ("p2p", "p2p_staged"):
+        fig = spec.p2p_expected(topology, key[1], key[2])
+        link = topology.link(key[1], key[2])
+        return fig, (fig.label if fig else f"{link.label or 'an unknown link'} (no figure for it)")
+    if kind == "h2d":
+        fig = spec.h2d_expected(topology.gpus[key[1]], key[2])
+        return fig, (fig.label if fig else "an unknown PCIe link")
+    fig = spec.allreduce_expected_busbw(topology, key[1])
+    return fig, (fig.label if fig else f"links among {key[1]} GPUs (unknown)")
+
+
+FLOOR_OF = {"p2p": "p2p", "p2p_staged": "p2p", "allreduce": "allreduce"}
+
+
+def floor_name(key: tuple) -> str:
+    return FLOOR_OF.get(key[0]) or ("h2d_pinned" if key[2] else "h2d_pageable")
+
+
+def judge_bandwidth(config: pytest.Config, requirement: reqs.BandwidthRequirement) -> str | None:
+    """The skip reason of a ``min_*_bw`` marker, or None when met."""
+    topology = topology_of(config)
+    s = suite(config)
+    floors, _ = options.floors(config)
+    figures = []
+    for key in requirement.keys(topology, s.allreduce_key):
+        result = s.get(key)
+        fig, basis = expected(config, key)
+        figures.append((reqs.Figure(result.gbps, result.origin, result.what, result.source, result.error),
+                        fig.gbps if fig else None, basis))
+    key0 = requirement.keys(topology, s.allreduce_key)[:1]
+    default_floor = floors[floor_name(key0[0])] if key0 else 1.0
+    verdict = requirement.judge(topology, figures, default_floor)
+    return None if verdict.ok else f"{verdict.reason} [{report.source_text(topology)}]"
+
+
+# ---------------------------------------------------------------------------------------------
+# --gputopo-check: generated items
+
+
+class CheckItem(pytest.Item):
+    """One health check; passes or fails with measured, expected, floor and ratio in its message."""
+
+    def __init__(self, *, check, **kwargs):
+        super().__init__(**kwargs)
+        self._check = check
+
+    def runtest(self) -> None:
+        outcome, message, props = self._check()
+        for key, value in props.items():
+            self.user_properties.append((key, value))
+        self.config.stash.setdefault(CHECK_OUTCOMES, []).append(
+            {"check": self.name, "outcome": outcome, "message": message, **props})
+        if outcome == "failed":
+            pytest.fail(message, pytrace=False)
+        if outcome == "skipped":
+            pytest.skip(message)
+        self.user_properties.append(("gputopo_check", message))
+
+    def repr_failure(self, excinfo, style=None):
+        return str(excinfo.value)
+
+    def reportinfo(self):
+        return "gputopo-check", None, f"gputopo-check {self.name}: {self._doc}"
+
+    @property
+    def _doc(self) -> str:
+        return getattr(self._check, "__doc__", "") or ""
+
+
+class CheckCollector(pytest.Collector):
+    def __init__(self, *, level: str, **kwargs):
+        super().__init__(**kwargs)
+        self.level = level
+
+    def collect(self):
+        topology = topology_of(self.config)
+        for name, check in _checks(self.config, topology, self.level):
+            yield CheckItem.from_parent(self, name=name, check=check)
+
+
+def check_items(session: pytest.Session) -> list:
+    raw = options.choice(session.config, "check", LEVELS, "quick") if options.value(session.config, "check")[0] else None
+    if raw is None:
+        return []
+    collector = CheckCollector.from_parent(session, name="gputopo-check", nodeid="gputopo-check", level=raw)
+    # Collected through pytest's own hooks, so that the items are counted and reported like any others.
+    rep = session.ihook.pytest_make_collect_report(collector=collector)
+    session.ihook.pytest_collectreport(report=rep)
+    return [item for item in rep.result if isinstance(item, pytest.Item)]
+
+
+def _checks(config, topology: Topology, level: str):
+    def problem():
+        """the machine was learned"""
+        if not topology.gpus:
+            return "failed", f"no GPU: {topology.problem or 'NVML lists none'} [{report.source_text(topology)}]", {}
+        if topology.warnings:
+            return "failed", "; ".join(topology.warnings), {}
+        return "passed", report.header_line(topology), {}
+    yield "topology", problem
+
+    for gpu in topology.gpus:
+        def pcie(gpu=gpu):
+            """the PCIe link runs at its full width"""
+            if gpu.pcie_width_current is None or gpu.pcie_width_max is None:
+                return "skipped", f"GPU{gpu.index}: PCIe width unknown", {}
+            if gpu.pcie_width_current < gpu.pcie_width_max:
+                return ("failed", f"GPU{gpu.index} PCIe link trained down: x{gpu.pcie_width_current} of "
+                                  f"x{gpu.pcie_width_max} (Gen{gpu.pcie_gen_current} of Gen{gpu.pcie_gen_max})", {})
+            return "passed", f"GPU{gpu.index} PCIe Gen{gpu.pcie_gen_current} x{gpu.pcie_width_current}", {}
+        yield f"pcie[GPU{gpu.index}]", pcie
+        if gpu.nvlinks:
+            def nvlink(gpu=gpu):
+                """every NVLink is up"""
+                down = [ln.link for ln in gpu.nvlinks if not ln.active]
+                if down:
+                    return "failed", f"GPU{gpu.index}: NVLinks {down} are down ({gpu.active_nvlinks}/{len(gpu.nvlinks)} up)", {}
+                return "passed", f"GPU{gpu.index}: {len(gpu.nvlinks)}/{len(gpu.nvlinks)} NVLinks up", {}
+            yield f"nvlink[GPU{gpu.index}]", nvlink
+
+    for link in topology.pairs():
+        def p2p_status(link=link):
+            """NVML reports P2P read and write OK"""
+            statuses = {link.p2p.read, link.p2p.write}
+            label = link.label or "unknown link"
+            if statuses == {P2PStatus.OK}:
+                return "passed", f"{link.name} ({label}): P2P read and write OK", {}
+            refused = sorted(s.description for s in statuses if s not in (P2PStatus.OK, P2PStatus.UNKNOWN))
+            if not refused:
+                return "skipped", f"{link.name} ({label}): P2P status unknown (the source did not report it)", {}
+            if statuses <= {P2PStatus.GPU_NOT_SUPPORTED, P2PStatus.OK}:
+                return "skipped", f"{link.name} ({label}): this GPU model does not support P2P (not a fault)", {}
+            return "failed", f"{link.name} ({label}): P2P refused: {', '.join(refused)}", {}
+        yield f"p2p_status[{link.name}]", p2p_status
+
+    if level != "full":
+        return
+    for link in topology.pairs():
+        yield f"p2p_bw[GPU{link.a}->GPU{link.b}]", _bandwidth_check(config, topology, ("p2p", link.a, link.b))
+    for gpu in topology.gpus:
+        yield f"h2d_bw[GPU{gpu.index}]", _bandwidth_check(config, topology, ("h2d", gpu.index, True))
+    s = suite(config)
+    if topology.gpus or s.settings.allreduce_backend == "gloo":
+        yield "allreduce_bw", _bandwidth_check(config, topology, s.allreduce_key(None, None))
+
+
+def _bandwidth_check(config, topology: Topology, key: tuple):
+    def check():
+        """measured bandwidth reaches the floor of the expected"""
+        from . import spec
+
+        s = suite(config)
+        result = s.get(key)
+        props = {"gputopo_measurement": json.dumps(result.to_json())}
+        if result.gbps is None:  # on a recorded machine that is no fault of the node's
+            return ("skipped" if result.origin == "recorded" else "failed"), f"{result.what}: no figure: {result.error}", props
+        origin = "measured" if result.origin != "recorded" else f"recorded, not measured: {result.source}"
+        if result.error:
+            return "failed", f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", props
+        fig, basis = expected(config, key)
+        floors, explicit = options.floors(config)
+        name = floor_name(key)
+        published = None
+        if key[0] == "allreduce" and name not in explicit and topology.gpus:
+            size = result.detail.get("size_bytes", key[2])  # a recorded figure says what size it was taken at
+            published = spec.sku_allreduce_floor(topology.gpus[0].name, key[1], size)
+        check = spec.Check(result.gbps, fig, floors[name], published)
+        text = f"{result.what}: {check.describe()} ({origin})"
+        if check.passed() is None:
+            return "passed", f"{text}; not judged: {basis}", props
+        if key[0] == "p2p":
+            staged = s.get(("p2p_staged",) + key[1:])
+            if staged.gbps is not None and staged.gbps > result.gbps:
+                return "failed", f"{text}; P2P is slower than staging through the host ({staged.gbps:.2f} GB/s)", props
+        return ("passed" if check.passed() else "failed"), text, props
+    return check

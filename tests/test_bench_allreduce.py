@@ -1,0 +1,270 @@
+"""All-reduce benchmark over real worker processes (torch.distributed, gloo on loopback).
+
+Every run is checked for debris: the worker processes must be gone (not even zombies) and the
+private temporary directory removed, whether the run succeeded, hung or lost a rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("torch.distributed")
+
+from pytest_gputopo.bench.allreduce import (  # noqa: E402
+    AllReduceResult,
+    BenchError,
+    busbw_factor,
+    format_size,
+    parse_nccl_tuning,
+    run_allreduce,
+)
+
+SIZES = [4096, 64 * 1024]
+FAST = dict(timeout_s=60, budget_s_per_size=0.3, warmup=2, min_samples=3, min_sample_s=0.005)
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """Route tempfile.mkdtemp to a directory of our own so that leftovers can be seen."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def _children_of_me(me=None):
+    me = os.getpid() if me is None else me
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...; comm may contain spaces: split after the last ')'
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == me:
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                cmd = b""
+            kids.append((int(entry), fields[0], cmd))
+    return kids
+
+
+def assert_no_debris(pids, tmp):
+    assert pids, "the run recorded no worker pids"
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            continue  # gone
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        assert ppid != os.getpid(), f"worker {pid} still exists: {stat!r}"
+    leftovers = [k for k in _children_of_me() if b"pytest_gputopo.bench.allreduce" in k[2]]
+    assert leftovers == []
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("gputopo-allreduce-")] == []
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_gloo_allreduce_runs_and_verifies(n, private_tmp):
+    result = run_allreduce(n, SIZES, backend="gloo", **FAST)
+    assert isinstance(result, AllReduceResult)
+    assert result.backend == "gloo" and result.world_size == n and result.measured
+    assert [r.size_bytes for r in result.rows] == SIZES
+    for row in result.rows:
+        assert row.wrong == 0 and row.error is None and row.ok
+        assert row.time_us > 0 and row.algbw_gbps > 0
+        assert row.algbw_gbps == row.size_bytes / (row.time_us / 1e6) / 1e9 or \
+            row.algbw_gbps == pytest.approx(row.size_bytes / (row.time_us / 1e6) / 1e9, rel=1e-12)
+        assert row.busbw_gbps == row.algbw_gbps * (2 * (n - 1) / n)
+        assert row.iterations >= 1 and row.samples >= 1 and row.spread >= 1.0
+        assert row.count == row.size_bytes // 4
+    assert result.judged is result.rows[-1]  # default: the largest size
+    assert result.nvls is None  # gloo: NCCL's algorithm choice does not apply
+    assert result.ok and result.errors == ()
+    j = result.to_json()
+    assert j["busbw_factor"] == busbw_factor(n) and j["rows"][0]["busbw_gbps"] == result.rows[0].busbw_gbps
+    assert len(result.worker_pids) == n
+    assert_no_debris(result.worker_pids, private_tmp)
+
+
+def test_single_rank_has_zero_bus_bandwidth(private_tmp):
+    result = run_allreduce(1, [4096], judge_size=16384, **FAST)
+    assert [r.size_bytes for r in result.rows] == [4096, 16384]  # judge_size joins the sweep
+    assert result.judged.size_bytes == 16384
+    for row in result.rows:
+        assert row.algbw_gbps > 0 and row.busbw_gbps == 0.0 and row.wrong == 0
+    assert_no_debris(result.worker_pids, private_tmp)
+
+
+def test_a_hanging_collective_ends_within_the_timeout(private_tmp):
+    t0 = time.monotonic()
+    with pytest.raises(BenchError) as info:
+        run_allreduce(2, [4096], timeout_s=8, budget_s_per_size=0.3, _hang_rank=1)
+    took = time.monotonic() - t0
+    err = info.value
+    assert err.reason.startswith("timed out after 8 s waiting for rank 1 ("), err.reason
+    assert "rank 1 in test hook: sleeping instead of all_reduce of 4 KiB" in err.reason
+    assert "rank 0 in all_reduce of 4 KiB" in err.reason
+    assert took < 8 + 4  # timeout + SIGTERM grace + slack
+    assert_no_debris(err.pids, private_tmp)
+
+
+def test_a_dying_rank_is_named(private_tmp):
+    t0 = time.monotonic()
+    with pytest.raises(BenchError) as info:
+        run_allreduce(2, [4096], timeout_s=30, budget_s_per_size=0.3, _die_rank=1)
+    err = info.value
+    assert err.reason.startswith("rank 1 exited with code 9 during all_reduce of 4 KiB"), err.reason
+    assert time.monotonic() - t0 < 25  # detected on exit, not at the timeout
+    assert_no_debris(err.pids, private_tmp)
+
+
+def test_a_corrupted_result_fails_verification(private_tmp):
+    result = run_allreduce(2, SIZES, _corrupt=True, **FAST)
+    assert not result.ok
+    for row in result.rows:
+        assert row.wrong == 1 and not row.ok
+        assert row.error == f"1 wrong element(s) of {row.count} after all_reduce of {format_size(row.size_bytes)}"
+        assert row.busbw_gbps > 0  # the speed was measured, and the row still fails
+    assert len(result.errors) == len(SIZES)
+    assert result.to_json()["ok"] is False
+    assert_no_debris(result.worker_pids, private_tmp)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        run_allreduce(0, [4096])
+    with pytest.raises(ValueError):
+        run_allreduce(2, [4096], backend="mpi")
+    with pytest.raises(ValueError):
+        run_allreduce(2, [4096], dtype="complex64")
+
+
+def test_busbw_factor_matches_nccl_tests():
+    assert busbw_factor(1) == 0.0
+    assert busbw_factor(2) == 1.0
+    assert busbw_factor(8) == 2 * 7 / 8
+
+
+def test_parse_nccl_tuning_lines():
+    log = (
+        "host:123:456 [0] NCCL INFO AllReduce: 67108864 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..15}\n"
+        "host:123:456 [0] NCCL INFO AllReduce: 4096 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0} comm 0x5\n"
+        "host:123:456 [0] NCCL INFO AllGather: 8 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..0}\n"
+        "host:123:456 [0] NCCL INFO NVLS multicast support is available on dev 0\n"
+    )
+    assert parse_nccl_tuning(log) == [
+        ("AllReduce", 67108864, "NVLS", "Simple"),
+        ("AllReduce", 4096, "RING", "LL"),
+        ("AllGather", 8, "RING", "LL"),
+    ]
+    assert parse_nccl_tuning("garbage\n\x00 Bytes -> Algo") == []
+
+
+def test_format_size():
+    assert format_size(4096) == "4 KiB"
+    assert format_size(64 << 20) == "64 MiB"
+    assert format_size(3) == "3 B"
+    assert format_size(1 << 30) == "1 GiB"
+
+
+def _wait_for_hook(tmp, rank, timeout=30.0):
+    """Wait until worker ``rank`` sits in the test hook; return its pid."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        for d in tmp.glob("gputopo-allreduce-*"):
+            try:
+                st = json.loads((d / f"status.{rank}.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if st["phase"].startswith("test hook"):
+                return st["pid"]
+        time.sleep(0.05)
+    raise AssertionError("the worker never reached the test hook")
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_rank_killed_by_a_signal_is_named(private_tmp):
+    box = {}
+
+    def bench():
+        try:
+            run_allreduce(2, [4096], timeout_s=30, budget_s_per_size=0.3, _hang_rank=1)
+        except BaseException as exc:  # noqa: BLE001
+            box["exc"] = exc
+
+    t = threading.Thread(target=bench)
+    t.start()
+    victim = _wait_for_hook(private_tmp, 1)
+    os.kill(victim, signal.SIGKILL)  # what the OOM killer does
+    t.join(30)
+    err = box["exc"]
+    assert isinstance(err, BenchError)
+    assert err.reason.startswith(
+        "rank 1 exited with code -9 (SIGKILL) during test hook: sleeping instead of all_reduce of 4 KiB"), err.reason
+    assert_no_debris(err.pids, private_tmp)
+
+
+PARENT = """
+import sys
+from pytest_gputopo.bench.allreduce import run_allreduce
+try:
+    run_allreduce(2, [4096], timeout_s=60, budget_s_per_size=0.3, _hang_rank=1)
+except KeyboardInterrupt:
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_workers_do_not_outlive_an_interrupted_or_killed_parent(sig, tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], env=env)
+    try:
+        _wait_for_hook(tmp_path, 1)
+        workers = [pid for pid, _state, cmd in _children_of_me(parent.pid)
+                   if b"pytest_gputopo.bench.allreduce" in cmd]
+        assert len(workers) == 2
+        parent.send_signal(sig)
+        code = parent.wait(timeout=15)
+        if sig == signal.SIGINT:
+            assert code == 3  # KeyboardInterrupt reached the caller after the cleanup
+            assert list(tmp_path.glob("gputopo-allreduce-*")) == []
+        end = time.monotonic() + 5  # SIGKILL: PR_SET_PDEATHSIG / the watchdog end them
+        while time.monotonic() < end and any(_alive(p) for p in workers):
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in workers)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32"])
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 16, 64])
+def test_verifiable_inputs_sum_exactly(dtype, n):
+    from pytest_gputopo.bench.allreduce import _EXACT_LIMIT, _pattern
+
+    m, offsets = _pattern(n, dtype)
+    assert m >= 1 and len(offsets) == n
+    # the largest value any rank holds and the largest sum are integers the dtype represents exactly
+    assert n * (m - 1) + sum(offsets) <= _EXACT_LIMIT[dtype]
+    assert m > 1  # index-dependent values: a shifted or swapped segment shows up as wrong elements

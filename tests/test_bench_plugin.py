@@ -1,0 +1,151 @@
+"""Bandwidth markers and the --gputopo-check items in real pytest sessions.
+
+On recorded machines the figures published for them are served (labelled recorded); with
+``--gputopo-allreduce-backend gloo`` the all-reduce really runs on this host's CPUs.
+"""
+
+import json
+
+import pytest
+
+BW = """
+import pytest
+
+@pytest.mark.min_p2p_bw(200)
+def test_p2p(): pass
+
+@pytest.mark.min_p2p_bw(300)
+def test_p2p_faster_than_published(): pass
+
+@pytest.mark.min_allreduce_bw(200)
+def test_allreduce(): pass
+
+@pytest.mark.min_h2d_bw(20)
+def test_h2d(): pass
+
+@pytest.mark.min_p2p_bw(floor=0.8)
+def test_p2p_floor_of_expected(): pass
+"""
+
+
+def run(pytester, *args, src=BW):
+    pytester.makepyfile(test_bw=src)
+    return pytester.runpytest("-rs", "-p", "no:cacheprovider", *args)
+
+
+def test_recorded_figures_satisfy_markers_and_say_they_are_recorded(pytester):
+    result = run(pytester, "--gputopo-machine", "dgx-a100")
+    # 272 GB/s published: meets 200 and 0.8 x the expected 300 (240), not 300
+    result.assert_outcomes(passed=4, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*min_p2p_bw(300): GPU0->GPU1 copy, P2P: recorded 272.0 GB/s, needed 300.0, expected 300.0 from NV12*"
+        "(recorded figures, not measured here: ml-engineering*",
+    ])
+
+
+def test_recorded_machine_without_figures_cannot_satisfy_bandwidth_markers(pytester):
+    result = run(pytester, "--gputopo-machine", "hgx-h100-pcie-x8")
+    result.assert_outcomes(skipped=5)
+    result.stdout.fnmatch_lines(["*min_allreduce_bw(200): *no figure (none published for the recorded machine "
+                                 "hgx-h100-pcie-x8, which cannot be measured)*"])
+
+
+def test_strict_bandwidth_marker_fails(pytester):
+    result = run(pytester, "--gputopo-machine", "dgx-a100", "--gputopo-strict")
+    assert result.parseoutcomes()["errors"] == 1
+
+
+def test_no_gpu_says_why(pytester):
+    result = run(pytester, "--gputopo-machine", "no-gpu")
+    result.stdout.fnmatch_lines(["*min_h2d_bw(20): nothing to measure: 0 visible (NVML library not found*"])
+
+
+def test_gloo_allreduce_really_runs_on_this_host(pytester):
+    src = "import pytest\n@pytest.mark.min_allreduce_bw(0.001)\ndef test_ok(): pass\n" \
+          "@pytest.mark.min_allreduce_bw(10000)\ndef test_too_fast(): pass\n"
+    result = run(pytester, "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "1M",
+                 "--gputopo-json", "out.json", src=src)
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*min_allreduce_bw(10000): all-reduce busbw, 2 ranks, 1 MiB: measured * GB/s, "
+                                 "needed 10000.0 (gloo on CPUs*"])
+    doc = json.loads((pytester.path / "out.json").read_text())
+    (m,) = doc["measurements"]
+    assert m["origin"] == "measured" and m["key"] == ["allreduce", 2, 2**20]
+    assert m["detail"]["engine"] == "torch.distributed" and m["gbps"] > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--gputopo-floor-p2p", "1.5x"], "*--gputopo-floor-p2p: expected a number such as 0.8*"),
+    (["--gputopo-floor-allreduce", "3"], "*--gputopo-floor-allreduce: floor must be > 0 and <= 2*"),
+    (["--gputopo-allreduce-backend", "mpi"], "*--gputopo-allreduce-backend: 'mpi' is not one of nccl, gloo*"),
+    (["--gputopo-allreduce-size", "lots"], "*--gputopo-allreduce-size: 'lots' is not a size in bytes*"),
+    (["--gputopo-bench-timeout", "-1"], "*--gputopo-bench-timeout: '-1' is not a number greater than 0*"),
+])
+def test_bad_benchmark_options(pytester, args, message):
+    result = run(pytester, "--gputopo-machine", "dgx-a100", *args)
+    assert result.ret != 0
+    result.stderr.fnmatch_lines([message])
+
+
+@pytest.mark.parametrize("args,message", [
+    ("min_p2p_bw(-5)", "gbps must be a positive number"),
+    ("min_allreduce_bw(50, size='1G')", "size must be a number of bytes"),
+    ("min_h2d_bw(10, pinned='yes')", "pinned must be True or False"),
+    ("min_p2p_bw(floor=5)", "floor must be a fraction"),
+])
+def test_bad_bandwidth_marker_arguments(pytester, args, message):
+    result = run(pytester, "--gputopo-machine", "dgx-a100", src=f"import pytest\n@pytest.mark.{args}\ndef test_x(): pass\n")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*test_x: @pytest.mark.{args.split('(')[0]}: {message}*"])
+
+
+# ------------------------------------------------------------------ --gputopo-check
+
+
+def test_quick_check_on_a_healthy_box(pytester):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "hgx-h100", "-v")
+    result.assert_outcomes(passed=1 + 8 + 8 + 28)
+    result.stdout.fnmatch_lines(["*gputopo-check::p2p_status[[]GPU0-GPU1] PASSED*"])
+
+
+@pytest.mark.parametrize("machine,failed,line", [
+    ("hgx-h100-nvlink-down", 1, "GPU5: NVLinks [[]0, 1, *] are down (0/18 up)"),
+    ("hgx-h100-pcie-x8", 1, "GPU2 PCIe link trained down: x8 of x16 (Gen3 of Gen5)"),
+    ("8x-l40s-p2p-disabled", 28, "GPU0-GPU1 (*): P2P refused: chipset not supported"),
+])
+def test_quick_check_names_what_is_degraded(pytester, machine, failed, line):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=quick", "--gputopo-machine", machine,
+                                "-rf")
+    assert result.parseoutcomes()["failed"] == failed
+    result.stdout.fnmatch_lines([line])
+
+
+def test_gpu_model_without_p2p_is_not_a_fault(pytester):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "4x-rtx4090", "-rs")
+    result.stdout.fnmatch_lines(["*GPU0-GPU1 (NODE): this GPU model does not support P2P (not a fault)*"])
+    assert result.ret == 0
+
+
+def test_full_check_reads_like_a_pytest_run_and_lands_in_junit_and_json(pytester):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=full", "--gputopo-machine", "dgx-a100",
+                                "--junitxml=report.xml", "--gputopo-json=check.json", "-rA")
+    result.stdout.fnmatch_lines([
+        "*p2p_bw[[]GPU0->GPU1]*",
+        "*allreduce_bw*",
+    ])
+    xml = (pytester.path / "report.xml").read_text()
+    assert 'name="p2p_bw[GPU0-&gt;GPU1]"' in xml and "gputopo_measurement" in xml
+    doc = json.loads((pytester.path / "check.json").read_text())
+    assert doc["recorded"] is True and doc["source"].startswith("recorded:dgx-a100")
+    by_check = {c["check"]: c for c in doc["checks"]}
+    ar = by_check["allreduce_bw"]
+    # 234.89 GB/s published for 8x A100 at 16 GiB, judged against OCI's published A100 floor (185)
+    assert ar["outcome"] == "passed" and "measured 234.9 GB/s, needed 185.0" in ar["message"]
+    assert "recorded, not measured" in ar["message"]
+    assert {m["origin"] for m in doc["measurements"]} == {"recorded"}
+
+
+def test_invalid_check_level(pytester):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=deep", "--gputopo-machine", "dgx-a100")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gputopo-check: 'deep' is not one of quick, full*"])
