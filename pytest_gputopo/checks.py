@@ -271,3 +271,40 @@ def _bandwidth_check(config, topology: Topology, key: tuple):
                 return "failed", f"{text}; P2P is slower than staging through the host ({staged.gbps:.2f} GB/s)", props
         return ("passed" if check.passed() else "failed"), text, props
     return check
+
+
+# ---------------------------------------------------------------------------------------------
+# The gputopo_bench fixture
+
+OWN_MEASUREMENTS = pytest.StashKey[list]()
+
+
+class BenchFixture:
+    """What ``gputopo_bench`` gives a test: the plugin's harness for its own measurements, and the
+    run's shared benchmark results (each measured at most once per run)."""
+
+    def __init__(self, config: pytest.Config, nodeid: str):
+        self._config = config
+        self._nodeid = nodeid
+
+    def measure(self, name: str, run, *, size_bytes: int, device=None, verify=None, **options):
+        """Time ``run(k)`` (k back-to-back iterations) with warm-up, a stable median and verification
+        after timing (see ``pytest_gputopo.bench.harness.measure``). ``device``: a CUDA device to time
+        with CUDA events; None times with the wall clock."""
+        from .bench.harness import CudaEventTimer, WallTimer, measure
+
+        timer = CudaEventTimer(device) if device is not None else WallTimer()
+        result = measure(name, run, size_bytes=size_bytes, timer=timer, verify=verify, **options)
+        self._config.stash.setdefault(OWN_MEASUREMENTS, []).append(
+            {"test": self._nodeid, "origin": "measured", **result.to_json()})
+        return result
+
+    def allreduce(self, gpus: int | None = None, size: int | None = None):
+        s = suite(self._config)
+        return s.get(s.allreduce_key(gpus, size))
+
+    def p2p(self, a: int, b: int, *, peer: bool = True):
+        return suite(self._config).get(("p2p" if peer else "p2p_staged", a, b))
+
+    def h2d(self, gpu: int, *, pinned: bool = True):
+        return suite(self._config).get(("h2d", gpu, pinned))

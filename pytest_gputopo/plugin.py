@@ -219,11 +219,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     path, where = options.value(config, "json")
     if path is None or hasattr(config, "workerinput") or TOPOLOGY not in config.stash:
         return
-    from .checks import CHECK_OUTCOMES, SUITE
+    from .checks import CHECK_OUTCOMES, OWN_MEASUREMENTS, SUITE
 
     suite = config.stash.get(SUITE, None)
     document = report.json_document(config.stash[TOPOLOGY], suite.results if suite else [],
-                                    config.stash.get(CHECK_OUTCOMES, []))
+                                    config.stash.get(CHECK_OUTCOMES, []), config.stash.get(OWN_MEASUREMENTS, []))
     import json
 
     try:
@@ -232,3 +232,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             handle.write("\n")
     except OSError as exc:
         raise pytest.UsageError(f"{where}: cannot write {path}: {exc.strerror or exc}") from None
+
+
+@pytest.fixture
+def gputopo_bench(request: pytest.FixtureRequest):
+    """The measurement harness (``.measure(name, run, size_bytes=...)``) and the run's shared
+    benchmarks (``.allreduce()``, ``.p2p(a, b)``, ``.h2d(gpu)``), as ``BenchResult``s."""
+    from .checks import BenchFixture
+
+    return BenchFixture(request.config, request.node.nodeid)

@@ -138,10 +138,11 @@ def skip_summary(counts: Counter, strict: Counter, topology: Topology) -> str | 
     return f"gputopo: {total} tests not run for unmet requirements: {', '.join(parts)} [{source_text(topology)}]"
 
 
-def json_document(topology: Topology, results: list, checks: list) -> dict:
+def json_document(topology: Topology, results: list, checks: list, own: list = ()) -> dict:
     """What ``--gputopo-json`` writes. Every measurement keeps its origin: ``measured`` here,
     ``cached`` (measured here earlier), or ``recorded`` (published for a recorded machine)."""
     from .model import to_dict
 
     return {"schema": 1, "source": source_text(topology), "recorded": topology.recorded,
-            "topology": to_dict(topology), "measurements": [r.to_json() for r in results], "checks": checks}
+            "topology": to_dict(topology), "measurements": [r.to_json() for r in results],
+            "test_measurements": list(own), "checks": checks}

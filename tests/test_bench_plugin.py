@@ -149,3 +149,29 @@ def test_invalid_check_level(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=deep", "--gputopo-machine", "dgx-a100")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--gputopo-check: 'deep' is not one of quick, full*"])
+
+
+def test_gputopo_bench_fixture_measures_with_the_harness(pytester):
+    src = '''
+def test_memcpy(gputopo_bench):
+    src = bytearray(b"x" * (1 << 20))
+    dst = bytearray(len(src))
+
+    def run(k):
+        for _ in range(k):
+            dst[:] = src
+
+    m = gputopo_bench.measure("host memcpy", run, size_bytes=len(src), budget_s=1.0,
+                              verify=lambda: None if dst == src else "copy differs")
+    assert m.verified and m.bw_gbps > 0 and m.spread >= 1.0
+
+
+def test_shared_results(gputopo_bench):
+    r = gputopo_bench.p2p(0, 1)
+    assert r.origin == "recorded" and r.gbps == 272.0
+'''
+    result = run(pytester, "--gputopo-machine", "dgx-a100", "--gputopo-json", "out.json", src=src)
+    result.assert_outcomes(passed=2)
+    doc = json.loads((pytester.path / "out.json").read_text())
+    (own,) = doc["test_measurements"]
+    assert own["name"] == "host memcpy" and own["test"].endswith("test_memcpy") and own["verified"] is True
