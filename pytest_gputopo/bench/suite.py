@@ -165,7 +165,10 @@ class BenchSuite:
                 gbps, detail, error = self._run(key)
         except Exception as exc:  # BenchError, timeouts, CUDA errors: a reason, never a crashed run
             return BenchResult(key, describe(key), None, "measured", error=f"{type(exc).__name__}: {exc}")
-        return BenchResult(key, describe(key), gbps, "measured", error=error, detail=detail)
+        what = describe(key)
+        if detail.get("nvls"):  # NCCL said it used NVLink SHARP: the switch reduced, busbw is no link's rate
+            what += " with NVLink SHARP (NVLS: busbw does not describe a link)"
+        return BenchResult(key, what, gbps, "measured", error=error, detail=detail)
 
     def _run(self, key: tuple) -> tuple[float | None, dict, str | None]:
         kind, s = key[0], self.settings
