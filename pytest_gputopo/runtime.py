@@ -95,6 +95,11 @@ def _match(entry: str, cuda: list[int], gpus: Sequence[Gpu]) -> int | str:
     return f"{entry!r} matches {'no' if not hits else 'more than one'} GPU UUID"
 
 
+def environment() -> dict[str, str]:
+    """A copy of this process's environment, for the worker processes a benchmark starts."""
+    return dict(os.environ)
+
+
 def hostname() -> str:
     """This host's name (os.uname avoids importing socket on the no-GPU fast path)."""
     if hasattr(os, "uname"):

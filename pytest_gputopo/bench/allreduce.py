@@ -6,7 +6,8 @@ Figures follow nccl-tests (``src/all_reduce.cu``, ``doc/PERFORMANCE.md``):
 - ``busbw_gbps = algbw_gbps * 2(n-1)/n`` -- 0 for a single rank, as nccl-tests prints;
 - ``time`` is the **maximum across ranks** of each sample (the collective is done when its slowest
   rank is done; nccl-tests averages ranks by default, ``-a`` picks min/max/sum -- we take max so that a
-  slow rank cannot hide behind fast ones), then the median of the harness's stable window;
+  slow rank cannot hide behind fast ones), then the median of the harness's samples (its stable
+  window, or every sample when the machine never settled within the budget);
 - ``wrong``: after timing, a fresh all-reduce of "verifiable" inputs whose sum is exact in the dtype
   (rank ``r`` holds ``(i mod m) + r + 1`` at element ``i``; every element must equal
   ``n*(i mod m) + n(n+1)/2``, tolerance 0), the count of mismatching elements summed over ranks.
@@ -106,13 +107,13 @@ class AllReduceRow:
 
     size_bytes: int
     count: int  # elements per rank
-    time_us: float  # median over the stable window of max-over-ranks per-call time
+    time_us: float  # harness median (stable window, else all samples) of the max-over-ranks per-call time
     algbw_gbps: float
     busbw_gbps: float
     wrong: int  # mismatching elements after a verifiable all-reduce, summed over ranks
     iterations: int  # back-to-back all-reduce calls per timed sample
     samples: int
-    spread: float  # max/min of the stable window's samples
+    spread: float  # max/min of the samples the median was taken over
     stable: bool  # the window met the target spread
     wall_s: float
     error: Optional[str] = None
@@ -422,7 +423,9 @@ def run_allreduce(
         with open(config_path, "w") as f:
             json.dump(config, f)
 
-        child_env = dict(os.environ)  # the workers inherit the caller's environment ...
+        from .. import runtime
+
+        child_env = runtime.environment()  # the workers inherit the caller's environment ...
         child_env.setdefault("OMP_NUM_THREADS", "1")  # ... as torchrun does, one thread per rank
         if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in child_env and os.path.exists("/sys/class/net/lo"):
             child_env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only: a single-node benchmark
