@@ -175,3 +175,19 @@ def test_shared_results(gputopo_bench):
     doc = json.loads((pytester.path / "out.json").read_text())
     (own,) = doc["test_measurements"]
     assert own["name"] == "host memcpy" and own["test"].endswith("test_memcpy") and own["verified"] is True
+
+
+def test_cache_reuses_results_across_runs(pytester):
+    src = "import pytest\n@pytest.mark.min_allreduce_bw(0.001)\ndef test_ok(): pass\n"
+    pytester.makepyfile(test_bw=src)
+    args = ["--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "256K", "--gputopo-cache",
+            "--gputopo-json", "out.json"]
+    pytester.runpytest(*args).assert_outcomes(passed=1)
+    first = json.loads((pytester.path / "out.json").read_text())["measurements"][0]
+    pytester.runpytest(*args).assert_outcomes(passed=1)
+    second = json.loads((pytester.path / "out.json").read_text())["measurements"][0]
+    assert (first["origin"], second["origin"]) == ("measured", "cached")
+    assert second["gbps"] == first["gbps"]
+    pytester.runpytest(*args, "--gputopo-cache-max-age", "0.0000001").assert_outcomes(passed=1)
+    third = json.loads((pytester.path / "out.json").read_text())["measurements"][0]
+    assert third["origin"] == "measured"  # too old: measured again
