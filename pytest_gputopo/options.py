@@ -63,6 +63,8 @@ OPTIONS = {o.name: o for o in (
     Option("cache", None, "reuse benchmark results from pytest's cache, keyed by host, GPUs, driver and "
                           "library versions (see --gputopo-cache-max-age)"),
     Option("cache-max-age", "HOURS", "the age limit of cached benchmark results (default 24)"),
+    Option("rank-timeout", "SECONDS", "under torchrun: how long a rank waits for the others to report "
+                                      "their topology or a verdict before the run ends with a reason (default 120)"),
 )}
 
 TRUE = ("1", "true", "yes", "on")
@@ -186,5 +188,6 @@ def validate_benchmark_options(config: pytest.Config) -> None:
     size(config, "allreduce-size")
     number(config, "bench-timeout", None)
     number(config, "cache-max-age", None)
+    number(config, "rank-timeout", None)
     if any(value(config, o)[0] is not None for o in OPTIONS if o.startswith("floor-")):
         floors(config)

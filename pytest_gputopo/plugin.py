@@ -15,9 +15,12 @@ from . import options, report
 TOPOLOGY = pytest.StashKey["object"]()
 ITEM_REQS = pytest.StashKey[list]()
 STATE = pytest.StashKey["RunState"]()
+RANKS = pytest.StashKey["object"]()  # (Exchange, [RankView]) under a launcher, else absent
 
 # Exit status of a run stopped by --gputopo-require or --gputopo-expect (pytest uses 0-5).
 GATE_EXIT_STATUS = 8
+# Exit status when the ranks of a distributed run cannot agree (one did not report in time).
+RANKS_EXIT_STATUS = 9
 WORKER_KEY = "gputopo_topology"
 
 
@@ -31,11 +34,23 @@ class RunState:
         from .checks import judge_bandwidth
         from .requirements import BandwidthRequirement
 
+        ranks = config.stash.get(RANKS, None)
         if isinstance(requirement, BandwidthRequirement):
-            return judge_bandwidth(config, requirement)  # measures lazily, once per run
-        topology = config.stash[TOPOLOGY]
-        verdict = requirement.evaluate(topology)
-        return None if verdict.ok else f"{verdict.reason} [{report.source_text(topology)}]"
+            reason = judge_bandwidth(config, requirement)  # measures lazily, once per run
+            if ranks is None:
+                return reason
+            # Measured per rank: agree on one verdict (unmet anywhere -> skipped everywhere).
+            exchange, _ = ranks
+            reasons = exchange.all_gather(f"verdict/{requirement}", {"reason": reason})
+            return next((f"rank {r}: {d['reason']}" for r, d in enumerate(reasons) if d["reason"]), None)
+        views = [(None, config.stash[TOPOLOGY])] if ranks is None else \
+            [(v, v.topology) for v in _distinct(ranks[1])]
+        for view, topology in views:  # the same combined view on every rank: the same decision
+            verdict = requirement.evaluate(topology)
+            if not verdict.ok:
+                where = f"on {view.where}: " if view is not None and len(ranks[1]) > 1 else ""
+                return f"{where}{verdict.reason} [{report.source_text(topology)}]"
+        return None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,7 +80,40 @@ def pytest_configure(config: pytest.Config) -> None:
     else:
         topology = config.hook.pytest_gputopo_probe(config=config)
     config.stash[TOPOLOGY] = topology
+    if workerinput is None:
+        _join_ranks(config, topology)
     config.hook.pytest_gputopo_topology(config=config, topology=topology)
+
+
+def _join_ranks(config: pytest.Config, topology) -> None:
+    """Under torchrun (RANK/WORLD_SIZE set), exchange every rank's topology before any decision."""
+    from . import runtime
+
+    try:
+        launch = runtime.launch()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if launch is None:
+        return
+    from .ranks import Exchange, RankError, gather_views
+
+    timeout = options.number(config, "rank-timeout", 120.0)
+    try:
+        exchange = Exchange.connect(launch, timeout)
+        config.stash[RANKS] = (exchange, gather_views(exchange, topology))
+    except RankError as exc:
+        pytest.exit(f"gputopo: the ranks cannot agree: {exc}", returncode=RANKS_EXIT_STATUS)
+
+
+def _distinct(views):
+    from .ranks import distinct
+
+    return distinct(views)
+
+
+def _is_rank_zero(config: pytest.Config) -> bool:
+    ranks = config.stash.get(RANKS, None)
+    return ranks is None or ranks[0].launch.rank == 0
 
 
 @pytest.hookimpl(trylast=True)
@@ -88,10 +136,14 @@ def pytest_configure_node(node) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    if not _is_rank_zero(config):
+        return []  # only rank 0 speaks for the run
     topology = config.stash[TOPOLOGY]
+    ranks = config.stash.get(RANKS, None)
     if config.get_verbosity() > 0:
-        return report.full_report(topology)
-    return [report.header_line(topology)] + [f"gputopo warning: {w}" for w in topology.warnings]
+        return (report.rank_lines(ranks[1]) if ranks else []) + report.full_report(topology)
+    lines = report.rank_lines(ranks[1]) if ranks is not None else [report.header_line(topology)]
+    return lines + [f"gputopo warning: {w}" for w in topology.warnings]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -102,6 +154,8 @@ def pytest_collection(session: pytest.Session) -> None:
         return
     from . import requirements as reqs
 
+    ranks = config.stash.get(RANKS, None)
+    views = [(None, config.stash[TOPOLOGY])] if ranks is None else [(v, v.topology) for v in _distinct(ranks[1])]
     topology = config.stash[TOPOLOGY]
     problems = []
     expr, where = options.value(config, "require")
@@ -110,10 +164,12 @@ def pytest_collection(session: pytest.Session) -> None:
             terms = reqs.parse_expression(expr)
         except reqs.RequirementError as exc:
             raise pytest.UsageError(f"{where}: {exc}") from None
-        for term in terms:
-            verdict = term.evaluate(topology, max_pairs=None)
-            if not verdict.ok:
-                problems += [f"{term}: {f}" for f in verdict.failures]
+        for view, topo in views:
+            prefix = f"{view.where}: " if view is not None else ""
+            for term in terms:
+                verdict = term.evaluate(topo, max_pairs=None)
+                if not verdict.ok:
+                    problems += [f"{prefix}{term}: {f}" for f in verdict.failures]
     reference, where = options.value(config, "expect")
     if reference is not None:
         from .probe import MachineError, probe_recorded
@@ -122,7 +178,9 @@ def pytest_collection(session: pytest.Session) -> None:
             ref = probe_recorded(reference)
         except MachineError as exc:
             raise pytest.UsageError(f"{where}: {exc}") from None
-        problems += [f"expected as {ref.source.name}: {r}" for r in reqs.regressions(ref, topology)]
+        for view, topo in views:
+            prefix = f"{view.where}: " if view is not None else ""
+            problems += [f"{prefix}expected as {ref.source.name}: {r}" for r in reqs.regressions(ref, topo)]
     if problems:
         tw = config.get_terminal_writer()
         tw.line(f"gputopo: this machine does not meet the run's requirements "
@@ -191,7 +249,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
-    if state is None or hasattr(config, "workerinput"):
+    if state is None or hasattr(config, "workerinput") or not _is_rank_zero(config):
         return
     # Count from the reports themselves, so that outcomes of xdist workers are counted too.
     skipped, failed = Counter(), Counter()
@@ -200,7 +258,9 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
             for key, value in getattr(rep, "user_properties", ()):
                 if key == "gputopo_unmet" and getattr(rep, "when", None) == "setup":
                     counter[value] += 1
-    line = report.skip_summary(skipped, failed, config.stash[TOPOLOGY])
+    ranks = config.stash.get(RANKS, None)
+    sources = [config.stash[TOPOLOGY]] if ranks is None else [v.topology for v in _distinct(ranks[1])]
+    line = report.skip_summary(skipped, failed, sources)
     if line:
         terminalreporter.write_sep("-", "gputopo")
         terminalreporter.write_line(line)

@@ -128,14 +128,15 @@ def full_report(topology: Topology) -> list[str]:
     return lines
 
 
-def skip_summary(counts: Counter, strict: Counter, topology: Topology) -> str | None:
+def skip_summary(counts: Counter, strict: Counter, topologies: list) -> str | None:
     """One line counting tests skipped (or failed, strict) per unmet requirement."""
     if not counts and not strict:
         return None
     parts = [f"{req} x{n}" for req, n in sorted(counts.items())]
     parts += [f"{req} x{n} (strict: failed)" for req, n in sorted(strict.items())]
     total = sum(counts.values()) + sum(strict.values())
-    return f"gputopo: {total} tests not run for unmet requirements: {', '.join(parts)} [{source_text(topology)}]"
+    sources = "; ".join(dict.fromkeys(source_text(t) for t in topologies))
+    return f"gputopo: {total} tests not run for unmet requirements: {', '.join(parts)} [{sources}]"
 
 
 def json_document(topology: Topology, results: list, checks: list, own: list = ()) -> dict:
@@ -146,3 +147,25 @@ def json_document(topology: Topology, results: list, checks: list, own: list = (
     return {"schema": 1, "source": source_text(topology), "recorded": topology.recorded,
             "topology": to_dict(topology), "measurements": [r.to_json() for r in results],
             "test_measurements": list(own), "checks": checks}
+
+
+def rank_lines(views: list) -> list[str]:
+    """One header line per node (and per distinct machine seen there) of a distributed run,
+    flagging any unlike rank 0's."""
+    import json
+
+    from .model import to_dict
+
+    groups: dict = {}
+    for view in views:
+        machine = json.dumps(to_dict(view.topology), sort_keys=True)
+        groups.setdefault((view.hostname, view.node_rank, machine), []).append(view)
+    first = next(iter(groups))[2] if groups else None
+    lines = []
+    for (host, node, machine), members in groups.items():
+        node_text = f" node {node}" if node is not None else ""
+        differs = "" if machine == first else " [DIFFERS from rank 0's]"
+        body = header_line(members[0].topology).removeprefix("gputopo: ")
+        ranks = ",".join(str(v.rank) for v in members)
+        lines.append(f"gputopo {host or '?'}{node_text} (rank {ranks}): {body}{differs}")
+    return lines

@@ -116,12 +116,43 @@ def nccl_tests_binary() -> str | None:
     return find_all_reduce_perf(os.environ)
 
 
-def distributed_rank() -> tuple[int, int] | None:
-    """``(RANK, WORLD_SIZE)`` when a launcher such as torchrun set them."""
-    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is None or world is None:
+@dataclass(frozen=True)
+class Launch:
+    """What a launcher (torchrun, or srun with the usual variables) told this process."""
+
+    rank: int
+    world_size: int
+    local_rank: int | None
+    node_rank: int | None
+    master_addr: str
+    master_port: int
+    agent_store: bool  # torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT
+    run_id: str
+
+
+def launch() -> Launch | None:
+    """The launch, when RANK and WORLD_SIZE say this is one rank of several; raises ValueError
+    naming the variable when one is malformed."""
+    env = os.environ
+    if "RANK" not in env or "WORLD_SIZE" not in env:
         return None
-    try:
-        return int(rank), int(world)
-    except ValueError:
+
+    def number(name: str, default: int | None = None) -> int | None:
+        raw = env.get(name)
+        if raw is None:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+    rank, world = number("RANK"), number("WORLD_SIZE")
+    if world is None or world < 1 or rank is None or not 0 <= rank < world:
+        raise ValueError(f"environment variables RANK={env['RANK']!r} WORLD_SIZE={env['WORLD_SIZE']!r} "
+                         f"do not describe a rank of a run")
+    if world == 1:
         return None
+    run = f"{env.get('TORCHELASTIC_RUN_ID', 'none')}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    return Launch(rank=rank, world_size=world, local_rank=number("LOCAL_RANK"), node_rank=number("GROUP_RANK"),
+                  master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=number("MASTER_PORT", 29500),
+                  agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true", run_id=run)

@@ -1,0 +1,94 @@
+"""One decision across the ranks of a distributed pytest run (torchrun, or any launcher that sets
+RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT).
+
+Every rank probes its own node; the ranks exchange what they found through the launcher's key-value
+store (torch.distributed's TCPStore, as a client of torchrun's agent store; without one, rank 0
+serves a store on MASTER_PORT + 1 so that the user's own ``init_process_group`` keeps MASTER_PORT).
+Every gating decision is then computed from the combined view, so it is the same on every rank and
+no rank waits in a collective another rank skipped. A rank that does not report in time ends the
+run with a reason instead of a hang. torch is imported only here, only under a launcher.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from . import model, runtime
+
+
+class RankError(Exception):
+    """The ranks could not agree: one did not report in time, or the store is unreachable."""
+
+
+@dataclass(frozen=True)
+class RankView:
+    """What one rank found: its host and node, and its topology."""
+
+    rank: int
+    hostname: str | None
+    node_rank: int | None
+    topology: model.Topology
+
+    @property
+    def where(self) -> str:
+        return f"rank {self.rank} ({self.hostname or 'unknown host'})"
+
+
+class Exchange:
+    def __init__(self, launch: runtime.Launch, store, timeout_s: float):
+        self.launch = launch
+        self.store = store
+        self.timeout_s = timeout_s
+        self.prefix = f"gputopo/{launch.run_id}/"
+
+    @classmethod
+    def connect(cls, launch: runtime.Launch, timeout_s: float) -> "Exchange":
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        port = launch.master_port if launch.agent_store else launch.master_port + 1
+        is_master = launch.rank == 0 and not launch.agent_store
+        try:
+            store = dist.TCPStore(launch.master_addr, port, launch.world_size, is_master,
+                                  timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+        except Exception as exc:  # RuntimeError / DistStoreError: name the address
+            raise RankError(f"rank {launch.rank}: cannot reach the launcher's store at "
+                            f"{launch.master_addr}:{port}: {exc}") from None
+        return cls(launch, store, timeout_s)
+
+    def all_gather(self, name: str, value: dict) -> list[dict]:
+        """Every rank's ``value`` for ``name``, in rank order; raises RankError naming the missing ranks."""
+        from datetime import timedelta
+
+        key = f"{self.prefix}{name}/"
+        self.store.set(f"{key}{self.launch.rank}", json.dumps(value))
+        keys = [f"{key}{r}" for r in range(self.launch.world_size)]
+        try:
+            self.store.wait(keys, timedelta(seconds=self.timeout_s))
+        except Exception:
+            missing = [r for r, k in enumerate(keys) if not self.store.check([k])]
+            raise RankError(f"rank(s) {', '.join(map(str, missing))} did not report {name!r} within "
+                            f"{self.timeout_s:.0f} s (a rank died, hung, or runs a different test selection)") from None
+        return [json.loads(self.store.get(k)) for k in keys]
+
+
+def gather_views(exchange: Exchange, topology: model.Topology) -> list[RankView]:
+    mine = {"hostname": topology.hostname or runtime.hostname(), "node_rank": exchange.launch.node_rank,
+            "topology": model.to_dict(topology)}
+    views = []
+    for rank, data in enumerate(exchange.all_gather("topology", mine)):
+        views.append(RankView(rank, data["hostname"], data["node_rank"], model.from_dict(data["topology"])))
+    return views
+
+
+def distinct(views: list[RankView]) -> list[RankView]:
+    """One view per distinct topology (ranks on one node usually see the same machine)."""
+    seen, out = set(), []
+    for view in views:
+        key = json.dumps(model.to_dict(view.topology), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(view)
+    return out

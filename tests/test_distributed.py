@@ -1,0 +1,151 @@
+"""pytest inside torchrun (gloo, loopback): one decision across ranks, rank 0 speaks, no hang.
+
+Each rank is given a different recorded machine (as if the nodes differed) by a conftest that
+implements the plugin's probe hook.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+CONFTEST = """
+import json, os
+import pytest
+
+MACHINES = os.environ.get("GPUTOPO_TEST_MACHINES", "dgx-a100,4x-rtx4090").split(",")
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_gputopo_probe(config):
+    from pytest_gputopo.probe import probe_recorded
+    if os.environ.get("GPUTOPO_TEST_HANG_RANK") == os.environ["RANK"]:
+        import time
+        time.sleep(600)  # a rank that never reports
+    return probe_recorded(MACHINES[int(os.environ["RANK"]) % len(MACHINES)])
+
+def pytest_sessionfinish(session):
+    rep = session.config.pluginmanager.get_plugin("terminalreporter")
+    outcomes = {k: sorted(r.nodeid for r in v if hasattr(r, "nodeid"))
+                for k, v in rep.stats.items() if k in ("passed", "skipped", "failed", "error")}
+    with open(f"outcomes.{os.environ['RANK']}.json", "w") as f:
+        json.dump(outcomes, f)
+"""
+
+TESTS = """
+import pytest
+import torch
+import torch.distributed as dist
+
+def all_reduce_ones():
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)  # would hang if another rank skipped this test
+    assert t.item() == dist.get_world_size()
+
+@pytest.mark.requires_p2p
+def test_p2p_collective():
+    all_reduce_ones()
+
+@pytest.mark.requires_gpus(4)
+def test_four_gpus_collective():
+    all_reduce_ones()
+
+@pytest.mark.requires_link("NV12")
+def test_nvlink_collective():
+    all_reduce_ones()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def suite_dir(tmp_path):
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_dist.py").write_text(TESTS)
+    return tmp_path
+
+
+def torchrun(cwd: Path, *args: str, env=None, timeout=120) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {}), "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(TORCHRUN + list(args), cwd=cwd, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def outcomes(cwd: Path, ranks: int) -> list[dict]:
+    return [json.loads((cwd / f"outcomes.{r}.json").read_text()) for r in range(ranks)]
+
+
+def test_every_rank_takes_the_same_decisions(suite_dir):
+    port = free_port()
+    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                   "-m", "pytest", "-p", "no:cacheprovider", "-rs")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rank0, rank1 = outcomes(suite_dir, 2)
+    assert rank0 == rank1
+    assert rank0["passed"] == ["test_dist.py::test_four_gpus_collective"]
+    assert sorted(rank0["skipped"]) == ["test_dist.py::test_nvlink_collective", "test_dist.py::test_p2p_collective"]
+    # Rank 0 prints one line per node, flagging the one unlike its own; the other rank prints none.
+    assert "(rank 0): 8x NVIDIA A100-SXM4-80GB" in out.stdout
+    assert "(rank 1): 4x NVIDIA GeForce RTX 4090" in out.stdout and "[DIFFERS from rank 0's]" in out.stdout
+    assert out.stdout.count("[DIFFERS from rank 0's]") == 1
+    assert "on rank 1 (" in out.stdout  # the skip reason names the rank whose node lacks it
+
+
+def test_a_rank_that_never_reports_ends_the_run_with_a_reason(suite_dir):
+    port = free_port()
+    start = time.monotonic()
+    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                   "-m", "pytest", "-p", "no:cacheprovider", "--gputopo-rank-timeout", "5",
+                   env={"GPUTOPO_TEST_HANG_RANK": "1"})
+    assert time.monotonic() - start < 60
+    assert out.returncode != 0
+    assert "the ranks cannot agree: rank(s) 1 did not report 'topology' within 5 s" in out.stdout + out.stderr
+    assert processes_in(suite_dir) == []  # no rank outlived the run
+
+
+def processes_in(directory: Path) -> list[int]:
+    """Live processes whose working directory is ``directory`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "cwd") == str(directory) and "Z" not in (entry / "stat").read_text().split()[2]:
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_two_nodes_on_loopback_show_a_header_per_node(suite_dir):
+    port = free_port()
+    common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "GPUTOPO_TEST_MACHINES": "hgx-h100,hgx-h100-nvlink-down"}
+    procs = [subprocess.Popen(TORCHRUN + common + ["--node-rank", str(n), "-m", "pytest", "-p", "no:cacheprovider"],
+                              cwd=suite_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for n in (0, 1)]
+    try:
+        texts = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], texts
+    node0 = texts[0]
+    assert "node 0 (rank 0): 8x NVIDIA H100 80GB HBM3" in node0
+    assert "node 1 (rank 1): 8x NVIDIA H100 80GB HBM3" in node0 and "[DIFFERS from rank 0's]" in node0
+    assert "node 0 (rank 0)" not in texts[1]  # only rank 0 prints the header
+    rank0, rank1 = outcomes(suite_dir, 2)
+    assert rank0 == rank1 and "test_dist.py::test_nvlink_collective" in rank0["skipped"]
