@@ -16,7 +16,10 @@ from . import requirements as reqs
 from .model import P2PStatus, Topology
 
 SUITE = pytest.StashKey["object"]()
-CHECK_OUTCOMES = pytest.StashKey[list]()
+# Outcomes and a test's own measurements travel in user_properties, so that they reach the
+# controller (and JUnit XML) from xdist workers too.
+CHECK_PROPERTY = "gputopo_check"
+OWN_PROPERTY = "gputopo_test_measurement"
 LEVELS = ("quick", "full")
 CACHE_PREFIX = "gputopo/bench"
 
@@ -78,7 +81,10 @@ def suite(config: pytest.Config):
 
         def cache_set(key: str, value: dict) -> None:
             config.cache.set(prefix + key, {**value, "time": time.time()})
-    found = config.stash[SUITE] = BenchSuite(topology, settings(config), cache_get, cache_set)
+    from .plugin import SHARED_DIR
+
+    found = config.stash[SUITE] = BenchSuite(topology, settings(config), cache_get, cache_set,
+                                             config.stash.get(SHARED_DIR, None))
     return found
 
 
@@ -145,13 +151,12 @@ class CheckItem(pytest.Item):
         outcome, message, props = self._check()
         for key, value in props.items():
             self.user_properties.append((key, value))
-        self.config.stash.setdefault(CHECK_OUTCOMES, []).append(
-            {"check": self.name, "outcome": outcome, "message": message, **props})
+        self.user_properties.append((CHECK_PROPERTY, json.dumps({"check": self.name, "outcome": outcome,
+                                                                 "message": message})))
         if outcome == "failed":
             pytest.fail(message, pytrace=False)
         if outcome == "skipped":
             pytest.skip(message)
-        self.user_properties.append(("gputopo_check", message))
 
     def repr_failure(self, excinfo, style=None):
         return str(excinfo.value)
@@ -276,16 +281,13 @@ def _bandwidth_check(config, topology: Topology, key: tuple):
 # ---------------------------------------------------------------------------------------------
 # The gputopo_bench fixture
 
-OWN_MEASUREMENTS = pytest.StashKey[list]()
-
-
 class BenchFixture:
     """What ``gputopo_bench`` gives a test: the plugin's harness for its own measurements, and the
     run's shared benchmark results (each measured at most once per run)."""
 
-    def __init__(self, config: pytest.Config, nodeid: str):
+    def __init__(self, config: pytest.Config, node: pytest.Item):
         self._config = config
-        self._nodeid = nodeid
+        self._node = node
 
     def measure(self, name: str, run, *, size_bytes: int, device=None, verify=None, **options):
         """Time ``run(k)`` (k back-to-back iterations) with warm-up, a stable median and verification
@@ -295,8 +297,8 @@ class BenchFixture:
 
         timer = CudaEventTimer(device) if device is not None else WallTimer()
         result = measure(name, run, size_bytes=size_bytes, timer=timer, verify=verify, **options)
-        self._config.stash.setdefault(OWN_MEASUREMENTS, []).append(
-            {"test": self._nodeid, "origin": "measured", **result.to_json()})
+        self._node.user_properties.append(
+            (OWN_PROPERTY, json.dumps({"test": self._node.nodeid, "origin": "measured", **result.to_json()})))
         return result
 
     def allreduce(self, gpus: int | None = None, size: int | None = None):

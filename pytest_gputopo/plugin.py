@@ -22,6 +22,8 @@ GATE_EXIT_STATUS = 8
 # Exit status when the ranks of a distributed run cannot agree (one did not report in time).
 RANKS_EXIT_STATUS = 9
 WORKER_KEY = "gputopo_topology"
+SHARED_KEY = "gputopo_shared_dir"  # xdist: where the workers of one run share benchmark results
+SHARED_DIR = pytest.StashKey[str]()
 
 
 class RunState:
@@ -77,6 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from .model import from_dict
 
         topology = from_dict(workerinput[WORKER_KEY])  # xdist workers never probe
+        config.stash[SHARED_DIR] = workerinput[SHARED_KEY]
     else:
         topology = config.hook.pytest_gputopo_probe(config=config)
     config.stash[TOPOLOGY] = topology
@@ -129,10 +132,24 @@ def pytest_gputopo_probe(config: pytest.Config):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    """xdist controller: hand the topology to each worker."""
+    """xdist controller: hand the topology, and a folder to share benchmark results in, to each worker."""
+    import tempfile
+
     from .model import to_dict
 
-    node.workerinput[WORKER_KEY] = to_dict(node.config.stash[TOPOLOGY])
+    config = node.config
+    if SHARED_DIR not in config.stash:
+        config.stash[SHARED_DIR] = tempfile.mkdtemp(prefix="pytest-gputopo-run-")
+    node.workerinput[WORKER_KEY] = to_dict(config.stash[TOPOLOGY])
+    node.workerinput[SHARED_KEY] = config.stash[SHARED_DIR]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared = config.stash.get(SHARED_DIR, None)
+    if shared and not hasattr(config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -273,17 +290,36 @@ def gputopo(pytestconfig: pytest.Config):
     return pytestconfig.stash[TOPOLOGY]
 
 
+def _from_reports(config: pytest.Config, name: str) -> list:
+    """The JSON values that tests left under ``name`` in their user_properties (xdist workers' too)."""
+    import json
+
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    found, seen = [], set()
+    for reports in (reporter.stats.values() if reporter else ()):
+        for rep in reports:
+            for key, value in getattr(rep, "user_properties", ()):
+                if key == name and (rep.nodeid, value) not in seen:
+                    seen.add((rep.nodeid, value))
+                    found.append(json.loads(value))
+    return found
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """--gputopo-json: the topology, every measurement and every check, as one document."""
     config = session.config
     path, where = options.value(config, "json")
     if path is None or hasattr(config, "workerinput") or TOPOLOGY not in config.stash:
         return
-    from .checks import CHECK_OUTCOMES, OWN_MEASUREMENTS, SUITE
+    from .checks import CHECK_PROPERTY, OWN_PROPERTY, SUITE
+
+    from .bench.suite import shared_results
 
     suite = config.stash.get(SUITE, None)
-    document = report.json_document(config.stash[TOPOLOGY], suite.results if suite else [],
-                                    config.stash.get(CHECK_OUTCOMES, []), config.stash.get(OWN_MEASUREMENTS, []))
+    results = {r.key: r for r in shared_results(config.stash.get(SHARED_DIR, None))}  # the workers'
+    results.update({r.key: r for r in (suite.results if suite else [])})
+    document = report.json_document(config.stash[TOPOLOGY], list(results.values()),
+                                    _from_reports(config, CHECK_PROPERTY), _from_reports(config, OWN_PROPERTY))
     import json
 
     try:
@@ -300,4 +336,4 @@ def gputopo_bench(request: pytest.FixtureRequest):
     benchmarks (``.allreduce()``, ``.p2p(a, b)``, ``.h2d(gpu)``), as ``BenchResult``s."""
     from .checks import BenchFixture
 
-    return BenchFixture(request.config, request.node.nodeid)
+    return BenchFixture(request.config, request.node)

@@ -191,3 +191,28 @@ def test_cache_reuses_results_across_runs(pytester):
     pytester.runpytest(*args, "--gputopo-cache-max-age", "0.0000001").assert_outcomes(passed=1)
     third = json.loads((pytester.path / "out.json").read_text())["measurements"][0]
     assert third["origin"] == "measured"  # too old: measured again
+
+
+def test_xdist_workers_share_one_measurement_per_run(pytester):
+    pytest.importorskip("xdist")
+    src = '''
+import json, pytest
+
+@pytest.mark.parametrize("i", range(4))
+@pytest.mark.min_allreduce_bw(0.001)
+def test_allreduce(gputopo_bench, i, tmp_path_factory):
+    r = gputopo_bench.allreduce()
+    root = tmp_path_factory.getbasetemp().parent
+    (root / f"seen-{i}.json").write_text(json.dumps(r.detail, sort_keys=True))
+'''
+    pytester.makepyfile(test_bw=src)
+    result = pytester.runpytest_subprocess("-n", "2", "--gputopo-allreduce-backend", "gloo",
+                                           "--gputopo-allreduce-size", "256K", "--gputopo-json", "out.json",
+                                           "-p", "no:cacheprovider", "--basetemp", str(pytester.path / "bt"))
+    result.assert_outcomes(passed=4)
+    files = list((pytester.path / "bt").glob("seen-*.json"))
+    assert len(files) == 4
+    seen = {p.read_text() for p in files}
+    assert len(seen) == 1  # every test on every worker got the same measurement: one benchmark run
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert [m["origin"] for m in doc["measurements"]] == ["measured"]  # it reached the controller

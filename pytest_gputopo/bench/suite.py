@@ -11,6 +11,7 @@ kept in pytest's cache across runs (``--gputopo-cache``). torch is imported only
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 import time
@@ -53,6 +54,23 @@ class BenchResult:
     def to_json(self) -> dict:
         return {"key": list(self.key), "what": self.what, "gbps": self.gbps, "origin": self.origin,
                 "source": self.source, "error": self.error, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "BenchResult":
+        return cls(tuple(d["key"]), d["what"], d["gbps"], d["origin"], d.get("source"), d.get("error"),
+                   d.get("detail", {}))
+
+
+def shared_results(shared_dir: str | None) -> list[BenchResult]:
+    """Every result the processes of this run (xdist workers) measured, from their shared folder."""
+    if not shared_dir or not os.path.isdir(shared_dir):
+        return []
+    found = []
+    for name in sorted(os.listdir(shared_dir)):
+        if name.endswith(".json"):
+            with open(os.path.join(shared_dir, name), encoding="utf-8") as handle:
+                found.append(BenchResult.from_json(json.load(handle)))
+    return found
 
 
 def describe(key: tuple) -> str:
@@ -99,11 +117,13 @@ def host_lock(timeout_s: float):
 
 class BenchSuite:
     def __init__(self, topology: model.Topology, settings: BenchSettings,
-                 cache_get: Callable[[str], Any] | None = None, cache_set: Callable[[str, Any], None] | None = None):
+                 cache_get: Callable[[str], Any] | None = None, cache_set: Callable[[str, Any], None] | None = None,
+                 shared_dir: str | None = None):
         self.topology = topology
         self.settings = settings
         self._results: dict[tuple, BenchResult] = {}
         self._cache_get, self._cache_set = cache_get, cache_set
+        self._shared_dir = shared_dir  # where the processes of one run (xdist workers) share results
 
     @property
     def results(self) -> list[BenchResult]:
@@ -128,14 +148,31 @@ class BenchSuite:
         gloo = key[0] == "allreduce" and self.settings.allreduce_backend == "gloo"
         if self.topology.recorded and not gloo:  # gloo measures this host's CPUs, whatever the machine
             return self._recorded(key)
-        cache_key = "/".join(str(k) for k in key)
+        name = "-".join(str(k) for k in key)
+        try:
+            # One benchmark at a time on this host; and under the lock, a result another process of
+            # this run already measured is taken instead of measuring again.
+            with host_lock(self.settings.timeout_s):
+                shared = os.path.join(self._shared_dir, name + ".json") if self._shared_dir else None
+                if shared and os.path.exists(shared):
+                    with open(shared, encoding="utf-8") as handle:
+                        return BenchResult.from_json(json.load(handle))
+                result = self._cached_or_measured(key, name)
+                if shared:
+                    with open(shared, "w", encoding="utf-8") as handle:
+                        json.dump(result.to_json(), handle)
+                return result
+        except TimeoutError as exc:
+            return BenchResult(key, describe(key), None, "measured", error=str(exc))
+
+    def _cached_or_measured(self, key: tuple, name: str) -> BenchResult:
         if self._cache_get is not None:
-            cached = self._cache_get(cache_key)
+            cached = self._cache_get(name)
             if cached is not None:
                 return BenchResult(key, describe(key), cached["gbps"], "cached", detail=cached.get("detail", {}))
         result = self._measure(key)
         if self._cache_set is not None and result.gbps is not None and result.error is None:
-            self._cache_set(cache_key, {"gbps": result.gbps, "detail": result.detail})
+            self._cache_set(name, {"gbps": result.gbps, "detail": result.detail})
         return result
 
     def _recorded(self, key: tuple) -> BenchResult:
@@ -161,8 +198,7 @@ class BenchSuite:
             why = self.topology.problem or "no GPU visible"
             return BenchResult(key, describe(key), None, "measured", error=f"cannot measure on this host: {why}")
         try:
-            with host_lock(self.settings.timeout_s):
-                gbps, detail, error = self._run(key)
+            gbps, detail, error = self._run(key)
         except Exception as exc:  # BenchError, timeouts, CUDA errors: a reason, never a crashed run
             return BenchResult(key, describe(key), None, "measured", error=f"{type(exc).__name__}: {exc}")
         what = describe(key)

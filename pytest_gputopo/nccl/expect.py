@@ -1,0 +1,616 @@
+"""Which transport NCCL should use between every GPU pair, and a name for each silent fallback.
+
+NCCL picks P2P, SHM or the network for a pair of GPUs on one host from the topology it detects, its
+``NCCL_*`` settings (environment first, then ``NCCL_CONF_FILE`` or ``~/.nccl.conf``, then
+``/etc/nccl.conf``) and NVML's P2P status. A pair that *could* talk over NVLink or a PCIe switch but
+ends up on SHM is the silent degradation users meet most (one stray ``NCCL_P2P_LEVEL=LOC`` in a
+config file, a BIOS that turned P2P off). This module reproduces NCCL's decision
+(``src/graph/paths.cc``: ``ncclGetLevel``, ``ncclTopoCheckP2p``; ``src/misc/param.cc``: the config
+files; see ``shared/reference/nvml-nccl-torch.md`` sections 3.1-3.3) so that what NCCL really did
+(from its log) can be compared with what the machine deserves, and every visible cause named.
+
+Pure: the standard library and ``..model`` only. The caller passes the environment mapping and the
+config files' text; nothing here reads ``os.environ`` or a file.
+
+Mapping ``nvidia-smi`` link classes to NCCL path types (``PATH_*``), and why:
+
+- ``NV#`` -> ``NVL``: a direct NVLink, or NVLink through NVSwitches (NCCL types GPU-NVS-GPU as NVL).
+- a pair without NVLink but with a GPU NVLinked to both -> ``NVB`` (NCCL >= 2.8 routes through one
+  intermediate GPU unless ``NCCL_NVB_DISABLE``; its breadth-first search reaches the pair in two
+  hops, before any PCIe path through a bridge or the CPU). Only GPUs in the topology given count:
+  NCCL only knows the GPUs of the communicator, so pass the topology as the job sees it.
+- ``PIX`` -> ``PIX`` and ``PXB`` -> ``PXB`` (NCCL's PCI switch nodes; NCCL may flatten a two-level
+  Broadcom switch, so a ``PXB`` pair can be NCCL's ``PIX``; both are within the default level).
+- ``PHB`` -> ``PHB`` **and** ``NODE`` -> ``PHB``: NCCL has no ``NODE`` type. Its topology has one CPU
+  node per NUMA domain with every root port of that domain attached to it, and a GPU-to-GPU path
+  through a CPU node is typed ``PATH_PHB`` ("Consider a path going through the CPU as PATH_PHB",
+  ``ncclTopoSetPaths``), whether it crosses one host bridge or several.
+- ``SYS`` -> ``SYS``: the path crosses the link between two CPU nodes (``LINK_SYS``).
+
+Not modelled: NCCL choosing the network for a pair because it judges the NICs faster than the
+GPU-to-GPU path (``ncclTopoCheckNet``, off with ``NCCL_NET_DISABLE_INTRA=1``), containers that do not
+share ``/dev/shm``, ``NCCL_TOPO_FILE``, and multi-node NVLink.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from ..model import Link, LinkClass, P2PStatus, Topology
+
+__all__ = [
+    "PATH_TYPES", "NcclSettings", "Expectation", "Fallback",
+    "conf_file_paths", "read_settings", "default_p2p_level", "link_path",
+    "expected_transports", "find_fallbacks", "fallback_summary",
+]
+
+# topoPathTypeStr[0..PATH_SYS] of current NCCL: the strings NCCL_P2P_LEVEL / NCCL_NET_GDR_LEVEL accept
+# (strcmp, case-sensitive). NET and DIS exist as path types but are not accepted as levels.
+PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+_ORDER = {name: i for i, name in enumerate(PATH_TYPES)}
+# levelsOldToNew: the legacy integers 0..5; larger values clamp to the last entry.
+_LEGACY_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
+_CLASS_TO_PATH = {LinkClass.NV: "NVL", LinkClass.PIX: "PIX", LinkClass.PXB: "PXB",
+                  LinkClass.PHB: "PHB", LinkClass.NODE: "PHB", LinkClass.SYS: "SYS"}
+_NVLINK_PATHS = ("NVL", "NVB")
+
+P2P, SHM, NET, FAIL, UNKNOWN = "P2P", "SHM", "NET", "FAIL", "unknown"
+
+_ENV = "environment"
+
+
+# ------------------------------------------------------------------------------------ C parsing
+
+_C_SPACE = " \t\n\v\f\r"
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
+def _strtol(text: str) -> tuple[int, bool]:
+    """C ``strtol(text, NULL, 0)`` / ``strtoll`` on a 64-bit libc: leading blanks, a sign, ``0x``
+    (hex) or a leading ``0`` (octal), trailing junk ignored, no digits -> 0. Returns (value, ERANGE)."""
+    i, n = 0, len(text)
+    while i < n and text[i] in _C_SPACE:
+        i += 1
+    neg = False
+    if i < n and text[i] in "+-":
+        neg = text[i] == "-"
+        i += 1
+    base, digits = 10, "0123456789"
+    if text[i:i + 2] in ("0x", "0X") and i + 2 < n and text[i + 2] in "0123456789abcdefABCDEF":
+        base, digits, i = 16, "0123456789abcdefABCDEF", i + 2
+    elif text[i:i + 1] == "0":
+        base, digits = 8, "01234567"
+    j = i
+    while j < n and text[j] in digits:
+        j += 1
+    value = int(text[i:j], base) if j > i else 0
+    value = -value if neg else value
+    if value < _INT64[0] or value > _INT64[1]:
+        return (_INT64[0] if value < 0 else _INT64[1]), True
+    return value, False
+
+
+def _int32(value: int) -> int:
+    """A C ``long`` stored in an ``int`` (two's complement truncation, as gcc does)."""
+    return ((value + 2 ** 31) % 2 ** 32) - 2 ** 31
+
+
+def _show(value: str) -> str:
+    return value if value and value.isprintable() and " " not in value else repr(value)
+
+
+# -------------------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """The NCCL settings that decide a pair's transport, as NCCL will read them.
+
+    ``p2p_level`` is normalised to a path type name (``"LOC"``, ``"NVL"``, ``"PIX"``, ...; a legacy
+    number is converted, ``NCCL_P2P_DISABLE=1`` gives ``"LOC"``); None means NCCL's default.
+    ``values`` holds the raw text of every ``NCCL_*`` variable in the environment and of every
+    variable the config files set; ``sources`` says where each came from (``"environment"``,
+    ``"/etc/nccl.conf line 3"``). ``warnings`` name the settings that do not do what they seem to.
+    """
+
+    p2p_disable: bool = False
+    p2p_level: str | None = None
+    shm_disable: bool = False
+    ib_disable: bool = False
+    net_gdr_level: str | None = None
+    net: str | None = None  # NCCL_NET: a network by name (case-insensitive in NCCL)
+    ignore_disabled_p2p: int = 0  # NCCL_IGNORE_DISABLED_P2P: 1 = P2P off without the WARN; 2 = skip NVML
+    nvb_disable: bool = False  # NCCL_NVB_DISABLE: no routing through an intermediate NVLink GPU
+    sources: Mapping[str, str] = field(default_factory=dict, hash=False)
+    warnings: tuple[str, ...] = ()
+    values: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def describe(self, name: str) -> str:
+        """``"NCCL_P2P_LEVEL=LOC from /etc/nccl.conf line 3"`` (the raw value as NCCL reads it)."""
+        if name not in self.values:
+            return f"{name} unset"
+        return f"{name}={_show(self.values[name])} from {self.sources.get(name, _ENV)}"
+
+    def level_origin(self) -> str | None:
+        """What set ``p2p_level``: the described ``NCCL_P2P_DISABLE`` or ``NCCL_P2P_LEVEL``; None = default."""
+        if self.p2p_disable:
+            return self.describe("NCCL_P2P_DISABLE")
+        if self.p2p_level is not None:
+            text = self.describe("NCCL_P2P_LEVEL")
+            raw = self.values.get("NCCL_P2P_LEVEL")
+            return text if raw == self.p2p_level else f"{text} (read as {self.p2p_level})"
+        return None
+
+
+def conf_file_paths(environ: Mapping[str, str], home_dir: str | None) -> list[str]:
+    """The config files NCCL reads, in its order: ``NCCL_CONF_FILE`` when set and non-empty (then
+    ``~/.nccl.conf`` is *not* read), else ``<home>/.nccl.conf``; then ``/etc/nccl.conf``.
+    ``home_dir`` must be the passwd entry's home (NCCL uses ``getpwuid(getuid())``, not ``$HOME``);
+    None when there is none. Missing files are simply skipped by NCCL."""
+    paths = []
+    user_file = environ.get("NCCL_CONF_FILE")
+    if user_file:
+        paths.append(user_file)
+    elif home_dir is not None:
+        paths.append(f"{home_dir}/.nccl.conf")
+    paths.append("/etc/nccl.conf")
+    return paths
+
+
+def _conf_lines(text: str):
+    """``setEnvFile``: getline, skip a line whose *first* character is ``#``, drop one trailing
+    ``\\n`` (a ``\\r`` stays), name = up to the first ``=`` (not trimmed), value = the rest; a line
+    without ``=`` is skipped; C strings end at a NUL; both parts are cut at 1023 characters."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the text ended with a newline: no further line
+    for number, line in enumerate(lines, 1):
+        if line.startswith("#"):
+            continue
+        line = line.split("\0", 1)[0]
+        name, eq, value = line.partition("=")
+        if not eq:
+            continue
+        yield number, name[:1023], value[:1023]
+
+
+def _level(name: str, raw: str, origin: str, warnings: list) -> str | None:
+    """``ncclGetLevel`` for one variable: a path type string, else a legacy number, else default."""
+    if raw in PATH_TYPES:
+        return raw
+    if raw[:1] in tuple("0123456789"):
+        old = _int32(_strtol(raw)[0])
+        if old < 0:
+            warnings.append(f"{name}={_show(raw)} from {origin} overflows NCCL's integer: NCCL's behaviour "
+                            f"is undefined (it indexes its legacy level table with {old})")
+            return None
+        return _LEGACY_LEVELS[min(old, len(_LEGACY_LEVELS) - 1)]
+    hint = ""
+    fixed = raw.strip().upper()
+    if fixed in PATH_TYPES:
+        hint = f" (did you mean {fixed}?)"
+    elif raw.strip() in ("NET", "DIS"):
+        hint = " (NET and DIS are path types, not levels)"
+    warnings.append(f"{name}={raw!r} from {origin} is not a level NCCL accepts (case-sensitive: "
+                    f"{' '.join(PATH_TYPES)}, or a legacy number): NCCL uses its default{hint}")
+    return None
+
+
+def _param(name: str, values: Mapping[str, str], sources: Mapping[str, str], default: int,
+           warnings: list) -> int:
+    """``NCCL_PARAM``: unset or empty -> default; ``strtoll(s, NULL, 0)``; out of range -> default."""
+    raw = values.get(name)
+    if not raw:
+        return default
+    value, overflow = _strtol(raw)
+    if overflow:
+        warnings.append(f"{name}={_show(raw)} from {sources[name]} is out of range: NCCL logs "
+                        f"'Invalid value' and uses its default {default}")
+        return default
+    return value
+
+
+def _not_a_number(raw: str) -> bool:
+    """strtol read no digit at all (``"true"``, ``"yes"``): the value silently reads as 0."""
+    body = raw.lstrip(_C_SPACE).lstrip("+-")
+    return bool(raw.strip()) and not body[:1].isdigit()
+
+
+def read_settings(environ: Mapping[str, str], conf_files: Sequence[tuple[str, str]] = ()) -> NcclSettings:
+    """The settings NCCL will use. ``conf_files``: ``[(path for messages, text)]`` of the files that
+    exist, in NCCL's order (see :func:`conf_file_paths`). NCCL loads them once with
+    ``setenv(name, value, 0)``: a variable already set — by the real environment, by an earlier file
+    or by an earlier line of the same file — is never overwritten; the first value wins."""
+    warnings: list[str] = []
+    values: dict[str, str] = {k: v for k, v in environ.items() if k.startswith("NCCL_")}
+    sources: dict[str, str] = {k: _ENV for k in values}
+    for path, text in conf_files:
+        for number, name, value in _conf_lines(text):
+            where = f"{path} line {number}"
+            if value.endswith("\r"):
+                warnings.append(f"{where} ends with a carriage return: NCCL keeps it in the value of {name}")
+            if not name:
+                warnings.append(f"{where} has no variable name before '=': NCCL cannot set it")
+                continue
+            if name != name.strip():
+                warnings.append(f"{where}: {name!r} has blanks around it: NCCL sets a variable of that exact "
+                                f"name, not {name.strip()}")
+            if name in environ:
+                if environ[name] != value:
+                    warnings.append(f"{name}={_show(value)} from {where} is ignored: the environment sets "
+                                    f"{name}={_show(environ[name])}")
+                continue
+            if name in values:
+                if values[name] != value:
+                    warnings.append(f"{name}={_show(value)} from {where} is ignored: {sources[name]} set "
+                                    f"{name}={_show(values[name])} first")
+                continue
+            values[name], sources[name] = value, where
+
+    # NCCL_P2P_DISABLE / NCCL_P2P_LEVEL: ncclGetLevel(&l, "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL").
+    p2p_disable, p2p_level = False, None
+    raw_disable = values.get("NCCL_P2P_DISABLE")
+    if raw_disable is not None:
+        disable = _int32(_strtol(raw_disable)[0])
+        p2p_disable = disable == 1
+        if not p2p_disable and (disable != 0 or _not_a_number(raw_disable)):
+            warnings.append(f"NCCL_P2P_DISABLE={_show(raw_disable)} from {sources['NCCL_P2P_DISABLE']} does "
+                            f"not disable P2P: NCCL disables it only for a value that reads as the number 1")
+    if p2p_disable:
+        p2p_level = "LOC"
+        if "NCCL_P2P_LEVEL" in values:
+            warnings.append(f"{_describe(values, sources, 'NCCL_P2P_LEVEL')} is not read: "
+                            f"{_describe(values, sources, 'NCCL_P2P_DISABLE')} turns P2P off first")
+    elif "NCCL_P2P_LEVEL" in values:
+        p2p_level = _level("NCCL_P2P_LEVEL", values["NCCL_P2P_LEVEL"], sources["NCCL_P2P_LEVEL"], warnings)
+
+    net_gdr_level = None
+    if "NCCL_NET_GDR_LEVEL" in values:
+        net_gdr_level = _level("NCCL_NET_GDR_LEVEL", values["NCCL_NET_GDR_LEVEL"],
+                               sources["NCCL_NET_GDR_LEVEL"], warnings)
+
+    shm = _param("NCCL_SHM_DISABLE", values, sources, 0, warnings)
+    if "NCCL_SHM_DISABLE" in values and shm != 1 and (shm != 0 or _not_a_number(values["NCCL_SHM_DISABLE"])):
+        warnings.append(f"{_describe(values, sources, 'NCCL_SHM_DISABLE')} does not disable SHM: "
+                        f"NCCL disables it only for a value that reads as the number 1")
+    ib = _param("NCCL_IB_DISABLE", values, sources, 0, warnings)
+    if "NCCL_IB_DISABLE" in values and _not_a_number(values["NCCL_IB_DISABLE"]):
+        warnings.append(f"{_describe(values, sources, 'NCCL_IB_DISABLE')} reads as 0: InfiniBand stays on")
+    return NcclSettings(
+        p2p_disable=p2p_disable, p2p_level=p2p_level, shm_disable=shm == 1, ib_disable=ib != 0,
+        net_gdr_level=net_gdr_level, net=values.get("NCCL_NET"),
+        ignore_disabled_p2p=_param("NCCL_IGNORE_DISABLED_P2P", values, sources, 0, warnings),
+        nvb_disable=_param("NCCL_NVB_DISABLE", values, sources, 0, warnings) != 0,
+        sources=sources, warnings=tuple(warnings), values=values)
+
+
+def _describe(values: Mapping[str, str], sources: Mapping[str, str], name: str) -> str:
+    return f"{name}={_show(values[name])} from {sources[name]}"
+
+
+# ---------------------------------------------------------------------------------- expectations
+
+
+def _is_amd(cpu_vendor: str | None) -> bool:
+    return (cpu_vendor or "").strip().lower() in ("authenticamd", "amd")
+
+
+def default_p2p_level(topology: Topology, cpu_vendor: str | None = None) -> str:
+    """NCCL's default P2P level: ``PXB``, raised to ``SYS`` on an x86 AMD CPU (``cpu_vendor``
+    ``"AuthenticAMD"``, the cpuid / ``/proc/cpuinfo`` string; ``"AMD"`` is accepted too) when the
+    communicator has 2 GPUs or fewer on the host. ``topology`` must hold only those GPUs."""
+    return "SYS" if _is_amd(cpu_vendor) and len(topology.gpus) <= 2 else "PXB"
+
+
+def _nvlinked(link: Link) -> bool:
+    return bool(link.nvlinks)
+
+
+def link_path(topology: Topology, a: int, b: int, nvb_disable: bool = False) -> tuple[str | None, int | None]:
+    """NCCL's path type between ``cuda:a`` and ``cuda:b`` and, for ``NVB``, the intermediate GPU.
+    (None, None) when the link is unknown."""
+    link = topology.link(a, b)
+    if link.nvlinks:
+        return "NVL", None
+    pcie = _CLASS_TO_PATH.get(link.pcie) if link.pcie is not None else None
+    # NVB: two NVLink hops reach the pair before any PCIe path of three hops or more (PXB and beyond).
+    # Against PIX (two hops too) NCCL keeps the wider path; we keep PIX, the conservative answer.
+    if not nvb_disable and pcie != "PIX":
+        best = None
+        for gpu in topology.gpus:
+            c = gpu.index
+            if c in (a, b):
+                continue
+            ac, cb = topology.link(a, c), topology.link(c, b)
+            if _nvlinked(ac) and _nvlinked(cb):
+                key = (min(ac.nvlinks, cb.nvlinks), -c)
+                best = max(best, key) if best else key
+        if best is not None:
+            return "NVB", -best[1]
+    return pcie, None
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What NCCL should do between ``cuda:a`` and ``cuda:b`` (``a < b``).
+
+    ``transport``: ``"P2P"``, ``"SHM"``, ``"NET"`` (SHM disabled too), ``"FAIL"`` (NVML refuses P2P
+    between NVLink-connected GPUs: NCCL WARNs and the communicator fails unless
+    ``NCCL_IGNORE_DISABLED_P2P`` is set) or ``"unknown"`` (the link is unknown). ``via``: ``"NVLink"``
+    or ``"PCIe"`` (SHM and NET cross PCIe to host memory or the NIC). ``baseline``: what NCCL's
+    defaults give this link on a healthy machine (no settings, NVML and CUDA allowing P2P) — the
+    yardstick for a fallback. ``p2p_refusals``: what, beyond the settings, keeps P2P off (NVML's
+    status, CUDA's answer), listed even where the level stops NCCL before it asks. ``message``: the
+    line NCCL logs about this pair, if any (GPU numbers in it are NVML indices, as NCCL prints them).
+    """
+
+    a: int
+    b: int
+    transport: str
+    via: str
+    reason: str
+    path: str | None = None
+    label: str = "?"
+    level: str | None = None
+    baseline: str = UNKNOWN
+    p2p_refusals: tuple[str, ...] = ()
+    intermediate: int | None = None
+    message: str | None = None
+
+    @property
+    def degraded(self) -> bool:
+        """The settings, NVML or CUDA keep this pair from the P2P its link deserves."""
+        return self.baseline == P2P and self.transport != P2P
+
+
+def _nvml_refusal(link: Link) -> str | None:
+    """``"read/write chipset not supported (CNS)"`` when NVML refuses read or write; None when both
+    are OK or unknown (a source that did not say is not a refusal)."""
+    bad = {cap: getattr(link.p2p, cap) for cap in ("read", "write")
+           if getattr(link.p2p, cap) not in (P2PStatus.OK, P2PStatus.UNKNOWN)}
+    if not bad:
+        return None
+    if len(bad) == 2 and bad["read"] is bad["write"]:
+        return f"read/write {bad['read'].description} ({bad['read'].value})"
+    return ", ".join(f"{cap} {status.description} ({status.value})" for cap, status in bad.items())
+
+
+def _nvml_unknown(link: Link) -> bool:
+    return P2PStatus.UNKNOWN in (link.p2p.read, link.p2p.write)
+
+
+def _bus_hex(bus_id: str | None) -> str | None:
+    """NCCL's ``%lx`` of a PCI bus id (``busIdToInt64``): ``00000000:19:00.0`` -> ``19000``."""
+    if not bus_id:
+        return None
+    digits = re.sub(r"[^0-9a-fA-F]", "", bus_id)
+    return f"{int(digits, 16):x}" if digits else None
+
+
+def _nvml_index(topology: Topology, i: int) -> int:
+    nvml = topology.gpus[i].nvml_index
+    return i if nvml is None else nvml
+
+
+def _label_path(label: str, path: str) -> str:
+    """``"SYS"``, ``"NV12"``, but ``"NODE (NCCL path PHB)"`` where the names differ."""
+    plain = label.startswith("NV") and path == "NVL" or label == path
+    return label if plain else f"{label} (NCCL path {path})"
+
+
+def expected_transports(topology: Topology, settings: NcclSettings | None = None,
+                        cpu_vendor: str | None = None, gpus: int | None = None) -> list[Expectation]:
+    """One :class:`Expectation` per GPU pair among ``cuda:0 .. cuda:gpus-1`` (all when None).
+    ``topology`` is the machine as the job sees it (CUDA numbering); the communicator is assumed to
+    use exactly these GPUs, which matters for the AMD default level and for NVB routing."""
+    settings = settings or NcclSettings()
+    if gpus is not None:
+        topology = topology.restrict(range(min(gpus, len(topology.gpus))))
+    default = default_p2p_level(topology, cpu_vendor)
+    level = settings.p2p_level or default
+    out = []
+    for link in topology.pairs():
+        out.append(_expect(topology, link, settings, default, level, cpu_vendor))
+    return out
+
+
+def _expect(topology: Topology, link: Link, settings: NcclSettings, default: str, level: str,
+            cpu_vendor: str | None) -> Expectation:
+    a, b = link.a, link.b
+    label = str(link.label) if link.label is not None else "?"
+    path, inter = link_path(topology, a, b, settings.nvb_disable)
+    if path is None:
+        return Expectation(a, b, UNKNOWN, UNKNOWN, f"{label}: the link between GPU{a} and GPU{b} is unknown",
+                           label=label, level=level)
+    shown = _label_path(label, path)
+    if path == "NVB":
+        shown = f"{label}, NVLink through GPU{inter} (NCCL path NVB)"
+    baseline = P2P if _ORDER[path] <= _ORDER[default] else SHM
+    hops = [(a, inter), (inter, b)] if inter is not None else [(a, b)]
+    refusals = []
+    for x, y in hops:
+        refusal = _nvml_refusal(topology.link(x, y))
+        if refusal:
+            where = f" between GPU{min(x, y)} and GPU{max(x, y)}" if inter is not None else ""
+            refusals.append(f"NVML P2P {refusal}{where}")
+    if inter is None and link.cuda_peer is False:
+        refusals.append("CUDA reports no peer access (cudaDeviceCanAccessPeer)")
+    off = NET if settings.shm_disable else SHM
+    off_text = (f"{off} ({settings.describe('NCCL_SHM_DISABLE')})" if settings.shm_disable else off)
+    common = dict(a=a, b=b, path=path, label=label, level=level, baseline=baseline,
+                  p2p_refusals=tuple(refusals), intermediate=inter)
+
+    # 1. The level: P2P only for path <= level (NCCL_P2P_DISABLE=1 is level LOC).
+    if _ORDER[path] > _ORDER[level]:
+        if settings.p2p_disable:
+            why = f"{settings.describe('NCCL_P2P_DISABLE')}: P2P off"
+        elif settings.p2p_level is not None:
+            why = f"{settings.level_origin()}: {shown} is beyond it, P2P off"
+        else:
+            why = f"{shown} is beyond NCCL's default P2P level {default}"
+            if cpu_vendor is None and len(topology.gpus) <= 2:
+                why += " (SYS on an AMD CPU with 2 GPUs or fewer; the CPU vendor was not given)"
+        if refusals:
+            why += f" (also: {'; '.join(refusals)})"
+        return Expectation(transport=off, via="PCIe", reason=f"{why}: {off_text}", **common)
+
+    # 2. NVML: read and write must be OK on every hop (unless NCCL_IGNORE_DISABLED_P2P=2).
+    nvml_refused = [r for r in refusals if r.startswith("NVML")]
+    if nvml_refused and settings.ignore_disabled_p2p != 2:
+        n1, n2 = _nvml_index(topology, hops[0][0]), _nvml_index(topology, hops[0][1])
+        for x, y in hops:  # the first refusing hop is the one NCCL names
+            if _nvml_refusal(topology.link(x, y)):
+                n1, n2 = _nvml_index(topology, x), _nvml_index(topology, y)
+                break
+        what = "; ".join(nvml_refused)
+        if path in _NVLINK_PATHS and settings.ignore_disabled_p2p == 0:
+            message = (f"P2P is disabled between NVLINK connected GPUs {n1} and {n2}. This should not be the "
+                       f"case given their connectivity, and is probably due to a hardware issue. If you still "
+                       f"want to proceed, you can set NCCL_IGNORE_DISABLED_P2P=1.")
+            return Expectation(transport=FAIL, via="NVLink", message=message, reason=(
+                f"{what} between NVLink-connected GPUs ({label}): NCCL WARNs and the communicator fails "
+                f"(with NCCL_IGNORE_DISABLED_P2P=1 it uses {off})"), **common)
+        message = None
+        if _ORDER[path] < _ORDER["SYS"] and settings.ignore_disabled_p2p == 0:
+            message = (f"P2P is disabled between connected GPUs {n1} and {n2}. You can repress this message "
+                       f"with NCCL_IGNORE_DISABLED_P2P=1.")
+        reason = f"{what.replace('NVML P2P', 'NVML reports P2P', 1)}: NCCL turns P2P off"
+        if settings.ignore_disabled_p2p == 1 and path in _NVLINK_PATHS:
+            reason += f" ({settings.describe('NCCL_IGNORE_DISABLED_P2P')} silences its WARN)"
+        return Expectation(transport=off, via="PCIe", message=message, reason=f"{reason}: {off_text}", **common)
+
+    # 3. CUDA itself (p2pCanConnect; not asked for a pair routed through an intermediate GPU).
+    if inter is None and link.cuda_peer is False:
+        bus_a, bus_b = _bus_hex(topology.gpus[a].pci_bus_id), _bus_hex(topology.gpus[b].pci_bus_id)
+        message = (f"Could not enable P2P between dev {a}(={bus_a}) and dev {b}(={bus_b})"
+                   if bus_a and bus_b else None)
+        return Expectation(transport=off, via="PCIe", message=message, reason=(
+            f"CUDA reports no peer access between cuda:{a} and cuda:{b}: NCCL turns P2P off: {off_text}"),
+            **common)
+
+    # 4. P2P.
+    unsure = ""
+    if settings.ignore_disabled_p2p == 2:
+        unsure = f" ({settings.describe('NCCL_IGNORE_DISABLED_P2P')}: NVML not asked)"
+    elif any(_nvml_unknown(topology.link(x, y)) for x, y in hops):
+        unsure = " (NVML P2P status unknown here: assumed OK)"
+    if path == "NVL":
+        reason = f"{label}: NCCL uses P2P over NVLink"
+    elif path == "NVB":
+        reason = f"{shown}: NCCL uses P2P over NVLink via GPU{inter}"
+    else:
+        whose = (f"the P2P level {level} set by {settings.level_origin()}" if settings.p2p_level is not None
+                 else f"NCCL's default P2P level {default}")
+        reason = f"{shown} is within {whose}: NCCL uses P2P over PCIe"
+    return Expectation(transport=P2P, via="NVLink" if path in _NVLINK_PATHS else "PCIe",
+                       reason=reason + unsure, **common)
+
+
+# ------------------------------------------------------------------------------------- fallbacks
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A pair that deserved P2P but NCCL used ``actual`` (``"SHM"``, ``"NET/IB"``, ``"SHM+NET/IB"``).
+    ``causes``: every cause we can see, most direct first; never empty (``"no visible cause ..."``).
+    ``strong``: the pair has NVLink (falling back costs an order of magnitude)."""
+
+    a: int
+    b: int
+    expected: str
+    actual: str
+    causes: tuple[str, ...]
+    label: str = "?"
+    strong: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"GPU{self.a}-GPU{self.b}"
+
+
+def _family(transport: str) -> str:
+    """Transport names as the log parser gives them (``P2P``, ``SHM``, ``NET/IB``), variants folded:
+    ``P2P/CUMEM/read`` -> ``P2P``, ``SHM/direct/direct`` and ``direct shared memory`` -> ``SHM``,
+    ``NET/IB/0/GDRDMA`` -> ``NET/IB``."""
+    t = transport.strip()
+    if t.upper().startswith("P2P"):
+        return P2P
+    if t.upper().startswith("SHM") or "shared memory" in t.lower():
+        return SHM
+    if t.upper().startswith("NET"):
+        parts = t.split("/")
+        return "/".join(parts[:2]) if len(parts) > 1 and parts[1] else NET
+    return t
+
+
+def _rank(t: str) -> tuple:
+    return ({P2P: 0, SHM: 1}.get(t, 2 if t.startswith(NET) else 3), t)
+
+
+def find_fallbacks(expectations: Sequence[Expectation], observed: Mapping[tuple[int, int], set],
+                   settings: NcclSettings | None = None,
+                   measured_p2p: Mapping[tuple[int, int], tuple[float, float]] | None = None) -> list[Fallback]:
+    """The pairs that deserved P2P (by their link under NCCL's defaults, or by the settings given)
+    but where NCCL's log shows only SHM or the network. ``observed``: per pair of CUDA indices, the
+    transports NCCL used (pairs NCCL did not connect directly are absent and judged by nobody).
+    ``measured_p2p``: per pair, (measured GB/s, expected GB/s) of a P2P copy; a ratio under 0.5 is
+    named as a cause. A pair seen with P2P is fine whatever else it used; a pair that deserved SHM
+    and used the network is not reported (NCCL may judge the NICs faster, on purpose)."""
+    settings = settings or NcclSettings()
+    measured_p2p = measured_p2p or {}
+    out = []
+    for e in expectations:
+        seen = observed.get((e.a, e.b)) or observed.get((e.b, e.a))
+        if not seen or e.transport == UNKNOWN:
+            continue
+        if P2P not in (e.baseline, e.transport) and e.transport != FAIL:
+            continue
+        families = {_family(t) for t in seen}
+        if P2P in families:
+            continue
+        actual = "+".join(sorted(families, key=_rank))
+        causes = []
+        if settings.p2p_disable:
+            causes.append(settings.describe("NCCL_P2P_DISABLE"))
+        elif settings.p2p_level is not None and e.path and _ORDER[e.path] > _ORDER[settings.p2p_level]:
+            causes.append(f"{settings.level_origin()}, below this pair's {e.path}")
+        causes.extend(e.p2p_refusals)
+        if settings.ignore_disabled_p2p == 1 and e.path in _NVLINK_PATHS and any(
+                r.startswith("NVML") for r in e.p2p_refusals):
+            causes.append(f"{settings.describe('NCCL_IGNORE_DISABLED_P2P')} (silences NCCL's WARN)")
+        if not causes:
+            causes.append("no visible cause: the NCCL settings, NVML and CUDA allow P2P here")
+        nets = [t for t in families if t.startswith(NET)]
+        if nets and SHM not in families:
+            if settings.shm_disable:
+                causes.append(settings.describe("NCCL_SHM_DISABLE"))
+            elif causes[0].startswith("no visible cause"):
+                causes.append("NCCL may judge the network faster than this path (NCCL_NET_DISABLE_INTRA=1 "
+                              "stops that)")
+        if "NET/Socket" in families and settings.ib_disable:
+            causes.append(settings.describe("NCCL_IB_DISABLE"))
+        if nets and settings.net is not None:
+            causes.append(settings.describe("NCCL_NET"))
+        m = measured_p2p.get((e.a, e.b)) or measured_p2p.get((e.b, e.a))
+        if m and m[1] and m[1] > 0 and m[0] / m[1] < 0.5:
+            causes.append(f"measured P2P {m[0]:.1f} GB/s, {m[0] / m[1]:.0%} of the {m[1]:.0f} GB/s expected")
+        out.append(Fallback(a=e.a, b=e.b, expected=P2P, actual=actual, causes=tuple(causes),
+                            label=e.label, strong=e.path in _NVLINK_PATHS))
+    return out
+
+
+def fallback_summary(fallbacks: Sequence[Fallback]) -> str:
+    """One header-friendly line naming the worst fallback (an NVLink pair first) and its causes,
+    with a count of the others: ``"fallback: GPU0-GPU1 NV12 uses SHM instead of P2P
+    (NCCL_P2P_DISABLE=1 from environment)"``; ``""`` when there is none."""
+    if not fallbacks:
+        return ""
+    first = next((f for f in fallbacks if f.strong), fallbacks[0])
+    line = (f"fallback: {first.name} {first.label} uses {first.actual} instead of {first.expected} "
+            f"({'; '.join(first.causes)})")
+    others = len(fallbacks) - 1
+    if others:
+        line += f"; {others} more pair{'s' if others > 1 else ''}"
+    return line

@@ -1,0 +1,574 @@
+"""Read ``NCCL_DEBUG=INFO`` logs (NCCL 2.4 to today) and ``NCCL_TOPO_DUMP_FILE`` XML.
+
+A log line is ``<host>:<pid>:<tid> [<cudaDev>] NCCL INFO <msg>`` (WARN lines put ``<file>:<line>
+[(<func>)]`` before ``NCCL WARN``), but real logs wrap it: mpirun ``[1,0]<stdout>:``, srun ``0: ``,
+timestamps, and they interleave nccl-tests tables, application prints and Python tracebacks. So each
+line is searched for ``NCCL INFO``/``NCCL WARN`` and only the message after it is read; the prefix
+only gives host and pid. The transport line shapes changed over the versions (see the reference,
+``nvml-nccl-torch.md`` section 3.5):
+
+    Ring 00 : 0[1] -> 1[2] via P2P/IPC                          <= 2.6 (bracket: nvmlDev or busId)
+    Ring 00 : 0 -> 1 [send] via NET/IB/0/GDRDMA                 <= 2.6 NET: no device token
+    Channel 00 : 0[1b000] -> 1[1c000] via P2P/IPC/read          2.7 - 2.11 (busId; 2.9-2.11 add
+                                                                " comm 0x.. nRanks 08")
+    Channel 00 : 2[89000] -> 3[b2000] via direct shared memory  SHM up to 2.12
+    Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read              2.12+ (nvmlDev since 2.18.3)
+    Channel 02 : 3[3] -> 0[0] via SHM/direct/direct             SHM keeps no /connIndex
+    Channel 00/0 : 3[1] -> 4[0] [send] via NET/IBext_v8/5(2)/GDRDMA   PXN: (proxy rank)
+    Channel 00/0 : 0[35000] -> 1[f5000] [receive] via NET/AWS Libfabric/0   plugin names have spaces
+    CollNet 00/0 : 0 [receive] via COLLNET/SHARP/1/GDRDMA       (also "Coll 00 :", "CollNet 00 :")
+
+Nothing is ever raised by :func:`parse_nccl_log`: what cannot be read is a warning. Published logs are
+often cut mid-line; a cut transport line is reported, never guessed at.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+
+__all__ = [
+    "Connection", "NcclLog", "NcclTopoXmlError",
+    "parse_nccl_log", "parse_topo_xml", "render_summary", "transport_family",
+]
+
+_MAX_TEXT = 160  # warnings keep this many characters of a message
+
+# ----------------------------------------------------------------------------------- line patterns
+
+_LEVEL = re.compile(r"NCCL (INFO|WARN)\b ?")
+# Host names may hold '.', '-', '_'; the class stops at ']' and '>' so "[1,0]<stdout>:" never sticks
+# to the host; a timestamp "14:14:47]" fails because a pid/tid must be followed by a space.
+_PREFIX = re.compile(r"([^\s:\]>]+):(\d{1,10}):(\d{1,10})\s+\[(\d{1,6})\]")
+# Triple only: torch's "NCCL version 2.7.8," and "2.23.4+cuda12.4" both read; "NCCL Tests version" not.
+_VERSION = re.compile(r"\bNCCL version (\d{1,4}\.\d{1,4}\.\d{1,4})(?:\+cuda(\d{1,4}(?:\.\d{1,4})?))?")
+_DRIVER = re.compile(r"^cudaDriverVersion (\d{1,9})")
+_CONN = re.compile(
+    r"^(?P<kind>Ring|Channel|CollNet|Coll)\s+(?P<ch>\d{1,9})(?:/(?P<ci>\d{1,9}))?\s*:\s*"
+    r"(?P<src>\d{1,9})(?:\[(?P<sdev>[0-9a-fA-F]{1,16})\])?"
+    r"(?:\s*->\s*(?P<dst>\d{1,9})(?:\[(?P<ddev>[0-9a-fA-F]{1,16})\])?)?"
+    r"(?:\s*\[(?P<dir>send|receive)\])?"
+    r"\s+via\s+(?P<via>\S.*?)\s*$")
+# 2.9-2.11 append the communicator to every transport line.
+_COMM_SUFFIX = re.compile(r"\s+comm\s+0x[0-9a-fA-F]+\s+nRanks\s+\d+\s*$")
+# "name/dev[(proxy)][/GDRDMA][(PCI)][/Shared]"; the name is whatever comes before "/<digits>".
+_NET_VIA = re.compile(r"^(?P<name>.+?)/(?P<dev>\d{1,9})(?:\((?P<proxy>\d{1,9})\))?(?P<tail>/.*)?$")
+_RING_ORDER = re.compile(r"^(?:Ring|Channel)\s+\d{1,9}(?:/(?P<n>\d{1,9}))?\s*:((?:\s+\d{1,9})+)\s*$")
+_CHANNELISH = re.compile(r"^(?:Ring|Channel|CollNet|Coll)\s+\d")
+_NET_USING = re.compile(r"^NET/(?P<net>\S+)\s+:\s+Using\s+(?P<rest>.*)$")
+_NET_DEVICE = re.compile(r"\[\d{1,4}\](\S+)")
+_NETWORK = re.compile(r"^Using network (.+?)\s*$")
+_COMM = re.compile(
+    r"\bcomm (?:0x)?[0-9a-fA-F]+ rank (?P<rank>\d{1,9}) nranks (?P<nranks>\d{1,9})"
+    r"(?: cudaDev (?P<cuda>-?\d{1,6}))?(?: nvmlDev -?\d{1,6})?(?: busId (?P<bus>[0-9a-fA-F]{1,16}))?"
+    r"(?: nNodes (?P<nodes>\d{1,9}))?", re.IGNORECASE)
+_P2P_OFF = re.compile(r"P2P is disabled between (NVLINK )?connected GPUs (\d{1,6}) and (\d{1,6})")
+_P2P_OFF_OLD = re.compile(r"Could not enable P2P between dev (\d{1,6})\(=\w+\) and dev (\d{1,6})\(=\w+\)")
+_ENV = re.compile(r"^([A-Z][A-Z0-9_]*) set by environment to (.*?)\s*$")
+_NVLS_USED = re.compile(r"^NVLS comm |^Connected NVLS|\bAlgo NVLS|^NVLS rank \d+ .*alloc done")
+_NVLS_CHANNELS = re.compile(r"\b(\d{1,6}) nvls channels")
+
+# Network names NCCL itself has ("IB", "Socket") stay as they are; external plugins are grouped by
+# the family they implement so that a requirement "NET/IB" is met by nccl-rdma-sharp-plugins.
+_INTERNAL_NETS = ("IB", "Socket")
+
+
+def transport_family(transport: str) -> str:
+    """``NET/IBext_v8`` and ``NET/NCCL RDMA Plugin v9`` -> ``NET/IB`` (nccl-rdma-sharp-plugins),
+    ``NET/AWS Libfabric`` -> ``NET/OFI`` (aws-ofi-nccl); everything else is returned unchanged."""
+    if not transport.startswith("NET/"):
+        return transport
+    name = transport[4:]
+    if name in _INTERNAL_NETS:
+        return transport
+    low = name.lower()
+    if low.startswith("ib") or "rdma" in low:
+        return "NET/IB"
+    if "libfabric" in low or "ofi" in low:
+        return "NET/OFI"
+    return transport
+
+
+# ------------------------------------------------------------------------------------------ results
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One transport line. ``src_dev``/``dst_dev`` are the bracket tokens as printed: the NVML index
+    since 2.18.3, a PCI busId in hex ("3e000") in 2.7-2.18.1, None in old NET lines and CollNet.
+    CollNet connects a rank to the collective network, not to a peer: ``dst_rank`` is -1 there.
+    ``proxy_rank`` is the PXN proxy rank of a NET send (``NET/IB/0(4)``) or the intermediate rank
+    of ``P2P/indirect/2[2]``. ``via`` is the text after "via " (without the 2.9-2.11 comm suffix)."""
+
+    channel: int
+    conn_index: int | None
+    src_rank: int
+    src_dev: str | None
+    dst_rank: int
+    dst_dev: str | None
+    transport: str
+    detail: str
+    direction: str | None = None
+    gdrdma: bool = False
+    host: str | None = None
+    pid: int | None = None
+    net_dev: int | None = None
+    proxy_rank: int | None = None
+    via: str = ""
+
+    @property
+    def family(self) -> str:
+        return transport_family(self.transport)
+
+
+@dataclass(frozen=True)
+class NcclLog:
+    """What one log says. ``transports`` holds the names as printed (``NET/IBext_v8``),
+    ``families`` the same grouped (``NET/IB``, see :func:`transport_family`).
+    ``network`` is NCCL's "Using network X"; ``net_plugin`` is that name when it is an external
+    plugin (not IB/Socket). ``nvls`` means NVLS was set up or chosen (NVLS comm / Connected NVLS /
+    Algo NVLS / nvls channels > 0); ``nvls_available`` only that multicast is supported.
+    ``ranks`` maps rank -> (host, cudaDev, busId) from the ``comm 0x.. rank R nranks N cudaDev D
+    ... busId B`` lines (Init START/COMPLETE, Destroy, Abort), taken from the largest communicator.
+    ``n_ranks`` is NCCL's nranks, or -- when the log has none -- one more than the highest rank any
+    line names (a lower bound). ``n_nodes`` only from NCCL's "nNodes" (host names can repeat).
+    ``processes`` lists (host, pid, cudaDevs printed by that process): one process with several
+    devices is a single-process multi-GPU run (nccl-tests ``-g 8``)."""
+
+    nccl_version: str | None = None
+    cuda_version: str | None = None
+    cuda_driver_version: int | None = None
+    transports: frozenset = frozenset()
+    families: frozenset = frozenset()
+    connections: tuple = ()
+    gdrdma: bool = False
+    net_devices: tuple = ()
+    network: str | None = None
+    net_plugin: str | None = None
+    nvls: bool = False
+    nvls_available: bool = False
+    collnet: bool = False
+    ranks: dict = field(default_factory=dict)
+    n_ranks: int | None = None
+    n_nodes: int | None = None
+    n_channels: int | None = None
+    hosts: tuple = ()
+    processes: tuple = ()
+    rings_connected: bool = False
+    trees_connected: bool = False
+    p2p_disabled: tuple = ()
+    p2p_disabled_pairs: tuple = ()
+    env_settings: dict = field(default_factory=dict)
+    warnings: tuple = ()
+
+    @property
+    def multi_node(self) -> bool:
+        """Whether the log shows more than one node: NCCL's nNodes > 1, two host names, a NET or
+        CollNet connection (inside a node NCCL takes the network only when P2P and SHM are both
+        off), or one GPU driven by two processes under one host name (NCCL refuses two ranks on one
+        GPU of a node, while containers on different nodes often share a host name)."""
+        if (self.n_nodes or 0) > 1 or len(self.hosts) > 1:
+            return True
+        if any(c.transport.startswith("NET/") or c.transport == "COLLNET" for c in self.connections):
+            return True
+        users: dict = {}
+        for c in self.connections:
+            # The rank that printed the line owns its device: the receiver for NET receive lines.
+            dev = c.dst_dev if c.direction == "receive" else c.src_dev
+            if dev is not None and c.pid is not None:
+                users.setdefault((c.host, dev), set()).add(c.pid)
+        return any(len(pids) > 1 for pids in users.values())
+
+    def pair_transports(self) -> dict:
+        """(src_rank, dst_rank) -> sorted transports seen between them (CollNet: dst -1)."""
+        pairs: dict = {}
+        for c in self.connections:
+            pairs.setdefault((c.src_rank, c.dst_rank), set()).add(c.transport)
+        return {k: tuple(sorted(v)) for k, v in sorted(pairs.items())}
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["transports"] = sorted(self.transports)
+        out["families"] = sorted(self.families)
+        out["net_devices"] = list(self.net_devices)
+        out["hosts"] = list(self.hosts)
+        out["processes"] = [{"host": h, "pid": p, "cuda_devs": list(d)} for h, p, d in self.processes]
+        out["multi_node"] = self.multi_node
+        out["p2p_disabled"] = list(self.p2p_disabled)
+        out["p2p_disabled_pairs"] = [list(p) for p in self.p2p_disabled_pairs]
+        out["warnings"] = list(self.warnings)
+        # JSON keys are strings; the values become objects so their meaning travels with them.
+        out["ranks"] = {str(r): {"host": h, "cuda_dev": d, "bus_id": b} for r, (h, d, b) in sorted(self.ranks.items())}
+        out["connections"] = [asdict(c) for c in self.connections]
+        return out
+
+
+# ------------------------------------------------------------------------------------------ parsing
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
+
+
+class _Reader:
+    """Accumulates facts line by line; :meth:`result` freezes them."""
+
+    def __init__(self) -> None:
+        self.versions: list = []          # (version, cuda) in order of appearance
+        self.driver: int | None = None
+        self.conns: dict = {}             # Connection -> None: ordered set (ranks print twice)
+        self.net_devices: dict = {}
+        self.network: str | None = None
+        self.nvls = self.nvls_available = False
+        self.ranks: dict = {}
+        self.ranks_size = 0               # nranks of the communicator ``ranks`` comes from
+        self.n_ranks: int | None = None
+        self.max_rank = -1
+        self.n_nodes: int | None = None
+        self.n_channels: int | None = None
+        self.hosts: dict = {}
+        self.procs: dict = {}             # (host, pid) -> ordered set of the cudaDevs it printed
+        self.rings = self.trees = False
+        self.p2p_off: dict = {}
+        self.p2p_pairs: dict = {}
+        self.env: dict = {}
+        self.warnings: dict = {}
+        self.nccl_lines = 0
+
+    def warn(self, text: str) -> None:
+        self.warnings.setdefault(_short(text), None)
+
+    def line(self, line: str) -> None:
+        m = _VERSION.search(line)
+        if m:
+            self.versions.append((m.group(1), m.group(2)))
+        level = _LEVEL.search(line)
+        if level is None:
+            # torch reports NCCL failures in its own words ("NCCL error in: ..., unhandled system error")
+            if "NCCL error" in line:
+                self.warn(line.strip())
+            return
+        self.nccl_lines += 1
+        prefix = _PREFIX.search(line, 0, level.start())
+        host = pid = None
+        if prefix:
+            host, pid = prefix.group(1), int(prefix.group(2))
+            self.hosts.setdefault(host, None)
+            self.procs.setdefault((host, pid), {}).setdefault(int(prefix.group(4)), None)
+        msg = line[level.end():].strip()
+        if level.group(1) == "WARN":
+            if not self.p2p(msg):
+                self.warn(f"NCCL WARN {msg}")
+            return
+        self.info(msg, host, pid)
+
+    def p2p(self, msg: str) -> bool:
+        m = _P2P_OFF.search(msg)
+        if m:
+            nvlink, a, b = bool(m.group(1)), int(m.group(2)), int(m.group(3))
+            kind = "NVLink-connected GPUs" if nvlink else "connected GPUs"
+            self.p2p_off.setdefault(_short(msg.split(". ")[0].rstrip(".")), None)
+            self.p2p_pairs.setdefault((a, b), None)
+            self.warn(f"P2P disabled between {kind} {a} and {b}"
+                      + (" (NVML reports no P2P over NVLink: a hardware or driver fault)" if nvlink else ""))
+            return True
+        m = _P2P_OFF_OLD.search(msg)
+        if m:
+            a, b = int(m.group(1)), int(m.group(2))
+            self.p2p_off.setdefault(_short(msg), None)
+            self.p2p_pairs.setdefault((a, b), None)
+            self.warn(f"P2P could not be enabled between GPUs {a} and {b}")
+            return True
+        return False
+
+    def info(self, msg: str, host: str | None, pid: int | None) -> None:
+        m = _CONN.match(msg)
+        if m:
+            self.connection(m, host, pid)
+            return
+        m = _RING_ORDER.match(msg)
+        if m:
+            if m.group("n"):
+                self.n_channels = max(self.n_channels or 0, int(m.group("n")))
+            self.max_rank = max([self.max_rank] + [int(r) for r in m.group(2).split()])
+            return
+        if _CHANNELISH.match(msg) and ("->" in msg or " via" in msg or msg.rstrip().endswith(":")):
+            self.warn(f"transport line not understood (cut short?): {msg!r}")
+            return
+        if self.p2p(msg):
+            return
+        m = _DRIVER.match(msg)
+        if m:
+            self.driver = int(m.group(1))
+            return
+        if msg.startswith("NVLS multicast support is available"):
+            self.nvls_available = True
+            return
+        # before the comm lines: 2.17's "NVLS comm 0x.. rank R nranks N" would read as one
+        m = _NVLS_CHANNELS.search(msg)
+        if (m and int(m.group(1)) > 0) or _NVLS_USED.search(msg):
+            self.nvls = True
+            return
+        m = _COMM.search(msg)
+        if m:
+            self.comm(m, host)
+            return
+        m = _NET_USING.match(msg)
+        if m:
+            devices = m.group("rest").split(";")[0]
+            for dev in _NET_DEVICE.findall(devices):
+                self.net_devices.setdefault(dev, None)
+            return
+        if msg.startswith("NET/IB : No device found"):
+            self.warn("no IB device found (NET/IB : No device found.)")
+            return
+        m = _NETWORK.match(msg)
+        if m:
+            self.network = m.group(1)
+            return
+        m = _ENV.match(msg)
+        if m:
+            value = m.group(2)
+            # NCCL_PARAM prints "%lld." (a full stop after numbers); string settings have none.
+            if re.fullmatch(r"-?\d+\.", value):
+                value = value[:-1]
+            self.env[m.group(1)] = value
+            return
+        if msg.startswith("Connected all rings"):
+            self.rings = True
+        elif msg.startswith("Connected all trees"):
+            self.trees = True
+
+    def connection(self, m: re.Match, host: str | None, pid: int | None) -> None:
+        via = _COMM_SUFFIX.sub("", m.group("via"))
+        kind = m.group("kind")
+        src = int(m.group("src"))
+        if m.group("dst") is not None:
+            dst = int(m.group("dst"))
+        elif kind.startswith("Coll"):
+            dst = -1  # CollNet: the peer is the network's collective engine, not a rank
+        else:
+            self.warn(f"transport line without a peer rank ignored: {m.group(0)!r}")
+            return
+        net_dev = proxy = None
+        if via == "direct shared memory":  # <= 2.12 wording of SHM
+            transport, detail = "SHM", via
+        else:
+            head, _, detail = via.partition("/")
+            transport = head
+            if head in ("NET", "COLLNET"):
+                n = _NET_VIA.match(detail)
+                if head == "NET":
+                    transport = f"NET/{n.group('name') if n else detail.split('/')[0]}"
+                if n:
+                    net_dev = int(n.group("dev"))
+                    proxy = int(n.group("proxy")) if n.group("proxy") else None
+            elif head == "P2P" and detail.startswith("indirect/"):
+                ind = re.match(r"indirect/(\d{1,9})", detail)
+                proxy = int(ind.group(1)) if ind else None
+        conn = Connection(
+            channel=int(m.group("ch")),
+            conn_index=int(m.group("ci")) if m.group("ci") is not None else None,
+            src_rank=src, src_dev=m.group("sdev"), dst_rank=dst, dst_dev=m.group("ddev"),
+            transport=transport, detail=detail, direction=m.group("dir"),
+            gdrdma="/GDRDMA" in via,
+            host=host, pid=pid, net_dev=net_dev, proxy_rank=proxy, via=via)
+        self.conns.setdefault(conn, None)
+        self.max_rank = max(self.max_rank, src, dst)
+
+    def comm(self, m: re.Match, host: str | None) -> None:
+        rank, nranks = int(m.group("rank")), int(m.group("nranks"))
+        self.n_ranks = max(self.n_ranks or 0, nranks)
+        self.max_rank = max(self.max_rank, rank)
+        if m.group("nodes"):
+            self.n_nodes = max(self.n_nodes or 0, int(m.group("nodes")))
+        if m.group("cuda") is None:
+            return
+        # torch builds sub-communicators whose rank numbers differ; the largest one names the job.
+        if nranks > self.ranks_size:
+            self.ranks, self.ranks_size = {}, nranks
+        if nranks == self.ranks_size:
+            self.ranks.setdefault(rank, (host, int(m.group("cuda")), m.group("bus")))
+
+    def result(self) -> NcclLog:
+        if self.nccl_lines == 0:
+            self.warn("no NCCL INFO lines")
+        elif not self.conns:
+            self.warn("no transport lines (Channel ... via ...): the log ends before NCCL connected the "
+                      "ranks, or NCCL_DEBUG_SUBSYS leaves out INIT")
+        distinct = list(dict.fromkeys(v for v, _ in self.versions))
+        if len(distinct) > 1:
+            self.warn(f"several NCCL versions in one log: {', '.join(distinct)} (the first is reported)")
+        version, cuda = self.versions[0] if self.versions else (None, None)
+        if cuda is None:  # the first mention may be torch's, without "+cuda"
+            cuda = next((c for v, c in self.versions if v == version and c), None)
+        conns = tuple(self.conns)
+        transports = frozenset(c.transport for c in conns)
+        plugin = self.network if self.network and self.network not in _INTERNAL_NETS else None
+        if plugin is None:
+            plugin = next((t[4:] for t in sorted(transports)
+                           if t.startswith("NET/") and t[4:] not in _INTERNAL_NETS), None)
+        n_ranks = self.n_ranks if self.n_ranks is not None else (self.max_rank + 1 if self.max_rank >= 0 else None)
+        return NcclLog(
+            nccl_version=version, cuda_version=cuda, cuda_driver_version=self.driver,
+            transports=transports, families=frozenset(transport_family(t) for t in transports),
+            connections=conns, gdrdma=any(c.gdrdma for c in conns),
+            net_devices=tuple(self.net_devices), network=self.network, net_plugin=plugin,
+            nvls=self.nvls or "NVLS" in transports, nvls_available=self.nvls_available or self.nvls,
+            collnet="COLLNET" in transports, ranks=dict(sorted(self.ranks.items())),
+            n_ranks=n_ranks, n_nodes=self.n_nodes, n_channels=self.n_channels, hosts=tuple(self.hosts),
+            processes=tuple((h, p, tuple(d)) for (h, p), d in self.procs.items()),
+            rings_connected=self.rings, trees_connected=self.trees,
+            p2p_disabled=tuple(self.p2p_off), p2p_disabled_pairs=tuple(self.p2p_pairs),
+            env_settings=dict(self.env), warnings=tuple(self.warnings))
+
+
+def parse_nccl_log(text) -> NcclLog:
+    """Read an NCCL_DEBUG=INFO log, whatever surrounds it. Never raises: a line that cannot be read
+    becomes a warning (the promise matters more than any one line: this runs on user logs in CI)."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    if not isinstance(text, str):
+        return NcclLog(warnings=(f"not text: {type(text).__name__}", "no NCCL INFO lines"))
+    reader = _Reader()
+    for number, line in enumerate(text.splitlines(), 1):
+        try:
+            reader.line(line)
+        except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
+            reader.warn(f"line {number} could not be read ({type(exc).__name__}): {line!r}")
+    return reader.result()
+
+
+# ---------------------------------------------------------------------------------------- rendering
+
+_MAX_PAIRS = 64
+
+
+def render_summary(log: NcclLog) -> list:
+    """Human lines for the CLI: version, network, transports, per rank pair the transports, warnings."""
+    lines = []
+    if log.nccl_version:
+        cuda = f" (built for CUDA {log.cuda_version})" if log.cuda_version else ""
+        lines.append(f"NCCL {log.nccl_version}{cuda}")
+    else:
+        lines.append("NCCL version: not in the log")
+    if log.n_ranks is not None:
+        nodes = f" on {log.n_nodes} nodes" if log.n_nodes else ""
+        lines.append(f"ranks: {log.n_ranks}{nodes}")
+    if log.network:
+        plugin = " (external plugin)" if log.net_plugin else ""
+        devices = f"; devices {', '.join(log.net_devices)}" if log.net_devices else ""
+        lines.append(f"network: {log.network}{plugin}{devices}")
+    if log.transports:
+        names = [t if transport_family(t) == t else f"{transport_family(t)} (as {t})" for t in sorted(log.transports)]
+        lines.append("transports: " + ", ".join(names))
+    else:
+        lines.append("transports: none seen")
+    lines.append(f"GPUDirect RDMA: {'yes' if log.gdrdma else 'no'}")
+    if log.nvls or log.nvls_available:
+        lines.append(f"NVLS: {'used' if log.nvls else 'available, not seen in use'}")
+    pairs = log.pair_transports()
+    for (src, dst), transports in list(pairs.items())[:_MAX_PAIRS]:
+        details = sorted({c.detail for c in log.connections if (c.src_rank, c.dst_rank) == (src, dst)})
+        peer = "CollNet" if dst == -1 else str(dst)
+        lines.append(f"  {src} -> {peer}: {', '.join(transports)} ({', '.join(details)})")
+    if len(pairs) > _MAX_PAIRS:
+        lines.append(f"  ... {len(pairs) - _MAX_PAIRS} more rank pairs")
+    for name, value in sorted(log.env_settings.items()):
+        lines.append(f"set: {name}={value}")
+    lines += [f"warning: {w}" for w in log.warnings]
+    return lines
+
+
+# ------------------------------------------------------------------------------------- topology XML
+
+
+class NcclTopoXmlError(ValueError):
+    """The text is not an NCCL topology XML; the message is a one-line reason."""
+
+
+_NVSWITCH_CLASS = "0x068000"
+
+
+def _num(attrs: dict, key: str, where: str, warnings: list, base: int = 10):
+    """The attribute as an int; absent -> None; unreadable -> the raw string and a warning."""
+    raw = attrs.get(key)
+    if raw is None:
+        return None
+    try:
+        return int(raw, base)
+    except ValueError:
+        warnings.append(f"{where}: {key}={raw!r} is not a number")
+        return raw
+
+
+def parse_topo_xml(text) -> dict:
+    """``NCCL_TOPO_DUMP_FILE`` XML (reference section 3.6) -> cpus, gpus (with their NVLinks), nics.
+    Every element's attributes are kept; numbers become ints, ``gdr`` a bool. A GPU or NIC takes the
+    busid of the ``<pci>`` it sits in and the numaid of its ``<cpu>``."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    if not isinstance(text, str) or not text.strip():
+        raise NcclTopoXmlError("empty text: no <system> element")
+    try:
+        root = ET.fromstring(text.strip().lstrip("\ufeff"))
+    except ET.ParseError as exc:
+        raise NcclTopoXmlError(f"not well-formed XML: {exc}") from None
+    if root.tag != "system":
+        raise NcclTopoXmlError(f"root element is <{root.tag}>, expected <system>")
+    out: dict = {"version": root.get("version"), "cpus": [], "gpus": [], "nics": [], "warnings": []}
+    warnings = out["warnings"]
+    if root.get("version") != "1":
+        warnings.append(f"<system version={root.get('version')!r}>: NCCL writes version 1")
+
+    def walk(node, numaid, pci):
+        for child in node:
+            attrs = dict(child.attrib)
+            if child.tag == "cpu":
+                cpu = dict(attrs, numaid=_num(attrs, "numaid", "<cpu>", warnings))
+                out["cpus"].append(cpu)
+                walk(child, cpu["numaid"], None)
+            elif child.tag == "pci":
+                walk(child, numaid, attrs)
+            elif child.tag == "gpu":
+                out["gpus"].append(gpu(child, attrs, numaid, pci))
+            elif child.tag == "nic":
+                for net in child.iter("net"):
+                    out["nics"].append(nic(dict(net.attrib), numaid, pci))
+            else:
+                walk(child, numaid, pci)
+
+    def gpu(node, attrs, numaid, pci):
+        where = f"<gpu dev={attrs.get('dev')!r}>"
+        for key in ("dev", "sm", "rank"):
+            if key not in attrs:
+                warnings.append(f"{where}: no {key} attribute")
+        entry = dict(attrs, busid=(pci or {}).get("busid"), numaid=numaid,
+                     link_speed=(pci or {}).get("link_speed"), link_width=_num(pci or {}, "link_width", where, warnings),
+                     dev=_num(attrs, "dev", where, warnings), sm=_num(attrs, "sm", where, warnings),
+                     rank=_num(attrs, "rank", where, warnings), gdr=attrs.get("gdr") == "1",
+                     nvlinks=[], c2c=[])
+        for link in node.iter("nvlink"):
+            la = dict(link.attrib)
+            entry["nvlinks"].append({"target": la.get("target"), "count": _num(la, "count", where, warnings),
+                                     "tclass": la.get("tclass"), "nvswitch": la.get("tclass") == _NVSWITCH_CLASS})
+        for link in node.iter("c2c"):
+            la = dict(link.attrib)
+            entry["c2c"].append({"bw": la.get("bw"), "count": _num(la, "count", where, warnings)})
+        return entry
+
+    def nic(attrs, numaid, pci):
+        where = f"<net name={attrs.get('name')!r}>"
+        if "name" not in attrs:
+            warnings.append(f"{where}: no name attribute")
+        return dict(attrs, busid=(pci or {}).get("busid"), numaid=numaid,
+                    dev=_num(attrs, "dev", where, warnings), speed=_num(attrs, "speed", where, warnings),
+                    port=_num(attrs, "port", where, warnings), maxconn=_num(attrs, "maxconn", where, warnings),
+                    gdr=attrs.get("gdr") == "1")
+
+    walk(root, None, None)
+    if not out["gpus"]:
+        warnings.append("no <gpu> element: a topology without GPUs (a hand-written NCCL_TOPO_FILE?)")
+    return out
