@@ -150,6 +150,8 @@ class AllReduceResult:
     judged: AllReduceRow  # the row at judge_size: thresholds are judged there, not on the sweep average
     nvls: Optional[bool]  # None on gloo or when NCCL did not say; True when NCCL chose NVLS/NVLS_TREE
     nvls_evidence: Tuple[str, ...] = ()
+    nccl_log: str = ""  # NCCL's INFO output of every rank (NCCL only): transports, algorithms, topology
+    nccl_topo_xml: str = ""  # NCCL_TOPO_DUMP_FILE
     wall_s: float = 0.0
     worker_pids: Tuple[int, ...] = ()
     measured: bool = True
@@ -210,10 +212,13 @@ def _algo_by_size(lines: Iterable[Tuple[str, int, str, str]]) -> Dict[int, str]:
 
 
 def _nccl_env(workdir: str) -> Dict[str, str]:
+    # INIT/P2P/SHM/NET print the transport of every channel and peer, TUNING the algorithm per size,
+    # GRAPH NCCL's view of the topology; the XML dump is NCCL's own topology (rank 0 writes it).
     return {
         "NCCL_DEBUG": "INFO",
-        "NCCL_DEBUG_SUBSYS": "INIT,TUNING",
+        "NCCL_DEBUG_SUBSYS": "INIT,TUNING,P2P,SHM,NET,GRAPH,ENV",
         "NCCL_DEBUG_FILE": os.path.join(workdir, "nccl.%h.%p.log"),
+        "NCCL_TOPO_DUMP_FILE": os.path.join(workdir, "nccl-topo.xml"),
     }
 
 
@@ -479,10 +484,11 @@ def run_allreduce(
         if raw is None:
             raise BenchError("rank 0 exited without writing its results", pids=pids,
                              logs=_tail(os.path.join(workdir, "rank0.log")))
-        algos = _algo_by_size(parse_nccl_tuning(_read_nccl_logs(workdir))) if backend == "nccl" else {}
-        nvls_lines = []
-        if backend == "nccl":
-            nvls_lines = [ln.strip() for ln in _read_nccl_logs(workdir).splitlines() if "NVLS" in ln][:5]
+        nccl_log = _read_nccl_logs(workdir) if backend == "nccl" else ""
+        algos = _algo_by_size(parse_nccl_tuning(nccl_log))
+        nvls_lines = [ln.strip() for ln in nccl_log.splitlines() if "NVLS" in ln][:5]
+        topo_xml = os.path.join(workdir, "nccl-topo.xml")
+        nccl_topo_xml = open(topo_xml, errors="replace").read() if os.path.exists(topo_xml) else ""
     finally:
         _cleanup(procs)
         for log in logs:
@@ -523,6 +529,8 @@ def run_allreduce(
         judged=judged,
         nvls=nvls,
         nvls_evidence=tuple(nvls_lines),
+        nccl_log=nccl_log,
+        nccl_topo_xml=nccl_topo_xml,
         wall_s=time.monotonic() - t_start,
         worker_pids=pids,
     )
