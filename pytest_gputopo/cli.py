@@ -116,6 +116,12 @@ def cmd_record(args) -> int:
 def cmd_parse(args) -> int:
     if args.format == "nccl-tests":
         return _parse_nccl_tests(args)
+    if args.format == "nccl-log":
+        from .nccl.log import parse_nccl_log, render_summary
+
+        log = parse_nccl_log(_read(args.file))
+        _emit(log.to_json(), args.json, render_summary(log))
+        return 0
     from .probe import smi_text
 
     text = _read(args.file)
@@ -219,8 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("parse", help="read tool output and print what it says")
-    p.add_argument("format", choices=["smi-topo", "nccl-tests"],
-                   help="smi-topo: `nvidia-smi topo -m` text; nccl-tests: all_reduce_perf (or other *_perf) output")
+    p.add_argument("format", choices=["smi-topo", "nccl-tests", "nccl-log"],
+                   help="smi-topo: `nvidia-smi topo -m` text; nccl-tests: all_reduce_perf (or other *_perf) output; "
+                        "nccl-log: NCCL_DEBUG=INFO output")
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_parse)

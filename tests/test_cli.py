@@ -112,3 +112,21 @@ def test_bad_input_is_one_line_exit_2(args, message):
     out = gputopo(*args)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert message in out.stderr
+
+
+NCCL_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"
+
+
+@pytest.mark.skipif(not NCCL_CORPUS.is_dir(), reason=f"corpus not found at {NCCL_CORPUS}")
+def test_parse_nccl_log_json():
+    out = gputopo("parse", "nccl-log", str(NCCL_CORPUS / "003.txt"), "--json")
+    data = json.loads(out.stdout)
+    assert out.returncode == 0 and data["transports"] == ["P2P", "SHM"] and data["gdrdma"] is False
+    assert {"channel", "src_rank", "dst_rank", "transport", "detail"} <= set(data["connections"][0])
+
+
+def test_parse_nccl_log_of_unrelated_text_says_so(tmp_path):
+    f = tmp_path / "x.log"
+    f.write_text("hello\n")
+    out = gputopo("parse", "nccl-log", str(f), "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["warnings"] == ["no NCCL INFO lines"]

@@ -40,7 +40,7 @@ _MAX_TEXT = 160  # warnings keep this many characters of a message
 _LEVEL = re.compile(r"NCCL (INFO|WARN)\b ?")
 # Host names may hold '.', '-', '_'; the class stops at ']' and '>' so "[1,0]<stdout>:" never sticks
 # to the host; a timestamp "14:14:47]" fails because a pid/tid must be followed by a space.
-_PREFIX = re.compile(r"([^\s:\]>]+):(\d{1,10}):(\d{1,10})\s+\[(\d{1,6})\]")
+_PREFIX = re.compile(r"([^\s:\]>]{1,255}):(\d{1,10}):(\d{1,10})\s{1,8}\[(\d{1,6})\]")
 # Triple only: torch's "NCCL version 2.7.8," and "2.23.4+cuda12.4" both read; "NCCL Tests version" not.
 _VERSION = re.compile(r"\bNCCL version (\d{1,4}\.\d{1,4}\.\d{1,4})(?:\+cuda(\d{1,4}(?:\.\d{1,4})?))?")
 _DRIVER = re.compile(r"^cudaDriverVersion (\d{1,9})")
@@ -134,7 +134,9 @@ class NcclLog:
     ``n_ranks`` is NCCL's nranks, or -- when the log has none -- one more than the highest rank any
     line names (a lower bound). ``n_nodes`` only from NCCL's "nNodes" (host names can repeat).
     ``processes`` lists (host, pid, cudaDevs printed by that process): one process with several
-    devices is a single-process multi-GPU run (nccl-tests ``-g 8``)."""
+    devices is a single-process multi-GPU run (nccl-tests ``-g 8``). ``p2p_disabled`` keeps NCCL's
+    sentences, ``p2p_disabled_pairs`` the (a, b) GPU pairs as printed. ``env_settings`` comes from
+    "NAME set by environment to VALUE" (the full stop NCCL puts after numbers dropped)."""
 
     nccl_version: str | None = None
     cuda_version: str | None = None
@@ -251,7 +253,8 @@ class _Reader:
                 self.warn(line.strip())
             return
         self.nccl_lines += 1
-        prefix = _PREFIX.search(line, 0, level.start())
+        # bounded window and bounded host: a huge token before "NCCL INFO" must not cost quadratic time
+        prefix = _PREFIX.search(line, max(0, level.start() - 300), level.start())
         host = pid = None
         if prefix:
             host, pid = prefix.group(1), int(prefix.group(2))
@@ -492,13 +495,13 @@ class NcclTopoXmlError(ValueError):
 _NVSWITCH_CLASS = "0x068000"
 
 
-def _num(attrs: dict, key: str, where: str, warnings: list, base: int = 10):
+def _num(attrs: dict, key: str, where: str, warnings: list):
     """The attribute as an int; absent -> None; unreadable -> the raw string and a warning."""
     raw = attrs.get(key)
     if raw is None:
         return None
     try:
-        return int(raw, base)
+        return int(raw)
     except ValueError:
         warnings.append(f"{where}: {key}={raw!r} is not a number")
         return raw
@@ -545,8 +548,9 @@ def parse_topo_xml(text) -> dict:
         for key in ("dev", "sm", "rank"):
             if key not in attrs:
                 warnings.append(f"{where}: no {key} attribute")
-        entry = dict(attrs, busid=(pci or {}).get("busid"), numaid=numaid,
-                     link_speed=(pci or {}).get("link_speed"), link_width=_num(pci or {}, "link_width", where, warnings),
+        pci = pci or {}
+        entry = dict(attrs, busid=pci.get("busid"), numaid=numaid,
+                     link_speed=pci.get("link_speed"), link_width=_num(pci, "link_width", where, warnings),
                      dev=_num(attrs, "dev", where, warnings), sm=_num(attrs, "sm", where, warnings),
                      rank=_num(attrs, "rank", where, warnings), gdr=attrs.get("gdr") == "1",
                      nvlinks=[], c2c=[])
@@ -568,7 +572,10 @@ def parse_topo_xml(text) -> dict:
                     port=_num(attrs, "port", where, warnings), maxconn=_num(attrs, "maxconn", where, warnings),
                     gdr=attrs.get("gdr") == "1")
 
-    walk(root, None, None)
+    try:
+        walk(root, None, None)
+    except RecursionError:  # NCCL nests a few levels; thousands are not a topology
+        raise NcclTopoXmlError("elements nested too deeply to be an NCCL topology") from None
     if not out["gpus"]:
         warnings.append("no <gpu> element: a topology without GPUs (a hand-written NCCL_TOPO_FILE?)")
     return out
