@@ -119,7 +119,90 @@ def floor_name(key: tuple) -> str:
     return FLOOR_OF.get(key[0]) or ("h2d_pinned" if key[2] else "h2d_pageable")
 
 
-def judge_bandwidth(config: pytest.Config, requirement: reqs.BandwidthRequirement) -> str | None:
+def judge(config: pytest.Config, requirement: reqs.FactRequirement, max_items: int | None = reqs.REASON_PAIRS) -> str | None:
+    """The skip reason of a requirement judged on facts beyond the topology, or None when met
+    (``max_items=None``: name every failing pair, as a run gate does)."""
+    if isinstance(requirement, reqs.BandwidthRequirement):
+        return judge_bandwidth(config, requirement, max_items)
+    topology = topology_of(config)
+    view = nccl_view(config, observe=True)
+    if isinstance(requirement, reqs.TransportRequirement):
+        verdict = requirement.judge(topology, view.pairs(), view.account, max_items)
+    else:
+        verdict = requirement.judge(view.fallbacks(), max_items)
+    return None if verdict.ok else f"{verdict.reason} [{report.source_text(topology)}; {view.origin}]"
+
+
+# ---------------------------------------------------------------------------------------------
+# NCCL: what it should do (settings, NVML) and, on GPUs, what it did (its own log)
+
+NCCL_VIEW = pytest.StashKey["NcclView"]()
+
+
+class NcclView:
+    def __init__(self, topology: Topology, settings, expectations: list, account: dict | None, origin: str):
+        self.topology, self.settings, self.expectations = topology, settings, expectations
+        self.account = account  # NCCL's log of a run, when one could be had
+        self.origin = origin
+
+    def pairs(self) -> dict:
+        """(a, b) -> (transports, why): NCCL's own where it ran, else the prediction."""
+        if self.account is not None:
+            out = {}
+            for key, transports in self.account["pairs"].items():
+                a, b = map(int, key.split("-"))
+                out[(a, b)] = (set(transports), f"used {', '.join(transports)} (NCCL's log)")
+            return out
+        return {(e.a, e.b): ({e.transport}, f"would use {e.transport}: {e.reason}") for e in self.expectations}
+
+    def fallbacks(self) -> list:
+        from .nccl.expect import find_fallbacks
+
+        observed = {pair: transports for pair, (transports, _) in self.pairs().items()}
+        return find_fallbacks(self.expectations, observed, self.settings)
+
+
+def nccl_view(config: pytest.Config, observe: bool = False) -> NcclView:
+    """The run's view of NCCL; with ``observe``, on a GPU host, NCCL's own account of a small run
+    (once per run, like any benchmark)."""
+    view = config.stash.get(NCCL_VIEW, None)
+    if view is not None and (view.account is not None or not observe or view.origin != "predicted"):
+        return view
+    from . import runtime
+    from .nccl.expect import expected_transports, read_settings
+
+    topology = topology_of(config)
+    environ, files = runtime.nccl_inputs()
+    settings = read_settings(environ, files)
+    vendor = None if topology.recorded else runtime.cpu_vendor()
+    expectations = expected_transports(topology, settings, vendor)
+    account, origin = None, "predicted from NCCL's settings and NVML"
+    if observe and len(topology.gpus) >= 2 and not topology.recorded:
+        result = suite(config).get(("nccl_transports", len(topology.gpus)))
+        if result.error is None and result.detail:
+            account = {"pairs": result.detail["pairs"], "transports": result.detail["log"]["transports"],
+                       "gdrdma": result.detail["log"]["gdrdma"]}
+            origin = "NCCL's own log"
+        else:
+            origin += f" (NCCL's own account failed: {result.error})"
+    elif observe:
+        origin += " (NCCL does not run here)"
+    view = config.stash[NCCL_VIEW] = NcclView(topology, settings, expectations, account, origin)
+    return view
+
+
+def predicted_fallback_line(config: pytest.Config) -> str:
+    """For the header: the fallback NCCL's settings and NVML predict, and its cause ("" if none)."""
+    from .nccl.expect import fallback_summary
+
+    if len(topology_of(config).gpus) < 2:
+        return ""
+    line = fallback_summary(nccl_view(config).fallbacks())
+    return f"gputopo {line} [predicted from NCCL's settings and NVML]" if line else ""
+
+
+def judge_bandwidth(config: pytest.Config, requirement: reqs.BandwidthRequirement,
+                    max_items: int | None = reqs.REASON_PAIRS) -> str | None:
     """The skip reason of a ``min_*_bw`` marker, or None when met."""
     topology = topology_of(config)
     s = suite(config)
@@ -132,7 +215,7 @@ def judge_bandwidth(config: pytest.Config, requirement: reqs.BandwidthRequiremen
                         fig.gbps if fig else None, basis))
     key0 = requirement.keys(topology, s.allreduce_key)[:1]
     default_floor = floors[floor_name(key0[0])] if key0 else 1.0
-    verdict = requirement.judge(topology, figures, default_floor)
+    verdict = requirement.judge(topology, figures, default_floor, max_items)
     return None if verdict.ok else f"{verdict.reason} [{report.source_text(topology)}]"
 
 

@@ -33,12 +33,12 @@ class RunState:
 
     @staticmethod
     def evaluate(requirement, config) -> str | None:
-        from .checks import judge_bandwidth
-        from .requirements import BandwidthRequirement
+        from .checks import judge
+        from .requirements import FactRequirement
 
         ranks = config.stash.get(RANKS, None)
-        if isinstance(requirement, BandwidthRequirement):
-            reason = judge_bandwidth(config, requirement)  # measures lazily, once per run
+        if isinstance(requirement, FactRequirement):
+            reason = judge(config, requirement)  # measures lazily, once per run
             if ranks is None:
                 return reason
             # Measured per rank: agree on one verdict (unmet anywhere -> skipped everywhere).
@@ -114,6 +114,18 @@ def _distinct(views):
     return distinct(views)
 
 
+def _fact_gate_problems(config: pytest.Config, terms: list) -> list[str]:
+    """Gate terms judged on facts (no-fallback): on each rank's own node, then shared by all ranks."""
+    from .checks import judge
+
+    mine = [reason for reason in (judge(config, t, max_items=None) for t in terms) if reason]
+    ranks = config.stash.get(RANKS, None)
+    if ranks is None:
+        return mine
+    gathered = ranks[0].all_gather("gate", {"problems": mine})
+    return [f"rank {r}: {p}" for r, d in enumerate(gathered) for p in d["problems"]]
+
+
 def _is_rank_zero(config: pytest.Config) -> bool:
     ranks = config.stash.get(RANKS, None)
     return ranks is None or ranks[0].launch.rank == 0
@@ -160,7 +172,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if config.get_verbosity() > 0:
         return (report.rank_lines(ranks[1]) if ranks else []) + report.full_report(topology)
     lines = report.rank_lines(ranks[1]) if ranks is not None else [report.header_line(topology)]
-    return lines + [f"gputopo warning: {w}" for w in topology.warnings]
+    from .checks import predicted_fallback_line
+
+    fallback = predicted_fallback_line(config)
+    return lines + ([fallback] if fallback else []) + [f"gputopo warning: {w}" for w in topology.warnings]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -184,9 +199,12 @@ def pytest_collection(session: pytest.Session) -> None:
         for view, topo in views:
             prefix = f"{view.where}: " if view is not None else ""
             for term in terms:
+                if isinstance(term, reqs.FactRequirement):
+                    continue  # judged below, on this rank's own facts
                 verdict = term.evaluate(topo, max_pairs=None)
                 if not verdict.ok:
                     problems += [f"{prefix}{term}: {f}" for f in verdict.failures]
+        problems += _fact_gate_problems(config, [t for t in terms if isinstance(t, reqs.FactRequirement)])
     reference, where = options.value(config, "expect")
     if reference is not None:
         from .probe import MachineError, probe_recorded

@@ -162,7 +162,16 @@ class Figure:
 
 
 @dataclass(frozen=True)
-class BandwidthRequirement(Requirement):
+class FactRequirement(Requirement):
+    """Judged on facts beyond the topology (measurements, NCCL's account): the plugin gathers them
+    and calls ``judge``; ``evaluate`` alone cannot decide."""
+
+    def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
+        raise TypeError(f"{self} is judged on measurements; use judge()")
+
+
+@dataclass(frozen=True)
+class BandwidthRequirement(FactRequirement):
     """``min_<metric>_bw``: every measurement behind it reaches ``gbps`` (or, when ``gbps`` is None,
     ``floor`` x the bandwidth the link is expected to give)."""
 
@@ -222,6 +231,62 @@ class BandwidthRequirement(Requirement):
         return verdict
 
 
+TRANSPORT_KINDS = ("P2P", "SHM", "NET", "NET/IB", "NET/Socket", "NVLS", "COLLNET")
+PAIR_KINDS = ("P2P", "SHM")  # judged per GPU pair; the others on NCCL's account of a run
+
+
+@dataclass(frozen=True)
+class TransportRequirement(FactRequirement):
+    """``requires_nccl_transport``: NCCL takes ``kind`` (per pair among the GPUs the test uses for P2P
+    and SHM; anywhere in NCCL's own account for the network, NVLS and CollNet)."""
+
+    kind: str = "P2P"
+    gdrdma: bool | None = None
+
+    def __str__(self) -> str:
+        args = [repr(self.kind)] + ([f"gpus={self.gpus}"] if self.gpus else [])
+        args += [f"gdrdma={self.gdrdma}"] if self.gdrdma is not None else []
+        return f"requires_nccl_transport({', '.join(args)})"
+
+    def judge(self, topology: Topology, pairs: dict, account: dict | None,
+              max_pairs: int | None = REASON_PAIRS) -> Verdict:
+        """``pairs``: (a, b) -> (transports, why) as observed or predicted; ``account``: NCCL's own
+        log of a run (``{"transports": [...], "gdrdma": bool}``) or None when there is none."""
+        if self.kind in PAIR_KINDS and self.gdrdma is None:
+            need = self.gpus if self.gpus is not None else 2
+            if len(topology.gpus) < need:
+                return _unmet(self, [f"needs {need} GPUs, {_visible(topology)}"], max_pairs)
+            failures = []
+            for ln in topology.pairs(self.gpus):
+                transports, why = pairs.get((ln.a, ln.b), (set(), "unknown"))
+                if not any(t.upper().startswith(self.kind) for t in transports):
+                    failures.append(f"{ln.name} ({_link_text(ln)}) {why}")
+            return _unmet(self, failures, max_pairs) if failures else Verdict(True)
+        if account is None:
+            return _unmet(self, ["needs NCCL's own account of a run (a small NCCL all-reduce on GPUs), "
+                                 "which this machine cannot give"], max_pairs)
+        seen = set(account.get("transports", ()))
+        failures = []
+        if not any(t == self.kind or t.startswith(self.kind + "/") for t in seen):
+            failures.append(f"NCCL used {', '.join(sorted(seen)) or 'no transport'}, not {self.kind}")
+        if self.gdrdma is not None and bool(account.get("gdrdma")) != self.gdrdma:
+            failures.append(f"GPUDirect RDMA {'off' if self.gdrdma else 'on'}")
+        return _unmet(self, failures, max_pairs) if failures else Verdict(True)
+
+
+@dataclass(frozen=True)
+class NoFallbackRequirement(FactRequirement):
+    """Run gate ``no-fallback``: no GPU pair that deserves P2P falls back to SHM or the network."""
+
+    def __str__(self) -> str:
+        return "no-fallback" + (f"@{self.gpus}" if self.gpus else "")
+
+    def judge(self, fallbacks: list, max_pairs: int | None = REASON_PAIRS) -> Verdict:
+        failures = [f"{f.name} {f.label} uses {f.actual} instead of {f.expected} ({'; '.join(f.causes)})"
+                    for f in fallbacks if self.gpus is None or max(f.a, f.b) < self.gpus]
+        return _unmet(self, failures, max_pairs) if failures else Verdict(True)
+
+
 # ---------------------------------------------------------------------------------------------
 # Markers
 
@@ -279,6 +344,14 @@ def _min_h2d_bw(gbps=None, pinned=True, *, floor=None, strict=None):
     return BandwidthRequirement(metric="h2d", gbps=gbps, pinned=pinned, floor=floor)
 
 
+def _requires_nccl_transport(kind, gpus=None, *, gdrdma=None, strict=None):
+    if not isinstance(kind, str) or not (kind in TRANSPORT_KINDS or kind.startswith("NET/")):
+        raise RequirementError(f"kind must be one of {', '.join(TRANSPORT_KINDS)} or 'NET/<plugin>', got {kind!r}")
+    if gdrdma is not None and not isinstance(gdrdma, bool):
+        raise RequirementError(f"gdrdma must be True, False or None, got {gdrdma!r}")
+    return TransportRequirement(gpus=_gpu_arg(gpus, "gpus"), kind=kind, gdrdma=gdrdma)
+
+
 MARKERS: dict[str, Callable[..., Requirement]] = {
     "requires_gpus": _requires_gpus,
     "requires_p2p": _requires_p2p,
@@ -287,6 +360,7 @@ MARKERS: dict[str, Callable[..., Requirement]] = {
     "min_allreduce_bw": _min_allreduce_bw,
     "min_p2p_bw": _min_p2p_bw,
     "min_h2d_bw": _min_h2d_bw,
+    "requires_nccl_transport": _requires_nccl_transport,
 }
 
 MARKER_HELP = {
@@ -298,6 +372,8 @@ MARKER_HELP = {
                         "gbps GB/s (None: floor x what the links should give)",
     "min_p2p_bw": "P2P copy bandwidth of every such pair is at least gbps GB/s (None: floor x the link's)",
     "min_h2d_bw": "host-to-device copy bandwidth of every visible GPU is at least gbps GB/s",
+    "requires_nccl_transport": "NCCL takes transport kind (P2P, SHM, NET/IB, NET/Socket, NVLS, COLLNET) between "
+                               "the GPUs the test uses; gdrdma=True/False for GPUDirect RDMA",
 }
 
 
@@ -328,6 +404,7 @@ REQUIRE_GRAMMAR = """\
          | "p2p" [@N]                  every pair can do P2P read and write
          | "nvlink" [">=" LINKS] [@N]  every pair has at least LINKS NVLinks (default 1)
          | "link>=" CLASS [@N]         every pair is linked at CLASS or better
+         | "no-fallback" [@N]          no pair that deserves P2P falls back to SHM or the network
   CLASS := NV | NV<links> | PIX | PXB | PHB | NODE | SYS   (order: NV# > PIX > PXB > PHB > NODE > SYS)
   @N    := among the first N GPUs only (default: all visible GPUs)
   example: gpus>=8,p2p,link>=NV18"""
@@ -336,7 +413,8 @@ _TERM_RE = re.compile(
     r"^(?:(?P<gpus>gpus\s*>=\s*(?P<count>\d+))"
     r"|(?P<p2p>p2p)"
     r"|(?P<nvlink>nvlink)(?:\s*>=\s*(?P<links>\d+))?"
-    r"|link\s*>=\s*(?P<cls>[A-Za-z0-9]+))"
+    r"|link\s*>=\s*(?P<cls>[A-Za-z0-9]+)"
+    r"|(?P<nofallback>no-fallback))"
     r"(?:\s*@\s*(?P<at>\d+))?$", re.IGNORECASE)
 
 
@@ -357,6 +435,8 @@ def parse_expression(text: str) -> tuple[Requirement, ...]:
                 out.append(GpuCount(count=int(m["count"])))
             elif m["p2p"]:
                 out.append(_requires_p2p(gpus=at))
+            elif m["nofallback"]:
+                out.append(NoFallbackRequirement(gpus=at))
             elif m["nvlink"]:
                 out.append(_requires_nvlink(gpus=at, min_links=int(m["links"] or 1)))
             else:

@@ -100,6 +100,41 @@ def environment() -> dict[str, str]:
     return dict(os.environ)
 
 
+def nccl_inputs() -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """What NCCL would read: the NCCL_* environment, and its config files' text in NCCL's order
+    (NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf; the home directory from the password
+    database, as NCCL takes it)."""
+    from .nccl.expect import conf_file_paths
+
+    environ = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
+    try:
+        import pwd
+
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except (ImportError, KeyError):
+        home = None
+    files = []
+    for path in conf_file_paths(os.environ, home):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                files.append((path, handle.read()))
+        except OSError:
+            pass
+    return environ, files
+
+
+def cpu_vendor() -> str | None:
+    """This host's CPU vendor (``GenuineIntel``, ``AuthenticAMD``), which moves NCCL's P2P level."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip() or None
+    except OSError:
+        pass
+    return None
+
+
 def hostname() -> str:
     """This host's name (os.uname avoids importing socket on the no-GPU fast path)."""
     if hasattr(os, "uname"):

@@ -75,6 +75,8 @@ def shared_results(shared_dir: str | None) -> list[BenchResult]:
 
 def describe(key: tuple) -> str:
     kind = key[0]
+    if kind == "nccl_transports":
+        return f"NCCL's transports among {key[1]} GPUs (a small all-reduce with NCCL_DEBUG=INFO)"
     if kind == "allreduce":
         return f"all-reduce busbw, {key[1]} ranks, {_size(key[2])}"
     if kind in ("p2p", "p2p_staged"):
@@ -189,6 +191,9 @@ class BenchSuite:
             return BenchResult(key, describe(taken_at), float(fig["gbps"]), "recorded", source=fig["source"] + note,
                                detail=dict(fig))
         name = self.topology.source.name
+        if key[0] == "nccl_transports":
+            return BenchResult(key, describe(key), None, "recorded",
+                               error=f"NCCL cannot run on the recorded machine {name}")
         return BenchResult(key, describe(key), None, "recorded",
                            error=f"none published for the recorded machine {name}, which cannot be measured")
 
@@ -208,6 +213,8 @@ class BenchSuite:
 
     def _run(self, key: tuple) -> tuple[float | None, dict, str | None]:
         kind, s = key[0], self.settings
+        if kind == "nccl_transports":
+            return None, nccl_account(key[1], s.timeout_s), None
         if kind == "allreduce":
             if s.allreduce_engine == "nccl-tests":
                 from .nccl_tests import run_all_reduce_perf
@@ -229,3 +236,20 @@ class BenchSuite:
 
         data = subproc.run_copy_benchmark(key, self.topology, budget_s=s.budget_s, timeout_s=s.timeout_s)
         return data["bw_gbps"], data, data.get("error")
+
+
+def nccl_account(n: int, timeout_s: float) -> dict:
+    """NCCL's own account of a small all-reduce among ``cuda:0..n-1``: per pair of ranks (= CUDA
+    devices) the transports it took, and its log as parsed."""
+    from ..nccl.log import parse_nccl_log
+    from .allreduce import run_allreduce
+
+    res = run_allreduce(n, [2**20], backend="nccl", judge_size=2**20, timeout_s=timeout_s, budget_s_per_size=1.0)
+    log = parse_nccl_log(res.nccl_log)
+    pairs: dict[str, set] = {}
+    for c in log.connections:
+        if c.dst_rank >= 0 and c.src_rank != c.dst_rank:
+            a, b = sorted((c.src_rank, c.dst_rank))
+            pairs.setdefault(f"{a}-{b}", set()).add(c.transport)
+    return {"pairs": {k: sorted(v) for k, v in pairs.items()}, "log": log.to_json(),
+            "topo_xml": res.nccl_topo_xml, "wrong": res.judged.wrong}
