@@ -195,8 +195,6 @@ def predicted_fallback_line(config: pytest.Config) -> str:
     """For the header: the fallback NCCL's settings and NVML predict, and its cause ("" if none)."""
     from .nccl.expect import fallback_summary
 
-    if len(topology_of(config).gpus) < 2:
-        return ""
     line = fallback_summary(nccl_view(config).fallbacks())
     return f"gputopo {line} [predicted from NCCL's settings and NVML]" if line else ""
 

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from . import options, report
+from . import markers, options, report
 
 TOPOLOGY = pytest.StashKey["object"]()
 ITEM_REQS = pytest.StashKey[list]()
@@ -66,10 +66,8 @@ def pytest_addhooks(pluginmanager) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from . import requirements as reqs
-
-    for name, help_text in reqs.MARKER_HELP.items():
-        sig = reqs.marker_signature(name).replace("*, ", "").replace("strict=None", "strict=False")
+    for name, help_text in markers.MARKER_HELP.items():
+        sig = markers.marker_signature(name).replace("*, ", "").replace("strict=None", "strict=False")
         config.addinivalue_line("markers", f"{sig}: {help_text}; unmet -> skip (fail when strict)")
     state = RunState(strict=options.flag(config, "strict"))
     options.validate_benchmark_options(config)
@@ -172,17 +170,20 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if config.get_verbosity() > 0:
         return (report.rank_lines(ranks[1]) if ranks else []) + report.full_report(topology)
     lines = report.rank_lines(ranks[1]) if ranks is not None else [report.header_line(topology)]
-    from .checks import predicted_fallback_line
+    if len(topology.gpus) >= 2:  # a fallback needs a pair; hosts without GPUs pay nothing for it
+        from .checks import predicted_fallback_line
 
-    fallback = predicted_fallback_line(config)
-    return lines + ([fallback] if fallback else []) + [f"gputopo warning: {w}" for w in topology.warnings]
+        lines += [line for line in (predicted_fallback_line(config),) if line]
+    return lines + [f"gputopo warning: {w}" for w in topology.warnings]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection(session: pytest.Session) -> None:
     """Run gates, before the first test is collected."""
     config = session.config
-    if hasattr(config, "workerinput"):
+    expr, where = options.value(config, "require")
+    reference, ref_where = options.value(config, "expect")
+    if hasattr(config, "workerinput") or (expr is None and reference is None):
         return
     from . import requirements as reqs
 
@@ -190,7 +191,6 @@ def pytest_collection(session: pytest.Session) -> None:
     views = [(None, config.stash[TOPOLOGY])] if ranks is None else [(v, v.topology) for v in _distinct(ranks[1])]
     topology = config.stash[TOPOLOGY]
     problems = []
-    expr, where = options.value(config, "require")
     if expr is not None:
         try:
             terms = reqs.parse_expression(expr)
@@ -205,14 +205,13 @@ def pytest_collection(session: pytest.Session) -> None:
                 if not verdict.ok:
                     problems += [f"{prefix}{term}: {f}" for f in verdict.failures]
         problems += _fact_gate_problems(config, [t for t in terms if isinstance(t, reqs.FactRequirement)])
-    reference, where = options.value(config, "expect")
     if reference is not None:
         from .probe import MachineError, probe_recorded
 
         try:
             ref = probe_recorded(reference)
         except MachineError as exc:
-            raise pytest.UsageError(f"{where}: {exc}") from None
+            raise pytest.UsageError(f"{ref_where}: {exc}") from None
         for view, topo in views:
             prefix = f"{view.where}: " if view is not None else ""
             problems += [f"{prefix}expected as {ref.source.name}: {r}" for r in reqs.regressions(ref, topo)]
@@ -228,14 +227,12 @@ def pytest_collection(session: pytest.Session) -> None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Validate every gputopo marker now, so a bad argument stops the run naming the test."""
-    from . import requirements as reqs
-
     errors = []
     parsed: dict = {}  # the same marker on many tests is parsed once
     for item in items:
         found = []
         for mark in item.iter_markers():  # one walk over the node chain, not one per marker name
-            if mark.name not in reqs.MARKERS:
+            if mark.name not in markers.MARKERS:
                 continue
             try:
                 key = (mark.name, mark.args, tuple(sorted(mark.kwargs.items())))
@@ -244,12 +241,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 key = result = None
             if result is None:
                 try:
-                    result = reqs.from_marker(mark.name, mark.args, mark.kwargs)
-                except reqs.RequirementError as exc:
+                    result = markers.from_marker(mark.name, mark.args, mark.kwargs)
+                except markers.RequirementError as exc:
                     result = exc
                 if key is not None:
                     parsed[key] = result
-            if isinstance(result, reqs.RequirementError):
+            if isinstance(result, markers.RequirementError):
                 errors.append(f"{item.nodeid}: @pytest.mark.{mark.name}: {result}")
             else:
                 found.append(result)
@@ -257,9 +254,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.stash[ITEM_REQS] = found
     if errors:
         raise pytest.UsageError("bad gputopo marker arguments:\n  " + "\n  ".join(errors))
-    from .checks import check_items
+    if options.value(config, "check")[0] is not None:
+        from .checks import check_items
 
-    items.extend(check_items(session))
+        items.extend(check_items(session))
 
 
 @pytest.hookimpl(tryfirst=True)

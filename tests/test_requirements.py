@@ -3,6 +3,7 @@
 import pytest
 
 from pytest_gputopo import requirements as reqs
+from pytest_gputopo.markers import from_marker
 from pytest_gputopo.model import Gpu, Link, LinkClass, LinkLabel, P2P, P2PStatus, Topology
 
 OK = P2P(P2PStatus.OK, P2PStatus.OK, P2PStatus.OK, P2PStatus.OK)
@@ -26,23 +27,23 @@ def box(labels: dict, n: int, p2p=OK) -> Topology:
 
 def test_link_order_and_nv_counts():
     assert reqs.LinkRequirement(need=LinkLabel.parse("PXB")).evaluate(box({}, 4)).ok
-    verdict = reqs.from_marker("requires_link", ("PXB",), {})[0].evaluate(box({(0, 3): "SYS"}, 4))
+    verdict = from_marker("requires_link", ("PXB",), {})[0].evaluate(box({(0, 3): "SYS"}, 4))
     assert not verdict.ok
     assert verdict.reason == "requires_link('PXB'): GPU0-GPU3 are linked by SYS"
-    nv12 = reqs.from_marker("requires_link", ("NV12",), {})[0]
+    nv12 = from_marker("requires_link", ("NV12",), {})[0]
     assert not nv12.evaluate(box({(0, 1): "NV4"}, 2)).ok
     assert nv12.evaluate(box({(0, 1): "NV18"}, 2)).ok
-    any_nv = reqs.from_marker("requires_link", ("nv",), {})[0]
+    any_nv = from_marker("requires_link", ("nv",), {})[0]
     assert any_nv.evaluate(box({(0, 1): "NV1"}, 2)).ok
     assert str(any_nv) == "requires_link('NV')"
 
 
 def test_gpus_argument_limits_the_pairs_to_the_first_devices():
     topo = box({(0, 4): "SYS"}, 8)
-    link = reqs.from_marker("requires_link", ("PIX",), {"gpus": 4})[0]
+    link = from_marker("requires_link", ("PIX",), {"gpus": 4})[0]
     assert link.evaluate(topo).ok
-    assert not reqs.from_marker("requires_link", ("PIX",), {})[0].evaluate(topo).ok
-    too_many = reqs.from_marker("requires_p2p", (), {"gpus": 16})[0].evaluate(topo)
+    assert not from_marker("requires_link", ("PIX",), {})[0].evaluate(topo).ok
+    too_many = from_marker("requires_p2p", (), {"gpus": 16})[0].evaluate(topo)
     assert not too_many.ok and "needs 16 GPUs, 8 visible" in too_many.reason
 
 
@@ -68,15 +69,15 @@ def test_pair_requirements_need_a_pair():
 
 def test_nvlink_min_links():
     topo = box({(0, 1): "NV4", (0, 2): "PHB", (1, 2): "NV4"}, 3)
-    verdict = reqs.from_marker("requires_nvlink", (), {"min_links": 2})[0].evaluate(topo)
+    verdict = from_marker("requires_nvlink", (), {"min_links": 2})[0].evaluate(topo)
     assert verdict.failures == ("GPU0-GPU2 are linked by PHB, not NVLink",)
-    verdict = reqs.from_marker("requires_nvlink", (), {"min_links": 8})[0].evaluate(topo)
+    verdict = from_marker("requires_nvlink", (), {"min_links": 8})[0].evaluate(topo)
     assert len(verdict.failures) == 3 and "GPU0-GPU1 are linked by NV4, needs NV8" in verdict.failures
 
 
 def test_reason_names_three_pairs_then_counts():
     topo = box({(0, b): "SYS" for b in range(1, 8)}, 8)
-    verdict = reqs.from_marker("requires_link", ("PXB",), {})[0].evaluate(topo)
+    verdict = from_marker("requires_link", ("PXB",), {})[0].evaluate(topo)
     assert verdict.reason.endswith("; and 4 more pairs")
     assert len(verdict.failures) == 7
 
@@ -94,12 +95,12 @@ def test_reason_names_three_pairs_then_counts():
 ])
 def test_bad_marker_arguments(name, args, kwargs, message):
     with pytest.raises(reqs.RequirementError, match=message):
-        reqs.from_marker(name, args, kwargs)
+        from_marker(name, args, kwargs)
 
 
 def test_marker_strict_argument_is_returned():
-    assert reqs.from_marker("requires_p2p", (), {"strict": True}) == (reqs.P2PRequirement(), True)
-    assert reqs.from_marker("requires_gpus", (2,), {})[1] is None
+    assert from_marker("requires_p2p", (), {"strict": True}) == (reqs.P2PRequirement(), True)
+    assert from_marker("requires_gpus", (2,), {})[1] is None
 
 
 def test_expression_grammar():

@@ -50,3 +50,19 @@ def test_copy_benchmark_in_a_child_process_under_a_deadline():
 
     data = subproc.run_copy_benchmark(("h2d", 0, True), HOST, budget_s=1.0, timeout_s=120)
     assert data["verified"] and data["bw_gbps"] > 0
+
+
+@pytest.mark.skipif(len(HOST.gpus) < 2, reason="needs 2 GPUs")
+def test_nccl_gives_its_own_account_of_the_transports():
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_nccl_available():
+        pytest.skip("torch was built without NCCL")
+    from pytest_gputopo.bench.suite import nccl_account
+    from pytest_gputopo.nccl.expect import expected_transports
+
+    account = nccl_account(2, timeout_s=120)
+    assert account["wrong"] == 0 and account["log"]["nccl_version"]
+    seen = account["pairs"].get("0-1")
+    assert seen, "NCCL's log named no transport between rank 0 and rank 1"
+    (expected,) = [e for e in expected_transports(HOST.restrict([0, 1])) if (e.a, e.b) == (0, 1)]
+    assert any(t.startswith(expected.transport) for t in seen), (expected, seen)
