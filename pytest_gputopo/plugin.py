@@ -42,8 +42,12 @@ class RunState:
             if ranks is None:
                 return reason
             # Measured per rank: agree on one verdict (unmet anywhere -> skipped everywhere).
-            exchange, _ = ranks
-            reasons = exchange.all_gather(f"verdict/{requirement}", {"reason": reason})
+            from .ranks import RankError
+
+            try:
+                reasons = ranks[0].all_gather(f"verdict/{requirement}", {"reason": reason})
+            except RankError as exc:
+                pytest.exit(f"gputopo: the ranks cannot agree: {exc}", returncode=RANKS_EXIT_STATUS)
             return next((f"rank {r}: {d['reason']}" for r, d in enumerate(reasons) if d["reason"]), None)
         views = [(None, config.stash[TOPOLOGY])] if ranks is None else \
             [(v, v.topology) for v in _distinct(ranks[1])]
@@ -120,7 +124,12 @@ def _fact_gate_problems(config: pytest.Config, terms: list) -> list[str]:
     ranks = config.stash.get(RANKS, None)
     if ranks is None:
         return mine
-    gathered = ranks[0].all_gather("gate", {"problems": mine})
+    from .ranks import RankError
+
+    try:
+        gathered = ranks[0].all_gather("gate", {"problems": mine})
+    except RankError as exc:
+        pytest.exit(f"gputopo: the ranks cannot agree: {exc}", returncode=RANKS_EXIT_STATUS)
     return [f"rank {r}: {p}" for r, d in enumerate(gathered) for p in d["problems"]]
 
 
