@@ -1,5 +1,6 @@
-"""Benchmarks in a pytest run: the lazy suite, bandwidth verdicts for markers, and the generated
-health-check items of ``--gputopo-check``. Glue: facts from ``bench``, expectations from ``spec``.
+"""Facts beyond the topology in a pytest run: the lazy benchmark suite, the run's view of NCCL,
+verdicts of the requirements judged on them, the generated items of ``--gputopo-check`` and the
+``gputopo_bench`` fixture. Glue: facts from ``bench`` and ``nccl``, expectations from ``spec``.
 """
 
 from __future__ import annotations
