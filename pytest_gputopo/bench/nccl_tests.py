@@ -22,11 +22,10 @@ import math
 import os
 import re
 import shutil
-import signal
-import subprocess
-import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
+
+from .procs import KILL_GRACE_S, BenchTimeout, run_child, tail
 
 __all__ = [
     "BenchTimeout", "NcclTestsParseError", "NcclTestsRunError", "P2PParseError",
@@ -43,10 +42,6 @@ class NcclTestsParseError(ValueError):
 class NcclTestsRunError(RuntimeError):
     """The benchmark ran but gave no result (non-zero exit, or no table); the message ends with the
     tail of its output."""
-
-
-class BenchTimeout(Exception):
-    """A benchmark did not finish in time; its whole process group was killed."""
 
 
 class P2PParseError(ValueError):
@@ -580,7 +575,6 @@ BINARY = "all_reduce_perf"
 # DCGM's nccl_tests plugin reads DCGM_NCCL_TESTS_BIN_PATH (a directory holding all_reduce_perf); we
 # accept the same, and the shorter NCCL_TESTS_BIN_PATH first.
 BIN_PATH_VARS = ("NCCL_TESTS_BIN_PATH", "DCGM_NCCL_TESTS_BIN_PATH")
-KILL_GRACE_S = 5.0
 
 
 def find_all_reduce_perf(environ: Mapping[str, str]) -> str | None:
@@ -609,33 +603,6 @@ def all_reduce_perf_argv(binary: str, n_gpus: int, size_bytes: int, *, iters: in
             "-n", str(iters), "-w", str(warmup), "-c", "1"]
 
 
-def _tail(text: str, lines: int = 20) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM to the whole process group (mpirun, NCCL proxy threads' helpers...), SIGKILL after the
-    grace period to whatever is left of it."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return  # the group is gone
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None and not _group_alive(proc.pid):
-                return
-            time.sleep(0.02)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
 def run_all_reduce_perf(binary: str, n_gpus: int, size_bytes: int, *, iters: int = 20, warmup: int = 5,
                         timeout_s: float, env: Mapping[str, str] | None = None,
                         grace_s: float = KILL_GRACE_S) -> NcclTestsResult:
@@ -647,38 +614,14 @@ def run_all_reduce_perf(binary: str, n_gpus: int, size_bytes: int, *, iters: int
     argv = all_reduce_perf_argv(binary, n_gpus, size_bytes, iters=iters, warmup=warmup)
     command = " ".join(argv)
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", env=None if env is None else dict(env),
-                                start_new_session=True)
+        status, output = run_child(argv, timeout_s=timeout_s, env=env, grace_s=grace_s)
     except OSError as exc:
         raise NcclTestsRunError(f"cannot start {command}: {exc}") from exc
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc, grace_s)
-        partial = _drain(proc, grace_s)
-        raise BenchTimeout(f"{command} did not finish within {timeout_s:g} s; its process group was "
-                           f"killed" + (f". Last output:\n{_tail(partial)}" if partial.strip() else "")) from None
-    except BaseException:  # Ctrl-C or a pytest timeout: leave no benchmark running behind us
-        _kill_group(proc, grace_s)
-        _drain(proc, grace_s)
-        raise
-    if proc.returncode != 0:
-        raise NcclTestsRunError(f"{command} exited with status {proc.returncode}:\n{_tail(output)}")
+    if status != 0:
+        raise NcclTestsRunError(f"{command} exited with status {status}:\n{tail(output)}")
     try:
         return parse_nccl_tests(output)
     except NcclTestsParseError as exc:
-        raise NcclTestsRunError(f"{command}: {exc}:\n{_tail(output)}") from exc
+        raise NcclTestsRunError(f"{command}: {exc}:\n{tail(output)}") from exc
 
 
-def _drain(proc: subprocess.Popen, grace_s: float) -> str:
-    """What the killed child had written; never blocks past the grace period (a grandchild that left
-    the group could hold the pipe open)."""
-    try:
-        output, _ = proc.communicate(timeout=grace_s)
-        return output or ""
-    except subprocess.TimeoutExpired:
-        if proc.stdout is not None:
-            proc.stdout.close()
-        proc.wait(timeout=grace_s)
-        return ""
