@@ -102,18 +102,20 @@ def expected(config: pytest.Config, key: tuple):
     kind = key[0]
     if kind == "allreduce" and suite(config).settings.allreduce_backend == "gloo":
         return None, "gloo on CPUs (no link to judge it by)"
-    if kind in ("p2p", "p2p_staged"):
+    if kind in ("p2p", "p2p_staged", "p2p_bidir"):
         fig = spec.p2p_expected(topology, key[1], key[2])
+        if fig is not None and kind == "p2p_bidir":  # both directions at once: twice the per-direction rate
+            fig = spec.Figure(2 * fig.gbps, fig.source, f"2 x {fig.label or 'the link'} (both directions)")
         link = topology.link(key[1], key[2])
         return fig, (fig.label if fig else f"{link.label or 'an unknown link'} (no figure for it)")
-    if kind == "h2d":
+    if kind in ("h2d", "d2h"):
         fig = spec.h2d_expected(topology.gpus[key[1]], key[2])
         return fig, (fig.label if fig else "an unknown PCIe link")
     fig = spec.allreduce_expected_busbw(topology, key[1])
     return fig, (fig.label if fig else f"links among {key[1]} GPUs (unknown)")
 
 
-FLOOR_OF = {"p2p": "p2p", "p2p_staged": "p2p", "allreduce": "allreduce"}
+FLOOR_OF = {"p2p": "p2p", "p2p_staged": "p2p", "p2p_bidir": "p2p", "allreduce": "allreduce"}
 
 
 def floor_name(key: tuple) -> str:
@@ -321,8 +323,11 @@ def _checks(config, topology: Topology, level: str):
         return
     for link in topology.pairs():
         yield f"p2p_bw[GPU{link.a}->GPU{link.b}]", _bandwidth_check(config, topology, ("p2p", link.a, link.b))
+        yield f"p2p_bidir_bw[GPU{link.a}<->GPU{link.b}]", _bandwidth_check(config, topology,
+                                                                           ("p2p_bidir", link.a, link.b))
     for gpu in topology.gpus:
-        yield f"h2d_bw[GPU{gpu.index}]", _bandwidth_check(config, topology, ("h2d", gpu.index, True))
+        for kind, pinned, name in (("h2d", True, "h2d_bw"), ("h2d", False, "h2d_pageable_bw"), ("d2h", True, "d2h_bw")):
+            yield f"{name}[GPU{gpu.index}]", _bandwidth_check(config, topology, (kind, gpu.index, pinned))
     s = suite(config)
     if topology.gpus or s.settings.allreduce_backend == "gloo":
         yield "allreduce_bw", _bandwidth_check(config, topology, s.allreduce_key(None, None))

@@ -141,10 +141,11 @@ def main(argv: list[str]) -> int:
     request = json.loads(argv[0])
     kind, *args = request["key"]
     budget = request["budget_s"]
-    if kind in ("p2p", "p2p_staged"):
-        m = p2p_copy(args[0], args[1], peer=kind == "p2p", budget_s=budget)
+    if kind in ("p2p", "p2p_staged", "p2p_bidir"):
+        m = p2p_copy(args[0], args[1], peer=kind != "p2p_staged", bidirectional=kind == "p2p_bidir", budget_s=budget)
     else:
-        m = host_device_copy(args[0], pinned=args[1], cpu_affinity=request.get("cpu_affinity"), budget_s=budget)
+        m = host_device_copy(args[0], to_device=kind == "h2d", pinned=args[1],
+                             cpu_affinity=request.get("cpu_affinity"), budget_s=budget)
     print(json.dumps(m.to_json()))
     return 0
 

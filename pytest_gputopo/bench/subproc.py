@@ -15,7 +15,7 @@ from .procs import run_child, tail
 
 def run_copy_benchmark(key: tuple, topology: model.Topology, *, budget_s: float, timeout_s: float) -> dict:
     """The child's measurement (``Measurement.to_json()``), or an exception with the reason."""
-    cpu_affinity = topology.gpus[key[1]].cpu_affinity if key[0] == "h2d" else None
+    cpu_affinity = topology.gpus[key[1]].cpu_affinity if key[0] in ("h2d", "d2h") else None
     request = {"key": list(key), "budget_s": budget_s, "cpu_affinity": cpu_affinity}
     status, output = run_child([sys.executable, "-m", "pytest_gputopo.bench.copies", json.dumps(request)],
                                timeout_s=timeout_s)

@@ -79,10 +79,13 @@ def describe(key: tuple) -> str:
         return f"NCCL's transports among {key[1]} GPUs (a small all-reduce with NCCL_DEBUG=INFO)"
     if kind == "allreduce":
         return f"all-reduce busbw, {key[1]} ranks, {_size(key[2])}"
+    if kind == "p2p_bidir":
+        return f"GPU{key[1]}<->GPU{key[2]} copies both ways at once, P2P"
     if kind in ("p2p", "p2p_staged"):
         how = "P2P" if kind == "p2p" else "staged through the host (P2P off)"
         return f"GPU{key[1]}->GPU{key[2]} copy, {how}"
-    return f"GPU{key[1]} host->device copy, {'pinned' if key[2] else 'pageable'}"
+    way = "host->device" if kind == "h2d" else "device->host"
+    return f"GPU{key[1]} {way} copy, {'pinned' if key[2] else 'pageable'}"
 
 
 def _size(n: int) -> str:
