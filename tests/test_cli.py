@@ -130,3 +130,19 @@ def test_parse_nccl_log_of_unrelated_text_says_so(tmp_path):
     f.write_text("hello\n")
     out = gputopo("parse", "nccl-log", str(f), "--json")
     assert out.returncode == 0 and json.loads(out.stdout)["warnings"] == ["no NCCL INFO lines"]
+
+
+@pytest.mark.parametrize("machine,status", [("hgx-h100", 0), ("8x-l40s-p2p-disabled", 1)])
+def test_check_command_reports_like_pytest(tmp_path, machine, status):
+    out = gputopo("check", "--machine", machine, "--json", str(tmp_path / "c.json"),
+                  "--junitxml", str(tmp_path / "c.xml"))
+    assert out.returncode == status, out.stdout[-2000:]
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert doc["source"].startswith(f"recorded:{machine}") and doc["checks"]
+    assert (tmp_path / "c.xml").read_text().count("<testcase") == len(doc["checks"])
+
+
+def test_spec_prints_every_figure_with_its_source():
+    data = json.loads(gputopo("spec", "--json").stdout)
+    assert data and all(row["source"] for row in data)
+    assert any(row["item"] == "Gen4" and 31 < row["gbps"] < 32 for row in data)

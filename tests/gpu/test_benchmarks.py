@@ -15,6 +15,9 @@ def test_host_to_device_copy_is_verified_and_plausible():
 
     m = host_device_copy(0, pinned=True, cpu_affinity=HOST.gpus[0].cpu_affinity, budget_s=2.0)
     assert m.verified and m.error is None
+    back = host_device_copy(0, to_device=False, pinned=True, budget_s=2.0)
+    pageable = host_device_copy(0, pinned=False, budget_s=2.0)
+    assert back.verified and pageable.verified
     line = spec.pcie_line_rate(HOST.gpus[0])
     if line is not None:
         assert m.bw_gbps <= 1.1 * line.gbps, f"{m.bw_gbps} GB/s above the PCIe line rate {line.gbps}"
