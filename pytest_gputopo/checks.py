@@ -82,10 +82,16 @@ def suite(config: pytest.Config):
 
         def cache_set(key: str, value: dict) -> None:
             config.cache.set(prefix + key, {**value, "time": time.time()})
-    from .plugin import SHARED_DIR
+    from .plugin import RANKS, SHARED_DIR
 
+    ranks = config.stash.get(RANKS, None)
+    across = None
+    if ranks is not None:
+        from .ranks import rendezvous
+
+        across = rendezvous(ranks[0])
     found = config.stash[SUITE] = BenchSuite(topology, settings(config), cache_get, cache_set,
-                                             config.stash.get(SHARED_DIR, None))
+                                             config.stash.get(SHARED_DIR, None), across)
     return found
 
 
@@ -102,6 +108,8 @@ def expected(config: pytest.Config, key: tuple):
     kind = key[0]
     if kind == "allreduce" and suite(config).settings.allreduce_backend == "gloo":
         return None, "gloo on CPUs (no link to judge it by)"
+    if kind == "allreduce" and suite(config).world_size is not None:
+        return None, "an all-reduce across the ranks of the run (no single link to judge it by)"
     if kind in ("p2p", "p2p_staged", "p2p_bidir"):
         fig = spec.p2p_expected(topology, key[1], key[2])
         if fig is not None and kind == "p2p_bidir":  # both directions at once: twice the per-direction rate
@@ -150,7 +158,7 @@ class NcclView:
 
     def pairs(self) -> dict:
         """(a, b) -> (transports, why): NCCL's own where it ran, else the prediction."""
-        if self.account is not None:
+        if self.account is not None and self.account["pairs"]:
             out = {}
             for key, transports in self.account["pairs"].items():
                 a, b = map(int, key.split("-"))
@@ -180,11 +188,13 @@ def nccl_view(config: pytest.Config, observe: bool = False) -> NcclView:
     vendor = None if topology.recorded else runtime.cpu_vendor()
     expectations = expected_transports(topology, settings, vendor)
     account, origin = None, "predicted from NCCL's settings and NVML"
-    if observe and len(topology.gpus) >= 2 and not topology.recorded:
-        result = suite(config).get(("nccl_transports", len(topology.gpus)))
+    s = suite(config) if observe else None
+    if observe and not topology.recorded and (len(topology.gpus) >= 2 or s.world_size):
+        across = s.world_size is not None  # one GPU per rank, across nodes: pairs are ranks, not GPUs
+        result = s.get(("nccl_transports", s.world_size or len(topology.gpus)))
         if result.error is None and result.detail:
-            account = {"pairs": result.detail["pairs"], "transports": result.detail["log"]["transports"],
-                       "gdrdma": result.detail["log"]["gdrdma"]}
+            account = {"pairs": {} if across else result.detail["pairs"],
+                       "transports": result.detail["log"]["transports"], "gdrdma": result.detail["log"]["gdrdma"]}
             origin = "NCCL's own log"
         else:
             origin += f" (NCCL's own account failed: {result.error})"

@@ -92,3 +92,30 @@ def distinct(views: list[RankView]) -> list[RankView]:
             seen.add(key)
             out.append(view)
     return out
+
+
+def rendezvous(exchange: Exchange):
+    """For benchmarks that span the ranks (one worker per rank, across nodes): ``key`` -> (rank,
+    world size, the workers' init URL, this rank's GPU). Rank 0 picks a free port on its host
+    (MASTER_ADDR) and every rank learns it through the store, once per benchmark."""
+    launch = exchange.launch
+    agreed: dict = {}
+
+    def across(key: tuple) -> tuple:
+        if key not in agreed:
+            port = None
+            if launch.rank == 0 and key != ("world",):
+                import socket
+
+                with socket.socket() as s:
+                    s.bind(("", 0))
+                    port = s.getsockname()[1]
+            if key == ("world",):
+                url = None
+            else:
+                values = exchange.all_gather("rendezvous/" + "-".join(map(str, key)), {"port": port})
+                url = f"tcp://{launch.master_addr}:{values[0]['port']}"
+            agreed[key] = (launch.rank, launch.world_size, url, launch.local_rank)
+        return agreed[key]
+
+    return across

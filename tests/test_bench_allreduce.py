@@ -268,3 +268,127 @@ def test_verifiable_inputs_sum_exactly(dtype, n):
     # the largest value any rank holds and the largest sum are integers the dtype represents exactly
     assert n * (m - 1) + sum(offsets) <= _EXACT_LIMIT[dtype]
     assert m > 1  # index-dependent values: a shifted or swapped segment shows up as wrong elements
+
+
+# --------------------------------------------------------------------------------------------------
+# Cross-rank mode: pytest-like callers under torchrun, one worker each, one process group.
+
+DRIVER = r"""
+import json, os, socket, sys, time
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from pytest_gputopo.bench.allreduce import BenchError, run_allreduce
+
+mode, out = sys.argv[1], sys.argv[2]
+rank = int(os.environ["RANK"])
+n = int(os.environ["WORLD_SIZE"])
+store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), n, is_master=False,
+                      timeout=timedelta(seconds=30))  # torchrun's agent store
+if rank == 0:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store.set("gputopo-test-port", str(port))
+else:
+    port = int(store.get("gputopo-test-port"))
+url = f"tcp://127.0.0.1:{port}"
+record = {"rank": rank, "url": url}
+if mode == "absent" and rank != 0:
+    time.sleep(1)
+    sys.exit(0)
+t0 = time.monotonic()
+try:
+    res = run_allreduce(n, [2**16], backend="gloo", peer=(rank, url),
+                        timeout_s=(5 if mode == "absent" else 60), budget_s_per_size=1)
+except BenchError as exc:
+    record.update(error=exc.reason, pids=list(exc.pids))
+else:
+    record.update(world_size=res.world_size, pids=list(res.worker_pids),
+                  rows=[{"size_bytes": r.size_bytes, "algbw": r.algbw_gbps, "busbw": r.busbw_gbps,
+                         "time_us": r.time_us, "wrong": r.wrong, "ok": r.ok} for r in res.rows])
+record["took"] = time.monotonic() - t0
+with open(os.path.join(out, f"result.{rank}.json"), "w") as f:
+    json.dump(record, f)
+"""
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(tmp_path, mode, timeout):
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    out = tmp_path / "out"
+    out.mkdir()
+    scratch = tmp_path / "scratch"  # the workers' private directories land here (TMPDIR)
+    scratch.mkdir()
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TMPDIR=str(scratch),
+               PYTHONPATH=os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+           str(driver), mode, str(out)]
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout.decode(errors="replace")[-4000:]
+    return out, scratch
+
+
+def _workers_under(scratch):
+    """Processes whose command line is a benchmark worker of a run under ``scratch``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if b"pytest_gputopo.bench.allreduce\0--worker" in cmd and str(scratch).encode() in cmd:
+            found.append((int(entry), cmd))
+    return found
+
+
+def test_cross_rank_mode_under_torchrun(tmp_path):
+    out, scratch = _torchrun(tmp_path, "both", timeout=120)
+    records = [json.loads((out / f"result.{r}.json").read_text()) for r in (0, 1)]
+    for rec in records:
+        assert "error" not in rec, rec
+        assert rec["world_size"] == 2 and len(rec["pids"]) == 1  # one worker per caller
+        (row,) = rec["rows"]
+        assert row["size_bytes"] == 2**16 and row["wrong"] == 0 and row["ok"]
+        assert row["busbw"] > 0
+        assert row["busbw"] == row["algbw"] * (2 * (2 - 1) / 2)
+    # the figures are agreed across ranks (max over ranks, then the same median)
+    assert records[0]["rows"][0]["time_us"] == records[1]["rows"][0]["time_us"]
+    assert records[0]["pids"] != records[1]["pids"]
+    assert _workers_under(scratch) == []
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("gputopo-allreduce-")] == []
+
+
+def test_cross_rank_mode_names_a_peer_that_never_joins(tmp_path):
+    out, scratch = _torchrun(tmp_path, "absent", timeout=60)
+    assert not (out / "result.1.json").exists()  # rank 1 never called run_allreduce
+    rec = json.loads((out / "result.0.json").read_text())
+    assert rec.get("error"), rec
+    assert rec["error"].startswith("timed out after 5 s: rank 1 did not join the process group"), rec["error"]
+    assert rec["took"] < 15
+    assert len(rec["pids"]) == 1
+    for pid in rec["pids"]:
+        assert not _alive(pid)
+    assert _workers_under(scratch) == []
+    assert [p.name for p in scratch.iterdir() if p.name.startswith("gputopo-allreduce-")] == []
+
+
+def test_cross_rank_mode_bad_arguments():
+    with pytest.raises(ValueError):
+        run_allreduce(2, [4096], peer=(2, "tcp://127.0.0.1:1"))
+    with pytest.raises(ValueError):
+        run_allreduce(2, [4096], peer=(0, "127.0.0.1:1"))

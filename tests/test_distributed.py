@@ -149,3 +149,24 @@ def test_two_nodes_on_loopback_show_a_header_per_node(suite_dir):
     assert "node 0 (rank 0)" not in texts[1]  # only rank 0 prints the header
     rank0, rank1 = outcomes(suite_dir, 2)
     assert rank0 == rank1 and "test_dist.py::test_nvlink_collective" in rank0["skipped"]
+
+
+def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
+    """Under torchrun the all-reduce spans every rank (one worker each); every rank gets the same
+    figure and the same verdict."""
+    (suite_dir / "test_dist.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.min_allreduce_bw(0.0001)\ndef test_reachable(gputopo_bench):\n"
+        "    r = gputopo_bench.allreduce()\n"
+        "    open(f'busbw.{__import__(\"os\").environ[\"RANK\"]}', 'w').write(repr((r.gbps, r.detail['world_size'])))\n"
+        "@pytest.mark.min_allreduce_bw(100000)\ndef test_too_fast(): pass\n")
+    port = free_port()
+    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                   "-m", "pytest", "-p", "no:cacheprovider", "-rs", "--gputopo-allreduce-backend", "gloo",
+                   "--gputopo-allreduce-size", "64K", env={"GPUTOPO_TEST_MACHINES": "no-gpu"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rank0, rank1 = outcomes(suite_dir, 2)
+    assert rank0 == rank1 and rank0["passed"] == ["test_dist.py::test_reachable"]
+    figures = {(suite_dir / f"busbw.{r}").read_text() for r in (0, 1)}
+    assert len(figures) == 1 and figures.pop().endswith(", 2)")  # one figure, from a 2-rank all-reduce
+    assert "min_allreduce_bw(100000): all-reduce busbw, 2 ranks, 64 KiB: measured" in out.stdout

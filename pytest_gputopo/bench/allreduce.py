@@ -28,6 +28,14 @@ worker's group, SIGKILL after a grace period, reaps every worker and deletes the
 parent itself be killed outright, each worker ends on its own: ``PR_SET_PDEATHSIG`` (Linux), a
 watchdog thread that sees the parent pid change, and a hard deadline a little after the parent's.
 
+Cross-rank mode (``peer=(rank, init_method)``), for a caller that is itself one rank of several
+(pytest under torchrun, one process per GPU, possibly on several nodes): each caller starts only the
+worker of its own global rank, and the workers of all callers form one process group at
+``init_method`` (e.g. ``tcp://10.0.0.1:29731``; every caller passes the same URL, sizes and options).
+Every worker writes its own ``result.json`` (the figures are agreed across ranks, so every caller
+gets the same rows) and every node keeps its own NCCL logs. The same supervision applies to this one
+worker; a peer that never joins is named (``rank 1 did not join``) when ``timeout_s`` runs out.
+
 ``torch`` is imported only inside the worker (and never by this module at import time).
 """
 
@@ -338,6 +346,12 @@ def _failure_reason(workdir: str, codes: Dict[int, int], order: List[int]) -> Tu
 
 def _timeout_reason(workdir: str, timeout_s: float, running: List[int], done: List[int]) -> str:
     statuses = {r: _read_json(os.path.join(workdir, f"status.{r}.json")) for r in running + done}
+    missing = sorted({m for r in running for m in ((statuses[r] or {}).get("missing") or ())})
+    if missing:  # cross-rank mode: still waiting for peers to join the process group
+        who = "rank" if len(missing) == 1 else "ranks"
+        where = "; ".join(f"rank {r} in {_phase_text(statuses[r])}" for r in running)
+        return (f"timed out after {timeout_s:g} s: {who} {', '.join(map(str, missing))} did not join "
+                f"the process group ({where})")
     # Suspects: the ranks furthest behind; among them, a rank known to be outside the collective
     # (the others are waiting inside it for that one).
     steps = {r: (statuses[r] or {}).get("step", -1) for r in running}
@@ -353,6 +367,16 @@ def _timeout_reason(workdir: str, timeout_s: float, running: List[int], done: Li
     return reason
 
 
+def _is_loopback_url(url: Optional[str]) -> bool:
+    from urllib.parse import urlparse
+
+    try:
+        host = urlparse(url or "").hostname or ""
+    except ValueError:
+        return False
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
 def run_allreduce(
     world_size: int,
     sizes_bytes: Sequence[int],
@@ -364,6 +388,7 @@ def run_allreduce(
     dtype: str = "float32",
     devices: Optional[Sequence[int]] = None,
     env: Optional[Dict[str, str]] = None,
+    peer: Optional[Tuple[int, str]] = None,
     warmup: int = 5,
     min_samples: int = 5,
     max_samples: int = 50,
@@ -381,6 +406,13 @@ def run_allreduce(
     failure is not an exception: the row carries ``wrong > 0`` / ``error`` and ``result.ok`` is False.
     ``_hang_rank``/``_die_rank``/``_corrupt`` are test hooks (a rank that sleeps instead of
     all-reducing, one that ``os._exit(9)``s there, one element flipped after the verifiable all-reduce).
+
+    ``peer=(rank, init_method)`` selects cross-rank mode: ``world_size`` is then the global world
+    size, this call starts only the worker of global ``rank``, and that worker joins the others at
+    ``init_method`` (``tcp://HOST:PORT``, hosted by rank 0's worker; other URLs go to
+    ``init_process_group`` as they are). Every rank must call with the same arguments; each gets the
+    (agreed, identical) figures. ``devices``, if given, is this rank's device first: the caller passes
+    its LOCAL_RANK's GPU (default: ``$LOCAL_RANK``). Hooks (``_hang_rank`` ...) name global ranks.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -390,8 +422,20 @@ def run_allreduce(
         raise ValueError(f"dtype must be one of {sorted(_ITEMSIZE)}, got {dtype!r}")
     if not sizes_bytes and judge_size is None:
         raise ValueError("no sizes to measure")
-    if devices is not None and len(devices) < world_size:
-        raise ValueError(f"{len(devices)} devices given for {world_size} ranks")
+    if peer is not None:
+        peer_rank, init_method = int(peer[0]), str(peer[1])
+        if not 0 <= peer_rank < world_size:
+            raise ValueError(f"peer rank {peer_rank} outside world size {world_size}")
+        if "://" not in init_method:
+            raise ValueError(f"peer init_method must be a URL such as tcp://host:port, got {init_method!r}")
+        if devices is not None and len(devices) < 1:
+            raise ValueError("devices given but empty")
+        ranks = [peer_rank]
+    else:
+        if devices is not None and len(devices) < world_size:
+            raise ValueError(f"{len(devices)} devices given for {world_size} ranks")
+        init_method = None
+        ranks = list(range(world_size))
     itemsize = _ITEMSIZE[dtype]
     wanted = list(sizes_bytes) + ([judge_size] if judge_size is not None else [])
     counts = sorted({max(1, int(s) // itemsize) for s in wanted})
@@ -416,6 +460,8 @@ def run_allreduce(
             "target_spread": target_spread,
             "min_sample_s": min_sample_s,
             "store": os.path.join(workdir, "store"),
+            "peer": peer is not None,
+            "init_method": init_method,
             "workdir": workdir,
             "parent_pid": os.getpid(),
             "deadline_epoch": time.time() + timeout_s + _WORKER_GRACE_S,
@@ -432,8 +478,12 @@ def run_allreduce(
 
         child_env = runtime.environment()  # the workers inherit the caller's environment ...
         child_env.setdefault("OMP_NUM_THREADS", "1")  # ... as torchrun does, one thread per rank
-        if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in child_env and os.path.exists("/sys/class/net/lo"):
+        if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in child_env and os.path.exists("/sys/class/net/lo") \
+                and (peer is None or _is_loopback_url(init_method)):
             child_env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only: a single-node benchmark
+        if peer is not None:
+            # The worker hosts/joins the store at init_method itself, never torchrun's agent store.
+            child_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
         if backend == "nccl":
             child_env.update(_nccl_env(workdir))
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -441,7 +491,7 @@ def run_allreduce(
         if env:
             child_env.update(env)
 
-        for rank in range(world_size):
+        for rank in ranks:
             log = open(os.path.join(workdir, f"rank{rank}.log"), "wb")
             logs.append(log)
             procs.append(subprocess.Popen(
@@ -453,7 +503,7 @@ def run_allreduce(
 
         first_exit: Dict[int, float] = {}
         while True:
-            codes = {r: _exited(p) for r, p in enumerate(procs)}
+            codes = {r: _exited(p) for r, p in zip(ranks, procs)}
             now = time.monotonic()
             for r, c in codes.items():
                 if c is not None and r not in first_exit:
@@ -466,7 +516,7 @@ def run_allreduce(
                 settle = min(deadline, now + 0.5)
                 while time.monotonic() < settle and any(_exited(p) is None for p in procs):
                     time.sleep(0.02)
-                codes = {r: _exited(p) for r, p in enumerate(procs)}
+                codes = {r: _exited(p) for r, p in zip(ranks, procs)}
                 for r, c in codes.items():
                     if c is not None and r not in first_exit:
                         first_exit[r] = time.monotonic()
@@ -482,8 +532,8 @@ def run_allreduce(
 
         raw = _read_json(os.path.join(workdir, "result.json"))
         if raw is None:
-            raise BenchError("rank 0 exited without writing its results", pids=pids,
-                             logs=_tail(os.path.join(workdir, "rank0.log")))
+            raise BenchError(f"rank {ranks[0]} exited without writing its results", pids=pids,
+                             logs=_tail(os.path.join(workdir, f"rank{ranks[0]}.log")))
         nccl_log = _read_nccl_logs(workdir) if backend == "nccl" else ""
         algos = _algo_by_size(parse_nccl_tuning(nccl_log))
         nvls_lines = [ln.strip() for ln in nccl_log.splitlines() if "NVLS" in ln][:5]
@@ -703,18 +753,27 @@ def _worker(cfg: dict, rank: int, status: _Status) -> None:
     backend = cfg["backend"]
     itemsize = _ITEMSIZE[cfg["dtype"]]
 
+    peer = cfg.get("peer", False)
     if backend == "nccl":
         devices = cfg["devices"]
-        device = torch.device("cuda", devices[rank] if devices else rank)
+        if peer:  # one worker per caller: its device comes first, else the caller's LOCAL_RANK
+            index = devices[0] if devices else int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count()))
+        else:
+            index = devices[rank] if devices else rank
+        device = torch.device("cuda", index)
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
 
-    status("init_process_group")
-    dist.init_process_group(
-        backend, init_method="file://" + cfg["store"], rank=rank, world_size=n,
-        timeout=timedelta(seconds=cfg["pg_timeout_s"]),
-    )
+    timeout = timedelta(seconds=cfg["pg_timeout_s"])
+    if peer and cfg["init_method"].startswith("tcp://"):
+        store = _join(cfg["init_method"], rank, n, timeout, status)
+        status("init_process_group")
+        dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
+    else:
+        status("init_process_group")
+        init_method = cfg["init_method"] if peer else "file://" + cfg["store"]
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=n, timeout=timeout)
 
     rows = []
     for count in cfg["counts"]:
@@ -735,7 +794,7 @@ def _worker(cfg: dict, rank: int, status: _Status) -> None:
         rows.append({"size_bytes": size, "count": count, "wrong": wrong, "measurement": m.to_json()})
 
     status("finishing")
-    if rank == 0:
+    if rank == 0 or peer:  # cross-rank mode: every caller reads its own worker's (agreed) figures
         path = os.path.join(cfg["workdir"], "result.json")
         with open(path + ".tmp", "w") as f:
             json.dump({"rows": rows}, f)
@@ -743,6 +802,38 @@ def _worker(cfg: dict, rank: int, status: _Status) -> None:
     dist.barrier()
     dist.destroy_process_group()
     status("done")
+
+
+def _join(url: str, rank: int, n: int, timeout: Any, status: _Status) -> Any:
+    """Rendezvous at ``tcp://host:port`` (rank 0 hosts the store) keeping a record of who has joined,
+    so that a peer that never comes is named: ``missing`` in the status file."""
+    from urllib.parse import urlparse
+
+    import torch.distributed as dist
+
+    u = urlparse(url)
+    host, port = u.hostname, u.port
+    if host is None or port is None:
+        raise ValueError(f"init_method {url!r} lacks host:port")
+    if rank == 0:
+        status("rendezvous: hosting the store", url=url, missing=list(range(1, n)))
+        store = dist.TCPStore(host, port, n, is_master=True, timeout=timeout, wait_for_workers=False)
+    else:
+        status("rendezvous: waiting for rank 0's store", url=url, missing=[0])
+        store = dist.TCPStore(host, port, n, is_master=False, timeout=timeout)
+    key = "gputopo-joined/{}".format
+    store.set(key(rank), str(os.getpid()))
+    last = None
+    while True:
+        missing = [r for r in range(n) if not store.check([key(r)])]
+        if not missing:
+            break
+        if missing != last:
+            status("rendezvous: waiting for peers", advance=last is None, url=url, missing=missing)
+            last = missing
+        time.sleep(0.05)
+    status("rendezvous: all joined", url=url)
+    return dist.PrefixStore("gputopo", store)
 
 
 def _main(argv: Sequence[str]) -> int:

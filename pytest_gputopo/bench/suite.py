@@ -123,19 +123,25 @@ def host_lock(timeout_s: float):
 class BenchSuite:
     def __init__(self, topology: model.Topology, settings: BenchSettings,
                  cache_get: Callable[[str], Any] | None = None, cache_set: Callable[[str, Any], None] | None = None,
-                 shared_dir: str | None = None):
+                 shared_dir: str | None = None, across_ranks: Callable[[tuple], tuple] | None = None):
         self.topology = topology
         self.settings = settings
         self._results: dict[tuple, BenchResult] = {}
         self._cache_get, self._cache_set = cache_get, cache_set
         self._shared_dir = shared_dir  # where the processes of one run (xdist workers) share results
+        # Under torchrun: key -> (rank, world size, init URL, this rank's GPU or None); the
+        # all-reduce then spans every rank of the run, one process (one GPU) each, across nodes.
+        self._across_ranks = across_ranks
+        self.world_size = across_ranks(("world",))[1] if across_ranks else None
 
     @property
     def results(self) -> list[BenchResult]:
         return list(self._results.values())
 
     def allreduce_key(self, gpus: int | None, size: int | None) -> tuple:
-        if self.settings.allreduce_backend == "gloo":
+        if self.world_size is not None:
+            n = self.world_size
+        elif self.settings.allreduce_backend == "gloo":
             n = self.settings.world_size or 2
         else:
             n = gpus or len(self.topology.gpus)
@@ -154,6 +160,9 @@ class BenchSuite:
         if self.topology.recorded and not gloo:  # gloo measures this host's CPUs, whatever the machine
             return self._recorded(key)
         name = "-".join(str(k) for k in key)
+        if self._across_ranks is not None and key[0] in ("allreduce", "nccl_transports"):
+            # Every rank takes part at once: a host lock would deadlock the ranks of one node.
+            return self._cached_or_measured(key, name)
         try:
             # One benchmark at a time on this host; and under the lock, a result another process of
             # this run already measured is taken instead of measuring again.
@@ -216,8 +225,12 @@ class BenchSuite:
 
     def _run(self, key: tuple) -> tuple[float | None, dict, str | None]:
         kind, s = key[0], self.settings
+        peer, devices = None, None
+        if self._across_ranks is not None and kind in ("allreduce", "nccl_transports"):
+            rank, _, url, device = self._across_ranks(key)
+            peer, devices = (rank, url), (None if device is None else [device])
         if kind == "nccl_transports":
-            return None, nccl_account(key[1], s.timeout_s), None
+            return None, nccl_account(key[1], s.timeout_s, peer=peer, devices=devices), None
         if kind == "allreduce":
             if s.allreduce_engine == "nccl-tests":
                 from .nccl_tests import run_all_reduce_perf
@@ -231,7 +244,7 @@ class BenchSuite:
             from .allreduce import run_allreduce
 
             res = run_allreduce(key[1], [key[2]], backend=s.allreduce_backend, judge_size=key[2],
-                                timeout_s=s.timeout_s, budget_s_per_size=s.budget_s)
+                                timeout_s=s.timeout_s, budget_s_per_size=s.budget_s, peer=peer, devices=devices)
             row = res.judged
             error = f"{row.wrong} wrong elements after the all-reduce" if row.wrong else None
             return row.busbw_gbps, {"engine": "torch.distributed", **res.to_json()}, error
@@ -241,13 +254,15 @@ class BenchSuite:
         return data["bw_gbps"], data, data.get("error")
 
 
-def nccl_account(n: int, timeout_s: float) -> dict:
-    """NCCL's own account of a small all-reduce among ``cuda:0..n-1``: per pair of ranks (= CUDA
-    devices) the transports it took, and its log as parsed."""
+def nccl_account(n: int, timeout_s: float, peer: tuple | None = None, devices: list | None = None) -> dict:
+    """NCCL's own account of a small all-reduce among ``cuda:0..n-1`` (or, with ``peer``, among the
+    ranks of a distributed run, across nodes): per pair of ranks the transports it took -- P2P, SHM,
+    or NET/IB and NET/Socket between nodes, with GPUDirect RDMA or not -- and its log as parsed."""
     from ..nccl.log import parse_nccl_log
     from .allreduce import run_allreduce
 
-    res = run_allreduce(n, [2**20], backend="nccl", judge_size=2**20, timeout_s=timeout_s, budget_s_per_size=1.0)
+    res = run_allreduce(n, [2**20], backend="nccl", judge_size=2**20, timeout_s=timeout_s, budget_s_per_size=1.0,
+                        peer=peer, devices=devices)
     log = parse_nccl_log(res.nccl_log)
     pairs: dict[str, set] = {}
     for c in log.connections:
