@@ -39,15 +39,10 @@ class RunState:
         ranks = config.stash.get(RANKS, None)
         if isinstance(requirement, FactRequirement):
             reason = judge(config, requirement)  # measures lazily, once per run
-            if ranks is None:
+            # Judged on each rank's facts: agree on one verdict (unmet anywhere -> skipped everywhere).
+            reasons = _all_ranks(config, f"verdict/{requirement}", {"reason": reason})
+            if len(reasons) == 1:
                 return reason
-            # Measured per rank: agree on one verdict (unmet anywhere -> skipped everywhere).
-            from .ranks import RankError
-
-            try:
-                reasons = ranks[0].all_gather(f"verdict/{requirement}", {"reason": reason})
-            except RankError as exc:
-                pytest.exit(f"gputopo: the ranks cannot agree: {exc}", returncode=RANKS_EXIT_STATUS)
             return next((f"rank {r}: {d['reason']}" for r, d in enumerate(reasons) if d["reason"]), None)
         views = [(None, config.stash[TOPOLOGY])] if ranks is None else \
             [(v, v.topology) for v in _distinct(ranks[1])]
@@ -121,16 +116,24 @@ def _fact_gate_problems(config: pytest.Config, terms: list) -> list[str]:
     from .checks import judge
 
     mine = [reason for reason in (judge(config, t, max_items=None) for t in terms) if reason]
+    gathered = _all_ranks(config, "gate", {"problems": mine})
+    if len(gathered) == 1:
+        return mine
+    return [f"rank {r}: {p}" for r, d in enumerate(gathered) for p in d["problems"]]
+
+
+def _all_ranks(config: pytest.Config, name: str, value: dict) -> list[dict]:
+    """Every rank's ``value`` under torchrun ([value] alone otherwise); a rank that does not answer
+    ends the run with a reason instead of a hang."""
     ranks = config.stash.get(RANKS, None)
     if ranks is None:
-        return mine
+        return [value]
     from .ranks import RankError
 
     try:
-        gathered = ranks[0].all_gather("gate", {"problems": mine})
+        return ranks[0].all_gather(name, value)
     except RankError as exc:
         pytest.exit(f"gputopo: the ranks cannot agree: {exc}", returncode=RANKS_EXIT_STATUS)
-    return [f"rank {r}: {p}" for r, d in enumerate(gathered) for p in d["problems"]]
 
 
 def _is_rank_zero(config: pytest.Config) -> bool:
