@@ -140,7 +140,7 @@ def judge(config: pytest.Config, requirement: reqs.FactRequirement, max_items: i
     if isinstance(requirement, reqs.TransportRequirement):
         verdict = requirement.judge(topology, view.pairs(), view.account, max_items)
     else:
-        verdict = requirement.judge(view.fallbacks(), max_items)
+        verdict = requirement.judge(view.fallbacks(measured_p2p(config)), max_items)
     return None if verdict.ok else f"{verdict.reason} [{report.source_text(topology)}; {view.origin}]"
 
 
@@ -166,11 +166,31 @@ class NcclView:
             return out
         return {(e.a, e.b): ({e.transport}, f"would use {e.transport}: {e.reason}") for e in self.expectations}
 
-    def fallbacks(self) -> list:
+    def fallbacks(self, measured_p2p: dict | None = None) -> list:
         from .nccl.expect import find_fallbacks
 
         observed = {pair: transports for pair, (transports, _) in self.pairs().items()}
-        return find_fallbacks(self.expectations, observed, self.settings)
+        return find_fallbacks(self.expectations, observed, self.settings, measured_p2p)
+
+    def account_line(self) -> str | None:
+        """For the summary: what NCCL itself used (across nodes under torchrun), when it ran."""
+        if self.account is None:
+            return None
+        gdr = "on" if self.account["gdrdma"] else "off"
+        return f"gputopo NCCL used {', '.join(self.account['transports']) or 'no transport'} (GPUDirect RDMA {gdr}) [NCCL's own log]"
+
+
+def measured_p2p(config: pytest.Config) -> dict:
+    """P2P copies this run already measured, as (measured, expected) GB/s per pair: a fallback cause
+    when far below the link's figure. Nothing is measured for it."""
+    found = config.stash.get(SUITE, None)
+    out = {}
+    for result in (found.results if found else []):
+        if result.key[0] == "p2p" and result.gbps is not None and result.origin != "recorded":
+            fig, _ = expected(config, result.key)
+            if fig is not None:
+                out[result.key[1:]] = (result.gbps, fig.gbps)
+    return out
 
 
 def nccl_view(config: pytest.Config, observe: bool = False) -> NcclView:

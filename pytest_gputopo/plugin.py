@@ -305,10 +305,16 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
                     counter[value] += 1
     ranks = config.stash.get(RANKS, None)
     sources = [config.stash[TOPOLOGY]] if ranks is None else [v.topology for v in _distinct(ranks[1])]
-    line = report.skip_summary(skipped, failed, sources)
-    if line:
+    import sys
+
+    checks = sys.modules.get("pytest_gputopo.checks")  # imported only if this run needed NCCL's view
+    view = config.stash.get(checks.NCCL_VIEW, None) if checks else None
+    lines = [line for line in (report.skip_summary(skipped, failed, sources),
+                               view.account_line() if view is not None else None) if line]
+    if lines:
         terminalreporter.write_sep("-", "gputopo")
-        terminalreporter.write_line(line)
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

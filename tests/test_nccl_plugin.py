@@ -85,3 +85,19 @@ def test_bad_transport_marker(pytester, args, message):
     result = pytester.runpytest("--gputopo-machine", "dgx-a100")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*test_x: @pytest.mark.requires_nccl_transport: {message}*"])
+
+
+def test_nccl_account_and_measured_p2p_in_the_view():
+    """NCCL's own account, when one ran, is what the view reports; a measured P2P copy far below
+    its link's figure is named as a fallback cause."""
+    from pytest_gputopo.checks import NcclView
+    from pytest_gputopo.nccl.expect import NcclSettings, expected_transports
+    from pytest_gputopo.probe import probe_recorded
+
+    topo = probe_recorded("dgx-a100")
+    account = {"pairs": {"0-1": ["SHM"]}, "transports": ["NET/IB", "SHM"], "gdrdma": True}
+    view = NcclView(topo, NcclSettings(), expected_transports(topo), account, "NCCL's own log")
+    assert view.account_line() == "gputopo NCCL used NET/IB, SHM (GPUDirect RDMA on) [NCCL's own log]"
+    (fallback,) = view.fallbacks({(0, 1): (12.0, 300.0)})
+    assert (fallback.a, fallback.b, fallback.actual) == (0, 1, "SHM")
+    assert any("measured P2P 12.0 GB/s, 4% of the 300 GB/s expected" in c for c in fallback.causes)
