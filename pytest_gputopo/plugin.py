@@ -98,9 +98,14 @@ def _join_ranks(config: pytest.Config, topology) -> None:
     from .ranks import Exchange, RankError, gather_views
 
     timeout = options.number(config, "rank-timeout", 120.0)
+    fallback = ""
+    if len(topology.gpus) >= 2:  # each node's own NCCL settings: predicted where they are read
+        from .checks import predicted_fallback_line
+
+        fallback = predicted_fallback_line(config)
     try:
         exchange = Exchange.connect(launch, timeout)
-        config.stash[RANKS] = (exchange, gather_views(exchange, topology))
+        config.stash[RANKS] = (exchange, gather_views(exchange, topology, fallback))
     except RankError as exc:
         pytest.exit(f"gputopo: the ranks cannot agree: {exc}", returncode=RANKS_EXIT_STATUS)
 
@@ -181,7 +186,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ranks = config.stash.get(RANKS, None)
     if config.get_verbosity() > 0:
         return (report.rank_lines(ranks[1]) if ranks else []) + report.full_report(topology)
-    lines = report.rank_lines(ranks[1]) if ranks is not None else [report.header_line(topology)]
+    if ranks is not None:
+        return report.rank_lines(ranks[1]) + [f"gputopo warning: {w}" for w in topology.warnings]
+    lines = [report.header_line(topology)]
     if len(topology.gpus) >= 2:  # a fallback needs a pair; hosts without GPUs pay nothing for it
         from .checks import predicted_fallback_line
 

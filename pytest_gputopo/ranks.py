@@ -29,6 +29,7 @@ class RankView:
     hostname: str | None
     node_rank: int | None
     topology: model.Topology
+    fallback: str = ""  # the fallback NCCL's settings and NVML predict on that rank's node
 
     @property
     def where(self) -> str:
@@ -74,12 +75,13 @@ class Exchange:
         return [json.loads(self.store.get(k)) for k in keys]
 
 
-def gather_views(exchange: Exchange, topology: model.Topology) -> list[RankView]:
+def gather_views(exchange: Exchange, topology: model.Topology, fallback: str = "") -> list[RankView]:
     mine = {"hostname": topology.hostname or runtime.hostname(), "node_rank": exchange.launch.node_rank,
-            "topology": model.to_dict(topology)}
+            "topology": model.to_dict(topology), "fallback": fallback}
     views = []
     for rank, data in enumerate(exchange.all_gather("topology", mine)):
-        views.append(RankView(rank, data["hostname"], data["node_rank"], model.from_dict(data["topology"])))
+        views.append(RankView(rank, data["hostname"], data["node_rank"], model.from_dict(data["topology"]),
+                              data.get("fallback", "")))
     return views
 
 

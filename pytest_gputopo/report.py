@@ -168,4 +168,6 @@ def rank_lines(views: list) -> list[str]:
         body = header_line(members[0].topology).removeprefix("gputopo: ")
         ranks = ",".join(str(v.rank) for v in members)
         lines.append(f"gputopo {host or '?'}{node_text} (rank {ranks}): {body}{differs}")
+        fallbacks = dict.fromkeys(v.fallback for v in members if v.fallback)
+        lines += [f"  {f.removeprefix('gputopo ')}" for f in fallbacks]
     return lines

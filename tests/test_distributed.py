@@ -170,3 +170,14 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
     figures = {(suite_dir / f"busbw.{r}").read_text() for r in (0, 1)}
     assert len(figures) == 1 and figures.pop().endswith(", 2)")  # one figure, from a 2-rank all-reduce
     assert "min_allreduce_bw(100000): all-reduce busbw, 2 ranks, 64 KiB: measured" in out.stdout
+
+
+def test_rank_zero_names_each_nodes_fallback(suite_dir):
+    port = free_port()
+    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                   "-m", "pytest", "-p", "no:cacheprovider",
+                   env={"GPUTOPO_TEST_MACHINES": "dgx-a100", "NCCL_P2P_DISABLE": "1"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "(rank 0,1): 8x NVIDIA A100-SXM4-80GB" in out.stdout
+    assert out.stdout.count("  fallback: GPU0-GPU1 NV12 uses SHM instead of P2P (NCCL_P2P_DISABLE=1 from "
+                            "environment)") == 1
