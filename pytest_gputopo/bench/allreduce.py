@@ -4,10 +4,9 @@ Figures follow nccl-tests (``src/all_reduce.cu``, ``doc/PERFORMANCE.md``):
 
 - ``algbw_gbps = size_bytes / time / 1e9`` (GB/s = 1e9 B/s), ``time`` the time of one all-reduce;
 - ``busbw_gbps = algbw_gbps * 2(n-1)/n`` -- 0 for a single rank, as nccl-tests prints;
-- ``time`` is the **maximum across ranks** of each sample (the collective is done when its slowest
-  rank is done; nccl-tests averages ranks by default, ``-a`` picks min/max/sum -- we take max so that a
-  slow rank cannot hide behind fast ones), then the median of the harness's samples (its stable
-  window, or every sample when the machine never settled within the budget);
+- ``time`` is the **mean across ranks** of each sample, as nccl-tests reports by default (``-a 1``;
+  each rank's clock stops when its own part is done), then the median of the harness's samples (its
+  stable window, or every sample when the machine never settled within the budget);
 - ``wrong``: after timing, a fresh all-reduce of "verifiable" inputs whose sum is exact in the dtype
   (rank ``r`` holds ``(i mod m) + r + 1`` at element ``i``; every element must equal
   ``n*(i mod m) + n(n+1)/2``, tolerance 0), the count of mismatching elements summed over ranks.
@@ -674,7 +673,7 @@ def measure_allreduce(
     corrupt: bool = False,
 ) -> Tuple[Any, int]:
     """Time and verify an all-reduce of ``count`` elements in the *current* process group; call it on
-    every rank. Returns ``(Measurement, wrong)``, the same on every rank: per-call time = max over
+    every rank. Returns ``(Measurement, wrong)``, the same on every rank: per-call time = mean over
     ranks, then the harness's median; ``wrong`` summed over ranks. The timer is a wall clock between
     barriers on CPU (gloo), CUDA events after a barrier on a CUDA ``device`` (NCCL).
     """
@@ -690,9 +689,11 @@ def measure_allreduce(
     size = count * _ITEMSIZE[dtype]
 
     def agree(values: Sequence[float]) -> List[float]:
+        # The mean over ranks, as nccl-tests reports (-a 1): the same figure on every rank, so
+        # every rank takes the same decisions.
         t = torch.tensor(list(values), dtype=torch.float64, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t.tolist()
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return (t / n).tolist()
 
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -702,8 +703,8 @@ def measure_allreduce(
 
         timer: Any = CudaEventTimer(device, sync=barrier)
     else:
-        # gloo's all_reduce is blocking: a rank's clock stops when its own part is done; agree() then
-        # takes the max over ranks, so a barrier before stop would only add its latency.
+        # gloo's all_reduce is blocking: a rank's clock stops when its own part is done, as in
+        # nccl-tests; agree() then averages the ranks. A barrier before stop would add its latency.
         timer = WallTimer(sync=dist.barrier, sync_at_stop=False)
 
     # Timed buffer: zeros, so that back-to-back in-place sums stay finite (n**k overflows fp32 in

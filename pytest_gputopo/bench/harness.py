@@ -21,7 +21,7 @@ before stop) or :class:`CudaEventTimer` (CUDA events).
 
 Several processes (ranks of a collective) must take *the same* decisions -- the same ``k``, the
 same number of samples -- or their collectives stop matching and the benchmark hangs. Every figure
-the harness branches on therefore passes through ``agree`` (for a collective: the maximum across
+the harness branches on therefore passes through ``agree`` (for a collective: the mean across
 ranks, one small all-reduce per sample, outside the timed region). ``agree`` defaults to the
 identity for a single process.
 
@@ -232,7 +232,7 @@ def measure(
       of the call; at least one sample is always taken). The budget covers warm-up, calibration and
       sampling; verification comes on top.
     - ``verify()`` runs once after timing; a non-None return is the measurement's ``error``.
-    - ``agree`` maps per-process figures to figures every process shares (max across ranks) so that
+    - ``agree`` maps per-process figures to figures every process shares (the mean across ranks) so that
       collective benchmarks take identical decisions on every rank; identity by default.
     """
     if min_samples < 1 or max_samples < min_samples:
