@@ -238,14 +238,14 @@ def judge_bandwidth(config: pytest.Config, requirement: reqs.BandwidthRequiremen
     topology = topology_of(config)
     s = suite(config)
     floors, _ = options.floors(config)
+    keys = requirement.keys(topology, s.allreduce_key)
     figures = []
-    for key in requirement.keys(topology, s.allreduce_key):
+    for key in keys:
         result = s.get(key)
         fig, basis = expected(config, key)
         figures.append((reqs.Figure(result.gbps, result.origin, result.what, result.source, result.error),
                         fig.gbps if fig else None, basis))
-    key0 = requirement.keys(topology, s.allreduce_key)[:1]
-    default_floor = floors[floor_name(key0[0])] if key0 else 1.0
+    default_floor = floors[floor_name(keys[0])] if keys else 1.0
     verdict = requirement.judge(topology, figures, default_floor, max_items)
     return None if verdict.ok else f"{verdict.reason} [{report.source_text(topology)}]"
 
