@@ -410,8 +410,8 @@ def _check_result(result: NcclTestsResult) -> None:
     assert all(isinstance(w, str) and w for w in result.warnings)
 
 
-@given(st.text())
-def test_arbitrary_text_raises_only_the_parse_error(text):
+def _parses_or_refuses(text: str) -> None:
+    """Both parsers either read ``text`` into well-formed results or refuse it with their own error."""
     try:
         for result in parse_nccl_tests_all(text):
             _check_result(result)
@@ -421,6 +421,11 @@ def test_arbitrary_text_raises_only_the_parse_error(text):
         parse_p2p_bandwidth_latency(text)
     except P2PParseError:
         pass
+
+
+@given(st.text())
+def test_arbitrary_text_raises_only_the_parse_error(text):
+    _parses_or_refuses(text)
 
 
 TABLE_ALPHABET = st.sampled_from(list("0123456789 .-+eE#/:N/A\n\tabcdefghijklmnopqrstuvwxyz*[]<>"))
@@ -452,15 +457,7 @@ def _mutated_samples(draw):
 
 @given(_mutated_samples())
 def test_mutated_real_samples_raise_only_the_parse_errors(text):
-    try:
-        for result in parse_nccl_tests_all(text):
-            _check_result(result)
-    except NcclTestsParseError:
-        pass
-    try:
-        parse_p2p_bandwidth_latency(text)
-    except P2PParseError:
-        pass
+    _parses_or_refuses(text)
 
 
 # The numbers as nccl-tests prints them: time to 7 characters (2, 1 or 0 decimals), bandwidth with 2.
