@@ -43,6 +43,7 @@ def settings(config: pytest.Config):
     return BenchSettings(
         allreduce_backend=options.choice(config, "allreduce-backend", ("nccl", "gloo"), "nccl"),
         allreduce_engine=engine,
+        allreduce_sched=options.choice(config, "allreduce-sched", ("fair", "fifo"), "fair"),
         world_size=options.number(config, "allreduce-world-size", None, integer=True),
         size_bytes=options.size(config, "allreduce-size"),
         timeout_s=options.number(config, "bench-timeout", 300.0),

@@ -52,6 +52,9 @@ OPTIONS = {o.name: o for o in (
     Option("allreduce-world-size", "N", "processes of the gloo all-reduce benchmark (default 2)"),
     Option("allreduce-engine", "torch|nccl-tests",
            "torch (torch.distributed, default) or nccl-tests (runs all_reduce_perf when it is installed)"),
+    Option("allreduce-sched", "fair|fifo",
+           "CPU scheduling of the all-reduce workers: fair (the kernel's default) or fifo (SCHED_FIFO, "
+           "needs root or CAP_SYS_NICE; keeps scheduler wake-up delays out of CPU figures)"),
     Option("allreduce-size", "BYTES", "the size all-reduce thresholds are judged at, e.g. 1G, 256M "
                                       "(default 1G on GPUs, 16M with gloo)"),
     Option("bench-timeout", "SECONDS", "deadline of each benchmark: a hang or a dead rank ends it with a "
@@ -182,6 +185,7 @@ def validate_benchmark_options(config: pytest.Config) -> None:
     its source before any test runs (the benchmarks themselves start only when needed)."""
     choice(config, "allreduce-backend", ("nccl", "gloo"), "nccl")
     choice(config, "allreduce-engine", ("torch", "nccl-tests"), "torch")
+    choice(config, "allreduce-sched", ("fair", "fifo"), "fair")
     if value(config, "check")[0] is not None:
         choice(config, "check", ("quick", "full"), "quick")
     number(config, "allreduce-world-size", None, integer=True)

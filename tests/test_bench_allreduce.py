@@ -21,6 +21,7 @@ pytest.importorskip("torch.distributed")
 from pytest_gputopo.bench.allreduce import (  # noqa: E402
     AllReduceResult,
     BenchError,
+    apply_sched,
     busbw_factor,
     format_size,
     parse_nccl_tuning,
@@ -150,6 +151,47 @@ def test_bad_arguments():
         run_allreduce(2, [4096], backend="mpi")
     with pytest.raises(ValueError):
         run_allreduce(2, [4096], dtype="complex64")
+    with pytest.raises(ValueError):
+        run_allreduce(2, [4096], sched="rt")
+
+
+def _fifo_permitted() -> bool:
+    probe = "import os; os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+fifo_only = pytest.mark.skipif(not _fifo_permitted(), reason="SCHED_FIFO needs root or CAP_SYS_NICE here")
+
+
+@fifo_only
+def test_fifo_reaches_the_threads_started_afterwards():
+    # gloo and NCCL start their threads after apply_sched: each must run under SCHED_FIFO too
+    code = ("import os, threading\n"
+            "from pytest_gputopo.bench.allreduce import apply_sched\n"
+            "apply_sched('fifo')\n"
+            "seen = []\n"
+            "t = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0)))\n"
+            "t.start(); t.join()\n"
+            "print(seen[0] == os.SCHED_FIFO, os.sched_getscheduler(0) == os.SCHED_FIFO)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True"]
+
+
+@fifo_only
+def test_gloo_allreduce_under_fifo(private_tmp):
+    result = run_allreduce(2, [4096], backend="gloo", sched="fifo", **FAST)
+    assert result.ok and result.sched == "fifo" and result.to_json()["sched"] == "fifo"
+    assert_no_debris(result.worker_pids, private_tmp)
+
+
+def test_fifo_refused_says_what_it_needs(monkeypatch):
+    def refuse(*args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    apply_sched("fair")  # the default asks nothing of the kernel
+    with pytest.raises(PermissionError, match=r"SCHED_FIFO refused .*CAP_SYS_NICE.*ulimit -r"):
+        apply_sched("fifo")
 
 
 def test_busbw_factor_matches_nccl_tests():

@@ -6,6 +6,7 @@ a clock)."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import threading
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from pytest_gputopo.bench.harness import Measurement, WallTimer, measure, spread_of
+from pytest_gputopo.bench.harness import Measurement, WallTimer, measure, median_ci, spread_of
 
 
 class FakeClock:
@@ -39,23 +40,68 @@ class ScriptedOp:
         self.clock.now += k * d + self.overhead_s
 
 
-def test_median_min_max_spread_over_the_final_window():
+def test_stops_when_the_interval_of_the_median_is_within_target():
     clock = FakeClock()
     ms = 1e-3
-    # sample 1 is an outlier; samples 2..6 agree within 8%, so sampling stops after sample 6
-    op = ScriptedOp(clock, [2.0 * ms, 1.0 * ms, 1.04 * ms, 1.08 * ms, 1.02 * ms, 1.06 * ms, 5 * ms])
+    op = ScriptedOp(clock, [1.0 * ms, 1.04 * ms, 1.08 * ms, 1.02 * ms, 1.06 * ms, 5 * ms])
     m = measure("op", op, size_bytes=1_000_000, timer=WallTimer(clock=clock), warmup=0, iterations=4,
-                min_samples=5, target_spread=1.10, budget_s=100, clock=clock)
-    assert op.calls == [4] * 6
-    assert m.samples_s == pytest.approx((2.0e-3, 1.0e-3, 1.04e-3, 1.08e-3, 1.02e-3, 1.06e-3))
-    assert m.window == 5 and m.stable
+                min_samples=5, target_ci=1.10, budget_s=100, clock=clock)
+    # 5 samples: the interval is (min, max) = (1.0, 1.08) ms, within 10%: stop before the 5 ms one
+    assert op.calls == [4] * 5
+    assert m.stable and (m.ci_low_s, m.ci_high_s) == pytest.approx((1.0e-3, 1.08e-3))
     assert m.median_s == pytest.approx(1.04e-3)
     assert m.min_s == pytest.approx(1.0e-3) and m.max_s == pytest.approx(1.08e-3)
     assert m.spread == pytest.approx(1.08)
     assert m.bw_gbps == pytest.approx(1_000_000 / 1.04e-3 / 1e9)
+    assert m.bw_ci_gbps == pytest.approx((1_000_000 / 1.08e-3 / 1e9, 1_000_000 / 1.0e-3 / 1e9))
     assert m.iterations_per_sample == 4
     assert m.verified is False and m.error is None and m.ok
-    assert m.wall_s == pytest.approx(4 * (2.0 + 1.0 + 1.04 + 1.08 + 1.02 + 1.06) * ms)
+    assert m.wall_s == pytest.approx(4 * (1.0 + 1.04 + 1.08 + 1.02 + 1.06) * ms)
+
+
+def test_one_outlier_costs_samples_not_accuracy():
+    clock = FakeClock()
+    ms = 1e-3
+    # a 2x outlier first: up to 8 samples the interval is (min, max) and spans it; from 9 samples the
+    # interval is (2nd, 8th) of the sorted samples, which leaves it out
+    op = ScriptedOp(clock, [2.0 * ms, 1.0 * ms, 1.04 * ms, 1.08 * ms, 1.02 * ms, 1.06 * ms, 1.03 * ms,
+                            1.05 * ms, 1.01 * ms, 9 * ms])
+    m = measure("op", op, size_bytes=1, timer=WallTimer(clock=clock), warmup=0, iterations=1,
+                min_samples=5, target_ci=1.10, budget_s=100, clock=clock)
+    assert len(m.samples_s) == 9 and m.stable
+    assert (m.ci_low_s, m.ci_high_s) == pytest.approx((1.01e-3, 1.08e-3))
+    assert m.median_s == pytest.approx(1.04e-3)
+    assert m.spread == pytest.approx(2.0)  # the spread describes every sample, the outlier included
+
+
+def test_verification_time_is_counted_apart():
+    clock = FakeClock()
+
+    def verify():
+        clock.now += 0.5
+        return None
+
+    m = measure("op", ScriptedOp(clock, [1e-3]), size_bytes=1, timer=WallTimer(clock=clock), warmup=0,
+                iterations=1, verify=verify, clock=clock)
+    assert m.verified and m.verify_s == pytest.approx(0.5)
+    assert m.wall_s == pytest.approx(5e-3 + 0.5)
+
+
+@pytest.mark.parametrize("m, ranks", [(1, (1, 1)), (5, (1, 5)), (6, (1, 6)), (9, (2, 8)), (10, (2, 9)),
+                                      (20, (6, 15)), (50, (18, 33)), (100, (40, 61))])
+def test_median_ci_ranks(m, ranks):
+    # the textbook ranks of the 95% distribution-free interval (exact binomial, at least 95%)
+    assert median_ci([float(i) for i in range(m, 0, -1)]) == ranks
+
+
+def test_median_ci_covers_95_percent_and_is_never_narrower_than_exact():
+    def coverage(m, j):  # P(x_(j) <= median <= x_(m+1-j)) = 1 - 2 P(B <= j-1), B ~ Binomial(m, 1/2)
+        return 1 - 2 * sum(math.comb(m, i) for i in range(j)) / 2**m
+
+    for m in range(6, 400):
+        j = int(median_ci(list(range(1, m + 1)))[0])
+        assert coverage(m, j) >= 0.95, m
+        assert j == 1 or coverage(m, j + 1) < 0.95 or coverage(m, j + 2) < 0.95, m  # at most one rank wide
 
 
 def test_bytes_per_iteration_overrides_size():
@@ -73,7 +119,7 @@ def test_calibration_and_early_stop_on_stable_samples():
     m = measure("op", op, size_bytes=4096, timer=WallTimer(clock=clock), warmup=3, min_samples=5,
                 min_sample_s=0.02, budget_s=100, clock=clock)
     # warm-up 3; calibration: k=1 reads 1 ms < 20 ms -> k = ceil(1 * 0.02 * 1.2 / 1e-3) = 24, which
-    # reads 24 ms >= 20 ms and counts as the first sample; 4 more samples make the window stable.
+    # reads 24 ms >= 20 ms and counts as the first sample; 4 more make the median's interval (1, 1) ms.
     assert op.calls == [3, 1, 24, 24, 24, 24, 24]
     assert m.iterations_per_sample == 24
     assert len(m.samples_s) == 5 and m.stable
@@ -99,8 +145,7 @@ def test_budget_is_respected_when_samples_never_agree():
     assert m.wall_s <= 0.2
     assert m.wall_s > 0.2 - 0.02 - 1e-9  # it used the budget, stopping one (<= 20 ms) sample short
     assert m.spread == pytest.approx(2.0)
-    # not stable: the statistics cover every sample, the most robust median the budget bought
-    assert m.window == len(m.samples_s) == 13
+    assert len(m.samples_s) == 13 and (m.ci_low_s, m.ci_high_s) == pytest.approx((1e-3, 2e-3))
     assert m.median_s == pytest.approx(1e-3)  # 7 samples of 1 ms, 6 of 2 ms
 
 
@@ -113,7 +158,7 @@ def test_budget_is_respected_on_the_real_clock():
             time.sleep(0.001 if state["i"] % 2 else 0.003)
 
     m = measure("sleepy", run, size_bytes=1, timer=WallTimer(), warmup=1, iterations=3,
-                min_samples=5, max_samples=10_000, target_spread=1.0001, budget_s=0.3)
+                min_samples=5, max_samples=10_000, target_ci=1.0001, budget_s=0.3)
     assert m.wall_s <= 0.3 + 0.05
     assert len(m.samples_s) >= 5
 
@@ -123,7 +168,7 @@ def test_max_samples_bounds_the_run():
     op = ScriptedOp(clock, [1e-3, 2e-3])
     m = measure("noisy", op, size_bytes=1, timer=WallTimer(clock=clock), warmup=0, iterations=1,
                 min_samples=3, max_samples=7, budget_s=100, clock=clock)
-    assert len(m.samples_s) == 7 and not m.stable and m.window == 7
+    assert len(m.samples_s) == 7 and not m.stable
     assert m.median_s == pytest.approx(1e-3) and m.spread == pytest.approx(2.0)
 
 
@@ -231,7 +276,7 @@ def test_agree_makes_every_rank_take_the_same_decisions():
         clock = FakeClock()
         op = ScriptedOp(clock, [1e-3 * (1 + rank), 1.1e-3 * (1 + rank), 0.9e-3 * (1 + rank)])
         results[rank] = measure("coll", op, size_bytes=1, timer=WallTimer(clock=clock), warmup=1,
-                                min_samples=4, target_spread=1.05, budget_s=0.5, clock=clock,
+                                min_samples=4, target_ci=1.05, budget_s=0.5, clock=clock,
                                 agree=make_agree(rank))
 
     threads = [threading.Thread(target=rank_main, args=(r,)) for r in (0, 1)]
@@ -250,13 +295,14 @@ def test_measurement_json_names_its_units():
     m = measure("op", ScriptedOp(clock, [1e-3]), size_bytes=8, timer=WallTimer(clock=clock), warmup=0,
                 iterations=1, clock=clock)
     j = m.to_json()
-    for key in ("size_bytes", "samples_s", "median_s", "min_s", "max_s", "bw_gbps", "wall_s", "warmup_iterations"):
+    for key in ("size_bytes", "samples_s", "median_s", "median_ci95_s", "min_s", "max_s", "bw_gbps",
+                "bw_ci95_gbps", "wall_s", "verify_s", "warmup_iterations"):
         assert key in j
     assert isinstance(m, Measurement)
 
 
 @pytest.mark.parametrize("kwargs", [{"min_samples": 0}, {"min_samples": 5, "max_samples": 4},
-                                    {"target_spread": 0.9}, {"iterations": 0}])
+                                    {"target_ci": 0.9}, {"iterations": 0}])
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         measure("x", lambda k: None, size_bytes=1, timer=WallTimer(), **kwargs)

@@ -78,6 +78,7 @@ def test_gloo_allreduce_really_runs_on_this_host(pytester):
     (["--gputopo-floor-p2p", "1.5x"], "*--gputopo-floor-p2p: expected a number such as 0.8*"),
     (["--gputopo-floor-allreduce", "3"], "*--gputopo-floor-allreduce: floor must be > 0 and <= 2*"),
     (["--gputopo-allreduce-backend", "mpi"], "*--gputopo-allreduce-backend: 'mpi' is not one of nccl, gloo*"),
+    (["--gputopo-allreduce-sched", "rt"], "*--gputopo-allreduce-sched: 'rt' is not one of fair, fifo*"),
     (["--gputopo-allreduce-size", "lots"], "*--gputopo-allreduce-size: 'lots' is not a size in bytes*"),
     (["--gputopo-bench-timeout", "-1"], "*--gputopo-bench-timeout: '-1' is not a number greater than 0*"),
 ])
@@ -191,6 +192,10 @@ def test_cache_reuses_results_across_runs(pytester):
     pytester.runpytest(*args, "--gputopo-cache-max-age", "0.0000001").assert_outcomes(passed=1)
     third = json.loads((pytester.path / "out.json").read_text())["measurements"][0]
     assert third["origin"] == "measured"  # too old: measured again
+    # a figure taken another way is not the same figure: another engine or policy is not served the cache
+    pytester.runpytest(*args, "--gputopo-allreduce-engine", "nccl-tests").assert_outcomes(skipped=1)
+    fourth = json.loads((pytester.path / "out.json").read_text())["measurements"][0]
+    assert fourth["origin"] == "measured" and fourth["gbps"] is None
 
 
 def test_xdist_workers_share_one_measurement_per_run(pytester):

@@ -6,7 +6,7 @@ Figures follow nccl-tests (``src/all_reduce.cu``, ``doc/PERFORMANCE.md``):
 - ``busbw_gbps = algbw_gbps * 2(n-1)/n`` -- 0 for a single rank, as nccl-tests prints;
 - ``time`` is the **mean across ranks** of each sample, as nccl-tests reports by default (``-a 1``;
   each rank's clock stops when its own part is done), then the median of the harness's samples (its
-  stable window, or every sample when the machine never settled within the budget);
+  samples, which carry a 95% interval);
 - ``wrong``: after timing, a fresh all-reduce of "verifiable" inputs whose sum is exact in the dtype
   (rank ``r`` holds ``(i mod m) + r + 1`` at element ``i``; every element must equal
   ``n*(i mod m) + n(n+1)/2``, tolerance 0), the count of mismatching elements summed over ranks.
@@ -54,6 +54,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .harness import MIN_SAMPLE_S
+
 __all__ = [
     "AllReduceResult",
     "AllReduceRow",
@@ -61,6 +63,8 @@ __all__ = [
     "busbw_factor",
     "format_size",
     "measure_allreduce",
+    "SCHED_POLICIES",
+    "apply_sched",
     "parse_nccl_tuning",
     "run_allreduce",
 ]
@@ -77,6 +81,7 @@ _EXACT_LIMIT = {
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
 
 _KILL_GRACE_S = 2.0  # SIGTERM -> SIGKILL
+SCHED_POLICIES = ("fair", "fifo")  # CPU scheduling of the workers, see apply_sched
 _WORKER_GRACE_S = 10.0  # a worker outlives the parent's deadline by at most this much
 
 
@@ -114,15 +119,16 @@ class AllReduceRow:
 
     size_bytes: int
     count: int  # elements per rank
-    time_us: float  # harness median (stable window, else all samples) of the max-over-ranks per-call time
+    time_us: float  # harness median of the per-call time (mean over ranks)
     algbw_gbps: float
     busbw_gbps: float
     wrong: int  # mismatching elements after a verifiable all-reduce, summed over ranks
     iterations: int  # back-to-back all-reduce calls per timed sample
     samples: int
-    spread: float  # max/min of the samples the median was taken over
-    stable: bool  # the window met the target spread
+    spread: float  # max/min of the samples
+    stable: bool  # the median's 95% interval met the target before the budget ran out
     wall_s: float
+    time_ci_us: Tuple[float, float] = (0.0, 0.0)  # 95% interval of time_us
     error: Optional[str] = None
     algo: Optional[str] = None  # NCCL algorithm from the TUNING log (None on gloo / unknown)
 
@@ -140,6 +146,7 @@ class AllReduceRow:
             "wrong": self.wrong,
             "iterations": self.iterations,
             "samples": self.samples,
+            "time_ci95_us": list(self.time_ci_us),
             "spread": self.spread,
             "stable": self.stable,
             "wall_s": self.wall_s,
@@ -162,6 +169,7 @@ class AllReduceResult:
     wall_s: float = 0.0
     worker_pids: Tuple[int, ...] = ()
     measured: bool = True
+    sched: str = "fair"  # the workers' CPU scheduling policy (SCHED_POLICIES)
 
     @property
     def ok(self) -> bool:
@@ -184,6 +192,7 @@ class AllReduceResult:
             "backend": self.backend,
             "world_size": self.world_size,
             "dtype": self.dtype,
+            "sched": self.sched,
             "busbw_factor": busbw_factor(self.world_size),
             "rows": [row.to_json() for row in self.rows],
             "judged": self.judged.to_json(),
@@ -390,9 +399,10 @@ def run_allreduce(
     peer: Optional[Tuple[int, str]] = None,
     warmup: int = 5,
     min_samples: int = 5,
-    max_samples: int = 50,
-    target_spread: float = 1.10,
-    min_sample_s: float = 0.02,
+    max_samples: int = 1000,
+    target_ci: float = 1.10,
+    min_sample_s: float = MIN_SAMPLE_S,
+    sched: str = "fair",
     _hang_rank: Optional[int] = None,
     _die_rank: Optional[int] = None,
     _corrupt: bool = False,
@@ -419,6 +429,8 @@ def run_allreduce(
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
     if dtype not in _ITEMSIZE:
         raise ValueError(f"dtype must be one of {sorted(_ITEMSIZE)}, got {dtype!r}")
+    if sched not in SCHED_POLICIES:
+        raise ValueError(f"sched must be one of {', '.join(SCHED_POLICIES)}, got {sched!r}")
     if not sizes_bytes and judge_size is None:
         raise ValueError("no sizes to measure")
     if peer is not None:
@@ -456,8 +468,9 @@ def run_allreduce(
             "warmup": warmup,
             "min_samples": min_samples,
             "max_samples": max_samples,
-            "target_spread": target_spread,
+            "target_ci": target_ci,
             "min_sample_s": min_sample_s,
+            "sched": sched,
             "store": os.path.join(workdir, "store"),
             "peer": peer is not None,
             "init_method": init_method,
@@ -563,6 +576,7 @@ def run_allreduce(
             spread=m["spread"],
             stable=m["stable"],
             wall_s=m["wall_s"],
+            time_ci_us=tuple(t * 1e6 for t in m["median_ci95_s"]),
             error=m["error"],
             algo=algos.get(size),
         ))
@@ -582,6 +596,7 @@ def run_allreduce(
         nccl_topo_xml=nccl_topo_xml,
         wall_s=time.monotonic() - t_start,
         worker_pids=pids,
+        sched=sched,
     )
 
 
@@ -618,6 +633,27 @@ class _Status:
         os.replace(tmp, self.path)
 
 
+def apply_sched(policy: str) -> None:
+    """Put this process, and every thread it starts afterwards (threads inherit it), under ``policy``.
+
+    ``fair`` leaves the kernel's default. ``fifo`` is ``SCHED_FIFO`` at priority 1: a rank's threads
+    (gloo's I/O loop and worker, NCCL's proxy) run the moment they are woken. Under the fair policy a
+    woken thread may wait for the scheduler's next tick when every core is busy (several milliseconds
+    on a kernel without full preemption, see docs/performance.md), which is noise the interconnect
+    did not make. Refused without root, ``CAP_SYS_NICE`` or ``RLIMIT_RTPRIO`` >= 1: PermissionError.
+    """
+    if policy not in SCHED_POLICIES:
+        raise ValueError(f"unknown scheduling policy {policy!r}")
+    if policy == "fair":
+        return
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except (AttributeError, OSError) as exc:
+        raise PermissionError(
+            f"SCHED_FIFO refused ({exc}): it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of at least 1 "
+            "(ulimit -r)") from None
+
+
 def _guard_worker(parent_pid: int, deadline_epoch: float) -> None:
     """End this worker if the parent disappears or the hard deadline passes."""
     if sys.platform.startswith("linux"):
@@ -647,6 +683,7 @@ def _worker_main(config_path: str, rank: int) -> int:
     status("start-up")
     _guard_worker(cfg["parent_pid"], cfg["deadline_epoch"])
     try:
+        apply_sched(cfg["sched"])  # before torch starts a thread: they all inherit it
         _worker(cfg, rank, status)
     except BaseException as exc:  # noqa: BLE001 - report anything, then fail
         status(_status_phase(status), error=f"{type(exc).__name__}: {exc}".strip()[:500], advance=False)
@@ -667,9 +704,9 @@ def measure_allreduce(
     warmup: int = 5,
     budget_s: float = 2.0,
     min_samples: int = 5,
-    max_samples: int = 50,
-    target_spread: float = 1.10,
-    min_sample_s: float = 0.02,
+    max_samples: int = 1000,
+    target_ci: float = 1.10,
+    min_sample_s: float = MIN_SAMPLE_S,
     corrupt: bool = False,
 ) -> Tuple[Any, int]:
     """Time and verify an all-reduce of ``count`` elements in the *current* process group; call it on
@@ -737,7 +774,7 @@ def measure_allreduce(
 
     m = measure(
         f"all_reduce of {format_size(size)}", run, size_bytes=size, timer=timer, warmup=warmup,
-        budget_s=budget_s, min_samples=min_samples, max_samples=max_samples, target_spread=target_spread,
+        budget_s=budget_s, min_samples=min_samples, max_samples=max_samples, target_ci=target_ci,
         min_sample_s=min_sample_s, verify=verify, agree=agree,
     )
     del buf
@@ -789,7 +826,7 @@ def _worker(cfg: dict, rank: int, status: _Status) -> None:
             os._exit(9)
         m, wrong = measure_allreduce(
             count, dtype=cfg["dtype"], device=device, warmup=cfg["warmup"], budget_s=cfg["budget_s"],
-            min_samples=cfg["min_samples"], max_samples=cfg["max_samples"], target_spread=cfg["target_spread"],
+            min_samples=cfg["min_samples"], max_samples=cfg["max_samples"], target_ci=cfg["target_ci"],
             min_sample_s=cfg["min_sample_s"], corrupt=cfg["corrupt"],
         )
         rows.append({"size_bytes": size, "count": count, "wrong": wrong, "measurement": m.to_json()})

@@ -5,13 +5,17 @@ One function, :func:`measure`, does what nvbandwidth and nccl-tests do by hand:
 1. **warm up**: ``warmup`` iterations (the first calls pay allocation, NCCL communicator set-up,
    NVLS registration; ml-engineering saw a cold 4 GB all-reduce read 6.6x slow);
 2. **calibrate**: pick ``k`` iterations per sample so that one sample lasts at least
-   ``min_sample_s`` (20 ms by default), far above the resolution and the fixed overhead of the
-   timer (a barrier, an event record) -- ``run(k)`` runs the ``k`` iterations back to back, as
-   nccl-tests does with its ``iters`` launches;
-3. **sample** until the last ``min_samples`` samples agree within ``target_spread`` (max/min), or
-   the time budget is spent, or ``max_samples`` were taken;
-4. **summarise** with the median (nvbandwidth's default) of that final window (every sample when the
-   target was not met: the most robust median the budget bought);
+   ``min_sample_s`` (20 ms by default) -- ``run(k)`` runs the ``k`` iterations back to back, as
+   nccl-tests does with its ``iters`` launches, so that each sample is a throughput figure like
+   nccl-tests' own. Shorter samples read faster than nccl-tests on a skewed machine: the median of
+   single calls leaves out the slow tail that a back-to-back mean includes (measured with gloo at
+   4 MiB: 12-23% faster with 1 ms samples, 4-9% with 5 ms; docs/performance.md);
+3. **sample** until the median is known well enough: the distribution-free 95% confidence
+   interval of the median (two order statistics of the samples, no assumption on the noise) has
+   bounds within ``target_ci`` of each other (max/min, 1.10 by default), or the time budget is
+   spent, or ``max_samples`` were taken. A quiet machine stops after ``min_samples``; a noisy one
+   pays for exactly the precision it needs, and every figure carries its interval;
+4. **summarise** with the median (nvbandwidth's default statistic) of every sample;
 5. **verify** the data *after* timing: a non-None message from ``verify()`` fails the measurement
    whatever its speed (nccl-tests' ``#wrong``, nvbandwidth's pattern check).
 
@@ -41,7 +45,9 @@ try:  # Python >= 3.8
 except ImportError:  # pragma: no cover
     Protocol = object  # type: ignore[assignment,misc]
 
-__all__ = ["Timer", "WallTimer", "CudaEventTimer", "Measurement", "measure", "spread_of"]
+MIN_SAMPLE_S = 0.02  # the shortest timed sample (see calibrate, above)
+
+__all__ = ["MIN_SAMPLE_S", "Timer", "WallTimer", "CudaEventTimer", "Measurement", "measure", "median_ci", "spread_of"]
 
 Clock = Callable[[], float]
 Agree = Callable[[Sequence[float]], Sequence[float]]
@@ -137,13 +143,14 @@ class _nullcontext:
 class Measurement:
     """One benchmark figure with the evidence behind it.
 
-    ``samples_s`` holds every sample as seconds *per iteration* (sample time / ``iterations_per_sample``).
-    ``median_s``, ``min_s``, ``max_s`` and ``spread`` (= max/min) describe the final ``window``: the last
-    ``min_samples`` samples when they met ``target_spread`` (``stable``), otherwise every sample. ``bw_gbps`` is
-    bytes per iteration / ``median_s`` / 1e9 (GB/s = 1e9 B/s). ``verified`` is True only when a
+    ``samples_s`` holds every sample as seconds *per iteration* (sample time / ``iterations_per_sample``);
+    ``median_s``, ``min_s``, ``max_s`` and ``spread`` (= max/min) describe them all. ``ci_low_s`` and
+    ``ci_high_s`` bound the median (distribution-free 95% interval, see :func:`median_ci`); ``stable``
+    says they came within ``target_ci`` (max/min) of each other before the budget ran out. ``bw_gbps``
+    is bytes per iteration / ``median_s`` / 1e9 (GB/s = 1e9 B/s). ``verified`` is True only when a
     verification ran and passed; ``error`` carries a verification failure -- a failed measurement,
     whatever its speed. ``wall_s`` is everything the measurement cost: warm-up, calibration,
-    samples, verification.
+    samples, verification; ``verify_s`` the verification alone.
     """
 
     name: str
@@ -159,15 +166,22 @@ class Measurement:
     error: Optional[str]
     warmup: int
     wall_s: float
-    window: int = 0
+    ci_low_s: float = 0.0
+    ci_high_s: float = 0.0
     stable: bool = False
-    target_spread: float = 1.10
+    target_ci: float = 1.10
     bytes_per_iteration: int = 0
+    verify_s: float = 0.0
 
     @property
     def ok(self) -> bool:
         """No verification failure (an unverified measurement is ok but not ``verified``)."""
         return self.error is None
+
+    @property
+    def bw_ci_gbps(self) -> Tuple[float, float]:
+        """The 95% interval of ``bw_gbps`` (from the interval of the median time)."""
+        return _gbps(self.bytes_per_iteration, self.ci_high_s), _gbps(self.bytes_per_iteration, self.ci_low_s)
 
     def to_json(self) -> dict:
         return {
@@ -176,19 +190,25 @@ class Measurement:
             "bytes_per_iteration": self.bytes_per_iteration,
             "iterations_per_sample": self.iterations_per_sample,
             "samples_s": list(self.samples_s),
-            "window_samples": self.window,
             "median_s": self.median_s,
+            "median_ci95_s": [self.ci_low_s, self.ci_high_s],
             "min_s": self.min_s,
             "max_s": self.max_s,
             "spread": self.spread,
-            "target_spread": self.target_spread,
+            "target_ci": self.target_ci,
             "stable": self.stable,
             "bw_gbps": self.bw_gbps,
+            "bw_ci95_gbps": list(self.bw_ci_gbps),
             "verified": self.verified,
             "error": self.error,
             "warmup_iterations": self.warmup,
             "wall_s": self.wall_s,
+            "verify_s": self.verify_s,
         }
+
+
+def _gbps(size_bytes: int, seconds: float) -> float:
+    return size_bytes / seconds / 1e9 if seconds > 0 else math.inf
 
 
 def spread_of(samples: Sequence[float]) -> float:
@@ -197,6 +217,21 @@ def spread_of(samples: Sequence[float]) -> float:
     if lo <= 0:
         return 1.0 if hi <= 0 else math.inf
     return hi / lo
+
+
+def median_ci(samples: Sequence[float]) -> Tuple[float, float]:
+    """Distribution-free 95% confidence interval of the median: ``(x_(j), x_(m+1-j))`` of the ``m``
+    sorted samples. It holds whatever the shape of the noise (a scheduler's long tail included).
+    ``j`` comes from the normal approximation of the Binomial(m, 1/2) ranks with continuity
+    correction: the exact rank, or one wider (17 of the sizes 1..2000), never narrower. Below 6
+    samples it is ``(min, max)`` (93.75% for 5).
+    """
+    xs = sorted(samples)
+    m = len(xs)
+    if m == 0:
+        raise ValueError("median_ci of no samples")
+    j = max(1, math.floor((m + 1) / 2 - 1.959964 * math.sqrt(m) / 2))
+    return xs[j - 1], xs[m - j]
 
 
 def _identity(values: Sequence[float]) -> Sequence[float]:
@@ -212,11 +247,11 @@ def measure(
     warmup: int = 5,
     budget_s: float = 10.0,
     min_samples: int = 5,
-    max_samples: int = 50,
-    target_spread: float = 1.10,
+    max_samples: int = 1000,
+    target_ci: float = 1.10,
     iterations: Optional[int] = None,
     verify: Optional[Callable[[], Optional[str]]] = None,
-    min_sample_s: float = 0.02,
+    min_sample_s: float = MIN_SAMPLE_S,
     max_iterations: int = 1 << 20,
     bytes_per_iteration: Optional[int] = None,
     agree: Optional[Agree] = None,
@@ -227,18 +262,18 @@ def measure(
     - ``warmup`` iterations first (in one ``run(warmup)`` call, untimed).
     - ``iterations`` fixes the iterations per sample; otherwise they are calibrated so that one sample
       lasts at least ``min_sample_s`` (at most ``max_iterations``).
-    - Samples are taken until the last ``min_samples`` have max/min <= ``target_spread`` (``stable``),
-      ``max_samples`` were taken, or the next sample would overrun ``budget_s`` (counted from the start
-      of the call; at least one sample is always taken). The budget covers warm-up, calibration and
-      sampling; verification comes on top.
+    - Samples are taken until there are at least ``min_samples`` and the 95% interval of their median
+      has max/min <= ``target_ci`` (``stable``), ``max_samples`` were taken, or the next sample would
+      overrun ``budget_s`` (counted from the start of the call; at least one sample is always taken).
+      The budget covers warm-up, calibration and sampling; verification comes on top.
     - ``verify()`` runs once after timing; a non-None return is the measurement's ``error``.
     - ``agree`` maps per-process figures to figures every process shares (the mean across ranks) so that
       collective benchmarks take identical decisions on every rank; identity by default.
     """
     if min_samples < 1 or max_samples < min_samples:
         raise ValueError(f"need 1 <= min_samples <= max_samples, got {min_samples}, {max_samples}")
-    if target_spread < 1.0:
-        raise ValueError(f"target_spread is a max/min ratio >= 1.0, got {target_spread}")
+    if target_ci < 1.0:
+        raise ValueError(f"target_ci is a max/min ratio >= 1.0, got {target_ci}")
     if iterations is not None and iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     agree_ = agree or _identity
@@ -286,10 +321,13 @@ def measure(
             k = k_next
 
     stable = False
+    ci = (0.0, 0.0)
     while True:
-        if len(samples) >= min_samples and spread_of(samples[-min_samples:]) <= target_spread:
-            stable = True
-            break
+        if samples:
+            ci = median_ci(samples)
+            if len(samples) >= min_samples and spread_of(ci) <= target_ci:
+                stable = True
+                break
         if len(samples) >= max_samples:
             break
         # The next sample would overrun the budget? Predicted as the longest of the recent samples.
@@ -299,15 +337,12 @@ def measure(
         costs.append(cost)
         samples.append(t / k)
 
-    # Stable: describe the window that met the target. Not stable (budget or max_samples reached):
-    # every sample, so that a noisy machine gets the most robust median it paid for.
-    window = samples[-min_samples:] if stable else samples
-    median = statistics.median(window)
+    median = statistics.median(samples)
     per_iter_bytes = size_bytes if bytes_per_iteration is None else bytes_per_iteration
-    bw = per_iter_bytes / median / 1e9 if median > 0 else math.inf
 
     error: Optional[str] = None
     verified = False
+    t_verify = clock()
     if verify is not None:
         try:
             error = verify()
@@ -321,16 +356,18 @@ def measure(
         iterations_per_sample=k,
         samples_s=tuple(samples),
         median_s=median,
-        min_s=min(window),
-        max_s=max(window),
-        spread=spread_of(window),
-        bw_gbps=bw,
+        min_s=min(samples),
+        max_s=max(samples),
+        spread=spread_of(samples),
+        bw_gbps=_gbps(per_iter_bytes, median),
         verified=verified,
         error=error,
         warmup=warmup,
         wall_s=elapsed(),
-        window=len(window),
+        ci_low_s=ci[0],
+        ci_high_s=ci[1],
         stable=stable,
-        target_spread=target_spread,
+        target_ci=target_ci,
         bytes_per_iteration=per_iter_bytes,
+        verify_s=clock() - t_verify,
     )

@@ -27,6 +27,7 @@ GIB = 2**30
 class BenchSettings:
     allreduce_backend: str = "nccl"  # "gloo" runs the same all-reduce on CPUs
     allreduce_engine: str = "torch"  # or "nccl-tests" (all_reduce_perf)
+    allreduce_sched: str = "fair"  # or "fifo": the workers' CPU scheduling (bench.allreduce.apply_sched)
     world_size: int | None = None  # gloo: how many processes (default 2)
     size_bytes: int | None = None  # the size thresholds are judged at (default: 1 GiB on GPUs, 16 MiB on gloo)
     timeout_s: float = 300.0  # per benchmark: a hang or a dead rank ends it with a reason
@@ -160,6 +161,9 @@ class BenchSuite:
         if self.topology.recorded and not gloo:  # gloo measures this host's CPUs, whatever the machine
             return self._recorded(key)
         name = "-".join(str(k) for k in key)
+        if key[0] == "allreduce":  # the cache outlives the run: name what else makes the figure
+            s = self.settings
+            name += f"-{s.allreduce_backend}-{s.allreduce_engine}-{s.allreduce_sched}"
         if self._across_ranks is not None and key[0] in ("allreduce", "nccl_transports"):
             # Every rank takes part at once: a host lock would deadlock the ranks of one node.
             return self._cached_or_measured(key, name)
@@ -244,7 +248,8 @@ class BenchSuite:
             from .allreduce import run_allreduce
 
             res = run_allreduce(key[1], [key[2]], backend=s.allreduce_backend, judge_size=key[2],
-                                timeout_s=s.timeout_s, budget_s_per_size=s.budget_s, peer=peer, devices=devices)
+                                timeout_s=s.timeout_s, budget_s_per_size=s.budget_s, peer=peer, devices=devices,
+                                sched=s.allreduce_sched)
             row = res.judged
             error = f"{row.wrong} wrong elements after the all-reduce" if row.wrong else None
             return row.busbw_gbps, {"engine": "torch.distributed", **res.to_json()}, error
