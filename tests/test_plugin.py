@@ -342,3 +342,16 @@ def test_gating_on_nvidia_smi_text(pytester):
     result.stdout.fnmatch_lines(["gputopo: 4x unknown GPU, worst link SYS (GPU0-GPU2), P2P 6 unknown of 6 pairs, "
                                  "source text:a30.txt (nvidia-smi output, not this host)",
                                  "*requires_p2p(gpus=2): GPU0-GPU1 P2P status is unknown*"])
+
+
+def test_every_option_is_documented_with_its_three_surfaces():
+    from pathlib import Path
+
+    from pytest_gputopo.options import OPTIONS
+
+    doc = (Path(__file__).parents[1] / "docs" / "options.md").read_text()
+    rows = {line.split("|")[1].split("`")[1].split()[0]: line for line in doc.splitlines()
+            if line.startswith("| `--gputopo-")}
+    for option in OPTIONS.values():
+        assert option.flag in rows, f"{option.flag} missing from docs/options.md"
+        assert f"`{option.ini}`" in rows[option.flag] and f"`{option.env}`" in rows[option.flag]
