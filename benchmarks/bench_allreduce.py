@@ -22,6 +22,7 @@ shape of the per-call noise (percentiles of single calls) and the machine's own 
 medians of a continuous loop), the floor under any spread.
 GB/s = 1e9 B/s; busbw = algbw * 2(n-1)/n.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,6 +34,7 @@ import tempfile
 import time
 from datetime import timedelta
 
+from pytest_gputopo.bench.allreduce import apply_sched, busbw_factor, measure_allreduce
 from pytest_gputopo.bench.harness import MIN_SAMPLE_S
 
 DEFAULT_SIZES = [256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
@@ -59,13 +61,9 @@ def reference_estimate(dist, torch, buf, warmup=5, iters=20):
 def worker(rank, n, store, sizes, repeats, out_path, budget_s, min_sample_s, sched,
            drift_size, drift_s, tail_calls):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    from pytest_gputopo.bench.allreduce import apply_sched
-
-    apply_sched(sched)  # the plugin's workers do the same, before gloo starts its threads
+    apply_sched(sched)  # as the plugin's workers do, before gloo starts its threads
     import torch
     import torch.distributed as dist
-
-    from pytest_gputopo.bench.allreduce import busbw_factor, measure_allreduce
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=n,

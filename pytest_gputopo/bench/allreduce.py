@@ -80,8 +80,9 @@ _EXACT_LIMIT = {
 }
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
 
-_KILL_GRACE_S = 2.0  # SIGTERM -> SIGKILL
 SCHED_POLICIES = ("fair", "fifo")  # CPU scheduling of the workers, see apply_sched
+
+_KILL_GRACE_S = 2.0  # SIGTERM -> SIGKILL
 _WORKER_GRACE_S = 10.0  # a worker outlives the parent's deadline by at most this much
 
 
