@@ -244,7 +244,8 @@ def judge_bandwidth(config: pytest.Config, requirement: reqs.BandwidthRequiremen
     for key in keys:
         result = s.get(key)
         fig, basis = expected(config, key)
-        figures.append((reqs.Figure(result.gbps, result.origin, result.what, result.source, result.error),
+        figures.append((reqs.Figure(result.gbps, result.origin, result.what, result.source, result.error,
+                                    result.interval_gbps),
                         fig.gbps if fig else None, basis))
     default_floor = floors[floor_name(keys[0])] if keys else 1.0
     verdict = requirement.judge(topology, figures, default_floor, max_items)
@@ -375,6 +376,8 @@ def _bandwidth_check(config, topology: Topology, key: tuple):
         if result.gbps is None:  # on a recorded machine that is no fault of the node's
             return ("skipped" if result.origin == "recorded" else "failed"), f"{result.what}: no figure: {result.error}", props
         origin = "measured" if result.origin != "recorded" else f"recorded, not measured: {result.source}"
+        if result.interval_gbps:
+            origin += f"; {reqs.interval_text(result.interval_gbps)} GB/s"
         if result.error:
             return "failed", f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", props
         fig, basis = expected(config, key)

@@ -146,6 +146,21 @@ class Figure:
     what: str = ""
     source: str | None = None
     error: str | None = None
+    interval: tuple[float, float] | None = None  # 95% interval of a measured gbps
+
+    def text(self) -> str:
+        """E.g. ``measured 1.2 GB/s (95% interval 1.15-1.27)``, ``recorded 234.9 GB/s``."""
+        text = f"{self.origin} {gbps_text(self.gbps)} GB/s"
+        return text + (f" ({interval_text(self.interval)})" if self.interval else "")
+
+
+def gbps_text(gbps: float) -> str:
+    """One decimal for GPU-sized figures, three significant digits for the small ones of CPUs."""
+    return f"{gbps:.1f}" if gbps >= 10 else f"{gbps:.3g}"
+
+
+def interval_text(interval: tuple[float, float]) -> str:
+    return f"95% interval {gbps_text(interval[0])}-{gbps_text(interval[1])}"
 
 
 @dataclass(frozen=True)
@@ -199,14 +214,14 @@ class BandwidthRequirement(FactRequirement):
             needed = self.gbps
             if needed is None:
                 if expected is None:
-                    failures.append(f"{fig.what}: {fig.origin} {fig.gbps:.1f} GB/s, but no expected bandwidth is "
+                    failures.append(f"{fig.what}: {fig.text()}, but no expected bandwidth is "
                                     f"known for {basis} to judge it against")
                     continue
                 needed = (self.floor if self.floor is not None else default_floor) * expected
             if fig.gbps < needed or fig.error:
                 exp = f", expected {expected:.1f} from {basis}" if expected is not None else f" ({basis})"
                 wrong = f"; {fig.error}" if fig.error else ""
-                failures.append(f"{fig.what}: {fig.origin} {fig.gbps:.1f} GB/s, needed {needed:.1f}{exp}{wrong}")
+                failures.append(f"{fig.what}: {fig.text()}, needed {needed:.1f}{exp}{wrong}")
                 if fig.source and fig.source not in sources:
                     sources.append(fig.source)
         if not failures:

@@ -66,8 +66,8 @@ def test_gloo_allreduce_really_runs_on_this_host(pytester):
     result = run(pytester, "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "1M",
                  "--gputopo-json", "out.json", src=src)
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*min_allreduce_bw(10000): all-reduce busbw, 2 ranks, 1 MiB: measured * GB/s, "
-                                 "needed 10000.0 (gloo on CPUs*"])
+    result.stdout.fnmatch_lines(["*min_allreduce_bw(10000): all-reduce busbw, 2 ranks, 1 MiB: measured * GB/s "
+                                 "(95% interval *-*), needed 10000.0 (gloo on CPUs*"])
     doc = json.loads((pytester.path / "out.json").read_text())
     (m,) = doc["measurements"]
     assert m["origin"] == "measured" and m["key"] == ["allreduce", 2, 2**20]
@@ -144,6 +144,29 @@ def test_full_check_reads_like_a_pytest_run_and_lands_in_junit_and_json(pytester
     assert ar["outcome"] == "passed" and "measured 234.9 GB/s, needed 185.0" in ar["message"]
     assert "recorded, not measured" in ar["message"]
     assert {m["origin"] for m in doc["measurements"]} == {"recorded"}
+
+
+def test_a_measured_check_item_says_the_interval_of_its_figure(pytester):
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=full", "--gputopo-machine", "no-gpu",
+                                "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "256K",
+                                "--gputopo-json=check.json")
+    doc = json.loads((pytester.path / "check.json").read_text())
+    (ar,) = [c for c in doc["checks"] if c["check"] == "allreduce_bw"]
+    assert "(measured; 95% interval " in ar["message"], ar["message"]
+    (m,) = doc["measurements"]
+    low, high = m["detail"]["judged"]["busbw_ci95_gbps"]
+    assert low <= m["gbps"] <= high
+
+
+def test_interval_of_a_result_from_either_kind_of_detail():
+    from pytest_gputopo.bench.suite import BenchResult
+
+    copy = BenchResult(("h2d", 0, True), "h2d", 20.0, "measured", detail={"bw_ci95_gbps": [19.0, 21.0]})
+    allreduce = BenchResult(("allreduce", 2, 1024), "ar", 1.0, "cached",
+                            detail={"judged": {"busbw_ci95_gbps": [0.9, 1.1]}})
+    recorded = BenchResult(("allreduce", 8, 1 << 34), "ar", 234.9, "recorded", detail={"size_bytes": 1 << 34})
+    assert copy.interval_gbps == (19.0, 21.0) and allreduce.interval_gbps == (0.9, 1.1)
+    assert recorded.interval_gbps is None
 
 
 def test_invalid_check_level(pytester):

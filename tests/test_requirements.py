@@ -126,3 +126,9 @@ def test_regressions_against_a_reference():
     assert "GPU0-GPU3 are linked by SYS, the reference by NV12" in found
     assert "GPU2-GPU3 are linked by NV8, the reference by NV12" in found
     assert reqs.regressions(healthy, box({}, 2))[0] == "2 GPUs visible, the reference has 4"
+
+
+def test_a_measured_figure_says_its_interval_and_a_small_one_keeps_its_digits():
+    assert reqs.Figure(234.94, "recorded").text() == "recorded 234.9 GB/s"
+    assert reqs.Figure(0.5812, "measured", interval=(0.527, 0.6204)).text() == \
+        "measured 0.581 GB/s (95% interval 0.527-0.62)"

@@ -137,6 +137,13 @@ class AllReduceRow:
     def ok(self) -> bool:
         return self.error is None and self.wrong == 0
 
+    @property
+    def busbw_ci_gbps(self) -> Tuple[float, float]:
+        """The 95% interval of ``busbw_gbps``, from that of the time (a slower time, a lower busbw)."""
+        low, high = self.time_ci_us
+        return (self.busbw_gbps * self.time_us / high if high > 0 else 0.0,
+                self.busbw_gbps * self.time_us / low if low > 0 else math.inf)
+
     def to_json(self) -> dict:
         return {
             "size_bytes": self.size_bytes,
@@ -148,6 +155,7 @@ class AllReduceRow:
             "iterations": self.iterations,
             "samples": self.samples,
             "time_ci95_us": list(self.time_ci_us),
+            "busbw_ci95_gbps": list(self.busbw_ci_gbps),
             "spread": self.spread,
             "stable": self.stable,
             "wall_s": self.wall_s,

@@ -52,6 +52,13 @@ class BenchResult:
     error: str | None = None  # why there is no figure, or why the measurement failed
     detail: dict = field(default_factory=dict, compare=False)  # the measurement, with units
 
+    @property
+    def interval_gbps(self) -> tuple[float, float] | None:
+        """The 95% interval of ``gbps`` where the harness measured it (not for recorded figures, nor
+        nccl-tests' own output)."""
+        found = self.detail.get("bw_ci95_gbps") or self.detail.get("judged", {}).get("busbw_ci95_gbps")
+        return tuple(found) if found else None
+
     def to_json(self) -> dict:
         return {"key": list(self.key), "what": self.what, "gbps": self.gbps, "origin": self.origin,
                 "source": self.source, "error": self.error, "detail": self.detail}
