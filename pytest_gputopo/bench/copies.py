@@ -51,6 +51,19 @@ def p2p_copy(src: int, dst: int, *, peer: bool = True, bidirectional: bool = Fal
     back_dst = torch.empty(size_bytes, dtype=torch.uint8, device=a) if bidirectional else None
     host = None if peer else torch.empty(size_bytes, dtype=torch.uint8, pin_memory=True)
     streams = (torch.cuda.Stream(a), torch.cuda.Stream(b)) if bidirectional else None
+    # Staging: the D2H runs on the source GPU's stream and the H2D on the destination's, and torch
+    # orders neither against the other through the host buffer. Two events do: the H2D waits for the
+    # D2H to fill it, the next D2H for the H2D to drain it. No pipelining, so "staged" is a lower
+    # bound of what staging can give: a P2P copy slower than that is certainly not working.
+    filled, drained = (torch.cuda.Event(), torch.cuda.Event()) if not peer else (None, None)
+
+    def stage(out, inp):
+        host.copy_(inp, non_blocking=True)
+        filled.record(torch.cuda.current_stream(a))
+        torch.cuda.current_stream(b).wait_event(filled)
+        out.copy_(host, non_blocking=True)
+        drained.record(torch.cuda.current_stream(b))
+        torch.cuda.current_stream(a).wait_event(drained)
 
     def one(out, inp, stream=None):
         ctx = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
@@ -58,8 +71,7 @@ def p2p_copy(src: int, dst: int, *, peer: bool = True, bidirectional: bool = Fal
             if peer:
                 out.copy_(inp, non_blocking=True)
             else:
-                host.copy_(inp, non_blocking=True)
-                out.copy_(host, non_blocking=True)
+                stage(out, inp)
 
     def run(k: int) -> None:
         for _ in range(k):
@@ -71,7 +83,8 @@ def p2p_copy(src: int, dst: int, *, peer: bool = True, bidirectional: bool = Fal
 
     kind = ("P2P" if peer else "staged") + (" bidirectional" if bidirectional else "")
     result = measure(f"{kind} copy GPU{src}->GPU{dst}", run, size_bytes=size_bytes,
-                     bytes_per_iteration=size_bytes * (2 if bidirectional else 1), timer=WallTimer(sync=_sync_all(torch, (a, b))), budget_s=budget_s,
+                     bytes_per_iteration=size_bytes * (2 if bidirectional else 1),
+                     timer=WallTimer(sync=_sync_all(torch, (a, b))), budget_s=budget_s,
                      verify=_verify(torch, y, size_bytes, f"GPU{src}->GPU{dst}"))
     return result
 
