@@ -377,7 +377,7 @@ def _bandwidth_check(config, topology: Topology, key: tuple):
             return ("skipped" if result.origin == "recorded" else "failed"), f"{result.what}: no figure: {result.error}", props
         origin = "measured" if result.origin != "recorded" else f"recorded, not measured: {result.source}"
         if result.interval_gbps:
-            origin += f"; {reqs.interval_text(result.interval_gbps)} GB/s"
+            origin += f"; {spec.interval_text(result.interval_gbps)} GB/s"
         if result.error:
             return "failed", f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", props
         fig, basis = expected(config, key)

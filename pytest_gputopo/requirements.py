@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .markers import RequirementError, _requires_link, _requires_nvlink, _requires_p2p
 from .model import Link, LinkClass, LinkLabel, Topology, link_satisfies
+from .spec import gbps_text, interval_text
 
 # How many failing pairs a test's skip reason names before "and N more" (a run gate lists all).
 REASON_PAIRS = 3
@@ -152,15 +153,6 @@ class Figure:
         """E.g. ``measured 1.2 GB/s (95% interval 1.15-1.27)``, ``recorded 234.9 GB/s``."""
         text = f"{self.origin} {gbps_text(self.gbps)} GB/s"
         return text + (f" ({interval_text(self.interval)})" if self.interval else "")
-
-
-def gbps_text(gbps: float) -> str:
-    """One decimal for GPU-sized figures, three significant digits for the small ones of CPUs."""
-    return f"{gbps:.1f}" if gbps >= 10 else f"{gbps:.3g}"
-
-
-def interval_text(interval: tuple[float, float]) -> str:
-    return f"95% interval {gbps_text(interval[0])}-{gbps_text(interval[1])}"
 
 
 @dataclass(frozen=True)

@@ -527,6 +527,16 @@ def parse_floor_ratio(value: object, where: str) -> float:
     return ratio
 
 
+def gbps_text(gbps: float) -> str:
+    """One decimal for GPU-sized figures, three significant digits for the small ones of CPUs."""
+    return f"{gbps:.1f}" if gbps >= 10 else f"{gbps:.3g}"
+
+
+def interval_text(interval: tuple[float, float]) -> str:
+    """A measured figure's 95% interval, as messages print it."""
+    return f"95% interval {gbps_text(interval[0])}-{gbps_text(interval[1])}"
+
+
 @dataclass(frozen=True)
 class Check:
     """A measurement against its expectation.
@@ -567,7 +577,7 @@ class Check:
     def describe(self) -> str:
         """One line, e.g. "measured 231.4 GB/s, needed 180.0 (0.80 x expected 225.0 GB/s from NV12
         NVLink 3.1), ratio 1.03"."""
-        text = f"measured {self.measured_gbps:.1f} GB/s"
+        text = f"measured {gbps_text(self.measured_gbps)} GB/s"
         exp = self.expected
         exp_text = f"expected {exp.gbps:.1f} GB/s from {exp.label or exp.source}" if exp is not None else None
         ratio = self.ratio()
