@@ -86,13 +86,17 @@ def suite(config: pytest.Config):
     from .plugin import RANKS, SHARED_DIR
 
     ranks = config.stash.get(RANKS, None)
-    across = None
+    across = shared = None
     if ranks is not None:
-        from .ranks import rendezvous
+        from .ranks import NodeShare, rendezvous
 
         across = rendezvous(ranks[0])
-    found = config.stash[SUITE] = BenchSuite(topology, settings(config), cache_get, cache_set,
-                                             config.stash.get(SHARED_DIR, None), across)
+        shared = NodeShare(ranks[0], topology)
+    elif SHARED_DIR in config.stash:
+        from .bench.suite import SharedFolder
+
+        shared = SharedFolder(config.stash[SHARED_DIR])
+    found = config.stash[SUITE] = BenchSuite(topology, settings(config), cache_get, cache_set, shared, across)
     return found
 
 

@@ -354,10 +354,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     from .checks import CHECK_PROPERTY, OWN_PROPERTY, SUITE
 
-    from .bench.suite import shared_results
+    from .bench.suite import SharedFolder
 
     suite = config.stash.get(SUITE, None)
-    results = {r.key: r for r in shared_results(config.stash.get(SHARED_DIR, None))}  # the workers'
+    shared = config.stash.get(SHARED_DIR, None)
+    results = {r.key: r for r in (SharedFolder(shared).results() if shared else [])}  # the workers'
     results.update({r.key: r for r in (suite.results if suite else [])})
     document = report.json_document(config.stash[TOPOLOGY], list(results.values()),
                                     _from_reports(config, CHECK_PROPERTY), _from_reports(config, OWN_PROPERTY))

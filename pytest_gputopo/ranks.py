@@ -96,6 +96,28 @@ def distinct(views: list[RankView]) -> list[RankView]:
     return out
 
 
+class NodeShare:
+    """Benchmark results the ranks on one node share, kept in the launcher's store: the first rank
+    to need a copy benchmark measures it (under the host lock), the others on that node take its
+    figures. A "node" is a host name with the GPUs a rank sees, in order (their UUIDs): ranks that
+    see different GPUs, or hosts that share a name, never share figures keyed by GPU index."""
+
+    def __init__(self, exchange: Exchange, topology: model.Topology) -> None:
+        import hashlib
+
+        sees = [topology.hostname or runtime.hostname(), [gpu.uuid for gpu in topology.gpus]]
+        node = hashlib.sha256(json.dumps(sees).encode()).hexdigest()[:16]
+        self.store = exchange.store
+        self.prefix = f"{exchange.prefix}bench/{node}/"
+
+    def get(self, name: str) -> dict | None:
+        key = self.prefix + name
+        return json.loads(self.store.get(key)) if self.store.check([key]) else None
+
+    def put(self, name: str, data: dict) -> None:
+        self.store.set(self.prefix + name, json.dumps(data))
+
+
 def rendezvous(exchange: Exchange):
     """For benchmarks that span the ranks (one worker per rank, across nodes): ``key`` -> (rank,
     world size, the workers' init URL, this rank's GPU). Rank 0 picks a free port on its host

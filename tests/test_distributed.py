@@ -181,3 +181,39 @@ def test_rank_zero_names_each_nodes_fallback(suite_dir):
     assert "(rank 0,1): 8x NVIDIA A100-SXM4-80GB" in out.stdout
     assert out.stdout.count("  fallback: GPU0-GPU1 NV12 uses SHM instead of P2P (NCCL_P2P_DISABLE=1 from "
                             "environment)") == 1
+
+
+def test_ranks_on_one_node_share_a_copy_benchmark_and_other_gpus_do_not(monkeypatch):
+    """Two ranks of one node measure a copy once between them (through the launcher's store, under
+    the host lock); a rank that sees other GPUs, or another host, measures its own."""
+    import dataclasses
+
+    from pytest_gputopo import model, runtime
+    from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite
+    from pytest_gputopo.probe import probe
+    from pytest_gputopo.ranks import Exchange, NodeShare
+
+    dist = pytest.importorskip("torch.distributed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False)
+    launch = runtime.Launch(0, 4, 0, 0, "127.0.0.1", port, False, "run-1")
+    here = dataclasses.replace(probe("dgx-a100"), source=model.Source("nvml"), hostname="node-a")
+    measured = []
+
+    def measure(self, key):
+        measured.append((self.topology.hostname, key))
+        return BenchResult(key, "copy", 100.0 + len(measured), "measured")
+
+    monkeypatch.setattr(BenchSuite, "_measure", measure)
+
+    def rank(topology):
+        return BenchSuite(topology, BenchSettings(), shared=NodeShare(Exchange(launch, store, 10), topology))
+
+    key = ("p2p", 0, 1)
+    first, second = rank(here).get(key), rank(here).get(key)
+    assert measured == [("node-a", key)] and first == second
+    other_gpus = dataclasses.replace(here, gpus=here.gpus[4:])
+    other_host = dataclasses.replace(here, hostname="node-b")
+    assert rank(other_gpus).get(key).gbps == 102.0 and rank(other_host).get(key).gbps == 103.0

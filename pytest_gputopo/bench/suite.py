@@ -69,16 +69,32 @@ class BenchResult:
                    d.get("detail", {}))
 
 
-def shared_results(shared_dir: str | None) -> list[BenchResult]:
-    """Every result the processes of this run (xdist workers) measured, from their shared folder."""
-    if not shared_dir or not os.path.isdir(shared_dir):
-        return []
-    found = []
-    for name in sorted(os.listdir(shared_dir)):
-        if name.endswith(".json"):
-            with open(os.path.join(shared_dir, name), encoding="utf-8") as handle:
-                found.append(BenchResult.from_json(json.load(handle)))
-    return found
+class SharedFolder:
+    """Results the processes of one run on this host share (xdist workers): one JSON file each.
+    ``get``/``put`` are what :class:`BenchSuite` needs of a share (``ranks.NodeShare`` is the other)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name + ".json")
+
+    def get(self, name: str) -> dict | None:
+        if not os.path.exists(self._file(name)):
+            return None
+        with open(self._file(name), encoding="utf-8") as handle:
+            return json.load(handle)
+
+    def put(self, name: str, data: dict) -> None:
+        with open(self._file(name), "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+
+    def results(self) -> list[BenchResult]:
+        """Every result in the folder (what the xdist workers measured, for the controller's report)."""
+        if not os.path.isdir(self.path):
+            return []
+        names = sorted(n[:-len(".json")] for n in os.listdir(self.path) if n.endswith(".json"))
+        return [BenchResult.from_json(self.get(name)) for name in names]
 
 
 def describe(key: tuple) -> str:
@@ -131,12 +147,14 @@ def host_lock(timeout_s: float):
 class BenchSuite:
     def __init__(self, topology: model.Topology, settings: BenchSettings,
                  cache_get: Callable[[str], Any] | None = None, cache_set: Callable[[str, Any], None] | None = None,
-                 shared_dir: str | None = None, across_ranks: Callable[[tuple], tuple] | None = None):
+                 shared: Any = None, across_ranks: Callable[[tuple], tuple] | None = None):
         self.topology = topology
         self.settings = settings
         self._results: dict[tuple, BenchResult] = {}
         self._cache_get, self._cache_set = cache_get, cache_set
-        self._shared_dir = shared_dir  # where the processes of one run (xdist workers) share results
+        # Where the processes of this run on this host share results: a SharedFolder (xdist workers)
+        # or a ranks.NodeShare (torchrun ranks on one node); anything with get(name) and put(name, dict).
+        self._shared = shared
         # Under torchrun: key -> (rank, world size, init URL, this rank's GPU or None); the
         # all-reduce then spans every rank of the run, one process (one GPU) each, across nodes.
         self._across_ranks = across_ranks
@@ -178,14 +196,12 @@ class BenchSuite:
             # One benchmark at a time on this host; and under the lock, a result another process of
             # this run already measured is taken instead of measuring again.
             with host_lock(self.settings.timeout_s):
-                shared = os.path.join(self._shared_dir, name + ".json") if self._shared_dir else None
-                if shared and os.path.exists(shared):
-                    with open(shared, encoding="utf-8") as handle:
-                        return BenchResult.from_json(json.load(handle))
+                found = self._shared.get(name) if self._shared is not None else None
+                if found is not None:
+                    return BenchResult.from_json(found)
                 result = self._cached_or_measured(key, name)
-                if shared:
-                    with open(shared, "w", encoding="utf-8") as handle:
-                        json.dump(result.to_json(), handle)
+                if self._shared is not None:
+                    self._shared.put(name, result.to_json())
                 return result
         except TimeoutError as exc:
             return BenchResult(key, describe(key), None, "measured", error=str(exc))
