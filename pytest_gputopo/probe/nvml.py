@@ -295,7 +295,6 @@ class _Reader:
                 links.resolve(gpu_buses)
         out = []
         n = len(handles)
-        statuses = model.P2PStatus
         caps = tuple(P2P_CAPS_INDEX.items())
         for a in range(n):
             for b in range(a + 1, n):
