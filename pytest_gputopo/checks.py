@@ -156,20 +156,29 @@ NCCL_VIEW = pytest.StashKey["NcclView"]()
 
 
 class NcclView:
-    def __init__(self, topology: Topology, settings, expectations: list, account: dict | None, origin: str):
+    def __init__(self, topology: Topology, settings, expectations: list, account: dict | None, origin: str,
+                 observed: bool = False):
         self.topology, self.settings, self.expectations = topology, settings, expectations
         self.account = account  # NCCL's log of a run, when one could be had
-        self.origin = origin
+        self.origin = origin  # in words, for reasons
+        self.observed = observed  # NCCL's own account was asked for (had or not): never ask twice
 
     def pairs(self) -> dict:
-        """(a, b) -> (transports, why): NCCL's own where it ran, else the prediction."""
-        if self.account is not None and self.account["pairs"]:
-            out = {}
-            for key, transports in self.account["pairs"].items():
-                a, b = map(int, key.split("-"))
-                out[(a, b)] = (set(transports), f"used {', '.join(transports)} (NCCL's log)")
-            return out
-        return {(e.a, e.b): ({e.transport}, f"would use {e.transport}: {e.reason}") for e in self.expectations}
+        """(a, b) -> (transports, why): NCCL's own for the pairs its run connected; the prediction,
+        said to be one, for the others (a ring or tree connects neighbours only, and NCCL >= 2.22
+        connects lazily per algorithm: an unconnected pair is not a pair without a transport)."""
+        connected = (self.account or {}).get("pairs") or {}
+        out = {}
+        for e in self.expectations:
+            used = connected.get(f"{e.a}-{e.b}")
+            if used:
+                out[(e.a, e.b)] = (set(used), f"used {', '.join(used)} (NCCL's log)")
+            elif connected:
+                out[(e.a, e.b)] = ({e.transport}, f"would use {e.transport}: {e.reason} "
+                                                  f"(predicted: NCCL's run did not connect this pair)")
+            else:
+                out[(e.a, e.b)] = ({e.transport}, f"would use {e.transport}: {e.reason}")
+        return out
 
     def fallbacks(self, measured_p2p: dict | None = None) -> list:
         from .nccl.expect import find_fallbacks
@@ -202,7 +211,7 @@ def nccl_view(config: pytest.Config, observe: bool = False) -> NcclView:
     """The run's view of NCCL; with ``observe``, on a GPU host, NCCL's own account of a small run
     (once per run, like any benchmark)."""
     view = config.stash.get(NCCL_VIEW, None)
-    if view is not None and (view.account is not None or not observe or view.origin != "predicted"):
+    if view is not None and (view.observed or not observe):
         return view
     from . import runtime
     from .nccl.expect import expected_transports, read_settings
@@ -218,14 +227,15 @@ def nccl_view(config: pytest.Config, observe: bool = False) -> NcclView:
         across = s.world_size is not None  # one GPU per rank, across nodes: pairs are ranks, not GPUs
         result = s.get(("nccl_transports", s.world_size or len(topology.gpus)))
         if result.error is None and result.detail:
-            account = {"pairs": {} if across else result.detail["pairs"],
-                       "transports": result.detail["log"]["transports"], "gdrdma": result.detail["log"]["gdrdma"]}
+            log = result.detail["log"]
+            account = {"pairs": {} if across else result.detail["pairs"], "transports": log["transports"],
+                       "families": log.get("families", []), "gdrdma": log["gdrdma"]}
             origin = "NCCL's own log"
         else:
             origin += f" (NCCL's own account failed: {result.error})"
     elif observe:
         origin += " (NCCL does not run here)"
-    view = config.stash[NCCL_VIEW] = NcclView(topology, settings, expectations, account, origin)
+    view = config.stash[NCCL_VIEW] = NcclView(topology, settings, expectations, account, origin, observe)
     return view
 
 

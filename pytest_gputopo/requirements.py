@@ -259,8 +259,10 @@ class TransportRequirement(FactRequirement):
             return _unmet(self, ["needs NCCL's own account of a run (a small NCCL all-reduce on GPUs), "
                                  "which this machine cannot give"], max_pairs)
         seen = set(account.get("transports", ()))
+        # As printed (NET/IBext_v8) and by family (NET/IB): an external plugin meets its family's kind.
+        names = seen | set(account.get("families", ()))
         failures = []
-        if not any(t == self.kind or t.startswith(self.kind + "/") for t in seen):
+        if not any(t == self.kind or t.startswith(self.kind + "/") for t in names):
             failures.append(f"NCCL used {', '.join(sorted(seen)) or 'no transport'}, not {self.kind}")
         if self.gdrdma is not None and bool(account.get("gdrdma")) != self.gdrdma:
             failures.append(f"GPUDirect RDMA {'off' if self.gdrdma else 'on'}")

@@ -1,0 +1,131 @@
+"""NCCL's own account of a run, as the plugin uses it on a GPU host: observed once whatever the
+verbosity, pairs NCCL did not connect judged by the prediction (and said so), external network
+plugins judged by their family.
+
+No GPU here: a conftest makes a recorded machine pass for this host (source ``nvml``), and
+``bench.suite.nccl_account`` is replaced by a stub that parses NCCL INFO lines written as NCCL
+prints them (``src/transport/p2p.cc`` / ``shm.cc`` / ``net.cc``: "Channel 00/0 : 0[0] -> 1[1]
+via P2P/CUMEM/read"; see ../shared/reference/nvml-nccl-torch.md §3.5).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from pytest_gputopo.nccl.log import parse_nccl_log, transport_family
+from pytest_gputopo.plugin import GATE_EXIT_STATUS
+from pytest_gputopo.requirements import TransportRequirement
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"
+
+# A GPU host: dgx-a100's facts as if NVML had just read them here; NCCL's log is the stub's.
+CONFTEST = """
+import dataclasses
+import pytest
+from pytest_gputopo import model
+from pytest_gputopo.bench import suite as bench_suite
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_gputopo_probe(config):
+    from pytest_gputopo.probe import probe_recorded
+    topo = probe_recorded("dgx-a100")
+    return dataclasses.replace(topo, source=model.Source("nvml"), published=())
+
+def stub_account(n, timeout_s, peer=None, devices=None):
+    from pytest_gputopo.nccl.log import parse_nccl_log
+    log = parse_nccl_log(open(config_dir + "/nccl.log").read())
+    pairs = {}
+    for c in log.connections:
+        if c.dst_rank >= 0 and c.src_rank != c.dst_rank:
+            a, b = sorted((c.src_rank, c.dst_rank))
+            pairs.setdefault(f"{a}-{b}", set()).add(c.transport)
+    return {"pairs": {k: sorted(v) for k, v in pairs.items()}, "log": log.to_json(), "topo_xml": None, "wrong": 0}
+
+config_dir = None
+
+def pytest_configure(config):
+    global config_dir
+    config_dir = str(config.rootpath)
+    bench_suite.nccl_account = stub_account
+"""
+
+SRC = """
+import pytest
+
+@pytest.mark.requires_nccl_transport("P2P")
+def test_all_pairs_p2p(): pass
+
+@pytest.mark.requires_nccl_transport("NET/IB")
+def test_ib(): pass
+"""
+
+
+def _ring(n: int, transport_of=lambda a, b: "P2P/CUMEM/read") -> str:
+    """A ring all-reduce's log on one node: each rank connects to its neighbours only."""
+    lines = ["host0:100:100 [0] NCCL INFO NCCL version 2.21.5+cuda12.4"]
+    for a in range(n):
+        b = (a + 1) % n
+        lines.append(f"host0:100:200 [{a}] NCCL INFO Channel 00/0 : {a}[{a}] -> {b}[{b}] via {transport_of(a, b)}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def gpu_host(pytester, monkeypatch, tmp_path):
+    for name in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NCCL_CONF_FILE", str(tmp_path / "no-such-nccl.conf"))
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_nccl=SRC)
+    return pytester
+
+
+@pytest.mark.parametrize("verbosity", [[], ["-q"], ["-v"]], ids=["default", "-q", "-v"])
+def test_no_fallback_gate_reads_nccls_own_log_at_every_verbosity(gpu_host, verbosity):
+    """Issue 8.2: at default verbosity the header computed the prediction first, and the cached
+    prediction was then taken for NCCL's own account; the SHM that only NCCL's log shows passed."""
+    gpu_host.path.joinpath("nccl.log").write_text(
+        _ring(8, lambda a, b: "SHM/direct/direct" if (a, b) == (0, 1) else "P2P/CUMEM/read"))
+    result = gpu_host.runpytest("-p", "no:cacheprovider", "--gputopo-require", "no-fallback", *verbosity)
+    assert result.ret == GATE_EXIT_STATUS
+    result.stdout.fnmatch_lines(["*no-fallback: GPU0-GPU1 NV12 uses SHM instead of P2P*"])
+
+
+def test_pairs_nccl_did_not_connect_are_judged_by_the_prediction(gpu_host):
+    """Issue 8.3: a ring connects neighbours only; GPU0-GPU2 has no line in NCCL's log. A healthy
+    NVSwitch box meets requires_nccl_transport("P2P"), and the reason says which pairs are predicted."""
+    gpu_host.path.joinpath("nccl.log").write_text(_ring(8))
+    result = gpu_host.runpytest("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)  # no network inside one node: NET/IB unmet
+    result.stdout.fnmatch_lines(["*requires_nccl_transport('NET/IB'): NCCL used P2P, not NET/IB*"])
+
+
+def test_unconnected_pairs_unmet_by_prediction_say_it_is_a_prediction(gpu_host, monkeypatch):
+    monkeypatch.setenv("NCCL_P2P_LEVEL", "LOC")  # NCCL would take SHM for every pair
+    gpu_host.path.joinpath("nccl.log").write_text(_ring(8, lambda a, b: "SHM/direct/direct"))
+    result = gpu_host.runpytest("-p", "no:cacheprovider", "-rs")
+    result.stdout.fnmatch_lines(["*requires_nccl_transport('P2P'): GPU0-GPU1 (NV12) used SHM "
+                                 "(NCCL's log); GPU0-GPU2 (NV12) would use SHM: *(predicted: NCCL's run did "
+                                 "not connect this pair)*"])
+
+
+def _net_names() -> set:
+    names = set()
+    for path in sorted(CORPUS.glob("*.txt")):
+        log = parse_nccl_log(path.read_text(encoding="utf-8", errors="replace"))
+        names |= {t for t in log.transports if t.startswith("NET/")}
+    return names
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no conformance corpus at {CORPUS}")
+def test_every_net_plugin_in_the_corpus_meets_its_family():
+    """Issue 8.4: NET/IBext_v8 (nccl-rdma-sharp-plugins, the usual path on clusters) must meet
+    requires_nccl_transport("NET/IB"); the same for every network name NCCL printed in the corpus."""
+    names = _net_names()
+    assert {"NET/IBext_v8", "NET/AWS Libfabric", "NET/Socket"} <= names
+    for name in names:
+        account = {"transports": [name], "families": [transport_family(name)], "gdrdma": False}
+        for kind in {transport_family(name), "NET", name}:
+            verdict = TransportRequirement(kind=kind).judge(None, {}, account)
+            assert verdict.ok, (name, kind, verdict.reason)
+    ib_only = {"transports": ["NET/IBext_v8"], "families": ["NET/IB"], "gdrdma": True}
+    assert not TransportRequirement(kind="NET/Socket").judge(None, {}, ib_only).ok
