@@ -219,11 +219,11 @@ def nccl_view(config: pytest.Config, observe: bool = False) -> NcclView:
     topology = topology_of(config)
     environ, files = runtime.nccl_inputs()
     settings = read_settings(environ, files)
-    vendor = None if topology.recorded else runtime.cpu_vendor()
+    vendor = runtime.cpu_vendor() if topology.is_this_host else None
     expectations = expected_transports(topology, settings, vendor)
     account, origin = None, "predicted from NCCL's settings and NVML"
     s = suite(config) if observe else None
-    if observe and not topology.recorded and (len(topology.gpus) >= 2 or s.world_size):
+    if observe and topology.is_this_host and (len(topology.gpus) >= 2 or s.world_size):
         across = s.world_size is not None  # one GPU per rank, across nodes: pairs are ranks, not GPUs
         result = s.get(("nccl_transports", s.world_size or len(topology.gpus)))
         if result.error is None and result.detail:
@@ -234,7 +234,7 @@ def nccl_view(config: pytest.Config, observe: bool = False) -> NcclView:
         else:
             origin += f" (NCCL's own account failed: {result.error})"
     elif observe:
-        origin += " (NCCL does not run here)"
+        origin += " (NCCL does not run here)" if topology.is_this_host else " (not this host: NCCL cannot run on it)"
     view = config.stash[NCCL_VIEW] = NcclView(topology, settings, expectations, account, origin, observe)
     return view
 

@@ -230,6 +230,13 @@ class Topology:
     def recorded(self) -> bool:
         return self.source.kind == "recorded"
 
+    @property
+    def is_this_host(self) -> bool:
+        """Whether these are this host's own facts (a live NVML probe). A recorded profile or
+        ``nvidia-smi`` text is another machine: it gets no host fact (CPU vendor, NCCL's own run)
+        and no host measurement."""
+        return self.source.kind == "nvml"
+
     def link(self, a: int, b: int) -> Link:
         if a == b:
             raise ValueError(f"GPU{a} has no link to itself")

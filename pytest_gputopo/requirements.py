@@ -184,7 +184,10 @@ class BandwidthRequirement(FactRequirement):
         return f"min_{self.metric}_bw({', '.join(args)})"
 
     def keys(self, topology: Topology, allreduce_key) -> list[tuple]:
-        """The measurements this needs (``allreduce_key(gpus, size)`` names the all-reduce)."""
+        """The measurements this needs (``allreduce_key(gpus, size)`` names the all-reduce); none
+        when fewer GPUs are visible than ``gpus`` names (whatever the backend: gloo included)."""
+        if self.gpus is not None and len(topology.gpus) < self.gpus:
+            return []
         if self.metric == "allreduce":
             key = allreduce_key(self.gpus, self.size)
             return [key] if key[1] >= 1 else []
@@ -196,6 +199,8 @@ class BandwidthRequirement(FactRequirement):
     def judge(self, topology: Topology, figures: list[tuple[Figure, float | None, str]], default_floor: float,
               max_items: int | None = REASON_PAIRS) -> Verdict:
         """``figures``: (the figure, the expected GB/s or None, what the expectation comes from)."""
+        if self.gpus is not None and len(topology.gpus) < self.gpus:
+            return _unmet(self, [f"needs {self.gpus} GPUs, {_visible(topology)}"], max_items, "measurements")
         if not figures:
             return _unmet(self, [f"nothing to measure: {_visible(topology)}"], max_items, "measurements")
         failures, sources = [], []

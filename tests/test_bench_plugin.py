@@ -46,8 +46,8 @@ def test_recorded_figures_satisfy_markers_and_say_they_are_recorded(pytester):
 def test_recorded_machine_without_figures_cannot_satisfy_bandwidth_markers(pytester):
     result = run(pytester, "--gputopo-machine", "hgx-h100-pcie-x8")
     result.assert_outcomes(skipped=5)
-    result.stdout.fnmatch_lines(["*min_allreduce_bw(200): *no figure (none published for the recorded machine "
-                                 "hgx-h100-pcie-x8, which cannot be measured)*"])
+    result.stdout.fnmatch_lines(["*min_allreduce_bw(200): *no figure (none published for recorded:hgx-h100-pcie-x8, "
+                                 "which is not this host and cannot be measured)*"])
 
 
 def test_strict_bandwidth_marker_fails(pytester):
@@ -147,7 +147,7 @@ def test_full_check_reads_like_a_pytest_run_and_lands_in_junit_and_json(pytester
 
 
 def test_a_measured_check_item_says_the_interval_of_its_figure(pytester):
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=full", "--gputopo-machine", "no-gpu",
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=full",
                                 "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "256K",
                                 "--gputopo-json=check.json")
     doc = json.loads((pytester.path / "check.json").read_text())
@@ -244,3 +244,33 @@ def test_allreduce(gputopo_bench, i, tmp_path_factory):
     assert len(seen) == 1  # every test on every worker got the same measurement: one benchmark run
     doc = json.loads((pytester.path / "out.json").read_text())
     assert [m["origin"] for m in doc["measurements"]] == ["measured"]  # it reached the controller
+
+
+# ------------------------------------------------------------------ machines that are not this host
+
+GLOO = "import pytest\n@pytest.mark.min_allreduce_bw(0.0001)\ndef test_any(): pass\n" \
+       "@pytest.mark.min_allreduce_bw(0.0001, gpus=8)\ndef test_eight_gpus(): pass\n"
+
+
+def test_gloo_never_serves_this_hosts_figure_as_a_recorded_machines(pytester):
+    """Issue 8.16: with gloo, the host's CPU all-reduce was labelled recorded:dgx-a100 and met
+    dgx-a100's markers. A recorded machine's figures are its own: gloo cannot measure it."""
+    result = run(pytester, "--gputopo-machine", "dgx-a100", "--gputopo-allreduce-backend", "gloo",
+                 "--gputopo-allreduce-size", "64K", src=GLOO)
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*min_allreduce_bw(0.0001): *no figure (gloo measures this host's CPUs, "
+                                 "and recorded:dgx-a100 is not this host)*"])
+
+
+def test_a_gpu_requirement_needs_its_gpus_whatever_the_backend(pytester):
+    """Issue 8.16: min_allreduce_bw(0.01, gpus=8) passed on a GPU-less host with gloo."""
+    result = run(pytester, "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "64K", src=GLOO)
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*min_allreduce_bw(0.0001, gpus=8): needs 8 GPUs, 0 visible*"])
+
+
+def test_min_p2p_bw_with_more_gpus_than_visible_is_unmet(pytester):
+    src = "import pytest\n@pytest.mark.min_p2p_bw(1, gpus=8)\ndef test_p2p(): pass\n"
+    result = run(pytester, "--gputopo-machine", "4x-rtx4090", src=src)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*min_p2p_bw(1, gpus=8): needs 8 GPUs, 4 visible*"])

@@ -129,3 +129,55 @@ def test_every_net_plugin_in_the_corpus_meets_its_family():
             assert verdict.ok, (name, kind, verdict.reason)
     ib_only = {"transports": ["NET/IBext_v8"], "families": ["NET/IB"], "gdrdma": True}
     assert not TransportRequirement(kind="NET/Socket").judge(None, {}, ib_only).ok
+
+
+# ------------------------------------------------------------------ a machine given as nvidia-smi text
+
+TEXT_MACHINE = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tSYS\t0-15\t0\nGPU1\tSYS\t X \t16-31\t1\n"
+
+
+def test_a_text_machine_gets_no_host_fact_and_unknown_p2p_stays_unknown(pytester, monkeypatch, tmp_path):
+    """Issue 8.15: nvidia-smi text is another machine. This runner's CPU vendor must not set NCCL's
+    predicted P2P level for it (NCCL's default level rises to SYS on AMD CPUs with <= 2 GPUs,
+    src/graph/paths.cc), no NCCL run or benchmark starts for it, and its P2P status, which the
+    text does not give, leaves the transport unknown (never "assumed OK")."""
+    from pytest_gputopo import runtime
+
+    monkeypatch.setattr(runtime, "cpu_vendor", lambda: "AuthenticAMD")
+    for name in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NCCL_CONF_FILE", str(tmp_path / "no-such-nccl.conf"))
+    (pytester.path / "node.txt").write_text(TEXT_MACHINE)
+    pytester.makepyfile(test_text="""
+import pytest
+
+@pytest.mark.requires_nccl_transport("SHM")
+def test_shm(): pass
+
+@pytest.mark.requires_nccl_transport("P2P")
+def test_p2p(): pass
+
+@pytest.mark.min_allreduce_bw(0.0001)
+def test_allreduce(): pass
+""")
+    result = pytester.runpytest("--gputopo-machine", "node.txt", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=2)  # SYS beyond NCCL's default PXB: SHM, known either way
+    result.stdout.fnmatch_lines([
+        "*requires_nccl_transport('P2P'): GPU0-GPU1 (SYS) would use SHM: SYS is beyond NCCL's default P2P "
+        "level PXB (SYS on an AMD CPU with 2 GPUs or fewer; the CPU vendor was not given)*not this host*",
+        "*min_allreduce_bw(0.0001): *no figure (none published for text:node.txt, which is not this host*",
+    ])
+
+
+def test_unknown_p2p_status_is_an_unknown_transport_not_p2p(tmp_path):
+    """Issue 8.15: NCCL takes P2P within its level only when NVML's P2P status allows it
+    (src/transport/p2p.cc p2pCanConnect -> ncclTopoCheckP2p, which reads NVML's status, §3.2 of the
+    reference); where the source did not give the status, the transport is unknown."""
+    from pytest_gputopo.nccl.expect import NcclSettings, expected_transports
+    from pytest_gputopo.probe import probe
+
+    path = tmp_path / "pix.txt"
+    path.write_text(TEXT_MACHINE.replace("SYS", "PIX"))
+    (e,) = expected_transports(probe(str(path)), NcclSettings())
+    assert e.transport == "unknown"
+    assert "the P2P status is unknown" in e.reason

@@ -3,7 +3,8 @@
 ``BenchSuite.get(key)`` returns a ``BenchResult``; keys are ``("allreduce", n, size_bytes)``,
 ``("p2p", a, b)``, ``("p2p_staged", a, b)`` and ``("h2d", gpu, pinned)``. On a recorded machine the
 figures published for it are served instead, labelled ``recorded`` with their source: nothing can
-be measured on a machine that is not here. Measurements take an inter-process lock so that two
+be measured on a machine that is not this host (a recorded profile or ``nvidia-smi`` text), and
+this host's figures (gloo's CPU all-reduce included) are never served as that machine's. Measurements take an inter-process lock so that two
 pytest processes (xdist workers, parallel jobs) never benchmark the same host at once, and may be
 kept in pytest's cache across runs (``--gputopo-cache``). torch is imported only by the benchmarks.
 """
@@ -182,8 +183,7 @@ class BenchSuite:
     # -- where a figure comes from ----------------------------------------------------------------
 
     def _obtain(self, key: tuple) -> BenchResult:
-        gloo = key[0] == "allreduce" and self.settings.allreduce_backend == "gloo"
-        if self.topology.recorded and not gloo:  # gloo measures this host's CPUs, whatever the machine
+        if not self.topology.is_this_host:  # a recorded or text machine: only its own figures
             return self._recorded(key)
         name = "-".join(str(k) for k in key)
         if key[0] == "allreduce":  # the cache outlives the run: name what else makes the figure
@@ -217,6 +217,11 @@ class BenchSuite:
         return result
 
     def _recorded(self, key: tuple) -> BenchResult:
+        """The figure published for a machine that is not this host, or why there is none."""
+        name = str(self.topology.source)
+        if key[0] == "allreduce" and self.settings.allreduce_backend == "gloo":
+            return BenchResult(key, describe(key), None, "recorded", error=(
+                f"gloo measures this host's CPUs, and {name} is not this host"))
         kind = "p2p" if key[0] == "p2p" else key[0]
         for fig in self.topology.published:
             if fig["kind"] != kind:
@@ -229,12 +234,11 @@ class BenchSuite:
             taken_at = key[:2] + (fig["size_bytes"],) if kind == "allreduce" and fig.get("size_bytes") else key
             return BenchResult(key, describe(taken_at), float(fig["gbps"]), "recorded", source=fig["source"] + note,
                                detail=dict(fig))
-        name = self.topology.source.name
         if key[0] == "nccl_transports":
             return BenchResult(key, describe(key), None, "recorded",
-                               error=f"NCCL cannot run on the recorded machine {name}")
+                               error=f"NCCL cannot run on {name}, which is not this host")
         return BenchResult(key, describe(key), None, "recorded",
-                           error=f"none published for the recorded machine {name}, which cannot be measured")
+                           error=f"none published for {name}, which is not this host and cannot be measured")
 
     def _measure(self, key: tuple) -> BenchResult:
         gloo = key[0] == "allreduce" and self.settings.allreduce_backend == "gloo"

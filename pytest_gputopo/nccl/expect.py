@@ -490,12 +490,14 @@ def _expect(topology: Topology, link: Link, settings: NcclSettings, default: str
             f"CUDA reports no peer access between cuda:{a} and cuda:{b}: NCCL turns P2P off: {off_text}"),
             **common)
 
-    # 4. P2P.
+    # 4. P2P -- if NVML allows it: an unknown status (a text machine without `topo -p2p`) leaves the
+    # transport unknown, as requires_p2p leaves such a pair unmet.
     unsure = ""
     if settings.ignore_disabled_p2p == 2:
         unsure = f" ({settings.describe('NCCL_IGNORE_DISABLED_P2P')}: NVML not asked)"
     elif any(_nvml_unknown(topology.link(x, y)) for x, y in hops):
-        unsure = " (NVML P2P status unknown here: assumed OK)"
+        return Expectation(transport=UNKNOWN, via=UNKNOWN, reason=(
+            f"{shown}: NCCL takes P2P here only if NVML allows it, and the P2P status is unknown"), **common)
     if path == "NVL":
         reason = f"{label}: NCCL uses P2P over NVLink"
     elif path == "NVB":
