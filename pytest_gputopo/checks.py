@@ -135,9 +135,10 @@ def floor_name(key: tuple) -> str:
     return FLOOR_OF.get(key[0]) or ("h2d_pinned" if key[2] else "h2d_pageable")
 
 
-def judge(config: pytest.Config, requirement: reqs.FactRequirement, max_items: int | None = reqs.REASON_PAIRS) -> str | None:
-    """The skip reason of a requirement judged on facts beyond the topology, or None when met
-    (``max_items=None``: name every failing pair, as a run gate does)."""
+def judge(config: pytest.Config, requirement: reqs.FactRequirement,
+          max_items: int | None = reqs.REASON_PAIRS) -> reqs.Verdict:
+    """The verdict of a requirement judged on facts beyond the topology, its reason naming the
+    source (``max_items=None``: name every failing pair, as a run gate does)."""
     if isinstance(requirement, reqs.BandwidthRequirement):
         return judge_bandwidth(config, requirement, max_items)
     topology = topology_of(config)
@@ -146,7 +147,9 @@ def judge(config: pytest.Config, requirement: reqs.FactRequirement, max_items: i
         verdict = requirement.judge(topology, view.pairs(), view.account, max_items)
     else:
         verdict = requirement.judge(view.fallbacks(measured_p2p(config)), max_items)
-    return None if verdict.ok else f"{verdict.reason} [{report.source_text(topology)}; {view.origin}]"
+    if verdict.ok:
+        return verdict
+    return reqs.Verdict(False, f"{verdict.reason} [{report.source_text(topology)}; {view.origin}]", verdict.failures)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,23 +250,52 @@ def predicted_fallback_line(config: pytest.Config) -> str:
     return f"gputopo {line} [predicted from NCCL's settings and NVML]" if line else ""
 
 
+def threshold(config: pytest.Config, key: tuple, size_bytes: int | None = None, gbps: float | None = None,
+              floor: float | None = None):
+    """The one threshold rule for a measured figure, the same for a ``min_*_bw`` marker and a check
+    item: the marker's own ``gbps``; else a published per-SKU floor (the all-reduce of a full node,
+    taken at ``size_bytes``, unless the user set a floor); else the floor (the marker's, else option /
+    ini / env, else the default) x the expected figure. Returns (expected ``spec.Figure`` or None,
+    what the expectation rests on, the floor ratio, the absolute ``spec.Figure`` or None): the
+    arguments of ``spec.Check``, whose ``needed_gbps`` is the threshold."""
+    from . import spec
+
+    fig, basis = expected(config, key)
+    floors, explicit = options.floors(config)
+    name = floor_name(key)
+    ratio = floor if floor is not None else floors[name]
+    if gbps is not None:
+        return fig, basis, ratio, spec.Figure(gbps, "the marker", f"the marker's {gbps:g} GB/s")
+    topology = topology_of(config)
+    published = None
+    if key[0] == "allreduce" and floor is None and name not in explicit and topology.gpus:
+        published = spec.sku_allreduce_floor(topology.gpus[0].name, key[1], size_bytes or key[2])
+    return fig, basis, ratio, published
+
+
+def _taken_at(result) -> int | None:
+    """The size an all-reduce figure was taken at (a recorded figure says; else the key's)."""
+    return result.detail.get("size_bytes", result.key[2]) if result.key[0] == "allreduce" else None
+
+
 def judge_bandwidth(config: pytest.Config, requirement: reqs.BandwidthRequirement,
-                    max_items: int | None = reqs.REASON_PAIRS) -> str | None:
-    """The skip reason of a ``min_*_bw`` marker, or None when met."""
+                    max_items: int | None = reqs.REASON_PAIRS) -> reqs.Verdict:
+    """The verdict of a ``min_*_bw`` marker, its reason naming the source."""
     topology = topology_of(config)
     s = suite(config)
-    floors, _ = options.floors(config)
-    keys = requirement.keys(topology, s.allreduce_key)
     figures = []
-    for key in keys:
+    for key in requirement.keys(topology, s.allreduce_key):
         result = s.get(key)
-        fig, basis = expected(config, key)
+        fig, basis, ratio, absolute = threshold(config, key, _taken_at(result), requirement.gbps, requirement.floor)
+        needed = absolute.gbps if absolute is not None else (ratio * fig.gbps if fig is not None else None)
+        set_by = f"published {absolute.label or absolute.source}" if absolute and requirement.gbps is None else ""
         figures.append((reqs.Figure(result.gbps, result.origin, result.what, result.source, result.error,
                                     result.interval_gbps),
-                        fig.gbps if fig else None, basis))
-    default_floor = floors[floor_name(keys[0])] if keys else 1.0
-    verdict = requirement.judge(topology, figures, default_floor, max_items)
-    return None if verdict.ok else f"{verdict.reason} [{report.source_text(topology)}]"
+                        fig.gbps if fig else None, basis, needed, set_by))
+    verdict = requirement.judge(topology, figures, max_items)
+    if verdict.ok:
+        return verdict
+    return reqs.Verdict(False, f"{verdict.reason} [{report.source_text(topology)}]", verdict.failures, verdict.broken)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,14 +426,8 @@ def _bandwidth_check(config, topology: Topology, key: tuple):
             origin += f"; {spec.interval_text(result.interval_gbps)} GB/s"
         if result.error:
             return "failed", f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", props
-        fig, basis = expected(config, key)
-        floors, explicit = options.floors(config)
-        name = floor_name(key)
-        published = None
-        if key[0] == "allreduce" and name not in explicit and topology.gpus:
-            size = result.detail.get("size_bytes", key[2])  # a recorded figure says what size it was taken at
-            published = spec.sku_allreduce_floor(topology.gpus[0].name, key[1], size)
-        check = spec.Check(result.gbps, fig, floors[name], published)
+        fig, basis, ratio, published = threshold(config, key, _taken_at(result))
+        check = spec.Check(result.gbps, fig, ratio, published)
         text = f"{result.what}: {check.describe()} ({origin})"
         if check.passed() is None:
             return "passed", f"{text}; not judged: {basis}", props

@@ -29,29 +29,35 @@ SHARED_DIR = pytest.StashKey[str]()
 class RunState:
     def __init__(self, strict: bool):
         self.strict = strict
-        self.verdicts: dict = {}  # requirement -> skip reason (None: met), evaluated once per run
+        self.verdicts: dict = {}  # requirement -> (skip reason or None: met, broken), evaluated once per run
 
     @staticmethod
-    def evaluate(requirement, config) -> str | None:
+    def evaluate(requirement, config) -> tuple[str | None, bool]:
+        """(the reason it is unmet or None, whether the node is broken: a failure even when not strict)."""
         from .checks import judge
         from .requirements import FactRequirement
 
         ranks = config.stash.get(RANKS, None)
         if isinstance(requirement, FactRequirement):
-            reason = judge(config, requirement)  # measures lazily, once per run
+            verdict = judge(config, requirement)  # measures lazily, once per run
+            mine = {"reason": None if verdict.ok else verdict.reason, "broken": verdict.broken}
             # Judged on each rank's facts: agree on one verdict (unmet anywhere -> skipped everywhere).
-            reasons = _all_ranks(config, f"verdict/{requirement}", {"reason": reason})
-            if len(reasons) == 1:
-                return reason
-            return next((f"rank {r}: {d['reason']}" for r, d in enumerate(reasons) if d["reason"]), None)
+            gathered = _all_ranks(config, f"verdict/{requirement}", mine)
+            if len(gathered) == 1:
+                return mine["reason"], mine["broken"]
+            unmet = [(r, d) for r, d in enumerate(gathered) if d["reason"]]
+            if not unmet:
+                return None, False
+            rank, first = unmet[0]
+            return f"rank {rank}: {first['reason']}", any(d["broken"] for _, d in unmet)
         views = [(None, config.stash[TOPOLOGY])] if ranks is None else \
             [(v, v.topology) for v in _distinct(ranks[1])]
         for view, topology in views:  # the same combined view on every rank: the same decision
             verdict = requirement.evaluate(topology)
             if not verdict.ok:
                 where = f"on {view.where}: " if view is not None and len(ranks[1]) > 1 else ""
-                return f"{where}{verdict.reason} [{report.source_text(topology)}]"
-        return None
+                return f"{where}{verdict.reason} [{report.source_text(topology)}]", False
+        return None, False
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -120,7 +126,7 @@ def _fact_gate_problems(config: pytest.Config, terms: list) -> list[str]:
     """Gate terms judged on facts (no-fallback): on each rank's own node, then shared by all ranks."""
     from .checks import judge
 
-    mine = [reason for reason in (judge(config, t, max_items=None) for t in terms) if reason]
+    mine = [verdict.reason for verdict in (judge(config, t, max_items=None) for t in terms) if not verdict.ok]
     gathered = _all_ranks(config, "gate", {"problems": mine})
     if len(gathered) == 1:
         return mine
@@ -286,13 +292,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     state: RunState = item.config.stash[STATE]
     for requirement, strict in found:
-        reason = state.verdicts.get(requirement, ...)
-        if reason is ...:
-            reason = state.verdicts[requirement] = state.evaluate(requirement, item.config)
+        verdict = state.verdicts.get(requirement)
+        if verdict is None:
+            verdict = state.verdicts[requirement] = state.evaluate(requirement, item.config)
+        reason, broken = verdict
         if reason is None:
             continue
         strict = state.strict if strict is None else strict
         item.user_properties.append(("gputopo_unmet", str(requirement)))
+        if broken:  # wrong data is a broken node: never a skip
+            pytest.fail(f"broken node: {reason}", pytrace=False)
         if strict:
             pytest.fail(reason, pytrace=False)
         # Reported at the test's own location, as pytest's skip markers are.

@@ -24,6 +24,7 @@ class Verdict:
     ok: bool
     reason: str = ""
     failures: tuple[str, ...] = ()  # one entry per unmet pair (or the count shortfall)
+    broken: bool = False  # a benchmark returned wrong data: a broken node, a failure even when not strict
 
 
 @dataclass(frozen=True)
@@ -196,29 +197,32 @@ class BandwidthRequirement(FactRequirement):
         n = len(topology.gpus) if self.gpus is None else min(self.gpus, len(topology.gpus))
         return [("h2d", g, self.pinned) for g in range(n)]
 
-    def judge(self, topology: Topology, figures: list[tuple[Figure, float | None, str]], default_floor: float,
+    def judge(self, topology: Topology, figures: list[tuple[Figure, float | None, str, float | None, str]],
               max_items: int | None = REASON_PAIRS) -> Verdict:
-        """``figures``: (the figure, the expected GB/s or None, what the expectation comes from)."""
+        """``figures``: (the figure, the expected GB/s or None, what the expectation comes from, the
+        GB/s it must reach or None when nothing says, and what sets that threshold when it is not
+        the expectation) -- the threshold resolved by the caller's one rule (``checks.threshold``)."""
         if self.gpus is not None and len(topology.gpus) < self.gpus:
             return _unmet(self, [f"needs {self.gpus} GPUs, {_visible(topology)}"], max_items, "measurements")
         if not figures:
             return _unmet(self, [f"nothing to measure: {_visible(topology)}"], max_items, "measurements")
-        failures, sources = [], []
-        for fig, expected, basis in figures:
+        failures, sources, broken = [], [], False
+        for fig, expected, basis, needed, set_by in figures:
             if fig.gbps is None:
                 failures.append(f"{fig.what}: no figure ({fig.error})")
                 continue
-            needed = self.gbps
+            if fig.error:  # a figure with wrong data: the node is broken, whatever the threshold
+                broken = True
+                failures.append(f"{fig.what}: {fig.text()}; data wrong: {fig.error}")
+                continue
             if needed is None:
-                if expected is None:
-                    failures.append(f"{fig.what}: {fig.text()}, but no expected bandwidth is "
-                                    f"known for {basis} to judge it against")
-                    continue
-                needed = (self.floor if self.floor is not None else default_floor) * expected
-            if fig.gbps < needed or fig.error:
+                failures.append(f"{fig.what}: {fig.text()}, but no expected bandwidth is "
+                                f"known for {basis} to judge it against")
+                continue
+            if fig.gbps < needed:
                 exp = f", expected {expected:.1f} from {basis}" if expected is not None else f" ({basis})"
-                wrong = f"; {fig.error}" if fig.error else ""
-                failures.append(f"{fig.what}: {fig.text()}, needed {needed:.1f}{exp}{wrong}")
+                by = f" ({set_by})" if set_by else ""
+                failures.append(f"{fig.what}: {fig.text()}, needed {needed:.1f}{by}{exp}")
                 if fig.source and fig.source not in sources:
                     sources.append(fig.source)
         if not failures:
@@ -227,7 +231,7 @@ class BandwidthRequirement(FactRequirement):
         if sources:  # a recorded machine's figures: say once where they were published
             note = "; ".join(sources)
             verdict = Verdict(False, f"{verdict.reason} (recorded figures, not measured here: {note})", verdict.failures)
-        return verdict
+        return Verdict(False, verdict.reason, verdict.failures, broken)
 
 
 PAIR_KINDS = ("P2P", "SHM")  # judged per GPU pair; the others on NCCL's account of a run

@@ -1,0 +1,80 @@
+"""One figure, one verdict: a min_*_bw marker and a check item judge a measured figure by the same
+threshold rule, and wrong data is a broken node (a failure, never a skip) in both.
+
+No GPU here: a conftest makes a recorded machine pass for this host (source ``nvml``, nothing
+published) and replaces ``BenchSuite._run`` -- the one place a benchmark runs -- by figures the
+test chooses, so the plugin's own judging runs unchanged on them.
+"""
+
+import json
+
+import pytest
+
+CONFTEST = """
+import dataclasses, json, os
+import pytest
+from pytest_gputopo import model
+from pytest_gputopo.bench import suite as bench_suite
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_gputopo_probe(config):
+    from pytest_gputopo.probe import probe_recorded
+    topo = probe_recorded(os.environ["GPUTOPO_TEST_MACHINE"])
+    return dataclasses.replace(topo, source=model.Source("nvml"), published=())
+
+def fake_run(self, key):
+    figures = json.loads(os.environ["GPUTOPO_TEST_FIGURES"])
+    gbps, error = figures.get(key[0], (None, "not measured in this test"))
+    return gbps, {}, error
+
+bench_suite.BenchSuite._run = fake_run
+"""
+
+
+@pytest.fixture
+def gpu_host(pytester, monkeypatch):
+    def run(machine, figures, src, *args):
+        monkeypatch.setenv("GPUTOPO_TEST_MACHINE", machine)
+        monkeypatch.setenv("GPUTOPO_TEST_FIGURES", json.dumps(figures))
+        pytester.makeconftest(CONFTEST)
+        pytester.makepyfile(test_bw=src)
+        return pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--gputopo-json", "out.json", *args)
+    return run
+
+
+def _checks(pytester) -> dict:
+    doc = json.loads((pytester.path / "out.json").read_text())
+    return {c["check"]: c for c in doc["checks"]}
+
+
+def test_marker_and_check_item_judge_one_all_reduce_figure_alike(gpu_host, pytester):
+    """Issue 8.14: 300 GB/s on 8x H100 SXM at 16 GiB reached the marker's 0.6 x 450 = 270 and missed
+    the check's published per-SKU floor of 440: one figure, two verdicts. One rule now: both fail."""
+    src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
+    result = gpu_host("hgx-h100", {"allreduce": [300.0, None]}, src,
+                      "--gputopo-allreduce-size", "16G", "--gputopo-check=full", "-k", "allreduce")
+    result.stdout.fnmatch_lines(["*min_allreduce_bw(): all-reduce busbw, 8 ranks, 16 GiB: measured 300* GB/s, "
+                                 "needed 440.0 (published H100 SXM 8-GPU all-reduce floor)*"])
+    assert _checks(pytester)["allreduce_bw"]["outcome"] == "failed"
+    assert "needed 440.0" in _checks(pytester)["allreduce_bw"]["message"]
+
+
+def test_an_explicit_floor_rules_marker_and_check_alike(gpu_host, pytester):
+    src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
+    result = gpu_host("hgx-h100", {"allreduce": [300.0, None]}, src, "--gputopo-allreduce-size", "16G",
+                      "--gputopo-check=full", "-k", "allreduce", "--gputopo-floor-allreduce", "0.6")
+    result.assert_outcomes(passed=2)
+    assert _checks(pytester)["allreduce_bw"]["outcome"] == "passed"
+
+
+def test_wrong_data_fails_the_marker_even_when_not_strict(gpu_host, pytester):
+    """Issue 8.13: a benchmark whose data came back wrong only skipped the test. Wrong data is a
+    broken node: the marker fails (at setup, without --gputopo-strict), as the check item does."""
+    src = "import pytest\n@pytest.mark.min_allreduce_bw(0.001)\ndef test_allreduce(): pass\n"
+    result = gpu_host("dgx-a100", {"allreduce": [250.0, "12 wrong elements after the all-reduce"]}, src,
+                      "--gputopo-check=full", "-k", "allreduce")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("errors") == 1 and "skipped" not in outcomes and "passed" not in outcomes
+    result.stdout.fnmatch_lines(["*broken node: min_allreduce_bw(0.001): all-reduce busbw, 8 ranks, 1 GiB: "
+                                 "measured 250* GB/s; data wrong: 12 wrong elements after the all-reduce*"])
+    assert _checks(pytester)["allreduce_bw"]["outcome"] == "failed"
