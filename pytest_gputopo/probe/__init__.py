@@ -22,12 +22,7 @@ def probe(machine: str | None = None, *, p2p_text: dict | None = None, use_torch
     """The topology as this process sees it. ``machine``: a bundled name, a profile (.json) or
     ``nvidia-smi topo -m`` text file; None probes this host through NVML."""
     if machine is None:
-        topology, view = _probe_nvml(), None
-        if topology.gpus and use_torch:
-            from .torch_cuda import cuda_view
-
-            view = cuda_view()
-        return _as_cuda_sees_it(topology, view)
+        return _as_cuda_sees_it(*_probe_this_host(use_torch))
     if _is_text(machine):
         return _as_cuda_sees_it(_from_smi_file(machine, p2p_text or {}), None)
     return _as_cuda_sees_it(probe_recorded(machine), None)
@@ -84,10 +79,19 @@ def _nvml_library_missing() -> bool:
     return False
 
 
-def _probe_nvml() -> model.Topology:
+def _probe_this_host(use_torch: bool):
+    """(topology, CUDA's view or None). Where a driver is installed, NVML and CUDA are asked in a
+    child process under a deadline (``probe.host``): never CUDA in the user's process."""
     if _nvml_library_missing():
         return model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
-                              problem="NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed")
+                              problem="NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"), None
+    from .host import probe_in_child
+
+    return probe_in_child(use_torch)
+
+
+def _probe_nvml_here() -> model.Topology:
+    """NVML in this process (the probe child's side of ``_probe_this_host``)."""
     try:
         import pynvml
     except ImportError:
