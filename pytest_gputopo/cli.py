@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -120,6 +121,9 @@ def cmd_parse(args) -> int:
         from .nccl.log import parse_nccl_log, render_summary
 
         log = parse_nccl_log(_read(args.file))
+        if not log.nccl_lines and log.nccl_version is None:
+            raise CliError(f"{args.file}: no NCCL log: not one line NCCL writes (\"NCCL INFO\", \"NCCL WARN\", "
+                           f"\"NCCL version\"); run with NCCL_DEBUG=INFO")
         _emit(log.to_json(), args.json, render_summary(log))
         return 0
     from .probe import smi_text
@@ -238,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        # The reader went away (`gputopo spec --json | head`): not an error of ours. Quiet, with the
+        # status of a writer ended by SIGPIPE; stdout goes to devnull so the exit's flush is quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     except CliError as exc:
         print(f"gputopo: {exc}", file=sys.stderr)
         return 2

@@ -125,13 +125,6 @@ def test_parse_nccl_log_json():
     assert {"channel", "src_rank", "dst_rank", "transport", "detail"} <= set(data["connections"][0])
 
 
-def test_parse_nccl_log_of_unrelated_text_says_so(tmp_path):
-    f = tmp_path / "x.log"
-    f.write_text("hello\n")
-    out = gputopo("parse", "nccl-log", str(f), "--json")
-    assert out.returncode == 0 and json.loads(out.stdout)["warnings"] == ["no NCCL INFO lines"]
-
-
 @pytest.mark.parametrize("machine,status", [("hgx-h100", 0), ("8x-l40s-p2p-disabled", 1)])
 def test_check_command_reports_like_pytest(tmp_path, machine, status):
     out = gputopo("check", "--machine", machine, "--json", str(tmp_path / "c.json"),
@@ -146,3 +139,25 @@ def test_spec_prints_every_figure_with_its_source():
     data = json.loads(gputopo("spec", "--json").stdout)
     assert data and all(row["source"] for row in data)
     assert any(row["item"] == "Gen4" and 31 < row["gbps"] < 32 for row in data)
+
+
+def test_text_that_is_no_nccl_log_is_refused(tmp_path):
+    """Issue 8.23: `gputopo parse nccl-log` exited 0 with an empty document on any text."""
+    path = tmp_path / "build.log"
+    path.write_text("make: Entering directory '/src'\ncc -O2 -c x.c\n")
+    result = gputopo("parse", "nccl-log", str(path))
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"gputopo: {path}: no NCCL log: not one line NCCL writes" in result.stderr
+    path.write_text("host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n")
+    assert gputopo("parse", "nccl-log", str(path)).returncode == 0
+
+
+def test_a_reader_that_goes_away_is_not_an_error():
+    """Issue 8.21: `gputopo spec --json | head` printed "internal error (BrokenPipeError)" (exit 3).
+    Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError (Python docs, "Note
+    on SIGPIPE" in the signal module): the command ends quietly, as a writer ended by SIGPIPE."""
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_gputopo.cli", "spec", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first write
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141 and err == ""

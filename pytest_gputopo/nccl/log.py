@@ -163,6 +163,7 @@ class NcclLog:
     p2p_disabled_pairs: tuple = ()
     env_settings: dict = field(default_factory=dict)
     warnings: tuple = ()
+    nccl_lines: int = 0  # lines NCCL wrote (``NCCL INFO``/``WARN``...): none, and the text is no NCCL log
 
     @property
     def multi_node(self) -> bool:
@@ -425,7 +426,7 @@ class _Reader:
             processes=tuple((h, p, tuple(d)) for (h, p), d in self.procs.items()),
             rings_connected=self.rings, trees_connected=self.trees,
             p2p_disabled=tuple(self.p2p_off), p2p_disabled_pairs=tuple(self.p2p_pairs),
-            env_settings=dict(self.env), warnings=tuple(self.warnings))
+            env_settings=dict(self.env), warnings=tuple(self.warnings), nccl_lines=self.nccl_lines)
 
 
 def parse_nccl_log(text) -> NcclLog:
