@@ -641,17 +641,18 @@ def machines() -> list[Machine]:
         ),
         degrade(
             l40s, "8x-l40s-p2p-disabled",
-            "8x-l40s with P2P refused by the platform: read and write CNS (chipset not supported) for every "
+            "8x-l40s with P2P refused by the platform: read and write TNS (topology not supported) for every "
             "pair, as with IOMMU/ACS enabled; NCCL falls back to SHM.",
-            read_write=CNS,
+            read_write=P2PStatus.TOPOLOGY_NOT_SUPPORTED,
             sources=(
                 "https://github.com/NVIDIA/nccl/issues/257: P2P hangs with IOMMU enabled, fixed by "
                 "intel_iommu=off; https://github.com/NVIDIA/nccl/issues/2079: ACS forced P2P through the IOMMU",
                 "https://github.com/ai-dynamo/aiconfigurator/issues/1346 and "
                 "https://github.com/NovaSky-AI/SkyRL/pull/108: 8x L40S nodes without GPU P2P",
             ),
-            inferred=("links[*].p2p.read, links[*].p2p.write: CNS chosen for the IOMMU/ACS case (the code an "
-                      "L40S node reports there was not captured)",),
+            inferred=("links[*].p2p.read, links[*].p2p.write: TNS chosen for the IOMMU/ACS case (the code an "
+                      "L40S node reports there was not captured; CNS is what GeForce cards without P2P report, "
+                      "so it would read as a card without P2P, not a degraded node)",),
         ),
     ]
 

@@ -112,7 +112,7 @@ def test_quick_check_on_a_healthy_box(pytester):
 @pytest.mark.parametrize("machine,failed,line", [
     ("hgx-h100-nvlink-down", 1, "GPU5: NVLinks [[]0, 1, *] are down (0/18 up)"),
     ("hgx-h100-pcie-x8", 1, "GPU2 PCIe link trained down: x8 of x16 (Gen3 of Gen5)"),
-    ("8x-l40s-p2p-disabled", 28, "GPU0-GPU1 (*): P2P refused: chipset not supported"),
+    ("8x-l40s-p2p-disabled", 28, "GPU0-GPU1 (*): P2P refused: topology not supported"),
 ])
 def test_quick_check_names_what_is_degraded(pytester, machine, failed, line):
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=quick", "--gputopo-machine", machine,
@@ -123,7 +123,7 @@ def test_quick_check_names_what_is_degraded(pytester, machine, failed, line):
 
 def test_gpu_model_without_p2p_is_not_a_fault(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "4x-rtx4090", "-rs")
-    result.stdout.fnmatch_lines(["*GPU0-GPU1 (NODE): this GPU model does not support P2P (not a fault)*"])
+    result.stdout.fnmatch_lines(["*GPU0-GPU1 (NODE): P2P not supported by this GPU model or chipset (GPU not supported; not a fault)*"])
     assert result.ret == 0
 
 

@@ -302,7 +302,7 @@ def test_8x_l40s_p2p_disabled():
     base, t = topo("8x-l40s"), topo("8x-l40s-p2p-disabled")
     assert t.gpus == base.gpus
     for ln, ref in zip(t.links, base.links):
-        assert ln.p2p.read is ln.p2p.write is P2PStatus.CHIPSET_NOT_SUPPORTED
+        assert ln.p2p.read is ln.p2p.write is P2PStatus.TOPOLOGY_NOT_SUPPORTED
         assert t.p2p(ln.a, ln.b) is False
         assert (ln.a, ln.b, ln.pcie, ln.nvlinks) == (ref.a, ref.b, ref.pcie, ref.nvlinks)
 

@@ -219,17 +219,17 @@ def test_8x_l40s_pcie_switch_pairs_p2p_the_rest_shm(machines):
     assert seen == {"PIX", "NODE", "SYS"}
 
 
-def test_8x_l40s_with_p2p_disabled_by_the_chipset_uses_shm(machines):
+def test_8x_l40s_with_p2p_disabled_by_the_platform_uses_shm(machines):
     exps = by_pair(expected_transports(machines["8x-l40s-p2p-disabled"], read_settings({}, [])))
     assert all(e.transport == "SHM" for e in exps.values())
-    assert all("chipset not supported (CNS)" in e.p2p_refusals[0] for e in exps.values())
+    assert all("topology not supported (TNS)" in e.p2p_refusals[0] for e in exps.values())
     pix = exps[(0, 1)]
     assert pix.baseline == "P2P" and pix.degraded
-    assert pix.reason == "NVML reports P2P read/write chipset not supported (CNS): NCCL turns P2P off: SHM"
+    assert pix.reason == "NVML reports P2P read/write topology not supported (TNS): NCCL turns P2P off: SHM"
     assert pix.message == ("P2P is disabled between connected GPUs 0 and 1. You can repress this message with "
                            "NCCL_IGNORE_DISABLED_P2P=1.")
     far = exps[(0, 4)]  # NCCL never asks NVML about a pair beyond the level: no message
-    assert far.message is None and far.reason.startswith("SYS is beyond") and "CNS" in far.reason
+    assert far.message is None and far.reason.startswith("SYS is beyond") and "TNS" in far.reason
 
 
 def test_4x_rtx4090_shm_and_gpu_not_supported(machines):
@@ -366,9 +366,9 @@ def test_the_chipset_cause_and_the_measured_bandwidth(machines):
     observed = {(0, 1): {"SHM"}, (1, 2): {"SHM"}, (2, 3): {"SHM"}}
     fbs = find_fallbacks(exps, observed, NcclSettings(), measured_p2p={(0, 1): (4.1, 25.0), (2, 3): (20.0, 25.0)})
     assert [(f.a, f.b) for f in fbs] == [(0, 1), (2, 3)]  # GPU1-GPU2 is NODE: SHM is NCCL's default there
-    assert fbs[0].causes == ("NVML P2P read/write chipset not supported (CNS)",
+    assert fbs[0].causes == ("NVML P2P read/write topology not supported (TNS)",
                              "measured P2P 4.1 GB/s, 16% of the 25 GB/s expected")
-    assert fbs[1].causes == ("NVML P2P read/write chipset not supported (CNS)",)  # 80%: not a cause
+    assert fbs[1].causes == ("NVML P2P read/write topology not supported (TNS)",)  # 80%: not a cause
     assert fbs[0].strong is False
 
 

@@ -57,7 +57,7 @@ def test_header_names_the_fallback_and_its_cause(pytester, monkeypatch):
 def test_nvml_refusal_is_named_as_the_cause(pytester):
     result = run(pytester, "8x-l40s-p2p-disabled")
     result.stdout.fnmatch_lines(["gputopo fallback: GPU0-GPU1 PIX uses SHM instead of P2P (NVML P2P read/write "
-                                 "chipset not supported (CNS))*"])
+                                 "topology not supported (TNS))*"])
 
 
 def test_a_stray_level_in_a_config_file_is_found(pytester, monkeypatch, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import itertools
 import socket
 
@@ -110,8 +111,17 @@ def _in_nvml_order(t: model.Topology) -> model.Topology:
     return t.restrict(sorted(range(len(t.gpus)), key=lambda g: t.gpus[g].nvml_index))
 
 
+def _as_asked(link: model.NvLink) -> model.NvLink:
+    """What the probe asks of a link (NCCL's order, src/graph/xml.cc): nothing past one that is down,
+    no bus id of a switch."""
+    if not link.active:
+        return model.NvLink(link.link, False)
+    return dataclasses.replace(link, remote_bus_id=None) if link.remote_type == "SWITCH" else link
+
+
 def _same_machine(got: model.Topology, want: model.Topology) -> None:
-    assert got.gpus == want.gpus
+    want_gpus = tuple(dataclasses.replace(g, nvlinks=tuple(map(_as_asked, g.nvlinks))) for g in want.gpus)
+    assert got.gpus == want_gpus
     assert got.links == want.links
     assert (got.driver_version, got.cuda_driver_version) == (want.driver_version, want.cuda_driver_version)
 
@@ -370,3 +380,65 @@ def test_every_bundled_machine_round_trips(name):
     want = dataclasses.replace(t, links=tuple(dataclasses.replace(ln, cuda_peer=None) for ln in t.links))
     _same_machine(got, _in_nvml_order(want))
     assert got.source == t.source and got.warnings == ()
+
+
+# -- issue 8: facts as the real driver gives them ----------------------------------------------
+
+
+def _pcie_cards_without_bridge() -> model.Topology:
+    """2x A100 PCIe without an NVLink bridge: every link present, none up."""
+    gpus = tuple(model.Gpu(i, name="NVIDIA A100 80GB PCIe", pci_bus_id=f"00000000:{0x17 + 0x50 * i:02X}:00.0",
+                           nvml_index=i, nvlinks=tuple(model.NvLink(k, False) for k in range(12))) for i in range(2))
+    return model.Topology(gpus=gpus, links=(model.Link(0, 1, pcie=model.LinkClass.SYS, nvlinks=0),))
+
+
+def test_links_that_are_down_are_not_asked_where_they_lead():
+    """Issue 8.8: the remote PCI info, type and version of a link that is down were asked, and the
+    driver's errors became warnings (which fail the `topology` check). NCCL asks the state first and
+    nothing more of a link that is not NVML_FEATURE_ENABLED (src/graph/xml.cc ncclTopoGetXmlFromGpu:
+    "if (isActive != NVML_FEATURE_ENABLED) continue;"), then the remote type, then the PCI info of a
+    link that does not end at a switch (NCCL 2.31)."""
+    got = nvml.probe(make_fake_pynvml(_pcie_cards_without_bridge()))
+    assert got.warnings == ()
+    assert [ln.active for ln in got.gpus[0].nvlinks] == [False] * 12 and got.link(0, 1).nvlinks == 0
+
+
+def test_nvlink_capable_pcie_cards_without_a_bridge_pass_the_checks(pytester):
+    """Issue 8.7: a GPU with no NVLink up on a machine where no GPU has one up is a GPU without
+    NVLink, not a fault; some up and some down is."""
+    from pytest_gputopo.probe.recorded import profile_dict
+
+    path = pytester.path / "a100-pcie.json"
+    path.write_text(json.dumps(profile_dict("a100-pcie", _pcie_cards_without_bridge())))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", str(path), "-rs")
+    result.assert_outcomes(passed=1, skipped=5)  # topology passes; PCIe width unknown x2, nvlink x2, P2P unknown
+    result.stdout.fnmatch_lines(["*GPU0: no NVLink up on any GPU: a machine without NVLink*not a fault*"])
+
+
+def test_a_geforce_pair_reporting_cns_is_a_card_without_p2p(pytester):
+    """Issue 8.9: GeForce cards report CNS as well as GNS for P2P (NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED);
+    the p2p_status check treats both as a card without P2P, not a broken node."""
+    from pytest_gputopo.probe.recorded import profile_dict
+
+    cns = model.P2P(read=model.P2PStatus.CHIPSET_NOT_SUPPORTED, write=model.P2PStatus.CHIPSET_NOT_SUPPORTED)
+    t = model.Topology(gpus=(model.Gpu(0, name="NVIDIA GeForce RTX 4090"), model.Gpu(1, name="NVIDIA GeForce RTX 4090")),
+                       links=(model.Link(0, 1, pcie=model.LinkClass.NODE, nvlinks=0, p2p=cns),))
+    path = pytester.path / "geforce.json"
+    path.write_text(json.dumps(profile_dict("geforce", t)))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", str(path), "-rs")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*GPU0-GPU1 (NODE): P2P not supported by this GPU model or chipset "
+                                 "(chipset not supported; not a fault)*"])
+
+
+def test_a_mig_instance_does_not_inherit_its_parents_nvlinks(monkeypatch):
+    """Issue 8.9: CUDA reports a MIG instance with its parent GPU's PCI bus id
+    (``cudaDeviceProp.pciBusID``), so a join by bus id handed the instance the whole GPU's NVLinks."""
+    from pytest_gputopo.probe import _as_cuda_sees_it
+    from pytest_gputopo.probe.torch_cuda import CudaView
+
+    t = recorded.load_profile("hgx-h100").topology
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-3b2c7a91-0000-5b1e-9a3f-1c2d3e4f5a6b")
+    got = _as_cuda_sees_it(t, CudaView((t.gpus[0].pci_bus_id,), {}))
+    assert got.gpus == ()
+    assert any("MIG instance" in w for w in got.warnings)

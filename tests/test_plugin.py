@@ -60,7 +60,7 @@ def test_pcie_only_box_without_p2p(pytester):
 
 def test_p2p_disabled_twin(pytester):
     result = run(pytester, "8x-l40s-p2p-disabled")
-    result.stdout.fnmatch_lines(["*requires_p2p: GPU0-GPU1 cannot do P2P (read chipset not supported*"])
+    result.stdout.fnmatch_lines(["*requires_p2p: GPU0-GPU1 cannot do P2P (read topology not supported*"])
 
 
 def test_dual_socket_box_names_the_sys_pair(pytester):

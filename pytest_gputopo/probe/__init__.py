@@ -125,6 +125,10 @@ def _as_cuda_sees_it(topology: model.Topology, view) -> model.Topology:
     """Reorder to CUDA's numbering (torch's answer when there is one, else the environment's
     CUDA_DEVICE_ORDER and CUDA_VISIBLE_DEVICES), and join CUDA's peer-access answers."""
     warnings = list(topology.warnings)
+    if view is not None and runtime.mig_visible():
+        # CUDA reports a MIG instance with its parent GPU's bus id: joined by bus id, the instance
+        # would inherit the whole GPU's NVLinks and P2P. It is not mapped to a GPU at all (as below).
+        view = None
     if view is not None:
         by_bus = {(g.pci_bus_id or "").upper(): i for i, g in enumerate(topology.gpus)}
         order = [by_bus[b] for b in view.bus_ids if b in by_bus]

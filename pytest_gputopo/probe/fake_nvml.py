@@ -400,13 +400,22 @@ class _FakeNvml:
     def nvmlDeviceGetNvLinkState(self, device: Any, link: int) -> int:
         return 1 if self._link(device, link).active else 0  # NVML_FEATURE_ENABLED / DISABLED
 
+    def _up(self, device: Any, link: int) -> model.NvLink:
+        """A link whose far end can be described: the driver describes nothing past a link that is
+        down (an NVLink-capable PCIe card without a bridge reports every link disabled), and a
+        query about it is an error -- as the issue's trial on real drivers saw (issue 8, item 8)."""
+        found = self._link(device, link)
+        if not found.active:
+            raise self.real.NVMLError_Unknown()
+        return found
+
     def nvmlDeviceGetNvLinkVersion(self, device: Any, link: int) -> int:
-        return self._fact(_VERSION_CODES.get(self._link(device, link).version))
+        return self._fact(_VERSION_CODES.get(self._up(device, link).version))
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, device: Any, link: int) -> Any:
-        return self._pci(self._fact(self._link(device, link).remote_bus_id))
+        return self._pci(self._fact(self._up(device, link).remote_bus_id))
 
     nvmlDeviceGetNvLinkRemotePciInfo_v2 = nvmlDeviceGetNvLinkRemotePciInfo
 
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
-        return _DEVICE_TYPE_CODES.get(self._link(handle, link).remote_type, 0xFF)
+        return _DEVICE_TYPE_CODES.get(self._up(handle, link).remote_type, 0xFF)

@@ -273,15 +273,22 @@ class _Reader:
                 self.failed(f"{where} NVLink {k}", "nvmlDeviceGetNvLinkState", state)
                 summary.ambiguous = True
                 continue
+            if state != 1:  # not NVML_FEATURE_ENABLED: a link that is down leads nowhere; ask nothing of it
+                found.append(model.NvLink(link=k, active=False))
+                continue
+            # As NCCL asks (src/graph/xml.cc ncclTopoGetXmlFromGpu, 2.31): the state, then the remote
+            # device type, then the remote PCI info of links that do not end at a switch -- a switch
+            # may not be visible at all (inside a VM), and its bus id counts for nothing here.
             at = f"{where} NVLink {k}"
-            pci = self.fact(at, "nvmlDeviceGetNvLinkRemotePciInfo", h, k)
-            remote = _text(pci.busId) or None if pci is not None else None
-            kind = self.fact(at, "nvmlDeviceGetNvLinkRemoteDeviceType", h, k)
+            remote_type = NVLINK_DEVICE_TYPES.get(self.fact(at, "nvmlDeviceGetNvLinkRemoteDeviceType", h, k), "unknown")
+            remote = None
+            if remote_type != "SWITCH":
+                pci = self.fact(at, "nvmlDeviceGetNvLinkRemotePciInfo", h, k)
+                remote = _text(pci.busId) or None if pci is not None else None
             version = self.fact(at, "nvmlDeviceGetNvLinkVersion", h, k)
-            link = model.NvLink(link=k, active=state == 1,  # NVML_FEATURE_ENABLED
+            link = model.NvLink(link=k, active=True,
                                 remote_bus_id=None if remote is None or is_synthetic_bus_id(remote) else remote,
-                                remote_type=NVLINK_DEVICE_TYPES.get(kind, "unknown"),
-                                version=NVLINK_VERSIONS.get(version))
+                                remote_type=remote_type, version=NVLINK_VERSIONS.get(version))
             found.append(link)
             summary.add(link, remote)
         return tuple(found), summary
