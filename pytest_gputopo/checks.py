@@ -368,10 +368,15 @@ def _checks(config, topology: Topology, level: str):
             """the PCIe link runs at its full width"""
             if gpu.pcie_width_current is None or gpu.pcie_width_max is None:
                 return "skipped", f"GPU{gpu.index}: PCIe width unknown", {}
+            # The width, against the maximum for this device and system: the generation is not
+            # judged, as an idle GPU drops to Gen1 to save power (a slow link shows in the copies).
+            now = f"Gen{gpu.pcie_gen_current or '?'} x{gpu.pcie_width_current} now"
             if gpu.pcie_width_current < gpu.pcie_width_max:
                 return ("failed", f"GPU{gpu.index} PCIe link trained down: x{gpu.pcie_width_current} of "
-                                  f"x{gpu.pcie_width_max} (Gen{gpu.pcie_gen_current} of Gen{gpu.pcie_gen_max})", {})
-            return "passed", f"GPU{gpu.index} PCIe Gen{gpu.pcie_gen_current} x{gpu.pcie_width_current}", {}
+                                  f"x{gpu.pcie_width_max} (current width against the maximum; "
+                                  f"Gen{gpu.pcie_gen_current or '?'} of Gen{gpu.pcie_gen_max or '?'})", {})
+            return "passed", (f"GPU{gpu.index} PCIe {now}, max Gen{gpu.pcie_gen_max or '?'} "
+                              f"x{gpu.pcie_width_max} (current width against the maximum)"), {}
         yield f"pcie[GPU{gpu.index}]", pcie
         if gpu.nvlinks:
             def nvlink(gpu=gpu):

@@ -109,11 +109,13 @@ def pcie_gbps(gen: int, width: int = 16) -> Figure:
 
 
 def pcie_line_rate(gpu: Gpu) -> Figure | None:
-    """The GPU's PCIe link as it is trained now (current generation and width); None when unknown.
+    """What the GPU's PCIe link can carry: its maximum generation and width for this device and
+    system (``nvmlDeviceGetMaxPcieLinkGeneration`` / ``...Width``); None when unknown.
 
-    NVML reports the *current* link, and an idle GPU may drop to Gen1 to save power (reference
-    nvml-nccl-torch.md 2.5): read it while the GPU is busy, or the expectation is too low."""
-    gen, width = gpu.pcie_gen_current, gpu.pcie_width_current
+    Not the *current* link: an idle GPU drops to Gen1 to save power (reference nvml-nccl-torch.md
+    2.5), which would make every expectation trivially low. A link trained down shows as a measured
+    figure below this one, and as a current width below the maximum (the ``pcie`` check)."""
+    gen, width = gpu.pcie_gen_max, gpu.pcie_width_max
     if gen is None or width is None or gen not in _PCIE_X16 or width not in PCIE_WIDTHS:
         return None
     return pcie_gbps(gen, width)

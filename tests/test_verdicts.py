@@ -78,3 +78,40 @@ def test_wrong_data_fails_the_marker_even_when_not_strict(gpu_host, pytester):
     result.stdout.fnmatch_lines(["*broken node: min_allreduce_bw(0.001): all-reduce busbw, 8 ranks, 1 GiB: "
                                  "measured 250* GB/s; data wrong: 12 wrong elements after the all-reduce*"])
     assert _checks(pytester)["allreduce_bw"]["outcome"] == "failed"
+
+
+# ------------------------------------------------------------------ PCIe read at idle
+
+def _idle(name: str):
+    """A recorded machine as NVML reads it at idle: every GPU's current link at Gen1, as NVIDIA GPUs
+    drop to save power (../shared/reference/nvml-nccl-torch.md 2.5, `nvidia-smi -q -d PCIE`: "Link
+    Width / Generation: Max / Current")."""
+    import dataclasses
+
+    from pytest_gputopo.probe import probe_recorded
+
+    t = probe_recorded(name)
+    return dataclasses.replace(t, gpus=tuple(dataclasses.replace(g, pcie_gen_current=1) for g in t.gpus))
+
+
+def test_expectations_use_the_links_maximum_not_the_idle_generation():
+    """Issue 8.6: at idle the expected host->device figure of an H100 became Gen1's."""
+    from pytest_gputopo import spec
+    from pytest_gputopo.probe import probe_recorded
+
+    idle = _idle("hgx-h100")
+    assert spec.pcie_line_rate(idle.gpus[0]).label == "PCIe Gen5 x16"
+    healthy = probe_recorded("hgx-h100").gpus[0]
+    assert spec.h2d_expected(idle.gpus[0], True) == spec.h2d_expected(healthy, True)
+    assert spec.p2p_expected(idle, 0, 1) == spec.p2p_expected(probe_recorded("hgx-h100"), 0, 1)
+
+
+def test_an_idle_gpu_is_no_regression():
+    """Issue 8.6: --gputopo-expect reported an idle GPU's Gen1 as a regression against its own
+    healthy reference; only the maximum and the width are compared."""
+    from pytest_gputopo import requirements as reqs
+    from pytest_gputopo.probe import probe_recorded
+
+    assert reqs.regressions(probe_recorded("hgx-h100"), _idle("hgx-h100")) == []
+    assert reqs.regressions(probe_recorded("hgx-h100"), probe_recorded("hgx-h100-pcie-x8")) == [
+        "GPU2 PCIe width is x8, the reference x16 (current)"]
