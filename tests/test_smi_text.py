@@ -189,8 +189,30 @@ def test_truncated_rows_and_missing_row():
 
 
 def test_unknown_label_is_a_warning():
-    smi = parse_topo_matrix("\tGPU0\tGPU1\nGPU0\t X \tFOO\nGPU1\tFOO\t X \n")
+    smi = parse_topo_matrix("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tFOO\tSYS\nGPU1\tFOO\t X \tSYS\nGPU2\tSYS\tSYS\t X \n")
     assert smi.matrix[0][1] == "?" and "GPU0-GPU1: unreadable cell 'FOO'" in smi.warnings
+
+
+def test_a_matrix_without_one_readable_link_is_refused():
+    """Issue 8.20: text of the matrix's shape whose cells are no nvidia-smi link (rocm-smi's `?`
+    grid) was read as GPUs with unknown links, and tests ran on it."""
+    with pytest.raises(SmiParseError, match="not one GPU pair's cell is a link nvidia-smi prints"):
+        parse_topo_matrix("\tGPU0\tGPU1\nGPU0\t X \tFOO\nGPU1\tFOO\t X \n")
+
+
+@pytest.mark.skipif(not (CORPUS.parent / "rocm").is_dir(), reason="no rocm-smi samples in the corpus")
+@pytest.mark.parametrize("sample", ["001.txt", "004.txt"])
+def test_rocm_smi_output_is_refused_as_amd(sample, pytester):
+    """Issue 8.20: rocm-smi --showtopo output was taken for nvidia-smi text (8 unknown GPUs, tests ran)."""
+    path = CORPUS.parent / "rocm" / sample
+    with pytest.raises(SmiParseError, match="this is rocm-smi output \\(AMD GPUs\\)"):
+        parse_topo_matrix(path.read_text())
+    pytester.makepyfile(test_x="def test_x(): pass\n")
+    copy = pytester.path / "amd.txt"
+    copy.write_text(path.read_text())
+    result = pytester.runpytest("--gputopo-machine", str(copy))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*amd.txt: this is rocm-smi output (AMD GPUs)*"])
 
 
 def test_asymmetric_cells_warn_and_take_the_worse():

@@ -45,6 +45,10 @@ P2P_LEGEND = """Legend:
 """
 
 
+# rocm-smi's banner and its --showtopo section titles ("Weight between two GPUs", "Link Type ...").
+_ROCM_RE = re.compile(r"ROCm System Management Interface|^=+ [A-Za-z ]+ between two GPUs =+", re.MULTILINE)
+
+
 class SmiParseError(ValueError):
     """The text holds no readable GPU matrix; the message is a one-line reason."""
 
@@ -225,7 +229,11 @@ def _trailing(label: str, fields: list, tabbed: bool, columns: tuple, warnings: 
 
 
 def parse_topo_matrix(text: str) -> SmiTopo:
-    """The ``nvidia-smi topo -m`` matrix in ``text`` (other lines around it are ignored)."""
+    """The ``nvidia-smi topo -m`` matrix in ``text`` (other lines around it are ignored). Text that
+    is no such matrix is refused, never read as GPUs with unknown links."""
+    if _ROCM_RE.search(text):
+        raise SmiParseError("this is rocm-smi output (AMD GPUs), not nvidia-smi topo -m: "
+                            "pytest-gputopo reads NVIDIA machines only")
     table = _read_table(text)
     warnings, devices, n = table.warnings, table.devices, len(table.devices)
     gpu_names = [d for d in devices if _GPU_RE.fullmatch(d)]
@@ -271,6 +279,9 @@ def parse_topo_matrix(text: str) -> SmiTopo:
             warnings.append(f"{a}-{b} reads {here} one way and {there} the other")
         return here or there or UNKNOWN
 
+    if len(gpu_names) >= 2 and not any(a in gpu_names and b in gpu_names for a, b in cells):
+        raise SmiParseError("no nvidia-smi topology matrix: not one GPU pair's cell is a link nvidia-smi "
+                            "prints (NV#, PIX, PXB, PHB, NODE, SYS)")
     matrix = tuple(tuple(cell(a, b) for b in gpu_names) for a in gpu_names)
     gpu_nic = tuple(tuple(cell(a, b) for b in nic_names) for a in gpu_names)
     legend = {}
