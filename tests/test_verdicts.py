@@ -115,3 +115,43 @@ def test_an_idle_gpu_is_no_regression():
     assert reqs.regressions(probe_recorded("hgx-h100"), _idle("hgx-h100")) == []
     assert reqs.regressions(probe_recorded("hgx-h100"), probe_recorded("hgx-h100-pcie-x8")) == [
         "GPU2 PCIe width is x8, the reference x16 (current)"]
+
+
+# ------------------------------------------------------------------ nccl-tests' own verdict
+
+NCCL_TESTS = """\
+# nThread 1 nGpus 8 minBytes 1073741824 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+  1073741824     268435456     float     sum      -1   4829.1  222.35  389.11      0   4790.7  224.13  392.23  {ip_wrong}
+# Out of bounds values : {oob} {verdict}
+# Avg bus bandwidth    : 390.67
+#
+"""
+
+
+@pytest.mark.parametrize("ip_wrong,oob,verdict,error", [
+    (0, 0, "OK", None),
+    (3, 0, "FAILED", "nccl-tests reported 3 wrong elements in-place"),
+    (0, 5, "FAILED", "nccl-tests reported 5 out-of-bounds values"),
+])
+def test_nccl_tests_figure_and_verdict_are_its_own(monkeypatch, ip_wrong, oob, verdict, error):
+    """Issue 8.12: in-place #wrong and a FAILED "Out of bounds" line were ignored, and the figure was
+    the larger of out-of-place and in-place. nccl-tests (src/common.cu) prints per-placement #wrong,
+    ends with "# Out of bounds values : N OK|FAILED" and reports "# Avg bus bandwidth" over every
+    cell; any wrong value fails, and the figure is the one it reports."""
+    from pytest_gputopo.bench import nccl_tests
+    from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
+    from pytest_gputopo.probe import probe_recorded
+    import dataclasses
+
+    from pytest_gputopo import model
+
+    text = NCCL_TESTS.format(ip_wrong=ip_wrong, oob=oob, verdict=verdict)
+    monkeypatch.setattr(nccl_tests, "run_all_reduce_perf", lambda *a, **k: nccl_tests.parse_nccl_tests(text))
+    host = dataclasses.replace(probe_recorded("hgx-h100"), source=model.Source("nvml"), published=())
+    suite = BenchSuite(host, BenchSettings(allreduce_engine="nccl-tests", nccl_tests_binary="all_reduce_perf"))
+    gbps, detail, got = suite._run(("allreduce", 8, 2**30))
+    assert gbps == 390.67 and got == error

@@ -100,6 +100,18 @@ class NcclTestsResult:
     nranks: int | None = None  # from the "#  Rank N ..." device lines, else NCCL's "nranks N"
     warnings: tuple[str, ...] = ()
 
+    def wrong_data(self) -> str | None:
+        """What nccl-tests itself found wrong -- ``#wrong`` of either placement, a FAILED summary line
+        (``Out of bounds values : N FAILED``, src/common.cu) -- or None when nothing was."""
+        if self.ok is not False:
+            return None
+        wrong = {place: sum((getattr(row, place).wrong or 0) for row in self.rows if getattr(row, place))
+                 for place in ("out_of_place", "in_place")}
+        found = [f"{n} wrong elements {place.replace('_', '-')}" for place, n in wrong.items() if n]
+        if self.out_of_bounds:
+            found.append(f"{self.out_of_bounds} out-of-bounds values")
+        return "nccl-tests reported " + (", ".join(found) if found else "FAILED")
+
     def max_busbw_gbps(self) -> float | None:
         values = [r.busbw_gbps for row in self.rows for r in row.results() if r.busbw_gbps is not None]
         return max(values) if values else None

@@ -269,9 +269,12 @@ class BenchSuite:
                 if not s.nccl_tests_binary:
                     raise FileNotFoundError("all_reduce_perf (nccl-tests) is not installed or not on PATH")
                 res = run_all_reduce_perf(s.nccl_tests_binary, key[1], key[2], timeout_s=s.timeout_s)
-                busbw = res.max_busbw_gbps()
-                wrong = sum((r.out_of_place.wrong or 0) if r.out_of_place else 0 for r in res.rows)
-                return busbw, {"engine": "nccl-tests", **res.to_json()}, (f"{wrong} wrong elements" if wrong else None)
+                # The figure nccl-tests itself reports ("# Avg bus bandwidth", over both placements),
+                # and its own verdict on the data (either placement, and the out-of-bounds line).
+                error = res.wrong_data()
+                if res.avg_busbw_gbps is None and error is None:
+                    error = "nccl-tests printed no '# Avg bus bandwidth' line"
+                return res.avg_busbw_gbps, {"engine": "nccl-tests", **res.to_json()}, error
             from .allreduce import run_allreduce
 
             res = run_allreduce(key[1], [key[2]], backend=s.allreduce_backend, judge_size=key[2],
