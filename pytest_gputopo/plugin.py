@@ -231,15 +231,19 @@ def pytest_collection(session: pytest.Session) -> None:
                     problems += [f"{prefix}{term}: {f}" for f in verdict.failures]
         problems += _fact_gate_problems(config, [t for t in terms if isinstance(t, reqs.FactRequirement)])
     if reference is not None:
-        from .probe import MachineError, probe_recorded
+        from . import runtime
+        from .probe import MachineError
+        from .probe import reference as reference_machine
 
         try:
-            ref = probe_recorded(reference)
+            ref = reference_machine(reference)
         except MachineError as exc:
             raise pytest.UsageError(f"{ref_where}: {exc}") from None
+        everything = runtime.all_gpus_visible()
         for view, topo in views:
             prefix = f"{view.where}: " if view is not None else ""
-            problems += [f"{prefix}expected as {ref.source.name}: {r}" for r in reqs.regressions(ref, topo)]
+            problems += [f"{prefix}expected as {ref.source.name}: {r}"
+                         for r in reqs.regressions(ref, topo, everything)]
     if problems:
         tw = config.get_terminal_writer()
         tw.line(f"gputopo: this machine does not meet the run's requirements "

@@ -95,6 +95,11 @@ def _match(entry: str, cuda: list[int], gpus: Sequence[Gpu]) -> int | str:
     return f"{entry!r} matches {'no' if not hits else 'more than one'} GPU UUID"
 
 
+def all_gpus_visible() -> bool:
+    """Whether the job may see every GPU (CUDA_VISIBLE_DEVICES unset)."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES") is None
+
+
 def mig_visible() -> bool:
     """Whether CUDA_VISIBLE_DEVICES names a MIG instance (``MIG-<uuid>``)."""
     return any(e.strip().upper().startswith("MIG-") for e in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(","))

@@ -121,7 +121,7 @@ def test_to_topology_keeps_unknowns_unknown():
     topo = to_topology(parse_topo_matrix(FOUR), name="four.txt")
     assert topo.link(0, 1) == model.Link(0, 1, pcie=None, nvlinks=4)  # PCIe path hidden behind NV4
     assert topo.link(0, 2) == model.Link(0, 2, pcie=model.LinkClass.SYS, nvlinks=0)
-    assert topo.gpus[3] == model.Gpu(index=3, cpu_affinity="24-47,72-95", numa_node=1)
+    assert topo.gpus[3] == model.Gpu(index=3, nvml_index=3, cpu_affinity="24-47,72-95", numa_node=1)
     assert topo.source == model.Source("smi-text", "four.txt") and topo.nics == ("mlx5_0",)
     assert topo.link(0, 1).p2p == model.P2P()
 

@@ -155,3 +155,37 @@ def test_nccl_tests_figure_and_verdict_are_its_own(monkeypatch, ip_wrong, oob, v
     suite = BenchSuite(host, BenchSettings(allreduce_engine="nccl-tests", nccl_tests_binary="all_reduce_perf"))
     gbps, detail, got = suite._run(("allreduce", 8, 2**30))
     assert gbps == 390.67 and got == error
+
+
+# ------------------------------------------------------------------ --gputopo-expect and CUDA_VISIBLE_DEVICES
+
+@pytest.mark.parametrize("visible,machine,ret,lines", [
+    # GPUs 0-3 of a healthy node against the node's own reference: no regression
+    ("0,1,2,3", "hgx-h100", 0, []),
+    # GPUs 4-7 of the node whose GPU5 lost its NVLinks: named GPU5, as nvidia-smi numbers it
+    ("4,5,6,7", "hgx-h100-nvlink-down", 8, ["*expected as hgx-h100: GPU5 has 0 active NVLinks, the reference 18*",
+                                            "*expected as hgx-h100: GPU4-GPU5 are linked by NODE, the reference by NV18*"]),
+])
+def test_expect_compares_the_physical_gpus_the_job_sees(pytester, monkeypatch, visible, machine, ret, lines):
+    """Issue 8.19: a job seeing GPUs 0-3 of a healthy node failed against the node's own reference
+    (fewer GPUs), and GPUs 4-7 of a degraded node named GPU5 "GPU1"."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    pytester.makepyfile(test_x="def test_x(): pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", machine, "--gputopo-expect", "hgx-h100")
+    assert result.ret == ret
+    result.stdout.fnmatch_lines(lines)
+    assert "GPU1 has 0 active NVLinks" not in result.stdout.str()
+
+
+def test_expect_takes_nvidia_smi_text_as_machine_does(pytester):
+    """Issue 8.19: --gputopo-expect accepts a `.txt` matrix, as --gputopo-machine does."""
+    from pytest_gputopo.probe import probe_recorded
+    from pytest_gputopo.probe.smi_text import render_topo_matrix
+
+    (pytester.path / "healthy.txt").write_text(render_topo_matrix(probe_recorded("hgx-h100")))
+    pytester.makepyfile(test_x="def test_x(): pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100-nvlink-down",
+                                "--gputopo-expect", "healthy.txt")
+    assert result.ret == 8
+    result.stdout.fnmatch_lines(["*expected as healthy.txt: GPU0-GPU5 are linked by SYS, the reference by NV18*"])

@@ -28,6 +28,14 @@ def probe(machine: str | None = None, *, p2p_text: dict | None = None, use_torch
     return _as_cuda_sees_it(probe_recorded(machine), None)
 
 
+def reference(name_or_path: str) -> model.Topology:
+    """A reference machine for ``--gputopo-expect`` (a bundled name, a profile, or ``nvidia-smi``
+    text), whole and in nvidia-smi's numbering: CUDA_VISIBLE_DEVICES applies to the job, not to it."""
+    if _is_text(name_or_path):
+        return _from_smi_file(name_or_path, {})
+    return probe_recorded(name_or_path)
+
+
 def probe_recorded(name_or_path: str) -> model.Topology:
     """A recorded machine, read through the NVML code path via the fake ``pynvml``."""
     from . import nvml

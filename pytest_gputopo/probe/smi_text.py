@@ -363,7 +363,8 @@ def to_topology(smi: SmiTopo, p2p: dict | None = None, name: str | None = None) 
     if bad:
         raise ValueError(f"unknown P2P capability {sorted(bad)[0]!r} (expected one of {model.P2P_CAPS})")
     warnings = list(smi.warnings)
-    gpus = tuple(model.Gpu(index=i, cpu_affinity=g.cpu_affinity,
+    # nvidia-smi numbers GPUs by their NVML index: GPU<i> of the text is NVML index i.
+    gpus = tuple(model.Gpu(index=i, nvml_index=i, cpu_affinity=g.cpu_affinity,
                            numa_node=int(g.numa_affinity) if re.fullmatch(r"[0-9]+", g.numa_affinity or "")
                            else None)
                  for i, g in enumerate(smi.gpus))
