@@ -400,7 +400,7 @@ def _link_from(d: Any, path: str, n_gpus: int) -> Link:
                 cuda_peer=_get(d, "cuda_peer", p, (bool,), None))
 
 
-PUBLISHED_KINDS = ("allreduce", "p2p", "h2d")
+PUBLISHED_KINDS = ("allreduce", "p2p", "p2p_staged", "h2d")
 
 
 def _published_from(d: Any, path: str) -> dict:

@@ -224,11 +224,60 @@ def test_a_link_of_unknown_type_to_no_gpu_may_be_a_switch():
     assert [ln.nvlinks for ln in nvml.probe(fake).links] == [None, None, None]
 
 
-def test_too_many_direct_links_are_refused():
+def test_counts_no_gpu_could_have_come_back_unknown_not_an_error():
+    """Issue 8.18: counts that neither direct links nor NVSwitches give (GPU0 NV30 to one peer, NV10
+    to another, those two unlinked) raised ValueError, an INTERNALERROR wherever the profile was used."""
     gpus = tuple(model.Gpu(i) for i in range(3))
     links = (model.Link(0, 1, nvlinks=30), model.Link(0, 2, nvlinks=10), model.Link(1, 2, nvlinks=0))
-    with pytest.raises(ValueError, match="GPU0 would need 40 NVLinks"):
-        make_fake_pynvml(model.Topology(gpus=gpus, links=links))
+    got = nvml.probe(make_fake_pynvml(model.Topology(gpus=gpus, links=links)))
+    assert [ln.nvlinks for ln in got.links] == [None, None, None]
+
+
+def test_a_switch_box_whose_gpu_lost_its_links_replays_from_its_matrix(tmp_path):
+    """Issue 8.18: `gputopo record --from-smi` of hgx-h100-nvlink-down's matrix said "wrote", and
+    every later use was an INTERNALERROR ("GPU0 would need 108 NVLinks"): NV18 to six peers is 18
+    links to NVSwitches, and GPU5's SYS pairs are a GPU with none up."""
+    import subprocess
+    import sys
+
+    from pytest_gputopo.probe import probe_recorded
+    from pytest_gputopo.probe.smi_text import render_topo_matrix
+
+    degraded = probe_recorded("hgx-h100-nvlink-down")
+    (tmp_path / "topo.txt").write_text(render_topo_matrix(degraded))
+    out = tmp_path / "node.json"
+    done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "record", "--from-smi",
+                           str(tmp_path / "topo.txt"), "-o", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    replayed = probe_recorded(str(out))
+    assert [ln.label for ln in replayed.links] == [ln.label for ln in degraded.links]
+    assert replayed.warnings == ()
+
+
+def test_replay_invents_no_nvlinks_and_keeps_cuda_peer(tmp_path):
+    """Issue 8.17: a profile without NVLink lists was replayed as "18/18 NVLinks up", and a recorded
+    cuda_peer: false was dropped. The pair counts come through NVML's code path; the per-link facts
+    the profile does not hold stay unknown, and CUDA's answers are the profile's."""
+    import json
+
+    from pytest_gputopo.probe import probe_recorded
+    from pytest_gputopo.probe.recorded import profile_dict
+
+    t = _dgx(n=4, nvlinks=18, per_link=False)
+    t = dataclasses.replace(t, links=tuple(dataclasses.replace(ln, cuda_peer=(ln.a, ln.b) != (0, 1)) for ln in t.links))
+    path = tmp_path / "box.json"
+    path.write_text(json.dumps(profile_dict("box", t)))
+    got = probe_recorded(str(path))
+    assert all(g.nvlinks == () for g in got.gpus)
+    assert {str(ln.label) for ln in got.links} == {"NV18"}
+    assert got.link(0, 1).cuda_peer is False and got.link(0, 2).cuda_peer is True
+    assert got.link(0, 1).p2p_works is False
+
+
+def test_p2p_staged_figures_are_accepted_in_profiles():
+    """Issue 8.17: `p2p_staged` figures were refused in a profile's `published`."""
+    fig = {"kind": "p2p_staged", "gbps": 10.5, "source": "a measurement"}
+    assert model.from_dict({"gpus": [], "links": [], "published": [fig]}).published == (fig,)
 
 
 def test_no_gpus():

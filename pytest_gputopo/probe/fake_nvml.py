@@ -31,10 +31,11 @@ without one keeps its place by ``index``). Three things a recording may lack are
   which ``nvml.probe`` reports back as ``None``;
 * a GPU that lists no NVLinks but has pairs with a known count (``nvidia-smi topo -m`` text: ``NV12``
   and no per-link data) gets that many active links whose remote bus id is the peer's (a GPU link,
-  version unknown); when one GPU would need more than 18 (the most any GPU has) and every pair has
-  the same count (an NVSwitch box), each GPU gets that many links to an NVSwitch instead (more than
-  36 direct links is refused with ``ValueError``). These links show in the probed GPUs' ``nvlinks``:
-  the one place where a probe does not give the recording back;
+  version unknown); when one GPU would need more than 18 (the most any GPU has), the links go to
+  NVSwitches: each GPU gets as many switch links as its best pair's count, which gives every pair
+  min(a, b) -- when that fits every pair's count (a box whose GPU lost its links included); when it
+  does not, those GPUs' NVLink states fail, leaving their counts unknown. These links show in the
+  probed GPUs' ``nvlinks``; ``probe.probe_recorded`` gives the recording's (none) back;
 * a GPU that lists no NVLinks but is in a pair whose count is unknown gets an NVLink state that fails
   (``NVMLError_Unknown``), which makes all of its pairs' counts unknown in a probe (chosen to cover
   the unknown pairs with as few GPUs as it can).
@@ -195,7 +196,6 @@ class _FakeNvml:
             else:
                 links.append(None)  # no NVLink, unless synthesized below
         bare = {k for k in range(n) if links[k] is None}
-        uniform = n >= 3 and len(bare) == n and len(set(counts.values())) == 1 and next(iter(counts.values()))
         # unknown counts that the recorded links do not already explain
         explained = {k for k in range(n) if k not in bare and counts_unknown(self.gpus[k].nvlinks, self.bus)}
         unknown = [(a, b) for (a, b), c in counts.items() if a < b and c is None and not {a, b} & explained]
@@ -206,18 +206,22 @@ class _FakeNvml:
         for (a, b), c in sorted(counts.items()):
             if c and a in peers:
                 peers[a].append((b, c))
+        limit = max(self.max_links, NVLINK_MAX_LINKS_NEWEST)  # where nvml.probe stops looking
+        if any(sum(c for _, c in wanted) > min(_MOST_NVLINKS, limit) for wanted in peers.values()):
+            # More links than a GPU has: they go to NVSwitches. Each GPU gets as many switch links as
+            # its best pair has, which gives every pair min(a, b) -- when that is what the counts say
+            # (a box whose GPU lost its links included); otherwise the counts are left unknown.
+            switch = {k: max((c for _, c in wanted), default=0) for k, wanted in peers.items()}
+            fits = all(min(switch[a], switch[b]) == (c or 0) for (a, b), c in counts.items()
+                       if a in switch and b in switch and c is not None)
+            for k in peers:
+                links[k] = [model.NvLink(i, True, None, "SWITCH") for i in range(switch[k])] if fits \
+                    else _UNKNOWN_NVLINK
+            return links
         for k, wanted in peers.items():
-            if not wanted:
-                continue
-            if sum(c for _, c in wanted) > _MOST_NVLINKS and uniform:
-                links[k] = [model.NvLink(i, True, None, "SWITCH") for i in range(uniform)]
-                continue
-            remotes = [self.bus[peer] for peer, c in wanted for _ in range(c)]
-            limit = max(self.max_links, NVLINK_MAX_LINKS_NEWEST)  # where nvml.probe stops looking
-            if len(remotes) > limit:
-                raise ValueError(f"GPU{k} would need {len(remotes)} NVLinks (more than {limit}) "
-                                 f"to give its pairs' NVLink counts")
-            links[k] = [model.NvLink(i, True, bus, "GPU") for i, bus in enumerate(remotes)]
+            if wanted:
+                remotes = [self.bus[peer] for peer, c in wanted for _ in range(c)]
+                links[k] = [model.NvLink(i, True, bus, "GPU") for i, bus in enumerate(remotes)]
         return links
 
     # -- plumbing -------------------------------------------------------------------------------
