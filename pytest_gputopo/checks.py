@@ -432,8 +432,10 @@ def _bandwidth_check(config, topology: Topology, key: tuple):
         s = suite(config)
         result = s.get(key)
         props = {"gputopo_measurement": json.dumps(result.to_json())}
-        if result.gbps is None:  # on a recorded machine that is no fault of the node's
-            return ("skipped" if result.origin == "recorded" else "failed"), f"{result.what}: no figure: {result.error}", props
+        if result.gbps is None:  # on a recorded machine, or a pair without P2P: no fault of the node's
+            not_p2p = result.detail.get("peer_access") is False  # the p2p_status item judges that
+            return ("skipped" if result.origin == "recorded" or not_p2p else "failed"), \
+                f"{result.what}: no figure: {result.error}", props
         origin = "measured" if result.origin != "recorded" else f"recorded, not measured: {result.source}"
         if result.interval_gbps:
             origin += f"; {spec.interval_text(result.interval_gbps)} GB/s"

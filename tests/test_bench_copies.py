@@ -98,3 +98,48 @@ def test_p2p_copy_needs_no_ordering_of_its_own(monkeypatch):
     m = copies.p2p_copy(0, 1, size_bytes=4096, budget_s=0.05)
     assert m.verified
     assert cuda.log == []  # torch orders a device-to-device copy itself
+
+
+def test_bidirectional_copy_verifies_both_directions(monkeypatch):
+    """Issue 8.11: only GPU0->GPU1 was verified; data GPU1->GPU0 that came back wrong passed."""
+    cuda = FakeCuda()
+    fake = cpu_torch(cuda)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    real_empty = fake.empty
+    buffers = []
+    fake.empty = lambda *a, **k: buffers.append(real_empty(*a, **k)) or buffers[-1]
+
+    original = copies.measure
+
+    def measure(name, run, **kw):  # the way back goes wrong after timing, before verification
+        verify = kw["verify"]
+
+        def broken():
+            buffers[1][7] ^= 0xFF  # the GPU1->GPU0 destination: one byte wrong
+            return verify()
+        return original(name, run, **{**kw, "verify": broken})
+    monkeypatch.setattr(copies, "measure", measure)
+    m = copies.p2p_copy(0, 1, bidirectional=True, size_bytes=4096, budget_s=0.05)
+    assert not m.verified and "GPU1->GPU0: 1 of 4096 bytes differ" in m.error
+
+
+def test_no_peer_access_is_no_p2p_figure(monkeypatch, capsys):
+    """Issue 8.10: without CUDA peer access torch does not enable it (at::cuda::get_p2p_access asks
+    cudaDeviceCanAccessPeer, aten/src/ATen/cuda/PeerToPeerAccess.cpp) and the driver stages the
+    copy through the host; its figure was reported as P2P. Nothing is measured as P2P then."""
+    import json
+
+    cuda = FakeCuda()
+    cuda.can_device_access_peer = lambda a, b: False
+    monkeypatch.setitem(sys.modules, "torch", cpu_torch(cuda))
+    assert copies.main([json.dumps({"key": ["p2p", 0, 1], "budget_s": 0.05})]) == 0
+    assert json.loads(capsys.readouterr().out) == {"peer_access": False, "bw_gbps": None}
+
+    from pytest_gputopo import model
+    from pytest_gputopo.bench import subproc
+    from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
+
+    monkeypatch.setattr(subproc, "run_copy_benchmark", lambda *a, **k: {"peer_access": False, "bw_gbps": None})
+    host = model.Topology(gpus=(model.Gpu(0), model.Gpu(1)), links=(model.Link(0, 1),), source=model.Source("nvml"))
+    result = BenchSuite(host, BenchSettings()).get(("p2p", 0, 1))
+    assert result.gbps is None and "no CUDA peer access between GPU0 and GPU1" in result.error

@@ -81,12 +81,27 @@ def p2p_copy(src: int, dst: int, *, peer: bool = True, bidirectional: bool = Fal
             else:
                 one(y, x)
 
+    checks = [_verify(torch, y, size_bytes, f"GPU{src}->GPU{dst}")]
+    if bidirectional:  # both directions carried data: both are checked
+        checks.append(_verify(torch, back_dst, size_bytes, f"GPU{dst}->GPU{src}"))
+
+    def verify() -> str | None:
+        return "; ".join(e for e in (check() for check in checks) if e) or None
+
     kind = ("P2P" if peer else "staged") + (" bidirectional" if bidirectional else "")
     result = measure(f"{kind} copy GPU{src}->GPU{dst}", run, size_bytes=size_bytes,
                      bytes_per_iteration=size_bytes * (2 if bidirectional else 1),
-                     timer=WallTimer(sync=_sync_all(torch, (a, b))), budget_s=budget_s,
-                     verify=_verify(torch, y, size_bytes, f"GPU{src}->GPU{dst}"))
+                     timer=WallTimer(sync=_sync_all(torch, (a, b))), budget_s=budget_s, verify=verify)
     return result
+
+
+def peer_access(src: int, dst: int) -> bool:
+    """Whether CUDA lets each GPU access the other. Without it, torch's cross-device ``copy_`` does
+    not enable peer access (``at::cuda::get_p2p_access`` asks ``cudaDeviceCanAccessPeer``) and the
+    driver stages the copy through host memory: a figure of that copy is no P2P figure."""
+    import torch
+
+    return bool(torch.cuda.can_device_access_peer(src, dst) and torch.cuda.can_device_access_peer(dst, src))
 
 
 @contextlib.contextmanager
@@ -154,6 +169,9 @@ def main(argv: list[str]) -> int:
     request = json.loads(argv[0])
     kind, *args = request["key"]
     budget = request["budget_s"]
+    if kind in ("p2p", "p2p_bidir") and not peer_access(args[0], args[1]):
+        print(json.dumps({"peer_access": False, "bw_gbps": None}))  # nothing to measure as P2P
+        return 0
     if kind in ("p2p", "p2p_staged", "p2p_bidir"):
         m = p2p_copy(args[0], args[1], peer=kind != "p2p_staged", bidirectional=kind == "p2p_bidir", budget_s=budget)
     else:

@@ -286,6 +286,9 @@ class BenchSuite:
         from . import subproc
 
         data = subproc.run_copy_benchmark(key, self.topology, budget_s=s.budget_s, timeout_s=s.timeout_s)
+        if data.get("peer_access") is False:
+            return None, data, (f"no CUDA peer access between GPU{key[1]} and GPU{key[2]}: a copy goes "
+                                f"through the host (staged), not P2P")
         return data["bw_gbps"], data, data.get("error")
 
 
