@@ -241,6 +241,26 @@ def test_wrong_elements_and_failed_summaries_make_ok_false():
     assert parse_nccl_tests(HEADER_2X + ROWS_2X + FOOTER_2X.replace("40.6175 ", "40.6175 OK")).ok is True
 
 
+def test_a_low_average_is_no_wrong_data():
+    """Issue 8.12: nccl-tests' "Avg bus bandwidth : X FAILED" judges the figure against the user's
+    NCCL_TESTS_MIN_BW (src/util.cu writeResultFooter), not the data; it was read as wrong data."""
+    low = parse_nccl_tests(HEADER_2X + ROWS_2X + FOOTER_2X.replace("40.6175 ", "40.6175 FAILED"))
+    assert (low.ok, low.data_ok, low.wrong_data()) == (False, True, None)
+    wrong = parse_nccl_tests(HEADER_2X + ROWS_2X.replace("35.07      0", "35.07      3")
+                             + FOOTER_2X.replace("0 OK", "1 FAILED"))
+    assert (wrong.ok, wrong.data_ok) == (False, False)
+    assert wrong.wrong_data() == "nccl-tests reported 3 wrong elements in-place, 'Out of bounds values : 1 FAILED'"
+
+
+def test_a_million_wrong_elements_printed_with_g_is_a_count():
+    """Issue 8.12: #wrong is printed with "%6g" (src/util.cu writeBenchmarkLineBody), so from a
+    million up it reads "1.04858e+06"; that cell was not read and the wrong data went unseen."""
+    row = ROWS_2X.splitlines()[0].replace("35.07      0", "35.07  1.04858e+06") + "\n"
+    result = parse_nccl_tests(HEADER_2X + row)
+    assert result.rows[0].in_place.wrong == 1048580
+    assert result.data_ok is False and "1048580 wrong elements in-place" in result.wrong_data()
+
+
 def test_no_summary_means_ok_unknown_and_a_warning():
     result = parse_nccl_tests(HEADER_2X + ROWS_2X)
     assert (result.ok, result.avg_busbw_gbps, result.out_of_bounds) == (None, None, None)
@@ -477,7 +497,7 @@ _ROWS = st.builds(NcclTestsRow, st.integers(0, 2**40), st.integers(0, 2**38),
 def test_render_then_parse_round_trips(rows, oob, avg, nranks, collective):
     wrong = any(r.wrong for row in rows for r in row.results())
     result = NcclTestsResult(collective=collective, rows=tuple(rows), avg_busbw_gbps=avg, out_of_bounds=oob,
-                             ok=oob == 0 and not wrong, nranks=nranks)
+                             ok=oob == 0 and not wrong, nranks=nranks, data_ok=oob == 0 and not wrong)
     assert parse_nccl_tests(render_nccl_tests(result)) == result
 
 
@@ -564,6 +584,36 @@ def test_runner_nonzero_exit_raises_with_the_tail(tmp_path):
         """)
     with pytest.raises(NcclTestsRunError, match=r"(?s)exited with status 3.*unhandled cuda error"):
         nt.run_all_reduce_perf(binary, 2, 8, timeout_s=60)
+
+
+WRONG_RUN = HEADER_2X + ROWS_2X.replace("35.07      0", "35.07      3") + """\
+# Out of bounds values : 1 FAILED
+# Avg bus bandwidth    : 40.6175 
+#
+# Collective test concluded: all_reduce_perf
+ .. node1 pid 4242: Test failure common.cu:1453
+"""
+
+
+def test_runner_wrong_data_is_a_result_not_a_run_error(tmp_path):
+    """Issue 8.12: a finished run with wrong data exits with testNumResults (7) after its summary
+    (nccl-tests src/common.cu: run() returns it when errors[0], main's TESTCHECK prints "Test
+    failure"); that exit was a run error -- no figure, no wrong data, so a marker only skipped."""
+    text_file = tmp_path / "out.txt"
+    text_file.write_text(WRONG_RUN)
+    binary = _fake(tmp_path, """\
+        import os, sys
+        sys.stdout.write(open(os.environ["FAKE_TEXT"]).read())
+        sys.exit(7)
+        """)
+    result = nt.run_all_reduce_perf(binary, 2, 1 << 20, timeout_s=60, env=_env(FAKE_TEXT=str(text_file)))
+    assert result.avg_busbw_gbps == 40.6175
+    assert result.wrong_data() == "nccl-tests reported 3 wrong elements in-place, 'Out of bounds values : 1 FAILED'"
+    assert any("exited with status 7" in w for w in result.warnings)
+    # A run cut short (no summary) with status 7, or another status, is still a run error.
+    text_file.write_text(HEADER_2X + ROWS_2X)
+    with pytest.raises(NcclTestsRunError, match="exited with status 7"):
+        nt.run_all_reduce_perf(binary, 2, 1 << 20, timeout_s=60, env=_env(FAKE_TEXT=str(text_file)))
 
 
 def test_runner_output_without_table_raises_run_error(tmp_path):

@@ -27,7 +27,8 @@ def fake_run(self, key):
     gbps, error = figures.get(key[0], (None, "not measured in this test"))
     return gbps, {}, error
 
-bench_suite.BenchSuite._run = fake_run
+if "GPUTOPO_TEST_FIGURES" in os.environ:
+    bench_suite.BenchSuite._run = fake_run
 """
 
 
@@ -135,7 +136,7 @@ NCCL_TESTS = """\
 @pytest.mark.parametrize("ip_wrong,oob,verdict,error", [
     (0, 0, "OK", None),
     (3, 0, "FAILED", "nccl-tests reported 3 wrong elements in-place"),
-    (0, 5, "FAILED", "nccl-tests reported 5 out-of-bounds values"),
+    (0, 5, "FAILED", "nccl-tests reported 'Out of bounds values : 5 FAILED'"),
 ])
 def test_nccl_tests_figure_and_verdict_are_its_own(monkeypatch, ip_wrong, oob, verdict, error):
     """Issue 8.12: in-place #wrong and a FAILED "Out of bounds" line were ignored, and the figure was
@@ -155,6 +156,41 @@ def test_nccl_tests_figure_and_verdict_are_its_own(monkeypatch, ip_wrong, oob, v
     suite = BenchSuite(host, BenchSettings(allreduce_engine="nccl-tests", nccl_tests_binary="all_reduce_perf"))
     gbps, detail, got = suite._run(("allreduce", 8, 2**30))
     assert gbps == 390.67 and got == error
+
+
+def test_nccl_tests_wrong_data_fails_marker_and_check_item(pytester, monkeypatch, tmp_path):
+    """Issues 8.12, 8.13: nccl-tests that found wrong data exits with testNumResults (7) after its
+    summary (src/common.cu run(); main's TESTCHECK). That exit read as "no figure", so the marker only
+    skipped. Run end to end through a fake all_reduce_perf: the marker fails (not strict) and the
+    check item fails, both on the data, with the figure nccl-tests reported."""
+    import sys
+    import textwrap
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    text = NCCL_TESTS.format(ip_wrong=3, oob=1, verdict="FAILED") + " .. node1 pid 1: Test failure common.cu:1453\n"
+    binary = folder / "all_reduce_perf"
+    binary.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write({text!r})\nsys.exit(7)\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("NCCL_TESTS_BIN_PATH", str(folder))
+    monkeypatch.setenv("GPUTOPO_TEST_MACHINE", "hgx-h100")
+    monkeypatch.delenv("GPUTOPO_TEST_FIGURES", raising=False)
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_bw=textwrap.dedent("""\
+        import pytest
+        @pytest.mark.min_allreduce_bw(0.001)
+        def test_allreduce(): pass
+        """))
+    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--gputopo-json", "out.json",
+                                           "--gputopo-allreduce-engine", "nccl-tests", "--gputopo-check=full",
+                                           "-k", "allreduce")
+    result.stdout.fnmatch_lines(["*broken node: min_allreduce_bw(0.001): all-reduce busbw, 8 ranks, 1 GiB: "
+                                 "measured 390.7 GB/s; data wrong: nccl-tests reported 3 wrong elements in-place, "
+                                 "'Out of bounds values : 1 FAILED'*"])
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("errors") == 1 and "skipped" not in outcomes and "passed" not in outcomes
+    assert _checks(pytester)["allreduce_bw"]["outcome"] == "failed"
+    assert "data wrong: nccl-tests reported 3 wrong elements" in _checks(pytester)["allreduce_bw"]["message"]
 
 
 # ------------------------------------------------------------------ --gputopo-expect and CUDA_VISIBLE_DEVICES

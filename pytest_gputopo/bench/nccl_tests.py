@@ -99,17 +99,21 @@ class NcclTestsResult:
     ok: bool | None = None
     nranks: int | None = None  # from the "#  Rank N ..." device lines, else NCCL's "nranks N"
     warnings: tuple[str, ...] = ()
+    # Its verdict on the data alone: ``ok`` less the "Avg bus bandwidth ... FAILED" of NCCL_TESTS_MIN_BW,
+    # which judges the figure, not the data (src/util.cu writeResultFooter).
+    data_ok: bool | None = None
 
     def wrong_data(self) -> str | None:
-        """What nccl-tests itself found wrong -- ``#wrong`` of either placement, a FAILED summary line
-        (``Out of bounds values : N FAILED``, src/common.cu) -- or None when nothing was."""
-        if self.ok is not False:
+        """What nccl-tests itself found wrong in the data -- ``#wrong`` of either placement, a FAILED
+        ``Out of bounds values : N`` line (N: the checks that found wrong elements, src/common.cu
+        CheckData) -- or None when nothing was."""
+        if self.data_ok is not False:
             return None
         wrong = {place: sum((getattr(row, place).wrong or 0) for row in self.rows if getattr(row, place))
                  for place in ("out_of_place", "in_place")}
         found = [f"{n} wrong elements {place.replace('_', '-')}" for place, n in wrong.items() if n]
         if self.out_of_bounds:
-            found.append(f"{self.out_of_bounds} out-of-bounds values")
+            found.append(f"'Out of bounds values : {self.out_of_bounds} FAILED'")
         return "nccl-tests reported " + (", ".join(found) if found else "FAILED")
 
     def max_busbw_gbps(self) -> float | None:
@@ -120,7 +124,8 @@ class NcclTestsResult:
         return {"collective": self.collective, "nranks": self.nranks,
                 "rows": [row.to_json() for row in self.rows],
                 "avg_busbw_gbps": self.avg_busbw_gbps, "max_busbw_gbps": self.max_busbw_gbps(),
-                "out_of_bounds": self.out_of_bounds, "ok": self.ok, "warnings": list(self.warnings)}
+                "out_of_bounds": self.out_of_bounds, "ok": self.ok, "data_ok": self.data_ok,
+                "warnings": list(self.warnings)}
 
 
 # ---------------------------------------------------------------------------------------- tokens
@@ -155,6 +160,17 @@ def _float(tok: str, notes: list[str]) -> float | None:
         notes.append(f"a cell reads {tok!r}; read as not printed")
         return None
     return value
+
+
+def _count(tok: str, notes: list[str]) -> int | None:
+    """A ``#wrong`` cell: printed with ``%6g`` (src/util.cu writeBenchmarkLineBody), so a count from
+    a million up reads like ``1.04858e+06``; None when not checked (``N/A``, -1)."""
+    if tok == _NA:
+        return None
+    if _INT_RE.fullmatch(tok):
+        return int(tok) if int(tok) >= 0 else None
+    value = _float(tok, notes)
+    return None if value is None or value < 0 else round(value)
 
 
 def _ident(tok: str) -> str:
@@ -247,8 +263,7 @@ def _parse_row(tokens: Sequence[str], layout: _Layout, notes: list[str]) -> Nccl
                 if name in ("time", "algbw", "busbw"):
                     values[name] = _float(tok, notes)
                 elif name == "#wrong":
-                    wrong = None if tok == _NA else _int(tok)
-                    values["wrong"] = wrong if wrong is None or wrong >= 0 else None
+                    values["wrong"] = _count(tok, notes)
                 elif name == "error":
                     # Old versions mark a deviation above their threshold with '*'.
                     if tok.endswith("*"):
@@ -316,6 +331,7 @@ class _Table:
         self.avg: float | None = None
         self.oob: int | None = None
         self.verdicts: list[bool] = []  # each OK/FAILED printed on a summary line
+        self.data_verdicts: list[bool] = []  # those that judge the data (not the average's)
         self.summary = False
 
     @property
@@ -334,12 +350,11 @@ class _Table:
         if any(r.error is not None for row in self.rows for r in row.results()):
             notes.append("old nccl-tests format: its 'error' column is a max deviation, not a count of "
                          "wrong elements, so 'wrong' is None; the 'Out of bounds values' line is the verdict")
-        verdicts = list(self.verdicts)
-        if any(r.wrong for row in self.rows for r in row.results()):
-            verdicts.append(False)
-        ok = all(verdicts) if verdicts else None
+        rows_ok = [False] if any(r.wrong for row in self.rows for r in row.results()) else []
+        verdicts, data_verdicts = self.verdicts + rows_ok, self.data_verdicts + rows_ok
         return NcclTestsResult(collective=self.collective, rows=tuple(self.rows), avg_busbw_gbps=self.avg,
-                               out_of_bounds=self.oob, ok=ok, nranks=nranks, warnings=tuple(notes))
+                               out_of_bounds=self.oob, ok=all(verdicts) if verdicts else None, nranks=nranks,
+                               warnings=tuple(notes), data_ok=all(data_verdicts) if data_verdicts else None)
 
 
 def parse_nccl_tests_all(text: str) -> tuple[NcclTestsResult, ...]:
@@ -368,8 +383,10 @@ def parse_nccl_tests_all(text: str) -> tuple[NcclTestsResult, ...]:
             elif m := _OOB_RE.match(body):
                 cur.oob, cur.summary = int(m.group(1)), True
                 cur.verdicts.append(m.group(2) != "FAILED" and cur.oob == 0)
+                cur.data_verdicts.append(cur.verdicts[-1])
             elif m := _BITWISE_RE.match(body):
                 cur.verdicts.append(m.group(2) != "FAILED" and int(m.group(1)) == 0)
+                cur.data_verdicts.append(cur.verdicts[-1])
             elif m := _AVG_RE.match(body):
                 cur.summary = True
                 try:
@@ -584,6 +601,7 @@ def parse_p2p_bandwidth_latency(text: str) -> P2PBandwidthLatency:
 # ----------------------------------------------------------------------------------------- runner
 
 BINARY = "all_reduce_perf"
+TEST_NUM_RESULTS = 7  # nccl-tests' exit status for errors or low bandwidth (src/common.h testResult_t)
 # DCGM's nccl_tests plugin reads DCGM_NCCL_TESTS_BIN_PATH (a directory holding all_reduce_perf); we
 # accept the same, and the shorter NCCL_TESTS_BIN_PATH first.
 BIN_PATH_VARS = ("NCCL_TESTS_BIN_PATH", "DCGM_NCCL_TESTS_BIN_PATH")
@@ -622,18 +640,29 @@ def run_all_reduce_perf(binary: str, n_gpus: int, size_bytes: int, *, iters: int
 
     ``env`` is the child's complete environment (runtime.py builds it); None inherits ours. The child
     leads its own process group, so a timeout kills it and everything it started: ``BenchTimeout``.
-    A non-zero exit, or output with no table, raises ``NcclTestsRunError`` with the output's tail."""
+    A non-zero exit (except nccl-tests' own verdict on a finished run: wrong data or a low average,
+    status 7 after the summary), or output with no table, raises ``NcclTestsRunError`` with the
+    output's tail."""
     argv = all_reduce_perf_argv(binary, n_gpus, size_bytes, iters=iters, warmup=warmup)
     command = " ".join(argv)
     try:
         status, output = run_child(argv, timeout_s=timeout_s, env=env, grace_s=grace_s)
     except OSError as exc:
         raise NcclTestsRunError(f"cannot start {command}: {exc}") from exc
-    if status != 0:
-        raise NcclTestsRunError(f"{command} exited with status {status}:\n{tail(output)}")
     try:
-        return parse_nccl_tests(output)
+        result = parse_nccl_tests(output)
     except NcclTestsParseError as exc:
+        if status != 0:
+            raise NcclTestsRunError(f"{command} exited with status {status}:\n{tail(output)}") from None
         raise NcclTestsRunError(f"{command}: {exc}:\n{tail(output)}") from exc
+    if status == 0:
+        return result
+    # A finished run whose data were wrong (or whose average missed NCCL_TESTS_MIN_BW) exits with
+    # testNumResults after its summary (src/common.cu run() and main's TESTCHECK): that table is the
+    # result, wrong data included -- a broken node, not a run without a figure.
+    if status == TEST_NUM_RESULTS and result.out_of_bounds is not None:
+        return dataclasses.replace(result, warnings=result.warnings + (
+            f"{command} exited with status {status} (nccl-tests: wrong data or below NCCL_TESTS_MIN_BW)",))
+    raise NcclTestsRunError(f"{command} exited with status {status}:\n{tail(output)}")
 
 
