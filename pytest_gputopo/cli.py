@@ -158,6 +158,8 @@ def _parse_nccl_tests(args) -> int:
     avg, peak = data["avg_busbw_gbps"], data["max_busbw_gbps"]
     lines.append(f"avg busbw (as printed): {'n/a' if avg is None else f'{avg:.2f}'} GB/s; "
                  f"max busbw: {'n/a' if peak is None else f'{peak:.2f}'} GB/s")
+    if result.wrong_data():  # nccl-tests' own verdict on the data: a broken node
+        lines.append(f"wrong data: {result.wrong_data()}")
     lines += [f"warning: {w}" for w in data["warnings"]]
     _emit(data, args.json, lines)
     return 0

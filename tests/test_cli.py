@@ -161,3 +161,15 @@ def test_a_reader_that_goes_away_is_not_an_error():
     proc.stdout.close()  # the reader is gone before the first write
     err = proc.stderr.read().decode()
     assert proc.wait() == 141 and err == ""
+
+
+def test_parse_nccl_tests_says_its_wrong_data(tmp_path):
+    """Issue 8.12: nccl-tests' own verdict on the data (#wrong in-place, the FAILED out-of-bounds
+    line, src/common.cu) is said, not only the figures."""
+    text = ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+            "     1048576        262144     float     sum      -1    30.12   34.81   34.81      0    29.90   35.07   35.07      3\n"
+            "# Out of bounds values : 1 FAILED\n# Avg bus bandwidth    : 34.94 \n#\n")
+    (tmp_path / "out.txt").write_text(text)
+    out = gputopo("parse", "nccl-tests", str(tmp_path / "out.txt"))
+    assert out.returncode == 0, out.stderr
+    assert "wrong data: nccl-tests reported 3 wrong elements in-place, 'Out of bounds values : 1 FAILED'" in out.stdout
