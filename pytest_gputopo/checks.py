@@ -143,7 +143,13 @@ def judge(config: pytest.Config, requirement: reqs.FactRequirement,
         return judge_bandwidth(config, requirement, max_items)
     topology = topology_of(config)
     view = nccl_view(config, observe=True)
-    if isinstance(requirement, reqs.TransportRequirement):
+    # What the verdict rests on: NCCL's run, and for no-fallback the P2P copies measured so far.
+    transport = isinstance(requirement, reqs.TransportRequirement)
+    wrong = wrong_data(config, ("nccl_transports",) if transport else ("nccl_transports", "p2p"))
+    if wrong:  # the facts rest on runs whose data came back wrong: a broken node, never a skip
+        reason = f"{requirement}: {'; '.join(wrong)} [{report.source_text(topology)}; {view.origin}]"
+        return reqs.Verdict(False, reason, tuple(wrong), broken=True)
+    if transport:
         verdict = requirement.judge(topology, view.pairs(), view.account, max_items)
     else:
         verdict = requirement.judge(view.fallbacks(measured_p2p(config)), max_items)
@@ -195,6 +201,21 @@ class NcclView:
             return None
         gdr = "on" if self.account["gdrdma"] else "off"
         return f"gputopo NCCL used {', '.join(self.account['transports']) or 'no transport'} (GPUDirect RDMA {gdr}) [NCCL's own log]"
+
+
+def wrong_data(config: pytest.Config, kinds: tuple) -> list[str]:
+    """The benchmarks of ``kinds`` this run already did whose data came back wrong. Nothing is
+    measured for it."""
+    found = config.stash.get(SUITE, None)
+    out = []
+    for result in (found.results if found else []):
+        if result.key[0] not in kinds:
+            continue
+        if result.key[0] == "nccl_transports" and result.detail.get("wrong"):
+            out.append(f"{result.what}: {result.detail['wrong']} wrong elements after the all-reduce")
+        elif result.gbps is not None and result.error:  # a figure with an error: its data were wrong
+            out.append(f"{result.what}: data wrong: {result.error}")
+    return out
 
 
 def measured_p2p(config: pytest.Config) -> dict:

@@ -126,7 +126,8 @@ def _fact_gate_problems(config: pytest.Config, terms: list) -> list[str]:
     """Gate terms judged on facts (no-fallback): on each rank's own node, then shared by all ranks."""
     from .checks import judge
 
-    mine = [verdict.reason for verdict in (judge(config, t, max_items=None) for t in terms) if not verdict.ok]
+    mine = [("broken node: " if verdict.broken else "") + verdict.reason
+            for verdict in (judge(config, t, max_items=None) for t in terms) if not verdict.ok]
     gathered = _all_ranks(config, "gate", {"problems": mine})
     if len(gathered) == 1:
         return mine

@@ -24,8 +24,8 @@ def pytest_gputopo_probe(config):
 
 def fake_run(self, key):
     figures = json.loads(os.environ["GPUTOPO_TEST_FIGURES"])
-    gbps, error = figures.get(key[0], (None, "not measured in this test"))
-    return gbps, {}, error
+    gbps, error, *detail = figures.get(key[0], (None, "not measured in this test"))
+    return gbps, (detail[0] if detail else {}), error
 
 if "GPUTOPO_TEST_FIGURES" in os.environ:
     bench_suite.BenchSuite._run = fake_run
@@ -191,6 +191,29 @@ def test_nccl_tests_wrong_data_fails_marker_and_check_item(pytester, monkeypatch
     assert outcomes.get("errors") == 1 and "skipped" not in outcomes and "passed" not in outcomes
     assert _checks(pytester)["allreduce_bw"]["outcome"] == "failed"
     assert "data wrong: nccl-tests reported 3 wrong elements" in _checks(pytester)["allreduce_bw"]["message"]
+
+
+NCCL_RUN_WRONG = {"nccl_transports": [None, None, {
+    "pairs": {"0-1": ["P2P"]}, "wrong": 5,
+    "log": {"transports": ["P2P"], "families": ["P2P"], "gdrdma": False}}]}
+
+
+def test_wrong_data_in_nccls_own_run_fails_the_transport_marker(gpu_host):
+    """Issue 8.13: NCCL's account is taken from a small all-reduce whose data are checked; data that
+    came back wrong were ignored and the transport it reported met the marker. A broken node fails."""
+    src = "import pytest\n@pytest.mark.requires_nccl_transport('P2P', gpus=2)\ndef test_p2p(): pass\n"
+    result = gpu_host("hgx-h100", NCCL_RUN_WRONG, src)
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("errors") == 1 and "skipped" not in outcomes and "passed" not in outcomes
+    result.stdout.fnmatch_lines(["*broken node: requires_nccl_transport('P2P', gpus=2): NCCL's transports among "
+                                 "8 GPUs*: 5 wrong elements after the all-reduce*"])
+
+
+def test_wrong_data_fails_the_run_gate(gpu_host):
+    """Issue 8.13: the no-fallback gate rests on NCCL's run; wrong data there is a broken node."""
+    result = gpu_host("hgx-h100", NCCL_RUN_WRONG, "def test_x(): pass\n", "--gputopo-require", "no-fallback")
+    assert result.ret == 8
+    result.stdout.fnmatch_lines(["*- broken node: no-fallback: NCCL's transports among 8 GPUs*: 5 wrong elements*"])
 
 
 # ------------------------------------------------------------------ --gputopo-expect and CUDA_VISIBLE_DEVICES
