@@ -272,10 +272,11 @@ def predicted_fallback_line(config: pytest.Config) -> str:
 
 
 def threshold(config: pytest.Config, key: tuple, size_bytes: int | None = None, gbps: float | None = None,
-              floor: float | None = None):
+              floor: float | None = None, nvls: bool | None = None):
     """The one threshold rule for a measured figure, the same for a ``min_*_bw`` marker and a check
     item: the marker's own ``gbps``; else a published per-SKU floor (the all-reduce of a full node,
-    taken at ``size_bytes``, unless the user set a floor); else the floor (the marker's, else option /
+    taken at ``size_bytes``, unless the user set a floor; a floor that assumes NVLink SHARP does not
+    apply when NCCL said it did not take it, ``nvls`` False); else the floor (the marker's, else option /
     ini / env, else the default) x the expected figure. Returns (expected ``spec.Figure`` or None,
     what the expectation rests on, the floor ratio, the absolute ``spec.Figure`` or None): the
     arguments of ``spec.Check``, whose ``needed_gbps`` is the threshold."""
@@ -290,7 +291,7 @@ def threshold(config: pytest.Config, key: tuple, size_bytes: int | None = None, 
     topology = topology_of(config)
     published = None
     if key[0] == "allreduce" and floor is None and name not in explicit and topology.gpus:
-        published = spec.sku_allreduce_floor(topology.gpus[0].name, key[1], size_bytes or key[2])
+        published = spec.sku_allreduce_floor(topology.gpus[0].name, key[1], size_bytes or key[2], nvls)
     return fig, basis, ratio, published
 
 
@@ -307,7 +308,8 @@ def judge_bandwidth(config: pytest.Config, requirement: reqs.BandwidthRequiremen
     figures = []
     for key in requirement.keys(topology, s.allreduce_key):
         result = s.get(key)
-        fig, basis, ratio, absolute = threshold(config, key, _taken_at(result), requirement.gbps, requirement.floor)
+        fig, basis, ratio, absolute = threshold(config, key, _taken_at(result), requirement.gbps, requirement.floor,
+                                               result.detail.get("nvls"))
         needed = absolute.gbps if absolute is not None else (ratio * fig.gbps if fig is not None else None)
         set_by = f"published {absolute.label or absolute.source}" if absolute and requirement.gbps is None else ""
         figures.append((reqs.Figure(result.gbps, result.origin, result.what, result.source, result.error,
@@ -462,7 +464,7 @@ def _bandwidth_check(config, topology: Topology, key: tuple):
             origin += f"; {spec.interval_text(result.interval_gbps)} GB/s"
         if result.error:
             return "failed", f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", props
-        fig, basis, ratio, published = threshold(config, key, _taken_at(result))
+        fig, basis, ratio, published = threshold(config, key, _taken_at(result), nvls=result.detail.get("nvls"))
         check = spec.Check(result.gbps, fig, ratio, published)
         text = f"{result.what}: {check.describe()} ({origin})"
         if check.passed() is None:

@@ -21,6 +21,7 @@ pytest.importorskip("torch.distributed")
 from pytest_gputopo.bench.allreduce import (  # noqa: E402
     AllReduceResult,
     BenchError,
+    _algo_by_size,
     apply_sched,
     busbw_factor,
     format_size,
@@ -213,6 +214,64 @@ def test_parse_nccl_tuning_lines():
         ("AllGather", 8, "RING", "LL"),
     ]
     assert parse_nccl_tuning("garbage\n\x00 Bytes -> Algo") == []
+
+
+def test_parse_nccl_tuning_reads_every_version_that_prints_the_line():
+    """NCCL's src/enqueue.cc prints the line on rank 0 in three forms. 2.20.5-1 to 2.22.3-1:
+    ``INFO(NCCL_TUNING, "%ld Bytes -> Algo %d proto %d time %f", ...)``, no collective and numbers;
+    2.23.4-1: ``"%s: %ld Bytes -> Algo %d proto %d time %f"`` with ncclFuncToString; 2.24.3-1 on:
+    names from ncclAlgoToString / ncclProtoToString (src/collectives.cc). The numbers are
+    NCCL_ALGO_* / NCCL_PROTO_* of src/include/nccl_common.h (NVLS 4, NVLS_TREE 5, SIMPLE 2). Before
+    2.20 the line is commented out: no algorithm, never a guess."""
+    pfx = "host:123:456 [0] NCCL INFO "
+    log = (pfx + "67108864 Bytes -> Algo 4 proto 2 time 1234.567890\n"  # 2.20-2.22
+           + pfx + "AllReduce: 4096 Bytes -> Algo 1 proto 0 time 12.000000\n"  # 2.23
+           + pfx + "AllReduce: 1024 Bytes -> Algo 5 proto 9 time 8.000000\n"
+           + pfx + "AllReduce [Symmetric]: 4096 Bytes -> Kernel AllReduce_ST nchannels 8 nthreads 512\n")
+    assert parse_nccl_tuning(log) == [(None, 67108864, "NVLS", "SIMPLE"), ("AllReduce", 4096, "RING", "LL"),
+                                      ("AllReduce", 1024, "NVLS_TREE", "9")]
+    # The workers run nothing but all-reduces: a line without the collective's name is one.
+    assert _algo_by_size(parse_nccl_tuning(log)) == {67108864: "NVLS", 4096: "RING", 1024: "NVLS_TREE"}
+    assert _algo_by_size(parse_nccl_tuning(pfx + "AllGather: 8 Bytes -> Algo RING proto LL")) == {}
+
+
+# Run by every worker before anything else (PYTHONPATH): writes the NCCL settings the worker got.
+_RECORD_ENV = """
+import json, os
+if os.environ.get("GPUTOPO_TEST_ENV_DIR"):
+    with open(os.path.join(os.environ["GPUTOPO_TEST_ENV_DIR"], f"{os.getpid()}.json"), "w") as f:
+        json.dump({k: v for k, v in os.environ.items() if k.startswith("NCCL_")}, f)
+"""
+
+
+@pytest.mark.parametrize("log_nccl", [False, True], ids=["timed", "logged"])
+def test_timed_nccl_workers_log_warnings_only(tmp_path, monkeypatch, private_tmp, log_nccl):
+    """At NCCL_DEBUG=INFO, NCCL >= 2.20 writes a TUNING line per collective on rank 0 (src/enqueue.cc)
+    to NCCL_DEBUG_FILE, a write per line (src/debug.cc ncclDebugInit: ``setbuf(file, nullptr)`` in
+    2.24.3-1, ``setlinebuf(file)`` in 2.30.7-1): inside the timed loop. A timed run's workers get NCCL_DEBUG=WARN whatever the caller set; only a logged run (for
+    NCCL's account) logs at INFO, to its own files. No GPU here: NCCL cannot start, but the workers'
+    environment is what they were given."""
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "sitecustomize.py").write_text(_RECORD_ENV)
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(stub))
+    monkeypatch.setenv("GPUTOPO_TEST_ENV_DIR", str(seen))
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")  # the user's own settings, as in a debugging session
+    monkeypatch.setenv("NCCL_DEBUG_SUBSYS", "ALL")
+    monkeypatch.setenv("NCCL_DEBUG_FILE", str(tmp_path / "mine.%p.log"))
+    with pytest.raises(BenchError):  # no CUDA: the workers cannot run NCCL
+        run_allreduce(2, [4096], backend="nccl", log_nccl=log_nccl, **FAST)
+    envs = [json.loads(p.read_text()) for p in seen.iterdir()]
+    assert len(envs) == 2
+    for env in envs:
+        if log_nccl:
+            assert env["NCCL_DEBUG"] == "INFO" and "TUNING" in env["NCCL_DEBUG_SUBSYS"]
+            assert env["NCCL_DEBUG_FILE"].startswith(str(private_tmp))
+        else:
+            assert env["NCCL_DEBUG"] == "WARN"
+            assert not {"NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_TOPO_DUMP_FILE"} & set(env)
 
 
 def test_format_size():
@@ -434,3 +493,40 @@ def test_cross_rank_mode_bad_arguments():
         run_allreduce(2, [4096], peer=(2, "tcp://127.0.0.1:1"))
     with pytest.raises(ValueError):
         run_allreduce(2, [4096], peer=(0, "127.0.0.1:1"))
+
+
+def test_the_all_reduce_figure_is_timed_unlogged_and_nccls_algorithm_read_from_its_own_run(monkeypatch):
+    """Issue 8.5: the figure comes from a run with NCCL's logging off; the algorithm at the same size
+    (NVLS or not) from a short logged run apart from it. When that run fails the figure stands and
+    the algorithm is unknown, with the reason."""
+    from pytest_gputopo import model
+    from pytest_gputopo.bench import allreduce
+    from pytest_gputopo.bench.allreduce import AllReduceRow
+    from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
+
+    calls = []
+
+    def fake_run(n, sizes, *, log_nccl=False, **kw):
+        calls.append((n, kw["judge_size"], log_nccl))
+        if log_nccl and fail_logged:
+            raise BenchError("rank 1 died")
+        row = AllReduceRow(size_bytes=kw["judge_size"], count=kw["judge_size"] // 4, time_us=1.0, algbw_gbps=200.0,
+                           busbw_gbps=350.0, wrong=0, iterations=1, samples=1, spread=1.0, stable=True,
+                           wall_s=0.1, algo="NVLS" if log_nccl else None)
+        return AllReduceResult("nccl", n, "float32", (row,), row, nvls=True if log_nccl else None,
+                               nvls_evidence=("NVLS comm 0x1 headRank 0",) if log_nccl else ())
+
+    monkeypatch.setattr(allreduce, "run_allreduce", fake_run)
+    host = model.Topology(gpus=tuple(model.Gpu(i) for i in range(2)), links=(model.Link(0, 1),),
+                          source=model.Source("nvml"))
+    fail_logged = False
+    result = BenchSuite(host, BenchSettings()).get(("allreduce", 2, 2**30))
+    assert calls == [(2, 2**30, False), (2, 2**30, True)], result
+    assert result.gbps == 350.0 and result.detail["nvls"] is True and result.detail["algo"] == "NVLS"
+    assert "NVLink SHARP" in result.what
+
+    calls.clear()
+    fail_logged = True
+    result = BenchSuite(host, BenchSettings()).get(("allreduce", 2, 2**30))
+    assert result.gbps == 350.0 and result.error is None
+    assert result.detail["nvls"] is None and "rank 1 died" in result.detail["algo_error"]

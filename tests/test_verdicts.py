@@ -60,6 +60,17 @@ def test_marker_and_check_item_judge_one_all_reduce_figure_alike(gpu_host, pytes
     assert "needed 440.0" in _checks(pytester)["allreduce_bw"]["message"]
 
 
+def test_a_floor_that_assumes_nvls_does_not_judge_a_run_nccl_took_without_it(gpu_host, pytester):
+    """The per-SKU floor of 8x H100 (440 GB/s) is above what a ring reaches: it assumes NVLink SHARP.
+    When NCCL's log says the all-reduce took another algorithm (``nvls`` False), the floor ratio x the
+    expected figure judges it, in the marker and the check alike."""
+    src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
+    result = gpu_host("hgx-h100", {"allreduce": [300.0, None, {"nvls": False, "algo": "RING"}]}, src,
+                      "--gputopo-allreduce-size", "16G", "--gputopo-check=full", "-k", "allreduce")
+    result.assert_outcomes(passed=2)
+    assert "needed 440" not in _checks(pytester)["allreduce_bw"]["message"]
+
+
 def test_an_explicit_floor_rules_marker_and_check_alike(gpu_host, pytester):
     src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
     result = gpu_host("hgx-h100", {"allreduce": [300.0, None]}, src, "--gputopo-allreduce-size", "16G",

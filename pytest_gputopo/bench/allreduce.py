@@ -217,28 +217,51 @@ class AllReduceResult:
 # --------------------------------------------------------------------------------------------------
 # NCCL log: which algorithm did an all-reduce of a given size use?
 
-_TUNING_RE = re.compile(r"\b(AllReduce|Broadcast|Reduce|AllGather|ReduceScatter): (\d+) Bytes -> Algo (\w+) proto (\w+)")
+# One line per collective on rank 0 (src/enqueue.cc), in three forms: NCCL 2.20-2.22
+# ``67108864 Bytes -> Algo 4 proto 2 time 1234.5`` (no collective, numbers), 2.23
+# ``AllReduce: 67108864 Bytes -> Algo 4 proto 2 time ...``, 2.24 on
+# ``AllReduce: 67108864 Bytes -> Algo NVLS proto SIMPLE channel{Lo..Hi}={0..15}``. Before 2.20 the line
+# was commented out: the algorithm is then unknown.
+_TUNING_RE = re.compile(r"(?:\b([A-Za-z]+): |\bINFO )(\d+) Bytes -> Algo (\w+) proto (\w+)")
+# The numbers of the 2.20-2.23 lines: NCCL_ALGO_* and NCCL_PROTO_* of src/include/nccl_common.h, named
+# as ncclAlgoToString / ncclProtoToString (src/collectives.cc) name them in the later lines.
+_ALGO_NAMES = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
+_PROTO_NAMES = ("LL", "LL128", "SIMPLE")
 
 
-def parse_nccl_tuning(text: str) -> List[Tuple[str, int, str, str]]:
+def _named(token: str, names: Tuple[str, ...]) -> str:
+    return names[int(token)] if token.isdigit() and int(token) < len(names) else token
+
+
+def parse_nccl_tuning(text: str) -> List[Tuple[Optional[str], int, str, str]]:
     """``(collective, bytes, algo, proto)`` for every NCCL_DEBUG_SUBSYS=TUNING dispatch line, e.g.
-    ``NCCL INFO AllReduce: 67108864 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..15}``
-    (``src/enqueue.cc``; printed by rank 0 of each communicator)."""
-    return [(m.group(1), int(m.group(2)), m.group(3), m.group(4)) for m in _TUNING_RE.finditer(text)]
+    ``NCCL INFO AllReduce: 67108864 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..15}``;
+    ``collective`` is None where the line does not name it (NCCL 2.20-2.22), numbers are named."""
+    return [(m.group(1), int(m.group(2)), _named(m.group(3), _ALGO_NAMES), _named(m.group(4), _PROTO_NAMES))
+            for m in _TUNING_RE.finditer(text)]
 
 
-def _algo_by_size(lines: Iterable[Tuple[str, int, str, str]]) -> Dict[int, str]:
+def _algo_by_size(lines: Iterable[Tuple[Optional[str], int, str, str]]) -> Dict[int, str]:
+    # A line without the collective's name is an all-reduce too: the workers run nothing else
+    # (torch's NCCL barrier is an all-reduce of one element, ProcessGroupNCCL::barrier).
     counts: Dict[int, Dict[str, int]] = {}
     for coll, nbytes, algo, _proto in lines:
-        if coll == "AllReduce":
+        if coll in ("AllReduce", None):
             per = counts.setdefault(nbytes, {})
             per[algo] = per.get(algo, 0) + 1
     return {n: max(per, key=lambda a: per[a]) for n, per in counts.items()}
 
 
-def _nccl_env(workdir: str) -> Dict[str, str]:
-    # INIT/P2P/SHM/NET print the transport of every channel and peer, TUNING the algorithm per size,
-    # GRAPH NCCL's view of the topology; the XML dump is NCCL's own topology (rank 0 writes it).
+_NCCL_LOG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_TOPO_DUMP_FILE")
+
+
+def _nccl_env(workdir: str, logged: bool) -> Dict[str, str]:
+    """NCCL's logging for the workers. A timed run logs warnings only: at INFO, NCCL writes a TUNING
+    line per collective on rank 0, a write per line (src/debug.cc), inside the timed loop. A logged run is for
+    NCCL's account: INIT/P2P/SHM/NET print the transport of every channel and peer, TUNING the
+    algorithm per size, GRAPH NCCL's view of the topology; rank 0 dumps NCCL's own topology XML."""
+    if not logged:
+        return {"NCCL_DEBUG": "WARN"}
     return {
         "NCCL_DEBUG": "INFO",
         "NCCL_DEBUG_SUBSYS": "INIT,TUNING,P2P,SHM,NET,GRAPH,ENV",
@@ -412,6 +435,7 @@ def run_allreduce(
     target_ci: float = 1.10,
     min_sample_s: float = MIN_SAMPLE_S,
     sched: str = "fair",
+    log_nccl: bool = False,
     _hang_rank: Optional[int] = None,
     _die_rank: Optional[int] = None,
     _corrupt: bool = False,
@@ -424,6 +448,11 @@ def run_allreduce(
     failure is not an exception: the row carries ``wrong > 0`` / ``error`` and ``result.ok`` is False.
     ``_hang_rank``/``_die_rank``/``_corrupt`` are test hooks (a rank that sleeps instead of
     all-reducing, one that ``os._exit(9)``s there, one element flipped after the verifiable all-reduce).
+
+    ``log_nccl`` (backend nccl): NCCL logs at INFO and the result carries its log, its topology and
+    the algorithm it chose per size (``nvls``). That costs time inside the loop, so a logged run is
+    for NCCL's account, never for a figure; without it NCCL logs warnings only and says nothing of
+    its algorithm (``algo``/``nvls`` None).
 
     ``peer=(rank, init_method)`` selects cross-rank mode: ``world_size`` is then the global world
     size, this call starts only the worker of global ``rank``, and that worker joins the others at
@@ -506,7 +535,9 @@ def run_allreduce(
             # The worker hosts/joins the store at init_method itself, never torchrun's agent store.
             child_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
         if backend == "nccl":
-            child_env.update(_nccl_env(workdir))
+            for name in _NCCL_LOG_VARS:  # the caller's own NCCL logging would run in the timed loop
+                child_env.pop(name, None)
+            child_env.update(_nccl_env(workdir, log_nccl))
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, child_env.get("PYTHONPATH")) if p)
         if env:
@@ -555,7 +586,7 @@ def run_allreduce(
         if raw is None:
             raise BenchError(f"rank {ranks[0]} exited without writing its results", pids=pids,
                              logs=_tail(os.path.join(workdir, f"rank{ranks[0]}.log")))
-        nccl_log = _read_nccl_logs(workdir) if backend == "nccl" else ""
+        nccl_log = _read_nccl_logs(workdir) if backend == "nccl" and log_nccl else ""
         algos = _algo_by_size(parse_nccl_tuning(nccl_log))
         nvls_lines = [ln.strip() for ln in nccl_log.splitlines() if "NVLS" in ln][:5]
         topo_xml = os.path.join(workdir, "nccl-topo.xml")

@@ -282,7 +282,12 @@ class BenchSuite:
                                 sched=s.allreduce_sched)
             row = res.judged
             error = f"{row.wrong} wrong elements after the all-reduce" if row.wrong else None
-            return row.busbw_gbps, {"engine": "torch.distributed", **res.to_json()}, error
+            detail = {"engine": "torch.distributed", **res.to_json()}
+            if s.allreduce_backend == "nccl":  # the timed run logged nothing: NCCL's choice from its own run
+                if peer is not None:
+                    peer = (peer[0], self._across_ranks(("nccl_algorithm",) + key[1:])[2])
+                detail.update(nccl_algorithm(key[1], row.size_bytes, s.timeout_s, peer=peer, devices=devices))
+            return row.busbw_gbps, detail, error
         from . import subproc
 
         data = subproc.run_copy_benchmark(key, self.topology, budget_s=s.budget_s, timeout_s=s.timeout_s)
@@ -292,6 +297,28 @@ class BenchSuite:
         return data["bw_gbps"], data, data.get("error")
 
 
+# A logged run is for NCCL's account, not a figure: one verified sample, no more collectives than that.
+_ONE_SAMPLE = {"budget_s_per_size": 0.0, "warmup": 1, "min_samples": 1, "max_samples": 1, "min_sample_s": 0.0}
+
+
+def nccl_algorithm(n: int, size_bytes: int, timeout_s: float, peer: tuple | None = None,
+                   devices: list | None = None) -> dict:
+    """The algorithm NCCL takes for an all-reduce of ``size_bytes`` among ``n`` ranks, and whether it
+    is NVLink SHARP (``nvls``), read from NCCL's log of a short run at that size apart from the timed
+    one. It may fail without taking the figure with it: the algorithm is then unknown, and says why."""
+    from .allreduce import run_allreduce
+
+    try:
+        res = run_allreduce(n, [size_bytes], backend="nccl", judge_size=size_bytes, timeout_s=timeout_s,
+                            peer=peer, devices=devices, log_nccl=True, **_ONE_SAMPLE)
+    except Exception as exc:  # BenchError, a timeout: the figure stands, the algorithm is unknown
+        return {"algo": None, "nvls": None, "nvls_evidence": [],
+                "algo_error": f"NCCL's logged run failed: {type(exc).__name__}: {exc}"}
+    algo = res.judged.algo
+    return {"algo": algo, "nvls": res.nvls, "nvls_evidence": list(res.nvls_evidence),
+            "algo_error": None if algo else "NCCL's log names no algorithm (NCCL before 2.20 does not print it)"}
+
+
 def nccl_account(n: int, timeout_s: float, peer: tuple | None = None, devices: list | None = None) -> dict:
     """NCCL's own account of a small all-reduce among ``cuda:0..n-1`` (or, with ``peer``, among the
     ranks of a distributed run, across nodes): per pair of ranks the transports it took -- P2P, SHM,
@@ -299,8 +326,8 @@ def nccl_account(n: int, timeout_s: float, peer: tuple | None = None, devices: l
     from ..nccl.log import parse_nccl_log
     from .allreduce import run_allreduce
 
-    res = run_allreduce(n, [2**20], backend="nccl", judge_size=2**20, timeout_s=timeout_s, budget_s_per_size=1.0,
-                        peer=peer, devices=devices)
+    res = run_allreduce(n, [2**20], backend="nccl", judge_size=2**20, timeout_s=timeout_s, peer=peer,
+                        devices=devices, log_nccl=True, **_ONE_SAMPLE)
     log = parse_nccl_log(res.nccl_log)
     pairs: dict[str, set] = {}
     for c in log.connections:
