@@ -44,6 +44,9 @@ CLASS_TO_NVML_LEVEL = {LinkClass.PIX: 10, LinkClass.PXB: 20, LinkClass.PHB: 30,
                        LinkClass.NODE: 40, LinkClass.SYS: 50}
 
 _LABEL_RE = re.compile(r"^(?:NV(\d+)|(SYS|SOC|NODE|PHB|PXB|PIX))$")
+# NVML_NVLINK_MAX_LINKS of the newest nvml.h (pynvml.py of nvidia-ml-py 13: 36; H100 and B200 use 18):
+# no GPU has more NVLinks, so no pair of GPUs is joined by more.
+MAX_NVLINKS = 36
 
 
 @dataclass(frozen=True, order=True)
@@ -60,8 +63,9 @@ class LinkLabel:
         if text == "NV":
             return cls(LinkClass.NV, 1)
         m = _LABEL_RE.match(text)
-        if not m or (m.group(1) is not None and int(m.group(1)) < 1):
-            raise ValueError(f"unknown link label {text!r} (expected NV<n>, PIX, PXB, PHB, NODE or SYS)")
+        if not m or (m.group(1) is not None and not 1 <= int(m.group(1)) <= MAX_NVLINKS):
+            raise ValueError(f"unknown link label {text[:40]!r} (expected NV<n> with n from 1 to {MAX_NVLINKS}, "
+                             f"PIX, PXB, PHB, NODE or SYS)")
         if m.group(1) is not None:
             return cls(LinkClass.NV, int(m.group(1)))
         return cls(LinkClass.from_name(m.group(2)))

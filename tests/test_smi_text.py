@@ -241,13 +241,98 @@ def test_duplicate_rows_and_headers_are_ignored():
     assert "duplicate row for GPU0 ignored" in smi.warnings
 
 
-def test_space_aligned_rows_with_a_blank_cell_leave_affinity_unknown():
+def test_a_blank_affinity_in_pasted_text_is_found_at_its_tab_stop():
+    """Issue 8.22: a Slurm job's cpuset leaves some GPUs' CPU Affinity empty; pasted from a
+    terminal (tabs expanded), the empty cell vanishes, yet every row's NUMA value sits at the same
+    tab stop. Read by tab stops: the same facts as the tab-separated text."""
+    tabbed = ("\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+              "GPU0\t X \tNV4\tNODE\t0-7\t0\t\tN/A\nGPU1\tNV4\t X \tSYS\t\t1\t\tN/A\n"
+              "NIC0\tNODE\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n")
+    for text in (tabbed, tabbed.expandtabs(), "".join("    " + ln for ln in tabbed.expandtabs().splitlines(True))):
+        smi = parse_topo_matrix(text)
+        assert smi.gpus[0] == smi.gpus[0].__class__("GPU0", "0-7", "0", "N/A")
+        assert smi.gpus[1] == smi.gpus[1].__class__("GPU1", None, "1", "N/A")
+        assert smi.gpu_nic == (("NODE",), ("SYS",)) and smi.warnings == ()
+
+
+def _wide(nics: int = 40) -> str:
+    """Two GPUs and ``nics`` NICs as nvidia-smi writes them: GPU0 near NIC0..19, GPU1 near the rest."""
+    near = lambda g, j: "PIX" if (j < nics // 2) == (g == 0) else "SYS"  # noqa: E731
+    head = "\t" + "\t".join(["GPU0", "GPU1"] + [f"NIC{j}" for j in range(nics)]) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    rows = [f"GPU{g}\t" + "\t".join([" X " if g == 0 else "NV18", "NV18" if g == 0 else " X "]
+                                     + [near(g, j) for j in range(nics)]) + f"\t{g * 32}-{g * 32 + 31}\t{g}\t\tN/A"
+            for g in (0, 1)]
+    rows += [f"NIC{j}\t{near(0, j)}\t{near(1, j)}\t" + "\t".join(" X " if i == j else "NODE" for i in range(nics))
+             for j in range(nics)]
+    return "\n".join([head] + rows) + "\n\nNIC Legend:\n\n" + "".join(f"  NIC{j}: mlx5_{j}\n" for j in range(nics))
+
+
+def test_cells_nvidia_smi_ran_together_are_split_where_they_read_one_way():
+    """Issue 8.22: past about 32 NICs nvidia-smi's own column overflow runs cells together
+    (``NODENODE``, ``SYSSYS``, an affinity fused to the last NIC cell). Each reads one way only:
+    the facts are those of the clean text, none shifted by a column."""
+    clean = parse_topo_matrix(_wide())
+    text = _wide().replace("SYS\tSYS\t", "SYSSYS\t", 1).replace("NODE\tNODE", "NODENODE", 3)
+    text = text.replace("PIX\t32-63", "PIX32-63")  # GPU1's last NIC cell run into its CPU Affinity
+    smi = parse_topo_matrix(text)
+    assert text.count("NODENODE") == 3 and "SYSSYS" in text and "PIX32-63" in text
+    assert (smi.matrix, smi.gpu_nic, smi.gpus, smi.nics) == (clean.matrix, clean.gpu_nic, clean.gpus, clean.nics)
+    assert smi.warnings == ()
+
+
+def test_a_run_together_cell_that_reads_two_ways_leaves_the_rest_of_its_row_unknown():
+    """``NV120-23`` is NV12 then 0-23, or NV1 then 20-23: neither is taken. The other way round the
+    matrix (GPU1's row) still says GPU0-GPU1 is NV12."""
     text = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-            "GPU0\t X \tNV4\t0-7\t0\t\tN/A\nGPU1\tNV4\t X \t\t1\t\tN/A\n").expandtabs()
+            "GPU0\t X \tNV120-23\t0\t\tN/A\nGPU1\tNV12\t X \t24-47\t1\t\tN/A\n")
+    smi = parse_topo_matrix(text)
+    assert smi.matrix == (("X", "NV12"), ("NV12", "X"))
+    assert smi.gpus[0] == smi.gpus[0].__class__("GPU0") and smi.gpus[1].numa_affinity == "1"
+    assert any("reads as cells run together in 2 ways" in w for w in smi.warnings)
+
+
+def test_a_blank_affinity_run_into_its_neighbour_is_unknown_never_moved():
+    """A Slurm job's blank CPU Affinity whose tab was lost: the NUMA value would read as the CPU
+    Affinity. The row has a field fewer than nvidia-smi writes, so its values are unknown."""
+    text = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+            "GPU0\t X \tNV4\t0-7\t0\t\tN/A\nGPU1\tNV4\t X \t1\t\tN/A\n")
+    for t in (text, text.expandtabs()):
+        smi = parse_topo_matrix(t)
+        assert smi.gpus[0] == smi.gpus[0].__class__("GPU0", "0-7", "0", "N/A")
+        assert smi.gpus[1] == smi.gpus[1].__class__("GPU1") and smi.matrix[0][1] == "NV4"
+        assert any(w.startswith("GPU1: its values after the matrix cannot be placed") for w in smi.warnings)
+
+
+def test_a_corrupted_nic_legend_names_no_nic_wrongly():
+    """Past about 40 NICs nvidia-smi's NIC Legend is corrupted: entries run together, a label given
+    twice. A contradicted entry is dropped (the NIC keeps its label), with a warning; entries that
+    run together are still read."""
+    text = _wide(42).split("NIC Legend:")[0] + "NIC Legend:\n\n" + "".join(
+        f"  NIC{j}: mlx5_{j}\n" for j in range(40)) + "  NIC40: mlx5_40NIC41: mlx5_41\n  NIC7: mlx5_77\n  NIC50: mlx5_50\n"
+    smi = parse_topo_matrix(text)
+    assert smi.nics[:7] == tuple(f"mlx5_{j}" for j in range(7)) and smi.nics[7] == "NIC7"
+    assert smi.nics[40:] == ("mlx5_40", "mlx5_41")
+    assert "NIC Legend names NIC7 mlx5_7 and mlx5_77; its name is unknown" in smi.warnings
+    assert "NIC Legend names NIC50, which the matrix does not have" in smi.warnings
+
+
+def test_an_nvlink_count_no_gpu_has_is_no_fact():
+    """A GPU has at most NVML_NVLINK_MAX_LINKS (36 in nvidia-ml-py 13's pynvml.py) NVLinks, so no
+    pair has more: ``NV99999999999999999999`` is an unreadable cell, not a fact (issue 9.4)."""
+    text = FOUR.replace("GPU0\t X \tNV4", "GPU0\t X \tNV99999999999999999999")
+    smi = parse_topo_matrix(text)
+    assert smi.matrix[0][1] == "NV4"  # from GPU1's row
+    assert any("unreadable cell 'NV99999999999999999999'" in w for w in smi.warnings)
+    assert parse_topo_matrix(FOUR.replace("NV4", "NV37")).matrix[0][1] == "?"
+
+
+def test_space_aligned_rows_off_the_tab_stops_leave_a_blank_affinity_unknown():
+    text = ("GPU0 GPU1 CPU Affinity NUMA Affinity GPU NUMA ID\n"
+            "GPU0 X NV4 0-7 0 N/A\nGPU1 NV4 X 1 N/A\n")
     smi = parse_topo_matrix(text)
     assert smi.gpus[0] == smi.gpus[0].__class__("GPU0", "0-7", "0", "N/A")
     assert smi.gpus[1] == smi.gpus[1].__class__("GPU1")
-    assert any(w.startswith("GPU1: 2 values for 3 trailing columns") for w in smi.warnings)
+    assert any(w.startswith("GPU1: its values after the matrix cannot be placed") for w in smi.warnings)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,11 +404,77 @@ def test_parse_reads_what_was_written_and_render_round_trips(case):
         assert topo.link(a, b) == (model.Link(a, b, None, None) if label == "?" else
                                    model.Link(a, b, None, int(label[2:])) if label.startswith("NV") else
                                    model.Link(a, b, model.LinkClass.from_name(label), 0))
-    if "\t" in text or all(cpu + numa):  # space-aligned text cannot place blank cells
-        assert [g.cpu_affinity for g in topo.gpus] == [c or None for c in cpu]
-        assert [g.numa_node for g in topo.gpus] == [int(x) if x.isdigit() else None for x in numa]
+    cpu_read, numa_read = [g.cpu_affinity for g in topo.gpus], [g.numa_node for g in topo.gpus]
+    cpu_written, numa_written = [c or None for c in cpu], [int(x) if x.isdigit() else None for x in numa]
+    if "\t" in text or "GPU NUMA ID" in text or all(numa):
+        assert (cpu_read, numa_read) == (cpu_written, numa_written)
+    else:  # pasted, and a row's last values blank: where the others belong is unknown, never guessed
+        assert all(r in (w, None) for r, w in zip(cpu_read + numa_read, cpu_written + numa_written))
     again = to_topology(parse_topo_matrix(render_topo_matrix(topo)))
     assert again.gpus == topo.gpus and again.links == topo.links
+
+
+LINKS = ["NV1", "NV2", "NV4", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS"]
+PCIE = ["PIX", "PXB", "PHB", "NODE", "SYS"]
+
+
+@st.composite
+def damaged_smi_texts(draw):
+    """A machine with NICs as nvidia-smi writes it (tab-separated, GPU NUMA ID after an empty field,
+    NIC Legend), some CPU Affinity cells blank as in a Slurm job; then damaged as nvidia-smi's column
+    overflow and pasting damage it: tabs lost between cells (``NODENODE``, an affinity run into a NIC
+    cell), tabs expanded to spaces, the block indented."""
+    n, k = draw(st.integers(1, 6)), draw(st.integers(0, 5))
+    devs = [f"GPU{i}" for i in range(n)] + [f"NIC{j}" for j in range(k)]
+    label = {}
+    for a in range(len(devs)):
+        for b in range(a + 1, len(devs)):
+            label[devs[a], devs[b]] = label[devs[b], devs[a]] = draw(st.sampled_from(LINKS if b < n else PCIE))
+    cpu = [draw(AFFINITY) for _ in range(n)]
+    numa = [draw(st.one_of(st.just("N/A"), st.integers(0, 7).map(str))) for _ in range(n)]
+    rows = [["", *devs, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]]
+    for i, d in enumerate(devs):
+        cells = [" X " if d == e else label[d, e] for e in devs]
+        rows.append([d, *cells] + ([cpu[i], numa[i], "", "N/A"] if i < n else []))
+    lines = ["\t".join(r) for r in rows]
+    for _ in range(draw(st.integers(0, 3))):  # a tab lost between two fields of a row
+        i = draw(st.integers(1, len(lines) - 1))
+        tabs = [m.start() for m in re.finditer("\t", lines[i])][1:]  # never the one after the label
+        if tabs:
+            t = draw(st.sampled_from(tabs))
+            lines[i] = lines[i][:t] + lines[i][t + 1:]
+    text = "\n".join(lines) + "\n\nLegend:\n\n  X    = Self\n\nNIC Legend:\n\n"
+    text += "".join(f"  NIC{j}: mlx5_{j}\n" for j in range(k))
+    if draw(st.booleans()):
+        text = text.expandtabs()
+        if draw(st.booleans()):
+            text = "".join("    " + line for line in text.splitlines(True))
+    return text, n, k, label, cpu, numa
+
+
+@settings(max_examples=400, deadline=None)
+@given(damaged_smi_texts())
+def test_cells_run_together_or_blank_read_as_the_same_facts_or_unknown(case):
+    """Issue 8.22: whatever the damage, every fact read is the fact written, or unknown."""
+    text, n, k, label, cpu, numa = case
+    try:
+        smi = parse_topo_matrix(text)
+    except SmiParseError as exc:  # every GPU pair's cell lost: no topology, said so
+        assert "not one GPU pair's cell is a link" in str(exc)
+        return
+    assert len(smi.gpus) == n and len(smi.nics) == k
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                assert smi.matrix[a][b] in (label[f"GPU{a}", f"GPU{b}"], "?"), (a, b, smi.warnings)
+        for j in range(k):
+            assert smi.gpu_nic[a][j] in (label[f"GPU{a}", f"NIC{j}"], "?"), (a, j, smi.warnings)
+        g = smi.gpus[a]
+        assert g.cpu_affinity in (cpu[a] or None, None) and g.numa_affinity in (numa[a], None), (g, smi.warnings)
+        assert g.gpu_numa_id in ("N/A", None)
+    assert all(name in (f"mlx5_{j}", f"NIC{j}") for j, name in enumerate(smi.nics))
+    if "?" in {x for row in smi.matrix + smi.gpu_nic for x in row}:
+        assert smi.warnings
 
 
 @settings(max_examples=60, deadline=None)

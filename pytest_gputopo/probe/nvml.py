@@ -51,7 +51,7 @@ P2P_CAPS_INDEX = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
 
 _LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED, _NO_PERMISSION = 12, 9, 4  # NVML_ERROR_* (C values)
 _INVALID_ARGUMENT = 2
-NVLINK_MAX_LINKS_NEWEST = 36  # NVML_NVLINK_MAX_LINKS of the newest header: old bindings on new drivers see all links
+NVLINK_MAX_LINKS_NEWEST = model.MAX_NVLINKS  # old bindings on new drivers still see all links
 
 
 def unavailable_reason(exc: BaseException) -> str:

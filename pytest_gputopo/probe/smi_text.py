@@ -9,6 +9,7 @@ is a warning; text with no GPU matrix at all is an ``SmiParseError``, and nothin
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from .. import model
@@ -117,16 +118,47 @@ def _is_header(line: str) -> bool:
     return bool(columns) or tokens[:1] == ["GPU0"]
 
 
-def _split_row(line: str) -> tuple[str, list, bool]:
-    """Row label, its cells, and whether they are tab-separated (where empty cells keep their
-    place) rather than space-aligned (where empty cells vanish)."""
-    line = line.strip(" ")
+TABS, STOPS, SPACES = "tabs", "tab stops", "spaces"  # how a row's cells are separated
+
+
+def _split_row(line: str) -> tuple[str, list, str]:
+    """Row label, its cells, and how they were separated: TABS and STOPS (spaces that are expanded
+    tabs) keep empty cells in their places, though STOPS lose those at the end of the line; in
+    other space-aligned text (SPACES) empty cells vanish."""
+    raw, line = line, line.strip(" ")
     label = line.split(None, 1)[0]
     rest = line[line.index(label) + len(label):]
     if "\t" in rest:
-        fields = [f.strip() for f in rest.split("\t")]
-        return label, fields[1:] if not fields[0] else fields, True
-    return label, rest.split(), False
+        # No value nvidia-smi writes in a row holds a space: " X NV12" is two cells whose tab was lost.
+        fields = [part for f in rest.split("\t") for part in (f.split() or [""])]
+        return label, fields[1:] if not fields[0] else fields, TABS
+    fields = _fields_at_tab_stops(raw.rstrip())
+    if fields is not None:
+        return label, fields[1:], STOPS
+    return label, rest.split(), SPACES
+
+
+TAB_STOP = 8  # where a terminal, ``expand`` and Python's expandtabs() put tab stops
+
+
+def _fields_at_tab_stops(line: str) -> list | None:
+    """The tab-separated fields of a line whose tabs were expanded to spaces, empty fields
+    included, or None when its fields do not start at tab stops (then the spaces are no tabs).
+    A tab ends a field at the next stop, so a field that starts a stop further on had an empty
+    one before it. nvidia-smi pads only the row label and the diagonal cell (" X ", one column
+    past its stop), and writes no row value with a space in it. A line indented before or after
+    its tabs were expanded has its stops counted from its first column or from its label."""
+    for origin in dict.fromkeys((0, len(line) - len(line.lstrip(" ")))):
+        fields: list = []
+        stop = 0  # the first stop the next field may start at
+        for m in re.finditer(r"\S+", line[origin:]):
+            if m.start() < stop * TAB_STOP or (fields and m.start() % TAB_STOP > 1):
+                break  # the label may be padded (" GPU0" in topo -p2p), no other field
+            fields += [""] * (m.start() // TAB_STOP - stop) + [m.group()]
+            stop = m.end() // TAB_STOP + 1
+        else:
+            return fields
+    return None
 
 
 def _read_table(text: str) -> _Table:
@@ -160,14 +192,14 @@ def _read_table(text: str) -> _Table:
         if _is_header(line):
             warnings.append(f"repeated header line ignored: {_short(line)}")
             continue
-        label, cells, tabbed = _split_row(line)
+        label, cells, layout = _split_row(line)
         if not (label in header_devs or _GPU_RE.fullmatch(label) or (cells and _is_cell(cells[0]))):
             warnings.append(f"line ignored, not a matrix row: {_short(line)}")
             continue
         if label in rows:
             warnings.append(f"duplicate row for {label} ignored")
             continue
-        rows[label] = (cells, tabbed)
+        rows[label] = (cells, layout)
         order.append(label)
     devices = _repair_header(header_devs, order) if header_devs else list(order)
     extra = [label for label in order if label not in devices]
@@ -210,10 +242,92 @@ def _label(cell: str) -> str | None:
         return None
 
 
-def _trailing(label: str, fields: list, tabbed: bool, columns: tuple, warnings: list) -> dict:
+_CELL_NAMES = ("X", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC")
+_AFFINITY_RE = re.compile(r"[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*|N/A")
+
+
+def _unfused(field: str, room: int) -> list | None:
+    """Every way ``field`` reads as 2 to ``room`` cells run together (``NODENODE``), the last
+    possibly followed by the value after the matrix (``SYS0-23``) when they fill the row; None
+    for a field too long to be a few cells and a CPU list, which is not read."""
+    if len(field) > 512:
+        return None
+    out: list = []
+
+    def walk(rest: str, cells: list) -> None:
+        if len(cells) == room or not rest:
+            if len(cells) > 1 - bool(rest) and (not rest or _AFFINITY_RE.fullmatch(rest)):
+                out.append((cells, rest or None))
+            return
+        heads = [name for name in _CELL_NAMES if rest.upper().startswith(name)]
+        digits = re.match(r"NV([0-9]+)", rest.upper())
+        heads += [rest[:2 + k] for k in range(1, len(digits.group(1)) + 1)] if digits else []
+        for head in heads:
+            if head.upper() == "X" or _label(head):
+                walk(rest[len(head):], cells + [head])
+
+    walk(field, [])
+    return out
+
+
+def _row_cells(d: str, fields: list, devices: list, warnings: list) -> tuple[list, list | None]:
+    """The row's matrix cells in column order, and the fields after them (None when they cannot be
+    placed). Past about 32 NICs nvidia-smi runs cells together ("NODENODE", an affinity fused to
+    the last cell): such a field is split when it reads one way only. Otherwise every cell after
+    it is left unknown, with a warning: a cell read one column off would be a wrong fact."""
+    n, row = len(devices), []
+    for i, raw in enumerate(fields):
+        if len(row) == n:
+            return row, fields[i:]
+        if not raw or _is_cell(raw):
+            row.append(raw)
+            continue
+        ways = _unfused(raw, n - len(row))
+        if ways is not None and len(ways) == 1:
+            cells, after = ways[0]
+            row += cells
+            if after is not None:
+                return row, [after] + fields[i + 1:]
+            continue
+        if ways == []:  # one unreadable cell; its neighbours keep their places
+            row.append(raw)
+            continue
+        warnings.append(f"{d}: cell {raw[:40]!r} reads as cells run together in "
+                        f"{'many' if ways is None else len(ways)} ways; it and the cells after it are unknown")
+        return row, None
+    return row, []
+
+
+def _width(fields: list, layout: str) -> int:
+    """How many fields a row has after its matrix cells: all of them in TABS, up to the last value
+    in STOPS (whose empty fields at the end of a line left no trace)."""
+    if layout == STOPS:
+        while fields and not fields[-1]:
+            fields = fields[:-1]
+    return len(fields)
+
+
+def _lost_a_tab(fields: list, layout: str, widths: dict, columns: tuple) -> bool:
+    """Whether a GPU row lost a tab next to an empty value (a blank CPU Affinity run into its
+    neighbour), which moves every value after it one column left. nvidia-smi writes a field per
+    header column after the matrix, and an empty one before GPU NUMA ID: in TABS a row with fewer
+    (or fewer than most rows) lost one. In STOPS the empty fields at the end of a line are gone
+    too, so a row with values that ends short is as likely shifted as blank at its end. In SPACES
+    every empty value is gone: a row with values, fewer than the header's columns, cannot place them."""
+    if layout == SPACES:
+        return 0 < len(fields) < len(columns)
+    full = len(columns) + ("GPU NUMA ID" in columns)
+    width = _width(fields, layout)
+    if layout == TABS:
+        usual = Counter(widths[TABS]).most_common(1)[0][0] if widths[TABS] else 0
+        return width < max(full, usual)
+    return 0 < width < max([full] + widths[STOPS])
+
+
+def _trailing(label: str, fields: list, layout: str, columns: tuple, warnings: list) -> dict:
     """Map the fields after the matrix cells onto the header's trailing columns. nvidia-smi
     writes an extra empty field before GPU NUMA ID, so that column takes the last value."""
-    if not tabbed and fields and len(fields) != len(columns):
+    if layout == SPACES and fields and len(fields) != len(columns):
         # Space-aligned text drops empty cells, so which value belongs where is unknowable.
         warnings.append(f"{label}: {len(fields)} values for {len(columns)} trailing columns in "
                         f"space-aligned text; they are left unknown")
@@ -243,6 +357,9 @@ def parse_topo_matrix(text: str) -> SmiTopo:
     elif gpu_names != [f"GPU{i}" for i in range(len(gpu_names))]:
         warnings.append(f"GPU names are not GPU0..GPU{len(gpu_names) - 1}: {' '.join(gpu_names)}")
     col = {d: j for j, d in enumerate(devices)}
+    read = {d: _row_cells(d, table.rows[d][0], devices, warnings) for d in devices if d in table.rows}
+    widths = {layout: [_width(read[d][1], layout) for d in gpu_names if d in read and read[d][1] is not None
+                       and table.rows[d][1] == layout] for layout in (TABS, STOPS)}
     cells, gpus = {}, []  # (row, col) -> canonical label; a missing cell stays absent
     for d in devices:
         if d not in table.rows:
@@ -250,12 +367,20 @@ def parse_topo_matrix(text: str) -> SmiTopo:
             if d in gpu_names:
                 gpus.append(SmiGpu(d))
             continue
-        fields, tabbed = table.rows[d]
-        present = sum(1 for f in fields[:n] if f)  # an empty cell is a missing one (a cut tab row)
-        if present < n:
+        layout = table.rows[d][1]
+        row, trailing = read[d]
+        if d in gpu_names and len(row) == n and trailing and _lost_a_tab(trailing, layout, widths, table.columns):
+            warnings.append(f"{d}: its values after the matrix cannot be placed (a blank one, or a tab lost next "
+                            f"to one); its {', '.join(table.columns) or 'values'} are unknown")
+            trailing = None
+            if re.fullmatch(r"NV[0-9]{2,}", row[-1]):  # "NV1" run into a CPU list "8-15"
+                warnings.append(f"{d}-{devices[-1]}: {row[-1]} may end in the first digits of the value after "
+                                f"it; the cell is unknown")
+                row = row[:-1] + [""]
+        present = sum(1 for f in row if f)  # an empty cell is a missing one (a cut tab row)
+        if present < n and trailing is not None:
             warnings.append(f"{d} row has {present} of {n} cells")
-        for j, raw in enumerate(fields[:n]):
-            other = devices[j]
+        for other, raw in zip(devices, row):
             if not raw:
                 continue
             if other == d:
@@ -266,7 +391,7 @@ def parse_topo_matrix(text: str) -> SmiTopo:
             else:
                 cells[d, other] = _label(raw)
         if d in gpu_names:
-            values = _trailing(d, fields[n:], tabbed, table.columns, warnings)
+            values = {} if trailing is None else _trailing(d, trailing, layout, table.columns, warnings)
             gpus.append(SmiGpu(d, values.get("CPU Affinity"), values.get("NUMA Affinity"),
                                values.get("GPU NUMA ID")))
 
@@ -284,16 +409,39 @@ def parse_topo_matrix(text: str) -> SmiTopo:
                             "prints (NV#, PIX, PXB, PHB, NODE, SYS)")
     matrix = tuple(tuple(cell(a, b) for b in gpu_names) for a in gpu_names)
     gpu_nic = tuple(tuple(cell(a, b) for b in nic_names) for a in gpu_names)
-    legend = {}
-    for line in table.rest:
-        m = _NIC_LEGEND_RE.match(line)
-        if m:
-            legend.setdefault(m.group(1), m.group(2))
+    legend = _nic_legend(table.rest, nic_names, warnings)
     unnamed = [d for d in nic_names if re.fullmatch(r"NIC[0-9]+", d) and d not in legend]
     if unnamed:
         warnings.append(f"no NIC Legend entry for {', '.join(unnamed)}; the row label is used as its name")
     return SmiTopo(gpus=tuple(gpus), nics=tuple(legend.get(d, d) for d in nic_names), matrix=matrix,
                    gpu_nic=gpu_nic, columns=table.columns, warnings=tuple(warnings))
+
+
+_NIC_ENTRY_RE = re.compile(r"(NIC[0-9]+)\s*:\s*(\S+?)(?=\s|NIC[0-9]+\s*:|$)")
+
+
+def _nic_legend(lines: list, nics: list, warnings: list) -> dict:
+    """NIC label -> device name from the NIC Legend. Past about 40 NICs nvidia-smi's legend is
+    corrupted (entries run together, a label given twice): an entry that contradicts another, or
+    names a NIC the matrix does not have, is dropped with a warning; the NIC keeps its label."""
+    entries: dict = {}
+    for line in lines:
+        for m in _NIC_ENTRY_RE.finditer(line):
+            entries.setdefault(m.group(1), []).append(m.group(2))
+    owners: dict = {}
+    for label, names in entries.items():
+        owners.setdefault(names[0], []).append(label)
+    legend = {}
+    for label, names in entries.items():
+        if len(set(names)) > 1:
+            warnings.append(f"NIC Legend names {label} {' and '.join(sorted(set(names)))}; its name is unknown")
+        elif len(owners[names[0]]) > 1:
+            warnings.append(f"NIC Legend gives {names[0]} to {', '.join(owners[names[0]])}; their names are unknown")
+        elif label not in nics:
+            warnings.append(f"NIC Legend names {label}, which the matrix does not have")
+        else:
+            legend[label] = names[0]
+    return legend
 
 
 # ---------------------------------------------------------------------------------------------
