@@ -17,20 +17,31 @@ class RequirementError(ValueError):
     """A marker argument or a ``--gputopo-require`` term is malformed."""
 
 
-def _gpu_arg(value, what: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RequirementError(f"{what} must be a positive integer or None, got {value!r}")
+# Limits no real machine reaches, so that NaN, infinity and 10**400 are errors, never verdicts.
+MAX_GPUS = 1024  # GPUs one process can see (an NVLink domain is 72 today, GB200 NVL72)
+MAX_GBPS = 1e6  # GB/s: a thousand times NVLink 5's 1.8 TB/s per GPU
+MAX_BYTES = 2**40  # 1 TiB: above the memory of any GPU
+
+
+def _int_arg(value, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise RequirementError(f"{what} must be an integer from {low} to {high}, got {_short(value)}")
     return value
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _gpu_arg(value, what: str) -> int | None:
+    return None if value is None else _int_arg(value, what, 1, MAX_GPUS)
 
 
 def _requires_gpus(n, *, strict=None):
     from .requirements import GpuCount
 
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise RequirementError(f"n must be a non-negative integer, got {n!r}")
-    return GpuCount(count=n)
+    return GpuCount(count=_int_arg(n, "n", 0, MAX_GPUS))
 
 
 def _requires_p2p(gpus=None, *, strict=None):
@@ -42,9 +53,9 @@ def _requires_p2p(gpus=None, *, strict=None):
 def _requires_nvlink(gpus=None, min_links=1, *, strict=None):
     from .requirements import NvLinkRequirement
 
-    if isinstance(min_links, bool) or not isinstance(min_links, int) or min_links < 1:
-        raise RequirementError(f"min_links must be a positive integer, got {min_links!r}")
-    return NvLinkRequirement(gpus=_gpu_arg(gpus, "gpus"), min_links=min_links)
+    from .model import MAX_NVLINKS
+
+    return NvLinkRequirement(gpus=_gpu_arg(gpus, "gpus"), min_links=_int_arg(min_links, "min_links", 1, MAX_NVLINKS))
 
 
 def _requires_link(cls, gpus=None, *, strict=None):
@@ -61,10 +72,12 @@ def _requires_link(cls, gpus=None, *, strict=None):
 
 
 def _bw_args(gbps, floor):
-    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or gbps <= 0):
-        raise RequirementError(f"gbps must be a positive number (GB/s = 1e9 B/s) or None, got {gbps!r}")
+    # Written as comparisons, which are False for NaN and need no float() of 10**400.
+    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not 0 < gbps <= MAX_GBPS):
+        raise RequirementError(f"gbps must be a number above 0 and at most {MAX_GBPS:g} (GB/s = 1e9 B/s) "
+                               f"or None, got {_short(gbps)}")
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 < floor <= 2):
-        raise RequirementError(f"floor must be a fraction of the expected bandwidth in (0, 2], got {floor!r}")
+        raise RequirementError(f"floor must be a fraction of the expected bandwidth in (0, 2], got {_short(floor)}")
     return None if gbps is None else float(gbps), None if floor is None else float(floor)
 
 
@@ -72,8 +85,8 @@ def _min_allreduce_bw(gbps=None, gpus=None, size=None, *, floor=None, strict=Non
     from .requirements import BandwidthRequirement
 
     gbps, floor = _bw_args(gbps, floor)
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 4):
-        raise RequirementError(f"size must be a number of bytes (>= 4), got {size!r}")
+    if size is not None:
+        _int_arg(size, "size (bytes)", 4, MAX_BYTES)
     return BandwidthRequirement(gpus=_gpu_arg(gpus, "gpus"), metric="allreduce", gbps=gbps, size=size, floor=floor)
 
 

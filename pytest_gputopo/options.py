@@ -6,6 +6,9 @@ value is returned with where it came from, so that an error names its source.
 
 from __future__ import annotations
 
+import math
+import os
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -101,7 +104,7 @@ def value(config: pytest.Config, name: str) -> tuple[str | None, str]:
         return env, f"environment variable {opt.env}"
     ini = config.getini(opt.ini)
     if ini not in (None, ""):
-        return str(ini).strip(), f"ini option {opt.ini} in {config.inipath}"
+        return str(ini).strip(), f"ini option {opt.ini}" + (f" in {config.inipath}" if config.inipath else " (-o)")
     return None, ""
 
 
@@ -132,23 +135,41 @@ def choice(config: pytest.Config, name: str, choices: tuple[str, ...], default: 
     return raw.strip().lower()
 
 
-def number(config: pytest.Config, name: str, default: float | None, *, integer: bool = False,
-           minimum: float = 0.0) -> float | None:
+# The range of each numeric setting: above 0, up to a limit no real run needs.
+LIMITS = {
+    "bench-timeout": 7 * 24 * 3600.0,  # seconds: a week
+    "rank-timeout": 7 * 24 * 3600.0,
+    "cache-max-age": 365 * 24.0,  # hours: a year
+    "allreduce-world-size": 1024,  # gloo processes on one host
+}
+_INTEGER_RE = re.compile(r"\+?[0-9]{1,18}")
+_DECIMAL_RE = re.compile(r"\+?([0-9]{1,18}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?")
+
+
+def parse_number(raw: str, where: str, *, integer: bool = False, maximum: float) -> float:
+    """A number above 0 and at most ``maximum``, in ASCII digits (``1e3`` allowed unless
+    ``integer``): NaN, infinity, ``²`` and 5,000-digit numbers are usage errors naming ``where``."""
+    text = raw.strip()
+    if (_INTEGER_RE if integer else _DECIMAL_RE).fullmatch(text):
+        parsed = int(text) if integer else float(text)
+        if 0 < parsed <= maximum and math.isfinite(parsed):
+            return parsed
+    kind = "an integer" if integer else "a number"
+    raise pytest.UsageError(f"{where}: {raw[:40]!r} is not {kind} above 0 and at most {maximum:g}")
+
+
+def number(config: pytest.Config, name: str, default: float | None, *, integer: bool = False) -> float | None:
     raw, where = value(config, name)
     if raw is None:
         return default
-    try:
-        parsed = int(raw) if integer else float(raw)
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed <= minimum:
-        kind = "an integer" if integer else "a number"
-        raise pytest.UsageError(f"{where}: {raw!r} is not {kind} greater than {minimum:g}")
-    return parsed
+    return parse_number(raw, where, integer=integer, maximum=LIMITS[name])
 
 
 _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
           "G": 2**30, "GB": 2**30, "GIB": 2**30}
+
+
+MAX_SIZE = 2**40  # 1 TiB: above the memory of any GPU (B300: 288 GB)
 
 
 def size(config: pytest.Config, name: str) -> int | None:
@@ -156,12 +177,11 @@ def size(config: pytest.Config, name: str) -> int | None:
     raw, where = value(config, name)
     if raw is None:
         return None
-    text = raw.strip().upper()
-    digits = text.rstrip("KMGIB")
-    unit = text[len(digits):]
-    if not digits.isdigit() or unit not in _UNITS or int(digits) * _UNITS[unit] < 4:
-        raise pytest.UsageError(f"{where}: {raw!r} is not a size in bytes such as 1073741824, 1G or 256M")
-    return int(digits) * _UNITS[unit]
+    m = re.fullmatch(r"([0-9]{1,16})([KMG]?I?B?)", raw.strip().upper())
+    if not m or m.group(2) not in _UNITS or not 4 <= int(m.group(1)) * _UNITS[m.group(2)] <= MAX_SIZE:
+        raise pytest.UsageError(f"{where}: {raw[:40]!r} is not a size in bytes from 4 to 1T, such as "
+                                f"1073741824, 1G or 256M")
+    return int(m.group(1)) * _UNITS[m.group(2)]
 
 
 def floors(config: pytest.Config) -> tuple[dict, set]:
@@ -180,9 +200,32 @@ def floors(config: pytest.Config) -> tuple[dict, set]:
     return result, explicit
 
 
-def validate_benchmark_options(config: pytest.Config) -> None:
-    """Read every benchmark setting once at start-up, so that a bad value is a usage error naming
-    its source before any test runs (the benchmarks themselves start only when needed)."""
+def writable_path(config: pytest.Config, name: str) -> str | None:
+    """A file setting (``json``) whose file can be written: checked at start, so that a bad path is a
+    usage error before any test runs, not a report lost after them."""
+    raw, where = value(config, name)
+    if raw is None:
+        return None
+    path = os.path.abspath(raw)
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        problem = "it is a folder"
+    elif not os.path.isdir(folder):
+        problem = f"no folder {folder}"
+    elif not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        problem = "permission denied"
+    else:
+        return raw
+    raise pytest.UsageError(f"{where}: cannot write {raw}: {problem}")
+
+
+def validate(config: pytest.Config) -> None:
+    """Read every setting once at start-up, so that a bad value is a usage error naming its source
+    before any test runs (the benchmarks themselves start only when needed)."""
+    for name, opt in OPTIONS.items():
+        if opt.metavar is None:
+            flag(config, name)
+    writable_path(config, "json")
     choice(config, "allreduce-backend", ("nccl", "gloo"), "nccl")
     choice(config, "allreduce-engine", ("torch", "nccl-tests"), "torch")
     choice(config, "allreduce-sched", ("fair", "fifo"), "fair")

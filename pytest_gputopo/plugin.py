@@ -24,6 +24,7 @@ RANKS_EXIT_STATUS = 9
 WORKER_KEY = "gputopo_topology"
 SHARED_KEY = "gputopo_shared_dir"  # xdist: where the workers of one run share benchmark results
 SHARED_DIR = pytest.StashKey[str]()
+JSON_ERROR = pytest.StashKey[str]()  # --gputopo-json could not be written at the end
 
 
 class RunState:
@@ -75,7 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
         sig = markers.marker_signature(name).replace("*, ", "").replace("strict=None", "strict=False")
         config.addinivalue_line("markers", f"{sig}: {help_text}; unmet -> skip (fail when strict)")
     state = RunState(strict=options.flag(config, "strict"))
-    options.validate_benchmark_options(config)
+    options.validate(config)
     config.stash[STATE] = state
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and WORKER_KEY in workerinput:
@@ -314,6 +315,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    if JSON_ERROR in config.stash:  # beside pytest's own summary, never in its place
+        terminalreporter.write_line(config.stash[JSON_ERROR], red=True, bold=True)
     state = config.stash.get(STATE, None)
     if state is None or hasattr(config, "workerinput") or not _is_rank_zero(config):
         return
@@ -378,12 +381,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                                     _from_reports(config, CHECK_PROPERTY), _from_reports(config, OWN_PROPERTY))
     import json
 
+    from . import runtime
+
     try:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=1)
-            handle.write("\n")
-    except OSError as exc:
-        raise pytest.UsageError(f"{where}: cannot write {path}: {exc.strerror or exc}") from None
+        runtime.write_text(path, json.dumps(document, indent=1) + "\n")
+    except OSError as exc:  # checked at start; a disk that filled since loses the report, not the run's outcome
+        config.stash[JSON_ERROR] = f"ERROR: {where}: cannot write {path}: {exc.strerror or exc}"
+
 
 
 @pytest.fixture

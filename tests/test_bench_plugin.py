@@ -80,7 +80,7 @@ def test_gloo_allreduce_really_runs_on_this_host(pytester):
     (["--gputopo-allreduce-backend", "mpi"], "*--gputopo-allreduce-backend: 'mpi' is not one of nccl, gloo*"),
     (["--gputopo-allreduce-sched", "rt"], "*--gputopo-allreduce-sched: 'rt' is not one of fair, fifo*"),
     (["--gputopo-allreduce-size", "lots"], "*--gputopo-allreduce-size: 'lots' is not a size in bytes*"),
-    (["--gputopo-bench-timeout", "-1"], "*--gputopo-bench-timeout: '-1' is not a number greater than 0*"),
+    (["--gputopo-bench-timeout", "-1"], "*--gputopo-bench-timeout: '-1' is not a number above 0 and at most 604800*"),
 ])
 def test_bad_benchmark_options(pytester, args, message):
     result = run(pytester, "--gputopo-machine", "dgx-a100", *args)
@@ -89,8 +89,8 @@ def test_bad_benchmark_options(pytester, args, message):
 
 
 @pytest.mark.parametrize("args,message", [
-    ("min_p2p_bw(-5)", "gbps must be a positive number"),
-    ("min_allreduce_bw(50, size='1G')", "size must be a number of bytes"),
+    ("min_p2p_bw(-5)", "gbps must be a number above 0 and at most 1e+06"),
+    ("min_allreduce_bw(50, size='1G')", "size (bytes) must be an integer from 4 to 1099511627776"),
     ("min_h2d_bw(10, pinned='yes')", "pinned must be True or False"),
     ("min_p2p_bw(floor=5)", "floor must be a fraction"),
 ])

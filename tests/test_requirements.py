@@ -83,9 +83,9 @@ def test_reason_names_three_pairs_then_counts():
 
 
 @pytest.mark.parametrize("name,args,kwargs,message", [
-    ("requires_gpus", ("8",), {}, "non-negative integer"),
+    ("requires_gpus", ("8",), {}, "n must be an integer from 0 to 1024"),
     ("requires_gpus", (), {}, "missing a required argument"),
-    ("requires_p2p", (), {"gpus": 0}, "positive integer"),
+    ("requires_p2p", (), {"gpus": 0}, "gpus must be an integer from 1 to 1024"),
     ("requires_p2p", (), {"gpu": 2}, "unexpected keyword argument 'gpu'"),
     ("requires_link", ("PXQ",), {}, "unknown link label 'PXQ'"),
     ("requires_link", (12,), {}, "link class string"),

@@ -9,6 +9,7 @@ the plugin must not import ``pynvml`` or ``torch``.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from .. import model, runtime
@@ -131,16 +132,16 @@ def _probe_nvml_here() -> model.Topology:
 
 
 def _is_text(machine: str) -> bool:
-    return Path(machine).suffix.lower() in (".txt", ".log", ".out") and Path(machine).is_file()
+    # Whatever the path is (a FIFO, a symlink loop): reading it says what it is.
+    return Path(machine).suffix.lower() in (".txt", ".log", ".out") and os.path.lexists(machine)
 
 
 def _from_smi_file(path: str, p2p_paths: dict) -> model.Topology:
     from . import smi_text
 
     try:
-        smi = smi_text.parse_topo_matrix(Path(path).read_text(encoding="utf-8", errors="replace"))
-        p2p = {cap: smi_text.parse_p2p_matrix(Path(p).read_text(encoding="utf-8", errors="replace"))
-               for cap, p in p2p_paths.items()}
+        smi = smi_text.parse_topo_matrix(runtime.read_text(path))
+        p2p = {cap: smi_text.parse_p2p_matrix(runtime.read_text(p)) for cap, p in p2p_paths.items()}
     except (OSError, smi_text.SmiParseError) as exc:
         raise MachineError(f"{path}: {exc}") from None
     return smi_text.to_topology(smi, p2p, name=path)

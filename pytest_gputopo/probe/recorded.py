@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import model
+from .. import model, runtime
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "machines"
 
@@ -40,7 +40,7 @@ def resolve(name_or_path: str) -> Path:
     """A bundled machine's name, or a path to a profile file."""
     if os.sep in name_or_path or name_or_path.endswith(".json") or (os.altsep and os.altsep in name_or_path):
         path = Path(name_or_path)
-        if not path.is_file():
+        if not os.path.lexists(path):  # anything else there (a FIFO, a link loop): reading it says what
             raise ProfileError(f"{name_or_path}: no such machine profile file")
         return path
     path = BUNDLED_DIR / f"{name_or_path}.json"
@@ -78,9 +78,9 @@ def parse_profile(data: object, where: str) -> Profile:
 def load_profile(name_or_path: str) -> Profile:
     path = resolve(name_or_path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{path}: cannot read: {exc}") from None
+        text = runtime.read_text(str(path))
+    except OSError as exc:
+        raise ProfileError(f"{path}: {exc.strerror or exc}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -1,0 +1,179 @@
+"""Nothing lost, nothing crashes (issue 9): every file and option the plugin reads is untrusted
+input. A bad one is a usage error naming its source before any test runs; a report that cannot be
+written never hides the run's own outcome."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pytest_gputopo import runtime
+
+FAILING = "def test_fails():\n    assert False\n\ndef test_passes():\n    pass\n"
+
+
+def gputopo(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------------
+# --gputopo-json
+
+
+def test_a_json_path_that_cannot_be_written_is_a_usage_error_before_any_test(pytester):
+    """Issue 9.1: it used to print only ``F`` and the write error at the end: no FAILURES, exit 4."""
+    pytester.makepyfile(test_f=FAILING)
+    result = pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-json", "nodir/x.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gputopo-json: cannot write nodir/x.json: no folder *nodir*"])
+    assert "test_fails" not in result.stdout.str()
+    pytester.mkdir("adir")
+    result = pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-json", "adir")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gputopo-json: cannot write adir: it is a folder"])
+
+
+def test_a_report_lost_at_the_end_keeps_pytests_summary_and_exit_status(pytester, monkeypatch):
+    """A disk that fills after the start: the error is reported, the failures and the exit status
+    are pytest's own."""
+    pytester.makepyfile(test_f=FAILING)
+
+    def full_disk(path, text):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runtime, "write_text", full_disk)
+    result = pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-json", "x.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*FAILURES*", "*ERROR: --gputopo-json: cannot write x.json: No space left on device*",
+                                 "*short test summary info*", "*1 failed, 1 passed*"])
+
+
+def test_the_report_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Issue 9.13: written to a temporary file and renamed; a failure midway leaves the previous
+    report as it was, and no temporary file. The new file gets the umask's mode, as open() gives."""
+    path = tmp_path / "r.json"
+    path.write_text('{"good": true}\n')
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        runtime.write_text(str(path), json.dumps({"new": 1}))
+    monkeypatch.undo()
+    assert json.loads(path.read_text()) == {"good": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+    runtime.write_text(str(tmp_path / "n.json"), '{"new": 1}\n')
+    assert (tmp_path / "n.json").stat().st_mode & 0o777 == 0o666 & ~runtime._umask()
+
+
+# ---------------------------------------------------------------------------------------------
+# Files that are not regular files
+
+
+@pytest.fixture
+def odd_paths(tmp_path):
+    fifo = tmp_path / "topo.txt"
+    os.mkfifo(fifo)
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop)
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as handle:
+        handle.truncate(runtime.MAX_INPUT_BYTES + 1)
+    return {"fifo": str(fifo), "loop": str(loop), "zero": "/dev/zero", "big": str(big), "folder": str(tmp_path)}
+
+
+@pytest.mark.parametrize("kind, says", [("fifo", "it is a FIFO"), ("zero", "it is a device"),
+                                        ("big", "larger than 64 MiB"), ("folder", "it is a folder"),
+                                        ("loop", "cannot read: Too many levels of symbolic links")])
+def test_only_regular_files_of_a_sane_size_are_read(odd_paths, kind, says):
+    """Issue 9.5: /dev/zero was a MemoryError ("internal error"), a FIFO blocked forever, a FIFO or a
+    symlink loop given as a machine was "no such machine profile file"."""
+    path = odd_paths[kind]
+    out = gputopo("parse", "smi-topo", path)
+    assert out.returncode == 2 and says in out.stderr and "internal error" not in out.stderr, out.stderr
+    if kind in ("fifo", "loop"):
+        out = gputopo("show", "--machine", path)
+        assert out.returncode == 2 and says in out.stderr, out.stderr
+
+
+def test_an_nccl_conf_file_that_is_a_fifo_does_not_hang_the_header(tmp_path, monkeypatch):
+    """Issue 9.12: NCCL_CONF_FILE at a FIFO hung the header's prediction."""
+    fifo = tmp_path / "nccl.conf"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("NCCL_CONF_FILE", str(fifo))
+    environ, files = runtime.nccl_inputs()
+    assert str(fifo) not in [path for path, _ in files]
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--gputopo-bench-timeout", "nan"), ("--gputopo-bench-timeout", "inf"), ("--gputopo-bench-timeout", "1e309"),
+    ("--gputopo-bench-timeout", "-5"), ("--gputopo-rank-timeout", "nan"), ("--gputopo-cache-max-age", "inf"),
+    ("--gputopo-allreduce-world-size", "1" + "0" * 26), ("--gputopo-allreduce-world-size", "²"),
+    ("--gputopo-allreduce-size", "1" + "0" * 26), ("--gputopo-allreduce-size", "²"),
+    ("--gputopo-bench-timeout", "١٢"),
+])
+def test_every_numeric_option_is_finite_and_in_range_at_start(pytester, option, value):
+    """Issue 9.6 and 9.10: each was accepted and failed later inside a benchmark, or never."""
+    pytester.makepyfile(test_f=FAILING)
+    result = pytester.runpytest("--gputopo-machine", "hgx-h100", f"{option}={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{option}: *is not a*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_each_option_says_its_range(pytester):
+    pytester.makepyfile(test_f=FAILING)
+    result = pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-bench-timeout=inf")
+    result.stderr.fnmatch_lines(["*--gputopo-bench-timeout: 'inf' is not a number above 0 and at most 604800"])
+
+
+@pytest.mark.parametrize("surface", ["env", "ini", "ini -o"])
+def test_a_boolean_setting_is_checked_at_start_whatever_runs(pytester, monkeypatch, surface):
+    """Issue 9.7: ``PYTEST_GPUTOPO_CACHE=garbage`` passed silently when no benchmark ran; the ini
+    message said "in None" when the value came from ``-o``."""
+    pytester.makepyfile(test_f="def test_x(): pass\n")
+    args = ["--gputopo-machine", "hgx-h100"]
+    if surface == "env":
+        monkeypatch.setenv("PYTEST_GPUTOPO_CACHE", "garbage")
+        expected = "*environment variable PYTEST_GPUTOPO_CACHE: 'garbage' is not a boolean*"
+    elif surface == "ini":
+        pytester.makeini("[pytest]\ngputopo_cache = maybe\n")
+        expected = "*ini option gputopo_cache in *tox.ini: 'maybe' is not a boolean*"
+    else:
+        args += ["-o", "gputopo_strict=maybe"]
+        expected = "*ini option gputopo_strict (-o): 'maybe' is not a boolean*"
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([expected])
+
+
+# ---------------------------------------------------------------------------------------------
+# Marker arguments
+
+
+@pytest.mark.parametrize("args, says", [
+    ("min_allreduce_bw(float('nan'))", "gbps must be a number above 0 and at most 1e+06"),
+    ("min_allreduce_bw(float('inf'))", "gbps must be a number above 0 and at most 1e+06"),
+    ("min_p2p_bw(10**400)", "gbps must be a number above 0 *got 1000000000000000000000000000000000000..."),
+    ("min_allreduce_bw(50, size=10**400)", "size (bytes) must be an integer from 4 to 1099511627776"),
+    ("requires_gpus(10**400)", "n must be an integer from 0 to 1024"),
+    ("requires_nvlink(min_links=10**6)", "min_links must be an integer from 1 to 36"),
+])
+def test_a_marker_argument_no_machine_can_meet_is_an_error_not_a_verdict(pytester, args, says):
+    """Issue 9.11: ``min_allreduce_bw(float("nan"))`` passed on every machine (every comparison with
+    NaN is False) and ``10**400`` crashed in ``float()`` with OverflowError."""
+    pytester.makepyfile(test_f=f"import pytest\n@pytest.mark.{args}\ndef test_x(): pass\n")
+    result = pytester.runpytest("--gputopo-machine", "hgx-h100")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*test_x: @pytest.mark.{args.split('(')[0]}: {says}*"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
