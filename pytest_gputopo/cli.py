@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import model, report, runtime
+from . import files, model, report
 
 P2P_CAPS = {"r": "read", "w": "write", "n": "nvlink", "a": "atomics"}
 
@@ -23,7 +23,7 @@ class CliError(Exception):
 
 def _read(path: str) -> str:
     try:
-        return runtime.read_text(path)
+        return files.read_text(path)
     except OSError as exc:
         raise CliError(f"{path}: {exc.strerror or exc}") from None
 
@@ -105,7 +105,7 @@ def cmd_record(args) -> int:
     data = profile_dict(name, topology, args.description or f"recorded by gputopo from {sources[0]['what']}",
                         sources, inferred)
     try:
-        runtime.write_text(args.output, json.dumps(data, indent=1) + "\n")
+        files.write_text(args.output, json.dumps(data, indent=1) + "\n")
     except OSError as exc:
         raise CliError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
     for w in topology.warnings:

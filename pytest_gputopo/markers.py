@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
+from .model import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, show_value
+
 TRANSPORT_KINDS = ("P2P", "SHM", "NET", "NET/IB", "NET/Socket", "NVLS", "COLLNET")
 
 
@@ -17,21 +19,10 @@ class RequirementError(ValueError):
     """A marker argument or a ``--gputopo-require`` term is malformed."""
 
 
-# Limits no real machine reaches, so that NaN, infinity and 10**400 are errors, never verdicts.
-MAX_GPUS = 1024  # GPUs one process can see (an NVLink domain is 72 today, GB200 NVL72)
-MAX_GBPS = 1e6  # GB/s: a thousand times NVLink 5's 1.8 TB/s per GPU
-MAX_BYTES = 2**40  # 1 TiB: above the memory of any GPU
-
-
 def _int_arg(value, what: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise RequirementError(f"{what} must be an integer from {low} to {high}, got {_short(value)}")
+        raise RequirementError(f"{what} must be an integer from {low} to {high}, got {show_value(value)}")
     return value
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _gpu_arg(value, what: str) -> int | None:
@@ -53,8 +44,6 @@ def _requires_p2p(gpus=None, *, strict=None):
 def _requires_nvlink(gpus=None, min_links=1, *, strict=None):
     from .requirements import NvLinkRequirement
 
-    from .model import MAX_NVLINKS
-
     return NvLinkRequirement(gpus=_gpu_arg(gpus, "gpus"), min_links=_int_arg(min_links, "min_links", 1, MAX_NVLINKS))
 
 
@@ -75,9 +64,9 @@ def _bw_args(gbps, floor):
     # Written as comparisons, which are False for NaN and need no float() of 10**400.
     if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not 0 < gbps <= MAX_GBPS):
         raise RequirementError(f"gbps must be a number above 0 and at most {MAX_GBPS:g} (GB/s = 1e9 B/s) "
-                               f"or None, got {_short(gbps)}")
+                               f"or None, got {show_value(gbps)}")
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 < floor <= 2):
-        raise RequirementError(f"floor must be a fraction of the expected bandwidth in (0, 2], got {_short(floor)}")
+        raise RequirementError(f"floor must be a fraction of the expected bandwidth in (0, 2], got {show_value(floor)}")
     return None if gbps is None else float(gbps), None if floor is None else float(floor)
 
 

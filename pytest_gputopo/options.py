@@ -6,14 +6,13 @@ value is returned with where it came from, so that an error names its source.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass
 
 import pytest
 
-from . import runtime
+from . import numtext, runtime
 
 
 @dataclass(frozen=True)
@@ -142,20 +141,17 @@ LIMITS = {
     "cache-max-age": 365 * 24.0,  # hours: a year
     "allreduce-world-size": 1024,  # gloo processes on one host
 }
-_INTEGER_RE = re.compile(r"\+?[0-9]{1,18}")
-_DECIMAL_RE = re.compile(r"\+?([0-9]{1,18}(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]{1,3})?")
 
 
 def parse_number(raw: str, where: str, *, integer: bool = False, maximum: float) -> float:
-    """A number above 0 and at most ``maximum``, in ASCII digits (``1e3`` allowed unless
-    ``integer``): NaN, infinity, ``²`` and 5,000-digit numbers are usage errors naming ``where``."""
-    text = raw.strip()
-    if (_INTEGER_RE if integer else _DECIMAL_RE).fullmatch(text):
-        parsed = int(text) if integer else float(text)
-        if 0 < parsed <= maximum and math.isfinite(parsed):
-            return parsed
-    kind = "an integer" if integer else "a number"
-    raise pytest.UsageError(f"{where}: {raw[:40]!r} is not {kind} above 0 and at most {maximum:g}")
+    """A number above 0 and at most ``maximum`` (``1e3`` allowed unless ``integer``): NaN,
+    infinity, ``²`` and 5,000-digit numbers are usage errors naming ``where``."""
+    parsed = numtext.read_int(raw, 1, int(maximum)) if integer else numtext.read_number(raw, 0, maximum,
+                                                                                            above_low=True)
+    if parsed is None:
+        kind = "an integer" if integer else "a number"
+        raise pytest.UsageError(f"{where}: {raw[:40]!r} is not {kind} above 0 and at most {maximum:g}")
+    return parsed
 
 
 def number(config: pytest.Config, name: str, default: float | None, *, integer: bool = False) -> float | None:

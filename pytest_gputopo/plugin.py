@@ -375,18 +375,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
     suite = config.stash.get(SUITE, None)
     shared = config.stash.get(SHARED_DIR, None)
-    results = {r.key: r for r in (SharedFolder(shared).results() if shared else [])}  # the workers'
+    results, lost = SharedFolder(shared).results() if shared else ([], [])  # the workers'
+    results = {r.key: r for r in results}
     results.update({r.key: r for r in (suite.results if suite else [])})
     document = report.json_document(config.stash[TOPOLOGY], list(results.values()),
-                                    _from_reports(config, CHECK_PROPERTY), _from_reports(config, OWN_PROPERTY))
+                                    _from_reports(config, CHECK_PROPERTY), _from_reports(config, OWN_PROPERTY), lost)
     import json
 
-    from . import runtime
+    from . import files
 
-    try:
-        runtime.write_text(path, json.dumps(document, indent=1) + "\n")
-    except OSError as exc:  # checked at start; a disk that filled since loses the report, not the run's outcome
-        config.stash[JSON_ERROR] = f"ERROR: {where}: cannot write {path}: {exc.strerror or exc}"
+    try:  # strict JSON: a NaN would be a figure no strict reader takes
+        files.write_text(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
+    except (OSError, ValueError) as exc:  # checked at start; a disk that filled since loses the report, not the run's outcome
+        config.stash[JSON_ERROR] = f"ERROR: {where}: cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
 
 
 

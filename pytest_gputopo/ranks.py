@@ -72,17 +72,40 @@ class Exchange:
             missing = [r for r, k in enumerate(keys) if not self.store.check([k])]
             raise RankError(f"rank(s) {', '.join(map(str, missing))} did not report {name!r} within "
                             f"{self.timeout_s:.0f} s (a rank died, hung, or runs a different test selection)") from None
-        return [json.loads(self.store.get(k)) for k in keys]
+        return [_record(self.store.get(k), r, name) for r, k in enumerate(keys)]
+
+
+def _record(raw: bytes, rank: int, name: str) -> dict:
+    """A rank's record as sent through the store: untrusted (anyone who reaches the store's port
+    can write it), so anything but a JSON object is a RankError naming the rank."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        data = None
+    if not isinstance(data, dict):
+        raise RankError(f"rank {rank} sent a {name!r} record that is not a JSON object")
+    return data
 
 
 def gather_views(exchange: Exchange, topology: model.Topology, fallback: str = "") -> list[RankView]:
     mine = {"hostname": topology.hostname or runtime.hostname(), "node_rank": exchange.launch.node_rank,
             "topology": model.to_dict(topology), "fallback": fallback}
-    views = []
-    for rank, data in enumerate(exchange.all_gather("topology", mine)):
-        views.append(RankView(rank, data["hostname"], data["node_rank"], model.from_dict(data["topology"]),
-                              data.get("fallback", "")))
-    return views
+    return [_view(rank, data) for rank, data in enumerate(exchange.all_gather("topology", mine))]
+
+
+def _view(rank: int, data: dict) -> RankView:
+    hostname, node_rank, fallback = data.get("hostname"), data.get("node_rank"), data.get("fallback", "")
+    try:
+        if not (hostname is None or isinstance(hostname, str)):
+            raise model.SchemaError("hostname", f"expected str, got {model.show_value(hostname)}")
+        if not (node_rank is None or (type(node_rank) is int and 0 <= node_rank < 2**31)):
+            raise model.SchemaError("node_rank", f"expected a rank, got {model.show_value(node_rank)}")
+        if not isinstance(fallback, str):
+            raise model.SchemaError("fallback", f"expected str, got {model.show_value(fallback)}")
+        topology = model.from_dict(data.get("topology"), "topology")
+    except model.SchemaError as exc:
+        raise RankError(f"rank {rank} sent a topology record that cannot be read: {exc}") from None
+    return RankView(rank, hostname, node_rank, topology, fallback)
 
 
 def distinct(views: list[RankView]) -> list[RankView]:
@@ -110,9 +133,16 @@ class NodeShare:
         self.store = exchange.store
         self.prefix = f"{exchange.prefix}bench/{node}/"
 
-    def get(self, name: str) -> dict | None:
+    def get(self, name: str):
+        """The JSON value another rank stored, None when there is none; ValueError when it is not
+        JSON (``BenchResult.from_json`` checks the rest: the store is untrusted input)."""
         key = self.prefix + name
-        return json.loads(self.store.get(key)) if self.store.check([key]) else None
+        if not self.store.check([key]):
+            return None
+        try:
+            return json.loads(self.store.get(key))
+        except (ValueError, RecursionError):
+            raise ValueError(f"the store's {name!r} is not JSON") from None
 
     def put(self, name: str, data: dict) -> None:
         self.store.set(self.prefix + name, json.dumps(data))

@@ -139,14 +139,15 @@ def skip_summary(counts: Counter, strict: Counter, topologies: list) -> str | No
     return f"gputopo: {total} tests not run for unmet requirements: {', '.join(parts)} [{sources}]"
 
 
-def json_document(topology: Topology, results: list, checks: list, own: list = ()) -> dict:
+def json_document(topology: Topology, results: list, checks: list, own: list = (), lost: list = ()) -> dict:
     """What ``--gputopo-json`` writes. Every measurement keeps its origin: ``measured`` here,
-    ``cached`` (measured here earlier), or ``recorded`` (published for a recorded machine)."""
+    ``cached`` (measured here earlier), or ``recorded`` (published for a recorded machine);
+    ``lost`` names the results another process left that could not be read back."""
     from .model import to_dict
 
     return {"schema": 1, "source": source_text(topology), "recorded": topology.recorded,
             "topology": to_dict(topology), "measurements": [r.to_json() for r in results],
-            "test_measurements": list(own), "checks": checks}
+            "lost_measurements": list(lost), "test_measurements": list(own), "checks": checks}
 
 
 def rank_lines(views: list) -> list[str]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from . import numtext
 from .markers import RequirementError, _requires_link, _requires_nvlink, _requires_p2p
-from .model import Link, LinkClass, LinkLabel, Topology, link_satisfies
+from .model import MAX_GPUS, MAX_NVLINKS, Link, LinkClass, LinkLabel, Topology, link_satisfies, show_value
 from .spec import gbps_text, interval_text
 
 # How many failing pairs a test's skip reason names before "and N more" (a run gate lists all).
@@ -303,15 +304,24 @@ REQUIRE_GRAMMAR = """\
          | "no-fallback" [@N]          no pair that deserves P2P falls back to SHM or the network
   CLASS := NV | NV<links> | PIX | PXB | PHB | NODE | SYS   (order: NV# > PIX > PXB > PHB > NODE > SYS)
   @N    := among the first N GPUs only (default: all visible GPUs)
+  N, LINKS := ASCII digits; gpus>= 0..1024, @N 1..1024, LINKS 1..36
   example: gpus>=8,p2p,link>=NV18"""
 
-_TERM_RE = re.compile(
-    r"^(?:(?P<gpus>gpus\s*>=\s*(?P<count>\d+))"
+_TERM_RE = re.compile(  # [0-9], not \d: "١٢" is no number here
+    r"^(?:(?P<gpus>gpus\s*>=\s*(?P<count>[0-9]+))"
     r"|(?P<p2p>p2p)"
-    r"|(?P<nvlink>nvlink)(?:\s*>=\s*(?P<links>\d+))?"
+    r"|(?P<nvlink>nvlink)(?:\s*>=\s*(?P<links>[0-9]+))?"
     r"|link\s*>=\s*(?P<cls>[A-Za-z0-9]+)"
     r"|(?P<nofallback>no-fallback))"
-    r"(?:\s*@\s*(?P<at>\d+))?$", re.IGNORECASE)
+    r"(?:\s*@\s*(?P<at>[0-9]+))?$", re.IGNORECASE)
+
+
+def _number(text: str, what: str, low: int, high: int) -> int:
+    value = numtext.read_int(text, low, high)
+    if value is None:
+        raise RequirementError(f"{what} must be an integer from {low} to {high}, got {text[:20]}"
+                               + ("..." if len(text) > 20 else ""))
+    return value
 
 
 def parse_expression(text: str) -> tuple[Requirement, ...]:
@@ -322,23 +332,23 @@ def parse_expression(text: str) -> tuple[Requirement, ...]:
     for term in terms:
         m = _TERM_RE.match(term)
         if not m:
-            raise RequirementError(f"cannot read term {term!r}\n{REQUIRE_GRAMMAR}")
-        at = int(m["at"]) if m["at"] else None
+            raise RequirementError(f"cannot read term {show_value(term)}\n{REQUIRE_GRAMMAR}")
         try:
+            at = _number(m["at"], "@N", 1, MAX_GPUS) if m["at"] else None
             if m["gpus"]:
                 if at is not None:
                     raise RequirementError("'@N' does not apply to gpus>=")
-                out.append(GpuCount(count=int(m["count"])))
+                out.append(GpuCount(count=_number(m["count"], "gpus>=", 0, MAX_GPUS)))
             elif m["p2p"]:
                 out.append(_requires_p2p(gpus=at))
             elif m["nofallback"]:
                 out.append(NoFallbackRequirement(gpus=at))
             elif m["nvlink"]:
-                out.append(_requires_nvlink(gpus=at, min_links=int(m["links"] or 1)))
+                out.append(_requires_nvlink(gpus=at, min_links=_number(m["links"] or "1", "nvlink>=", 1, MAX_NVLINKS)))
             else:
                 out.append(_requires_link(m["cls"], gpus=at))
         except RequirementError as exc:
-            raise RequirementError(f"term {term!r}: {exc}\n{REQUIRE_GRAMMAR}") from None
+            raise RequirementError(f"term {show_value(term)}: {exc}\n{REQUIRE_GRAMMAR}") from None
     return tuple(out)
 
 

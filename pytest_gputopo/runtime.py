@@ -8,8 +8,11 @@ that "GPU 0" in a reason is the device a test gets as ``cuda:0``.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
+
+from . import numtext
 
 if TYPE_CHECKING:
     from .model import Gpu
@@ -83,9 +86,9 @@ def _match(entry: str, cuda: list[int], gpus: Sequence[Gpu]) -> int | str:
     """The NVML position ``entry`` names, or why it names none."""
     if not entry:
         return "empty entry"
-    if entry.lstrip("-").isdigit():
-        i = int(entry)
-        return cuda[i] if 0 <= i < len(cuda) else f"{entry!r} is not a device index (0..{len(cuda) - 1})"
+    if re.fullmatch(r"-?[0-9]+", entry):  # ASCII only: "²".isdigit() is true and int("²") raises
+        i = numtext.read_int(entry, 0, len(cuda) - 1)
+        return cuda[i] if i is not None else f"{entry[:20]!r} is not a device index (0..{len(cuda) - 1})"
     if entry.upper().startswith("MIG-"):
         return f"{entry!r} is a MIG instance, which pytest-gputopo does not map to a GPU"
     wanted = entry.upper() if entry.upper().startswith("GPU-") else "GPU-" + entry.upper()
@@ -114,6 +117,7 @@ def nccl_inputs() -> tuple[dict[str, str], list[tuple[str, str]]]:
     """What NCCL would read: the NCCL_* environment, and its config files' text in NCCL's order
     (NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf; the home directory from the password
     database, as NCCL takes it)."""
+    from . import files as files_
     from .nccl.expect import conf_file_paths
 
     environ = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
@@ -126,7 +130,7 @@ def nccl_inputs() -> tuple[dict[str, str], list[tuple[str, str]]]:
     files = []
     for path in conf_file_paths(os.environ, home):
         try:
-            files.append((path, read_text(path)))  # never a FIFO's endless wait
+            files.append((path, files_.read_text(path)))  # never a FIFO's endless wait
         except OSError:
             pass
     return environ, files
@@ -181,14 +185,15 @@ def launch() -> Launch | None:
     if "RANK" not in env or "WORLD_SIZE" not in env:
         return None
 
-    def number(name: str, default: int | None = None) -> int | None:
+    def number(name: str, default: int | None = None, high: int = 2**31 - 1, low: int = 0, why: str = "",
+               what: str = "an integer") -> int | None:
         raw = env.get(name)
         if raw is None:
             return default
-        try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+        value = numtext.read_int(raw, low, high)
+        if value is None:
+            raise ValueError(f"environment variable {name}={raw[:40]!r} is not {what} from {low} to {high}{why}")
+        return value
 
     rank, world = number("RANK"), number("WORLD_SIZE")
     if world is None or world < 1 or rank is None or not 0 <= rank < world:
@@ -197,68 +202,11 @@ def launch() -> Launch | None:
     if world == 1:
         return None
     run = f"{env.get('TORCHELASTIC_RUN_ID', 'none')}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    if agent_store:
+        port = number("MASTER_PORT", 29500, 65535, 1, what="a port")
+    else:  # without torchrun's store, ours listens on MASTER_PORT+1
+        port = number("MASTER_PORT", 29500, 65534, 1, " (pytest-gputopo's store listens on MASTER_PORT+1)", "a port")
     return Launch(rank=rank, world_size=world, local_rank=number("LOCAL_RANK"), node_rank=number("GROUP_RANK"),
-                  master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=number("MASTER_PORT", 29500),
-                  agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true", run_id=run)
-
-
-# ---------------------------------------------------------------------------------------------
-# The files a user names: read only when they are regular files of a sane size, written whole or not at all
-
-MAX_INPUT_BYTES = 64 * 2**20  # 64 MiB: far above any profile, nvidia-smi output or NCCL log of one node
-
-
-def read_text(path: str, limit: int = MAX_INPUT_BYTES) -> str:
-    """The text of a regular file of at most ``limit`` bytes. Anything else -- a FIFO or a device
-    (which would block or never end), a folder, a symlink loop, a file too large -- is an
-    ``OSError`` whose message says what the path is."""
-    import stat
-
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)  # opening a FIFO must not wait for a writer
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise OSError(exc.errno, f"cannot read: {exc.strerror or exc}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
-        raise OSError(0, f"not a regular file: it is {kind}")
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise OSError(0, f"larger than {limit // 2**20} MiB, the most this tool reads")
-    return data.decode("utf-8", errors="replace")
-
-
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder, renamed over it: a
-    full disk or a kill midway leaves the previous file as it was, never half a file."""
-    import tempfile
-
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix=".gputopo-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(temp, 0o666 & ~_umask())  # as open() would have made it, not mkstemp's 0600
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    """The process's umask, read (Linux: /proc/self/status) rather than set and restored."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o022
+                  master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=port, agent_store=agent_store,
+                  run_id=run)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pytest_gputopo import runtime
+from pytest_gputopo import files, runtime
 
 FAILING = "def test_fails():\n    assert False\n\ndef test_passes():\n    pass\n"
 
@@ -46,7 +46,7 @@ def test_a_report_lost_at_the_end_keeps_pytests_summary_and_exit_status(pytester
     def full_disk(path, text):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(runtime, "write_text", full_disk)
+    monkeypatch.setattr(files, "write_text", full_disk)
     result = pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-json", "x.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*FAILURES*", "*ERROR: --gputopo-json: cannot write x.json: No space left on device*",
@@ -64,12 +64,12 @@ def test_the_report_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", full_disk)
     with pytest.raises(OSError, match="No space left"):
-        runtime.write_text(str(path), json.dumps({"new": 1}))
+        files.write_text(str(path), json.dumps({"new": 1}))
     monkeypatch.undo()
     assert json.loads(path.read_text()) == {"good": True}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
-    runtime.write_text(str(tmp_path / "n.json"), '{"new": 1}\n')
-    assert (tmp_path / "n.json").stat().st_mode & 0o777 == 0o666 & ~runtime._umask()
+    files.write_text(str(tmp_path / "n.json"), '{"new": 1}\n')
+    assert (tmp_path / "n.json").stat().st_mode & 0o777 == 0o666 & ~files._umask()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ def odd_paths(tmp_path):
     loop.symlink_to(loop)
     big = tmp_path / "big.txt"
     with open(big, "wb") as handle:
-        handle.truncate(runtime.MAX_INPUT_BYTES + 1)
+        handle.truncate(files.MAX_INPUT_BYTES + 1)
     return {"fifo": str(fifo), "loop": str(loop), "zero": "/dev/zero", "big": str(big), "folder": str(tmp_path)}
 
 
@@ -107,8 +107,8 @@ def test_an_nccl_conf_file_that_is_a_fifo_does_not_hang_the_header(tmp_path, mon
     fifo = tmp_path / "nccl.conf"
     os.mkfifo(fifo)
     monkeypatch.setenv("NCCL_CONF_FILE", str(fifo))
-    environ, files = runtime.nccl_inputs()
-    assert str(fifo) not in [path for path, _ in files]
+    environ, conf_files = runtime.nccl_inputs()
+    assert str(fifo) not in [path for path, _ in conf_files]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def test_a_boolean_setting_is_checked_at_start_whatever_runs(pytester, monkeypat
 @pytest.mark.parametrize("args, says", [
     ("min_allreduce_bw(float('nan'))", "gbps must be a number above 0 and at most 1e+06"),
     ("min_allreduce_bw(float('inf'))", "gbps must be a number above 0 and at most 1e+06"),
-    ("min_p2p_bw(10**400)", "gbps must be a number above 0 *got 1000000000000000000000000000000000000..."),
+    ("min_p2p_bw(10**400)", "gbps must be a number above 0 *got an integer of 1329 bits"),
     ("min_allreduce_bw(50, size=10**400)", "size (bytes) must be an integer from 4 to 1099511627776"),
     ("requires_gpus(10**400)", "n must be an integer from 0 to 1024"),
     ("requires_nvlink(min_links=10**6)", "min_links must be an integer from 1 to 36"),
@@ -177,3 +177,63 @@ def test_a_marker_argument_no_machine_can_meet_is_an_error_not_a_verdict(pyteste
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*test_x: @pytest.mark.{args.split('(')[0]}: {says}*"])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers from anywhere: one reader (pytest_gputopo.numtext), ASCII digits, a stated range
+
+
+@pytest.mark.parametrize("visible", ["²", "9" * 5000, "١"])
+def test_cuda_visible_devices_that_names_no_device_stops_the_list_with_a_warning(pytester, monkeypatch, visible):
+    """Issue 9.10: ``CUDA_VISIBLE_DEVICES=²`` was an INTERNALERROR on every host (``"²".isdigit()``
+    is true, ``int("²")`` raises), a 5000-digit index too. CUDA stops its list at an entry that
+    names no device; so does the plugin, saying so."""
+    pytester.makepyfile(test_f="import pytest\n@pytest.mark.requires_gpus(1)\ndef test_x(): pass\n")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    result = pytester.runpytest("--gputopo-machine", "hgx-h100", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*CUDA_VISIBLE_DEVICES=*CUDA sees only the devices before it*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.parametrize("term, says", [
+    ("gpus>=²", "cannot read term 'gpus>=²'"),
+    ("p2p@" + "9" * 5000, "@N must be an integer from 1 to 1024, got 99999999999999999999..."),
+    ("nvlink>=" + "1" * 401, "nvlink>= must be an integer from 1 to 36"),
+    ("gpus>=١٢", "cannot read term"),
+])
+def test_require_numbers_are_ascii_and_in_range(pytester, term, says):
+    pytester.makepyfile(test_f="def test_x(): pass\n")
+    result = pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-require", term)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert says in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"MASTER_PORT": "65535"}, "MASTER_PORT='65535' is not a port from 1 to 65534 (pytest-gputopo's store listens on MASTER_PORT+1)"),
+    ({"MASTER_PORT": "-5"}, "MASTER_PORT='-5' is not a port from 1 to 65534"),
+    ({"MASTER_PORT": "65535", "TORCHELASTIC_USE_AGENT_STORE": "True"}, None),
+    ({"RANK": "١"}, "RANK='١' is not an integer from 0 to 2147483647"),
+    ({"WORLD_SIZE": "9" * 5000}, "WORLD_SIZE='9999999999999999999999999999999999999999' is not an integer"),
+])
+def test_launcher_variables_are_read_by_the_one_number_reader(monkeypatch, env, says):
+    """Issue 9.12: ``MASTER_PORT=65535`` or ``-5`` under torchrun exited 9 with a pybind signature
+    dump from TCPStore; a usage error naming the variable now, before any store is opened."""
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29500", **env}.items():
+        monkeypatch.setenv(name, value)
+    if says is None:
+        assert runtime.launch().master_port == 65535  # torchrun's own store at MASTER_PORT: no +1
+        return
+    with pytest.raises(ValueError) as excinfo:
+        runtime.launch()
+    assert f"environment variable {says}" in str(excinfo.value)
+
+
+def test_a_bad_master_port_is_a_usage_error_of_the_run(pytester, monkeypatch):
+    pytester.makepyfile(test_f="def test_x(): pass\n")
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "65535"}.items():
+        monkeypatch.setenv(name, value)
+    result = pytester.runpytest("--gputopo-machine", "hgx-h100")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*environment variable MASTER_PORT='65535' is not a port from 1 to 65534*"])

@@ -312,7 +312,7 @@ def test_unhashable_marker_arguments_are_still_validated(pytester):
     src = "import pytest\n@pytest.mark.requires_p2p(gpus=[2])\ndef test_x(): pass\n"
     result = run(pytester, "hgx-h100", src=src)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*test_x: @pytest.mark.requires_p2p: gpus must be an integer from 1 to 1024, got [[]2]*"])
+    result.stderr.fnmatch_lines(["*test_x: @pytest.mark.requires_p2p: gpus must be an integer from 1 to 1024, got [[]2[]]*"])
 
 
 @pytest.mark.parametrize("problem", ["no permission to use NVML", "NVIDIA driver not loaded"])

@@ -12,6 +12,7 @@ kept in pytest's cache across runs (``--gputopo-cache``). torch is imported only
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import tempfile
@@ -19,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .. import model
+from .. import files, model
+from . import untrusted
 
 GIB = 2**30
 
@@ -33,6 +35,7 @@ class BenchSettings:
     size_bytes: int | None = None  # the size thresholds are judged at (default: 1 GiB on GPUs, 16 MiB on gloo)
     timeout_s: float = 300.0  # per benchmark: a hang or a dead rank ends it with a reason
     budget_s: float = 10.0  # time to reach a stable estimate, per size
+    cache_max_age_s: float = 24 * 3600.0  # --gputopo-cache: older entries are measured again
     nccl_tests_binary: str | None = None
 
     def judge_size(self, size: int | None) -> int:
@@ -65,7 +68,11 @@ class BenchResult:
                 "source": self.source, "error": self.error, "detail": self.detail}
 
     @classmethod
-    def from_json(cls, d: dict) -> "BenchResult":
+    def from_json(cls, d: Any) -> "BenchResult":
+        """The result another process of this run wrote; ValueError says why it cannot be trusted."""
+        problem = untrusted.result_problem(d)
+        if problem:
+            raise ValueError(problem)
         return cls(tuple(d["key"]), d["what"], d["gbps"], d["origin"], d.get("source"), d.get("error"),
                    d.get("detail", {}))
 
@@ -80,22 +87,36 @@ class SharedFolder:
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name + ".json")
 
-    def get(self, name: str) -> dict | None:
-        if not os.path.exists(self._file(name)):
+    def get(self, name: str) -> Any:
+        """The JSON value stored under ``name``, None when there is none; a file that cannot be read
+        whole (a worker killed while writing one before renames were atomic) is a ValueError."""
+        try:
+            text = files.read_text(self._file(name))
+        except FileNotFoundError:
             return None
-        with open(self._file(name), encoding="utf-8") as handle:
-            return json.load(handle)
+        except OSError as exc:
+            raise ValueError(f"{self._file(name)}: {exc.strerror or exc}") from None
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError):
+            raise ValueError(f"{self._file(name)} is not whole JSON") from None
 
     def put(self, name: str, data: dict) -> None:
-        with open(self._file(name), "w", encoding="utf-8") as handle:
-            json.dump(data, handle)
+        files.write_text(self._file(name), json.dumps(data, allow_nan=False))
 
-    def results(self) -> list[BenchResult]:
-        """Every result in the folder (what the xdist workers measured, for the controller's report)."""
+    def results(self) -> tuple[list[BenchResult], list[str]]:
+        """Every result in the folder (what the xdist workers measured, for the controller's
+        report), and why each file that could not be taken was not."""
         if not os.path.isdir(self.path):
-            return []
+            return [], []
         names = sorted(n[:-len(".json")] for n in os.listdir(self.path) if n.endswith(".json"))
-        return [BenchResult.from_json(self.get(name)) for name in names]
+        taken, lost = [], []
+        for name in names:
+            try:
+                taken.append(BenchResult.from_json(self.get(name)))
+            except ValueError as exc:
+                lost.append(f"{name}: {exc}")
+        return taken, lost
 
 
 def describe(key: tuple) -> str:
@@ -183,9 +204,12 @@ class BenchSuite:
     # -- where a figure comes from ----------------------------------------------------------------
 
     def _obtain(self, key: tuple) -> BenchResult:
-        if not self.topology.is_this_host:  # a recorded or text machine: only its own figures
-            return self._recorded(key)
         name = "-".join(str(k) for k in key)
+        if not self.topology.is_this_host:  # a recorded or text machine: only its own figures
+            result = self._recorded(key)
+            if self._shared is not None:  # for the controller's report, as a measurement would be
+                self._shared.put(name, result.to_json())
+            return result
         if key[0] == "allreduce":  # the cache outlives the run: name what else makes the figure
             s = self.settings
             name += f"-{s.allreduce_backend}-{s.allreduce_engine}-{s.allreduce_sched}"
@@ -196,22 +220,36 @@ class BenchSuite:
             # One benchmark at a time on this host; and under the lock, a result another process of
             # this run already measured is taken instead of measuring again.
             with host_lock(self.settings.timeout_s):
-                found = self._shared.get(name) if self._shared is not None else None
-                if found is not None:
-                    return BenchResult.from_json(found)
-                result = self._cached_or_measured(key, name)
+                distrust = None
+                if self._shared is not None:
+                    try:
+                        found = self._shared.get(name)
+                        if found is not None:
+                            return BenchResult.from_json(found)
+                    except ValueError as exc:
+                        distrust = f"the figure another process of this run left was not trusted: {exc}"
+                result = self._cached_or_measured(key, name, distrust)
                 if self._shared is not None:
                     self._shared.put(name, result.to_json())
                 return result
         except TimeoutError as exc:
             return BenchResult(key, describe(key), None, "measured", error=str(exc))
 
-    def _cached_or_measured(self, key: tuple, name: str) -> BenchResult:
-        if self._cache_get is not None:
-            cached = self._cache_get(name)
-            if cached is not None:
-                return BenchResult(key, describe(key), cached["gbps"], "cached", detail=cached.get("detail", {}))
+    def _cached_or_measured(self, key: tuple, name: str, distrust: str | None = None) -> BenchResult:
+        if self._cache_get is not None and distrust is None:
+            now = time.time()
+            try:
+                entry = self._cache_get(name)
+                problem = None if entry is None else untrusted.cache_entry_problem(entry, now)
+            except ValueError as exc:  # pytest's cache could not read it
+                entry, problem = None, str(exc)
+            if problem:
+                distrust = f"the cached figure was not trusted: {problem}"
+            elif entry is not None and now - entry["time"] <= self.settings.cache_max_age_s:
+                return BenchResult(key, describe(key), float(entry["gbps"]), "cached", detail=entry.get("detail", {}))
         result = self._measure(key)
+        if distrust:  # said wherever the figure appears: a reason, the JSON report
+            result = dataclasses.replace(result, what=f"{result.what} (measured again: {distrust})")
         if self._cache_set is not None and result.gbps is not None and result.error is None:
             self._cache_set(name, {"gbps": result.gbps, "detail": result.detail})
         return result

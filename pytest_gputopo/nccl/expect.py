@@ -85,7 +85,10 @@ def _strtol(text: str) -> tuple[int, bool]:
     j = i
     while j < n and text[j] in digits:
         j += 1
-    value = int(text[i:j], base) if j > i else 0
+    significant = text[i:j].lstrip("0")
+    if len(significant) > 24:  # past any int64 in any base (and past int()'s 4,300-digit limit): ERANGE, as strtol says
+        return (_INT64[0] if neg else _INT64[1]), True
+    value = int(significant, base) if significant else 0
     value = -value if neg else value
     if value < _INT64[0] or value > _INT64[1]:
         return (_INT64[0] if value < 0 else _INT64[1]), True

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from .. import model, runtime
+from .. import files, model, runtime
 
 
 class MachineError(Exception):
@@ -140,8 +140,8 @@ def _from_smi_file(path: str, p2p_paths: dict) -> model.Topology:
     from . import smi_text
 
     try:
-        smi = smi_text.parse_topo_matrix(runtime.read_text(path))
-        p2p = {cap: smi_text.parse_p2p_matrix(runtime.read_text(p)) for cap, p in p2p_paths.items()}
+        smi = smi_text.parse_topo_matrix(files.read_text(path))
+        p2p = {cap: smi_text.parse_p2p_matrix(files.read_text(p)) for cap, p in p2p_paths.items()}
     except (OSError, smi_text.SmiParseError) as exc:
         raise MachineError(f"{path}: {exc}") from None
     return smi_text.to_topology(smi, p2p, name=path)

@@ -57,7 +57,7 @@ from .nvml import NVLINK_MAX_LINKS_NEWEST, NVLINK_VERSIONS, counts_unknown, synt
 _VERSION_CODES = {v: k for k, v in NVLINK_VERSIONS.items()}
 _DEVICE_TYPE_CODES = {"GPU": 0, "IBMNPU": 1, "SWITCH": 2}  # anything else: 0xFF (unknown)
 _BUS_RE = re.compile(r"^([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])$")
-_CPU_RE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+_CPU_RE = re.compile(r"^\s*([0-9]{1,9})\s*(?:-\s*([0-9]{1,9})\s*)?$")
 _UNKNOWN_NVLINK = "unknown"  # a GPU's NVLink state fails with NVMLError_Unknown
 _MOST_NVLINKS = 18  # the most NVLinks one GPU has (Hopper, Blackwell): a GPU needing more sits on NVSwitches
 
@@ -114,6 +114,8 @@ def _cpu_mask(text: str | None) -> int | None:
         if not m:
             return None  # not a CPU list ("N/A"): unknown
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if not lo <= hi < model.MAX_CPUS:
+            return None  # no machine has such CPUs: unknown, never a mask of 10**11 bits
         mask |= ((1 << (hi - lo + 1)) - 1) << lo
     return mask or None
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import model, runtime
+from .. import files, model
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "machines"
 
@@ -56,11 +56,13 @@ def parse_profile(data: object, where: str) -> Profile:
         if not isinstance(data, dict):
             raise model.SchemaError("(top level)", "expected a JSON object")
         if data.get("schema") != model.SCHEMA_VERSION:
-            raise model.SchemaError("schema", f"version {data.get('schema')!r} is not supported "
+            raise model.SchemaError("schema", f"version {model.show_value(data.get('schema'))} is not supported "
                                               f"(this plugin reads {model.SCHEMA_VERSION})")
         name = data.get("name")
         if not isinstance(name, str) or not name:
             raise model.SchemaError("name", "missing or not a string")
+        if not isinstance(data.get("description", ""), str):
+            raise model.SchemaError("description", "expected a string")
         for key in ("sources", "inferred"):
             if not isinstance(data.get(key, []), list):
                 raise model.SchemaError(key, "expected a list")
@@ -78,14 +80,33 @@ def parse_profile(data: object, where: str) -> Profile:
 def load_profile(name_or_path: str) -> Profile:
     path = resolve(name_or_path)
     try:
-        text = runtime.read_text(str(path))
+        text = files.read_text(str(path))
     except OSError as exc:
         raise ProfileError(f"{path}: {exc.strerror or exc}") from None
+    return parse_profile(read_json(text, str(path)), str(path))
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _short_int(text: str) -> int:
+    if len(text) > 40:  # int() refuses 4,300 digits with a message about sys.set_int_max_str_digits
+        raise ValueError(f"a number of {len(text)} digits is not a profile's")
+    return int(text)
+
+
+def read_json(text: str, where: str) -> object:
+    """Strict JSON: NaN and Infinity (which Python's json reads by default), numbers of thousands
+    of digits and nesting deeper than the json module can follow are a ProfileError naming ``where``."""
     try:
-        data = json.loads(text)
+        return json.loads(text, parse_constant=_no_constant, parse_int=_short_int)
     except json.JSONDecodeError as exc:
-        raise ProfileError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
-    return parse_profile(data, str(path))
+        raise ProfileError(f"{where}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    except ValueError as exc:
+        raise ProfileError(f"{where}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProfileError(f"{where}: not valid JSON: nested too deeply") from None
 
 
 def profile_dict(name: str, topology: model.Topology, description: str = "", sources=(), inferred=()) -> dict:

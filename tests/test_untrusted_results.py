@@ -1,0 +1,188 @@
+"""Benchmark figures read back from pytest's cache, the folder xdist workers share and the store
+torchrun ranks share are untrusted input (issue 9.2, 9.13, 9.15): a figure that cannot be trusted
+is measured again, and the reason says so; nothing there crashes a run or decides a verdict."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+from hypothesis import given, strategies as st
+
+from pytest_gputopo import model
+from pytest_gputopo.bench import untrusted
+from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite, SharedFolder
+
+HOST = model.Topology(gpus=(model.Gpu(0), model.Gpu(1)), links=(model.Link(0, 1),), source=model.Source("nvml"))
+KEY = ("p2p", 0, 1)
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12)
+entries = st.fixed_dictionaries({}, optional={"gbps": json_values | st.floats(), "time": json_values,
+                                              "detail": json_values}) | json_values
+
+
+def suite_with_cache(monkeypatch, entry):
+    measured = []
+
+    def measure(self, key):
+        measured.append(key)
+        return BenchResult(key, "copy", 12.5, "measured", detail={"bw_ci95_gbps": [12.0, 13.0]})
+
+    monkeypatch.setattr(BenchSuite, "_measure", measure)
+    return BenchSuite(HOST, BenchSettings(), cache_get=lambda name: entry, cache_set=lambda name, value: None), measured
+
+
+@pytest.mark.parametrize("entry, says", [
+    ({"gbps": math.nan, "time": 1.0}, "gbps nan is not a bandwidth"),
+    ({"gbps": math.inf, "time": 1.0}, "gbps inf is not a bandwidth"),
+    ({"gbps": -5, "time": 1.0}, "gbps -5 is not a bandwidth"),
+    ([1, 2, 3], "it is [1, 2, 3], not an object"),
+    ("fast", "it is 'fast', not an object"),
+    ({"gbps": None, "time": None, "detail": None}, "time None is not a time"),
+    ({"gbps": 10.0, "time": 9e99}, "its time lies in the future"),
+    ({"gbps": 10.0, "time": 1.0, "detail": {"judged": [1]}}, "detail.judged is not an object"),
+    ({"gbps": 10.0, "time": 1.0, "detail": {"a": json.loads("[" * 40 + "]" * 40)}},
+     "detail nested more than 32 levels deep"),
+])
+def test_a_cache_entry_that_cannot_be_trusted_is_measured_again_and_says_so(monkeypatch, entry, says):
+    """Issue 9.2: NaN or 1e999 passed ``min_allreduce_bw(1)``, -5 showed as "cached -5 GB/s", other
+    shapes were an AttributeError at setup; 9.13: a time in the future never expired."""
+    if entry and isinstance(entry, dict) and entry.get("time") == 1.0:
+        entry["time"] = time.time()  # fresh: only its content is wrong
+    suite, measured = suite_with_cache(monkeypatch, entry)
+    result = suite.get(KEY)
+    assert measured == [KEY] and result.origin == "measured" and result.gbps == 12.5
+    assert f"measured again: the cached figure was not trusted: {says}" in result.what
+
+
+def test_a_sound_fresh_entry_is_served_and_an_old_one_measured_again_silently(monkeypatch):
+    suite, measured = suite_with_cache(monkeypatch, {"gbps": 20, "time": time.time(), "detail": {}})
+    assert suite.get(KEY).origin == "cached" and measured == []
+    suite, measured = suite_with_cache(monkeypatch, {"gbps": 20, "time": time.time() - 48 * 3600})
+    result = suite.get(KEY)
+    assert result.origin == "measured" and measured == [KEY] and "not trusted" not in result.what
+
+
+@given(entries)
+def test_no_cache_entry_crashes_the_suite_or_serves_an_implausible_figure(entry):
+    class Suite(BenchSuite):
+        def _measure(self, key):
+            return BenchResult(key, "copy", 12.5, "measured")
+
+    result = Suite(HOST, BenchSettings(), cache_get=lambda name: entry, cache_set=lambda n, v: None).get(KEY)
+    assert 0 < result.gbps <= model.MAX_GBPS and math.isfinite(result.gbps)
+    json.dumps(result.to_json(), allow_nan=False)  # the JSON report stays strict JSON
+    result.interval_gbps  # what verdict texts read of the detail
+
+
+@given(json_values)
+def test_a_shared_result_is_taken_only_whole(data):
+    try:
+        result = BenchResult.from_json(data)
+    except ValueError as exc:
+        assert str(exc)
+    else:
+        assert result.gbps is None or 0 < result.gbps <= model.MAX_GBPS
+        json.dumps(result.to_json(), allow_nan=False)
+        result.interval_gbps
+
+
+def test_a_truncated_file_in_the_shared_folder_is_measured_again_and_listed_as_lost(tmp_path, monkeypatch):
+    """Issue 9.13: a worker killed mid-write left half a file; the controller's sessionfinish
+    raised a raw traceback and wrote no JSON."""
+    folder = SharedFolder(str(tmp_path))
+    (tmp_path / "p2p-0-1.json").write_text('{"key": ["p2p", 0, 1], "what": "co')
+    folder.put("h2d-0-True", BenchResult(("h2d", 0, True), "h2d", 20.0, "measured").to_json())
+    taken, lost = folder.results()
+    assert [r.key for r in taken] == [("h2d", 0, True)]
+    assert lost == [f"p2p-0-1: {tmp_path / 'p2p-0-1.json'} is not whole JSON"]
+
+    monkeypatch.setattr(BenchSuite, "_measure", lambda self, key: BenchResult(key, "copy", 12.5, "measured"))
+    result = BenchSuite(HOST, BenchSettings(), shared=folder).get(KEY)
+    assert result.gbps == 12.5 and "another process of this run left was not trusted" in result.what
+    assert BenchResult.from_json(folder.get("p2p-0-1")) == result  # written whole this time
+
+
+def test_the_shared_folder_is_written_whole_or_not_at_all(tmp_path):
+    folder = SharedFolder(str(tmp_path))
+    folder.put("x", {"a": 1})
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]  # no temporary file left beside it
+    with pytest.raises(ValueError):
+        folder.put("y", {"gbps": math.nan})  # a NaN never reaches another process
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Through pytest
+
+
+def _entry_file(pytester):
+    (found,) = (pytester.path / ".pytest_cache" / "v" / "gputopo").rglob("allreduce-*")
+    return found
+
+
+def test_a_corrupted_cache_entry_never_passes_a_test(pytester):
+    """Issue 9.2 end to end: gloo measures this host's CPUs, far below 100000 GB/s; a NaN cached
+    figure passed the marker, a list crashed the setup with AttributeError."""
+    pytester.makepyfile(test_bw="import pytest\n@pytest.mark.min_allreduce_bw(100000)\ndef test_fast(): pass\n")
+    args = ["--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "64K", "--gputopo-cache", "-rs"]
+    pytester.runpytest(*args).assert_outcomes(skipped=1)
+    entry = _entry_file(pytester)
+    good = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**good, "gbps": float("nan")}))
+    result = pytester.runpytest(*args)
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*measured again: the cached figure was not trusted: gbps nan is not a bandwidth*"])
+    entry.write_text("[1, 2, 3]")
+    result = pytester.runpytest(*args)
+    result.assert_outcomes(skipped=1)
+    assert "Traceback" not in result.stdout.str() and "AttributeError" not in result.stdout.str()
+
+
+def test_xdist_workers_recorded_figures_reach_the_json_report(pytester):
+    """Issue 9.13: under ``-n 2`` on a recorded machine the JSON held 0 measurements: the workers'
+    recorded figures never reached the controller."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_bw="import pytest\n"
+                                "@pytest.mark.parametrize('i', range(4))\n"
+                                "@pytest.mark.min_allreduce_bw(1)\n"
+                                "def test_ar(i): pass\n"
+                                "@pytest.mark.min_p2p_bw(1)\n"
+                                "def test_p2p(): pass\n")
+    result = pytester.runpytest_subprocess("-n", "2", "--gputopo-machine", "dgx-a100", "--gputopo-json", "out.json",
+                                           "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=5)
+    doc = json.loads((pytester.path / "out.json").read_text())
+    kinds = sorted({m["key"][0] for m in doc["measurements"]})
+    assert kinds == ["allreduce", "p2p"] and all(m["origin"] == "recorded" for m in doc["measurements"])
+    assert doc["lost_measurements"] == []
+
+
+def test_a_forged_rank_record_is_a_reason_not_a_crash(monkeypatch):
+    """Issue 9.15: the rank-0 store takes records from anyone who reaches its port; a forged one
+    was an INTERNALERROR on rank 0. It is now a RankError naming the rank."""
+    import socket
+
+    from pytest_gputopo import runtime
+    from pytest_gputopo.ranks import Exchange, RankError, gather_views
+
+    dist = pytest.importorskip("torch.distributed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False)
+    launch = runtime.Launch(0, 2, 0, 0, "127.0.0.1", port, False, "run-1")
+    for forged, says in [(b"\xff not json", "is not a JSON object"),
+                         (json.dumps({"hostname": 5, "topology": {}}), "hostname: expected str, got 5"),
+                         (json.dumps({"topology": {"gpus": [{"index": 0, "numa_node": -1}]}}),
+                          "topology.gpus[0].numa_node: -1 is not from 0 to 1023"),
+                         (json.dumps({"topology": {"gpus": "x" * 1000}}), "topology.gpus: expected list")]:
+        store.set("gputopo/run-1/topology/1", forged)
+        with pytest.raises(RankError) as excinfo:
+            gather_views(Exchange(launch, store, 5), HOST)
+        assert "rank 1 sent a" in str(excinfo.value) and says in str(excinfo.value), excinfo.value
