@@ -530,3 +530,26 @@ def test_the_all_reduce_figure_is_timed_unlogged_and_nccls_algorithm_read_from_i
     result = BenchSuite(host, BenchSettings()).get(("allreduce", 2, 2**30))
     assert result.gbps == 350.0 and result.error is None
     assert result.detail["nvls"] is None and "rank 1 died" in result.detail["algo_error"]
+
+
+def test_the_next_run_sweeps_folders_a_killed_run_left_but_no_live_one(tmp_path, monkeypatch):
+    """Issue 9.9: SIGKILL of pytest mid-benchmark left /tmp/gputopo-allreduce-* (config, logs,
+    status files, store) forever. The next benchmark removes this user's folders whose parent pid
+    is dead and that nobody touched for an hour; a live run's folder stays."""
+    from pytest_gputopo.bench import allreduce
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    old = time.time() - 2 * allreduce.STALE_AFTER_S
+    folders = {}
+    for name, pid, mtime in [("killed", dead.pid, old), ("live", os.getpid(), old), ("recent", dead.pid, time.time()),
+                             ("legacy", "x", old)]:
+        folder = tmp_path / f"{allreduce.WORKDIR_PREFIX}{pid}-{name}"
+        folder.mkdir()
+        (folder / "status.0.json").write_text("{}")
+        for p in (folder / "status.0.json", folder):
+            os.utime(p, (mtime, mtime))
+        folders[name] = folder
+    assert allreduce.sweep_stale_workdirs() == [str(folders["killed"])]
+    assert sorted(p.name.split("-")[-1] for p in tmp_path.iterdir()) == ["legacy", "live", "recent"]

@@ -628,13 +628,14 @@ def test_runner_missing_binary_raises_run_error(tmp_path):
         nt.run_all_reduce_perf(str(tmp_path / "nope"), 2, 8, timeout_s=5)
 
 
-def _spawning_sleeper(tmp_path: Path, ignore_term: bool) -> tuple[str, Path]:
+def _spawning_sleeper(tmp_path: Path, ignore_term: bool, setsid: bool = False) -> tuple[str, Path]:
     pids = tmp_path / "pids"
     binary = _fake(tmp_path, f"""\
         import os, signal, subprocess, sys, time
         if {ignore_term!r}:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                 start_new_session={setsid!r})
         open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
         print("# nThread 1 nGpus 2", flush=True)
         time.sleep(600)
@@ -660,6 +661,43 @@ def test_runner_timeout_kills_the_whole_group(tmp_path, ignore_term):
         assert elapsed < 1 + 3 * 0.5 + 2  # timeout + grace periods + slack, not the 600 s sleep
     finally:
         for pid in _started_pids(pids_file):  # never leave our own fakes running
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER is Linux's")
+def test_runner_timeout_ends_a_helper_that_left_the_group(tmp_path):
+    """Issue 9.9: a wrapper of nccl-tests that starts a helper with ``setsid`` left it orphaned
+    after the deadline (killpg does not reach another session). The run goes through
+    ``bench.reaper``, a child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER) that ends it too."""
+    binary, pids_file = _spawning_sleeper(tmp_path, ignore_term=False, setsid=True)
+    try:
+        with pytest.raises(BenchTimeout):
+            nt.run_all_reduce_perf(binary, 2, 8, timeout_s=1, grace_s=0.5)
+        pids = _started_pids(pids_file)
+        assert len(pids) == 2
+        assert _wait_gone(pids) == []
+    finally:
+        for pid in _started_pids(pids_file):
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_finished_run_leaves_no_helper_behind(tmp_path):
+    pids = tmp_path / "pids"
+    text_file = tmp_path / "out.txt"
+    text_file.write_text(SAMPLE_TEXT)
+    binary = _fake(tmp_path, f"""\
+        import os, subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        open({str(pids)!r}, "w").write(str(child.pid))
+        sys.stdout.write(open(os.environ["FAKE_TEXT"]).read())
+        """)
+    try:
+        nt.run_all_reduce_perf(binary, 2, 1 << 20, timeout_s=60, env=_env(FAKE_TEXT=str(text_file)))
+        assert _wait_gone(_started_pids(pids)) == []
+    finally:
+        for pid in _started_pids(pids):
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
 

@@ -186,3 +186,69 @@ def test_a_forged_rank_record_is_a_reason_not_a_crash(monkeypatch):
         with pytest.raises(RankError) as excinfo:
             gather_views(Exchange(launch, store, 5), HOST)
         assert "rank 1 sent a" in str(excinfo.value) and says in str(excinfo.value), excinfo.value
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark lock (issue 9.14)
+
+
+@pytest.fixture
+def lock_tmp(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    return tmp_path
+
+
+def test_the_lock_lives_in_a_private_folder_and_follows_no_link(lock_tmp):
+    """It was ``$TMPDIR/pytest-gputopo-bench-<uid>.lock``, opened create-if-missing following
+    links: a link planted in a sticky /tmp made a root run create a file where it pointed."""
+    import os
+    import stat
+
+    from pytest_gputopo.bench.suite import host_lock
+
+    with host_lock(5):
+        pass
+    folder = lock_tmp / f"pytest-gputopo-{os.getuid()}"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((folder / "bench.lock").stat().st_mode) == 0o600
+
+    (folder / "bench.lock").unlink()
+    target = lock_tmp / "elsewhere"
+    (folder / "bench.lock").symlink_to(target)
+    with pytest.raises(OSError):
+        with host_lock(5):
+            pass
+    assert not target.exists()
+
+
+@pytest.mark.parametrize("planted", ["symlink", "file", "lock is a folder"])
+def test_a_lock_path_someone_else_prepared_is_a_reason_not_a_crash(lock_tmp, monkeypatch, planted):
+    import os
+
+    folder = lock_tmp / f"pytest-gputopo-{os.getuid()}"
+    if planted == "symlink":
+        (lock_tmp / "theirs").mkdir()
+        folder.symlink_to(lock_tmp / "theirs")
+    elif planted == "file":
+        folder.write_text("")
+    else:
+        (folder / "bench.lock").mkdir(parents=True)
+    monkeypatch.setattr(BenchSuite, "_measure", lambda self, key: BenchResult(key, "copy", 12.5, "measured"))
+    result = BenchSuite(HOST, BenchSettings()).get(KEY)
+    assert result.gbps is None and str(folder) in result.error
+    assert not (lock_tmp / "theirs" / "bench.lock").exists()
+
+
+def test_a_folder_of_another_user_is_not_used(lock_tmp, monkeypatch):
+    import os
+
+    if os.getuid() != 0:
+        pytest.skip("making a folder owned by another user needs root")
+    folder = lock_tmp / f"pytest-gputopo-{os.getuid()}"
+    folder.mkdir(mode=0o777)
+    os.chown(folder, 65534, 65534)
+    monkeypatch.setattr(BenchSuite, "_measure", lambda self, key: BenchResult(key, "copy", 12.5, "measured"))
+    result = BenchSuite(HOST, BenchSettings()).get(KEY)
+    assert result.gbps is None and "owned by another user" in result.error

@@ -417,6 +417,42 @@ def _is_loopback_url(url: Optional[str]) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
+WORKDIR_PREFIX = "gputopo-allreduce-"
+STALE_AFTER_S = 3600.0  # untouched this long: no live run's (a live one rewrites its status files)
+
+
+def sweep_stale_workdirs(now: float | None = None) -> list[str]:
+    """Remove the run folders that a parent killed outright (SIGKILL: no ``finally``) left behind:
+    this user's ``gputopo-allreduce-<pid>-*`` whose pid is no live process and that nobody touched for
+    an hour. Never another run's live folder: its pid lives, and its status files change."""
+    now = time.time() if now is None else now
+    removed = []
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(WORKDIR_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(root, name)
+        pid = name[len(WORKDIR_PREFIX):].split("-")[0]
+        try:
+            info = os.lstat(path)
+            if not (pid.isascii() and pid.isdigit()) or info.st_uid != os.getuid() or not os.path.isdir(path):
+                continue
+            touched = max([info.st_mtime] + [os.lstat(os.path.join(path, f)).st_mtime for f in os.listdir(path)])
+            if now - touched < STALE_AFTER_S:
+                continue
+            os.kill(int(pid), 0)
+            continue  # its parent lives (or another process has its pid): not ours to judge
+        except ProcessLookupError:
+            pass
+        except OSError:  # PermissionError: a live process of another user
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
 def run_allreduce(
     world_size: int,
     sizes_bytes: Sequence[int],
@@ -492,7 +528,8 @@ def run_allreduce(
 
     t_start = time.monotonic()
     deadline = t_start + timeout_s
-    workdir = tempfile.mkdtemp(prefix="gputopo-allreduce-")
+    sweep_stale_workdirs()
+    workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
     procs: List[subprocess.Popen] = []
     logs = []
     try:

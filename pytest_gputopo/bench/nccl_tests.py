@@ -646,7 +646,7 @@ def run_all_reduce_perf(binary: str, n_gpus: int, size_bytes: int, *, iters: int
     argv = all_reduce_perf_argv(binary, n_gpus, size_bytes, iters=iters, warmup=warmup)
     command = " ".join(argv)
     try:
-        status, output = run_child(argv, timeout_s=timeout_s, env=env, grace_s=grace_s)
+        status, output = run_child(argv, timeout_s=timeout_s, env=env, grace_s=grace_s, reap=True)
     except OSError as exc:
         raise NcclTestsRunError(f"cannot start {command}: {exc}") from exc
     try:

@@ -6,8 +6,10 @@ and the pytest run goes on with a reason.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from typing import Mapping, Sequence
 
@@ -23,11 +25,16 @@ def tail(text: str, lines: int = 20) -> str:
 
 
 def run_child(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None,
-              grace_s: float = KILL_GRACE_S) -> tuple[int, str]:
+              grace_s: float = KILL_GRACE_S, reap: bool = False) -> tuple[int, str]:
     """Run ``argv`` (stdout and stderr together) and return ``(exit status, output)``; past
     ``timeout_s`` its process group is killed and ``BenchTimeout`` says so with the output's tail.
-    ``OSError`` when it cannot start."""
+    ``OSError`` when it cannot start. ``reap``: run it under ``bench.reaper`` (Linux), which ends
+    what it leaves behind even outside its process group (a helper started with ``setsid``)."""
     command = " ".join(argv)
+    if reap and sys.platform.startswith("linux"):
+        if shutil.which(argv[0], path=None if env is None else env.get("PATH")) is None:
+            raise FileNotFoundError(2, "not found on PATH", argv[0])
+        argv = [sys.executable, "-m", "pytest_gputopo.bench.reaper", *argv]
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", env=None if env is None else dict(env), start_new_session=True)
     try:

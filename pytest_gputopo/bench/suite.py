@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -141,20 +142,44 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+def lock_path() -> str:
+    """The benchmark lock of this user: a file in a folder of the temporary directory that only this
+    user owns and can write (0700, checked with lstat: no symlink another user planted in a sticky
+    /tmp, no folder another user made first), opened without following links."""
+    uid = os.getuid()
+    folder = os.path.join(tempfile.gettempdir(), f"pytest-gputopo-{uid}")
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+        what = "owned by another user" if stat.S_ISDIR(info.st_mode) else "not a folder"
+        raise PermissionError(f"the benchmark lock folder {folder} is {what}; benchmarks do not run until it "
+                              f"is removed")
+    if info.st_mode & 0o077:
+        os.chmod(folder, 0o700)  # ours: made private (a link another user left in it is not followed)
+    return os.path.join(folder, "bench.lock")
+
+
 @contextlib.contextmanager
 def host_lock(timeout_s: float):
-    """One benchmark at a time on this host, across processes (an advisory file lock)."""
+    """One benchmark at a time on this host for this user, across processes (an advisory file lock).
+    A lock that cannot be taken safely is an OSError naming the path, never a file made elsewhere."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock
         yield
         return
-    path = os.path.join(tempfile.gettempdir(), f"pytest-gputopo-bench-{os.getuid() if hasattr(os, 'getuid') else 0}.lock")
-    with open(path, "a") as handle:
+    path = lock_path()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PermissionError(f"the benchmark lock {path} is not a regular file")
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
@@ -163,7 +188,9 @@ def host_lock(timeout_s: float):
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 class BenchSuite:
@@ -232,7 +259,7 @@ class BenchSuite:
                 if self._shared is not None:
                     self._shared.put(name, result.to_json())
                 return result
-        except TimeoutError as exc:
+        except OSError as exc:  # TimeoutError, or a lock that cannot be taken safely
             return BenchResult(key, describe(key), None, "measured", error=str(exc))
 
     def _cached_or_measured(self, key: tuple, name: str, distrust: str | None = None) -> BenchResult:
