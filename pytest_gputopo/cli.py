@@ -65,15 +65,25 @@ def cmd_machines(args) -> int:
 
 
 def _p2p_args(values: list[str]) -> dict:
-    """``[CAPS:]FILE`` -> {capability: text}; CAPS are letters of nvidia-smi's -p2p (r, w, n, a)."""
+    """``[CAPS:]FILE`` -> {capability: (file, parsed matrix)}; CAPS are letters of nvidia-smi's
+    -p2p (r, w, n, a). Each error names the argument, the letter or the file at fault."""
+    from .probe import smi_text
+
     out = {}
     for value in values:
         caps, sep, path = value.partition(":")
-        if not sep or not caps or set(caps) - set(P2P_CAPS):
+        if not sep or os.path.lexists(value):  # a file named "x:y" is a file
             caps, path = "r", value
-        text = _read(path)
+        bad = sorted(set(caps) - set(P2P_CAPS))
+        if bad or not caps:
+            raise CliError(f"--p2p {value!r}: {''.join(bad) or 'nothing'!r} before ':' is no capability letter "
+                           f"(r read, w write, n nvlink, a atomics)")
+        try:
+            matrix = smi_text.parse_p2p_matrix(_read(path))
+        except smi_text.SmiParseError as exc:
+            raise CliError(f"{path}: {exc}") from None
         for c in caps:
-            out[P2P_CAPS[c]] = (path, text)
+            out[P2P_CAPS[c]] = (path, matrix)
     return out
 
 
@@ -86,12 +96,13 @@ def cmd_record(args) -> int:
 
         try:
             smi = smi_text.parse_topo_matrix(_read(args.from_smi))
-            p2p = {cap: smi_text.parse_p2p_matrix(text) for cap, (_, text) in _p2p_args(args.p2p).items()}
         except smi_text.SmiParseError as exc:
             raise CliError(f"{args.from_smi}: {exc}") from None
-        topology = smi_text.to_topology(smi, p2p, name=args.from_smi)
+        p2p_files = _p2p_args(args.p2p)
+        topology = smi_text.to_topology(smi, {cap: matrix for cap, (_, matrix) in p2p_files.items()},
+                                        name=args.from_smi)
         sources = [{"what": "nvidia-smi topo -m", "file": args.from_smi}]
-        sources += [{"what": f"nvidia-smi topo -p2p ({cap})", "file": path} for cap, (path, _) in _p2p_args(args.p2p).items()]
+        sources += [{"what": f"nvidia-smi topo -p2p ({cap})", "file": path} for cap, (path, _) in p2p_files.items()]
         inferred = ["every fact the text does not give is recorded as null (unknown)"]
     else:
         if args.p2p:

@@ -25,6 +25,7 @@ WORKER_KEY = "gputopo_topology"
 SHARED_KEY = "gputopo_shared_dir"  # xdist: where the workers of one run share benchmark results
 SHARED_DIR = pytest.StashKey[str]()
 JSON_ERROR = pytest.StashKey[str]()  # --gputopo-json could not be written at the end
+JSON_SEEN = pytest.StashKey[tuple]()  # what the last partial --gputopo-json held
 
 
 class RunState:
@@ -89,6 +90,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[TOPOLOGY] = topology
     if workerinput is None:
         _join_ranks(config, topology)
+        if options.value(config, "json")[0] is not None:
+            config.pluginmanager.register(_JsonProgress(config), "gputopo-json-progress")
     config.hook.pytest_gputopo_topology(config=config, topology=topology)
 
 
@@ -363,32 +366,56 @@ def _from_reports(config: pytest.Config, name: str) -> list:
     return found
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """--gputopo-json: the topology, every measurement and every check, as one document."""
-    config = session.config
+def _json_report(config: pytest.Config, complete: bool) -> None:
+    """--gputopo-json: the topology, every measurement and every check, as one document. Written
+    again whenever a test adds a measurement (``"complete": false``) and once at the end, so that
+    a run ended by SIGTERM (a CI cancel, ``timeout``) leaves what it measured -- without a signal
+    handler in the user's process."""
     path, where = options.value(config, "json")
     if path is None or hasattr(config, "workerinput") or TOPOLOGY not in config.stash:
         return
-    from .checks import CHECK_PROPERTY, OWN_PROPERTY, SUITE
+    import json
 
+    from . import files
     from .bench.suite import SharedFolder
+    from .checks import CHECK_PROPERTY, OWN_PROPERTY, SUITE
 
     suite = config.stash.get(SUITE, None)
     shared = config.stash.get(SHARED_DIR, None)
+    if not complete:  # cheap: what there is to report, by count
+        seen = (len(suite.results) if suite else 0, len(SharedFolder(shared).names()) if shared else 0)
+        if config.stash.get(JSON_SEEN, None) == seen:
+            return  # nothing new since the last write
+        config.stash[JSON_SEEN] = seen
     results, lost = SharedFolder(shared).results() if shared else ([], [])  # the workers'
     results = {r.key: r for r in results}
     results.update({r.key: r for r in (suite.results if suite else [])})
     document = report.json_document(config.stash[TOPOLOGY], list(results.values()),
                                     _from_reports(config, CHECK_PROPERTY), _from_reports(config, OWN_PROPERTY), lost)
-    import json
-
-    from . import files
-
     try:  # strict JSON: a NaN would be a figure no strict reader takes
-        files.write_text(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
+        files.write_text(path, json.dumps({**document, "complete": complete}, indent=1, allow_nan=False) + "\n")
     except (OSError, ValueError) as exc:  # checked at start; a disk that filled since loses the report, not the run's outcome
-        config.stash[JSON_ERROR] = f"ERROR: {where}: cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
+        if complete:
+            config.stash[JSON_ERROR] = f"ERROR: {where}: cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
 
+
+class _JsonProgress:
+    """Registered when --gputopo-json is given (never on xdist workers): the partial report after
+    each test, from the reports the controller receives."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        _json_report(self.config, complete=False)  # a run ended during its first test leaves the topology
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            _json_report(self.config, complete=False)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _json_report(session.config, complete=True)
 
 
 @pytest.fixture

@@ -237,3 +237,47 @@ def test_a_bad_master_port_is_a_usage_error_of_the_run(pytester, monkeypatch):
     result = pytester.runpytest("--gputopo-machine", "hgx-h100")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*environment variable MASTER_PORT='65535' is not a port from 1 to 65534*"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The report survives the run's end
+
+
+def test_sigterm_mid_run_leaves_the_report_so_far(pytester):
+    """Issue 9.13: SIGTERM (a CI cancel, ``timeout``) during a benchmark left no JSON. The report is
+    written again after each test that added a measurement, marked ``"complete": false`` until the
+    end -- with no signal handler in the user's process."""
+    import signal
+    import time
+
+    started = pytester.path / "started"
+    pytester.makepyfile(test_f=f"""
+import pathlib, time, pytest
+
+@pytest.mark.min_allreduce_bw(1)
+def test_a(): pass
+
+def test_b():
+    pathlib.Path({str(started)!r}).write_text("")
+    time.sleep(120)
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gputopo-machine", "dgx-a100",
+                             "--gputopo-json", "out.json"], cwd=pytester.path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == -signal.SIGTERM  # pytest's own response: no handler of ours
+    finally:
+        proc.kill()
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert doc["complete"] is False
+    assert [m["key"][0] for m in doc["measurements"]] == ["allreduce"]
+
+
+def test_a_finished_run_says_its_report_is_complete(pytester):
+    pytester.makepyfile(test_f="def test_x(): pass\n")
+    pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-json", "out.json").assert_outcomes(passed=1)
+    assert json.loads((pytester.path / "out.json").read_text())["complete"] is True

@@ -173,3 +173,23 @@ def test_parse_nccl_tests_says_its_wrong_data(tmp_path):
     out = gputopo("parse", "nccl-tests", str(tmp_path / "out.txt"))
     assert out.returncode == 0, out.stderr
     assert "wrong data: nccl-tests reported 3 wrong elements in-place, 'Out of bounds values : 1 FAILED'" in out.stdout
+
+
+@pytest.mark.parametrize("p2p_arg, says", [
+    ("w:{garbage}", "{garbage}: "),
+    ("z:{good}", "--p2p 'z:{good}': 'z' before ':' is no capability letter (r read, w write, n nvlink, a atomics)"),
+    ("rq:{good}", "'q' before ':' is no capability letter"),
+])
+def test_record_p2p_errors_name_the_letter_or_the_file_at_fault(tmp_path, p2p_arg, says):
+    """Issue 9.8: a garbage --p2p file was blamed on the valid --from-smi file; a bad capability
+    letter said "cannot read" without naming it."""
+    topo = tmp_path / "topo.txt"
+    topo.write_text("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n")
+    good, garbage = tmp_path / "p2p.txt", tmp_path / "garbage.txt"
+    good.write_text(P2P_RW_GNS)
+    garbage.write_text("hello\nworld\n")
+    names = {"good": str(good), "garbage": str(garbage)}
+    out = gputopo("record", "--from-smi", str(topo), "--p2p", p2p_arg.format(**names), "-o", str(tmp_path / "x.json"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert says.format(**names) in out.stderr
+    assert str(topo) not in out.stderr

@@ -105,14 +105,17 @@ class SharedFolder:
     def put(self, name: str, data: dict) -> None:
         files.write_text(self._file(name), json.dumps(data, allow_nan=False))
 
+    def names(self) -> list[str]:
+        try:
+            return sorted(n[:-len(".json")] for n in os.listdir(self.path) if n.endswith(".json"))
+        except OSError:  # not made yet, or removed at the end
+            return []
+
     def results(self) -> tuple[list[BenchResult], list[str]]:
         """Every result in the folder (what the xdist workers measured, for the controller's
         report), and why each file that could not be taken was not."""
-        if not os.path.isdir(self.path):
-            return [], []
-        names = sorted(n[:-len(".json")] for n in os.listdir(self.path) if n.endswith(".json"))
         taken, lost = [], []
-        for name in names:
+        for name in self.names():
             try:
                 taken.append(BenchResult.from_json(self.get(name)))
             except ValueError as exc:
