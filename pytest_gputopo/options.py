@@ -99,7 +99,7 @@ def value(config: pytest.Config, name: str) -> tuple[str | None, str]:
     if cli is not None:
         return (str(cli) if opt.metavar else "true"), opt.flag
     env = runtime.env_option(name.replace("-", "_"))
-    if env is not None:
+    if env is not None and env.strip():  # empty is unset, as an empty ini key is
         return env, f"environment variable {opt.env}"
     ini = config.getini(opt.ini)
     if ini not in (None, ""):

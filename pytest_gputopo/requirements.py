@@ -221,9 +221,9 @@ class BandwidthRequirement(FactRequirement):
                                 f"known for {basis} to judge it against")
                 continue
             if fig.gbps < needed:
-                exp = f", expected {expected:.1f} from {basis}" if expected is not None else f" ({basis})"
+                exp = f", expected {gbps_text(expected)} from {basis}" if expected is not None else f" ({basis})"
                 by = f" ({set_by})" if set_by else ""
-                failures.append(f"{fig.what}: {fig.text()}, needed {needed:.1f}{by}{exp}")
+                failures.append(f"{fig.what}: {fig.text()}, needed {gbps_text(needed)}{by}{exp}")
                 if fig.source and fig.source not in sources:
                     sources.append(fig.source)
         if not failures:

@@ -68,14 +68,15 @@ def visible_gpus(gpus: Sequence[Gpu], visible: str | None = None, device_order: 
     if visible is None:
         return Visibility(tuple(cuda), tuple(warnings))
     chosen: list[int] = []
-    for entry in (e.strip() for e in visible.split(",")):
+    entries = [e.strip() for e in visible.split(",")]
+    for i, entry in enumerate(entries):
         pick = _match(entry, cuda, gpus)
         if isinstance(pick, str):
-            if entry:
-                warnings.append(f"CUDA_VISIBLE_DEVICES={visible!r}: {pick}; CUDA sees only the devices before it")
+            if entry or any(entries[i + 1:]):  # a trailing "0,1," drops nothing; "1,,2" drops the 2
+                warnings.append(f"CUDA_VISIBLE_DEVICES={visible[:60]!r}: {pick}; CUDA sees only the devices before it")
             break
         if pick in chosen:
-            warnings.append(f"CUDA_VISIBLE_DEVICES={visible!r}: {entry!r} is listed twice; CUDA sees only "
+            warnings.append(f"CUDA_VISIBLE_DEVICES={visible[:60]!r}: {entry[:40]!r} is listed twice; CUDA sees only "
                             f"the devices before it")
             break
         chosen.append(pick)

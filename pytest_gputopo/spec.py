@@ -581,17 +581,17 @@ class Check:
         NVLink 3.1), ratio 1.03"."""
         text = f"measured {gbps_text(self.measured_gbps)} GB/s"
         exp = self.expected
-        exp_text = f"expected {exp.gbps:.1f} GB/s from {exp.label or exp.source}" if exp is not None else None
+        exp_text = f"expected {gbps_text(exp.gbps)} GB/s from {exp.label or exp.source}" if exp is not None else None
         ratio = self.ratio()
         if self.absolute_floor is not None:
             floor = self.absolute_floor
-            text += f", needed {floor.gbps:.1f} (published {floor.label or floor.source})"
+            text += f", needed {gbps_text(floor.gbps)} (published {floor.label or floor.source})"
             if exp_text:
                 text += f", {exp_text}, ratio {ratio:.2f}" if ratio is not None else f", {exp_text}"
             return text
         if exp is None:
             return text + ", no expected figure for this link (not judged)"
-        text += f", needed {self.needed_gbps():.1f} ({self.floor_ratio:.2f} x {exp_text})"
+        text += f", needed {gbps_text(self.needed_gbps())} ({self.floor_ratio:.2f} x {exp_text})"
         return text + (f", ratio {ratio:.2f}" if ratio is not None else "")
 
 

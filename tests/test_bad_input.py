@@ -281,3 +281,44 @@ def test_a_finished_run_says_its_report_is_complete(pytester):
     pytester.makepyfile(test_f="def test_x(): pass\n")
     pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-json", "out.json").assert_outcomes(passed=1)
     assert json.loads((pytester.path / "out.json").read_text())["complete"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# Small ones (issue 9.16)
+
+
+def test_a_small_threshold_is_not_printed_as_needed_0_0():
+    from pytest_gputopo import requirements as reqs
+
+    from pytest_gputopo.probe import probe
+
+    requirement = reqs.BandwidthRequirement(metric="allreduce", gbps=0.001)
+    verdict = requirement.judge(probe("hgx-h100"), [(reqs.Figure(0.0005, "measured", "all-reduce"), None, "gloo",
+                                                      0.001, "the marker")])
+    assert "needed 0.001" in verdict.reason and "needed 0.0 " not in verdict.reason
+
+
+def test_an_odd_allreduce_size_is_named_as_measured(pytester):
+    """``--gputopo-allreduce-size 5`` was labelled "5 B" while 4 B (one float32) were measured."""
+    from pytest_gputopo.bench.suite import BenchSettings
+
+    assert BenchSettings(size_bytes=5).judge_size(None) == 4
+    assert BenchSettings().judge_size(2**20 + 3) == 2**20
+
+
+def test_an_empty_entry_that_drops_devices_warns(monkeypatch):
+    from pytest_gputopo import model
+
+    gpus = [model.Gpu(i, uuid=f"GPU-{i}") for i in range(4)]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,,2")
+    vis = runtime.visible_gpus(gpus)
+    assert vis.order == (1,) and any("empty entry; CUDA sees only the devices before it" in w for w in vis.warnings)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2,")
+    vis = runtime.visible_gpus(gpus)
+    assert vis.order == (1, 2) and vis.warnings == ()
+
+
+def test_an_empty_environment_variable_is_unset_as_an_empty_ini_key(pytester, monkeypatch):
+    pytester.makepyfile(test_f="def test_x(): pass\n")
+    monkeypatch.setenv("PYTEST_GPUTOPO_BENCH_TIMEOUT", "")
+    pytester.runpytest("--gputopo-machine", "hgx-h100").assert_outcomes(passed=1)

@@ -40,11 +40,11 @@ class BenchSettings:
     nccl_tests_binary: str | None = None
 
     def judge_size(self, size: int | None) -> int:
-        if size is not None:
-            return size
-        if self.size_bytes is not None:
-            return self.size_bytes
-        return 16 * 2**20 if self.allreduce_backend == "gloo" else GIB
+        """The size thresholds are judged at, in whole float32 elements: the size measured, and so the
+        size every label names (5 bytes are one element, 4 bytes)."""
+        if size is None:
+            size = self.size_bytes if self.size_bytes is not None else (16 * 2**20 if self.allreduce_backend == "gloo" else GIB)
+        return max(4, size - size % 4)
 
 
 @dataclass(frozen=True)
