@@ -58,6 +58,8 @@ MAX_PCIE_WIDTH = 32  # x32, the widest link the PCIe specification defines
 MAX_MEMORY_BYTES = 2**44  # 16 TiB; the largest GPU memory today is 288 GB (B300)
 MAX_GBPS = 1e6  # GB/s: a thousand times NVLink 5's 1.8 TB/s per GPU
 MAX_BYTES = 2**40  # 1 TiB: a message size above the memory of any GPU
+MAX_NICS = 1024  # network devices of one host (an 8-GPU node has about 10 RDMA NICs)
+MAX_WARNINGS = 10_000
 
 
 _SHORT = reprlib.Repr()
@@ -369,8 +371,10 @@ def _int(d: Mapping, key: str, path: str, low: int, high: int, default: Any = No
     return value
 
 
-def _strings(d: Mapping, key: str, path: str) -> tuple[str, ...]:
+def _strings(d: Mapping, key: str, path: str, limit: int) -> tuple[str, ...]:
     items = _list(d, key, path)
+    if len(items) > limit:
+        raise SchemaError(f"{path}{key}", f"{len(items)} entries; at most {limit} are read")
     for i, item in enumerate(items):
         if not isinstance(item, str):
             raise SchemaError(f"{path}{key}[{i}]", f"expected str, got {show_value(item)}")
@@ -528,9 +532,9 @@ def from_dict(d: Any, path: str = "") -> Topology:
         driver_version=_get(d, "driver_version", p, (str,), None),
         cuda_driver_version=_get(d, "cuda_driver_version", p, (str,), None),
         hostname=_get(d, "hostname", p, (str,), None),
-        nics=_strings(d, "nics", p),
+        nics=_strings(d, "nics", p, MAX_NICS),
         problem=_get(d, "problem", p, (str,), None),
-        warnings=_strings(d, "warnings", p),
+        warnings=_strings(d, "warnings", p, MAX_WARNINGS),
         published=tuple(_published_from(f, f"{p}published[{i}]")
                         for i, f in enumerate(_get(d, "published", p, (list,), [], allow_none=False))),
     )
