@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, strategies as st
 
 from pytest_gputopo import files, runtime
 
@@ -322,3 +323,55 @@ def test_an_empty_environment_variable_is_unset_as_an_empty_ini_key(pytester, mo
     pytester.makepyfile(test_f="def test_x(): pass\n")
     monkeypatch.setenv("PYTEST_GPUTOPO_BENCH_TIMEOUT", "")
     pytester.runpytest("--gputopo-machine", "hgx-h100").assert_outcomes(passed=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Property tests over every parser of settings (issue 9, quality bars)
+
+numberish = st.text(alphabet="0123456789+-.eE xnaifIN²١_", max_size=30) | st.text(max_size=30)
+
+
+@given(numberish, st.booleans())
+def test_any_option_text_is_a_number_in_range_or_a_usage_error(raw, integer):
+    from pytest_gputopo import options
+
+    try:
+        value = options.parse_number(raw, "--gputopo-x", integer=integer, maximum=604800)
+    except pytest.UsageError as exc:
+        assert str(exc).startswith("--gputopo-x: ")
+    else:
+        assert 0 < value <= 604800 and (type(value) is int if integer else True)
+
+
+@given(numberish)
+def test_the_number_reader_accepts_only_ascii_in_range(raw):
+    from pytest_gputopo import numtext
+
+    value = numtext.read_int(raw, 0, 1024)
+    assert value is None or (0 <= value <= 1024 and raw.strip().lstrip("+-").isascii())
+    number = numtext.read_number(raw, 0, 1e6)
+    assert number is None or 0 <= number <= 1e6
+
+
+@given(st.text(max_size=40) | st.lists(st.sampled_from(["gpus>=", "p2p", "@", "nvlink>=", "link>=", "NV", ",", "9",
+                                                       "0", "²", " ", "no-fallback", "SYS"]), max_size=8).map("".join))
+def test_any_require_expression_is_requirements_or_a_requirement_error(text):
+    from pytest_gputopo.markers import RequirementError
+    from pytest_gputopo.requirements import parse_expression
+
+    try:
+        parse_expression(text)
+    except RequirementError:
+        pass
+
+
+@given(st.text(alphabet="0123456789,-GPUgpuMIa² ", max_size=20)
+       | st.text(alphabet=st.characters(blacklist_characters="\x00"), max_size=20))
+def test_any_cuda_visible_devices_is_a_device_list(visible):
+    from pytest_gputopo import model
+
+    gpus = [model.Gpu(i, uuid=f"GPU-{i}abc") for i in range(4)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", visible)
+        vis = runtime.visible_gpus(gpus)
+    assert len(set(vis.order)) == len(vis.order) and all(0 <= i < 4 for i in vis.order)
