@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from . import numtext, runtime
+from .model import MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -165,16 +166,13 @@ _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB"
           "G": 2**30, "GB": 2**30, "GIB": 2**30}
 
 
-MAX_SIZE = 2**40  # 1 TiB: above the memory of any GPU (B300: 288 GB)
-
-
 def size(config: pytest.Config, name: str) -> int | None:
     """A size in bytes: ``1073741824``, ``1G``, ``256M`` (binary units, as nccl-tests reads them)."""
     raw, where = value(config, name)
     if raw is None:
         return None
     m = re.fullmatch(r"([0-9]{1,16})([KMG]?I?B?)", raw.strip().upper())
-    if not m or m.group(2) not in _UNITS or not 4 <= int(m.group(1)) * _UNITS[m.group(2)] <= MAX_SIZE:
+    if not m or m.group(2) not in _UNITS or not 4 <= int(m.group(1)) * _UNITS[m.group(2)] <= MAX_BYTES:
         raise pytest.UsageError(f"{where}: {raw[:40]!r} is not a size in bytes from 4 to 1T, such as "
                                 f"1073741824, 1G or 256M")
     return int(m.group(1)) * _UNITS[m.group(2)]

@@ -98,6 +98,4 @@ def result_problem(data: Any) -> str | None:
     for name in ("source", "error"):
         if not isinstance(data.get(name), (str, type(None))):
             return f"{name} is not a string"
-    if data.get("gbps") is not None and gbps_problem(data["gbps"]):
-        return gbps_problem(data["gbps"])
-    return detail_problem(data.get("detail", {}))
+    return (gbps_problem(data["gbps"]) if data.get("gbps") is not None else None) or detail_problem(data.get("detail", {}))
