@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from .model import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, show_value
+from .model import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, is_bandwidth, show_value
 
 TRANSPORT_KINDS = ("P2P", "SHM", "NET", "NET/IB", "NET/Socket", "NVLS", "COLLNET")
 
@@ -61,8 +61,7 @@ def _requires_link(cls, gpus=None, *, strict=None):
 
 
 def _bw_args(gbps, floor):
-    # Written as comparisons, which are False for NaN and need no float() of 10**400.
-    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float)) or not 0 < gbps <= MAX_GBPS):
+    if gbps is not None and not is_bandwidth(gbps):
         raise RequirementError(f"gbps must be a number above 0 and at most {MAX_GBPS:g} (GB/s = 1e9 B/s) "
                                f"or None, got {show_value(gbps)}")
     if floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 < floor <= 2):

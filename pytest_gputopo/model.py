@@ -67,6 +67,12 @@ _SHORT.maxstring = _SHORT.maxother = 40
 _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 3, 6, 4
 
 
+def is_bandwidth(value: Any) -> bool:
+    """A figure in GB/s a verdict may compare: a number above 0 and at most MAX_GBPS. Written as a
+    comparison, which is False for NaN and needs no float() of 10**400."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_GBPS
+
+
 def show_value(value: Any) -> str:
     """A short, safe rendering of an untrusted value for an error message: never the repr of a
     5,000-digit integer (ValueError), of a deeply nested list (RecursionError) or of 60 MB."""
@@ -477,7 +483,7 @@ def _published_from(d: Any, path: str) -> dict:
     if kind not in PUBLISHED_KINDS:
         raise SchemaError(p + "kind", f"{kind!r} is not one of {list(PUBLISHED_KINDS)}")
     gbps = _get(d, "gbps", p, (int, float), allow_none=False)
-    if not 0 < gbps <= MAX_GBPS:  # False for NaN too
+    if not is_bandwidth(gbps):
         raise SchemaError(p + "gbps", f"must be a number above 0 and at most {MAX_GBPS:g}, got {show_value(gbps)}")
     if not _get(d, "source", p, (str,), allow_none=False).strip():
         raise SchemaError(p + "source", "must say where the figure was published")

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from . import numtext
+from . import files, numtext
 
 if TYPE_CHECKING:
     from .model import Gpu
@@ -118,7 +118,6 @@ def nccl_inputs() -> tuple[dict[str, str], list[tuple[str, str]]]:
     """What NCCL would read: the NCCL_* environment, and its config files' text in NCCL's order
     (NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf; the home directory from the password
     database, as NCCL takes it)."""
-    from . import files as files_
     from .nccl.expect import conf_file_paths
 
     environ = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
@@ -128,13 +127,13 @@ def nccl_inputs() -> tuple[dict[str, str], list[tuple[str, str]]]:
         home = pwd.getpwuid(os.getuid()).pw_dir
     except (ImportError, KeyError):
         home = None
-    files = []
+    found = []
     for path in conf_file_paths(os.environ, home):
         try:
-            files.append((path, files_.read_text(path)))  # never a FIFO's endless wait
+            found.append((path, files.read_text(path)))  # never a FIFO's endless wait
         except OSError:
             pass
-    return environ, files
+    return environ, found
 
 
 def cpu_vendor() -> str | None:
@@ -186,14 +185,13 @@ def launch() -> Launch | None:
     if "RANK" not in env or "WORLD_SIZE" not in env:
         return None
 
-    def number(name: str, default: int | None = None, high: int = 2**31 - 1, low: int = 0, why: str = "",
-               what: str = "an integer") -> int | None:
+    def number(name: str) -> int | None:
         raw = env.get(name)
         if raw is None:
-            return default
-        value = numtext.read_int(raw, low, high)
+            return None
+        value = numtext.read_int(raw, 0, 2**31 - 1)
         if value is None:
-            raise ValueError(f"environment variable {name}={raw[:40]!r} is not {what} from {low} to {high}{why}")
+            raise ValueError(f"environment variable {name}={raw[:40]!r} is not an integer from 0 to {2**31 - 1}")
         return value
 
     rank, world = number("RANK"), number("WORLD_SIZE")
@@ -204,10 +202,11 @@ def launch() -> Launch | None:
         return None
     run = f"{env.get('TORCHELASTIC_RUN_ID', 'none')}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-    if agent_store:
-        port = number("MASTER_PORT", 29500, 65535, 1, what="a port")
-    else:  # without torchrun's store, ours listens on MASTER_PORT+1
-        port = number("MASTER_PORT", 29500, 65534, 1, " (pytest-gputopo's store listens on MASTER_PORT+1)", "a port")
+    highest = 65535 if agent_store else 65534  # without torchrun's store, ours listens on MASTER_PORT+1
+    port = numtext.read_int(env.get("MASTER_PORT", "29500"), 1, highest)
+    if port is None:
+        raise ValueError(f"environment variable MASTER_PORT={env['MASTER_PORT'][:40]!r} is not a port from 1 to "
+                         f"{highest}" + ("" if agent_store else " (pytest-gputopo's store listens on MASTER_PORT+1)"))
     return Launch(rank=rank, world_size=world, local_rank=number("LOCAL_RANK"), node_rank=number("GROUP_RANK"),
                   master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=port, agent_store=agent_store,
                   run_id=run)

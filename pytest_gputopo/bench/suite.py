@@ -43,7 +43,9 @@ class BenchSettings:
         """The size thresholds are judged at, in whole float32 elements: the size measured, and so the
         size every label names (5 bytes are one element, 4 bytes)."""
         if size is None:
-            size = self.size_bytes if self.size_bytes is not None else (16 * 2**20 if self.allreduce_backend == "gloo" else GIB)
+            size = self.size_bytes
+        if size is None:
+            size = 16 * 2**20 if self.allreduce_backend == "gloo" else GIB
         return max(4, size - size % 4)
 
 

@@ -17,7 +17,7 @@ ORIGINS = ("measured", "cached", "recorded")
 
 
 def gbps_problem(value: Any) -> str | None:
-    if type(value) not in (int, float) or not 0 < value <= model.MAX_GBPS:  # False for NaN
+    if not model.is_bandwidth(value):
         return f"gbps {model.show_value(value)} is not a bandwidth above 0 and at most {model.MAX_GBPS:g} GB/s"
     return None
 
