@@ -12,7 +12,9 @@ import os
 import sys
 from pathlib import Path
 
-from . import files, model, report
+from .runtime import files
+from .core import model
+from .render import report
 
 P2P_CAPS = {"r": "read", "w": "write", "n": "nvlink", "a": "atomics"}
 
@@ -67,7 +69,7 @@ def cmd_machines(args) -> int:
 def _p2p_args(values: list[str]) -> dict:
     """``[CAPS:]FILE`` -> {capability: (file, parsed matrix)}; CAPS are letters of nvidia-smi's
     -p2p (r, w, n, a). Each error names the argument, the letter or the file at fault."""
-    from .probe import smi_text
+    from .parse import smi_topo as smi_text
 
     out = {}
     for value in values:
@@ -92,7 +94,7 @@ def cmd_record(args) -> int:
     from .probe.recorded import profile_dict
 
     if args.from_smi:
-        from .probe import smi_text
+        from .parse import smi_topo as smi_text
 
         try:
             smi = smi_text.parse_topo_matrix(_read(args.from_smi))
@@ -129,7 +131,7 @@ def cmd_parse(args) -> int:
     if args.format == "nccl-tests":
         return _parse_nccl_tests(args)
     if args.format == "nccl-log":
-        from .nccl.log import parse_nccl_log, render_summary
+        from .parse.nccl_log import parse_nccl_log, render_summary
 
         log = parse_nccl_log(_read(args.file))
         if not log.nccl_lines and log.nccl_version is None:
@@ -137,7 +139,7 @@ def cmd_parse(args) -> int:
                            f"\"NCCL version\"); run with NCCL_DEBUG=INFO")
         _emit(log.to_json(), args.json, render_summary(log))
         return 0
-    from .probe import smi_text
+    from .parse import smi_topo as smi_text
 
     text = _read(args.file)
     try:
@@ -153,7 +155,7 @@ def cmd_parse(args) -> int:
 
 
 def _parse_nccl_tests(args) -> int:
-    from .bench.nccl_tests import NcclTestsParseError, parse_nccl_tests
+    from .parse.nccl_tests import NcclTestsParseError, parse_nccl_tests
 
     try:
         result = parse_nccl_tests(_read(args.file))
@@ -177,7 +179,7 @@ def _parse_nccl_tests(args) -> int:
 
 
 def cmd_spec(args) -> int:
-    from . import spec
+    from .core import spec
 
     rows = spec.table_rows()
     if args.json:

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pytest_gputopo.model import Gpu, Link, LinkClass, NvLink, P2P, P2PStatus, Topology  # noqa: E402
+from pytest_gputopo.core.model import Gpu, Link, LinkClass, NvLink, P2P, P2PStatus, Topology  # noqa: E402
 from pytest_gputopo.probe import recorded  # noqa: E402
 
 OUT_DIR = recorded.BUNDLED_DIR

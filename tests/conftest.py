@@ -7,5 +7,5 @@ settings.load_profile("gputopo")
 
 # pytester's in-process runs drop the modules they imported when they end; the plugin imports some
 # lazily, so import them once here and every run shares one copy (as a real process would).
-import pytest_gputopo.checks  # noqa: E402,F401
-import pytest_gputopo.requirements  # noqa: E402,F401
+import pytest_gputopo.plugin.checks  # noqa: E402,F401
+import pytest_gputopo.core.requirements  # noqa: E402,F401

@@ -12,7 +12,8 @@ import sys
 import pytest
 from hypothesis import given, strategies as st
 
-from pytest_gputopo import files, runtime
+from pytest_gputopo.runtime import files
+from pytest_gputopo.runtime import environ as runtime
 
 FAILING = "def test_fails():\n    assert False\n\ndef test_passes():\n    pass\n"
 
@@ -181,7 +182,7 @@ def test_a_marker_argument_no_machine_can_meet_is_an_error_not_a_verdict(pyteste
 
 
 # ---------------------------------------------------------------------------------------------
-# Numbers from anywhere: one reader (pytest_gputopo.numtext), ASCII digits, a stated range
+# Numbers from anywhere: one reader (pytest_gputopo.core.numtext), ASCII digits, a stated range
 
 
 @pytest.mark.parametrize("visible", ["²", "9" * 5000, "١"])
@@ -289,7 +290,7 @@ def test_a_finished_run_says_its_report_is_complete(pytester):
 
 
 def test_a_small_threshold_is_not_printed_as_needed_0_0():
-    from pytest_gputopo import requirements as reqs
+    from pytest_gputopo.core import requirements as reqs
 
     from pytest_gputopo.probe import probe
 
@@ -308,7 +309,7 @@ def test_an_odd_allreduce_size_is_named_as_measured(pytester):
 
 
 def test_an_empty_entry_that_drops_devices_warns(monkeypatch):
-    from pytest_gputopo import model
+    from pytest_gputopo.core import model
 
     gpus = [model.Gpu(i, uuid=f"GPU-{i}") for i in range(4)]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,,2")
@@ -333,7 +334,7 @@ numberish = st.text(alphabet="0123456789+-.eE xnaifIN²١_", max_size=30) | st.t
 
 @given(numberish, st.booleans())
 def test_any_option_text_is_a_number_in_range_or_a_usage_error(raw, integer):
-    from pytest_gputopo import options
+    from pytest_gputopo.plugin import options
 
     try:
         value = options.parse_number(raw, "--gputopo-x", integer=integer, maximum=604800)
@@ -345,7 +346,7 @@ def test_any_option_text_is_a_number_in_range_or_a_usage_error(raw, integer):
 
 @given(numberish)
 def test_the_number_reader_accepts_only_ascii_in_range(raw):
-    from pytest_gputopo import numtext
+    from pytest_gputopo.core import numtext
 
     value = numtext.read_int(raw, 0, 1024)
     assert value is None or (0 <= value <= 1024 and raw.strip().lstrip("+-").isascii())
@@ -356,8 +357,8 @@ def test_the_number_reader_accepts_only_ascii_in_range(raw):
 @given(st.text(max_size=40) | st.lists(st.sampled_from(["gpus>=", "p2p", "@", "nvlink>=", "link>=", "NV", ",", "9",
                                                        "0", "²", " ", "no-fallback", "SYS"]), max_size=8).map("".join))
 def test_any_require_expression_is_requirements_or_a_requirement_error(text):
-    from pytest_gputopo.markers import RequirementError
-    from pytest_gputopo.requirements import parse_expression
+    from pytest_gputopo.core.requirements import RequirementError
+    from pytest_gputopo.core.requirements import parse_expression
 
     try:
         parse_expression(text)
@@ -371,7 +372,7 @@ def test_any_require_expression_is_requirements_or_a_requirement_error(text):
        | st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
        | st.binary(max_size=20).filter(lambda raw: b"\x00" not in raw).map(os.fsdecode))
 def test_any_cuda_visible_devices_is_a_device_list(visible):
-    from pytest_gputopo import model
+    from pytest_gputopo.core import model
 
     gpus = [model.Gpu(i, uuid=f"GPU-{i}abc") for i in range(4)]
     with pytest.MonkeyPatch.context() as mp:

@@ -499,7 +499,7 @@ def test_the_all_reduce_figure_is_timed_unlogged_and_nccls_algorithm_read_from_i
     """Issue 8.5: the figure comes from a run with NCCL's logging off; the algorithm at the same size
     (NVLS or not) from a short logged run apart from it. When that run fails the figure stands and
     the algorithm is unknown, with the reason."""
-    from pytest_gputopo import model
+    from pytest_gputopo.core import model
     from pytest_gputopo.bench import allreduce
     from pytest_gputopo.bench.allreduce import AllReduceRow
     from pytest_gputopo.bench.suite import BenchSettings, BenchSuite

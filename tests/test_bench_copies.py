@@ -135,7 +135,7 @@ def test_no_peer_access_is_no_p2p_figure(monkeypatch, capsys):
     assert copies.main([json.dumps({"key": ["p2p", 0, 1], "budget_s": 0.05})]) == 0
     assert json.loads(capsys.readouterr().out) == {"peer_access": False, "bw_gbps": None}
 
-    from pytest_gputopo import model
+    from pytest_gputopo.core import model
     from pytest_gputopo.bench import subproc
     from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gputopo.model import LinkClass, P2PStatus
+from pytest_gputopo.core.model import LinkClass, P2PStatus
 from pytest_gputopo.probe import recorded
 
 ROOT = Path(__file__).resolve().parent.parent

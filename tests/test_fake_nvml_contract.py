@@ -11,7 +11,7 @@ import ctypes.util
 import pynvml
 import pytest
 
-from pytest_gputopo import model
+from pytest_gputopo.core import model
 from pytest_gputopo.probe.fake_nvml import make_fake_pynvml
 
 BUS = "00000000:19:00.0"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gputopo.nccl.log import parse_nccl_log, transport_family
-from pytest_gputopo.plugin import GATE_EXIT_STATUS
-from pytest_gputopo.requirements import TransportRequirement
+from pytest_gputopo.parse.nccl_log import parse_nccl_log, transport_family
+from pytest_gputopo.plugin.hooks import GATE_EXIT_STATUS
+from pytest_gputopo.core.requirements import TransportRequirement
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"
 
@@ -22,7 +22,7 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"
 CONFTEST = """
 import dataclasses
 import pytest
-from pytest_gputopo import model
+from pytest_gputopo.core import model
 from pytest_gputopo.bench import suite as bench_suite
 
 @pytest.hookimpl(tryfirst=True)
@@ -32,7 +32,7 @@ def pytest_gputopo_probe(config):
     return dataclasses.replace(topo, source=model.Source("nvml"), published=())
 
 def stub_account(n, timeout_s, peer=None, devices=None):
-    from pytest_gputopo.nccl.log import parse_nccl_log
+    from pytest_gputopo.parse.nccl_log import parse_nccl_log
     log = parse_nccl_log(open(config_dir + "/nccl.log").read())
     pairs = {}
     for c in log.connections:
@@ -141,7 +141,7 @@ def test_a_text_machine_gets_no_host_fact_and_unknown_p2p_stays_unknown(pytester
     predicted P2P level for it (NCCL's default level rises to SYS on AMD CPUs with <= 2 GPUs,
     src/graph/paths.cc), no NCCL run or benchmark starts for it, and its P2P status, which the
     text does not give, leaves the transport unknown (never "assumed OK")."""
-    from pytest_gputopo import runtime
+    from pytest_gputopo.runtime import environ as runtime
 
     monkeypatch.setattr(runtime, "cpu_vendor", lambda: "AuthenticAMD")
     for name in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_IB_DISABLE"):

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gputopo.model import P2P, Gpu, Link, LinkClass, P2PStatus, Topology
+from pytest_gputopo.core.model import P2P, Gpu, Link, LinkClass, P2PStatus, Topology
 from pytest_gputopo.nccl import expect
 from pytest_gputopo.nccl.expect import (
     NcclSettings, conf_file_paths, default_p2p_level, expected_transports, fallback_summary,
@@ -425,4 +425,4 @@ def test_the_module_is_pure():
             imported |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add("." * node.level + (node.module or ""))
-    assert imported == {"__future__", "re", "dataclasses", "typing", "..model"}
+    assert imported == {"__future__", "re", "dataclasses", "typing", "..core.model"}

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_gputopo.nccl.log import (Connection, NcclLog, NcclTopoXmlError, parse_nccl_log, parse_topo_xml,
+from pytest_gputopo.parse.nccl_log import (Connection, NcclLog, NcclTopoXmlError, parse_nccl_log, parse_topo_xml,
                                      render_summary, transport_family)
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"

@@ -16,10 +16,14 @@ import pytest
 from hypothesis import given, strategies as st
 
 from pytest_gputopo.bench import nccl_tests as nt
-from pytest_gputopo.bench.nccl_tests import (
-    BenchTimeout, NcclTestsParseError, NcclTestsResult, NcclTestsRow, NcclTestsRunError, P2PParseError,
-    Result, parse_nccl_tests, parse_nccl_tests_all, parse_p2p_bandwidth_latency, render_nccl_tests,
+from pytest_gputopo.bench.nccl_tests import NcclTestsRunError
+from pytest_gputopo.parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
+from pytest_gputopo.parse.nccl_tests import (
+    NcclTestsParseError, NcclTestsResult, NcclTestsRow, Result, parse_nccl_tests, parse_nccl_tests_all,
+    render_nccl_tests,
 )
+from pytest_gputopo.runtime.environ import find_all_reduce_perf
+from pytest_gputopo.runtime.procs import BenchTimeout
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 NCCLPERF = CORPUS / "ncclperf"
@@ -717,14 +721,14 @@ def test_find_all_reduce_perf_order(tmp_path):
     on_path = _exe(tmp_path / "bin")
     named = _exe(tmp_path / "nccl-tests" / "build")
     dcgm = _exe(tmp_path / "dcgm")
-    assert nt.find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(Path(named).parent), "PATH": str(tmp_path / "bin")}) == named
-    assert nt.find_all_reduce_perf({"DCGM_NCCL_TESTS_BIN_PATH": str(Path(dcgm).parent)}) == dcgm
+    assert find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(Path(named).parent), "PATH": str(tmp_path / "bin")}) == named
+    assert find_all_reduce_perf({"DCGM_NCCL_TESTS_BIN_PATH": str(Path(dcgm).parent)}) == dcgm
     # A variable naming a folder without the binary falls through to PATH.
-    assert nt.find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(tmp_path), "PATH": str(tmp_path / "bin")}) == on_path
-    assert nt.find_all_reduce_perf({"PATH": str(tmp_path / "empty")}) is None
-    assert nt.find_all_reduce_perf({}) is None
+    assert find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(tmp_path), "PATH": str(tmp_path / "bin")}) == on_path
+    assert find_all_reduce_perf({"PATH": str(tmp_path / "empty")}) is None
+    assert find_all_reduce_perf({}) is None
 
 
 def test_find_all_reduce_perf_skips_a_file_that_is_not_executable(tmp_path):
     (tmp_path / "all_reduce_perf").write_text("not a program")
-    assert nt.find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(tmp_path)}) is None
+    assert find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(tmp_path)}) is None

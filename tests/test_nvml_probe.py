@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_gputopo import model
+from pytest_gputopo.core import model
 from pytest_gputopo.probe import nvml, recorded
 from pytest_gputopo.probe.fake_nvml import make_fake_pynvml
 
@@ -241,7 +241,7 @@ def test_a_switch_box_whose_gpu_lost_its_links_replays_from_its_matrix(tmp_path)
     import sys
 
     from pytest_gputopo.probe import probe_recorded
-    from pytest_gputopo.probe.smi_text import render_topo_matrix
+    from pytest_gputopo.parse.smi_topo import render_topo_matrix
 
     degraded = probe_recorded("hgx-h100-nvlink-down")
     (tmp_path / "topo.txt").write_text(render_topo_matrix(degraded))

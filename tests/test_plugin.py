@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pytest_gputopo.plugin import GATE_EXIT_STATUS
+from pytest_gputopo.plugin.hooks import GATE_EXIT_STATUS
 
 MARKED = """
 import pytest
@@ -347,7 +347,7 @@ def test_gating_on_nvidia_smi_text(pytester):
 def test_every_option_is_documented_with_its_three_surfaces():
     from pathlib import Path
 
-    from pytest_gputopo.options import OPTIONS
+    from pytest_gputopo.plugin.options import OPTIONS
 
     doc = (Path(__file__).parents[1] / "docs" / "options.md").read_text()
     rows = {line.split("|")[1].split("`")[1].split()[0]: line for line in doc.splitlines()

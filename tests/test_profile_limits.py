@@ -15,7 +15,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pytest_gputopo import model
+from pytest_gputopo.core import model
 from pytest_gputopo.probe.recorded import BUNDLED_DIR, ProfileError, load_profile
 
 BASE = json.loads((BUNDLED_DIR / "hgx-h100.json").read_text())
@@ -149,7 +149,7 @@ def _load(tmp_path, data) -> None:
         assert str(exc).startswith(str(path))
         return
     # what was accepted can be used: rendered, round-tripped, its figures finite and plausible
-    from pytest_gputopo import report
+    from pytest_gputopo.render import report
 
     report.full_report(profile.topology)
     assert model.from_dict(model.to_dict(profile.topology)) == profile.topology

@@ -2,9 +2,9 @@
 
 import pytest
 
-from pytest_gputopo import requirements as reqs
-from pytest_gputopo.markers import from_marker
-from pytest_gputopo.model import Gpu, Link, LinkClass, LinkLabel, P2P, P2PStatus, Topology
+from pytest_gputopo.core import requirements as reqs
+from pytest_gputopo.plugin.markers import from_marker
+from pytest_gputopo.core.model import Gpu, Link, LinkClass, LinkLabel, P2P, P2PStatus, Topology
 
 OK = P2P(P2PStatus.OK, P2PStatus.OK, P2PStatus.OK, P2PStatus.OK)
 CNS = P2P(P2PStatus.CHIPSET_NOT_SUPPORTED, P2PStatus.CHIPSET_NOT_SUPPORTED)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pytest_gputopo.model import Gpu
-from pytest_gputopo.runtime import visible_gpus
+from pytest_gputopo.core.model import Gpu
+from pytest_gputopo.runtime.environ import visible_gpus
 
 # NVML order is not CUDA order: a mixed box listed by NVML with the slower GPU first.
 GPUS = (

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_gputopo import model
-from pytest_gputopo.probe.smi_text import (SmiParseError, SmiTopo, parse_p2p_matrix, parse_topo_matrix,
+from pytest_gputopo.core import model
+from pytest_gputopo.parse.smi_topo import (SmiParseError, SmiTopo, parse_p2p_matrix, parse_topo_matrix,
                                            render_p2p_matrix, render_topo_matrix, to_topology)
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "topo"

@@ -1,4 +1,4 @@
-"""The bandwidth table, its sources, and the threshold rules (pytest_gputopo.spec)."""
+"""The bandwidth table, its sources, and the threshold rules (pytest_gputopo.core.spec)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gputopo import spec
-from pytest_gputopo.model import Gpu, Link, LinkClass, NvLink, Topology
+from pytest_gputopo.core import spec
+from pytest_gputopo.core.model import Gpu, Link, LinkClass, NvLink, Topology
 from pytest_gputopo.probe.recorded import load_profile
-from pytest_gputopo.spec import Check, Figure
+from pytest_gputopo.core.spec import Check, Figure
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -654,7 +654,7 @@ STDLIB = getattr(sys, "stdlib_module_names", None)
 
 @pytest.mark.skipif(STDLIB is None, reason="sys.stdlib_module_names needs Python 3.10")
 def test_spec_imports_only_the_standard_library_and_model():
-    tree = ast.parse((ROOT / "pytest_gputopo" / "spec.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "pytest_gputopo" / "core" / "spec.py").read_text(encoding="utf-8"))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -667,7 +667,7 @@ def test_spec_imports_only_the_standard_library_and_model():
 
 
 def test_importing_spec_loads_nothing_heavy():
-    code = ("import sys, pytest_gputopo.spec; "
+    code = ("import sys, pytest_gputopo.core.spec; "
             "print(sorted(m for m in ('torch', 'pynvml', 'numpy', 'pytest') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     heavy = set(eval(out))  # noqa: S307 - our own printed list

@@ -11,7 +11,7 @@ import time
 import pytest
 from hypothesis import given, strategies as st
 
-from pytest_gputopo import model
+from pytest_gputopo.core import model
 from pytest_gputopo.bench import untrusted
 from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite, SharedFolder
 
@@ -168,8 +168,8 @@ def test_a_forged_rank_record_is_a_reason_not_a_crash(monkeypatch):
     was an INTERNALERROR on rank 0. It is now a RankError naming the rank."""
     import socket
 
-    from pytest_gputopo import runtime
-    from pytest_gputopo.ranks import Exchange, RankError, gather_views
+    from pytest_gputopo.runtime import environ as runtime
+    from pytest_gputopo.runtime.ranks import Exchange, RankError, gather_views
 
     dist = pytest.importorskip("torch.distributed")
     with socket.socket() as s:

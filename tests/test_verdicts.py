@@ -13,7 +13,7 @@ import pytest
 CONFTEST = """
 import dataclasses, json, os
 import pytest
-from pytest_gputopo import model
+from pytest_gputopo.core import model
 from pytest_gputopo.bench import suite as bench_suite
 
 @pytest.hookimpl(tryfirst=True)
@@ -108,7 +108,7 @@ def _idle(name: str):
 
 def test_expectations_use_the_links_maximum_not_the_idle_generation():
     """Issue 8.6: at idle the expected host->device figure of an H100 became Gen1's."""
-    from pytest_gputopo import spec
+    from pytest_gputopo.core import spec
     from pytest_gputopo.probe import probe_recorded
 
     idle = _idle("hgx-h100")
@@ -121,7 +121,7 @@ def test_expectations_use_the_links_maximum_not_the_idle_generation():
 def test_an_idle_gpu_is_no_regression():
     """Issue 8.6: --gputopo-expect reported an idle GPU's Gen1 as a regression against its own
     healthy reference; only the maximum and the width are compared."""
-    from pytest_gputopo import requirements as reqs
+    from pytest_gputopo.core import requirements as reqs
     from pytest_gputopo.probe import probe_recorded
 
     assert reqs.regressions(probe_recorded("hgx-h100"), _idle("hgx-h100")) == []
@@ -155,14 +155,15 @@ def test_nccl_tests_figure_and_verdict_are_its_own(monkeypatch, ip_wrong, oob, v
     ends with "# Out of bounds values : N OK|FAILED" and reports "# Avg bus bandwidth" over every
     cell; any wrong value fails, and the figure is the one it reports."""
     from pytest_gputopo.bench import nccl_tests
+    from pytest_gputopo.parse.nccl_tests import parse_nccl_tests
     from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
     from pytest_gputopo.probe import probe_recorded
     import dataclasses
 
-    from pytest_gputopo import model
+    from pytest_gputopo.core import model
 
     text = NCCL_TESTS.format(ip_wrong=ip_wrong, oob=oob, verdict=verdict)
-    monkeypatch.setattr(nccl_tests, "run_all_reduce_perf", lambda *a, **k: nccl_tests.parse_nccl_tests(text))
+    monkeypatch.setattr(nccl_tests, "run_all_reduce_perf", lambda *a, **k: parse_nccl_tests(text))
     host = dataclasses.replace(probe_recorded("hgx-h100"), source=model.Source("nvml"), published=())
     suite = BenchSuite(host, BenchSettings(allreduce_engine="nccl-tests", nccl_tests_binary="all_reduce_perf"))
     gbps, detail, got = suite._run(("allreduce", 8, 2**30))
@@ -251,7 +252,7 @@ def test_expect_compares_the_physical_gpus_the_job_sees(pytester, monkeypatch, v
 def test_expect_takes_nvidia_smi_text_as_machine_does(pytester):
     """Issue 8.19: --gputopo-expect accepts a `.txt` matrix, as --gputopo-machine does."""
     from pytest_gputopo.probe import probe_recorded
-    from pytest_gputopo.probe.smi_text import render_topo_matrix
+    from pytest_gputopo.parse.smi_topo import render_topo_matrix
 
     (pytester.path / "healthy.txt").write_text(render_topo_matrix(probe_recorded("hgx-h100")))
     pytester.makepyfile(test_x="def test_x(): pass\n")

@@ -561,7 +561,7 @@ def run_allreduce(
         with open(config_path, "w") as f:
             json.dump(config, f)
 
-        from .. import runtime
+        from ..runtime import environ as runtime
 
         child_env = runtime.environment()  # the workers inherit the caller's environment ...
         child_env.setdefault("OMP_NUM_THREADS", "1")  # ... as torchrun does, one thread per rank

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .. import model
-from .procs import run_child, tail
+from ..core import model
+from ..runtime.procs import run_child, tail
 
 
 def run_copy_benchmark(key: tuple, topology: model.Topology, *, budget_s: float, timeout_s: float) -> dict:

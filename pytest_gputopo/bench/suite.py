@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .. import files, model
+from ..runtime import files
+from ..core import model
 from . import untrusted
 
 GIB = 2**30
@@ -393,7 +394,7 @@ def nccl_account(n: int, timeout_s: float, peer: tuple | None = None, devices: l
     """NCCL's own account of a small all-reduce among ``cuda:0..n-1`` (or, with ``peer``, among the
     ranks of a distributed run, across nodes): per pair of ranks the transports it took -- P2P, SHM,
     or NET/IB and NET/Socket between nodes, with GPUDirect RDMA or not -- and its log as parsed."""
-    from ..nccl.log import parse_nccl_log
+    from ..parse.nccl_log import parse_nccl_log
     from .allreduce import run_allreduce
 
     res = run_allreduce(n, [2**20], backend="nccl", judge_size=2**20, timeout_s=timeout_s, peer=peer,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import model
+from ..core import model
 
 MAX_DEPTH = 32  # our own details nest 4 levels deep
 FUTURE_SLACK_S = 300.0  # clocks of one host may step back this far (NTP) without a cache entry being doubted

@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..model import Link, LinkClass, P2PStatus, Topology
+from ..core.model import Link, LinkClass, P2PStatus, Topology
 
 __all__ = [
     "PATH_TYPES", "NcclSettings", "Expectation", "Fallback",

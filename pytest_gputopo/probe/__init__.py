@@ -12,7 +12,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from .. import files, model, runtime
+from ..runtime import files, environ as runtime
+from ..core import model
 
 
 class MachineError(Exception):
@@ -137,7 +138,7 @@ def _is_text(machine: str) -> bool:
 
 
 def _from_smi_file(path: str, p2p_paths: dict) -> model.Topology:
-    from . import smi_text
+    from ..parse import smi_topo as smi_text
 
     try:
         smi = smi_text.parse_topo_matrix(files.read_text(path))

@@ -51,7 +51,7 @@ import re
 import types
 from typing import Any
 
-from .. import model
+from ..core import model
 from .nvml import NVLINK_MAX_LINKS_NEWEST, NVLINK_VERSIONS, counts_unknown, synthetic_bus_id
 
 _VERSION_CODES = {v: k for k, v in NVLINK_VERSIONS.items()}

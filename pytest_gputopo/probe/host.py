@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .. import model
+from ..core import model
 
 # A healthy probe takes well under a second for NVML and a few seconds for CUDA's start-up; a
 # minute is far beyond both, and short enough that a hung driver is noticed at once.
@@ -25,7 +25,7 @@ PROBE_TIMEOUT_S = 60.0
 def probe_in_child(use_torch: bool = True, timeout_s: float = PROBE_TIMEOUT_S):
     """(topology, CudaView or None) from the child; a child that hangs, dies or answers nonsense
     gives a topology whose ``problem`` says why (no GPU facts: unknown, never assumed)."""
-    from ..bench.procs import BenchTimeout, run_child, tail
+    from ..runtime.procs import BenchTimeout, run_child, tail
     from .torch_cuda import CudaView
 
     argv = [sys.executable, "-m", "pytest_gputopo.probe.host"] + ([] if use_torch else ["--no-torch"])
@@ -55,7 +55,7 @@ def probe_in_child(use_torch: bool = True, timeout_s: float = PROBE_TIMEOUT_S):
 
 
 def _failed(problem: str) -> model.Topology:
-    from .. import runtime
+    from ..runtime import environ as runtime
 
     return model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(), problem=problem)
 

@@ -24,7 +24,8 @@ import os
 import re
 from typing import Any
 
-from .. import model, runtime
+from ..core import model
+from ..runtime import environ as runtime
 
 # A GPU whose PCI address is unknown gets a bus id in the all-ones domain from the fake module: PCI
 # reads return all ones for "no device", so no real GPU has it. probe() uses such ids only to match

@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import files, model
+from ..runtime import files
+from ..core import model
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "machines"
 

@@ -3,7 +3,7 @@ the range the documents' table expects. Skipped with a reason where there is no 
 
 import pytest
 
-from pytest_gputopo import spec
+from pytest_gputopo.core import spec
 from pytest_gputopo.probe import probe
 
 HOST = probe(None, use_torch=False)

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from pytest_gputopo.probe import probe
-from pytest_gputopo.probe import smi_text
+from pytest_gputopo.parse import smi_topo as smi_text
 
 HOST = probe(None, use_torch=False)
 pytestmark = pytest.mark.skipif(not HOST.gpus, reason=f"no GPU on this host: {HOST.problem or 'NVML lists none'}")

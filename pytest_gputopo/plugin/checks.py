@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from . import options, report
-from . import requirements as reqs
-from .model import P2PStatus, Topology
+from . import options
+from ..render import report
+from ..core import requirements as reqs
+from ..core.model import P2PStatus, Topology
 
 SUITE = pytest.StashKey["object"]()
 # Outcomes and a test's own measurements travel in user_properties, so that they reach the
@@ -26,7 +27,7 @@ CACHE_PREFIX = "gputopo/bench"
 
 
 def topology_of(config: pytest.Config) -> Topology:
-    from .plugin import TOPOLOGY
+    from .hooks import TOPOLOGY
 
     return config.stash[TOPOLOGY]
 
@@ -36,8 +37,8 @@ def topology_of(config: pytest.Config) -> Topology:
 
 
 def settings(config: pytest.Config):
-    from .bench.suite import BenchSettings
-    from . import runtime
+    from ..bench.suite import BenchSettings
+    from ..runtime import environ as runtime
 
     engine = options.choice(config, "allreduce-engine", ("torch", "nccl-tests"), "torch")
     return BenchSettings(
@@ -48,7 +49,7 @@ def settings(config: pytest.Config):
         size_bytes=options.size(config, "allreduce-size"),
         timeout_s=options.number(config, "bench-timeout", 300.0),
         cache_max_age_s=options.number(config, "cache-max-age", 24.0) * 3600,
-        nccl_tests_binary=runtime.nccl_tests_binary() if engine == "nccl-tests" else None,
+        nccl_tests_binary=runtime.find_all_reduce_perf() if engine == "nccl-tests" else None,
     )
 
 
@@ -68,7 +69,7 @@ def suite(config: pytest.Config):
     found = config.stash.get(SUITE, None)
     if found is not None:
         return found
-    from .bench.suite import BenchSuite
+    from ..bench.suite import BenchSuite
 
     topology = topology_of(config)
     cache_get = cache_set = None
@@ -85,17 +86,17 @@ def suite(config: pytest.Config):
 
         def cache_set(key: str, value: dict) -> None:
             config.cache.set(prefix + key, {**value, "time": time.time()})
-    from .plugin import RANKS, SHARED_DIR
+    from .hooks import RANKS, SHARED_DIR
 
     ranks = config.stash.get(RANKS, None)
     across = shared = None
     if ranks is not None:
-        from .ranks import NodeShare, rendezvous
+        from ..runtime.ranks import NodeShare, rendezvous
 
         across = rendezvous(ranks[0])
         shared = NodeShare(ranks[0], topology)
     elif SHARED_DIR in config.stash:
-        from .bench.suite import SharedFolder
+        from ..bench.suite import SharedFolder
 
         shared = SharedFolder(config.stash[SHARED_DIR])
     found = config.stash[SUITE] = BenchSuite(topology, settings(config), cache_get, cache_set, shared, across)
@@ -109,7 +110,7 @@ def suite(config: pytest.Config):
 def expected(config: pytest.Config, key: tuple):
     """What the link should give for a measurement (a ``spec.Figure``, or None), and in words what
     that rests on (the figure's label, or why there is none)."""
-    from . import spec
+    from ..core import spec
 
     topology = topology_of(config)
     kind = key[0]
@@ -192,7 +193,7 @@ class NcclView:
         return out
 
     def fallbacks(self, measured_p2p: dict | None = None) -> list:
-        from .nccl.expect import find_fallbacks
+        from ..nccl.expect import find_fallbacks
 
         observed = {pair: transports for pair, (transports, _) in self.pairs().items()}
         return find_fallbacks(self.expectations, observed, self.settings, measured_p2p)
@@ -239,8 +240,8 @@ def nccl_view(config: pytest.Config, observe: bool = False) -> NcclView:
     view = config.stash.get(NCCL_VIEW, None)
     if view is not None and (view.observed or not observe):
         return view
-    from . import runtime
-    from .nccl.expect import expected_transports, read_settings
+    from ..runtime import environ as runtime
+    from ..nccl.expect import expected_transports, read_settings
 
     topology = topology_of(config)
     environ, files = runtime.nccl_inputs()
@@ -267,7 +268,7 @@ def nccl_view(config: pytest.Config, observe: bool = False) -> NcclView:
 
 def predicted_fallback_line(config: pytest.Config) -> str:
     """For the header: the fallback NCCL's settings and NVML predict, and its cause ("" if none)."""
-    from .nccl.expect import fallback_summary
+    from ..nccl.expect import fallback_summary
 
     line = fallback_summary(nccl_view(config).fallbacks())
     return f"gputopo {line} [predicted from NCCL's settings and NVML]" if line else ""
@@ -282,7 +283,7 @@ def threshold(config: pytest.Config, key: tuple, size_bytes: int | None = None, 
     ini / env, else the default) x the expected figure. Returns (expected ``spec.Figure`` or None,
     what the expectation rests on, the floor ratio, the absolute ``spec.Figure`` or None): the
     arguments of ``spec.Check``, whose ``needed_gbps`` is the threshold."""
-    from . import spec
+    from ..core import spec
 
     fig, basis = expected(config, key)
     floors, explicit = options.floors(config)
@@ -452,7 +453,7 @@ def _checks(config, topology: Topology, level: str):
 def _bandwidth_check(config, topology: Topology, key: tuple):
     def check():
         """measured bandwidth reaches the floor of the expected"""
-        from . import spec
+        from ..core import spec
 
         s = suite(config)
         result = s.get(key)
@@ -494,7 +495,7 @@ class BenchFixture:
         """Time ``run(k)`` (k back-to-back iterations) with warm-up, a stable median and verification
         after timing (see ``pytest_gputopo.bench.harness.measure``). ``device``: a CUDA device to time
         with CUDA events; None times with the wall clock."""
-        from .bench.harness import CudaEventTimer, WallTimer, measure
+        from ..bench.harness import CudaEventTimer, WallTimer, measure
 
         timer = CudaEventTimer(device) if device is not None else WallTimer()
         result = measure(name, run, size_bytes=size_bytes, timer=timer, verify=verify, **options)

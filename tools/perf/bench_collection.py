@@ -6,7 +6,7 @@ where every test carries an equivalent `skipif` on a module-level constant. Runs
 same recorded machine (so probing costs the same) with `-q -p no:cacheprovider`, alternating, and
 prints medians. The gputopo suite evaluates each distinct requirement once per run.
 
-    .venv/bin/python benchmarks/bench_collection.py [n_tests] [runs]
+    .venv/bin/python tools/perf/bench_collection.py [n_tests] [runs]
 """
 
 import os

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .model import Topology
+from ..core.model import Topology
 
 def legend() -> str:
     """nvidia-smi's own legend, plus what this plugin adds."""
-    from .probe import smi_text  # only ``gputopo show`` needs it; keep plugin start-up light
+    from ..parse import smi_topo as smi_text  # only ``gputopo show`` needs it; keep plugin start-up light
 
     return (smi_text.LEGEND.rstrip("\n") + "\n  ?    = not known (the source did not say)\n"
             "P2P: OK = read and write OK, CNS = chipset not supported, GNS = GPU not supported,\n"
@@ -143,7 +143,7 @@ def json_document(topology: Topology, results: list, checks: list, own: list = (
     """What ``--gputopo-json`` writes. Every measurement keeps its origin: ``measured`` here,
     ``cached`` (measured here earlier), or ``recorded`` (published for a recorded machine);
     ``lost`` names the results another process left that could not be read back."""
-    from .model import to_dict
+    from ..core.model import to_dict
 
     return {"schema": 1, "source": source_text(topology), "recorded": topology.recorded,
             "topology": to_dict(topology), "measurements": [r.to_json() for r in results],
@@ -155,7 +155,7 @@ def rank_lines(views: list) -> list[str]:
     flagging any unlike rank 0's."""
     import json
 
-    from .model import to_dict
+    from ..core.model import to_dict
 
     groups: dict = {}
     for view in views:

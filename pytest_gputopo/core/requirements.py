@@ -1,8 +1,10 @@
 """Requirements a test or a whole run places on the machine, and their verdicts.
 
 Pure: marker arguments and ``--gputopo-require`` expressions become frozen, hashable requirement
-objects; ``evaluate(requirement, topology)`` returns a ``Verdict`` whose reason names the pair, the
-link found and the link needed. "The GPUs a test uses" are ``cuda:0 .. cuda:gpus-1`` (all visible
+objects, each validating its own arguments (``RequirementError`` naming the marker argument), so
+that a requirement built directly is as checked as one built from a marker;
+``evaluate(requirement, topology)`` returns a ``Verdict`` whose reason names the pair, the link found
+and the link needed. "The GPUs a test uses" are ``cuda:0 .. cuda:gpus-1`` (all visible
 GPUs when ``gpus`` is None); fewer GPUs than asked is itself unmet.
 """
 
@@ -12,12 +14,24 @@ import re
 from dataclasses import dataclass
 
 from . import numtext
-from .markers import RequirementError, _requires_link, _requires_nvlink, _requires_p2p
-from .model import MAX_GPUS, MAX_NVLINKS, Link, LinkClass, LinkLabel, Topology, link_satisfies, show_value
+from .model import (MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, Link, LinkClass, LinkLabel, Topology, is_bandwidth,
+                    link_satisfies, show_value)
 from .spec import gbps_text, interval_text
 
 # How many failing pairs a test's skip reason names before "and N more" (a run gate lists all).
 REASON_PAIRS = 3
+TRANSPORT_KINDS = ("P2P", "SHM", "NET", "NET/IB", "NET/Socket", "NVLS", "COLLNET")
+METRICS = ("allreduce", "p2p", "h2d")
+
+
+class RequirementError(ValueError):
+    """A marker argument or a ``--gputopo-require`` term is malformed."""
+
+
+def _int_arg(value, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise RequirementError(f"{what} must be an integer from {low} to {high}, got {show_value(value)}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,10 @@ class Requirement:
     """Base: ``gpus`` is how many GPUs the test uses (None: all visible)."""
 
     gpus: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpus is not None:
+            _int_arg(self.gpus, "gpus", 1, MAX_GPUS)
 
     def __str__(self) -> str:
         raise NotImplementedError
@@ -73,6 +91,10 @@ def _link_text(link: Link) -> str:
 class GpuCount(Requirement):
     count: int = 1
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _int_arg(self.count, "n", 0, MAX_GPUS)
+
     def __str__(self) -> str:
         return f"requires_gpus({self.count})"
 
@@ -104,6 +126,10 @@ class P2PRequirement(Requirement):
 class NvLinkRequirement(Requirement):
     min_links: int = 1
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _int_arg(self.min_links, "min_links", 1, MAX_NVLINKS)
+
     def __str__(self) -> str:
         args = [f"gpus={self.gpus}"] if self.gpus else []
         args += [f"min_links={self.min_links}"] if self.min_links != 1 else []
@@ -121,8 +147,23 @@ class NvLinkRequirement(Requirement):
 
 @dataclass(frozen=True)
 class LinkRequirement(Requirement):
-    need: LinkLabel = LinkLabel(LinkClass.SYS)
-    spelled: str = ""  # as the user wrote it ("NV" means any NVLink)
+    """``need`` is a ``LinkLabel`` or its text as the user wrote it (``"NV"`` means any NVLink)."""
+
+    need: LinkLabel | str = LinkLabel(LinkClass.SYS)
+    spelled: str = ""  # as the user wrote it
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.need, LinkLabel):
+            return
+        if not isinstance(self.need, str):
+            raise RequirementError(f"cls must be a link class string such as 'NV', 'NV12' or 'PXB', got {self.need!r}")
+        try:
+            label = LinkLabel.parse(self.need)
+        except ValueError as exc:
+            raise RequirementError(str(exc)) from None
+        object.__setattr__(self, "spelled", self.need.strip().upper())
+        object.__setattr__(self, "need", label)
 
     def __str__(self) -> str:
         gpus = f", gpus={self.gpus}" if self.gpus else ""
@@ -176,6 +217,25 @@ class BandwidthRequirement(FactRequirement):
     size: int | None = None
     pinned: bool = True
     floor: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.metric not in METRICS:
+            raise RequirementError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+        if self.gbps is not None and not is_bandwidth(self.gbps):
+            raise RequirementError(f"gbps must be a number above 0 and at most {MAX_GBPS:g} (GB/s = 1e9 B/s) "
+                                   f"or None, got {show_value(self.gbps)}")
+        if self.floor is not None and (isinstance(self.floor, bool) or not isinstance(self.floor, (int, float))
+                                       or not 0 < self.floor <= 2):
+            raise RequirementError(f"floor must be a fraction of the expected bandwidth in (0, 2], "
+                                   f"got {show_value(self.floor)}")
+        if self.size is not None:
+            _int_arg(self.size, "size (bytes)", 4, MAX_BYTES)
+        if not isinstance(self.pinned, bool):
+            raise RequirementError(f"pinned must be True or False, got {self.pinned!r}")
+        for name in ("gbps", "floor"):  # 50 and 50.0 are one requirement
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, float(getattr(self, name)))
 
     def __str__(self) -> str:
         args = [] if self.gbps is None else [f"{self.gbps:g}"]
@@ -245,6 +305,14 @@ class TransportRequirement(FactRequirement):
 
     kind: str = "P2P"
     gdrdma: bool | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.kind, str) or not (self.kind in TRANSPORT_KINDS or self.kind.startswith("NET/")):
+            raise RequirementError(f"kind must be one of {', '.join(TRANSPORT_KINDS)} or 'NET/<plugin>', "
+                                   f"got {self.kind!r}")
+        if self.gdrdma is not None and not isinstance(self.gdrdma, bool):
+            raise RequirementError(f"gdrdma must be True, False or None, got {self.gdrdma!r}")
 
     def __str__(self) -> str:
         args = [repr(self.kind)] + ([f"gpus={self.gpus}"] if self.gpus else [])
@@ -340,13 +408,13 @@ def parse_expression(text: str) -> tuple[Requirement, ...]:
                     raise RequirementError("'@N' does not apply to gpus>=")
                 out.append(GpuCount(count=_number(m["count"], "gpus>=", 0, MAX_GPUS)))
             elif m["p2p"]:
-                out.append(_requires_p2p(gpus=at))
+                out.append(P2PRequirement(gpus=at))
             elif m["nofallback"]:
                 out.append(NoFallbackRequirement(gpus=at))
             elif m["nvlink"]:
-                out.append(_requires_nvlink(gpus=at, min_links=_number(m["links"] or "1", "nvlink>=", 1, MAX_NVLINKS)))
+                out.append(NvLinkRequirement(gpus=at, min_links=_number(m["links"] or "1", "nvlink>=", 1, MAX_NVLINKS)))
             else:
-                out.append(_requires_link(m["cls"], gpus=at))
+                out.append(LinkRequirement(gpus=at, need=m["cls"]))
         except RequirementError as exc:
             raise RequirementError(f"term {show_value(term)}: {exc}\n{REQUIRE_GRAMMAR}") from None
     return tuple(out)

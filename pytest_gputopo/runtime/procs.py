@@ -34,7 +34,7 @@ def run_child(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] |
     if reap and sys.platform.startswith("linux"):
         if shutil.which(argv[0], path=None if env is None else env.get("PATH")) is None:
             raise FileNotFoundError(2, "not found on PATH", argv[0])
-        argv = [sys.executable, "-m", "pytest_gputopo.bench.reaper", *argv]
+        argv = [sys.executable, "-m", "pytest_gputopo.runtime.reaper", *argv]
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", env=None if env is None else dict(env), start_new_session=True)
     try:

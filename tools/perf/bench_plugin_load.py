@@ -4,7 +4,7 @@ Times `pytest --collect-only -q` on a one-test suite, with the plugin (`-p gputo
 point, probing this host) and without (`-p no:gputopo`), alternating runs; prints medians.
 Also prints which of torch/pynvml the plugin module imports when loaded (should be none).
 
-    .venv/bin/python benchmarks/bench_plugin_load.py [runs]
+    .venv/bin/python tools/perf/bench_plugin_load.py [runs]
 """
 
 import os

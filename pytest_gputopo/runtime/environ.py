@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-from . import files, numtext
+from . import files
+from ..core import numtext
 
 if TYPE_CHECKING:
-    from .model import Gpu
+    from ..core.model import Gpu
 
 ENV_PREFIX = "PYTEST_GPUTOPO_"
 
@@ -118,7 +120,7 @@ def nccl_inputs() -> tuple[dict[str, str], list[tuple[str, str]]]:
     """What NCCL would read: the NCCL_* environment, and its config files' text in NCCL's order
     (NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf; the home directory from the password
     database, as NCCL takes it)."""
-    from .nccl.expect import conf_file_paths
+    from ..nccl.expect import conf_file_paths
 
     environ = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     try:
@@ -157,11 +159,26 @@ def hostname() -> str:
     return socket.gethostname()
 
 
-def nccl_tests_binary() -> str | None:
-    """nccl-tests' all_reduce_perf: on PATH, or in NCCL_TESTS_BIN_PATH (as DCGM looks for it)."""
-    from .bench.nccl_tests import find_all_reduce_perf
+ALL_REDUCE_PERF = "all_reduce_perf"
+# DCGM's nccl_tests plugin reads DCGM_NCCL_TESTS_BIN_PATH (a directory holding all_reduce_perf); we
+# accept the same, and the shorter NCCL_TESTS_BIN_PATH first.
+BIN_PATH_VARS = ("NCCL_TESTS_BIN_PATH", "DCGM_NCCL_TESTS_BIN_PATH")
 
-    return find_all_reduce_perf(os.environ)
+
+def find_all_reduce_perf(environ: Mapping[str, str] | None = None) -> str | None:
+    """Where nccl-tests' ``all_reduce_perf`` is: ``$NCCL_TESTS_BIN_PATH``/``$DCGM_NCCL_TESTS_BIN_PATH``
+    (a folder, as DCGM looks for it), else on ``PATH``; ``environ`` defaults to this process's."""
+    if environ is None:
+        environ = os.environ
+    for var in BIN_PATH_VARS:
+        folder = environ.get(var)
+        if folder:
+            candidate = os.path.join(folder, ALL_REDUCE_PERF)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate
+    path = environ.get("PATH")
+    # With no PATH we do not search: shutil.which would fall back to os.environ (or the cwd).
+    return shutil.which(ALL_REDUCE_PERF, path=path) if path else None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The plugin's all-reduce figure against a plain nccl-tests-style loop, in the same process pool.
 
-    .venv/bin/python benchmarks/bench_allreduce.py [--sched fair|fifo] [--ranks 2] [--repeats 5]
+    .venv/bin/python tools/perf/bench_allreduce.py [--sched fair|fifo] [--ranks 2] [--repeats 5]
         [--sizes 262144,1048576,...] [--drift 10]
 
 For every size, ``--repeats`` times, alternating the order:

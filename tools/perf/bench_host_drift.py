@@ -1,6 +1,6 @@
 """How steady is this host? Per-second medians of a fixed piece of work, no GPU, no plugin code.
 
-    .venv/bin/python benchmarks/bench_host_drift.py [--seconds 20] [--cpu N]
+    .venv/bin/python tools/perf/bench_host_drift.py [--seconds 20] [--cpu N]
 
 Two kinds of work, each timed call by call for ``--seconds`` and summarised per one-second window:
 

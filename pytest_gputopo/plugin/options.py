@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from . import numtext, runtime
-from .model import MAX_BYTES
+from ..core import numtext
+from ..runtime import environ as runtime
+from ..core.model import MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def size(config: pytest.Config, name: str) -> int | None:
 
 def floors(config: pytest.Config) -> tuple[dict, set]:
     """The efficiency floors (defaults from ``spec``) and the keys the user set explicitly."""
-    from . import spec
+    from ..core import spec
 
     result, explicit = dict(spec.DEFAULT_FLOORS), set()
     for key in spec.FLOOR_KEYS:

@@ -1,6 +1,6 @@
 """How long, and how much memory, refusing a hostile machine profile takes (issue 9.3).
 
-    .venv/bin/python benchmarks/bench_profile_refusal.py
+    .venv/bin/python tools/perf/bench_profile_refusal.py
 
 Prints, per case, the wall time of ``load_profile`` on a temporary file and the process's peak RSS
 so far, and what the loader said. Figures are measured on this host, in-process.

@@ -1,4 +1,4 @@
-"""``python -m pytest_gputopo.bench.reaper ARGV...``: run ARGV and, when it ends or this process is
+"""``python -m pytest_gputopo.runtime.reaper ARGV...``: run ARGV and, when it ends or this process is
 told to stop (SIGTERM), end every process it left behind -- also those that left its process group.
 
 A benchmark's process group is killed at its deadline (``procs.kill_group``), but a wrapper script

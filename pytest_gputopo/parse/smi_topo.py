@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from .. import model
+from ..core import model
 
 TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 # Tolerate case and lost spaces ("CPUAffinity") in a mangled header.

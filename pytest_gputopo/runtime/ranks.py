@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from . import model, runtime
+from ..core import model
+from . import environ as runtime
 
 
 class RankError(Exception):

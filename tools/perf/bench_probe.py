@@ -1,6 +1,6 @@
 """How long probing a recorded machine takes (profile load + the NVML code path over the fake pynvml).
 
-    .venv/bin/python benchmarks/bench_probe.py
+    .venv/bin/python tools/perf/bench_probe.py
 
 Prints the median of repeated probes for each bundled machine and for a synthetic 72-GPU NVLink
 domain (NVL72-like: 72 GPUs x 18 NVLinks to NVSwitches; simulated, not a real recording).
@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pytest_gputopo import model
+from pytest_gputopo.core import model
 from pytest_gputopo.probe import probe_recorded
 from pytest_gputopo.probe.recorded import bundled_names, profile_dict
 

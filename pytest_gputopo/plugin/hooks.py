@@ -10,7 +10,8 @@ from collections import Counter
 
 import pytest
 
-from . import markers, options, report
+from . import markers, options
+from ..render import report
 
 TOPOLOGY = pytest.StashKey["object"]()
 ITEM_REQS = pytest.StashKey[list]()
@@ -37,7 +38,7 @@ class RunState:
     def evaluate(requirement, config) -> tuple[str | None, bool]:
         """(the reason it is unmet or None, whether the node is broken: a failure even when not strict)."""
         from .checks import judge
-        from .requirements import FactRequirement
+        from ..core.requirements import FactRequirement
 
         ranks = config.stash.get(RANKS, None)
         if isinstance(requirement, FactRequirement):
@@ -67,7 +68,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager) -> None:
-    from . import hooks
+    from . import hookspecs as hooks
 
     pluginmanager.add_hookspecs(hooks)
 
@@ -81,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATE] = state
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and WORKER_KEY in workerinput:
-        from .model import from_dict
+        from ..core.model import from_dict
 
         topology = from_dict(workerinput[WORKER_KEY])  # xdist workers never probe
         config.stash[SHARED_DIR] = workerinput[SHARED_KEY]
@@ -97,7 +98,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _join_ranks(config: pytest.Config, topology) -> None:
     """Under torchrun (RANK/WORLD_SIZE set), exchange every rank's topology before any decision."""
-    from . import runtime
+    from ..runtime import environ as runtime
 
     try:
         launch = runtime.launch()
@@ -105,7 +106,7 @@ def _join_ranks(config: pytest.Config, topology) -> None:
         raise pytest.UsageError(str(exc)) from None
     if launch is None:
         return
-    from .ranks import Exchange, RankError, gather_views
+    from ..runtime.ranks import Exchange, RankError, gather_views
 
     timeout = options.number(config, "rank-timeout", 120.0)
     fallback = ""
@@ -121,7 +122,7 @@ def _join_ranks(config: pytest.Config, topology) -> None:
 
 
 def _distinct(views):
-    from .ranks import distinct
+    from ..runtime.ranks import distinct
 
     return distinct(views)
 
@@ -144,7 +145,7 @@ def _all_ranks(config: pytest.Config, name: str, value: dict) -> list[dict]:
     ranks = config.stash.get(RANKS, None)
     if ranks is None:
         return [value]
-    from .ranks import RankError
+    from ..runtime.ranks import RankError
 
     try:
         return ranks[0].all_gather(name, value)
@@ -159,7 +160,7 @@ def _is_rank_zero(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(trylast=True)
 def pytest_gputopo_probe(config: pytest.Config):
-    from .probe import MachineError, probe
+    from ..probe import MachineError, probe
 
     machine, where = options.value(config, "machine")
     try:
@@ -173,7 +174,7 @@ def pytest_configure_node(node) -> None:
     """xdist controller: hand the topology, and a folder to share benchmark results in, to each worker."""
     import tempfile
 
-    from .model import to_dict
+    from ..core.model import to_dict
 
     config = node.config
     if SHARED_DIR not in config.stash:
@@ -215,7 +216,7 @@ def pytest_collection(session: pytest.Session) -> None:
     reference, ref_where = options.value(config, "expect")
     if hasattr(config, "workerinput") or (expr is None and reference is None):
         return
-    from . import requirements as reqs
+    from ..core import requirements as reqs
 
     ranks = config.stash.get(RANKS, None)
     views = [(None, config.stash[TOPOLOGY])] if ranks is None else [(v, v.topology) for v in _distinct(ranks[1])]
@@ -236,9 +237,9 @@ def pytest_collection(session: pytest.Session) -> None:
                     problems += [f"{prefix}{term}: {f}" for f in verdict.failures]
         problems += _fact_gate_problems(config, [t for t in terms if isinstance(t, reqs.FactRequirement)])
     if reference is not None:
-        from . import runtime
-        from .probe import MachineError
-        from .probe import reference as reference_machine
+        from ..runtime import environ as runtime
+        from ..probe import MachineError
+        from ..probe import reference as reference_machine
 
         try:
             ref = reference_machine(reference)
@@ -261,31 +262,9 @@ def pytest_collection(session: pytest.Session) -> None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Validate every gputopo marker now, so a bad argument stops the run naming the test."""
-    errors = []
-    parsed: dict = {}  # the same marker on many tests is parsed once
-    for item in items:
-        found = []
-        for mark in item.iter_markers():  # one walk over the node chain, not one per marker name
-            if mark.name not in markers.MARKERS:
-                continue
-            try:
-                key = (mark.name, mark.args, tuple(sorted(mark.kwargs.items())))
-                result = parsed.get(key)
-            except TypeError:  # unhashable arguments: parse every time
-                key = result = None
-            if result is None:
-                try:
-                    result = markers.from_marker(mark.name, mark.args, mark.kwargs)
-                except markers.RequirementError as exc:
-                    result = exc
-                if key is not None:
-                    parsed[key] = result
-            if isinstance(result, markers.RequirementError):
-                errors.append(f"{item.nodeid}: @pytest.mark.{mark.name}: {result}")
-            else:
-                found.append(result)
-        if found:
-            item.stash[ITEM_REQS] = found
+    marked, errors = markers.read_markers(items)
+    for item, found in marked:
+        item.stash[ITEM_REQS] = found
     if errors:
         raise pytest.UsageError("bad gputopo marker arguments:\n  " + "\n  ".join(errors))
     if options.value(config, "check")[0] is not None:
@@ -376,8 +355,8 @@ def _json_report(config: pytest.Config, complete: bool) -> None:
         return
     import json
 
-    from . import files
-    from .bench.suite import SharedFolder
+    from ..runtime import files
+    from ..bench.suite import SharedFolder
     from .checks import CHECK_PROPERTY, OWN_PROPERTY, SUITE
 
     suite = config.stash.get(SUITE, None)

@@ -1,0 +1,127 @@
+"""The gputopo markers: each one's signature and help (registered at start-up), and the requirement
+it states. The requirement classes (``core.requirements``) validate their own arguments; a marker
+only binds its arguments to its signature and names the class.
+
+Registering the markers costs no more than these plain functions: ``core.requirements`` is imported
+when the first marked test is collected, not when the plugin loads.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+
+def _requires_gpus(n, *, strict=None):
+    return _reqs().GpuCount(count=n)
+
+
+def _requires_p2p(gpus=None, *, strict=None):
+    return _reqs().P2PRequirement(gpus=gpus)
+
+
+def _requires_nvlink(gpus=None, min_links=1, *, strict=None):
+    return _reqs().NvLinkRequirement(gpus=gpus, min_links=min_links)
+
+
+def _requires_link(cls, gpus=None, *, strict=None):
+    return _reqs().LinkRequirement(gpus=gpus, need=cls)
+
+
+def _min_allreduce_bw(gbps=None, gpus=None, size=None, *, floor=None, strict=None):
+    return _reqs().BandwidthRequirement(gpus=gpus, metric="allreduce", gbps=gbps, size=size, floor=floor)
+
+
+def _min_p2p_bw(gbps=None, gpus=None, *, floor=None, strict=None):
+    return _reqs().BandwidthRequirement(gpus=gpus, metric="p2p", gbps=gbps, floor=floor)
+
+
+def _min_h2d_bw(gbps=None, pinned=True, *, floor=None, strict=None):
+    return _reqs().BandwidthRequirement(metric="h2d", gbps=gbps, pinned=pinned, floor=floor)
+
+
+def _requires_nccl_transport(kind, gpus=None, *, gdrdma=None, strict=None):
+    return _reqs().TransportRequirement(gpus=gpus, kind=kind, gdrdma=gdrdma)
+
+
+def _reqs():
+    from ..core import requirements  # the core, on the first marked test (see the module's docstring)
+
+    return requirements
+
+
+MARKERS: dict[str, Callable] = {
+    "requires_gpus": _requires_gpus,
+    "requires_p2p": _requires_p2p,
+    "requires_nvlink": _requires_nvlink,
+    "requires_link": _requires_link,
+    "min_allreduce_bw": _min_allreduce_bw,
+    "min_p2p_bw": _min_p2p_bw,
+    "min_h2d_bw": _min_h2d_bw,
+    "requires_nccl_transport": _requires_nccl_transport,
+}
+
+MARKER_HELP = {
+    "requires_gpus": "at least n visible GPUs",
+    "requires_p2p": "every pair among the GPUs the test uses (cuda:0..gpus-1, default all) can do P2P read and write",
+    "requires_nvlink": "every such pair is connected by at least min_links NVLinks",
+    "requires_link": "every such pair is linked at cls or better: NV# > PIX > PXB > PHB > NODE > SYS ('NV' = any NVLink)",
+    "min_allreduce_bw": "all-reduce bus bandwidth among the GPUs the test uses, at one large size, is at least "
+                        "gbps GB/s (None: floor x what the links should give)",
+    "min_p2p_bw": "P2P copy bandwidth of every such pair is at least gbps GB/s (None: floor x the link's)",
+    "min_h2d_bw": "host-to-device copy bandwidth of every visible GPU is at least gbps GB/s",
+    "requires_nccl_transport": "NCCL takes transport kind (P2P, SHM, NET/IB, NET/Socket, NVLS, COLLNET) between "
+                               "the GPUs the test uses; gdrdma=True/False for GPUDirect RDMA",
+}
+
+
+def marker_signature(name: str) -> str:
+    sig = str(inspect.signature(MARKERS[name]))
+    return f"{name}{sig}"
+
+
+def from_marker(name: str, args: tuple, kwargs: dict) -> tuple:
+    """The requirement a marker states, and its ``strict=`` argument (None when not given); a bad
+    argument is a ``core.requirements.RequirementError``."""
+    factory = MARKERS[name]
+    error = _reqs().RequirementError
+    try:
+        inspect.signature(factory).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise error(f"{exc}; signature: {marker_signature(name)}") from None
+    strict = kwargs.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise error(f"strict must be True or False, got {strict!r}")
+    return factory(*args, **kwargs), strict
+
+
+def read_markers(items: list) -> tuple[list[tuple[Any, list]], list[str]]:
+    """(item, [(requirement, strict), ...]) for each item that carries gputopo markers, and one error
+    per bad marker naming the test. The same marker on many tests is read once."""
+    marked, errors, parsed = [], [], {}
+    for item in items:
+        found = []
+        for mark in item.iter_markers():  # one walk over the node chain, not one per marker name
+            if mark.name not in MARKERS:
+                continue
+            try:
+                key = (mark.name, mark.args, tuple(sorted(mark.kwargs.items())))
+                result = parsed.get(key)
+            except TypeError:  # unhashable arguments: read every time
+                key = result = None
+            if result is None:
+                try:
+                    result = from_marker(mark.name, mark.args, mark.kwargs)
+                except ValueError as exc:
+                    if not isinstance(exc, _reqs().RequirementError):
+                        raise
+                    result = exc
+                if key is not None:
+                    parsed[key] = result
+            if isinstance(result, ValueError):
+                errors.append(f"{item.nodeid}: @pytest.mark.{mark.name}: {result}")
+            else:
+                found.append(result)
+        if found:
+            marked.append((item, found))
+    return marked, errors
