@@ -34,3 +34,10 @@ def test_a_requirement_built_directly_is_validated():
             build()
     assert reqs.LinkRequirement(need="nv12") == reqs.LinkRequirement(need=reqs.LinkLabel.parse("NV12"), spelled="NV12")
     assert reqs.BandwidthRequirement(gbps=50) == reqs.BandwidthRequirement(gbps=50.0)
+
+
+def test_the_floor_options_are_the_cores_floors():
+    from pytest_gputopo.core import spec
+    from pytest_gputopo.plugin import options
+
+    assert options.FLOOR_KEYS == spec.FLOOR_KEYS

@@ -37,6 +37,10 @@ class Option:
         return runtime.env_name(self.name.replace("-", "_"))
 
 
+# core.spec.FLOOR_KEYS, spelled here so that loading the plugin does not import the core (a test
+# compares the two).
+FLOOR_KEYS = ("p2p", "h2d_pinned", "h2d_pageable", "allreduce")
+
 OPTIONS = {o.name: o for o in (
     Option("machine", "NAME|PATH",
            "gate against a recorded machine instead of this host: a bundled name (see `gputopo machines`), "
@@ -66,7 +70,7 @@ OPTIONS = {o.name: o for o in (
     *(Option(f"floor-{key.replace('_', '-')}", "RATIO",
              f"pass a {key.replace('_', ' ')} measurement at RATIO x the expected bandwidth (default in "
              f"docs/thresholds.md; set explicitly, it also replaces a published per-SKU floor)")
-      for key in ("p2p", "h2d_pinned", "h2d_pageable", "allreduce")),
+      for key in FLOOR_KEYS),
     Option("cache", None, "reuse benchmark results from pytest's cache, keyed by host, GPUs, driver and "
                           "library versions (see --gputopo-cache-max-age)"),
     Option("cache-max-age", "HOURS", "the age limit of cached benchmark results (default 24)"),
@@ -179,20 +183,22 @@ def size(config: pytest.Config, name: str) -> int | None:
     return int(m.group(1)) * _UNITS[m.group(2)]
 
 
-def floors(config: pytest.Config) -> tuple[dict, set]:
-    """The efficiency floors (defaults from ``spec``) and the keys the user set explicitly."""
-    from ..core import spec
+def floor_overrides(config: pytest.Config) -> dict[str, float]:
+    """The efficiency floors the user set (option, env or ini), checked."""
+    names = [f"floor-{key.replace('_', '-')}" for key in FLOOR_KEYS]
+    if all(value(config, name)[0] is None for name in names):
+        return {}
+    from ..core import spec  # its ratio rule, only when a floor is set
 
-    result, explicit = dict(spec.DEFAULT_FLOORS), set()
-    for key in spec.FLOOR_KEYS:
-        raw, where = value(config, f"floor-{key.replace('_', '-')}")
+    found = {}
+    for key, name in zip(FLOOR_KEYS, names):
+        raw, where = value(config, name)
         if raw is not None:
             try:
-                result[key] = spec.parse_floor_ratio(raw, where)
+                found[key] = spec.parse_floor_ratio(raw, where)
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
-            explicit.add(key)
-    return result, explicit
+    return found
 
 
 def writable_path(config: pytest.Config, name: str) -> str | None:
@@ -212,24 +218,3 @@ def writable_path(config: pytest.Config, name: str) -> str | None:
     else:
         return raw
     raise pytest.UsageError(f"{where}: cannot write {raw}: {problem}")
-
-
-def validate(config: pytest.Config) -> None:
-    """Read every setting once at start-up, so that a bad value is a usage error naming its source
-    before any test runs (the benchmarks themselves start only when needed)."""
-    for name, opt in OPTIONS.items():
-        if opt.metavar is None:
-            flag(config, name)
-    writable_path(config, "json")
-    choice(config, "allreduce-backend", ("nccl", "gloo"), "nccl")
-    choice(config, "allreduce-engine", ("torch", "nccl-tests"), "torch")
-    choice(config, "allreduce-sched", ("fair", "fifo"), "fair")
-    if value(config, "check")[0] is not None:
-        choice(config, "check", ("quick", "full"), "quick")
-    number(config, "allreduce-world-size", None, integer=True)
-    size(config, "allreduce-size")
-    number(config, "bench-timeout", None)
-    number(config, "cache-max-age", None)
-    number(config, "rank-timeout", None)
-    if any(value(config, o)[0] is not None for o in OPTIONS if o.startswith("floor-")):
-        floors(config)

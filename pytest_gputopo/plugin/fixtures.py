@@ -1,0 +1,61 @@
+"""The fixtures pytest-gputopo gives tests: ``gputopo`` (the machine) and ``gputopo_bench`` (the
+measurement harness and the run's shared benchmarks)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .reporter import OWN_PROPERTY
+from .run import run_of
+
+
+@pytest.fixture(scope="session")
+def gputopo(pytestconfig: pytest.Config):
+    """The machine as this process sees it (``pytest_gputopo.core.model.Topology``): ``gpus``,
+    ``link(a, b)``, ``p2p(a, b)``, ``pairs(gpus=None)``, ``pairs_worse_than("PXB")``, ``source``."""
+    return run_of(pytestconfig).topology
+
+
+@pytest.fixture
+def gputopo_bench(request: pytest.FixtureRequest):
+    """The measurement harness (``.measure(name, run, size_bytes=...)``) and the run's shared
+    benchmarks (``.allreduce()``, ``.p2p(a, b)``, ``.h2d(gpu)``), as ``BenchResult``s."""
+    return BenchFixture(request.config, request.node)
+
+
+class BenchFixture:
+    """What ``gputopo_bench`` gives a test: the plugin's harness for its own measurements, and the
+    run's shared benchmark results (each measured at most once per run)."""
+
+    def __init__(self, config: pytest.Config, node: pytest.Item):
+        self._run = run_of(config)
+        self._node = node
+
+    def measure(self, name: str, run, *, size_bytes: int, device=None, verify=None, **options):
+        """Time ``run(k)`` (k back-to-back iterations) with warm-up, a stable median and verification
+        after timing (see ``pytest_gputopo.bench.harness.measure``). ``device``: a CUDA device to time
+        with CUDA events; None times with the wall clock."""
+        from ..bench.harness import CudaEventTimer, WallTimer, measure
+
+        timer = CudaEventTimer(device) if device is not None else WallTimer()
+        result = measure(name, run, size_bytes=size_bytes, timer=timer, verify=verify, **options)
+        self._node.user_properties.append(
+            (OWN_PROPERTY, json.dumps({"test": self._node.nodeid, "origin": "measured", **result.to_json()})))
+        return result
+
+    def allreduce(self, gpus: int | None = None, size: int | None = None):
+        s = self._suite()
+        return s.get(s.allreduce_key(gpus, size))
+
+    def p2p(self, a: int, b: int, *, peer: bool = True):
+        return self._suite().get(("p2p" if peer else "p2p_staged", a, b))
+
+    def h2d(self, gpu: int, *, pinned: bool = True):
+        return self._suite().get(("h2d", gpu, pinned))
+
+    def _suite(self):
+        from .facts import suite  # the benchmarks: imported by the first test that asks for one
+
+        return suite(self._run)

@@ -1,0 +1,84 @@
+"""The run object: what a pytest-gputopo run knows, built once in ``pytest_configure`` and kept under
+one ``StashKey`` (``RUN``). Hooks read it; what the run learns as it goes (benchmark results, NCCL's
+view, verdicts) is derived from it on first use and kept with it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from ..core.model import Topology
+from .settings import Settings
+
+# Exit status when the ranks of a distributed run cannot agree (one did not report in time).
+RANKS_EXIT_STATUS = 9
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Under a launcher (torchrun, srun): this rank's exchange with the others (``runtime.ranks``)
+    and every rank's view of its own node, in rank order."""
+
+    exchange: Any
+    views: tuple
+
+    @property
+    def rank(self) -> int:
+        return self.exchange.launch.rank
+
+    def distinct(self) -> list:
+        """One view per distinct node as its ranks see it."""
+        from ..runtime.ranks import distinct
+
+        return distinct(list(self.views))
+
+
+@dataclass(frozen=True, eq=False)
+class GputopoRun:
+    config: pytest.Config
+    settings: Settings
+    topology: Topology  # as this process sees it
+    worker: bool = False  # an xdist worker: it received the topology, it never probes or speaks
+    ranks: Ranks | None = None  # under a launcher
+    shared_dir: str | None = None  # xdist: where the processes of this run share benchmark results
+    # What the run learns as it goes, made on first use (``facts``): the benchmark suite, NCCL's
+    # view; and each requirement's verdict, judged once per run (``verdicts``).
+    derived: dict = field(default_factory=dict, repr=False)
+    verdicts: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def speaks(self) -> bool:
+        """Whether this process prints for the run: not an xdist worker; rank 0 under a launcher."""
+        return not self.worker and (self.ranks is None or self.ranks.rank == 0)
+
+    def with_ranks(self, ranks: Ranks) -> "GputopoRun":
+        return dataclasses.replace(self, ranks=ranks)  # the same derived facts and verdicts
+
+    def nodes(self) -> list[tuple[Any, Topology]]:
+        """(rank view or None, topology) of every distinct node of the run: this process alone,
+        or under a launcher every node as its ranks see it (the same list on every rank)."""
+        if self.ranks is None:
+            return [(None, self.topology)]
+        return [(view, view.topology) for view in self.ranks.distinct()]
+
+    def all_ranks(self, name: str, value: dict) -> list[dict]:
+        """Every rank's ``value`` under a launcher ([value] alone otherwise); a rank that does not
+        answer ends the run with a reason instead of a hang."""
+        if self.ranks is None:
+            return [value]
+        from ..runtime.ranks import RankError
+
+        try:
+            return self.ranks.exchange.all_gather(name, value)
+        except RankError as exc:
+            pytest.exit(f"gputopo: the ranks cannot agree: {exc}", returncode=RANKS_EXIT_STATUS)
+
+
+RUN = pytest.StashKey[GputopoRun]()
+
+
+def run_of(config: pytest.Config) -> GputopoRun:
+    return config.stash[RUN]

@@ -1,0 +1,70 @@
+"""Every pytest-gputopo setting, read once at start-up from its surfaces (``options``: CLI, env,
+ini), so that a bad value is a usage error naming its source before any test runs. The benchmarks
+themselves start only when something selected needs them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import pytest
+
+from ..bench.settings import BenchSettings
+from ..runtime import environ
+from . import options
+
+CHECK_LEVELS = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class Settings:
+    machine: str | None = None  # --gputopo-machine: a bundled name, a profile or nvidia-smi text
+    machine_from: str = ""  # where each raw value came from, for errors
+    strict: bool = False
+    require: str | None = None  # --gputopo-require, parsed by the run gate
+    require_from: str = ""
+    expect: str | None = None  # --gputopo-expect: a reference machine
+    expect_from: str = ""
+    check: str | None = None  # "quick", "full", or None: no health-check items
+    json: str | None = None  # --gputopo-json: checked writable at start
+    json_from: str = ""
+    cache: bool = False
+    rank_timeout_s: float = 120.0
+    bench: BenchSettings = BenchSettings()
+    floor_overrides: Mapping[str, float] = field(default_factory=dict)  # set by option, env or ini
+
+    def floors(self) -> tuple[dict, set]:
+        """The efficiency floors (defaults from ``core.spec``) and the keys the user set explicitly."""
+        from ..core import spec  # the core: on the first judged figure, not at start-up
+
+        return {**spec.DEFAULT_FLOORS, **self.floor_overrides}, set(self.floor_overrides)
+
+
+def read(config: pytest.Config) -> Settings:
+    """Every setting, checked; raises ``pytest.UsageError`` naming the surface of a bad one."""
+    for name, opt in options.OPTIONS.items():
+        if opt.metavar is None:
+            options.flag(config, name)  # --gputopo-no-X and X given together, or a bad boolean
+    engine = options.choice(config, "allreduce-engine", ("torch", "nccl-tests"), "torch")
+    bench = BenchSettings(
+        allreduce_backend=options.choice(config, "allreduce-backend", ("nccl", "gloo"), "nccl"),
+        allreduce_engine=engine,
+        allreduce_sched=options.choice(config, "allreduce-sched", ("fair", "fifo"), "fair"),
+        world_size=options.number(config, "allreduce-world-size", None, integer=True),
+        size_bytes=options.size(config, "allreduce-size"),
+        timeout_s=options.number(config, "bench-timeout", 300.0),
+        cache_max_age_s=options.number(config, "cache-max-age", 24.0) * 3600,
+        nccl_tests_binary=environ.find_all_reduce_perf() if engine == "nccl-tests" else None,
+    )
+    machine, machine_from = options.value(config, "machine")
+    require, require_from = options.value(config, "require")
+    expect, expect_from = options.value(config, "expect")
+    json_path, json_from = options.value(config, "json")
+    check = options.value(config, "check")[0]
+    return Settings(
+        machine=machine, machine_from=machine_from, strict=options.flag(config, "strict"),
+        require=require, require_from=require_from, expect=expect, expect_from=expect_from,
+        check=options.choice(config, "check", CHECK_LEVELS, "quick") if check is not None else None,
+        json=options.writable_path(config, "json"), json_from=json_from if json_path is not None else "",
+        cache=options.flag(config, "cache"), rank_timeout_s=options.number(config, "rank-timeout", 120.0),
+        bench=bench, floor_overrides=options.floor_overrides(config))

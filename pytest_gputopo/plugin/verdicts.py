@@ -1,0 +1,190 @@
+"""From a requirement to its verdict: the one place a marker, a run gate and a health-check item
+are judged.
+
+- ``evaluate``: a marker's requirement, once per run, the same on every rank.
+- ``judge``: a requirement on facts beyond the topology (measurements, NCCL's account).
+- ``threshold``: the one threshold rule of a measured figure.
+- ``gate_problems``: what ``--gputopo-require`` and ``--gputopo-expect`` find unmet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core import requirements as reqs
+from ..core import spec
+from ..probe import MachineError, reference
+from ..render import report
+from ..runtime import environ
+from . import facts
+from .run import GputopoRun
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A requirement's verdict for the run: ``reason`` None when met; ``broken`` when a benchmark
+    returned wrong data (a broken node: a failure even when not strict)."""
+
+    reason: str | None
+    broken: bool = False
+
+
+def evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
+    """A marker's requirement, judged once per run. On topology facts it is judged on the combined
+    view of every node (the same decision on every rank); on measurements, on each rank's own node
+    and then agreed (unmet anywhere: unmet everywhere, naming the rank)."""
+    found = run.verdicts.get(requirement)
+    if found is None:
+        found = run.verdicts[requirement] = _evaluate(run, requirement)
+    return found
+
+
+def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
+    if isinstance(requirement, reqs.FactRequirement):
+        verdict = judge(run, requirement)  # measures lazily, once per run
+        mine = {"reason": None if verdict.ok else verdict.reason, "broken": verdict.broken}
+        gathered = run.all_ranks(f"verdict/{requirement}", mine)
+        if len(gathered) == 1:
+            return Outcome(mine["reason"], mine["broken"])
+        unmet = [(r, d) for r, d in enumerate(gathered) if d["reason"]]
+        if not unmet:
+            return Outcome(None)
+        rank, first = unmet[0]
+        return Outcome(f"rank {rank}: {first['reason']}", any(d["broken"] for _, d in unmet))
+    nodes = run.nodes()
+    for view, topology in nodes:
+        verdict = requirement.evaluate(topology)
+        if not verdict.ok:
+            where = f"on {view.where}: " if view is not None and len(run.ranks.views) > 1 else ""
+            return Outcome(f"{where}{verdict.reason} [{report.source_text(topology)}]")
+    return Outcome(None)
+
+
+def judge(run: GputopoRun, requirement: reqs.FactRequirement,
+          max_items: int | None = reqs.REASON_PAIRS) -> reqs.Verdict:
+    """The verdict of a requirement judged on facts beyond the topology, its reason naming the
+    source (``max_items=None``: name every failing pair, as a run gate does)."""
+    if isinstance(requirement, reqs.BandwidthRequirement):
+        return judge_bandwidth(run, requirement, max_items)
+    topology = run.topology
+    view = facts.nccl_view(run, observe=True)
+    # What the verdict rests on: NCCL's run, and for no-fallback the P2P copies measured so far.
+    transport = isinstance(requirement, reqs.TransportRequirement)
+    wrong = facts.wrong_data(run, ("nccl_transports",) if transport else ("nccl_transports", "p2p"))
+    if wrong:  # the facts rest on runs whose data came back wrong: a broken node, never a skip
+        reason = f"{requirement}: {'; '.join(wrong)} [{report.source_text(topology)}; {view.origin}]"
+        return reqs.Verdict(False, reason, tuple(wrong), broken=True)
+    if transport:
+        verdict = requirement.judge(topology, view.pairs(), view.account, max_items)
+    else:
+        verdict = requirement.judge(view.fallbacks(facts.measured_p2p(run)), max_items)
+    if verdict.ok:
+        return verdict
+    return reqs.Verdict(False, f"{verdict.reason} [{report.source_text(topology)}; {view.origin}]", verdict.failures)
+
+
+FLOOR_OF = {"p2p": "p2p", "p2p_staged": "p2p", "p2p_bidir": "p2p", "allreduce": "allreduce"}
+
+
+def floor_name(key: tuple) -> str:
+    return FLOOR_OF.get(key[0]) or ("h2d_pinned" if key[2] else "h2d_pageable")
+
+
+def threshold(run: GputopoRun, key: tuple, size_bytes: int | None = None, gbps: float | None = None,
+              floor: float | None = None, nvls: bool | None = None):
+    """The one threshold rule for a measured figure, the same for a ``min_*_bw`` marker and a check
+    item: the marker's own ``gbps``; else a published per-SKU floor (the all-reduce of a full node,
+    taken at ``size_bytes``, unless the user set a floor; a floor that assumes NVLink SHARP does not
+    apply when NCCL said it did not take it, ``nvls`` False); else the floor (the marker's, else option /
+    ini / env, else the default) x the expected figure. Returns (expected ``spec.Figure`` or None,
+    what the expectation rests on, the floor ratio, the absolute ``spec.Figure`` or None): the
+    arguments of ``spec.Check``, whose ``needed_gbps`` is the threshold."""
+    fig, basis = facts.expected(run, key)
+    floors, explicit = run.settings.floors()
+    name = floor_name(key)
+    ratio = floor if floor is not None else floors[name]
+    if gbps is not None:
+        return fig, basis, ratio, spec.Figure(gbps, "the marker", f"the marker's {gbps:g} GB/s")
+    topology = run.topology
+    published = None
+    if key[0] == "allreduce" and floor is None and name not in explicit and topology.gpus:
+        published = spec.sku_allreduce_floor(topology.gpus[0].name, key[1], size_bytes or key[2], nvls)
+    return fig, basis, ratio, published
+
+
+def taken_at(result) -> int | None:
+    """The size an all-reduce figure was taken at (a recorded figure says; else the key's)."""
+    return result.detail.get("size_bytes", result.key[2]) if result.key[0] == "allreduce" else None
+
+
+def judge_bandwidth(run: GputopoRun, requirement: reqs.BandwidthRequirement,
+                    max_items: int | None = reqs.REASON_PAIRS) -> reqs.Verdict:
+    """The verdict of a ``min_*_bw`` marker, its reason naming the source."""
+    topology = run.topology
+    s = facts.suite(run)
+    figures = []
+    for key in requirement.keys(topology, s.allreduce_key):
+        result = s.get(key)
+        fig, basis, ratio, absolute = threshold(run, key, taken_at(result), requirement.gbps, requirement.floor,
+                                               result.detail.get("nvls"))
+        needed = absolute.gbps if absolute is not None else (ratio * fig.gbps if fig is not None else None)
+        set_by = f"published {absolute.label or absolute.source}" if absolute and requirement.gbps is None else ""
+        figures.append((reqs.Figure(result.gbps, result.origin, result.what, result.source, result.error,
+                                    result.interval_gbps),
+                        fig.gbps if fig else None, basis, needed, set_by))
+    verdict = requirement.judge(topology, figures, max_items)
+    if verdict.ok:
+        return verdict
+    return reqs.Verdict(False, f"{verdict.reason} [{report.source_text(topology)}]", verdict.failures, verdict.broken)
+
+
+# ---------------------------------------------------------------------------------------------
+# Run gates
+
+
+class GateError(ValueError):
+    """A run gate cannot be read (a bad expression, a reference machine that cannot be used); the
+    message names the option."""
+
+
+def gate_problems(run: GputopoRun) -> list[str]:
+    """Everything ``--gputopo-require`` and ``--gputopo-expect`` find unmet, on every node (the same
+    list on every rank), each failing pair named."""
+    settings = run.settings
+    problems = []
+    nodes = run.nodes()
+    if settings.require is not None:
+        try:
+            terms = reqs.parse_expression(settings.require)
+        except reqs.RequirementError as exc:
+            raise GateError(f"{settings.require_from}: {exc}") from None
+        for view, topo in nodes:
+            prefix = f"{view.where}: " if view is not None else ""
+            for term in terms:
+                if isinstance(term, reqs.FactRequirement):
+                    continue  # judged below, on this rank's own facts
+                verdict = term.evaluate(topo, max_pairs=None)
+                if not verdict.ok:
+                    problems += [f"{prefix}{term}: {f}" for f in verdict.failures]
+        problems += _fact_gate_problems(run, [t for t in terms if isinstance(t, reqs.FactRequirement)])
+    if settings.expect is not None:
+        try:
+            ref = reference(settings.expect)
+        except MachineError as exc:
+            raise GateError(f"{settings.expect_from}: {exc}") from None
+        everything = environ.all_gpus_visible()
+        for view, topo in nodes:
+            prefix = f"{view.where}: " if view is not None else ""
+            problems += [f"{prefix}expected as {ref.source.name}: {r}"
+                         for r in reqs.regressions(ref, topo, everything)]
+    return problems
+
+
+def _fact_gate_problems(run: GputopoRun, terms: list) -> list[str]:
+    """Gate terms judged on facts (no-fallback): on each rank's own node, then shared by all ranks."""
+    mine = [("broken node: " if verdict.broken else "") + verdict.reason
+            for verdict in (judge(run, t, max_items=None) for t in terms) if not verdict.ok]
+    gathered = run.all_ranks("gate", {"problems": mine})
+    if len(gathered) == 1:
+        return mine
+    return [f"rank {r}: {p}" for r, d in enumerate(gathered) for p in d["problems"]]
