@@ -294,9 +294,13 @@ def test_a_small_threshold_is_not_printed_as_needed_0_0():
 
     from pytest_gputopo.probe import probe
 
+    from pytest_gputopo.core.judgement import Judgement, Measured
+    from pytest_gputopo.core.spec import Figure
+
     requirement = reqs.BandwidthRequirement(metric="allreduce", gbps=0.001)
-    verdict = requirement.judge(probe("hgx-h100"), [(reqs.Figure(0.0005, "measured", "all-reduce"), None, "gloo",
-                                                      0.001, "the marker")])
+    judged = Judgement(Measured(0.0005, "measured", "all-reduce"), None, "gloo", 0.8,
+                       Figure(0.001, "the marker"))
+    verdict = requirement.judge(probe("hgx-h100"), [judged])
     assert "needed 0.001" in verdict.reason and "needed 0.0 " not in verdict.reason
 
 
@@ -358,7 +362,7 @@ def test_the_number_reader_accepts_only_ascii_in_range(raw):
                                                        "0", "²", " ", "no-fallback", "SYS"]), max_size=8).map("".join))
 def test_any_require_expression_is_requirements_or_a_requirement_error(text):
     from pytest_gputopo.core.requirements import RequirementError
-    from pytest_gputopo.core.requirements import parse_expression
+    from pytest_gputopo.core.expressions import parse_expression
 
     try:
         parse_expression(text)

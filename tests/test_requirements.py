@@ -3,6 +3,9 @@
 import pytest
 
 from pytest_gputopo.core import requirements as reqs
+from pytest_gputopo.core.expressions import parse_expression
+from pytest_gputopo.core.judgement import Measured
+from pytest_gputopo.core.regressions import regressions
 from pytest_gputopo.plugin.markers import from_marker
 from pytest_gputopo.core.model import Gpu, Link, LinkClass, LinkLabel, P2P, P2PStatus, Topology
 
@@ -104,7 +107,7 @@ def test_marker_strict_argument_is_returned():
 
 
 def test_expression_grammar():
-    terms = reqs.parse_expression("gpus>=8, p2p, link>=NV18, nvlink>=2@4, link >= pxb @2")
+    terms = parse_expression("gpus>=8, p2p, link>=NV18, nvlink>=2@4, link >= pxb @2")
     assert terms == (reqs.GpuCount(count=8), reqs.P2PRequirement(),
                      reqs.LinkRequirement(need=LinkLabel.parse("NV18"), spelled="NV18"),
                      reqs.NvLinkRequirement(gpus=4, min_links=2),
@@ -114,21 +117,21 @@ def test_expression_grammar():
 @pytest.mark.parametrize("text", ["", "gpus>8", "p2p,,link>=PIX", "link>=FAST", "gpus>=2@2", "nvlink>=0"])
 def test_bad_expressions_show_the_grammar(text):
     with pytest.raises(reqs.RequirementError) as info:
-        reqs.parse_expression(text)
+        parse_expression(text)
     assert "TERM  :=" in str(info.value)
 
 
 def test_regressions_against_a_reference():
     healthy = box({(a, b): "NV12" for a in range(4) for b in range(a + 1, 4)}, 4)
-    assert reqs.regressions(healthy, healthy) == []
+    assert regressions(healthy, healthy) == []
     degraded = box({(0, 1): "NV12", (0, 2): "NV12", (1, 2): "NV12", (0, 3): "SYS", (1, 3): "SYS", (2, 3): "NV8"}, 4)
-    found = reqs.regressions(healthy, degraded)
+    found = regressions(healthy, degraded)
     assert "GPU0-GPU3 are linked by SYS, the reference by NV12" in found
     assert "GPU2-GPU3 are linked by NV8, the reference by NV12" in found
-    assert reqs.regressions(healthy, box({}, 2))[0] == "2 GPUs visible, the reference has 4"
+    assert regressions(healthy, box({}, 2))[0] == "2 GPUs visible, the reference has 4"
 
 
 def test_a_measured_figure_says_its_interval_and_a_small_one_keeps_its_digits():
-    assert reqs.Figure(234.94, "recorded").text() == "recorded 234.9 GB/s"
-    assert reqs.Figure(0.5812, "measured", interval=(0.527, 0.6204)).text() == \
+    assert Measured(234.94, "recorded").text() == "recorded 234.9 GB/s"
+    assert Measured(0.5812, "measured", interval=(0.527, 0.6204)).text() == \
         "measured 0.581 GB/s (95% interval 0.527-0.62)"

@@ -79,6 +79,31 @@ def test_an_explicit_floor_rules_marker_and_check_alike(gpu_host, pytester):
     assert _checks(pytester)["allreduce_bw"]["outcome"] == "passed"
 
 
+def test_a_p2p_copy_slower_than_staging_fails_marker_and_check_alike(gpu_host, pytester):
+    """Issue 10.2: the check item failed a P2P copy slower than the same copy staged through the host,
+    while ``min_p2p_bw`` passed the same figure. One rule (``core.judgement``): both fail."""
+    src = "import pytest\n@pytest.mark.min_p2p_bw(gpus=2)\ndef test_p2p(): pass\n"
+    result = gpu_host("hgx-h100", {"p2p": [400.0, None], "p2p_staged": [420.0, None]}, src,
+                      "--gputopo-check=full", "--gputopo-strict", "-k", "test_p2p or p2p_bw")
+    result.stdout.fnmatch_lines(["*min_p2p_bw(gpus=2): GPU0->GPU1 copy, P2P: measured 400* GB/s, slower than the "
+                                 "same copy staged through the host (420.0 GB/s): not P2P*"])
+    check = _checks(pytester)["p2p_bw[GPU0->GPU1]"]
+    assert check["outcome"] == "failed" and "slower than staging through the host (420.00 GB/s)" in check["message"]
+
+
+def test_a_figure_nothing_can_judge_is_unknown_in_marker_and_check(gpu_host, pytester):
+    """Issue 10.2: a check item whose figure no expectation judges (gloo's CPU all-reduce) passed,
+    "not judged"; the marker on the same figure was unmet. Unknown stays unknown: the item is
+    skipped with the reason, the marker unmet."""
+    src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
+    result = gpu_host("hgx-h100", {"allreduce": [1.5, None]}, src, "--gputopo-check=full",
+                      "--gputopo-allreduce-backend", "gloo", "-k", "allreduce")
+    result.assert_outcomes(skipped=2)
+    check = _checks(pytester)["allreduce_bw"]
+    assert check["outcome"] == "skipped" and "not judged: gloo on CPUs" in check["message"]
+    result.stdout.fnmatch_lines(["*min_allreduce_bw(): *no expected bandwidth is known for gloo on CPUs*"])
+
+
 def test_wrong_data_fails_the_marker_even_when_not_strict(gpu_host, pytester):
     """Issue 8.13: a benchmark whose data came back wrong only skipped the test. Wrong data is a
     broken node: the marker fails (at setup, without --gputopo-strict), as the check item does."""
@@ -121,11 +146,11 @@ def test_expectations_use_the_links_maximum_not_the_idle_generation():
 def test_an_idle_gpu_is_no_regression():
     """Issue 8.6: --gputopo-expect reported an idle GPU's Gen1 as a regression against its own
     healthy reference; only the maximum and the width are compared."""
-    from pytest_gputopo.core import requirements as reqs
+    from pytest_gputopo.core.regressions import regressions
     from pytest_gputopo.probe import probe_recorded
 
-    assert reqs.regressions(probe_recorded("hgx-h100"), _idle("hgx-h100")) == []
-    assert reqs.regressions(probe_recorded("hgx-h100"), probe_recorded("hgx-h100-pcie-x8")) == [
+    assert regressions(probe_recorded("hgx-h100"), _idle("hgx-h100")) == []
+    assert regressions(probe_recorded("hgx-h100"), probe_recorded("hgx-h100-pcie-x8")) == [
         "GPU2 PCIe width is x8, the reference x16 (current)"]
 
 

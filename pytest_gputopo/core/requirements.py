@@ -10,13 +10,12 @@ GPUs when ``gpus`` is None); fewer GPUs than asked is itself unmet.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from . import numtext
 from .model import (MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, Link, LinkClass, LinkLabel, Topology, is_bandwidth,
                     link_satisfies, show_value)
-from .spec import gbps_text, interval_text
+from . import judgement
+from .spec import gbps_text
 
 # How many failing pairs a test's skip reason names before "and N more" (a run gate lists all).
 REASON_PAIRS = 3
@@ -83,7 +82,7 @@ def _unmet(req: Requirement, failures: list[str], max_pairs: int | None, noun: s
     return Verdict(False, reason, tuple(failures))
 
 
-def _link_text(link: Link) -> str:
+def link_text(link: Link) -> str:
     return "an unknown link" if link.label is None else str(link.label)
 
 
@@ -141,8 +140,8 @@ class NvLinkRequirement(Requirement):
         if link.nvlinks >= self.min_links:
             return None
         if link.nvlinks:
-            return f"are linked by {_link_text(link)}, needs NV{self.min_links}"
-        return f"are linked by {_link_text(link)}, not NVLink"
+            return f"are linked by {link_text(link)}, needs NV{self.min_links}"
+        return f"are linked by {link_text(link)}, not NVLink"
 
 
 @dataclass(frozen=True)
@@ -179,23 +178,6 @@ class LinkRequirement(Requirement):
 
 # ---------------------------------------------------------------------------------------------
 # Bandwidth: judged on measured (or, for a recorded machine, published) figures
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A bandwidth the caller looked up for a measurement: ``gbps`` with where it came from."""
-
-    gbps: float | None
-    origin: str  # "measured", "recorded" (published for the machine), "cached"
-    what: str = ""
-    source: str | None = None
-    error: str | None = None
-    interval: tuple[float, float] | None = None  # 95% interval of a measured gbps
-
-    def text(self) -> str:
-        """E.g. ``measured 1.2 GB/s (95% interval 1.15-1.27)``, ``recorded 234.9 GB/s``."""
-        text = f"{self.origin} {gbps_text(self.gbps)} GB/s"
-        return text + (f" ({interval_text(self.interval)})" if self.interval else "")
 
 
 @dataclass(frozen=True)
@@ -258,32 +240,34 @@ class BandwidthRequirement(FactRequirement):
         n = len(topology.gpus) if self.gpus is None else min(self.gpus, len(topology.gpus))
         return [("h2d", g, self.pinned) for g in range(n)]
 
-    def judge(self, topology: Topology, figures: list[tuple[Figure, float | None, str, float | None, str]],
+    def judge(self, topology: Topology, judgements: list[judgement.Judgement],
               max_items: int | None = REASON_PAIRS) -> Verdict:
-        """``figures``: (the figure, the expected GB/s or None, what the expectation comes from, the
-        GB/s it must reach or None when nothing says, and what sets that threshold when it is not
-        the expectation) -- the threshold resolved by the caller's one rule (``checks.threshold``)."""
+        """``judgements``: each measurement behind this against its threshold, resolved by the one
+        threshold rule (``plugin.verdicts.judge_figure``, ``core.judgement``)."""
         if self.gpus is not None and len(topology.gpus) < self.gpus:
             return _unmet(self, [f"needs {self.gpus} GPUs, {_visible(topology)}"], max_items, "measurements")
-        if not figures:
+        if not judgements:
             return _unmet(self, [f"nothing to measure: {_visible(topology)}"], max_items, "measurements")
         failures, sources, broken = [], [], False
-        for fig, expected, basis, needed, set_by in figures:
-            if fig.gbps is None:
+        for j in judgements:
+            fig, state = j.measured, j.state
+            if state == judgement.ABSENT:
                 failures.append(f"{fig.what}: no figure ({fig.error})")
-                continue
-            if fig.error:  # a figure with wrong data: the node is broken, whatever the threshold
+            elif state == judgement.BROKEN:  # wrong data: the node is broken, whatever the threshold
                 broken = True
                 failures.append(f"{fig.what}: {fig.text()}; data wrong: {fig.error}")
-                continue
-            if needed is None:
+            elif state == judgement.UNKNOWN:
                 failures.append(f"{fig.what}: {fig.text()}, but no expected bandwidth is "
-                                f"known for {basis} to judge it against")
-                continue
-            if fig.gbps < needed:
-                exp = f", expected {gbps_text(expected)} from {basis}" if expected is not None else f" ({basis})"
-                by = f" ({set_by})" if set_by else ""
-                failures.append(f"{fig.what}: {fig.text()}, needed {gbps_text(needed)}{by}{exp}")
+                                f"known for {j.basis} to judge it against")
+            elif state == judgement.STAGED:
+                failures.append(f"{fig.what}: {fig.text()}, slower than the same copy staged through the host "
+                                f"({gbps_text(j.staged_gbps)} GB/s): not P2P")
+            elif state == judgement.BELOW:
+                expected = j.expected
+                exp = (f", expected {gbps_text(expected.gbps)} from {j.basis}" if expected is not None
+                       else f" ({j.basis})")
+                by = f" ({j.set_by})" if j.set_by else ""
+                failures.append(f"{fig.what}: {fig.text()}, needed {gbps_text(j.needed_gbps)}{by}{exp}")
                 if fig.source and fig.source not in sources:
                     sources.append(fig.source)
         if not failures:
@@ -331,7 +315,7 @@ class TransportRequirement(FactRequirement):
             for ln in topology.pairs(self.gpus):
                 transports, why = pairs.get((ln.a, ln.b), (set(), "unknown"))
                 if not any(t.upper().startswith(self.kind) for t in transports):
-                    failures.append(f"{ln.name} ({_link_text(ln)}) {why}")
+                    failures.append(f"{ln.name} ({link_text(ln)}) {why}")
             return _unmet(self, failures, max_pairs) if failures else Verdict(True)
         if account is None:
             return _unmet(self, ["needs NCCL's own account of a run (a small NCCL all-reduce on GPUs), "
@@ -358,127 +342,3 @@ class NoFallbackRequirement(FactRequirement):
         failures = [f"{f.name} {f.label} uses {f.actual} instead of {f.expected} ({'; '.join(f.causes)})"
                     for f in fallbacks if self.gpus is None or max(f.a, f.b) < self.gpus]
         return _unmet(self, failures, max_pairs) if failures else Verdict(True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Run-level expressions: --gputopo-require "gpus>=8,p2p,link>=NV18"
-
-REQUIRE_GRAMMAR = """\
-  EXPR  := TERM ("," TERM)*
-  TERM  := "gpus>=" N
-         | "p2p" [@N]                  every pair can do P2P read and write
-         | "nvlink" [">=" LINKS] [@N]  every pair has at least LINKS NVLinks (default 1)
-         | "link>=" CLASS [@N]         every pair is linked at CLASS or better
-         | "no-fallback" [@N]          no pair that deserves P2P falls back to SHM or the network
-  CLASS := NV | NV<links> | PIX | PXB | PHB | NODE | SYS   (order: NV# > PIX > PXB > PHB > NODE > SYS)
-  @N    := among the first N GPUs only (default: all visible GPUs)
-  N, LINKS := ASCII digits; gpus>= 0..1024, @N 1..1024, LINKS 1..36
-  example: gpus>=8,p2p,link>=NV18"""
-
-_TERM_RE = re.compile(  # [0-9], not \d: "١٢" is no number here
-    r"^(?:(?P<gpus>gpus\s*>=\s*(?P<count>[0-9]+))"
-    r"|(?P<p2p>p2p)"
-    r"|(?P<nvlink>nvlink)(?:\s*>=\s*(?P<links>[0-9]+))?"
-    r"|link\s*>=\s*(?P<cls>[A-Za-z0-9]+)"
-    r"|(?P<nofallback>no-fallback))"
-    r"(?:\s*@\s*(?P<at>[0-9]+))?$", re.IGNORECASE)
-
-
-def _number(text: str, what: str, low: int, high: int) -> int:
-    value = numtext.read_int(text, low, high)
-    if value is None:
-        raise RequirementError(f"{what} must be an integer from {low} to {high}, got {text[:20]}"
-                               + ("..." if len(text) > 20 else ""))
-    return value
-
-
-def parse_expression(text: str) -> tuple[Requirement, ...]:
-    terms = [t.strip() for t in text.split(",")]
-    if not text.strip() or any(not t for t in terms):
-        raise RequirementError(f"empty term in {text!r}\n{REQUIRE_GRAMMAR}")
-    out = []
-    for term in terms:
-        m = _TERM_RE.match(term)
-        if not m:
-            raise RequirementError(f"cannot read term {show_value(term)}\n{REQUIRE_GRAMMAR}")
-        try:
-            at = _number(m["at"], "@N", 1, MAX_GPUS) if m["at"] else None
-            if m["gpus"]:
-                if at is not None:
-                    raise RequirementError("'@N' does not apply to gpus>=")
-                out.append(GpuCount(count=_number(m["count"], "gpus>=", 0, MAX_GPUS)))
-            elif m["p2p"]:
-                out.append(P2PRequirement(gpus=at))
-            elif m["nofallback"]:
-                out.append(NoFallbackRequirement(gpus=at))
-            elif m["nvlink"]:
-                out.append(NvLinkRequirement(gpus=at, min_links=_number(m["links"] or "1", "nvlink>=", 1, MAX_NVLINKS)))
-            else:
-                out.append(LinkRequirement(gpus=at, need=m["cls"]))
-        except RequirementError as exc:
-            raise RequirementError(f"term {show_value(term)}: {exc}\n{REQUIRE_GRAMMAR}") from None
-    return tuple(out)
-
-
-# ---------------------------------------------------------------------------------------------
-# --gputopo-expect: this node against a reference profile of a healthy node
-
-
-def _physical_match(reference: Topology, gpu) -> int | None:
-    """The reference GPU that is physically ``gpu``: the same UUID, else the same PCI bus id, else
-    the same NVML index (nvidia-smi's number), whatever CUDA_VISIBLE_DEVICES made of its CUDA index."""
-    keys = ("uuid", "pci_bus_id", "nvml_index")
-    for key in keys:
-        mine = getattr(gpu, key)
-        if mine is not None:
-            found = [r.index for r in reference.gpus if getattr(r, key) == mine]
-            if len(found) == 1:
-                return found[0]
-    if all(getattr(gpu, key) is None for key in keys) and gpu.index < len(reference.gpus):
-        return gpu.index  # a machine that says nothing of its GPUs' identity: the index is all there is
-    return None
-
-
-def regressions(reference: Topology, actual: Topology, all_visible: bool = True) -> list[str]:
-    """Every way ``actual`` is worse than ``reference``; empty when it is as good or better. The
-    physical GPUs the job sees are compared with the same physical GPUs of the reference, and named
-    as nvidia-smi numbers them. ``all_visible``: the job may see every GPU (no CUDA_VISIBLE_DEVICES),
-    so fewer GPUs than the reference is itself a regression."""
-    found = []
-    if all_visible and len(actual.gpus) < len(reference.gpus):
-        found.append(f"{len(actual.gpus)} GPUs visible, the reference has {len(reference.gpus)}")
-    ref_of = {}
-    for gpu in actual.gpus:
-        match = _physical_match(reference, gpu)
-        where = f"GPU{gpu.nvml_index if gpu.nvml_index is not None else gpu.index}"
-        if match is None:
-            found.append(f"{where} is not in the reference (no GPU with its UUID, bus id or number)")
-            continue
-        ref_of[gpu.index] = (match, where)
-        ref = reference.gpus[match]
-        if gpu.active_nvlinks < ref.active_nvlinks:
-            found.append(f"{where} has {gpu.active_nvlinks} active NVLinks, the reference {ref.active_nvlinks}")
-        # The current generation is not compared: an idle GPU drops to Gen1 to save power. The
-        # maximum (for this device and system) and the current width are what a lost link lowers.
-        for what, have, want, note in (
-                ("PCIe width", gpu.pcie_width_current, ref.pcie_width_current, " (current)"),
-                ("max PCIe generation", gpu.pcie_gen_max, ref.pcie_gen_max, ""),
-                ("max PCIe width", gpu.pcie_width_max, ref.pcie_width_max, "")):
-            if want is not None and (have is None or have < want):
-                shown = "unknown" if have is None else ("x" if "width" in what else "Gen") + str(have)
-                wanted = ("x" if "width" in what else "Gen") + str(want)
-                found.append(f"{where} {what} is {shown}, the reference {wanted}{note}")
-    for link in actual.pairs():
-        if link.a not in ref_of or link.b not in ref_of:
-            continue
-        (ra, wa), (rb, wb) = ref_of[link.a], ref_of[link.b]
-        ref = reference.link(ra, rb)
-        name = f"{wa}-{wb}"
-        if ref.label is not None and (link.label is None or link.label < ref.label):
-            found.append(f"{name} are linked by {_link_text(link)}, the reference by {ref.label}")
-        elif (ref.nvlinks or 0) > (link.nvlinks or 0):
-            found.append(f"{name} have {link.nvlinks} NVLinks, the reference {ref.nvlinks}")
-        if ref.p2p_works and not link.p2p_works:
-            state = "unknown" if link.p2p_works is None else "lost"
-            found.append(f"{name} P2P {state} (the reference can do P2P)")
-    return found

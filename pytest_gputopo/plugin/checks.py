@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ..core import spec
+from ..core import judgement, spec
 from ..core.model import P2PStatus, Topology
 from ..render import report
 from . import facts, verdicts
@@ -137,26 +137,23 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
 def _bandwidth_check(run: GputopoRun, key: tuple):
     def check():
         """measured bandwidth reaches the floor of the expected"""
-        s = facts.suite(run)
-        result = s.get(key)
+        result, judged = verdicts.judge_figure(run, key)
         props = {"gputopo_measurement": json.dumps(result.to_json())}
-        if result.gbps is None:  # on a recorded machine, or a pair without P2P: no fault of the node's
+        state = judged.state
+        if state == judgement.ABSENT:  # on a recorded machine, or a pair without P2P: no fault of the node's
             not_p2p = result.detail.get("peer_access") is False  # the p2p_status item judges that
             return ("skipped" if result.origin == "recorded" or not_p2p else "failed"), \
                 f"{result.what}: no figure: {result.error}", props
         origin = "measured" if result.origin != "recorded" else f"recorded, not measured: {result.source}"
         if result.interval_gbps:
             origin += f"; {spec.interval_text(result.interval_gbps)} GB/s"
-        if result.error:
+        if state == judgement.BROKEN:
             return "failed", f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", props
-        fig, basis, ratio, published = verdicts.threshold(run, key, verdicts.taken_at(result), nvls=result.detail.get("nvls"))
-        check = spec.Check(result.gbps, fig, ratio, published)
-        text = f"{result.what}: {check.describe()} ({origin})"
-        if check.passed() is None:
-            return "passed", f"{text}; not judged: {basis}", props
-        if key[0] == "p2p":
-            staged = s.get(("p2p_staged",) + key[1:])
-            if staged.gbps is not None and staged.gbps > result.gbps:
-                return "failed", f"{text}; P2P is slower than staging through the host ({staged.gbps:.2f} GB/s)", props
-        return ("passed" if check.passed() else "failed"), text, props
+        text = f"{result.what}: {judged.check().describe()} ({origin})"
+        if state == judgement.UNKNOWN:  # nothing says what it should reach: unknown, never "assumed OK"
+            return "skipped", f"{text}; not judged: {judged.basis}", props
+        if state == judgement.STAGED:
+            return "failed", (f"{text}; P2P is slower than staging through the host "
+                              f"({judged.staged_gbps:.2f} GB/s)"), props
+        return ("passed" if state == judgement.MET else "failed"), text, props
     return check

@@ -3,16 +3,20 @@ are judged.
 
 - ``evaluate``: a marker's requirement, once per run, the same on every rank.
 - ``judge``: a requirement on facts beyond the topology (measurements, NCCL's account).
-- ``threshold``: the one threshold rule of a measured figure.
+- ``judge_figure``: a measured figure against the one threshold rule (``threshold``).
 - ``gate_problems``: what ``--gputopo-require`` and ``--gputopo-expect`` find unmet.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..core import requirements as reqs
 from ..core import spec
+from ..core.expressions import parse_expression
+from ..core.judgement import MET, Judgement, Measured
+from ..core.regressions import regressions
 from ..probe import MachineError, reference
 from ..render import report
 from ..runtime import environ
@@ -117,22 +121,31 @@ def taken_at(result) -> int | None:
     return result.detail.get("size_bytes", result.key[2]) if result.key[0] == "allreduce" else None
 
 
+def judge_figure(run: GputopoRun, key: tuple, gbps: float | None = None, floor: float | None = None):
+    """A benchmark's result (measured once per run) and its ``core.judgement.Judgement`` under the
+    one threshold rule: the same for a marker (``gbps``, ``floor``: its own arguments), a health-check
+    item and a run gate. A P2P copy that meets its threshold is set beside the same copy staged
+    through the host (measured for it): slower than staging is no P2P."""
+    s = facts.suite(run)
+    result = s.get(key)
+    expected, basis, ratio, absolute = threshold(run, key, taken_at(result), gbps, floor, result.detail.get("nvls"))
+    set_by = f"published {absolute.label or absolute.source}" if absolute is not None and gbps is None else ""
+    measured = Measured(result.gbps, result.origin, result.what, result.source, result.error, result.interval_gbps)
+    judged = Judgement(measured, expected, basis, ratio, absolute, set_by)
+    if key[0] == "p2p" and judged.state == MET:
+        staged = s.get(("p2p_staged",) + tuple(key[1:]))
+        if staged.gbps is not None and staged.error is None:
+            judged = dataclasses.replace(judged, staged_gbps=staged.gbps)
+    return result, judged
+
+
 def judge_bandwidth(run: GputopoRun, requirement: reqs.BandwidthRequirement,
                     max_items: int | None = reqs.REASON_PAIRS) -> reqs.Verdict:
     """The verdict of a ``min_*_bw`` marker, its reason naming the source."""
     topology = run.topology
-    s = facts.suite(run)
-    figures = []
-    for key in requirement.keys(topology, s.allreduce_key):
-        result = s.get(key)
-        fig, basis, ratio, absolute = threshold(run, key, taken_at(result), requirement.gbps, requirement.floor,
-                                               result.detail.get("nvls"))
-        needed = absolute.gbps if absolute is not None else (ratio * fig.gbps if fig is not None else None)
-        set_by = f"published {absolute.label or absolute.source}" if absolute and requirement.gbps is None else ""
-        figures.append((reqs.Figure(result.gbps, result.origin, result.what, result.source, result.error,
-                                    result.interval_gbps),
-                        fig.gbps if fig else None, basis, needed, set_by))
-    verdict = requirement.judge(topology, figures, max_items)
+    keys = requirement.keys(topology, facts.suite(run).allreduce_key)
+    judgements = [judge_figure(run, key, requirement.gbps, requirement.floor)[1] for key in keys]
+    verdict = requirement.judge(topology, judgements, max_items)
     if verdict.ok:
         return verdict
     return reqs.Verdict(False, f"{verdict.reason} [{report.source_text(topology)}]", verdict.failures, verdict.broken)
@@ -155,7 +168,7 @@ def gate_problems(run: GputopoRun) -> list[str]:
     nodes = run.nodes()
     if settings.require is not None:
         try:
-            terms = reqs.parse_expression(settings.require)
+            terms = parse_expression(settings.require)
         except reqs.RequirementError as exc:
             raise GateError(f"{settings.require_from}: {exc}") from None
         for view, topo in nodes:
@@ -176,7 +189,7 @@ def gate_problems(run: GputopoRun) -> list[str]:
         for view, topo in nodes:
             prefix = f"{view.where}: " if view is not None else ""
             problems += [f"{prefix}expected as {ref.source.name}: {r}"
-                         for r in reqs.regressions(ref, topo, everything)]
+                         for r in regressions(ref, topo, everything)]
     return problems
 
 

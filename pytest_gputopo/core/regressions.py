@@ -1,0 +1,67 @@
+"""``--gputopo-expect``: this node against a reference profile of a healthy node, GPU by physical GPU."""
+
+from __future__ import annotations
+
+from .model import Topology
+from .requirements import link_text
+
+
+
+def _physical_match(reference: Topology, gpu) -> int | None:
+    """The reference GPU that is physically ``gpu``: the same UUID, else the same PCI bus id, else
+    the same NVML index (nvidia-smi's number), whatever CUDA_VISIBLE_DEVICES made of its CUDA index."""
+    keys = ("uuid", "pci_bus_id", "nvml_index")
+    for key in keys:
+        mine = getattr(gpu, key)
+        if mine is not None:
+            found = [r.index for r in reference.gpus if getattr(r, key) == mine]
+            if len(found) == 1:
+                return found[0]
+    if all(getattr(gpu, key) is None for key in keys) and gpu.index < len(reference.gpus):
+        return gpu.index  # a machine that says nothing of its GPUs' identity: the index is all there is
+    return None
+
+
+def regressions(reference: Topology, actual: Topology, all_visible: bool = True) -> list[str]:
+    """Every way ``actual`` is worse than ``reference``; empty when it is as good or better. The
+    physical GPUs the job sees are compared with the same physical GPUs of the reference, and named
+    as nvidia-smi numbers them. ``all_visible``: the job may see every GPU (no CUDA_VISIBLE_DEVICES),
+    so fewer GPUs than the reference is itself a regression."""
+    found = []
+    if all_visible and len(actual.gpus) < len(reference.gpus):
+        found.append(f"{len(actual.gpus)} GPUs visible, the reference has {len(reference.gpus)}")
+    ref_of = {}
+    for gpu in actual.gpus:
+        match = _physical_match(reference, gpu)
+        where = f"GPU{gpu.nvml_index if gpu.nvml_index is not None else gpu.index}"
+        if match is None:
+            found.append(f"{where} is not in the reference (no GPU with its UUID, bus id or number)")
+            continue
+        ref_of[gpu.index] = (match, where)
+        ref = reference.gpus[match]
+        if gpu.active_nvlinks < ref.active_nvlinks:
+            found.append(f"{where} has {gpu.active_nvlinks} active NVLinks, the reference {ref.active_nvlinks}")
+        # The current generation is not compared: an idle GPU drops to Gen1 to save power. The
+        # maximum (for this device and system) and the current width are what a lost link lowers.
+        for what, have, want, note in (
+                ("PCIe width", gpu.pcie_width_current, ref.pcie_width_current, " (current)"),
+                ("max PCIe generation", gpu.pcie_gen_max, ref.pcie_gen_max, ""),
+                ("max PCIe width", gpu.pcie_width_max, ref.pcie_width_max, "")):
+            if want is not None and (have is None or have < want):
+                shown = "unknown" if have is None else ("x" if "width" in what else "Gen") + str(have)
+                wanted = ("x" if "width" in what else "Gen") + str(want)
+                found.append(f"{where} {what} is {shown}, the reference {wanted}{note}")
+    for link in actual.pairs():
+        if link.a not in ref_of or link.b not in ref_of:
+            continue
+        (ra, wa), (rb, wb) = ref_of[link.a], ref_of[link.b]
+        ref = reference.link(ra, rb)
+        name = f"{wa}-{wb}"
+        if ref.label is not None and (link.label is None or link.label < ref.label):
+            found.append(f"{name} are linked by {link_text(link)}, the reference by {ref.label}")
+        elif (ref.nvlinks or 0) > (link.nvlinks or 0):
+            found.append(f"{name} have {link.nvlinks} NVLinks, the reference {ref.nvlinks}")
+        if ref.p2p_works and not link.p2p_works:
+            state = "unknown" if link.p2p_works is None else "lost"
+            found.append(f"{name} P2P {state} (the reference can do P2P)")
+    return found
