@@ -16,15 +16,17 @@ import time
 
 import pytest
 
+from pytest_gputopo.core import keys
+
 pytest.importorskip("torch.distributed")
 
+from pytest_gputopo.core.spec import allreduce_factor
+from pytest_gputopo.core.units import size_text
 from pytest_gputopo.bench.allreduce import (  # noqa: E402
     AllReduceResult,
     BenchError,
     _algo_by_size,
     apply_sched,
-    busbw_factor,
-    format_size,
     parse_nccl_tuning,
     run_allreduce,
 )
@@ -96,7 +98,7 @@ def test_gloo_allreduce_runs_and_verifies(n, private_tmp):
     assert result.nvls is None  # gloo: NCCL's algorithm choice does not apply
     assert result.ok and result.errors == ()
     j = result.to_json()
-    assert j["busbw_factor"] == busbw_factor(n) and j["rows"][0]["busbw_gbps"] == result.rows[0].busbw_gbps
+    assert j["busbw_factor"] == allreduce_factor(n) and j["rows"][0]["busbw_gbps"] == result.rows[0].busbw_gbps
     assert len(result.worker_pids) == n
     assert_no_debris(result.worker_pids, private_tmp)
 
@@ -138,7 +140,7 @@ def test_a_corrupted_result_fails_verification(private_tmp):
     assert not result.ok
     for row in result.rows:
         assert row.wrong == 1 and not row.ok
-        assert row.error == f"1 wrong element(s) of {row.count} after all_reduce of {format_size(row.size_bytes)}"
+        assert row.error == f"1 wrong element(s) of {row.count} after all_reduce of {size_text(row.size_bytes)}"
         assert row.busbw_gbps > 0  # the speed was measured, and the row still fails
     assert len(result.errors) == len(SIZES)
     assert result.to_json()["ok"] is False
@@ -196,9 +198,9 @@ def test_fifo_refused_says_what_it_needs(monkeypatch):
 
 
 def test_busbw_factor_matches_nccl_tests():
-    assert busbw_factor(1) == 0.0
-    assert busbw_factor(2) == 1.0
-    assert busbw_factor(8) == 2 * 7 / 8
+    assert allreduce_factor(1) == 0.0
+    assert allreduce_factor(2) == 1.0
+    assert allreduce_factor(8) == 2 * 7 / 8
 
 
 def test_parse_nccl_tuning_lines():
@@ -274,11 +276,12 @@ def test_timed_nccl_workers_log_warnings_only(tmp_path, monkeypatch, private_tmp
             assert not {"NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_TOPO_DUMP_FILE"} & set(env)
 
 
-def test_format_size():
-    assert format_size(4096) == "4 KiB"
-    assert format_size(64 << 20) == "64 MiB"
-    assert format_size(3) == "3 B"
-    assert format_size(1 << 30) == "1 GiB"
+def test_size_text_names_exactly_what_was_measured():
+    assert size_text(4096) == "4 KiB"
+    assert size_text(64 << 20) == "64 MiB"
+    assert size_text(3) == "3 B"
+    assert size_text(1 << 30) == "1 GiB"
+    assert size_text(3 * 2**20 + 4) == "3145732 B"  # never rounded to a unit it does not fill
 
 
 def _wait_for_hook(tmp, rank, timeout=30.0):
@@ -520,14 +523,14 @@ def test_the_all_reduce_figure_is_timed_unlogged_and_nccls_algorithm_read_from_i
     host = model.Topology(gpus=tuple(model.Gpu(i) for i in range(2)), links=(model.Link(0, 1),),
                           source=model.Source("nvml"))
     fail_logged = False
-    result = BenchSuite(host, BenchSettings()).get(("allreduce", 2, 2**30))
+    result = BenchSuite(host, BenchSettings()).get(keys.AllReduce(2, 2**30))
     assert calls == [(2, 2**30, False), (2, 2**30, True)], result
     assert result.gbps == 350.0 and result.detail["nvls"] is True and result.detail["algo"] == "NVLS"
     assert "NVLink SHARP" in result.what
 
     calls.clear()
     fail_logged = True
-    result = BenchSuite(host, BenchSettings()).get(("allreduce", 2, 2**30))
+    result = BenchSuite(host, BenchSettings()).get(keys.AllReduce(2, 2**30))
     assert result.gbps == 350.0 and result.error is None
     assert result.detail["nvls"] is None and "rank 1 died" in result.detail["algo_error"]
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from pytest_gputopo.core import keys
+
 torch = pytest.importorskip("torch")
 
 from pytest_gputopo.bench import copies  # noqa: E402
@@ -141,5 +143,5 @@ def test_no_peer_access_is_no_p2p_figure(monkeypatch, capsys):
 
     monkeypatch.setattr(subproc, "run_copy_benchmark", lambda *a, **k: {"peer_access": False, "bw_gbps": None})
     host = model.Topology(gpus=(model.Gpu(0), model.Gpu(1)), links=(model.Link(0, 1),), source=model.Source("nvml"))
-    result = BenchSuite(host, BenchSettings()).get(("p2p", 0, 1))
+    result = BenchSuite(host, BenchSettings()).get(keys.Copy("p2p", 0, 1))
     assert result.gbps is None and "no CUDA peer access between GPU0 and GPU1" in result.error

@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from pytest_gputopo.core import keys
+
 BW = """
 import pytest
 
@@ -161,10 +163,10 @@ def test_a_measured_check_item_says_the_interval_of_its_figure(pytester):
 def test_interval_of_a_result_from_either_kind_of_detail():
     from pytest_gputopo.bench.suite import BenchResult
 
-    copy = BenchResult(("h2d", 0, True), "h2d", 20.0, "measured", detail={"bw_ci95_gbps": [19.0, 21.0]})
-    allreduce = BenchResult(("allreduce", 2, 1024), "ar", 1.0, "cached",
+    copy = BenchResult(keys.HostCopy("h2d", 0, True), "h2d", 20.0, "measured", detail={"bw_ci95_gbps": [19.0, 21.0]})
+    allreduce = BenchResult(keys.AllReduce(2, 1024), "ar", 1.0, "cached",
                             detail={"judged": {"busbw_ci95_gbps": [0.9, 1.1]}})
-    recorded = BenchResult(("allreduce", 8, 1 << 34), "ar", 234.9, "recorded", detail={"size_bytes": 1 << 34})
+    recorded = BenchResult(keys.AllReduce(8, 1 << 34), "ar", 234.9, "recorded", detail={"size_bytes": 1 << 34})
     assert copy.interval_gbps == (19.0, 21.0) and allreduce.interval_gbps == (0.9, 1.1)
     assert recorded.interval_gbps is None
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gputopo.core import keys
+
 pytest.importorskip("torch")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
@@ -215,7 +217,7 @@ def test_ranks_on_one_node_share_a_copy_benchmark_and_other_gpus_do_not(monkeypa
     def rank(topology):
         return BenchSuite(topology, BenchSettings(), shared=NodeShare(Exchange(launch, store, 10), topology))
 
-    key = ("p2p", 0, 1)
+    key = keys.Copy("p2p", 0, 1)
     first, second = rank(here).get(key), rank(here).get(key)
     assert measured == [("node-a", key)] and first == second
     other_gpus = dataclasses.replace(here, gpus=here.gpus[4:])

@@ -9,6 +9,8 @@ import math
 import time
 
 import pytest
+
+from pytest_gputopo.core import keys
 from hypothesis import given, strategies as st
 
 from pytest_gputopo.core import model
@@ -16,7 +18,7 @@ from pytest_gputopo.bench import untrusted
 from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite, SharedFolder
 
 HOST = model.Topology(gpus=(model.Gpu(0), model.Gpu(1)), links=(model.Link(0, 1),), source=model.Source("nvml"))
-KEY = ("p2p", 0, 1)
+KEY = keys.Copy("p2p", 0, 1)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
@@ -97,9 +99,9 @@ def test_a_truncated_file_in_the_shared_folder_is_measured_again_and_listed_as_l
     raised a raw traceback and wrote no JSON."""
     folder = SharedFolder(str(tmp_path))
     (tmp_path / "p2p-0-1.json").write_text('{"key": ["p2p", 0, 1], "what": "co')
-    folder.put("h2d-0-True", BenchResult(("h2d", 0, True), "h2d", 20.0, "measured").to_json())
+    folder.put("h2d-0-True", BenchResult(keys.HostCopy("h2d", 0, True), "h2d", 20.0, "measured").to_json())
     taken, lost = folder.results()
-    assert [r.key for r in taken] == [("h2d", 0, True)]
+    assert [r.key for r in taken] == [keys.HostCopy("h2d", 0, True)]
     assert lost == [f"p2p-0-1: {tmp_path / 'p2p-0-1.json'} is not whole JSON"]
 
     monkeypatch.setattr(BenchSuite, "_measure", lambda self, key: BenchResult(key, "copy", 12.5, "measured"))

@@ -10,6 +10,8 @@ import json
 
 import pytest
 
+from pytest_gputopo.core import keys
+
 CONFTEST = """
 import dataclasses, json, os
 import pytest
@@ -24,7 +26,7 @@ def pytest_gputopo_probe(config):
 
 def fake_run(self, key):
     figures = json.loads(os.environ["GPUTOPO_TEST_FIGURES"])
-    gbps, error, *detail = figures.get(key[0], (None, "not measured in this test"))
+    gbps, error, *detail = figures.get(key.kind, (None, "not measured in this test"))
     return gbps, (detail[0] if detail else {}), error
 
 if "GPUTOPO_TEST_FIGURES" in os.environ:
@@ -191,7 +193,7 @@ def test_nccl_tests_figure_and_verdict_are_its_own(monkeypatch, ip_wrong, oob, v
     monkeypatch.setattr(nccl_tests, "run_all_reduce_perf", lambda *a, **k: parse_nccl_tests(text))
     host = dataclasses.replace(probe_recorded("hgx-h100"), source=model.Source("nvml"), published=())
     suite = BenchSuite(host, BenchSettings(allreduce_engine="nccl-tests", nccl_tests_binary="all_reduce_perf"))
-    gbps, detail, got = suite._run(("allreduce", 8, 2**30))
+    gbps, detail, got = suite._run(keys.AllReduce(8, 2**30))
     assert gbps == 390.67 and got == error
 
 

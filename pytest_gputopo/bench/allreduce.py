@@ -54,14 +54,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ..core.spec import allreduce_factor
+from ..core.units import size_text
 from .harness import MIN_SAMPLE_S
 
 __all__ = [
     "AllReduceResult",
     "AllReduceRow",
     "BenchError",
-    "busbw_factor",
-    "format_size",
     "measure_allreduce",
     "SCHED_POLICIES",
     "apply_sched",
@@ -96,22 +96,6 @@ class BenchError(RuntimeError):
         self.reason = reason
         self.pids = tuple(pids)
         self.logs = logs
-
-
-def busbw_factor(world_size: int) -> float:
-    """nccl-tests' all-reduce bus-bandwidth factor 2(n-1)/n (0 for one rank)."""
-    return 2 * (world_size - 1) / world_size
-
-
-def format_size(size_bytes: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size_bytes >= scale and size_bytes % scale == 0:
-            return f"{size_bytes // scale} {unit}"
-    if size_bytes >= 1 << 20:
-        return f"{size_bytes / (1 << 20):.1f} MiB"
-    if size_bytes >= 1 << 10:
-        return f"{size_bytes / (1 << 10):.1f} KiB"
-    return f"{size_bytes} B"
 
 
 @dataclass(frozen=True)
@@ -192,7 +176,7 @@ class AllReduceResult:
             if row.error is not None:
                 out.append(row.error)
             elif row.wrong:
-                out.append(f"{row.wrong} wrong element(s) at {format_size(row.size_bytes)}")
+                out.append(f"{row.wrong} wrong element(s) at {size_text(row.size_bytes)}")
         return tuple(out)
 
     def to_json(self) -> dict:
@@ -202,7 +186,7 @@ class AllReduceResult:
             "world_size": self.world_size,
             "dtype": self.dtype,
             "sched": self.sched,
-            "busbw_factor": busbw_factor(self.world_size),
+            "busbw_factor": allreduce_factor(self.world_size),
             "rows": [row.to_json() for row in self.rows],
             "judged": self.judged.to_json(),
             "nvls": self.nvls,
@@ -634,7 +618,7 @@ def run_allreduce(
             log.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    factor = busbw_factor(world_size)
+    factor = allreduce_factor(world_size)
     rows = []
     for item in raw["rows"]:
         m = item["measurement"]
@@ -846,11 +830,11 @@ def measure_allreduce(
         dist.all_reduce(w)
         wrong_box[0] = int(w.item())
         if wrong_box[0]:
-            return f"{wrong_box[0]} wrong element(s) of {count} after all_reduce of {format_size(size)}"
+            return f"{wrong_box[0]} wrong element(s) of {count} after all_reduce of {size_text(size)}"
         return None
 
     m = measure(
-        f"all_reduce of {format_size(size)}", run, size_bytes=size, timer=timer, warmup=warmup,
+        f"all_reduce of {size_text(size)}", run, size_bytes=size, timer=timer, warmup=warmup,
         budget_s=budget_s, min_samples=min_samples, max_samples=max_samples, target_ci=target_ci,
         min_sample_s=min_sample_s, verify=verify, agree=agree,
     )
@@ -893,7 +877,7 @@ def _worker(cfg: dict, rank: int, status: _Status) -> None:
     rows = []
     for count in cfg["counts"]:
         size = count * itemsize
-        what = f"all_reduce of {format_size(size)}"
+        what = f"all_reduce of {size_text(size)}"
         status(what, size_bytes=size)
         if cfg["hang_rank"] == rank:
             status(f"test hook: sleeping instead of {what}", advance=False, size_bytes=size, outside_collective=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GIB = 2**30
+from ..core.units import GIB, MIB
+
 
 
 @dataclass(frozen=True)
@@ -26,5 +27,5 @@ class BenchSettings:
         if size is None:
             size = self.size_bytes
         if size is None:
-            size = 16 * 2**20 if self.allreduce_backend == "gloo" else GIB
+            size = 16 * MIB if self.allreduce_backend == "gloo" else GIB
         return max(4, size - size % 4)

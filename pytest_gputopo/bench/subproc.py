@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 import sys
 
-from ..core import model
+from ..core import keys, model
 from ..runtime.procs import run_child, tail
 
 
-def run_copy_benchmark(key: tuple, topology: model.Topology, *, budget_s: float, timeout_s: float) -> dict:
+def run_copy_benchmark(key: keys.Copy | keys.HostCopy, topology: model.Topology, *, budget_s: float,
+                       timeout_s: float) -> dict:
     """The child's measurement (``Measurement.to_json()``), or an exception with the reason."""
-    cpu_affinity = topology.gpus[key[1]].cpu_affinity if key[0] in ("h2d", "d2h") else None
-    request = {"key": list(key), "budget_s": budget_s, "cpu_affinity": cpu_affinity}
+    cpu_affinity = topology.gpus[key.gpu].cpu_affinity if isinstance(key, keys.HostCopy) else None
+    request = {"key": key.to_list(), "budget_s": budget_s, "cpu_affinity": cpu_affinity}
     status, output = run_child([sys.executable, "-m", "pytest_gputopo.bench.copies", json.dumps(request)],
                                timeout_s=timeout_s)
     if status != 0:

@@ -1,7 +1,7 @@
 """Benchmarks on demand: each runs at most once per run, only when something selected needs it.
 
-``BenchSuite.get(key)`` returns a ``BenchResult``; keys are ``("allreduce", n, size_bytes)``,
-``("p2p", a, b)``, ``("p2p_staged", a, b)`` and ``("h2d", gpu, pinned)``. On a recorded machine the
+``BenchSuite.get(key)`` returns a ``BenchResult``; keys name the measurement (``core.keys``:
+``Copy``, ``HostCopy``, ``AllReduce``, ``NcclTransports``). On a recorded machine the
 figures published for it are served instead, labelled ``recorded`` with their source: nothing can
 be measured on a machine that is not this host (a recorded profile or ``nvidia-smi`` text), and
 this host's figures (gloo's CPU all-reduce included) are never served as that machine's. Measurements take an inter-process lock so that two
@@ -21,15 +21,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..core import model
+from ..core import keys, model
 from ..runtime import files
 from . import untrusted
-from .settings import GIB, BenchSettings
+from .settings import BenchSettings
+
+# Benchmarks every rank of a distributed run takes part in at once.
+ACROSS_RANKS = (keys.AllReduce, keys.NcclTransports)
 
 
 @dataclass(frozen=True)
 class BenchResult:
-    key: tuple
+    key: keys.Key
     what: str  # "all-reduce busbw, 8 ranks (nccl), 1 GiB"
     gbps: float | None
     origin: str  # "measured", "recorded" (published for a recorded machine), "cached" (measured earlier)
@@ -45,7 +48,7 @@ class BenchResult:
         return tuple(found) if found else None
 
     def to_json(self) -> dict:
-        return {"key": list(self.key), "what": self.what, "gbps": self.gbps, "origin": self.origin,
+        return {"key": self.key.to_list(), "what": self.what, "gbps": self.gbps, "origin": self.origin,
                 "source": self.source, "error": self.error, "detail": self.detail}
 
     @classmethod
@@ -54,7 +57,7 @@ class BenchResult:
         problem = untrusted.result_problem(d)
         if problem:
             raise ValueError(problem)
-        return cls(tuple(d["key"]), d["what"], d["gbps"], d["origin"], d.get("source"), d.get("error"),
+        return cls(keys.from_list(d["key"]), d["what"], d["gbps"], d["origin"], d.get("source"), d.get("error"),
                    d.get("detail", {}))
 
 
@@ -101,28 +104,6 @@ class SharedFolder:
             except ValueError as exc:
                 lost.append(f"{name}: {exc}")
         return taken, lost
-
-
-def describe(key: tuple) -> str:
-    kind = key[0]
-    if kind == "nccl_transports":
-        return f"NCCL's transports among {key[1]} GPUs (a small all-reduce with NCCL_DEBUG=INFO)"
-    if kind == "allreduce":
-        return f"all-reduce busbw, {key[1]} ranks, {_size(key[2])}"
-    if kind == "p2p_bidir":
-        return f"GPU{key[1]}<->GPU{key[2]} copies both ways at once, P2P"
-    if kind in ("p2p", "p2p_staged"):
-        how = "P2P" if kind == "p2p" else "staged through the host (P2P off)"
-        return f"GPU{key[1]}->GPU{key[2]} copy, {how}"
-    way = "host->device" if kind == "h2d" else "device->host"
-    return f"GPU{key[1]} {way} copy, {'pinned' if key[2] else 'pageable'}"
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", GIB), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
 
 
 def lock_path() -> str:
@@ -196,16 +177,16 @@ class BenchSuite:
     def results(self) -> list[BenchResult]:
         return list(self._results.values())
 
-    def allreduce_key(self, gpus: int | None, size: int | None) -> tuple:
+    def allreduce_key(self, gpus: int | None, size: int | None) -> keys.AllReduce:
         if self.world_size is not None:
             n = self.world_size
         elif self.settings.allreduce_backend == "gloo":
             n = self.settings.world_size or 2
         else:
             n = gpus or len(self.topology.gpus)
-        return ("allreduce", n, self.settings.judge_size(size))
+        return keys.AllReduce(n, self.settings.judge_size(size))
 
-    def get(self, key: tuple) -> BenchResult:
+    def get(self, key: keys.Key) -> BenchResult:
         result = self._results.get(key)
         if result is None:
             result = self._results[key] = self._obtain(key)
@@ -213,17 +194,17 @@ class BenchSuite:
 
     # -- where a figure comes from ----------------------------------------------------------------
 
-    def _obtain(self, key: tuple) -> BenchResult:
-        name = "-".join(str(k) for k in key)
+    def _obtain(self, key: keys.Key) -> BenchResult:
+        name = keys.name_of(key)
         if not self.topology.is_this_host:  # a recorded or text machine: only its own figures
             result = self._recorded(key)
             if self._shared is not None:  # for the controller's report, as a measurement would be
                 self._shared.put(name, result.to_json())
             return result
-        if key[0] == "allreduce":  # the cache outlives the run: name what else makes the figure
+        if isinstance(key, keys.AllReduce):  # the cache outlives the run: name what else makes the figure
             s = self.settings
             name += f"-{s.allreduce_backend}-{s.allreduce_engine}-{s.allreduce_sched}"
-        if self._across_ranks is not None and key[0] in ("allreduce", "nccl_transports"):
+        if self._across_ranks is not None and isinstance(key, ACROSS_RANKS):
             # Every rank takes part at once: a host lock would deadlock the ranks of one node.
             return self._cached_or_measured(key, name)
         try:
@@ -243,9 +224,9 @@ class BenchSuite:
                     self._shared.put(name, result.to_json())
                 return result
         except OSError as exc:  # TimeoutError, or a lock that cannot be taken safely
-            return BenchResult(key, describe(key), None, "measured", error=str(exc))
+            return BenchResult(key, key.describe(), None, "measured", error=str(exc))
 
-    def _cached_or_measured(self, key: tuple, name: str, distrust: str | None = None) -> BenchResult:
+    def _cached_or_measured(self, key: keys.Key, name: str, distrust: str | None = None) -> BenchResult:
         if self._cache_get is not None and distrust is None:
             now = time.time()
             try:
@@ -256,7 +237,7 @@ class BenchSuite:
             if problem:
                 distrust = f"the cached figure was not trusted: {problem}"
             elif entry is not None and now - entry["time"] <= self.settings.cache_max_age_s:
-                return BenchResult(key, describe(key), float(entry["gbps"]), "cached", detail=entry.get("detail", {}))
+                return BenchResult(key, key.describe(), float(entry["gbps"]), "cached", detail=entry.get("detail", {}))
         result = self._measure(key)
         if distrust:  # said wherever the figure appears: a reason, the JSON report
             result = dataclasses.replace(result, what=f"{result.what} (measured again: {distrust})")
@@ -264,59 +245,60 @@ class BenchSuite:
             self._cache_set(name, {"gbps": result.gbps, "detail": result.detail})
         return result
 
-    def _recorded(self, key: tuple) -> BenchResult:
+    def _recorded(self, key: keys.Key) -> BenchResult:
         """The figure published for a machine that is not this host, or why there is none."""
         name = str(self.topology.source)
-        if key[0] == "allreduce" and self.settings.allreduce_backend == "gloo":
-            return BenchResult(key, describe(key), None, "recorded", error=(
+        if isinstance(key, keys.AllReduce) and self.settings.allreduce_backend == "gloo":
+            return BenchResult(key, key.describe(), None, "recorded", error=(
                 f"gloo measures this host's CPUs, and {name} is not this host"))
-        kind = "p2p" if key[0] == "p2p" else key[0]
         for fig in self.topology.published:
-            if fig["kind"] != kind:
+            if fig["kind"] != key.kind:
                 continue
-            if kind == "allreduce" and fig.get("gpus") not in (None, key[1]):
+            if isinstance(key, keys.AllReduce) and fig.get("gpus") not in (None, key.ranks):
                 continue
-            if kind == "h2d" and fig.get("pinned", True) != key[2]:
+            if isinstance(key, keys.HostCopy) and fig.get("pinned", True) != key.pinned:
                 continue
             note = f"; {fig['note']}" if fig.get("note") else ""
-            taken_at = key[:2] + (fig["size_bytes"],) if kind == "allreduce" and fig.get("size_bytes") else key
-            return BenchResult(key, describe(taken_at), float(fig["gbps"]), "recorded", source=fig["source"] + note,
+            taken_at = key
+            if isinstance(key, keys.AllReduce) and fig.get("size_bytes"):
+                taken_at = keys.AllReduce(key.ranks, fig["size_bytes"])
+            return BenchResult(key, taken_at.describe(), float(fig["gbps"]), "recorded", source=fig["source"] + note,
                                detail=dict(fig))
-        if key[0] == "nccl_transports":
-            return BenchResult(key, describe(key), None, "recorded",
+        if isinstance(key, keys.NcclTransports):
+            return BenchResult(key, key.describe(), None, "recorded",
                                error=f"NCCL cannot run on {name}, which is not this host")
-        return BenchResult(key, describe(key), None, "recorded",
+        return BenchResult(key, key.describe(), None, "recorded",
                            error=f"none published for {name}, which is not this host and cannot be measured")
 
-    def _measure(self, key: tuple) -> BenchResult:
-        gloo = key[0] == "allreduce" and self.settings.allreduce_backend == "gloo"
+    def _measure(self, key: keys.Key) -> BenchResult:
+        gloo = isinstance(key, keys.AllReduce) and self.settings.allreduce_backend == "gloo"
         if not gloo and not self.topology.gpus:
             why = self.topology.problem or "no GPU visible"
-            return BenchResult(key, describe(key), None, "measured", error=f"cannot measure on this host: {why}")
+            return BenchResult(key, key.describe(), None, "measured", error=f"cannot measure on this host: {why}")
         try:
             gbps, detail, error = self._run(key)
         except Exception as exc:  # BenchError, timeouts, CUDA errors: a reason, never a crashed run
-            return BenchResult(key, describe(key), None, "measured", error=f"{type(exc).__name__}: {exc}")
-        what = describe(key)
+            return BenchResult(key, key.describe(), None, "measured", error=f"{type(exc).__name__}: {exc}")
+        what = key.describe()
         if detail.get("nvls"):  # NCCL said it used NVLink SHARP: the switch reduced, busbw is no link's rate
             what += " with NVLink SHARP (NVLS: busbw does not describe a link)"
         return BenchResult(key, what, gbps, "measured", error=error, detail=detail)
 
-    def _run(self, key: tuple) -> tuple[float | None, dict, str | None]:
-        kind, s = key[0], self.settings
+    def _run(self, key: keys.Key) -> tuple[float | None, dict, str | None]:
+        s = self.settings
         peer, devices = None, None
-        if self._across_ranks is not None and kind in ("allreduce", "nccl_transports"):
-            rank, _, url, device = self._across_ranks(key)
+        if self._across_ranks is not None and isinstance(key, ACROSS_RANKS):
+            rank, _, url, device = self._across_ranks(tuple(key.to_list()))
             peer, devices = (rank, url), (None if device is None else [device])
-        if kind == "nccl_transports":
-            return None, nccl_account(key[1], s.timeout_s, peer=peer, devices=devices), None
-        if kind == "allreduce":
+        if isinstance(key, keys.NcclTransports):
+            return None, nccl_account(key.ranks, s.timeout_s, peer=peer, devices=devices), None
+        if isinstance(key, keys.AllReduce):
             if s.allreduce_engine == "nccl-tests":
                 from .nccl_tests import run_all_reduce_perf
 
                 if not s.nccl_tests_binary:
                     raise FileNotFoundError("all_reduce_perf (nccl-tests) is not installed or not on PATH")
-                res = run_all_reduce_perf(s.nccl_tests_binary, key[1], key[2], timeout_s=s.timeout_s)
+                res = run_all_reduce_perf(s.nccl_tests_binary, key.ranks, key.size_bytes, timeout_s=s.timeout_s)
                 # The figure nccl-tests itself reports ("# Avg bus bandwidth", over both placements),
                 # and its own verdict on the data (either placement, and the out-of-bounds line).
                 error = res.wrong_data()
@@ -325,7 +307,7 @@ class BenchSuite:
                 return res.avg_busbw_gbps, {"engine": "nccl-tests", **res.to_json()}, error
             from .allreduce import run_allreduce
 
-            res = run_allreduce(key[1], [key[2]], backend=s.allreduce_backend, judge_size=key[2],
+            res = run_allreduce(key.ranks, [key.size_bytes], backend=s.allreduce_backend, judge_size=key.size_bytes,
                                 timeout_s=s.timeout_s, budget_s_per_size=s.budget_s, peer=peer, devices=devices,
                                 sched=s.allreduce_sched)
             row = res.judged
@@ -333,14 +315,14 @@ class BenchSuite:
             detail = {"engine": "torch.distributed", **res.to_json()}
             if s.allreduce_backend == "nccl":  # the timed run logged nothing: NCCL's choice from its own run
                 if peer is not None:
-                    peer = (peer[0], self._across_ranks(("nccl_algorithm",) + key[1:])[2])
-                detail.update(nccl_algorithm(key[1], row.size_bytes, s.timeout_s, peer=peer, devices=devices))
+                    peer = (peer[0], self._across_ranks(("nccl_algorithm", key.ranks, key.size_bytes))[2])
+                detail.update(nccl_algorithm(key.ranks, row.size_bytes, s.timeout_s, peer=peer, devices=devices))
             return row.busbw_gbps, detail, error
         from . import subproc
 
         data = subproc.run_copy_benchmark(key, self.topology, budget_s=s.budget_s, timeout_s=s.timeout_s)
         if data.get("peer_access") is False:
-            return None, data, (f"no CUDA peer access between GPU{key[1]} and GPU{key[2]}: a copy goes "
+            return None, data, (f"no CUDA peer access between GPU{key.src} and GPU{key.dst}: a copy goes "
                                 f"through the host (staged), not P2P")
         return data["bw_gbps"], data, data.get("error")
 

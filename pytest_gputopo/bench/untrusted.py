@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..core import model
+from ..core import keys, model
 
 MAX_DEPTH = 32  # our own details nest 4 levels deep
 FUTURE_SLACK_S = 300.0  # clocks of one host may step back this far (NTP) without a cache entry being doubted
@@ -90,9 +90,10 @@ def result_problem(data: Any) -> str | None:
     """A ``BenchResult.to_json()`` another process of this run wrote."""
     if not isinstance(data, dict):
         return f"it is {model.show_value(data)}, not an object"
-    key = data.get("key")
-    if not isinstance(key, list) or not key or not all(type(k) in (str, int, bool) for k in key):
-        return f"key {model.show_value(key)} is not a benchmark key"
+    try:
+        keys.from_list(data.get("key"))
+    except ValueError:
+        return f"key {model.show_value(data.get('key'))} is not a benchmark key"
     if not isinstance(data.get("what"), str) or data.get("origin") not in ORIGINS:
         return "what or origin is missing"
     for name in ("source", "error"):

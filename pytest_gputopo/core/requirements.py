@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .model import (MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, Link, LinkClass, LinkLabel, Topology, is_bandwidth,
                     link_satisfies, show_value)
-from . import judgement
+from . import judgement, keys
 from .spec import gbps_text
 
 # How many failing pairs a test's skip reason names before "and N more" (a run gate lists all).
@@ -227,18 +227,18 @@ class BandwidthRequirement(FactRequirement):
         args += [f"floor={self.floor:g}"] if self.floor is not None else []
         return f"min_{self.metric}_bw({', '.join(args)})"
 
-    def keys(self, topology: Topology, allreduce_key) -> list[tuple]:
+    def measurements(self, topology: Topology, allreduce_key) -> list[keys.Key]:
         """The measurements this needs (``allreduce_key(gpus, size)`` names the all-reduce); none
         when fewer GPUs are visible than ``gpus`` names (whatever the backend: gloo included)."""
         if self.gpus is not None and len(topology.gpus) < self.gpus:
             return []
         if self.metric == "allreduce":
             key = allreduce_key(self.gpus, self.size)
-            return [key] if key[1] >= 1 else []
+            return [key] if key.ranks >= 1 else []
         if self.metric == "p2p":
-            return [("p2p", ln.a, ln.b) for ln in topology.pairs(self.gpus)]
+            return [keys.Copy("p2p", ln.a, ln.b) for ln in topology.pairs(self.gpus)]
         n = len(topology.gpus) if self.gpus is None else min(self.gpus, len(topology.gpus))
-        return [("h2d", g, self.pinned) for g in range(n)]
+        return [keys.HostCopy("h2d", g, self.pinned) for g in range(n)]
 
     def judge(self, topology: Topology, judgements: list[judgement.Judgement],
               max_items: int | None = REASON_PAIRS) -> Verdict:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ..core import judgement, spec
+from ..core import judgement, keys, spec
 from ..core.model import P2PStatus, Topology
 from ..render import report
 from . import facts, verdicts
@@ -124,17 +124,17 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
     if level != "full":
         return
     for link in topology.pairs():
-        yield f"p2p_bw[GPU{link.a}->GPU{link.b}]", _bandwidth_check(run, ("p2p", link.a, link.b))
-        yield f"p2p_bidir_bw[GPU{link.a}<->GPU{link.b}]", _bandwidth_check(run, ("p2p_bidir", link.a, link.b))
+        yield f"p2p_bw[GPU{link.a}->GPU{link.b}]", _bandwidth_check(run, keys.Copy("p2p", link.a, link.b))
+        yield f"p2p_bidir_bw[GPU{link.a}<->GPU{link.b}]", _bandwidth_check(run, keys.Copy("p2p_bidir", link.a, link.b))
     for gpu in topology.gpus:
         for kind, pinned, name in (("h2d", True, "h2d_bw"), ("h2d", False, "h2d_pageable_bw"), ("d2h", True, "d2h_bw")):
-            yield f"{name}[GPU{gpu.index}]", _bandwidth_check(run, (kind, gpu.index, pinned))
+            yield f"{name}[GPU{gpu.index}]", _bandwidth_check(run, keys.HostCopy(kind, gpu.index, pinned))
     s = facts.suite(run)
     if topology.gpus or s.settings.allreduce_backend == "gloo":
         yield "allreduce_bw", _bandwidth_check(run, s.allreduce_key(None, None))
 
 
-def _bandwidth_check(run: GputopoRun, key: tuple):
+def _bandwidth_check(run: GputopoRun, key: keys.Key):
     def check():
         """measured bandwidth reaches the floor of the expected"""
         result, judged = verdicts.judge_figure(run, key)

@@ -12,7 +12,7 @@ import json
 import time
 
 from ..bench.suite import BenchSuite, SharedFolder
-from ..core import spec
+from ..core import keys, spec
 from ..core.model import Topology
 from ..nccl.expect import expected_transports, fallback_summary, find_fallbacks, read_settings
 from ..runtime import environ
@@ -84,26 +84,25 @@ def results(run: GputopoRun) -> list:
 # Expectations from the documents' table
 
 
-def expected(run: GputopoRun, key: tuple):
+def expected(run: GputopoRun, key: keys.Key):
     """What the link should give for a measurement (a ``spec.Figure``, or None), and in words what
     that rests on (the figure's label, or why there is none)."""
     topology = run.topology
-    kind = key[0]
-    if kind == "allreduce" and run.settings.bench.allreduce_backend == "gloo":
-        return None, "gloo on CPUs (no link to judge it by)"
-    if kind == "allreduce" and suite(run).world_size is not None:
-        return None, "an all-reduce across the ranks of the run (no single link to judge it by)"
-    if kind in ("p2p", "p2p_staged", "p2p_bidir"):
-        fig = spec.p2p_expected(topology, key[1], key[2])
-        if fig is not None and kind == "p2p_bidir":  # both directions at once: twice the per-direction rate
+    if isinstance(key, keys.Copy):
+        fig = spec.p2p_expected(topology, key.src, key.dst)
+        if fig is not None and key.kind == "p2p_bidir":  # both directions at once: twice the per-direction rate
             fig = spec.Figure(2 * fig.gbps, fig.source, f"2 x {fig.label or 'the link'} (both directions)")
-        link = topology.link(key[1], key[2])
+        link = topology.link(key.src, key.dst)
         return fig, (fig.label if fig else f"{link.label or 'an unknown link'} (no figure for it)")
-    if kind in ("h2d", "d2h"):
-        fig = spec.h2d_expected(topology.gpus[key[1]], key[2])
+    if isinstance(key, keys.HostCopy):
+        fig = spec.h2d_expected(topology.gpus[key.gpu], key.pinned)
         return fig, (fig.label if fig else "an unknown PCIe link")
-    fig = spec.allreduce_expected_busbw(topology, key[1])
-    return fig, (fig.label if fig else f"links among {key[1]} GPUs (unknown)")
+    if run.settings.bench.allreduce_backend == "gloo":
+        return None, "gloo on CPUs (no link to judge it by)"
+    if suite(run).world_size is not None:
+        return None, "an all-reduce across the ranks of the run (no single link to judge it by)"
+    fig = spec.allreduce_expected_busbw(topology, key.ranks)
+    return fig, (fig.label if fig else f"links among {key.ranks} GPUs (unknown)")
 
 
 def wrong_data(run: GputopoRun, kinds: tuple) -> list[str]:
@@ -111,9 +110,9 @@ def wrong_data(run: GputopoRun, kinds: tuple) -> list[str]:
     measured for it."""
     out = []
     for result in results(run):
-        if result.key[0] not in kinds:
+        if result.key.kind not in kinds:
             continue
-        if result.key[0] == "nccl_transports" and result.detail.get("wrong"):
+        if isinstance(result.key, keys.NcclTransports) and result.detail.get("wrong"):
             out.append(f"{result.what}: {result.detail['wrong']} wrong elements after the all-reduce")
         elif result.gbps is not None and result.error:  # a figure with an error: its data were wrong
             out.append(f"{result.what}: data wrong: {result.error}")
@@ -125,10 +124,11 @@ def measured_p2p(run: GputopoRun) -> dict:
     when far below the link's figure. Nothing is measured for it."""
     out = {}
     for result in results(run):
-        if result.key[0] == "p2p" and result.gbps is not None and result.origin != "recorded":
-            fig, _ = expected(run, result.key)
+        key = result.key
+        if key.kind == "p2p" and result.gbps is not None and result.origin != "recorded":
+            fig, _ = expected(run, key)
             if fig is not None:
-                out[result.key[1:]] = (result.gbps, fig.gbps)
+                out[(key.src, key.dst)] = (result.gbps, fig.gbps)
     return out
 
 
@@ -187,7 +187,7 @@ def nccl_view(run: GputopoRun, observe: bool = False) -> NcclView:
     s = suite(run) if observe else None
     if observe and topology.is_this_host and (len(topology.gpus) >= 2 or s.world_size):
         across = s.world_size is not None  # one GPU per rank, across nodes: pairs are ranks, not GPUs
-        result = s.get(("nccl_transports", s.world_size or len(topology.gpus)))
+        result = s.get(keys.NcclTransports(s.world_size or len(topology.gpus)))
         if result.error is None and result.detail:
             log = result.detail["log"]
             account = {"pairs": {} if across else result.detail["pairs"], "transports": log["transports"],

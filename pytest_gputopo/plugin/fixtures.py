@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from ..core import keys
 from .reporter import OWN_PROPERTY
 from .run import run_of
 
@@ -50,10 +51,10 @@ class BenchFixture:
         return s.get(s.allreduce_key(gpus, size))
 
     def p2p(self, a: int, b: int, *, peer: bool = True):
-        return self._suite().get(("p2p" if peer else "p2p_staged", a, b))
+        return self._suite().get(keys.Copy("p2p" if peer else "p2p_staged", a, b))
 
     def h2d(self, gpu: int, *, pinned: bool = True):
-        return self._suite().get(("h2d", gpu, pinned))
+        return self._suite().get(keys.HostCopy("h2d", gpu, pinned))
 
     def _suite(self):
         from .facts import suite  # the benchmarks: imported by the first test that asks for one

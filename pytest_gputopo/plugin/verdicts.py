@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..core import requirements as reqs
-from ..core import spec
+from ..core import keys, spec
 from ..core.expressions import parse_expression
 from ..core.judgement import MET, Judgement, Measured
 from ..core.regressions import regressions
@@ -87,14 +87,7 @@ def judge(run: GputopoRun, requirement: reqs.FactRequirement,
     return reqs.Verdict(False, f"{verdict.reason} [{report.source_text(topology)}; {view.origin}]", verdict.failures)
 
 
-FLOOR_OF = {"p2p": "p2p", "p2p_staged": "p2p", "p2p_bidir": "p2p", "allreduce": "allreduce"}
-
-
-def floor_name(key: tuple) -> str:
-    return FLOOR_OF.get(key[0]) or ("h2d_pinned" if key[2] else "h2d_pageable")
-
-
-def threshold(run: GputopoRun, key: tuple, size_bytes: int | None = None, gbps: float | None = None,
+def threshold(run: GputopoRun, key: keys.Key, size_bytes: int | None = None, gbps: float | None = None,
               floor: float | None = None, nvls: bool | None = None):
     """The one threshold rule for a measured figure, the same for a ``min_*_bw`` marker and a check
     item: the marker's own ``gbps``; else a published per-SKU floor (the all-reduce of a full node,
@@ -105,23 +98,24 @@ def threshold(run: GputopoRun, key: tuple, size_bytes: int | None = None, gbps: 
     arguments of ``spec.Check``, whose ``needed_gbps`` is the threshold."""
     fig, basis = facts.expected(run, key)
     floors, explicit = run.settings.floors()
-    name = floor_name(key)
+    name = key.floor
     ratio = floor if floor is not None else floors[name]
     if gbps is not None:
         return fig, basis, ratio, spec.Figure(gbps, "the marker", f"the marker's {gbps:g} GB/s")
     topology = run.topology
     published = None
-    if key[0] == "allreduce" and floor is None and name not in explicit and topology.gpus:
-        published = spec.sku_allreduce_floor(topology.gpus[0].name, key[1], size_bytes or key[2], nvls)
+    if isinstance(key, keys.AllReduce) and floor is None and name not in explicit and topology.gpus:
+        published = spec.sku_allreduce_floor(topology.gpus[0].name, key.ranks, size_bytes or key.size_bytes, nvls)
     return fig, basis, ratio, published
 
 
 def taken_at(result) -> int | None:
     """The size an all-reduce figure was taken at (a recorded figure says; else the key's)."""
-    return result.detail.get("size_bytes", result.key[2]) if result.key[0] == "allreduce" else None
+    key = result.key
+    return result.detail.get("size_bytes", key.size_bytes) if isinstance(key, keys.AllReduce) else None
 
 
-def judge_figure(run: GputopoRun, key: tuple, gbps: float | None = None, floor: float | None = None):
+def judge_figure(run: GputopoRun, key: keys.Key, gbps: float | None = None, floor: float | None = None):
     """A benchmark's result (measured once per run) and its ``core.judgement.Judgement`` under the
     one threshold rule: the same for a marker (``gbps``, ``floor``: its own arguments), a health-check
     item and a run gate. A P2P copy that meets its threshold is set beside the same copy staged
@@ -132,8 +126,8 @@ def judge_figure(run: GputopoRun, key: tuple, gbps: float | None = None, floor: 
     set_by = f"published {absolute.label or absolute.source}" if absolute is not None and gbps is None else ""
     measured = Measured(result.gbps, result.origin, result.what, result.source, result.error, result.interval_gbps)
     judged = Judgement(measured, expected, basis, ratio, absolute, set_by)
-    if key[0] == "p2p" and judged.state == MET:
-        staged = s.get(("p2p_staged",) + tuple(key[1:]))
+    if key.kind == "p2p" and judged.state == MET:
+        staged = s.get(key.staged())
         if staged.gbps is not None and staged.error is None:
             judged = dataclasses.replace(judged, staged_gbps=staged.gbps)
     return result, judged
@@ -143,8 +137,8 @@ def judge_bandwidth(run: GputopoRun, requirement: reqs.BandwidthRequirement,
                     max_items: int | None = reqs.REASON_PAIRS) -> reqs.Verdict:
     """The verdict of a ``min_*_bw`` marker, its reason naming the source."""
     topology = run.topology
-    keys = requirement.keys(topology, facts.suite(run).allreduce_key)
-    judgements = [judge_figure(run, key, requirement.gbps, requirement.floor)[1] for key in keys]
+    needed = requirement.measurements(topology, facts.suite(run).allreduce_key)
+    judgements = [judge_figure(run, key, requirement.gbps, requirement.floor)[1] for key in needed]
     verdict = requirement.judge(topology, judgements, max_items)
     if verdict.ok:
         return verdict

@@ -3,6 +3,8 @@ the range the documents' table expects. Skipped with a reason where there is no 
 
 import pytest
 
+from pytest_gputopo.core import keys
+
 from pytest_gputopo.core import spec
 from pytest_gputopo.probe import probe
 
@@ -51,7 +53,7 @@ def test_nccl_allreduce_runs_and_verifies():
 def test_copy_benchmark_in_a_child_process_under_a_deadline():
     from pytest_gputopo.bench import subproc
 
-    data = subproc.run_copy_benchmark(("h2d", 0, True), HOST, budget_s=1.0, timeout_s=120)
+    data = subproc.run_copy_benchmark(keys.HostCopy("h2d", 0, True), HOST, budget_s=1.0, timeout_s=120)
     assert data["verified"] and data["bw_gbps"] > 0
 
 

@@ -34,7 +34,8 @@ import tempfile
 import time
 from datetime import timedelta
 
-from pytest_gputopo.bench.allreduce import apply_sched, busbw_factor, measure_allreduce
+from pytest_gputopo.bench.allreduce import apply_sched, measure_allreduce
+from pytest_gputopo.core.spec import allreduce_factor
 from pytest_gputopo.bench.harness import MIN_SAMPLE_S
 
 DEFAULT_SIZES = [256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
@@ -68,7 +69,7 @@ def worker(rank, n, store, sizes, repeats, out_path, budget_s, min_sample_s, sch
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=n,
                             timeout=timedelta(seconds=600))
-    factor = busbw_factor(n)
+    factor = allreduce_factor(n)
     out = []
     for size in sizes:
         count = size // 4

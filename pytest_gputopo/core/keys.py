@@ -1,0 +1,121 @@
+"""The measurements a run can take, named: a benchmark result's key, the same in memory, in the JSON
+report (``"key": ["p2p", 0, 1]``), in pytest's cache and in the folder xdist workers share.
+
+- ``Copy``: a copy between two GPUs, ``p2p`` (peer to peer), ``p2p_staged`` (through pinned host
+  memory, P2P off) or ``p2p_bidir`` (both ways at once);
+- ``HostCopy``: ``h2d`` or ``d2h`` on one GPU, pinned or pageable host memory;
+- ``AllReduce``: busbw among ``ranks`` at ``size_bytes``;
+- ``NcclTransports``: NCCL's own account of a small all-reduce among ``ranks``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Union
+
+from .model import MAX_BYTES, MAX_GPUS
+
+MAX_RANKS = 2**31 - 1  # the ranks of a run, as a launcher numbers them
+from .units import size_text
+
+COPY_KINDS = ("p2p", "p2p_staged", "p2p_bidir")
+HOST_KINDS = ("h2d", "d2h")
+
+
+@dataclass(frozen=True)
+class Copy:
+    kind: str
+    src: int
+    dst: int
+
+    def describe(self) -> str:
+        if self.kind == "p2p_bidir":
+            return f"GPU{self.src}<->GPU{self.dst} copies both ways at once, P2P"
+        how = "P2P" if self.kind == "p2p" else "staged through the host (P2P off)"
+        return f"GPU{self.src}->GPU{self.dst} copy, {how}"
+
+    @property
+    def floor(self) -> str:
+        return "p2p"
+
+    def staged(self) -> "Copy":
+        """The same copy through the host, P2P off: what a P2P copy must beat."""
+        return Copy("p2p_staged", self.src, self.dst)
+
+    def to_list(self) -> list:
+        return [self.kind, self.src, self.dst]
+
+
+@dataclass(frozen=True)
+class HostCopy:
+    kind: str
+    gpu: int
+    pinned: bool
+
+    def describe(self) -> str:
+        way = "host->device" if self.kind == "h2d" else "device->host"
+        return f"GPU{self.gpu} {way} copy, {'pinned' if self.pinned else 'pageable'}"
+
+    @property
+    def floor(self) -> str:
+        return "h2d_pinned" if self.pinned else "h2d_pageable"
+
+    def to_list(self) -> list:
+        return [self.kind, self.gpu, self.pinned]
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    kind: ClassVar[str] = "allreduce"
+    ranks: int
+    size_bytes: int
+
+    def describe(self) -> str:
+        return f"all-reduce busbw, {self.ranks} ranks, {size_text(self.size_bytes)}"
+
+    @property
+    def floor(self) -> str:
+        return "allreduce"
+
+    def to_list(self) -> list:
+        return [self.kind, self.ranks, self.size_bytes]
+
+
+@dataclass(frozen=True)
+class NcclTransports:
+    kind: ClassVar[str] = "nccl_transports"
+    ranks: int
+
+    def describe(self) -> str:
+        return f"NCCL's transports among {self.ranks} GPUs (a small all-reduce with NCCL_DEBUG=INFO)"
+
+    def to_list(self) -> list:
+        return [self.kind, self.ranks]
+
+
+Key = Union[Copy, HostCopy, AllReduce, NcclTransports]
+
+
+def name_of(key: Key) -> str:
+    """The key as a file or cache name: ``p2p-0-1``, ``allreduce-8-1073741824``."""
+    return "-".join(str(part) for part in key.to_list())
+
+
+def _index(value: Any, high: int) -> bool:
+    return type(value) is int and 0 <= value < high
+
+
+def from_list(items: Any) -> Key:
+    """The key a JSON report, the cache or another process wrote; ValueError when it names no
+    measurement (it is untrusted input)."""
+    if isinstance(items, list) and items:
+        kind, rest = items[0], items[1:]
+        if kind in COPY_KINDS and len(rest) == 2 and all(_index(v, MAX_GPUS) for v in rest):
+            return Copy(kind, *rest)
+        if kind in HOST_KINDS and len(rest) == 2 and _index(rest[0], MAX_GPUS) and type(rest[1]) is bool:
+            return HostCopy(kind, *rest)
+        if kind == AllReduce.kind and len(rest) == 2 and _index(rest[0], MAX_RANKS) and _index(rest[1], MAX_BYTES + 1):
+            return AllReduce(*rest)
+        if kind == NcclTransports.kind and len(rest) == 1 and _index(rest[0], MAX_RANKS):
+            return NcclTransports(*rest)
+    raise ValueError("not a benchmark key")
