@@ -256,7 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, not at exit: a reader that went away is caught below
+        return code
     except BrokenPipeError:
         # The reader went away (`gputopo spec --json | head`): not an error of ours. Quiet, with the
         # status of a writer ended by SIGPIPE; stdout goes to devnull so the exit's flush is quiet too.

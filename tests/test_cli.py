@@ -160,7 +160,7 @@ def test_a_reader_that_goes_away_is_not_an_error():
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # the reader is gone before the first write
     err = proc.stderr.read().decode()
-    assert proc.wait() == 141 and err == ""
+    assert (proc.wait(), err) == (141, "")
 
 
 def test_parse_nccl_tests_says_its_wrong_data(tmp_path):

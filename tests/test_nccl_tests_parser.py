@@ -662,7 +662,7 @@ def test_runner_timeout_kills_the_whole_group(tmp_path, ignore_term):
         pids = _started_pids(pids_file)
         assert len(pids) == 2  # the fake and the child it started
         assert _wait_gone(pids) == []
-        assert elapsed < 1 + 3 * 0.5 + 2  # timeout + grace periods + slack, not the 600 s sleep
+        assert elapsed < 1 + 2 * 0.5 + 30  # timeout + grace + a busy machine's slack, not the 600 s sleep
     finally:
         for pid in _started_pids(pids_file):  # never leave our own fakes running
             if _running(pid):

@@ -162,7 +162,9 @@ def _load(tmp_path, data) -> None:
 def test_a_mutated_bundled_profile_is_used_or_refused_by_field(tmp_path_factory, data):
     start, rss = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     _load(tmp_path_factory.mktemp("p"), data)
-    assert time.monotonic() - start < 1.0
+    # Bounded, with a busy shared machine's slack: tools/perf/bench_profile_refusal.py measures the
+    # figure (tens of milliseconds) for docs/performance.md.
+    assert time.monotonic() - start < 10.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 100 * 1024  # KiB: under 100 MB
 
 

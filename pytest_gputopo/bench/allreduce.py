@@ -46,7 +46,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -56,6 +55,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..core.spec import allreduce_factor
 from ..core.units import size_text
+from ..runtime import environ
+from ..runtime.procs import Children
 from .harness import MIN_SAMPLE_S
 
 __all__ = [
@@ -81,8 +82,9 @@ _EXACT_LIMIT = {
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
 
 SCHED_POLICIES = ("fair", "fifo")  # CPU scheduling of the workers, see apply_sched
+# In a worker: the faults the project's own tests asked for (runtime.environ.test_faults).
+_FAULTS: Dict[str, Any] = {}
 
-_KILL_GRACE_S = 2.0  # SIGTERM -> SIGKILL
 _WORKER_GRACE_S = 10.0  # a worker outlives the parent's deadline by at most this much
 
 
@@ -270,54 +272,6 @@ def _read_nccl_logs(workdir: str) -> str:
 # Parent side
 
 
-def _exited(proc: subprocess.Popen) -> Optional[int]:
-    """The exit code (negative = signal) if ``proc`` has exited, without reaping it, so that its pid
-    -- and with it its process group id -- stays reserved until we kill the group and reap it."""
-    if proc.returncode is not None:
-        return proc.returncode
-    waitid = getattr(os, "waitid", None)
-    if waitid is None:  # pragma: no cover - macOS < 3.13, Windows
-        return proc.poll()
-    try:
-        info = waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:  # already reaped elsewhere
-        return proc.poll()
-    if info is None or info.si_pid == 0:
-        return None
-    if info.si_code == os.CLD_EXITED:
-        return info.si_status
-    return -info.si_status
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    if proc.returncode is not None:  # reaped: its pid may belong to someone else by now
-        return
-    try:
-        if os.name == "posix":
-            os.killpg(proc.pid, sig)
-        else:  # pragma: no cover
-            proc.send_signal(sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _cleanup(procs: Sequence[subprocess.Popen]) -> None:
-    """SIGTERM every worker's process group, SIGKILL what is left after a grace period, reap all."""
-    for p in procs:
-        _signal_group(p, signal.SIGTERM)
-    end = time.monotonic() + _KILL_GRACE_S
-    while time.monotonic() < end and any(_exited(p) is None for p in procs):
-        time.sleep(0.01)
-    for p in procs:
-        # Also for exited leaders: a grandchild left in the group dies with it.
-        _signal_group(p, signal.SIGKILL)
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
-            pass
-
-
 def _read_json(path: str) -> Optional[dict]:
     try:
         with open(path) as f:
@@ -456,9 +410,6 @@ def run_allreduce(
     min_sample_s: float = MIN_SAMPLE_S,
     sched: str = "fair",
     log_nccl: bool = False,
-    _hang_rank: Optional[int] = None,
-    _die_rank: Optional[int] = None,
-    _corrupt: bool = False,
 ) -> AllReduceResult:
     """Run an all-reduce sweep over ``world_size`` worker processes and return its figures.
 
@@ -466,8 +417,8 @@ def run_allreduce(
     are judged at. ``timeout_s`` bounds the whole run, start-up included; past it, or when a rank dies,
     :class:`BenchError` names the rank and what it was doing, and no worker survives. A verification
     failure is not an exception: the row carries ``wrong > 0`` / ``error`` and ``result.ok`` is False.
-    ``_hang_rank``/``_die_rank``/``_corrupt`` are test hooks (a rank that sleeps instead of
-    all-reducing, one that ``os._exit(9)``s there, one element flipped after the verifiable all-reduce).
+    The project's tests inject faults through the workers' environment (``env``, see
+    ``runtime.environ.test_faults``), never through this signature.
 
     ``log_nccl`` (backend nccl): NCCL logs at INFO and the result carries its log, its topology and
     the algorithm it chose per size (``nvls``). That costs time inside the loop, so a logged run is
@@ -479,7 +430,7 @@ def run_allreduce(
     ``init_method`` (``tcp://HOST:PORT``, hosted by rank 0's worker; other URLs go to
     ``init_process_group`` as they are). Every rank must call with the same arguments; each gets the
     (agreed, identical) figures. ``devices``, if given, is this rank's device first: the caller passes
-    its LOCAL_RANK's GPU (default: ``$LOCAL_RANK``). Hooks (``_hang_rank`` ...) name global ranks.
+    its LOCAL_RANK's GPU (default: ``$LOCAL_RANK``).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -514,7 +465,7 @@ def run_allreduce(
     deadline = t_start + timeout_s
     sweep_stale_workdirs()
     workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
-    procs: List[subprocess.Popen] = []
+    children = Children()
     logs = []
     try:
         config = {
@@ -537,17 +488,12 @@ def run_allreduce(
             "parent_pid": os.getpid(),
             "deadline_epoch": time.time() + timeout_s + _WORKER_GRACE_S,
             "pg_timeout_s": timeout_s + 60.0,  # the parent's deadline always fires first
-            "hang_rank": _hang_rank,
-            "die_rank": _die_rank,
-            "corrupt": bool(_corrupt),
         }
         config_path = os.path.join(workdir, "config.json")
         with open(config_path, "w") as f:
             json.dump(config, f)
 
-        from ..runtime import environ as runtime
-
-        child_env = runtime.environment()  # the workers inherit the caller's environment ...
+        child_env = environ.environment()  # the workers inherit the caller's environment ...
         child_env.setdefault("OMP_NUM_THREADS", "1")  # ... as torchrun does, one thread per rank
         if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in child_env and os.path.exists("/sys/class/net/lo") \
                 and (peer is None or _is_loopback_url(init_method)):
@@ -567,41 +513,23 @@ def run_allreduce(
         for rank in ranks:
             log = open(os.path.join(workdir, f"rank{rank}.log"), "wb")
             logs.append(log)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pytest_gputopo.bench.allreduce", "--worker", config_path, str(rank)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=child_env,
-                start_new_session=(os.name == "posix"), close_fds=True,
-            ))
-        pids = tuple(p.pid for p in procs)
-
-        first_exit: Dict[int, float] = {}
-        while True:
-            codes = {r: _exited(p) for r, p in zip(ranks, procs)}
-            now = time.monotonic()
-            for r, c in codes.items():
-                if c is not None and r not in first_exit:
-                    first_exit[r] = now
-            if all(c == 0 for c in codes.values()):
-                break
-            failed = [r for r, c in codes.items() if c not in (None, 0)]
-            if failed:
-                # Let the consequences (peers losing their connection) land, then name the culprit.
-                settle = min(deadline, now + 0.5)
-                while time.monotonic() < settle and any(_exited(p) is None for p in procs):
-                    time.sleep(0.02)
-                codes = {r: _exited(p) for r, p in zip(ranks, procs)}
-                for r, c in codes.items():
-                    if c is not None and r not in first_exit:
-                        first_exit[r] = time.monotonic()
-                failed = sorted((r for r, c in codes.items() if c not in (None, 0)), key=lambda r: (first_exit[r], r))
-                reason, tail = _failure_reason(workdir, {r: codes[r] for r in failed}, failed)
-                raise BenchError(reason, pids=pids, logs=tail)
-            if now >= deadline:
-                running = [r for r, c in codes.items() if c is None]
-                done = [r for r, c in codes.items() if c == 0]
-                reason = _timeout_reason(workdir, timeout_s, running, done)
-                raise BenchError(reason, pids=pids, logs=_tail(os.path.join(workdir, f"rank{running[0]}.log")))
-            time.sleep(0.02)
+            children.start([sys.executable, "-m", "pytest_gputopo.bench.allreduce", "--worker", config_path, str(rank)],
+                           output=log, env=child_env)
+        pids = children.pids
+        codes = dict(zip(ranks, children.wait(deadline)))
+        failed = [r for r, c in codes.items() if c not in (None, 0)]
+        if failed:
+            # Let the consequences (peers losing their connection) land, then name the culprit: the
+            # first to fail, as polled, else the lowest rank.
+            later = dict(zip(ranks, children.wait(min(deadline, time.monotonic() + 0.5), stop_on_failure=False)))
+            failed += sorted(r for r, c in later.items() if c not in (None, 0) and r not in failed)
+            reason, tail = _failure_reason(workdir, {r: later[r] for r in failed}, failed)
+            raise BenchError(reason, pids=pids, logs=tail)
+        running = [r for r, c in codes.items() if c is None]
+        if running:
+            done = [r for r, c in codes.items() if c == 0]
+            reason = _timeout_reason(workdir, timeout_s, running, done)
+            raise BenchError(reason, pids=pids, logs=_tail(os.path.join(workdir, f"rank{running[0]}.log")))
 
         raw = _read_json(os.path.join(workdir, "result.json"))
         if raw is None:
@@ -613,7 +541,7 @@ def run_allreduce(
         topo_xml = os.path.join(workdir, "nccl-topo.xml")
         nccl_topo_xml = open(topo_xml, errors="replace").read() if os.path.exists(topo_xml) else ""
     finally:
-        _cleanup(procs)
+        children.close()
         for log in logs:
             log.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -742,6 +670,7 @@ def _worker_main(config_path: str, rank: int) -> int:
         cfg = json.load(f)
     status = _Status(cfg["workdir"], rank)
     status("start-up")
+    _FAULTS.update(environ.test_faults())
     _guard_worker(cfg["parent_pid"], cfg["deadline_epoch"])
     try:
         apply_sched(cfg["sched"])  # before torch starts a thread: they all inherit it
@@ -768,7 +697,6 @@ def measure_allreduce(
     max_samples: int = 1000,
     target_ci: float = 1.10,
     min_sample_s: float = MIN_SAMPLE_S,
-    corrupt: bool = False,
 ) -> Tuple[Any, int]:
     """Time and verify an all-reduce of ``count`` elements in the *current* process group; call it on
     every rank. Returns ``(Measurement, wrong)``, the same on every rank: per-call time = mean over
@@ -822,8 +750,8 @@ def measure_allreduce(
         pattern = torch.arange(m_mod, dtype=tdtype, device=device).repeat(-(-count // m_mod))[:count]
         x = pattern + offsets[rank]
         dist.all_reduce(x)
-        if corrupt and rank == n - 1:
-            x[count // 2] += 1  # test hook: one flipped element
+        if _FAULTS.get("corrupt") and rank == n - 1:
+            x[count // 2] += 1  # test fault: one flipped element
         expected = pattern.mul_(n).add_(sum(offsets))  # in place: pattern is not needed any more
         local = int((x != expected).sum().item())
         w = torch.tensor([local], dtype=torch.int64, device=device)
@@ -879,16 +807,16 @@ def _worker(cfg: dict, rank: int, status: _Status) -> None:
         size = count * itemsize
         what = f"all_reduce of {size_text(size)}"
         status(what, size_bytes=size)
-        if cfg["hang_rank"] == rank:
-            status(f"test hook: sleeping instead of {what}", advance=False, size_bytes=size, outside_collective=True)
+        if _FAULTS.get("hang_rank") == rank:
+            status(f"test fault: sleeping instead of {what}", advance=False, size_bytes=size, outside_collective=True)
             while True:
                 time.sleep(1)
-        if cfg["die_rank"] == rank:
+        if _FAULTS.get("die_rank") == rank:
             os._exit(9)
         m, wrong = measure_allreduce(
             count, dtype=cfg["dtype"], device=device, warmup=cfg["warmup"], budget_s=cfg["budget_s"],
             min_samples=cfg["min_samples"], max_samples=cfg["max_samples"], target_ci=cfg["target_ci"],
-            min_sample_s=cfg["min_sample_s"], corrupt=cfg["corrupt"],
+            min_sample_s=cfg["min_sample_s"],
         )
         rows.append({"size_bytes": size, "count": count, "wrong": wrong, "measurement": m.to_json()})
 

@@ -7,6 +7,7 @@ that "GPU 0" in a reason is the device a test gets as ``cuda:0``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -109,6 +110,20 @@ def all_gpus_visible() -> bool:
 def mig_visible() -> bool:
     """Whether CUDA_VISIBLE_DEVICES names a MIG instance (``MIG-<uuid>``)."""
     return any(e.strip().upper().startswith("MIG-") for e in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(","))
+
+
+TEST_FAULTS = "PYTEST_GPUTOPO_TEST_FAULTS"
+
+
+def test_faults() -> dict:
+    """The faults the project's own tests inject into a benchmark worker, as JSON in
+    ``PYTEST_GPUTOPO_TEST_FAULTS`` (``{"hang_rank": 1}``, ``{"die_rank": 1}``, ``{"corrupt": true}``);
+    {} when unset or unreadable. Test-only: no user surface sets it."""
+    try:
+        plan = json.loads(os.environ.get(TEST_FAULTS, "{}"))
+    except ValueError:
+        return {}
+    return plan if isinstance(plan, dict) else {}
 
 
 def environment() -> dict[str, str]:

@@ -1,6 +1,10 @@
-"""Child processes under a deadline: a benchmark runs in its own process group, so that on
-timeout (or Ctrl-C) everything it started is ended -- SIGTERM, then SIGKILL after a grace period --
-and the pytest run goes on with a reason.
+"""Child processes under a deadline: the one supervisor of every process the plugin starts (the probe's
+CUDA child, a copy benchmark, the all-reduce ranks, nccl-tests).
+
+Each child leads its own process group, so that ending it ends everything it started; ``Children``
+ends every group -- SIGTERM, then SIGKILL after ``KILL_GRACE_S`` -- and reaps every child, whatever
+happened (a deadline, a failed rank, Ctrl-C), so that the pytest run goes on with a reason and
+nothing is left behind.
 """
 
 from __future__ import annotations
@@ -10,10 +14,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from typing import Mapping, Sequence
+from typing import IO, Mapping, Sequence
 
-KILL_GRACE_S = 5.0
+KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL: time for a child to end what it started
+POLL_S = 0.02
 
 
 class BenchTimeout(Exception):
@@ -24,64 +30,115 @@ def tail(text: str, lines: int = 20) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+class Children:
+    """The children of one piece of work, supervised together; a context manager whose exit ends
+    and reaps every child (``close``)."""
+
+    def __init__(self, grace_s: float = KILL_GRACE_S) -> None:
+        self.grace_s = grace_s
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: Sequence[str], *, output: IO, env: Mapping[str, str] | None = None) -> subprocess.Popen:
+        """Start ``argv`` as the leader of a new process group, stdout and stderr to ``output``.
+        ``OSError`` when it cannot start."""
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                env=None if env is None else dict(env), start_new_session=True, close_fds=True)
+        self.procs.append(proc)
+        return proc
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return tuple(p.pid for p in self.procs)
+
+    def exit_codes(self) -> list[int | None]:
+        """Each child's exit status (negative: the signal that ended it), None while it runs. Not
+        reaped: a pid -- and with it its process group id -- stays reserved until ``close``."""
+        return [_exited(p) for p in self.procs]
+
+    def wait(self, deadline: float, stop_on_failure: bool = True) -> list[int | None]:
+        """Poll until every child has exited, one failed (``stop_on_failure``) or ``deadline``
+        (``time.monotonic()``) passed; the exit statuses then, None for a child still running."""
+        while True:
+            codes = self.exit_codes()
+            if all(c is not None for c in codes) or (stop_on_failure and any(c not in (None, 0) for c in codes)):
+                return codes
+            if time.monotonic() >= deadline:
+                return codes
+            time.sleep(POLL_S)
+
+    def close(self) -> None:
+        """SIGTERM to every child's process group, SIGKILL to what is left after the grace period
+        (exited leaders too: a grandchild left in a group dies with it), and reap every child."""
+        for p in self.procs:
+            _signal_group(p, signal.SIGTERM)
+        end = time.monotonic() + self.grace_s
+        while time.monotonic() < end and any(_exited(p) is None for p in self.procs):
+            time.sleep(POLL_S)
+        for p in self.procs:
+            _signal_group(p, signal.SIGKILL)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+                pass
+
+    def __enter__(self) -> "Children":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def run_child(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None,
               grace_s: float = KILL_GRACE_S, reap: bool = False) -> tuple[int, str]:
     """Run ``argv`` (stdout and stderr together) and return ``(exit status, output)``; past
     ``timeout_s`` its process group is killed and ``BenchTimeout`` says so with the output's tail.
-    ``OSError`` when it cannot start. ``reap``: run it under ``bench.reaper`` (Linux), which ends
+    ``OSError`` when it cannot start. ``reap``: run it under ``runtime.reaper`` (Linux), which ends
     what it leaves behind even outside its process group (a helper started with ``setsid``)."""
     command = " ".join(argv)
     if reap and sys.platform.startswith("linux"):
         if shutil.which(argv[0], path=None if env is None else env.get("PATH")) is None:
             raise FileNotFoundError(2, "not found on PATH", argv[0])
         argv = [sys.executable, "-m", "pytest_gputopo.runtime.reaper", *argv]
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", env=None if env is None else dict(env), start_new_session=True)
+    # A file, not a pipe: a grandchild that left the group cannot hold the output open past the end.
+    with tempfile.TemporaryFile() as output, Children(grace_s) as children:
+        children.start(argv, output=output, env=env)
+        (code,) = children.wait(time.monotonic() + timeout_s)
+        if code is None:
+            children.close()
+            raise BenchTimeout(f"{command} did not finish within {timeout_s:g} s; its process group was "
+                               f"killed" + (f". Last output:\n{tail(_read(output))}" if _read(output).strip() else ""))
+        children.close()  # reaps it (and ends what it left in its group)
+        return children.procs[0].returncode, _read(output)
+
+
+def _read(output: IO) -> str:
+    output.seek(0)
+    return output.read().decode(errors="replace")
+
+
+def _exited(proc: subprocess.Popen) -> int | None:
+    """The exit code (negative = signal) if ``proc`` has exited, without reaping it."""
+    if proc.returncode is not None:
+        return proc.returncode
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:  # pragma: no cover - macOS < 3.13, Windows
+        return proc.poll()
     try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_group(proc, grace_s)
-        partial = _drain(proc, grace_s)
-        raise BenchTimeout(f"{command} did not finish within {timeout_s:g} s; its process group was "
-                           f"killed" + (f". Last output:\n{tail(partial)}" if partial.strip() else "")) from None
-    except BaseException:  # Ctrl-C or a pytest timeout: leave no benchmark running behind us
-        kill_group(proc, grace_s)
-        _drain(proc, grace_s)
-        raise
-    return proc.returncode, output
+        info = waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # already reaped elsewhere
+        return proc.poll()
+    if info is None or info.si_pid == 0:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status
+    return -info.si_status
 
 
-def kill_group(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM to the whole process group (mpirun, NCCL proxy threads' helpers...), SIGKILL after the
-    grace period to whatever is left of it."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return  # the group is gone
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None and not _group_alive(proc.pid):
-                return
-            time.sleep(0.02)
-
-
-def _group_alive(pgid: int) -> bool:
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    if proc.returncode is not None:  # reaped: its pid may belong to someone else by now
+        return
     try:
-        os.killpg(pgid, 0)
-        return True
+        os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
-        return False
-
-
-def _drain(proc: subprocess.Popen, grace_s: float) -> str:
-    """What the killed child had written; never blocks past the grace period (a grandchild that left
-    the group could hold the pipe open)."""
-    try:
-        output, _ = proc.communicate(timeout=grace_s)
-        return output or ""
-    except subprocess.TimeoutExpired:
-        if proc.stdout is not None:
-            proc.stdout.close()
-        proc.wait(timeout=grace_s)
-        return ""
+        pass

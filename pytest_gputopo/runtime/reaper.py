@@ -1,7 +1,7 @@
 """``python -m pytest_gputopo.runtime.reaper ARGV...``: run ARGV and, when it ends or this process is
 told to stop (SIGTERM), end every process it left behind -- also those that left its process group.
 
-A benchmark's process group is killed at its deadline (``procs.kill_group``), but a wrapper script
+A benchmark's process group is killed at its deadline (``procs.Children``), but a wrapper script
 of nccl-tests may start a helper with ``setsid``: a new session, out of the group's reach, orphaned
 after the deadline. This process is a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``, see
 prctl(2)): an orphan among its descendants is re-parented to it rather than to init, so it can find
