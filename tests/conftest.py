@@ -1,5 +1,12 @@
 # Root conftest: settings shared by the test suite.
+from pathlib import Path
+
 from hypothesis import HealthCheck, settings
+
+# The shared corpus of real tool outputs (../shared/corpus): beside the repository, not in it, so a
+# clone alone skips the tests that read it, with this reason.
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+NO_CORPUS = f"no conformance corpus at {CORPUS} (it lives beside the repository, not in it)"
 
 # CI machines are small and shared: no per-example deadline (a slow example is not a bug here).
 settings.register_profile("gputopo", deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,14 +3,14 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pytest_gputopo import cli
 from pytest_gputopo.probe import probe
+from conftest import CORPUS, NO_CORPUS
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "topo"
+TOPO = CORPUS / "topo"
 P2P_RW_GNS = " \tGPU0\tGPU1\t\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"
 
 
@@ -52,7 +52,7 @@ def test_machines_lists_the_bundled_ones():
 
 def test_record_from_smi_text_keeps_unknowns_unknown(tmp_path, pytester):
     topo = tmp_path / "topo.txt"
-    topo.write_text((CORPUS / "021.txt").read_text() if CORPUS.is_dir() else
+    topo.write_text((TOPO / "021.txt").read_text() if TOPO.is_dir() else
                     "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n")
     out = tmp_path / "node.json"
     assert cli.main(["record", "--from-smi", str(topo), "-o", str(out)]) == 0
@@ -86,9 +86,9 @@ def test_record_from_nvml_without_a_gpu_is_a_clear_error(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("gputopo: no GPU to record: ")
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
+@pytest.mark.skipif(not TOPO.is_dir(), reason=NO_CORPUS)
 def test_parse_smi_topo_json():
-    out = gputopo("parse", "smi-topo", str(CORPUS / "042.txt"), "--json")
+    out = gputopo("parse", "smi-topo", str(TOPO / "042.txt"), "--json")
     data = json.loads(out.stdout)
     assert data["matrix"][0] == ["X", "NV4", "SYS", "SYS"]
     assert data["nics"] == ["mlx5_0"] and data["gpus"][2]["numa_affinity"] == "1"
@@ -114,10 +114,10 @@ def test_bad_input_is_one_line_exit_2(args, message):
     assert message in out.stderr
 
 
-NCCL_CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"
+NCCL_CORPUS = CORPUS / "nccl"
 
 
-@pytest.mark.skipif(not NCCL_CORPUS.is_dir(), reason=f"corpus not found at {NCCL_CORPUS}")
+@pytest.mark.skipif(not NCCL_CORPUS.is_dir(), reason=NO_CORPUS)
 def test_parse_nccl_log_json():
     out = gputopo("parse", "nccl-log", str(NCCL_CORPUS / "003.txt"), "--json")
     data = json.loads(out.stdout)

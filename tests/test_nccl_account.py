@@ -8,15 +8,15 @@ prints them (``src/transport/p2p.cc`` / ``shm.cc`` / ``net.cc``: "Channel 00/0 :
 via P2P/CUMEM/read"; see ../shared/reference/nvml-nccl-torch.md §3.5).
 """
 
-from pathlib import Path
 
 import pytest
 
+from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.parse.nccl_log import parse_nccl_log, transport_family
 from pytest_gputopo.plugin.hooks import GATE_EXIT_STATUS
 from pytest_gputopo.core.requirements import TransportRequirement
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"
+NCCL_LOGS = CORPUS / "nccl"
 
 # A GPU host: dgx-a100's facts as if NVML had just read them here; NCCL's log is the stub's.
 CONFTEST = """
@@ -110,13 +110,13 @@ def test_unconnected_pairs_unmet_by_prediction_say_it_is_a_prediction(gpu_host, 
 
 def _net_names() -> set:
     names = set()
-    for path in sorted(CORPUS.glob("*.txt")):
+    for path in sorted(NCCL_LOGS.glob("*.txt")):
         log = parse_nccl_log(path.read_text(encoding="utf-8", errors="replace"))
         names |= {t for t in log.transports if t.startswith("NET/")}
     return names
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no conformance corpus at {CORPUS}")
+@pytest.mark.skipif(not NCCL_LOGS.is_dir(), reason=NO_CORPUS)
 def test_every_net_plugin_in_the_corpus_meets_its_family():
     """Issue 8.4: NET/IBext_v8 (nccl-rdma-sharp-plugins, the usual path on clusters) must meet
     requires_nccl_transport("NET/IB"); the same for every network name NCCL printed in the corpus."""

@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from conftest import CORPUS, NO_CORPUS
 
 from pytest_gputopo.parse.nccl_log import (Connection, NcclLog, NcclTopoXmlError, parse_nccl_log, parse_topo_xml,
                                      render_summary, transport_family)
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"
-SAMPLES = sorted(CORPUS.glob("*.txt")) if CORPUS.is_dir() else []
-NO_CORPUS = f"no conformance corpus at {CORPUS} (it lives beside the repository, not in it)"
+SAMPLES = sorted((CORPUS / "nccl").glob("*.txt"))
 
 
 def _corpus_params():

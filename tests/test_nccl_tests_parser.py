@@ -24,10 +24,9 @@ from pytest_gputopo.parse.nccl_tests import (
 )
 from pytest_gputopo.runtime.environ import find_all_reduce_perf
 from pytest_gputopo.runtime.procs import BenchTimeout
+from conftest import CORPUS, NO_CORPUS
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 NCCLPERF = CORPUS / "ncclperf"
-NO_CORPUS = f"the shared corpus is not checked out here ({NCCLPERF})"
 
 
 def _samples(folder: Path, keep=lambda meta: True) -> list[Path]:

@@ -1,12 +1,12 @@
 """The plugin in real pytest sessions (pytester) against bundled recorded machines."""
 
 import json
-from pathlib import Path
 import subprocess
 import sys
 
 import pytest
 
+from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.plugin.hooks import GATE_EXIT_STATUS
 
 MARKED = """
@@ -329,11 +329,11 @@ def test_a_machine_without_nvml_access_says_why(pytester, problem):
                                  f"*requires_p2p: needs 2 GPUs to form a pair, 0 visible ({problem})*"])
 
 
-@pytest.mark.skipif(not (Path(__file__).resolve().parents[2] / "shared" / "corpus" / "topo").is_dir(),
-                    reason="the shared corpus is not checked out beside the project")
+@pytest.mark.skipif(not (CORPUS / "topo").is_dir(),
+                    reason=NO_CORPUS)
 def test_gating_on_nvidia_smi_text(pytester):
     """A file of `nvidia-smi topo -m` text as the machine: links known, P2P unknown (not in the text)."""
-    text = (Path(__file__).resolve().parents[2] / "shared" / "corpus" / "topo" / "042.txt").read_text()
+    text = (CORPUS / "topo" / "042.txt").read_text()
     (pytester.path / "a30.txt").write_text(text)
     src = ("import pytest\n@pytest.mark.requires_nvlink(gpus=2)\ndef test_pair(): pass\n"
            "@pytest.mark.requires_p2p(gpus=2)\ndef test_p2p(): pass\n")

@@ -11,10 +11,7 @@ recorded machine, built on the real module) and ``torch`` (whose ``torch.cuda`` 
 with the calling process's pid). A conftest lets the probe believe a driver is installed.
 """
 
-import json
 import os
-import sys
-from pathlib import Path
 
 import pytest
 

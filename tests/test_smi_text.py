@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from conftest import CORPUS, NO_CORPUS
 
 from pytest_gputopo.core import model
 from pytest_gputopo.parse.smi_topo import (SmiParseError, SmiTopo, parse_p2p_matrix, parse_topo_matrix,
                                            render_p2p_matrix, render_topo_matrix, to_topology)
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "topo"
-SAMPLES = sorted(CORPUS.glob("*.txt")) if CORPUS.is_dir() else []
-NO_CORPUS = f"no conformance corpus at {CORPUS} (it lives beside the repository, not in it)"
+TOPO = CORPUS / "topo"
+SAMPLES = sorted(TOPO.glob("*.txt"))
 
 # nvidia-smi topo -p2p rw, verbatim from https://github.com/noonghunna/club-3090/issues/1229
 P2P_SAMPLE = (" \tGPU0\tGPU1\t\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n\nLegend:\n\n  X    = Self\n"
@@ -200,11 +200,11 @@ def test_a_matrix_without_one_readable_link_is_refused():
         parse_topo_matrix("\tGPU0\tGPU1\nGPU0\t X \tFOO\nGPU1\tFOO\t X \n")
 
 
-@pytest.mark.skipif(not (CORPUS.parent / "rocm").is_dir(), reason="no rocm-smi samples in the corpus")
+@pytest.mark.skipif(not (CORPUS / "rocm").is_dir(), reason=NO_CORPUS)
 @pytest.mark.parametrize("sample", ["001.txt", "004.txt"])
 def test_rocm_smi_output_is_refused_as_amd(sample, pytester):
     """Issue 8.20: rocm-smi --showtopo output was taken for nvidia-smi text (8 unknown GPUs, tests ran)."""
-    path = CORPUS.parent / "rocm" / sample
+    path = CORPUS / "rocm" / sample
     with pytest.raises(SmiParseError, match="this is rocm-smi output \\(AMD GPUs\\)"):
         parse_topo_matrix(path.read_text())
     pytester.makepyfile(test_x="def test_x(): pass\n")

@@ -14,7 +14,6 @@ from pytest_gputopo.core import keys
 from hypothesis import given, strategies as st
 
 from pytest_gputopo.core import model
-from pytest_gputopo.bench import untrusted
 from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite, SharedFolder
 
 HOST = model.Topology(gpus=(model.Gpu(0), model.Gpu(1)), links=(model.Link(0, 1),), source=model.Source("nvml"))

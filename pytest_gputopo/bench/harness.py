@@ -38,12 +38,8 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Tuple
-
-try:  # Python >= 3.8
-    from typing import Protocol
-except ImportError:  # pragma: no cover
-    Protocol = object  # type: ignore[assignment,misc]
+from contextlib import nullcontext
+from typing import Any, Callable, Optional, Protocol, Sequence, Tuple
 
 MIN_SAMPLE_S = 0.02  # the shortest timed sample (see calibrate, above)
 
@@ -114,29 +110,21 @@ class CudaEventTimer:
         self._torch = torch
         self._device = device
         self._sync = sync
-        with torch.cuda.device(device) if device is not None else _nullcontext():
+        with torch.cuda.device(device) if device is not None else nullcontext():
             self._start = torch.cuda.Event(enable_timing=True)
             self._end = torch.cuda.Event(enable_timing=True)
 
     def start(self) -> None:
         if self._sync is not None:
             self._sync()
-        with self._torch.cuda.device(self._device) if self._device is not None else _nullcontext():
+        with self._torch.cuda.device(self._device) if self._device is not None else nullcontext():
             self._start.record()
 
     def stop(self) -> float:
-        with self._torch.cuda.device(self._device) if self._device is not None else _nullcontext():
+        with self._torch.cuda.device(self._device) if self._device is not None else nullcontext():
             self._end.record()
         self._end.synchronize()
         return self._start.elapsed_time(self._end) / 1e3
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 @dataclass(frozen=True)
