@@ -491,3 +491,20 @@ def test_a_mig_instance_does_not_inherit_its_parents_nvlinks(monkeypatch):
     got = _as_cuda_sees_it(t, CudaView((t.gpus[0].pci_bus_id,), {}))
     assert got.gpus == ()
     assert any("MIG instance" in w for w in got.warnings)
+
+
+@given(st.sets(st.integers(0, 4095), min_size=1, max_size=60))
+def test_one_cpu_list_reader_inverts_nvmls_cpu_list(cpus):
+    """One reader of CPU lists (core.cpus) for profiles, the fake NVML and the copy benchmark."""
+    from pytest_gputopo.core.cpus import cpu_mask, cpu_set
+
+    mask = sum(1 << c for c in cpus)
+    text = nvml.cpu_list(mask)
+    assert cpu_set(text) == cpus and cpu_mask(text) == mask
+
+
+@pytest.mark.parametrize("text", [None, "", "N/A", "0-99999999999", "5-3", "0-65536", "9" * 5000])
+def test_a_cpu_list_no_machine_has_is_unknown(text):
+    from pytest_gputopo.core.cpus import cpu_mask, cpu_ranges, cpu_set
+
+    assert cpu_ranges(text) is cpu_set(text) is cpu_mask(text) is None

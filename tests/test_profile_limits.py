@@ -46,7 +46,7 @@ def show(tmp_path, data, text=None):
     ("topology.links.0.nvlinks", -2, "topology.links[0].nvlinks: -2 is not from 0 to 36"),
     ("topology.gpus.0.memory_total_bytes", -1, "topology.gpus[0].memory_total_bytes: -1 is not from 1 to"),
     ("topology.gpus.0.pcie_width_max", 4096, "topology.gpus[0].pcie_width_max: 4096 is not from 1 to 32"),
-    ("topology.gpus.0.cpu_affinity", "0-99999999999", "topology.gpus[0].cpu_affinity: '0-99999999999' is not a CPU range"),
+    ("topology.gpus.0.cpu_affinity", "0-99999999999", "topology.gpus[0].cpu_affinity: '0-99999999999' is not a CPU range list below 65536"),
     ("topology.gpus.1.uuid", BASE["topology"]["gpus"][0]["uuid"], "topology.gpus[1].uuid: 'GPU-"),
     ("topology.gpus.1.pci_bus_id", BASE["topology"]["gpus"][0]["pci_bus_id"], "is also gpus[0]'s"),
     ("topology.nics", [1, 2], "topology.nics[0]: expected str, got 1"),

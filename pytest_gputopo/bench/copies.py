@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from ..core.cpus import cpu_set
 from .harness import Measurement, WallTimer, measure
 
 DEFAULT_COPY_BYTES = 256 * 2**20  # nvbandwidth uses 512 MiB; 256 MiB reaches line rate on every link we know
@@ -123,20 +124,6 @@ def _near(cpus: set[int] | None):
         os.sched_setaffinity(0, before)
 
 
-def parse_cpu_list(text: str | None) -> set[int] | None:
-    """``"0-23,48-71"`` -> the set of CPUs (None when unknown or unreadable)."""
-    if not text:
-        return None
-    cpus = set()
-    try:
-        for part in text.split(","):
-            lo, _, hi = part.strip().partition("-")
-            cpus.update(range(int(lo), int(hi or lo) + 1))
-    except ValueError:
-        return None
-    return cpus
-
-
 def host_device_copy(gpu: int, *, to_device: bool = True, pinned: bool = True, cpu_affinity: str | None = None,
                      size_bytes: int = DEFAULT_COPY_BYTES, budget_s: float = 2.0) -> Measurement:
     """Host -> GPU (or GPU -> host) by the copy engine, from pinned or pageable host memory placed on
@@ -144,7 +131,7 @@ def host_device_copy(gpu: int, *, to_device: bool = True, pinned: bool = True, c
     import torch
 
     dev = torch.device("cuda", gpu)
-    with _near(parse_cpu_list(cpu_affinity)) as placed:
+    with _near(cpu_set(cpu_affinity)) as placed:
         host = torch.empty(size_bytes, dtype=torch.uint8, pin_memory=pinned)
         host.copy_(_pattern(torch, size_bytes, "cpu")) if to_device else host.zero_()
     device_buf = _pattern(torch, size_bytes, dev) if not to_device else torch.empty(size_bytes, dtype=torch.uint8,

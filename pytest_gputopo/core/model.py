@@ -14,6 +14,8 @@ import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping
 
+from .cpus import MAX_CPUS, cpu_ranges, looks_like_cpu_list
+
 SCHEMA_VERSION = 1
 
 
@@ -52,7 +54,6 @@ _LABEL_RE = re.compile(r"^(?:NV(\d+)|(SYS|SOC|NODE|PHB|PXB|PIX))$")
 MAX_NVLINKS = 36
 MAX_GPUS = 1024  # GPUs one host shows; the largest NVLink domain today is 72 (GB200 NVL72)
 MAX_NUMA_NODES = 1024  # Linux MAX_NUMNODES at CONFIG_NODES_SHIFT=10, the most x86-64 allows
-MAX_CPUS = 65536  # Linux NR_CPUS tops out at 8192 (CONFIG_MAXSMP)
 MAX_PCIE_GEN = 16  # PCIe 7.0 is the newest specification
 MAX_PCIE_WIDTH = 32  # x32, the widest link the PCIe specification defines
 MAX_MEMORY_BYTES = 2**44  # 16 TiB; the largest GPU memory today is 288 GB (B300)
@@ -413,7 +414,6 @@ def _p2p_from(d: Any, path: str) -> P2P:
     return P2P(**{cap: _enum(P2PStatus, d.get(cap, "U"), f"{path}.{cap}") for cap in P2P_CAPS})
 
 
-_CPU_LIST_RE = re.compile(r"[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*")
 _GPU_INTS = {"nvml_index": (0, MAX_GPUS - 1), "numa_node": (0, MAX_NUMA_NODES - 1),
              "pcie_gen_current": (1, MAX_PCIE_GEN), "pcie_gen_max": (1, MAX_PCIE_GEN),
              "pcie_width_current": (1, MAX_PCIE_WIDTH), "pcie_width_max": (1, MAX_PCIE_WIDTH),
@@ -444,11 +444,9 @@ def _gpu_from(d: Any, path: str) -> Gpu:
     if len({ln.link for ln in links}) != len(links):
         raise SchemaError(f"{p}nvlinks", "a link number is listed twice")
     cpus = _get(d, "cpu_affinity", p, (str,), None)
-    if cpus is not None and _CPU_LIST_RE.fullmatch(cpus):  # other text ("N/A") is no CPU list
-        for part in cpus.split(","):
-            lo, _, hi = part.partition("-")
-            if len(part) > 11 or int(hi or lo) >= MAX_CPUS or int(lo) > int(hi or lo):
-                raise SchemaError(f"{p}cpu_affinity", f"{part[:20]!r} is not a CPU range below {MAX_CPUS}")
+    # Other text ("N/A") is no CPU list: unknown. A list names CPUs a machine can have.
+    if cpus and looks_like_cpu_list(cpus) and cpu_ranges(cpus) is None:
+        raise SchemaError(f"{p}cpu_affinity", f"{cpus[:40]!r} is not a CPU range list below {MAX_CPUS}")
     return Gpu(index=_int(d, "index", p, 0, MAX_GPUS - 1, ..., allow_none=False),
                nvlinks=links,
                **{k: _int(d, k, p, low, high) for k, (low, high) in _GPU_INTS.items()},

@@ -52,12 +52,12 @@ import types
 from typing import Any
 
 from ..core import model
+from ..core.cpus import cpu_mask
 from .nvml import NVLINK_MAX_LINKS_NEWEST, NVLINK_VERSIONS, counts_unknown, synthetic_bus_id
 
 _VERSION_CODES = {v: k for k, v in NVLINK_VERSIONS.items()}
 _DEVICE_TYPE_CODES = {"GPU": 0, "IBMNPU": 1, "SWITCH": 2}  # anything else: 0xFF (unknown)
 _BUS_RE = re.compile(r"^([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])$")
-_CPU_RE = re.compile(r"^\s*([0-9]{1,9})\s*(?:-\s*([0-9]{1,9})\s*)?$")
 _UNKNOWN_NVLINK = "unknown"  # a GPU's NVLink state fails with NVMLError_Unknown
 _MOST_NVLINKS = 18  # the most NVLinks one GPU has (Hopper, Blackwell): a GPU needing more sits on NVSwitches
 
@@ -103,21 +103,6 @@ def make_fake_pynvml(topology: model.Topology, *, binding_version: str = "13.615
     if old:
         mod.nvmlDeviceGetMemoryInfo = lambda handle: fake.nvmlDeviceGetMemoryInfo(handle)  # no version kwarg yet
     return mod
-
-
-def _cpu_mask(text: str | None) -> int | None:
-    if text is None:
-        return None
-    mask = 0
-    for part in text.split(","):
-        m = _CPU_RE.match(part)
-        if not m:
-            return None  # not a CPU list ("N/A"): unknown
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if not lo <= hi < model.MAX_CPUS:
-            return None  # no machine has such CPUs: unknown, never a mask of 10**11 bits
-        mask |= ((1 << (hi - lo + 1)) - 1) << lo
-    return mask or None
 
 
 def _words(mask: int, size: int) -> Any:
@@ -364,7 +349,7 @@ class _FakeNvml:
         return int(m.group(1)), int(m.group(2))
 
     def nvmlDeviceGetCpuAffinity(self, handle: Any, cpuSetSize: int) -> Any:
-        return _words(self._fact(_cpu_mask(self.gpus[self._gpu(handle)].cpu_affinity)), cpuSetSize)
+        return _words(self._fact(cpu_mask(self.gpus[self._gpu(handle)].cpu_affinity)), cpuSetSize)
 
     def nvmlDeviceGetCpuAffinityWithinScope(self, handle: Any, cpuSetSize: int, scope: int) -> Any:
         return self.nvmlDeviceGetCpuAffinity(handle, cpuSetSize)
