@@ -12,9 +12,14 @@ import os
 import sys
 from pathlib import Path
 
+from .core import model, spec
+from .parse import smi_topo as smi_text
+from .parse.nccl_log import parse_nccl_log
+from .parse.nccl_tests import NcclTestsParseError, parse_nccl_tests
+from .probe import MachineError, probe
+from .probe.recorded import bundled_names, load_profile, profile_dict
+from .render import report, tables
 from .runtime import files
-from .core import model
-from .render import report
 
 P2P_CAPS = {"r": "read", "w": "write", "n": "nvlink", "a": "atomics"}
 
@@ -39,8 +44,6 @@ def _emit(data, as_json: bool, lines=None) -> None:
 
 
 def _topology(machine: str | None) -> model.Topology:
-    from .probe import MachineError, probe
-
     try:
         return probe(machine)
     except MachineError as exc:
@@ -55,22 +58,17 @@ def cmd_show(args) -> int:
 
 
 def cmd_machines(args) -> int:
-    from .probe.recorded import bundled_names, load_profile
-
     profiles = [load_profile(name) for name in bundled_names()]
     if args.json:
         _emit([{"name": p.name, "description": p.description, "gpus": len(p.topology.gpus)} for p in profiles], True)
     else:
-        width = max((len(p.name) for p in profiles), default=0)
-        _emit(None, False, [f"{p.name.ljust(width)}  {p.description}" for p in profiles])
+        _emit(None, False, tables.machine_lines(profiles))
     return 0
 
 
 def _p2p_args(values: list[str]) -> dict:
     """``[CAPS:]FILE`` -> {capability: (file, parsed matrix)}; CAPS are letters of nvidia-smi's
     -p2p (r, w, n, a). Each error names the argument, the letter or the file at fault."""
-    from .parse import smi_topo as smi_text
-
     out = {}
     for value in values:
         caps, sep, path = value.partition(":")
@@ -90,12 +88,7 @@ def _p2p_args(values: list[str]) -> dict:
 
 
 def cmd_record(args) -> int:
-    from .probe import probe
-    from .probe.recorded import profile_dict
-
     if args.from_smi:
-        from .parse import smi_topo as smi_text
-
         try:
             smi = smi_text.parse_topo_matrix(_read(args.from_smi))
         except smi_text.SmiParseError as exc:
@@ -131,65 +124,36 @@ def cmd_parse(args) -> int:
     if args.format == "nccl-tests":
         return _parse_nccl_tests(args)
     if args.format == "nccl-log":
-        from .parse.nccl_log import parse_nccl_log, render_summary
-
         log = parse_nccl_log(_read(args.file))
         if not log.nccl_lines and log.nccl_version is None:
             raise CliError(f"{args.file}: no NCCL log: not one line NCCL writes (\"NCCL INFO\", \"NCCL WARN\", "
                            f"\"NCCL version\"); run with NCCL_DEBUG=INFO")
-        _emit(log.to_json(), args.json, render_summary(log))
+        _emit(log.to_json(), args.json, tables.nccl_log_lines(log))
         return 0
-    from .parse import smi_topo as smi_text
-
     text = _read(args.file)
     try:
         smi = smi_text.parse_topo_matrix(text)
     except smi_text.SmiParseError as exc:
         raise CliError(f"{args.file}: {exc}") from None
-    topology = smi_text.to_topology(smi, name=args.file)
-    lines = report.link_matrix(topology)
-    lines += [f"NICs: {', '.join(smi.nics)}"] if smi.nics else []
-    lines += [f"warning: {w}" for w in smi.warnings]
-    _emit(smi.to_json(), args.json, lines or ["(no GPU in the matrix)"])
+    _emit(smi.to_json(), args.json, tables.smi_topo_lines(smi, smi_text.to_topology(smi, name=args.file)))
     return 0
 
 
 def _parse_nccl_tests(args) -> int:
-    from .parse.nccl_tests import NcclTestsParseError, parse_nccl_tests
-
     try:
         result = parse_nccl_tests(_read(args.file))
     except NcclTestsParseError as exc:
         raise CliError(f"{args.file}: {exc}") from None
-    data = result.to_json()
-    lines = [f"{'size_bytes':>12}  {'busbw out':>10}  {'busbw in':>10}  wrong"]
-    for row in result.rows:
-        cells = [f"{r.busbw_gbps:10.2f}" if r and r.busbw_gbps is not None else f"{'N/A':>10}"
-                 for r in (row.out_of_place, row.in_place)]
-        wrong = [str(r.wrong) for r in (row.out_of_place, row.in_place) if r and r.wrong is not None]
-        lines.append(f"{row.size_bytes:>12}  {cells[0]}  {cells[1]}  {'/'.join(wrong) or '-'}")
-    avg, peak = data["avg_busbw_gbps"], data["max_busbw_gbps"]
-    lines.append(f"avg busbw (as printed): {'n/a' if avg is None else f'{avg:.2f}'} GB/s; "
-                 f"max busbw: {'n/a' if peak is None else f'{peak:.2f}'} GB/s")
-    if result.wrong_data():  # nccl-tests' own verdict on the data: a broken node
-        lines.append(f"wrong data: {result.wrong_data()}")
-    lines += [f"warning: {w}" for w in data["warnings"]]
-    _emit(data, args.json, lines)
+    _emit(result.to_json(), args.json, tables.nccl_tests_lines(result))
     return 0
 
 
 def cmd_spec(args) -> int:
-    from .core import spec
-
     rows = spec.table_rows()
     if args.json:
         _emit([{"category": c, "item": i, "gbps": f.gbps, "source": f.source} for c, i, f in rows], True)
         return 0
-    width = max(len(f"{c}: {i}") for c, i, _ in rows)
-    lines = [f"{(c + ': ' + i).ljust(width)}  {f.gbps:8.2f} GB/s  [{f.source}]" for c, i, f in rows]
-    lines += ["", "efficiency floors (fraction of expected): "
-              + ", ".join(f"{k}={v:g}" for k, v in spec.DEFAULT_FLOORS.items())]
-    _emit(None, False, lines)
+    _emit(None, False, tables.spec_lines(rows, spec.DEFAULT_FLOORS))
     return 0
 
 

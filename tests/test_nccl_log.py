@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from conftest import CORPUS, NO_CORPUS
 
 from pytest_gputopo.parse.nccl_log import (Connection, NcclLog, NcclTopoXmlError, parse_nccl_log, parse_topo_xml,
-                                     render_summary, transport_family)
+                                           transport_family)
+from pytest_gputopo.render.tables import nccl_log_lines
 
 SAMPLES = sorted((CORPUS / "nccl").glob("*.txt"))
 
@@ -129,7 +130,7 @@ def test_corpus_sample_to_json_and_summary(path: Path):
     assert data["nccl_version"] == log.nccl_version
     assert data["transports"] == sorted(log.transports)
     assert len(data["connections"]) == len(log.connections)
-    lines = render_summary(log)
+    lines = nccl_log_lines(log)
     assert lines[0].startswith("NCCL ")
     assert any(line.startswith("transports: ") for line in lines)
     for src, dst in log.pair_transports():
@@ -381,14 +382,14 @@ def test_render_summary_names_pairs_and_warnings():
                       PFX + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
                       PFX + "Channel 00/0 : 1[1] -> 2[0] [send] via NET/IBext_v8/0/GDRDMA",
                       PFX + "NET/IB : No device found."])
-    lines = render_summary(parse_nccl_log(text))
+    lines = nccl_log_lines(parse_nccl_log(text))
     assert lines[0] == "NCCL 2.18.5 (built for CUDA 12.2)"
     assert "transports: NET/IB (as NET/IBext_v8), P2P" in lines
     assert "GPUDirect RDMA: yes" in lines
     assert "  0 -> 1: P2P (CUMEM/read)" in lines
     assert "  1 -> 2: NET/IBext_v8 (IBext_v8/0/GDRDMA)" in lines
     assert "warning: no IB device found (NET/IB : No device found.)" in lines
-    assert render_summary(NcclLog())[0] == "NCCL version: not in the log"
+    assert nccl_log_lines(NcclLog())[0] == "NCCL version: not in the log"
 
 
 def test_transport_family():
@@ -412,7 +413,7 @@ def test_arbitrary_text_never_raises(text):
     log = parse_nccl_log(text)
     assert isinstance(log, NcclLog)
     json.dumps(log.to_json())
-    render_summary(log)
+    nccl_log_lines(log)
 
 
 @settings(max_examples=300)
@@ -420,7 +421,7 @@ def test_arbitrary_text_never_raises(text):
 def test_nccl_like_text_never_raises(text):
     log = parse_nccl_log(text)
     json.dumps(log.to_json())
-    render_summary(log)
+    nccl_log_lines(log)
 
 
 @pytest.mark.skipif(not SAMPLES, reason=NO_CORPUS)
@@ -444,7 +445,7 @@ def test_mutated_real_samples_never_raise(data):
             text = "".join(lines)
     log = parse_nccl_log(text)
     json.dumps(log.to_json())
-    render_summary(log)
+    nccl_log_lines(log)
 
 
 # ----------------------------------------------------------------------------------- topology XML

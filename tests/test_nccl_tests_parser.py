@@ -20,8 +20,8 @@ from pytest_gputopo.bench.nccl_tests import NcclTestsRunError
 from pytest_gputopo.parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
 from pytest_gputopo.parse.nccl_tests import (
     NcclTestsParseError, NcclTestsResult, NcclTestsRow, Result, parse_nccl_tests, parse_nccl_tests_all,
-    render_nccl_tests,
 )
+from pytest_gputopo.render.nccl_tests import render_nccl_tests
 from pytest_gputopo.runtime.environ import find_all_reduce_perf
 from pytest_gputopo.runtime.procs import BenchTimeout
 from conftest import CORPUS, NO_CORPUS

@@ -241,7 +241,7 @@ def test_a_switch_box_whose_gpu_lost_its_links_replays_from_its_matrix(tmp_path)
     import sys
 
     from pytest_gputopo.probe import probe_recorded
-    from pytest_gputopo.parse.smi_topo import render_topo_matrix
+    from pytest_gputopo.render.smi_topo import render_topo_matrix
 
     degraded = probe_recorded("hgx-h100-nvlink-down")
     (tmp_path / "topo.txt").write_text(render_topo_matrix(degraded))

@@ -13,7 +13,8 @@ from conftest import CORPUS, NO_CORPUS
 
 from pytest_gputopo.core import model
 from pytest_gputopo.parse.smi_topo import (SmiParseError, SmiTopo, parse_p2p_matrix, parse_topo_matrix,
-                                           render_p2p_matrix, render_topo_matrix, to_topology)
+                                           to_topology)
+from pytest_gputopo.render.smi_topo import render_p2p_matrix, render_topo_matrix
 
 TOPO = CORPUS / "topo"
 SAMPLES = sorted(TOPO.glob("*.txt"))

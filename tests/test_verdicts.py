@@ -279,7 +279,7 @@ def test_expect_compares_the_physical_gpus_the_job_sees(pytester, monkeypatch, v
 def test_expect_takes_nvidia_smi_text_as_machine_does(pytester):
     """Issue 8.19: --gputopo-expect accepts a `.txt` matrix, as --gputopo-machine does."""
     from pytest_gputopo.probe import probe_recorded
-    from pytest_gputopo.parse.smi_topo import render_topo_matrix
+    from pytest_gputopo.render.smi_topo import render_topo_matrix
 
     (pytester.path / "healthy.txt").write_text(render_topo_matrix(probe_recorded("hgx-h100")))
     pytester.makepyfile(test_x="def test_x(): pass\n")

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 __all__ = [
     "Connection", "NcclLog", "NcclTopoXmlError",
-    "parse_nccl_log", "parse_topo_xml", "render_summary", "transport_family",
+    "parse_nccl_log", "parse_topo_xml", "transport_family",
 ]
 
 _MAX_TEXT = 160  # warnings keep this many characters of a message
@@ -446,45 +446,6 @@ def parse_nccl_log(text) -> NcclLog:
 
 
 # ---------------------------------------------------------------------------------------- rendering
-
-_MAX_PAIRS = 64
-
-
-def render_summary(log: NcclLog) -> list:
-    """Human lines for the CLI: version, network, transports, per rank pair the transports, warnings."""
-    lines = []
-    if log.nccl_version:
-        cuda = f" (built for CUDA {log.cuda_version})" if log.cuda_version else ""
-        lines.append(f"NCCL {log.nccl_version}{cuda}")
-    else:
-        lines.append("NCCL version: not in the log")
-    if log.n_ranks is not None:
-        nodes = f" on {log.n_nodes} nodes" if log.n_nodes else ""
-        lines.append(f"ranks: {log.n_ranks}{nodes}")
-    if log.network:
-        plugin = " (external plugin)" if log.net_plugin else ""
-        devices = f"; devices {', '.join(log.net_devices)}" if log.net_devices else ""
-        lines.append(f"network: {log.network}{plugin}{devices}")
-    if log.transports:
-        names = [t if transport_family(t) == t else f"{transport_family(t)} (as {t})" for t in sorted(log.transports)]
-        lines.append("transports: " + ", ".join(names))
-    else:
-        lines.append("transports: none seen")
-    lines.append(f"GPUDirect RDMA: {'yes' if log.gdrdma else 'no'}")
-    if log.nvls or log.nvls_available:
-        lines.append(f"NVLS: {'used' if log.nvls else 'available, not seen in use'}")
-    pairs = log.pair_transports()
-    for (src, dst), transports in list(pairs.items())[:_MAX_PAIRS]:
-        details = sorted({c.detail for c in log.connections if (c.src_rank, c.dst_rank) == (src, dst)})
-        peer = "CollNet" if dst == -1 else str(dst)
-        lines.append(f"  {src} -> {peer}: {', '.join(transports)} ({', '.join(details)})")
-    if len(pairs) > _MAX_PAIRS:
-        lines.append(f"  ... {len(pairs) - _MAX_PAIRS} more rank pairs")
-    for name, value in sorted(log.env_settings.items()):
-        lines.append(f"set: {name}={value}")
-    lines += [f"warning: {w}" for w in log.warnings]
-    return lines
-
 
 # ------------------------------------------------------------------------------------- topology XML
 

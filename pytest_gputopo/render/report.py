@@ -8,9 +8,9 @@ from ..core.model import Topology
 
 def legend() -> str:
     """nvidia-smi's own legend, plus what this plugin adds."""
-    from ..parse import smi_topo as smi_text  # only ``gputopo show`` needs it; keep plugin start-up light
+    from .smi_topo import LEGEND  # only ``gputopo show`` needs it; keep plugin start-up light
 
-    return (smi_text.LEGEND.rstrip("\n") + "\n  ?    = not known (the source did not say)\n"
+    return (LEGEND.rstrip("\n") + "\n  ?    = not known (the source did not say)\n"
             "P2P: OK = read and write OK, CNS = chipset not supported, GNS = GPU not supported,\n"
             "  TNS = topology not supported, DR = disabled by regkey, NS = not supported, U = unknown")
 
