@@ -1,7 +1,15 @@
 # Root conftest: settings shared by the test suite.
+import importlib.util
 from pathlib import Path
 
+import pytest
+
 from hypothesis import HealthCheck, settings
+
+# Tests that run a real benchmark (gloo on this host's CPUs) need torch; on a Python whose torch is
+# not installed (dev/test-python), they skip saying so.
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="torch is not installed in this environment (dev/setup installs it)")
 
 # The shared corpus of real tool outputs (../shared/corpus): beside the repository, not in it, so a
 # clone alone skips the tests that read it, with this reason.

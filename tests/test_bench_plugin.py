@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from conftest import needs_torch
+
 from pytest_gputopo.core import keys
 
 BW = """
@@ -62,6 +64,7 @@ def test_no_gpu_says_why(pytester):
     result.stdout.fnmatch_lines(["*min_h2d_bw(20): nothing to measure: 0 visible (NVML library not found*"])
 
 
+@needs_torch
 def test_gloo_allreduce_really_runs_on_this_host(pytester):
     src = "import pytest\n@pytest.mark.min_allreduce_bw(0.001)\ndef test_ok(): pass\n" \
           "@pytest.mark.min_allreduce_bw(10000)\ndef test_too_fast(): pass\n"
@@ -148,6 +151,7 @@ def test_full_check_reads_like_a_pytest_run_and_lands_in_junit_and_json(pytester
     assert {m["origin"] for m in doc["measurements"]} == {"recorded"}
 
 
+@needs_torch
 def test_a_measured_check_item_says_the_interval_of_its_figure(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=full",
                                 "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "256K",
@@ -203,6 +207,7 @@ def test_shared_results(gputopo_bench):
     assert own["name"] == "host memcpy" and own["test"].endswith("test_memcpy") and own["verified"] is True
 
 
+@needs_torch
 def test_cache_reuses_results_across_runs(pytester):
     src = "import pytest\n@pytest.mark.min_allreduce_bw(0.001)\ndef test_ok(): pass\n"
     pytester.makepyfile(test_bw=src)
@@ -223,6 +228,7 @@ def test_cache_reuses_results_across_runs(pytester):
     assert fourth["origin"] == "measured" and fourth["gbps"] is None
 
 
+@needs_torch
 def test_xdist_workers_share_one_measurement_per_run(pytester):
     pytest.importorskip("xdist")
     src = '''
@@ -264,6 +270,7 @@ def test_gloo_never_serves_this_hosts_figure_as_a_recorded_machines(pytester):
                                  "and recorded:dgx-a100 is not this host)*"])
 
 
+@needs_torch
 def test_a_gpu_requirement_needs_its_gpus_whatever_the_backend(pytester):
     """Issue 8.16: min_allreduce_bw(0.01, gpus=8) passed on a GPU-less host with gloo."""
     result = run(pytester, "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "64K", src=GLOO)

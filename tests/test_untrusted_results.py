@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from conftest import needs_torch
+
 from pytest_gputopo.core import keys
 from hypothesis import given, strategies as st
 
@@ -127,6 +129,7 @@ def _entry_file(pytester):
     return found
 
 
+@needs_torch
 def test_a_corrupted_cache_entry_never_passes_a_test(pytester):
     """Issue 9.2 end to end: gloo measures this host's CPUs, far below 100000 GB/s; a NaN cached
     figure passed the marker, a list crashed the setup with AttributeError."""
