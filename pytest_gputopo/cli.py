@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from .core import model, spec
+from .core import model, schema, spec
 from .parse import smi_topo as smi_text
 from .parse.nccl_log import parse_nccl_log
 from .parse.nccl_tests import NcclTestsParseError, parse_nccl_tests
@@ -52,7 +52,7 @@ def _topology(machine: str | None) -> model.Topology:
 
 def cmd_show(args) -> int:
     topology = _topology(args.machine)
-    data = {**model.to_dict(topology), "source_text": report.source_text(topology)}
+    data = {**schema.to_dict(topology), "source_text": report.source_text(topology)}
     _emit(data, args.json, report.full_report(topology) + ["", report.legend()])
     return 0
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_gputopo.core import model
+from pytest_gputopo.core import model, schema
 from pytest_gputopo.probe import nvml, recorded
 from pytest_gputopo.probe.fake_nvml import make_fake_pynvml
 
@@ -277,7 +277,7 @@ def test_replay_invents_no_nvlinks_and_keeps_cuda_peer(tmp_path):
 def test_p2p_staged_figures_are_accepted_in_profiles():
     """Issue 8.17: `p2p_staged` figures were refused in a profile's `published`."""
     fig = {"kind": "p2p_staged", "gbps": 10.5, "source": "a measurement"}
-    assert model.from_dict({"gpus": [], "links": [], "published": [fig]}).published == (fig,)
+    assert schema.from_dict({"gpus": [], "links": [], "published": [fig]}).published == (fig,)
 
 
 def test_no_gpus():

@@ -1,5 +1,5 @@
 """A machine profile is untrusted input (issue 9.3, 9.4, 9.11): every field's type and range is
-checked in ``model.from_dict`` before anything is built from it, with limits no real machine
+checked in ``schema.from_dict`` before anything is built from it, with limits no real machine
 reaches (``model.MAX_*``, each with its source), and a bad one is the project's own error naming
 the file and the field: exit 2 from ``gputopo``, a usage error (4) from pytest, never a crash."""
 
@@ -15,7 +15,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pytest_gputopo.core import model
+from pytest_gputopo.core import limits, schema
 from pytest_gputopo.probe.recorded import BUNDLED_DIR, ProfileError, load_profile
 
 BASE = json.loads((BUNDLED_DIR / "hgx-h100.json").read_text())
@@ -152,9 +152,9 @@ def _load(tmp_path, data) -> None:
     from pytest_gputopo.render import report
 
     report.full_report(profile.topology)
-    assert model.from_dict(model.to_dict(profile.topology)) == profile.topology
+    assert schema.from_dict(schema.to_dict(profile.topology)) == profile.topology
     for fig in profile.topology.published:
-        assert 0 < fig["gbps"] <= model.MAX_GBPS
+        assert 0 < fig["gbps"] <= limits.MAX_GBPS
 
 
 @settings(max_examples=300)

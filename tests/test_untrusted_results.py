@@ -15,7 +15,7 @@ from conftest import needs_torch
 from pytest_gputopo.core import keys
 from hypothesis import given, strategies as st
 
-from pytest_gputopo.core import model
+from pytest_gputopo.core import limits, model
 from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite, SharedFolder
 
 HOST = model.Topology(gpus=(model.Gpu(0), model.Gpu(1)), links=(model.Link(0, 1),), source=model.Source("nvml"))
@@ -78,7 +78,7 @@ def test_no_cache_entry_crashes_the_suite_or_serves_an_implausible_figure(entry)
             return BenchResult(key, "copy", 12.5, "measured")
 
     result = Suite(HOST, BenchSettings(), cache_get=lambda name: entry, cache_set=lambda n, v: None).get(KEY)
-    assert 0 < result.gbps <= model.MAX_GBPS and math.isfinite(result.gbps)
+    assert 0 < result.gbps <= limits.MAX_GBPS and math.isfinite(result.gbps)
     json.dumps(result.to_json(), allow_nan=False)  # the JSON report stays strict JSON
     result.interval_gbps  # what verdict texts read of the detail
 
@@ -90,7 +90,7 @@ def test_a_shared_result_is_taken_only_whole(data):
     except ValueError as exc:
         assert str(exc)
     else:
-        assert result.gbps is None or 0 < result.gbps <= model.MAX_GBPS
+        assert result.gbps is None or 0 < result.gbps <= limits.MAX_GBPS
         json.dumps(result.to_json(), allow_nan=False)
         result.interval_gbps
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..core import keys, model
+from ..core import keys, limits
 
 MAX_DEPTH = 32  # our own details nest 4 levels deep
 FUTURE_SLACK_S = 300.0  # clocks of one host may step back this far (NTP) without a cache entry being doubted
@@ -17,8 +17,8 @@ ORIGINS = ("measured", "cached", "recorded")
 
 
 def gbps_problem(value: Any) -> str | None:
-    if not model.is_bandwidth(value):
-        return f"gbps {model.show_value(value)} is not a bandwidth above 0 and at most {model.MAX_GBPS:g} GB/s"
+    if not limits.is_bandwidth(value):
+        return f"gbps {limits.show_value(value)} is not a bandwidth above 0 and at most {limits.MAX_GBPS:g} GB/s"
     return None
 
 
@@ -47,23 +47,23 @@ def _interval_problem(value: Any, where: str) -> str | None:
         return None
     if (not isinstance(value, list) or len(value) != 2 or any(type(v) not in (int, float) for v in value)
             or not value[0] <= value[1]):
-        return f"{where} {model.show_value(value)} is not an interval [low, high]"
+        return f"{where} {limits.show_value(value)} is not an interval [low, high]"
     return None
 
 
 def detail_problem(detail: Any) -> str | None:
     """The measurement's detail: plain JSON, and the fields verdicts read of the right kind."""
     if not isinstance(detail, dict):
-        return f"detail is {model.show_value(detail)}, not an object"
+        return f"detail is {limits.show_value(detail)}, not an object"
     problem = json_problem(detail)
     if problem:
         return f"detail {problem}"
     size = detail.get("size_bytes")
-    if size is not None and (type(size) is not int or not 1 <= size <= model.MAX_BYTES):
-        return f"detail.size_bytes {model.show_value(size)} is not a size in bytes"
+    if size is not None and (type(size) is not int or not 1 <= size <= limits.MAX_BYTES):
+        return f"detail.size_bytes {limits.show_value(size)} is not a size in bytes"
     for flag in ("nvls", "peer_access"):
         if detail.get(flag) not in (None, True, False):
-            return f"detail.{flag} {model.show_value(detail[flag])} is not true, false or null"
+            return f"detail.{flag} {limits.show_value(detail[flag])} is not true, false or null"
     judged = detail.get("judged", {})
     if not isinstance(judged, dict):
         return "detail.judged is not an object"
@@ -74,13 +74,13 @@ def detail_problem(detail: Any) -> str | None:
 def cache_entry_problem(entry: Any, now: float) -> str | None:
     """An entry of pytest's cache as ``BenchSuite`` writes it: ``{"gbps", "detail", "time"}``."""
     if not isinstance(entry, dict):
-        return f"it is {model.show_value(entry)}, not an object"
+        return f"it is {limits.show_value(entry)}, not an object"
     extra = sorted(set(entry) - {"gbps", "detail", "time"})
     if extra:
         return f"unknown field {extra[0]!r}"
     stamp = entry.get("time")
     if type(stamp) not in (int, float) or not 0 < stamp < float("inf"):
-        return f"time {model.show_value(stamp)} is not a time"
+        return f"time {limits.show_value(stamp)} is not a time"
     if stamp > now + FUTURE_SLACK_S:
         return "its time lies in the future (it would never expire)"
     return gbps_problem(entry.get("gbps")) or detail_problem(entry.get("detail", {}))
@@ -89,11 +89,11 @@ def cache_entry_problem(entry: Any, now: float) -> str | None:
 def result_problem(data: Any) -> str | None:
     """A ``BenchResult.to_json()`` another process of this run wrote."""
     if not isinstance(data, dict):
-        return f"it is {model.show_value(data)}, not an object"
+        return f"it is {limits.show_value(data)}, not an object"
     try:
         keys.from_list(data.get("key"))
     except ValueError:
-        return f"key {model.show_value(data.get('key'))} is not a benchmark key"
+        return f"key {limits.show_value(data.get('key'))} is not a benchmark key"
     if not isinstance(data.get("what"), str) or data.get("origin") not in ORIGINS:
         return "what or origin is missing"
     for name in ("source", "error"):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-MAX_CPUS = 65536  # Linux NR_CPUS tops out at 8192 (CONFIG_MAXSMP)
+from .limits import MAX_CPUS
+
 _RANGE_RE = re.compile(r"\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?")
 
 

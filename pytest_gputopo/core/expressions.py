@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from . import numtext
-from .model import MAX_GPUS, MAX_NVLINKS, show_value
+from .limits import MAX_GPUS, MAX_NVLINKS, show_value
 from .requirements import (GpuCount, LinkRequirement, NoFallbackRequirement, NvLinkRequirement, P2PRequirement,
                            Requirement, RequirementError)
 

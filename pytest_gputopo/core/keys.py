@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
-from .model import MAX_BYTES, MAX_GPUS
+from .limits import MAX_BYTES, MAX_GPUS
 
 MAX_RANKS = 2**31 - 1  # the ranks of a run, as a launcher numbers them
 from .units import size_text

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import (MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, Link, LinkClass, LinkLabel, Topology, is_bandwidth,
-                    link_satisfies, show_value)
+from .model import Link, LinkClass, LinkLabel, Topology, link_satisfies
+from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, is_bandwidth, show_value
 from . import judgement, keys
 from .spec import gbps_text
 

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from ..core import keys
 from .reporter import OWN_PROPERTY
 from .run import run_of
 
@@ -46,17 +45,22 @@ class BenchFixture:
             (OWN_PROPERTY, json.dumps({"test": self._node.nodeid, "origin": "measured", **result.to_json()})))
         return result
 
+    # The benchmarks (and their keys) are imported by the first test that asks for one.
     def allreduce(self, gpus: int | None = None, size: int | None = None):
         s = self._suite()
         return s.get(s.allreduce_key(gpus, size))
 
     def p2p(self, a: int, b: int, *, peer: bool = True):
-        return self._suite().get(keys.Copy("p2p" if peer else "p2p_staged", a, b))
+        from ..core.keys import Copy
+
+        return self._suite().get(Copy("p2p" if peer else "p2p_staged", a, b))
 
     def h2d(self, gpu: int, *, pinned: bool = True):
-        return self._suite().get(keys.HostCopy("h2d", gpu, pinned))
+        from ..core.keys import HostCopy
+
+        return self._suite().get(HostCopy("h2d", gpu, pinned))
 
     def _suite(self):
-        from .facts import suite  # the benchmarks: imported by the first test that asks for one
+        from .facts import suite
 
         return suite(self._run)

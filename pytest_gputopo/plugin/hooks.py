@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     settings = read_settings(config)
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None and WORKER_TOPOLOGY in workerinput:
-        from ..core.model import from_dict
+        from ..core.schema import from_dict
 
         run = GputopoRun(config, settings, from_dict(workerinput[WORKER_TOPOLOGY]), worker=True,  # never probes
                          shared_dir=workerinput[WORKER_SHARED_DIR])
@@ -107,7 +107,7 @@ def pytest_gputopo_probe(config: pytest.Config):
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     """xdist controller: hand the topology, and a folder to share benchmark results in, to each worker."""
-    from ..core.model import to_dict
+    from ..core.schema import to_dict
 
     run = run_of(node.config)
     node.workerinput[WORKER_TOPOLOGY] = to_dict(run.topology)

@@ -14,7 +14,7 @@ import pytest
 
 from ..core import numtext
 from ..runtime import environ as runtime
-from ..core.model import MAX_BYTES
+from ..core.limits import MAX_BYTES
 
 
 @dataclass(frozen=True)

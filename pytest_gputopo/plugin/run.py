@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..core.model import Topology
 from .settings import Settings
+
+if TYPE_CHECKING:  # annotations only: the model is loaded by the probe, not by loading the plugin
+    from ..core.model import Topology
 
 # Exit status when the ranks of a distributed run cannot agree (one did not report in time).
 RANKS_EXIT_STATUS = 9

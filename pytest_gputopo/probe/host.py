@@ -7,7 +7,7 @@ user's process. And a driver that hangs in an NVML call must not hang pytest: pa
 child's process group is killed and the run goes on with the reason.
 
 ``python -m pytest_gputopo.probe.host [--no-torch]`` prints one JSON line: the topology NVML gives
-(``model.to_dict``) and, where torch with CUDA is installed, CUDA's view of it.
+(``schema.to_dict``) and, where torch with CUDA is installed, CUDA's view of it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..core import model
+from ..core import model, schema
 
 # A healthy probe takes well under a second for NVML and a few seconds for CUDA's start-up; a
 # minute is far beyond both, and short enough that a hung driver is noticed at once.
@@ -44,8 +44,8 @@ def probe_in_child(use_torch: bool = True, timeout_s: float = PROBE_TIMEOUT_S):
     if status != 0 or answer is None:
         return _failed(f"the NVML probe of this host exited with status {status}: {tail(output, 3)}"), None
     try:
-        topology = model.from_dict(answer["topology"])
-    except (KeyError, model.SchemaError) as exc:
+        topology = schema.from_dict(answer["topology"])
+    except (KeyError, schema.SchemaError) as exc:
         return _failed(f"the NVML probe of this host answered what cannot be read: {exc}"), None
     cuda = answer.get("cuda")
     view = None
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
     from . import _probe_nvml_here
 
     topology = _probe_nvml_here()
-    answer = {"topology": model.to_dict(topology), "cuda": None}
+    answer = {"topology": schema.to_dict(topology), "cuda": None}
     if topology.gpus and "--no-torch" not in argv:
         from .torch_cuda import cuda_view
 

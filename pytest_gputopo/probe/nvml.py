@@ -24,7 +24,7 @@ import os
 import re
 from typing import Any
 
-from ..core import model
+from ..core import limits, model
 from ..runtime import environ as runtime
 
 # A GPU whose PCI address is unknown gets a bus id in the all-ones domain from the fake module: PCI
@@ -52,7 +52,7 @@ P2P_CAPS_INDEX = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
 
 _LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED, _NO_PERMISSION = 12, 9, 4  # NVML_ERROR_* (C values)
 _INVALID_ARGUMENT = 2
-NVLINK_MAX_LINKS_NEWEST = model.MAX_NVLINKS  # old bindings on new drivers still see all links
+NVLINK_MAX_LINKS_NEWEST = limits.MAX_NVLINKS  # old bindings on new drivers still see all links
 
 
 def unavailable_reason(exc: BaseException) -> str:

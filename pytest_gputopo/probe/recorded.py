@@ -2,7 +2,7 @@
 
 A profile is JSON: ``schema``, ``name``, ``description``, ``sources`` (the public outputs its facts
 come from), ``inferred`` (which fields are inferred rather than read), and ``topology`` (the
-``model.to_dict`` form). Loading never guesses: a bad file is a ``ProfileError`` naming the file
+``schema.to_dict`` form). Loading never guesses: a bad file is a ``ProfileError`` naming the file
 and the field.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..runtime import files
-from ..core import model
+from ..core import limits, model, schema
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "machines"
 
@@ -55,22 +55,22 @@ def parse_profile(data: object, where: str) -> Profile:
     """Validate a profile's dict form; ``where`` (the file) prefixes every error."""
     try:
         if not isinstance(data, dict):
-            raise model.SchemaError("(top level)", "expected a JSON object")
-        if data.get("schema") != model.SCHEMA_VERSION:
-            raise model.SchemaError("schema", f"version {model.show_value(data.get('schema'))} is not supported "
-                                              f"(this plugin reads {model.SCHEMA_VERSION})")
+            raise schema.SchemaError("(top level)", "expected a JSON object")
+        if data.get("schema") != schema.SCHEMA_VERSION:
+            raise schema.SchemaError("schema", f"version {limits.show_value(data.get('schema'))} is not supported "
+                                              f"(this plugin reads {schema.SCHEMA_VERSION})")
         name = data.get("name")
         if not isinstance(name, str) or not name:
-            raise model.SchemaError("name", "missing or not a string")
+            raise schema.SchemaError("name", "missing or not a string")
         if not isinstance(data.get("description", ""), str):
-            raise model.SchemaError("description", "expected a string")
+            raise schema.SchemaError("description", "expected a string")
         for key in ("sources", "inferred"):
             if not isinstance(data.get(key, []), list):
-                raise model.SchemaError(key, "expected a list")
+                raise schema.SchemaError(key, "expected a list")
         if "topology" not in data:
-            raise model.SchemaError("topology", "missing")
-        topology = model.from_dict(data["topology"], "topology")
-    except model.SchemaError as exc:
+            raise schema.SchemaError("topology", "missing")
+        topology = schema.from_dict(data["topology"], "topology")
+    except schema.SchemaError as exc:
         raise ProfileError(f"{where}: field {exc}") from None
     topology = replace(topology, source=model.Source("recorded", name, where))
     return Profile(name=name, description=str(data.get("description", "")),
@@ -112,8 +112,8 @@ def read_json(text: str, where: str) -> object:
 
 def profile_dict(name: str, topology: model.Topology, description: str = "", sources=(), inferred=()) -> dict:
     """The JSON form of a profile (what ``gputopo record`` writes)."""
-    topo = model.to_dict(replace(topology, source=model.Source("none"), warnings=()))
+    topo = schema.to_dict(replace(topology, source=model.Source("none"), warnings=()))
     topo.pop("schema")
     topo.pop("source")
-    return {"schema": model.SCHEMA_VERSION, "name": name, "description": description,
+    return {"schema": schema.SCHEMA_VERSION, "name": name, "description": description,
             "sources": list(sources), "inferred": list(inferred), "topology": topo}

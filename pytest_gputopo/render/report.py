@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
-from ..core.model import Topology
+if TYPE_CHECKING:  # annotations only: loading the plugin does not load the model
+    from ..core.model import Topology
 
 def legend() -> str:
     """nvidia-smi's own legend, plus what this plugin adds."""
@@ -143,7 +145,7 @@ def json_document(topology: Topology, results: list, checks: list, own: list = (
     """What ``--gputopo-json`` writes. Every measurement keeps its origin: ``measured`` here,
     ``cached`` (measured here earlier), or ``recorded`` (published for a recorded machine);
     ``lost`` names the results another process left that could not be read back."""
-    from ..core.model import to_dict
+    from ..core.schema import to_dict
 
     return {"schema": 1, "source": source_text(topology), "recorded": topology.recorded,
             "topology": to_dict(topology), "measurements": [r.to_json() for r in results],
@@ -155,7 +157,7 @@ def rank_lines(views: list) -> list[str]:
     flagging any unlike rank 0's."""
     import json
 
-    from ..core.model import to_dict
+    from ..core.schema import to_dict
 
     groups: dict = {}
     for view in views:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..core import model
+from ..core import limits, model, schema
 from . import environ as runtime
 
 
@@ -90,7 +90,7 @@ def _record(raw: bytes, rank: int, name: str) -> dict:
 
 def gather_views(exchange: Exchange, topology: model.Topology, fallback: str = "") -> list[RankView]:
     mine = {"hostname": topology.hostname or runtime.hostname(), "node_rank": exchange.launch.node_rank,
-            "topology": model.to_dict(topology), "fallback": fallback}
+            "topology": schema.to_dict(topology), "fallback": fallback}
     return [_view(rank, data) for rank, data in enumerate(exchange.all_gather("topology", mine))]
 
 
@@ -98,13 +98,13 @@ def _view(rank: int, data: dict) -> RankView:
     hostname, node_rank, fallback = data.get("hostname"), data.get("node_rank"), data.get("fallback", "")
     try:
         if not (hostname is None or isinstance(hostname, str)):
-            raise model.SchemaError("hostname", f"expected str, got {model.show_value(hostname)}")
+            raise schema.SchemaError("hostname", f"expected str, got {limits.show_value(hostname)}")
         if not (node_rank is None or (type(node_rank) is int and 0 <= node_rank < 2**31)):
-            raise model.SchemaError("node_rank", f"expected a rank, got {model.show_value(node_rank)}")
+            raise schema.SchemaError("node_rank", f"expected a rank, got {limits.show_value(node_rank)}")
         if not isinstance(fallback, str):
-            raise model.SchemaError("fallback", f"expected str, got {model.show_value(fallback)}")
-        topology = model.from_dict(data.get("topology"), "topology")
-    except model.SchemaError as exc:
+            raise schema.SchemaError("fallback", f"expected str, got {limits.show_value(fallback)}")
+        topology = schema.from_dict(data.get("topology"), "topology")
+    except schema.SchemaError as exc:
         raise RankError(f"rank {rank} sent a topology record that cannot be read: {exc}") from None
     return RankView(rank, hostname, node_rank, topology, fallback)
 
@@ -113,7 +113,7 @@ def distinct(views: list[RankView]) -> list[RankView]:
     """One view per distinct topology (ranks on one node usually see the same machine)."""
     seen, out = set(), []
     for view in views:
-        key = json.dumps(model.to_dict(view.topology), sort_keys=True)
+        key = json.dumps(schema.to_dict(view.topology), sort_keys=True)
         if key not in seen:
             seen.add(key)
             out.append(view)
