@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 from ..core.cpus import cpu_set
+from ..runtime import environ
 from .harness import Measurement, WallTimer, measure
 
 DEFAULT_COPY_BYTES = 256 * 2**20  # nvbandwidth uses 512 MiB; 256 MiB reaches line rate on every link we know
@@ -149,26 +151,51 @@ def host_device_copy(gpu: int, *, to_device: bool = True, pinned: bool = True, c
     return result
 
 
-def main(argv: list[str]) -> int:
-    """Child-process entry (see ``subproc``): one measurement, printed as one JSON line."""
-    import json
-
-    request = json.loads(argv[0])
+def answer(request: dict) -> dict:
+    """One measurement a request names (``bench.subproc``), as JSON data with this process's pid."""
     kind, *args = request["key"]
     budget = request["budget_s"]
+    faults = environ.test_faults()
+    if faults.get("copy_hang"):  # the project's tests (runtime.environ.test_faults): a copy that hangs
+        time.sleep(3600)
+    if "copy_gbps" in faults:  # ... and a figure without a GPU
+        return {"bw_gbps": faults["copy_gbps"], "worker_pid": os.getpid(), "test_fault": True}
     if kind in ("p2p", "p2p_bidir") and not peer_access(args[0], args[1]):
-        print(json.dumps({"peer_access": False, "bw_gbps": None}))  # nothing to measure as P2P
-        return 0
+        return {"peer_access": False, "bw_gbps": None, "worker_pid": os.getpid()}  # nothing to measure as P2P
     if kind in ("p2p", "p2p_staged", "p2p_bidir"):
         m = p2p_copy(args[0], args[1], peer=kind != "p2p_staged", bidirectional=kind == "p2p_bidir", budget_s=budget)
     else:
         m = host_device_copy(args[0], to_device=kind == "h2d", pinned=args[1],
                              cpu_affinity=request.get("cpu_affinity"), budget_s=budget)
-    print(json.dumps(m.to_json()))
-    return 0
+    return {**m.to_json(), "worker_pid": os.getpid()}
+
+
+def serve(idle_s: float) -> int:
+    """Child-process entry: a request per line on stdin, an answer line each (``subproc.RESULT``
+    and JSON) on stdout; ends at the end of its input or after ``idle_s`` without a request."""
+    import json
+    import select
+    import sys
+
+    from .subproc import RESULT
+
+    stdin = sys.stdin.fileno()
+    pending = b""
+    while True:
+        while b"\n" not in pending:
+            if not select.select([stdin], [], [], idle_s)[0]:
+                return 0  # idle: no CUDA context of ours outlives a burst of copies
+            chunk = os.read(stdin, 65536)
+            if not chunk:
+                return 0
+            pending += chunk
+        line, pending = pending.split(b"\n", 1)
+        print(RESULT + json.dumps(answer(json.loads(line))), flush=True)
 
 
 if __name__ == "__main__":
     import sys
 
-    sys.exit(main(sys.argv[1:]))
+    if sys.argv[1:2] != ["--serve"]:
+        sys.exit("usage: python -m pytest_gputopo.bench.copies --serve IDLE_SECONDS")
+    sys.exit(serve(float(sys.argv[2])))

@@ -25,6 +25,7 @@ from ..core import keys, model
 from ..runtime import files
 from . import untrusted
 from .settings import BenchSettings
+from .subproc import CopyWorker
 
 # Benchmarks every rank of a distributed run takes part in at once.
 ACROSS_RANKS = (keys.AllReduce, keys.NcclTransports)
@@ -172,6 +173,11 @@ class BenchSuite:
         # all-reduce then spans every rank of the run, one process (one GPU) each, across nodes.
         self._across_ranks = across_ranks
         self.world_size = across_ranks(("world",))[1] if across_ranks else None
+        self._copies = CopyWorker()  # one child for a burst of copies (bench.subproc)
+
+    def close(self) -> None:
+        """End what the suite keeps running between benchmarks (the copy child, if it lives)."""
+        self._copies.close()
 
     @property
     def results(self) -> list[BenchResult]:
@@ -318,9 +324,7 @@ class BenchSuite:
                     peer = (peer[0], self._across_ranks(("nccl_algorithm", key.ranks, key.size_bytes))[2])
                 detail.update(nccl_algorithm(key.ranks, row.size_bytes, s.timeout_s, peer=peer, devices=devices))
             return row.busbw_gbps, detail, error
-        from . import subproc
-
-        data = subproc.run_copy_benchmark(key, self.topology, budget_s=s.budget_s, timeout_s=s.timeout_s)
+        data = self._copies.measure(key, self.topology, budget_s=s.budget_s, timeout_s=s.timeout_s)
         if data.get("peer_access") is False:
             return None, data, (f"no CUDA peer access between GPU{key.src} and GPU{key.dst}: a copy goes "
                                 f"through the host (staged), not P2P")

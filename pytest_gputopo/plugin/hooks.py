@@ -116,6 +116,8 @@ def pytest_configure_node(node) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(RUN, None)
+    if run is not None and "suite" in run.derived:
+        run.derived["suite"].close()
     if run is not None and run.shared_dir and not run.worker:
         import shutil
 

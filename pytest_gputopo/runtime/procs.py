@@ -38,10 +38,11 @@ class Children:
         self.grace_s = grace_s
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, argv: Sequence[str], *, output: IO, env: Mapping[str, str] | None = None) -> subprocess.Popen:
-        """Start ``argv`` as the leader of a new process group, stdout and stderr to ``output``.
-        ``OSError`` when it cannot start."""
-        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+    def start(self, argv: Sequence[str], *, output: IO | int, env: Mapping[str, str] | None = None,
+              stdin: IO | int = subprocess.DEVNULL) -> subprocess.Popen:
+        """Start ``argv`` as the leader of a new process group, stdout and stderr to ``output`` (a
+        file, or ``subprocess.PIPE``). ``OSError`` when it cannot start."""
+        proc = subprocess.Popen(list(argv), stdin=stdin, stdout=output, stderr=subprocess.STDOUT,
                                 env=None if env is None else dict(env), start_new_session=True, close_fds=True)
         self.procs.append(proc)
         return proc
