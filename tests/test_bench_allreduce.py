@@ -23,14 +23,9 @@ pytest.importorskip("torch.distributed")
 from pytest_gputopo.core.spec import allreduce_factor
 from pytest_gputopo.core.units import size_text
 from pytest_gputopo.runtime.procs import KILL_GRACE_S
-from pytest_gputopo.bench.allreduce import (  # noqa: E402
-    AllReduceResult,
-    BenchError,
-    _algo_by_size,
-    apply_sched,
-    parse_nccl_tuning,
-    run_allreduce,
-)
+from pytest_gputopo.bench.allreduce import AllReduceResult, BenchError, run_allreduce  # noqa: E402
+from pytest_gputopo.bench.allreduce_worker import apply_sched  # noqa: E402
+from pytest_gputopo.parse.nccl_tuning import algo_by_size, parse_nccl_tuning  # noqa: E402
 
 SIZES = [4096, 64 * 1024]
 
@@ -177,7 +172,7 @@ fifo_only = pytest.mark.skipif(not _fifo_permitted(), reason="SCHED_FIFO needs r
 def test_fifo_reaches_the_threads_started_afterwards():
     # gloo and NCCL start their threads after apply_sched: each must run under SCHED_FIFO too
     code = ("import os, threading\n"
-            "from pytest_gputopo.bench.allreduce import apply_sched\n"
+            "from pytest_gputopo.bench.allreduce_worker import apply_sched\n"
             "apply_sched('fifo')\n"
             "seen = []\n"
             "t = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0)))\n"
@@ -240,8 +235,8 @@ def test_parse_nccl_tuning_reads_every_version_that_prints_the_line():
     assert parse_nccl_tuning(log) == [(None, 67108864, "NVLS", "SIMPLE"), ("AllReduce", 4096, "RING", "LL"),
                                       ("AllReduce", 1024, "NVLS_TREE", "9")]
     # The workers run nothing but all-reduces: a line without the collective's name is one.
-    assert _algo_by_size(parse_nccl_tuning(log)) == {67108864: "NVLS", 4096: "RING", 1024: "NVLS_TREE"}
-    assert _algo_by_size(parse_nccl_tuning(pfx + "AllGather: 8 Bytes -> Algo RING proto LL")) == {}
+    assert algo_by_size(parse_nccl_tuning(log)) == {67108864: "NVLS", 4096: "RING", 1024: "NVLS_TREE"}
+    assert algo_by_size(parse_nccl_tuning(pfx + "AllGather: 8 Bytes -> Algo RING proto LL")) == {}
 
 
 # Run by every worker before anything else (PYTHONPATH): writes the NCCL settings the worker got.
@@ -372,7 +367,7 @@ def test_workers_do_not_outlive_an_interrupted_or_killed_parent(sig, tmp_path):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32"])
 @pytest.mark.parametrize("n", [1, 2, 3, 8, 16, 64])
 def test_verifiable_inputs_sum_exactly(dtype, n):
-    from pytest_gputopo.bench.allreduce import _EXACT_LIMIT, _pattern
+    from pytest_gputopo.bench.allreduce_worker import _EXACT_LIMIT, _pattern
 
     m, offsets = _pattern(n, dtype)
     assert m >= 1 and len(offsets) == n

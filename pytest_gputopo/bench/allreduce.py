@@ -16,7 +16,7 @@ Thresholds are judged at one large size (``judge_size``), never at the sweep ave
 "Avg bus bandwidth" is pulled down by the small sizes).
 
 Process model (why subprocess and not multiprocessing): each rank is ``python -m
-pytest_gputopo.bench.allreduce --worker CONFIG RANK`` started with ``start_new_session=True``, so it
+pytest_gputopo.bench.allreduce_worker --worker CONFIG RANK`` started with ``start_new_session=True``, so it
 leads its own process group and no terminal signal reaches it; the parent alone decides when it
 dies. Workers write their progress (phase, size) to ``status.<rank>.json`` and rank 0 its rows to
 ``result.json`` in a private temporary directory; stdout/stderr go to files there (a full pipe would
@@ -43,47 +43,29 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..core.spec import allreduce_factor
 from ..core.units import size_text
 from ..runtime import environ
 from ..runtime.procs import Children
+from ..parse.nccl_tuning import algo_by_size, parse_nccl_tuning
+from .allreduce_worker import _ITEMSIZE, SCHED_POLICIES, read_json
 from .harness import MIN_SAMPLE_S
 
 __all__ = [
     "AllReduceResult",
     "AllReduceRow",
     "BenchError",
-    "measure_allreduce",
     "SCHED_POLICIES",
-    "apply_sched",
-    "parse_nccl_tuning",
     "run_allreduce",
 ]
-
-#: Largest integer each dtype holds exactly (so a sum of small integers stays exact).
-_EXACT_LIMIT = {
-    "float64": 2**53,
-    "float32": 2**24,
-    "float16": 2**11,
-    "bfloat16": 2**8,
-    "int64": 2**62,
-    "int32": 2**30,
-}
-_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
-
-SCHED_POLICIES = ("fair", "fifo")  # CPU scheduling of the workers, see apply_sched
-# In a worker: the faults the project's own tests asked for (runtime.environ.test_faults).
-_FAULTS: Dict[str, Any] = {}
 
 _WORKER_GRACE_S = 10.0  # a worker outlives the parent's deadline by at most this much
 
@@ -200,44 +182,6 @@ class AllReduceResult:
         }
 
 
-# --------------------------------------------------------------------------------------------------
-# NCCL log: which algorithm did an all-reduce of a given size use?
-
-# One line per collective on rank 0 (src/enqueue.cc), in three forms: NCCL 2.20-2.22
-# ``67108864 Bytes -> Algo 4 proto 2 time 1234.5`` (no collective, numbers), 2.23
-# ``AllReduce: 67108864 Bytes -> Algo 4 proto 2 time ...``, 2.24 on
-# ``AllReduce: 67108864 Bytes -> Algo NVLS proto SIMPLE channel{Lo..Hi}={0..15}``. Before 2.20 the line
-# was commented out: the algorithm is then unknown.
-_TUNING_RE = re.compile(r"(?:\b([A-Za-z]+): |\bINFO )(\d+) Bytes -> Algo (\w+) proto (\w+)")
-# The numbers of the 2.20-2.23 lines: NCCL_ALGO_* and NCCL_PROTO_* of src/include/nccl_common.h, named
-# as ncclAlgoToString / ncclProtoToString (src/collectives.cc) name them in the later lines.
-_ALGO_NAMES = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
-_PROTO_NAMES = ("LL", "LL128", "SIMPLE")
-
-
-def _named(token: str, names: Tuple[str, ...]) -> str:
-    return names[int(token)] if token.isdigit() and int(token) < len(names) else token
-
-
-def parse_nccl_tuning(text: str) -> List[Tuple[Optional[str], int, str, str]]:
-    """``(collective, bytes, algo, proto)`` for every NCCL_DEBUG_SUBSYS=TUNING dispatch line, e.g.
-    ``NCCL INFO AllReduce: 67108864 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..15}``;
-    ``collective`` is None where the line does not name it (NCCL 2.20-2.22), numbers are named."""
-    return [(m.group(1), int(m.group(2)), _named(m.group(3), _ALGO_NAMES), _named(m.group(4), _PROTO_NAMES))
-            for m in _TUNING_RE.finditer(text)]
-
-
-def _algo_by_size(lines: Iterable[Tuple[Optional[str], int, str, str]]) -> Dict[int, str]:
-    # A line without the collective's name is an all-reduce too: the workers run nothing else
-    # (torch's NCCL barrier is an all-reduce of one element, ProcessGroupNCCL::barrier).
-    counts: Dict[int, Dict[str, int]] = {}
-    for coll, nbytes, algo, _proto in lines:
-        if coll in ("AllReduce", None):
-            per = counts.setdefault(nbytes, {})
-            per[algo] = per.get(algo, 0) + 1
-    return {n: max(per, key=lambda a: per[a]) for n, per in counts.items()}
-
-
 _NCCL_LOG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_TOPO_DUMP_FILE")
 
 
@@ -272,14 +216,6 @@ def _read_nccl_logs(workdir: str) -> str:
 # Parent side
 
 
-def _read_json(path: str) -> Optional[dict]:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def _tail(path: str, limit: int = 2000) -> str:
     try:
         with open(path, "rb") as f:
@@ -309,7 +245,7 @@ def _phase_text(status: Optional[dict]) -> str:
 def _failure_reason(workdir: str, codes: Dict[int, int], order: List[int]) -> Tuple[str, str]:
     """Name the culprit among failed ranks: one that died without a Python error record (killed,
     ``os._exit``) before one that raised (typically "connection closed" as a consequence)."""
-    statuses = {r: _read_json(os.path.join(workdir, f"status.{r}.json")) for r in codes}
+    statuses = {r: read_json(os.path.join(workdir, f"status.{r}.json")) for r in codes}
     hard = [r for r in order if not (statuses[r] or {}).get("error")]
     soft = [r for r in order if r not in hard]
     parts = []
@@ -323,7 +259,7 @@ def _failure_reason(workdir: str, codes: Dict[int, int], order: List[int]) -> Tu
 
 
 def _timeout_reason(workdir: str, timeout_s: float, running: List[int], done: List[int]) -> str:
-    statuses = {r: _read_json(os.path.join(workdir, f"status.{r}.json")) for r in running + done}
+    statuses = {r: read_json(os.path.join(workdir, f"status.{r}.json")) for r in running + done}
     missing = sorted({m for r in running for m in ((statuses[r] or {}).get("missing") or ())})
     if missing:  # cross-rank mode: still waiting for peers to join the process group
         who = "rank" if len(missing) == 1 else "ranks"
@@ -513,7 +449,7 @@ def run_allreduce(
         for rank in ranks:
             log = open(os.path.join(workdir, f"rank{rank}.log"), "wb")
             logs.append(log)
-            children.start([sys.executable, "-m", "pytest_gputopo.bench.allreduce", "--worker", config_path, str(rank)],
+            children.start([sys.executable, "-m", "pytest_gputopo.bench.allreduce_worker", "--worker", config_path, str(rank)],
                            output=log, env=child_env)
         pids = children.pids
         codes = dict(zip(ranks, children.wait(deadline)))
@@ -531,12 +467,12 @@ def run_allreduce(
             reason = _timeout_reason(workdir, timeout_s, running, done)
             raise BenchError(reason, pids=pids, logs=_tail(os.path.join(workdir, f"rank{running[0]}.log")))
 
-        raw = _read_json(os.path.join(workdir, "result.json"))
+        raw = read_json(os.path.join(workdir, "result.json"))
         if raw is None:
             raise BenchError(f"rank {ranks[0]} exited without writing its results", pids=pids,
                              logs=_tail(os.path.join(workdir, f"rank{ranks[0]}.log")))
         nccl_log = _read_nccl_logs(workdir) if backend == "nccl" and log_nccl else ""
-        algos = _algo_by_size(parse_nccl_tuning(nccl_log))
+        algos = algo_by_size(parse_nccl_tuning(nccl_log))
         nvls_lines = [ln.strip() for ln in nccl_log.splitlines() if "NVLS" in ln][:5]
         topo_xml = os.path.join(workdir, "nccl-topo.xml")
         nccl_topo_xml = open(topo_xml, errors="replace").read() if os.path.exists(topo_xml) else ""
@@ -589,286 +525,3 @@ def run_allreduce(
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# Worker side (runs in the child: ``python -m pytest_gputopo.bench.allreduce --worker CONFIG RANK``)
-
-
-def _pattern(n: int, dtype: str) -> Tuple[int, List[int]]:
-    """(m, per-rank offsets): rank r holds (i mod m) + offsets[r]; the sum n*(i mod m) + sum(offsets)
-    must stay exact in ``dtype``. Falls back to nccl-tests' trick (only two ranks carry values)."""
-    limit = _EXACT_LIMIT[dtype]
-    offsets = [r + 1 for r in range(n)]
-    if sum(offsets) > limit:
-        offsets = [1 if r < 2 else 0 for r in range(n)]
-    m = max(1, min(251, (limit - sum(offsets)) // n + 1))
-    return m, offsets
-
-
-class _Status:
-    def __init__(self, workdir: str, rank: int) -> None:
-        self.path = os.path.join(workdir, f"status.{rank}.json")
-        self.rank = rank
-        self.step = 0
-
-    def __call__(self, phase: str, error: Optional[str] = None, *, advance: bool = True, **extra: Any) -> None:
-        """Record the current phase; ``step`` counts milestones (equal steps = the same point)."""
-        if advance:
-            self.step += 1
-        record = {"rank": self.rank, "step": self.step, "phase": phase, "error": error, "pid": os.getpid()}
-        record.update(extra)
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, self.path)
-
-
-def apply_sched(policy: str) -> None:
-    """Put this process, and every thread it starts afterwards (threads inherit it), under ``policy``.
-
-    ``fair`` leaves the kernel's default. ``fifo`` is ``SCHED_FIFO`` at priority 1: a rank's threads
-    (gloo's I/O loop and worker, NCCL's proxy) run the moment they are woken. Under the fair policy a
-    woken thread may wait for the scheduler's next tick when every core is busy (several milliseconds
-    on a kernel without full preemption, see docs/performance.md), which is noise the interconnect
-    did not make. Refused without root, ``CAP_SYS_NICE`` or ``RLIMIT_RTPRIO`` >= 1: PermissionError.
-    """
-    if policy not in SCHED_POLICIES:
-        raise ValueError(f"unknown scheduling policy {policy!r}")
-    if policy == "fair":
-        return
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-    except (AttributeError, OSError) as exc:
-        raise PermissionError(
-            f"SCHED_FIFO refused ({exc}): it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of at least 1 "
-            "(ulimit -r)") from None
-
-
-def _guard_worker(parent_pid: int, deadline_epoch: float) -> None:
-    """End this worker if the parent disappears or the hard deadline passes."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except Exception:  # pragma: no cover
-            pass
-    if os.getppid() != parent_pid:
-        os._exit(75)
-
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent_pid or time.time() > deadline_epoch:
-                os._exit(75)
-            time.sleep(0.25)
-
-    threading.Thread(target=watch, name="gputopo-watchdog", daemon=True).start()
-
-
-def _worker_main(config_path: str, rank: int) -> int:
-    with open(config_path) as f:
-        cfg = json.load(f)
-    status = _Status(cfg["workdir"], rank)
-    status("start-up")
-    _FAULTS.update(environ.test_faults())
-    _guard_worker(cfg["parent_pid"], cfg["deadline_epoch"])
-    try:
-        apply_sched(cfg["sched"])  # before torch starts a thread: they all inherit it
-        _worker(cfg, rank, status)
-    except BaseException as exc:  # noqa: BLE001 - report anything, then fail
-        status(_status_phase(status), error=f"{type(exc).__name__}: {exc}".strip()[:500], advance=False)
-        raise
-    return 0
-
-
-def _status_phase(status: _Status) -> str:
-    rec = _read_json(status.path) or {}
-    return rec.get("phase") or "start-up"
-
-
-def measure_allreduce(
-    count: int,
-    *,
-    dtype: str = "float32",
-    device: Any = None,
-    warmup: int = 5,
-    budget_s: float = 2.0,
-    min_samples: int = 5,
-    max_samples: int = 1000,
-    target_ci: float = 1.10,
-    min_sample_s: float = MIN_SAMPLE_S,
-) -> Tuple[Any, int]:
-    """Time and verify an all-reduce of ``count`` elements in the *current* process group; call it on
-    every rank. Returns ``(Measurement, wrong)``, the same on every rank: per-call time = mean over
-    ranks, then the harness's median; ``wrong`` summed over ranks. The timer is a wall clock between
-    barriers on CPU (gloo), CUDA events after a barrier on a CUDA ``device`` (NCCL).
-    """
-    import torch
-    import torch.distributed as dist
-
-    from .harness import CudaEventTimer, WallTimer, measure
-
-    n = dist.get_world_size()
-    rank = dist.get_rank()
-    tdtype = getattr(torch, dtype)
-    device = torch.device("cpu") if device is None else torch.device(device)
-    size = count * _ITEMSIZE[dtype]
-
-    def agree(values: Sequence[float]) -> List[float]:
-        # The mean over ranks, as nccl-tests reports (-a 1): the same figure on every rank, so
-        # every rank takes the same decisions.
-        t = torch.tensor(list(values), dtype=torch.float64, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        return (t / n).tolist()
-
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-
-        def barrier() -> None:
-            dist.barrier(device_ids=[index])
-
-        timer: Any = CudaEventTimer(device, sync=barrier)
-    else:
-        # gloo's all_reduce is blocking: a rank's clock stops when its own part is done, as in
-        # nccl-tests; agree() then averages the ranks. A barrier before stop would add its latency.
-        timer = WallTimer(sync=dist.barrier, sync_at_stop=False)
-
-    # Timed buffer: zeros, so that back-to-back in-place sums stay finite (n**k overflows fp32 in
-    # ~128 calls); the cost of an all-reduce does not depend on the values. Verification has its own.
-    buf = torch.zeros(count, dtype=tdtype, device=device)
-
-    def run(k: int) -> None:
-        for _ in range(k):
-            dist.all_reduce(buf)
-
-    m_mod, offsets = _pattern(n, dtype)
-    wrong_box = [0]
-
-    def verify() -> Optional[str]:
-        # (i mod m) built by repeating a block of m small integers: exact in every supported dtype,
-        # and a copy rather than an integer modulo over the whole buffer (0.5 s for 64 MiB on a CPU).
-        pattern = torch.arange(m_mod, dtype=tdtype, device=device).repeat(-(-count // m_mod))[:count]
-        x = pattern + offsets[rank]
-        dist.all_reduce(x)
-        if _FAULTS.get("corrupt") and rank == n - 1:
-            x[count // 2] += 1  # test fault: one flipped element
-        expected = pattern.mul_(n).add_(sum(offsets))  # in place: pattern is not needed any more
-        local = int((x != expected).sum().item())
-        w = torch.tensor([local], dtype=torch.int64, device=device)
-        dist.all_reduce(w)
-        wrong_box[0] = int(w.item())
-        if wrong_box[0]:
-            return f"{wrong_box[0]} wrong element(s) of {count} after all_reduce of {size_text(size)}"
-        return None
-
-    m = measure(
-        f"all_reduce of {size_text(size)}", run, size_bytes=size, timer=timer, warmup=warmup,
-        budget_s=budget_s, min_samples=min_samples, max_samples=max_samples, target_ci=target_ci,
-        min_sample_s=min_sample_s, verify=verify, agree=agree,
-    )
-    del buf
-    return m, wrong_box[0]
-
-
-def _worker(cfg: dict, rank: int, status: _Status) -> None:
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
-
-    n = cfg["world_size"]
-    backend = cfg["backend"]
-    itemsize = _ITEMSIZE[cfg["dtype"]]
-
-    peer = cfg.get("peer", False)
-    if backend == "nccl":
-        devices = cfg["devices"]
-        if peer:  # one worker per caller: its device comes first, else the caller's LOCAL_RANK
-            index = devices[0] if devices else int(os.environ.get("LOCAL_RANK", rank % torch.cuda.device_count()))
-        else:
-            index = devices[rank] if devices else rank
-        device = torch.device("cuda", index)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-
-    timeout = timedelta(seconds=cfg["pg_timeout_s"])
-    if peer and cfg["init_method"].startswith("tcp://"):
-        store = _join(cfg["init_method"], rank, n, timeout, status)
-        status("init_process_group")
-        dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
-    else:
-        status("init_process_group")
-        init_method = cfg["init_method"] if peer else "file://" + cfg["store"]
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=n, timeout=timeout)
-
-    rows = []
-    for count in cfg["counts"]:
-        size = count * itemsize
-        what = f"all_reduce of {size_text(size)}"
-        status(what, size_bytes=size)
-        if _FAULTS.get("hang_rank") == rank:
-            status(f"test fault: sleeping instead of {what}", advance=False, size_bytes=size, outside_collective=True)
-            while True:
-                time.sleep(1)
-        if _FAULTS.get("die_rank") == rank:
-            os._exit(9)
-        m, wrong = measure_allreduce(
-            count, dtype=cfg["dtype"], device=device, warmup=cfg["warmup"], budget_s=cfg["budget_s"],
-            min_samples=cfg["min_samples"], max_samples=cfg["max_samples"], target_ci=cfg["target_ci"],
-            min_sample_s=cfg["min_sample_s"],
-        )
-        rows.append({"size_bytes": size, "count": count, "wrong": wrong, "measurement": m.to_json()})
-
-    status("finishing")
-    if rank == 0 or peer:  # cross-rank mode: every caller reads its own worker's (agreed) figures
-        path = os.path.join(cfg["workdir"], "result.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump({"rows": rows}, f)
-        os.replace(path + ".tmp", path)
-    dist.barrier()
-    dist.destroy_process_group()
-    status("done")
-
-
-def _join(url: str, rank: int, n: int, timeout: Any, status: _Status) -> Any:
-    """Rendezvous at ``tcp://host:port`` (rank 0 hosts the store) keeping a record of who has joined,
-    so that a peer that never comes is named: ``missing`` in the status file."""
-    from urllib.parse import urlparse
-
-    import torch.distributed as dist
-
-    u = urlparse(url)
-    host, port = u.hostname, u.port
-    if host is None or port is None:
-        raise ValueError(f"init_method {url!r} lacks host:port")
-    if rank == 0:
-        status("rendezvous: hosting the store", url=url, missing=list(range(1, n)))
-        store = dist.TCPStore(host, port, n, is_master=True, timeout=timeout, wait_for_workers=False)
-    else:
-        status("rendezvous: waiting for rank 0's store", url=url, missing=[0])
-        store = dist.TCPStore(host, port, n, is_master=False, timeout=timeout)
-    key = "gputopo-joined/{}".format
-    store.set(key(rank), str(os.getpid()))
-    last = None
-    while True:
-        missing = [r for r in range(n) if not store.check([key(r)])]
-        if not missing:
-            break
-        if missing != last:
-            status("rendezvous: waiting for peers", advance=last is None, url=url, missing=missing)
-            last = missing
-        time.sleep(0.05)
-    status("rendezvous: all joined", url=url)
-    return dist.PrefixStore("gputopo", store)
-
-
-def _main(argv: Sequence[str]) -> int:
-    if len(argv) == 3 and argv[0] == "--worker":
-        return _worker_main(argv[1], int(argv[2]))
-    print("usage: python -m pytest_gputopo.bench.allreduce --worker CONFIG RANK", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

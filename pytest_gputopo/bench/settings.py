@@ -13,7 +13,7 @@ from ..core.units import GIB, MIB
 class BenchSettings:
     allreduce_backend: str = "nccl"  # "gloo" runs the same all-reduce on CPUs
     allreduce_engine: str = "torch"  # or "nccl-tests" (all_reduce_perf)
-    allreduce_sched: str = "fair"  # or "fifo": the workers' CPU scheduling (bench.allreduce.apply_sched)
+    allreduce_sched: str = "fair"  # or "fifo": the workers' CPU scheduling (bench.allreduce_worker.apply_sched)
     world_size: int | None = None  # gloo: how many processes (default 2)
     size_bytes: int | None = None  # the size thresholds are judged at (default: 1 GiB on GPUs, 16 MiB on gloo)
     timeout_s: float = 300.0  # per benchmark: a hang or a dead rank ends it with a reason

@@ -126,6 +126,11 @@ def test_faults() -> dict:
     return plan if isinstance(plan, dict) else {}
 
 
+def local_rank() -> int | None:
+    """``LOCAL_RANK`` as a launcher set it (None when unset or not a rank)."""
+    return numtext.read_int(os.environ.get("LOCAL_RANK", ""), 0, 2**31 - 1)
+
+
 def environment() -> dict[str, str]:
     """A copy of this process's environment, for the worker processes a benchmark starts."""
     return dict(os.environ)

@@ -5,7 +5,7 @@
 
 For every size, ``--repeats`` times, alternating the order:
 
-- **plugin**: ``pytest_gputopo.bench.allreduce.measure_allreduce`` -- the harness (5 warm-up calls,
+- **plugin**: ``pytest_gputopo.bench.allreduce_worker.measure_allreduce`` -- the harness (5 warm-up calls,
   iterations per sample calibrated to >= ``--min-sample-s``, samples until the 95% interval of their
   median is within 10% or the ``--budget`` is spent, per-call time averaged over ranks, median, then
   a verifiable all-reduce);
@@ -34,7 +34,7 @@ import tempfile
 import time
 from datetime import timedelta
 
-from pytest_gputopo.bench.allreduce import apply_sched, measure_allreduce
+from pytest_gputopo.bench.allreduce_worker import apply_sched, measure_allreduce
 from pytest_gputopo.core.spec import allreduce_factor
 from pytest_gputopo.bench.harness import MIN_SAMPLE_S
 
