@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from .core import model, schema, spec
+from .core import model, schema, table, thresholds
 from .parse import smi_topo as smi_text
 from .parse.nccl_log import parse_nccl_log
 from .parse.nccl_tests import NcclTestsParseError, parse_nccl_tests
@@ -149,11 +149,11 @@ def _parse_nccl_tests(args) -> int:
 
 
 def cmd_spec(args) -> int:
-    rows = spec.table_rows()
+    rows = table.table_rows()
     if args.json:
         _emit([{"category": c, "item": i, "gbps": f.gbps, "source": f.source} for c, i, f in rows], True)
         return 0
-    _emit(None, False, tables.spec_lines(rows, spec.DEFAULT_FLOORS))
+    _emit(None, False, tables.spec_lines(rows, thresholds.DEFAULT_FLOORS))
     return 0
 
 

@@ -20,7 +20,7 @@ from pytest_gputopo.core import keys
 
 pytest.importorskip("torch.distributed")
 
-from pytest_gputopo.core.spec import allreduce_factor
+from pytest_gputopo.core.collectives import allreduce_factor
 from pytest_gputopo.core.units import size_text
 from pytest_gputopo.runtime.procs import KILL_GRACE_S
 from pytest_gputopo.bench.allreduce import AllReduceResult, BenchError, run_allreduce  # noqa: E402

@@ -37,7 +37,7 @@ def test_a_requirement_built_directly_is_validated():
 
 
 def test_the_floor_options_are_the_cores_floors():
-    from pytest_gputopo.core import spec
+    from pytest_gputopo.core import thresholds
     from pytest_gputopo.plugin import options
 
-    assert options.FLOOR_KEYS == spec.FLOOR_KEYS
+    assert options.FLOOR_KEYS == thresholds.FLOOR_KEYS

@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gputopo.core import spec
+from pytest_gputopo.core import collectives, spec, table, thresholds
 from pytest_gputopo.core.model import Gpu, Link, LinkClass, NvLink, Topology
 from pytest_gputopo.probe.recorded import load_profile
-from pytest_gputopo.core.spec import Check, Figure
+from pytest_gputopo.core.thresholds import Check
+from pytest_gputopo.core.spec import Figure
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -130,13 +131,13 @@ def test_nvlink_needs_a_positive_link_count(links):
 
 
 def _all_figures():
-    figs = [fig for _, _, fig in spec.table_rows()]
+    figs = [fig for _, _, fig in table.table_rows()]
     for name in ("dgx-a100", "dgx1-v100", "hgx-h100", "hgx-h100-nvlink-down", "hgx-h100-pcie-x8",
                  "2x-rtx3090-nvlink", "4x-rtx4090", "8x-l40s", "2x-rtx-pro-6000"):
         topo = machine(name)
         figs += [spec.p2p_expected(topo, ln.a, ln.b) for ln in topo.pairs()]
         figs += [spec.h2d_expected(g, pinned) for g in topo.gpus for pinned in (True, False)]
-        figs += [spec.allreduce_expected_busbw(topo, n) for n in range(2, len(topo.gpus) + 1)]
+        figs += [collectives.allreduce_expected_busbw(topo, n) for n in range(2, len(topo.gpus) + 1)]
     return figs
 
 
@@ -188,7 +189,7 @@ def test_every_quote_is_verbatim_in_the_seeds_or_the_reference():
 def test_seed_quotes_name_their_seed():
     """Every seed quote says which seed (``seed 003``), and that seed exists."""
     cited = set()
-    for _, _, fig in spec.table_rows():
+    for _, _, fig in table.table_rows():
         cited.update(re.findall(r"seed (\d{3})", fig.source))
     assert cited == {"000", "001", "002", "003", "004"}
     if (SHARED / "seeds").is_dir():
@@ -197,7 +198,7 @@ def test_seed_quotes_name_their_seed():
 
 
 def test_table_covers_every_figure_the_rules_use():
-    rows = spec.table_rows()
+    rows = table.table_rows()
     items = {(cat.split(",")[0], item) for cat, item, _ in rows}
     for gen in range(1, 7):
         assert ("PCIe", f"Gen{gen}") in items
@@ -216,51 +217,51 @@ def test_table_covers_every_figure_the_rules_use():
 
 @pytest.mark.parametrize("n, factor", [(1, 0.0), (2, 1.0), (3, 4 / 3), (4, 1.5), (8, 1.75)])
 def test_allreduce_bus_factor(n, factor):
-    assert spec.allreduce_factor(n) == pytest.approx(factor)
+    assert collectives.allreduce_factor(n) == pytest.approx(factor)
 
 
 def test_busbw_definition_two_and_three_ranks():
     nbytes, seconds = 4 * 10**9, 0.1
-    assert spec.algbw(nbytes, seconds) == pytest.approx(40.0)
-    assert spec.busbw_from_time(nbytes, 2, seconds) == pytest.approx(40.0)        # x 2(1)/2 = 1
-    assert spec.busbw_from_time(nbytes, 3, seconds) == pytest.approx(40.0 * 4 / 3)  # x 2(2)/3
-    assert spec.busbw_from_algbw(40.0, 3) == pytest.approx(160 / 3)
+    assert collectives.algbw(nbytes, seconds) == pytest.approx(40.0)
+    assert collectives.busbw_from_time(nbytes, 2, seconds) == pytest.approx(40.0)        # x 2(1)/2 = 1
+    assert collectives.busbw_from_time(nbytes, 3, seconds) == pytest.approx(40.0 * 4 / 3)  # x 2(2)/3
+    assert collectives.busbw_from_algbw(40.0, 3) == pytest.approx(160 / 3)
 
 
 def test_busbw_of_one_rank_is_zero():
     """nccl-tests#249/#294: one rank has nothing to exchange, so busbw (and the average) is 0."""
-    assert spec.busbw_from_time(2**30, 1, 0.5) == 0.0
-    assert spec.busbw_from_time(2**30, 1, 0.0) == 0.0
-    assert spec.busbw_from_algbw(123.0, 1) == 0.0
-    assert spec.allreduce_expected_time_s(2**30, 1, 100.0) == 0.0
+    assert collectives.busbw_from_time(2**30, 1, 0.5) == 0.0
+    assert collectives.busbw_from_time(2**30, 1, 0.0) == 0.0
+    assert collectives.busbw_from_algbw(123.0, 1) == 0.0
+    assert collectives.allreduce_expected_time_s(2**30, 1, 100.0) == 0.0
 
 
 @pytest.mark.parametrize("bad", [0, -2, True, 2.0])
 def test_allreduce_factor_rejects_non_rank_counts(bad):
     with pytest.raises(ValueError, match="rank"):
-        spec.allreduce_factor(bad)
+        collectives.allreduce_factor(bad)
 
 
 def test_algbw_rejects_zero_time_and_negative_size():
     with pytest.raises(ValueError, match="time"):
-        spec.algbw(10, 0)
+        collectives.algbw(10, 0)
     with pytest.raises(ValueError, match="size"):
-        spec.algbw(-1, 1)
+        collectives.algbw(-1, 1)
     with pytest.raises(ValueError, match="link bandwidth"):
-        spec.allreduce_expected_time_s(10, 4, 0)
+        collectives.allreduce_expected_time_s(10, 4, 0)
 
 
 def test_seed_004_worked_examples():
     """Seed 004: 8 GPUs, 1 GB: "PCIe 4.0 (32 GB/s) ... 54.7 ms"; with its W = 900 GB/s, 1.94 ms."""
-    assert spec.allreduce_expected_time_s(1e9, 8, 32) * 1e3 == pytest.approx(54.7, abs=0.05)
-    assert spec.allreduce_expected_time_s(1e9, 8, 900) * 1e3 == pytest.approx(1.94, abs=0.005)
+    assert collectives.allreduce_expected_time_s(1e9, 8, 32) * 1e3 == pytest.approx(54.7, abs=0.05)
+    assert collectives.allreduce_expected_time_s(1e9, 8, 900) * 1e3 == pytest.approx(1.94, abs=0.005)
 
 
 @given(nbytes=st.integers(1, 2**40), n=st.integers(2, 1024), w=st.floats(0.01, 10_000))
 def test_formula_round_trip(nbytes, n, w):
     """Time from W (seed 004's formula), then busbw from that time (nccl-tests), gives W back."""
-    t = spec.allreduce_expected_time_s(nbytes, n, w)
-    assert spec.busbw_from_time(nbytes, n, t) == pytest.approx(w, rel=1e-9)
+    t = collectives.allreduce_expected_time_s(nbytes, n, w)
+    assert collectives.busbw_from_time(nbytes, n, t) == pytest.approx(w, rel=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -370,7 +371,7 @@ def test_h2d_of_a_link_trained_down_expects_what_the_link_can_carry():
     assert (gpu.pcie_gen_current, gpu.pcie_width_current) == (3, 8)
     pinned = spec.h2d_expected(gpu, pinned=True)
     assert pinned.label == "pinned, PCIe Gen5 x16 line rate"
-    assert not Check(7.0, pinned, spec.DEFAULT_FLOORS["h2d_pinned"]).passed()
+    assert not Check(7.0, pinned, thresholds.DEFAULT_FLOORS["h2d_pinned"]).passed()
     slot = spec.h2d_expected(dataclasses.replace(gpu, pcie_gen_max=3, pcie_width_max=8), pinned=True)
     assert slot.gbps == pytest.approx(7.9, abs=0.05)  # a slot that allows no more: Gen3 x8 is what it can carry
     pageable = spec.h2d_expected(gpu, pinned=False)
@@ -392,7 +393,7 @@ def test_h2d_healthy_gen5_and_gen4():
 def test_h2d_reference_measurements_pass_the_default_floors():
     """The reference's healthy host<->device figures pass; NUMA-remote copies fail."""
     a100 = machine("dgx-a100").gpus[0]
-    floors = spec.DEFAULT_FLOORS
+    floors = thresholds.DEFAULT_FLOORS
     for measured in (25.7, 25.8):  # DGX A100 pinned, bandwidthTest
         assert Check(measured, spec.h2d_expected(a100), floors["h2d_pinned"]).passed()
     for measured in (10.0, 10.8):  # DGX A100 pageable
@@ -412,16 +413,16 @@ def test_allreduce_expected_nvswitch():
     for name, gbps in (("hgx-h100", 450.0), ("dgx-a100", 300.0), ("hgx-h100-pcie-x8", 450.0)):
         topo = machine(name)
         for n in range(2, 9):
-            fig = spec.allreduce_expected_busbw(topo, n)
+            fig = collectives.allreduce_expected_busbw(topo, n)
             assert fig.gbps == gbps
             assert "every pair" in fig.label
-    assert spec.allreduce_expected_busbw(machine("hgx-h100")).gbps == 450.0  # n=None: all GPUs
+    assert collectives.allreduce_expected_busbw(machine("hgx-h100")).gbps == 450.0  # n=None: all GPUs
 
 
 def test_allreduce_expected_is_bound_by_a_gpu_that_lost_its_nvlinks():
     topo = machine("hgx-h100-nvlink-down")
-    assert spec.allreduce_expected_busbw(topo, 5).gbps == 450.0  # GPUs 0-4 still switched
-    fig = spec.allreduce_expected_busbw(topo, 8)
+    assert collectives.allreduce_expected_busbw(topo, 5).gbps == 450.0  # GPUs 0-4 still switched
+    fig = collectives.allreduce_expected_busbw(topo, 8)
     assert fig.gbps == pytest.approx(31.5, abs=0.05)
     assert "GPU5" in fig.label
     assert "CPU and memory" in fig.source  # the PCIe caveat
@@ -431,7 +432,7 @@ def test_allreduce_expected_dgx1_uses_the_best_ring():
     """DGX-1's hybrid cube mesh: the NV2 pairs close a ring through all 8 GPUs, so the slowest
     pair (PCIe) is not the bottleneck; NCCL's extra rings make this a lower bound."""
     topo = machine("dgx1-v100")
-    fig = spec.allreduce_expected_busbw(topo, 8)
+    fig = collectives.allreduce_expected_busbw(topo, 8)
     assert fig.gbps == 50.0
     assert "lower bound" in fig.source
     slowest = min(spec.p2p_expected(topo, ln.a, ln.b).gbps for ln in topo.pairs(8))
@@ -440,23 +441,23 @@ def test_allreduce_expected_dgx1_uses_the_best_ring():
 
 def test_allreduce_expected_pcie_only():
     topo = machine("8x-l40s")
-    assert spec.allreduce_expected_busbw(topo, 2).gbps == pytest.approx(31.5, abs=0.05)  # PIX pair
-    fig = spec.allreduce_expected_busbw(topo, 8)
+    assert collectives.allreduce_expected_busbw(topo, 2).gbps == pytest.approx(31.5, abs=0.05)  # PIX pair
+    fig = collectives.allreduce_expected_busbw(topo, 8)
     assert fig.gbps == pytest.approx(15.75, abs=0.01)
     assert "nccl#1639" in fig.source
-    fig4090 = spec.allreduce_expected_busbw(machine("4x-rtx4090"), 4)
+    fig4090 = collectives.allreduce_expected_busbw(machine("4x-rtx4090"), 4)
     assert fig4090.gbps == pytest.approx(15.75, abs=0.01)
 
 
 def test_allreduce_expected_none_cases():
-    assert spec.allreduce_expected_busbw(machine("single-gpu"), 1) is None
-    assert spec.allreduce_expected_busbw(machine("single-gpu")) is None
-    assert spec.allreduce_expected_busbw(machine("no-gpu")) is None
-    assert spec.allreduce_expected_busbw(machine("hgx-h100"), 9) is None
+    assert collectives.allreduce_expected_busbw(machine("single-gpu"), 1) is None
+    assert collectives.allreduce_expected_busbw(machine("single-gpu")) is None
+    assert collectives.allreduce_expected_busbw(machine("no-gpu")) is None
+    assert collectives.allreduce_expected_busbw(machine("hgx-h100"), 9) is None
     unknown = _two_gpus(Link(0, 1, pcie=LinkClass.PIX, nvlinks=0))  # no PCIe state
-    assert spec.allreduce_expected_busbw(unknown, 2) is None
+    assert collectives.allreduce_expected_busbw(unknown, 2) is None
     with pytest.raises(ValueError):
-        spec.allreduce_expected_busbw(machine("hgx-h100"), 2.0)
+        collectives.allreduce_expected_busbw(machine("hgx-h100"), 2.0)
 
 
 def _brute_force_ring(n, ok):
@@ -473,7 +474,7 @@ def _brute_force_ring(n, ok):
     st.just(n), st.sets(st.sampled_from([(a, b) for a in range(n) for b in range(a + 1, n)])))))
 def test_ring_search_matches_brute_force(case):
     n, ok = case
-    assert spec._has_ring(n, ok) == _brute_force_ring(n, ok)
+    assert collectives._has_ring(n, ok) == _brute_force_ring(n, ok)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -486,7 +487,7 @@ def test_ring_search_matches_brute_force(case):
     ("NVIDIA B300 SXM6 AC", 800.0),
 ])
 def test_sku_floor(name, gbps):
-    fig = spec.sku_allreduce_floor(name, 8)
+    fig = collectives.sku_allreduce_floor(name, 8)
     assert fig.gbps == gbps
     assert fig.source and fig.label
 
@@ -496,33 +497,33 @@ def test_sku_floor(name, gbps):
     "NVIDIA GB200", "NVIDIA GB300", "NVIDIA A800-SXM4-80GB", "NVIDIA H800", "Tesla V100-PCIE-32GB",
     "NVIDIA L40S", "NVIDIA GeForce RTX 4090", "", None])
 def test_no_sku_floor_for_other_parts(name):
-    assert spec.sku_allreduce_floor(name, 8) is None
+    assert collectives.sku_allreduce_floor(name, 8) is None
 
 
 def test_sku_floor_only_for_8_gpus_at_a_large_size():
     name = "NVIDIA H100 80GB HBM3"
-    assert spec.sku_allreduce_floor(name, 4) is None
-    assert spec.sku_allreduce_floor(name, 16) is None
-    assert spec.sku_allreduce_floor(name, 8, size_bytes=GiB) is None
-    assert spec.sku_allreduce_floor(name, 8, size_bytes=8 * GiB).gbps == 440.0
-    assert spec.sku_allreduce_floor(name, 8, size_bytes=16 * GiB).gbps == 440.0
+    assert collectives.sku_allreduce_floor(name, 4) is None
+    assert collectives.sku_allreduce_floor(name, 16) is None
+    assert collectives.sku_allreduce_floor(name, 8, size_bytes=GiB) is None
+    assert collectives.sku_allreduce_floor(name, 8, size_bytes=8 * GiB).gbps == 440.0
+    assert collectives.sku_allreduce_floor(name, 8, size_bytes=16 * GiB).gbps == 440.0
 
 
 def test_sku_floor_above_ring_speed_needs_nvls():
-    assert spec.sku_allreduce_floor("NVIDIA H100 80GB HBM3", 8, nvls=False) is None
-    assert spec.sku_allreduce_floor("NVIDIA H200", 8, nvls=False) is None
-    assert spec.sku_allreduce_floor("NVIDIA H100 80GB HBM3", 8, nvls=True).gbps == 440.0
-    assert spec.sku_allreduce_floor("NVIDIA A100-SXM4-80GB", 8, nvls=False).gbps == 185.0
-    assert spec.sku_allreduce_floor("NVIDIA B200", 8, nvls=False).gbps == 440.0
+    assert collectives.sku_allreduce_floor("NVIDIA H100 80GB HBM3", 8, nvls=False) is None
+    assert collectives.sku_allreduce_floor("NVIDIA H200", 8, nvls=False) is None
+    assert collectives.sku_allreduce_floor("NVIDIA H100 80GB HBM3", 8, nvls=True).gbps == 440.0
+    assert collectives.sku_allreduce_floor("NVIDIA A100-SXM4-80GB", 8, nvls=False).gbps == 185.0
+    assert collectives.sku_allreduce_floor("NVIDIA B200", 8, nvls=False).gbps == 440.0
     # the NVLS floors really are above what a ring reaches on the same links
     for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
-        assert spec.sku_allreduce_floor(name, 8).gbps > 0.82 * spec.nvlink_gbps("4.0", 18).gbps
+        assert collectives.sku_allreduce_floor(name, 8).gbps > 0.82 * spec.nvlink_gbps("4.0", 18).gbps
 
 
 def test_sku_floor_keeps_the_more_lenient_operator_and_says_so():
-    a100 = spec.sku_allreduce_floor("NVIDIA A100-SXM4-80GB", 8)
+    a100 = collectives.sku_allreduce_floor("NVIDIA A100-SXM4-80GB", 8)
     assert "OCI" in a100.source and "228" in a100.source and "200" in a100.source
-    h200 = spec.sku_allreduce_floor("NVIDIA H200", 8)
+    h200 = collectives.sku_allreduce_floor("NVIDIA H200", 8)
     assert "Azure" in h200.source and "440" in h200.source
 
 
@@ -548,15 +549,15 @@ def test_check_passes_at_exactly_the_floor():
 
 
 def test_check_absolute_floor_wins_both_ways():
-    h100 = spec.sku_allreduce_floor("NVIDIA H100 80GB HBM3", 8)
+    h100 = collectives.sku_allreduce_floor("NVIDIA H100 80GB HBM3", 8)
     expected = spec.nvlink_gbps("4.0", 18)
-    ring_only = Check(370.0, expected, spec.DEFAULT_FLOORS["allreduce"], h100)
-    assert 370.0 >= spec.DEFAULT_FLOORS["allreduce"] * expected.gbps  # the relative floor alone would pass
+    ring_only = Check(370.0, expected, thresholds.DEFAULT_FLOORS["allreduce"], h100)
+    assert 370.0 >= thresholds.DEFAULT_FLOORS["allreduce"] * expected.gbps  # the relative floor alone would pass
     assert ring_only.needed_gbps() == 440.0 and ring_only.passed() is False
     text = ring_only.describe()
     assert text.startswith("measured 370.0 GB/s, needed 440.0 (published H100 SXM 8-GPU all-reduce floor)")
     assert "expected 450.0 GB/s from NV18 NVLink 4.0, ratio 0.82" in text
-    a100 = spec.sku_allreduce_floor("NVIDIA A100-SXM4-80GB", 8)
+    a100 = collectives.sku_allreduce_floor("NVIDIA A100-SXM4-80GB", 8)
     lenient = Check(200.0, spec.nvlink_gbps("3.1", 12), 0.75, a100)
     assert 200.0 < 0.75 * 300  # the relative floor alone would fail
     assert lenient.passed() is True
@@ -566,7 +567,7 @@ def test_check_without_any_threshold_has_no_verdict():
     check = Check(12.3, None, 0.7)
     assert check.needed_gbps() is None and check.passed() is None and check.ratio() is None
     assert check.describe() == "measured 12.3 GB/s, no expected figure for this link (not judged)"
-    only_floor = Check(500.0, None, 0.7, spec.sku_allreduce_floor("NVIDIA B200", 8))
+    only_floor = Check(500.0, None, 0.7, collectives.sku_allreduce_floor("NVIDIA B200", 8))
     assert only_floor.passed() is True and only_floor.ratio() is None
     assert only_floor.describe() == "measured 500.0 GB/s, needed 440.0 (published B200 8-GPU all-reduce floor)"
 
@@ -580,7 +581,7 @@ def test_check_rejects_bad_values(measured, floor):
 
 def test_reference_measurements_against_the_default_floors():
     """Healthy public figures pass; the failures the floors exist for fail."""
-    f = spec.DEFAULT_FLOORS
+    f = thresholds.DEFAULT_FLOORS
     nv4, nv3 = spec.nvlink_gbps("4.0", 18), spec.nvlink_gbps("3.1", 12)
     for measured in (364, 376, 393, 396.4):  # H100/H200 unidirectional P2P
         assert Check(measured, nv4, f["p2p"]).passed()
@@ -601,32 +602,32 @@ def test_reference_measurements_against_the_default_floors():
 
 
 def test_default_floors():
-    assert set(spec.DEFAULT_FLOORS) == {"p2p", "h2d_pinned", "h2d_pageable", "allreduce"}
-    assert spec.FLOOR_KEYS == tuple(spec.DEFAULT_FLOORS)
-    for value in spec.DEFAULT_FLOORS.values():
+    assert set(thresholds.DEFAULT_FLOORS) == {"p2p", "h2d_pinned", "h2d_pageable", "allreduce"}
+    assert thresholds.FLOOR_KEYS == tuple(thresholds.DEFAULT_FLOORS)
+    for value in thresholds.DEFAULT_FLOORS.values():
         assert 0 < value < 1
 
 
 @pytest.mark.parametrize("value, ratio", [("0.8", 0.8), (" 0.75 ", 0.75), (0.9, 0.9), (1, 1.0), ("1.05", 1.05)])
 def test_parse_floor_ratio(value, ratio):
-    assert spec.parse_floor_ratio(value, "ini gputopo_floor_p2p") == ratio
+    assert thresholds.parse_floor_ratio(value, "ini gputopo_floor_p2p") == ratio
 
 
 @pytest.mark.parametrize("value", ["", "fast", "80%", "0", "-0.1", "2.5", "nan", "inf", None, True])
 def test_parse_floor_ratio_errors_name_the_origin(value):
     with pytest.raises(ValueError, match=r"^env PYTEST_GPUTOPO_FLOOR_P2P: "):
-        spec.parse_floor_ratio(value, "env PYTEST_GPUTOPO_FLOOR_P2P")
+        thresholds.parse_floor_ratio(value, "env PYTEST_GPUTOPO_FLOOR_P2P")
 
 
 def test_merged_floors():
-    assert spec.merged_floors() == spec.DEFAULT_FLOORS
-    merged = spec.merged_floors({"p2p": "0.9"}, "marker min_p2p_bw on test_x")
-    assert merged["p2p"] == 0.9 and merged["allreduce"] == spec.DEFAULT_FLOORS["allreduce"]
-    assert spec.DEFAULT_FLOORS["p2p"] != 0.9  # the defaults are untouched
+    assert thresholds.merged_floors() == thresholds.DEFAULT_FLOORS
+    merged = thresholds.merged_floors({"p2p": "0.9"}, "marker min_p2p_bw on test_x")
+    assert merged["p2p"] == 0.9 and merged["allreduce"] == thresholds.DEFAULT_FLOORS["allreduce"]
+    assert thresholds.DEFAULT_FLOORS["p2p"] != 0.9  # the defaults are untouched
     with pytest.raises(ValueError, match="unknown floor 'copy'"):
-        spec.merged_floors({"copy": 0.5}, "ini")
+        thresholds.merged_floors({"copy": 0.5}, "ini")
     with pytest.raises(ValueError, match="ini: allreduce"):
-        spec.merged_floors({"allreduce": "x"}, "ini")
+        thresholds.merged_floors({"allreduce": "x"}, "ini")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -637,14 +638,14 @@ def test_docs_table_matches_table_rows():
     text = (ROOT / "docs" / "thresholds.md").read_text(encoding="utf-8")
     m = re.search(r"<!-- table:start -->\n(.*?)\n<!-- table:end -->", text, re.S)
     assert m, "docs/thresholds.md lost its table markers"
-    assert m.group(1).strip() == spec._markdown_table().strip(), (
+    assert m.group(1).strip() == table.markdown_table().strip(), (
         "docs/thresholds.md is out of date; regenerate the table with "
-        "`python -c 'from pytest_gputopo import spec; print(spec._markdown_table())'`")
+        "`python -c 'from pytest_gputopo.core import table; print(table.markdown_table())'`")
 
 
 def test_docs_state_the_default_floors():
     text = (ROOT / "docs" / "thresholds.md").read_text(encoding="utf-8")
-    for key, value in spec.DEFAULT_FLOORS.items():
+    for key, value in thresholds.DEFAULT_FLOORS.items():
         assert re.search(rf"\| `{key}` \| {value:.2f} \|", text), key
     assert "options.md" in text and "NVLS" in text
 

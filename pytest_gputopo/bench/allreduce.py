@@ -51,7 +51,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..core.spec import allreduce_factor
+from ..core.collectives import allreduce_factor
 from ..core.units import size_text
 from ..runtime import environ
 from ..runtime.procs import Children

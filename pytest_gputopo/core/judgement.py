@@ -2,7 +2,7 @@
 and a run gate share, so that the same figure gets the same verdict wherever it is judged.
 
 The threshold is an absolute figure when there is one (a marker's ``gbps``, or a published per-SKU
-floor), else ``floor_ratio`` x the figure the link should give (``spec.Check`` compares). A figure
+floor), else ``floor_ratio`` x the figure the link should give (``thresholds.Check`` compares). A figure
 is then:
 
 - ``absent``: there is none (a recorded machine that published none, a pair without peer access);
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .spec import Check, Figure, gbps_text, interval_text
+from .spec import Figure
+from .thresholds import Check, gbps_text, interval_text
 
 ABSENT, BROKEN, UNKNOWN, BELOW, STAGED, MET = "absent", "broken", "unknown", "below", "staged", "met"
 
@@ -51,7 +52,7 @@ class Judgement:
     staged_gbps: float | None = None  # a P2P copy's twin staged through the host, where measured
 
     def check(self) -> Check | None:
-        """The figure as ``spec.Check`` compares and describes it (None without a figure)."""
+        """The figure as ``thresholds.Check`` compares and describes it (None without a figure)."""
         if self.measured.gbps is None:
             return None
         return Check(self.measured.gbps, self.expected, self.floor_ratio, self.absolute)

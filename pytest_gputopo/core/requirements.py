@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .model import Link, LinkClass, LinkLabel, Topology, link_satisfies
 from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, is_bandwidth, show_value
 from . import judgement, keys
-from .spec import gbps_text
+from .thresholds import gbps_text
 
 # How many failing pairs a test's skip reason names before "and N more" (a run gate lists all).
 REASON_PAIRS = 3

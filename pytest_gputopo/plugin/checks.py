@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ..core import judgement, keys, spec
+from ..core import judgement, keys, thresholds
 from ..core.model import P2PStatus, Topology
 from ..render import report
 from . import facts, verdicts
@@ -146,7 +146,7 @@ def _bandwidth_check(run: GputopoRun, key: keys.Key):
                 f"{result.what}: no figure: {result.error}", props
         origin = "measured" if result.origin != "recorded" else f"recorded, not measured: {result.source}"
         if result.interval_gbps:
-            origin += f"; {spec.interval_text(result.interval_gbps)} GB/s"
+            origin += f"; {thresholds.interval_text(result.interval_gbps)} GB/s"
         if state == judgement.BROKEN:
             return "failed", f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", props
         text = f"{result.what}: {judged.check().describe()} ({origin})"

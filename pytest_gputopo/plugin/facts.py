@@ -12,7 +12,7 @@ import json
 import time
 
 from ..bench.suite import BenchSuite, SharedFolder
-from ..core import keys, spec
+from ..core import collectives, keys, spec
 from ..core.model import Topology
 from ..nccl.expect import expected_transports, fallback_summary, find_fallbacks, read_settings
 from ..runtime import environ
@@ -101,7 +101,7 @@ def expected(run: GputopoRun, key: keys.Key):
         return None, "gloo on CPUs (no link to judge it by)"
     if suite(run).world_size is not None:
         return None, "an all-reduce across the ranks of the run (no single link to judge it by)"
-    fig = spec.allreduce_expected_busbw(topology, key.ranks)
+    fig = collectives.allreduce_expected_busbw(topology, key.ranks)
     return fig, (fig.label if fig else f"links among {key.ranks} GPUs (unknown)")
 
 

@@ -37,7 +37,7 @@ class Option:
         return runtime.env_name(self.name.replace("-", "_"))
 
 
-# core.spec.FLOOR_KEYS, spelled here so that loading the plugin does not import the core (a test
+# core.thresholds.FLOOR_KEYS, spelled here so that loading the plugin does not import the core (a test
 # compares the two).
 FLOOR_KEYS = ("p2p", "h2d_pinned", "h2d_pageable", "allreduce")
 
@@ -188,14 +188,14 @@ def floor_overrides(config: pytest.Config) -> dict[str, float]:
     names = [f"floor-{key.replace('_', '-')}" for key in FLOOR_KEYS]
     if all(value(config, name)[0] is None for name in names):
         return {}
-    from ..core import spec  # its ratio rule, only when a floor is set
+    from ..core import thresholds  # its ratio rule, only when a floor is set
 
     found = {}
     for key, name in zip(FLOOR_KEYS, names):
         raw, where = value(config, name)
         if raw is not None:
             try:
-                found[key] = spec.parse_floor_ratio(raw, where)
+                found[key] = thresholds.parse_floor_ratio(raw, where)
             except ValueError as exc:
                 raise pytest.UsageError(str(exc)) from None
     return found

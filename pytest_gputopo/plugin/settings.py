@@ -34,10 +34,10 @@ class Settings:
     floor_overrides: Mapping[str, float] = field(default_factory=dict)  # set by option, env or ini
 
     def floors(self) -> tuple[dict, set]:
-        """The efficiency floors (defaults from ``core.spec``) and the keys the user set explicitly."""
-        from ..core import spec  # the core: on the first judged figure, not at start-up
+        """The efficiency floors (defaults from ``core.thresholds``) and the keys the user set explicitly."""
+        from ..core import thresholds  # the core: on the first judged figure, not at start-up
 
-        return {**spec.DEFAULT_FLOORS, **self.floor_overrides}, set(self.floor_overrides)
+        return {**thresholds.DEFAULT_FLOORS, **self.floor_overrides}, set(self.floor_overrides)
 
 
 def read(config: pytest.Config) -> Settings:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..core import requirements as reqs
-from ..core import keys, spec
+from ..core import collectives, keys, spec
 from ..core.expressions import parse_expression
 from ..core.judgement import MET, Judgement, Measured
 from ..core.regressions import regressions
@@ -95,7 +95,7 @@ def threshold(run: GputopoRun, key: keys.Key, size_bytes: int | None = None, gbp
     apply when NCCL said it did not take it, ``nvls`` False); else the floor (the marker's, else option /
     ini / env, else the default) x the expected figure. Returns (expected ``spec.Figure`` or None,
     what the expectation rests on, the floor ratio, the absolute ``spec.Figure`` or None): the
-    arguments of ``spec.Check``, whose ``needed_gbps`` is the threshold."""
+    arguments of ``thresholds.Check``, whose ``needed_gbps`` is the threshold."""
     fig, basis = facts.expected(run, key)
     floors, explicit = run.settings.floors()
     name = key.floor
@@ -105,7 +105,7 @@ def threshold(run: GputopoRun, key: keys.Key, size_bytes: int | None = None, gbp
     topology = run.topology
     published = None
     if isinstance(key, keys.AllReduce) and floor is None and name not in explicit and topology.gpus:
-        published = spec.sku_allreduce_floor(topology.gpus[0].name, key.ranks, size_bytes or key.size_bytes, nvls)
+        published = collectives.sku_allreduce_floor(topology.gpus[0].name, key.ranks, size_bytes or key.size_bytes, nvls)
     return fig, basis, ratio, published
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from pytest_gputopo.core import keys
 
-from pytest_gputopo.core import spec
+from pytest_gputopo.core import collectives, spec
 from pytest_gputopo.probe import probe
 
 HOST = probe(None, use_torch=False)
@@ -45,7 +45,7 @@ def test_nccl_allreduce_runs_and_verifies():
 
     res = run_allreduce(2, [2**26], backend="nccl", timeout_s=120, budget_s_per_size=5)
     assert res.ok and res.judged.busbw_gbps > 0
-    expected = spec.allreduce_expected_busbw(HOST, 2)
+    expected = collectives.allreduce_expected_busbw(HOST, 2)
     if expected is not None and not res.nvls:
         assert res.judged.busbw_gbps <= 1.2 * expected.gbps
 

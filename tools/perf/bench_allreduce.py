@@ -35,7 +35,7 @@ import time
 from datetime import timedelta
 
 from pytest_gputopo.bench.allreduce_worker import apply_sched, measure_allreduce
-from pytest_gputopo.core.spec import allreduce_factor
+from pytest_gputopo.core.collectives import allreduce_factor
 from pytest_gputopo.bench.harness import MIN_SAMPLE_S
 
 DEFAULT_SIZES = [256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
