@@ -173,7 +173,8 @@ def test_unknown_p2p_status_is_an_unknown_transport_not_p2p(tmp_path):
     """Issue 8.15: NCCL takes P2P within its level only when NVML's P2P status allows it
     (src/transport/p2p.cc p2pCanConnect -> ncclTopoCheckP2p, which reads NVML's status, §3.2 of the
     reference); where the source did not give the status, the transport is unknown."""
-    from pytest_gputopo.nccl.expect import NcclSettings, expected_transports
+    from pytest_gputopo.nccl.expect import expected_transports
+    from pytest_gputopo.nccl.settings import NcclSettings
     from pytest_gputopo.probe import probe
 
     path = tmp_path / "pix.txt"

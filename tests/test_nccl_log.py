@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from conftest import CORPUS, NO_CORPUS
 
-from pytest_gputopo.parse.nccl_log import (Connection, NcclLog, NcclTopoXmlError, parse_nccl_log, parse_topo_xml,
-                                           transport_family)
+from pytest_gputopo.parse.nccl_log import Connection, NcclLog, parse_nccl_log, transport_family
+from pytest_gputopo.parse.nccl_topo_xml import NcclTopoXmlError, parse_topo_xml
 from pytest_gputopo.render.tables import nccl_log_lines
 
 SAMPLES = sorted((CORPUS / "nccl").glob("*.txt"))

@@ -91,7 +91,8 @@ def test_nccl_account_and_measured_p2p_in_the_view():
     """NCCL's own account, when one ran, is what the view reports; a measured P2P copy far below
     its link's figure is named as a fallback cause."""
     from pytest_gputopo.plugin.facts import NcclView
-    from pytest_gputopo.nccl.expect import NcclSettings, expected_transports
+    from pytest_gputopo.nccl.expect import expected_transports
+    from pytest_gputopo.nccl.settings import NcclSettings
     from pytest_gputopo.probe import probe_recorded
 
     topo = probe_recorded("dgx-a100")

@@ -14,7 +14,8 @@ import time
 from ..bench.suite import BenchSuite, SharedFolder
 from ..core import collectives, keys, spec
 from ..core.model import Topology
-from ..nccl.expect import expected_transports, fallback_summary, find_fallbacks, read_settings
+from ..nccl.expect import expected_transports, fallback_summary, find_fallbacks
+from ..nccl.settings import read_settings
 from ..runtime import environ
 from .run import GputopoRun
 
