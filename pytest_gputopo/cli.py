@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .core import model, schema, table, thresholds
+from .parse import smi_machine
 from .parse import smi_topo as smi_text
 from .parse.nccl_log import parse_nccl_log
 from .parse.nccl_tests import NcclTestsParseError, parse_nccl_tests
@@ -79,7 +80,7 @@ def _p2p_args(values: list[str]) -> dict:
             raise CliError(f"--p2p {value!r}: {''.join(bad) or 'nothing'!r} before ':' is no capability letter "
                            f"(r read, w write, n nvlink, a atomics)")
         try:
-            matrix = smi_text.parse_p2p_matrix(_read(path))
+            matrix = smi_machine.parse_p2p_matrix(_read(path))
         except smi_text.SmiParseError as exc:
             raise CliError(f"{path}: {exc}") from None
         for c in caps:
@@ -94,7 +95,7 @@ def cmd_record(args) -> int:
         except smi_text.SmiParseError as exc:
             raise CliError(f"{args.from_smi}: {exc}") from None
         p2p_files = _p2p_args(args.p2p)
-        topology = smi_text.to_topology(smi, {cap: matrix for cap, (_, matrix) in p2p_files.items()},
+        topology = smi_machine.to_topology(smi, {cap: matrix for cap, (_, matrix) in p2p_files.items()},
                                         name=args.from_smi)
         sources = [{"what": "nvidia-smi topo -m", "file": args.from_smi}]
         sources += [{"what": f"nvidia-smi topo -p2p ({cap})", "file": path} for cap, (path, _) in p2p_files.items()]
@@ -135,7 +136,7 @@ def cmd_parse(args) -> int:
         smi = smi_text.parse_topo_matrix(text)
     except smi_text.SmiParseError as exc:
         raise CliError(f"{args.file}: {exc}") from None
-    _emit(smi.to_json(), args.json, tables.smi_topo_lines(smi, smi_text.to_topology(smi, name=args.file)))
+    _emit(smi.to_json(), args.json, tables.smi_topo_lines(smi, smi_machine.to_topology(smi, name=args.file)))
     return 0
 
 

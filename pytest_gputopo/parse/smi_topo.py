@@ -17,9 +17,9 @@ from ..core import model
 TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 # Tolerate case and lost spaces ("CPUAffinity") in a mangled header.
 _COLUMN_RES = {c: re.compile(r"\s*".join(c.split()), re.IGNORECASE) for c in TRAILING}
-_GPU_RE = re.compile(r"GPU[0-9]+")
+GPU_RE = re.compile(r"GPU[0-9]+")
 _NIC_LEGEND_RE = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
-_P2P_VALUES = {s.value for s in model.P2PStatus}
+P2P_VALUES = {s.value for s in model.P2PStatus}
 UNKNOWN = "?"
 
 # rocm-smi's banner and its --showtopo section titles ("Weight between two GPUs", "Link Type ...").
@@ -84,7 +84,7 @@ def _header_tokens(line: str) -> tuple[list, tuple]:
 
 
 def _is_cell(token: str) -> bool:
-    return token.upper() in ("X", UNKNOWN) or token.upper() in _P2P_VALUES or _label(token) is not None
+    return token.upper() in ("X", UNKNOWN) or token.upper() in P2P_VALUES or _label(token) is not None
 
 
 def _is_header(line: str) -> bool:
@@ -137,7 +137,7 @@ def _fields_at_tab_stops(line: str) -> list | None:
     return None
 
 
-def _read_table(text: str) -> _Table:
+def read_table(text: str) -> _Table:
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if _is_header(ln)), None)
     warnings = []
@@ -169,7 +169,7 @@ def _read_table(text: str) -> _Table:
             warnings.append(f"repeated header line ignored: {_short(line)}")
             continue
         label, cells, layout = _split_row(line)
-        if not (label in header_devs or _GPU_RE.fullmatch(label) or (cells and _is_cell(cells[0]))):
+        if not (label in header_devs or GPU_RE.fullmatch(label) or (cells and _is_cell(cells[0]))):
             warnings.append(f"line ignored, not a matrix row: {_short(line)}")
             continue
         if label in rows:
@@ -324,9 +324,9 @@ def parse_topo_matrix(text: str) -> SmiTopo:
     if _ROCM_RE.search(text):
         raise SmiParseError("this is rocm-smi output (AMD GPUs), not nvidia-smi topo -m: "
                             "pytest-gputopo reads NVIDIA machines only")
-    table = _read_table(text)
+    table = read_table(text)
     warnings, devices, n = table.warnings, table.devices, len(table.devices)
-    gpu_names = [d for d in devices if _GPU_RE.fullmatch(d)]
+    gpu_names = [d for d in devices if GPU_RE.fullmatch(d)]
     nic_names = [d for d in devices if d not in gpu_names]
     if not gpu_names:
         warnings.append("the header names no GPUs")
@@ -418,85 +418,3 @@ def _nic_legend(lines: list, nics: list, warnings: list) -> dict:
         else:
             legend[label] = names[0]
     return legend
-
-
-# ---------------------------------------------------------------------------------------------
-# topo -p2p
-
-
-def parse_p2p_matrix(text: str) -> tuple[tuple[str, ...], ...]:
-    """One ``nvidia-smi topo -p2p <r|w|n|a>`` matrix: GPU x GPU status abbreviations ("OK",
-    "GNS", ...), "X" on the diagonal, "U" where a cell is missing or unreadable."""
-    table = _read_table(text)
-    gpus = [d for d in table.devices if _GPU_RE.fullmatch(d)]
-    if not gpus:
-        raise SmiParseError("no nvidia-smi P2P matrix: the header names no GPUs")
-    col = {d: j for j, d in enumerate(table.devices)}
-
-    def cell(a: str, b: str) -> str | None:
-        fields = table.rows.get(a, ([], True))[0]
-        raw = fields[col[b]].upper() if col[b] < len(fields) else ""
-        return raw if raw in _P2P_VALUES else None
-
-    read = {(a, b): cell(a, b) for a in gpus for b in gpus if a != b}
-    if read and not any(read.values()):
-        # Likely the wrong text (a topo -m matrix), not a P2P matrix whose cells are all unknown.
-        raise SmiParseError("no P2P status cell in the matrix (expected OK, CNS, GNS, TNS, NS, DR or U)")
-    return tuple(tuple("X" if a == b else read[a, b] or "U" for b in gpus) for a in gpus)
-
-
-# ---------------------------------------------------------------------------------------------
-# To the model and back
-
-
-def _link(a: int, b: int, text: str) -> model.Link:
-    if text == UNKNOWN:
-        return model.Link(a, b, pcie=None, nvlinks=None)
-    label = model.LinkLabel.parse(text)
-    if label.cls is model.LinkClass.NV:
-        return model.Link(a, b, pcie=None, nvlinks=label.nvlinks)  # the PCIe path is hidden behind NV#
-    return model.Link(a, b, pcie=label.cls, nvlinks=0)
-
-
-def _worse_label(x: str, y: str) -> str:
-    if UNKNOWN in (x, y):
-        return UNKNOWN if x == y else (y if x == UNKNOWN else x)
-    return min(x, y, key=model.LinkLabel.parse)
-
-
-_P2P_RANK = {model.P2PStatus.OK: 2, model.P2PStatus.UNKNOWN: 1}  # any refusal ranks 0
-
-
-def _p2p_status(matrix, a: int, b: int, warnings: list, cap: str) -> model.P2PStatus:
-    """The pair's status: the worse direction (a refusal, then unknown, then OK)."""
-    statuses = []
-    for i, j in ((a, b), (b, a)):
-        try:
-            statuses.append(model.P2PStatus(matrix[i][j]))
-        except (IndexError, ValueError, TypeError):
-            statuses.append(model.P2PStatus.UNKNOWN)
-    if all(s is model.P2PStatus.UNKNOWN for s in statuses) and max(a, b) >= len(matrix):
-        warnings.append(f"P2P {cap} matrix has no GPU{max(a, b)}")
-    return min(statuses, key=lambda s: _P2P_RANK.get(s, 0))
-
-
-def to_topology(smi: SmiTopo, p2p: dict | None = None, name: str | None = None) -> model.Topology:
-    """The model of what the text says; everything it does not say is None (unknown)."""
-    p2p = p2p or {}
-    bad = set(p2p) - set(model.P2P_CAPS)
-    if bad:
-        raise ValueError(f"unknown P2P capability {sorted(bad)[0]!r} (expected one of {model.P2P_CAPS})")
-    warnings = list(smi.warnings)
-    # nvidia-smi numbers GPUs by their NVML index: GPU<i> of the text is NVML index i.
-    gpus = tuple(model.Gpu(index=i, nvml_index=i, cpu_affinity=g.cpu_affinity,
-                           numa_node=int(g.numa_affinity) if re.fullmatch(r"[0-9]+", g.numa_affinity or "")
-                           else None)
-                 for i, g in enumerate(smi.gpus))
-    links = []
-    for a in range(len(gpus)):
-        for b in range(a + 1, len(gpus)):
-            link = _link(a, b, _worse_label(smi.matrix[a][b], smi.matrix[b][a]))
-            status = {cap: _p2p_status(m, a, b, warnings, cap) for cap, m in p2p.items()}
-            links.append(model.Link(a, b, link.pcie, link.nvlinks, model.P2P(**status)))
-    return model.Topology(gpus=gpus, links=tuple(links), source=model.Source("smi-text", name),
-                          nics=smi.nics, warnings=tuple(dict.fromkeys(warnings)))

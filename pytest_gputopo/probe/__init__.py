@@ -138,14 +138,14 @@ def _is_text(machine: str) -> bool:
 
 
 def _from_smi_file(path: str, p2p_paths: dict) -> model.Topology:
-    from ..parse import smi_topo as smi_text
+    from ..parse import smi_machine, smi_topo
 
     try:
-        smi = smi_text.parse_topo_matrix(files.read_text(path))
-        p2p = {cap: smi_text.parse_p2p_matrix(files.read_text(p)) for cap, p in p2p_paths.items()}
-    except (OSError, smi_text.SmiParseError) as exc:
+        smi = smi_topo.parse_topo_matrix(files.read_text(path))
+        p2p = {cap: smi_machine.parse_p2p_matrix(files.read_text(p)) for cap, p in p2p_paths.items()}
+    except (OSError, smi_topo.SmiParseError) as exc:
         raise MachineError(f"{path}: {exc}") from None
-    return smi_text.to_topology(smi, p2p, name=path)
+    return smi_machine.to_topology(smi, p2p, name=path)
 
 
 def _as_cuda_sees_it(topology: model.Topology, view) -> model.Topology:
