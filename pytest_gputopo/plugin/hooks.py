@@ -8,9 +8,15 @@ checks it); the core's judges and the benchmarks are imported when something nee
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+
 import pytest
 
-from . import markers, options, reporter
+from ..probe import MachineError, probe
+from ..render.report import source_text
+from ..runtime import environ
+from . import hookspecs, markers, options, reporter
 from .fixtures import gputopo, gputopo_bench  # noqa: F401  (registered as this plugin's fixtures)
 from .run import RANKS_EXIT_STATUS, RUN, GputopoRun, Ranks, run_of
 from .settings import read as read_settings
@@ -28,8 +34,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager) -> None:
-    from . import hookspecs
-
     pluginmanager.add_hookspecs(hookspecs)
 
 
@@ -64,15 +68,11 @@ def _shared_dir(config: pytest.Config) -> str | None:
     than "no" and ``--tx`` set, as ``-n N`` sets them), removed at the end; None otherwise."""
     if config.getoption("dist", "no") == "no" or not config.getoption("tx", None):
         return None
-    import tempfile
-
     return tempfile.mkdtemp(prefix="pytest-gputopo-run-")
 
 
 def _join_ranks(run: GputopoRun) -> Ranks | None:
     """Under a launcher (RANK/WORLD_SIZE set), exchange every rank's topology before any decision."""
-    from ..runtime import environ
-
     try:
         launch = environ.launch()
     except ValueError as exc:
@@ -95,8 +95,6 @@ def _join_ranks(run: GputopoRun) -> Ranks | None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_gputopo_probe(config: pytest.Config):
-    from ..probe import MachineError, probe
-
     machine, where = options.value(config, "machine")
     try:
         return probe(machine)
@@ -119,8 +117,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if run is not None and "suite" in run.derived:
         run.derived["suite"].close()
     if run is not None and run.shared_dir and not run.worker:
-        import shutil
-
         shutil.rmtree(run.shared_dir, ignore_errors=True)
 
 
@@ -141,8 +137,6 @@ def pytest_collection(session: pytest.Session) -> None:
     except GateError as exc:
         raise pytest.UsageError(str(exc)) from None
     if problems:
-        from ..render.report import source_text
-
         tw = session.config.get_terminal_writer()
         tw.line(f"gputopo: this machine does not meet the run's requirements "
                 f"[{source_text(run.topology)}]:", red=True, bold=True)
