@@ -1,4 +1,5 @@
-"""pytest inside torchrun (gloo, loopback): one decision across ranks, rank 0 speaks, no hang.
+"""pytest inside torchrun, or started by srun (gloo, loopback): one decision across ranks, rank 0
+speaks, no hang.
 
 Each rank is given a different recorded machine (as if the nodes differed) by a conftest that
 implements the plugin's probe hook.
@@ -24,14 +25,15 @@ import json, os
 import pytest
 
 MACHINES = os.environ.get("GPUTOPO_TEST_MACHINES", "dgx-a100,4x-rtx4090").split(",")
+RANK = os.environ.get("RANK") or os.environ["SLURM_PROCID"]  # torchrun's, else srun's
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_gputopo_probe(config):
     from pytest_gputopo.probe import probe_recorded
-    if os.environ.get("GPUTOPO_TEST_HANG_RANK") == os.environ["RANK"]:
+    if os.environ.get("GPUTOPO_TEST_HANG_RANK") == RANK:
         import time
         time.sleep(600)  # a rank that never reports
-    machine = MACHINES[int(os.environ["RANK"]) % len(MACHINES)]
+    machine = MACHINES[int(RANK) % len(MACHINES)]
     if machine == "host":
         return None  # this host itself, probed by the plugin
     return probe_recorded(machine)
@@ -40,18 +42,21 @@ def pytest_sessionfinish(session):
     rep = session.config.pluginmanager.get_plugin("terminalreporter")
     outcomes = {k: sorted(r.nodeid for r in v if hasattr(r, "nodeid"))
                 for k, v in rep.stats.items() if k in ("passed", "skipped", "failed", "error")}
-    with open(f"outcomes.{os.environ['RANK']}.json", "w") as f:
+    with open(f"outcomes.{RANK}.json", "w") as f:
         json.dump(outcomes, f)
 """
 
 TESTS = """
+import os
 import pytest
 import torch
 import torch.distributed as dist
 
 def all_reduce_ones():
-    if not dist.is_initialized():
-        dist.init_process_group("gloo")
+    if not dist.is_initialized():  # env:// (MASTER_ADDR, MASTER_PORT); the rank from torchrun or srun
+        rank = int(os.environ.get("RANK") or os.environ["SLURM_PROCID"])
+        world = int(os.environ.get("WORLD_SIZE") or os.environ["SLURM_STEP_NUM_TASKS"])
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     t = torch.ones(1)
     dist.all_reduce(t)  # would hang if another rank skipped this test
     assert t.item() == dist.get_world_size()
@@ -107,6 +112,32 @@ def test_every_rank_takes_the_same_decisions(suite_dir):
     assert "(rank 1): 4x NVIDIA GeForce RTX 4090" in out.stdout and "[DIFFERS from rank 0's]" in out.stdout
     assert out.stdout.count("[DIFFERS from rank 0's]") == 1
     assert "on rank 1 (" in out.stdout  # the skip reason names the rank whose node lacks it
+
+
+def test_srun_starting_every_rank_takes_one_decision(suite_dir):
+    """Issue 11.4: srun sets SLURM_PROCID and its step's task count, not RANK/WORLD_SIZE. Two pytest
+    processes given srun's variables (and MASTER_ADDR/MASTER_PORT, as torch's env:// reads them) and
+    different recorded machines take the same decisions, and their collectives do not hang."""
+    port = free_port()
+    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+    base = {k: v for k, v in os.environ.items() if k not in launcher and not k.startswith(("SLURM_", "TORCHELASTIC_"))}
+    procs = []
+    for rank in range(2):
+        env = {**base, "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
+               "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONWARNINGS": "ignore"}
+        procs.append(subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs"], cwd=suite_dir,
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        out = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], out[0][-3000:] + out[1][-3000:]
+    rank0, rank1 = outcomes(suite_dir, 2)
+    assert rank0 == rank1
+    assert rank0["passed"] == ["test_dist.py::test_four_gpus_collective"]
+    assert "(rank 1): 4x NVIDIA GeForce RTX 4090" in out[0] and "on rank 1 (" in out[0]
 
 
 def test_a_rank_that_never_reports_ends_the_run_with_a_reason(suite_dir):

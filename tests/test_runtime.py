@@ -50,3 +50,50 @@ def test_environment_is_read(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     assert visible_gpus(GPUS).order == (1,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers: torchrun, or srun starting every rank itself (issue 11.4)
+
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+               "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NODEID",
+               "SLURM_JOB_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID")
+SRUN_TASK_1_OF_4 = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4",
+                    "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "0", "MASTER_ADDR": "10.0.0.1",
+                    "MASTER_PORT": "29600"}
+
+
+def _launch_with(monkeypatch, env):
+    from pytest_gputopo.runtime import environ
+
+    for name in LAUNCH_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return environ.launch()
+
+
+def test_srun_starting_every_rank_is_a_launch(monkeypatch):
+    launch = _launch_with(monkeypatch, SRUN_TASK_1_OF_4)
+    assert (launch.rank, launch.world_size, launch.local_rank, launch.node_rank) == (1, 4, 1, 0)
+    assert (launch.master_addr, launch.master_port, launch.agent_store) == ("10.0.0.1", 29600, False)
+    assert launch.run_id == "slurm-77.0"
+
+
+@pytest.mark.parametrize("drop", ["SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "MASTER_ADDR"])
+def test_a_batch_script_or_a_step_without_master_addr_is_one_process(monkeypatch, drop):
+    """A batch script runs with SLURM_PROCID=0 and SLURM_NTASKS=N but no job step (a published
+    ``env | grep SLURM`` of one shows it): a pytest started there is one process, not rank 0 of N
+    waiting for ranks that never come. Without MASTER_ADDR no rank can find the others (torch's
+    env:// needs it too): each decides alone, as before."""
+    assert _launch_with(monkeypatch, {k: v for k, v in SRUN_TASK_1_OF_4.items() if k != drop}) is None
+
+
+def test_torchrun_under_srun_takes_torchruns_ranks(monkeypatch):
+    launch = _launch_with(monkeypatch, {**SRUN_TASK_1_OF_4, "RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "5"})
+    assert (launch.rank, launch.world_size, launch.local_rank) == (5, 16, 5)
+
+
+def test_a_malformed_srun_variable_names_itself(monkeypatch):
+    with pytest.raises(ValueError, match="SLURM_PROCID='7' SLURM_STEP_NUM_TASKS='4' do not describe a rank"):
+        _launch_with(monkeypatch, {**SRUN_TASK_1_OF_4, "SLURM_PROCID": "7"})

@@ -215,11 +215,27 @@ class Launch:
     run_id: str
 
 
+# Where a launcher says which rank this process is: (rank, world size, local rank, node rank).
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK")
+# srun's task variables for the job step it started (srun(1), OUTPUT ENVIRONMENT VARIABLES). Not
+# SLURM_NTASKS: a batch script itself runs with SLURM_PROCID=0 and SLURM_NTASKS=N and no step, and a
+# pytest started there is one process, not rank 0 of N.
+SRUN_VARS = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NODEID")
+
+
 def launch() -> Launch | None:
-    """The launch, when RANK and WORLD_SIZE say this is one rank of several; raises ValueError
-    naming the variable when one is malformed."""
+    """The launch, when a launcher says this is one rank of several: torchrun (RANK, WORLD_SIZE), or
+    srun starting every rank itself (a job step's SLURM_PROCID and SLURM_STEP_NUM_TASKS, with
+    MASTER_ADDR set, as torch's env:// needs it; torchrun's variables win when both are there).
+    Raises ValueError naming the variable when one is malformed."""
     env = os.environ
-    if "RANK" not in env or "WORLD_SIZE" not in env:
+    if "RANK" in env and "WORLD_SIZE" in env:
+        names, agent_store = TORCHRUN_VARS, env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+        run = f"{env.get('TORCHELASTIC_RUN_ID', 'none')}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    elif all(name in env for name in SRUN_VARS[:2] + ("SLURM_STEP_ID", "MASTER_ADDR")):
+        names, agent_store = SRUN_VARS, False
+        run = f"slurm-{env.get('SLURM_JOB_ID', 'none')}.{env['SLURM_STEP_ID']}"
+    else:
         return None
 
     def number(name: str) -> int | None:
@@ -231,19 +247,18 @@ def launch() -> Launch | None:
             raise ValueError(f"environment variable {name}={raw[:40]!r} is not an integer from 0 to {2**31 - 1}")
         return value
 
-    rank, world = number("RANK"), number("WORLD_SIZE")
+    rank_name, world_name, local_name, node_name = names
+    rank, world = number(rank_name), number(world_name)
     if world is None or world < 1 or rank is None or not 0 <= rank < world:
-        raise ValueError(f"environment variables RANK={env['RANK']!r} WORLD_SIZE={env['WORLD_SIZE']!r} "
+        raise ValueError(f"environment variables {rank_name}={env[rank_name]!r} {world_name}={env[world_name]!r} "
                          f"do not describe a rank of a run")
     if world == 1:
         return None
-    run = f"{env.get('TORCHELASTIC_RUN_ID', 'none')}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-    agent_store = env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     highest = 65535 if agent_store else 65534  # without torchrun's store, ours listens on MASTER_PORT+1
     port = numtext.read_int(env.get("MASTER_PORT", "29500"), 1, highest)
     if port is None:
         raise ValueError(f"environment variable MASTER_PORT={env['MASTER_PORT'][:40]!r} is not a port from 1 to "
                          f"{highest}" + ("" if agent_store else " (pytest-gputopo's store listens on MASTER_PORT+1)"))
-    return Launch(rank=rank, world_size=world, local_rank=number("LOCAL_RANK"), node_rank=number("GROUP_RANK"),
+    return Launch(rank=rank, world_size=world, local_rank=number(local_name), node_rank=number(node_name),
                   master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=port, agent_store=agent_store,
                   run_id=run)
