@@ -5,6 +5,7 @@ view, verdicts) is derived from it on first use and kept with it."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +32,9 @@ class Ranks:
     def rank(self) -> int:
         return self.exchange.launch.rank
 
+    @functools.cached_property
     def distinct(self) -> list:
-        """One view per distinct node as its ranks see it."""
+        """One view per distinct node as its ranks see it (compared once per run, not per verdict)."""
         from ..runtime.ranks import distinct
 
         return distinct(list(self.views))
@@ -64,7 +66,7 @@ class GputopoRun:
         or under a launcher every node as its ranks see it (the same list on every rank)."""
         if self.ranks is None:
             return [(None, self.topology)]
-        return [(view, view.topology) for view in self.ranks.distinct()]
+        return [(view, view.topology) for view in self.ranks.distinct]
 
     def all_ranks(self, name: str, value: dict) -> list[dict]:
         """Every rank's ``value`` under a launcher ([value] alone otherwise); a rank that does not

@@ -18,11 +18,9 @@ CHECK_LEVELS = ("quick", "full")
 
 @dataclass(frozen=True)
 class Settings:
-    machine: str | None = None  # --gputopo-machine: a bundled name, a profile or nvidia-smi text
-    machine_from: str = ""  # where each raw value came from, for errors
     strict: bool = False
     require: str | None = None  # --gputopo-require, parsed by the run gate
-    require_from: str = ""
+    require_from: str = ""  # where each raw value came from, for errors
     expect: str | None = None  # --gputopo-expect: a reference machine
     expect_from: str = ""
     check: str | None = None  # "quick", "full", or None: no health-check items
@@ -56,15 +54,14 @@ def read(config: pytest.Config) -> Settings:
         cache_max_age_s=options.number(config, "cache-max-age", 24.0) * 3600,
         nccl_tests_binary=environ.find_all_reduce_perf() if engine == "nccl-tests" else None,
     )
-    machine, machine_from = options.value(config, "machine")
     require, require_from = options.value(config, "require")
     expect, expect_from = options.value(config, "expect")
-    json_path, json_from = options.value(config, "json")
+    json_from = options.value(config, "json")[1]
     check = options.value(config, "check")[0]
     return Settings(
-        machine=machine, machine_from=machine_from, strict=options.flag(config, "strict"),
+        strict=options.flag(config, "strict"),
         require=require, require_from=require_from, expect=expect, expect_from=expect_from,
         check=options.choice(config, "check", CHECK_LEVELS, "quick") if check is not None else None,
-        json=options.writable_path(config, "json"), json_from=json_from if json_path is not None else "",
+        json=options.writable_path(config, "json"), json_from=json_from,
         cache=options.flag(config, "cache"), rank_timeout_s=options.number(config, "rank-timeout", 120.0),
         bench=bench, floor_overrides=options.floor_overrides(config))

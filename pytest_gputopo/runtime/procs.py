@@ -102,15 +102,15 @@ def run_child(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] |
             raise FileNotFoundError(2, "not found on PATH", argv[0])
         argv = [sys.executable, "-m", "pytest_gputopo.runtime.reaper", *argv]
     # A file, not a pipe: a grandchild that left the group cannot hold the output open past the end.
-    with tempfile.TemporaryFile() as output, Children(grace_s) as children:
-        children.start(argv, output=output, env=env)
-        (code,) = children.wait(time.monotonic() + timeout_s)
-        if code is None:
-            children.close()
-            raise BenchTimeout(f"{command} did not finish within {timeout_s:g} s; its process group was "
-                               f"killed" + (f". Last output:\n{tail(_read(output))}" if _read(output).strip() else ""))
-        children.close()  # reaps it (and ends what it left in its group)
-        return children.procs[0].returncode, _read(output)
+    with tempfile.TemporaryFile() as output:
+        with Children(grace_s) as children:  # leaving it ends the group and reaps the child
+            children.start(argv, output=output, env=env)
+            (code,) = children.wait(time.monotonic() + timeout_s)
+        text = _read(output)
+    if code is None:
+        raise BenchTimeout(f"{command} did not finish within {timeout_s:g} s; its process group was "
+                           f"killed" + (f". Last output:\n{tail(text)}" if text.strip() else ""))
+    return children.procs[0].returncode, text
 
 
 def _read(output: IO) -> str:
