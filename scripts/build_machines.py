@@ -207,8 +207,9 @@ def degrade(base: Machine, name: str, description: str, *, nvlinks_down: int | N
     gpus = list(base.topology.gpus)
     if nvlinks_down is not None:
         g = gpus[nvlinks_down]
-        gpus[g.index] = replace(g, nvlinks=tuple(replace(ln, active=False, remote_bus_id=None, remote_type="unknown")
-                                                 for ln in g.nvlinks))
+        gpus[g.index] = replace(g, multicast=None,  # off the fabric: what CUDA then says is not captured
+                                nvlinks=tuple(replace(ln, active=False, remote_bus_id=None, remote_type="unknown")
+                                              for ln in g.nvlinks))
     if pcie_trained is not None:
         g, gen, width = pcie_trained
         gpus[g] = replace(gpus[g], pcie_gen_current=gen, pcie_width_current=width)
@@ -318,6 +319,7 @@ def hgx_h100() -> Machine:
         nics=tuple(f"mlx5_{i}" for i in range(8)),
         driver_version="570.124.06",
     )
+    topology = replace(topology, gpus=tuple(replace(g, multicast=True) for g in topology.gpus))
     return Machine(
         name,
         "HGX H100: 8x NVIDIA H100 80GB HBM3 (SXM) on NVSwitches (NV18 between every pair, 18 NVLinks 4.0 "
@@ -338,6 +340,8 @@ def hgx_h100() -> Machine:
             "corpus nccl/023 (NCCL log of an 8x H800 HGX node with NVSwitch): every ring step via "
             "P2P/CUMEM/read",
             "reference/nvml-nccl-torch.md 2.1: NVSwitch NV# = the GPU's number of Up NVLinks, H100 NV18",
+            "corpus nccl/023: 'NVLS multicast support is available on dev 0' .. 'dev 7' (NCCL's ncclNvlsInit asks "
+            "CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, src/transport/nvls.cc)",
         ),
         inferred=(
             UUIDS,
@@ -351,6 +355,8 @@ def hgx_h100() -> Machine:
             "topo/003 (nvidia-smi hides a GPU pair's PCIe class behind NV18)",
             "links[*].p2p: OK for read, write, nvlink and atomics, inferred from the NVSwitch fabric (NCCL uses "
             "P2P on these boxes, corpus nccl/023, which needs NVML read and write OK)",
+            "gpus[*].multicast: true, as CUDA reports it on the HGX H800 node of corpus nccl/023 (same board and "
+            "NVSwitch fabric, fabric manager running); the other bundled machines leave it unknown",
         ),
         published=(
             {"kind": "allreduce", "gbps": 370.0, "gpus": 8,
@@ -624,6 +630,7 @@ def machines() -> list[Machine]:
             inferred=(
                 "gpus[5].nvlinks[*]: inactive, remote_bus_id None and remote_type unknown (what NVML reports "
                 "for the remote end of a down link is not captured)",
+                "gpus[5].multicast: unknown (what CUDA reports for a GPU off the NVSwitch fabric is not captured)",
                 "links[GPU5 pairs].p2p: read/write OK (P2P over PCIe still reported), nvlink and atomics NS",
             ),
         ),

@@ -425,8 +425,9 @@ def test_a_uniform_box_that_fits_in_direct_links_gets_direct_links():
 def test_every_bundled_machine_round_trips(name):
     t = recorded.load_profile(name).topology
     got = nvml.probe(make_fake_pynvml(t), source=t.source)
-    # cuda_peer comes from torch, not NVML
-    want = dataclasses.replace(t, links=tuple(dataclasses.replace(ln, cuda_peer=None) for ln in t.links))
+    # cuda_peer and multicast come from CUDA, not NVML
+    want = dataclasses.replace(t, links=tuple(dataclasses.replace(ln, cuda_peer=None) for ln in t.links),
+                               gpus=tuple(dataclasses.replace(g, multicast=None) for g in t.gpus))
     _same_machine(got, _in_nvml_order(want))
     assert got.source == t.source and got.warnings == ()
 

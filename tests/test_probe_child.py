@@ -11,11 +11,13 @@ recorded machine, built on the real module) and ``torch`` (whose ``torch.cuda`` 
 with the calling process's pid). A conftest lets the probe believe a driver is installed.
 """
 
+import dataclasses
 import os
 
 import pytest
 
 import pynvml as real_pynvml
+from conftest import needs_torch
 
 STUB_PYNVML = """
 import importlib.util, os, sys, time
@@ -74,7 +76,8 @@ def gpu_stubs(tmp_path, monkeypatch):
     stubs = tmp_path / "stubs"
     (stubs / "torch").mkdir(parents=True)
     (stubs / "pynvml.py").write_text(STUB_PYNVML)
-    (stubs / "torch" / "__init__.py").write_text("from . import cuda\n")
+    (stubs / "torch" / "__init__.py").write_text("from . import cuda, version\n")
+    (stubs / "torch" / "version.py").write_text("cuda = '12.8'\n")  # a CUDA build; its cuda module has no nccl
     (stubs / "torch" / "cuda.py").write_text(STUB_TORCH_CUDA)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(stubs), *filter(None, [os.environ.get("PYTHONPATH")])]))
     monkeypatch.setenv("GPUTOPO_TEST_REAL_PYNVML", real_pynvml.__file__)
@@ -94,13 +97,17 @@ probe._nvml_library_missing = lambda: False  # a driver is installed, as far as 
 def pytest_configure(config):
     open(os.environ["GPUTOPO_TEST_CALLS"] + ".pytest-pid", "w").write(str(os.getpid()))
 """)
-    pytester.makepyfile(test_x="import pytest\n@pytest.mark.requires_p2p(gpus=2)\ndef test_pair(): pass\n")
+    pytester.makepyfile(test_x="import pytest\n@pytest.mark.requires_p2p(gpus=2)\ndef test_pair(): pass\n"
+                                "@pytest.mark.requires_versions(cuda_runtime='>=12.1')\ndef test_built(): pass\n"
+                                "@pytest.mark.requires_versions(nccl='>=2.18')\ndef test_nccl(): pass\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
     result.stdout.fnmatch_lines([
         "gputopo: 8x NVIDIA A100-SXM4-80GB, worst link NV12*, source NVML",
         "gputopo warning: GPU0-GPU1: NVML says P2P is OK, CUDA says peer access is impossible",
         "*requires_p2p(gpus=2): GPU0-GPU1 cannot do P2P (CUDA reports no peer access)*",
+        "*requires_versions(nccl='>=2.18'): the NCCL torch loads (nccl) is unknown*",
     ])
+    result.assert_outcomes(passed=1, skipped=2)  # torch.version.cuda came from the child
     pytest_pid = (gpu_stubs / "calls.log.pytest-pid").read_text()
     calls = [line.split() for line in (gpu_stubs / "calls.log").read_text().splitlines()]
     assert {"get_device_properties", "can_device_access_peer", "_lazy_init"} <= {name for _, name in calls}
@@ -125,3 +132,57 @@ def test_without_torch_the_child_answers_from_nvml_alone(gpu_stubs):
     topology, view = probe_in_child(use_torch=False)
     assert view is None and len(topology.gpus) == 8 and topology.source.kind == "nvml"
     assert not (gpu_stubs / "calls.log").exists()
+
+
+class FakeLibcuda:
+    """libcuda's driver API as ``cuda_driver`` calls it (pointers in, CUresult out), for two devices:
+    NVSwitch-attached (multicast 1) and one whose attribute query fails (unknown)."""
+
+    BUSES = (b"0000:18:00.0", b"0000:2a:00.0")
+
+    def __init__(self, create=True):
+        if create:
+            self.cuMulticastCreate = lambda *a: 0
+
+    def cuInit(self, flags):
+        return 0
+
+    def cuDeviceGetCount(self, count):
+        count.contents.value = len(self.BUSES)
+        return 0
+
+    def cuDeviceGet(self, device, ordinal):
+        device.contents.value = ordinal
+        return 0
+
+    def cuDeviceGetPCIBusId(self, buf, length, device):
+        buf.value = self.BUSES[device.value]
+        return 0
+
+    def cuDeviceGetAttribute(self, value, attribute, device):
+        assert attribute == 132  # CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED in cuda.h, as NCCL's nvls.cc asks it
+        if device.value == 1:
+            return 101  # CUDA_ERROR_INVALID_DEVICE
+        value.contents.value = 1
+        return 0
+
+
+def test_multicast_comes_from_cudas_attribute_joined_by_bus_id():
+    from pytest_gputopo.probe.cuda_driver import multicast_by_bus
+    from pytest_gputopo.probe.host import with_cuda_facts
+    from pytest_gputopo.probe import probe
+
+    assert multicast_by_bus(FakeLibcuda()) == {"00000000:18:00.0": True}  # device 1 unanswered: unknown
+    # NCCL's rule: a driver without cuMulticastCreate has no multicast (src/transport/nvls.cc)
+    assert multicast_by_bus(FakeLibcuda(create=False)) == {"00000000:18:00.0": False, "00000000:2A:00.0": False}
+    bare = dataclasses.replace(probe("hgx-h100"), gpus=tuple(dataclasses.replace(g, multicast=None)
+                                                             for g in probe("hgx-h100").gpus))
+    joined = with_cuda_facts(bare, multicast_by_bus(FakeLibcuda()), {"nccl_version": "2.21.5"})
+    assert [g.multicast for g in joined.gpus] == [True] + [None] * 7 and joined.nccl_version == "2.21.5"
+
+
+@needs_torch
+def test_a_cpu_build_of_torch_has_no_cuda_or_nccl_version():
+    from pytest_gputopo.probe.torch_cuda import torch_versions
+
+    assert torch_versions() == {"cuda_runtime_version": None, "nccl_version": None}

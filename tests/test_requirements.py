@@ -66,8 +66,8 @@ def test_pair_requirements_need_a_pair():
     verdict = reqs.P2PRequirement().evaluate(one)
     assert not verdict.ok and "needs 2 GPUs to form a pair, 1 visible" in verdict.reason
     none = Topology(problem="NVML library not found")
-    assert "(NVML library not found)" in reqs.GpuCount(count=1).evaluate(none).reason
-    assert reqs.GpuCount(count=0).evaluate(none).ok
+    assert "(NVML library not found)" in reqs.GpuRequirement(gpus=1).evaluate(none).reason
+    assert reqs.GpuRequirement(gpus=0).evaluate(none).ok
 
 
 def test_nvlink_min_links():
@@ -86,9 +86,17 @@ def test_reason_names_three_pairs_then_counts():
 
 
 @pytest.mark.parametrize("name,args,kwargs,message", [
-    ("requires_gpus", ("8",), {}, "n must be an integer from 0 to 1024"),
-    ("requires_gpus", (), {}, "missing a required argument"),
-    ("requires_p2p", (), {"gpus": 0}, "gpus must be an integer from 1 to 1024"),
+    ("requires_gpus", ("8",), {}, "n must be a number of GPUs from 0 to 1024"),
+    ("requires_versions", (), {}, "name at least one version"),
+    ("requires_versions", ("2.18",), {}, "too many positional arguments"),
+    ("requires_versions", (), {"nccl": "2.18"}, "write '>=2.18' or '==2.18'"),
+    ("requires_gpus", (), {"compute_capability": 9.0}, "compute_capability: expected a version specifier"),
+    ("requires_gpus", (), {"arch": "hoper"}, "arch must be one of kepler"),
+    ("requires_gpus", (), {"min_memory_gb": "40"}, "min_memory_gb must be a number of GB"),
+    ("requires_gpus", (0,), {"bf16": True}, "need at least one GPU, but n is 0"),
+    ("requires_gpus", ([],), {}, "n must list at least one GPU index"),
+    ("min_allreduce_bw", (50,), {"gpus": [0, 5]}, "gpus must be a number for an all-reduce"),
+    ("requires_p2p", (), {"gpus": 0}, "gpus must be a number of GPUs from 1 to 1024"),
     ("requires_p2p", (), {"gpu": 2}, "unexpected keyword argument 'gpu'"),
     ("requires_link", ("PXQ",), {}, "unknown link label 'PXQ'"),
     ("requires_link", (12,), {}, "link class string"),
@@ -108,7 +116,7 @@ def test_marker_strict_argument_is_returned():
 
 def test_expression_grammar():
     terms = parse_expression("gpus>=8, p2p, link>=NV18, nvlink>=2@4, link >= pxb @2")
-    assert terms == (reqs.GpuCount(count=8), reqs.P2PRequirement(),
+    assert terms == (reqs.GpuRequirement(gpus=8), reqs.P2PRequirement(),
                      reqs.LinkRequirement(need=LinkLabel.parse("NV18"), spelled="NV18"),
                      reqs.NvLinkRequirement(gpus=4, min_links=2),
                      reqs.LinkRequirement(gpus=2, need=LinkLabel.parse("PXB"), spelled="PXB"))

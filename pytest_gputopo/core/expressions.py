@@ -6,8 +6,8 @@ import re
 
 from . import numtext
 from .limits import MAX_GPUS, MAX_NVLINKS, show_value
-from .requirements import (GpuCount, LinkRequirement, NoFallbackRequirement, NvLinkRequirement, P2PRequirement,
-                           Requirement, RequirementError)
+from .requirements import (VERSIONS, GpuRequirement, LinkRequirement, NoFallbackRequirement, NvLinkRequirement,
+                           P2PRequirement, Requirement, RequirementError, VersionRequirement)
 
 
 REQUIRE_GRAMMAR = """\
@@ -17,18 +17,25 @@ REQUIRE_GRAMMAR = """\
          | "nvlink" [">=" LINKS] [@N]  every pair has at least LINKS NVLinks (default 1)
          | "link>=" CLASS [@N]         every pair is linked at CLASS or better
          | "no-fallback" [@N]          no pair that deserves P2P falls back to SHM or the network
+         | "memory>=" GB [@N]          every GPU has at least GB GB of memory (1e9 bytes)
+         | "cc" OP VERSION [@N]        every GPU's compute capability, e.g. cc>=9.0
+         | "arch" ("=" | ">=") ARCH [@N]   every GPU is (at least) ARCH, e.g. arch>=hopper
+         | "model=" TEXT [@N]          every GPU's name contains TEXT, e.g. model=H100
+         | "bf16" [@N]                 every GPU computes bf16 natively (compute capability 8.0+)
+         | "multicast" [@N]            every GPU supports multicast (NVLS, NVLink SHARP)
+         | VERSION_OF OP VERSION       driver, cuda (the driver's), cuda_runtime (torch's), nccl
   CLASS := NV | NV<links> | PIX | PXB | PHB | NODE | SYS   (order: NV# > PIX > PXB > PHB > NODE > SYS)
+  ARCH  := kepler | maxwell | pascal | volta | turing | ampere | ada | hopper | blackwell
+  OP    := >= | <= | == | != | > | < | ~=   (a version specifier, as pip reads it)
   @N    := among the first N GPUs only (default: all visible GPUs)
   N, LINKS := ASCII digits; gpus>= 0..1024, @N 1..1024, LINKS 1..36
-  example: gpus>=8,p2p,link>=NV18"""
+  example: gpus>=8,p2p,link>=NV18,cc>=9.0,nccl>=2.18"""
 
-_TERM_RE = re.compile(  # [0-9], not \d: "١٢" is no number here
-    r"^(?:(?P<gpus>gpus\s*>=\s*(?P<count>[0-9]+))"
-    r"|(?P<p2p>p2p)"
-    r"|(?P<nvlink>nvlink)(?:\s*>=\s*(?P<links>[0-9]+))?"
-    r"|link\s*>=\s*(?P<cls>[A-Za-z0-9]+)"
-    r"|(?P<nofallback>no-fallback))"
-    r"(?:\s*@\s*(?P<at>[0-9]+))?$", re.IGNORECASE)
+# [0-9], not \d: "١٢" is no number here. Two-character operators before one-character ones.
+_TERM_RE = re.compile(r"^(?P<name>[a-z][a-z0-9_-]*)\s*(?:(?P<op>>=|<=|==|!=|~=|>|<|=)\s*(?P<value>[^@]*?))?"
+                      r"\s*(?:@\s*(?P<at>[0-9]+))?$", re.IGNORECASE)
+_FLAGS = {"p2p": P2PRequirement, "no-fallback": NoFallbackRequirement}
+_GPU_FLAGS = ("bf16", "multicast")
 
 
 def _number(text: str, what: str, low: int, high: int) -> int:
@@ -37,6 +44,52 @@ def _number(text: str, what: str, low: int, high: int) -> int:
         raise RequirementError(f"{what} must be an integer from {low} to {high}, got {text[:20]}"
                                + ("..." if len(text) > 20 else ""))
     return value
+
+
+def _gb(text: str) -> float:
+    try:
+        return float(text) if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", text) else float("nan")
+    except ValueError:  # pragma: no cover - the pattern admits only what float reads
+        return float("nan")
+
+
+def _term(name: str, op: str | None, value: str | None, at: int | None) -> Requirement:
+    def needs(*ops: str) -> None:
+        if op not in ops:
+            raise RequirementError(f"{name} takes {' or '.join(repr(o) for o in ops if o) or 'no operator'}")
+
+    if name == "gpus":
+        needs(">=")
+        if at is not None:
+            raise RequirementError("'@N' does not apply to gpus>=")
+        return GpuRequirement(gpus=_number(value, "gpus>=", 0, MAX_GPUS))
+    if name in _FLAGS or name in _GPU_FLAGS:
+        needs(None)
+        return _FLAGS[name](gpus=at) if name in _FLAGS else GpuRequirement(gpus=at, **{name: True})
+    if name == "nvlink":
+        needs(None, ">=")
+        return NvLinkRequirement(gpus=at, min_links=_number(value or "1", "nvlink>=", 1, MAX_NVLINKS))
+    if name == "link":
+        needs(">=")
+        return LinkRequirement(gpus=at, need=value)
+    if name == "memory":
+        needs(">=")
+        return GpuRequirement(gpus=at, min_memory_gb=_gb(value))
+    if name == "cc":
+        return GpuRequirement(gpus=at, compute_capability=f"{op}{value}")
+    if name == "arch":
+        needs("=", ">=")
+        return GpuRequirement(gpus=at, arch=value if op == "=" else f">={value}")
+    if name == "model":
+        needs("=")
+        return GpuRequirement(gpus=at, model=value)
+    if name in VERSIONS:
+        if at is not None:
+            raise RequirementError(f"'@N' does not apply to {name}")
+        if op is None:
+            raise RequirementError(f"{name} takes an operator and a version, e.g. {name}>=2.18")
+        return VersionRequirement(**{name: f"{op}{value}"})
+    raise RequirementError(f"unknown term {name!r}")
 
 
 def parse_expression(text: str) -> tuple[Requirement, ...]:
@@ -50,18 +103,10 @@ def parse_expression(text: str) -> tuple[Requirement, ...]:
             raise RequirementError(f"cannot read term {show_value(term)}\n{REQUIRE_GRAMMAR}")
         try:
             at = _number(m["at"], "@N", 1, MAX_GPUS) if m["at"] else None
-            if m["gpus"]:
-                if at is not None:
-                    raise RequirementError("'@N' does not apply to gpus>=")
-                out.append(GpuCount(count=_number(m["count"], "gpus>=", 0, MAX_GPUS)))
-            elif m["p2p"]:
-                out.append(P2PRequirement(gpus=at))
-            elif m["nofallback"]:
-                out.append(NoFallbackRequirement(gpus=at))
-            elif m["nvlink"]:
-                out.append(NvLinkRequirement(gpus=at, min_links=_number(m["links"] or "1", "nvlink>=", 1, MAX_NVLINKS)))
-            else:
-                out.append(LinkRequirement(gpus=at, need=m["cls"]))
+            op = m["op"]
+            if op is not None and not m["value"]:
+                raise RequirementError(f"nothing after {op!r}")
+            out.append(_term(m["name"].lower(), op, m["value"], at))
         except RequirementError as exc:
             raise RequirementError(f"term {show_value(term)}: {exc}\n{REQUIRE_GRAMMAR}") from None
     return tuple(out)

@@ -152,6 +152,9 @@ class Gpu:
     memory_total_bytes: int | None = None
     compute_capability: str | None = None  # "9.0"
     nvlinks: tuple[NvLink, ...] = ()
+    # CUDA's CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: multicast objects over an NVSwitch fabric, what
+    # NCCL's NVLS (NVLink SHARP) algorithm and torch's symmetric memory need.
+    multicast: bool | None = None
 
     @property
     def active_nvlinks(self) -> int:
@@ -212,8 +215,10 @@ class Topology:
     gpus: tuple[Gpu, ...] = ()
     links: tuple[Link, ...] = ()
     source: Source = Source("none")
-    driver_version: str | None = None
-    cuda_driver_version: str | None = None
+    driver_version: str | None = None  # the NVIDIA driver, "570.124.06"
+    cuda_driver_version: str | None = None  # the CUDA version the driver supports, "12.8"
+    cuda_runtime_version: str | None = None  # the CUDA torch was built with (torch.version.cuda)
+    nccl_version: str | None = None  # the NCCL torch loads (torch.cuda.nccl.version()), "2.21.5"
     hostname: str | None = None
     nics: tuple[str, ...] = ()
     problem: str | None = None  # why no GPU facts could be had (no library, no driver, ...)
@@ -251,14 +256,23 @@ class Topology:
         """Whether ``cuda:a`` and ``cuda:b`` can do P2P read and write (None: unknown)."""
         return self.link(a, b).p2p_works
 
-    def pairs(self, gpus: int | None = None) -> Iterator[Link]:
-        """Every pair among ``cuda:0 .. cuda:gpus-1`` (all GPUs when ``gpus`` is None)."""
-        n = len(self.gpus) if gpus is None else min(gpus, len(self.gpus))
-        for a in range(n):
-            for b in range(a + 1, n):
+    def chosen(self, gpus: int | Iterable[int] | None = None) -> list[int]:
+        """The indices of the GPUs named: ``cuda:0 .. cuda:gpus-1`` for a number, the listed ones for a
+        list, all GPUs for None; only those this machine has."""
+        if gpus is None:
+            return list(range(len(self.gpus)))
+        if isinstance(gpus, int):
+            return list(range(min(gpus, len(self.gpus))))
+        return sorted(i for i in set(gpus) if 0 <= i < len(self.gpus))
+
+    def pairs(self, gpus: int | Iterable[int] | None = None) -> Iterator[Link]:
+        """Every pair among the GPUs named (``chosen``): the first ``gpus``, a list, or all."""
+        chosen = self.chosen(gpus)
+        for i, a in enumerate(chosen):
+            for b in chosen[i + 1:]:
                 yield self.link(a, b)
 
-    def pairs_worse_than(self, label: str | LinkLabel, gpus: int | None = None) -> list[Link]:
+    def pairs_worse_than(self, label: str | LinkLabel, gpus: int | Iterable[int] | None = None) -> list[Link]:
         """Pairs linked worse than ``label`` (unknown links count as worse: they are not proven)."""
         need = LinkLabel.parse(label) if isinstance(label, str) else label
         return [ln for ln in self.pairs(gpus) if ln.label is None or not link_satisfies(ln.label, need)]

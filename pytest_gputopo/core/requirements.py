@@ -3,24 +3,26 @@
 Pure: marker arguments and ``--gputopo-require`` expressions become frozen, hashable requirement
 objects, each validating its own arguments (``RequirementError`` naming the marker argument), so
 that a requirement built directly is as checked as one built from a marker;
-``evaluate(requirement, topology)`` returns a ``Verdict`` whose reason names the pair, the link found
-and the link needed. "The GPUs a test uses" are ``cuda:0 .. cuda:gpus-1`` (all visible
-GPUs when ``gpus`` is None); fewer GPUs than asked is itself unmet.
+``evaluate(requirement, topology)`` returns a ``Verdict`` whose reason names the GPU or the pair, what
+was found and what is needed. "The GPUs a test uses" (``gpus``) are ``cuda:0 .. cuda:gpus-1`` for a
+number, the listed ones for a list (``[0, 5]``), all visible GPUs for None; fewer GPUs than named is
+itself unmet, and an unknown fact is never met.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import Link, LinkClass, LinkLabel, Topology, link_satisfies
-from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, is_bandwidth, show_value
-from . import judgement, keys
+from .model import Gpu, Link, LinkClass, LinkLabel, Topology, link_satisfies
+from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_MEMORY_BYTES, MAX_NVLINKS, is_bandwidth, show_value
+from . import hardware, judgement, keys
 from .thresholds import gbps_text
 
 # How many failing pairs a test's skip reason names before "and N more" (a run gate lists all).
 REASON_PAIRS = 3
 TRANSPORT_KINDS = ("P2P", "SHM", "NET", "NET/IB", "NET/Socket", "NVLS", "COLLNET")
 METRICS = ("allreduce", "p2p", "h2d")
+UNKNOWN = "is unknown (no source reported it)"
 
 
 class RequirementError(ValueError):
@@ -33,6 +35,46 @@ def _int_arg(value, what: str, low: int, high: int) -> int:
     return value
 
 
+def _gpus_arg(value, low: int = 1, what: str = "gpus"):
+    """``gpus`` as a requirement holds it: None, a number, or a sorted tuple of GPU indices."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise RequirementError(f"{what} must list at least one GPU index, got []")
+        for index in value:
+            _int_arg(index, f"each GPU index in {what}", 0, MAX_GPUS - 1)
+        twice = sorted({i for i in value if value.count(i) > 1})
+        if twice:
+            raise RequirementError(f"{what} lists GPU{twice[0]} twice")
+        return tuple(sorted(value))
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_GPUS:
+        raise RequirementError(f"{what} must be a number of GPUs from {low} to {MAX_GPUS} or a list of GPU "
+                               f"indices such as [0, 5], got {show_value(value)}")
+    return value
+
+
+def gpus_text(gpus) -> str:
+    """``gpus`` as the user wrote it: ``4`` or ``[0, 5]``."""
+    return str(list(gpus)) if isinstance(gpus, tuple) else str(gpus)
+
+
+def _gpus_kw(gpus) -> list[str]:
+    return [] if gpus is None else [f"gpus={gpus_text(gpus)}"]
+
+
+def _shortfall(topology: Topology, gpus, need_pair: bool = False) -> str | None:
+    """Why the GPUs named are not all there (None when they are): fewer visible than the number, a
+    listed index this machine does not have, or (``need_pair``, all GPUs) fewer than two."""
+    if isinstance(gpus, tuple):
+        missing = [i for i in gpus if i >= len(topology.gpus)]
+        return f"needs {', '.join(f'GPU{i}' for i in missing)}, {_visible(topology)}" if missing else None
+    need = gpus if gpus is not None else (2 if need_pair else 0)
+    if len(topology.gpus) >= need:
+        return None
+    return f"needs {f'{gpus} GPUs' if gpus is not None else '2 GPUs to form a pair'}, {_visible(topology)}"
+
+
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
@@ -43,13 +85,12 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Requirement:
-    """Base: ``gpus`` is how many GPUs the test uses (None: all visible)."""
+    """Base: ``gpus`` names the GPUs the test uses (a number, a list of indices, or None: all visible)."""
 
-    gpus: int | None = None
+    gpus: int | tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.gpus is not None:
-            _int_arg(self.gpus, "gpus", 1, MAX_GPUS)
+        object.__setattr__(self, "gpus", _gpus_arg(self.gpus))
 
     def __str__(self) -> str:
         raise NotImplementedError
@@ -59,11 +100,9 @@ class Requirement:
         raise NotImplementedError
 
     def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
-        visible = len(topology.gpus)
-        need = self.gpus if self.gpus is not None else 2
-        if visible < need:
-            what = f"{self.gpus} GPUs" if self.gpus is not None else "2 GPUs to form a pair"
-            return _unmet(self, [f"needs {what}, {_visible(topology)}"], max_pairs)
+        missing = _shortfall(topology, self.gpus, need_pair=True)
+        if missing:
+            return _unmet(self, [missing], max_pairs)
         failures = [f"{ln.name} {problem}" for ln in topology.pairs(self.gpus)
                     if (problem := self.check_pair(ln)) is not None]
         return _unmet(self, failures, max_pairs) if failures else Verdict(True)
@@ -86,27 +125,195 @@ def link_text(link: Link) -> str:
     return "an unknown link" if link.label is None else str(link.label)
 
 
+def _names(value, what: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """A name or a list of names, as a non-empty tuple of non-empty strings."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items or not all(isinstance(v, str) and v.strip() for v in items):
+        raise RequirementError(f"{what} must be a name or a list of names, got {show_value(value)}")
+    items = tuple(v.strip() for v in items)
+    if allowed is not None:
+        for v in items:
+            name = v.lower().removeprefix(">=").strip()
+            if name not in allowed or (v.startswith(">=") and len(items) > 1):
+                raise RequirementError(f"{what} must be one of {', '.join(allowed)}, a list of them, or '>=' and "
+                                       f"one of them (e.g. '>=hopper'), got {show_value(value)}")
+    return items
+
+
+def _bool_arg(value, what: str) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise RequirementError(f"{what} must be True, False or None, got {show_value(value)}")
+    return value
+
+
 @dataclass(frozen=True)
-class GpuCount(Requirement):
-    count: int = 1
+class GpuRequirement(Requirement):
+    """``requires_gpus``: the GPUs named are there (``gpus``: the first n, the listed ones, or None:
+    every visible GPU, at least one when a condition is set), and each meets every condition given:
+    memory in GB (1e9 bytes), a compute-capability specifier, an architecture, a model (a substring
+    of the name, any of a list), native bf16, multicast (NVLS)."""
+
+    min_memory_gb: float | None = None
+    compute_capability: str | None = None
+    arch: tuple[str, ...] | None = None
+    model: tuple[str, ...] | None = None
+    bf16: bool | None = None
+    multicast: bool | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", _gpus_arg(self.gpus, low=0, what="n"))
+        gb = self.min_memory_gb
+        if gb is not None:
+            if isinstance(gb, bool) or not isinstance(gb, (int, float)) or not 0 < gb <= MAX_MEMORY_BYTES / hardware.GB:
+                raise RequirementError(f"min_memory_gb must be a number of GB (1e9 bytes) above 0 and at most "
+                                       f"{MAX_MEMORY_BYTES / hardware.GB:g}, got {show_value(gb)}")
+            object.__setattr__(self, "min_memory_gb", float(gb))
+        if self.compute_capability is not None:
+            try:
+                hardware.specifier(self.compute_capability)
+            except ValueError as exc:
+                raise RequirementError(f"compute_capability: {exc}") from None
+            object.__setattr__(self, "compute_capability", self.compute_capability.strip())
+        if self.arch is not None:
+            object.__setattr__(self, "arch", tuple(a.lower().replace(" ", "") for a in
+                                                   _names(self.arch, "arch", hardware.ARCH_NAMES)))
+        if self.model is not None:
+            object.__setattr__(self, "model", _names(self.model, "model"))
+        _bool_arg(self.bf16, "bf16")
+        _bool_arg(self.multicast, "multicast")
+        if self.gpus == 0 and self.conditions:
+            raise RequirementError("conditions on the GPUs need at least one GPU, but n is 0")
+
+    @property
+    def conditions(self) -> bool:
+        return any(v is not None for v in (self.min_memory_gb, self.compute_capability, self.arch, self.model,
+                                           self.bf16, self.multicast))
+
+    def __str__(self) -> str:
+        args = [] if self.gpus is None else [gpus_text(self.gpus)]
+        args += [f"min_memory_gb={self.min_memory_gb:g}"] if self.min_memory_gb is not None else []
+        args += [f"compute_capability={self.compute_capability!r}"] if self.compute_capability else []
+        for name in ("arch", "model"):
+            value = getattr(self, name)
+            if value is not None:
+                args.append(f"{name}={value[0]!r}" if len(value) == 1 else f"{name}={list(value)!r}")
+        args += [f"{name}={getattr(self, name)}" for name in ("bf16", "multicast") if getattr(self, name) is not None]
+        return f"requires_gpus({', '.join(args)})"
+
+    def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
+        if isinstance(self.gpus, int) and len(topology.gpus) < self.gpus:
+            return _unmet(self, [_visible(topology)], max_pairs, "GPUs")
+        missing = _shortfall(topology, self.gpus)
+        if missing:
+            return _unmet(self, [missing], max_pairs, "GPUs")
+        chosen = topology.chosen(self.gpus)
+        if self.conditions and not chosen:
+            return _unmet(self, [f"no GPU to judge: {_visible(topology)}"], max_pairs, "GPUs")
+        failures = [f"GPU{i} ({topology.gpus[i].name or 'unnamed'}) {problem}"
+                    for i in chosen for problem in self.check_gpu(topology.gpus[i])]
+        return _unmet(self, failures, max_pairs, "GPUs") if failures else Verdict(True)
+
+    def check_gpu(self, gpu: Gpu) -> list[str]:
+        """What is wrong with ``gpu`` for each condition (empty when it meets them all)."""
+        problems = []
+        cc = gpu.compute_capability
+        if self.min_memory_gb is not None:
+            have = gpu.memory_total_bytes
+            if have is None:
+                problems.append(f"memory {UNKNOWN}")
+            elif have < self.min_memory_gb * hardware.GB:
+                problems.append(f"has {have / hardware.GB:.1f} GB of memory, needs {self.min_memory_gb:g} GB")
+        if self.compute_capability is not None:
+            meets = hardware.satisfies(cc, self.compute_capability)
+            if meets is None:
+                problems.append(f"compute capability {UNKNOWN}")
+            elif not meets:
+                problems.append(f"has compute capability {cc}, needs {self.compute_capability}")
+        if self.arch is not None:
+            name = hardware.architecture(cc)
+            if name is None:
+                problems.append(f"architecture is unknown (compute capability {cc or 'unknown'})")
+            elif not _arch_meets(name, self.arch):
+                problems.append(f"is {name.title()} (compute capability {cc}), needs {' or '.join(self.arch)}")
+        if self.model is not None:
+            if gpu.name is None:
+                problems.append(f"model {UNKNOWN}")
+            elif not any(m.lower() in gpu.name.lower() for m in self.model):
+                problems.append(f"is not {' or '.join(repr(m) for m in self.model)}")
+        if self.bf16 is not None:
+            native = hardware.bf16(cc)
+            if native is None:
+                problems.append(f"bf16 support is unknown (compute capability {cc or 'unknown'})")
+            elif native != self.bf16:
+                problems.append(f"has {'no ' if not native else ''}native bf16 (compute capability {cc}), "
+                                f"needs {'one with' if self.bf16 else 'one without'}")
+        if self.multicast is not None:
+            if gpu.multicast is None:
+                problems.append(f"multicast (NVLS) support {UNKNOWN}")
+            elif gpu.multicast != self.multicast:
+                problems.append(f"{'has no' if not gpu.multicast else 'has'} multicast (NVLS): CUDA reports "
+                                f"CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = {int(gpu.multicast)}")
+        return problems
+
+
+def _arch_meets(name: str, wanted: tuple[str, ...]) -> bool:
+    if wanted[0].startswith(">="):
+        return hardware.ARCH_NAMES.index(name) >= hardware.ARCH_NAMES.index(wanted[0][2:])
+    return name in wanted
+
+
+VERSIONS = {  # marker argument: (Topology field, what it is)
+    "driver": ("driver_version", "the NVIDIA driver"),
+    "cuda": ("cuda_driver_version", "the CUDA version the driver supports"),
+    "cuda_runtime": ("cuda_runtime_version", "the CUDA torch was built with"),
+    "nccl": ("nccl_version", "the NCCL torch loads"),
+}
+
+
+@dataclass(frozen=True)
+class VersionRequirement(Requirement):
+    """``requires_versions``: each version given is met (``packaging`` specifiers, ``">=2.18"``)."""
+
+    driver: str | None = None
+    cuda: str | None = None
+    cuda_runtime: str | None = None
+    nccl: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _int_arg(self.count, "n", 0, MAX_GPUS)
+        given = [name for name in VERSIONS if getattr(self, name) is not None]
+        if not given:
+            raise RequirementError(f"name at least one version: {', '.join(f'{n}=' for n in VERSIONS)}")
+        for name in given:
+            try:
+                hardware.specifier(getattr(self, name))
+            except ValueError as exc:
+                raise RequirementError(f"{name}: {exc}") from None
+            object.__setattr__(self, name, getattr(self, name).strip())
 
     def __str__(self) -> str:
-        return f"requires_gpus({self.count})"
+        return "requires_versions(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in VERSIONS
+                                                if getattr(self, n) is not None) + ")"
 
     def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
-        if len(topology.gpus) >= self.count:
-            return Verdict(True)
-        return _unmet(self, [_visible(topology)], max_pairs)
+        failures = []
+        for name, (field, what) in VERSIONS.items():
+            spec = getattr(self, name)
+            if spec is None:
+                continue
+            have = getattr(topology, field)
+            meets = hardware.satisfies(have, spec)
+            if meets is None:
+                failures.append(f"{what} ({name}) {UNKNOWN if have is None else f'is {have!r}, no version'}")
+            elif not meets:
+                failures.append(f"{what} ({name}) is {have}, needs {spec}")
+        return _unmet(self, failures, max_pairs, "versions") if failures else Verdict(True)
 
 
 @dataclass(frozen=True)
 class P2PRequirement(Requirement):
     def __str__(self) -> str:
-        return "requires_p2p" + (f"(gpus={self.gpus})" if self.gpus else "")
+        return "requires_p2p" + (f"({_gpus_kw(self.gpus)[0]})" if self.gpus else "")
 
     def check_pair(self, link: Link) -> str | None:
         works = link.p2p_works
@@ -130,7 +337,7 @@ class NvLinkRequirement(Requirement):
         _int_arg(self.min_links, "min_links", 1, MAX_NVLINKS)
 
     def __str__(self) -> str:
-        args = [f"gpus={self.gpus}"] if self.gpus else []
+        args = _gpus_kw(self.gpus)
         args += [f"min_links={self.min_links}"] if self.min_links != 1 else []
         return "requires_nvlink" + (f"({', '.join(args)})" if args else "")
 
@@ -165,7 +372,7 @@ class LinkRequirement(Requirement):
         object.__setattr__(self, "need", label)
 
     def __str__(self) -> str:
-        gpus = f", gpus={self.gpus}" if self.gpus else ""
+        gpus = "".join(f", {kw}" for kw in _gpus_kw(self.gpus))
         return f"requires_link('{self.spelled or self.need}'{gpus})"
 
     def check_pair(self, link: Link) -> str | None:
@@ -204,6 +411,9 @@ class BandwidthRequirement(FactRequirement):
         super().__post_init__()
         if self.metric not in METRICS:
             raise RequirementError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+        if self.metric == "allreduce" and isinstance(self.gpus, tuple):
+            raise RequirementError(f"gpus must be a number for an all-reduce, which runs on cuda:0..n-1; "
+                                   f"got the list {gpus_text(self.gpus)}")
         if self.gbps is not None and not is_bandwidth(self.gbps):
             raise RequirementError(f"gbps must be a number above 0 and at most {MAX_GBPS:g} (GB/s = 1e9 B/s) "
                                    f"or None, got {show_value(self.gbps)}")
@@ -221,7 +431,7 @@ class BandwidthRequirement(FactRequirement):
 
     def __str__(self) -> str:
         args = [] if self.gbps is None else [f"{self.gbps:g}"]
-        args += [f"gpus={self.gpus}"] if self.gpus else []
+        args += _gpus_kw(self.gpus)
         args += [f"size={self.size}"] if self.size else []
         args += ["pinned=False"] if self.metric == "h2d" and not self.pinned else []
         args += [f"floor={self.floor:g}"] if self.floor is not None else []
@@ -229,23 +439,23 @@ class BandwidthRequirement(FactRequirement):
 
     def measurements(self, topology: Topology, allreduce_key) -> list[keys.Key]:
         """The measurements this needs (``allreduce_key(gpus, size)`` names the all-reduce); none
-        when fewer GPUs are visible than ``gpus`` names (whatever the backend: gloo included)."""
-        if self.gpus is not None and len(topology.gpus) < self.gpus:
+        when the GPUs ``gpus`` names are not all there (whatever the backend: gloo included)."""
+        if _shortfall(topology, self.gpus):
             return []
         if self.metric == "allreduce":
             key = allreduce_key(self.gpus, self.size)
             return [key] if key.ranks >= 1 else []
         if self.metric == "p2p":
             return [keys.Copy("p2p", ln.a, ln.b) for ln in topology.pairs(self.gpus)]
-        n = len(topology.gpus) if self.gpus is None else min(self.gpus, len(topology.gpus))
-        return [keys.HostCopy("h2d", g, self.pinned) for g in range(n)]
+        return [keys.HostCopy("h2d", g, self.pinned) for g in topology.chosen(self.gpus)]
 
     def judge(self, topology: Topology, judgements: list[judgement.Judgement],
               max_items: int | None = REASON_PAIRS) -> Verdict:
         """``judgements``: each measurement behind this against its threshold, resolved by the one
         threshold rule (``plugin.verdicts.judge_figure``, ``core.judgement``)."""
-        if self.gpus is not None and len(topology.gpus) < self.gpus:
-            return _unmet(self, [f"needs {self.gpus} GPUs, {_visible(topology)}"], max_items, "measurements")
+        missing = _shortfall(topology, self.gpus)
+        if missing:
+            return _unmet(self, [missing], max_items, "measurements")
         if not judgements:
             return _unmet(self, [f"nothing to measure: {_visible(topology)}"], max_items, "measurements")
         failures, sources, broken = [], [], False
@@ -279,6 +489,11 @@ class BandwidthRequirement(FactRequirement):
         return Verdict(False, verdict.reason, verdict.failures, broken)
 
 
+def _among(gpus, index: int) -> bool:
+    """Whether GPU ``index`` is one of the GPUs ``gpus`` names (without knowing how many there are)."""
+    return gpus is None or (index in gpus if isinstance(gpus, tuple) else index < gpus)
+
+
 PAIR_KINDS = ("P2P", "SHM")  # judged per GPU pair; the others on NCCL's account of a run
 
 
@@ -299,7 +514,7 @@ class TransportRequirement(FactRequirement):
             raise RequirementError(f"gdrdma must be True, False or None, got {self.gdrdma!r}")
 
     def __str__(self) -> str:
-        args = [repr(self.kind)] + ([f"gpus={self.gpus}"] if self.gpus else [])
+        args = [repr(self.kind)] + _gpus_kw(self.gpus)
         args += [f"gdrdma={self.gdrdma}"] if self.gdrdma is not None else []
         return f"requires_nccl_transport({', '.join(args)})"
 
@@ -308,9 +523,9 @@ class TransportRequirement(FactRequirement):
         """``pairs``: (a, b) -> (transports, why) as observed or predicted; ``account``: NCCL's own
         log of a run (``{"transports": [...], "gdrdma": bool}``) or None when there is none."""
         if self.kind in PAIR_KINDS and self.gdrdma is None:
-            need = self.gpus if self.gpus is not None else 2
-            if len(topology.gpus) < need:
-                return _unmet(self, [f"needs {need} GPUs, {_visible(topology)}"], max_pairs)
+            missing = _shortfall(topology, self.gpus, need_pair=True)
+            if missing:
+                return _unmet(self, [missing], max_pairs)
             failures = []
             for ln in topology.pairs(self.gpus):
                 transports, why = pairs.get((ln.a, ln.b), (set(), "unknown"))
@@ -336,9 +551,9 @@ class NoFallbackRequirement(FactRequirement):
     """Run gate ``no-fallback``: no GPU pair that deserves P2P falls back to SHM or the network."""
 
     def __str__(self) -> str:
-        return "no-fallback" + (f"@{self.gpus}" if self.gpus else "")
+        return "no-fallback" + (f"@{gpus_text(self.gpus)}" if self.gpus else "")
 
     def judge(self, fallbacks: list, max_pairs: int | None = REASON_PAIRS) -> Verdict:
         failures = [f"{f.name} {f.label} uses {f.actual} instead of {f.expected} ({'; '.join(f.causes)})"
-                    for f in fallbacks if self.gpus is None or max(f.a, f.b) < self.gpus]
+                    for f in fallbacks if _among(self.gpus, f.a) and _among(self.gpus, f.b)]
         return _unmet(self, failures, max_pairs) if failures else Verdict(True)

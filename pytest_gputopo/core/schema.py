@@ -100,6 +100,7 @@ _GPU_INTS = {"nvml_index": (0, MAX_GPUS - 1), "numa_node": (0, MAX_NUMA_NODES - 
              "pcie_width_current": (1, MAX_PCIE_WIDTH), "pcie_width_max": (1, MAX_PCIE_WIDTH),
              "memory_total_bytes": (1, MAX_MEMORY_BYTES)}
 _GPU_STRS = ("name", "uuid", "pci_bus_id", "cpu_affinity", "compute_capability")
+_GPU_BOOLS = ("multicast",)
 
 
 def _nvlink_from(d: Any, path: str) -> NvLink:
@@ -115,7 +116,7 @@ def _nvlink_from(d: Any, path: str) -> NvLink:
 def _gpu_from(d: Any, path: str) -> Gpu:
     d = _mapping(d, path)
     p = path + "."
-    extra = set(d) - set(_GPU_INTS) - set(_GPU_STRS) - {"index", "nvlinks"}
+    extra = set(d) - set(_GPU_INTS) - set(_GPU_STRS) - set(_GPU_BOOLS) - {"index", "nvlinks"}
     if extra:
         raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
     listed = _list(d, "nvlinks", p)
@@ -131,7 +132,8 @@ def _gpu_from(d: Any, path: str) -> Gpu:
     return Gpu(index=_int(d, "index", p, 0, MAX_GPUS - 1, ..., allow_none=False),
                nvlinks=links,
                **{k: _int(d, k, p, low, high) for k, (low, high) in _GPU_INTS.items()},
-               **{k: _get(d, k, p, (str,), None) for k in _GPU_STRS})
+               **{k: _get(d, k, p, (str,), None) for k in _GPU_STRS},
+               **{k: _get(d, k, p, (bool,), None) for k in _GPU_BOOLS})
 
 
 def _link_from(d: Any, path: str, n_gpus: int) -> Link:
@@ -216,6 +218,8 @@ def from_dict(d: Any, path: str = "") -> Topology:
                       detail=_get(src, "detail", p + "source.", (str,), None)),
         driver_version=_get(d, "driver_version", p, (str,), None),
         cuda_driver_version=_get(d, "cuda_driver_version", p, (str,), None),
+        cuda_runtime_version=_get(d, "cuda_runtime_version", p, (str,), None),
+        nccl_version=_get(d, "nccl_version", p, (str,), None),
         hostname=_get(d, "hostname", p, (str,), None),
         nics=_strings(d, "nics", p, MAX_NICS),
         problem=_get(d, "problem", p, (str,), None),

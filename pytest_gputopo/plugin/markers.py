@@ -12,8 +12,14 @@ import inspect
 from typing import Any, Callable
 
 
-def _requires_gpus(n, *, strict=None):
-    return _reqs().GpuCount(count=n)
+def _requires_gpus(n=1, *, min_memory_gb=None, compute_capability=None, arch=None, model=None, bf16=None,
+                   multicast=None, strict=None):
+    return _reqs().GpuRequirement(gpus=n, min_memory_gb=min_memory_gb, compute_capability=compute_capability,
+                                  arch=arch, model=model, bf16=bf16, multicast=multicast)
+
+
+def _requires_versions(*, driver=None, cuda=None, cuda_runtime=None, nccl=None, strict=None):
+    return _reqs().VersionRequirement(driver=driver, cuda=cuda, cuda_runtime=cuda_runtime, nccl=nccl)
 
 
 def _requires_p2p(gpus=None, *, strict=None):
@@ -52,6 +58,7 @@ def _reqs():
 
 MARKERS: dict[str, Callable] = {
     "requires_gpus": _requires_gpus,
+    "requires_versions": _requires_versions,
     "requires_p2p": _requires_p2p,
     "requires_nvlink": _requires_nvlink,
     "requires_link": _requires_link,
@@ -62,8 +69,14 @@ MARKERS: dict[str, Callable] = {
 }
 
 MARKER_HELP = {
-    "requires_gpus": "at least n visible GPUs",
-    "requires_p2p": "every pair among the GPUs the test uses (cuda:0..gpus-1, default all) can do P2P read and write",
+    "requires_gpus": "n GPUs are visible (n: a number, or a list of GPU indices such as [0, 5]) and each of "
+                     "cuda:0..n-1 (or of those listed) meets every condition given: min_memory_gb (1e9 bytes), "
+                     "compute_capability ('>=9.0'), arch ('hopper', '>=ampere', a list), model (a substring of "
+                     "the name, or a list: any), bf16 (native), multicast (NVLS)",
+    "requires_versions": "each version given is met, as a specifier ('>=2.18'): driver (NVIDIA driver), cuda "
+                         "(CUDA the driver supports), cuda_runtime (CUDA torch was built with), nccl (NCCL torch loads)",
+    "requires_p2p": "every pair among the GPUs the test uses (cuda:0..gpus-1, or gpus=[0, 5], default all) can do "
+                    "P2P read and write",
     "requires_nvlink": "every such pair is connected by at least min_links NVLinks",
     "requires_link": "every such pair is linked at cls or better: NV# > PIX > PXB > PHB > NODE > SYS ('NV' = any NVLink)",
     "min_allreduce_bw": "all-reduce bus bandwidth among the GPUs the test uses, at one large size, is at least "
@@ -97,12 +110,17 @@ def from_marker(name: str, args: tuple, kwargs: dict) -> tuple:
 
 def read_markers(items: list) -> tuple[list[tuple[Any, list]], list[str]]:
     """(item, [(requirement, strict), ...]) for each item that carries gputopo markers, and one error
-    per bad marker naming the test. The same marker on many tests is read once."""
+    per bad marker naming the test. The same marker on many tests is read once.
+
+    Stacked markers: for each marker name the closest node that carries it wins (a method's
+    ``requires_gpus(1)`` replaces its class's ``requires_gpus(4)``, as ``get_closest_marker`` and
+    DeepSpeed's ``world_size`` do); several of one name on that node all apply, and markers of
+    different names all apply."""
     marked, errors, parsed = [], [], {}
     for item in items:
-        found = []
-        for mark in item.iter_markers():  # one walk over the node chain, not one per marker name
-            if mark.name not in MARKERS:
+        found, closest = [], {}
+        for node, mark in item.iter_markers_with_node():  # one walk over the node chain, closest first
+            if mark.name not in MARKERS or closest.setdefault(mark.name, node) is not node:
                 continue
             try:
                 key = (mark.name, mark.args, tuple(sorted(mark.kwargs.items())))

@@ -58,20 +58,23 @@ def probe_recorded(name_or_path: str) -> model.Topology:
         topology = model.Topology(source=source, problem=nvml.unavailable_reason(exc))
     return dataclasses.replace(topology, hostname=recorded.hostname, nics=recorded.nics, published=recorded.published,
                                driver_version=recorded.driver_version,
-                               cuda_driver_version=recorded.cuda_driver_version)
+                               cuda_driver_version=recorded.cuda_driver_version,
+                               cuda_runtime_version=recorded.cuda_runtime_version,
+                               nccl_version=recorded.nccl_version)
 
 
 def _as_recorded(recorded: model.Topology, probed: model.Topology) -> model.Topology:
     """The probe of a recording with the recording's own facts where NVML cannot carry them: no
     per-link NVLink facts where it lists none (the fake synthesizes links to give the pairs' counts;
-    they are not facts), and CUDA's peer answers (``cuda_peer``), which NVML does not know."""
+    they are not facts), and CUDA's answers (``cuda_peer``, ``multicast``), which NVML does not know."""
     if len(probed.gpus) != len(recorded.gpus):
         return probed
     # The fake's NVML order: by nvml_index, a GPU without one keeps its place by index.
     order = sorted(range(len(recorded.gpus)), key=lambda p: (
         recorded.gpus[p].nvml_index if recorded.gpus[p].nvml_index is not None else recorded.gpus[p].index, p))
     nvml_of = {recorded.gpus[p].index: k for k, p in enumerate(order)}
-    gpus = tuple(g if recorded.gpus[order[k]].nvlinks else dataclasses.replace(g, nvlinks=())
+    gpus = tuple(dataclasses.replace(g, multicast=recorded.gpus[order[k]].multicast,
+                                     nvlinks=g.nvlinks if recorded.gpus[order[k]].nvlinks else ())
                  for k, g in enumerate(probed.gpus))
     peer = {tuple(sorted((nvml_of[ln.a], nvml_of[ln.b]))): ln.cuda_peer for ln in recorded.links}
     links = tuple(dataclasses.replace(ln, cuda_peer=peer.get((ln.a, ln.b))) for ln in probed.links)

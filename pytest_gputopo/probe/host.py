@@ -7,11 +7,13 @@ user's process. And a driver that hangs in an NVML call must not hang pytest: pa
 child's process group is killed and the run goes on with the reason.
 
 ``python -m pytest_gputopo.probe.host [--no-torch]`` prints one JSON line: the topology NVML gives
-(``schema.to_dict``) and, where torch with CUDA is installed, CUDA's view of it.
+(``schema.to_dict``) with what CUDA's driver adds (multicast) and the versions torch was built with,
+and, where torch with CUDA is installed, CUDA's view of it. ``--no-torch``: NVML alone, CUDA untouched.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -60,18 +62,32 @@ def _failed(problem: str) -> model.Topology:
     return model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(), problem=problem)
 
 
+def with_cuda_facts(topology: model.Topology, multicast: dict, versions: dict) -> model.Topology:
+    """NVML's topology with each GPU's multicast support (joined by bus id; a GPU CUDA did not answer
+    for stays unknown) and torch's CUDA and NCCL versions."""
+    gpus = tuple(dataclasses.replace(g, multicast=multicast.get((g.pci_bus_id or "").upper())) for g in topology.gpus)
+    return dataclasses.replace(topology, gpus=gpus, **versions)
+
+
 def main(argv: list[str]) -> int:
     from . import _probe_nvml_here
 
     topology = _probe_nvml_here()
-    answer = {"topology": schema.to_dict(topology), "cuda": None}
+    view = None
     if topology.gpus and "--no-torch" not in argv:
-        from .torch_cuda import cuda_view
+        from .cuda_driver import multicast_by_bus
+        from .torch_cuda import cuda_view, torch_versions
 
+        try:
+            topology = with_cuda_facts(topology, multicast_by_bus(), torch_versions())
+        except Exception as exc:  # optional facts: NVML's stand without them, and the warning says why
+            topology = dataclasses.replace(topology, warnings=topology.warnings + (
+                f"multicast support and torch's CUDA/NCCL versions are unknown: {type(exc).__name__}: {exc}",))
         view = cuda_view()  # initialises CUDA: in this child only
-        if view is not None:
-            answer["cuda"] = {"bus_ids": list(view.bus_ids),
-                              "peer": [[a, b, peer] for (a, b), peer in sorted(view.peer.items())]}
+    answer = {"topology": schema.to_dict(topology), "cuda": None}
+    if view is not None:
+        answer["cuda"] = {"bus_ids": list(view.bus_ids),
+                          "peer": [[a, b, peer] for (a, b), peer in sorted(view.peer.items())]}
     print(json.dumps(answer), flush=True)
     return 0
 

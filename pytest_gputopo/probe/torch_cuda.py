@@ -1,4 +1,5 @@
-"""CUDA's own view through torch: device order by PCI bus id, and ``can_device_access_peer``.
+"""CUDA's own view through torch: device order by PCI bus id, ``can_device_access_peer``, and the CUDA
+and NCCL versions torch was built with.
 
 Used only on a real GPU machine with torch built for CUDA; imported lazily by the probe chain.
 """
@@ -32,3 +33,19 @@ def cuda_view() -> CudaView | None:
     peer = {(a, b): bool(torch.cuda.can_device_access_peer(a, b) and torch.cuda.can_device_access_peer(b, a))
             for a in range(n) for b in range(a + 1, n)}
     return CudaView(tuple(bus_ids), peer)
+
+
+def torch_versions() -> dict:
+    """The CUDA torch was built with (``torch.version.cuda``) and the NCCL it loads
+    (``torch.cuda.nccl.version()``: ``ncclGetVersion``, which starts nothing); None where torch has
+    no CUDA or no NCCL (a CPU build has no ``torch._C._nccl_version``)."""
+    if importlib.util.find_spec("torch") is None:
+        return {}
+    import torch
+
+    nccl = None
+    try:
+        nccl = ".".join(str(part) for part in torch.cuda.nccl.version()[:3])
+    except (AttributeError, RuntimeError):
+        pass
+    return {"cuda_runtime_version": torch.version.cuda, "nccl_version": nccl}
