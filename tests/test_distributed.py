@@ -254,3 +254,53 @@ def test_ranks_on_one_node_share_a_copy_benchmark_and_other_gpus_do_not(monkeypa
     other_gpus = dataclasses.replace(here, gpus=here.gpus[4:])
     other_host = dataclasses.replace(here, hostname="node-b")
     assert rank(other_gpus).get(key).gbps == 102.0 and rank(other_host).get(key).gbps == 103.0
+
+
+CUSTOM_TESTS = """
+import pytest
+import torch
+import torch.distributed as dist
+from test_dist import all_reduce_ones
+
+def ampere(topology):
+    return all(g.compute_capability == "8.0" for g in topology.gpus)
+
+def test_every_rank_ampere(gputopo_ranks):
+    gputopo_ranks.require(ampere, "every GPU is an A100 (compute capability 8.0)")
+    all_reduce_ones()  # would hang if only the A100 rank ran it
+
+def test_every_rank_has_gpus(gputopo_ranks):
+    gputopo_ranks.require(lambda t: len(t.gpus) >= 4, "at least 4 GPUs")
+    all_reduce_ones()
+
+def test_this_rank_alone_would_disagree(gputopo):
+    # What issue 11.3 warns of: each rank deciding from its own facts. Kept out of collectives.
+    if gputopo.gpus[0].compute_capability != "8.0":
+        pytest.skip("this rank's GPU is not an A100")
+
+def test_the_combined_view(gputopo_ranks):
+    assert [v.rank for v in gputopo_ranks.views] == [0, 1]
+    assert [len(v.topology.gpus) for v in gputopo_ranks.nodes] == [8, 4]
+"""
+
+
+def test_a_custom_condition_is_one_decision_across_ranks(suite_dir):
+    """Issue 11.3: rank 0 (dgx-a100) meets a custom condition, rank 1 (4x RTX 4090) does not; both
+    ranks skip the test, the reason names rank 1, and the collectives of the tests that run do not
+    hang. Deciding from this rank's own ``gputopo`` alone gives different outcomes per rank."""
+    (suite_dir / "test_custom.py").write_text(CUSTOM_TESTS)
+    port = free_port()
+    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                   "-m", "pytest", "-p", "no:cacheprovider", "-rs", "test_custom.py")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rank0, rank1 = outcomes(suite_dir, 2)
+    custom = [f"test_custom.py::{name}" for name in ("test_every_rank_ampere", "test_every_rank_has_gpus",
+                                                      "test_the_combined_view")]
+    for ranked in (rank0, rank1):
+        assert "test_custom.py::test_every_rank_ampere" in ranked["skipped"]
+        assert {"test_custom.py::test_every_rank_has_gpus", "test_custom.py::test_the_combined_view"} <= set(ranked["passed"])
+    assert [t for t in rank0["passed"] if t in custom] == [t for t in rank1["passed"] if t in custom]
+    lone = "test_custom.py::test_this_rank_alone_would_disagree"
+    assert lone in rank0["passed"] and lone in rank1["skipped"]
+    assert ("every GPU is an A100 (compute capability 8.0): unmet on rank 1 (" in out.stdout
+            and "[recorded:4x-rtx4090" in out.stdout)

@@ -255,3 +255,25 @@ def test_the_options_doc_shows_the_grammar_the_plugin_prints():
     doc = (Path(__file__).parents[1] / "docs" / "options.md").read_text()
     for line in REQUIRE_GRAMMAR.splitlines():
         assert line.split("  ")[-1].strip() in doc, line
+
+
+# ---------------------------------------------------------------------------------------------
+# gputopo_ranks outside a launcher: this process is rank 0 alone
+
+
+def test_a_custom_condition_outside_a_launcher(pytester):
+    src = ("def test_fp8(gputopo_ranks):\n"
+           "    gputopo_ranks.require(lambda t: float(t.gpus[0].compute_capability) >= 8.9, 'FP8 tensor cores')\n"
+           "def test_unknown(gputopo_ranks):\n"
+           "    gputopo_ranks.require(lambda t: None, 'a fact nobody knows')\n"
+           "def test_met(gputopo_ranks):\n"
+           "    gputopo_ranks.require(lambda t: len(t.gpus) == 8, 'eight GPUs')\n"
+           "    assert [v.rank for v in gputopo_ranks.views] == [0] and len(gputopo_ranks.nodes) == 1\n")
+    result = run(pytester, "dgx-a100", src, "--junitxml=out.xml")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines_random([
+        "*FP8 tensor cores: unmet on rank 0 (*) [[]recorded:dgx-a100 (a recorded machine, not this host)[]]",
+        "*a fact nobody knows: unmet on rank 0*",  # None is unknown: never met
+    ])
+    assert 'name="gputopo_unmet" value="FP8 tensor cores"' in (pytester.path / "out.xml").read_text()
+    run(pytester, "dgx-a100", src, "--gputopo-strict").assert_outcomes(passed=1, failed=2)

@@ -1,5 +1,6 @@
-"""The fixtures pytest-gputopo gives tests: ``gputopo`` (the machine) and ``gputopo_bench`` (the
-measurement harness and the run's shared benchmarks)."""
+"""The fixtures pytest-gputopo gives tests: ``gputopo`` (the machine), ``gputopo_ranks`` (every rank's
+machine, and one decision across the ranks) and ``gputopo_bench`` (the measurement harness and the
+run's shared benchmarks)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import json
 
 import pytest
 
-from .reporter import OWN_PROPERTY
-from .run import run_of
+from .reporter import OWN_PROPERTY, UNMET_PROPERTY
+from .run import GputopoRun, run_of
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +17,56 @@ def gputopo(pytestconfig: pytest.Config):
     """The machine as this process sees it (``pytest_gputopo.core.model.Topology``): ``gpus``,
     ``link(a, b)``, ``p2p(a, b)``, ``pairs(gpus=None)``, ``pairs_worse_than("PXB")``, ``source``."""
     return run_of(pytestconfig).topology
+
+
+@pytest.fixture
+def gputopo_ranks(request: pytest.FixtureRequest):
+    """Every rank's machine (``views``, ``nodes``) and ``require(predicate, reason)``: a custom
+    condition decided on every rank's topology, so every rank takes the same decision."""
+    return RankFacts(run_of(request.config), request.node)
+
+
+class RankFacts:
+    """What ``gputopo_ranks`` gives a test. Under torchrun or srun the ranks exchanged their
+    topologies when the run began, so every rank holds every rank's facts and decides alike without
+    another exchange; outside a launcher this process is rank 0 alone."""
+
+    def __init__(self, run: GputopoRun, node: pytest.Item):
+        self._run = run
+        self._node = node
+
+    @property
+    def views(self) -> tuple:
+        """One ``RankView`` per rank, in rank order: ``rank``, ``hostname``, ``node_rank``,
+        ``topology`` (the machine as that rank sees it), ``where`` (``"rank 1 (node-b)"``)."""
+        if self._run.ranks is not None:
+            return tuple(self._run.ranks.views)
+        from ..runtime.ranks import RankView
+
+        return (RankView(0, self._run.topology.hostname, None, self._run.topology),)
+
+    @property
+    def nodes(self) -> list:
+        """One view per distinct machine of the run (ranks that see the same GPUs share one)."""
+        return list(self._run.ranks.distinct) if self._run.ranks is not None else list(self.views)
+
+    def require(self, predicate, reason: str, *, strict: bool | None = None) -> None:
+        """Skip this test on every rank (fail under strict) unless ``predicate(topology)`` is true
+        for every rank's topology (None, unknown, is not); the reason names the first rank that fails
+        it. ``predicate`` must decide from the topology it is given, not from this process, for the
+        ranks to agree."""
+        unmet = [view for view in self.views if not predicate(view.topology)]
+        if not unmet:
+            return
+        from ..render.report import source_text
+
+        first = unmet[0]
+        others = f" and {len(unmet) - 1} more ranks" if len(unmet) > 1 else ""
+        message = f"{reason}: unmet on {first.where}{others} [{source_text(first.topology)}]"
+        self._node.user_properties.append((UNMET_PROPERTY, reason))
+        if self._run.settings.strict if strict is None else strict:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from ..probe import MachineError, probe
 from ..render.report import source_text
 from ..runtime import environ
 from . import hookspecs, markers, options, reporter
-from .fixtures import gputopo, gputopo_bench  # noqa: F401  (registered as this plugin's fixtures)
+from .fixtures import gputopo, gputopo_bench, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
 from .run import RANKS_EXIT_STATUS, RUN, GputopoRun, Ranks, run_of
 from .settings import read as read_settings
 
