@@ -65,6 +65,7 @@ RTX_4090 = Board("NVIDIA GeForce RTX 4090", 24564, "8.9", 4, 16)
 L40S = Board("NVIDIA L40S", 46068, "8.9", 4, 16)
 RTX_PRO_6000 = Board("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 97887, "12.0", 5, 16)
 A100_PCIE_80GB = Board("NVIDIA A100 80GB PCIe", 81920, "8.0", 4, 16)
+A100_SXM4_40GB = Board("NVIDIA A100-SXM4-40GB", 40960, "8.0", 4, 16)
 
 
 @dataclass(frozen=True)
@@ -453,6 +454,42 @@ def rtx3090_nvlink() -> Machine:
     )
 
 
+def a100_40gb_x4() -> Machine:
+    name = "4x-a100-40gb"
+    topology = nvlink_mesh_box(
+        name, A100_SXM4_40GB, (0x07, 0x0F, 0x47, 0x4E), wiring={(0, 1): 12, (2, 3): 10}, version="3.1",
+        pcie=uniform(NODE), read_write=OK, driver_version="535.161.08",
+    )
+    return Machine(
+        name,
+        "4x NVIDIA A100-SXM4-40GB rented as one node: NVLink only within two pairs (GPU0-GPU1 NV12, GPU2-GPU3 "
+        "NV10), NODE between the pairs; 40 GB per GPU.",
+        topology,
+        sources=(
+            "corpus topo/039 (`nvidia-smi topo -m` of a 4x A100-SXM4-40GB node rented on Vast.ai, GPU columns "
+            "only): GPU0-GPU1 NV12, GPU2-GPU3 NV10, every other pair NODE",
+            "public nvidia-smi tables of A100-SXM4-40GB GPUs (find_string ids 67090109663, 13685072400, "
+            "66537552328): '40960MiB' memory total each",
+            "corpus nvlink-status/001 (`nvidia-smi nvlink -s -i 0`, NVIDIA A100-SXM4-40GB, driver 535.161.08): "
+            "12 links x 25 GB/s",
+            "https://github.com/open-mpi/hwloc/issues/658 with reference/nvml-nccl-torch.md 1.5: A100 reports "
+            "NVLink version 3.1",
+        ),
+        inferred=(
+            UUIDS,
+            "gpus[*].pci_bus_id: the first four of the DGX A100 layout (07, 0F, 47, 4E); corpus topo/039 shows "
+            "no bus ids",
+            "gpus[*].numa_node, gpus[*].cpu_affinity: unknown (the capture kept only the GPU columns)",
+            LOADED_LINK,
+            "gpus[2..3].nvlinks: the 10 active links each that NV10 counts; whether the other 2 are listed "
+            "inactive is not captured",
+            "driver_version: 535.161.08, the driver of the A100-SXM4-40GB node of corpus nvlink-status/001 "
+            "(another node of the same model)",
+            "links[*].p2p: read/write OK (NODE pairs of A100s do PCIe P2P), inferred, no `topo -p2p` capture",
+        ),
+    )
+
+
 def rtx4090_x4() -> Machine:
     name = "4x-rtx4090"
     topology = pcie_box(name, RTX_4090, (0x01, 0x25, 0x41, 0x61), pcie=uniform(NODE), read_write=GNS)
@@ -611,6 +648,7 @@ def machines() -> list[Machine]:
         h100,
         dgx1_v100(),
         rtx3090_nvlink(),
+        a100_40gb_x4(),
         rtx4090_x4(),
         l40s,
         rtx_pro_6000_x2(),

@@ -66,6 +66,12 @@ def run(pytester, machine, src, *args):
      "requires_versions(cuda='>=12.4', nccl='>=2.18'): the CUDA version the driver supports (cuda) is unknown "
      "(no source reported it); the NCCL torch loads (nccl) is unknown (no source reported it)"),
     ("2x-rtx3090-nvlink", "requires_versions(cuda='>=11.0', driver='==470.*')", None),
+    ("4x-a100-40gb", "requires_gpus(4, min_memory_gb=40, arch='ampere')", None),
+    ("4x-a100-40gb", "requires_gpus(2, min_memory_gb=80)",
+     "requires_gpus(2, min_memory_gb=80): GPU0 (NVIDIA A100-SXM4-40GB) has 42.9 GB of memory, needs 80 GB; "
+     "GPU1 (NVIDIA A100-SXM4-40GB) has 42.9 GB of memory, needs 80 GB"),
+    ("4x-a100-40gb", "requires_nvlink(gpus=[2, 3], min_links=12)",
+     "requires_nvlink(gpus=[2, 3], min_links=12): GPU2-GPU3 are linked by NV10, needs NV12"),
 ])
 def test_each_fact_marker_on_bundled_machines(pytester, machine, marker, says):
     result = run(pytester, machine, f"@pytest.mark.{marker}\ndef test_x(): pass\n")
@@ -241,8 +247,8 @@ def test_versions_compare_as_pip_compares_them():
 
 def test_bundled_machines_carry_the_facts_the_markers_read():
     """Every bundled machine with GPUs says memory, capability and model; the HGX H100 says multicast."""
-    for name in ("dgx-a100", "hgx-h100", "dgx1-v100", "2x-rtx3090-nvlink", "4x-rtx4090", "8x-l40s",
-                 "2x-rtx-pro-6000", "single-gpu"):
+    for name in ("dgx-a100", "hgx-h100", "dgx1-v100", "2x-rtx3090-nvlink", "4x-a100-40gb", "4x-rtx4090",
+                 "8x-l40s", "2x-rtx-pro-6000", "single-gpu"):
         for gpu in probe(name).gpus:
             assert gpu.memory_total_bytes and gpu.compute_capability and gpu.name, (name, gpu.index)
     assert all(g.multicast for g in probe("hgx-h100").gpus)
@@ -277,3 +283,21 @@ def test_a_custom_condition_outside_a_launcher(pytester):
     ])
     assert 'name="gputopo_unmet" value="FP8 tensor cores"' in (pytester.path / "out.xml").read_text()
     run(pytester, "dgx-a100", src, "--gputopo-strict").assert_outcomes(passed=1, failed=2)
+
+
+def test_every_marker_the_docs_show_is_valid():
+    """docs/porting.md and docs/markers.md show markers to paste: each one is read as the plugin reads it."""
+    import re
+
+    from pytest_gputopo.plugin.markers import MARKERS, from_marker
+
+    docs = Path(__file__).parents[1] / "docs"
+    seen = 0
+    for page in ("porting.md", "markers.md"):
+        text = (docs / page).read_text()
+        for name, args in re.findall(r"pytest\.mark\.(\w+)\(([^()]*(?:\([^()]*\)[^()]*)*)\)", text):
+            if name in MARKERS:
+                bound = eval(f"(lambda *a, **k: (a, k))({args})")  # the docs' own text, nothing else
+                from_marker(name, *bound)
+                seen += 1
+    assert seen >= 20

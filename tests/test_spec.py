@@ -133,7 +133,7 @@ def test_nvlink_needs_a_positive_link_count(links):
 def _all_figures():
     figs = [fig for _, _, fig in table.table_rows()]
     for name in ("dgx-a100", "dgx1-v100", "hgx-h100", "hgx-h100-nvlink-down", "hgx-h100-pcie-x8",
-                 "2x-rtx3090-nvlink", "4x-rtx4090", "8x-l40s", "2x-rtx-pro-6000"):
+                 "2x-rtx3090-nvlink", "4x-a100-40gb", "4x-rtx4090", "8x-l40s", "2x-rtx-pro-6000"):
         topo = machine(name)
         figs += [spec.p2p_expected(topo, ln.a, ln.b) for ln in topo.pairs()]
         figs += [spec.h2d_expected(g, pinned) for g in topo.gpus for pinned in (True, False)]
