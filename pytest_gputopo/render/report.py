@@ -104,15 +104,26 @@ def p2p_matrix(topology: Topology) -> list[str]:
 
 
 def gpu_lines(topology: Topology) -> list[str]:
+    """One line per GPU (the facts ``requires_gpus`` judges among them), then the versions
+    ``requires_versions`` judges; ``?`` where the source did not say."""
+    from ..core.hardware import GB, architecture
+
     lines = []
     for g in topology.gpus:
         pcie = "PCIe unknown"
         if g.pcie_gen_current is not None or g.pcie_width_current is not None:
             pcie = (f"PCIe Gen{g.pcie_gen_current or '?'} x{g.pcie_width_current or '?'}"
                     f" (max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'})")
+        memory = "?" if g.memory_total_bytes is None else f"{g.memory_total_bytes / GB:.1f}"
+        arch = architecture(g.compute_capability)
+        compute = f"compute {g.compute_capability or '?'}" + (f" ({arch.title()})" if arch else "")
         nvl = f", {g.active_nvlinks}/{len(g.nvlinks)} NVLinks up" if g.nvlinks else ""
-        lines.append(f"GPU{g.index}: {g.name or 'unknown'} bus {g.pci_bus_id or '?'} {pcie}{nvl}")
-    return lines
+        multicast = "" if g.multicast is None else f", multicast {'yes' if g.multicast else 'no'}"
+        lines.append(f"GPU{g.index}: {g.name or 'unknown'} bus {g.pci_bus_id or '?'} {memory} GB, {compute}, "
+                     f"{pcie}{nvl}{multicast}")
+    versions = [("driver", topology.driver_version), ("CUDA (driver)", topology.cuda_driver_version),
+                ("CUDA runtime (torch)", topology.cuda_runtime_version), ("NCCL (torch)", topology.nccl_version)]
+    return lines + ["versions: " + ", ".join(f"{what} {have or '?'}" for what, have in versions)]
 
 
 def full_report(topology: Topology) -> list[str]:
