@@ -66,6 +66,8 @@ L40S = Board("NVIDIA L40S", 46068, "8.9", 4, 16)
 RTX_PRO_6000 = Board("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 97887, "12.0", 5, 16)
 A100_PCIE_80GB = Board("NVIDIA A100 80GB PCIe", 81920, "8.0", 4, 16)
 A100_SXM4_40GB = Board("NVIDIA A100-SXM4-40GB", 40960, "8.0", 4, 16)
+# A GB200 GPU reaches its Grace CPU over NVLink-C2C: no PCIe slot generation or width was captured.
+GB200 = Board("NVIDIA GB200", 189471, "10.0", None, None)
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,10 @@ class Machine:
         return recorded.profile_dict(self.name, topology, self.description, self.sources, self.inferred)
 
 
-def bus_id(bus: int) -> str:
-    """NVML's form of a PCI bus id (domain 0, device 0, function 0): ``00000000:07:00.0``."""
-    return f"00000000:{bus:02X}:00.0"
+def bus_id(bus: int | str) -> str:
+    """NVML's form of a PCI bus id: a bus number on domain 0 (device 0, function 0) gives
+    ``00000000:07:00.0``; a whole id is taken as written."""
+    return bus if isinstance(bus, str) else f"00000000:{bus:02X}:00.0"
 
 
 def synthetic_uuid(machine: str, index: int) -> str:
@@ -154,7 +157,7 @@ def mesh_nvlinks(wiring: Mapping[tuple[int, int], int], buses: Sequence[int],
     return links
 
 
-def box(name: str, board: Board, buses: Sequence[int], *, pcie: Callable[[int, int], LinkClass],
+def box(name: str, board: Board, buses: Sequence[int | str], *, pcie: Callable[[int, int], LinkClass | None],
         read_write: P2PStatus, numa: Sequence[int] | None = None, affinity: Sequence[str] | None = None,
         nvlinks: Callable[[int], tuple[NvLink, ...]] | None = None, **fields) -> Topology:
     """A machine of identical GPUs, numbered in PCI bus order (index == nvml_index). A pair joined by
@@ -490,6 +493,46 @@ def a100_40gb_x4() -> Machine:
     )
 
 
+def gb200_tray() -> Machine:
+    name = "gb200-tray"
+    topology = box(
+        name, GB200, ("00000008:01:00.0", "00000009:01:00.0", "00000018:01:00.0", "00000019:01:00.0"),
+        nvlinks=lambda gpu: tuple(NvLink(link=i, active=True, remote_type="SWITCH", version="5.0") for i in range(18)),
+        read_write=OK, numa=(0, 0, 1, 1), affinity=("0-71",) * 2 + ("72-143",) * 2,
+        pcie=lambda a, b: None, nics=tuple(f"mlx5_{i}" for i in range(8)),
+        driver_version="580.126.09", cuda_driver_version="13.0",
+    )
+    return Machine(
+        name,
+        "One GB200 NVL72 compute tray: 4x NVIDIA GB200 (2 per Grace CPU) with 18 NVLinks each into the rack's "
+        "NVLink switch trays (NV18 between every pair), 189471 MiB per GPU, 8 mlx5 NICs.",
+        topology,
+        sources=(
+            "find_string id 51864327511 (a public OpenShift walkthrough on GB200 nodes: `nvidia-smi` and "
+            "`nvidia-smi topo -m` in one session, driver 580.126.09, CUDA 13.0): 4x NVIDIA GB200 at "
+            "00000008/00000009/00000018/00000019:01:00.0, 189471 MiB each; NV18 between every GPU pair; CPU "
+            "affinity 0-71 (GPUs 0-1) and 72-143 (GPUs 2-3); NUMA affinity 0,2-17 and 1,18-33; NICs "
+            "mlx5_0..mlx5_7, SYS to every GPU",
+            "find_string id 61093033028 (`nvidia-smi topo -m` of another GB200 tray): the same matrix",
+            "find_string id 54650828460 (NVIDIA isvtest fixture, 4x NVIDIA GB200, driver 595.58.03): the same "
+            "bus ids and memory",
+        ),
+        inferred=(
+            UUIDS,
+            "gpus[*].numa_node: 0, 0, 1, 1, the CPU node first in each GPU's NUMA affinity (the other listed "
+            "nodes are memory-only nodes)",
+            "gpus[*].pcie_*: unknown (the GPU attaches to Grace by NVLink-C2C; no PCIe figures captured)",
+            "gpus[*].compute_capability: '10.0' (sm_100, Blackwell datacenter), not read from this capture",
+            "gpus[*].nvlinks: 18 active links each into the NVLink switch trays (NV18 on an NVSwitch fabric counts "
+            "the GPU's Up links, reference/nvml-nccl-torch.md 2.1); remote bus ids unknown; version '5.0' "
+            "(Blackwell's NVLink generation), not read",
+            "links[*].pcie: unknown (hidden behind NV18, and a GB200 pair has no PCIe path in the capture)",
+            "links[*].p2p: OK for read, write, nvlink and atomics, inferred from the NVLink fabric",
+            "gpus[*].multicast: unknown (needs the rack's fabric manager / IMEX; not captured)",
+        ),
+    )
+
+
 def rtx4090_x4() -> Machine:
     name = "4x-rtx4090"
     topology = pcie_box(name, RTX_4090, (0x01, 0x25, 0x41, 0x61), pcie=uniform(NODE), read_write=GNS)
@@ -649,6 +692,7 @@ def machines() -> list[Machine]:
         dgx1_v100(),
         rtx3090_nvlink(),
         a100_40gb_x4(),
+        gb200_tray(),
         rtx4090_x4(),
         l40s,
         rtx_pro_6000_x2(),

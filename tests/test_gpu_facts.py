@@ -67,6 +67,10 @@ def run(pytester, machine, src, *args):
      "(no source reported it); the NCCL torch loads (nccl) is unknown (no source reported it)"),
     ("2x-rtx3090-nvlink", "requires_versions(cuda='>=11.0', driver='==470.*')", None),
     ("4x-a100-40gb", "requires_gpus(4, min_memory_gb=40, arch='ampere')", None),
+    ("gb200-tray", "requires_gpus(4, min_memory_gb=180, arch='>=blackwell', model='GB200', bf16=True)", None),
+    ("gb200-tray", "requires_versions(driver='>=580', cuda='>=13.0')", None),
+    ("gb200-tray", "requires_gpus(4, multicast=True)",
+     "requires_gpus(4, multicast=True): GPU0 (NVIDIA GB200) multicast (NVLS) support is unknown*"),
     ("4x-a100-40gb", "requires_gpus(2, min_memory_gb=80)",
      "requires_gpus(2, min_memory_gb=80): GPU0 (NVIDIA A100-SXM4-40GB) has 42.9 GB of memory, needs 80 GB; "
      "GPU1 (NVIDIA A100-SXM4-40GB) has 42.9 GB of memory, needs 80 GB"),
@@ -247,8 +251,8 @@ def test_versions_compare_as_pip_compares_them():
 
 def test_bundled_machines_carry_the_facts_the_markers_read():
     """Every bundled machine with GPUs says memory, capability and model; the HGX H100 says multicast."""
-    for name in ("dgx-a100", "hgx-h100", "dgx1-v100", "2x-rtx3090-nvlink", "4x-a100-40gb", "4x-rtx4090",
-                 "8x-l40s", "2x-rtx-pro-6000", "single-gpu"):
+    for name in ("dgx-a100", "hgx-h100", "dgx1-v100", "2x-rtx3090-nvlink", "4x-a100-40gb", "gb200-tray",
+                 "4x-rtx4090", "8x-l40s", "2x-rtx-pro-6000", "single-gpu"):
         for gpu in probe(name).gpus:
             assert gpu.memory_total_bytes and gpu.compute_capability and gpu.name, (name, gpu.index)
     assert all(g.multicast for g in probe("hgx-h100").gpus)
