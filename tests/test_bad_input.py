@@ -361,13 +361,37 @@ def test_the_number_reader_accepts_only_ascii_in_range(raw):
 
 
 @given(st.text(max_size=40) | st.lists(st.sampled_from(["gpus>=", "p2p", "@", "nvlink>=", "link>=", "NV", ",", "9",
-                                                       "0", "²", " ", "no-fallback", "SYS"]), max_size=8).map("".join))
+                                                       "0", "²", " ", "no-fallback", "SYS", "memory>=", "cc", "~=",
+                                                       "arch=", "hopper", "model=", "*", "bf16", "multicast",
+                                                       "nccl", "cuda_runtime", "==", "<", ".", "2.18"]),
+                                       max_size=8).map("".join))
 def test_any_require_expression_is_requirements_or_a_requirement_error(text):
     from pytest_gputopo.core.requirements import RequirementError
     from pytest_gputopo.core.expressions import parse_expression
 
     try:
         parse_expression(text)
+    except RequirementError:
+        pass
+
+
+anything = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+                        lambda inner: st.lists(inner, max_size=3) | st.sets(st.integers(), max_size=3)
+                        | st.dictionaries(st.text(max_size=3), inner, max_size=2), max_leaves=6)
+
+
+@given(st.sampled_from(["requires_gpus", "requires_versions", "requires_p2p", "min_p2p_bw"]),
+       st.dictionaries(st.sampled_from(["n", "gpus", "min_memory_gb", "compute_capability", "arch", "model", "bf16",
+                                        "multicast", "driver", "cuda", "cuda_runtime", "nccl", "strict"]),
+                       anything, max_size=3))
+def test_any_marker_argument_is_a_requirement_or_a_requirement_error(name, kwargs):
+    """Issue 11: whatever a user passes (lists, sets, NaN, dicts), collection says what is wrong with
+    it, never crashes (an unhashable specifier once escaped as an INTERNALERROR)."""
+    from pytest_gputopo.core.requirements import RequirementError
+    from pytest_gputopo.plugin.markers import from_marker
+
+    try:
+        from_marker(name, (), kwargs)
     except RequirementError:
         pass
 

@@ -49,6 +49,9 @@ def run(pytester, machine, src, *args):
      "requires_gpus(1, arch='>=hopper'): GPU0 (NVIDIA GeForce RTX 4090) is Ada (compute capability 8.9), "
      "needs >=hopper"),
     ("2x-rtx-pro-6000", "requires_gpus(2, arch='blackwell', compute_capability='>=12.0', min_memory_gb=96)", None),
+    ("hgx-h100", "requires_gpus(8, model='NVIDIA H100*HBM3')", None),
+    ("dgx-a100", "requires_gpus(model='*A100*40GB')",
+     "requires_gpus(1, model='*A100*40GB'): GPU0 (NVIDIA A100-SXM4-80GB) is not '*A100*40GB'"),
     ("2x-rtx-pro-6000", "requires_gpus(model='H100')",
      "requires_gpus(1, model='H100'): GPU0 (NVIDIA RTX PRO 6000 Blackwell Workstation Edition) is not 'H100'"),
     ("dgx-a100", "requires_gpus(multicast=True)",

@@ -67,12 +67,16 @@ def version(text: str | None) -> Version | None:
         return None
 
 
-@functools.lru_cache(maxsize=256)
 def specifier(text: str) -> SpecifierSet:
     """``">=2.18"``, ``">=12.1,<13"``, ``"==9.*"``; raises ValueError saying how to write one (a bare
     version is refused: ``"9.0"`` could mean exactly or at least)."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"expected a version specifier such as '>=2.18', got {text!r}")
+    return _specifier(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _specifier(text: str) -> SpecifierSet:
     try:
         spec = SpecifierSet(text)
     except InvalidSpecifier:

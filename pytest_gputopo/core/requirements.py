@@ -11,6 +11,7 @@ itself unmet, and an unknown fact is never met.
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 
 from .model import Gpu, Link, LinkClass, LinkLabel, Topology, link_satisfies
@@ -151,7 +152,7 @@ class GpuRequirement(Requirement):
     """``requires_gpus``: the GPUs named are there (``gpus``: the first n, the listed ones, or None:
     every visible GPU, at least one when a condition is set), and each meets every condition given:
     memory in GB (1e9 bytes), a compute-capability specifier, an architecture, a model (a substring
-    of the name, any of a list), native bf16, multicast (NVLS)."""
+    of the name or a glob over it, any of a list), native bf16, multicast (NVLS)."""
 
     min_memory_gb: float | None = None
     compute_capability: str | None = None
@@ -238,7 +239,7 @@ class GpuRequirement(Requirement):
         if self.model is not None:
             if gpu.name is None:
                 problems.append(f"model {UNKNOWN}")
-            elif not any(m.lower() in gpu.name.lower() for m in self.model):
+            elif not any(_model_matches(m, gpu.name) for m in self.model):
                 problems.append(f"is not {' or '.join(repr(m) for m in self.model)}")
         if self.bf16 is not None:
             native = hardware.bf16(cc)
@@ -254,6 +255,13 @@ class GpuRequirement(Requirement):
                 problems.append(f"{'has no' if not gpu.multicast else 'has'} multicast (NVLS): CUDA reports "
                                 f"CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = {int(gpu.multicast)}")
         return problems
+
+
+def _model_matches(model: str, name: str) -> bool:
+    """``model`` in the GPU's name, ignoring case; with ``*``, ``?`` or ``[``: a glob over the whole name."""
+    if any(c in model for c in "*?["):
+        return fnmatch.fnmatchcase(name.lower(), model.lower())
+    return model.lower() in name.lower()
 
 
 def _arch_meets(name: str, wanted: tuple[str, ...]) -> bool:
