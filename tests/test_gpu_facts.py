@@ -4,6 +4,7 @@ sets, and stacked markers (the closest wins), on bundled machines; an unknown fa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -318,3 +319,44 @@ def test_gputopo_show_says_each_fact_the_markers_judge():
                         "PCIe Gen5 x16 (max Gen5 x16), 0/18 NVLinks up")  # multicast unknown: not claimed
     assert lines[4].endswith("18/18 NVLinks up, multicast yes")
     assert lines[-1] == "versions: driver 570.124.06, CUDA (driver) ?, CUDA runtime (torch) ?, NCCL (torch) ?"
+
+
+# ---------------------------------------------------------------------------------------------
+# An all-reduce on named GPUs
+
+
+def test_an_allreduce_on_named_gpus_runs_one_rank_per_named_gpu(monkeypatch):
+    """min_allreduce_bw(gpus=[0, 5]) is measured on GPU0 and GPU5 (the worker puts rank r on
+    devices[r], bench/allreduce_worker.py), and judged against the links among those two."""
+    from pytest_gputopo.bench import allreduce
+    from pytest_gputopo.bench.allreduce_result import AllReduceResult, AllReduceRow
+    from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
+    from pytest_gputopo.core import collectives, keys, model
+
+    seen = []
+
+    def fake_run(n, sizes, *, log_nccl=False, devices=None, **kw):
+        seen.append((n, devices, log_nccl))
+        row = AllReduceRow(size_bytes=kw["judge_size"], count=kw["judge_size"] // 4, time_us=1.0, algbw_gbps=20.0,
+                           busbw_gbps=20.0, wrong=0, iterations=1, samples=1, spread=1.0, stable=True, wall_s=0.1)
+        return AllReduceResult("nccl", n, "float32", (row,), row, nvls=None)
+
+    monkeypatch.setattr(allreduce, "run_allreduce", fake_run)
+    host = dataclasses.replace(probe("hgx-h100-nvlink-down"), source=model.Source("nvml"))  # as if measured here
+    suite = BenchSuite(host, BenchSettings())
+    key = suite.allreduce_key((0, 5), None)
+    assert key == keys.AllReduce(2, key.size_bytes, (0, 5))
+    assert suite.get(key).gbps == 20.0
+    assert seen == [(2, [0, 5], False), (2, [0, 5], True)]  # the timed run, and NCCL's logged one
+    over_pcie = collectives.allreduce_expected_busbw(host, 2, (0, 5))
+    over_nvlink = collectives.allreduce_expected_busbw(host, 2, (0, 4))
+    assert "PCIe" in over_pcie.label and over_nvlink.gbps > 5 * over_pcie.gbps
+    assert collectives.allreduce_expected_busbw(host, 2, (0, 9)) is None  # no GPU9: nothing to expect
+
+
+def test_a_recorded_machine_has_no_published_figure_for_named_gpus(pytester):
+    """A published all-reduce figure says how many GPUs, never which: it does not stand for GPU0+GPU5."""
+    result = run(pytester, "hgx-h100", "@pytest.mark.min_allreduce_bw(100, gpus=[0, 5])\ndef test_x(): pass\n")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*min_allreduce_bw(100, gpus=[[]0, 5[]]): all-reduce busbw, 2 ranks on GPU0, GPU5, "
+                                 "* no figure (none published for recorded:hgx-h100*"])

@@ -98,7 +98,7 @@ def test_reason_names_three_pairs_then_counts():
     ("requires_gpus", (), {"min_memory_gb": "40"}, "min_memory_gb must be a number of GB"),
     ("requires_gpus", (0,), {"bf16": True}, "need at least one GPU, but n is 0"),
     ("requires_gpus", ([],), {}, "n must list at least one GPU index"),
-    ("min_allreduce_bw", (50,), {"gpus": [0, 5]}, "gpus must be a number for an all-reduce"),
+    ("min_allreduce_bw", (50,), {"gpus": [3]}, "an all-reduce needs at least 2 GPUs"),
     ("requires_p2p", (), {"gpus": 0}, "gpus must be a number of GPUs from 1 to 1024"),
     ("requires_p2p", (), {"gpu": 2}, "unexpected keyword argument 'gpu'"),
     ("requires_link", ("PXQ",), {}, "unknown link label 'PXQ'"),

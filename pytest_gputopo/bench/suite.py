@@ -183,14 +183,17 @@ class BenchSuite:
     def results(self) -> list[BenchResult]:
         return list(self._results.values())
 
-    def allreduce_key(self, gpus: int | None, size: int | None) -> keys.AllReduce:
+    def allreduce_key(self, gpus: int | tuple[int, ...] | None, size: int | None) -> keys.AllReduce:
+        """The all-reduce a test names: across the ranks of the run under a launcher; among gloo's CPU
+        processes; else among ``gpus`` (a number: cuda:0..n-1; a list: those GPUs; None: all)."""
+        size = self.settings.judge_size(size)
         if self.world_size is not None:
-            n = self.world_size
-        elif self.settings.allreduce_backend == "gloo":
-            n = self.settings.world_size or 2
-        else:
-            n = gpus or len(self.topology.gpus)
-        return keys.AllReduce(n, self.settings.judge_size(size))
+            return keys.AllReduce(self.world_size, size)
+        if self.settings.allreduce_backend == "gloo":
+            return keys.AllReduce(self.settings.world_size or 2, size)
+        if isinstance(gpus, (tuple, list)):
+            return keys.AllReduce(len(gpus), size, tuple(sorted(gpus)))
+        return keys.AllReduce(gpus or len(self.topology.gpus), size)
 
     def get(self, key: keys.Key) -> BenchResult:
         result = self._results.get(key)
@@ -260,8 +263,8 @@ class BenchSuite:
         for fig in self.topology.published:
             if fig["kind"] != key.kind:
                 continue
-            if isinstance(key, keys.AllReduce) and fig.get("gpus") not in (None, key.ranks):
-                continue
+            if isinstance(key, keys.AllReduce) and (key.devices or fig.get("gpus") not in (None, key.ranks)):
+                continue  # a published figure names how many GPUs, never which ones
             if isinstance(key, keys.HostCopy) and fig.get("pinned", True) != key.pinned:
                 continue
             note = f"; {fig['note']}" if fig.get("note") else ""
@@ -296,6 +299,8 @@ class BenchSuite:
         if self._across_ranks is not None and isinstance(key, ACROSS_RANKS):
             rank, _, url, device = self._across_ranks(tuple(key.to_list()))
             peer, devices = (rank, url), (None if device is None else [device])
+        elif isinstance(key, keys.AllReduce) and key.devices:
+            devices = list(key.devices)  # rank r on key.devices[r]
         if isinstance(key, keys.NcclTransports):
             return None, nccl_account(key.ranks, s.timeout_s, peer=peer, devices=devices), None
         if isinstance(key, keys.AllReduce):
@@ -304,6 +309,9 @@ class BenchSuite:
 
                 if not s.nccl_tests_binary:
                     raise FileNotFoundError("all_reduce_perf (nccl-tests) is not installed or not on PATH")
+                if key.devices:
+                    raise ValueError("nccl-tests runs on cuda:0..n-1; an all-reduce on named GPUs is measured "
+                                     "by the torch.distributed engine")
                 res = run_all_reduce_perf(s.nccl_tests_binary, key.ranks, key.size_bytes, timeout_s=s.timeout_s)
                 # The figure nccl-tests itself reports ("# Avg bus bandwidth", over both placements),
                 # and its own verdict on the data (either placement, and the out-of-bounds line).

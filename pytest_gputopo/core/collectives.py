@@ -94,8 +94,10 @@ def _has_ring(n: int, ok: set) -> bool:
     return bool(reach.get(full, 0) & adj[0])
 
 
-def allreduce_expected_busbw(topology: Topology, n: int | None = None) -> Figure | None:
-    """Expected all-reduce busbw among ``cuda:0 .. cuda:n-1`` (all GPUs when n is None).
+def allreduce_expected_busbw(topology: Topology, n: int | None = None,
+                             devices: tuple[int, ...] | None = None) -> Figure | None:
+    """Expected all-reduce busbw among ``cuda:0 .. cuda:n-1`` (all GPUs when n is None), or among
+    ``devices`` when given.
 
     The bottleneck link of the best ring: the largest rate W such that the pairs at W or more close a
     ring through all n GPUs (for 2 GPUs, their pair). On an NVSwitch system, or wherever every pair
@@ -107,10 +109,12 @@ def allreduce_expected_busbw(topology: Topology, n: int | None = None) -> Figure
     n = total if n is None else n
     if isinstance(n, bool) or not isinstance(n, int):
         raise ValueError(f"n must be a GPU count, got {n!r}")
-    if n < 2 or n > total:
+    chosen = list(range(n)) if devices is None else list(devices)
+    if n < 2 or n > total or len(chosen) != n or topology.chosen(chosen) != chosen:
         return None
+    place = {gpu: i for i, gpu in enumerate(chosen)}  # the ring search numbers the GPUs 0..n-1
     figs = {}
-    for link in topology.pairs(n):
+    for link in topology.pairs(chosen):
         fig = p2p_expected(topology, link.a, link.b)
         if fig is None:
             return None
@@ -118,7 +122,7 @@ def allreduce_expected_busbw(topology: Topology, n: int | None = None) -> Figure
     rates = sorted({f.gbps for f in figs.values()}, reverse=True)
     best = rates[-1]
     for rate in rates:
-        ok = {pair for pair, f in figs.items() if f.gbps >= rate}
+        ok = {(place[a], place[b]) for (a, b), f in figs.items() if f.gbps >= rate}
         if n == 2 or _has_ring(n, ok):
             best = rate
             break

@@ -4,7 +4,7 @@ report (``"key": ["p2p", 0, 1]``), in pytest's cache and in the folder xdist wor
 - ``Copy``: a copy between two GPUs, ``p2p`` (peer to peer), ``p2p_staged`` (through pinned host
   memory, P2P off) or ``p2p_bidir`` (both ways at once);
 - ``HostCopy``: ``h2d`` or ``d2h`` on one GPU, pinned or pageable host memory;
-- ``AllReduce``: busbw among ``ranks`` at ``size_bytes``;
+- ``AllReduce``: busbw among ``ranks`` at ``size_bytes`` (on ``devices``, when a test named them);
 - ``NcclTransports``: NCCL's own account of a small all-reduce among ``ranks``.
 """
 
@@ -69,16 +69,18 @@ class AllReduce:
     kind: ClassVar[str] = "allreduce"
     ranks: int
     size_bytes: int
+    devices: tuple[int, ...] | None = None  # the GPUs, one rank each, when not cuda:0..ranks-1
 
     def describe(self) -> str:
-        return f"all-reduce busbw, {self.ranks} ranks, {size_text(self.size_bytes)}"
+        on = f" on {', '.join(f'GPU{d}' for d in self.devices)}" if self.devices else ""
+        return f"all-reduce busbw, {self.ranks} ranks{on}, {size_text(self.size_bytes)}"
 
     @property
     def floor(self) -> str:
         return "allreduce"
 
     def to_list(self) -> list:
-        return [self.kind, self.ranks, self.size_bytes]
+        return [self.kind, self.ranks, self.size_bytes] + ([list(self.devices)] if self.devices else [])
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,8 @@ Key = Union[Copy, HostCopy, AllReduce, NcclTransports]
 
 
 def name_of(key: Key) -> str:
-    """The key as a file or cache name: ``p2p-0-1``, ``allreduce-8-1073741824``."""
-    return "-".join(str(part) for part in key.to_list())
+    """The key as a file or cache name: ``p2p-0-1``, ``allreduce-8-1073741824``, ``allreduce-2-1024-0.5``."""
+    return "-".join(".".join(map(str, part)) if isinstance(part, list) else str(part) for part in key.to_list())
 
 
 def _index(value: Any, high: int) -> bool:
@@ -116,6 +118,10 @@ def from_list(items: Any) -> Key:
             return HostCopy(kind, *rest)
         if kind == AllReduce.kind and len(rest) == 2 and _index(rest[0], MAX_RANKS) and _index(rest[1], MAX_BYTES + 1):
             return AllReduce(*rest)
+        if (kind == AllReduce.kind and len(rest) == 3 and _index(rest[1], MAX_BYTES + 1)
+                and isinstance(rest[2], list) and len(rest[2]) == rest[0] and rest[2] == sorted(set(rest[2]))
+                and all(_index(d, MAX_GPUS) for d in rest[2])):
+            return AllReduce(rest[0], rest[1], tuple(rest[2]))
         if kind == NcclTransports.kind and len(rest) == 1 and _index(rest[0], MAX_RANKS):
             return NcclTransports(*rest)
     raise ValueError("not a benchmark key")

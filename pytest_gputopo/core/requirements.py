@@ -419,9 +419,8 @@ class BandwidthRequirement(FactRequirement):
         super().__post_init__()
         if self.metric not in METRICS:
             raise RequirementError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
-        if self.metric == "allreduce" and isinstance(self.gpus, tuple):
-            raise RequirementError(f"gpus must be a number for an all-reduce, which runs on cuda:0..n-1; "
-                                   f"got the list {gpus_text(self.gpus)}")
+        if self.metric == "allreduce" and isinstance(self.gpus, tuple) and len(self.gpus) < 2:
+            raise RequirementError(f"an all-reduce needs at least 2 GPUs, got the list {gpus_text(self.gpus)}")
         if self.gbps is not None and not is_bandwidth(self.gbps):
             raise RequirementError(f"gbps must be a number above 0 and at most {MAX_GBPS:g} (GB/s = 1e9 B/s) "
                                    f"or None, got {show_value(self.gbps)}")

@@ -102,8 +102,9 @@ def expected(run: GputopoRun, key: keys.Key):
         return None, "gloo on CPUs (no link to judge it by)"
     if suite(run).world_size is not None:
         return None, "an all-reduce across the ranks of the run (no single link to judge it by)"
-    fig = collectives.allreduce_expected_busbw(topology, key.ranks)
-    return fig, (fig.label if fig else f"links among {key.ranks} GPUs (unknown)")
+    fig = collectives.allreduce_expected_busbw(topology, key.ranks, key.devices)
+    among = ", ".join(f"GPU{d}" for d in key.devices) if key.devices else f"{key.ranks} GPUs"
+    return fig, (fig.label if fig else f"links among {among} (unknown)")
 
 
 def wrong_data(run: GputopoRun, kinds: tuple) -> list[str]:
