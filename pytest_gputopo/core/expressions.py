@@ -6,8 +6,9 @@ import re
 
 from . import numtext
 from .limits import MAX_GPUS, MAX_NVLINKS, show_value
-from .requirements import (VERSIONS, GpuRequirement, LinkRequirement, NoFallbackRequirement, NvLinkRequirement,
-                           P2PRequirement, Requirement, RequirementError, VersionRequirement)
+from .gpu_facts import VERSIONS, GpuRequirement, VersionRequirement
+from .requirements import (LinkRequirement, NoFallbackRequirement, NvLinkRequirement, P2PRequirement, Requirement,
+                           RequirementError)
 
 
 REQUIRE_GRAMMAR = """\

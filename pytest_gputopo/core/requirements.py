@@ -11,19 +11,17 @@ itself unmet, and an unknown fact is never met.
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
 
-from .model import Gpu, Link, LinkClass, LinkLabel, Topology, link_satisfies
-from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_MEMORY_BYTES, MAX_NVLINKS, is_bandwidth, show_value
-from . import hardware, judgement, keys
+from .model import Link, LinkClass, LinkLabel, Topology, link_satisfies
+from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, is_bandwidth, show_value
+from . import judgement, keys
 from .thresholds import gbps_text
 
 # How many failing pairs a test's skip reason names before "and N more" (a run gate lists all).
 REASON_PAIRS = 3
 TRANSPORT_KINDS = ("P2P", "SHM", "NET", "NET/IB", "NET/Socket", "NVLS", "COLLNET")
 METRICS = ("allreduce", "p2p", "h2d")
-UNKNOWN = "is unknown (no source reported it)"
 
 
 class RequirementError(ValueError):
@@ -36,7 +34,7 @@ def _int_arg(value, what: str, low: int, high: int) -> int:
     return value
 
 
-def _gpus_arg(value, low: int = 1, what: str = "gpus"):
+def gpus_arg(value, low: int = 1, what: str = "gpus"):
     """``gpus`` as a requirement holds it: None, a number, or a sorted tuple of GPU indices."""
     if value is None:
         return None
@@ -64,16 +62,16 @@ def _gpus_kw(gpus) -> list[str]:
     return [] if gpus is None else [f"gpus={gpus_text(gpus)}"]
 
 
-def _shortfall(topology: Topology, gpus, need_pair: bool = False) -> str | None:
+def shortfall(topology: Topology, gpus, need_pair: bool = False) -> str | None:
     """Why the GPUs named are not all there (None when they are): fewer visible than the number, a
     listed index this machine does not have, or (``need_pair``, all GPUs) fewer than two."""
     if isinstance(gpus, tuple):
         missing = [i for i in gpus if i >= len(topology.gpus)]
-        return f"needs {', '.join(f'GPU{i}' for i in missing)}, {_visible(topology)}" if missing else None
+        return f"needs {', '.join(f'GPU{i}' for i in missing)}, {visible_text(topology)}" if missing else None
     need = gpus if gpus is not None else (2 if need_pair else 0)
     if len(topology.gpus) >= need:
         return None
-    return f"needs {f'{gpus} GPUs' if gpus is not None else '2 GPUs to form a pair'}, {_visible(topology)}"
+    return f"needs {f'{gpus} GPUs' if gpus is not None else '2 GPUs to form a pair'}, {visible_text(topology)}"
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ class Requirement:
     gpus: int | tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", _gpus_arg(self.gpus))
+        object.__setattr__(self, "gpus", gpus_arg(self.gpus))
 
     def __str__(self) -> str:
         raise NotImplementedError
@@ -101,21 +99,21 @@ class Requirement:
         raise NotImplementedError
 
     def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
-        missing = _shortfall(topology, self.gpus, need_pair=True)
+        missing = shortfall(topology, self.gpus, need_pair=True)
         if missing:
-            return _unmet(self, [missing], max_pairs)
+            return unmet(self, [missing], max_pairs)
         failures = [f"{ln.name} {problem}" for ln in topology.pairs(self.gpus)
                     if (problem := self.check_pair(ln)) is not None]
-        return _unmet(self, failures, max_pairs) if failures else Verdict(True)
+        return unmet(self, failures, max_pairs) if failures else Verdict(True)
 
 
-def _visible(topology: Topology) -> str:
+def visible_text(topology: Topology) -> str:
     n = len(topology.gpus)
     text = f"{n} visible" if n != 1 else "1 visible"
     return f"{text} ({topology.problem})" if topology.problem and not n else text
 
 
-def _unmet(req: Requirement, failures: list[str], max_pairs: int | None, noun: str = "pairs") -> Verdict:
+def unmet(req: Requirement, failures: list[str], max_pairs: int | None, noun: str = "pairs") -> Verdict:
     shown = failures if max_pairs is None else failures[:max_pairs]
     more = len(failures) - len(shown)
     reason = f"{req}: " + "; ".join(shown) + (f"; and {more} more {noun}" if more else "")
@@ -124,198 +122,6 @@ def _unmet(req: Requirement, failures: list[str], max_pairs: int | None, noun: s
 
 def link_text(link: Link) -> str:
     return "an unknown link" if link.label is None else str(link.label)
-
-
-def _names(value, what: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """A name or a list of names, as a non-empty tuple of non-empty strings."""
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or not items or not all(isinstance(v, str) and v.strip() for v in items):
-        raise RequirementError(f"{what} must be a name or a list of names, got {show_value(value)}")
-    items = tuple(v.strip() for v in items)
-    if allowed is not None:
-        for v in items:
-            name = v.lower().removeprefix(">=").strip()
-            if name not in allowed or (v.startswith(">=") and len(items) > 1):
-                raise RequirementError(f"{what} must be one of {', '.join(allowed)}, a list of them, or '>=' and "
-                                       f"one of them (e.g. '>=hopper'), got {show_value(value)}")
-    return items
-
-
-def _bool_arg(value, what: str) -> bool | None:
-    if value is not None and not isinstance(value, bool):
-        raise RequirementError(f"{what} must be True, False or None, got {show_value(value)}")
-    return value
-
-
-@dataclass(frozen=True)
-class GpuRequirement(Requirement):
-    """``requires_gpus``: the GPUs named are there (``gpus``: the first n, the listed ones, or None:
-    every visible GPU, at least one when a condition is set), and each meets every condition given:
-    memory in GB (1e9 bytes), a compute-capability specifier, an architecture, a model (a substring
-    of the name or a glob over it, any of a list), native bf16, multicast (NVLS)."""
-
-    min_memory_gb: float | None = None
-    compute_capability: str | None = None
-    arch: tuple[str, ...] | None = None
-    model: tuple[str, ...] | None = None
-    bf16: bool | None = None
-    multicast: bool | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gpus", _gpus_arg(self.gpus, low=0, what="n"))
-        gb = self.min_memory_gb
-        if gb is not None:
-            if isinstance(gb, bool) or not isinstance(gb, (int, float)) or not 0 < gb <= MAX_MEMORY_BYTES / hardware.GB:
-                raise RequirementError(f"min_memory_gb must be a number of GB (1e9 bytes) above 0 and at most "
-                                       f"{MAX_MEMORY_BYTES / hardware.GB:g}, got {show_value(gb)}")
-            object.__setattr__(self, "min_memory_gb", float(gb))
-        if self.compute_capability is not None:
-            try:
-                hardware.specifier(self.compute_capability)
-            except ValueError as exc:
-                raise RequirementError(f"compute_capability: {exc}") from None
-            object.__setattr__(self, "compute_capability", self.compute_capability.strip())
-        if self.arch is not None:
-            object.__setattr__(self, "arch", tuple(a.lower().replace(" ", "") for a in
-                                                   _names(self.arch, "arch", hardware.ARCH_NAMES)))
-        if self.model is not None:
-            object.__setattr__(self, "model", _names(self.model, "model"))
-        _bool_arg(self.bf16, "bf16")
-        _bool_arg(self.multicast, "multicast")
-        if self.gpus == 0 and self.conditions:
-            raise RequirementError("conditions on the GPUs need at least one GPU, but n is 0")
-
-    @property
-    def conditions(self) -> bool:
-        return any(v is not None for v in (self.min_memory_gb, self.compute_capability, self.arch, self.model,
-                                           self.bf16, self.multicast))
-
-    def __str__(self) -> str:
-        args = [] if self.gpus is None else [gpus_text(self.gpus)]
-        args += [f"min_memory_gb={self.min_memory_gb:g}"] if self.min_memory_gb is not None else []
-        args += [f"compute_capability={self.compute_capability!r}"] if self.compute_capability else []
-        for name in ("arch", "model"):
-            value = getattr(self, name)
-            if value is not None:
-                args.append(f"{name}={value[0]!r}" if len(value) == 1 else f"{name}={list(value)!r}")
-        args += [f"{name}={getattr(self, name)}" for name in ("bf16", "multicast") if getattr(self, name) is not None]
-        return f"requires_gpus({', '.join(args)})"
-
-    def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
-        if isinstance(self.gpus, int) and len(topology.gpus) < self.gpus:
-            return _unmet(self, [_visible(topology)], max_pairs, "GPUs")
-        missing = _shortfall(topology, self.gpus)
-        if missing:
-            return _unmet(self, [missing], max_pairs, "GPUs")
-        chosen = topology.chosen(self.gpus)
-        if self.conditions and not chosen:
-            return _unmet(self, [f"no GPU to judge: {_visible(topology)}"], max_pairs, "GPUs")
-        failures = [f"GPU{i} ({topology.gpus[i].name or 'unnamed'}) {problem}"
-                    for i in chosen for problem in self.check_gpu(topology.gpus[i])]
-        return _unmet(self, failures, max_pairs, "GPUs") if failures else Verdict(True)
-
-    def check_gpu(self, gpu: Gpu) -> list[str]:
-        """What is wrong with ``gpu`` for each condition (empty when it meets them all)."""
-        problems = []
-        cc = gpu.compute_capability
-        if self.min_memory_gb is not None:
-            have = gpu.memory_total_bytes
-            if have is None:
-                problems.append(f"memory {UNKNOWN}")
-            elif have < self.min_memory_gb * hardware.GB:
-                problems.append(f"has {have / hardware.GB:.1f} GB of memory, needs {self.min_memory_gb:g} GB")
-        if self.compute_capability is not None:
-            meets = hardware.satisfies(cc, self.compute_capability)
-            if meets is None:
-                problems.append(f"compute capability {UNKNOWN}")
-            elif not meets:
-                problems.append(f"has compute capability {cc}, needs {self.compute_capability}")
-        if self.arch is not None:
-            name = hardware.architecture(cc)
-            if name is None:
-                problems.append(f"architecture is unknown (compute capability {cc or 'unknown'})")
-            elif not _arch_meets(name, self.arch):
-                problems.append(f"is {name.title()} (compute capability {cc}), needs {' or '.join(self.arch)}")
-        if self.model is not None:
-            if gpu.name is None:
-                problems.append(f"model {UNKNOWN}")
-            elif not any(_model_matches(m, gpu.name) for m in self.model):
-                problems.append(f"is not {' or '.join(repr(m) for m in self.model)}")
-        if self.bf16 is not None:
-            native = hardware.bf16(cc)
-            if native is None:
-                problems.append(f"bf16 support is unknown (compute capability {cc or 'unknown'})")
-            elif native != self.bf16:
-                problems.append(f"has {'no ' if not native else ''}native bf16 (compute capability {cc}), "
-                                f"needs {'one with' if self.bf16 else 'one without'}")
-        if self.multicast is not None:
-            if gpu.multicast is None:
-                problems.append(f"multicast (NVLS) support {UNKNOWN}")
-            elif gpu.multicast != self.multicast:
-                problems.append(f"{'has no' if not gpu.multicast else 'has'} multicast (NVLS): CUDA reports "
-                                f"CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = {int(gpu.multicast)}")
-        return problems
-
-
-def _model_matches(model: str, name: str) -> bool:
-    """``model`` in the GPU's name, ignoring case; with ``*``, ``?`` or ``[``: a glob over the whole name."""
-    if any(c in model for c in "*?["):
-        return fnmatch.fnmatchcase(name.lower(), model.lower())
-    return model.lower() in name.lower()
-
-
-def _arch_meets(name: str, wanted: tuple[str, ...]) -> bool:
-    if wanted[0].startswith(">="):
-        return hardware.ARCH_NAMES.index(name) >= hardware.ARCH_NAMES.index(wanted[0][2:])
-    return name in wanted
-
-
-VERSIONS = {  # marker argument: (Topology field, what it is)
-    "driver": ("driver_version", "the NVIDIA driver"),
-    "cuda": ("cuda_driver_version", "the CUDA version the driver supports"),
-    "cuda_runtime": ("cuda_runtime_version", "the CUDA torch was built with"),
-    "nccl": ("nccl_version", "the NCCL torch loads"),
-}
-
-
-@dataclass(frozen=True)
-class VersionRequirement(Requirement):
-    """``requires_versions``: each version given is met (``packaging`` specifiers, ``">=2.18"``)."""
-
-    driver: str | None = None
-    cuda: str | None = None
-    cuda_runtime: str | None = None
-    nccl: str | None = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        given = [name for name in VERSIONS if getattr(self, name) is not None]
-        if not given:
-            raise RequirementError(f"name at least one version: {', '.join(f'{n}=' for n in VERSIONS)}")
-        for name in given:
-            try:
-                hardware.specifier(getattr(self, name))
-            except ValueError as exc:
-                raise RequirementError(f"{name}: {exc}") from None
-            object.__setattr__(self, name, getattr(self, name).strip())
-
-    def __str__(self) -> str:
-        return "requires_versions(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in VERSIONS
-                                                if getattr(self, n) is not None) + ")"
-
-    def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
-        failures = []
-        for name, (field, what) in VERSIONS.items():
-            spec = getattr(self, name)
-            if spec is None:
-                continue
-            have = getattr(topology, field)
-            meets = hardware.satisfies(have, spec)
-            if meets is None:
-                failures.append(f"{what} ({name}) {UNKNOWN if have is None else f'is {have!r}, no version'}")
-            elif not meets:
-                failures.append(f"{what} ({name}) is {have}, needs {spec}")
-        return _unmet(self, failures, max_pairs, "versions") if failures else Verdict(True)
 
 
 @dataclass(frozen=True)
@@ -447,7 +253,7 @@ class BandwidthRequirement(FactRequirement):
     def measurements(self, topology: Topology, allreduce_key) -> list[keys.Key]:
         """The measurements this needs (``allreduce_key(gpus, size)`` names the all-reduce); none
         when the GPUs ``gpus`` names are not all there (whatever the backend: gloo included)."""
-        if _shortfall(topology, self.gpus):
+        if shortfall(topology, self.gpus):
             return []
         if self.metric == "allreduce":
             key = allreduce_key(self.gpus, self.size)
@@ -460,11 +266,11 @@ class BandwidthRequirement(FactRequirement):
               max_items: int | None = REASON_PAIRS) -> Verdict:
         """``judgements``: each measurement behind this against its threshold, resolved by the one
         threshold rule (``plugin.verdicts.judge_figure``, ``core.judgement``)."""
-        missing = _shortfall(topology, self.gpus)
+        missing = shortfall(topology, self.gpus)
         if missing:
-            return _unmet(self, [missing], max_items, "measurements")
+            return unmet(self, [missing], max_items, "measurements")
         if not judgements:
-            return _unmet(self, [f"nothing to measure: {_visible(topology)}"], max_items, "measurements")
+            return unmet(self, [f"nothing to measure: {visible_text(topology)}"], max_items, "measurements")
         failures, sources, broken = [], [], False
         for j in judgements:
             fig, state = j.measured, j.state
@@ -489,7 +295,7 @@ class BandwidthRequirement(FactRequirement):
                     sources.append(fig.source)
         if not failures:
             return Verdict(True)
-        verdict = _unmet(self, failures, max_items, "measurements")
+        verdict = unmet(self, failures, max_items, "measurements")
         if sources:  # a recorded machine's figures: say once where they were published
             note = "; ".join(sources)
             verdict = Verdict(False, f"{verdict.reason} (recorded figures, not measured here: {note})", verdict.failures)
@@ -530,17 +336,17 @@ class TransportRequirement(FactRequirement):
         """``pairs``: (a, b) -> (transports, why) as observed or predicted; ``account``: NCCL's own
         log of a run (``{"transports": [...], "gdrdma": bool}``) or None when there is none."""
         if self.kind in PAIR_KINDS and self.gdrdma is None:
-            missing = _shortfall(topology, self.gpus, need_pair=True)
+            missing = shortfall(topology, self.gpus, need_pair=True)
             if missing:
-                return _unmet(self, [missing], max_pairs)
+                return unmet(self, [missing], max_pairs)
             failures = []
             for ln in topology.pairs(self.gpus):
                 transports, why = pairs.get((ln.a, ln.b), (set(), "unknown"))
                 if not any(t.upper().startswith(self.kind) for t in transports):
                     failures.append(f"{ln.name} ({link_text(ln)}) {why}")
-            return _unmet(self, failures, max_pairs) if failures else Verdict(True)
+            return unmet(self, failures, max_pairs) if failures else Verdict(True)
         if account is None:
-            return _unmet(self, ["needs NCCL's own account of a run (a small NCCL all-reduce on GPUs), "
+            return unmet(self, ["needs NCCL's own account of a run (a small NCCL all-reduce on GPUs), "
                                  "which this machine cannot give"], max_pairs)
         seen = set(account.get("transports", ()))
         # As printed (NET/IBext_v8) and by family (NET/IB): an external plugin meets its family's kind.
@@ -550,7 +356,7 @@ class TransportRequirement(FactRequirement):
             failures.append(f"NCCL used {', '.join(sorted(seen)) or 'no transport'}, not {self.kind}")
         if self.gdrdma is not None and bool(account.get("gdrdma")) != self.gdrdma:
             failures.append(f"GPUDirect RDMA {'off' if self.gdrdma else 'on'}")
-        return _unmet(self, failures, max_pairs) if failures else Verdict(True)
+        return unmet(self, failures, max_pairs) if failures else Verdict(True)
 
 
 @dataclass(frozen=True)
@@ -563,4 +369,4 @@ class NoFallbackRequirement(FactRequirement):
     def judge(self, fallbacks: list, max_pairs: int | None = REASON_PAIRS) -> Verdict:
         failures = [f"{f.name} {f.label} uses {f.actual} instead of {f.expected} ({'; '.join(f.causes)})"
                     for f in fallbacks if _among(self.gpus, f.a) and _among(self.gpus, f.b)]
-        return _unmet(self, failures, max_pairs) if failures else Verdict(True)
+        return unmet(self, failures, max_pairs) if failures else Verdict(True)
