@@ -43,3 +43,24 @@ def test_cuda_agrees_with_nvml():
     for link in joined.links:
         assert link.cuda_peer is not None
     assert not [w for w in joined.warnings if "NVML says P2P" in w], joined.warnings
+
+
+def test_the_probe_child_gives_cudas_multicast_and_torchs_versions():
+    """Issue 11: multicast from libcuda's CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED and torch's CUDA/NCCL
+    versions, asked in the probe child, are what this process would read itself (asked here only in
+    this GPU-only test, after the plugin's facts were taken)."""
+    import ctypes
+
+    from pytest_gputopo.probe.cuda_driver import multicast_by_bus
+
+    full = probe(None)  # with the CUDA child
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        pytest.skip("libcuda.so.1 cannot be loaded here")
+    assert all(g.multicast is not None for g in full.gpus), [g.multicast for g in full.gpus]
+    assert {(g.pci_bus_id or "").upper(): g.multicast for g in full.gpus}.items() <= multicast_by_bus().items()
+    torch = pytest.importorskip("torch")
+    assert full.cuda_runtime_version == torch.version.cuda
+    if torch.cuda.is_available() and hasattr(torch._C, "_nccl_version"):
+        assert full.nccl_version == ".".join(map(str, torch.cuda.nccl.version()[:3]))
