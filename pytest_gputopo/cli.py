@@ -158,6 +158,27 @@ def cmd_spec(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    """An HTML report drawn from a saved --gputopo-json document."""
+    from .render.html import ReportError, check_document, html_report
+
+    def refuse(token):
+        raise ValueError(f"{token} is not a number strict JSON allows")
+
+    text = _read(args.report)
+    try:
+        doc = json.loads(text, parse_constant=refuse)
+        check_document(doc)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and ReportError are ValueErrors
+        raise CliError(f"{args.report}: not a gputopo JSON report: {exc}") from None
+    try:
+        files.write_text(args.output, html_report(doc))
+    except OSError as exc:
+        raise CliError(f"{args.output}: {exc.strerror or exc}") from None
+    print(f"wrote {args.output}: {report.header_line(schema.from_dict(doc['topology']))}")
+    return 0
+
+
 def cmd_check(args) -> int:
     """A node health check: pytest with only the generated --gputopo-check items."""
     import tempfile
@@ -167,6 +188,7 @@ def cmd_check(args) -> int:
     argv = ["-p", "no:cacheprovider", "-rfs", f"--gputopo-check={args.level}"]
     argv += [f"--gputopo-machine={args.machine}"] if args.machine else []
     argv += [f"--gputopo-json={args.json}"] if args.json else []
+    argv += [f"--gputopo-html={args.html}"] if args.html else []
     argv += [f"--junitxml={args.junitxml}"] if args.junitxml else []
     argv += [f"--gputopo-allreduce-backend={args.allreduce_backend}"] if args.allreduce_backend else []
     with tempfile.TemporaryDirectory(prefix="gputopo-check-") as empty:
@@ -204,9 +226,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level", choices=["quick", "full"], default="quick")
     p.add_argument("--machine", metavar="NAME|PATH", help="check a recorded machine instead of this host")
     p.add_argument("--json", metavar="PATH", help="write topology, measurements and outcomes as JSON")
+    p.add_argument("--html", metavar="PATH", help="write the self-contained HTML report")
     p.add_argument("--junitxml", metavar="PATH", help="write JUnit XML")
     p.add_argument("--allreduce-backend", choices=["nccl", "gloo"])
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("report", help="draw the self-contained HTML report of a saved --gputopo-json document")
+    p.add_argument("report", metavar="RUN.json")
+    p.add_argument("-o", "--output", required=True, metavar="PATH.html")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("parse", help="read tool output and print what it says")
     p.add_argument("format", choices=["smi-topo", "nccl-tests", "nccl-log"],

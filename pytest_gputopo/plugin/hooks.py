@@ -56,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ranks = _join_ranks(run)
         if ranks is not None:
             run = run.with_ranks(ranks)
-        if settings.json is not None:
+        if settings.json is not None or settings.html is not None:
             config.pluginmanager.register(reporter.JsonProgress(run), "gputopo-json-progress")
     config.stash[RUN] = run
     config.hook.pytest_gputopo_topology(config=config, topology=run.topology)
@@ -185,8 +185,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     run = config.stash.get(RUN, None)
     if run is None:
         return
-    if "json_error" in run.derived:  # beside pytest's own summary, never in its place
-        terminalreporter.write_line(run.derived["json_error"], red=True, bold=True)
+    for error in run.derived.get("report_errors", ()):  # beside pytest's own summary, never in its place
+        terminalreporter.write_line(error, red=True, bold=True)
     if not run.speaks:
         return
     lines = reporter.summary_lines(run, terminalreporter.stats)
@@ -199,4 +199,4 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     run = session.config.stash.get(RUN, None)
     if run is not None:
-        reporter.write_json(run, complete=True)
+        reporter.write_reports(run, complete=True)

@@ -55,6 +55,9 @@ OPTIONS = {o.name: o for o in (
                              "(also P2P, host-to-device and all-reduce benchmarks)", const="quick"),
     Option("json", "PATH", "write the topology and every measurement (units, sizes, iterations, spread, "
                            "measured or recorded) and every check's outcome as one JSON document"),
+    Option("html", "PATH", "write a self-contained HTML report (the machine, coloured link and P2P matrices, "
+                           "measured bandwidth against what the links should give, checks, unmet requirements, "
+                           "NCCL's transports): one file that opens offline"),
     Option("allreduce-backend", "nccl|gloo",
            "torch.distributed backend of the all-reduce benchmark: nccl (GPUs, default) or gloo (CPUs)"),
     Option("allreduce-world-size", "N", "processes of the gloo all-reduce benchmark (default 2)"),

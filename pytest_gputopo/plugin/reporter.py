@@ -68,14 +68,15 @@ def _from_reports(config: pytest.Config, name: str) -> list:
     return found
 
 
-def write_json(run: GputopoRun, complete: bool) -> None:
-    """--gputopo-json: the topology, every measurement and every check, as one document. Written
-    again whenever a test adds a measurement (``"complete": false``) and once at the end, so that
-    a run ended by SIGTERM (a CI cancel, ``timeout``) leaves what it measured -- without a signal
-    handler in the user's process. A report lost at the end is said beside pytest's own summary
-    (``json_error``), never in its place."""
-    path = run.settings.json
-    if path is None or run.worker:
+def write_reports(run: GputopoRun, complete: bool) -> None:
+    """--gputopo-json and --gputopo-html: the topology, every measurement against what it should give,
+    every check, every unmet requirement and NCCL's view, as one document (and the report drawn from
+    it). Written again whenever a test adds a measurement (``"complete": false``) and once at the
+    end, so that a run ended by SIGTERM (a CI cancel, ``timeout``) leaves what it measured -- without
+    a signal handler in the user's process. A report lost at the end is said beside pytest's own
+    summary (``report_errors``), never in its place."""
+    settings = run.settings
+    if (settings.json is None and settings.html is None) or run.worker:
         return
     from ..bench.suite import SharedFolder
 
@@ -89,26 +90,91 @@ def write_json(run: GputopoRun, complete: bool) -> None:
     results, lost = SharedFolder(shared).results() if shared else ([], [])  # the workers'
     results = {r.key: r for r in results}
     results.update({r.key: r for r in (suite.results if suite else [])})
-    document = report.json_document(run.topology, list(results.values()), _from_reports(run.config, CHECK_PROPERTY),
+    document = {**report_document(run, list(results.values()), lost), "complete": complete}
+    outputs = [(settings.json, settings.json_from, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n")]
+    if run.speaks:  # one report for the run, drawn by the process that speaks for it
+        outputs.append((settings.html, settings.html_from, lambda: _html(document)))
+    for path, where, text in outputs:
+        if path is None:
+            continue
+        try:  # strict JSON: a NaN would be a figure no strict reader takes
+            files.write_text(path, text())
+        except (OSError, ValueError) as exc:  # checked at start; a disk that filled since loses the report, not the outcome
+            if complete:
+                run.derived.setdefault("report_errors", []).append(
+                    f"ERROR: {where}: cannot write {path}: {getattr(exc, 'strerror', None) or exc}")
+
+
+def _html(document: dict) -> str:
+    from ..render.html import html_report  # drawn only when asked for
+
+    return html_report(document)
+
+
+def report_document(run: GputopoRun, results: list, lost: list) -> dict:
+    """What the JSON report holds: ``render.report.json_document``, each measurement with what it
+    should give by the check items' rule (``verdicts.threshold``: nothing is measured for it), the
+    tests not run for an unmet requirement, NCCL's view, and every node of a distributed run."""
+    from .verdicts import taken_at, threshold
+
+    document = report.json_document(run.topology, results, _from_reports(run.config, CHECK_PROPERTY),
                                     _from_reports(run.config, OWN_PROPERTY), lost)
-    try:  # strict JSON: a NaN would be a figure no strict reader takes
-        files.write_text(path, json.dumps({**document, "complete": complete}, indent=1, allow_nan=False) + "\n")
-    except (OSError, ValueError) as exc:  # checked at start; a disk that filled since loses the report, not the outcome
-        if complete:
-            run.derived["json_error"] = (f"ERROR: {run.settings.json_from}: cannot write {path}: "
-                                         f"{getattr(exc, 'strerror', None) or exc}")
+    for entry, result in zip(document["measurements"], results):
+        if result.key.kind in ("p2p", "p2p_staged", "p2p_bidir", "h2d", "d2h", "allreduce"):
+            fig, basis, ratio, absolute = threshold(run, result.key, taken_at(result), nvls=result.detail.get("nvls"))
+            needed = absolute.gbps if absolute is not None else (None if fig is None else ratio * fig.gbps)
+            entry["expected"] = {"gbps": None if fig is None else fig.gbps, "basis": basis, "floor": ratio,
+                                 "needed_gbps": needed}
+    document["unmet"] = _unmet_tests(run.config)
+    document["nccl"] = _nccl(run)
+    if run.ranks is not None:
+        from ..core.schema import to_dict
+
+        first = to_dict(run.ranks.views[0].topology)
+        document["nodes"] = [{"where": view.where, "differs": to_dict(view.topology) != first,
+                              "topology": to_dict(view.topology)} for view in run.ranks.distinct]
+    return document
+
+
+def _unmet_tests(config: pytest.Config) -> list[dict]:
+    """Each test not run (skipped, or failed under strict) for an unmet requirement, with the reason."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    out = []
+    for outcome in ("skipped", "failed", "error"):
+        for rep in (reporter.stats.get(outcome, []) if reporter else []):
+            for key, value in getattr(rep, "user_properties", ()):
+                if key == UNMET_PROPERTY:
+                    longrepr = rep.longrepr
+                    reason = longrepr[2] if isinstance(longrepr, tuple) else getattr(rep, "longreprtext", "")
+                    out.append({"test": rep.nodeid, "outcome": "failed" if outcome == "error" else outcome,
+                                "requirement": value, "reason": str(reason).removeprefix("Skipped: ")})
+    return out
+
+
+def _nccl(run: GputopoRun) -> dict | None:
+    """NCCL's view as the run has it (observed, or predicted from its settings and NVML)."""
+    if len(run.topology.gpus) < 2 and "nccl_view" not in run.derived:
+        return None
+    from .facts import measured_p2p, nccl_view
+
+    view = nccl_view(run)
+    pairs = [{"pair": f"GPU{a}-GPU{b}", "transports": sorted(t), "why": why}
+             for (a, b), (t, why) in sorted(view.pairs().items())]
+    fallbacks = [{"pair": f.name, "label": str(f.label), "actual": f.actual, "expected": f.expected,
+                  "causes": list(f.causes)} for f in view.fallbacks(measured_p2p(run))]
+    return {"origin": view.origin, "account_line": view.account_line(), "pairs": pairs, "fallbacks": fallbacks}
 
 
 class JsonProgress:
-    """Registered when --gputopo-json is given (never on xdist workers): the partial report after
-    each test, from the reports the controller receives."""
+    """Registered when --gputopo-json or --gputopo-html is given (never on xdist workers): the
+    partial report after each test, from the reports the controller receives."""
 
     def __init__(self, run: GputopoRun) -> None:
         self.run = run
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        write_json(self.run, complete=False)  # a run ended during its first test leaves the topology
+        write_reports(self.run, complete=False)  # a run ended during its first test leaves the topology
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
-            write_json(self.run, complete=False)
+            write_reports(self.run, complete=False)

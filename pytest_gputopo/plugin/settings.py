@@ -26,6 +26,8 @@ class Settings:
     check: str | None = None  # "quick", "full", or None: no health-check items
     json: str | None = None  # --gputopo-json: checked writable at start
     json_from: str = ""
+    html: str | None = None  # --gputopo-html: likewise
+    html_from: str = ""
     cache: bool = False
     rank_timeout_s: float = 120.0
     bench: BenchSettings = BenchSettings()
@@ -57,11 +59,13 @@ def read(config: pytest.Config) -> Settings:
     require, require_from = options.value(config, "require")
     expect, expect_from = options.value(config, "expect")
     json_from = options.value(config, "json")[1]
+    html_from = options.value(config, "html")[1]
     check = options.value(config, "check")[0]
     return Settings(
         strict=options.flag(config, "strict"),
         require=require, require_from=require_from, expect=expect, expect_from=expect_from,
         check=options.choice(config, "check", CHECK_LEVELS, "quick") if check is not None else None,
         json=options.writable_path(config, "json"), json_from=json_from,
+        html=options.writable_path(config, "html"), html_from=html_from,
         cache=options.flag(config, "cache"), rank_timeout_s=options.number(config, "rank-timeout", 120.0),
         bench=bench, floor_overrides=options.floor_overrides(config))

@@ -1,0 +1,330 @@
+"""The report people look at: one self-contained HTML file drawn from a ``--gputopo-json`` document
+(``report.json_document``), so that ``--gputopo-html`` and ``gputopo report RUN.json`` draw the same.
+
+Plain HTML and CSS written here: no script, no font, no image, nothing fetched; sources are cited
+without their scheme, so the file holds no URL a browser could request. Colour is never the only
+signal: every cell carries its label (``NV18``, ``OK``, ``0.81``), and the legend says what each
+colour means.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+from ..core import schema
+from ..core.model import LinkClass, Topology
+from .report import header_line, source_text
+
+_CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #111; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: .5em 0; }
+th, td { border: 1px solid #bbb; padding: 3px 7px; text-align: center; }
+td.text, th.text { text-align: left; }
+.origin { display: inline-block; padding: 1px 6px; border-radius: 3px; background: #eee; font-weight: 600; }
+.legend td { text-align: left; }
+.nv { background: #1a7f37; color: #fff; } .pix, .pxb { background: #9fd3a8; } .phb { background: #fbe38a; }
+.node { background: #f6b26b; } .sys { background: #e06666; color: #fff; } .unknown { background: #ddd; }
+.ok { background: #9fd3a8; } .refused { background: #e06666; color: #fff; }
+.above { background: #1a7f37; color: #fff; } .met { background: #9fd3a8; } .below { background: #e06666; color: #fff; }
+.broken { background: #7b1fa2; color: #fff; } .absent { background: #fff; color: #666; }
+.passed { background: #9fd3a8; } .failed, .error { background: #e06666; color: #fff; } .skipped { background: #fbe38a; }
+.self { background: #f4f4f4; color: #888; }
+.differs { color: #b00; font-weight: 700; }
+@media print { * { -webkit-print-color-adjust: exact; print-color-adjust: exact; } body { margin: 0; } }
+"""
+
+_LINK_CSS = {LinkClass.NV: "nv", LinkClass.PIX: "pix", LinkClass.PXB: "pxb", LinkClass.PHB: "phb",
+             LinkClass.NODE: "node", LinkClass.SYS: "sys"}
+_URL = re.compile(r"\b(?:https?|ftp)://", re.IGNORECASE)
+
+
+def _t(text) -> str:
+    """Text as HTML, with any URL's scheme dropped: cited, never fetched."""
+    return html.escape(_URL.sub("", str(text)))
+
+
+def _table(rows: list[list[str]], head: list[str] | None = None, cls: str = "") -> str:
+    out = [f'<table class="{cls}">' if cls else "<table>"]
+    if head:
+        out.append("<tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>")
+    out += ["<tr>" + "".join(row) + "</tr>" for row in rows]
+    return "\n".join(out + ["</table>"])
+
+
+def _cell(text: str, cls: str = "", title: str = "", attrs: str = "") -> str:
+    klass = f' class="{cls}"' if cls else ""
+    tip = f' title="{_t(title)}"' if title else ""
+    return f"<td{klass}{tip}{attrs}>{_t(text)}</td>"
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine
+
+
+def _gpu_table(topology: Topology) -> str:
+    from ..core.hardware import GB, architecture
+
+    rows = []
+    for g in topology.gpus:
+        arch = architecture(g.compute_capability)
+        rows.append([_cell(f"GPU{g.index}"), _cell(g.name or "?", "text"),
+                     _cell("?" if g.memory_total_bytes is None else f"{g.memory_total_bytes / GB:.1f} GB"),
+                     _cell((g.compute_capability or "?") + (f" ({arch.title()})" if arch else "")),
+                     _cell(f"Gen{g.pcie_gen_current or '?'} x{g.pcie_width_current or '?'} "
+                           f"(max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'})"),
+                     _cell(f"{g.active_nvlinks}/{len(g.nvlinks)}" if g.nvlinks else "none listed"),
+                     _cell("?" if g.numa_node is None else str(g.numa_node)),
+                     _cell({None: "?", True: "yes", False: "no"}[g.multicast])])
+    head = ["GPU", "model", "memory", "compute", "PCIe now (max)", "NVLinks up", "NUMA", "multicast"]
+    return _table(rows, head)
+
+
+def _versions(topology: Topology) -> str:
+    pairs = [("driver", topology.driver_version), ("CUDA (driver)", topology.cuda_driver_version),
+             ("CUDA runtime (torch)", topology.cuda_runtime_version), ("NCCL (torch)", topology.nccl_version)]
+    return "<p>" + ", ".join(f"{_t(what)} <b>{_t(have or '?')}</b>" for what, have in pairs) + "</p>"
+
+
+def _matrix(topology: Topology, cell) -> str:
+    n = len(topology.gpus)
+    head = [""] + [f"GPU{b}" for b in range(n)]
+    rows = []
+    for a in range(n):
+        rows.append([f"<th>GPU{a}</th>"] + [_cell("X", "self") if a == b else cell(topology.link(a, b), a, b)
+                                            for b in range(n)])
+    return _table(rows, head, "matrix")
+
+
+def _link_cell(link, a, b) -> str:
+    label = link.label
+    cls = "unknown" if label is None else _LINK_CSS[label.cls]
+    text = "?" if label is None else str(label)
+    pcie = "unknown" if link.pcie is None else link.pcie.name
+    return _cell(text, cls, f"GPU{a}-GPU{b}: {text}; PCIe path {pcie}; NVLinks {link.nvlinks}",
+                 f' data-pair="{min(a, b)}-{max(a, b)}"')
+
+
+def _p2p_cell(link, a, b) -> str:
+    r, w = link.p2p.read.value, link.p2p.write.value
+    works = link.p2p_works
+    cls = "unknown" if works is None else ("ok" if works else "refused")
+    peer = {None: "not asked", True: "yes", False: "no"}[link.cuda_peer]
+    return _cell(r if r == w else f"{r}/{w}", cls,
+                 f"GPU{a}-GPU{b}: read {link.p2p.read.description}, write {link.p2p.write.description}; "
+                 f"CUDA peer access: {peer}", f' data-p2p="{min(a, b)}-{max(a, b)}"')
+
+
+def _legends() -> str:
+    links = _table([[_cell("NV#", "nv"), _cell("a bonded set of # NVLinks", "text")],
+                    [_cell("PIX / PXB", "pix"), _cell("one / several PCIe bridges", "text")],
+                    [_cell("PHB", "phb"), _cell("PCIe and a host bridge (the CPU)", "text")],
+                    [_cell("NODE", "node"), _cell("PCIe and the interconnect between host bridges of one NUMA node", "text")],
+                    [_cell("SYS", "sys"), _cell("PCIe and the SMP interconnect between NUMA nodes", "text")],
+                    [_cell("?", "unknown"), _cell("not known: the source did not say", "text")]], ["link", "meaning"],
+                   "legend")
+    p2p = _table([[_cell("OK", "ok"), _cell("P2P read and write OK", "text")],
+                  [_cell("CNS GNS TNS DR NS", "refused"), _cell("refused: chipset, GPU, topology not supported; "
+                                                                "disabled by regkey; not supported", "text")],
+                  [_cell("U", "unknown"), _cell("unknown", "text")]], ["P2P", "meaning"], "legend")
+    return links + p2p
+
+
+def _machine(topology: Topology) -> str:
+    parts = [f"<p>{_t(header_line(topology))}</p>"]
+    if topology.problem:
+        parts.append(f"<p>No GPU facts: {_t(topology.problem)}</p>")
+    if topology.gpus:
+        parts += [_gpu_table(topology), _versions(topology), "<h3>Link class</h3>", _matrix(topology, _link_cell),
+                  "<h3>P2P read/write (NVML, joined with CUDA's peer access)</h3>", _matrix(topology, _p2p_cell)]
+    parts += [f"<p>warning: {_t(w)}</p>" for w in topology.warnings]
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements, against what the links should give
+
+
+def _state(m: dict) -> tuple[str, str]:
+    """(css class, words) of one measurement against its expectation."""
+    exp = m.get("expected") or {}
+    if m.get("gbps") is None:
+        return "absent", "no figure"
+    if m.get("error"):
+        return "broken", "data wrong"
+    needed = exp.get("needed_gbps")
+    if needed is None:
+        return "unknown", "nothing to judge it by"
+    if m["gbps"] < needed:
+        return "below", "below the threshold"
+    return ("above" if exp.get("gbps") and m["gbps"] >= exp["gbps"] else "met"), "meets the threshold"
+
+
+def _ratio_text(m: dict) -> str:
+    exp = (m.get("expected") or {}).get("gbps")
+    if m.get("gbps") is None:
+        return "—"
+    return f"{m['gbps']:.3g}" + (f" / {exp:.3g} = {m['gbps'] / exp:.2f}" if exp else " / ?")
+
+
+def _tip(m: dict) -> str:
+    exp = m.get("expected") or {}
+    needed = exp.get("needed_gbps")
+    parts = [m.get("what", ""), f"{m.get('origin')}: {m['gbps']:.2f} GB/s" if m.get("gbps") is not None
+             else f"no figure: {m.get('error')}"]
+    if exp.get("gbps"):
+        parts.append(f"expected {exp['gbps']:.1f} GB/s ({exp.get('basis')})")
+    if needed is not None:
+        parts.append(f"needed {needed:.1f} GB/s")
+    if m.get("source"):
+        parts.append(f"source: {m['source']}")
+    return "; ".join(parts)
+
+
+def _measured_cell(m: dict | None) -> str:
+    """The figure, its expectation and ratio, and its origin (measured, cached, recorded) in words."""
+    if m is None:
+        return _cell("", "absent", "not measured in this run")
+    cls, words = _state(m)
+    return (f'<td class="{cls}" title="{_t(_tip(m))} ({_t(words)})" data-state="{cls}">{_t(_ratio_text(m))}'
+            f'<br><small>{_t(m.get("origin", ""))}</small></td>')
+
+
+def _bandwidth(doc: dict, topology: Topology) -> str:
+    measured = [m for m in doc.get("measurements") or [] if isinstance(m.get("key"), list) and m["key"]]
+    parts = []
+    copies = {(m["key"][1], m["key"][2]): m for m in measured if m["key"][0] == "p2p"}
+    if copies and topology.gpus:
+        n = len(topology.gpus)
+        rows = [[f"<th>GPU{a}</th>"] + [_cell("X", "self") if a == b else _measured_cell(copies.get((a, b)))
+                                        for b in range(n)] for a in range(n)]
+        parts += ["<h3>P2P copy, GB/s measured / expected = ratio (row: from, column: to)</h3>",
+                  _table(rows, [""] + [f"GPU{b}" for b in range(n)], "matrix")]
+    host = [m for m in measured if m["key"][0] in ("h2d", "d2h")]
+    if host:
+        rows = [[_cell(m.get("what", "")), _measured_cell(m)] for m in host]
+        parts += ["<h3>Host &lt;-&gt; device copies</h3>", _table(rows, ["copy", "GB/s measured / expected = ratio"])]
+    reduce = [m for m in measured if m["key"][0] == "allreduce"]
+    if reduce:
+        rows = [[_cell(m.get("what", ""), "text"), _measured_cell(m), _cell(m.get("origin", ""))] for m in reduce]
+        parts += ["<h3>All-reduce bus bandwidth</h3>", _table(rows, ["all-reduce", "GB/s measured / expected", "origin"])]
+    if not parts:
+        return "<p>Nothing was measured in this run.</p>"
+    legend = _table([[_cell("1.00", "above"), _cell("at or above what the link should give", "text")],
+                     [_cell("0.81", "met"), _cell("meets the threshold (the floor x expected, or a published floor)", "text")],
+                     [_cell("0.40", "below"), _cell("below the threshold: a slow link", "text")],
+                     [_cell("/ ?", "unknown"), _cell("nothing says what it should reach: unknown, not OK", "text")],
+                     [_cell("—", "absent"), _cell("no figure (none published, or the run failed)", "text")],
+                     [_cell("data wrong", "broken"), _cell("the benchmark's data came back wrong: a broken node", "text")]],
+                    ["cell", "meaning"], "legend")
+    return "\n".join(parts + [legend])
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts, NCCL, nodes
+
+
+def _checks(doc: dict) -> str:
+    checks = doc.get("checks") or []
+    if not checks:
+        return "<p>No health-check items ran (--gputopo-check).</p>"
+    rows = [[_cell(c.get("check", "")), _cell(str(c.get("outcome", "")).upper(), str(c.get("outcome", ""))),
+             _cell(c.get("message", ""), "text")] for c in checks]
+    return _table(rows, ["check", "outcome", "message"])
+
+
+def _unmet(doc: dict) -> str:
+    unmet = doc.get("unmet") or []
+    if not unmet:
+        return "<p>Every selected test's requirements were met.</p>"
+    rows = [[_cell(u.get("test", ""), "text"), _cell(str(u.get("outcome", "")).upper(), str(u.get("outcome", ""))),
+             _cell(u.get("requirement", "")), _cell(u.get("reason", ""), "text")] for u in unmet]
+    return _table(rows, ["test", "outcome", "requirement", "reason"])
+
+
+def _nccl(doc: dict) -> str:
+    nccl = doc.get("nccl")
+    if not nccl:
+        return "<p>NCCL's view was not needed in this run.</p>"
+    parts = [f"<p>Origin: <span class=\"origin\">{_t(nccl.get('origin', ''))}</span></p>"]
+    if nccl.get("account_line"):
+        parts.append(f"<p>{_t(nccl['account_line'])}</p>")
+    fallbacks = nccl.get("fallbacks") or []
+    if fallbacks:
+        rows = [[_cell(f["pair"]), _cell(f["label"]), _cell(f["actual"], "below"), _cell(f["expected"], "ok"),
+                 _cell("; ".join(f["causes"]), "text")] for f in fallbacks]
+        parts += ["<h3>Fallback</h3>", _table(rows, ["pair", "link", "uses", "instead of", "cause"])]
+    pairs = nccl.get("pairs") or []
+    if pairs:
+        rows = [[_cell(p["pair"]), _cell(", ".join(p["transports"]) or "?"), _cell(p["why"], "text")] for p in pairs]
+        parts += ["<h3>Transport per pair</h3>", _table(rows, ["pair", "transport", "why"])]
+    return "\n".join(parts)
+
+
+def _nodes(doc: dict) -> str:
+    nodes = doc.get("nodes") or []
+    parts = []
+    for node in nodes:
+        topology = schema.from_dict(node["topology"])
+        flag = ' <span class="differs">DIFFERS from rank 0\'s</span>' if node.get("differs") else ""
+        parts += [f"<h3>{_t(node.get('where', ''))}{flag}</h3>", _machine(topology)]
+    return "\n".join(parts)
+
+
+class ReportError(ValueError):
+    """A saved report cannot be drawn; the message names the field."""
+
+
+def _need(ok: bool, field: str, what: str) -> None:
+    if not ok:
+        raise ReportError(f"{field}: expected {what}")
+
+
+def _number(value) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def check_document(doc) -> None:
+    """That a ``--gputopo-json`` document read back from a file (untrusted) has what the report draws:
+    raises ReportError naming the first field that does not (the topology by its own schema)."""
+    _need(isinstance(doc, dict) and doc.get("schema") == 1, "schema", "a gputopo JSON report (schema 1)")
+    try:
+        schema.from_dict(doc.get("topology"), "topology")
+        for i, node in enumerate(doc.get("nodes") or []):
+            _need(isinstance(node, dict), f"nodes[{i}]", "an object")
+            schema.from_dict(node.get("topology"), f"nodes[{i}].topology")
+    except schema.SchemaError as exc:
+        raise ReportError(str(exc)) from None
+    for name in ("measurements", "checks", "unmet", "nodes"):
+        _need(isinstance(doc.get(name) or [], list), name, "a list")
+    for i, m in enumerate(doc.get("measurements") or []):
+        where = f"measurements[{i}]"
+        _need(isinstance(m, dict) and isinstance(m.get("key"), list) and m["key"], where, "an object with a key")
+        _need(_number(m.get("gbps")), f"{where}.gbps", "a number or null")
+        exp = m.get("expected")
+        _need(exp is None or (isinstance(exp, dict) and all(_number(exp.get(k)) for k in ("gbps", "needed_gbps"))),
+              f"{where}.expected", "an object with numbers")
+    for name, fields in (("checks", ("check", "outcome", "message")), ("unmet", ("test", "outcome", "requirement", "reason"))):
+        for i, entry in enumerate(doc.get(name) or []):
+            _need(isinstance(entry, dict) and all(isinstance(entry.get(f, ""), str) for f in fields),
+                  f"{name}[{i}]", "an object of strings")
+    nccl = doc.get("nccl")
+    _need(nccl is None or (isinstance(nccl, dict) and isinstance(nccl.get("pairs") or [], list)
+                           and isinstance(nccl.get("fallbacks") or [], list)), "nccl", "an object")
+
+
+def html_report(doc: dict) -> str:
+    """The whole report, from a ``--gputopo-json`` document (``check_document`` holds for it)."""
+    topology = schema.from_dict(doc["topology"])
+    origin = source_text(topology)
+    state = "" if doc.get("complete", True) else " (incomplete: the run had not finished)"
+    sections = [("Machine", _machine(topology)), ("Measured bandwidth", _bandwidth(doc, topology)),
+                ("Checks", _checks(doc)), ("Unmet requirements", _unmet(doc)), ("NCCL", _nccl(doc))]
+    if doc.get("nodes"):
+        sections.append(("Nodes of the run", _nodes(doc)))
+    body = "\n".join(f"<section><h2>{title}</h2>\n{content}\n</section>" for title, content in sections)
+    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>gputopo report: {_t(origin)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+            f"<h1>gputopo report{_t(state)}</h1>\n<p>Source: <span class=\"origin\">{_t(origin)}</span></p>\n"
+            f"{body}\n<section><h2>Legend</h2>\n{_legends()}</section>\n</body>\n</html>\n")
