@@ -142,6 +142,7 @@ def pytest_collection(session: pytest.Session) -> None:
                 f"[{source_text(run.topology)}]:", red=True, bold=True)
         for p in problems:
             tw.line(f"  - {p}", red=True)
+        reporter.write_github_summary(run, tw.line, problems)
         pytest.exit(f"gputopo: run gate unmet ({len(problems)} problems); exit status {GATE_EXIT_STATUS}",
                     returncode=GATE_EXIT_STATUS)
 
@@ -194,6 +195,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_sep("-", "gputopo")
         for line in lines:
             terminalreporter.write_line(line)
+    reporter.write_github_summary(run, terminalreporter.write_line)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

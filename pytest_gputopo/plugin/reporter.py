@@ -87,10 +87,7 @@ def write_reports(run: GputopoRun, complete: bool) -> None:
         if run.derived.get("json_seen") == seen:
             return  # nothing new since the last write
         run.derived["json_seen"] = seen
-    results, lost = SharedFolder(shared).results() if shared else ([], [])  # the workers'
-    results = {r.key: r for r in results}
-    results.update({r.key: r for r in (suite.results if suite else [])})
-    document = {**report_document(run, list(results.values()), lost), "complete": complete}
+    document = {**report_document(run), "complete": complete}
     outputs = [(settings.json, settings.json_from, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n")]
     if run.speaks:  # one report for the run, drawn by the process that speaks for it
         outputs.append((settings.html, settings.html_from, lambda: _html(document)))
@@ -111,12 +108,19 @@ def _html(document: dict) -> str:
     return html_report(document)
 
 
-def report_document(run: GputopoRun, results: list, lost: list) -> dict:
-    """What the JSON report holds: ``render.report.json_document``, each measurement with what it
-    should give by the check items' rule (``verdicts.threshold``: nothing is measured for it), the
-    tests not run for an unmet requirement, NCCL's view, and every node of a distributed run."""
+def report_document(run: GputopoRun) -> dict:
+    """What the JSON report holds: ``render.report.json_document`` over every result of the run
+    (xdist workers' too), each measurement with what it should give by the check items' rule
+    (``verdicts.threshold``: nothing is measured for it), the tests not run for an unmet
+    requirement, NCCL's view, and every node of a distributed run."""
+    from ..bench.suite import SharedFolder
     from .verdicts import taken_at, threshold
 
+    suite = run.derived.get("suite")
+    results, lost = SharedFolder(run.shared_dir).results() if run.shared_dir else ([], [])  # the workers'
+    by_key = {r.key: r for r in results}
+    by_key.update({r.key: r for r in (suite.results if suite else [])})
+    results = list(by_key.values())
     document = report.json_document(run.topology, results, _from_reports(run.config, CHECK_PROPERTY),
                                     _from_reports(run.config, OWN_PROPERTY), lost)
     for entry, result in zip(document["measurements"], results):
@@ -163,6 +167,26 @@ def _nccl(run: GputopoRun) -> dict | None:
     fallbacks = [{"pair": f.name, "label": str(f.label), "actual": f.actual, "expected": f.expected,
                   "causes": list(f.causes)} for f in view.fallbacks(measured_p2p(run))]
     return {"origin": view.origin, "account_line": view.account_line(), "pairs": pairs, "fallbacks": fallbacks}
+
+
+def write_github_summary(run: GputopoRun, write_line, gate_problems: list[str] | None = None) -> None:
+    """Under GitHub Actions (``GITHUB_STEP_SUMMARY``): append the run's Markdown summary to the job
+    summary, and write an error annotation per unmet run-gate term or failed check through pytest's
+    terminal writer (``write_line``). Only the process that speaks for the run does it."""
+    path = run.settings.github_summary
+    if path is None or not run.speaks:
+        return
+    from ..render import markdown
+
+    document = report_document(run)
+    failed = [c for c in document["checks"] if c.get("outcome") == "failed"]
+    for title, message in ([("gputopo run gate", p) for p in gate_problems or []]
+                           + [(f"gputopo check {c['check']}", c["message"]) for c in failed]):
+        write_line(markdown.annotation(title, message))
+    try:
+        files.append_text(path, markdown.summary(document, gate_problems))
+    except OSError as exc:
+        write_line(f"ERROR: GITHUB_STEP_SUMMARY: cannot append to {path}: {exc.strerror or exc}")
 
 
 class JsonProgress:

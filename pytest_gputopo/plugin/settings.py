@@ -28,6 +28,7 @@ class Settings:
     json_from: str = ""
     html: str | None = None  # --gputopo-html: likewise
     html_from: str = ""
+    github_summary: str | None = None  # GITHUB_STEP_SUMMARY: the job summary to append to
     cache: bool = False
     rank_timeout_s: float = 120.0
     bench: BenchSettings = BenchSettings()
@@ -67,5 +68,6 @@ def read(config: pytest.Config) -> Settings:
         check=options.choice(config, "check", CHECK_LEVELS, "quick") if check is not None else None,
         json=options.writable_path(config, "json"), json_from=json_from,
         html=options.writable_path(config, "html"), html_from=html_from,
+        github_summary=environ.github_step_summary(),
         cache=options.flag(config, "cache"), rank_timeout_s=options.number(config, "rank-timeout", 120.0),
         bench=bench, floor_overrides=options.floor_overrides(config))

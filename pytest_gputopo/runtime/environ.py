@@ -126,6 +126,11 @@ def test_faults() -> dict:
     return plan if isinstance(plan, dict) else {}
 
 
+def github_step_summary() -> str | None:
+    """The file of GitHub Actions' job summary for this step (``GITHUB_STEP_SUMMARY``), if any."""
+    return os.environ.get("GITHUB_STEP_SUMMARY") or None
+
+
 def local_rank() -> int | None:
     """``LOCAL_RANK`` as a launcher set it (None when unset or not a rank)."""
     return numtext.read_int(os.environ.get("LOCAL_RANK", ""), 0, 2**31 - 1)

@@ -57,6 +57,20 @@ def write_text(path: str, text: str) -> None:
         raise
 
 
+def append_text(path: str, text: str) -> None:
+    """Append ``text`` to a regular file (created if missing), as a file other steps also append to
+    (GitHub's job summary) is written: never to a FIFO or a device, which could block the run."""
+    import stat
+
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"cannot append: {path} is not a regular file")
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
 def _umask() -> int:
     """The process's umask, read (Linux: /proc/self/status) rather than set and restored."""
     try:

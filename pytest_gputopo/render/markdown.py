@@ -1,0 +1,70 @@
+"""The CI summary: Markdown for GitHub's job summary (``GITHUB_STEP_SUMMARY``), drawn from the
+``--gputopo-json`` document as the HTML report is, and GitHub's error annotations
+(``::error title=...::message`` workflow commands) for a failed run gate or check."""
+
+from __future__ import annotations
+
+from ..core import schema
+from ..core.model import Topology
+from .report import header_line, source_text
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(head: list[str], rows: list[list]) -> list[str]:
+    return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows])
+
+
+def _matrix(topology: Topology) -> list[str]:
+    n = len(topology.gpus)
+    rows = [[f"**GPU{a}**"] + ["X" if a == b else str(topology.link(a, b).label or "?") for b in range(n)]
+            for a in range(n)]
+    return _table([""] + [f"GPU{b}" for b in range(n)], rows)
+
+
+def _figures(doc: dict) -> list[str]:
+    rows = []
+    for m in doc.get("measurements") or []:
+        exp = m.get("expected") or {}
+        have = "—" if m.get("gbps") is None else f"{m['gbps']:.3g}"
+        expected = "?" if exp.get("gbps") is None else f"{exp['gbps']:.3g}"
+        needed = "?" if exp.get("needed_gbps") is None else f"{exp['needed_gbps']:.3g}"
+        rows.append([m.get("what", ""), have, expected, needed, m.get("origin", ""), m.get("error") or ""])
+    return _table(["measurement", "GB/s", "expected", "needed", "origin", "error"], rows) if rows else []
+
+
+def summary(doc: dict, gate_problems: list[str] | None = None) -> str:
+    """The job summary of a run: the header line, an unmet run gate, failed checks, unmet
+    requirements, the link matrix and the measured figures (each with its origin)."""
+    topology = schema.from_dict(doc["topology"])
+    lines = ["## gputopo", "", f"`{header_line(topology)}`", ""]
+    if gate_problems:
+        lines += [f"**Run gate unmet** [{source_text(topology)}]:", ""] + [f"- {_cell(p)}" for p in gate_problems] + [""]
+    failed = [c for c in doc.get("checks") or [] if c.get("outcome") == "failed"]
+    if failed:
+        lines += ["**Failed checks:**", ""] + [f"- `{_cell(c['check'])}`: {_cell(c['message'])}" for c in failed] + [""]
+    unmet = doc.get("unmet") or []
+    if unmet:
+        lines += ["**Tests not run for unmet requirements:**", ""]
+        lines += _table(["test", "outcome", "requirement", "reason"],
+                        [[u["test"], u["outcome"], u["requirement"], u["reason"]] for u in unmet]) + [""]
+    if topology.gpus:
+        lines += ["<details><summary>Link classes</summary>", ""] + _matrix(topology) + ["", "</details>", ""]
+    figures = _figures(doc)
+    if figures:
+        lines += ["<details><summary>Measured bandwidth</summary>", ""] + figures + ["", "</details>", ""]
+    return "\n".join(lines) + "\n"
+
+
+def _escape(text: str, in_property: bool = False) -> str:
+    """GitHub's workflow-command escaping (actions/toolkit, command.ts)."""
+    text = str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if in_property else text
+
+
+def annotation(title: str, message: str) -> str:
+    """``::error title=...::message``: an error annotation on the run's summary page."""
+    return f"::error title={_escape(title, True)}::{_escape(message)}"

@@ -1,0 +1,59 @@
+"""Issue 12.2: under GitHub Actions (GITHUB_STEP_SUMMARY) the run appends a Markdown summary to the
+job summary, and a failed run gate or check is an error annotation (GitHub's workflow command,
+escaped as actions/toolkit's command.ts escapes it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gputopo.render.markdown import annotation
+
+GATE_EXIT_STATUS = 8
+
+
+@pytest.fixture
+def summary(tmp_path, monkeypatch):
+    path = tmp_path / "step_summary.md"
+    path.write_text("earlier step\n")  # other steps' summaries stay: the plugin appends
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(path))
+    return path
+
+
+def test_a_failed_check_is_summarised_and_annotated(pytester, summary):
+    pytester.makepyfile(test_x="import pytest\n@pytest.mark.requires_nvlink\ndef test_nv(): pass\n")
+    result = pytester.runpytest("--gputopo-machine", "hgx-h100-nvlink-down", "--gputopo-check", "quick")
+    result.stdout.fnmatch_lines(["::error title=gputopo check nvlink[[]GPU5[]]::GPU5: NVLinks [[]0, 1, *] are down (0/18 up)"])
+    text = summary.read_text()
+    assert text.startswith("earlier step\n## gputopo\n")
+    assert "**Failed checks:**" in text and "- `nvlink[GPU5]`: GPU5: NVLinks" in text
+    assert "| test_x.py::test_nv | skipped | requires_nvlink | requires_nvlink: GPU0-GPU5 are linked by SYS" in text
+    assert "| **GPU5** | SYS | SYS | SYS | SYS | NODE | X | NODE | NODE |" in text
+    assert "recorded:hgx-h100-nvlink-down (a recorded machine, not this host)" in text
+
+
+def test_an_unmet_run_gate_is_summarised_and_annotated_before_the_run_stops(pytester, summary):
+    pytester.makepyfile(test_x="def test_a(): pass\n")
+    result = pytester.runpytest("--gputopo-machine", "4x-rtx4090", "--gputopo-require", "gpus>=8")
+    assert result.ret == GATE_EXIT_STATUS
+    result.stdout.fnmatch_lines(["::error title=gputopo run gate::requires_gpus(8): 4 visible"])
+    assert "**Run gate unmet** [recorded:4x-rtx4090 (a recorded machine, not this host)]:\n\n- requires_gpus(8): 4 visible" \
+        in summary.read_text()
+
+
+def test_measured_figures_are_in_the_summary_with_their_origin(pytester, summary):
+    pytester.makepyfile(test_x="def test_a(): pass\n")
+    pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-check", "full")
+    assert "| GPU0->GPU1 copy, P2P | 364 | 450 | 315 | recorded |  |" in summary.read_text()
+
+
+def test_without_github_nothing_is_written_or_annotated(pytester, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    pytester.makepyfile(test_x="def test_a(): pass\n")
+    result = pytester.runpytest("--gputopo-machine", "hgx-h100-nvlink-down", "--gputopo-check", "quick")
+    assert "::error" not in result.stdout.str()
+
+
+def test_annotations_escape_as_github_reads_them():
+    assert annotation("gputopo check p2p[GPU0,GPU1]", "50% of\nexpected") == \
+        "::error title=gputopo check p2p[GPU0%2CGPU1]::50%25 of%0Aexpected"
+    assert annotation("a: b", "c: d") == "::error title=a%3A b::c: d"
