@@ -191,6 +191,7 @@ def cmd_check(args) -> int:
     argv += [f"--gputopo-html={args.html}"] if args.html else []
     argv += [f"--junitxml={args.junitxml}"] if args.junitxml else []
     argv += [f"--gputopo-allreduce-backend={args.allreduce_backend}"] if args.allreduce_backend else []
+    argv += ["-v"] if args.verbose else []
     with tempfile.TemporaryDirectory(prefix="gputopo-check-") as empty:
         code = pytest.main(argv + ["--rootdir", empty, empty])
     return int(code)
@@ -229,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="PATH", help="write the self-contained HTML report")
     p.add_argument("--junitxml", metavar="PATH", help="write JUnit XML")
     p.add_argument("--allreduce-backend", choices=["nccl", "gloo"])
+    p.add_argument("-v", "--verbose", action="store_true", help="print every item's measured, expected, floor and ratio")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("report", help="draw the self-contained HTML report of a saved --gputopo-json document")

@@ -206,6 +206,9 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
     figures = {(suite_dir / f"busbw.{r}").read_text() for r in (0, 1)}
     assert len(figures) == 1 and figures.pop().endswith(", 2)")  # one figure, from a 2-rank all-reduce
     assert "min_allreduce_bw(100000): all-reduce busbw, 2 ranks, 64 KiB: measured" in out.stdout
+    # Issue 12.3: progress is said once, by rank 0, though both ranks took part in the measurement.
+    assert out.stdout.count("gputopo: measuring all-reduce busbw, 2 ranks, 64 KiB ...") == 1
+    assert len([ln for ln in out.stdout.splitlines() if ln.startswith("gputopo: all-reduce busbw, 2 ranks, 64 KiB: ")]) == 1
 
 
 def test_rank_zero_names_each_nodes_fallback(suite_dir):

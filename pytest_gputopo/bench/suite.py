@@ -174,6 +174,9 @@ class BenchSuite:
         self._across_ranks = across_ranks
         self.world_size = across_ranks(("world",))[1] if across_ranks else None
         self._copies = CopyWorker()  # one child for a burst of copies (bench.subproc)
+        # Told when a measurement starts (``progress(what, None, 0)``) and ends (with its result and
+        # seconds): only measurements, never a cached, shared or recorded figure.
+        self.progress: Callable[[str, BenchResult | None, float], None] | None = None
 
     def close(self) -> None:
         """End what the suite keeps running between benchmarks (the copy child, if it lives)."""
@@ -284,6 +287,15 @@ class BenchSuite:
         if not gloo and not self.topology.gpus:
             why = self.topology.problem or "no GPU visible"
             return BenchResult(key, key.describe(), None, "measured", error=f"cannot measure on this host: {why}")
+        if self.progress is None:
+            return self._measure_now(key)
+        self.progress(key.describe(), None, 0.0)
+        start = time.monotonic()
+        result = self._measure_now(key)
+        self.progress(result.what, result, time.monotonic() - start)
+        return result
+
+    def _measure_now(self, key: keys.Key) -> BenchResult:
         try:
             gbps, detail, error = self._run(key)
         except Exception as exc:  # BenchError, timeouts, CUDA errors: a reason, never a crashed run

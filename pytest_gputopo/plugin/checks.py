@@ -29,6 +29,10 @@ class CheckItem(pytest.Item):
             self.user_properties.append((key, value))
         self.user_properties.append((CHECK_PROPERTY, json.dumps({"check": self.name, "outcome": outcome,
                                                                  "message": message})))
+        if self.config.get_verbosity() > 0:  # gputopo check -v: every item's figures, as its docs show them
+            from .progress import tell
+
+            tell(run_of(self.config), f"gputopo check {self.name}: {outcome}: {message}")
         if outcome == "failed":
             pytest.fail(message, pytrace=False)
         if outcome == "skipped":

@@ -51,6 +51,9 @@ def suite(run: GputopoRun) -> BenchSuite:
     elif run.shared_dir is not None:
         shared = SharedFolder(run.shared_dir)
     found = run.derived["suite"] = BenchSuite(run.topology, run.settings.bench, *_cache(run), shared, across)
+    from .progress import Progress
+
+    found.progress = Progress(run)
     return found
 
 

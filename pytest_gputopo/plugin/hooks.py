@@ -58,6 +58,10 @@ def pytest_configure(config: pytest.Config) -> None:
             run = run.with_ranks(ranks)
         if settings.json is not None or settings.html is not None:
             config.pluginmanager.register(reporter.JsonProgress(run), "gputopo-json-progress")
+        if run.shared_dir is not None:  # xdist distributes: the workers' progress lines come in their reports
+            from .progress import Relayed
+
+            config.pluginmanager.register(Relayed(config), "gputopo-progress-relay")
     config.stash[RUN] = run
     config.hook.pytest_gputopo_topology(config=config, topology=run.topology)
 
@@ -180,6 +184,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.fail(outcome.reason, pytrace=False)
         # Reported at the test's own location, as pytest's skip markers are.
         raise pytest.skip.Exception(outcome.reason, _use_item_location=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    run = item.config.stash.get(RUN, None)
+    if run is not None and run.worker and "progress" in run.derived:
+        from .progress import relay
+
+        relay(run, item)  # before the report is made: it copies the item's user_properties
+    return (yield)
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

@@ -1,0 +1,55 @@
+"""Issue 12.3: a measurement says what it measures and, when done, its figure and time, through
+pytest's terminal reporter: once per run (the xdist controller, rank 0 under torchrun: see
+tests/test_distributed.py), and under -q only the line that ends it. ``gputopo check -v`` says every
+item's measured/expected/floor/ratio."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import needs_torch
+
+TWO_TESTS = ("import pytest\n"
+             "@pytest.mark.min_allreduce_bw(0.0001)\ndef test_a(): pass\n"
+             "@pytest.mark.min_allreduce_bw(0.0001)\ndef test_b(): pass\n")
+DONE = re.compile(r"^gputopo: all-reduce busbw, 2 ranks, 64 KiB: [0-9.]+ GB/s in [0-9.]+ s$")
+ARGS = ("-p", "no:cacheprovider", "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "64K")
+
+
+def lines(result, pattern=DONE) -> list[str]:
+    return [ln for ln in result.stdout.lines if pattern.match(ln)]
+
+
+@needs_torch
+def test_a_measurement_says_what_it_measures_then_its_figure_and_time(pytester):
+    pytester.makepyfile(test_x=TWO_TESTS)
+    result = pytester.runpytest_subprocess(*ARGS)
+    result.assert_outcomes(passed=2)
+    assert result.stdout.lines.count("gputopo: measuring all-reduce busbw, 2 ranks, 64 KiB ...") == 1
+    assert len(lines(result)) == 1  # measured once for both tests, said once
+    quiet = pytester.runpytest_subprocess(*ARGS, "-q")
+    assert "measuring" not in quiet.stdout.str() and len(lines(quiet)) == 1  # -q: one line per measurement
+
+
+@needs_torch
+def test_under_xdist_the_controller_says_each_workers_measurement_once(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_x=TWO_TESTS)
+    result = pytester.runpytest_subprocess(*ARGS, "-n", "2")
+    result.assert_outcomes(passed=2)
+    assert len(lines(result)) == 1  # one measurement (the workers share it), said once by the controller
+
+
+def test_gputopo_check_verbose_says_every_items_figures(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "-v", "--level", "full",
+                          "--machine", "hgx-h100"], capture_output=True, text=True, cwd=tmp_path)
+    assert ("gputopo check p2p_bw[GPU0->GPU1]: passed: GPU0->GPU1 copy, P2P: measured 364.0 GB/s, needed 315.0 "
+            "(0.70 x expected 450.0 GB/s from NV18 NVLink 4.0), ratio 0.81 (recorded, not measured:") in out.stdout
+    quiet = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "--level", "full", "--machine",
+                            "hgx-h100"], capture_output=True, text=True, cwd=tmp_path)
+    assert "gputopo check p2p_bw" not in quiet.stdout  # without -v, failures and skips only, as before
+    assert "measuring" not in quiet.stdout  # a recorded machine's figures are published, never measured
