@@ -197,6 +197,99 @@ def cmd_check(args) -> int:
     return int(code)
 
 
+def _size_arg(flag: str, text: str) -> int:
+    from .core.limits import MAX_BYTES
+    from .core.units import read_size
+
+    found = read_size(text, 1, MAX_BYTES)
+    if found is None:
+        raise CliError(f"{flag} {text[:40]!r}: not a size in bytes from 1 to 1T, such as 8, 64K, 256M or 1G")
+    return found
+
+
+def sweep_plan(args, topology: model.Topology):
+    """(backend, the GPU of each rank or None for gloo's CPU processes, ranks, the busbw the links
+    should give or None, what that rests on) for ``gputopo bench allreduce``; each refusal names the option."""
+    from .core.collectives import allreduce_expected_busbw
+
+    backend = args.backend or ("nccl" if topology.gpus else "gloo")
+    if backend == "gloo":
+        if args.gpus is not None:
+            raise CliError("--gpus goes with --backend nccl (gloo ranks are CPU processes)")
+        return backend, None, 2 if args.ranks is None else args.ranks, None, "gloo on CPUs (no link to judge it by)"
+    if not topology.gpus:
+        raise CliError(f"--backend nccl: no GPU on this host ({topology.problem or 'NVML lists none'}); "
+                       f"use --backend gloo")
+    count = len(topology.gpus)
+    if args.gpus is None:
+        ranks = count if args.ranks is None else args.ranks
+        if ranks > count:
+            raise CliError(f"--ranks {ranks}: this host has {count} GPUs (one rank per GPU)")
+        devices = list(range(ranks))
+    else:
+        named = args.gpus.split(",")
+        devices = [int(v) for v in named if v.strip().isascii() and v.strip().isdigit()]
+        if len(devices) != len(named) or len(set(devices)) != len(devices) or max(devices) >= count:
+            raise CliError(f"--gpus {args.gpus!r}: expected distinct GPU indices 0..{count - 1}, comma-separated")
+        if args.ranks is not None and args.ranks != len(devices):
+            raise CliError(f"--ranks {args.ranks} and --gpus {args.gpus}: one rank per GPU named")
+    expected = allreduce_expected_busbw(topology, len(devices), tuple(devices))
+    basis = expected.label if expected else f"links among {', '.join(f'GPU{d}' for d in devices)} (unknown)"
+    return backend, devices, len(devices), expected, basis
+
+
+def cmd_bench(args) -> int:
+    """The all-reduce sweep: nccl-tests' table on stdout, JSON and HTML on request."""
+    from .bench.allreduce import BenchError, run_allreduce
+    from .bench.sweep import NCCL_TESTS_TYPES, sweep_entry, sweep_sizes
+    from .render.nccl_tests import sweep_table
+
+    for flag, value, low in (("--ranks", args.ranks, 1), ("-w", args.warmup_iters, 0), ("--budget", args.budget, 1e-3),
+                             ("--timeout", args.timeout, 1.0)):
+        if value is not None and not (low <= value <= 1e6):
+            raise CliError(f"{flag} {value:g}: expected a number from {low:g} to 1e6")
+    for flag, path in (("--json", args.json), ("--html", args.html)):
+        problem = None if path is None else files.unwritable(path)
+        if problem:
+            raise CliError(f"{flag} {path}: cannot write: {problem}")
+    try:
+        sizes = sweep_sizes(_size_arg("-b", args.minbytes), _size_arg("-e", args.maxbytes), args.stepfactor)
+    except ValueError as exc:
+        raise CliError(f"-b/-e/-f: {exc}") from None
+    topology = probe(None)  # NVML only: this process never starts CUDA
+    backend, devices, ranks, expected, basis = sweep_plan(args, topology)
+    timeout = args.timeout if args.timeout is not None else 60 + 4 * args.budget * len(sizes)
+    print(f"gputopo: measuring an all-reduce sweep: {ranks} ranks, {backend}, {len(sizes)} sizes "
+          f"(up to {timeout:g} s) ...", file=sys.stderr, flush=True)
+    try:
+        result = run_allreduce(ranks, sizes, backend=backend, dtype=NCCL_TESTS_TYPES[args.datatype],
+                               devices=devices, budget_s_per_size=args.budget, timeout_s=timeout,
+                               warmup=args.warmup_iters)
+    except BenchError as exc:
+        print(f"gputopo: the sweep gave no figures: {exc.reason}", file=sys.stderr)
+        return 1
+    sweep = sweep_entry(result, host=topology.hostname, devices=devices,
+                        sizes=(sizes[0], sizes[-1], args.stepfactor), expected=expected, basis=basis)
+    sys.stdout.write(sweep_table(sweep))
+    document = {**report.machine_document(topology), "sweeps": [sweep], "complete": True}
+    for path, text in ((args.json, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n"),
+                       (args.html, lambda: _html_report(document))):
+        if path is not None:
+            try:
+                files.write_text(path, text())
+            except OSError as exc:
+                raise CliError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    print(f"gputopo: done in {result.wall_s:.1f} s" + ("" if result.ok else f"; data wrong: {'; '.join(result.errors)}"),
+          file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+def _html_report(document: dict) -> str:
+    from .render.html import html_report
+
+    return html_report(document)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gputopo", description="GPU interconnect topology: show, record, parse.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -232,6 +325,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allreduce-backend", choices=["nccl", "gloo"])
     p.add_argument("-v", "--verbose", action="store_true", help="print every item's measured, expected, floor and ratio")
     p.set_defaults(func=cmd_check)
+
+    from .bench.sweep import NCCL_TESTS_TYPES
+
+    p = sub.add_parser("bench", help="benchmarks for people: the all-reduce sweep (nccl-tests' table, JSON, HTML)")
+    p.add_argument("benchmark", choices=["allreduce"])
+    p.add_argument("-b", "--minbytes", default="1M", metavar="SIZE", help="first size (default 1M; 8, 64K, 1G)")
+    p.add_argument("-e", "--maxbytes", default="64M", metavar="SIZE", help="last size (default 64M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=2, metavar="N", help="multiply the size by N (default 2)")
+    p.add_argument("--backend", choices=["nccl", "gloo"], help="default: nccl where NVML lists GPUs, else gloo")
+    p.add_argument("--ranks", type=int, metavar="N", help="ranks (gloo default 2; nccl: GPU0..N-1, default all)")
+    p.add_argument("--gpus", metavar="LIST", help="nccl: the GPUs to use, one rank each (0,2,5)")
+    p.add_argument("-d", "--datatype", choices=sorted(NCCL_TESTS_TYPES), default="float")
+    p.add_argument("-w", "--warmup_iters", type=int, default=5, metavar="N")
+    p.add_argument("--budget", type=float, default=1.0, metavar="S", help="seconds of timing per size (default 1)")
+    p.add_argument("--timeout", type=float, metavar="S", help="bound on the whole sweep (default 60 + 4 x budget x sizes)")
+    p.add_argument("--json", metavar="PATH", help="write the sweep as a report document (gputopo report reads it)")
+    p.add_argument("--html", metavar="PATH", help="write the HTML report: busbw against size with the expected line")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("report", help="draw the self-contained HTML report of a saved --gputopo-json document")
     p.add_argument("report", metavar="RUN.json")

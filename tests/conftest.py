@@ -1,10 +1,30 @@
 # Root conftest: settings shared by the test suite.
 import importlib.util
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from hypothesis import HealthCheck, settings
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (dev/setup installs Debian's package "
+                                                            "where it can)")
+
+
+def browser_render(page: Path, tmp_path: Path):
+    """Debian's chromium, headless: the page as a PNG (its size in bytes) and as its DOM, with the
+    browser's log (console errors show there as CONSOLE / Uncaught)."""
+    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+              "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+              "--user-data-dir=" + str(tmp_path / "profile")]
+    shot = subprocess.run(common + ["--window-size=1400,2000", f"--screenshot={tmp_path / 'page.png'}",
+                                    page.as_uri()], capture_output=True, text=True, timeout=120)
+    png = (tmp_path / "page.png").stat().st_size if (tmp_path / "page.png").exists() else 0
+    dom = subprocess.run(common + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    return png, dom.stdout, shot.stderr + dom.stderr
+
 
 # Tests that run a real benchmark (gloo on this host's CPUs) need torch; on a Python whose torch is
 # not installed (dev/test-python), they skip saying so.

@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 
 import pytest
 
+from conftest import browser_render, needs_browser
 from pytest_gputopo.cli import main as gputopo
 from pytest_gputopo.probe import probe
 
@@ -127,19 +128,11 @@ def test_loading_the_plugin_does_not_load_the_report():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (dev/setup installs Debian's package where it can)")
+@needs_browser
 def test_a_real_browser_renders_the_report_without_console_errors(degraded_run, tmp_path):
-    page = degraded_run / "run.html"
-    common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-              "--user-data-dir=" + str(tmp_path / "profile")]
-    shot = subprocess.run(common + ["--window-size=1400,2000", f"--screenshot={tmp_path / 'page.png'}",
-                                    page.as_uri()], capture_output=True, text=True, timeout=120)
-    assert (tmp_path / "page.png").stat().st_size > 10_000, shot.stderr[-2000:]
-    dom = subprocess.run(common + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
-    assert "CONSOLE" not in dom.stderr and "Uncaught" not in dom.stderr, dom.stderr[-2000:]
+    png, dom, log = browser_render(degraded_run / "run.html", tmp_path)
+    assert png > 10_000, log[-2000:]
+    assert "CONSOLE" not in log and "Uncaught" not in log, log[-2000:]
     n = len(probe(DEGRADED).gpus)
-    rendered = {attrs["data-pair"] for attrs, _ in cells(dom.stdout) if "data-pair" in attrs}
+    rendered = {attrs["data-pair"] for attrs, _ in cells(dom) if "data-pair" in attrs}
     assert len(rendered) == n * (n - 1) // 2  # the browser's DOM holds every pair's cell

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 
 
@@ -12,3 +14,17 @@ def size_text(n: int) -> str:
         if n >= scale and n % scale == 0:
             return f"{n // scale} {unit}"
     return f"{n} B"
+
+
+_UNITS = {"": 1, "B": 1, "K": KIB, "KB": KIB, "KIB": KIB, "M": MIB, "MB": MIB, "MIB": MIB,
+          "G": GIB, "GB": GIB, "GIB": GIB}
+
+
+def read_size(text: str, low: int, high: int) -> int | None:
+    """The size in bytes ``text`` spells -- ``1073741824``, ``1G``, ``256M``, ``64k`` (binary units, as
+    nccl-tests reads ``-b``/``-e``) -- or None when it spells none or one outside ``low..high``."""
+    m = re.fullmatch(r"([0-9]{1,16})([KMG]?I?B?)", text.strip().upper())
+    if not m or m.group(2) not in _UNITS:
+        return None
+    value = int(m.group(1)) * _UNITS[m.group(2)]
+    return value if low <= value <= high else None

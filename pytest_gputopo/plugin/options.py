@@ -6,8 +6,6 @@ value is returned with where it came from, so that an error names its source.
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from ..core import numtext
 from ..runtime import environ as runtime
 from ..core.limits import MAX_BYTES
+from ..core.units import read_size
 
 
 @dataclass(frozen=True)
@@ -170,20 +169,16 @@ def number(config: pytest.Config, name: str, default: float | None, *, integer: 
     return parse_number(raw, where, integer=integer, maximum=LIMITS[name])
 
 
-_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
-          "G": 2**30, "GB": 2**30, "GIB": 2**30}
-
-
 def size(config: pytest.Config, name: str) -> int | None:
     """A size in bytes: ``1073741824``, ``1G``, ``256M`` (binary units, as nccl-tests reads them)."""
     raw, where = value(config, name)
     if raw is None:
         return None
-    m = re.fullmatch(r"([0-9]{1,16})([KMG]?I?B?)", raw.strip().upper())
-    if not m or m.group(2) not in _UNITS or not 4 <= int(m.group(1)) * _UNITS[m.group(2)] <= MAX_BYTES:
+    found = read_size(raw, 4, MAX_BYTES)
+    if found is None:
         raise pytest.UsageError(f"{where}: {raw[:40]!r} is not a size in bytes from 4 to 1T, such as "
                                 f"1073741824, 1G or 256M")
-    return int(m.group(1)) * _UNITS[m.group(2)]
+    return found
 
 
 def floor_overrides(config: pytest.Config) -> dict[str, float]:
@@ -210,14 +205,9 @@ def writable_path(config: pytest.Config, name: str) -> str | None:
     raw, where = value(config, name)
     if raw is None:
         return None
-    path = os.path.abspath(raw)
-    folder = os.path.dirname(path)
-    if os.path.isdir(path):
-        problem = "it is a folder"
-    elif not os.path.isdir(folder):
-        problem = f"no folder {folder}"
-    elif not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        problem = "permission denied"
-    else:
+    from ..runtime.files import unwritable
+
+    problem = unwritable(raw)
+    if problem is None:
         return raw
     raise pytest.UsageError(f"{where}: cannot write {raw}: {problem}")

@@ -225,6 +225,27 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
 # Verdicts, NCCL, nodes
 
 
+def _sweeps(doc: dict) -> str:
+    """Each all-reduce sweep (``gputopo bench allreduce``): busbw against size with the expected line,
+    and its nccl-tests table."""
+    from .chart import busbw_chart
+    from ..core.units import size_text
+
+    parts = []
+    for sweep in doc["sweeps"]:
+        rows, exp = sweep["result"]["rows"], sweep["expected"]
+        expected = (f"expected busbw {exp['gbps']:g} GB/s ({exp['basis']})" if exp["gbps"] is not None
+                    else f"no expected line: {exp['basis']}")
+        parts += [f"<h3>{_t(sweep['what'])}</h3>",
+                  f"<p><span class=\"origin\">{_t(sweep['origin'])}</span> on {_t(sweep.get('host') or '?')}; "
+                  f"{_t(expected)}</p>", busbw_chart(rows, exp["gbps"], exp["basis"])]
+        body = [[_cell(size_text(r["size_bytes"])), _cell(str(r["count"])), _cell(f"{r['time_us']:.1f}"),
+                 _cell(f"{r['algbw_gbps']:.2f}"), _cell(f"{r['busbw_gbps']:.2f}"),
+                 _cell(str(r["wrong"]), "broken" if r["wrong"] else "")] for r in rows]
+        parts.append(_table(body, ["size", "count", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong"]))
+    return "\n".join(parts)
+
+
 def _checks(doc: dict) -> str:
     checks = doc.get("checks") or []
     if not checks:
@@ -296,7 +317,7 @@ def check_document(doc) -> None:
             schema.from_dict(node.get("topology"), f"nodes[{i}].topology")
     except schema.SchemaError as exc:
         raise ReportError(str(exc)) from None
-    for name in ("measurements", "checks", "unmet", "nodes"):
+    for name in ("measurements", "checks", "unmet", "nodes", "sweeps"):
         _need(isinstance(doc.get(name) or [], list), name, "a list")
     for i, m in enumerate(doc.get("measurements") or []):
         where = f"measurements[{i}]"
@@ -309,9 +330,26 @@ def check_document(doc) -> None:
         for i, entry in enumerate(doc.get(name) or []):
             _need(isinstance(entry, dict) and all(isinstance(entry.get(f, ""), str) for f in fields),
                   f"{name}[{i}]", "an object of strings")
+    for i, sweep in enumerate(doc.get("sweeps") or []):
+        _check_sweep(sweep, f"sweeps[{i}]")
     nccl = doc.get("nccl")
     _need(nccl is None or (isinstance(nccl, dict) and isinstance(nccl.get("pairs") or [], list)
                            and isinstance(nccl.get("fallbacks") or [], list)), "nccl", "an object")
+
+
+def _check_sweep(sweep, where: str) -> None:
+    _need(isinstance(sweep, dict) and all(isinstance(sweep.get(k), str) for k in ("what", "origin")), where,
+          "an object with what and origin")
+    exp, result = sweep.get("expected"), sweep.get("result")
+    _need(isinstance(exp, dict) and _number(exp.get("gbps")) and isinstance(exp.get("basis"), str),
+          f"{where}.expected", "an object with gbps and basis")
+    _need(isinstance(result, dict) and isinstance(result.get("rows"), list) and result["rows"], f"{where}.result.rows",
+          "a list of rows")
+    for j, row in enumerate(result["rows"]):
+        _need(isinstance(row, dict) and all(_number(row.get(k)) and row.get(k) is not None for k in
+                                            ("size_bytes", "count", "time_us", "algbw_gbps", "busbw_gbps", "wrong"))
+              and row["size_bytes"] > 0, f"{where}.result.rows[{j}]", "numbers: size_bytes > 0, count, time_us, "
+              "algbw_gbps, busbw_gbps, wrong")
 
 
 def html_report(doc: dict) -> str:
@@ -319,10 +357,11 @@ def html_report(doc: dict) -> str:
     topology = schema.from_dict(doc["topology"])
     origin = source_text(topology)
     state = "" if doc.get("complete", True) else " (incomplete: the run had not finished)"
-    sections = [("Machine", _machine(topology)), ("Measured bandwidth", _bandwidth(doc, topology)),
-                ("Checks", _checks(doc)), ("Unmet requirements", _unmet(doc)), ("NCCL", _nccl(doc))]
-    if doc.get("nodes"):
-        sections.append(("Nodes of the run", _nodes(doc)))
+    # A run's document holds every section's key; a sweep's (gputopo bench) the machine and its sweeps.
+    drawn = [("measurements", "Measured bandwidth", lambda d: _bandwidth(d, topology)),
+             ("sweeps", "All-reduce sweeps", _sweeps), ("checks", "Checks", _checks),
+             ("unmet", "Unmet requirements", _unmet), ("nccl", "NCCL", _nccl), ("nodes", "Nodes of the run", _nodes)]
+    sections = [("Machine", _machine(topology))] + [(title, draw(doc)) for key, title, draw in drawn if key in doc]
     body = "\n".join(f"<section><h2>{title}</h2>\n{content}\n</section>" for title, content in sections)
     return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             f"<title>gputopo report: {_t(origin)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"

@@ -156,11 +156,15 @@ def json_document(topology: Topology, results: list, checks: list, own: list = (
     """What ``--gputopo-json`` writes. Every measurement keeps its origin: ``measured`` here,
     ``cached`` (measured here earlier), or ``recorded`` (published for a recorded machine);
     ``lost`` names the results another process left that could not be read back."""
+    return {**machine_document(topology), "measurements": [r.to_json() for r in results],
+            "lost_measurements": list(lost), "test_measurements": list(own), "checks": checks}
+
+
+def machine_document(topology: Topology) -> dict:
+    """What every JSON document of gputopo starts with: the machine and where its facts came from."""
     from ..core.schema import to_dict
 
-    return {"schema": 1, "source": source_text(topology), "recorded": topology.recorded,
-            "topology": to_dict(topology), "measurements": [r.to_json() for r in results],
-            "lost_measurements": list(lost), "test_measurements": list(own), "checks": checks}
+    return {"schema": 1, "source": source_text(topology), "recorded": topology.recorded, "topology": to_dict(topology)}
 
 
 def rank_lines(views: list) -> list[str]:

@@ -71,6 +71,20 @@ def append_text(path: str, text: str) -> None:
         os.close(fd)
 
 
+def unwritable(path: str) -> str | None:
+    """Why ``path`` cannot be written (``no folder ...``, ``it is a folder``, ``permission denied``), or
+    None: asked before long work, so that a bad path is refused before it, not a result lost after it."""
+    path = os.path.abspath(path)
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        return "it is a folder"
+    if not os.path.isdir(folder):
+        return f"no folder {folder}"
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return "permission denied"
+    return None
+
+
 def _umask() -> int:
     """The process's umask, read (Linux: /proc/self/status) rather than set and restored."""
     try:
