@@ -7,6 +7,7 @@ on stderr saying why; never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -15,8 +16,11 @@ from pathlib import Path
 from .core import model, schema, table, thresholds
 from .parse import smi_machine
 from .parse import smi_topo as smi_text
+from .parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
 from .parse.nccl_log import parse_nccl_log
 from .parse.nccl_tests import NcclTestsParseError, parse_nccl_tests
+from .parse.nvbandwidth import NvbandwidthParseError, parse_nvbandwidth
+from .parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status
 from .probe import MachineError, probe
 from .probe.recorded import bundled_names, load_profile, profile_dict
 from .render import report, tables
@@ -101,13 +105,15 @@ def cmd_record(args) -> int:
         sources += [{"what": f"nvidia-smi topo -p2p ({cap})", "file": path} for cap, (path, _) in p2p_files.items()]
         inferred = ["every fact the text does not give is recorded as null (unknown)"]
     else:
-        if args.p2p:
-            raise CliError("--p2p goes with --from-smi (NVML reports P2P status itself)")
+        for flag, given in (("--p2p", args.p2p), ("--nvlink-status", args.nvlink_status)):
+            if given:
+                raise CliError(f"{flag} goes with --from-smi (NVML reports P2P status and NVLink states itself)")
         topology = probe(None)
         if not topology.gpus:
             raise CliError(f"no GPU to record: {topology.problem or 'NVML lists none'}")
         sources = [{"what": "NVML (nvidia-ml-py) on this host", "host": topology.hostname}]
         inferred = []
+    topology, sources = _with_tool_outputs(args, topology, sources)
     name = args.name or Path(args.output).stem
     data = profile_dict(name, topology, args.description or f"recorded by gputopo from {sources[0]['what']}",
                         sources, inferred)
@@ -118,7 +124,40 @@ def cmd_record(args) -> int:
     for w in topology.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(f"wrote {args.output}: {len(topology.gpus)} GPUs, {report.header_line(topology)}")
+    for source in sources:
+        for note in source.get("notes", ()):
+            print(f"  {note}")
     return 0
+
+
+def _with_tool_outputs(args, topology: model.Topology, sources: list):
+    """The machine with what operators' tools printed about it: nvlink -s link states, nvbandwidth
+    and p2pBandwidthLatencyTest figures (recorded, with their source); each file is a source."""
+    from .parse.published import RecordedFigures, ToolOutputError, with_nvlink_states
+
+    sources = list(sources)
+    try:
+        for path in args.nvlink_status:
+            before = set(topology.warnings)
+            topology = with_nvlink_states(topology, _read_tool(path, parse_nvlink_status, NvlinkStatusParseError),
+                                          path)
+            sources.append({"what": "nvidia-smi nvlink -s", "file": path,
+                            "notes": [w for w in topology.warnings if w not in before]})
+        figures = RecordedFigures(topology)
+        for flag, paths, parse, errors, add, what in (
+                ("--nvbandwidth", args.nvbandwidth, parse_nvbandwidth, NvbandwidthParseError,
+                 figures.add_nvbandwidth, "nvbandwidth"),
+                ("--p2p-bandwidth", args.p2p_bandwidth, parse_p2p_bandwidth_latency, P2PParseError,
+                 figures.add_p2p_test, "cuda-samples p2pBandwidthLatencyTest")):
+            for path in paths:
+                known = len(figures.notes)
+                add(_read_tool(path, parse, errors), path)
+                sources.append({"what": what, "file": path, "notes": figures.notes[known:]})
+    except ToolOutputError as exc:
+        raise CliError(str(exc)) from None
+    if figures.published:
+        topology = dataclasses.replace(topology, published=topology.published + tuple(figures.published))
+    return topology, sources
 
 
 def cmd_parse(args) -> int:
@@ -131,6 +170,10 @@ def cmd_parse(args) -> int:
                            f"\"NCCL version\"); run with NCCL_DEBUG=INFO")
         _emit(log.to_json(), args.json, tables.nccl_log_lines(log))
         return 0
+    if args.format in _TOOL_FORMATS:
+        data, lines = _TOOL_FORMATS[args.format](args.file)
+        _emit(data, args.json, lines)
+        return 0
     text = _read(args.file)
     try:
         smi = smi_text.parse_topo_matrix(text)
@@ -138,6 +181,39 @@ def cmd_parse(args) -> int:
         raise CliError(f"{args.file}: {exc}") from None
     _emit(smi.to_json(), args.json, tables.smi_topo_lines(smi, smi_machine.to_topology(smi, name=args.file)))
     return 0
+
+
+def _read_tool(path: str, parse, errors):
+    """``parse`` of the file's text; its format's refusal is a CliError naming the file."""
+    try:
+        return parse(_read(path))
+    except errors as exc:
+        raise CliError(f"{path}: {exc}") from None
+
+
+def _smi_p2p(path: str):
+    matrix = _read_tool(path, smi_machine.parse_p2p_matrix, smi_text.SmiParseError)
+    return {"n_gpus": len(matrix), "matrix": [list(r) for r in matrix]}, tables.p2p_status_lines(matrix)
+
+
+def _p2p_test(path: str):
+    result = _read_tool(path, parse_p2p_bandwidth_latency, P2PParseError)
+    return result.to_json(), tables.p2p_test_lines(result)
+
+
+def _nvbandwidth(path: str):
+    result = _read_tool(path, parse_nvbandwidth, NvbandwidthParseError)
+    return result.to_json(), tables.nvbandwidth_lines(result)
+
+
+def _nvlink_status(path: str):
+    result = _read_tool(path, parse_nvlink_status, NvlinkStatusParseError)
+    return result.to_json(), tables.nvlink_status_lines(result)
+
+
+# gputopo parse FORMAT: what operators already run, read as its tool writes it.
+_TOOL_FORMATS = {"smi-p2p": _smi_p2p, "p2p-bandwidth": _p2p_test, "nvbandwidth": _nvbandwidth,
+                 "nvlink-status": _nvlink_status}
 
 
 def _parse_nccl_tests(args) -> int:
@@ -308,6 +384,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-smi", metavar="FILE", help="`nvidia-smi topo -m` output to build the profile from")
     p.add_argument("--p2p", action="append", default=[], metavar="[CAPS:]FILE",
                    help="`nvidia-smi topo -p2p CAPS` output (CAPS letters r,w,n,a; default r); repeatable")
+    p.add_argument("--nvlink-status", action="append", default=[], metavar="FILE",
+                   help="with --from-smi: `nvidia-smi nvlink -s` output, each GPU's NVLink states; repeatable")
+    p.add_argument("--nvbandwidth", action="append", default=[], metavar="FILE",
+                   help="nvbandwidth output run on this machine: its P2P and host<->device figures, recorded; "
+                        "repeatable")
+    p.add_argument("--p2p-bandwidth", action="append", default=[], metavar="FILE",
+                   help="cuda-samples p2pBandwidthLatencyTest output run on this machine: its copy figures, "
+                        "recorded; repeatable")
     p.add_argument("--name", help="the machine's name (default: the output file's stem)")
     p.add_argument("--description")
     p.set_defaults(func=cmd_record)
@@ -350,9 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("parse", help="read tool output and print what it says")
-    p.add_argument("format", choices=["smi-topo", "nccl-tests", "nccl-log"],
-                   help="smi-topo: `nvidia-smi topo -m` text; nccl-tests: all_reduce_perf (or other *_perf) output; "
-                        "nccl-log: NCCL_DEBUG=INFO output")
+    p.add_argument("format", choices=["smi-topo", "smi-p2p", "nvlink-status", "nccl-tests", "nccl-log", "nvbandwidth",
+                                      "p2p-bandwidth"],
+                   help="smi-topo: `nvidia-smi topo -m` text; smi-p2p: `nvidia-smi topo -p2p r|w|n|a`; nvlink-status: "
+                        "`nvidia-smi nvlink -s`; nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
+                        "NCCL_DEBUG=INFO output; nvbandwidth: NVIDIA nvbandwidth output; p2p-bandwidth: cuda-samples' "
+                        "p2pBandwidthLatencyTest output")
     p.add_argument("file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_parse)

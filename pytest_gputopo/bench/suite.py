@@ -263,8 +263,13 @@ class BenchSuite:
         if isinstance(key, keys.AllReduce) and self.settings.allreduce_backend == "gloo":
             return BenchResult(key, key.describe(), None, "recorded", error=(
                 f"gloo measures this host's CPUs, and {name} is not this host"))
-        for fig in self.topology.published:
+        # A figure measured on this pair (this GPU) first, then one that stands for every pair.
+        for fig in sorted(self.topology.published, key=lambda f: "src" not in f and "gpu" not in f):
             if fig["kind"] != key.kind:
+                continue
+            if isinstance(key, keys.Copy) and "src" in fig and (fig["src"], fig["dst"]) != (key.src, key.dst):
+                continue
+            if isinstance(key, keys.HostCopy) and "gpu" in fig and fig["gpu"] != key.gpu:
                 continue
             if isinstance(key, keys.AllReduce) and (key.devices or fig.get("gpus") not in (None, key.ranks)):
                 continue  # a published figure names how many GPUs, never which ones

@@ -224,7 +224,8 @@ class Topology:
     problem: str | None = None  # why no GPU facts could be had (no library, no driver, ...)
     warnings: tuple[str, ...] = ()
     # Benchmark figures published for a recorded machine (never measured here): dicts with kind
-    # ("allreduce", "p2p", "h2d"), gbps, source, and what they were measured on (see docs).
+    # ("allreduce", "p2p", "h2d", ...), gbps, source, and what they were measured on (see docs):
+    # ``src``/``dst`` or ``gpu`` name GPUs by index, renumbered with the GPUs (``restrict``).
     published: tuple[dict, ...] = ()
     _by_pair: dict = field(default=None, init=False, repr=False, compare=False)
 
@@ -295,7 +296,22 @@ class Topology:
                 a, b = sorted((new_index[ln.a], new_index[ln.b]))
                 links.append(dataclasses.replace(ln, a=a, b=b))
         links.sort(key=lambda ln: (ln.a, ln.b))
-        return dataclasses.replace(self, gpus=gpus, links=tuple(links))
+        return dataclasses.replace(self, gpus=gpus, links=tuple(links),
+                                   published=renumber_figures(self.published, new_index))
+
+
+_FIGURE_GPUS = ("src", "dst", "gpu")
+
+
+def renumber_figures(figures: Iterable[dict], new_index: dict[int, int]) -> tuple[dict, ...]:
+    """Published figures with the GPUs they name renumbered by ``new_index`` (old -> new); a figure
+    naming a GPU not in it is dropped (it was measured on a GPU this view does not have)."""
+    out = []
+    for fig in figures:
+        named = {k: fig[k] for k in _FIGURE_GPUS if k in fig}
+        if all(v in new_index for v in named.values()):
+            out.append({**fig, **{k: new_index[v] for k, v in named.items()}})
+    return tuple(out)
 
 
 def link_satisfies(have: LinkLabel, need: LinkLabel) -> bool:

@@ -9,6 +9,7 @@ import enum
 from typing import Any, Mapping
 
 from .cpus import cpu_ranges, looks_like_cpu_list
+from .keys import COPY_KINDS, HOST_KINDS
 from .limits import (MAX_BYTES, MAX_CPUS, MAX_GBPS, MAX_GPUS, MAX_MEMORY_BYTES, MAX_NICS, MAX_NUMA_NODES, MAX_NVLINKS,
                      MAX_PCIE_GEN, MAX_PCIE_WIDTH, MAX_WARNINGS, is_bandwidth, show_value)
 from .model import P2P, P2P_CAPS, Gpu, Link, LinkClass, NvLink, P2PStatus, Source, Topology
@@ -154,10 +155,10 @@ def _link_from(d: Any, path: str, n_gpus: int) -> Link:
                 cuda_peer=_get(d, "cuda_peer", p, (bool,), None))
 
 
-PUBLISHED_KINDS = ("allreduce", "p2p", "p2p_staged", "h2d")
+PUBLISHED_KINDS = ("allreduce",) + COPY_KINDS + HOST_KINDS
 
 
-def _published_from(d: Any, path: str) -> dict:
+def _published_from(d: Any, path: str, n_gpus: int) -> dict:
     d = _mapping(d, path)
     p = path + "."
     kind = _get(d, "kind", p, (str,), allow_none=False)
@@ -172,7 +173,21 @@ def _published_from(d: Any, path: str) -> dict:
     _int(d, "size_bytes", p, 1, MAX_BYTES)
     _get(d, "pinned", p, (bool,), None)
     _get(d, "note", p, (str,), None)
-    extra = set(d) - {"kind", "gbps", "source", "gpus", "size_bytes", "pinned", "note"}
+    # Which GPUs a figure was measured on (indices of this profile): a pair for a copy between GPUs,
+    # one GPU for a host copy. Without them a figure stands for every pair (every GPU).
+    named = {"src", "dst"} if kind in COPY_KINDS else {"gpu"} if kind in HOST_KINDS else set()
+    for name in ("src", "dst", "gpu"):
+        if name in d and name not in named:
+            raise SchemaError(p + name, f"a figure of kind {kind} names no {name}")
+        if name in d and not n_gpus:
+            raise SchemaError(p + name, "names a GPU, and the profile lists none")
+        if name in d:
+            _int(d, name, p, 0, n_gpus - 1, allow_none=False)
+    if ("src" in d) != ("dst" in d):
+        raise SchemaError(p + ("dst" if "src" in d else "src"), "src and dst name a pair: both or neither")
+    if "src" in d and d["src"] == d["dst"]:
+        raise SchemaError(p + "dst", "a copy between GPUs needs two GPUs")
+    extra = set(d) - {"kind", "gbps", "source", "gpus", "size_bytes", "pinned", "note", "src", "dst", "gpu"}
     if extra:
         raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
     return dict(d)
@@ -224,6 +239,6 @@ def from_dict(d: Any, path: str = "") -> Topology:
         nics=_strings(d, "nics", p, MAX_NICS),
         problem=_get(d, "problem", p, (str,), None),
         warnings=_strings(d, "warnings", p, MAX_WARNINGS),
-        published=tuple(_published_from(f, f"{p}published[{i}]")
+        published=tuple(_published_from(f, f"{p}published[{i}]", len(gpus))
                         for i, f in enumerate(_get(d, "published", p, (list,), [], allow_none=False))),
     )

@@ -49,6 +49,10 @@ class P2PBandwidthLatency:
     def diag_max(self, title: str) -> float | None:
         return max(self._cells(title, True), default=None)
 
+    def to_json(self) -> dict:
+        return {"n_gpus": self.n_gpus, "matrices": {k: [list(r) for r in m] for k, m in self.matrices.items()},
+                "warnings": list(self.warnings)}
+
 
 _P2P_HEAD = {"D\\D": "", "GPU": "", "CPU": " [CPU]"}
 

@@ -56,29 +56,42 @@ def probe_recorded(name_or_path: str) -> model.Topology:
         topology = _as_recorded(recorded, nvml.probe(fake, source=source))
     except fake.NVMLError as exc:
         topology = model.Topology(source=source, problem=nvml.unavailable_reason(exc))
-    return dataclasses.replace(topology, hostname=recorded.hostname, nics=recorded.nics, published=recorded.published,
+    published = model.renumber_figures(recorded.published, _nvml_order(recorded))  # into NVML's order
+    return dataclasses.replace(topology, hostname=recorded.hostname, nics=recorded.nics, published=published,
                                driver_version=recorded.driver_version,
                                cuda_driver_version=recorded.cuda_driver_version,
                                cuda_runtime_version=recorded.cuda_runtime_version,
                                nccl_version=recorded.nccl_version)
 
 
+def _nvml_order(recorded: model.Topology) -> dict[int, int]:
+    """The recording's GPU index -> its place in the fake's NVML order: by nvml_index, a GPU
+    without one keeps its place by index (as ``fake_nvml`` enumerates them)."""
+    order = sorted(range(len(recorded.gpus)), key=lambda p: (
+        recorded.gpus[p].nvml_index if recorded.gpus[p].nvml_index is not None else recorded.gpus[p].index, p))
+    return {recorded.gpus[p].index: k for k, p in enumerate(order)}
+
+
 def _as_recorded(recorded: model.Topology, probed: model.Topology) -> model.Topology:
     """The probe of a recording with the recording's own facts where NVML cannot carry them: no
     per-link NVLink facts where it lists none (the fake synthesizes links to give the pairs' counts;
-    they are not facts), and CUDA's answers (``cuda_peer``, ``multicast``), which NVML does not know."""
+    they are not facts), CUDA's answers (``cuda_peer``, ``multicast``), which NVML does not know, and
+    a pair's NVLink count where its GPUs' links say their states but not where they lead (``nvidia-smi
+    nvlink -s`` beside ``topo -m``: NVML would leave such a count unknown)."""
     if len(probed.gpus) != len(recorded.gpus):
         return probed
-    # The fake's NVML order: by nvml_index, a GPU without one keeps its place by index.
-    order = sorted(range(len(recorded.gpus)), key=lambda p: (
-        recorded.gpus[p].nvml_index if recorded.gpus[p].nvml_index is not None else recorded.gpus[p].index, p))
-    nvml_of = {recorded.gpus[p].index: k for k, p in enumerate(order)}
-    gpus = tuple(dataclasses.replace(g, multicast=recorded.gpus[order[k]].multicast,
-                                     nvlinks=g.nvlinks if recorded.gpus[order[k]].nvlinks else ())
+    nvml_of = _nvml_order(recorded)
+    at = {k: p for p, k in nvml_of.items()}
+    gpus = tuple(dataclasses.replace(g, multicast=recorded.gpus[at[k]].multicast,
+                                     nvlinks=g.nvlinks if recorded.gpus[at[k]].nvlinks else ())
                  for k, g in enumerate(probed.gpus))
-    peer = {tuple(sorted((nvml_of[ln.a], nvml_of[ln.b]))): ln.cuda_peer for ln in recorded.links}
-    links = tuple(dataclasses.replace(ln, cuda_peer=peer.get((ln.a, ln.b))) for ln in probed.links)
-    return dataclasses.replace(probed, gpus=gpus, links=links)
+    was = {tuple(sorted((nvml_of[ln.a], nvml_of[ln.b]))): ln for ln in recorded.links}
+    links = []
+    for ln in probed.links:
+        before = was.get((ln.a, ln.b))
+        count = ln.nvlinks if ln.nvlinks is not None or before is None else before.nvlinks
+        links.append(dataclasses.replace(ln, cuda_peer=before.cuda_peer if before else None, nvlinks=count))
+    return dataclasses.replace(probed, gpus=gpus, links=tuple(links))
 
 
 def _init_error_for(problem: str | None, nvml) -> str | None:

@@ -59,7 +59,8 @@ def header_line(topology: Topology) -> str:
     return "gputopo: " + ", ".join(parts)
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def aligned(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as left-aligned columns, two spaces apart."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 
@@ -80,7 +81,7 @@ def link_matrix(topology: Topology) -> list[str]:
                 cells.append("?" if label is None else str(label))
         numa = "N/A" if g.numa_node is None else str(g.numa_node)
         rows.append([f"GPU{g.index}"] + cells + [g.cpu_affinity or "N/A", numa])
-    return _table(rows)
+    return aligned(rows)
 
 
 def p2p_matrix(topology: Topology) -> list[str]:
@@ -100,7 +101,7 @@ def p2p_matrix(topology: Topology) -> list[str]:
             cell = r if r == w else f"{r}/{w}"
             cells.append(cell)
         rows.append([f"GPU{a}"] + cells)
-    return _table(rows)
+    return aligned(rows)
 
 
 def gpu_lines(topology: Topology) -> list[str]:

@@ -1,5 +1,6 @@
 """The ``gputopo`` command's text: tables of bundled machines, the thresholds, and what ``gputopo
-parse`` read (an NCCL log, an nccl-tests table, an ``nvidia-smi topo -m`` matrix)."""
+parse`` read (an NCCL log, an nccl-tests table, ``nvidia-smi topo -m`` / ``topo -p2p`` / ``nvlink -s``
+output, nvbandwidth and p2pBandwidthLatencyTest matrices)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from ..core import model
 from ..parse.nccl_log import NcclLog, transport_family
 from ..parse.nccl_tests import NcclTestsResult
 from ..parse.smi_topo import SmiTopo
-from .report import link_matrix
+from ..parse.cuda_samples import P2PBandwidthLatency
+from ..parse.nvbandwidth import Nvbandwidth
+from ..parse.nvlink_status import NvlinkStatus
+from .report import aligned, link_matrix
 
 
 def machine_lines(profiles: list) -> list[str]:
@@ -83,3 +87,57 @@ def nccl_log_lines(log: NcclLog) -> list[str]:
         lines.append(f"set: {name}={value}")
     lines += [f"warning: {w}" for w in log.warnings]
     return lines
+
+
+def _spread(values: list[float]) -> str:
+    """``min .. max`` of the printed figures, or ``none printed``."""
+    return f"{min(values):.2f} .. {max(values):.2f}" if values else "none printed"
+
+
+def p2p_status_lines(matrix: tuple[tuple[str, ...], ...]) -> list[str]:
+    """An ``nvidia-smi topo -p2p`` matrix as read, and how many ordered pairs are OK."""
+    n = len(matrix)
+    rows = [[""] + [f"GPU{j}" for j in range(n)]] + [[f"GPU{i}"] + list(row) for i, row in enumerate(matrix)]
+    ok = sum(1 for i in range(n) for j in range(n) if i != j and matrix[i][j] == "OK")
+    return aligned(rows) + [f"OK on {ok} of {n * (n - 1)} ordered pairs"]
+
+
+def p2p_test_lines(result: P2PBandwidthLatency) -> list[str]:
+    """Per p2pBandwidthLatencyTest matrix: its size and the off-diagonal (GPU pairs) spread."""
+    lines = [f"p2pBandwidthLatencyTest: {result.n_gpus} GPUs"]
+    for title, matrix in result.matrices.items():
+        pairs = [v for i, row in enumerate(matrix) for j, v in enumerate(row) if i != j and v is not None]
+        lines.append(f"{title}: {len(matrix)}x{max(map(len, matrix), default=0)}, pairs {_spread(pairs)}")
+    return lines + [f"warning: {w}" for w in result.warnings]
+
+
+def nvbandwidth_lines(result: Nvbandwidth) -> list[str]:
+    """Versions, devices, and per testcase its status and each matrix's spread and SUM."""
+    lines = [f"nvbandwidth {result.version or '(version not printed)'}, driver {result.driver_version or '?'}, "
+             f"CUDA runtime {result.cuda_runtime_version or '?'}"]
+    lines += [f"device {i}: {name}" + (f" ({bus})" if bus else "") for i, name, bus in result.devices]
+    for case in result.testcases:
+        if case.status != "ran":
+            lines.append(f"{case.name}: {case.status}" + (f": {case.message}" if case.message else ""))
+        for m in case.matrices:
+            cells = [v for r, row in enumerate(m.cells) for c, v in enumerate(row) if v is not None
+                     and (len(m.cells) == 1 or r != c)]
+            total = "" if m.sum is None else f", SUM {m.sum:g}"
+            lines.append(f"{m.key}: {m.title}: {len(m.rows)}x{len(m.columns)}, {_spread(cells)} {m.unit}{total}")
+    return lines + [f"warning: {w}" for w in result.warnings]
+
+
+def nvlink_status_lines(status: NvlinkStatus) -> list[str]:
+    """Per GPU: its links up and down, the speeds printed, and which links are down."""
+    lines = []
+    for g in status.gpus:
+        head = f"GPU{g.index}: {g.name or '?'}" + (f" ({g.uuid})" if g.uuid else "")
+        if g.all_inactive:
+            lines.append(f"{head}: all links inactive (nvidia-smi does not say how many)")
+            continue
+        speeds = sorted({s.gbps for s in g.links if s.gbps is not None})
+        down = [s.link for s in g.links if not s.active]
+        lines.append(f"{head}: {g.active_links}/{len(g.links)} links up"
+                     + (f", {' / '.join(f'{v:g}' for v in speeds)} GB/s" if speeds else "")
+                     + (f"; down: {', '.join(map(str, down))}" if down else ""))
+    return lines + [f"warning: {w}" for w in status.warnings]

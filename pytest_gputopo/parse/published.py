@@ -1,0 +1,173 @@
+"""What operators' own tools printed about a machine, as a profile records it (``gputopo record
+--nvbandwidth / --p2p-bandwidth / --nvlink-status``): bandwidth figures as ``published`` entries
+(origin ``recorded``, with the file and tool as their source, never presented as measured here), and
+``nvidia-smi nvlink -s`` link states as the GPUs' NVLinks.
+
+A figure is recorded only where the tool's own source says what it is, in gputopo's terms:
+
+- nvbandwidth (``testcases_ce.cpp``/``testcases_sm.cpp``): ``device_to_device_memcpy_write_*`` fills
+  cell [row][column] with a copy row -> column; ``..._read_*`` with a copy column -> row (the row's GPU
+  reads); ``host_to_device_memcpy_*`` / ``device_to_host_memcpy_*`` one row, a column per GPU, from
+  pinned host memory (``cuMemHostAlloc``). Bidirectional, all-to-one and latency testcases measure
+  something gputopo does not: they are read and shown, not recorded.
+- cuda-samples' ``p2pBandwidthLatencyTest``: ``P2P Writes`` cell [i][j] is a copy i -> j, ``P2P Reads``
+  j -> i, both peer to peer only where its ``P2P Connectivity Matrix`` says 1 (elsewhere
+  ``cudaMemcpyPeerAsync`` stages the copy through the host); ``P2P=Disabled`` unidirectional is
+  the staged copy; ``Bidirectional P2P=Enabled`` counts both directions' bytes, as ``p2p_bidir`` does.
+
+The tools number GPUs as CUDA does in their process, as the profile's ``index`` does: a tool that saw
+another number of GPUs, or other PCI addresses, ran elsewhere (or under another CUDA_VISIBLE_DEVICES)
+and is refused."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..core import model
+from .cuda_samples import P2PBandwidthLatency
+from .nvbandwidth import Nvbandwidth
+from .nvlink_status import NvlinkStatus
+
+
+class ToolOutputError(ValueError):
+    """A tool's output cannot describe this profile's machine; the message says why."""
+
+
+# nvbandwidth testcase -> (kind, where a cell's GPUs are): "row->col", "col->row", or "col" (one GPU)
+_NVBANDWIDTH = {
+    "device_to_device_memcpy_write_ce": ("p2p", "row->col"), "device_to_device_memcpy_write_sm": ("p2p", "row->col"),
+    "device_to_device_memcpy_read_ce": ("p2p", "col->row"), "device_to_device_memcpy_read_sm": ("p2p", "col->row"),
+    "host_to_device_memcpy_ce": ("h2d", "col"), "host_to_device_memcpy_sm": ("h2d", "col"),
+    "device_to_host_memcpy_ce": ("d2h", "col"), "device_to_host_memcpy_sm": ("d2h", "col"),
+}
+CONNECTIVITY = "P2P Connectivity Matrix"
+# p2pBandwidthLatencyTest title -> (kind, where a cell's GPUs are, needs peer access)
+_P2P_TEST = {
+    "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)": ("p2p", "row->col", True),
+    "Unidirectional P2P=Enabled Bandwidth (P2P Reads) Matrix (GB/s)": ("p2p", "col->row", True),
+    "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)": ("p2p_staged", "row->col", False),
+    "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)": ("p2p_bidir", "row->col", True),
+}
+
+
+def _gpus_of(where: str, r: int, c: int) -> dict:
+    if where == "col":
+        return {"gpu": c}
+    src, dst = (r, c) if where == "row->col" else (c, r)
+    return {"src": src, "dst": dst}
+
+
+def _same_gpus(tool: str, file: str, count: int, topology: model.Topology, buses=()) -> None:
+    if count != len(topology.gpus):
+        raise ToolOutputError(f"{file}: {tool} saw {count} GPUs and the machine has {len(topology.gpus)}: another "
+                              f"machine, or another CUDA_VISIBLE_DEVICES (run it with every GPU visible)")
+    for index, bus in buses:
+        known = topology.gpus[index].pci_bus_id if index < count else None
+        if bus and known and not known.upper().startswith(bus.upper()):
+            raise ToolOutputError(f"{file}: {tool}'s device {index} is at {bus}, the machine's GPU{index} at "
+                                  f"{known}: another machine, or GPUs numbered otherwise (CUDA_DEVICE_ORDER)")
+
+
+def _cells(matrix, count: int):
+    """(row, column, value) of every printed off-diagonal figure inside the machine's GPUs."""
+    for r, row in enumerate(matrix):
+        for c, value in enumerate(row):
+            if value is not None and value > 0 and r != c and r < count and c < count:
+                yield r, c, value
+
+
+def _host_cells(matrix, count: int):
+    """(0, GPU, value) of a one-row matrix of host <-> GPU figures (nvbandwidth's CPU(row))."""
+    for c, value in enumerate(matrix[0] if matrix else ()):
+        if value is not None and value > 0 and c < count:
+            yield 0, c, value
+
+
+def _cell(matrix, r: int, c: int):
+    try:
+        return matrix[r][c]
+    except IndexError:
+        return None
+
+
+class RecordedFigures:
+    """The figures of one or more tool outputs for ``topology``'s machine, in the order read: the
+    first for a kind and its GPUs is kept (``published``); ``notes`` say what each output gave."""
+
+    def __init__(self, topology: model.Topology) -> None:
+        self.topology = topology
+        self._found: dict[tuple, dict] = {}
+        self.notes: list[str] = []
+
+    @property
+    def published(self) -> list[dict]:
+        return list(self._found.values())
+
+    def _add(self, kind: str, where: str, r: int, c: int, gbps: float, source: str) -> bool:
+        gpus = _gpus_of(where, r, c)
+        key = (kind, tuple(sorted(gpus.items())))
+        if key in self._found:
+            return False
+        pinned = {"pinned": True} if kind in ("h2d", "d2h") else {}
+        self._found[key] = {"kind": kind, "gbps": gbps, **gpus, **pinned, "source": source}
+        return True
+
+    def add_nvbandwidth(self, result: Nvbandwidth, file: str) -> None:
+        count = len(self.topology.gpus)
+        columns = max((len(m.columns) for t in result.testcases for m in t.matrices), default=0)
+        _same_gpus("nvbandwidth", file, len(result.devices) or columns, self.topology,
+                   [(i, bus) for i, _, bus in result.devices])
+        version = result.version or "(version not printed)"
+        for case in result.testcases:
+            mapping = _NVBANDWIDTH.get(case.name)
+            if case.status != "ran" or not case.matrices:
+                self.notes.append(f"{file}: {case.name}: {case.status}, nothing to record")
+            elif mapping is None:
+                self.notes.append(f"{file}: {case.name}: not recorded (gputopo measures nothing the same)")
+            else:
+                kind, where = mapping
+                cells = (_host_cells if where == "col" else _cells)(case.matrices[0].cells, count)
+                kept = sum(self._add(kind, where, r, c, gbps, f"nvbandwidth {version} {case.name}, {file}")
+                           for r, c, gbps in cells)
+                self.notes.append(f"{file}: {case.name}: {kept} {kind} figure(s) recorded")
+
+    def add_p2p_test(self, result: P2PBandwidthLatency, file: str) -> None:
+        count = len(self.topology.gpus)
+        _same_gpus("p2pBandwidthLatencyTest", file, result.n_gpus, self.topology)
+        access = result.matrices.get(CONNECTIVITY)
+        for title, matrix in result.matrices.items():
+            kind, where, peer = _P2P_TEST.get(title, (None, None, None))
+            if kind is None:
+                if title != CONNECTIVITY:
+                    self.notes.append(f"{file}: {title}: not recorded (gputopo measures nothing the same)")
+            elif peer and access is None:
+                self.notes.append(f"{file}: {title}: not recorded: no {CONNECTIVITY} in the text, so which pairs "
+                                  f"copied peer to peer is unknown")
+            else:
+                # Without peer access CUDA staged the "P2P=Enabled" copy through the host: not a P2P figure.
+                kept = sum(self._add(kind, where, r, c, gbps, f"cuda-samples p2pBandwidthLatencyTest {title}, {file}")
+                           for r, c, gbps in _cells(matrix, count) if not peer or _cell(access, r, c) == 1)
+                self.notes.append(f"{file}: {title}: {kept} {kind} figure(s) recorded")
+
+
+def with_nvlink_states(topology: model.Topology, status: NvlinkStatus, file: str) -> model.Topology:
+    """``topology`` with the NVLink states ``nvidia-smi nvlink -s`` printed as its GPUs' links (state
+    only: where a link leads, nvlink -s does not say) and a warning where the two outputs disagree."""
+    by_uuid = {g.uuid: g for g in topology.gpus if g.uuid}
+    by_nvml = {g.nvml_index: g for g in topology.gpus if g.nvml_index is not None}
+    gpus = list(topology.gpus)
+    warnings = list(topology.warnings)
+    for listed in status.gpus:
+        gpu = by_uuid.get(listed.uuid) if listed.uuid and by_uuid else by_nvml.get(listed.index)
+        if gpu is None:
+            raise ToolOutputError(f"{file}: GPU {listed.index} ({listed.uuid or 'no UUID'}) is no GPU of this machine")
+        best = max((ln.nvlinks or 0 for ln in topology.links if gpu.index in (ln.a, ln.b)), default=0)
+        if listed.all_inactive:
+            warnings.append(f"GPU{gpu.index}: nvidia-smi nvlink -s ({file}) says all its links are inactive "
+                            f"(not how many)" + (f", while its pairs show NV{best}" if best else ""))
+            continue
+        gpus[gpu.index] = dataclasses.replace(gpu, nvlinks=tuple(model.NvLink(s.link, s.active) for s in listed.links))
+        if listed.active_links < best:
+            warnings.append(f"GPU{gpu.index}: nvidia-smi nvlink -s ({file}) shows {listed.active_links} links up, "
+                            f"a pair shows NV{best}: outputs taken at different times?")
+    return dataclasses.replace(topology, gpus=tuple(gpus), warnings=tuple(dict.fromkeys(warnings)))

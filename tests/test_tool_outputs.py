@@ -1,0 +1,276 @@
+"""Issue 12.5: what operators already run -- ``nvidia-smi topo -p2p`` and ``nvlink -s``, NVIDIA's
+nvbandwidth, cuda-samples' p2pBandwidthLatencyTest -- read by ``gputopo parse`` (each refusing the
+others' text), taken by ``gputopo record`` into a profile as recorded figures and link states with
+their source, served for the machine they describe (never as measured), and drawn in the report.
+
+Which cell is which copy comes from the tools' sources: nvbandwidth ``testcases_ce.cpp``
+(``DeviceToDeviceReadCE``: ``value(src, peer) = doMemcpy(peerBuffer, srcBuffer)``, a copy column ->
+row; ``DeviceToDeviceWriteCE``: row -> column), p2pBandwidthLatencyTest.cu (``P2P_WRITE``:
+``performP2PCopy(buffers[j], j, buffers[i], i, ...)``, i -> j, with peer access only where
+``cudaDeviceCanAccessPeer``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import CORPUS, NO_CORPUS
+from pytest_gputopo import cli
+from pytest_gputopo.core import schema
+from pytest_gputopo.parse.nvbandwidth import Nvbandwidth, NvbMatrix, NvbTestcase, parse_nvbandwidth
+from pytest_gputopo.parse.published import RecordedFigures
+from pytest_gputopo.parse.nvlink_status import GpuLinks, LinkState, NvlinkStatus
+from pytest_gputopo.probe import probe
+from pytest_gputopo.render.nvbandwidth import render_nvbandwidth
+from pytest_gputopo.render.nvlink_status import render_nvlink_status
+from pytest_gputopo.render.smi_topo import render_topo_matrix
+
+SLOW = 5  # the GPU whose copies are slow in the nvbandwidth text below
+
+
+def run(capsys, *args) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def h100_topo(tmp_path) -> Path:
+    """hgx-h100 as ``nvidia-smi topo -m`` prints it (NV18 every pair; no bus ids, no NVLink states)."""
+    path = tmp_path / "topo.txt"
+    path.write_text(render_topo_matrix(probe("hgx-h100")))
+    return path
+
+
+def nvbandwidth_text(n: int = 8) -> str:
+    """nvbandwidth v0.10's read and host-to-device testcases on ``n`` GPUs: GPU5's copies slow, GPU0
+    unable to reach GPU1 (N/A), and a testcase gputopo does not record."""
+    def d2d(r, c):
+        return None if r == c or (r, c) == (0, 1) else 120.0 if SLOW in (r, c) else 395.0 + r / 100 + c / 1000
+
+    labels = tuple(map(str, range(n)))
+    read = NvbMatrix("device_to_device_memcpy_read_ce", "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)", "GB/s",
+                     labels, labels, tuple(tuple(d2d(r, c) for c in range(n)) for r in range(n)), None)
+    h2d = NvbMatrix("host_to_device_memcpy_ce", "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)", "GB/s",
+                    ("0",), labels, (tuple(55.0 - (g == SLOW) * 40 for g in range(n)),), None)
+    local = NvbMatrix("device_local_copy", "memcpy local GPU(column) bandwidth (GB/s)", "GB/s", ("0",), labels,
+                      ((1500.0,) * n,), None)
+    cases = tuple(NvbTestcase(m.key, "ran", None, (dataclasses.replace(
+        m, sum=round(sum(v for row in m.cells for v in row if v is not None), 2)),)) for m in (read, h2d, local))
+    return render_nvbandwidth(Nvbandwidth("v0.10.0", "595.71.05", "13.2", (), cases, ()))
+
+
+def nvlink_text(down: dict[int, tuple[int, ...]], n: int = 8) -> str:
+    """``nvidia-smi nvlink -s`` of an H100 box: 18 links of 26.562 GB/s per GPU, ``down`` inactive."""
+    gpus = tuple(GpuLinks(i, "NVIDIA H100 80GB HBM3", None,
+                          tuple(LinkState(k, False, None) if k in down.get(i, ()) else LinkState(k, True, 26.562)
+                                for k in range(18)))
+                 for i in range(n))
+    return render_nvlink_status(NvlinkStatus(gpus, ()))
+
+
+# ------------------------------------------------------------------------------- gputopo record
+
+
+def test_nvbandwidth_figures_are_recorded_per_pair_and_served_as_recorded(tmp_path, h100_topo, capsys):
+    (tmp_path / "nvb.txt").write_text(nvbandwidth_text())
+    profile = tmp_path / "node.json"
+    code, out, err = run(capsys, "record", "--from-smi", str(h100_topo), "--nvbandwidth", str(tmp_path / "nvb.txt"),
+                         "-o", str(profile))
+    assert code == 0, err
+    assert "device_to_device_memcpy_read_ce: 55 p2p figure(s) recorded" in out  # 56 pairs, one N/A
+    assert "host_to_device_memcpy_ce: 8 h2d figure(s) recorded" in out
+    assert "device_local_copy: not recorded (gputopo measures nothing the same)" in out
+    data = json.loads(profile.read_text())
+    assert data["sources"][-1]["what"] == "nvbandwidth" and data["sources"][-1]["file"] == str(tmp_path / "nvb.txt")
+    figures = {(f["kind"], f.get("src"), f.get("dst"), f.get("gpu")): f for f in data["topology"]["published"]}
+    # read_ce cell [row 7][column 0] is GPU7 reading from GPU0: a copy GPU0 -> GPU7
+    assert figures["p2p", 0, 7, None]["gbps"] == pytest.approx(395.07)
+    assert ("p2p", 1, 0, None) not in figures  # the N/A cell: GPU0 could not read GPU1
+    assert figures["h2d", None, None, SLOW]["gbps"] == 15.0 and figures["h2d", None, None, SLOW]["pinned"] is True
+    assert figures["p2p", 0, 7, None]["source"] == f"nvbandwidth v0.10.0 device_to_device_memcpy_read_ce, {tmp_path / 'nvb.txt'}"
+
+    code, out, err = run(capsys, "check", "--machine", str(profile), "--level", "full", "--json",
+                         str(tmp_path / "run.json"), "--html", str(tmp_path / "run.html"))
+    doc = json.loads((tmp_path / "run.json").read_text())
+    got = {tuple(m["key"]): m for m in doc["measurements"]}
+    slow = got["p2p", 0, SLOW]
+    assert (slow["gbps"], slow["origin"]) == (120.0, "recorded") and "nvbandwidth v0.10.0" in slow["source"]
+    assert got["p2p", 0, 1]["gbps"] == 395.01  # read_ce [1][0]: GPU1 read it from GPU0
+    assert got["h2d", SLOW, True]["gbps"] == 15.0 and got["h2d", SLOW, True]["origin"] == "recorded"
+    # topo -m text names no GPU model nor NVLink generation: nothing says what NV18 should give, and
+    # the recorded figure is said, not judged (unknown, never "OK")
+    assert "recorded, not measured: nvbandwidth v0.10.0 device_to_device_memcpy_read_ce" in out
+    assert "not judged: NV18 (no figure for it)" in out and code == 0
+    page = (tmp_path / "run.html").read_text()
+    assert "120 / ?" in page and "<small>recorded</small>" in page and "<small>measured</small>" not in page
+
+
+def test_recorded_figures_are_judged_as_measured_ones_are(tmp_path, capsys):
+    """The same figures in a profile that knows its GPUs (bundled hgx-h100: H100 SXM5, NVLink 4.0)."""
+    data = json.loads((Path(cli.__file__).parent / "machines" / "hgx-h100.json").read_text())
+    figures = RecordedFigures(probe("hgx-h100"))
+    figures.add_nvbandwidth(parse_nvbandwidth(nvbandwidth_text()), "nvb.txt")
+    data["topology"]["published"] = figures.published  # in place of the pair-less published figure
+    (tmp_path / "node.json").write_text(json.dumps(data))
+    code, out, err = run(capsys, "check", "--machine", str(tmp_path / "node.json"), "--level", "full",
+                         "--json", str(tmp_path / "run.json"))
+    checks = {c["check"]: c for c in json.loads((tmp_path / "run.json").read_text())["checks"]}
+    assert checks[f"p2p_bw[GPU0->GPU{SLOW}]"]["outcome"] == "failed" and code == 1
+    assert checks["p2p_bw[GPU0->GPU2]"]["outcome"] == "passed"
+    assert "recorded" in checks[f"p2p_bw[GPU0->GPU{SLOW}]"]["message"]
+
+
+def test_published_figures_follow_the_gpus_a_process_sees(tmp_path, h100_topo, capsys, monkeypatch):
+    (tmp_path / "nvb.txt").write_text(nvbandwidth_text())
+    profile = tmp_path / "node.json"
+    assert run(capsys, "record", "--from-smi", str(h100_topo), "--nvbandwidth", str(tmp_path / "nvb.txt"),
+               "-o", str(profile))[0] == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"3,{SLOW}")
+    seen = probe(str(profile))
+    pairs = {(f["src"], f["dst"]): f["gbps"] for f in seen.published if f["kind"] == "p2p"}
+    assert pairs == {(0, 1): 120.0, (1, 0): 120.0}  # cuda:1 is GPU5: its figures, renumbered; the rest dropped
+    assert {f["gpu"]: f["gbps"] for f in seen.published if f["kind"] == "h2d"} == {0: 55.0, 1: 15.0}
+
+
+def test_nvlink_states_are_recorded_and_a_down_link_fails_the_check(tmp_path, h100_topo, capsys):
+    (tmp_path / "nvl.txt").write_text(nvlink_text({SLOW: (7,)}))
+    profile = tmp_path / "node.json"
+    code, out, err = run(capsys, "record", "--from-smi", str(h100_topo), "--nvlink-status", str(tmp_path / "nvl.txt"),
+                         "-o", str(profile))
+    assert code == 0, err
+    # topo -m says NV18 for GPU5's pairs, nvlink -s 17 links up: said, both kept as printed
+    assert f"GPU{SLOW}: nvidia-smi nvlink -s ({tmp_path / 'nvl.txt'}) shows 17 links up, a pair shows NV18" in err
+    seen = probe(str(profile))
+    assert {str(ln.label) for ln in seen.pairs()} == {"NV18"}  # the pairs' counts survive link states without ends
+    assert [ln.link for ln in seen.gpus[SLOW].nvlinks if not ln.active] == [7]
+    assert seen.gpus[0].active_nvlinks == 18
+    code, out, err = run(capsys, "check", "--machine", str(profile), "--json", str(tmp_path / "run.json"))
+    checks = {c["check"]: c for c in json.loads((tmp_path / "run.json").read_text())["checks"]}
+    assert checks[f"nvlink[GPU{SLOW}]"]["outcome"] == "failed"
+    assert "NVLinks [7] are down (17/18 up)" in checks[f"nvlink[GPU{SLOW}]"]["message"]
+    assert checks["nvlink[GPU0]"]["outcome"] == "passed" and code == 1
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--nvlink-status", "x.txt"], "--nvlink-status goes with --from-smi"),
+    (["--from-smi", "TOPO2", "--nvbandwidth", "NVB"], "nvbandwidth saw 8 GPUs and the machine has 2"),
+    (["--from-smi", "TOPO2", "--nvlink-status", "TOPO2"], "no nvidia-smi nvlink -s output"),
+    (["--from-smi", "TOPO2", "--nvbandwidth", "TOPO2"], "TOPO2: "),
+])
+def test_a_tool_output_that_cannot_describe_the_machine_is_refused(tmp_path, capsys, args, says):
+    files = {"TOPO2": tmp_path / "topo2.txt", "NVB": tmp_path / "nvb.txt"}
+    files["TOPO2"].write_text(render_topo_matrix(probe("2x-rtx3090-nvlink")))
+    files["NVB"].write_text(nvbandwidth_text())
+    args = [str(files[a]) if a in files else a for a in args]
+    code, out, err = run(capsys, "record", *args, "-o", str(tmp_path / "node.json"))
+    assert code == 2 and says.replace("TOPO2", str(files["TOPO2"])) in err and not (tmp_path / "node.json").exists()
+
+
+P2P_TEST = """[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]
+Device: 0, NVIDIA GeForce RTX 3090, pciBusID: 1, pciDeviceID: 0, pciDomainID:0
+Device: 1, NVIDIA GeForce RTX 3090, pciBusID: 21, pciDeviceID: 0, pciDomainID:0
+P2P Connectivity Matrix
+     D\\D     0     1
+     0\t     1     1
+     1\t     0     1
+Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)
+   D\\D     0      1 
+     0 831.56  11.42 
+     1  11.45 832.78 
+Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)
+   D\\D     0      1 
+     0 831.23  52.75 
+     1  11.39 833.11 
+Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)
+   D\\D     0      1 
+     0 838.41 101.55 
+     1  19.87 839.35 
+"""
+
+
+def test_p2p_test_figures_are_peer_to_peer_only_where_cuda_said_peer_access(tmp_path, capsys):
+    """GPU1 cannot reach GPU0 (connectivity 0): its "P2P=Enabled" copy was staged through the host
+    by cudaMemcpyPeerAsync, so it is no P2P figure; the P2P=Disabled matrix is the staged copy."""
+    (tmp_path / "topo.txt").write_text(render_topo_matrix(probe("2x-rtx3090-nvlink")))
+    (tmp_path / "p2p.txt").write_text(P2P_TEST)
+    code, out, err = run(capsys, "record", "--from-smi", str(tmp_path / "topo.txt"), "--p2p-bandwidth",
+                         str(tmp_path / "p2p.txt"), "-o", str(tmp_path / "node.json"))
+    assert code == 0, err
+    figures = {(f["kind"], f["src"], f["dst"]): f["gbps"]
+               for f in json.loads((tmp_path / "node.json").read_text())["topology"]["published"]}
+    assert figures == {("p2p_staged", 0, 1): 11.42, ("p2p_staged", 1, 0): 11.45, ("p2p", 0, 1): 52.75,
+                       ("p2p_bidir", 0, 1): 101.55}
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=NO_CORPUS)
+def test_a_p2p_test_without_its_connectivity_matrix_records_no_p2p_figure(tmp_path, capsys):
+    (tmp_path / "topo.txt").write_text(render_topo_matrix(probe("8x-l40s")))
+    sample = CORPUS / "ncclperf" / "006.txt"  # the Bidirectional P2P=Enabled matrix alone
+    code, out, err = run(capsys, "record", "--from-smi", str(tmp_path / "topo.txt"), "--p2p-bandwidth", str(sample),
+                         "-o", str(tmp_path / "node.json"))
+    assert code == 0, err
+    assert "not recorded: no P2P Connectivity Matrix in the text" in out
+    assert json.loads((tmp_path / "node.json").read_text())["topology"]["published"] == []
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=NO_CORPUS)
+def test_corpus_outputs_of_one_machine_make_one_profile(tmp_path, capsys):
+    """corpus topo/001 (8x A100 SXM4, NV12) with nvlink-status/001 (GPU0 of an A100-SXM4-40GB node)."""
+    code, out, err = run(capsys, "record", "--from-smi", str(CORPUS / "topo" / "001.txt"), "--nvlink-status",
+                         str(CORPUS / "nvlink-status" / "001.txt"), "-o", str(tmp_path / "node.json"))
+    assert code == 0, err
+    seen = probe(str(tmp_path / "node.json"))
+    assert [ln.active for ln in seen.gpus[0].nvlinks] == [True] * 12 and seen.gpus[1].nvlinks == ()
+    assert {str(ln.label) for ln in seen.pairs()} == {"NV12"}
+
+
+# ------------------------------------------------------------------------------- the profile
+
+
+@pytest.mark.parametrize("figure, says", [
+    ({"kind": "p2p", "gbps": 1.0, "source": "s", "src": 0}, "published[0].dst: src and dst name a pair"),
+    ({"kind": "p2p", "gbps": 1.0, "source": "s", "src": 0, "dst": 0}, "needs two GPUs"),
+    ({"kind": "p2p", "gbps": 1.0, "source": "s", "src": 0, "dst": 2}, "published[0].dst: 2 is not from 0 to 1"),
+    ({"kind": "h2d", "gbps": 1.0, "source": "s", "src": 0, "dst": 1}, "published[0].src: a figure of kind h2d names no src"),
+    ({"kind": "allreduce", "gbps": 1.0, "source": "s", "gpu": 0}, "a figure of kind allreduce names no gpu"),
+    ({"kind": "d2h", "gbps": 1.0, "source": "s", "gpu": True}, "published[0].gpu: expected int"),
+])
+def test_a_figure_naming_gpus_is_checked_against_the_profile(figure, says):
+    data = schema.to_dict(probe("2x-rtx3090-nvlink"))
+    data["published"] = [figure]
+    with pytest.raises(schema.SchemaError) as caught:
+        schema.from_dict(data)
+    assert says in str(caught.value)
+
+
+# ------------------------------------------------------------------------------- gputopo parse
+
+FORMATS = {"smi-p2p": "p2pmatrix/001.txt", "nvlink-status": "nvlink-status/001.txt",
+           "nvbandwidth": "nvbandwidth/001.txt", "p2p-bandwidth": "ncclperf/006.txt"}
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=NO_CORPUS)
+@pytest.mark.parametrize("fmt, says", [
+    ("smi-p2p", "OK on 56 of 56 ordered pairs"),
+    ("nvlink-status", "GPU0: NVIDIA A100-SXM4-40GB (GPU-fde0a018-ad1a-bbec-ccf6-50a9f64bd178): 12/12 links up, 25 GB/s"),
+    ("nvbandwidth", "device_to_device_memcpy_read_ce: memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s): 8x8, "
+                    "395.05 .. 395.25 GB/s, SUM 22126.6"),
+    ("p2p-bandwidth", "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s): 8x8, pairs 38.92 .. 50.69"),
+])
+def test_parse_reads_each_format_as_its_tool_writes_it(fmt, says, capsys):
+    code, out, err = run(capsys, "parse", fmt, str(CORPUS / FORMATS[fmt]))
+    assert code == 0 and says in out, err
+    code, out, err = run(capsys, "parse", fmt, str(CORPUS / FORMATS[fmt]), "--json")
+    assert code == 0 and json.loads(out)
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=NO_CORPUS)
+@pytest.mark.parametrize("fmt, other", [(fmt, other) for fmt in sorted(FORMATS) for other in sorted(
+    set(FORMATS.values()) | {"topo/003.txt", "nccl/003.txt", "ncclperf/001.txt"}) if other != FORMATS[fmt]])
+def test_parse_refuses_what_is_not_its_format(fmt, other, capsys):
+    code, out, err = run(capsys, "parse", fmt, str(CORPUS / other))
+    assert code == 2 and err.startswith(f"gputopo: {CORPUS / other}: ") and len(err.strip().splitlines()) == 1, err
