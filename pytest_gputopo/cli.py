@@ -83,10 +83,7 @@ def _p2p_args(values: list[str]) -> dict:
         if bad or not caps:
             raise CliError(f"--p2p {value!r}: {''.join(bad) or 'nothing'!r} before ':' is no capability letter "
                            f"(r read, w write, n nvlink, a atomics)")
-        try:
-            matrix = smi_machine.parse_p2p_matrix(_read(path))
-        except smi_text.SmiParseError as exc:
-            raise CliError(f"{path}: {exc}") from None
+        matrix = _read_tool(path, smi_machine.parse_p2p_matrix, smi_text.SmiParseError)
         for c in caps:
             out[P2P_CAPS[c]] = (path, matrix)
     return out
@@ -94,10 +91,7 @@ def _p2p_args(values: list[str]) -> dict:
 
 def cmd_record(args) -> int:
     if args.from_smi:
-        try:
-            smi = smi_text.parse_topo_matrix(_read(args.from_smi))
-        except smi_text.SmiParseError as exc:
-            raise CliError(f"{args.from_smi}: {exc}") from None
+        smi = _read_tool(args.from_smi, smi_text.parse_topo_matrix, smi_text.SmiParseError)
         p2p_files = _p2p_args(args.p2p)
         topology = smi_machine.to_topology(smi, {cap: matrix for cap, (_, matrix) in p2p_files.items()},
                                         name=args.from_smi)
@@ -144,11 +138,10 @@ def _with_tool_outputs(args, topology: model.Topology, sources: list):
             sources.append({"what": "nvidia-smi nvlink -s", "file": path,
                             "notes": [w for w in topology.warnings if w not in before]})
         figures = RecordedFigures(topology)
-        for flag, paths, parse, errors, add, what in (
-                ("--nvbandwidth", args.nvbandwidth, parse_nvbandwidth, NvbandwidthParseError,
-                 figures.add_nvbandwidth, "nvbandwidth"),
-                ("--p2p-bandwidth", args.p2p_bandwidth, parse_p2p_bandwidth_latency, P2PParseError,
-                 figures.add_p2p_test, "cuda-samples p2pBandwidthLatencyTest")):
+        for paths, parse, errors, add, what in (
+                (args.nvbandwidth, parse_nvbandwidth, NvbandwidthParseError, figures.add_nvbandwidth, "nvbandwidth"),
+                (args.p2p_bandwidth, parse_p2p_bandwidth_latency, P2PParseError, figures.add_p2p_test,
+                 "cuda-samples p2pBandwidthLatencyTest")):
             for path in paths:
                 known = len(figures.notes)
                 add(_read_tool(path, parse, errors), path)
@@ -161,25 +154,8 @@ def _with_tool_outputs(args, topology: model.Topology, sources: list):
 
 
 def cmd_parse(args) -> int:
-    if args.format == "nccl-tests":
-        return _parse_nccl_tests(args)
-    if args.format == "nccl-log":
-        log = parse_nccl_log(_read(args.file))
-        if not log.nccl_lines and log.nccl_version is None:
-            raise CliError(f"{args.file}: no NCCL log: not one line NCCL writes (\"NCCL INFO\", \"NCCL WARN\", "
-                           f"\"NCCL version\"); run with NCCL_DEBUG=INFO")
-        _emit(log.to_json(), args.json, tables.nccl_log_lines(log))
-        return 0
-    if args.format in _TOOL_FORMATS:
-        data, lines = _TOOL_FORMATS[args.format](args.file)
-        _emit(data, args.json, lines)
-        return 0
-    text = _read(args.file)
-    try:
-        smi = smi_text.parse_topo_matrix(text)
-    except smi_text.SmiParseError as exc:
-        raise CliError(f"{args.file}: {exc}") from None
-    _emit(smi.to_json(), args.json, tables.smi_topo_lines(smi, smi_machine.to_topology(smi, name=args.file)))
+    data, lines = _PARSERS[args.format](args.file)
+    _emit(data, args.json, lines)
     return 0
 
 
@@ -191,19 +167,14 @@ def _read_tool(path: str, parse, errors):
         raise CliError(f"{path}: {exc}") from None
 
 
+def _smi_topo(path: str):
+    smi = _read_tool(path, smi_text.parse_topo_matrix, smi_text.SmiParseError)
+    return smi.to_json(), tables.smi_topo_lines(smi, smi_machine.to_topology(smi, name=path))
+
+
 def _smi_p2p(path: str):
     matrix = _read_tool(path, smi_machine.parse_p2p_matrix, smi_text.SmiParseError)
     return {"n_gpus": len(matrix), "matrix": [list(r) for r in matrix]}, tables.p2p_status_lines(matrix)
-
-
-def _p2p_test(path: str):
-    result = _read_tool(path, parse_p2p_bandwidth_latency, P2PParseError)
-    return result.to_json(), tables.p2p_test_lines(result)
-
-
-def _nvbandwidth(path: str):
-    result = _read_tool(path, parse_nvbandwidth, NvbandwidthParseError)
-    return result.to_json(), tables.nvbandwidth_lines(result)
 
 
 def _nvlink_status(path: str):
@@ -211,18 +182,32 @@ def _nvlink_status(path: str):
     return result.to_json(), tables.nvlink_status_lines(result)
 
 
-# gputopo parse FORMAT: what operators already run, read as its tool writes it.
-_TOOL_FORMATS = {"smi-p2p": _smi_p2p, "p2p-bandwidth": _p2p_test, "nvbandwidth": _nvbandwidth,
-                 "nvlink-status": _nvlink_status}
+def _nccl_tests(path: str):
+    result = _read_tool(path, parse_nccl_tests, NcclTestsParseError)
+    return result.to_json(), tables.nccl_tests_lines(result)
 
 
-def _parse_nccl_tests(args) -> int:
-    try:
-        result = parse_nccl_tests(_read(args.file))
-    except NcclTestsParseError as exc:
-        raise CliError(f"{args.file}: {exc}") from None
-    _emit(result.to_json(), args.json, tables.nccl_tests_lines(result))
-    return 0
+def _nccl_log(path: str):
+    log = parse_nccl_log(_read(path))
+    if not log.nccl_lines and log.nccl_version is None:
+        raise CliError(f"{path}: no NCCL log: not one line NCCL writes (\"NCCL INFO\", \"NCCL WARN\", "
+                       f"\"NCCL version\"); run with NCCL_DEBUG=INFO")
+    return log.to_json(), tables.nccl_log_lines(log)
+
+
+def _nvbandwidth(path: str):
+    result = _read_tool(path, parse_nvbandwidth, NvbandwidthParseError)
+    return result.to_json(), tables.nvbandwidth_lines(result)
+
+
+def _p2p_test(path: str):
+    result = _read_tool(path, parse_p2p_bandwidth_latency, P2PParseError)
+    return result.to_json(), tables.p2p_test_lines(result)
+
+
+# gputopo parse FORMAT FILE: (JSON, text lines) of what a tool printed, read as it writes it.
+_PARSERS = {"smi-topo": _smi_topo, "smi-p2p": _smi_p2p, "nvlink-status": _nvlink_status, "nccl-tests": _nccl_tests,
+            "nccl-log": _nccl_log, "nvbandwidth": _nvbandwidth, "p2p-bandwidth": _p2p_test}
 
 
 def cmd_spec(args) -> int:
@@ -434,8 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("parse", help="read tool output and print what it says")
-    p.add_argument("format", choices=["smi-topo", "smi-p2p", "nvlink-status", "nccl-tests", "nccl-log", "nvbandwidth",
-                                      "p2p-bandwidth"],
+    p.add_argument("format", choices=list(_PARSERS),
                    help="smi-topo: `nvidia-smi topo -m` text; smi-p2p: `nvidia-smi topo -p2p r|w|n|a`; nvlink-status: "
                         "`nvidia-smi nvlink -s`; nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
                         "NCCL_DEBUG=INFO output; nvbandwidth: NVIDIA nvbandwidth output; p2p-bandwidth: cuda-samples' "

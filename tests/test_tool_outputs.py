@@ -22,6 +22,7 @@ from pytest_gputopo import cli
 from pytest_gputopo.core import schema
 from pytest_gputopo.parse.nvbandwidth import Nvbandwidth, NvbMatrix, NvbTestcase, parse_nvbandwidth
 from pytest_gputopo.parse.published import RecordedFigures
+from pytest_gputopo.parse.smi_machine import parse_p2p_matrix
 from pytest_gputopo.parse.nvlink_status import GpuLinks, LinkState, NvlinkStatus
 from pytest_gputopo.probe import probe
 from pytest_gputopo.render.nvbandwidth import render_nvbandwidth
@@ -258,7 +259,7 @@ FORMATS = {"smi-p2p": "p2pmatrix/001.txt", "nvlink-status": "nvlink-status/001.t
     ("smi-p2p", "OK on 56 of 56 ordered pairs"),
     ("nvlink-status", "GPU0: NVIDIA A100-SXM4-40GB (GPU-fde0a018-ad1a-bbec-ccf6-50a9f64bd178): 12/12 links up, 25 GB/s"),
     ("nvbandwidth", "device_to_device_memcpy_read_ce: memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s): 8x8, "
-                    "395.05 .. 395.25 GB/s, SUM 22126.6"),
+                    "395.05 .. 395.25 GB/s, SUM 22126.64"),
     ("p2p-bandwidth", "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s): 8x8, pairs 38.92 .. 50.69"),
 ])
 def test_parse_reads_each_format_as_its_tool_writes_it(fmt, says, capsys):
@@ -274,3 +275,13 @@ def test_parse_reads_each_format_as_its_tool_writes_it(fmt, says, capsys):
 def test_parse_refuses_what_is_not_its_format(fmt, other, capsys):
     code, out, err = run(capsys, "parse", fmt, str(CORPUS / other))
     assert code == 2 and err.startswith(f"gputopo: {CORPUS / other}: ") and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=NO_CORPUS)
+@pytest.mark.parametrize("path", sorted((CORPUS / "p2pmatrix").glob("*.txt")) if CORPUS.is_dir() else [])
+def test_corpus_p2p_status_matrices_meet_their_meta(path):
+    want = json.loads(path.with_suffix(".meta.json").read_text())["expected"]
+    matrix = parse_p2p_matrix(path.read_text())
+    codes = {c for i, row in enumerate(matrix) for j, c in enumerate(row) if i != j}
+    assert len(matrix) == want["n_gpus"] and codes == set(want["offdiag_codes"])
+    assert {matrix[i][i] for i in range(len(matrix))} == {want["diag_code"]} and (codes == {"OK"}) == want["all_ok"]

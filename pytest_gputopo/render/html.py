@@ -199,16 +199,16 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
         n = len(topology.gpus)
         rows = [[f"<th>GPU{a}</th>"] + [_cell("X", "self") if a == b else _measured_cell(copies.get((a, b)))
                                         for b in range(n)] for a in range(n)]
-        parts += ["<h3>P2P copy, GB/s measured / expected = ratio (row: from, column: to)</h3>",
+        parts += ["<h3>P2P copy, GB/s / expected = ratio, origin under each (row: from, column: to)</h3>",
                   _table(rows, [""] + [f"GPU{b}" for b in range(n)], "matrix")]
     host = [m for m in measured if m["key"][0] in ("h2d", "d2h")]
     if host:
         rows = [[_cell(m.get("what", "")), _measured_cell(m)] for m in host]
-        parts += ["<h3>Host &lt;-&gt; device copies</h3>", _table(rows, ["copy", "GB/s measured / expected = ratio"])]
+        parts += ["<h3>Host &lt;-&gt; device copies</h3>", _table(rows, ["copy", "GB/s / expected = ratio, origin"])]
     reduce = [m for m in measured if m["key"][0] == "allreduce"]
     if reduce:
         rows = [[_cell(m.get("what", ""), "text"), _measured_cell(m), _cell(m.get("origin", ""))] for m in reduce]
-        parts += ["<h3>All-reduce bus bandwidth</h3>", _table(rows, ["all-reduce", "GB/s measured / expected", "origin"])]
+        parts += ["<h3>All-reduce bus bandwidth</h3>", _table(rows, ["all-reduce", "GB/s / expected", "origin"])]
     if not parts:
         return "<p>Nothing was measured in this run.</p>"
     legend = _table([[_cell("1.00", "above"), _cell("at or above what the link should give", "text")],
@@ -358,7 +358,7 @@ def html_report(doc: dict) -> str:
     origin = source_text(topology)
     state = "" if doc.get("complete", True) else " (incomplete: the run had not finished)"
     # A run's document holds every section's key; a sweep's (gputopo bench) the machine and its sweeps.
-    drawn = [("measurements", "Measured bandwidth", lambda d: _bandwidth(d, topology)),
+    drawn = [("measurements", "Bandwidth: measured, cached or recorded", lambda d: _bandwidth(d, topology)),
              ("sweeps", "All-reduce sweeps", _sweeps), ("checks", "Checks", _checks),
              ("unmet", "Unmet requirements", _unmet), ("nccl", "NCCL", _nccl), ("nodes", "Nodes of the run", _nodes)]
     sections = [("Machine", _machine(topology))] + [(title, draw(doc)) for key, title, draw in drawn if key in doc]

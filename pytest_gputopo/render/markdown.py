@@ -55,7 +55,7 @@ def summary(doc: dict, gate_problems: list[str] | None = None) -> str:
         lines += ["<details><summary>Link classes</summary>", ""] + _matrix(topology) + ["", "</details>", ""]
     figures = _figures(doc)
     if figures:
-        lines += ["<details><summary>Measured bandwidth</summary>", ""] + figures + ["", "</details>", ""]
+        lines += ["<details><summary>Bandwidth: measured, cached or recorded</summary>", ""] + figures + ["", "</details>", ""]
     return "\n".join(lines) + "\n"
 
 

@@ -122,7 +122,7 @@ def nvbandwidth_lines(result: Nvbandwidth) -> list[str]:
         for m in case.matrices:
             cells = [v for r, row in enumerate(m.cells) for c, v in enumerate(row) if v is not None
                      and (len(m.cells) == 1 or r != c)]
-            total = "" if m.sum is None else f", SUM {m.sum:g}"
+            total = "" if m.sum is None else f", SUM {m.sum:.2f}"
             lines.append(f"{m.key}: {m.title}: {len(m.rows)}x{len(m.columns)}, {_spread(cells)} {m.unit}{total}")
     return lines + [f"warning: {w}" for w in result.warnings]
 
