@@ -16,12 +16,13 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo import cli
 from pytest_gputopo.core import schema
 from pytest_gputopo.parse.nvbandwidth import Nvbandwidth, NvbMatrix, NvbTestcase, parse_nvbandwidth
-from pytest_gputopo.parse.published import RecordedFigures
+from pytest_gputopo.parse.published import RecordedFigures, ToolOutputError
 from pytest_gputopo.parse.smi_machine import parse_p2p_matrix
 from pytest_gputopo.parse.nvlink_status import GpuLinks, LinkState, NvlinkStatus
 from pytest_gputopo.probe import probe
@@ -285,3 +286,30 @@ def test_corpus_p2p_status_matrices_meet_their_meta(path):
     codes = {c for i, row in enumerate(matrix) for j, c in enumerate(row) if i != j}
     assert len(matrix) == want["n_gpus"] and codes == set(want["offdiag_codes"])
     assert {matrix[i][i] for i in range(len(matrix))} == {want["diag_code"]} and (codes == {"OK"}) == want["all_ok"]
+
+
+VALUES = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, min_value=-1e9, max_value=1e9))
+NAMES = st.sampled_from(["device_to_device_memcpy_read_ce", "device_to_device_memcpy_write_sm",
+                         "host_to_device_memcpy_ce", "device_to_host_memcpy_sm", "all_to_host_memcpy_ce"])
+
+
+@settings(max_examples=150)
+@given(st.sampled_from(["2x-rtx3090-nvlink", "4x-rtx4090", "hgx-h100"]), st.integers(1, 9), st.data())
+def test_whatever_a_tool_printed_makes_a_profile_that_loads(machine, n, data):
+    """Any figures a parsed output holds (0, negative, huge, a GPU count the machine lacks) either are
+    refused naming the file or give published figures the profile schema accepts."""
+    topology = probe(machine)
+    cases = []
+    for name in data.draw(st.lists(NAMES, max_size=3)):
+        rows = 1 if "host" in name else n
+        cells = tuple(tuple(data.draw(VALUES) for _ in range(n)) for _ in range(rows))
+        labels = tuple(map(str, range(n)))
+        cases.append(NvbTestcase(name, "ran", None, (NvbMatrix(name, "t", "GB/s", labels[:rows], labels, cells, None),)))
+    figures = RecordedFigures(topology)
+    try:
+        figures.add_nvbandwidth(Nvbandwidth("v0.10.0", None, None, (), tuple(cases), ()), "f.txt")
+    except ToolOutputError as exc:
+        assert n != len(topology.gpus) and str(exc).startswith("f.txt: nvbandwidth saw")
+        return
+    loaded = schema.from_dict({**schema.to_dict(topology), "published": figures.published})
+    assert len(loaded.published) == len(figures.published)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..core import model
+from ..core.limits import is_bandwidth
 from .cuda_samples import P2PBandwidthLatency
 from .nvbandwidth import Nvbandwidth
 from .nvlink_status import NvlinkStatus
@@ -69,17 +70,18 @@ def _same_gpus(tool: str, file: str, count: int, topology: model.Topology, buses
 
 
 def _cells(matrix, count: int):
-    """(row, column, value) of every printed off-diagonal figure inside the machine's GPUs."""
+    """(row, column, value) of every printed off-diagonal figure inside the machine's GPUs (a figure
+    no link could give, 0 or above ``MAX_GBPS``, is no figure: a profile would refuse it)."""
     for r, row in enumerate(matrix):
         for c, value in enumerate(row):
-            if value is not None and value > 0 and r != c and r < count and c < count:
+            if is_bandwidth(value) and r != c and r < count and c < count:
                 yield r, c, value
 
 
 def _host_cells(matrix, count: int):
     """(0, GPU, value) of a one-row matrix of host <-> GPU figures (nvbandwidth's CPU(row))."""
     for c, value in enumerate(matrix[0] if matrix else ()):
-        if value is not None and value > 0 and c < count:
+        if is_bandwidth(value) and c < count:
             yield 0, c, value
 
 
@@ -114,9 +116,9 @@ class RecordedFigures:
 
     def add_nvbandwidth(self, result: Nvbandwidth, file: str) -> None:
         count = len(self.topology.gpus)
-        columns = max((len(m.columns) for t in result.testcases for m in t.matrices), default=0)
-        _same_gpus("nvbandwidth", file, len(result.devices) or columns, self.topology,
-                   [(i, bus) for i, _, bus in result.devices])
+        seen = len(result.devices) or max((len(m.columns) for t in result.testcases for m in t.matrices), default=0)
+        if seen:  # a run that printed no device and no matrix says nothing of any GPU
+            _same_gpus("nvbandwidth", file, seen, self.topology, [(i, bus) for i, _, bus in result.devices])
         version = result.version or "(version not printed)"
         for case in result.testcases:
             mapping = _NVBANDWIDTH.get(case.name)
