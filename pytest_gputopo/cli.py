@@ -302,7 +302,7 @@ def sweep_plan(args, topology: model.Topology):
 def cmd_bench(args) -> int:
     """The all-reduce sweep: nccl-tests' table on stdout, JSON and HTML on request."""
     from .bench.allreduce import BenchError, run_allreduce
-    from .bench.sweep import NCCL_TESTS_TYPES, sweep_entry, sweep_sizes
+    from .bench.sweep import NCCL_TESTS_TYPES, element_sizes, sweep_entry, sweep_sizes
     from .render.nccl_tests import sweep_table
 
     for flag, value, low in (("--ranks", args.ranks, 1), ("-w", args.warmup_iters, 0), ("--budget", args.budget, 1e-3),
@@ -314,9 +314,10 @@ def cmd_bench(args) -> int:
         if problem:
             raise CliError(f"{flag} {path}: cannot write: {problem}")
     try:
-        sizes = sweep_sizes(_size_arg("-b", args.minbytes), _size_arg("-e", args.maxbytes), args.stepfactor)
+        wanted = sweep_sizes(_size_arg("-b", args.minbytes), _size_arg("-e", args.maxbytes), args.stepfactor)
     except ValueError as exc:
         raise CliError(f"-b/-e/-f: {exc}") from None
+    sizes = element_sizes(wanted, NCCL_TESTS_TYPES[args.datatype])
     topology = probe(None)  # NVML only: this process never starts CUDA
     backend, devices, ranks, expected, basis = sweep_plan(args, topology)
     timeout = args.timeout if args.timeout is not None else 60 + 4 * args.budget * len(sizes)
@@ -330,7 +331,7 @@ def cmd_bench(args) -> int:
         print(f"gputopo: the sweep gave no figures: {exc.reason}", file=sys.stderr)
         return 1
     sweep = sweep_entry(result, host=topology.hostname, devices=devices,
-                        sizes=(sizes[0], sizes[-1], args.stepfactor), expected=expected, basis=basis)
+                        sizes=(wanted[0], wanted[-1], args.stepfactor), expected=expected, basis=basis)
     sys.stdout.write(sweep_table(sweep))
     document = {**report.machine_document(topology), "sweeps": [sweep], "complete": True}
     for path, text in ((args.json, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n"),

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from conftest import browser_render, needs_browser, needs_torch
-from pytest_gputopo.bench.sweep import sweep_sizes
+from pytest_gputopo.bench.sweep import element_sizes, sweep_sizes
 from pytest_gputopo.cli import CliError, sweep_plan
 from pytest_gputopo.parse.nccl_tests import parse_nccl_tests
 from pytest_gputopo.probe import probe
@@ -36,6 +36,14 @@ def test_the_sizes_step_as_nccl_tests_steps_them(begin, extra, factor):
         expected.append(size)
         size *= factor
     assert sweep_sizes(begin, end, factor) == expected
+
+
+def test_the_sizes_announced_are_the_sizes_measured():
+    """nccl-tests measures count = size / wordSize elements: sizes become whole elements (at least
+    one), and two sizes that round alike are measured once."""
+    assert element_sizes([1, 3, 9], "float32") == [4, 8]
+    assert element_sizes([1000, 2048], "float64") == [1000, 2048]
+    assert element_sizes([3, 1025], "bfloat16") == [2, 1024]
 
 
 @needs_torch

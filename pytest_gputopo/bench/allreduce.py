@@ -54,7 +54,7 @@ from ..core.collectives import allreduce_factor
 from ..runtime import environ
 from ..runtime.procs import Children
 from ..parse.nccl_tuning import algo_by_size, parse_nccl_tuning
-from .allreduce_worker import _ITEMSIZE, SCHED_POLICIES, read_json
+from .allreduce_worker import ITEMSIZE, SCHED_POLICIES, read_json
 from .allreduce_result import AllReduceResult, AllReduceRow
 from .harness import MIN_SAMPLE_S
 
@@ -271,8 +271,8 @@ def run_allreduce(
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
-    if dtype not in _ITEMSIZE:
-        raise ValueError(f"dtype must be one of {sorted(_ITEMSIZE)}, got {dtype!r}")
+    if dtype not in ITEMSIZE:
+        raise ValueError(f"dtype must be one of {sorted(ITEMSIZE)}, got {dtype!r}")
     if sched not in SCHED_POLICIES:
         raise ValueError(f"sched must be one of {', '.join(SCHED_POLICIES)}, got {sched!r}")
     if not sizes_bytes and judge_size is None:
@@ -291,7 +291,7 @@ def run_allreduce(
             raise ValueError(f"{len(devices)} devices given for {world_size} ranks")
         init_method = None
         ranks = list(range(world_size))
-    itemsize = _ITEMSIZE[dtype]
+    itemsize = ITEMSIZE[dtype]
     wanted = list(sizes_bytes) + ([judge_size] if judge_size is not None else [])
     counts = sorted({max(1, int(s) // itemsize) for s in wanted})
     judge_count = counts[-1] if judge_size is None else max(1, int(judge_size) // itemsize)

@@ -28,7 +28,7 @@ _EXACT_LIMIT = {
     "int64": 2**62,
     "int32": 2**30,
 }
-_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
 
 SCHED_POLICIES = ("fair", "fifo")  # CPU scheduling of the workers, see apply_sched
 # The faults the project's own tests asked for (runtime.environ.test_faults).
@@ -164,7 +164,7 @@ def measure_allreduce(
     rank = dist.get_rank()
     tdtype = getattr(torch, dtype)
     device = torch.device("cpu") if device is None else torch.device(device)
-    size = count * _ITEMSIZE[dtype]
+    size = count * ITEMSIZE[dtype]
 
     def agree(values: Sequence[float]) -> List[float]:
         # The mean over ranks, as nccl-tests reports (-a 1): the same figure on every rank, so
@@ -230,7 +230,7 @@ def _worker(cfg: dict, rank: int, status: _Status) -> None:
 
     n = cfg["world_size"]
     backend = cfg["backend"]
-    itemsize = _ITEMSIZE[cfg["dtype"]]
+    itemsize = ITEMSIZE[cfg["dtype"]]
 
     peer = cfg.get("peer", False)
     if backend == "nccl":

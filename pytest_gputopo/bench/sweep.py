@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 from ..core.spec import Figure
 from ..core.units import size_text
 from .allreduce_result import AllReduceResult
+from .allreduce_worker import ITEMSIZE
 
 # nccl-tests' -d names (src/common.cu test_typenames) -> torch dtype names; those torch.distributed
 # reduces on both gloo and NCCL.
@@ -29,6 +30,13 @@ def sweep_sizes(begin: int, end: int, factor: int) -> list[int]:
         sizes.append(size)
         size *= factor
     return sizes
+
+
+def element_sizes(sizes: Sequence[int], dtype: str) -> list[int]:
+    """The sizes as measured: whole elements of ``dtype``, at least one (nccl-tests' ``count = size /
+    wordSize``), each size once -- as ``run_allreduce`` rounds them, so that what is announced is run."""
+    itemsize = ITEMSIZE[dtype]
+    return sorted({max(1, size // itemsize) * itemsize for size in sizes})
 
 
 def sweep_entry(result: AllReduceResult, *, host: Optional[str], devices: Optional[Sequence[int]],
