@@ -22,6 +22,7 @@ from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo import cli
 from pytest_gputopo.core import schema
 from pytest_gputopo.parse.nvbandwidth import Nvbandwidth, NvbMatrix, NvbTestcase, parse_nvbandwidth
+from pytest_gputopo.parse.cuda_samples import parse_p2p_bandwidth_latency
 from pytest_gputopo.parse.published import RecordedFigures, ToolOutputError
 from pytest_gputopo.parse.smi_machine import parse_p2p_matrix
 from pytest_gputopo.parse.nvlink_status import GpuLinks, LinkState, NvlinkStatus
@@ -313,3 +314,22 @@ def test_whatever_a_tool_printed_makes_a_profile_that_loads(machine, n, data):
         return
     loaded = schema.from_dict({**schema.to_dict(topology), "published": figures.published})
     assert len(loaded.published) == len(figures.published)
+
+
+def test_a_tool_that_saw_other_pci_addresses_is_refused():
+    """p2pBandwidthLatencyTest prints each device's PCI address (``Device: %d, %s, pciBusID: %x,
+    pciDeviceID: %x, pciDomainID:%x``): output of another machine, or of GPUs numbered otherwise,
+    never lends its figures to this profile."""
+    topology = probe("2x-rtx3090-nvlink")
+    with pytest.raises(ToolOutputError, match="p2p.txt: p2pBandwidthLatencyTest's device 1 is at 00000000:21:00, "
+                                              "the machine's GPU1 at 00000000:4B:00.0"):
+        RecordedFigures(topology).add_p2p_test(parse_p2p_bandwidth_latency(P2P_TEST), "p2p.txt")
+    text = P2P_TEST
+    for gpu in topology.gpus:
+        domain, bus, rest = gpu.pci_bus_id.split(":")
+        text = text.replace(f"Device: {gpu.index}, NVIDIA GeForce RTX 3090, pciBusID: {('1', '21')[gpu.index]}, "
+                            f"pciDeviceID: 0, pciDomainID:0", f"Device: {gpu.index}, NVIDIA GeForce RTX 3090, pciBusID: "
+                            f"{int(bus, 16):x}, pciDeviceID: {int(rest[:2], 16):x}, pciDomainID:{int(domain, 16):x}")
+    figures = RecordedFigures(topology)
+    figures.add_p2p_test(parse_p2p_bandwidth_latency(text), "p2p.txt")
+    assert len(figures.published) == 4

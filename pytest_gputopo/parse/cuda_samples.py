@@ -3,6 +3,7 @@ printed. Units as printed: GB/s (1e9 B/s) and µs."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -31,6 +32,8 @@ class P2PBandwidthLatency:
 
     matrices: Mapping[str, tuple[tuple[float | None, ...], ...]]
     warnings: tuple[str, ...] = ()
+    # (index, name, PCI address "0000000D:BB:DD") of each "Device: ..." line the test printed
+    devices: tuple[tuple[int, str, str], ...] = ()
 
     @property
     def n_gpus(self) -> int:
@@ -50,11 +53,14 @@ class P2PBandwidthLatency:
         return max(self._cells(title, True), default=None)
 
     def to_json(self) -> dict:
-        return {"n_gpus": self.n_gpus, "matrices": {k: [list(r) for r in m] for k, m in self.matrices.items()},
-                "warnings": list(self.warnings)}
+        return {"n_gpus": self.n_gpus, "devices": [{"index": i, "name": n, "bus_id": b} for i, n, b in self.devices],
+                "matrices": {k: [list(r) for r in m] for k, m in self.matrices.items()}, "warnings": list(self.warnings)}
 
 
 _P2P_HEAD = {"D\\D": "", "GPU": "", "CPU": " [CPU]"}
+# printf("Device: %d, %s, pciBusID: %x, pciDeviceID: %x, pciDomainID:%x\n", ...) in its main()
+_DEVICE_RE = re.compile(r"Device: (\d{1,4}), (.{0,200}), pciBusID: ([0-9a-fA-F]{1,2}), pciDeviceID: ([0-9a-fA-F]{1,2}), "
+                        r"pciDomainID:([0-9a-fA-F]{1,8})")
 
 
 def parse_p2p_bandwidth_latency(text: str) -> P2PBandwidthLatency:
@@ -68,9 +74,15 @@ def parse_p2p_bandwidth_latency(text: str) -> P2PBandwidthLatency:
     title: str | None = None
     key: str | None = None
     width = 0
+    devices: dict[int, tuple[str, str]] = {}
     for raw in text.splitlines():
         tokens = raw.split()
         if not tokens:
+            continue
+        device = _DEVICE_RE.fullmatch(raw.strip())
+        if device:
+            index, name, bus, dev, domain = device.groups()
+            devices.setdefault(int(index), (name, f"{int(domain, 16):08X}:{int(bus, 16):02X}:{int(dev, 16):02X}"))
             continue
         if tokens[0] in _P2P_HEAD and all(INT_RE.fullmatch(t) for t in tokens[1:]) and len(tokens) > 1:
             key = (title or "untitled matrix") + _P2P_HEAD[tokens[0]]
@@ -97,4 +109,4 @@ def parse_p2p_bandwidth_latency(text: str) -> P2PBandwidthLatency:
     if not any(matrices.values()):
         raise P2PParseError("no p2pBandwidthLatencyTest matrix (a 'D\\D' head row and GPU rows) in the text")
     return P2PBandwidthLatency({k: tuple(tuple(r) for r in v) for k, v in matrices.items() if v},
-                               tuple(dict.fromkeys(notes)))
+                               tuple(dict.fromkeys(notes)), tuple((i, n, b) for i, (n, b) in sorted(devices.items())))

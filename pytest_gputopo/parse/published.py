@@ -135,7 +135,8 @@ class RecordedFigures:
 
     def add_p2p_test(self, result: P2PBandwidthLatency, file: str) -> None:
         count = len(self.topology.gpus)
-        _same_gpus("p2pBandwidthLatencyTest", file, result.n_gpus, self.topology)
+        _same_gpus("p2pBandwidthLatencyTest", file, len(result.devices) or result.n_gpus, self.topology,
+                   [(i, bus) for i, _, bus in result.devices])
         access = result.matrices.get(CONNECTIVITY)
         for title, matrix in result.matrices.items():
             kind, where, peer = _P2P_TEST.get(title, (None, None, None))
