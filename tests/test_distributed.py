@@ -126,7 +126,10 @@ def test_srun_starting_every_rank_takes_one_decision(suite_dir):
         env = {**base, "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
                "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONWARNINGS": "ignore"}
-        procs.append(subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs"], cwd=suite_dir,
+        # A rank-timeout well inside the test's own: a rank that cannot reach the other ends with its
+        # reason in the output, not in a TimeoutExpired that shows nothing.
+        procs.append(subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
+                                       "--gputopo-rank-timeout", "60"], cwd=suite_dir,
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     try:
         out = [p.communicate(timeout=180)[0] for p in procs]
