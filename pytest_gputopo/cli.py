@@ -1,4 +1,4 @@
-"""The ``gputopo`` command: show, record and parse machines.
+"""The ``gputopo`` command: show, record, parse, check, benchmark and report machines.
 
 Exit status: 0 done; 2 bad input (unreadable file, unknown machine, bad arguments), with one line
 on stderr saying why; never a traceback.
@@ -302,7 +302,8 @@ def sweep_plan(args, topology: model.Topology):
 def cmd_bench(args) -> int:
     """The all-reduce sweep: nccl-tests' table on stdout, JSON and HTML on request."""
     from .bench.allreduce import BenchError, run_allreduce
-    from .bench.sweep import NCCL_TESTS_TYPES, element_sizes, sweep_entry, sweep_sizes
+    from .bench.sweep import element_sizes, sweep_entry, sweep_sizes
+    from .core.collectives import NCCL_TESTS_TYPES
     from .render.nccl_tests import sweep_table
 
     for flag, value, low in (("--ranks", args.ranks, 1), ("-w", args.warmup_iters, 0), ("--budget", args.budget, 1e-3),
@@ -353,7 +354,8 @@ def _html_report(document: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gputopo", description="GPU interconnect topology: show, record, parse.")
+    parser = argparse.ArgumentParser(prog="gputopo", description="GPU interconnect topology: show, record, parse, "
+                                                                 "check, benchmark, report.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("show", help="print this host's (or a recorded machine's) link and P2P matrices")
@@ -396,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="print every item's measured, expected, floor and ratio")
     p.set_defaults(func=cmd_check)
 
-    from .bench.sweep import NCCL_TESTS_TYPES
+    from .core.collectives import NCCL_TESTS_TYPES
 
     p = sub.add_parser("bench", help="benchmarks for people: the all-reduce sweep (nccl-tests' table, JSON, HTML)")
     p.add_argument("benchmark", choices=["allreduce"])

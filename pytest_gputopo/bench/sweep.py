@@ -12,11 +12,6 @@ from ..core.units import size_text
 from .allreduce_result import AllReduceResult
 from .allreduce_worker import ITEMSIZE
 
-# nccl-tests' -d names (src/common.cu test_typenames) -> torch dtype names; those torch.distributed
-# reduces on both gloo and NCCL.
-NCCL_TESTS_TYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16",
-                    "int32": "int32", "int64": "int64"}
-
 
 def sweep_sizes(begin: int, end: int, factor: int) -> list[int]:
     """``begin``, ``begin*factor``, ... up to ``end`` included: nccl-tests' loop ``for (size =

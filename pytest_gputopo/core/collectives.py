@@ -19,6 +19,12 @@ from .spec import Figure, p2p_expected
 # bidirectional figure; the per-direction 450 is the one busbw is comparable with.)
 
 
+# nccl-tests' -d names (src/common.cu test_typenames) -> torch dtype names; those torch.distributed
+# reduces on both gloo and NCCL.
+NCCL_TESTS_TYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16",
+                    "int32": "int32", "int64": "int64"}
+
+
 def allreduce_factor(n: int) -> float:
     """nccl-tests' all-reduce bus factor 2(n-1)/n; 0 for one rank (so busbw is 0, nccl-tests#249)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
