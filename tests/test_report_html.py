@@ -136,3 +136,14 @@ def test_a_real_browser_renders_the_report_without_console_errors(degraded_run, 
     n = len(probe(DEGRADED).gpus)
     rendered = {attrs["data-pair"] for attrs, _ in cells(dom) if "data-pair" in attrs}
     assert len(rendered) == n * (n - 1) // 2  # the browser's DOM holds every pair's cell
+
+
+def test_every_kind_of_copy_between_gpus_gets_its_grid(pytester):
+    """A full check measures P2P copies one way and both ways at once: each kind is its own grid (a
+    bidirectional figure counts both directions' bytes and is never read as a one-way copy)."""
+    pytester.makepyfile(test_x="def test_a(): pass\n")
+    pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-check", "full", "--gputopo-html", "full.html")
+    page = (pytester.path / "full.html").read_text()
+    assert "<h3>P2P copy, GB/s" in page and "<h3>P2P copies both ways at once (both directions' bytes), GB/s" in page
+    bidir = page.split("<h3>P2P copies both ways at once")[1].split("</table>")[0]
+    assert len([a for a, _ in cells(bidir) if "data-state" in a]) == 28  # every pair, once (a < b)

@@ -191,16 +191,22 @@ def _measured_cell(m: dict | None) -> str:
             f'<br><small>{_t(m.get("origin", ""))}</small></td>')
 
 
+# Copies between GPUs, one grid per kind a run has (core.keys.COPY_KINDS).
+_COPY_GRIDS = (("p2p", "P2P copy"), ("p2p_bidir", "P2P copies both ways at once (both directions' bytes)"),
+               ("p2p_staged", "Copy staged through the host, P2P off"))
+
+
 def _bandwidth(doc: dict, topology: Topology) -> str:
     measured = [m for m in doc.get("measurements") or [] if isinstance(m.get("key"), list) and m["key"]]
     parts = []
-    copies = {(m["key"][1], m["key"][2]): m for m in measured if m["key"][0] == "p2p"}
-    if copies and topology.gpus:
-        n = len(topology.gpus)
-        rows = [[f"<th>GPU{a}</th>"] + [_cell("X", "self") if a == b else _measured_cell(copies.get((a, b)))
-                                        for b in range(n)] for a in range(n)]
-        parts += ["<h3>P2P copy, GB/s / expected = ratio, origin under each (row: from, column: to)</h3>",
-                  _table(rows, [""] + [f"GPU{b}" for b in range(n)], "matrix")]
+    n = len(topology.gpus)
+    for kind, title in _COPY_GRIDS:
+        copies = {(m["key"][1], m["key"][2]): m for m in measured if m["key"][0] == kind}
+        if copies and n:
+            rows = [[f"<th>GPU{a}</th>"] + [_cell("X", "self") if a == b else _measured_cell(copies.get((a, b)))
+                                            for b in range(n)] for a in range(n)]
+            parts += [f"<h3>{title}, GB/s / expected = ratio, origin under each (row: from, column: to)</h3>",
+                      _table(rows, [""] + [f"GPU{b}" for b in range(n)], "matrix")]
     host = [m for m in measured if m["key"][0] in ("h2d", "d2h")]
     if host:
         rows = [[_cell(m.get("what", "")), _measured_cell(m)] for m in host]
