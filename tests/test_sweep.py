@@ -143,3 +143,24 @@ def test_bad_input_is_refused_before_anything_runs(args, says, tmp_path):
         pytest.skip("this host has GPUs: nccl is not refused here")
     out = gputopo("bench", "allreduce", *args, cwd=tmp_path)
     assert out.returncode == 2 and says in out.stderr and "measuring" not in out.stderr, out.stderr
+
+
+def test_gputopo_report_draws_a_saved_sweep_and_names_a_bad_row(tmp_path, capsys):
+    from pytest_gputopo.cli import main
+    from pytest_gputopo.render.report import machine_document
+
+    rows = [{"size_bytes": s, "count": s // 4, "time_us": 50.0, "algbw_gbps": g, "busbw_gbps": g * 1.75, "wrong": 0}
+            for s, g in ((2**20, 20.0), (2**30, 250.0))]
+    sweep = {"what": "all-reduce sweep, 8 ranks (nccl, GPU0..GPU7)", "origin": "measured", "host": "node7",
+             "devices": list(range(8)), "sizes": {"begin": 2**20, "end": 2**30, "factor": 1024},
+             "expected": {"gbps": 450.0, "basis": "NV18 NVLink 4.0", "source": "spec"},
+             "result": {"rows": rows, "world_size": 8, "backend": "nccl", "dtype": "float32"}}
+    doc = {**machine_document(probe("hgx-h100")), "sweeps": [sweep], "complete": True}
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    assert main(["report", str(tmp_path / "s.json"), "-o", str(tmp_path / "s.html")]) == 0
+    page = (tmp_path / "s.html").read_text()
+    assert page.count("<circle") == 2 and 'data-expected="450"' in page and "node7" in page
+    rows[1]["wrong"] = "none"
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    assert main(["report", str(tmp_path / "s.json"), "-o", str(tmp_path / "s.html")]) == 2
+    assert "sweeps[0].result.rows[1]: expected numbers" in capsys.readouterr().err
