@@ -177,16 +177,6 @@ def _smi_p2p(path: str):
     return {"n_gpus": len(matrix), "matrix": [list(r) for r in matrix]}, tables.p2p_status_lines(matrix)
 
 
-def _nvlink_status(path: str):
-    result = _read_tool(path, parse_nvlink_status, NvlinkStatusParseError)
-    return result.to_json(), tables.nvlink_status_lines(result)
-
-
-def _nccl_tests(path: str):
-    result = _read_tool(path, parse_nccl_tests, NcclTestsParseError)
-    return result.to_json(), tables.nccl_tests_lines(result)
-
-
 def _nccl_log(path: str):
     log = parse_nccl_log(_read(path))
     if not log.nccl_lines and log.nccl_version is None:
@@ -195,19 +185,21 @@ def _nccl_log(path: str):
     return log.to_json(), tables.nccl_log_lines(log)
 
 
-def _nvbandwidth(path: str):
-    result = _read_tool(path, parse_nvbandwidth, NvbandwidthParseError)
-    return result.to_json(), tables.nvbandwidth_lines(result)
-
-
-def _p2p_test(path: str):
-    result = _read_tool(path, parse_p2p_bandwidth_latency, P2PParseError)
-    return result.to_json(), tables.p2p_test_lines(result)
+def _reader(parse, errors, lines):
+    """A format whose parsed result gives its own JSON (``to_json``) and whose text is ``lines``."""
+    def read(path: str):
+        result = _read_tool(path, parse, errors)
+        return result.to_json(), lines(result)
+    return read
 
 
 # gputopo parse FORMAT FILE: (JSON, text lines) of what a tool printed, read as it writes it.
-_PARSERS = {"smi-topo": _smi_topo, "smi-p2p": _smi_p2p, "nvlink-status": _nvlink_status, "nccl-tests": _nccl_tests,
-            "nccl-log": _nccl_log, "nvbandwidth": _nvbandwidth, "p2p-bandwidth": _p2p_test}
+_PARSERS = {"smi-topo": _smi_topo, "smi-p2p": _smi_p2p,
+            "nvlink-status": _reader(parse_nvlink_status, NvlinkStatusParseError, tables.nvlink_status_lines),
+            "nccl-tests": _reader(parse_nccl_tests, NcclTestsParseError, tables.nccl_tests_lines),
+            "nccl-log": _nccl_log,
+            "nvbandwidth": _reader(parse_nvbandwidth, NvbandwidthParseError, tables.nvbandwidth_lines),
+            "p2p-bandwidth": _reader(parse_p2p_bandwidth_latency, P2PParseError, tables.p2p_test_lines)}
 
 
 def cmd_spec(args) -> int:

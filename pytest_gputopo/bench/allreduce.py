@@ -54,7 +54,7 @@ from ..core.collectives import allreduce_factor
 from ..runtime import environ
 from ..runtime.procs import Children
 from ..parse.nccl_tuning import algo_by_size, parse_nccl_tuning
-from .allreduce_worker import ITEMSIZE, SCHED_POLICIES, read_json
+from .allreduce_worker import ITEMSIZE, SCHED_POLICIES, element_counts, read_json
 from .allreduce_result import AllReduceResult, AllReduceRow
 from .harness import MIN_SAMPLE_S
 
@@ -293,7 +293,7 @@ def run_allreduce(
         ranks = list(range(world_size))
     itemsize = ITEMSIZE[dtype]
     wanted = list(sizes_bytes) + ([judge_size] if judge_size is not None else [])
-    counts = sorted({max(1, int(s) // itemsize) for s in wanted})
+    counts = element_counts(wanted, dtype)
     judge_count = counts[-1] if judge_size is None else max(1, int(judge_size) // itemsize)
 
     t_start = time.monotonic()

@@ -30,6 +30,12 @@ _EXACT_LIMIT = {
 }
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
 
+
+def element_counts(sizes_bytes, dtype: str) -> list[int]:
+    """The element counts sizes in bytes are measured at: whole elements of ``dtype``, at least one
+    (nccl-tests' ``count = size / wordSize``), each count once, smallest first."""
+    return sorted({max(1, int(size) // ITEMSIZE[dtype]) for size in sizes_bytes})
+
 SCHED_POLICIES = ("fair", "fifo")  # CPU scheduling of the workers, see apply_sched
 # The faults the project's own tests asked for (runtime.environ.test_faults).
 _FAULTS: Dict[str, Any] = {}

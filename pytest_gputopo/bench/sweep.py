@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 from ..core.spec import Figure
 from ..core.units import size_text
 from .allreduce_result import AllReduceResult
-from .allreduce_worker import ITEMSIZE
+from .allreduce_worker import ITEMSIZE, element_counts
 
 
 def sweep_sizes(begin: int, end: int, factor: int) -> list[int]:
@@ -28,10 +28,9 @@ def sweep_sizes(begin: int, end: int, factor: int) -> list[int]:
 
 
 def element_sizes(sizes: Sequence[int], dtype: str) -> list[int]:
-    """The sizes as measured: whole elements of ``dtype``, at least one (nccl-tests' ``count = size /
-    wordSize``), each size once -- as ``run_allreduce`` rounds them, so that what is announced is run."""
-    itemsize = ITEMSIZE[dtype]
-    return sorted({max(1, size // itemsize) * itemsize for size in sizes})
+    """The sizes in bytes ``run_allreduce`` measures for ``sizes`` (``element_counts``), so that what
+    is announced is run."""
+    return [count * ITEMSIZE[dtype] for count in element_counts(sizes, dtype)]
 
 
 def sweep_entry(result: AllReduceResult, *, host: Optional[str], devices: Optional[Sequence[int]],

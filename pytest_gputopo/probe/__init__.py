@@ -52,11 +52,12 @@ def probe_recorded(name_or_path: str) -> model.Topology:
     source = model.Source("recorded", profile.name, profile.path)
     init_error = _init_error_for(recorded.problem, nvml) if not recorded.gpus else None
     fake = make_fake_pynvml(recorded, init_error=init_error)
+    nvml_of = _nvml_order(recorded)
     try:
-        topology = _as_recorded(recorded, nvml.probe(fake, source=source))
+        topology = _as_recorded(recorded, nvml.probe(fake, source=source), nvml_of)
     except fake.NVMLError as exc:
         topology = model.Topology(source=source, problem=nvml.unavailable_reason(exc))
-    published = model.renumber_figures(recorded.published, _nvml_order(recorded))  # into NVML's order
+    published = model.renumber_figures(recorded.published, nvml_of)  # into NVML's order
     return dataclasses.replace(topology, hostname=recorded.hostname, nics=recorded.nics, published=published,
                                driver_version=recorded.driver_version,
                                cuda_driver_version=recorded.cuda_driver_version,
@@ -72,7 +73,7 @@ def _nvml_order(recorded: model.Topology) -> dict[int, int]:
     return {recorded.gpus[p].index: k for k, p in enumerate(order)}
 
 
-def _as_recorded(recorded: model.Topology, probed: model.Topology) -> model.Topology:
+def _as_recorded(recorded: model.Topology, probed: model.Topology, nvml_of: dict[int, int]) -> model.Topology:
     """The probe of a recording with the recording's own facts where NVML cannot carry them: no
     per-link NVLink facts where it lists none (the fake synthesizes links to give the pairs' counts;
     they are not facts), CUDA's answers (``cuda_peer``, ``multicast``), which NVML does not know, and
@@ -80,7 +81,6 @@ def _as_recorded(recorded: model.Topology, probed: model.Topology) -> model.Topo
     nvlink -s`` beside ``topo -m``: NVML would leave such a count unknown)."""
     if len(probed.gpus) != len(recorded.gpus):
         return probed
-    nvml_of = _nvml_order(recorded)
     at = {k: p for p, k in nvml_of.items()}
     gpus = tuple(dataclasses.replace(g, multicast=recorded.gpus[at[k]].multicast,
                                      nvlinks=g.nvlinks if recorded.gpus[at[k]].nvlinks else ())
