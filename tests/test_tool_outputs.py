@@ -3,11 +3,12 @@ nvbandwidth, cuda-samples' p2pBandwidthLatencyTest -- read by ``gputopo parse`` 
 others' text), taken by ``gputopo record`` into a profile as recorded figures and link states with
 their source, served for the machine they describe (never as measured), and drawn in the report.
 
-Which cell is which copy comes from the tools' sources: nvbandwidth ``testcases_ce.cpp``
-(``DeviceToDeviceReadCE``: ``value(src, peer) = doMemcpy(peerBuffer, srcBuffer)``, a copy column ->
-row; ``DeviceToDeviceWriteCE``: row -> column), p2pBandwidthLatencyTest.cu (``P2P_WRITE``:
-``performP2PCopy(buffers[j], j, buffers[i], i, ...)``, i -> j, with peer access only where
-``cudaDeviceCanAccessPeer``)."""
+Which cell is which copy comes from the tools' sources: nvbandwidth v0.8 ``testcases_ce.cpp``
+(``DeviceToDeviceWriteCE``: ``value(src, peer) = doMemcpy(srcBuffer, peerBuffer)`` in the source's
+context, a copy row -> column pushed by the row's GPU; ``DeviceToDeviceReadCE``: ``PREFER_DST_CONTEXT``,
+``doMemcpy(peerBuffer, srcBuffer)``, column -> row issued by the row's GPU: a read, not recorded),
+p2pBandwidthLatencyTest.cu (``P2P_WRITE``: ``performP2PCopy(buffers[j], j, buffers[i], i, ...)``, i -> j,
+with peer access only where ``cudaDeviceCanAccessPeer``)."""
 
 from __future__ import annotations
 
@@ -49,20 +50,26 @@ def h100_topo(tmp_path) -> Path:
 
 
 def nvbandwidth_text(n: int = 8) -> str:
-    """nvbandwidth v0.10's read and host-to-device testcases on ``n`` GPUs: GPU5's copies slow, GPU0
-    unable to reach GPU1 (N/A), and a testcase gputopo does not record."""
-    def d2d(r, c):
-        return None if r == c or (r, c) == (0, 1) else 120.0 if SLOW in (r, c) else 395.0 + r / 100 + c / 1000
+    """nvbandwidth v0.10's device-to-device read and write testcases in the order it runs them (read
+    first: v0.8 nvbandwidth.cpp, createTestcases), host-to-device, and a testcase gputopo does not
+    record, on ``n`` GPUs. write_ce [row][column], a copy row -> column: GPU5's copies slow, GPU1 unable
+    to reach GPU0 (N/A). The reads print 200 GB/s: not the copy gputopo measures, never recorded."""
+    def push(src, dst):
+        if src == dst or (src, dst) == (1, 0):
+            return None
+        return 120.0 if SLOW in (src, dst) else 395.0 + dst / 100 + src / 1000
 
     labels = tuple(map(str, range(n)))
     read = NvbMatrix("device_to_device_memcpy_read_ce", "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)", "GB/s",
-                     labels, labels, tuple(tuple(d2d(r, c) for c in range(n)) for r in range(n)), None)
+                     labels, labels, tuple(tuple(None if r == c else 200.0 for c in range(n)) for r in range(n)), None)
+    write = NvbMatrix("device_to_device_memcpy_write_ce", "memcpy CE GPU(row) <- GPU(column) bandwidth (GB/s)", "GB/s",
+                      labels, labels, tuple(tuple(push(r, c) for c in range(n)) for r in range(n)), None)
     h2d = NvbMatrix("host_to_device_memcpy_ce", "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)", "GB/s",
                     ("0",), labels, (tuple(55.0 - (g == SLOW) * 40 for g in range(n)),), None)
     local = NvbMatrix("device_local_copy", "memcpy local GPU(column) bandwidth (GB/s)", "GB/s", ("0",), labels,
                       ((1500.0,) * n,), None)
     cases = tuple(NvbTestcase(m.key, "ran", None, (dataclasses.replace(
-        m, sum=round(sum(v for row in m.cells for v in row if v is not None), 2)),)) for m in (read, h2d, local))
+        m, sum=round(sum(v for row in m.cells for v in row if v is not None), 2)),)) for m in (read, write, h2d, local))
     return render_nvbandwidth(Nvbandwidth("v0.10.0", "595.71.05", "13.2", (), cases, ()))
 
 
@@ -84,17 +91,21 @@ def test_nvbandwidth_figures_are_recorded_per_pair_and_served_as_recorded(tmp_pa
     code, out, err = run(capsys, "record", "--from-smi", str(h100_topo), "--nvbandwidth", str(tmp_path / "nvb.txt"),
                          "-o", str(profile))
     assert code == 0, err
-    assert "device_to_device_memcpy_read_ce: 55 p2p figure(s) recorded" in out  # 56 pairs, one N/A
+    assert "device_to_device_memcpy_write_ce: 55 p2p figure(s) recorded" in out  # 56 pairs, one N/A
+    assert "device_to_device_memcpy_read_ce: not recorded (a read: the receiving GPU issues it" in out
     assert "host_to_device_memcpy_ce: 8 h2d figure(s) recorded" in out
     assert "device_local_copy: not recorded (gputopo measures nothing the same)" in out
     data = json.loads(profile.read_text())
     assert data["sources"][-1]["what"] == "nvbandwidth" and data["sources"][-1]["file"] == str(tmp_path / "nvb.txt")
     figures = {(f["kind"], f.get("src"), f.get("dst"), f.get("gpu")): f for f in data["topology"]["published"]}
-    # read_ce cell [row 7][column 0] is GPU7 reading from GPU0: a copy GPU0 -> GPU7
+    # write_ce cell [row 0][column 7] is GPU0 pushing to GPU7; the read printed before it is not kept
     assert figures["p2p", 0, 7, None]["gbps"] == pytest.approx(395.07)
-    assert ("p2p", 1, 0, None) not in figures  # the N/A cell: GPU0 could not read GPU1
+    assert ("p2p", 1, 0, None) not in figures  # the N/A cell: GPU1 could not write to GPU0
     assert figures["h2d", None, None, SLOW]["gbps"] == 15.0 and figures["h2d", None, None, SLOW]["pinned"] is True
-    assert figures["p2p", 0, 7, None]["source"] == f"nvbandwidth v0.10.0 device_to_device_memcpy_read_ce, {tmp_path / 'nvb.txt'}"
+    assert figures["p2p", 0, 7, None]["source"] == (f"nvbandwidth v0.10.0 device_to_device_memcpy_write_ce (copy "
+                                                    f"engine, GPU(row) pushes to GPU(column)), {tmp_path / 'nvb.txt'}")
+    assert figures["h2d", None, None, SLOW]["source"].startswith(
+        "nvbandwidth v0.10.0 host_to_device_memcpy_ce (copy engine, pinned host memory to GPU(column)), ")
 
     code, out, err = run(capsys, "check", "--machine", str(profile), "--level", "full", "--json",
                          str(tmp_path / "run.json"), "--html", str(tmp_path / "run.html"))
@@ -102,11 +113,11 @@ def test_nvbandwidth_figures_are_recorded_per_pair_and_served_as_recorded(tmp_pa
     got = {tuple(m["key"]): m for m in doc["measurements"]}
     slow = got["p2p", 0, SLOW]
     assert (slow["gbps"], slow["origin"]) == (120.0, "recorded") and "nvbandwidth v0.10.0" in slow["source"]
-    assert got["p2p", 0, 1]["gbps"] == 395.01  # read_ce [1][0]: GPU1 read it from GPU0
+    assert got["p2p", 0, 1]["gbps"] == 395.01  # write_ce [0][1]: GPU0 pushed it to GPU1
     assert got["h2d", SLOW, True]["gbps"] == 15.0 and got["h2d", SLOW, True]["origin"] == "recorded"
     # topo -m text names no GPU model nor NVLink generation: nothing says what NV18 should give, and
     # the recorded figure is said, not judged (unknown, never "OK")
-    assert "recorded, not measured: nvbandwidth v0.10.0 device_to_device_memcpy_read_ce" in out
+    assert "recorded, not measured: nvbandwidth v0.10.0 device_to_device_memcpy_write_ce" in out
     assert "not judged: NV18 (no figure for it)" in out and code == 0
     page = (tmp_path / "run.html").read_text()
     assert "120 / ?" in page and "<small>recorded</small>" in page and "<small>measured</small>" not in page
@@ -125,6 +136,62 @@ def test_recorded_figures_are_judged_as_measured_ones_are(tmp_path, capsys):
     assert checks[f"p2p_bw[GPU0->GPU{SLOW}]"]["outcome"] == "failed" and code == 1
     assert checks["p2p_bw[GPU0->GPU2]"]["outcome"] == "passed"
     assert "recorded" in checks[f"p2p_bw[GPU0->GPU{SLOW}]"]["message"]
+
+
+D2D = ((None, 10.0), (20.0, None))  # [row][column] of two GPUs
+HOST = ((10.0, 20.0),)  # CPU(row) and a column per GPU
+TOTAL = "memcpy CE GPU(row) <-> GPU(column) Total bandwidth (GB/s)"
+
+
+@pytest.mark.parametrize("name, matrices, recorded, says", [
+    # NVIDIA/nvbandwidth v0.8 testcases_ce.cpp, DeviceToDeviceWriteCE: MemcpyOperation's default
+    # PREFER_SRC_CONTEXT, doMemcpy(srcBuffer, peerBuffer): the row's GPU pushes to the column's, as
+    # gputopo's copy_ (torch issues it on the source GPU's stream)
+    ("device_to_device_memcpy_write_ce", {"": D2D}, {("p2p", 0, 1): 10.0, ("p2p", 1, 0): 20.0},
+     "2 p2p figure(s) recorded"),
+    # DeviceToDeviceReadCE: PREFER_DST_CONTEXT, doMemcpy(peerBuffer, srcBuffer): the row's GPU pulls
+    ("device_to_device_memcpy_read_ce", {"": D2D}, {}, "not recorded (a read: the receiving GPU issues it"),
+    # testcases_sm.cpp: MemcpyInitiatorSM, a copy kernel on the SMs, not the copy engine
+    ("device_to_device_memcpy_write_sm", {"": D2D}, {}, "not recorded (an SM kernel"),
+    ("device_to_device_memcpy_read_sm", {"": D2D}, {}, "not recorded (an SM kernel"),
+    # HostToDeviceCE / DeviceToHostCE: HostBuffer (cuMemHostAlloc) has no context: the GPU's issues it
+    ("host_to_device_memcpy_ce", {"": HOST}, {("h2d", 0): 10.0, ("h2d", 1): 20.0}, "2 h2d figure(s) recorded"),
+    ("device_to_host_memcpy_ce", {"": HOST}, {("d2h", 0): 10.0, ("d2h", 1): 20.0}, "2 d2h figure(s) recorded"),
+    ("host_to_device_memcpy_sm", {"": HOST}, {}, "not recorded (an SM kernel"),
+    ("device_to_host_memcpy_sm", {"": HOST}, {}, "not recorded (an SM kernel"),
+    # DeviceToDeviceBidirWriteCE (v0.6 on): VECTOR_BW, each copy in its source's context, both at once;
+    # _total = results[0] + results[1], both directions' bytes as p2p_bidir counts them
+    ("device_to_device_bidirectional_memcpy_write_ce",
+     {"_write1": D2D, "_write2": D2D, "_total": ((None, 24.0), (26.0, None))},
+     {("p2p_bidir", 0, 1): 24.0, ("p2p_bidir", 1, 0): 26.0}, "2 p2p_bidir figure(s) recorded"),
+    # v0.5 printed one matrix (USE_FIRST_BW): one direction's figure while the other interferes
+    ("device_to_device_bidirectional_memcpy_write_ce", {"": D2D}, {}, "not recorded (no Total matrix"),
+    ("device_to_device_bidirectional_memcpy_read_ce", {"_read1": D2D, "_read2": D2D, "_total": D2D}, {},
+     "not recorded (a read"),
+    ("device_to_device_bidirectional_memcpy_write_sm", {"_write1": D2D, "_write2": D2D, "_total": D2D}, {},
+     "not recorded (an SM kernel"),
+    ("host_to_device_bidirectional_memcpy_ce", {"": HOST}, {}, "not recorded (gputopo measures nothing the same)"),
+    ("all_to_host_memcpy_ce", {"": HOST}, {}, "not recorded (gputopo measures nothing the same)"),
+])
+def test_each_nvbandwidth_testcase_is_recorded_as_the_copy_it_makes_or_not_at_all(name, matrices, recorded, says):
+    labels = ("0", "1")
+    found = tuple(NvbMatrix(name + part, TOTAL if part == "_total" else "t", "GB/s", labels[:len(cells)], labels, cells,
+                            None) for part, cells in matrices.items())
+    figures = RecordedFigures(probe("2x-rtx3090-nvlink"))
+    figures.add_nvbandwidth(Nvbandwidth("v0.8", None, None, (), (NvbTestcase(name, "ran", None, found),), ()), "f.txt")
+    got = {(f["kind"], *(f[k] for k in ("src", "dst", "gpu") if k in f)): f["gbps"] for f in figures.published}
+    assert got == recorded
+    assert len(figures.notes) == 1 and figures.notes[0].startswith(f"f.txt: {name}: {says}"), figures.notes
+
+
+def test_a_bidirectional_total_cut_before_its_sum_line_is_still_known_by_its_title():
+    """The parser keys a matrix by its SUM line; one cut before it keeps the testcase's name."""
+    name = "device_to_device_bidirectional_memcpy_write_ce"
+    found = (NvbMatrix(name + "_write1", "t", "GB/s", ("0", "1"), ("0", "1"), D2D, None),
+             NvbMatrix(name, TOTAL, "GB/s", ("0",), ("0", "1"), ((None, 24.0),), None))
+    figures = RecordedFigures(probe("2x-rtx3090-nvlink"))
+    figures.add_nvbandwidth(Nvbandwidth("v0.8", None, None, (), (NvbTestcase(name, "ran", None, found),), ()), "f.txt")
+    assert [(f["kind"], f["src"], f["dst"], f["gbps"]) for f in figures.published] == [("p2p_bidir", 0, 1, 24.0)]
 
 
 def test_published_figures_follow_the_gpus_a_process_sees(tmp_path, h100_topo, capsys, monkeypatch):
@@ -290,7 +357,8 @@ def test_corpus_p2p_status_matrices_meet_their_meta(path):
 
 
 VALUES = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, min_value=-1e9, max_value=1e9))
-NAMES = st.sampled_from(["device_to_device_memcpy_read_ce", "device_to_device_memcpy_write_sm",
+NAMES = st.sampled_from(["device_to_device_memcpy_read_ce", "device_to_device_memcpy_write_ce",
+                         "device_to_device_memcpy_write_sm",
                          "host_to_device_memcpy_ce", "device_to_host_memcpy_sm", "all_to_host_memcpy_ce"])
 
 

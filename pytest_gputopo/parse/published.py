@@ -5,11 +5,15 @@
 
 A figure is recorded only where the tool's own source says what it is, in gputopo's terms:
 
-- nvbandwidth (``testcases_ce.cpp``/``testcases_sm.cpp``): ``device_to_device_memcpy_write_*`` fills
-  cell [row][column] with a copy row -> column; ``..._read_*`` with a copy column -> row (the row's GPU
-  reads); ``host_to_device_memcpy_*`` / ``device_to_host_memcpy_*`` one row, a column per GPU, from
-  pinned host memory (``cuMemHostAlloc``). Bidirectional, all-to-one and latency testcases measure
-  something gputopo does not: they are read and shown, not recorded.
+- nvbandwidth (v0.8 ``testcases_ce.cpp``, ``testcases_sm.cpp``, ``memcpy.cpp``), copy-engine testcases
+  only, where the copy is issued as gputopo's is (torch's ``copy_`` runs on the source GPU's stream):
+  ``device_to_device_memcpy_write_ce`` cell [row][column] is a copy row -> column issued by the row's
+  GPU (``p2p``); ``device_to_device_bidirectional_memcpy_write_ce``'s ``_total`` matrix (v0.6 on) both
+  ways at once, each issued by its source, the two figures summed (``p2p_bidir``);
+  ``host_to_device_memcpy_ce`` / ``device_to_host_memcpy_ce`` one row, a column per GPU, pinned host
+  memory (``cuMemHostAlloc``). Not recorded: reads (``PREFER_DST_CONTEXT``: the receiving GPU issues
+  the copy and pulls; nvbandwidth runs ``..._read_ce`` before ``..._write_ce``), ``*_sm`` (a copy
+  kernel, not the copy engine), and the bidirectional-with-host, all-to-one, local and latency ones.
 - cuda-samples' ``p2pBandwidthLatencyTest``: ``P2P Writes`` cell [i][j] is a copy i -> j, ``P2P Reads``
   j -> i, both peer to peer only where its ``P2P Connectivity Matrix`` says 1 (elsewhere
   ``cudaMemcpyPeerAsync`` stages the copy through the host); ``P2P=Disabled`` unidirectional is
@@ -34,13 +38,29 @@ class ToolOutputError(ValueError):
     """A tool's output cannot describe this profile's machine; the message says why."""
 
 
-# nvbandwidth testcase -> (kind, where a cell's GPUs are): "row->col", "col->row", or "col" (one GPU)
+# nvbandwidth testcase -> (kind, where a cell's GPUs are: "row->col" or "col" (one GPU), the matrix's
+# key suffix, what the figure is). Only copy-engine copies issued by the source (MemcpyOperation's
+# default PREFER_SRC_CONTEXT; a host buffer has no context, so the GPU's), as gputopo's copy_ is.
 _NVBANDWIDTH = {
-    "device_to_device_memcpy_write_ce": ("p2p", "row->col"), "device_to_device_memcpy_write_sm": ("p2p", "row->col"),
-    "device_to_device_memcpy_read_ce": ("p2p", "col->row"), "device_to_device_memcpy_read_sm": ("p2p", "col->row"),
-    "host_to_device_memcpy_ce": ("h2d", "col"), "host_to_device_memcpy_sm": ("h2d", "col"),
-    "device_to_host_memcpy_ce": ("d2h", "col"), "device_to_host_memcpy_sm": ("d2h", "col"),
+    "device_to_device_memcpy_write_ce": ("p2p", "row->col", "", "copy engine, GPU(row) pushes to GPU(column)"),
+    # VECTOR_BW: each stream timed on its own; _total sums them, both directions' bytes as p2p_bidir counts
+    "device_to_device_bidirectional_memcpy_write_ce": (
+        "p2p_bidir", "row->col", "_total", "Total: copy engine, each GPU pushes to the other at once, summed"),
+    "host_to_device_memcpy_ce": ("h2d", "col", "", "copy engine, pinned host memory to GPU(column)"),
+    "device_to_host_memcpy_ce": ("d2h", "col", "", "copy engine, GPU(column) to pinned host memory"),
 }
+
+
+def _nvbandwidth_unrecorded(name: str) -> str:
+    """Why a testcase gives no figure."""
+    if name.endswith("_sm"):
+        return "an SM kernel (testcases_sm.cpp), not the copy engine gputopo's copies use"
+    if name.startswith("device_to_device_") and "_read_" in name:
+        return ("a read: the receiving GPU issues it (PREFER_DST_CONTEXT) and pulls; gputopo's copy is pushed "
+                "by the source, as in ..._write_ce")
+    return "gputopo measures nothing the same"
+
+
 CONNECTIVITY = "P2P Connectivity Matrix"
 # p2pBandwidthLatencyTest title -> (kind, where a cell's GPUs are, needs peer access)
 _P2P_TEST = {
@@ -124,14 +144,22 @@ class RecordedFigures:
             mapping = _NVBANDWIDTH.get(case.name)
             if case.status != "ran" or not case.matrices:
                 self.notes.append(f"{file}: {case.name}: {case.status}, nothing to record")
-            elif mapping is None:
-                self.notes.append(f"{file}: {case.name}: not recorded (gputopo measures nothing the same)")
-            else:
-                kind, where = mapping
-                cells = (_host_cells if where == "col" else _cells)(case.matrices[0].cells, count)
-                kept = sum(self._add(kind, where, r, c, gbps, f"nvbandwidth {version} {case.name}, {file}")
-                           for r, c, gbps in cells)
-                self.notes.append(f"{file}: {case.name}: {kept} {kind} figure(s) recorded")
+                continue
+            if mapping is None:
+                self.notes.append(f"{file}: {case.name}: not recorded ({_nvbandwidth_unrecorded(case.name)})")
+                continue
+            kind, where, part, what = mapping
+            # The bidirectional Total matrix by its SUM key, or by its title where the text was cut before it.
+            matrix = case.matrices[0] if not part else next(
+                (m for m in case.matrices if m.key == case.name + part or "Total bandwidth" in m.title), None)
+            if matrix is None:
+                self.notes.append(f"{file}: {case.name}: not recorded (no Total matrix: before v0.6 nvbandwidth "
+                                  f"printed one direction's figure under reverse traffic)")
+                continue
+            cells = (_host_cells if where == "col" else _cells)(matrix.cells, count)
+            source = f"nvbandwidth {version} {case.name} ({what}), {file}"
+            kept = sum(self._add(kind, where, r, c, gbps, source) for r, c, gbps in cells)
+            self.notes.append(f"{file}: {case.name}: {kept} {kind} figure(s) recorded")
 
     def add_p2p_test(self, result: P2PBandwidthLatency, file: str) -> None:
         count = len(self.topology.gpus)
