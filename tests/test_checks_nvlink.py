@@ -85,3 +85,15 @@ def test_what_tells_a_lost_gpu_from_one_without_nvlink():
     other = dataclasses.replace(h100, gpus=tuple(dataclasses.replace(g, name="NVIDIA H100 PCIe") if g.index == 5 else g
                                                 for g in h100.gpus))
     assert nvlink_lost(other, other.gpus[5]) is None
+
+
+def test_an_nvlink_version_the_architecture_cannot_have_is_warned_by_the_check(pytester):
+    """Issue 19.5: an H100 whose NVML answers NVLink 5.0 (7; public code reads it as NVLink 4,
+    tests/test_spec.py cites it) is judged as 4.0, and the check says so."""
+    h100 = recorded.load_profile("hgx-h100").topology
+    said_5 = dataclasses.replace(h100, gpus=tuple(dataclasses.replace(
+        g, nvlinks=tuple(dataclasses.replace(ln, version="5.0") for ln in g.nvlinks)) for g in h100.gpus))
+    check = _checks(pytester, said_5)["nvlink[GPU0]"]
+    assert check["outcome"] == "passed"
+    assert check["message"] == ("GPU0: 18/18 NVLinks up; warning: NVML says NVLink 5.0, compute capability 9.0 "
+                                "has 4.0: 4.0 taken")

@@ -364,6 +364,43 @@ def test_p2p_nvlink_version_falls_back_to_compute_capability_and_name():
     assert named.gbps == 100.0
 
 
+def _said(topo: Topology, version: str) -> Topology:
+    """``topo`` with every NVLink's version as NVML would have said ``version``."""
+    return dataclasses.replace(topo, gpus=tuple(dataclasses.replace(
+        g, nvlinks=tuple(dataclasses.replace(ln, version=version) for ln in g.nvlinks)) for g in topo.gpus))
+
+
+def test_nvml_nvlink_version_is_cross_checked_with_the_compute_capability():
+    """Issue 19.5: the version NVML gives (nvmlDeviceGetNvLinkVersion) is taken only where the GPU's
+    architecture can have it. Public code does not trust the raw answer on H100: NVIDIA/TensorRT-LLM
+    tensorrt_llm/auto_parallel/cluster_info.py (commit 16d2467), ``nvlink_version``, reads 7
+    (NVML_NVLINK_VERSION_5_0, reference nvml-nccl-torch.md 1.5) as NVLink 4 and 6 as 3, its
+    ``nvlink_bandwidth(4)`` being H100-SXM's 450 GB/s; open-mpi/hwloc#658: "A100 returns 5 which is not
+    NVLink 5". Taken as 5.0, an HGX H100's 18 links would expect 900 GB/s and fail a healthy node."""
+    h100 = machine("hgx-h100")
+    healthy = spec.p2p_expected(h100, 0, 1)
+    said_5 = _said(h100, "5.0")
+    fig = spec.p2p_expected(said_5, 0, 1)
+    assert fig.gbps == healthy.gbps == 450.0
+    assert fig.label.startswith("NV18 NVLink 4.0") and "NVML" in fig.label
+    note = spec.nvlink_version_note(said_5.gpus[0])
+    assert note == "NVML says NVLink 5.0, compute capability 9.0 has 4.0: 4.0 taken"
+    assert note in fig.source
+    assert collectives.allreduce_expected_busbw(said_5).gbps == collectives.allreduce_expected_busbw(h100).gbps
+    assert spec.gpu_nvlink_version(_said(h100, "6.0").gpus[0]) == "4.0"  # a version with no figure, too
+    # Where NVML's answer is one the architecture has, it is taken, without a note.
+    assert spec.nvlink_version_note(h100.gpus[0]) is None and healthy.label == "NV18 NVLink 4.0"
+    a100 = machine("dgx-a100")
+    assert spec.gpu_nvlink_version(a100.gpus[0]) == "3.1" and spec.nvlink_version_note(a100.gpus[0]) is None
+    assert spec.gpu_nvlink_version(_said(a100, "3.0").gpus[0]) == "3.0"
+    assert spec.gpu_nvlink_version(_said(a100, "4.0").gpus[0]) == "3.0"  # TensorRT-LLM's 6 -> 3
+    # A compute capability with no NVLink generation known here: NVML's answer stands.
+    future = _said(h100, "5.0")
+    future = dataclasses.replace(future, gpus=tuple(dataclasses.replace(g, compute_capability="11.0")
+                                                    for g in future.gpus))
+    assert spec.gpu_nvlink_version(future.gpus[0]) == "5.0" and spec.nvlink_version_note(future.gpus[0]) is None
+
+
 def test_h2d_of_a_link_trained_down_expects_what_the_link_can_carry():
     """Issue 8.6: the expectation is the link's maximum for this device and system, not the current
     (trained-down or idle) link: a copy over Gen3 x8 on a Gen5 x16 link then fails its floor."""

@@ -28,7 +28,8 @@ from .model import Gpu, LinkClass, Topology
 
 __all__ = [
     "Figure", "PCIE_VIA_CPU_FACTOR", "PAGEABLE_FACTOR", "PAGEABLE_CEILING", "pcie_gbps", "pcie_line_rate",
-    "nvlink_per_link", "nvlink_gbps", "gpu_nvlink_version", "h2d_expected", "p2p_expected", "format_gbps",
+    "nvlink_per_link", "nvlink_gbps", "gpu_nvlink_version", "nvlink_version_note", "h2d_expected", "p2p_expected",
+    "format_gbps",
 ]
 
 
@@ -157,8 +158,13 @@ NVLINK_GA102 = Figure(
 GA102_CC = "8.6"
 _GA102_NAME = re.compile(r"RTX 3090|RTX 3080|RTX A6000|RTX A5500|RTX A5000|RTX A4500|\bA40\b|\bA10\b", re.I)
 _GA100_NAME = re.compile(r"\bA100\b|\bA30\b|\bA800\b", re.I)
-# Compute capability -> NVLink version, for sources that give no per-link version (e.g. nvidia-smi text).
-_CC_NVLINK = {"6.0": "1.0", "7.0": "2.0", "8.0": "3.0", "8.6": "3.0", "9.0": "4.0", "10.0": "5.0", "10.3": "5.0"}
+# Compute capability -> the NVLink versions that architecture has (Pascal P100 1.0, Volta V100 2.x, Ampere
+# A100 and GA102 3.x, Hopper 4.0, Blackwell 5.0: seed 003's table). The first is taken where a source gives
+# no per-link version (nvidia-smi text) or one the architecture cannot have: NVML's answer is not trusted
+# alone (public code reads H100's 7, NVML_NVLINK_VERSION_5_0, as NVLink 4: TensorRT-LLM's
+# auto_parallel/cluster_info.py ``nvlink_version``; tests/test_spec.py cites it).
+_CC_NVLINK = {"6.0": ("1.0",), "7.0": ("2.0", "2.2"), "8.0": ("3.0", "3.1"), "8.6": ("3.0", "3.1"),
+              "9.0": ("4.0",), "10.0": ("5.0",), "10.3": ("5.0",)}
 
 
 def nvlink_per_link(version: str, compute_capability: str | None = None) -> Figure:
@@ -194,25 +200,46 @@ def _gpu_chip_3x(gpu: Gpu) -> str | None:
     return None
 
 
+def _nvlink_version(gpu: Gpu) -> tuple[str | None, str | None]:
+    said = {ln.version for ln in gpu.nvlinks if ln.active and ln.version}
+    can = _CC_NVLINK.get(gpu.compute_capability or "")
+    if can and said - set(can):
+        return can[0], (f"NVML says NVLink {', '.join(sorted(said))}, compute capability {gpu.compute_capability} "
+                        f"has {' or '.join(can)}: {can[0]} taken")
+    known = said & NVLINK_PER_LINK.keys()
+    if known:
+        return min(known, key=lambda v: (NVLINK_PER_LINK[v].gbps, v)), None
+    return (can[0] if can else None), None
+
+
 def gpu_nvlink_version(gpu: Gpu) -> str | None:
-    """The NVLink version of the GPU's active links (the slowest when they differ); else the version its
-    compute capability implies; None when neither is known."""
-    versions = {ln.version for ln in gpu.nvlinks if ln.active and ln.version in NVLINK_PER_LINK}
-    if versions:
-        return min(versions, key=lambda v: (NVLINK_PER_LINK[v].gbps, v))
-    return _CC_NVLINK.get(gpu.compute_capability or "")
+    """The NVLink version of the GPU's active links as NVML gives it (the slowest when they differ),
+    where the GPU's compute capability can have it; else the version the capability implies (and
+    ``nvlink_version_note`` says why); NVML's answer for a capability not known here; None when
+    neither is known."""
+    return _nvlink_version(gpu)[0]
+
+
+def nvlink_version_note(gpu: Gpu) -> str | None:
+    """Why the GPU's NVLink version is not the one NVML gives (a version its architecture cannot have,
+    e.g. H100 answering NVML_NVLINK_VERSION_5_0), as a warning; None when NVML's answer is taken."""
+    return _nvlink_version(gpu)[1]
 
 
 def _gpu_per_link(gpu: Gpu) -> Figure | None:
-    version = gpu_nvlink_version(gpu)
+    version, note = _nvlink_version(gpu)
     if version is None:
         return None
+    one = NVLINK_PER_LINK[version]
     if version.startswith("3."):
         chip = _gpu_chip_3x(gpu)
         if chip is None:
             return None  # A100 and RTX 3090 both report 3.1 at different rates: unknown, not guessed
-        return NVLINK_GA102 if chip == "GA102" else NVLINK_PER_LINK[version]
-    return NVLINK_PER_LINK[version]
+        one = NVLINK_GA102 if chip == "GA102" else one
+    if note:  # the warning travels with the figure, into every message and report that shows it
+        return Figure(one.gbps, f"{one.source}; {note}",
+                      f"{one.label} (compute capability {gpu.compute_capability}, not NVML's version)")
+    return one
 
 
 def _switched(gpu: Gpu) -> bool:
