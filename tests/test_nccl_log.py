@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from conftest import CORPUS, NO_CORPUS
 
+from pytest_gputopo.core.requirements import TransportRequirement
 from pytest_gputopo.parse.nccl_log import Connection, NcclLog, parse_nccl_log, transport_family
 from pytest_gputopo.parse.nccl_topo_xml import NcclTopoXmlError, parse_topo_xml
 from pytest_gputopo.render.tables import nccl_log_lines
@@ -396,6 +397,36 @@ def test_transport_family():
     assert [transport_family(t) for t in ("P2P", "SHM", "NET/IB", "NET/Socket", "NET/IBext", "NET/IBext_v8",
                                           "NET/AWS Libfabric", "NET/GPUDirectTCPX", "COLLNET", "NVLS")] == [
         "P2P", "SHM", "NET/IB", "NET/Socket", "NET/IB", "NET/IB", "NET/OFI", "NET/GPUDirectTCPX", "COLLNET", "NVLS"]
+
+
+def test_ucx_plugins_over_verbs_devices_are_the_ib_family():
+    """Issue 19.7: the UCX plugins of nccl-rdma-sharp-plugins ("UCX", "UCX-RMA", "UCX-UCT", "UCX-UCT-RD":
+    src/ucx_plugin.c, ucx_rma_plugin.c, ucx_uct_plugin.c, ucx_uct_rd_plugin.c; NCCL_PLUGIN_P2P=ucx, ucx_rma,
+    ...) run over IB but did not meet requires_nccl_transport("NET/IB"). They take their devices from
+    ibverbs (nccl_ucx_init -> nccl_p2p_ib_init) and pin UCX to one (UCX NET_DEVICES=<hca>:<port>), and the
+    plugin logs them as NCCL's own IB does: "NET/IB : Using [0]mlx5_0:1/IB" (link layer IB or RoCE,
+    src/p2p_plugin.c). Transport lines as in ROCm/rccl#1261: "via NET/UCX/0/GDRDMA". Without such a
+    device line nothing says where UCX ran: the family stays unknown (its own name)."""
+    lines = [PFX + "P2P plugin v8 UCX-RMA",
+             PFX + "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>",
+             PFX + "Using network UCX-RMA",
+             PFX + "Channel 00/0 : 0[b7000] -> 1[7000] [send] via NET/UCX-RMA/0/GDRDMA",
+             PFX + "Channel 01/0 : 0[b7000] -> 1[7000] [send] via NET/UCX/1/GDRDMA"]
+    log = parse_nccl_log("\n".join(lines))
+    assert log.transports == {"NET/UCX-RMA", "NET/UCX"} and log.families == {"NET/IB"}
+    assert log.net_plugin == "UCX-RMA"
+    account = {"transports": sorted(log.transports), "families": sorted(log.families), "gdrdma": log.gdrdma}
+    assert TransportRequirement(kind="NET/IB", gdrdma=True).judge(None, {}, account).ok
+    assert TransportRequirement(kind="NET/UCX").judge(None, {}, account).ok  # its own name still meets
+    assert not TransportRequirement(kind="NET/Socket").judge(None, {}, account).ok
+    for name in ("NET/UCX", "NET/UCX-RMA", "NET/UCX_RMA", "NET/UCX-UCT", "NET/UCX-UCT-RD"):
+        assert transport_family(name, ("mlx5_0:1/RoCE",)) == "NET/IB"
+        assert transport_family(name) == name  # no device seen: unknown, not guessed
+        assert transport_family(name, ("eth0:10.0.0.1<0>",)) == name  # socket devices only: not IB
+    no_devices = parse_nccl_log("\n".join(lines[2:]))
+    assert no_devices.families == {"NET/UCX-RMA", "NET/UCX"}
+    assert not TransportRequirement(kind="NET/IB").judge(None, {}, {"transports": sorted(no_devices.transports),
+                                                                     "families": sorted(no_devices.families)}).ok
 
 
 # ------------------------------------------------------------------------------------- properties

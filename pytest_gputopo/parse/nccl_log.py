@@ -70,16 +70,28 @@ _NVLS_CHANNELS = re.compile(r"\b(\d{1,6}) nvls channels")
 # Network names NCCL itself has ("IB", "Socket") stay as they are; external plugins are grouped by
 # the family they implement so that a requirement "NET/IB" is met by nccl-rdma-sharp-plugins.
 _INTERNAL_NETS = ("IB", "Socket")
+# nccl-rdma-sharp-plugins' UCX plugins: "UCX", "UCX-RMA", "UCX-UCT", "UCX-UCT-RD" (NCCL_PLUGIN_P2P=ucx_rma...).
+_UCX = re.compile(r"^ucx(?:[-_].*)?$", re.IGNORECASE)
+# A verbs device as NET/IB's "Using" line lists it: "mlx5_0:1/IB", "mlx5_1:1/RoCE/SHARP" (link layer).
+_VERBS_DEVICE = re.compile(r"^[^\s:/]+:\d+/(?:IB|RoCE)\b")
 
 
-def transport_family(transport: str) -> str:
+def transport_family(transport: str, net_devices=()) -> str:
     """``NET/IBext_v8`` and ``NET/NCCL RDMA Plugin v9`` -> ``NET/IB`` (nccl-rdma-sharp-plugins),
-    ``NET/AWS Libfabric`` -> ``NET/OFI`` (aws-ofi-nccl); everything else is returned unchanged."""
+    ``NET/AWS Libfabric`` -> ``NET/OFI`` (aws-ofi-nccl); everything else is returned unchanged.
+
+    The UCX plugins (``NET/UCX``, ``NET/UCX-RMA``, ...) -> ``NET/IB`` only where ``net_devices`` (the
+    log's, :attr:`NcclLog.net_devices`) lists a verbs device: they open only the ibverbs devices
+    (``nccl_ucx_init`` -> ``nccl_p2p_ib_init``) and pin UCX to one (``NET_DEVICES=<hca>:<port>``), so they
+    run where NCCL's own NET/IB does (InfiniBand or RoCE), and the plugin logs them in NET/IB's
+    "Using [0]mlx5_0:1/IB" line. Without that line nothing says where UCX ran: unknown, the name kept."""
     if not transport.startswith("NET/"):
         return transport
     name = transport[4:]
     if name in _INTERNAL_NETS:
         return transport
+    if _UCX.match(name):
+        return "NET/IB" if any(_VERBS_DEVICE.match(d) for d in net_devices) else transport
     low = name.lower()
     if low.startswith("ib") or "rdma" in low:
         return "NET/IB"
@@ -117,6 +129,7 @@ class Connection:
 
     @property
     def family(self) -> str:
+        """By the name alone (a UCX plugin's family needs the log's devices: :attr:`NcclLog.families`)."""
         return transport_family(self.transport)
 
 
@@ -415,7 +428,7 @@ class _Reader:
         n_ranks = self.n_ranks if self.n_ranks is not None else (self.max_rank + 1 if self.max_rank >= 0 else None)
         return NcclLog(
             nccl_version=version, cuda_version=cuda, cuda_driver_version=self.driver,
-            transports=transports, families=frozenset(transport_family(t) for t in transports),
+            transports=transports, families=frozenset(transport_family(t, self.net_devices) for t in transports),
             connections=conns, gdrdma=any(c.gdrdma for c in conns),
             net_devices=tuple(self.net_devices), network=self.network, net_plugin=plugin,
             nvls=self.nvls or "NVLS" in transports, nvls_available=self.nvls_available or self.nvls,
