@@ -21,7 +21,7 @@ from pytest_gputopo.parse.cuda_samples import P2PParseError, parse_p2p_bandwidth
 from pytest_gputopo.parse.nccl_tests import (
     NcclTestsParseError, NcclTestsResult, NcclTestsRow, Result, parse_nccl_tests, parse_nccl_tests_all,
 )
-from pytest_gputopo.render.nccl_tests import render_nccl_tests
+from pytest_gputopo.render.nccl_tests import render_nccl_tests, sweep_table
 from pytest_gputopo.runtime.environ import find_all_reduce_perf
 from pytest_gputopo.runtime.procs import BenchTimeout
 from conftest import CORPUS, NO_CORPUS
@@ -483,25 +483,108 @@ def test_mutated_real_samples_raise_only_the_parse_errors(text):
     _parses_or_refuses(text)
 
 
-# The numbers as nccl-tests prints them: time to 7 characters (2, 1 or 0 decimals), bandwidth with 2.
-_TIME = st.one_of(st.integers(0, 9999).map(lambda x: x / 100), st.integers(1000, 99999).map(lambda x: x / 10),
-                  st.integers(10000, 10**8).map(float))
-_BW = st.integers(0, 10**6).map(lambda x: x / 100)
-_CELLS = st.builds(Result, _TIME | st.none(), _BW | st.none(), _BW | st.none(), st.integers(0, 10**6) | st.none())
-_ROWS = st.builds(NcclTestsRow, st.integers(0, 2**40), st.integers(0, 2**38),
-                  st.sampled_from(["float", "half", "bfloat16", "int8", "double"]),
-                  st.sampled_from(["sum", "prod", "min", "max", "avg", "none"]), st.integers(-1, 64),
-                  _CELLS, _CELLS)
+# The numbers as each nccl-tests version prints them (the text printf writes, read as a float):
+# up to v2.17.2 (src/common.cu BenchTime) the time has 2, 1 or 0 decimals below 100, 10^4 and above,
+# bandwidths "%6.2f"; from v2.17.3 (src/util.cu getFloatStr) every figure gets the most decimals
+# (2, 1, 0) that fit its width (time 7, bandwidths 6), then an exponent ("1.0e+08", "1e+06").
+def _printed(*parts):
+    return st.one_of(*parts).map(float)
 
 
-@given(rows=st.lists(_ROWS, min_size=1, max_size=12), oob=st.integers(0, 100),
+_LEGACY_TIME = _printed(st.integers(0, 9999).map(lambda x: f"{x / 100:.2f}"),
+                        st.integers(1000, 99999).map(lambda x: f"{x / 10:.1f}"), st.integers(10000, 10**8).map(str))
+_LEGACY_BW = _printed(st.integers(0, 10**6).map(lambda x: f"{x / 100:.2f}"))
+_CURRENT_TIME = _printed(st.integers(0, 999999).map(lambda x: f"{x / 100:.2f}"),
+                         st.integers(100000, 999999).map(lambda x: f"{x / 10:.1f}"),
+                         st.integers(100000, 9999999).map(str),
+                         st.tuples(st.integers(10, 99), st.integers(7, 12)).map(lambda m: f"{m[0] / 10:.1f}e+{m[1]:02d}"))
+_CURRENT_BW = _printed(st.integers(0, 99999).map(lambda x: f"{x / 100:.2f}"),
+                       st.integers(10000, 99999).map(lambda x: f"{x / 10:.1f}"), st.integers(10000, 999999).map(str),
+                       st.tuples(st.integers(1, 9), st.integers(6, 9)).map(lambda m: f"{m[0]}e+{m[1]:02d}"))
+_VERSIONS = {None: (_CURRENT_TIME, _CURRENT_BW), (2, 13, 9): (_LEGACY_TIME, _LEGACY_BW)}
+
+
+def _rows(version):
+    time, bw = _VERSIONS[version]
+    # #wrong: "%5g" / "%6g", exact up to 10^6.
+    cells = st.builds(Result, time | st.none(), bw | st.none(), bw | st.none(), st.integers(0, 10**6) | st.none())
+    return st.builds(NcclTestsRow, st.integers(0, 2**40), st.integers(0, 2**38),
+                     st.sampled_from(["float", "half", "bfloat16", "int8", "double"]),
+                     st.sampled_from(["sum", "prod", "min", "max", "avg", "none"]), st.integers(-1, 64), cells, cells)
+
+
+@given(data=st.data(), version=st.sampled_from(sorted(_VERSIONS, key=str)), oob=st.integers(0, 100),
        avg=st.floats(0, 1e4, allow_nan=False).map(lambda x: float(f"{x:g}")),
        nranks=st.integers(1, 16), collective=st.sampled_from([None, "all_reduce", "all_gather", "alltoall"]))
-def test_render_then_parse_round_trips(rows, oob, avg, nranks, collective):
+def test_render_then_parse_round_trips(data, version, oob, avg, nranks, collective):
+    """Issue 19: the renderer prints each version's format (the current one by default) and the
+    parser reads both."""
+    rows = data.draw(st.lists(_rows(version), min_size=1, max_size=12))
     wrong = any(r.wrong for row in rows for r in row.results())
     result = NcclTestsResult(collective=collective, rows=tuple(rows), avg_busbw_gbps=avg, out_of_bounds=oob,
                              ok=oob == 0 and not wrong, nranks=nranks, data_ok=oob == 0 and not wrong)
-    assert parse_nccl_tests(render_nccl_tests(result)) == result
+    assert parse_nccl_tests(render_nccl_tests(result, version=version)) == result
+
+
+_FIGURES = NcclTestsResult("all_reduce", (NcclTestsRow(
+    1 << 30, 1 << 28, "float", "sum", -1, Result(1234.56, 1234.56, 8.5, 0), Result(12345.67, 99.994, 0.5, 1048576)),))
+
+
+def test_render_prints_the_current_get_float_str_by_default():
+    """Issue 19: the time column followed nccl-tests <= 2.16 (src/common.cu BenchTime: "%7.1f" from
+    100 us, "%7.0f" from 10^4 us). From v2.17.3 (commit 00f5281) nccl-tests prints every figure with
+    getFloatStr (src/util.cu at v2.19.6: the most decimals, 2 then 1 then 0, that fit the column,
+    time 7, bandwidths 6) and #wrong with "%6g" (writeBenchmarkLineBody); the header widens #wrong
+    to "%6s" (writeResultHeader). Lines below: those formats applied by hand."""
+    lines = render_nccl_tests(_FIGURES).splitlines()
+    assert lines[-4:-2] == [
+        "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong ",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         "]
+    assert lines[-2] == ("  1073741824     268435456     float     sum      -1"
+                         "  1234.56  1234.6    8.50       0  12345.7   99.99    0.50  1.04858e+06")
+
+
+def test_render_prints_an_old_version_as_it_printed():
+    """nccl-tests v2.13.9 src/common.cu BenchTime: time "%7.2f" / "%7.1f" from 100 / "%7.0f" from
+    10^4, bandwidths "%6.2f", #wrong "%5g"; its header prints "#wrong" as " %6s", units "%5s"."""
+    lines = render_nccl_tests(_FIGURES, version=(2, 13, 9)).splitlines()
+    assert lines[-4:-2] == [
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       "]
+    assert lines[-2] == ("  1073741824     268435456     float     sum      -1"
+                         "   1234.6  1234.56    8.50      0    12346   99.99    0.50  1.04858e+06")
+    assert render_nccl_tests(_FIGURES, version=(2, 17, 2)) == render_nccl_tests(_FIGURES, version=(2, 13, 9))
+    assert render_nccl_tests(_FIGURES, version=(2, 17, 3)) == render_nccl_tests(_FIGURES)
+
+
+def _sweep(world_size: int, wrongs: list[int]) -> dict:
+    rows = [{"size_bytes": 4096 << i, "count": 1024 << i, "time_us": 100.0, "algbw_gbps": 1.0, "busbw_gbps": 1.0,
+             "wrong": w} for i, w in enumerate(wrongs)]
+    return {"origin": "measured", "host": "node1", "devices": None, "worker_pids": list(range(100, 100 + world_size)),
+            "sizes": {"begin": 4096, "end": rows[-1]["size_bytes"], "factor": 2},
+            "expected": {"gbps": None, "basis": "gloo on CPUs"},
+            "result": {"rows": rows, "dtype": "float32", "world_size": world_size, "backend": "gloo"}}
+
+
+def test_a_sweep_counts_out_of_bounds_values_as_nccl_tests_does():
+    """Issue 19: "Out of bounds values" counted the sizes with wrong data. nccl-tests counts checks:
+    CheckData adds 1 to its thread's errors when the GPUs that thread checks hold a wrong element,
+    and run() sums errors over threads and (MPI_Allreduce) over processes (src/common.cu at v2.13.9
+    and v2.19.6). The sweep runs one process per rank, so nccl-tests would count one per rank whose
+    check failed, per size; the sweep keeps wrong elements summed over ranks, which fixes that count
+    only when each size has at most one wrong element (or one rank). Otherwise the table gives the
+    floor and says so."""
+    def oob(text):
+        return [line for line in text.splitlines() if "Out of bounds" in line]
+
+    assert oob(sweep_table(_sweep(2, [0, 1, 1]))) == ["# Out of bounds values : 2 FAILED"]
+    assert oob(sweep_table(_sweep(1, [5]))) == ["# Out of bounds values : 1 FAILED"]
+    assert oob(sweep_table(_sweep(2, [0, 0]))) == ["# Out of bounds values : 0 OK"]
+    text = sweep_table(_sweep(2, [0, 4, 1]))
+    assert oob(text) == ["# Out of bounds values : 2 FAILED",
+                         "# gputopo: Out of bounds values counts, per size, the ranks whose check found wrong "
+                         "elements; this sweep kept them summed over ranks, so 2 is a floor (at most 3)"]
+    assert parse_nccl_tests(text).out_of_bounds == 2
 
 
 def test_render_refuses_rows_the_modern_table_cannot_show():
@@ -617,6 +700,85 @@ def test_runner_wrong_data_is_a_result_not_a_run_error(tmp_path):
     text_file.write_text(HEADER_2X + ROWS_2X)
     with pytest.raises(NcclTestsRunError, match="exited with status 7"):
         nt.run_all_reduce_perf(binary, 2, 1 << 20, timeout_s=60, env=_env(FAKE_TEXT=str(text_file)))
+
+
+# One 1 MiB all_reduce_perf -g 2 run whose in-place data came back wrong (3 elements), as two versions
+# print it: each line is its printf format applied by hand.
+# nccl-tests tag v2.13.9, src/common.cu: run() prints the summary, "%s\n" of ncclGetLastError (an
+# empty line), then `exit(EXIT_FAILURE)` because errors[0] != 0: status 1.
+WRONG_V2_13_9 = """\
+# nThread 1 nGpus 2 minBytes 1048576 maxBytes 1048576 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid   4242 on      node1 device  0 [0x07] NVIDIA A100-SXM4-80GB
+#  Rank  1 Group  0 Pid   4242 on      node1 device  1 [0x0a] NVIDIA A100-SXM4-80GB
+#
+#                                                              out-of-place                       in-place          
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       
+     1048576        262144     float     sum      -1    123.5    8.49    8.49      0    123.4    8.50    8.50      3
+# Out of bounds values : 1 FAILED
+# Avg bus bandwidth    : 8.495 
+#
+
+"""
+# nccl-tests tag v2.19.6 (since v2.17.3, commit 00f5281): src/util.cu writeResultFooter, finalizeFooter
+# and writeErrors, then run() returns testNumResults and main's TESTCHECK prints "Test failure" and
+# returns it: status 7.
+WRONG_V2_19_6 = """\
+# nccl-tests version 2.19.6 nccl-headers=22807 nccl-library=22807
+# Collective test starting: all_reduce_perf
+# nThread 1 nGpus 2 minBytes 1048576 maxBytes 1048576 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid   4242 on      node1 device  0 [0000:07:00] NVIDIA A100-SXM4-80GB
+#  Rank  1 Group  0 Pid   4242 on      node1 device  1 [0000:0a:00] NVIDIA A100-SXM4-80GB
+#
+#                                                              out-of-place                       in-place          
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong 
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         
+     1048576        262144     float     sum      -1   123.45    8.49    8.49       0   123.40    8.50    8.50       3
+# Out of bounds values : 1 FAILED
+# Avg bus bandwidth    : 8.495 
+#
+# Collective test concluded: all_reduce_perf
+#
+
+ .. node1 pid 4242: Test failure common.cu:1454
+"""
+_EXITING = """\
+    import os, sys
+    sys.stdout.write(open(os.environ["FAKE_TEXT"]).read())
+    sys.exit(int(os.environ["FAKE_STATUS"]))
+    """
+
+
+@pytest.mark.parametrize("text, status", [(WRONG_V2_13_9, 1), (WRONG_V2_19_6, 7)], ids=["v2.13.9", "v2.19.6"])
+def test_runner_wrong_data_is_a_result_whatever_the_version_exits_with(tmp_path, text, status):
+    """Issue 19.1: up to v2.17.2 a finished run with wrong data ends with exit(EXIT_FAILURE), status 1
+    (tag v2.13.9 src/common.cu, end of run()); commit 00f5281 (v2.17.3) made it testNumResults, 7.
+    Only 7 was read as nccl-tests' verdict: on older nccl-tests the result had no figure and the
+    marker skipped instead of failing on a broken node."""
+    (tmp_path / "out.txt").write_text(text)
+    env = _env(FAKE_TEXT=str(tmp_path / "out.txt"), FAKE_STATUS=str(status))
+    result = nt.run_all_reduce_perf(_fake(tmp_path, _EXITING), 2, 1 << 20, timeout_s=60, env=env)
+    assert (result.avg_busbw_gbps, result.rows[0].in_place.wrong) == (8.495, 3)
+    assert result.wrong_data() == "nccl-tests reported 3 wrong elements in-place, 'Out of bounds values : 1 FAILED'"
+    assert any(f"exited with status {status}" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize("status", [1, 7])
+def test_runner_a_run_that_did_not_finish_is_an_error_whatever_it_exits_with(tmp_path, status):
+    """Status 1 is also testInternalError (src/common.h testResult_t) from a run that failed early:
+    without the summary nccl-tests prints only at its end, or with a summary that says OK, the
+    status is no verdict on the data and the run stays an error."""
+    cut = WRONG_V2_13_9[:WRONG_V2_13_9.index("# Out of bounds")] + " .. node1 pid 4242: Test failure common.cu:892\n"
+    all_ok = WRONG_V2_13_9.replace("      3\n", "      0\n").replace("1 FAILED", "0 OK")
+    for text in (cut, all_ok):
+        (tmp_path / "out.txt").write_text(text)
+        env = _env(FAKE_TEXT=str(tmp_path / "out.txt"), FAKE_STATUS=str(status))
+        with pytest.raises(NcclTestsRunError, match=f"exited with status {status}"):
+            nt.run_all_reduce_perf(_fake(tmp_path, _EXITING), 2, 1 << 20, timeout_s=60, env=env)
 
 
 def test_runner_output_without_table_raises_run_error(tmp_path):

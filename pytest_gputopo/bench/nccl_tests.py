@@ -9,7 +9,10 @@ from typing import Mapping
 from ..parse.nccl_tests import NcclTestsParseError, NcclTestsResult, parse_nccl_tests
 from ..runtime.procs import KILL_GRACE_S, run_child, tail
 
-TEST_NUM_RESULTS = 7  # nccl-tests' exit status for errors or low bandwidth (src/common.h testResult_t)
+# The exit status of a finished run that nccl-tests itself failed (wrong data, or an average below
+# NCCL_TESTS_MIN_BW): exit(EXIT_FAILURE) up to v2.17.2, testNumResults (src/common.h testResult_t) from
+# v2.17.3 (commit 00f5281). Status 1 is also testInternalError, so the status alone is no verdict.
+VERDICT_STATUSES = (1, 7)
 
 
 class NcclTestsRunError(RuntimeError):
@@ -37,8 +40,8 @@ def run_all_reduce_perf(binary: str, n_gpus: int, size_bytes: int, *, iters: int
     ``env`` is the child's complete environment (runtime.py builds it); None inherits ours. The child
     leads its own process group, so a timeout kills it and everything it started: ``BenchTimeout``.
     A non-zero exit (except nccl-tests' own verdict on a finished run: wrong data or a low average,
-    status 7 after the summary), or output with no table, raises ``NcclTestsRunError`` with the
-    output's tail."""
+    status 1 or 7 after a summary that says FAILED), or output with no table, raises
+    ``NcclTestsRunError`` with the output's tail."""
     argv = all_reduce_perf_argv(binary, n_gpus, size_bytes, iters=iters, warmup=warmup)
     command = " ".join(argv)
     try:
@@ -54,9 +57,11 @@ def run_all_reduce_perf(binary: str, n_gpus: int, size_bytes: int, *, iters: int
     if status == 0:
         return result
     # A finished run whose data were wrong (or whose average missed NCCL_TESTS_MIN_BW) exits with
-    # testNumResults after its summary (src/common.cu run() and main's TESTCHECK): that table is the
-    # result, wrong data included -- a broken node, not a run without a figure.
-    if status == TEST_NUM_RESULTS and result.out_of_bounds is not None:
+    # status 1 or 7 after its summary (src/common.cu run(), v2.13.9 and v2.19.6): that table is the
+    # result, wrong data included -- a broken node, not a run without a figure. The summary
+    # ("Out of bounds values", printed only once every row is) must say FAILED: a run that ended
+    # before it, or whose summary is all OK, failed for another reason.
+    if status in VERDICT_STATUSES and result.out_of_bounds is not None and result.ok is False:
         return dataclasses.replace(result, warnings=result.warnings + (
             f"{command} exited with status {status} (nccl-tests: wrong data or below NCCL_TESTS_MIN_BW)",))
     raise NcclTestsRunError(f"{command} exited with status {status}:\n{tail(output)}")

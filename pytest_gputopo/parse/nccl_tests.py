@@ -80,7 +80,12 @@ class NcclTestsResult:
     collective: str | None  # "all_reduce" for all_reduce_perf; None when the text never names it
     rows: tuple[NcclTestsRow, ...]
     avg_busbw_gbps: float | None = None  # "# Avg bus bandwidth" as printed (mean over every cell)
-    out_of_bounds: int | None = None  # "# Out of bounds values : N"
+    # "# Out of bounds values : N": the data checks that found wrong elements, not elements (#wrong)
+    # nor rows. Each checking thread -- one per process unless -t -- adds 1 per row and placement when
+    # the GPUs it checks (-g of them) held a wrong element; run() sums over threads and processes
+    # (src/common.cu CheckData and run(), tags v2.13.9 and v2.19.6). So one process with -g 8 counts
+    # at most 1 per row and placement, mpirun -np 8 up to 8.
+    out_of_bounds: int | None = None
     # nccl-tests' own verdict: False when a summary line says FAILED or a row has #wrong > 0, True when
     # the summary says OK, None when no summary line was read.
     ok: bool | None = None
@@ -92,8 +97,8 @@ class NcclTestsResult:
 
     def wrong_data(self) -> str | None:
         """What nccl-tests itself found wrong in the data -- ``#wrong`` of either placement, a FAILED
-        ``Out of bounds values : N`` line (N: the checks that found wrong elements, src/common.cu
-        CheckData) -- or None when nothing was."""
+        ``Out of bounds values : N`` line (N: the checks that found wrong elements, see
+        ``out_of_bounds``) -- or None when nothing was."""
         if self.data_ok is not False:
             return None
         wrong = {place: sum((getattr(row, place).wrong or 0) for row in self.rows if getattr(row, place))
