@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 
 import pynvml
 import pytest
@@ -256,3 +257,41 @@ def test_nvlink_getters(fake):
         fake.nvmlDeviceGetNvLinkState(h2, 0)  # a GPU without NVLink
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
         fake.nvmlDeviceGetNvLinkState(h2, fake.NVML_NVLINK_MAX_LINKS)
+
+
+# -- MIG and compute mode ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["nvmlDeviceGetMigMode", "nvmlDeviceGetComputeMode"])
+def test_mode_getters_take_what_the_real_ones_take(name):
+    """pynvml 13.615.71: ``def nvmlDeviceGetMigMode(device)`` (l.6089), ``def nvmlDeviceGetComputeMode(handle)``
+    (l.4012); both exist in every binding since 11.495 (reference §1.4)."""
+    import inspect
+
+    fake = make_fake_pynvml(_topology(), binding_version="11.495.46")
+    assert list(inspect.signature(getattr(fake, name)).parameters) == \
+        list(inspect.signature(getattr(pynvml, name)).parameters)
+    for nvml in (pynvml, fake):  # before init, as every call
+        with pytest.raises(pynvml.NVMLError_Uninitialized):
+            getattr(nvml, name)(pynvml.c_nvmlDevice_t())
+
+
+def test_mig_mode_is_current_and_pending_and_not_supported_where_unrecorded():
+    """``nvmlDeviceGetMigMode`` returns ``[c_currentMode.value, c_pendingMode.value]`` of
+    NVML_DEVICE_MIG_DISABLE/ENABLE (l.6089-6095, l.2794-2795); a GPU without MIG answers NOT_SUPPORTED."""
+    t = _topology()
+    gpus = (dataclasses.replace(t.gpus[0], mig=True, compute_mode="Exclusive_Process"),
+            dataclasses.replace(t.gpus[1], mig=False, compute_mode="Prohibited"), t.gpus[2])
+    nvml = make_fake_pynvml(dataclasses.replace(t, gpus=gpus))
+    nvml.nvmlInit()
+    h = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(3)]
+    assert nvml.nvmlDeviceGetMigMode(h[0]) == [pynvml.NVML_DEVICE_MIG_ENABLE] * 2
+    assert nvml.nvmlDeviceGetMigMode(h[1]) == [pynvml.NVML_DEVICE_MIG_DISABLE] * 2
+    assert type(nvml.nvmlDeviceGetMigMode(h[1])) is list
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        nvml.nvmlDeviceGetMigMode(h[2])
+    # ``nvmlDeviceGetComputeMode`` returns ``c_mode.value``, an NVML_COMPUTEMODE_* int (l.88-91, l.4012-4017)
+    assert nvml.nvmlDeviceGetComputeMode(h[0]) == pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS == 3
+    assert nvml.nvmlDeviceGetComputeMode(h[1]) == pynvml.NVML_COMPUTEMODE_PROHIBITED == 2
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        nvml.nvmlDeviceGetComputeMode(h[2])

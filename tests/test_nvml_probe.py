@@ -94,6 +94,7 @@ def topologies(draw):
             pcie_width_max=draw(_maybe(st.sampled_from([8, 16, 32]))),
             memory_total_bytes=draw(_maybe(st.integers(1, 2**40))),
             compute_capability=draw(_maybe(st.builds("{}.{}".format, st.integers(3, 12), st.integers(0, 9)))),
+            mig=draw(_maybe(st.booleans())), compute_mode=draw(_maybe(st.sampled_from(model.COMPUTE_MODES))),
             nvlinks=tuple(model.NvLink(k, *link) for k, link in zip(numbers, found))))
     links = tuple(model.Link(
         a, b, pcie=draw(st.sampled_from([None, *PCIE_CLASSES])),
@@ -112,8 +113,8 @@ def _in_nvml_order(t: model.Topology) -> model.Topology:
 
 
 def _as_asked(link: model.NvLink) -> model.NvLink:
-    """What the probe asks of a link (NCCL's order, src/graph/xml.cc): nothing past one that is down,
-    no bus id of a switch."""
+    """What the probe asks of a link: nothing past one that is down (as NCCL, src/graph/xml.cc), no
+    bus id of a switch."""
     if not link.active:
         return model.NvLink(link.link, False)
     return dataclasses.replace(link, remote_bus_id=None) if link.remote_type == "SWITCH" else link
@@ -444,10 +445,10 @@ def _pcie_cards_without_bridge() -> model.Topology:
 
 def test_links_that_are_down_are_not_asked_where_they_lead():
     """Issue 8.8: the remote PCI info, type and version of a link that is down were asked, and the
-    driver's errors became warnings (which fail the `topology` check). NCCL asks the state first and
-    nothing more of a link that is not NVML_FEATURE_ENABLED (src/graph/xml.cc ncclTopoGetXmlFromGpu:
-    "if (isActive != NVML_FEATURE_ENABLED) continue;"), then the remote type, then the PCI info of a
-    link that does not end at a switch (NCCL 2.31)."""
+    driver's errors became warnings (which fail the `topology` check). NCCL asks nothing more of a
+    link that is not NVML_FEATURE_ENABLED (src/graph/xml.cc ncclTopoGetXmlFromGpu, v2.30.7: the P2P
+    capability, the state, "if (isActive != NVML_FEATURE_ENABLED) continue;", then the remote PCI info;
+    never the remote device type)."""
     got = nvml.probe(make_fake_pynvml(_pcie_cards_without_bridge()))
     assert got.warnings == ()
     assert [ln.active for ln in got.gpus[0].nvlinks] == [False] * 12 and got.link(0, 1).nvlinks == 0

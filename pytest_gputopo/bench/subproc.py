@@ -5,7 +5,9 @@ issued it; in a child process it can (``runtime.procs``), and the run goes on wi
 child (``python -m pytest_gputopo.bench.copies --serve``) answers one request per line, so the
 copies of a health check or of one ``min_p2p_bw`` marker share one torch import and one CUDA
 start-up instead of paying them per copy. It ends itself after ``IDLE_S`` without a request, so that
-no CUDA context of ours sits on the GPUs while the user's own tests run.
+no CUDA context of ours sits on the GPUs while the user's own tests run; on a GPU in an exclusive
+compute mode (one process at a time) it is ended right after the copy that needed that GPU, or the
+user's next test could find the GPU busy ("all CUDA-capable devices are busy or unavailable").
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class CopyWorker:
             self.close()  # hung, dead or interrupted: no child is left behind
             raise
         self._last = time.monotonic()
+        gpus = (key.src, key.dst) if isinstance(key, keys.Copy) else (key.gpu,)
+        if any(topology.gpus[g].exclusive for g in gpus if g < len(topology.gpus)):
+            self.close()
         return answer
 
     def _start(self) -> None:

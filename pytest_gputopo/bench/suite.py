@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..core import keys, model
+from ..core.requirements import MIG_INSTANCE, mig_enabled
 from ..runtime import files
 from . import untrusted
 from .settings import BenchSettings
@@ -208,6 +209,10 @@ class BenchSuite:
 
     def _obtain(self, key: keys.Key) -> BenchResult:
         name = keys.name_of(key)
+        refused = self._refused(key)
+        if refused:
+            return BenchResult(key, key.describe(), None, "measured" if self.topology.is_this_host else "recorded",
+                               error=refused)
         if not self.topology.is_this_host:  # a recorded or text machine: only its own figures
             result = self._recorded(key)
             if self._shared is not None:  # for the controller's report, as a measurement would be
@@ -256,6 +261,33 @@ class BenchSuite:
         if self._cache_set is not None and result.gbps is not None and result.error is None:
             self._cache_set(name, {"gbps": result.gbps, "detail": result.detail})
         return result
+
+    def _gpus_of(self, key: keys.Key) -> tuple[int, ...]:
+        """The GPUs (indices here) a measurement runs on; none known for gloo or across ranks."""
+        if isinstance(key, keys.Copy):
+            gpus = (key.src, key.dst)
+        elif isinstance(key, keys.HostCopy):
+            gpus = (key.gpu,)
+        elif self._across_ranks is not None or (isinstance(key, keys.AllReduce)
+                                                and self.settings.allreduce_backend == "gloo"):
+            gpus = ()
+        else:
+            gpus = getattr(key, "devices", None) or tuple(range(key.ranks))
+        return tuple(g for g in gpus if g < len(self.topology.gpus))
+
+    def _refused(self, key: keys.Key) -> str | None:
+        """Why no figure can be had for ``key`` whatever is measured or published: its GPUs have MIG
+        enabled (a figure of the whole GPU is not an instance's), or, on this host, a GPU's compute
+        mode lets no process create a CUDA context on it."""
+        gpus = self._gpus_of(key)
+        mig = mig_enabled(self.topology, gpus)
+        if mig:
+            return f"unknown: {mig} ({MIG_INSTANCE}), so the GPU's figures are not what a process gets"
+        prohibited = [f"GPU{g}" for g in gpus if self.topology.gpus[g].compute_mode == "Prohibited"]
+        if prohibited and self.topology.is_this_host:
+            return (f"cannot measure: {' and '.join(prohibited)} {'is' if len(prohibited) == 1 else 'are'} in "
+                    f"compute mode Prohibited (NVML_COMPUTEMODE_PROHIBITED): no process may create a CUDA context")
+        return None
 
     def _recorded(self, key: keys.Key) -> BenchResult:
         """The figure published for a machine that is not this host, or why there is none."""

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from . import hardware
 from .limits import MAX_MEMORY_BYTES, show_value
 from .model import Gpu, Topology
-from .requirements import (REASON_PAIRS, Requirement, RequirementError, Verdict, gpus_arg, gpus_text, shortfall,
-                           unmet, visible_text)
+from .requirements import (MIG_INSTANCE, REASON_PAIRS, Requirement, RequirementError, Verdict, gpus_arg, gpus_text,
+                           shortfall, unmet, visible_text)
 
 UNKNOWN = "is unknown (no source reported it)"
 
@@ -112,7 +112,10 @@ class GpuRequirement(Requirement):
         cc = gpu.compute_capability
         if self.min_memory_gb is not None:
             have = gpu.memory_total_bytes
-            if have is None:
+            if gpu.mig:  # the instance's memory is a slice of the GPU's
+                whole = "" if have is None else f", which has a slice of the GPU's {have / hardware.GB:.1f} GB"
+                problems.append(f"memory is unknown: MIG is enabled ({MIG_INSTANCE}{whole})")
+            elif have is None:
                 problems.append(f"memory {UNKNOWN}")
             elif have < self.min_memory_gb * hardware.GB:
                 problems.append(f"has {have / hardware.GB:.1f} GB of memory, needs {self.min_memory_gb:g} GB")

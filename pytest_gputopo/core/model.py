@@ -106,6 +106,10 @@ _P2P_TEXT = {P2PStatus.OK: "OK", P2PStatus.CHIPSET_NOT_SUPPORTED: "chipset not s
 
 P2P_CAPS = ("read", "write", "nvlink", "atomics")
 
+# NVML_COMPUTEMODE_* (nvmlDeviceGetComputeMode: 0..3) by the names nvidia-smi prints. Exclusive_Thread
+# is deprecated (CUDA treats it as Exclusive_Process).
+COMPUTE_MODES = ("Default", "Exclusive_Thread", "Prohibited", "Exclusive_Process")
+
 
 @dataclass(frozen=True)
 class P2P:
@@ -155,10 +159,19 @@ class Gpu:
     # CUDA's CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED: multicast objects over an NVSwitch fabric, what
     # NCCL's NVLS (NVLink SHARP) algorithm and torch's symmetric memory need.
     multicast: bool | None = None
+    # NVML's current MIG mode (nvmlDeviceGetMigMode): True when MIG is enabled, so that a process sees a
+    # MIG instance, never the whole GPU; None where NVML did not say (a GPU without MIG says so).
+    mig: bool | None = None
+    compute_mode: str | None = None  # one of COMPUTE_MODES (nvmlDeviceGetComputeMode)
 
     @property
     def active_nvlinks(self) -> int:
         return sum(1 for link in self.nvlinks if link.active)
+
+    @property
+    def exclusive(self) -> bool:
+        """Whether one process at a time may hold a CUDA context on this GPU (its compute mode)."""
+        return self.compute_mode in ("Exclusive_Process", "Exclusive_Thread")
 
 
 @dataclass(frozen=True)

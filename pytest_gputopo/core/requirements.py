@@ -103,8 +103,28 @@ class Requirement:
         if missing:
             return unmet(self, [missing], max_pairs)
         failures = [f"{ln.name} {problem}" for ln in topology.pairs(self.gpus)
-                    if (problem := self.check_pair(ln)) is not None]
+                    if (problem := mig_pair(topology, ln) or self.check_pair(ln)) is not None]
         return unmet(self, failures, max_pairs) if failures else Verdict(True)
+
+
+MIG_INSTANCE = "a process sees a MIG instance, never the whole GPU"
+
+
+def mig_enabled(topology: Topology, gpus) -> str | None:
+    """Which of ``gpus`` (indices) have MIG enabled, as a reason's subject ("GPU0 has MIG enabled"), or
+    None. The whole GPU's facts (memory, NVLinks, P2P, figures) are then no fact of what a process
+    sees: CUDA cannot use a MIG-enabled GPU as a whole, and NVIDIA's MIG guide supports no P2P
+    between GPUs (PCIe or NVLink) under MIG."""
+    on = [i for i in gpus if topology.gpus[i].mig]
+    if not on:
+        return None
+    return f"{' and '.join(f'GPU{i}' for i in on)} {'has' if len(on) == 1 else 'have'} MIG enabled"
+
+
+def mig_pair(topology: Topology, link: Link) -> str | None:
+    """A pair's link and P2P are unknown to a process when either GPU has MIG enabled."""
+    on = mig_enabled(topology, (link.a, link.b))
+    return f"link and P2P are unknown: {on} ({MIG_INSTANCE})" if on else None
 
 
 def visible_text(topology: Topology) -> str:
@@ -342,7 +362,10 @@ class TransportRequirement(FactRequirement):
             failures = []
             for ln in topology.pairs(self.gpus):
                 transports, why = pairs.get((ln.a, ln.b), (set(), "unknown"))
-                if not any(t.upper().startswith(self.kind) for t in transports):
+                mig = mig_pair(topology, ln)  # NCCL's view of the whole GPUs is not the instances'
+                if mig:
+                    failures.append(f"{ln.name} {mig}")
+                elif not any(t.upper().startswith(self.kind) for t in transports):
                     failures.append(f"{ln.name} ({link_text(ln)}) {why}")
             return unmet(self, failures, max_pairs) if failures else Verdict(True)
         if account is None:

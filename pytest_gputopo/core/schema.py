@@ -12,7 +12,7 @@ from .cpus import cpu_ranges, looks_like_cpu_list
 from .keys import COPY_KINDS, HOST_KINDS
 from .limits import (MAX_BYTES, MAX_CPUS, MAX_GBPS, MAX_GPUS, MAX_MEMORY_BYTES, MAX_NICS, MAX_NUMA_NODES, MAX_NVLINKS,
                      MAX_PCIE_GEN, MAX_PCIE_WIDTH, MAX_WARNINGS, is_bandwidth, show_value)
-from .model import P2P, P2P_CAPS, Gpu, Link, LinkClass, NvLink, P2PStatus, Source, Topology
+from .model import COMPUTE_MODES, P2P, P2P_CAPS, Gpu, Link, LinkClass, NvLink, P2PStatus, Source, Topology
 
 SCHEMA_VERSION = 1
 
@@ -101,7 +101,7 @@ _GPU_INTS = {"nvml_index": (0, MAX_GPUS - 1), "numa_node": (0, MAX_NUMA_NODES - 
              "pcie_width_current": (1, MAX_PCIE_WIDTH), "pcie_width_max": (1, MAX_PCIE_WIDTH),
              "memory_total_bytes": (1, MAX_MEMORY_BYTES)}
 _GPU_STRS = ("name", "uuid", "pci_bus_id", "cpu_affinity", "compute_capability")
-_GPU_BOOLS = ("multicast",)
+_GPU_BOOLS = ("multicast", "mig")
 
 
 def _nvlink_from(d: Any, path: str) -> NvLink:
@@ -117,7 +117,7 @@ def _nvlink_from(d: Any, path: str) -> NvLink:
 def _gpu_from(d: Any, path: str) -> Gpu:
     d = _mapping(d, path)
     p = path + "."
-    extra = set(d) - set(_GPU_INTS) - set(_GPU_STRS) - set(_GPU_BOOLS) - {"index", "nvlinks"}
+    extra = set(d) - set(_GPU_INTS) - set(_GPU_STRS) - set(_GPU_BOOLS) - {"index", "nvlinks", "compute_mode"}
     if extra:
         raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
     listed = _list(d, "nvlinks", p)
@@ -130,8 +130,11 @@ def _gpu_from(d: Any, path: str) -> Gpu:
     # Other text ("N/A") is no CPU list: unknown. A list names CPUs a machine can have.
     if cpus and looks_like_cpu_list(cpus) and cpu_ranges(cpus) is None:
         raise SchemaError(f"{p}cpu_affinity", f"{cpus[:40]!r} is not a CPU range list below {MAX_CPUS}")
+    mode = _get(d, "compute_mode", p, (str,), None)
+    if mode is not None and mode not in COMPUTE_MODES:
+        raise SchemaError(f"{p}compute_mode", f"{show_value(mode)} is not one of {list(COMPUTE_MODES)}")
     return Gpu(index=_int(d, "index", p, 0, MAX_GPUS - 1, ..., allow_none=False),
-               nvlinks=links,
+               nvlinks=links, compute_mode=mode,
                **{k: _int(d, k, p, low, high) for k, (low, high) in _GPU_INTS.items()},
                **{k: _get(d, k, p, (str,), None) for k in _GPU_STRS},
                **{k: _get(d, k, p, (bool,), None) for k in _GPU_BOOLS})

@@ -16,6 +16,9 @@ reference (``nvml-nccl-torch.md`` §0, §1.9) says the real module does:
   ``nvmlDeviceGetCudaComputeCapability`` a tuple; NVLink versions are the encoded ``NVML_NVLINK_VERSION_*``;
 * NVLink getters raise ``InvalidArgument`` past a GPU's last link and ``NotSupported`` for a link the
   recording does not list (DCGM skips those) and for every link of a GPU without NVLink;
+* ``nvmlDeviceGetMigMode`` returns the list ``[current, pending]`` (both the recorded mode) and raises
+  ``NotSupported`` where the recording says nothing, as a GPU without MIG does;
+  ``nvmlDeviceGetComputeMode`` returns the ``NVML_COMPUTEMODE_*`` value of the recorded mode;
 * ``nvmlDeviceGetNumaNodeId`` raises ``NotSupported`` (as on x86; the NUMA node comes from
   ``nvmlDeviceGetMemoryAffinity``); a common ancestor or P2P query for a GPU with itself is
   ``InvalidArgument`` (the real answer is unverified);
@@ -347,6 +350,13 @@ class _FakeNvml:
         if not m:
             raise self.NotSupported()
         return int(m.group(1)), int(m.group(2))
+
+    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
+        mig = int(self._fact(self.gpus[self._gpu(device)].mig))
+        return [mig, mig]  # [current, pending]: a recording knows of no change pending a reset
+
+    def nvmlDeviceGetComputeMode(self, handle: Any) -> int:
+        return model.COMPUTE_MODES.index(self._fact(self.gpus[self._gpu(handle)].compute_mode))
 
     def nvmlDeviceGetCpuAffinity(self, handle: Any, cpuSetSize: int) -> Any:
         return _words(self._fact(cpu_mask(self.gpus[self._gpu(handle)].cpu_affinity)), cpuSetSize)

@@ -50,6 +50,7 @@ NVLINK_DEVICE_TYPES = {0: "GPU", 1: "IBMNPU", 2: "SWITCH"}  # NVML_NVLINK_DEVICE
 # in every nvidia-ml-py), which ctypes refuses with ArgumentError.
 P2P_CAPS_INDEX = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
 
+_MIG_ENABLE = 1  # NVML_DEVICE_MIG_ENABLE
 _LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED, _NO_PERMISSION = 12, 9, 4  # NVML_ERROR_* (C values)
 _INVALID_ARGUMENT = 2
 NVLINK_MAX_LINKS_NEWEST = limits.MAX_NVLINKS  # old bindings on new drivers still see all links
@@ -237,6 +238,8 @@ class _Reader:
         words = (max(os.cpu_count() or 1, 1024) + 63) // 64
         cpus = f(where, "nvmlDeviceGetCpuAffinity", h, words)
         nvlinks, links = self.nvlinks(where, h)
+        mig = f(where, "nvmlDeviceGetMigMode", h)  # [current, pending]: the current mode is the one in force
+        mode = f(where, "nvmlDeviceGetComputeMode", h)
         gpu = model.Gpu(
             index=i, nvml_index=i,
             name=None if name is None else _text(name),
@@ -250,7 +253,9 @@ class _Reader:
             pcie_width_max=f(where, "nvmlDeviceGetMaxPcieLinkWidth", h),
             memory_total_bytes=None if memory is None else int(memory.total),
             compute_capability=None if cc is None else f"{cc[0]}.{cc[1]}",
-            nvlinks=nvlinks)
+            nvlinks=nvlinks,
+            mig=None if mig is None else mig[0] == _MIG_ENABLE,
+            compute_mode=model.COMPUTE_MODES[mode] if mode in range(len(model.COMPUTE_MODES)) else None)
         return gpu, bus, links
 
     def numa_node(self, where: str, h: Any) -> int | None:
@@ -277,9 +282,14 @@ class _Reader:
             if state != 1:  # not NVML_FEATURE_ENABLED: a link that is down leads nowhere; ask nothing of it
                 found.append(model.NvLink(link=k, active=False))
                 continue
-            # As NCCL asks (src/graph/xml.cc ncclTopoGetXmlFromGpu, 2.31): the state, then the remote
-            # device type, then the remote PCI info of links that do not end at a switch -- a switch
-            # may not be visible at all (inside a VM), and its bus id counts for nothing here.
+            # NCCL (src/graph/xml.cc ncclTopoGetXmlFromGpu, v2.30.7) asks each link's P2P capability
+            # (skipping a link without it; its comment says the call "should have trained the link"),
+            # then its state, then the remote PCI info of an active link, and never the remote device
+            # type: it takes the remote's PCI class from the OS (an NVSwitch where it cannot). Here, as
+            # there, nothing is asked past a link that is down; NVML's remote type comes before the PCI
+            # info, which is not asked of a switch: a switch may not be visible at all (inside a VM),
+            # and its bus id counts for nothing here. The capability is not asked: the counts follow
+            # nvidia-smi topo -m (module doc), not NCCL's graph.
             at = f"{where} NVLink {k}"
             remote_type = NVLINK_DEVICE_TYPES.get(self.fact(at, "nvmlDeviceGetNvLinkRemoteDeviceType", h, k), "unknown")
             remote = None
