@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from . import hardware
 from .limits import MAX_MEMORY_BYTES, show_value
-from .model import Gpu, Topology
+from .model import CUDA, NVML, TORCH, Gpu, Topology
 from .requirements import (MIG_INSTANCE, REASON_PAIRS, Requirement, RequirementError, Verdict, gpus_arg, gpus_text,
                            shortfall, unmet, visible_text)
 
@@ -81,6 +81,10 @@ class GpuRequirement(Requirement):
     def conditions(self) -> bool:
         return any(v is not None for v in (self.min_memory_gb, self.compute_capability, self.arch, self.model,
                                            self.bf16, self.multicast))
+
+    @property
+    def facts(self) -> frozenset:
+        return frozenset((NVML, CUDA)) if self.multicast is not None else frozenset((NVML,))  # multicast: CUDA's
 
     def __str__(self) -> str:
         args = [] if self.gpus is None else [gpus_text(self.gpus)]
@@ -193,6 +197,11 @@ class VersionRequirement(Requirement):
             except ValueError as exc:
                 raise RequirementError(f"{name}: {exc}") from None
             object.__setattr__(self, name, getattr(self, name).strip())
+
+    @property
+    def facts(self) -> frozenset:
+        """NVML knows the driver and the CUDA it supports; only torch knows what it was built with."""
+        return frozenset((NVML, TORCH)) if self.cuda_runtime or self.nccl else frozenset((NVML,))
 
     def __str__(self) -> str:
         return "requires_versions(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in VERSIONS

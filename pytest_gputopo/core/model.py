@@ -183,7 +183,7 @@ class Link:
     pcie: LinkClass | None = None  # None: unknown (e.g. hidden behind NV# in nvidia-smi text)
     nvlinks: int | None = 0  # None: unknown
     p2p: P2P = P2P()
-    cuda_peer: bool | None = None  # torch.cuda.can_device_access_peer, both directions
+    cuda_peer: bool | None = None  # CUDA's cuDeviceCanAccessPeer (torch's can_device_access_peer), both ways
 
     @property
     def label(self) -> LinkLabel | None:
@@ -205,6 +205,13 @@ class Link:
         if nvml is False or self.cuda_peer is False:
             return False
         return True if (nvml or self.cuda_peer) else None
+
+
+# What a question about this host needs learned, cheapest first: NVML's facts (links, NVLinks, PCIe,
+# memory, capability), CUDA's view (device order, peer access, multicast: CUDA started in a child) and
+# torch's versions (the CUDA and NCCL it was built with: torch imported in a child).
+NVML, CUDA, TORCH = "nvml", "cuda", "torch"
+ALL_FACTS = frozenset((NVML, CUDA, TORCH))
 
 
 @dataclass(frozen=True)

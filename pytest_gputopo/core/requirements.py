@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import Link, LinkClass, LinkLabel, Topology, link_satisfies
+from .model import ALL_FACTS, CUDA, NVML, Link, LinkClass, LinkLabel, Topology, link_satisfies
 from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, is_bandwidth, show_value
 from . import judgement, keys
 from .thresholds import gbps_text
@@ -91,6 +91,12 @@ class Requirement:
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", gpus_arg(self.gpus))
 
+    @property
+    def facts(self) -> frozenset:
+        """What must be learned about the host to judge it (``model.NVML``, ``CUDA``, ``TORCH``):
+        the probe asks nothing more, so that a run pays only for the questions its tests ask."""
+        return frozenset((NVML,))
+
     def __str__(self) -> str:
         raise NotImplementedError
 
@@ -146,6 +152,7 @@ def link_text(link: Link) -> str:
 
 @dataclass(frozen=True)
 class P2PRequirement(Requirement):
+    facts = frozenset((NVML, CUDA))  # NVML's P2P status joined with CUDA's own peer-access answer
     def __str__(self) -> str:
         return "requires_p2p" + (f"({_gpus_kw(self.gpus)[0]})" if self.gpus else "")
 
@@ -225,6 +232,8 @@ class LinkRequirement(Requirement):
 class FactRequirement(Requirement):
     """Judged on facts beyond the topology (measurements, NCCL's account): the plugin gathers them
     and calls ``judge``; ``evaluate`` alone cannot decide."""
+
+    facts = ALL_FACTS  # a measurement starts CUDA anyway; NCCL's rules read every fact
 
     def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
         raise TypeError(f"{self} is judged on measurements; use judge()")

@@ -13,17 +13,19 @@ import tempfile
 
 import pytest
 
-from ..probe import MachineError, probe
+from ..probe import MachineError
 from ..render.report import source_text
 from ..runtime import environ
 from . import hookspecs, markers, options, reporter
 from .fixtures import gputopo, gputopo_bench, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
+from .machine import Machine, item_facts, shared
 from .run import RANKS_EXIT_STATUS, RUN, GputopoRun, Ranks, run_of
 from .settings import read as read_settings
 
 # Exit status of a run stopped by --gputopo-require or --gputopo-expect (pytest uses 0-5).
 GATE_EXIT_STATUS = 8
 ITEM_REQS = pytest.StashKey[list]()  # a test's (requirement, strict) pairs, read at collection
+PROBE_NOTES = pytest.StashKey[tuple]()  # what the probe asked and what it took from this boot's record
 # xdist: what the controller hands each worker
 WORKER_TOPOLOGY = "gputopo_topology"
 WORKER_SHARED_DIR = "gputopo_shared_dir"
@@ -38,50 +40,79 @@ def pytest_addhooks(pluginmanager) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for name, help_text in markers.MARKER_HELP.items():
-        sig = markers.marker_signature(name).replace("*, ", "").replace("strict=None", "strict=False")
-        config.addinivalue_line("markers", f"{sig}: {help_text}; unmet -> skip (fail when strict)")
+    for line in markers.registration_lines():
+        config.addinivalue_line("markers", line)
     settings = read_settings(config)
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None and WORKER_TOPOLOGY in workerinput:
-        from ..core.schema import from_dict
+    if workerinput is not None:
+        shared_dir = workerinput.get(WORKER_SHARED_DIR)
+        if WORKER_TOPOLOGY in workerinput:  # the controller learned it: never probed again
+            from ..core.schema import from_dict
 
-        run = GputopoRun(config, settings, from_dict(workerinput[WORKER_TOPOLOGY]), worker=True,  # never probes
-                         shared_dir=workerinput[WORKER_SHARED_DIR])
-    elif workerinput is not None:  # a worker whose controller did not hand it the machine
-        run = GputopoRun(config, settings, config.hook.pytest_gputopo_probe(config=config), worker=True)
-    else:
-        topology = config.hook.pytest_gputopo_probe(config=config)
-        run = GputopoRun(config, settings, topology, shared_dir=_shared_dir(config))
-        ranks = _join_ranks(run)
-        if ranks is not None:
-            run = run.with_ranks(ranks)
-        if settings.json is not None or settings.html is not None:
-            config.pluginmanager.register(reporter.JsonProgress(run), "gputopo-json-progress")
-        if run.shared_dir is not None:  # xdist distributes: the workers' progress lines come in their reports
-            from .progress import Relayed
+            machine = Machine(_learner(config), known=from_dict(workerinput[WORKER_TOPOLOGY]))
+        else:  # the first worker that needs it learns it for all
+            machine = Machine(shared(shared_dir, _learner(config)) if shared_dir else _learner(config))
+        config.stash[RUN] = GputopoRun(config, settings, machine, worker=True, shared_dir=shared_dir)
+        return
+    shared_dir = _shared_dir(config)
+    learn = _learner(config)
+    config.stash[RUN] = GputopoRun(config, settings, Machine(shared(shared_dir, learn) if shared_dir else learn),
+                                   shared_dir=shared_dir)
+    if settings.asks_machine:  # an option asks: learned now, and handed to xdist workers
+        from ..core.model import ALL_FACTS
 
-            config.pluginmanager.register(Relayed(config), "gputopo-progress-relay")
-    config.stash[RUN] = run
-    config.hook.pytest_gputopo_topology(config=config, topology=run.topology)
+        _use(config, ALL_FACTS).topology
+    if settings.json is not None or settings.html is not None:
+        config.pluginmanager.register(reporter.JsonProgress(config), "gputopo-json-progress")
+    if shared_dir is not None:  # xdist distributes: the workers' progress lines come in their reports
+        from .progress import Relayed
+
+        config.pluginmanager.register(Relayed(config), "gputopo-progress-relay")
+
+
+def _learner(config: pytest.Config):
+    """needs -> (topology, notes): the ``pytest_gputopo_probe`` hook, then ``pytest_gputopo_topology``."""
+    def learn(needs: frozenset) -> tuple:
+        topology = config.hook.pytest_gputopo_probe(config=config, needs=needs)
+        config.hook.pytest_gputopo_topology(config=config, topology=topology)
+        return topology, config.stash.get(PROBE_NOTES, ())
+    return learn
+
+
+def _use(config: pytest.Config, facts) -> GputopoRun:
+    """The run uses the plugin: its machine is learned with ``facts`` (when first read) and, under a
+    launcher, its ranks join now. A run that uses no marker, fixture or option of the plugin never
+    comes here: a launcher's variables in the environment are not the plugin's business then."""
+    run = run_of(config)
+    run.machine.need(facts)
+    if run.worker or run.ranks is not None:  # xdist workers are one process of the controller's rank
+        return run
+    try:
+        launch = environ.launch()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if launch is not None:
+        run = config.stash[RUN] = run.with_ranks(_join_ranks(run, launch))
+    return run
 
 
 def _shared_dir(config: pytest.Config) -> str | None:
-    """A private folder where xdist workers will share benchmark results, made when this run
-    distributes tests (xdist's own rule, ``xdist.plugin._is_distribution_mode``: ``--dist`` other
-    than "no" and ``--tx`` set, as ``-n N`` sets them), removed at the end; None otherwise."""
+    """A private folder where xdist workers will share the machine and benchmark results, made when
+    this run distributes tests (xdist's own rule, ``xdist.plugin._is_distribution_mode``: ``--dist``
+    other than "no" and ``--tx`` set, as ``-n N`` sets them), removed at the end; None otherwise."""
     if config.getoption("dist", "no") == "no" or not config.getoption("tx", None):
         return None
     return tempfile.mkdtemp(prefix="pytest-gputopo-run-")
 
 
-def _join_ranks(run: GputopoRun) -> Ranks | None:
-    """Under a launcher (RANK/WORLD_SIZE set), exchange every rank's topology before any decision."""
-    try:
-        launch = environ.launch()
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-    if launch is None:
+def _join_ranks(run: GputopoRun, launch) -> Ranks | None:
+    """Exchange every rank's topology before any decision. Without torch (whose store the ranks
+    meet at) this process is judged alone, and the header says so."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        run.machine.warnings.append(f"a launcher's variables say this is rank {launch.rank} of {launch.world_size}, "
+                                    f"but torch is not installed: this process is judged alone")
         return None
     from ..runtime.ranks import Exchange, RankError, gather_views
 
@@ -98,21 +129,28 @@ def _join_ranks(run: GputopoRun) -> Ranks | None:
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_gputopo_probe(config: pytest.Config):
+def pytest_gputopo_probe(config: pytest.Config, needs: frozenset):
+    from ..probe import learn
+    from .machine import boot_record
+
     machine, where = options.value(config, "machine")
     try:
-        return probe(machine)
+        learned = learn(machine, needs=needs, boot_record=boot_record(config, options.flag(config, "reprobe")))
     except MachineError as exc:
         raise pytest.UsageError(f"{where}: {exc}") from None
+    config.stash[PROBE_NOTES] = learned.notes
+    return learned.topology
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
-    """xdist controller: hand the topology, and a folder to share benchmark results in, to each worker."""
+    """xdist controller: hand the topology when an option made it learn it, and the folder to share the
+    machine and benchmark results in, to each worker."""
     from ..core.schema import to_dict
 
     run = run_of(node.config)
-    node.workerinput[WORKER_TOPOLOGY] = to_dict(run.topology)
+    if run.machine.learned:
+        node.workerinput[WORKER_TOPOLOGY] = to_dict(run.topology)
     node.workerinput[WORKER_SHARED_DIR] = run.shared_dir
 
 
@@ -125,7 +163,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return reporter.header_lines(run_of(config), config.get_verbosity())
+    """The machine, where an option made the run learn it at start-up; else after collection."""
+    run = run_of(config)
+    return _header(run) if run.machine.learned else []
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    run = run_of(config)
+    # A run whose tests need the machine learns it here, once, before the first test.
+    lines = _header(run) if run.machine.needs or run.machine.learned or config.get_verbosity() > 0 else []
+    if run.machine.leave and run.speaks:
+        lines.append(f"gputopo: {', '.join(run.machine.leave)} registered by this project (ini file or conftest): "
+                     f"those marks are the project's own, and gputopo does not read them")
+    return lines
+
+
+def _header(run: GputopoRun) -> list[str]:
+    """Once per run: the machine and how it was learned, or, verbose, that nothing asked for it."""
+    if run.machine.header_shown:
+        return []
+    run.machine.header_shown = True
+    return reporter.header_lines(run, run.config.get_verbosity())
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -152,17 +210,34 @@ def pytest_collection(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    """Validate every gputopo marker now, so a bad argument stops the run naming the test."""
-    marked, errors = markers.read_markers(items)
+    """Validate every gputopo marker now, so a bad argument stops the run naming the test. Marks of a
+    name the project registered itself are the project's, and left alone."""
+    run = run_of(config)
+    run.machine.leave = markers.registered_by_others(config.getini("markers"), markers.registration_lines())
+    marked, errors = markers.read_markers(items, frozenset(run.machine.leave))
     for item, found in marked:
         item.stash[ITEM_REQS] = found
     if errors:
         raise pytest.UsageError("bad gputopo marker arguments:\n  " + "\n  ".join(errors))
-    level = run_of(config).settings.check
+    level = run.settings.check
     if level is not None:
         from .checks import check_items
 
         items.extend(check_items(session, level))
+
+
+@pytest.hookimpl(tryfirst=True)  # before the terminal reporter asks for the header
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the selected tests (after every plugin's deselection) need of the machine: a run that
+    needs something uses the plugin from here on; one that needs nothing never probes."""
+    config = session.config
+    if config.option.collectonly:
+        return
+    needs = set()
+    for item in session.items:
+        needs |= item_facts(item, item.stash.get(ITEM_REQS, ()))
+    if needs:
+        _use(config, needs)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -204,7 +279,15 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(error, red=True, bold=True)
     if not run.speaks:
         return
-    lines = reporter.summary_lines(run, terminalreporter.stats)
+    header = []
+    if not run.machine.header_shown and run.shared_dir is not None:  # xdist: the workers learned it, if any did
+        from .machine import learned_by_others
+
+        known = learned_by_others(run.shared_dir)
+        if known is not None:
+            run.machine.adopt(known)
+            header = _header(run)
+    lines = header + reporter.summary_lines(run, terminalreporter.stats)
     if lines:
         terminalreporter.write_sep("-", "gputopo")
         for line in lines:

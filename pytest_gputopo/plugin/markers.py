@@ -92,6 +92,23 @@ MARKER_HELP = {
 }
 
 
+def registration_lines() -> list[str]:
+    """The ``markers`` ini lines that register the gputopo markers, with their full signatures."""
+    return [f"{marker_signature(name).replace('*, ', '').replace('strict=None', 'strict=False')}: {text}; "
+            f"unmet -> skip (fail when strict)" for name, text in MARKER_HELP.items()]
+
+
+def registered_by_others(lines: list[str], ours: list[str]) -> list[str]:
+    """The gputopo marker names that a ``markers`` line other than ours registers (the project's ini
+    file or conftest): those marks mean what the project says, and the plugin leaves them alone."""
+    taken = set()
+    for line in lines:
+        name = line.split(":", 1)[0].split("(", 1)[0].strip()
+        if name in MARKERS and line not in ours:
+            taken.add(name)
+    return sorted(taken)
+
+
 def marker_signature(name: str) -> str:
     sig = str(inspect.signature(MARKERS[name]))
     return f"{name}{sig}"
@@ -112,9 +129,10 @@ def from_marker(name: str, args: tuple, kwargs: dict) -> tuple:
     return factory(*args, **kwargs), strict
 
 
-def read_markers(items: list) -> tuple[list[tuple[Any, list]], list[str]]:
+def read_markers(items: list, leave: frozenset = frozenset()) -> tuple[list[tuple[Any, list]], list[str]]:
     """(item, [(requirement, strict), ...]) for each item that carries gputopo markers, and one error
-    per bad marker naming the test. The same marker on many tests is read once.
+    per bad marker naming the test. The same marker on many tests is read once. Marks named in
+    ``leave`` (registered by the project itself) are not read.
 
     Stacked markers: for each marker name the closest node that carries it wins (a method's
     ``requires_gpus(1)`` replaces its class's ``requires_gpus(4)``, as ``get_closest_marker`` and
@@ -124,7 +142,7 @@ def read_markers(items: list) -> tuple[list[tuple[Any, list]], list[str]]:
     for item in items:
         found, closest = [], {}
         for node, mark in item.iter_markers_with_node():  # one walk over the node chain, closest first
-            if mark.name not in MARKERS or closest.setdefault(mark.name, node) is not node:
+            if mark.name not in MARKERS or mark.name in leave or closest.setdefault(mark.name, node) is not node:
                 continue
             try:
                 key = (mark.name, mark.args, tuple(sorted(mark.kwargs.items())))

@@ -76,6 +76,8 @@ OPTIONS = {o.name: o for o in (
     Option("cache", None, "reuse benchmark results from pytest's cache, keyed by host, GPUs, driver and "
                           "library versions (see --gputopo-cache-max-age)"),
     Option("cache-max-age", "HOURS", "the age limit of cached benchmark results (default 24)"),
+    Option("reprobe", None, "ask CUDA (device order, peer access, multicast) and torch (its CUDA and NCCL versions) "
+                            "again instead of taking them from this boot's record in pytest's cache"),
     Option("rank-timeout", "SECONDS", "under torchrun: how long a rank waits for the others to report "
                                       "their topology or a verdict before the run ends with a reason (default 120)"),
 )}

@@ -11,7 +11,7 @@ import pytest
 
 from ..render import report
 from ..runtime import files
-from .run import GputopoRun
+from .run import GputopoRun, run_of
 
 # What travels in user_properties, so that it reaches the controller (and JUnit XML) from xdist
 # workers too: a health-check item's outcome, and a test's own measurement (``gputopo_bench``).
@@ -21,19 +21,27 @@ UNMET_PROPERTY = "gputopo_unmet"  # the requirement a test did not run for
 
 
 def header_lines(run: GputopoRun, verbosity: int) -> list[str]:
+    """The machine in one line (``-v``: the whole report) with how its facts were had this time, and
+    the warnings; or, where nothing asked for it, that nothing was probed."""
     if not run.speaks:
         return []  # only rank 0 speaks for the run
+    if not run.machine.learned and not run.machine.needs:
+        return ["gputopo: no selected test or option asks about the machine: nothing probed"]
     topology, ranks = run.topology, run.ranks
+    learned = f" ({'; '.join(run.machine.notes)})" if run.machine.notes else ""
+    warnings = [f"gputopo warning: {w}" for w in (*run.machine.warnings, *topology.warnings)]
     if verbosity > 0:
-        return (report.rank_lines(list(ranks.views)) if ranks else []) + report.full_report(topology)
+        lines = (report.rank_lines(list(ranks.views)) if ranks else []) + report.full_report(topology)
+        return (lines + ([f"gputopo: {'; '.join(run.machine.notes)}"] if learned else [])
+                + [f"gputopo warning: {w}" for w in run.machine.warnings])
     if ranks is not None:
-        return report.rank_lines(list(ranks.views)) + [f"gputopo warning: {w}" for w in topology.warnings]
-    lines = [report.header_line(topology)]
+        return report.rank_lines(list(ranks.views)) + warnings
+    lines = [report.header_line(topology) + learned]
     if len(topology.gpus) >= 2:  # a fallback needs a pair; hosts without GPUs pay nothing for it
         from .facts import predicted_fallback_line
 
         lines += [line for line in (predicted_fallback_line(run),) if line]
-    return lines + [f"gputopo warning: {w}" for w in topology.warnings]
+    return lines + warnings
 
 
 def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
@@ -46,8 +54,8 @@ def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
                 if key == UNMET_PROPERTY and getattr(rep, "when", None) == "setup":
                     counter[value] += 1
     view = run.derived.get("nccl_view")  # there only if this run needed NCCL's view
-    lines = [report.skip_summary(skipped, failed, [topology for _, topology in run.nodes()]),
-             view.account_line() if view is not None else None]
+    topologies = [topology for _, topology in run.nodes()] if skipped or failed else []
+    lines = [report.skip_summary(skipped, failed, topologies), view.account_line() if view is not None else None]
     return [line for line in lines if line]
 
 
@@ -174,7 +182,7 @@ def write_github_summary(run: GputopoRun, write_line, gate_problems: list[str] |
     summary, and write an error annotation per unmet run-gate term or failed check through pytest's
     terminal writer (``write_line``). Only the process that speaks for the run does it."""
     path = run.settings.github_summary
-    if path is None or not run.speaks:
+    if path is None or not run.speaks or not run.machine.learned:  # a run that never asked says nothing
         return
     from ..render import markdown
 
@@ -193,12 +201,12 @@ class JsonProgress:
     """Registered when --gputopo-json or --gputopo-html is given (never on xdist workers): the
     partial report after each test, from the reports the controller receives."""
 
-    def __init__(self, run: GputopoRun) -> None:
-        self.run = run
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        write_reports(self.run, complete=False)  # a run ended during its first test leaves the topology
+        write_reports(run_of(self.config), complete=False)  # a run ended during its first test leaves the topology
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
-            write_reports(self.run, complete=False)
+            write_reports(run_of(self.config), complete=False)

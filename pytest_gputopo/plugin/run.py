@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .machine import Machine
 from .settings import Settings
 
 if TYPE_CHECKING:  # annotations only: the model is loaded by the probe, not by loading the plugin
@@ -44,14 +45,19 @@ class Ranks:
 class GputopoRun:
     config: pytest.Config
     settings: Settings
-    topology: Topology  # as this process sees it
-    worker: bool = False  # an xdist worker: it received the topology, it never probes or speaks
+    machine: Machine  # the topology, learned on first use with what the run needs
+    worker: bool = False  # an xdist worker: it never speaks; it learns the machine through shared_dir
     ranks: Ranks | None = None  # under a launcher
     shared_dir: str | None = None  # xdist: where the processes of this run share benchmark results
     # What the run learns as it goes, made on first use (``facts``): the benchmark suite, NCCL's
     # view; and each requirement's verdict, judged once per run (``verdicts``).
     derived: dict = field(default_factory=dict, repr=False)
     verdicts: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def topology(self) -> Topology:
+        """The machine as this process sees it; learning it, the first time, is the probe."""
+        return self.machine.topology
 
     @property
     def speaks(self) -> bool:

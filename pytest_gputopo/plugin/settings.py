@@ -19,6 +19,8 @@ CHECK_LEVELS = ("quick", "full")
 @dataclass(frozen=True)
 class Settings:
     strict: bool = False
+    machine: str | None = None  # --gputopo-machine: a recorded machine instead of this host
+    machine_from: str = ""
     require: str | None = None  # --gputopo-require, parsed by the run gate
     require_from: str = ""  # where each raw value came from, for errors
     expect: str | None = None  # --gputopo-expect: a reference machine
@@ -30,9 +32,16 @@ class Settings:
     html_from: str = ""
     github_summary: str | None = None  # GITHUB_STEP_SUMMARY: the job summary to append to
     cache: bool = False
+    reprobe: bool = False  # --gputopo-reprobe: CUDA's view and torch's versions asked again
     rank_timeout_s: float = 120.0
     bench: BenchSettings = BenchSettings()
     floor_overrides: Mapping[str, float] = field(default_factory=dict)  # set by option, env or ini
+
+    @property
+    def asks_machine(self) -> bool:
+        """Whether an option needs the machine whatever the tests ask: a machine named, a run gate, a
+        health check, a report of the machine."""
+        return any(v is not None for v in (self.machine, self.require, self.expect, self.check, self.json, self.html))
 
     def floors(self) -> tuple[dict, set]:
         """The efficiency floors (defaults from ``core.thresholds``) and the keys the user set explicitly."""
@@ -57,17 +66,18 @@ def read(config: pytest.Config) -> Settings:
         cache_max_age_s=options.number(config, "cache-max-age", 24.0) * 3600,
         nccl_tests_binary=environ.find_all_reduce_perf() if engine == "nccl-tests" else None,
     )
+    machine, machine_from = options.value(config, "machine")
     require, require_from = options.value(config, "require")
     expect, expect_from = options.value(config, "expect")
     json_from = options.value(config, "json")[1]
     html_from = options.value(config, "html")[1]
     check = options.value(config, "check")[0]
     return Settings(
-        strict=options.flag(config, "strict"),
+        strict=options.flag(config, "strict"), machine=machine, machine_from=machine_from,
         require=require, require_from=require_from, expect=expect, expect_from=expect_from,
         check=options.choice(config, "check", CHECK_LEVELS, "quick") if check is not None else None,
         json=options.writable_path(config, "json"), json_from=json_from,
         html=options.writable_path(config, "html"), html_from=html_from,
         github_summary=environ.github_step_summary(),
-        cache=options.flag(config, "cache"), rank_timeout_s=options.number(config, "rank-timeout", 120.0),
+        cache=options.flag(config, "cache"), reprobe=options.flag(config, "reprobe"), rank_timeout_s=options.number(config, "rank-timeout", 120.0),
         bench=bench, floor_overrides=options.floor_overrides(config))

@@ -1,16 +1,20 @@
 """Learn the machine once: an ordered chain of sources, then the CUDA view of it.
 
 Sources: a machine the user named (a recorded profile driving the fake ``pynvml``, or
-``nvidia-smi topo -m`` text), else real NVML through ``nvidia-ml-py``. The result is restricted and
-renumbered to the GPUs this process sees as ``cuda:0..n-1``. Backends are imported lazily: loading
-the plugin must not import ``pynvml`` or ``torch``.
+``nvidia-smi topo -m`` text), else this host: NVML through ``nvidia-ml-py``, then, only where a
+question needs them, CUDA's view (libcuda) and torch's versions, each in a child process and kept
+for the rest of the boot. The result is restricted and renumbered to the GPUs this process sees as
+``cuda:0..n-1``. Backends are imported lazily: loading the plugin must not import ``pynvml`` or
+``torch``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from ..runtime import files, environ as runtime
 from ..core import model
@@ -20,14 +24,39 @@ class MachineError(Exception):
     """The machine the user named cannot be used (unknown name, malformed file)."""
 
 
-def probe(machine: str | None = None, *, p2p_text: dict | None = None, use_torch: bool = True) -> model.Topology:
+@dataclass(frozen=True)
+class Learned:
+    """A topology and, in words, where its host facts came from this time (the header says it)."""
+
+    topology: model.Topology
+    notes: tuple[str, ...] = ()
+
+
+class BootRecord(Protocol):
+    """Where CUDA's view and torch's versions are kept for the rest of this boot (pytest's cache, in a
+    pytest run): what was put under a key comes back from ``get`` as it was stored, or None."""
+
+    def get(self, key: str) -> dict | None: ...
+
+    def put(self, key: str, value: dict) -> None: ...
+
+
+def probe(machine: str | None = None, *, p2p_text: dict | None = None, needs=model.ALL_FACTS,
+          boot_record: BootRecord | None = None) -> model.Topology:
     """The topology as this process sees it. ``machine``: a bundled name, a profile (.json) or
-    ``nvidia-smi topo -m`` text file; None probes this host through NVML."""
+    ``nvidia-smi topo -m`` text file; None probes this host, learning only the facts ``needs`` names
+    (``model.NVML``, ``CUDA``, ``TORCH``: the others stay unknown)."""
+    return learn(machine, p2p_text=p2p_text, needs=needs, boot_record=boot_record).topology
+
+
+def learn(machine: str | None = None, *, p2p_text: dict | None = None, needs=model.ALL_FACTS,
+          boot_record: BootRecord | None = None) -> Learned:
+    """``probe``, with what was probed and what was taken from this boot's record."""
     if machine is None:
-        return _as_cuda_sees_it(*_probe_this_host(use_torch))
+        return _learn_this_host(frozenset(needs), boot_record)
     if _is_text(machine):
-        return _as_cuda_sees_it(_from_smi_file(machine, p2p_text or {}), None)
-    return _as_cuda_sees_it(probe_recorded(machine), None)
+        return Learned(_as_cuda_sees_it(_from_smi_file(machine, p2p_text or {}), None))
+    return Learned(_as_cuda_sees_it(probe_recorded(machine), None))
 
 
 def reference(name_or_path: str) -> model.Topology:
@@ -122,15 +151,93 @@ def _nvml_library_missing() -> bool:
     return False
 
 
-def _probe_this_host(use_torch: bool):
-    """(topology, CUDA's view or None). Where a driver is installed, NVML and CUDA are asked in a
-    child process under a deadline (``probe.host``): never CUDA in the user's process."""
+def _learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned:
+    """NVML's facts from a child (never CUDA), then what else ``needs`` names: CUDA's view and torch's
+    versions from this boot's record where it has them for this very setup, else from a child that
+    asks them (and the record keeps them). Each optional source that fails leaves only its own facts
+    unknown, with a warning; NVML's GPUs stay."""
     if _nvml_library_missing():
-        return model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
-                              problem="NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"), None
-    from .host import probe_in_child
+        return Learned(model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
+                                      problem="NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"))
+    from .cuda_driver import CudaView
+    from .host import ask_child
 
-    return probe_in_child(use_torch)
+    topology = ask_child({model.NVML}).topology
+    notes = ["NVML probed"]
+    if not topology.gpus:
+        return Learned(_as_cuda_sees_it(topology, None), tuple(notes))
+    wanted = set(needs) & {model.CUDA, model.TORCH}
+    if not _cuda_order_known(topology):  # which GPU is cuda:0 only CUDA can say
+        wanted.add(model.CUDA)
+    key = _boot_key(topology) if boot_record is not None else None
+    kept = (boot_record.get(key) if key else None) or {}
+    view, versions, warnings = None, None, list(topology.warnings)
+    if model.CUDA in wanted and isinstance(kept.get("cuda"), dict):
+        try:
+            view = CudaView.from_json(kept["cuda"])
+        except ValueError:
+            kept = {}  # not what this plugin wrote: ask again
+    if model.TORCH in wanted and _is_versions(kept.get("torch")):
+        versions = kept["torch"]
+    missing = {fact for fact, have in ((model.CUDA, view), (model.TORCH, versions)) if fact in wanted and have is None}
+    had = wanted - missing
+    if missing:
+        answer = ask_child(missing)
+        view = view or answer.cuda
+        versions = versions if versions is not None else answer.torch
+        warnings += answer.warnings
+        if key and (answer.cuda is not None or answer.torch is not None):
+            boot_record.put(key, {**kept, **({"cuda": answer.cuda.to_json()} if answer.cuda is not None else {}),
+                                  **({"torch": answer.torch} if answer.torch is not None else {})})
+    words = {model.CUDA: "CUDA's view", model.TORCH: "torch's versions"}
+    notes += [f"{words[f]} probed" for f in sorted(missing)] + [f"{words[f]} from this boot's record" for f in sorted(had)]
+    if model.TORCH in wanted and versions == {}:
+        warnings.append("torch's CUDA and NCCL versions are unknown: torch is not installed")
+    topology = _with_cuda_facts(topology, view, versions or {})
+    return Learned(_as_cuda_sees_it(dataclasses.replace(topology, warnings=tuple(warnings)), view), tuple(notes))
+
+
+def _cuda_order_known(topology: model.Topology) -> bool:
+    """Whether CUDA's numbering follows from NVML and the environment alone: by PCI bus id when
+    CUDA_DEVICE_ORDER says so, and under FASTEST_FIRST when every GPU is the same model (CUDA breaks
+    ties by PCI bus id); on a host of mixed models only CUDA knows which one it ranks fastest."""
+    if (runtime.cuda_environment()["CUDA_DEVICE_ORDER"] or "").strip().upper() == "PCI_BUS_ID":
+        return True
+    return len({(g.name, g.compute_capability) for g in topology.gpus}) == 1
+
+
+def _boot_key(topology: model.Topology) -> str | None:
+    """What can change CUDA's view or torch's versions within a boot: the driver, the GPUs (UUIDs),
+    the CUDA environment, torch's and this plugin's versions. None without a boot id."""
+    import hashlib
+    import importlib.metadata
+    import json
+
+    boot = runtime.boot_id()
+    if boot is None:
+        return None
+
+    def version(dist: str) -> str | None:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+    facts = [boot, topology.driver_version, [g.uuid for g in topology.gpus], runtime.cuda_environment(),
+             version("torch"), version("pytest-gputopo")]
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _is_versions(value) -> bool:
+    return isinstance(value, dict) and all(k in ("cuda_runtime_version", "nccl_version") and (
+        v is None or isinstance(v, str) and len(v) < 40) for k, v in value.items())
+
+
+def _with_cuda_facts(topology: model.Topology, view, versions: dict) -> model.Topology:
+    """NVML's topology with each GPU's multicast support as CUDA gave it (joined by bus id; a GPU CUDA
+    did not answer for stays unknown) and torch's CUDA and NCCL versions."""
+    multicast = view.multicast if view is not None else {}
+    gpus = tuple(dataclasses.replace(g, multicast=multicast.get((g.pci_bus_id or "").upper())) for g in topology.gpus)
+    return dataclasses.replace(topology, gpus=gpus, **versions)
 
 
 def _probe_nvml_here() -> model.Topology:
@@ -165,7 +272,7 @@ def _from_smi_file(path: str, p2p_paths: dict) -> model.Topology:
 
 
 def _as_cuda_sees_it(topology: model.Topology, view) -> model.Topology:
-    """Reorder to CUDA's numbering (torch's answer when there is one, else the environment's
+    """Reorder to CUDA's numbering (CUDA's own answer when there is one, else the environment's
     CUDA_DEVICE_ORDER and CUDA_VISIBLE_DEVICES), and join CUDA's peer-access answers."""
     warnings = list(topology.warnings)
     if view is not None and runtime.mig_visible():
@@ -174,7 +281,8 @@ def _as_cuda_sees_it(topology: model.Topology, view) -> model.Topology:
         view = None
     if view is not None:
         by_bus = {(g.pci_bus_id or "").upper(): i for i, g in enumerate(topology.gpus)}
-        order = [by_bus[b] for b in view.bus_ids if b in by_bus]
+        ordinals = [c for c, b in enumerate(view.bus_ids) if b in by_bus]  # CUDA's devices NVML lists
+        order = [by_bus[view.bus_ids[c]] for c in ordinals]
         if len(order) != len(view.bus_ids):
             warnings.append("CUDA sees devices NVML does not list; they are left out")
     else:
@@ -184,7 +292,7 @@ def _as_cuda_sees_it(topology: model.Topology, view) -> model.Topology:
     if view is not None:
         links = []
         for ln in topology.links:
-            peer = view.peer.get((ln.a, ln.b))
+            peer = view.peer.get((ordinals[ln.a], ordinals[ln.b]))
             if peer is not None and ln.p2p.read_write is not None and peer != ln.p2p.read_write:
                 warnings.append(f"{ln.name}: NVML says P2P is {'OK' if ln.p2p.read_write else 'refused'}, "
                                 f"CUDA says peer access is {'possible' if peer else 'impossible'}")

@@ -1,12 +1,22 @@
-"""What only CUDA's driver API says of a device, asked of ``libcuda`` directly (no torch needed):
-whether it supports multicast objects, the fact NCCL's NVLS algorithm and torch's symmetric memory
-rest on. ``cuInit`` starts CUDA: this runs in the probe child only (``probe.host``), never in the
-user's process.
+"""CUDA's own view of this host, asked of ``libcuda`` directly (no torch needed): the devices in CUDA's
+order (by PCI bus id, which joins them to NVML's), which pairs can access each other as peers, and
+which devices support multicast objects (what NCCL's NVLS algorithm and torch's symmetric memory rest
+on). ``cuInit`` starts CUDA: this runs in the probe child only (``probe.host``), never in the user's
+process.
+
+Why the driver API and not torch: CUDA's runtime numbers devices as the driver does (both apply
+CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER at initialisation), and ``torch.cuda.can_device_access_peer``
+is ``cudaDeviceCanAccessPeer``, which is ``cuDeviceCanAccessPeer``; but importing torch costs seconds
+on a GPU host, and the PCI fields of ``torch.cuda.get_device_properties`` exist only in recent
+releases (``torch/csrc/cuda/Module.cpp`` registered ``_CudaDeviceProperties`` without ``pci_*`` for
+years). The driver API has had every function used here since CUDA 4.0, the multicast attribute since
+12.0.
 """
 
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 # cuda.h (CUDA 12.0+): "Device supports switch multicast and reduction operations". NCCL asks the same
 # attribute in ncclNvlsInit (src/transport/nvls.cc) and takes NVLS only where it is 1.
@@ -14,29 +24,89 @@ CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = 132
 CUDA_SUCCESS = 0
 
 
-def multicast_by_bus(lib=None) -> dict[str, bool]:
-    """{bus id in NVML's form: multicast supported} for every device CUDA sees; a device CUDA cannot
-    answer for is left out (unknown), and so is everything when libcuda cannot be loaded or started."""
+class CudaError(Exception):
+    """CUDA cannot be asked at all here (no libcuda, ``cuInit`` refused): its facts stay unknown."""
+
+
+@dataclass(frozen=True)
+class CudaView:
+    bus_ids: tuple[str, ...]  # NVML form, upper case, in CUDA order (cuda:0 first)
+    peer: dict  # (a, b) with a < b, CUDA ordinals -> each can access the other as a peer
+    multicast: dict  # bus id -> CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED; a device CUDA did not answer for is absent
+
+    def to_json(self) -> dict:
+        return {"bus_ids": list(self.bus_ids), "peer": [[a, b, ok] for (a, b), ok in sorted(self.peer.items())],
+                "multicast": dict(sorted(self.multicast.items()))}
+
+    @classmethod
+    def from_json(cls, data) -> "CudaView":
+        """The view a child printed or a boot record kept; ValueError when it is not one (a record in
+        pytest's cache is a file anyone could have written)."""
+        try:
+            buses = tuple(data["bus_ids"])
+            if not all(isinstance(b, str) and nvml_bus_id(b) == b for b in buses) or len(set(buses)) != len(buses):
+                raise ValueError("bus ids are not NVML's")
+            peer = {}
+            for a, b, ok in data["peer"]:
+                if not (type(a) is int and type(b) is int and 0 <= a < b < len(buses) and type(ok) is bool):
+                    raise ValueError(f"bad peer entry {[a, b, ok]!r}"[:80])
+                peer[(a, b)] = ok
+            multicast = dict(data["multicast"])
+            if not all(b in buses and type(v) is bool for b, v in multicast.items()):
+                raise ValueError("bad multicast entry")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not CUDA's view: {exc}"[:120]) from None
+        return cls(buses, peer, multicast)
+
+
+def cuda_view(lib=None) -> CudaView:
+    """Every device CUDA sees, in its order; raises ``CudaError`` when libcuda cannot be loaded or
+    started, or a device cannot be named (without its bus id, no fact of it can be joined to NVML)."""
     if lib is None:
         try:
             lib = ctypes.CDLL("libcuda.so.1")
-        except OSError:  # no driver, or another platform's library name
-            return {}
+        except OSError as exc:  # no driver, or another platform's library name
+            raise CudaError(f"libcuda.so.1 cannot be loaded: {exc}") from None
     count = ctypes.c_int(0)
-    if lib.cuInit(0) != CUDA_SUCCESS or lib.cuDeviceGetCount(ctypes.pointer(count)) != CUDA_SUCCESS:
-        return {}
-    # NCCL's rule too: a driver without cuMulticastCreate (before CUDA 12.1) has no multicast.
-    creates = hasattr(lib, "cuMulticastCreate")
-    found = {}
+    for call, status in (("cuInit", lambda: lib.cuInit(0)),
+                         ("cuDeviceGetCount", lambda: lib.cuDeviceGetCount(ctypes.pointer(count)))):
+        code = status()
+        if code != CUDA_SUCCESS:
+            raise CudaError(f"{call} returned CUresult {code}")
+    devices, buses = [], []
     for ordinal in range(count.value):
-        device, value = ctypes.c_int(0), ctypes.c_int(0)
+        device = ctypes.c_int(0)
         bus = ctypes.create_string_buffer(32)
         if (lib.cuDeviceGet(ctypes.pointer(device), ordinal) != CUDA_SUCCESS
                 or lib.cuDeviceGetPCIBusId(bus, len(bus), device) != CUDA_SUCCESS):
-            continue
+            raise CudaError(f"CUDA device {ordinal} has no PCI bus id")
         bus_id = nvml_bus_id(bus.value.decode("ascii", "replace"))
         if bus_id is None:
-            continue
+            raise CudaError(f"CUDA device {ordinal}: unreadable PCI bus id {bus.value[:32]!r}")
+        devices.append(device)
+        buses.append(bus_id)
+    peer = {}
+    for a in range(len(devices)):
+        for b in range(a + 1, len(devices)):
+            both = [_can_access(lib, devices[x], devices[y]) for x, y in ((a, b), (b, a))]
+            if None not in both:  # a pair CUDA did not answer for stays unknown
+                peer[(a, b)] = all(both)
+    return CudaView(tuple(buses), peer, _multicast(lib, devices, buses))
+
+
+def _can_access(lib, device, peer) -> bool | None:
+    value = ctypes.c_int(0)
+    if lib.cuDeviceCanAccessPeer(ctypes.pointer(value), device, peer) != CUDA_SUCCESS:
+        return None
+    return bool(value.value)
+
+
+def _multicast(lib, devices: list, buses: list) -> dict[str, bool]:
+    # NCCL's rule too: a driver without cuMulticastCreate (before CUDA 12.1) has no multicast.
+    creates = hasattr(lib, "cuMulticastCreate")
+    found = {}
+    for device, bus_id in zip(devices, buses):
+        value = ctypes.c_int(0)
         if not creates:
             found[bus_id] = False
         elif lib.cuDeviceGetAttribute(ctypes.pointer(value), CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED,

@@ -1,40 +1,54 @@
-"""This host's facts, learned in a short child process under a deadline.
+"""This host's facts, learned in a short child process under a deadline, each only when asked.
 
-Why a child: CUDA's own view (``torch.cuda.get_device_properties``, ``can_device_access_peer``)
-initialises CUDA (``torch.cuda._lazy_init``), after which any test that forks and uses CUDA fails
-with "Cannot re-initialize CUDA in forked subprocess" -- the plugin must never do that to the
-user's process. And a driver that hangs in an NVML call must not hang pytest: past the deadline the
-child's process group is killed and the run goes on with the reason.
+Why a child: CUDA's own view (``cuInit``, then peer access and multicast) initialises CUDA, after which
+any test that forks and uses CUDA fails with "Cannot re-initialize CUDA in forked subprocess" -- the
+plugin must never do that to the user's process; importing torch for its versions costs seconds. And
+a driver that hangs in an NVML call must not hang pytest: past the deadline the child's process group
+is killed and the run goes on with the reason.
 
-``python -m pytest_gputopo.probe.host [--no-torch]`` prints one JSON line: the topology NVML gives
-(``schema.to_dict``) with what CUDA's driver adds (multicast) and the versions torch was built with,
-and, where torch with CUDA is installed, CUDA's view of it. ``--no-torch``: NVML alone, CUDA untouched.
+``python -m pytest_gputopo.probe.host FACT...`` (FACT: ``nvml``, ``cuda``, ``torch``) prints one JSON
+line holding each fact asked: ``topology`` (NVML's, ``schema.to_dict``), ``cuda`` (CUDA's view,
+``CudaView.to_json``), ``torch`` (the versions torch was built with), and ``warnings``: an optional
+source that fails leaves its facts out and says why, never taking NVML's GPUs with it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
+from dataclasses import dataclass
 
 from ..core import model, schema
 
 # A healthy probe takes well under a second for NVML and a few seconds for CUDA's start-up; a
 # minute is far beyond both, and short enough that a hung driver is noticed at once.
 PROBE_TIMEOUT_S = 60.0
+FACTS = (model.NVML, model.CUDA, model.TORCH)
 
 
-def probe_in_child(use_torch: bool = True, timeout_s: float = PROBE_TIMEOUT_S):
-    """(topology, CudaView or None) from the child; a child that hangs, dies or answers nonsense
-    gives a topology whose ``problem`` says why (no GPU facts: unknown, never assumed)."""
+@dataclass(frozen=True)
+class Answer:
+    """What the child learned: each part None where it was not asked or could not be had."""
+
+    topology: model.Topology | None = None
+    cuda: object = None  # a cuda_driver.CudaView
+    torch: dict | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def ask_child(facts, timeout_s: float = PROBE_TIMEOUT_S) -> Answer:
+    """The facts asked, from the child. A child that hangs, dies or answers nonsense gives, where NVML
+    was asked, a topology whose ``problem`` says why (no GPU facts: unknown, never assumed), and a
+    warning for the rest."""
     from ..runtime.procs import BenchTimeout, run_child, tail
-    from .torch_cuda import CudaView
+    from .cuda_driver import CudaView
 
-    argv = [sys.executable, "-m", "pytest_gputopo.probe.host"] + ([] if use_torch else ["--no-torch"])
+    asked = [f for f in FACTS if f in facts]
+    argv = [sys.executable, "-m", "pytest_gputopo.probe.host", *asked]
     try:
         status, output = run_child(argv, timeout_s=timeout_s)
     except (BenchTimeout, OSError) as exc:
-        return _failed(f"the NVML probe of this host failed: {exc}"), None
+        return _failed(asked, f"the probe of this host ({', '.join(asked)}) failed: {exc}")
     answer = None
     for line in reversed(output.splitlines()):  # a library may write to stderr: the answer is the last JSON line
         if line.startswith("{"):
@@ -43,51 +57,53 @@ def probe_in_child(use_torch: bool = True, timeout_s: float = PROBE_TIMEOUT_S):
                 break
             except ValueError:
                 pass
-    if status != 0 or answer is None:
-        return _failed(f"the NVML probe of this host exited with status {status}: {tail(output, 3)}"), None
+    if status != 0 or not isinstance(answer, dict):
+        return _failed(asked, f"the probe of this host ({', '.join(asked)}) exited with status {status}: "
+                              f"{tail(output, 3)}")
     try:
-        topology = schema.from_dict(answer["topology"])
-    except (KeyError, schema.SchemaError) as exc:
-        return _failed(f"the NVML probe of this host answered what cannot be read: {exc}"), None
-    cuda = answer.get("cuda")
-    view = None
-    if cuda is not None:
-        view = CudaView(tuple(cuda["bus_ids"]), {(a, b): peer for a, b, peer in cuda["peer"]})
-    return topology, view
+        topology = schema.from_dict(answer["topology"]) if model.NVML in asked else None
+        cuda = CudaView.from_json(answer["cuda"]) if answer.get("cuda") is not None else None
+        versions = answer.get("torch")
+        if versions is not None and not (isinstance(versions, dict) and all(
+                k in ("cuda_runtime_version", "nccl_version") and (v is None or isinstance(v, str))
+                for k, v in versions.items())):
+            raise ValueError("torch's versions are not version strings")
+        warnings = tuple(str(w) for w in answer.get("warnings", ()))
+    except (KeyError, TypeError, ValueError, schema.SchemaError) as exc:
+        return _failed(asked, f"the probe of this host answered what cannot be read: {exc}")
+    return Answer(topology, cuda, versions, warnings)
 
 
-def _failed(problem: str) -> model.Topology:
+def _failed(asked: list, problem: str) -> Answer:
+    if model.NVML not in asked:
+        return Answer(warnings=(problem,))
     from ..runtime import environ as runtime
 
-    return model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(), problem=problem)
-
-
-def with_cuda_facts(topology: model.Topology, multicast: dict, versions: dict) -> model.Topology:
-    """NVML's topology with each GPU's multicast support (joined by bus id; a GPU CUDA did not answer
-    for stays unknown) and torch's CUDA and NCCL versions."""
-    gpus = tuple(dataclasses.replace(g, multicast=multicast.get((g.pci_bus_id or "").upper())) for g in topology.gpus)
-    return dataclasses.replace(topology, gpus=gpus, **versions)
+    return Answer(model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(), problem=problem))
 
 
 def main(argv: list[str]) -> int:
-    from . import _probe_nvml_here
+    asked = [a for a in argv if a in FACTS]
+    answer: dict = {"warnings": []}
+    if model.NVML in asked:
+        from . import _probe_nvml_here
 
-    topology = _probe_nvml_here()
-    view = None
-    if topology.gpus and "--no-torch" not in argv:
-        from .cuda_driver import multicast_by_bus
-        from .torch_cuda import cuda_view, torch_versions
+        answer["topology"] = schema.to_dict(_probe_nvml_here())
+    if model.CUDA in asked:
+        from .cuda_driver import CudaError, cuda_view
 
         try:
-            topology = with_cuda_facts(topology, multicast_by_bus(), torch_versions())
-        except Exception as exc:  # optional facts: NVML's stand without them, and the warning says why
-            topology = dataclasses.replace(topology, warnings=topology.warnings + (
-                f"multicast support and torch's CUDA/NCCL versions are unknown: {type(exc).__name__}: {exc}",))
-        view = cuda_view()  # initialises CUDA: in this child only
-    answer = {"topology": schema.to_dict(topology), "cuda": None}
-    if view is not None:
-        answer["cuda"] = {"bus_ids": list(view.bus_ids),
-                          "peer": [[a, b, peer] for (a, b), peer in sorted(view.peer.items())]}
+            answer["cuda"] = cuda_view().to_json()  # initialises CUDA: in this child only
+        except Exception as exc:  # an optional source, as torch below
+            why = exc if isinstance(exc, CudaError) else f"{type(exc).__name__}: {exc}"
+            answer["warnings"].append(f"CUDA's view (device order, peer access, multicast) is unknown: {why}")
+    if model.TORCH in asked:
+        from .torch_cuda import torch_versions
+
+        try:
+            answer["torch"] = torch_versions()
+        except Exception as exc:  # an optional source: its facts stay unknown, and the warning says why
+            answer["warnings"].append(f"torch's CUDA and NCCL versions are unknown: {type(exc).__name__}: {exc}")
     print(json.dumps(answer), flush=True)
     return 0
 

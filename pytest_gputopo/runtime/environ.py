@@ -184,6 +184,21 @@ def hostname() -> str:
     return socket.gethostname()
 
 
+def boot_id() -> str | None:
+    """This boot of the host (Linux: ``/proc/sys/kernel/random/boot_id``, new at every boot); None
+    where there is none to read."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read(64).strip() or None
+    except (OSError, ValueError):
+        return None
+
+
+def cuda_environment() -> dict[str, str | None]:
+    """What CUDA reads at start-up to choose and number the devices a process sees."""
+    return {name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+
+
 ALL_REDUCE_PERF = "all_reduce_perf"
 # DCGM's nccl_tests plugin reads DCGM_NCCL_TESTS_BIN_PATH (a directory holding all_reduce_perf); we
 # accept the same, and the shorter NCCL_TESTS_BIN_PATH first.

@@ -1,0 +1,151 @@
+"""The machine's facts for one run: learned on first need, with only what the run's questions need,
+once per run.
+
+What the run needs is known when its tests are collected (each requirement's ``facts``, the plugin's
+fixtures) or from its options (a run gate, a check, a report); a run that asks nothing probes
+nothing. The xdist processes of one run learn it once, through the run's private folder: the first
+that needs it probes under a lock, the others read what it wrote. CUDA's view and torch's versions
+are kept for the rest of the boot in pytest's cache (``BootRecord``), so a repeat run asks NVML only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Callable
+
+import pytest
+
+FIXTURES = ("gputopo", "gputopo_bench", "gputopo_ranks")  # each hands a test the machine's facts
+RECORD_PREFIX = "gputopo/boot"
+
+
+class Machine:
+    """The run's topology, learned on first use (``topology``) with every fact the run needs by then
+    (``need``); all facts when nothing said what it needs (a third party asking, say)."""
+
+    def __init__(self, learn: Callable[[frozenset], tuple], known=None) -> None:
+        self._learn = learn  # needs -> (topology, notes)
+        self.needs: set = set()
+        self._known = None if known is None else (known, ())
+        self.warnings: list[str] = []  # the run's own, for the header (a launch without torch)
+        self.leave: list[str] = []  # marker names the project registered itself: its marks are its own
+        self.header_shown = False
+
+    def adopt(self, known: tuple) -> None:
+        """(topology, notes) another process of the run learned (the xdist controller, at the end)."""
+        if self._known is None:
+            self._known = known
+
+    def need(self, facts) -> None:
+        self.needs |= set(facts)
+
+    @property
+    def learned(self) -> bool:
+        return self._known is not None
+
+    @property
+    def topology(self):
+        if self._known is None:
+            from ..core.model import ALL_FACTS
+
+            self._known = self._learn(frozenset(self.needs) or ALL_FACTS)
+        return self._known[0]
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What was probed and what was taken from this boot's record (empty before, or when not this host)."""
+        return self._known[1] if self._known is not None else ()
+
+
+def item_facts(item, requirements) -> set:
+    """What one selected test needs learned: its requirements' facts, and all of them where it takes
+    one of the plugin's fixtures (which hand it the machine itself)."""
+    from ..core.model import ALL_FACTS
+
+    facts = set()
+    for requirement, _ in requirements:
+        facts |= requirement.facts
+    if any(name in FIXTURES for name in getattr(item, "fixturenames", ())):
+        facts |= ALL_FACTS
+    return facts
+
+
+class BootRecord:
+    """CUDA's view and torch's versions for the rest of this boot, in pytest's cache (``probe.BootRecord``).
+    ``reprobe``: ask again, and keep the new answers."""
+
+    def __init__(self, cache, reprobe: bool) -> None:
+        self.cache, self.reprobe = cache, reprobe
+
+    def get(self, key: str) -> dict | None:
+        if self.reprobe:
+            return None
+        try:
+            value = self.cache.get(f"{RECORD_PREFIX}/{key}", None)
+        except (RecursionError, ValueError):  # a file anyone could have written: ask again
+            return None
+        return value if isinstance(value, dict) else None
+
+    def put(self, key: str, value: dict) -> None:
+        self.cache.set(f"{RECORD_PREFIX}/{key}", value)
+
+
+def boot_record(config: pytest.Config, reprobe: bool) -> BootRecord | None:
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    return BootRecord(cache, reprobe) if cache is not None else None
+
+
+def shared(folder: str, learn: Callable[[frozenset], tuple]) -> Callable[[frozenset], tuple]:
+    """``learn``, done once by the processes sharing ``folder`` (an xdist run's private folder): the
+    first to need the machine probes under a lock and writes it; the others read it. A process that
+    needs facts the written one lacks probes again with both (and writes that)."""
+    from ..core import schema
+
+    path = os.path.join(folder, "machine.json")
+
+    def learn_once(needs: frozenset) -> tuple:
+        with _locked(os.path.join(folder, "machine.lock")):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    kept = json.load(f)
+                if needs <= set(kept["needs"]):
+                    return schema.from_dict(kept["topology"]), tuple(kept["notes"])
+                needs = needs | set(kept["needs"])
+            except (OSError, ValueError, KeyError, TypeError, schema.SchemaError):
+                pass  # none yet (or unreadable): learn it here
+            topology, notes = learn(needs)
+            from ..runtime import files
+
+            files.write_text(path, json.dumps({"needs": sorted(needs), "topology": schema.to_dict(topology),
+                                               "notes": list(notes)}))
+            return topology, notes
+    return learn_once
+
+
+def learned_by_others(folder: str) -> tuple | None:
+    """(topology, notes) the xdist workers of the run learned, or None when none needed it."""
+    from ..core import schema
+
+    try:
+        with open(os.path.join(folder, "machine.json"), encoding="utf-8") as f:
+            kept = json.load(f)
+        return schema.from_dict(kept["topology"]), tuple(kept["notes"])
+    except (OSError, ValueError, KeyError, TypeError, schema.SchemaError):
+        return None
+
+
+@contextlib.contextmanager
+def _locked(path: str):
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: each process learns for itself
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

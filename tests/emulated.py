@@ -1,0 +1,113 @@
+"""An emulated GPU host, entered as a user's run enters it: a child process whose library path holds
+a real shared object named ``libnvidia-ml.so.1`` and an emulated ``libcuda.so.1`` (``emulated_host/
+libcuda.c``: the driver API functions the probe calls, with cuda.h's signatures), and whose Python
+path holds an emulated ``pynvml`` (the project's fake NVML serving a recorded machine) and ``torch``
+(a release's personality; importing it takes as long as the test says). Nothing of the plugin is
+patched: the run finds these as it would find the real ones.
+
+Every emulated library appends "<pid> <call>" to ``calls.log``, so a test can say which process
+imported torch, started NVML or started CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pynvml as real_pynvml
+import pytest
+
+SOURCES = Path(__file__).with_name("emulated_host")
+GCC = shutil.which("gcc") or shutil.which("cc")
+needs_compiler = pytest.mark.skipif(GCC is None, reason="no C compiler here to build the emulated libcuda.so.1")
+
+
+@dataclass
+class Host:
+    root: Path
+    machine: str
+
+    @property
+    def calls_log(self) -> Path:
+        return self.root / "calls.log"
+
+    def calls(self) -> list[tuple[int, str]]:
+        """(pid, call) of every emulated library call so far."""
+        if not self.calls_log.exists():
+            return []
+        return [(int(pid), call) for pid, call in (line.split(" ", 1) for line in self.calls_log.read_text().splitlines())]
+
+    def forget_calls(self) -> None:
+        self.calls_log.unlink(missing_ok=True)
+
+    def cuda(self, *, init_result: int = 0, init_ms: int = 0, nopeer=(), multicast=None) -> None:
+        """What libcuda answers: cuInit's CUresult and delay, pairs refused peer access, multicast."""
+        from pytest_gputopo.probe.recorded import load_profile
+
+        gpus = sorted(load_profile(self.machine).topology.gpus, key=lambda g: g.pci_bus_id)  # CUDA's order here
+        lines = [f"init {init_result} {init_ms}"]
+        for i, g in enumerate(gpus):
+            mc = g.multicast if multicast is None else multicast
+            lines.append(f"dev {g.pci_bus_id[4:]} {-1 if mc is None else int(mc)}")  # CUDA writes a 4-digit domain
+        lines += [f"nopeer {a} {b}\nnopeer {b} {a}" for a, b in nopeer]
+        (self.root / "cuda.txt").write_text("\n".join(lines) + "\n")
+
+
+def _build(folder: Path, multicast_create: bool = True) -> Path:
+    lib = folder / "lib"
+    lib.mkdir(parents=True, exist_ok=True)
+    flags = [] if multicast_create else ["-DNO_MULTICAST_CREATE"]
+    subprocess.run([GCC, "-shared", "-fPIC", "-O1", *flags, "-o", str(lib / "libcuda.so.1"),
+                    str(SOURCES / "libcuda.c")], check=True)
+    empty = folder / "empty.c"
+    empty.write_text("int gputopo_emulated_nvml;\n")
+    subprocess.run([GCC, "-shared", "-fPIC", "-o", str(lib / "libnvidia-ml.so.1"), str(empty)], check=True)
+    return lib
+
+
+@pytest.fixture(scope="session")
+def emulated_libs(tmp_path_factory) -> Path:
+    if GCC is None:
+        pytest.skip("no C compiler here to build the emulated libcuda.so.1")
+    return _build(tmp_path_factory.mktemp("emulated-libs"))
+
+
+@pytest.fixture
+def emulated_host(emulated_libs, tmp_path, monkeypatch):
+    """``enter(machine, torch=release, torch_import_s=..., nvml_missing=...)`` sets this test's
+    environment to an emulated host serving a bundled machine; pytester's subprocess runs enter it."""
+    def enter(machine: str, *, torch: str | None = "2.13.0", torch_import_s: float = 0.0,
+              nvml_missing=()) -> Host:
+        root = tmp_path / "host"
+        py = root / "python"
+        py.mkdir(parents=True)
+        shutil.copy(SOURCES / "pynvml.py", py / "pynvml.py")
+        if torch is not None:
+            shutil.copytree(SOURCES / "torch", py / "torch")
+            dist = py / f"torch-{torch}.dist-info"  # what importlib.metadata.version("torch") reads
+            dist.mkdir()
+            (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {torch}\n")
+        else:  # torch not installed: a path entry that hides the environment's own
+            (py / "sitecustomize.py").write_text(
+                "import sys\nclass _NoTorch:\n    def find_spec(self, name, path=None, target=None):\n"
+                "        if name == 'torch' or name.startswith('torch.'):\n"
+                "            raise ModuleNotFoundError(\"No module named 'torch'\", name=name)\n"
+                "sys.meta_path.insert(0, _NoTorch())\n")
+        host = Host(root, machine)
+        host.cuda()
+        monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join([str(emulated_libs), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(py), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        monkeypatch.setenv("GPUTOPO_EMU_REAL_PYNVML", real_pynvml.__file__)
+        monkeypatch.setenv("GPUTOPO_EMU_MACHINE", machine)
+        monkeypatch.setenv("GPUTOPO_EMU_CUDA", str(root / "cuda.txt"))
+        monkeypatch.setenv("GPUTOPO_EMU_CALLS", str(host.calls_log))
+        monkeypatch.setenv("GPUTOPO_EMU_TORCH", torch or "")
+        monkeypatch.setenv("GPUTOPO_EMU_TORCH_IMPORT_S", str(torch_import_s))
+        monkeypatch.setenv("GPUTOPO_EMU_NVML_MISSING", ",".join(nvml_missing))
+        for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "RANK", "WORLD_SIZE", "SLURM_PROCID"):
+            monkeypatch.delenv(name, raising=False)
+        return host
+    return enter

@@ -1,0 +1,98 @@
+/* An emulated libcuda.so.1 for tests: the driver API functions pytest-gputopo's probe child calls
+ * (probe/cuda_driver.py), with their cuda.h signatures, serving the devices a text file describes.
+ *
+ * $GPUTOPO_EMU_CUDA names the file, one fact per line:
+ *   init <CUresult> <milliseconds>   what cuInit returns, after how long (CUDA's start-up costs seconds)
+ *   dev <PCI bus id> <multicast 0|1|-1>   one device per line, in CUDA's order (-1: the attribute query fails)
+ *   nopeer <ordinal> <ordinal>       cuDeviceCanAccessPeer answers 0 for this ordered pair (default 1)
+ * $GPUTOPO_EMU_CALLS, when set, names a file each call appends "<pid> <function>" to, so that a test
+ * can say which process started CUDA. Built without -DNO_MULTICAST_CREATE it also exports
+ * cuMulticastCreate (CUDA 12.1+), whose presence NCCL and the probe take as the driver's support. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_DEVICES 64
+static int loaded = 0, init_result = 0, init_ms = 0, initialised = 0, count = 0;
+static char buses[MAX_DEVICES][32];
+static int multicast[MAX_DEVICES];
+static unsigned char nopeer[MAX_DEVICES][MAX_DEVICES];
+
+static void record(const char *fn) {
+    const char *path = getenv("GPUTOPO_EMU_CALLS");
+    if (!path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    fprintf(f, "%d %s\n", (int)getpid(), fn);
+    fclose(f);
+}
+
+static void load(void) {
+    if (loaded) return;
+    loaded = 1;
+    const char *path = getenv("GPUTOPO_EMU_CUDA");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) { init_result = 100; return; }  /* CUDA_ERROR_NO_DEVICE */
+    char word[16], bus[32];
+    int a, b;
+    while (fscanf(f, "%15s", word) == 1) {
+        if (!strcmp(word, "init") && fscanf(f, "%d %d", &a, &b) == 2) { init_result = a; init_ms = b; }
+        else if (!strcmp(word, "dev") && count < MAX_DEVICES && fscanf(f, "%31s %d", bus, &a) == 2) {
+            strcpy(buses[count], bus); multicast[count] = a; count++;
+        } else if (!strcmp(word, "nopeer") && fscanf(f, "%d %d", &a, &b) == 2 && a >= 0 && b >= 0
+                   && a < MAX_DEVICES && b < MAX_DEVICES) nopeer[a][b] = 1;
+    }
+    fclose(f);
+}
+
+int cuInit(unsigned int flags) {
+    (void)flags;
+    record("cuInit");
+    load();
+    struct timespec t = {init_ms / 1000, (long)(init_ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+    initialised = init_result == 0;
+    return init_result;
+}
+
+int cuDeviceGetCount(int *n) {
+    record("cuDeviceGetCount");
+    if (!initialised) return 3;  /* CUDA_ERROR_NOT_INITIALIZED */
+    *n = count;
+    return 0;
+}
+
+int cuDeviceGet(int *device, int ordinal) {
+    if (!initialised) return 3;
+    if (ordinal < 0 || ordinal >= count) return 101;  /* CUDA_ERROR_INVALID_DEVICE */
+    *device = ordinal;
+    return 0;
+}
+
+int cuDeviceGetPCIBusId(char *buf, int len, int device) {
+    if (!initialised) return 3;
+    if (device < 0 || device >= count || len < 13) return 101;
+    snprintf(buf, (size_t)len, "%s", buses[device]);
+    return 0;
+}
+
+int cuDeviceCanAccessPeer(int *can, int device, int peer) {
+    record("cuDeviceCanAccessPeer");
+    if (!initialised) return 3;
+    if (device < 0 || device >= count || peer < 0 || peer >= count) return 101;
+    *can = device != peer && !nopeer[device][peer];
+    return 0;
+}
+
+int cuDeviceGetAttribute(int *value, int attribute, int device) {
+    if (!initialised) return 3;
+    if (device < 0 || device >= count || attribute != 132 || multicast[device] < 0) return 1;  /* INVALID_VALUE */
+    *value = multicast[device];
+    return 0;
+}
+
+#ifndef NO_MULTICAST_CREATE
+int cuMulticastCreate(void *handle, const void *prop) { (void)handle; (void)prop; return 801; }  /* NOT_SUPPORTED */
+#endif

@@ -1,0 +1,5 @@
+from .. import _emu
+
+
+def version():
+    return _emu.NCCL
