@@ -1,0 +1,116 @@
+"""dev/gpu-report, the one command to run on a real GPU host: here (no GPU) it still writes its report,
+says there is no GPU and why, and lists every command it tried; tool output cannot escape its fence."""
+
+import ctypes
+import importlib.machinery
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "dev" / "gpu-report"
+VENV_BIN = str(Path(sys.executable).parent)
+
+
+def _load():
+    loader = importlib.machinery.SourceFileLoader("gpu_report", str(SCRIPT))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("gpu_report", loader))
+    sys.modules["gpu_report"] = module  # dataclasses look their module up
+    loader.exec_module(module)
+    return module
+
+
+gpu_report = _load()
+
+
+def _nvml_here() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def _report(tmp_path, path_dirs, *args):
+    """The script as a user runs it (the project's Python), with PATH limited to ``path_dirs``."""
+    env = {**os.environ, "PATH": os.pathsep.join(path_dirs)}
+    out = tmp_path / "r.md"
+    done = subprocess.run([sys.executable, str(SCRIPT), "-o", str(out), *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+    return done, out
+
+
+def test_without_a_gpu_the_report_says_so_and_lists_what_it_tried(tmp_path):
+    done, out = _report(tmp_path, [VENV_BIN], "--no-tests")  # nvidia-smi is not on this PATH
+    assert out.is_file(), done.stderr
+    text = out.read_text()
+    summary = text.split("## Disagreements")[0]
+    if _nvml_here():  # a GPU host: the report compares instead; the rest below still holds
+        assert done.returncode in (0, 1), done.stderr
+    else:
+        assert done.returncode == 3, done.stderr  # documented: written, no GPU
+        assert "**no GPU on this host**" in summary
+        assert "NVML library not found" in summary
+        assert "NVML library not found" in done.stdout
+    for tried in ("nvidia-smi -L", "nvidia-smi --query-gpu=index,name,pci.bus_id,uuid", "nvidia-smi topo -m",
+                  "nvidia-smi topo -p2p r", "nvidia-smi topo -p2p w", "nvidia-smi nvlink -s",
+                  "nvidia-smi -q -d COMPUTE", "-m pytest_gputopo.probe.host nvml cuda torch", "gputopo show",
+                  "gputopo record -o", "pytest tests/gpu"):
+        assert tried in text, tried
+    assert "`nvidia-smi -L`: not installed" in text
+    assert "tests/gpu: no result (not run (--no-tests))" in summary
+    assert "CUDA_VISIBLE_DEVICES" in text and "date (UTC)" in text
+    assert "## gputopo show" in text and "exit status" in text.split("## gputopo show")[1]
+
+
+def test_hostile_tool_output_stays_in_its_fence(tmp_path):
+    """A tool (here a fake nvidia-smi) whose output holds fences and a heading: the report's headings
+    are its own, and every hostile line sits inside a code block."""
+    markdown_it = pytest.importorskip("markdown_it")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'x ````'\necho '```'\necho '# INJECTED heading'\necho '~~~'\nexit 9\n")
+    fake.chmod(0o755)
+    done, out = _report(tmp_path, [str(bin_dir), VENV_BIN], "--no-tests")
+    assert out.is_file(), done.stderr
+    tokens = markdown_it.MarkdownIt().parse(out.read_text())
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings and not any("INJECTED" in h for h in headings)
+    fenced = [t for t in tokens if t.type == "fence" and "INJECTED" in t.content]
+    assert len(fenced) >= 7  # each nvidia-smi command's output, each in its own block
+    assert "`nvidia-smi topo -m`: exit status 9" in out.read_text()
+
+
+@pytest.mark.parametrize("text", ["```\n# out\n```", "````python\n", "a ``` b", "`" * 12, "~~~\nx", "no newline",
+                                  "", "```"])
+def test_fence_cannot_be_closed_by_its_text(text):
+    block = gpu_report.fence(text)
+    first, *body, last = block.rstrip("\n").split("\n")
+    assert len(last) >= 3 and last == "`" * len(last) and first == last + "text"
+    assert not any(last in line for line in body)  # no run of backticks in the text is as long as the fence
+    markdown_it = pytest.importorskip("markdown_it")
+    tokens = markdown_it.MarkdownIt().parse(block + "# after\n")
+    assert [t.type for t in tokens][:1] == ["fence"]
+    assert tokens[0].content == (text if text.endswith("\n") else text + "\n")
+    assert tokens[1].type == "heading_open"  # the block ended where the report ends it
+
+
+def test_inline_code_cannot_be_closed_by_its_text():
+    markdown_it = pytest.importorskip("markdown_it")
+    for text in ("a`b", "``x``", "`", "line\nbreak"):
+        tokens = markdown_it.MarkdownIt().parseInline(gpu_report.code(text))[0].children
+        assert [t.type for t in tokens] == ["code_inline"]
+        assert tokens[0].content == text.replace("\n", " ")
+
+
+def test_a_hung_command_is_killed_at_its_deadline_with_its_children():
+    start = time.monotonic()
+    ran = gpu_report.run("hangs", ["sh", "-c", "sleep 30 & sleep 30"], timeout_s=1)
+    assert time.monotonic() - start < 10
+    assert ran.status is None and ran.outcome() == "timed out after 1 s: killed"
+    assert gpu_report.run("absent", ["gputopo-no-such-tool"]).outcome() == "not installed"
