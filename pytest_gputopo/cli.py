@@ -311,7 +311,7 @@ def cmd_bench(args) -> int:
     except ValueError as exc:
         raise CliError(f"-b/-e/-f: {exc}") from None
     sizes = element_sizes(wanted, NCCL_TESTS_TYPES[args.datatype])
-    topology = probe(None)  # NVML only: this process never starts CUDA
+    topology = probe(None)  # learned in children: this process never starts CUDA
     backend, devices, ranks, expected, basis = sweep_plan(args, topology)
     timeout = args.timeout if args.timeout is not None else 60 + 4 * args.budget * len(sizes)
     print(f"gputopo: measuring an all-reduce sweep: {ranks} ranks, {backend}, {len(sizes)} sizes "

@@ -56,7 +56,7 @@ class Host:
         (self.root / "cuda.txt").write_text("\n".join(lines) + "\n")
 
 
-def _build(folder: Path, multicast_create: bool = True) -> Path:
+def build_libs(folder: Path, multicast_create: bool = True) -> Path:
     lib = folder / "lib"
     lib.mkdir(parents=True, exist_ok=True)
     flags = [] if multicast_create else ["-DNO_MULTICAST_CREATE"]
@@ -72,41 +72,48 @@ def _build(folder: Path, multicast_create: bool = True) -> Path:
 def emulated_libs(tmp_path_factory) -> Path:
     if GCC is None:
         pytest.skip("no C compiler here to build the emulated libcuda.so.1")
-    return _build(tmp_path_factory.mktemp("emulated-libs"))
+    return build_libs(tmp_path_factory.mktemp("emulated-libs"))
+
+
+def make_host(root: Path, libs: Path, machine: str, *, torch: str | None = "2.13.0", torch_import_s: float = 0.0,
+              nvml_missing=()) -> tuple[Host, dict]:
+    """An emulated host under ``root`` serving a bundled machine, and the environment variables that
+    enter it (to be laid over the caller's)."""
+    py = root / "python"
+    py.mkdir(parents=True)
+    shutil.copy(SOURCES / "pynvml.py", py / "pynvml.py")
+    if torch is not None:
+        shutil.copytree(SOURCES / "torch", py / "torch")
+        dist = py / f"torch-{torch}.dist-info"  # what importlib.metadata.version("torch") reads
+        dist.mkdir()
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {torch}\n")
+    else:  # torch not installed: a path entry that hides the environment's own
+        (py / "sitecustomize.py").write_text(
+            "import sys\nclass _NoTorch:\n    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch' or name.startswith('torch.'):\n"
+            "            raise ModuleNotFoundError(\"No module named 'torch'\", name=name)\n"
+            "sys.meta_path.insert(0, _NoTorch())\n")
+    host = Host(root, machine)
+    host.cuda()
+    env = {
+        "LD_LIBRARY_PATH": os.pathsep.join([str(libs), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]),
+        "PYTHONPATH": os.pathsep.join([str(py), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "GPUTOPO_EMU_REAL_PYNVML": real_pynvml.__file__, "GPUTOPO_EMU_MACHINE": machine,
+        "GPUTOPO_EMU_CUDA": str(root / "cuda.txt"), "GPUTOPO_EMU_CALLS": str(host.calls_log),
+        "GPUTOPO_EMU_TORCH": torch or "", "GPUTOPO_EMU_TORCH_IMPORT_S": str(torch_import_s),
+        "GPUTOPO_EMU_NVML_MISSING": ",".join(nvml_missing),
+    }
+    return host, env
 
 
 @pytest.fixture
 def emulated_host(emulated_libs, tmp_path, monkeypatch):
     """``enter(machine, torch=release, torch_import_s=..., nvml_missing=...)`` sets this test's
     environment to an emulated host serving a bundled machine; pytester's subprocess runs enter it."""
-    def enter(machine: str, *, torch: str | None = "2.13.0", torch_import_s: float = 0.0,
-              nvml_missing=()) -> Host:
-        root = tmp_path / "host"
-        py = root / "python"
-        py.mkdir(parents=True)
-        shutil.copy(SOURCES / "pynvml.py", py / "pynvml.py")
-        if torch is not None:
-            shutil.copytree(SOURCES / "torch", py / "torch")
-            dist = py / f"torch-{torch}.dist-info"  # what importlib.metadata.version("torch") reads
-            dist.mkdir()
-            (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {torch}\n")
-        else:  # torch not installed: a path entry that hides the environment's own
-            (py / "sitecustomize.py").write_text(
-                "import sys\nclass _NoTorch:\n    def find_spec(self, name, path=None, target=None):\n"
-                "        if name == 'torch' or name.startswith('torch.'):\n"
-                "            raise ModuleNotFoundError(\"No module named 'torch'\", name=name)\n"
-                "sys.meta_path.insert(0, _NoTorch())\n")
-        host = Host(root, machine)
-        host.cuda()
-        monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join([str(emulated_libs), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]))
-        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(py), *filter(None, [os.environ.get("PYTHONPATH")])]))
-        monkeypatch.setenv("GPUTOPO_EMU_REAL_PYNVML", real_pynvml.__file__)
-        monkeypatch.setenv("GPUTOPO_EMU_MACHINE", machine)
-        monkeypatch.setenv("GPUTOPO_EMU_CUDA", str(root / "cuda.txt"))
-        monkeypatch.setenv("GPUTOPO_EMU_CALLS", str(host.calls_log))
-        monkeypatch.setenv("GPUTOPO_EMU_TORCH", torch or "")
-        monkeypatch.setenv("GPUTOPO_EMU_TORCH_IMPORT_S", str(torch_import_s))
-        monkeypatch.setenv("GPUTOPO_EMU_NVML_MISSING", ",".join(nvml_missing))
+    def enter(machine: str, **personality) -> Host:
+        host, env = make_host(tmp_path / "host", emulated_libs, machine, **personality)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
         for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "RANK", "WORLD_SIZE", "SLURM_PROCID"):
             monkeypatch.delenv(name, raising=False)
         return host

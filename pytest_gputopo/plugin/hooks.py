@@ -13,8 +13,6 @@ import tempfile
 
 import pytest
 
-from ..probe import MachineError
-from ..render.report import source_text
 from ..runtime import environ
 from . import hookspecs, markers, options, reporter
 from .fixtures import gputopo, gputopo_bench, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
@@ -130,7 +128,7 @@ def _join_ranks(run: GputopoRun, launch) -> Ranks | None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_gputopo_probe(config: pytest.Config, needs: frozenset):
-    from ..probe import learn
+    from ..probe import MachineError, learn
     from .machine import boot_record
 
     machine, where = options.value(config, "machine")
@@ -172,10 +170,15 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     run = run_of(config)
     # A run whose tests need the machine learns it here, once, before the first test.
     lines = _header(run) if run.machine.needs or run.machine.learned or config.get_verbosity() > 0 else []
-    if run.machine.leave and run.speaks:
-        lines.append(f"gputopo: {', '.join(run.machine.leave)} registered by this project (ini file or conftest): "
-                     f"those marks are the project's own, and gputopo does not read them")
-    return lines
+    return lines + _left_to_project(run)
+
+
+def _left_to_project(run: GputopoRun) -> list[str]:
+    """Once, where the run speaks: the gputopo marker names the project registered itself."""
+    if not run.machine.leave or not run.speaks:
+        return []
+    return [f"gputopo: {', '.join(run.machine.leave)} registered by this project (ini file or conftest): "
+            f"those marks are the project's own, and gputopo does not read them"]
 
 
 def _header(run: GputopoRun) -> list[str]:
@@ -199,6 +202,8 @@ def pytest_collection(session: pytest.Session) -> None:
     except GateError as exc:
         raise pytest.UsageError(str(exc)) from None
     if problems:
+        from ..render.report import source_text
+
         tw = session.config.get_terminal_writer()
         tw.line(f"gputopo: this machine does not meet the run's requirements "
                 f"[{source_text(run.topology)}]:", red=True, bold=True)
@@ -287,6 +292,9 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         if known is not None:
             run.machine.adopt(known)
             header = _header(run)
+    if run.shared_dir is not None:  # xdist: the workers collected, so this process has not said it yet
+        run.machine.leave = markers.registered_by_others(config.getini("markers"), markers.registration_lines())
+        header += _left_to_project(run)
     lines = header + reporter.summary_lines(run, terminalreporter.stats)
     if lines:
         terminalreporter.write_sep("-", "gputopo")

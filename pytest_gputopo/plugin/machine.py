@@ -19,6 +19,7 @@ import pytest
 
 FIXTURES = ("gputopo", "gputopo_bench", "gputopo_ranks")  # each hands a test the machine's facts
 RECORD_PREFIX = "gputopo/boot"
+MACHINE_FILE = "machine.learned"  # not .json: the run's folder holds benchmark results as *.json
 
 
 class Machine:
@@ -62,12 +63,12 @@ class Machine:
 def item_facts(item, requirements) -> set:
     """What one selected test needs learned: its requirements' facts, and all of them where it takes
     one of the plugin's fixtures (which hand it the machine itself)."""
-    from ..core.model import ALL_FACTS
-
     facts = set()
     for requirement, _ in requirements:
         facts |= requirement.facts
     if any(name in FIXTURES for name in getattr(item, "fixturenames", ())):
+        from ..core.model import ALL_FACTS
+
         facts |= ALL_FACTS
     return facts
 
@@ -103,7 +104,7 @@ def shared(folder: str, learn: Callable[[frozenset], tuple]) -> Callable[[frozen
     needs facts the written one lacks probes again with both (and writes that)."""
     from ..core import schema
 
-    path = os.path.join(folder, "machine.json")
+    path = os.path.join(folder, MACHINE_FILE)
 
     def learn_once(needs: frozenset) -> tuple:
         with _locked(os.path.join(folder, "machine.lock")):
@@ -129,7 +130,7 @@ def learned_by_others(folder: str) -> tuple | None:
     from ..core import schema
 
     try:
-        with open(os.path.join(folder, "machine.json"), encoding="utf-8") as f:
+        with open(os.path.join(folder, MACHINE_FILE), encoding="utf-8") as f:
             kept = json.load(f)
         return schema.from_dict(kept["topology"]), tuple(kept["notes"])
     except (OSError, ValueError, KeyError, TypeError, schema.SchemaError):

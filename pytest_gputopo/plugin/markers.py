@@ -8,6 +8,7 @@ when the first marked test is collected, not when the plugin loads.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable
 
@@ -92,10 +93,11 @@ MARKER_HELP = {
 }
 
 
-def registration_lines() -> list[str]:
+@functools.cache
+def registration_lines() -> tuple[str, ...]:
     """The ``markers`` ini lines that register the gputopo markers, with their full signatures."""
-    return [f"{marker_signature(name).replace('*, ', '').replace('strict=None', 'strict=False')}: {text}; "
-            f"unmet -> skip (fail when strict)" for name, text in MARKER_HELP.items()]
+    return tuple(f"{marker_signature(name).replace('*, ', '').replace('strict=None', 'strict=False')}: {text}; "
+                 f"unmet -> skip (fail when strict)" for name, text in MARKER_HELP.items())
 
 
 def registered_by_others(lines: list[str], ours: list[str]) -> list[str]:

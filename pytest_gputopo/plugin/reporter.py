@@ -9,7 +9,6 @@ from collections import Counter
 
 import pytest
 
-from ..render import report
 from ..runtime import files
 from .run import GputopoRun, run_of
 
@@ -23,6 +22,8 @@ UNMET_PROPERTY = "gputopo_unmet"  # the requirement a test did not run for
 def header_lines(run: GputopoRun, verbosity: int) -> list[str]:
     """The machine in one line (``-v``: the whole report) with how its facts were had this time, and
     the warnings; or, where nothing asked for it, that nothing was probed."""
+    from ..render import report  # the renderers, when there is something to say
+
     if not run.speaks:
         return []  # only rank 0 speaks for the run
     if not run.machine.learned and not run.machine.needs:
@@ -54,8 +55,11 @@ def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
                 if key == UNMET_PROPERTY and getattr(rep, "when", None) == "setup":
                     counter[value] += 1
     view = run.derived.get("nccl_view")  # there only if this run needed NCCL's view
-    topologies = [topology for _, topology in run.nodes()] if skipped or failed else []
-    lines = [report.skip_summary(skipped, failed, topologies), view.account_line() if view is not None else None]
+    lines = [view.account_line() if view is not None else None]
+    if skipped or failed:
+        from ..render import report
+
+        lines.insert(0, report.skip_summary(skipped, failed, [topology for _, topology in run.nodes()]))
     return [line for line in lines if line]
 
 
@@ -121,6 +125,8 @@ def report_document(run: GputopoRun) -> dict:
     (xdist workers' too), each measurement with what it should give by the check items' rule
     (``verdicts.threshold``: nothing is measured for it), the tests not run for an unmet
     requirement, NCCL's view, and every node of a distributed run."""
+    from ..render import report  # the renderers, when there is something to say
+
     from ..bench.suite import SharedFolder
     from .verdicts import taken_at, threshold
 

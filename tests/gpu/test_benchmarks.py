@@ -8,7 +8,7 @@ from pytest_gputopo.core import keys
 from pytest_gputopo.core import collectives, spec
 from pytest_gputopo.probe import probe
 
-HOST = probe(None, use_torch=False)
+HOST = probe(None, needs={"nvml"})
 pytestmark = pytest.mark.skipif(not HOST.gpus, reason=f"no GPU on this host: {HOST.problem or 'NVML lists none'}")
 
 

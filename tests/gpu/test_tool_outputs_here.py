@@ -15,7 +15,7 @@ from pytest_gputopo.parse.nvlink_status import parse_nvlink_status
 from pytest_gputopo.parse.smi_machine import parse_p2p_matrix
 from pytest_gputopo.probe import probe
 
-HOST = probe(None, use_torch=False)
+HOST = probe(None, needs={"nvml"})
 pytestmark = pytest.mark.skipif(not HOST.gpus, reason=f"no GPU on this host: {HOST.problem or 'NVML lists none'}")
 needs_smi = pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="nvidia-smi is not installed")
 

@@ -1,0 +1,82 @@
+"""What the plugin costs on a GPU host, by case, measured on the emulated host of the test suite
+(``tests/emulated.py``: real ``libnvidia-ml.so.1`` / ``libcuda.so.1`` shared objects, the fake NVML
+serving ``dgx-a100``, a torch whose import takes 2 s and a libcuda whose ``cuInit`` takes 1.5 s, as
+on real hosts). The figures are of that emulation, not of a real GPU host: label them so.
+
+Each case times ``pytest -q`` on a 20-test suite with the plugin and with ``-p no:gputopo``, paired
+and interleaved, and prints the median of the paired differences:
+
+- nothing asked: no test uses a gputopo marker or fixture;
+- NVML facts: one test marked ``requires_gpus(8, min_memory_gb=80)`` (NVML is asked on every run);
+- CUDA facts: one test marked ``requires_p2p``, first run of the boot (``--gputopo-reprobe``) and repeat;
+- torch's versions: one test marked ``requires_versions(nccl=">=2.18")``, first run and repeat.
+
+    .venv/bin/python tools/perf/bench_gpu_host.py [pairs]
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from emulated import build_libs, make_host  # noqa: E402
+
+PLAIN = "".join(f"def test_{i}():\n    assert {i} + 1 > {i}\n" for i in range(19))
+CASES = {
+    "nothing asked": ("def test_19():\n    pass\n", []),
+    "NVML facts (every run)": ("import pytest\n@pytest.mark.requires_gpus(8, min_memory_gb=80)\ndef test_19():\n    pass\n",
+                               []),
+    "CUDA facts, first run of the boot": ("import pytest\n@pytest.mark.requires_p2p\ndef test_19():\n    pass\n",
+                                          ["--gputopo-reprobe"]),
+    "CUDA facts, repeat": ("import pytest\n@pytest.mark.requires_p2p\ndef test_19():\n    pass\n", []),
+    "torch's versions, first run of the boot": (
+        "import pytest\n@pytest.mark.requires_versions(nccl='>=2.18')\ndef test_19():\n    pass\n", ["--gputopo-reprobe"]),
+    "torch's versions, repeat": (
+        "import pytest\n@pytest.mark.requires_versions(nccl='>=2.18')\ndef test_19():\n    pass\n", []),
+}
+
+
+def timed(args: list, cwd: Path, env: dict) -> float:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"pytest failed in {cwd}:\n{done.stdout[-2000:]}")
+    return took
+
+
+def main(pairs: int = 10) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        libs = build_libs(Path(tmp, "libs"))
+        _, host_env = make_host(Path(tmp, "host"), libs, "dgx-a100", torch="2.13.0", torch_import_s=2.0)
+        env = {**os.environ, **host_env}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        Path(tmp, "host", "cuda.txt").write_text(Path(tmp, "host", "cuda.txt").read_text().replace("init 0 0", "init 0 1500"))
+        print(f"emulated GPU host (dgx-a100, torch import 2 s, cuInit 1.5 s), {pairs} paired runs per case "
+              f"[simulated host, measured on this machine]")
+        for case, (marked, extra) in CASES.items():
+            suite = Path(tmp, "suite-" + str(abs(hash(case))))
+            suite.mkdir()
+            (suite / "test_plain.py").write_text(PLAIN)
+            (suite / "test_marked.py").write_text(marked)
+            for _ in range(2):  # warm: bytecode, the file cache, and (repeat cases) this boot's record
+                timed(extra, suite, env)
+            added, alone = [], []
+            for i in range(pairs):
+                runs = [("with", extra), ("without", ["-p", "no:gputopo"])]
+                took = {name: timed(args, suite, env) for name, args in (runs if i % 2 else runs[::-1])}
+                added.append(took["with"] - took["without"])
+                alone.append(took["without"])
+            q1, med, q3 = statistics.quantiles(added, n=4)
+            print(f"  {case}: +{med * 1e3:.0f} ms (interquartile {q1 * 1e3:.0f} to {q3 * 1e3:.0f}; "
+                  f"pytest alone {statistics.median(alone) * 1e3:.0f} ms)")
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:2]))
