@@ -3,14 +3,12 @@ so that the plugin reads and checks them at start-up without importing the bench
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..core.units import GIB, MIB
 
 
-
-@dataclass(frozen=True)
-class BenchSettings:
+class BenchSettings(NamedTuple):  # not a dataclass: cheaper to define, and the plugin loads it
     allreduce_backend: str = "nccl"  # "gloo" runs the same all-reduce on CPUs
     allreduce_engine: str = "torch"  # or "nccl-tests" (all_reduce_perf)
     allreduce_sched: str = "fair"  # or "fifo": the workers' CPU scheduling (bench.allreduce_worker.apply_sched)

@@ -59,7 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.asks_machine:  # an option asks: learned now, and handed to xdist workers
         from ..core.model import ALL_FACTS
 
-        _use(config, ALL_FACTS).topology
+        _use(config, ALL_FACTS).machine.learn()
     if settings.json is not None or settings.html is not None:
         config.pluginmanager.register(reporter.JsonProgress(config), "gputopo-json-progress")
     if shared_dir is not None:  # xdist distributes: the workers' progress lines come in their reports
@@ -83,14 +83,16 @@ def _use(config: pytest.Config, facts) -> GputopoRun:
     comes here: a launcher's variables in the environment are not the plugin's business then."""
     run = run_of(config)
     run.machine.need(facts)
-    if run.worker or run.ranks is not None:  # xdist workers are one process of the controller's rank
+    if run.worker or run.machine.used:  # xdist workers are one process of the controller's rank
         return run
+    run.machine.used = True
     try:
         launch = environ.launch()
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if launch is not None:
-        run = config.stash[RUN] = run.with_ranks(_join_ranks(run, launch))
+    ranks = _join_ranks(run, launch) if launch is not None else None
+    if ranks is not None:
+        run = config.stash[RUN] = run.with_ranks(ranks)
     return run
 
 

@@ -33,6 +33,7 @@ class Machine:
         self.warnings: list[str] = []  # the run's own, for the header (a launch without torch)
         self.leave: list[str] = []  # marker names the project registered itself: its marks are its own
         self.header_shown = False
+        self.used = False  # the run uses the plugin: set once, when its ranks (if any) were joined
 
     def adopt(self, known: tuple) -> None:
         """(topology, notes) another process of the run learned (the xdist controller, at the end)."""
@@ -48,6 +49,10 @@ class Machine:
 
     @property
     def topology(self):
+        return self.learn()
+
+    def learn(self):
+        """The topology, learned now if it was not yet: the probe, once per run."""
         if self._known is None:
             from ..core.model import ALL_FACTS
 

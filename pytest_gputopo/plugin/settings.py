@@ -4,8 +4,8 @@ themselves start only when something selected needs them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
 
 import pytest
 
@@ -16,8 +16,7 @@ from . import options
 CHECK_LEVELS = ("quick", "full")
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):  # not a dataclass: cheaper to define, and this module loads with the plugin
     strict: bool = False
     machine: str | None = None  # --gputopo-machine: a recorded machine instead of this host
     machine_from: str = ""
@@ -35,7 +34,7 @@ class Settings:
     reprobe: bool = False  # --gputopo-reprobe: CUDA's view and torch's versions asked again
     rank_timeout_s: float = 120.0
     bench: BenchSettings = BenchSettings()
-    floor_overrides: Mapping[str, float] = field(default_factory=dict)  # set by option, env or ini
+    floor_overrides: Mapping[str, float] = MappingProxyType({})  # set by option, env or ini
 
     @property
     def asks_machine(self) -> bool:

@@ -11,8 +11,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, NamedTuple, Sequence
 
 from . import files
 from ..core import numtext
@@ -32,8 +31,7 @@ def env_name(name: str) -> str:
     return ENV_PREFIX + name.upper()
 
 
-@dataclass(frozen=True)
-class Visibility:
+class Visibility(NamedTuple):  # not a dataclass: cheaper to define, and this module loads with the plugin
     order: tuple[int, ...]  # positions in the NVML-ordered GPU list, in CUDA order
     warnings: tuple[str, ...] = ()
 
@@ -221,8 +219,7 @@ def find_all_reduce_perf(environ: Mapping[str, str] | None = None) -> str | None
     return shutil.which(ALL_REDUCE_PERF, path=path) if path else None
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(NamedTuple):
     """What a launcher (torchrun, or srun with the usual variables) told this process."""
 
     rank: int
