@@ -114,7 +114,7 @@ def _join_ranks(run: GputopoRun, launch) -> Ranks | None:
         run.machine.warnings.append(f"a launcher's variables say this is rank {launch.rank} of {launch.world_size}, "
                                     f"but torch is not installed: this process is judged alone")
         return None
-    from ..runtime.ranks import Exchange, RankError, gather_views
+    from ..runtime.ranks import Exchange, RankError, distinct, gather_views
 
     fallback = ""
     if len(run.topology.gpus) >= 2:  # each node's own NCCL settings: predicted where they are read
@@ -123,7 +123,8 @@ def _join_ranks(run: GputopoRun, launch) -> Ranks | None:
         fallback = predicted_fallback_line(run)
     try:
         exchange = Exchange.connect(launch, run.settings.rank_timeout_s)
-        return Ranks(exchange, tuple(gather_views(exchange, run.topology, fallback)))
+        views = tuple(gather_views(exchange, run.topology, fallback))
+        return Ranks(exchange, views, tuple(distinct(list(views))))
     except RankError as exc:
         pytest.exit(f"gputopo: the ranks cannot agree: {exc}", returncode=RANKS_EXIT_STATUS)
 

@@ -5,9 +5,8 @@ view, verdicts) is derived from it on first use and kept with it."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
@@ -21,24 +20,18 @@ if TYPE_CHECKING:  # annotations only: the model is loaded by the probe, not by 
 RANKS_EXIT_STATUS = 9
 
 
-@dataclass(frozen=True)
-class Ranks:
-    """Under a launcher (torchrun, srun): this rank's exchange with the others (``runtime.ranks``)
-    and every rank's view of its own node, in rank order."""
+class Ranks(NamedTuple):  # not a dataclass: cheaper to define, and this module loads with the plugin
+    """Under a launcher (torchrun, srun): this rank's exchange with the others (``runtime.ranks``),
+    every rank's view of its own node, in rank order, and one view per distinct node as its ranks see
+    it (``runtime.ranks.distinct``: compared once per run, not per verdict)."""
 
     exchange: Any
     views: tuple
+    distinct: tuple
 
     @property
     def rank(self) -> int:
         return self.exchange.launch.rank
-
-    @functools.cached_property
-    def distinct(self) -> list:
-        """One view per distinct node as its ranks see it (compared once per run, not per verdict)."""
-        from ..runtime.ranks import distinct
-
-        return distinct(list(self.views))
 
 
 @dataclass(frozen=True, eq=False)
