@@ -11,6 +11,7 @@ imported torch, started NVML or started CUDA.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ needs_compiler = pytest.mark.skipif(GCC is None, reason="no C compiler here to b
 class Host:
     root: Path
     machine: str
+    vm: bool = False  # the GPUs passed through to a virtual machine (nvml_drivers.VM_P2P_READ)
 
     @property
     def calls_log(self) -> Path:
@@ -44,10 +46,15 @@ class Host:
         self.calls_log.unlink(missing_ok=True)
 
     def cuda(self, *, init_result: int = 0, init_ms: int = 0, nopeer=(), multicast=None) -> None:
-        """What libcuda answers: cuInit's CUresult and delay, pairs refused peer access, multicast."""
+        """What libcuda answers: cuInit's CUresult and delay, pairs refused peer access, multicast.
+        In a VM, pairs without an NVLink are refused too (as NVML's P2P status says there)."""
         from pytest_gputopo.probe.recorded import load_profile
 
-        gpus = sorted(load_profile(self.machine).topology.gpus, key=lambda g: g.pci_bus_id)  # CUDA's order here
+        topology = load_profile(self.machine).topology
+        gpus = sorted(topology.gpus, key=lambda g: g.pci_bus_id)  # CUDA's order here
+        if self.vm:
+            ordinal = {g.index: i for i, g in enumerate(gpus)}
+            nopeer = [*nopeer, *((ordinal[ln.a], ordinal[ln.b]) for ln in topology.links if ln.nvlinks == 0)]
         lines = [f"init {init_result} {init_ms}"]
         for i, g in enumerate(gpus):
             mc = g.multicast if multicast is None else multicast
@@ -75,13 +82,36 @@ def emulated_libs(tmp_path_factory) -> Path:
     return build_libs(tmp_path_factory.mktemp("emulated-libs"))
 
 
+def _drivers():
+    """``emulated_host/nvml_drivers.py``: the driver branches the emulated host plays."""
+    spec = importlib.util.spec_from_file_location("nvml_drivers", SOURCES / "nvml_drivers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+nvml_drivers = _drivers()
+
+
 def make_host(root: Path, libs: Path, machine: str, *, torch: str | None = "2.13.0", torch_import_s: float = 0.0,
-              nvml_missing=()) -> tuple[Host, dict]:
+              nvml_missing=(), driver: str | None = None, vm: bool = False) -> tuple[Host, dict]:
     """An emulated host under ``root`` serving a bundled machine, and the environment variables that
-    enter it (to be laid over the caller's)."""
+    enter it (to be laid over the caller's). ``driver``: a branch of ``nvml_drivers.BRANCHES`` (NVML
+    reports its versions and lacks what its header lacks; None: the recording's versions, every
+    function); ``vm``: the GPUs are passed through to a virtual machine."""
+    if driver is not None:
+        from pytest_gputopo.probe.recorded import load_profile
+
+        if driver not in nvml_drivers.BRANCHES:
+            raise ValueError(f"driver {driver!r}: no such branch here ({', '.join(nvml_drivers.BRANCHES)})")
+        too_new = {g.compute_capability for g in load_profile(machine).topology.gpus
+                   if not nvml_drivers.drives(driver, g.compute_capability)}
+        if too_new:
+            raise ValueError(f"driver {driver} predates {machine}'s GPUs (compute capability {', '.join(too_new)})")
     py = root / "python"
     py.mkdir(parents=True)
     shutil.copy(SOURCES / "pynvml.py", py / "pynvml.py")
+    shutil.copy(SOURCES / "nvml_drivers.py", py / "nvml_drivers.py")
     if torch is not None:
         shutil.copytree(SOURCES / "torch", py / "torch")
         dist = py / f"torch-{torch}.dist-info"  # what importlib.metadata.version("torch") reads
@@ -93,7 +123,7 @@ def make_host(root: Path, libs: Path, machine: str, *, torch: str | None = "2.13
             "        if name == 'torch' or name.startswith('torch.'):\n"
             "            raise ModuleNotFoundError(\"No module named 'torch'\", name=name)\n"
             "sys.meta_path.insert(0, _NoTorch())\n")
-    host = Host(root, machine)
+    host = Host(root, machine, vm=vm)
     host.cuda()
     env = {
         "LD_LIBRARY_PATH": os.pathsep.join([str(libs), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]),
@@ -102,14 +132,16 @@ def make_host(root: Path, libs: Path, machine: str, *, torch: str | None = "2.13
         "GPUTOPO_EMU_CUDA": str(root / "cuda.txt"), "GPUTOPO_EMU_CALLS": str(host.calls_log),
         "GPUTOPO_EMU_TORCH": torch or "", "GPUTOPO_EMU_TORCH_IMPORT_S": str(torch_import_s),
         "GPUTOPO_EMU_NVML_MISSING": ",".join(nvml_missing),
+        "GPUTOPO_EMU_DRIVER": driver or "", "GPUTOPO_EMU_VM": "1" if vm else "",
     }
     return host, env
 
 
 @pytest.fixture
 def emulated_host(emulated_libs, tmp_path, monkeypatch):
-    """``enter(machine, torch=release, torch_import_s=..., nvml_missing=...)`` sets this test's
-    environment to an emulated host serving a bundled machine; pytester's subprocess runs enter it."""
+    """``enter(machine, torch=release, torch_import_s=..., nvml_missing=..., driver=branch, vm=...)``
+    sets this test's environment to an emulated host serving a bundled machine; pytester's subprocess
+    runs enter it."""
     def enter(machine: str, **personality) -> Host:
         host, env = make_host(tmp_path / "host", emulated_libs, machine, **personality)
         for name, value in env.items():

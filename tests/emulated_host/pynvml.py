@@ -1,9 +1,12 @@
 """An emulated host's ``pynvml``: the project's fake NVML (``probe/fake_nvml.py``, built on the real
 nvidia-ml-py module and its quirks) serving the recorded machine $GPUTOPO_EMU_MACHINE.
 
-$GPUTOPO_EMU_NVML_MISSING: NVML functions this driver lacks (comma-separated); each raises
-``NVMLError_FunctionNotFound``, as nvidia-ml-py's ``_nvmlGetFunctionPointer`` does when the driver's
-libnvidia-ml has no such symbol. $GPUTOPO_EMU_CALLS: each ``nvmlInit`` appends "<pid> nvmlInit".
+$GPUTOPO_EMU_DRIVER: a driver branch of ``nvml_drivers.BRANCHES`` ("470", "535", ...): the driver and
+CUDA versions NVML reports are that branch's, and the functions its header lacks are missing.
+$GPUTOPO_EMU_VM=1: the GPUs are passed through to a virtual machine (``nvml_drivers.VM_P2P_READ``).
+$GPUTOPO_EMU_NVML_MISSING: NVML functions this driver lacks (comma-separated), beyond the branch's;
+each raises ``NVMLError_FunctionNotFound``, as nvidia-ml-py's ``_nvmlGetFunctionPointer`` does when
+the driver's libnvidia-ml has no such symbol. $GPUTOPO_EMU_CALLS: each ``nvmlInit`` appends "<pid> nvmlInit".
 $GPUTOPO_EMU_NVML_HANG: a file to write the pid to, then never answer (a hung driver).
 """
 import importlib.util
@@ -20,10 +23,26 @@ if os.environ.get("GPUTOPO_EMU_NVML_HANG"):
         f.write(str(os.getpid()))
     time.sleep(600)
 
+import dataclasses  # noqa: E402
+
+import nvml_drivers  # noqa: E402  (next to this file)
+from pytest_gputopo.core import model  # noqa: E402
 from pytest_gputopo.probe.fake_nvml import make_fake_pynvml  # noqa: E402
 from pytest_gputopo.probe.recorded import load_profile  # noqa: E402
 
-_fake = make_fake_pynvml(load_profile(os.environ["GPUTOPO_EMU_MACHINE"]).topology)
+_topology = load_profile(os.environ["GPUTOPO_EMU_MACHINE"]).topology
+_missing_names = list(filter(None, os.environ.get("GPUTOPO_EMU_NVML_MISSING", "").split(",")))
+_branch = os.environ.get("GPUTOPO_EMU_DRIVER")
+if _branch:
+    _played = nvml_drivers.BRANCHES[_branch]
+    _topology = dataclasses.replace(_topology, driver_version=_played.driver, cuda_driver_version=_played.cuda)
+    _missing_names += nvml_drivers.lacks(_branch)
+if os.environ.get("GPUTOPO_EMU_VM") == "1":
+    _cns = model.P2PStatus.from_nvml(nvml_drivers.VM_P2P_READ)
+    _topology = dataclasses.replace(_topology, links=tuple(
+        ln if ln.nvlinks != 0 else dataclasses.replace(ln, p2p=dataclasses.replace(ln.p2p, read=_cns))
+        for ln in _topology.links))
+_fake = make_fake_pynvml(_topology)
 _init = _fake.nvmlInit
 
 
@@ -44,6 +63,6 @@ def _missing(name):
     return call
 
 
-for _name in filter(None, os.environ.get("GPUTOPO_EMU_NVML_MISSING", "").split(",")):
+for _name in _missing_names:
     setattr(_fake, _name, _missing(_name))
 sys.modules["pynvml"] = _fake
