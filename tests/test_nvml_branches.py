@@ -176,8 +176,6 @@ def test_counts(gputopo):
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
 
 
-@pytest.mark.xfail(strict=True, reason="core/model.py Link.label takes an unknown NVLink count (None) for no "
-                                       "NVLink and labels the pair by its PCIe class; not probe/nvml.py's to fix")
 def test_unknown_nvlink_counts_are_never_shown_as_a_pcie_link(pytester, emulated_host):
     """On 460 (no nvmlDeviceGetNvLinkRemoteDeviceType) a DGX A100's pair counts are unknown; the
     header and requires_link must not then claim the pairs are PCIe links (the machine is NV12)."""

@@ -187,9 +187,11 @@ class Link:
 
     @property
     def label(self) -> LinkLabel | None:
+        """NV# where NVLinks join the pair, else its PCIe class; None (unknown) where either is unknown:
+        a pair whose NVLink count NVML could not give may be NVLinked whatever its PCIe path."""
         if self.nvlinks:
             return LinkLabel(LinkClass.NV, self.nvlinks)
-        if self.pcie is None:
+        if self.pcie is None or self.nvlinks is None:
             return None
         return LinkLabel(self.pcie)
 
