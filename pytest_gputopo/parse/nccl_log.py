@@ -18,6 +18,12 @@ only gives host and pid. The transport line shapes changed over the versions (se
     Channel 00/0 : 0[35000] -> 1[f5000] [receive] via NET/AWS Libfabric/0   plugin names have spaces
     CollNet 00/0 : 0 [receive] via COLLNET/SHARP/1/GDRDMA       (also "Coll 00 :", "CollNet 00 :")
 
+Look-alikes that are no transport: rank 0's ring order "Channel 00/02 :    0   1" (from 2.23.4
+unpadded, "Channel 00/32 : 0 2 4 ... 36 3..." cut with dots past 127 characters) and NCCL_GRAPH's
+neighbours "Ring 00 : 3 -> 0 -> 1" (prev -> rank -> next; the plugin's own runs log GRAPH). NET/IB's
+device list merges the ports of one NIC in 2.20.3-2.23.4: "Using [0]={[0] mlx5_0:1/IB, [1] mlx5_1:1/IB}".
+The per-version line shapes are held by tests/test_nccl_log_versions.py (stub logs of 2.18/2.21/2.27).
+
 Nothing is ever raised by :func:`parse_nccl_log`: what cannot be read is a warning. Published logs are
 often cut mid-line; a cut transport line is reported, never guessed at.
 """
@@ -52,10 +58,17 @@ _CONN = re.compile(
 _COMM_SUFFIX = re.compile(r"\s+comm\s+0x[0-9a-fA-F]+\s+nRanks\s+\d+\s*$")
 # "name/dev[(proxy)][/GDRDMA][(PCI)][/Shared]"; the name is whatever comes before "/<digits>".
 _NET_VIA = re.compile(r"^(?P<name>.+?)/(?P<dev>\d{1,9})(?:\((?P<proxy>\d{1,9})\))?(?P<tail>/.*)?$")
-_RING_ORDER = re.compile(r"^(?:Ring|Channel)\s+\d{1,9}(?:/(?P<n>\d{1,9}))?\s*:((?:\s+\d{1,9})+)\s*$")
+# Rank 0's ring order, "Channel 00/02 :    0   1"; from 2.23.4 (graph/rings.cc dumpLine) a line past 127
+# characters ends in "..." over whatever it cuts, a number's first digits included: those are no rank.
+_RING_ORDER = re.compile(
+    r"^(?:Ring|Channel)\s+\d{1,9}(?:/(?P<n>\d{1,9}))?\s*:((?:\s+\d{1,9})+)(?:\s+\d{0,9}\.\.\.)?\s*$")
+# NCCL_GRAPH's ring neighbours, "Ring 00 : 3 -> 0 -> 1" (prev -> rank -> next, init.cc 2.7 to today).
+_RING_NEIGHBOURS = re.compile(r"^Ring\s+\d{1,9}\s*:\s*(\d{1,9})\s*->\s*(\d{1,9})\s*->\s*(\d{1,9})\s*$")
 _CHANNELISH = re.compile(r"^(?:Ring|Channel|CollNet|Coll)\s+\d")
 _NET_USING = re.compile(r"^NET/(?P<net>\S+)\s+:\s+Using\s+(?P<rest>.*)$")
-_NET_DEVICE = re.compile(r"\[\d{1,4}\](\S+)")
+# "[0]mlx5_0:1/IB"; 2.20.3-2.23.4 print the ports of one NIC merged: "[0]={[0] mlx5_0:1/IB, [1] mlx5_1:1/IB}"
+_NET_DEVICE = re.compile(r"\[\d{1,4}\](?:=\{(?P<ports>[^}]*)\}?|(?P<dev>\S+))")
+_NET_PORT = re.compile(r"\[\d{1,4}\]\s?([^\s,{}]+)")
 _NETWORK = re.compile(r"^Using network (.+?)\s*$")
 _COMM = re.compile(
     r"\bcomm (?:0x)?[0-9a-fA-F]+ rank (?P<rank>\d{1,9}) nranks (?P<nranks>\d{1,9})"
@@ -303,11 +316,12 @@ class _Reader:
         if m:
             self.connection(m, host, pid)
             return
-        m = _RING_ORDER.match(msg)
+        m = _RING_ORDER.match(msg) or _RING_NEIGHBOURS.match(msg)
         if m:
-            if m.group("n"):
+            if m.re is _RING_ORDER and m.group("n"):
                 self.n_channels = max(self.n_channels or 0, int(m.group("n")))
-            self.max_rank = max([self.max_rank] + [int(r) for r in m.group(2).split()])
+            ranks = m.group(2).split() if m.re is _RING_ORDER else m.groups()
+            self.max_rank = max([self.max_rank] + [int(r) for r in ranks])
             return
         if _CHANNELISH.match(msg) and ("->" in msg or " via" in msg or msg.rstrip().endswith(":")):
             self.warn(f"transport line not understood (cut short?): {msg!r}")
@@ -332,9 +346,9 @@ class _Reader:
             return
         m = _NET_USING.match(msg)
         if m:
-            devices = m.group("rest").split(";")[0]
-            for dev in _NET_DEVICE.findall(devices):
-                self.net_devices.setdefault(dev, None)
+            for d in _NET_DEVICE.finditer(m.group("rest").split(";")[0]):
+                for dev in _NET_PORT.findall(d.group("ports")) if d.group("ports") is not None else [d.group("dev")]:
+                    self.net_devices.setdefault(dev, None)
             return
         if msg.startswith("NET/IB : No device found"):
             self.warn("no IB device found (NET/IB : No device found.)")
