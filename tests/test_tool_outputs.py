@@ -276,6 +276,22 @@ def test_p2p_test_figures_are_peer_to_peer_only_where_cuda_said_peer_access(tmp_
                        ("p2p_bidir", 0, 1): 101.55}
 
 
+def test_a_p2p_test_read_is_not_the_push_gputopo_measures(tmp_path, capsys):
+    """cuda-samples p2pBandwidthLatencyTest, testUnidirectionalBandwidth: with P2P_READ, cell [i][j] is
+    performP2PCopy(buffers[i], i, buffers[j], j, ..., stream[i]) -- GPU i pulls from GPU j on its own
+    stream -- where gputopo's copy is pushed by the source (P2P_WRITE: performP2PCopy(buffers[j], j,
+    buffers[i], i, ..., stream[i])). A reads matrix alone gives no P2P figure, and the note says why."""
+    reads = P2P_TEST.replace("(P2P Writes)", "(P2P Reads)")
+    (tmp_path / "topo.txt").write_text(render_topo_matrix(probe("2x-rtx3090-nvlink")))
+    (tmp_path / "p2p.txt").write_text(reads)
+    code, out, err = run(capsys, "record", "--from-smi", str(tmp_path / "topo.txt"), "--p2p-bandwidth",
+                         str(tmp_path / "p2p.txt"), "-o", str(tmp_path / "node.json"))
+    assert code == 0, err
+    kinds = {f["kind"] for f in json.loads((tmp_path / "node.json").read_text())["topology"]["published"]}
+    assert kinds == {"p2p_staged", "p2p_bidir"}
+    assert "(P2P Reads) Matrix (GB/s): not recorded (a read: GPU(row) pulls from GPU(column)" in out
+
+
 @pytest.mark.skipif(not CORPUS.is_dir(), reason=NO_CORPUS)
 def test_a_p2p_test_without_its_connectivity_matrix_records_no_p2p_figure(tmp_path, capsys):
     (tmp_path / "topo.txt").write_text(render_topo_matrix(probe("8x-l40s")))

@@ -62,10 +62,12 @@ def _nvbandwidth_unrecorded(name: str) -> str:
 
 
 CONNECTIVITY = "P2P Connectivity Matrix"
-# p2pBandwidthLatencyTest title -> (kind, where a cell's GPUs are, needs peer access)
+# p2pBandwidthLatencyTest title -> (kind, where a cell's GPUs are, needs peer access). Its "(P2P Reads)"
+# matrix is not one: cell [i][j] is performP2PCopy(buffers[i], i, buffers[j], j, ..., stream[i]), GPU i
+# pulling from GPU j on its own stream, where gputopo's copy is pushed by the source, as "(P2P Writes)".
+_P2P_READS = "Unidirectional P2P=Enabled Bandwidth (P2P Reads) Matrix (GB/s)"
 _P2P_TEST = {
     "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)": ("p2p", "row->col", True),
-    "Unidirectional P2P=Enabled Bandwidth (P2P Reads) Matrix (GB/s)": ("p2p", "col->row", True),
     "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)": ("p2p_staged", "row->col", False),
     "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)": ("p2p_bidir", "row->col", True),
 }
@@ -169,7 +171,10 @@ class RecordedFigures:
         for title, matrix in result.matrices.items():
             kind, where, peer = _P2P_TEST.get(title, (None, None, None))
             if kind is None:
-                if title != CONNECTIVITY:
+                if title == _P2P_READS:
+                    self.notes.append(f"{file}: {title}: not recorded (a read: GPU(row) pulls from GPU(column) on its "
+                                      f"own stream; gputopo's copy is pushed by the source, as in (P2P Writes))")
+                elif title != CONNECTIVITY:
                     self.notes.append(f"{file}: {title}: not recorded (gputopo measures nothing the same)")
             elif peer and access is None:
                 self.notes.append(f"{file}: {title}: not recorded: no {CONNECTIVITY} in the text, so which pairs "
