@@ -167,6 +167,23 @@ def test_a_run_on_a_recorded_machine_with_mig_skips_with_a_reason(pytester):
                                  "*GPU0-GPU1 link and P2P are unknown: GPU0 has MIG enabled*"])
 
 
+def test_the_health_check_does_not_judge_a_mig_gpus_nvlinks_or_p2p(pytester):
+    """MIG instances do no P2P, PCIe or NVLink (NVIDIA's MIG user guide): a refused P2P status or a
+    link state on a MIG-enabled GPU is no fault of the node, so the quick check skips them saying so,
+    and still judges the GPU beside it."""
+    from pytest_gputopo.probe.recorded import profile_dict
+
+    box = _box(mig=(True, False))
+    refused = model.P2P(model.P2PStatus.NOT_SUPPORTED, model.P2PStatus.NOT_SUPPORTED, OK, OK)
+    box = dataclasses.replace(box, links=(dataclasses.replace(box.links[0], p2p=refused),))
+    path = pytester.path / "a100-mig.json"
+    path.write_text(json.dumps(profile_dict("a100-mig", box)))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", str(path), "--gputopo-check", "-rs")
+    result.stdout.fnmatch_lines(["SKIPPED * GPU0 has MIG enabled: its NVLinks are not used by a MIG instance, not judged",
+                                 "SKIPPED * GPU0-GPU1 (NV12): GPU0 has MIG enabled: no P2P under MIG, not judged"])
+    assert result.parseoutcomes().get("failed", 0) == 0
+
+
 # -- benchmarks: MIG and compute modes --------------------------------------------------------------
 
 

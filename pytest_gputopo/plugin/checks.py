@@ -9,6 +9,7 @@ import json
 import pytest
 
 from ..core import judgement, keys, spec, thresholds
+from ..core.requirements import mig_enabled
 from ..core.model import Gpu, P2PStatus, Topology
 from ..render import report
 from . import facts, verdicts
@@ -96,6 +97,9 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
         if gpu.nvlinks:
             def nvlink(gpu=gpu):
                 """every NVLink of a GPU that has NVLink is up"""
+                mig = mig_enabled(topology, [gpu.index])
+                if mig:  # no process uses its NVLinks (no P2P under MIG): NVML's link states judge nothing
+                    return "skipped", f"{mig}: its NVLinks are not used by a MIG instance, not judged", {}
                 fault = nvlink_lost(topology, gpu)
                 if fault:
                     return "failed", f"GPU{gpu.index}: {fault}", {}
@@ -115,6 +119,9 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
             """NVML reports P2P read and write OK"""
             statuses = {link.p2p.read, link.p2p.write}
             label = link.label or "unknown link"
+            mig = mig_enabled(topology, [link.a, link.b])
+            if mig:  # MIG instances do no P2P (PCIe or NVLink): a refusal is no fault of the node
+                return "skipped", f"{link.name} ({label}): {mig}: no P2P under MIG, not judged", {}
             if statuses == {P2PStatus.OK}:
                 return "passed", f"{link.name} ({label}): P2P read and write OK", {}
             refused = sorted(s.description for s in statuses if s not in (P2PStatus.OK, P2PStatus.UNKNOWN))
