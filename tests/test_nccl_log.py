@@ -423,6 +423,9 @@ def test_ucx_plugins_over_verbs_devices_are_the_ib_family():
         assert transport_family(name, ("mlx5_0:1/RoCE",)) == "NET/IB"
         assert transport_family(name) == name  # no device seen: unknown, not guessed
         assert transport_family(name, ("eth0:10.0.0.1<0>",)) == name  # socket devices only: not IB
+    from pytest_gputopo.render.tables import nccl_log_lines
+
+    assert "transports: NET/IB (as NET/UCX), NET/IB (as NET/UCX-RMA)" in nccl_log_lines(log)  # as judged
     no_devices = parse_nccl_log("\n".join(lines[2:]))
     assert no_devices.families == {"NET/UCX-RMA", "NET/UCX"}
     assert not TransportRequirement(kind="NET/IB").judge(None, {}, {"transports": sorted(no_devices.transports),

@@ -69,7 +69,8 @@ def nccl_log_lines(log: NcclLog) -> list[str]:
         devices = f"; devices {', '.join(log.net_devices)}" if log.net_devices else ""
         lines.append(f"network: {log.network}{plugin}{devices}")
     if log.transports:
-        names = [t if transport_family(t) == t else f"{transport_family(t)} (as {t})" for t in sorted(log.transports)]
+        family = {t: transport_family(t, log.net_devices) for t in log.transports}  # UCX over IB is NET/IB
+        names = [t if family[t] == t else f"{family[t]} (as {t})" for t in sorted(log.transports)]
         lines.append("transports: " + ", ".join(names))
     else:
         lines.append("transports: none seen")
