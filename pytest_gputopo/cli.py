@@ -89,7 +89,17 @@ def _p2p_args(values: list[str]) -> dict:
     return out
 
 
+def _check_writable(flag: str, path: str | None) -> None:
+    """Refuse, before any work, a path ``files.write_text`` would not write (its rule: a regular
+    file or a new path replaced atomically, a symlink's file replaced, /dev/null written through,
+    anything else refused), naming the option and the path."""
+    problem = None if path is None else files.unwritable(path)
+    if problem:
+        raise CliError(f"{flag} {path}: cannot write: {problem}")
+
+
 def cmd_record(args) -> int:
+    _check_writable("-o", args.output)
     if args.from_smi:
         smi = _read_tool(args.from_smi, smi_text.parse_topo_matrix, smi_text.SmiParseError)
         p2p_files = _p2p_args(args.p2p)
@@ -114,7 +124,7 @@ def cmd_record(args) -> int:
     try:
         files.write_text(args.output, json.dumps(data, indent=1) + "\n")
     except OSError as exc:
-        raise CliError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+        raise CliError(f"-o {args.output}: cannot write: {exc.strerror or exc}") from None
     for w in topology.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(f"wrote {args.output}: {len(topology.gpus)} GPUs, {report.header_line(topology)}")
@@ -218,6 +228,7 @@ def cmd_report(args) -> int:
     def refuse(token):
         raise ValueError(f"{token} is not a number strict JSON allows")
 
+    _check_writable("-o", args.output)
     text = _read(args.report)
     try:
         doc = json.loads(text, parse_constant=refuse)
@@ -227,7 +238,7 @@ def cmd_report(args) -> int:
     try:
         files.write_text(args.output, html_report(doc))
     except OSError as exc:
-        raise CliError(f"{args.output}: {exc.strerror or exc}") from None
+        raise CliError(f"-o {args.output}: cannot write: {exc.strerror or exc}") from None
     print(f"wrote {args.output}: {report.header_line(schema.from_dict(doc['topology']))}")
     return 0
 
@@ -303,9 +314,7 @@ def cmd_bench(args) -> int:
         if value is not None and not (low <= value <= 1e6):
             raise CliError(f"{flag} {value:g}: expected a number from {low:g} to 1e6")
     for flag, path in (("--json", args.json), ("--html", args.html)):
-        problem = None if path is None else files.unwritable(path)
-        if problem:
-            raise CliError(f"{flag} {path}: cannot write: {problem}")
+        _check_writable(flag, path)
     try:
         wanted = sweep_sizes(_size_arg("-b", args.minbytes), _size_arg("-e", args.maxbytes), args.stepfactor)
     except ValueError as exc:
@@ -327,13 +336,13 @@ def cmd_bench(args) -> int:
                         sizes=(wanted[0], wanted[-1], args.stepfactor), expected=expected, basis=basis)
     sys.stdout.write(sweep_table(sweep))
     document = {**report.machine_document(topology), "sweeps": [sweep], "complete": True}
-    for path, text in ((args.json, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n"),
-                       (args.html, lambda: _html_report(document))):
+    for flag, path, text in (("--json", args.json, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n"),
+                             ("--html", args.html, lambda: _html_report(document))):
         if path is not None:
             try:
                 files.write_text(path, text())
             except OSError as exc:
-                raise CliError(f"{path}: cannot write: {exc.strerror or exc}") from None
+                raise CliError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
     print(f"gputopo: done in {result.wall_s:.1f} s" + ("" if result.ok else f"; data wrong: {'; '.join(result.errors)}"),
           file=sys.stderr)
     return 0 if result.ok else 1

@@ -201,8 +201,10 @@ def floor_overrides(config: pytest.Config) -> dict[str, float]:
 
 
 def writable_path(config: pytest.Config, name: str) -> str | None:
-    """A file setting (``json``) whose file can be written: checked at start, so that a bad path is a
-    usage error before any test runs, not a report lost after them."""
+    """A file setting (``json``, ``html``) whose file can be written by ``runtime.files.write_text``'s
+    rule (a regular file or a symlink's file replaced, /dev/null written through, a FIFO, device or
+    /dev/stdout refused): checked at start, so that a bad path is a usage error before any test
+    runs, not a report lost after them."""
     raw, where = value(config, name)
     if raw is None:
         return None

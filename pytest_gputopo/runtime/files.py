@@ -2,7 +2,9 @@
 they are regular files of a sane size, written whole or not at all.
 
 A FIFO or a device at a path would block the run or never end; a file written in place is half a
-file after a full disk or a kill. No environment is read here.
+file after a full disk or a kill; a device, a FIFO or /dev/stdout renamed over is gone (as root, from
+the container's /dev). So a path is written by one rule (``write_text``), which every writer checks
+up front (``unwritable``). No environment is read here.
 """
 
 from __future__ import annotations
@@ -38,23 +40,141 @@ def read_text(path: str, limit: int = MAX_INPUT_BYTES) -> str:
 
 
 def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder, renamed over it: a
-    full disk or a kill midway leaves the previous file as it was, never half a file."""
+    """Write ``text`` to ``path`` by the one rule every report and profile is written by:
+
+    - a regular file, or a path where nothing is, is replaced atomically: ``text`` goes to a temporary
+      file in the same folder, renamed over it, so that a full disk or a kill midway leaves the
+      previous file as it was, never half a file;
+    - a symlink is followed to the file its chain ends at, and that file is replaced atomically (the
+      link stays a link); a dangling link makes the file it names;
+    - a character device that discards what it is given (``/dev/null`` or a clone of it) is written
+      through in place, never renamed over;
+    - anything else -- a FIFO or pipe, a terminal or other device, a socket, a folder, and
+      ``/dev/stdout``, ``/dev/fd/N`` or ``/proc/<pid>/fd/N`` whatever they lead to (renamed over the
+      file the shell redirected to, the process's own output would go to a deleted file) -- is
+      refused with an ``OSError`` saying what it is. A report is written
+      whole, several times in a run, and a FIFO with no reader would stop the run: it is never
+      streamed, and nothing that is not a regular file is ever renamed over.
+    """
     import tempfile
 
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix=".gputopo-", dir=folder)
+    target, through = _target(path)
+    if through:
+        _write_through(target, text)
+        return
+    fd, temp = tempfile.mkstemp(prefix=".gputopo-", dir=os.path.dirname(target))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.chmod(temp, 0o666 & ~_umask())  # as open() would have made it, not mkstemp's 0600
-        os.replace(temp, path)
+        os.replace(temp, target)
     except BaseException:
         try:
             os.unlink(temp)
         except OSError:
             pass
         raise
+
+
+def _target(path: str) -> tuple[str, bool]:
+    """(the path to write, whether it is written through in place rather than replaced) for
+    ``path`` by ``write_text``'s rule, or an ``OSError`` whose message says why it is refused."""
+    import errno
+    import stat
+
+    try:
+        found = os.stat(path)  # follows every symlink
+    except (FileNotFoundError, NotADirectoryError):
+        found = None
+    except OSError as exc:
+        reason = "a symlink loop" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+        raise OSError(exc.errno, reason) from None
+    if found is None:  # nothing there, or a dangling symlink: the file is made where the links end
+        target = os.path.realpath(path)
+        folder = os.path.dirname(target)
+        if not os.path.isdir(folder):
+            raise OSError(errno.ENOENT, f"no folder {folder}")
+        if os.path.lexists(target):  # a link out of reach, or something that appeared meanwhile
+            raise OSError(errno.EINVAL, f"{target}: not a file this tool can replace")
+        return target, False
+    mode = found.st_mode
+    if stat.S_ISREG(mode):
+        if _via_proc(path):  # /dev/stdout > log: renaming over log would lose what the process writes to it
+            raise OSError(errno.EINVAL, "it is a process's open file (/dev/stdout, /dev/fd/N, /proc/...): "
+                                        "a report is never renamed over it; name the file itself")
+        target = os.path.realpath(path)
+        try:
+            same = os.lstat(target)
+        except OSError:
+            same = None
+        if same is None or not stat.S_ISREG(same.st_mode) or (same.st_dev, same.st_ino) != (found.st_dev, found.st_ino):
+            # a /proc/<pid>/fd link to a deleted or unnamed file: no path to replace it at
+            raise OSError(errno.EINVAL, "a link to a file with no path of its own to replace")
+        return target, False
+    if _discards(found):
+        return path, True
+    raise OSError(errno.EINVAL, f"it is {_kind(mode)}" + ("" if stat.S_ISDIR(mode) else
+                  ": a report is written whole and replaced, never streamed or renamed over "
+                  "anything but a regular file; write a file and read that"))
+
+
+def _via_proc(path: str) -> bool:
+    """Whether ``path``, or a link on its way to a file, lies under /proc (``/dev/stdout`` ->
+    ``/proc/self/fd/1``): its links are a process's open files, not places to make a file at."""
+    current = os.path.abspath(path)
+    for _ in range(64):  # more hops than that is a loop, which os.stat has refused already
+        folder = os.path.realpath(os.path.dirname(current))
+        if folder == "/proc" or folder.startswith("/proc/"):
+            return True
+        if not os.path.islink(current):
+            return False
+        current = os.path.join(folder, os.readlink(current))
+    return True
+
+
+def _kind(mode: int) -> str:
+    import stat
+
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO or pipe"
+    if stat.S_ISCHR(mode):
+        return "a character device (a terminal, or a device other than /dev/null)"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _discards(found: os.stat_result) -> bool:
+    """Whether ``found`` is the null device (``/dev/null``, or a node made with its numbers)."""
+    import stat
+
+    if not stat.S_ISCHR(found.st_mode):
+        return False
+    try:
+        null = os.stat(os.devnull).st_rdev
+    except OSError:
+        null = os.makedev(1, 3)  # Linux's numbers for it
+    return found.st_rdev in (null, os.makedev(1, 3))
+
+
+def _write_through(path: str, text: str) -> None:
+    """Write ``text`` into the null device at ``path``: opened as it is (no create, no truncate,
+    never waiting), checked again once open, written, closed."""
+    fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not _discards(os.fstat(fd)):
+            import errno
+
+            raise OSError(errno.EINVAL, "no longer the null device")
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
 
 
 def append_text(path: str, text: str) -> None:
@@ -72,16 +192,35 @@ def append_text(path: str, text: str) -> None:
 
 
 def unwritable(path: str) -> str | None:
-    """Why ``path`` cannot be written (``no folder ...``, ``it is a folder``, ``permission denied``), or
-    None: asked before long work, so that a bad path is refused before it, not a result lost after it."""
-    path = os.path.abspath(path)
-    folder = os.path.dirname(path)
-    if os.path.isdir(path):
-        return "it is a folder"
-    if not os.path.isdir(folder):
-        return f"no folder {folder}"
-    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+    """Why ``path`` cannot be written by ``write_text``'s rule (``no folder ...``, ``it is a folder``,
+    ``it is a FIFO or pipe: ...``, ``permission denied``, ``cannot create a file in /proc: ...``), or
+    None: asked by every writer before its work starts, so that a bad path is refused before it, not a
+    result lost after it. A file is really made (and removed) in the folder the report will land in,
+    as root's ``access()`` says yes to /proc or a read-only bind mount."""
+    import tempfile
+
+    try:
+        target, through = _target(path)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if through:
+        try:
+            os.close(os.open(target, os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NONBLOCK", 0)))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+        return None
+    if os.path.lexists(target) and not os.access(target, os.W_OK):
         return "permission denied"
+    folder = os.path.dirname(target)
+    try:
+        fd, temp = tempfile.mkstemp(prefix=".gputopo-probe-", dir=folder)
+    except OSError as exc:
+        return f"cannot create a file in {folder}: {exc.strerror or exc}"
+    os.close(fd)
+    try:
+        os.unlink(temp)
+    except OSError:
+        pass
     return None
 
 
