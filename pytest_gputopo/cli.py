@@ -24,6 +24,7 @@ from .parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status
 from .probe import MachineError, probe
 from .probe.recorded import bundled_names, load_profile, profile_dict
 from .render import report, tables
+from .render.escape import terminal, terminal_lines
 from .runtime import files
 
 P2P_CAPS = {"r": "read", "w": "write", "n": "nvlink", "a": "atomics"}
@@ -44,8 +45,8 @@ def _emit(data, as_json: bool, lines=None) -> None:
     if as_json:
         json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
-    else:
-        sys.stdout.write("\n".join(lines) + "\n")
+    else:  # lines of text from data: each one terminal line, no control character (escape.terminal)
+        sys.stdout.write("\n".join(terminal_lines(lines)) + "\n")
 
 
 def _topology(machine: str | None) -> model.Topology:
@@ -58,7 +59,7 @@ def _topology(machine: str | None) -> model.Topology:
 def cmd_show(args) -> int:
     topology = _topology(args.machine)
     data = {**schema.to_dict(topology), "source_text": report.source_text(topology)}
-    _emit(data, args.json, report.full_report(topology) + ["", report.legend()])
+    _emit(data, args.json, report.full_report(topology) + [""] + report.legend().split("\n"))
     return 0
 
 
@@ -126,11 +127,11 @@ def cmd_record(args) -> int:
     except OSError as exc:
         raise CliError(f"-o {args.output}: cannot write: {exc.strerror or exc}") from None
     for w in topology.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    print(f"wrote {args.output}: {len(topology.gpus)} GPUs, {report.header_line(topology)}")
+        print(terminal(f"warning: {w}"), file=sys.stderr)
+    print(terminal(f"wrote {args.output}: {len(topology.gpus)} GPUs, {report.header_line(topology)}"))
     for source in sources:
         for note in source.get("notes", ()):
-            print(f"  {note}")
+            print(terminal(f"  {note}"))
     return 0
 
 
@@ -239,7 +240,7 @@ def cmd_report(args) -> int:
         files.write_text(args.output, html_report(doc))
     except OSError as exc:
         raise CliError(f"-o {args.output}: cannot write: {exc.strerror or exc}") from None
-    print(f"wrote {args.output}: {report.header_line(schema.from_dict(doc['topology']))}")
+    print(terminal(f"wrote {args.output}: {report.header_line(schema.from_dict(doc['topology']))}"))
     return 0
 
 
@@ -446,10 +447,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
     except CliError as exc:
-        print(f"gputopo: {exc}", file=sys.stderr)
+        print(terminal(f"gputopo: {exc}"), file=sys.stderr)
         return 2
     except Exception as exc:  # a bug: still one line, never a traceback for the user
-        print(f"gputopo: internal error ({type(exc).__name__}: {exc}); please report it", file=sys.stderr)
+        print(terminal(f"gputopo: internal error ({type(exc).__name__}: {exc}); please report it"), file=sys.stderr)
         return 3
 
 

@@ -25,8 +25,8 @@ def test_a_failed_check_is_summarised_and_annotated(pytester, summary):
     result.stdout.fnmatch_lines(["::error title=gputopo check nvlink[[]GPU5[]]::GPU5: NVLinks [[]0, 1, *] are down (0/18 up)"])
     text = summary.read_text()
     assert text.startswith("earlier step\n## gputopo\n")
-    assert "**Failed checks:**" in text and "- `nvlink[GPU5]`: GPU5: NVLinks" in text
-    assert "| test_x.py::test_nv | skipped | requires_nvlink | requires_nvlink: GPU0-GPU5 are linked by SYS" in text
+    assert "**Failed checks:**" in text and "- **nvlink\\[GPU5\\]**: GPU5: NVLinks" in text
+    assert "| test\\_x.py::test\\_nv | skipped | requires\\_nvlink | requires\\_nvlink: GPU0-GPU5 are linked by SYS" in text
     assert "| **GPU5** | SYS | SYS | SYS | SYS | NODE | X | NODE | NODE |" in text
     assert "recorded:hgx-h100-nvlink-down (a recorded machine, not this host)" in text
 
@@ -36,14 +36,14 @@ def test_an_unmet_run_gate_is_summarised_and_annotated_before_the_run_stops(pyte
     result = pytester.runpytest("--gputopo-machine", "4x-rtx4090", "--gputopo-require", "gpus>=8")
     assert result.ret == GATE_EXIT_STATUS
     result.stdout.fnmatch_lines(["::error title=gputopo run gate::requires_gpus(8): 4 visible"])
-    assert "**Run gate unmet** [recorded:4x-rtx4090 (a recorded machine, not this host)]:\n\n- requires_gpus(8): 4 visible" \
+    assert "**Run gate unmet** \\[recorded:4x-rtx4090 (a recorded machine, not this host)\\]:\n\n- requires\\_gpus(8): 4 visible" \
         in summary.read_text()
 
 
 def test_measured_figures_are_in_the_summary_with_their_origin(pytester, summary):
     pytester.makepyfile(test_x="def test_a(): pass\n")
     pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-check", "full")
-    assert "| GPU0->GPU1 copy, P2P | 364 | 450 | 315 | recorded |  |" in summary.read_text()
+    assert "| GPU0-\\>GPU1 copy, P2P | 364 | 450 | 315 | recorded |  |" in summary.read_text()
 
 
 def test_without_github_nothing_is_written_or_annotated(pytester, monkeypatch):

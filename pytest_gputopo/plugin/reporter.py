@@ -21,7 +21,14 @@ UNMET_PROPERTY = "gputopo_unmet"  # the requirement a test did not run for
 
 def header_lines(run: GputopoRun, verbosity: int) -> list[str]:
     """The machine in one line (``-v``: the whole report) with how its facts were had this time, and
-    the warnings; or, where nothing asked for it, that nothing was probed."""
+    the warnings; or, where nothing asked for it, that nothing was probed. Each a terminal line: no
+    control character from a profile, a name or a warning (``escape.terminal``)."""
+    from ..render.escape import terminal_lines
+
+    return terminal_lines(_header_lines(run, verbosity))
+
+
+def _header_lines(run: GputopoRun, verbosity: int) -> list[str]:
     from ..render import report  # the renderers, when there is something to say
 
     if not run.speaks:
@@ -60,7 +67,9 @@ def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
         from ..render import report
 
         lines.insert(0, report.skip_summary(skipped, failed, [topology for _, topology in run.nodes()]))
-    return [line for line in lines if line]
+    from ..render.escape import terminal_lines
+
+    return terminal_lines(line for line in lines if line)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,10 +5,10 @@ Inline SVG in HTML needs no ``xmlns``: the file names no URL."""
 
 from __future__ import annotations
 
-import html
 import math
 
 from ..core.units import size_text
+from .escape import html_text
 
 WIDTH, HEIGHT = 640, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 20, 20, 46
@@ -48,7 +48,7 @@ def busbw_chart(rows: list[dict], expected_gbps: float | None, expected_label: s
     for i, size in enumerate(sizes):
         if i % every == 0 or i == len(sizes) - 1:
             out.append(f'<text x="{x(size):.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">'
-                       f'{html.escape(size_text(size))}</text>')
+                       f'{html_text(size_text(size))}</text>')
     out.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#333"/>'
                f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{TOP + plot_h}" y2="{TOP + plot_h}" stroke="#333"/>'
                f'<text x="{LEFT + plot_w / 2}" y="{HEIGHT - 8}" text-anchor="middle">message size (log scale)</text>'
@@ -58,7 +58,7 @@ def busbw_chart(rows: list[dict], expected_gbps: float | None, expected_label: s
         out.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(expected_gbps):.1f}" y2="{y(expected_gbps):.1f}" '
                    f'stroke="#1a7f37" stroke-width="2" stroke-dasharray="6 4" data-expected="{expected_gbps:g}"/>'
                    f'<text x="{WIDTH - RIGHT - 4}" y="{y(expected_gbps) - 5:.1f}" text-anchor="end" fill="#1a7f37">'
-                   f'expected {expected_gbps:g} GB/s ({html.escape(expected_label)})</text>')
+                   f'expected {expected_gbps:g} GB/s ({html_text(expected_label)})</text>')
     points = " ".join(f"{x(r['size_bytes']):.1f},{y(r['busbw_gbps']):.1f}" for r in rows)
     out.append(f'<polyline points="{points}" fill="none" stroke="#1f4e9c" stroke-width="2"/>')
     for r in rows:
@@ -71,5 +71,5 @@ def busbw_chart(rows: list[dict], expected_gbps: float | None, expected_label: s
                     f'<text x="{px:.1f}" y="{py - 8:.1f}" text-anchor="middle" fill="#b00">wrong</text>')
         else:
             mark = f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="#1f4e9c"/>'
-        out.append(f'<g data-size="{r["size_bytes"]}"><title>{html.escape(tip)}</title>{mark}</g>')
+        out.append(f'<g data-size="{r["size_bytes"]}"><title>{html_text(tip)}</title>{mark}</g>')
     return "\n".join(out + ["</svg>"])

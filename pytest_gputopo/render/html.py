@@ -9,11 +9,11 @@ colour means.
 
 from __future__ import annotations
 
-import html
 import re
 
 from ..core import schema
 from ..core.model import LinkClass, Topology
+from .escape import html_attribute, html_text
 from .report import header_line, source_text
 
 _CSS = """
@@ -42,11 +42,27 @@ _URL = re.compile(r"\b(?:https?|ftp)://", re.IGNORECASE)
 
 def _t(text) -> str:
     """Text as HTML, with any URL's scheme dropped: cited, never fetched."""
-    return html.escape(_URL.sub("", str(text)))
+    return html_text(_URL.sub("", str(text)))
+
+
+def _a(text) -> str:
+    """An attribute value (written between double quotes), with any URL's scheme dropped."""
+    return html_attribute(_URL.sub("", str(text)))
+
+
+# The class names a cell may carry: the CSS above; one built from data is one of these or none.
+_CLASSES = frozenset({"text", "origin", "legend", "matrix", "nv", "pix", "pxb", "phb", "node", "sys", "unknown",
+                      "ok", "refused", "above", "met", "below", "broken", "absent", "passed", "failed", "error",
+                      "skipped", "self", "differs"})
+
+
+def _known(cls) -> str:
+    """A class name built from data (an outcome): a known one, or none."""
+    return cls if isinstance(cls, str) and cls in _CLASSES else ""
 
 
 def _table(rows: list[list[str]], head: list[str] | None = None, cls: str = "") -> str:
-    out = [f'<table class="{cls}">' if cls else "<table>"]
+    out = [f'<table class="{_a(cls)}">' if cls else "<table>"]
     if head:
         out.append("<tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>")
     out += ["<tr>" + "".join(row) + "</tr>" for row in rows]
@@ -54,8 +70,8 @@ def _table(rows: list[list[str]], head: list[str] | None = None, cls: str = "") 
 
 
 def _cell(text: str, cls: str = "", title: str = "", attrs: str = "") -> str:
-    klass = f' class="{cls}"' if cls else ""
-    tip = f' title="{_t(title)}"' if title else ""
+    klass = f' class="{_a(_known(cls))}"' if _known(cls) else ""
+    tip = f' title="{_a(title)}"' if title else ""
     return f"<td{klass}{tip}{attrs}>{_t(text)}</td>"
 
 
@@ -187,7 +203,7 @@ def _measured_cell(m: dict | None) -> str:
     if m is None:
         return _cell("", "absent", "not measured in this run")
     cls, words = _state(m)
-    return (f'<td class="{cls}" title="{_t(_tip(m))} ({_t(words)})" data-state="{cls}">{_t(_ratio_text(m))}'
+    return (f'<td class="{_a(cls)}" title="{_a(_tip(m))} ({_a(words)})" data-state="{_a(cls)}">{_t(_ratio_text(m))}'
             f'<br><small>{_t(m.get("origin", ""))}</small></td>')
 
 
@@ -252,11 +268,16 @@ def _sweeps(doc: dict) -> str:
     return "\n".join(parts)
 
 
+def _outcome_class(outcome) -> str:
+    """The class of an outcome cell: a test outcome pytest gives, or ``unknown``; never the document's text."""
+    return outcome if outcome in ("passed", "failed", "skipped", "error") else "unknown"
+
+
 def _checks(doc: dict) -> str:
     checks = doc.get("checks") or []
     if not checks:
         return "<p>No health-check items ran (--gputopo-check).</p>"
-    rows = [[_cell(c.get("check", "")), _cell(str(c.get("outcome", "")).upper(), str(c.get("outcome", ""))),
+    rows = [[_cell(c.get("check", "")), _cell(str(c.get("outcome", "")).upper(), _outcome_class(c.get("outcome"))),
              _cell(c.get("message", ""), "text")] for c in checks]
     return _table(rows, ["check", "outcome", "message"])
 
@@ -265,7 +286,7 @@ def _unmet(doc: dict) -> str:
     unmet = doc.get("unmet") or []
     if not unmet:
         return "<p>Every selected test's requirements were met.</p>"
-    rows = [[_cell(u.get("test", ""), "text"), _cell(str(u.get("outcome", "")).upper(), str(u.get("outcome", ""))),
+    rows = [[_cell(u.get("test", ""), "text"), _cell(str(u.get("outcome", "")).upper(), _outcome_class(u.get("outcome"))),
              _cell(u.get("requirement", "")), _cell(u.get("reason", ""), "text")] for u in unmet]
     return _table(rows, ["test", "outcome", "requirement", "reason"])
 

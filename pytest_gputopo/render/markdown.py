@@ -6,23 +6,31 @@ from __future__ import annotations
 
 from ..core import schema
 from ..core.model import Topology
+from .escape import markdown, workflow_data, workflow_property
 from .report import header_line, source_text
 
 
 def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A value from data in a table cell or running text: GitHub-flavoured Markdown's escaping whole
+    (``escape.markdown``): no row split, comment, raw HTML, code span, link or block opened."""
+    return markdown(text)
 
 
-def _table(head: list[str], rows: list[list]) -> list[str]:
+def _table(head: list[str], rows: list[list], row_heads: bool = False) -> list[str]:
+    """A table of values from data, each escaped (``_cell``); the head is ours; ``row_heads``: each
+    row's first cell in bold."""
+    def first(c):
+        return f"**{_cell(c)}**" if row_heads else _cell(c)
+
     return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows])
+            + ["| " + " | ".join([first(row[0])] + [_cell(c) for c in row[1:]]) + " |" for row in rows])
 
 
 def _matrix(topology: Topology) -> list[str]:
     n = len(topology.gpus)
-    rows = [[f"**GPU{a}**"] + ["X" if a == b else str(topology.link(a, b).label or "?") for b in range(n)]
+    rows = [[f"GPU{a}"] + ["X" if a == b else str(topology.link(a, b).label or "?") for b in range(n)]
             for a in range(n)]
-    return _table([""] + [f"GPU{b}" for b in range(n)], rows)
+    return _table([""] + [f"GPU{b}" for b in range(n)], rows, row_heads=True)
 
 
 def _figures(doc: dict) -> list[str]:
@@ -40,12 +48,12 @@ def summary(doc: dict, gate_problems: list[str] | None = None) -> str:
     """The job summary of a run: the header line, an unmet run gate, failed checks, unmet
     requirements, the link matrix and the measured figures (each with its origin)."""
     topology = schema.from_dict(doc["topology"])
-    lines = ["## gputopo", "", f"`{header_line(topology)}`", ""]
+    lines = ["## gputopo", "", _cell(header_line(topology)), ""]
     if gate_problems:
-        lines += [f"**Run gate unmet** [{source_text(topology)}]:", ""] + [f"- {_cell(p)}" for p in gate_problems] + [""]
+        lines += [f"**Run gate unmet** \\[{_cell(source_text(topology))}\\]:", ""] + [f"- {_cell(p)}" for p in gate_problems] + [""]
     failed = [c for c in doc.get("checks") or [] if c.get("outcome") == "failed"]
     if failed:
-        lines += ["**Failed checks:**", ""] + [f"- `{_cell(c['check'])}`: {_cell(c['message'])}" for c in failed] + [""]
+        lines += ["**Failed checks:**", ""] + [f"- **{_cell(c['check'])}**: {_cell(c['message'])}" for c in failed] + [""]
     unmet = doc.get("unmet") or []
     if unmet:
         lines += ["**Tests not run for unmet requirements:**", ""]
@@ -59,12 +67,7 @@ def summary(doc: dict, gate_problems: list[str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _escape(text: str, in_property: bool = False) -> str:
-    """GitHub's workflow-command escaping (actions/toolkit, command.ts)."""
-    text = str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return text.replace(":", "%3A").replace(",", "%2C") if in_property else text
-
-
 def annotation(title: str, message: str) -> str:
-    """``::error title=...::message``: an error annotation on the run's summary page."""
-    return f"::error title={_escape(title, True)}::{_escape(message)}"
+    """``::error title=...::message``: an error annotation on the run's summary page (the title
+    escaped as a command's property, the message as its data: actions/toolkit's command.ts)."""
+    return f"::error title={workflow_property(title)}::{workflow_data(message)}"

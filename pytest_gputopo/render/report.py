@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from .escape import terminal, terminal_lines
+
 if TYPE_CHECKING:  # annotations only: loading the plugin does not load the model
     from ..core.model import Topology
 
@@ -18,13 +20,14 @@ def legend() -> str:
 
 
 def source_text(topology: Topology) -> str:
-    """The source, labelled so that a recorded machine can never pass for this host."""
+    """The source, labelled so that a recorded machine can never pass for this host (one line: a
+    profile's name shown with ``escape.terminal``, as every line printed here)."""
     src = topology.source
     if src.kind == "recorded":
-        return f"recorded:{src.name} (a recorded machine, not this host)"
+        return f"recorded:{terminal(src.name)} (a recorded machine, not this host)"
     if src.kind == "smi-text":
-        return f"text:{src.name} (nvidia-smi output, not this host)"
-    return "NVML" if src.kind == "nvml" else str(src)
+        return f"text:{terminal(src.name)} (nvidia-smi output, not this host)"
+    return "NVML" if src.kind == "nvml" else terminal(src)
 
 
 def _models(topology: Topology) -> str:
@@ -46,9 +49,10 @@ def p2p_summary(topology: Topology) -> str:
 
 
 def header_line(topology: Topology) -> str:
+    """The machine in one line; every string from the profile in it escaped (``escape.terminal``)."""
     if not topology.gpus:
         why = f" ({topology.problem})" if topology.problem else ""
-        return f"gputopo: no GPU{why}; source {source_text(topology)}"
+        return terminal(f"gputopo: no GPU{why}; source {source_text(topology)}")
     parts = [_models(topology)]
     worst = topology.worst_link()
     if worst is not None:
@@ -56,7 +60,7 @@ def header_line(topology: Topology) -> str:
         parts.append(f"worst link {label} ({worst.name})")
         parts.append(p2p_summary(topology))
     parts.append(f"source {source_text(topology)}")
-    return "gputopo: " + ", ".join(parts)
+    return terminal("gputopo: " + ", ".join(parts))
 
 
 def aligned(rows: list[list[str]]) -> list[str]:
@@ -80,7 +84,7 @@ def link_matrix(topology: Topology) -> list[str]:
                 label = topology.link(g.index, j).label
                 cells.append("?" if label is None else str(label))
         numa = "N/A" if g.numa_node is None else str(g.numa_node)
-        rows.append([f"GPU{g.index}"] + cells + [g.cpu_affinity or "N/A", numa])
+        rows.append([f"GPU{g.index}"] + cells + [terminal(g.cpu_affinity or "N/A"), numa])
     return aligned(rows)
 
 
@@ -139,7 +143,7 @@ def full_report(topology: Topology) -> list[str]:
     if topology.nics:
         lines += ["NICs: " + ", ".join(topology.nics)]
     lines += [f"warning: {w}" for w in topology.warnings]
-    return lines
+    return terminal_lines(lines)
 
 
 def skip_summary(counts: Counter, strict: Counter, topologies: list) -> str | None:
@@ -150,7 +154,7 @@ def skip_summary(counts: Counter, strict: Counter, topologies: list) -> str | No
     parts += [f"{req} x{n} (strict: failed)" for req, n in sorted(strict.items())]
     total = sum(counts.values()) + sum(strict.values())
     sources = "; ".join(dict.fromkeys(source_text(t) for t in topologies))
-    return f"gputopo: {total} tests not run for unmet requirements: {', '.join(parts)} [{sources}]"
+    return terminal(f"gputopo: {total} tests not run for unmet requirements: {', '.join(parts)} [{sources}]")
 
 
 def json_document(topology: Topology, results: list, checks: list, own: list = (), lost: list = ()) -> dict:
@@ -189,4 +193,4 @@ def rank_lines(views: list) -> list[str]:
         lines.append(f"gputopo {host or '?'}{node_text} (rank {ranks}): {body}{differs}")
         fallbacks = dict.fromkeys(v.fallback for v in members if v.fallback)
         lines += [f"  {f.removeprefix('gputopo ')}" for f in fallbacks]
-    return lines
+    return terminal_lines(lines)
