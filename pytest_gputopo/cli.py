@@ -106,6 +106,7 @@ def cmd_record(args) -> int:
         p2p_files = _p2p_args(args.p2p)
         topology = smi_machine.to_topology(smi, {cap: matrix for cap, (_, matrix) in p2p_files.items()},
                                         name=args.from_smi)
+        _same_gpus_as_p2p(topology, p2p_files)
         sources = [{"what": "nvidia-smi topo -m", "file": args.from_smi}]
         sources += [{"what": f"nvidia-smi topo -p2p ({cap})", "file": path} for cap, (path, _) in p2p_files.items()]
         inferred = ["every fact the text does not give is recorded as null (unknown)"]
@@ -133,6 +134,18 @@ def cmd_record(args) -> int:
         for note in source.get("notes", ()):
             print(terminal(f"  {note}"))
     return 0
+
+
+def _same_gpus_as_p2p(topology: model.Topology, p2p_files: dict) -> None:
+    """Refuse topo -p2p text of another GPU count, as nvbandwidth's and p2pBandwidthLatencyTest's are:
+    its statuses would be read onto other GPUs, and pairs it never saw recorded from nothing."""
+    from .parse.published import ToolOutputError, _same_gpus
+
+    try:
+        for path, matrix in p2p_files.values():  # {capability: (file, matrix)}
+            _same_gpus("nvidia-smi topo -p2p", path, len(matrix), topology, visible="NVIDIA_VISIBLE_DEVICES")
+    except ToolOutputError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _with_tool_outputs(args, topology: model.Topology, sources: list):

@@ -270,6 +270,26 @@ def test_duplicates_are_warnings_and_the_last_is_kept():
     assert [link.link for link in status.gpus[0].links] == [0, 1, 2, 3, 4, 5]
 
 
+@pytest.mark.parametrize("sample", ["V100", "corpus nvlink-status/001"])
+def test_one_uuid_under_two_gpu_indices_is_refused_naming_the_lines(sample):
+    """Issue 20.13: two GPUs with one UUID were read as two GPUs. A UUID names one GPU (NVML's
+    nvmlDeviceGetUUID, reference 2.4's header ``GPU <i>: <name> (UUID: GPU-...)``): the same GPU under
+    two indices is captures joined whose GPUs were numbered otherwise, so neither index can be trusted."""
+    if sample == "V100":
+        text = V100
+    elif SAMPLES:
+        text = (NVLINK / "001.txt").read_text()  # nvidia-smi nvlink -s -i 0 of an A100-SXM4-40GB node
+    else:
+        pytest.skip(NO_CORPUS)
+    text = text.rstrip("\n") + "\n"
+    again = len(text.splitlines()) + 1
+    message = _refused(text + text.replace("GPU 0:", "GPU 3:", 1))
+    assert message.startswith(f"line {again}: GPU 3 has the UUID of GPU 0 (line 1), GPU-"), message
+    # The same GPU listed twice under its own index stays a warning (the last listing kept).
+    status = parse_nvlink_status(text + text)
+    assert [g.index for g in status.gpus] == [0] and any("GPU 0 is listed twice" in w for w in status.warnings)
+
+
 def test_cut_anywhere_keeps_the_links_read_so_far():
     texts = WRITTEN + [p.read_text() for p in SAMPLES]
     for text in texts:

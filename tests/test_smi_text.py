@@ -143,10 +143,11 @@ def test_single_gpu():
     assert to_topology(smi).links == ()
 
 
-def test_zero_gpu_header():
-    smi = parse_topo_matrix("\tCPU Affinity\tNUMA Affinity\n\nLegend:\n")
-    assert smi.gpus == () and smi.matrix == () and smi.warnings == ("the header names no GPUs",)
-    assert to_topology(smi).gpus == ()
+def test_zero_gpu_header_is_refused():
+    """Issue 20.12: a header naming no GPU was a 0-GPU machine (exit 0); options.md promises a usage error."""
+    for parse in (parse_topo_matrix, parse_p2p_matrix):
+        with pytest.raises(SmiParseError, match="line 1: no nvidia-smi .* matrix: the header names no GPU"):
+            parse("\tCPU Affinity\tNUMA Affinity\n\nLegend:\n")
 
 
 def test_sixteen_gpus():
@@ -368,6 +369,96 @@ def test_p2p_missing_cells_are_unknown():
 
 
 # ---------------------------------------------------------------------------------------------
+# Issue 20.12 / 20.13: text that is not what it claims is refused, naming its line
+
+
+def _header_only(text: str) -> str:
+    """A capture cut after its header line (the first line naming GPU0)."""
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[:next(i for i, ln in enumerate(lines) if "GPU0" in ln) + 1])
+
+
+@pytest.mark.parametrize("text", ["GPU0 GPU0\n", "GPU0\tGPU0\n", "\tGPU0\tGPU0\tCPU Affinity\n"])
+def test_a_header_naming_a_gpu_twice_is_no_machine(text):
+    """Issue 20.12: the single line `GPU0 GPU0` read as a one-GPU machine (topo -m with warnings, topo -p2p
+    without). nvidia-smi names each device once in its header (reference 2.1, 2.2), and cells are placed
+    by their column, so a second name would put every cell after it one column off."""
+    for parse in (parse_topo_matrix, parse_p2p_matrix):
+        with pytest.raises(SmiParseError, match="line 1: the header names GPU0 twice"):
+            parse(text)
+
+
+@pytest.mark.parametrize("text", [_header_only(FOUR), _header_only(P2P_SAMPLE), " \tGPU0\t\n", "\tGPU0\tCPU Affinity\n"])
+def test_a_capture_cut_after_its_header_is_refused(text):
+    """Issue 20.12: the header alone of a real capture (topo -p2p rw from reference 2.2; the topo -m
+    shape of nccl#1505) became a machine of unknown links, exit 0; docs/options.md promises a usage error."""
+    for parse in (parse_topo_matrix, parse_p2p_matrix):
+        with pytest.raises(SmiParseError, match="line 1: no nvidia-smi .* matrix: the header names GPU0.* and no GPU "
+                                                "row follows it"):
+            parse(text)
+
+
+@pytest.mark.skipif(not TOPO.is_dir(), reason=NO_CORPUS)
+@pytest.mark.parametrize("path", SAMPLES, ids=_sample_id)
+def test_corpus_captures_cut_after_their_header_are_refused(path):
+    text = path.read_text(encoding="utf-8", errors="replace")
+    with pytest.raises(SmiParseError, match="no nvidia-smi topology matrix"):
+        parse_topo_matrix(_header_only(text))
+
+
+def _rocm_one_gpu(title: bool) -> str:
+    """rocm-smi --showtopo's "Link Type" section (corpus rocm/001) of a one-GPU machine: its title, the
+    GPU0 column of its header and GPU0's row, `0` on the diagonal as rocm-smi prints it."""
+    if (CORPUS / "rocm" / "001.txt").is_file():
+        lines = (CORPUS / "rocm" / "001.txt").read_text().splitlines()
+        at = next(i for i, ln in enumerate(lines) if "Link Type between two GPUs" in ln)
+        section = [lines[at], lines[at + 1][:20], lines[at + 2][:20]]
+    else:  # the same lines, as corpus rocm/001 prints them
+        section = ["=" * 31 + " Link Type between two GPUs " + "=" * 31, "       GPU0         ", "GPU0   0            "]
+    return "\n".join(section[0 if title else 1:]) + "\n"
+
+
+@pytest.mark.parametrize("title", [True, False], ids=["with-title", "section-only"])
+def test_rocm_smi_one_gpu_link_type_is_no_nvidia_matrix(title):
+    """Issue 20.12: smi-p2p read rocm-smi's one-GPU Link Type section as an NVIDIA matrix (X where it says 0)."""
+    text = _rocm_one_gpu(title)
+    for parse in (parse_topo_matrix, parse_p2p_matrix):
+        with pytest.raises(SmiParseError, match="rocm-smi output" if title else "line 2: .*GPU0's .*own.* is '0'"):
+            parse(text)
+
+
+def test_rocm_smi_diagonal_under_a_gpu_row_is_no_nvidia_matrix():
+    """A one-GPU matrix says it is nvidia-smi's only by its own cell: X (reference 2.1, 2.2), where
+    rocm-smi prints 0 (corpus rocm/001)."""
+    for parse, header in ((parse_topo_matrix, "\tGPU0\tCPU Affinity\n"), (parse_p2p_matrix, " \tGPU0\t\n")):
+        with pytest.raises(SmiParseError, match="line 2: .*GPU0's .*own"):
+            parse(header + "GPU0\t0\t0-7\n")
+    # nvidia-smi's own one-GPU outputs still read (shape of reference 2.1 and 2.2)
+    assert parse_p2p_matrix(" \tGPU0\t\n GPU0\tX\t\n\nLegend:\n\n  X    = Self\n") == (("X",),)
+    assert parse_topo_matrix("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-7\t0\n").matrix == (("X",),)
+
+
+@pytest.mark.parametrize("row, line, says", [
+    (" GPU1\tX\tGNS\t", 3, "GPU1's cell in column GPU0 is X, which nvidia-smi topo -p2p prints only on the diagonal"),
+    (" GPU1\tGNS\tOK\t", 3, "GPU1's cell in column GPU1 \\(its own\\) is 'OK', where nvidia-smi topo -p2p prints X"),
+])
+def test_p2p_x_off_the_diagonal_or_a_status_on_it_is_refused(row, line, says):
+    """Issue 20.13: OK on the diagonal and X off it were read without a word. nvidia-smi prints X on the
+    diagonal and only there (reference 2.2, verbatim club-3090#1229; corpus p2pmatrix/001): a row that
+    breaks it has its cells out of their columns (a lost tab)."""
+    text = P2P_SAMPLE.replace(" GPU1\tGNS\tX\t", row)
+    with pytest.raises(SmiParseError, match=f"line {line}: {says}"):
+        parse_p2p_matrix(text)
+
+
+def test_p2p_two_rows_for_one_gpu_are_refused():
+    """Issue 20.13: the first of two rows for one GPU was kept silently. nvidia-smi writes one row per GPU."""
+    text = P2P_SAMPLE.replace(" GPU1\tGNS\tX\t\n", " GPU1\tGNS\tX\t\n GPU1\tOK\tX\t\n")
+    with pytest.raises(SmiParseError, match="line 4: a second row for GPU1 \\(the first is line 3\\)"):
+        parse_p2p_matrix(text)
+
+
+# ---------------------------------------------------------------------------------------------
 # Property tests
 
 LABELS = ["NV1", "NV2", "NV4", "NV6", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC", "?"]
@@ -396,6 +487,10 @@ def smi_texts(draw):
 @given(smi_texts())
 def test_parse_reads_what_was_written_and_render_round_trips(case):
     text, labels, cpu, numa = case
+    if cpu == []:  # a header naming no GPU: no machine (issue 20.12)
+        with pytest.raises(SmiParseError, match="the header names no GPU"):
+            parse_topo_matrix(text)
+        return
     if labels and all(label == "?" for label in labels.values()):  # not one link: no topology (issue 8.20)
         with pytest.raises(SmiParseError, match="not one GPU pair's cell is a link"):
             parse_topo_matrix(text)

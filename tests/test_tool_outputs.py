@@ -417,3 +417,68 @@ def test_a_tool_that_saw_other_pci_addresses_is_refused():
     figures = RecordedFigures(topology)
     figures.add_p2p_test(parse_p2p_bandwidth_latency(text), "p2p.txt")
     assert len(figures.published) == 4
+
+
+# ------------------------------------------------------------------------------- issue 20.11-13: inputs that are not
+# what they claim are refused, naming the file (and the line)
+
+# nvidia-smi topo -p2p rw of a 2-GPU machine, verbatim from reference 2.2 (club-3090#1229)
+P2P_TWO = " \tGPU0\tGPU1\t\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"
+
+
+@pytest.mark.parametrize("p2p", ["reference 2.2 (2 GPUs)", "corpus p2pmatrix/001 (8 GPUs)"])
+def test_record_refuses_p2p_text_of_another_gpu_count(tmp_path, capsys, h100_topo, p2p):
+    """Issue 20.11: --p2p of a machine with another GPU count only warned, and recorded statuses for
+    pairs it never saw (or onto other GPUs); it is refused as nvbandwidth's and p2pBandwidthLatencyTest's
+    are. The 2-GPU text against an 8-GPU machine; the real 8x H100 matrix against a 4-GPU one."""
+    if p2p.startswith("corpus"):
+        if not CORPUS.is_dir():
+            pytest.skip(NO_CORPUS)
+        text, topo = (CORPUS / "p2pmatrix" / "001.txt").read_text(), tmp_path / "topo4.txt"
+        topo.write_text(render_topo_matrix(probe("4x-rtx4090")))
+        says = "saw 8 GPUs and the machine has 4"
+    else:
+        text, topo, says = P2P_TWO, h100_topo, "saw 2 GPUs and the machine has 8"
+    (tmp_path / "p2p.txt").write_text(text)
+    for arg in (str(tmp_path / "p2p.txt"), f"rw:{tmp_path / 'p2p.txt'}"):
+        code, out, err = run(capsys, "record", "--from-smi", str(topo), "--p2p", arg, "-o", str(tmp_path / "node.json"))
+        assert code == 2 and not (tmp_path / "node.json").exists(), err
+        assert err.startswith(f"gputopo: {tmp_path / 'p2p.txt'}: nvidia-smi topo -p2p {says}: another machine"), err
+        assert len(err.strip().splitlines()) == 1
+    # The same machine's text is taken.
+    (tmp_path / "p2p.txt").write_text(P2P_TWO)
+    (tmp_path / "topo2.txt").write_text(render_topo_matrix(probe("2x-rtx3090-nvlink")))
+    code, out, err = run(capsys, "record", "--from-smi", str(tmp_path / "topo2.txt"), "--p2p", str(tmp_path / "p2p.txt"),
+                         "-o", str(tmp_path / "node.json"))
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("text, says", [
+    ("GPU0 GPU0\n", "line 1: the header names GPU0 twice"),
+    (" \tGPU0\tGPU1\t\n", "line 1: no nvidia-smi topology matrix: the header names GPU0, GPU1 and no GPU row follows it"),
+    ("\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n", "line 1: no nvidia-smi topology matrix: the header names no GPU"),
+])
+def test_record_refuses_a_header_without_a_matrix(tmp_path, capsys, text, says):
+    """Issue 20.12: `GPU0 GPU0`, or a capture cut after its header, was recorded as a 1-GPU (or 0-GPU) machine."""
+    (tmp_path / "topo.txt").write_text(text)
+    code, out, err = run(capsys, "record", "--from-smi", str(tmp_path / "topo.txt"), "-o", str(tmp_path / "n.json"))
+    assert code == 2 and err.startswith(f"gputopo: {tmp_path / 'topo.txt'}: {says}"), err
+    assert not (tmp_path / "n.json").exists()
+    for fmt in ("smi-topo", "smi-p2p"):
+        code, out, err = run(capsys, "parse", fmt, str(tmp_path / "topo.txt"))
+        assert code == 2 and err.startswith(f"gputopo: {tmp_path / 'topo.txt'}: line 1: "), err
+
+
+def test_parse_names_the_file_and_line_of_a_p2p_or_nvlink_text_that_breaks_its_format(tmp_path, capsys):
+    """Issue 20.13: X off the diagonal, a GPU's second row (topo -p2p, reference 2.2) and one UUID under
+    two indices (nvlink -s, reference 2.4) were read without a word."""
+    shifted = P2P_TWO.replace(" GPU1\tGNS\tX\t", " GPU1\tX\tGNS\t")
+    twice = P2P_TWO.replace(" GPU1\tGNS\tX\t\n", " GPU1\tGNS\tX\t\n GPU1\tOK\tX\t\n")
+    nvlink = "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-fde0a018-ad1a-bbec-ccf6-50a9f64bd178)\n\t Link 0: 25 GB/s\n"
+    for fmt, text, says in (("smi-p2p", shifted, "line 3: GPU1's cell in column GPU0 is X"),
+                            ("smi-p2p", twice, "line 4: a second row for GPU1 (the first is line 3)"),
+                            ("nvlink-status", nvlink + nvlink.replace("GPU 0:", "GPU 1:"),
+                             "line 3: GPU 1 has the UUID of GPU 0 (line 1)")):
+        (tmp_path / "out.txt").write_text(text)
+        code, out, err = run(capsys, "parse", fmt, str(tmp_path / "out.txt"))
+        assert code == 2 and err.startswith(f"gputopo: {tmp_path / 'out.txt'}: {says}"), err

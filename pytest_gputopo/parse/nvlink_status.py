@@ -9,7 +9,9 @@ nothing under its header. The shapes come from published captures (see the proje
 notes, section 2.4); nothing here is tuned to one of them. Publications lose the indentation, expand
 the tab to spaces, elide lines (``....``) and cut the text short: whatever can be read is returned,
 every line that could not be is a warning naming its line number. Text with no GPU header followed by
-a link line (or the all-inactive line) is an ``NvlinkStatusParseError``; nothing else is raised.
+a link line (or the all-inactive line) is an ``NvlinkStatusParseError``, and so is one UUID under two
+GPU indices (a UUID names one GPU: such text joins captures whose GPUs were numbered otherwise, as in
+a container and on its host, so no index can be trusted); nothing else is raised.
 """
 
 from __future__ import annotations
@@ -171,6 +173,7 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
     current: _Gpu | None = None
     skipping = False  # under a header that was not read: its links belong to no GPU kept
     headers = link_lines = other_lines = 0
+    uuid_at: dict[str, tuple[int, int]] = {}  # UUID -> (GPU index, line) of the header that printed it
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line:
@@ -184,6 +187,13 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
                 current, skipping = None, True
                 continue
             name, uuid = _header_rest(line[m.end():], where, notes)
+            other, at = uuid_at.get(uuid, (index, 0)) if uuid else (index, 0)
+            if other != index and other in gpus and gpus[other].uuid == uuid:
+                raise NvlinkStatusParseError(
+                    f"{where}: GPU {index} has the UUID of GPU {other} (line {at}), {uuid[:48]}: a UUID names one "
+                    f"GPU, so this is not one nvidia-smi nvlink -s capture (outputs numbered otherwise joined?)")
+            if uuid:
+                uuid_at[uuid] = (index, number)
             if index in gpus:
                 notes.append(f"{where}: GPU {index} is listed twice; the last listing is kept")
             gpus[index] = current = _Gpu(index, name, uuid, {})  # a repeated key keeps its first place

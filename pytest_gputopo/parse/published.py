@@ -80,10 +80,14 @@ def _gpus_of(where: str, r: int, c: int) -> dict:
     return {"src": src, "dst": dst}
 
 
-def _same_gpus(tool: str, file: str, count: int, topology: model.Topology, buses=()) -> None:
+def _same_gpus(tool: str, file: str, count: int, topology: model.Topology, buses=(),
+               visible: str = "CUDA_VISIBLE_DEVICES") -> None:
+    """Refuse a tool's output of another GPU count (or other PCI addresses); ``visible`` is what hides
+    GPUs from that tool (nvidia-smi ignores CUDA_VISIBLE_DEVICES; a container's NVIDIA_VISIBLE_DEVICES
+    is what it sees)."""
     if count != len(topology.gpus):
         raise ToolOutputError(f"{file}: {tool} saw {count} GPUs and the machine has {len(topology.gpus)}: another "
-                              f"machine, or another CUDA_VISIBLE_DEVICES (run it with every GPU visible)")
+                              f"machine, or another {visible} (run it with every GPU visible)")
     for index, bus in buses:
         known = topology.gpus[index].pci_bus_id if index < count else None
         if bus and known and not known.upper().startswith(bus.upper()):

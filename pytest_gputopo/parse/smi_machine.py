@@ -6,20 +6,51 @@ from __future__ import annotations
 import re
 
 from ..core import model
-from .smi_topo import GPU_RE, P2P_VALUES, UNKNOWN, SmiParseError, SmiTopo, read_table
+from .smi_topo import (GPU_RE, P2P_VALUES, ROCM_RE, UNKNOWN, SmiParseError, SmiTopo, read_table,
+                       require_gpu_rows)
+
 
 def parse_p2p_matrix(text: str) -> tuple[tuple[str, ...], ...]:
     """One ``nvidia-smi topo -p2p <r|w|n|a>`` matrix: GPU x GPU status abbreviations ("OK",
-    "GNS", ...), "X" on the diagonal, "U" where a cell is missing or unreadable."""
+    "GNS", ...), "X" on the diagonal, "U" where a cell is missing or unreadable.
+
+    nvidia-smi writes one row per GPU, ``X`` on the diagonal and only there. Text that breaks those
+    rules is refused naming its line, never read: a second row for a GPU (which holds its status is
+    unknown), a row with ``X`` off its diagonal or a status on it (its cells are not in their columns:
+    a lost tab, or another tool's matrix, as rocm-smi's ``0`` on the diagonal)."""
+    if ROCM_RE.search(text):
+        raise SmiParseError("this is rocm-smi output (AMD GPUs), not nvidia-smi topo -p2p: "
+                            "pytest-gputopo reads NVIDIA machines only")
     table = read_table(text)
     gpus = [d for d in table.devices if GPU_RE.fullmatch(d)]
-    if not gpus:
-        raise SmiParseError("no nvidia-smi P2P matrix: the header names no GPUs")
+    require_gpu_rows(table, gpus, "P2P")
+    for label, line, first in table.duplicates:
+        if label in gpus:
+            raise SmiParseError(f"line {line}: a second row for {label} (the first is line {first}): nvidia-smi "
+                                f"topo -p2p writes one row per GPU, so which gives its status is unknown")
     col = {d: j for j, d in enumerate(table.devices)}
 
-    def cell(a: str, b: str) -> str | None:
+    def raw_cell(a: str, b: str) -> str:
         fields = table.rows.get(a, ([], True))[0]
-        raw = fields[col[b]].upper() if col[b] < len(fields) else ""
+        return fields[col[b]].upper() if col[b] < len(fields) else ""
+
+    for a in gpus:
+        if a not in table.rows:
+            continue
+        for b in gpus:
+            raw, where = raw_cell(a, b), f"line {table.row_lines[a]}: {a}'s cell in column {b}"
+            if a == b and raw not in ("", "X"):
+                raise SmiParseError(f"{where} (its own) is {raw[:20]!r}, where nvidia-smi topo -p2p prints X: "
+                                    f"the row's cells are not in their columns, or this is another tool's matrix")
+            if a != b and raw == "X":
+                raise SmiParseError(f"{where} is X, which nvidia-smi topo -p2p prints only on the diagonal: "
+                                    f"the row's cells are not in their columns")
+    if len(gpus) == 1 and raw_cell(gpus[0], gpus[0]) != "X":
+        raise SmiParseError(f"line {table.row_lines[gpus[0]]}: no nvidia-smi P2P matrix: {gpus[0]}'s row has no "
+                            f"X in its own column")
+
+    def cell(a: str, b: str) -> str | None:
+        raw = raw_cell(a, b)
         return raw if raw in P2P_VALUES else None
 
     read = {(a, b): cell(a, b) for a in gpus for b in gpus if a != b}

@@ -8,6 +8,7 @@ is a warning; text with no GPU matrix at all is an ``SmiParseError``, and nothin
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ P2P_VALUES = {s.value for s in model.P2PStatus}
 UNKNOWN = "?"
 
 # rocm-smi's banner and its --showtopo section titles ("Weight between two GPUs", "Link Type ...").
-_ROCM_RE = re.compile(r"ROCm System Management Interface|^=+ [A-Za-z ]+ between two GPUs =+", re.MULTILINE)
+ROCM_RE = re.compile(r"ROCm System Management Interface|^=+ [A-Za-z ]+ between two GPUs =+", re.MULTILINE)
 
 
 class SmiParseError(ValueError):
@@ -65,6 +66,9 @@ class _Table:
     rows: dict  # label -> (cells, tab_separated)
     rest: list  # the lines after the matrix (for the NIC Legend)
     warnings: list
+    header_line: int | None = None  # 1-based; None where the header was lost
+    row_lines: dict = dataclasses.field(default_factory=dict)  # label -> its row's line (1-based)
+    duplicates: list = dataclasses.field(default_factory=list)  # (label, line, the first row's line)
 
 
 def _short(line: str) -> str:
@@ -92,6 +96,15 @@ def _is_header(line: str) -> bool:
     if tokens[1:2] and _is_cell(tokens[1]):
         return False  # a data row: its label, then cells
     return bool(columns) or tokens[:1] == ["GPU0"]
+
+
+def _row_of(line: str, devices: list) -> bool:
+    """Whether a line that starts as a header does (``GPU0``) is a row of the matrix whose header named
+    ``devices``: its label a device, then a value that is no device name (rocm-smi's ``0``, cells run
+    together), where a repeated header names devices only."""
+    tokens, columns = _header_tokens(line)
+    return (not columns and len(tokens) > 1 and tokens[0] in devices and tokens[1] not in devices
+            and not GPU_RE.fullmatch(tokens[1]))
 
 
 TABS, STOPS, SPACES = "tabs", "tab stops", "spaces"  # how a row's cells are separated
@@ -149,11 +162,11 @@ def read_table(text: str) -> _Table:
             raise SmiParseError("no nvidia-smi topology matrix: no header line naming GPU0 and no GPU0 row")
         header_devs, columns = [], ()
         warnings.append("no header line; the devices are the row labels and no trailing column is read")
-        body_start = start
+        body_start, header_line = start, None
     else:
         header_devs, columns = _header_tokens(lines[start])
-        body_start = start + 1
-    rows, order = {}, []
+        body_start, header_line = start + 1, start + 1
+    rows, order, row_lines, duplicates = {}, [], {}, []
     end = len(lines)
     for i in range(body_start, len(lines)):
         line = lines[i]
@@ -165,7 +178,7 @@ def read_table(text: str) -> _Table:
         if line.strip().lower().startswith(("legend", "nic legend")) or _NIC_LEGEND_RE.match(line):
             end = i
             break
-        if _is_header(line):
+        if _is_header(line) and not _row_of(line, header_devs):
             warnings.append(f"repeated header line ignored: {_short(line)}")
             continue
         label, cells, layout = _split_row(line)
@@ -174,8 +187,10 @@ def read_table(text: str) -> _Table:
             continue
         if label in rows:
             warnings.append(f"duplicate row for {label} ignored")
+            duplicates.append((label, i + 1, row_lines[label]))
             continue
         rows[label] = (cells, layout)
+        row_lines[label] = i + 1
         order.append(label)
     devices = _repair_header(header_devs, order) if header_devs else list(order)
     extra = [label for label in order if label not in devices]
@@ -184,11 +199,13 @@ def read_table(text: str) -> _Table:
         devices = list(order)
     elif extra:
         warnings.append(f"rows not named in the header ignored: {', '.join(extra)}")
-    seen = set()
-    unique = [d for d in devices if not (d in seen or seen.add(d))]
-    if len(unique) != len(devices):
-        warnings.append("the header names a device twice; the first column is used")
-    return _Table(unique, columns, rows, lines[end:], warnings)
+    twice = [d for d, count in Counter(devices).items() if count > 1]
+    if twice:
+        # nvidia-smi names each device once; a cell is placed by its column, so every cell after the
+        # second name would be read one column off.
+        raise SmiParseError(f"line {header_line}: the header names {twice[0]} twice: not a header nvidia-smi "
+                            f"writes, so which column is whose is unknown")
+    return _Table(devices, columns, rows, lines[end:], warnings, header_line, row_lines, duplicates)
 
 
 def _repair_header(tokens: list, labels: list) -> list:
@@ -318,22 +335,40 @@ def _trailing(label: str, fields: list, layout: str, columns: tuple, warnings: l
     return values
 
 
+def require_gpu_rows(table: _Table, gpu_names: list, what: str) -> None:
+    """Refuse a matrix with no GPU, or whose GPUs have no row: nvidia-smi writes a row per GPU under
+    its header, so a header alone (a capture cut after it) says nothing of any link."""
+    where = f"line {table.header_line}: " if table.header_line else ""
+    if not gpu_names:
+        raise SmiParseError(f"{where}no nvidia-smi {what} matrix: the header names no GPU")
+    if not any(d in table.rows for d in gpu_names):
+        raise SmiParseError(f"{where}no nvidia-smi {what} matrix: the header names {', '.join(gpu_names[:4])}"
+                            f"{', ...' if len(gpu_names) > 4 else ''} and no GPU row follows it (a capture cut "
+                            f"after its header?)")
+
+
 def parse_topo_matrix(text: str) -> SmiTopo:
     """The ``nvidia-smi topo -m`` matrix in ``text`` (other lines around it are ignored). Text that
     is no such matrix is refused, never read as GPUs with unknown links."""
-    if _ROCM_RE.search(text):
+    if ROCM_RE.search(text):
         raise SmiParseError("this is rocm-smi output (AMD GPUs), not nvidia-smi topo -m: "
                             "pytest-gputopo reads NVIDIA machines only")
     table = read_table(text)
     warnings, devices, n = table.warnings, table.devices, len(table.devices)
     gpu_names = [d for d in devices if GPU_RE.fullmatch(d)]
     nic_names = [d for d in devices if d not in gpu_names]
-    if not gpu_names:
-        warnings.append("the header names no GPUs")
-    elif gpu_names != [f"GPU{i}" for i in range(len(gpu_names))]:
+    require_gpu_rows(table, gpu_names, "topology")
+    if gpu_names != [f"GPU{i}" for i in range(len(gpu_names))]:
         warnings.append(f"GPU names are not GPU0..GPU{len(gpu_names) - 1}: {' '.join(gpu_names)}")
     col = {d: j for j, d in enumerate(devices)}
     read = {d: _row_cells(d, table.rows[d][0], devices, warnings) for d in devices if d in table.rows}
+    if len(gpu_names) == 1:
+        # One GPU: no pair cell says this is nvidia-smi's matrix; its own cell must (rocm-smi prints 0 there).
+        only = gpu_names[0]
+        own = read[only][0][col[only]] if col[only] < len(read[only][0]) else ""
+        if own.upper() != "X":
+            raise SmiParseError(f"line {table.row_lines[only]}: no nvidia-smi topology matrix: {only}'s own cell is "
+                                f"{own[:20]!r}, where nvidia-smi topo -m prints X")
     widths = {layout: [_width(read[d][1], layout) for d in gpu_names if d in read and read[d][1] is not None
                        and table.rows[d][1] == layout] for layout in (TABS, STOPS)}
     cells, gpus = {}, []  # (row, col) -> canonical label; a missing cell stays absent
