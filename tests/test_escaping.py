@@ -91,6 +91,18 @@ def test_the_header_and_the_unmet_line_of_a_run_escape_a_hostile_profile(pyteste
         assert "x\\n::add-mask::y" in result.stdout.str()
 
 
+def test_a_skip_reason_naming_a_hostile_gpu_name_is_one_line(pytester, tmp_path):
+    """A requirement's reason names GPUs by their profile's names: the skip (and the strict failure,
+    and a run gate's problem line) writes it escaped, so "-rs" prints no line a CI runner acts on."""
+    pytester.makepyfile(test_x="import pytest\n@pytest.mark.requires_gpus(model='A100')\ndef test_a(): pass\n")
+    for extra in ((), ("--gputopo-strict",)):
+        result = pytester.runpytest("--gputopo-machine", str(_hostile_profile(tmp_path)), "-rsf", *extra)
+        _no_command_line(result.stdout.str())
+        assert "RTX\\r\\n::error::pwn\\x1b[2J" in result.stdout.str()
+    gate = pytester.runpytest("--gputopo-machine", str(_hostile_profile(tmp_path)), "--gputopo-require", "gpus>=8")
+    _no_command_line(gate.stdout.str())
+
+
 def test_gputopo_report_says_what_it_wrote_on_one_line(tmp_path, capsys):
     topology = probe(str(_hostile_profile(tmp_path)))
     (tmp_path / "run.json").write_text(json.dumps(report.machine_document(topology)))

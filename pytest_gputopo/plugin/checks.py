@@ -34,10 +34,12 @@ class CheckItem(pytest.Item):
             from .progress import tell
 
             tell(run_of(self.config), f"gputopo check {self.name}: {outcome}: {message}")
+        from ..render.escape import terminal
+
         if outcome == "failed":
-            pytest.fail(message, pytrace=False)
+            pytest.fail(terminal(message), pytrace=False)
         if outcome == "skipped":
-            pytest.skip(message)
+            pytest.skip(terminal(message))
 
     def repr_failure(self, excinfo, style=None):
         return str(excinfo.value)

@@ -58,11 +58,12 @@ class RankFacts:
         unmet = [view for view in self.views if not predicate(view.topology)]
         if not unmet:
             return
+        from ..render.escape import terminal
         from ..render.report import source_text
 
         first = unmet[0]
         others = f" and {len(unmet) - 1} more ranks" if len(unmet) > 1 else ""
-        message = f"{reason}: unmet on {first.where}{others} [{source_text(first.topology)}]"
+        message = terminal(f"{reason}: unmet on {first.where}{others} [{source_text(first.topology)}]")
         self._node.user_properties.append((UNMET_PROPERTY, reason))
         if self._run.settings.strict if strict is None else strict:
             pytest.fail(message, pytrace=False)

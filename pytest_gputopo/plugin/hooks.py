@@ -205,13 +205,14 @@ def pytest_collection(session: pytest.Session) -> None:
     except GateError as exc:
         raise pytest.UsageError(str(exc)) from None
     if problems:
+        from ..render.escape import terminal
         from ..render.report import source_text
 
         tw = session.config.get_terminal_writer()
         tw.line(f"gputopo: this machine does not meet the run's requirements "
                 f"[{source_text(run.topology)}]:", red=True, bold=True)
         for p in problems:
-            tw.line(f"  - {p}", red=True)
+            tw.line(f"  - {terminal(p)}", red=True)
         reporter.write_github_summary(run, tw.line, problems)
         pytest.exit(f"gputopo: run gate unmet ({len(problems)} problems); exit status {GATE_EXIT_STATUS}",
                     returncode=GATE_EXIT_STATUS)
@@ -253,6 +254,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     found = item.stash.get(ITEM_REQS, None)
     if not found:
         return
+    from ..render.escape import terminal
     from .verdicts import evaluate
 
     run = run_of(item.config)
@@ -261,12 +263,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if outcome.reason is None:
             continue
         item.user_properties.append((reporter.UNMET_PROPERTY, str(requirement)))
+        reason = terminal(outcome.reason)  # a reason names GPUs by the names their profile gives
         if outcome.broken:  # wrong data is a broken node: never a skip
-            pytest.fail(f"broken node: {outcome.reason}", pytrace=False)
+            pytest.fail(f"broken node: {reason}", pytrace=False)
         if run.settings.strict if strict is None else strict:
-            pytest.fail(outcome.reason, pytrace=False)
+            pytest.fail(reason, pytrace=False)
         # Reported at the test's own location, as pytest's skip markers are.
-        raise pytest.skip.Exception(outcome.reason, _use_item_location=True)
+        raise pytest.skip.Exception(reason, _use_item_location=True)
 
 
 @pytest.hookimpl(wrapper=True)
