@@ -1,7 +1,8 @@
 """The ``gputopo`` command: show, record, parse, check, benchmark and report machines.
 
 Exit status: 0 done; 2 bad input (unreadable file, unknown machine, bad arguments), with one line
-on stderr saying why; never a traceback.
+on stderr saying why; 130 or 143 when SIGINT (Ctrl-C) or SIGTERM ended it, with one line, after every
+process it started was ended; never a traceback.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from .core import model, schema, table, thresholds
@@ -316,6 +319,22 @@ def sweep_plan(args, topology: model.Topology):
     return backend, devices, len(devices), expected, basis
 
 
+def _check_gloo_ranks(args, ranks: int, max_bytes: int) -> None:
+    """Refuse more gloo ranks than this machine runs (``bench.sweep.gloo_rank_limit``: its CPUs, and
+    its memory for the largest size), naming the option and why."""
+    from .bench.sweep import gloo_rank_limit
+    from .core.units import size_text
+
+    limit, why = gloo_rank_limit(max_bytes)
+    if ranks <= limit:
+        return
+    if args.ranks is None:
+        raise CliError(f"-e {args.maxbytes}: the default {ranks} gloo ranks do not fit this host at "
+                       f"{size_text(max_bytes)} ({why})")
+    raise CliError(f"--ranks {ranks}: at most {limit} gloo rank{'s' if limit != 1 else ''} on this host for "
+                   f"sizes up to {size_text(max_bytes)} ({why})")
+
+
 def cmd_bench(args) -> int:
     """The all-reduce sweep: nccl-tests' table on stdout, JSON and HTML on request."""
     from .bench.allreduce import BenchError, run_allreduce
@@ -336,6 +355,8 @@ def cmd_bench(args) -> int:
     sizes = element_sizes(wanted, NCCL_TESTS_TYPES[args.datatype])
     topology = probe(None)  # learned in children: this process never starts CUDA
     backend, devices, ranks, expected, basis = sweep_plan(args, topology)
+    if backend == "gloo":
+        _check_gloo_ranks(args, ranks, max(sizes))
     timeout = args.timeout if args.timeout is not None else 60 + 4 * args.budget * len(sizes)
     print(f"gputopo: measuring an all-reduce sweep: {ranks} ranks, {backend}, {len(sizes)} sizes "
           f"(up to {timeout:g} s) ...", file=sys.stderr, flush=True)
@@ -448,8 +469,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Stopped(BaseException):
+    """SIGINT or SIGTERM reached the command: a BaseException, so that no ``except Exception`` takes
+    it, and every ``finally`` on the way out runs (``runtime.procs.Children`` ends every worker's group,
+    ``run_allreduce`` removes its folder)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _on_stop_signal(signum, frame) -> None:
+    for sig in _STOP_SIGNALS:  # the first one ends the command; the cleanup it starts runs to its end
+        signal.signal(sig, signal.SIG_IGN)
+    raise _Stopped(signum)
+
+
+def _catch_stop_signals() -> dict | None:
+    """Install ``_on_stop_signal`` for SIGINT and SIGTERM (SIGTERM's default would end the process
+    without a ``finally``); the handlers they replace, for ``main`` to put back. Only the CLI's own
+    ``main`` does this, in the main thread; the pytest plugin never touches a user's handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _on_stop_signal)
+    return previous
+
+
+def _stopped(signum: int, bench: bool) -> int:
+    """One line and the status of a command ended by ``signum`` (128 + its number, as a shell
+    reports it): 130 for SIGINT, 143 for SIGTERM."""
+    if threading.current_thread() is threading.main_thread():  # main's finally puts the caller's back
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+    said = ""
+    if bench:
+        from .bench.allreduce import remove_workdirs_of
+
+        remove_workdirs_of(os.getpid())  # a signal inside run_allreduce's own cleanup cut it short
+        said = "; the sweep's workers were ended and its temporary folder removed"
+    print(f"gputopo: interrupted by {signal.Signals(signum).name}{said}", file=sys.stderr)
+    return 128 + signum
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # gputopo check hands the process to pytest, which answers Ctrl-C itself (exit status 2).
+    previous = None if args.func is cmd_check else _catch_stop_signals()
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, not at exit: a reader that went away is caught below
@@ -462,9 +532,17 @@ def main(argv: list[str] | None = None) -> int:
     except CliError as exc:
         print(terminal(f"gputopo: {exc}"), file=sys.stderr)
         return 2
+    except _Stopped as exc:
+        return _stopped(exc.signum, args.func is cmd_bench)
+    except KeyboardInterrupt:  # Ctrl-C where the handler is not ours (main called from a thread)
+        return _stopped(signal.SIGINT, args.func is cmd_bench)
     except Exception as exc:  # a bug: still one line, never a traceback for the user
         print(terminal(f"gputopo: internal error ({type(exc).__name__}: {exc}); please report it"), file=sys.stderr)
         return 3
+    finally:
+        for sig, handler in (previous or {}).items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+
 
 
 if __name__ == "__main__":

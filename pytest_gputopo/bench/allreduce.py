@@ -226,6 +226,29 @@ def sweep_stale_workdirs(now: float | None = None) -> list[str]:
     return removed
 
 
+def remove_workdirs_of(pid: int) -> list[str]:
+    """Remove every run folder of process ``pid`` (``gputopo-allreduce-<pid>-*`` of this user): what
+    ``gputopo bench allreduce`` does when SIGINT or SIGTERM ended it, should the signal have landed
+    before ``run_allreduce``'s ``finally`` could remove its folder, or inside it."""
+    removed = []
+    root = tempfile.gettempdir()
+    prefix = f"{WORKDIR_PREFIX}{pid}-"
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(prefix)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if info.st_uid == os.getuid() and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def run_allreduce(
     world_size: int,
     sizes_bytes: Sequence[int],
