@@ -544,6 +544,5 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
-
 if __name__ == "__main__":
     sys.exit(main())
