@@ -163,4 +163,4 @@ def test_gputopo_report_draws_a_saved_sweep_and_names_a_bad_row(tmp_path, capsys
     rows[1]["wrong"] = "none"
     (tmp_path / "s.json").write_text(json.dumps(doc))
     assert main(["report", str(tmp_path / "s.json"), "-o", str(tmp_path / "s.html")]) == 2
-    assert "sweeps[0].result.rows[1]: expected numbers" in capsys.readouterr().err
+    assert "sweeps[0].result.rows[1].wrong: expected an integer" in capsys.readouterr().err

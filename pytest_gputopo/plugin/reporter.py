@@ -89,13 +89,14 @@ def _from_reports(config: pytest.Config, name: str) -> list:
     return found
 
 
-def write_reports(run: GputopoRun, complete: bool) -> None:
+def write_reports(run: GputopoRun, complete: bool, changed: bool = False) -> None:
     """--gputopo-json and --gputopo-html: the topology, every measurement against what it should give,
     every check, every unmet requirement and NCCL's view, as one document (and the report drawn from
-    it). Written again whenever a test adds a measurement (``"complete": false``) and once at the
-    end, so that a run ended by SIGTERM (a CI cancel, ``timeout``) leaves what it measured -- without
-    a signal handler in the user's process. A report lost at the end is said beside pytest's own
-    summary (``report_errors``), never in its place."""
+    it). Written again (``"complete": false``) whenever a test changes what is known -- a measurement,
+    a check's outcome, a test's own figure, a test not run for an unmet requirement (``changed``) --
+    and once at the end, so that a run ended by SIGTERM (a CI cancel, ``timeout``) leaves what it knew
+    -- without a signal handler in the user's process. A report lost at the end is said beside
+    pytest's own summary (``report_errors``), never in its place."""
     settings = run.settings
     if (settings.json is None and settings.html is None) or run.worker:
         return
@@ -103,9 +104,9 @@ def write_reports(run: GputopoRun, complete: bool) -> None:
 
     suite = run.derived.get("suite")
     shared = run.shared_dir
-    if not complete:  # cheap: what there is to report, by count
+    if not complete:  # cheap: the measurements there are, by count (the rest comes as ``changed``)
         seen = (len(suite.results) if suite else 0, len(SharedFolder(shared).names()) if shared else 0)
-        if run.derived.get("json_seen") == seen:
+        if run.derived.get("json_seen") == seen and not changed:
             return  # nothing new since the last write
         run.derived["json_seen"] = seen
     document = {**report_document(run), "complete": complete}
@@ -212,16 +213,28 @@ def write_github_summary(run: GputopoRun, write_line, gate_problems: list[str] |
         write_line(f"ERROR: GITHUB_STEP_SUMMARY: cannot append to {path}: {exc.strerror or exc}")
 
 
+_KNOWN = (CHECK_PROPERTY, OWN_PROPERTY, UNMET_PROPERTY)  # what a report of a test adds to the document
+
+
 class JsonProgress:
     """Registered when --gputopo-json or --gputopo-html is given (never on xdist workers): the
-    partial report after each test, from the reports the controller receives."""
+    partial report after each report the controller receives that changes what is known -- one
+    carrying a check's outcome, a test's own figure or an unmet requirement, at once -- and after each
+    test's teardown when the run's measurements grew. Last among the hooks, so that the terminal
+    reporter (whose stats the document is read from) has the report already."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.known: set = set()  # (test, property, value) already written (a test's later phases repeat them)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         write_reports(run_of(self.config), complete=False)  # a run ended during its first test leaves the topology
 
+    @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown":
-            write_reports(run_of(self.config), complete=False)
+        new = {(report.nodeid, key, str(value)) for key, value in getattr(report, "user_properties", ())
+               if key in _KNOWN} - self.known
+        self.known |= new
+        changed = bool(new)
+        if changed or report.when == "teardown":
+            write_reports(run_of(self.config), complete=False, changed=changed)

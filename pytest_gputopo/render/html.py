@@ -232,7 +232,8 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
         rows = [[_cell(m.get("what", ""), "text"), _measured_cell(m), _cell(m.get("origin", ""))] for m in reduce]
         parts += ["<h3>All-reduce bus bandwidth</h3>", _table(rows, ["all-reduce", "GB/s / expected", "origin"])]
     if not parts:
-        return "<p>Nothing was measured in this run.</p>"
+        return ("<p>Nothing was measured in this run.</p>" if doc.get("complete", True) is not False
+                else "<p>Nothing had been measured when this was written.</p>")
     legend = _table([[_cell("1.00", "above"), _cell("at or above what the link should give", "text")],
                      [_cell("0.81", "met"), _cell("meets the threshold (the floor x expected, or a published floor)", "text")],
                      [_cell("0.40", "below"), _cell("below the threshold: a slow link", "text")],
@@ -276,7 +277,8 @@ def _outcome_class(outcome) -> str:
 def _checks(doc: dict) -> str:
     checks = doc.get("checks") or []
     if not checks:
-        return "<p>No health-check items ran (--gputopo-check).</p>"
+        return ("<p>No health-check items ran (--gputopo-check).</p>" if doc.get("complete", True) is not False
+                else "<p>No health-check item had an outcome when this was written.</p>")
     rows = [[_cell(c.get("check", "")), _cell(str(c.get("outcome", "")).upper(), _outcome_class(c.get("outcome"))),
              _cell(c.get("message", ""), "text")] for c in checks]
     return _table(rows, ["check", "outcome", "message"])
@@ -284,8 +286,10 @@ def _checks(doc: dict) -> str:
 
 def _unmet(doc: dict) -> str:
     unmet = doc.get("unmet") or []
-    if not unmet:
-        return "<p>Every selected test's requirements were met.</p>"
+    if not unmet:  # "every" only of a finished run: an incomplete one does not know the rest
+        return ("<p>Every selected test's requirements were met.</p>" if doc.get("complete", True) is not False
+                else "<p>No test had been skipped for an unmet requirement when this was written "
+                     "(the run had not finished).</p>")
     rows = [[_cell(u.get("test", ""), "text"), _cell(str(u.get("outcome", "")).upper(), _outcome_class(u.get("outcome"))),
              _cell(u.get("requirement", "")), _cell(u.get("reason", ""), "text")] for u in unmet]
     return _table(rows, ["test", "outcome", "requirement", "reason"])
@@ -320,63 +324,8 @@ def _nodes(doc: dict) -> str:
     return "\n".join(parts)
 
 
-class ReportError(ValueError):
-    """A saved report cannot be drawn; the message names the field."""
-
-
-def _need(ok: bool, field: str, what: str) -> None:
-    if not ok:
-        raise ReportError(f"{field}: expected {what}")
-
-
-def _number(value) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
-
-
-def check_document(doc) -> None:
-    """That a ``--gputopo-json`` document read back from a file (untrusted) has what the report draws:
-    raises ReportError naming the first field that does not (the topology by its own schema)."""
-    _need(isinstance(doc, dict) and doc.get("schema") == 1, "schema", "a gputopo JSON report (schema 1)")
-    try:
-        schema.from_dict(doc.get("topology"), "topology")
-        for i, node in enumerate(doc.get("nodes") or []):
-            _need(isinstance(node, dict), f"nodes[{i}]", "an object")
-            schema.from_dict(node.get("topology"), f"nodes[{i}].topology")
-    except schema.SchemaError as exc:
-        raise ReportError(str(exc)) from None
-    for name in ("measurements", "checks", "unmet", "nodes", "sweeps"):
-        _need(isinstance(doc.get(name) or [], list), name, "a list")
-    for i, m in enumerate(doc.get("measurements") or []):
-        where = f"measurements[{i}]"
-        _need(isinstance(m, dict) and isinstance(m.get("key"), list) and m["key"], where, "an object with a key")
-        _need(_number(m.get("gbps")), f"{where}.gbps", "a number or null")
-        exp = m.get("expected")
-        _need(exp is None or (isinstance(exp, dict) and all(_number(exp.get(k)) for k in ("gbps", "needed_gbps"))),
-              f"{where}.expected", "an object with numbers")
-    for name, fields in (("checks", ("check", "outcome", "message")), ("unmet", ("test", "outcome", "requirement", "reason"))):
-        for i, entry in enumerate(doc.get(name) or []):
-            _need(isinstance(entry, dict) and all(isinstance(entry.get(f, ""), str) for f in fields),
-                  f"{name}[{i}]", "an object of strings")
-    for i, sweep in enumerate(doc.get("sweeps") or []):
-        _check_sweep(sweep, f"sweeps[{i}]")
-    nccl = doc.get("nccl")
-    _need(nccl is None or (isinstance(nccl, dict) and isinstance(nccl.get("pairs") or [], list)
-                           and isinstance(nccl.get("fallbacks") or [], list)), "nccl", "an object")
-
-
-def _check_sweep(sweep, where: str) -> None:
-    _need(isinstance(sweep, dict) and all(isinstance(sweep.get(k), str) for k in ("what", "origin")), where,
-          "an object with what and origin")
-    exp, result = sweep.get("expected"), sweep.get("result")
-    _need(isinstance(exp, dict) and _number(exp.get("gbps")) and isinstance(exp.get("basis"), str),
-          f"{where}.expected", "an object with gbps and basis")
-    _need(isinstance(result, dict) and isinstance(result.get("rows"), list) and result["rows"], f"{where}.result.rows",
-          "a list of rows")
-    for j, row in enumerate(result["rows"]):
-        _need(isinstance(row, dict) and all(_number(row.get(k)) and row.get(k) is not None for k in
-                                            ("size_bytes", "count", "time_us", "algbw_gbps", "busbw_gbps", "wrong"))
-              and row["size_bytes"] > 0, f"{where}.result.rows[{j}]", "numbers: size_bytes > 0, count, time_us, "
-              "algbw_gbps, busbw_gbps, wrong")
+# The document's one schema, checked whole before it is drawn (``gputopo report``): render/document.py.
+from .document import ReportError, check_document  # noqa: E402,F401
 
 
 def html_report(doc: dict) -> str:
