@@ -64,6 +64,7 @@ class Exchange:
         """Every rank's ``value`` for ``name``, in rank order; raises RankError naming the missing ranks."""
         from datetime import timedelta
 
+        check_of(name)  # a record kind without a validator is refused before anything is sent
         key = f"{self.prefix}{name}/"
         self.store.set(f"{key}{self.launch.rank}", json.dumps(value))
         keys = [f"{key}{r}" for r in range(self.launch.world_size)]
@@ -73,19 +74,107 @@ class Exchange:
             missing = [r for r, k in enumerate(keys) if not self.store.check([k])]
             raise RankError(f"rank(s) {', '.join(map(str, missing))} did not report {name!r} within "
                             f"{self.timeout_s:.0f} s (a rank died, hung, or runs a different test selection)") from None
-        return [_record(self.store.get(k), r, name) for r, k in enumerate(keys)]
+        return [_record(self.store.get(k), r, name, k) for r, k in enumerate(keys)]
 
 
-def _record(raw: bytes, rank: int, name: str) -> dict:
+def _record(raw: bytes, rank: int, name: str, key: str) -> dict:
     """A rank's record as sent through the store: untrusted (anyone who reaches the store's port
-    can write it), so anything but a JSON object is a RankError naming the rank."""
+    can write it). It is checked whole against what a rank writes under that name (``RECORDS``):
+    anything else is a RankError naming the rank and the key, never a KeyError further on and never
+    a verdict taken. (A record of the right shape with false contents is not caught here: that needs
+    records authenticated with a per-run secret, see docs/distributed.md.)"""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         data = None
     if not isinstance(data, dict):
-        raise RankError(f"rank {rank} sent a {name!r} record that is not a JSON object")
+        raise RankError(f"rank {rank} sent a {name!r} record that is not a JSON object (key {key})")
+    problem = record_problem(name, data, rank)
+    if problem:
+        raise RankError(f"rank {rank} sent a {name!r} record that is not valid (key {key}): {problem}")
     return data
+
+
+# ---------------------------------------------------------------------------------------------
+# What a rank writes under each record name: one validator per kind, each returning why a record
+# is not one (None when it is). The writers: gather_views ("topology"), plugin.verdicts
+# ("verdict/<requirement>": {"reason", "broken"}; "gate": {"problems"}), rendezvous
+# ("rendezvous/<key>": {"port"}).
+
+
+def _fields_problem(data: dict, required: set, optional: set = frozenset()) -> str | None:
+    missing = sorted(required - set(data))
+    if missing:
+        return f"field {missing[0]!r} is missing"
+    extra = sorted(set(data) - required - optional)
+    if extra:
+        return f"unknown field {limits.show_value(extra[0])}"
+    return None
+
+
+def topology_record_problem(data: dict, rank: int) -> str | None:
+    """The fields only; their values are read (and refused, naming the field) by ``_view``."""
+    return _fields_problem(data, {"topology"}, {"hostname", "node_rank", "fallback"})
+
+
+def verdict_record_problem(data: dict, rank: int) -> str | None:
+    """``{"reason": None (met) or the reason it is unmet, "broken": bool}``, as ``verdicts._evaluate``
+    writes it: a broken node is always unmet."""
+    problem = _fields_problem(data, {"reason", "broken"})
+    if problem:
+        return problem
+    reason, broken = data["reason"], data["broken"]
+    if not (reason is None or (isinstance(reason, str) and reason)):
+        return f"reason {limits.show_value(reason)} is neither null (met) nor a reason"
+    if type(broken) is not bool:
+        return f"broken {limits.show_value(broken)} is not true or false"
+    if broken and reason is None:
+        return "broken is true for a requirement it says is met"
+    return None
+
+
+def gate_record_problem(data: dict, rank: int) -> str | None:
+    """``{"problems": [str, ...]}``, as ``verdicts._fact_gate_problems`` writes it."""
+    problem = _fields_problem(data, {"problems"})
+    if problem:
+        return problem
+    problems = data["problems"]
+    if not isinstance(problems, list):
+        return f"problems {limits.show_value(problems)} is not a list"
+    for i, item in enumerate(problems):
+        if not isinstance(item, str) or not item:
+            return f"problems[{i}] {limits.show_value(item)} is not a reason"
+    return None
+
+
+def rendezvous_record_problem(data: dict, rank: int) -> str | None:
+    """``{"port": int}`` from rank 0 (the port it picked), ``{"port": null}`` from every other rank."""
+    problem = _fields_problem(data, {"port"})
+    if problem:
+        return problem
+    port = data["port"]
+    if rank == 0 and not (type(port) is int and 1 <= port <= 65535):
+        return f"port {limits.show_value(port)} is not a TCP port"
+    if rank != 0 and port is not None:
+        return f"port {limits.show_value(port)} is not null (only rank 0 picks the port)"
+    return None
+
+
+RECORDS = {"topology": topology_record_problem, "verdict/": verdict_record_problem,
+           "gate": gate_record_problem, "rendezvous/": rendezvous_record_problem}
+
+
+def check_of(name: str):
+    """The validator of the records written under ``name``."""
+    for kind, check in RECORDS.items():
+        if name == kind or (kind.endswith("/") and name.startswith(kind)):
+            return check
+    raise ValueError(f"no validator for the ranks' record {name!r}")  # a record kind added without one
+
+
+def record_problem(name: str, data: dict, rank: int) -> str | None:
+    """Why ``data`` is not the record a rank writes under ``name``."""
+    return check_of(name)(data, rank)
 
 
 def gather_views(exchange: Exchange, topology: model.Topology, fallback: str = "") -> list[RankView]:
@@ -135,15 +224,28 @@ class NodeShare:
         self.prefix = f"{exchange.prefix}bench/{node}/"
 
     def get(self, name: str):
-        """The JSON value another rank stored, None when there is none; ValueError when it is not
-        JSON (``BenchResult.from_json`` checks the rest: the store is untrusted input)."""
+        """The result another rank stored, None when there is none; ValueError, naming the key,
+        when it is not a whole ``BenchResult.to_json()`` of the benchmark ``name`` names (the store
+        is untrusted input: ``bench.untrusted.result_problem``); the suite then measures again and
+        says why."""
+        from ..bench import untrusted
+        from ..core import keys
+
         key = self.prefix + name
         if not self.store.check([key]):
             return None
         try:
-            return json.loads(self.store.get(key))
+            data = json.loads(self.store.get(key))
         except (ValueError, RecursionError):
-            raise ValueError(f"the store's {name!r} is not JSON") from None
+            raise ValueError(f"the store's {key} is not JSON") from None
+        problem = untrusted.result_problem(data)
+        if problem is None:
+            problem = _fields_problem(data, {"key", "what", "gbps", "origin"}, {"source", "error", "detail"})
+        if problem is None and keys.name_of(keys.from_list(data["key"])) != name:
+            problem = f"it is the figure of {limits.show_value(data['key'])}, not of {name}"
+        if problem:
+            raise ValueError(f"the store's {key} is not a benchmark result: {problem}")
+        return data
 
     def put(self, name: str, data: dict) -> None:
         self.store.set(self.prefix + name, json.dumps(data))
