@@ -63,6 +63,15 @@ class BenchResult:
                    d.get("detail", {}))
 
 
+def _shared_result(data, name: str) -> BenchResult:
+    """A result another process of this run left under ``name``: whole, and the figure of that very
+    benchmark (a valid figure of another pair is no figure of this one); ValueError says why not."""
+    result = BenchResult.from_json(data)
+    if keys.name_of(result.key) != name:
+        raise ValueError(f"it is the figure of {result.key.describe()}, not of {name}")
+    return result
+
+
 class SharedFolder:
     """Results the processes of one run on this host share (xdist workers): one JSON file each.
     ``get``/``put`` are what :class:`BenchSuite` needs of a share (``ranks.NodeShare`` is the other)."""
@@ -233,7 +242,7 @@ class BenchSuite:
                     try:
                         found = self._shared.get(name)
                         if found is not None:
-                            return BenchResult.from_json(found)
+                            return _shared_result(found, name)
                     except ValueError as exc:
                         distrust = f"the figure another process of this run left was not trusted: {exc}"
                 result = self._cached_or_measured(key, name, distrust)

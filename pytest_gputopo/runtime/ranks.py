@@ -224,13 +224,10 @@ class NodeShare:
         self.prefix = f"{exchange.prefix}bench/{node}/"
 
     def get(self, name: str):
-        """The result another rank stored, None when there is none; ValueError, naming the key,
-        when it is not a whole ``BenchResult.to_json()`` of the benchmark ``name`` names (the store
-        is untrusted input: ``bench.untrusted.result_problem``); the suite then measures again and
-        says why."""
-        from ..bench import untrusted
-        from ..core import keys
-
+        """The record another rank stored, None when there is none; ValueError, naming the key, when
+        it is not JSON or has fields a ``BenchResult.to_json()`` does not. The store is untrusted
+        input: the suite checks the rest (``BenchResult.from_json``, and that it is the figure of
+        ``name``), measures again when it is not whole, and says why."""
         key = self.prefix + name
         if not self.store.check([key]):
             return None
@@ -238,11 +235,7 @@ class NodeShare:
             data = json.loads(self.store.get(key))
         except (ValueError, RecursionError):
             raise ValueError(f"the store's {key} is not JSON") from None
-        problem = untrusted.result_problem(data)
-        if problem is None:
-            problem = _fields_problem(data, {"key", "what", "gbps", "origin"}, {"source", "error", "detail"})
-        if problem is None and keys.name_of(keys.from_list(data["key"])) != name:
-            problem = f"it is the figure of {limits.show_value(data['key'])}, not of {name}"
+        problem = _fields_problem(data, {"key", "what", "gbps", "origin"}, {"source", "error", "detail"})
         if problem:
             raise ValueError(f"the store's {key} is not a benchmark result: {problem}")
         return data
