@@ -144,7 +144,7 @@ def test_a_planted_bench_figure_that_is_not_a_valid_result_is_measured_again(sto
     good = BenchResult(key, "copy", 900.0, "measured").to_json()
     other = BenchResult(keys.Copy("p2p", 2, 3), "copy", 900.0, "measured").to_json()
     for planted, says in [({}, "is missing"),
-                          (other, "not of p2p-0-1"),
+                          (other, "not of GPU0->GPU1"),
                           ({**good, "gbps": "fast"}, "gbps 'fast' is not a bandwidth"),
                           ({**good, "origin": "trust me"}, "what or origin is missing"),
                           ({**good, "verdict": "met"}, "unknown field 'verdict'"),

@@ -63,12 +63,12 @@ class BenchResult:
                    d.get("detail", {}))
 
 
-def _shared_result(data, name: str) -> BenchResult:
-    """A result another process of this run left under ``name``: whole, and the figure of that very
+def _shared_result(data, key: keys.Key) -> BenchResult:
+    """A result another process of this run left for ``key``: whole, and the figure of that very
     benchmark (a valid figure of another pair is no figure of this one); ValueError says why not."""
     result = BenchResult.from_json(data)
-    if keys.name_of(result.key) != name:
-        raise ValueError(f"it is the figure of {result.key.describe()}, not of {name}")
+    if result.key != key:
+        raise ValueError(f"it is the figure of {result.key.describe()}, not of {key.describe()}")
     return result
 
 
@@ -242,7 +242,7 @@ class BenchSuite:
                     try:
                         found = self._shared.get(name)
                         if found is not None:
-                            return _shared_result(found, name)
+                            return _shared_result(found, key)
                     except ValueError as exc:
                         distrust = f"the figure another process of this run left was not trusted: {exc}"
                 result = self._cached_or_measured(key, name, distrust)
