@@ -45,6 +45,7 @@ import math
 import os
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -194,23 +195,34 @@ WORKDIR_PREFIX = "gputopo-allreduce-"
 STALE_AFTER_S = 3600.0  # untouched this long: no live run's (a live one rewrites its status files)
 
 
+def _own_workdirs(prefix: str):
+    """(name, path, lstat) of this user's folders in the temporary directory named ``prefix...``
+    (never a link, never another user's)."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if info.st_uid == os.getuid() and stat.S_ISDIR(info.st_mode):
+            yield name, path, info
+
+
 def sweep_stale_workdirs(now: float | None = None) -> list[str]:
     """Remove the run folders that a parent killed outright (SIGKILL: no ``finally``) left behind:
     this user's ``gputopo-allreduce-<pid>-*`` whose pid is no live process and that nobody touched for
     an hour. Never another run's live folder: its pid lives, and its status files change."""
     now = time.time() if now is None else now
     removed = []
-    root = tempfile.gettempdir()
-    try:
-        names = [n for n in os.listdir(root) if n.startswith(WORKDIR_PREFIX)]
-    except OSError:
-        return removed
-    for name in names:
-        path = os.path.join(root, name)
+    for name, path, info in _own_workdirs(WORKDIR_PREFIX):
         pid = name[len(WORKDIR_PREFIX):].split("-")[0]
         try:
-            info = os.lstat(path)
-            if not (pid.isascii() and pid.isdigit()) or info.st_uid != os.getuid() or not os.path.isdir(path):
+            if not (pid.isascii() and pid.isdigit()):
                 continue
             touched = max([info.st_mtime] + [os.lstat(os.path.join(path, f)).st_mtime for f in os.listdir(path)])
             if now - touched < STALE_AFTER_S:
@@ -231,21 +243,9 @@ def remove_workdirs_of(pid: int) -> list[str]:
     ``gputopo bench allreduce`` does when SIGINT or SIGTERM ended it, should the signal have landed
     before ``run_allreduce``'s ``finally`` could remove its folder, or inside it."""
     removed = []
-    root = tempfile.gettempdir()
-    prefix = f"{WORKDIR_PREFIX}{pid}-"
-    try:
-        names = [n for n in os.listdir(root) if n.startswith(prefix)]
-    except OSError:
-        return removed
-    for name in names:
-        path = os.path.join(root, name)
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        if info.st_uid == os.getuid() and os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+    for _, path, _ in _own_workdirs(f"{WORKDIR_PREFIX}{pid}-"):
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
     return removed
 
 
