@@ -1,5 +1,6 @@
 # Root conftest: settings shared by the test suite.
 import importlib.util
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -44,3 +45,17 @@ settings.load_profile("gputopo")
 # lazily, so import them once here and every run shares one copy (as a real process would).
 import pytest_gputopo.plugin.checks  # noqa: E402,F401
 import pytest_gputopo.core.requirements  # noqa: E402,F401
+
+
+def copy_children() -> list[int]:
+    """This process's children running the copy benchmark (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"pytest_gputopo.bench.copies" in cmd:
+            found.append(int(entry.name))
+    return found

@@ -7,12 +7,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pathlib
 import sys
 import types
 from dataclasses import dataclass
 
 import pytest
+from conftest import copy_children as _copy_children
 
 from pytest_gputopo.core import keys
 
@@ -178,20 +178,6 @@ def test_the_full_check_measures_every_copy_of_8_gpus_in_one_process(pytester, m
     copies = [m for m in doc["measurements"] if m["key"][0] != "allreduce"]
     assert len(copies) == 28 + 28 + 3 * 8, result.stdout.str()[-2000:]
     assert {m["detail"]["worker_pid"] for m in copies} == {copies[0]["detail"]["worker_pid"]}
-
-
-def _copy_children() -> list[int]:
-    """This process's children running the copy benchmark (Linux /proc)."""
-    found = []
-    for entry in pathlib.Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-            cmd = (entry / "cmdline").read_bytes()
-        except (OSError, ValueError):
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"pytest_gputopo.bench.copies" in cmd:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

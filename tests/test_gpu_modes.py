@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import pathlib
 import sys
 
 import pynvml
 import pytest
+from conftest import copy_children as _copy_children
 
 from pytest_gputopo.core import keys, model, schema
 from pytest_gputopo.core.gpu_facts import GpuRequirement
@@ -226,20 +225,6 @@ def test_a_bandwidth_marker_on_a_prohibited_gpu_is_never_met(monkeypatch):
     assert judged.state == ABSENT
     verdict = BandwidthRequirement(metric="p2p", gbps=10).judge(_box(), [judged])
     assert not verdict.ok and "compute mode Prohibited" in verdict.reason
-
-
-def _copy_children() -> list[int]:
-    """This process's children running the copy benchmark (Linux /proc)."""
-    found = []
-    for entry in pathlib.Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-            cmd = (entry / "cmdline").read_bytes()
-        except (OSError, ValueError):
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"pytest_gputopo.bench.copies" in cmd:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -134,11 +134,11 @@ def pytest_gputopo_probe(config: pytest.Config, needs: frozenset):
     from ..probe import MachineError, learn
     from .machine import boot_record
 
-    machine, where = options.value(config, "machine")
+    settings = run_of(config).settings  # read once, in pytest_configure
     try:
-        learned = learn(machine, needs=needs, boot_record=boot_record(config, options.flag(config, "reprobe")))
+        learned = learn(settings.machine, needs=needs, boot_record=boot_record(config, settings.reprobe))
     except MachineError as exc:
-        raise pytest.UsageError(f"{where}: {exc}") from None
+        raise pytest.UsageError(f"{settings.machine_from}: {exc}") from None
     config.stash[PROBE_NOTES] = learned.notes
     return learned.topology
 

@@ -67,9 +67,12 @@ def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
         from ..render import report
 
         lines.insert(0, report.skip_summary(skipped, failed, [topology for _, topology in run.nodes()]))
+    lines = [line for line in lines if line]
+    if not lines:  # a run that used nothing of the plugin loads no renderer for its summary
+        return []
     from ..render.escape import terminal_lines
 
-    return terminal_lines(line for line in lines if line)
+    return terminal_lines(lines)
 
 
 # ---------------------------------------------------------------------------------------------
