@@ -1,9 +1,8 @@
-"""Records the ranks exchange through the store are validated whole where they are read (issue
-20.8, "validate every record whole"): a plain TCPStore client, as a stranger who reaches the
-store's port would, plants each bad record kind; each is refused with a reason naming the rank and
-the key (exit status 9 through ``GputopoRun.all_ranks``), never a KeyError, never a hang, never a
-verdict taken. A record of the right shape with false contents is not caught by this: that needs
-records authenticated with a per-run secret (not done yet, docs/distributed.md)."""
+"""Records the ranks exchange through the store are validated whole where they are read: a plain
+TCPStore client, as a stranger who reaches the store's port would, plants each bad record kind;
+each is refused with a reason naming the rank and the key (exit status 9 through
+``GputopoRun.all_ranks``), never a KeyError, never a hang, never a verdict taken. A record of the
+right shape with false contents is caught only when the run has a secret (test_store_access.py)."""
 
 import json
 import socket
@@ -81,8 +80,8 @@ def test_a_planted_met_verdict_for_a_test_measured_low_is_refused_not_taken(stor
                     {"reason": False, "broken": False}, {"reason": None, "broken": 0}):
         store.stranger.set(f"gputopo/slurm-42.0/{VERDICT}/0", json.dumps(planted))
         refused(store, VERDICT, unmet, planted)
-    # A record of exactly the shape a rank writes is taken: telling it from a rank's needs a per-run
-    # secret (out of this validation's reach; docs/distributed.md says so).
+    # A record of exactly the shape a rank writes is taken here: telling it from a rank's needs the
+    # run's secret (test_store_access.py).
 
 
 @pytest.mark.parametrize("planted, says", [

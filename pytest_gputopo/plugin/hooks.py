@@ -88,9 +88,10 @@ def _use(config: pytest.Config, facts) -> GputopoRun:
     run.machine.used = True
     try:
         launch = environ.launch()
+        secret = environ.store_secret() if launch is not None else None
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    ranks = _join_ranks(run, launch) if launch is not None else None
+    ranks = _join_ranks(run, launch, secret) if launch is not None else None
     if ranks is not None:
         run = config.stash[RUN] = run.with_ranks(ranks)
     return run
@@ -105,7 +106,7 @@ def _shared_dir(config: pytest.Config) -> str | None:
     return tempfile.mkdtemp(prefix="pytest-gputopo-run-")
 
 
-def _join_ranks(run: GputopoRun, launch) -> Ranks | None:
+def _join_ranks(run: GputopoRun, launch, secret) -> Ranks | None:
     """Exchange every rank's topology before any decision. Without torch (whose store the ranks
     meet at) this process is judged alone, and the header says so."""
     import importlib.util
@@ -122,7 +123,7 @@ def _join_ranks(run: GputopoRun, launch) -> Ranks | None:
 
         fallback = predicted_fallback_line(run)
     try:
-        exchange = Exchange.connect(launch, run.settings.rank_timeout_s)
+        exchange = Exchange.connect(launch, run.settings.rank_timeout_s, secret)
         views = tuple(gather_views(exchange, run.topology, fallback))
         return Ranks(exchange, views, tuple(distinct(list(views))))
     except RankError as exc:

@@ -39,17 +39,23 @@ def _header_lines(run: GputopoRun, verbosity: int) -> list[str]:
     learned = f" ({'; '.join(run.machine.notes)})" if run.machine.notes else ""
     warnings = [f"gputopo warning: {w}" for w in (*run.machine.warnings, *topology.warnings)]
     if verbosity > 0:
-        lines = (report.rank_lines(list(ranks.views)) if ranks else []) + report.full_report(topology)
+        lines = (_rank_lines(ranks) if ranks else []) + report.full_report(topology)
         return (lines + ([f"gputopo: {'; '.join(run.machine.notes)}"] if learned else [])
                 + [f"gputopo warning: {w}" for w in run.machine.warnings])
     if ranks is not None:
-        return report.rank_lines(list(ranks.views)) + warnings
+        return _rank_lines(ranks) + warnings
     lines = [report.header_line(topology) + learned]
     if len(topology.gpus) >= 2:  # a fallback needs a pair; hosts without GPUs pay nothing for it
         from .facts import predicted_fallback_line
 
         lines += [line for line in (predicted_fallback_line(run),) if line]
     return lines + warnings
+
+
+def _rank_lines(ranks) -> list[str]:
+    from ..render import report
+
+    return report.rank_lines(list(ranks.views)) + [ranks.exchange.describe()]
 
 
 def summary_lines(run: GputopoRun, stats: dict) -> list[str]:

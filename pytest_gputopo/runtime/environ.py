@@ -230,14 +230,15 @@ class Launch(NamedTuple):
     master_port: int
     agent_store: bool  # torchrun's agent hosts the store at MASTER_ADDR:MASTER_PORT
     run_id: str
+    nodes: int | None = None  # how many nodes the ranks run on, where the launcher says
 
 
 # Where a launcher says which rank this process is: (rank, world size, local rank, node rank).
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK")
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE")
 # srun's task variables for the job step it started (srun(1), OUTPUT ENVIRONMENT VARIABLES). Not
 # SLURM_NTASKS: a batch script itself runs with SLURM_PROCID=0 and SLURM_NTASKS=N and no step, and a
 # pytest started there is one process, not rank 0 of N.
-SRUN_VARS = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NODEID")
+SRUN_VARS = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_STEP_NUM_NODES")
 
 
 def launch() -> Launch | None:
@@ -264,7 +265,7 @@ def launch() -> Launch | None:
             raise ValueError(f"environment variable {name}={raw[:40]!r} is not an integer from 0 to {2**31 - 1}")
         return value
 
-    rank_name, world_name, local_name, node_name = names
+    rank_name, world_name, local_name, node_name, nodes_name = names
     rank, world = number(rank_name), number(world_name)
     if world is None or world < 1 or rank is None or not 0 <= rank < world:
         raise ValueError(f"environment variables {rank_name}={env[rank_name]!r} {world_name}={env[world_name]!r} "
@@ -278,4 +279,33 @@ def launch() -> Launch | None:
                          f"{highest}" + ("" if agent_store else " (pytest-gputopo's store listens on MASTER_PORT+1)"))
     return Launch(rank=rank, world_size=world, local_rank=number(local_name), node_rank=number(node_name),
                   master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=port, agent_store=agent_store,
-                  run_id=run)
+                  run_id=run, nodes=number(nodes_name) or None)
+
+
+STORE_SECRET = "PYTEST_GPUTOPO_STORE_SECRET"
+STORE_SECRET_FILE = "PYTEST_GPUTOPO_STORE_SECRET_FILE"
+MIN_SECRET_CHARS = 32  # 128 bits as hex: what ``secrets.token_hex(16)`` gives
+
+
+def store_secret() -> tuple[bytes, str] | None:
+    """(the secret the ranks sign their store records with, the variable it came from), or None when
+    neither ``PYTEST_GPUTOPO_STORE_SECRET_FILE`` (a 0600 file of this user's: ``files.read_private``)
+    nor ``PYTEST_GPUTOPO_STORE_SECRET`` is set. Environment only, never an option: a command line is
+    visible to every user of the host. ValueError naming the variable when it is set and unusable."""
+    path, value = os.environ.get(STORE_SECRET_FILE), os.environ.get(STORE_SECRET)
+    if path is not None and value is not None:
+        raise ValueError(f"both {STORE_SECRET_FILE} and {STORE_SECRET} are set: set one")
+    if path is None and value is None:
+        return None
+    if path is not None:
+        source = f"{STORE_SECRET_FILE}={path[:200]!r}"
+        try:
+            secret = files.read_private(path).strip()
+        except OSError as exc:
+            raise ValueError(f"{source}: {exc.strerror or exc}") from None
+    else:
+        secret, source = value.strip().encode("utf-8", errors="surrogateescape"), STORE_SECRET
+    if len(secret) < MIN_SECRET_CHARS:
+        raise ValueError(f"{source}: the secret has {len(secret)} characters, fewer than {MIN_SECRET_CHARS} "
+                         f"(make one with: python -c 'import secrets; print(secrets.token_hex(32))')")
+    return secret, source.partition("=")[0]

@@ -234,3 +234,30 @@ def _umask() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0o022
+
+
+def read_private(path: str, limit: int = 4096) -> bytes:
+    """The bytes of a secret kept in a file, as ssh takes a private key: a regular file of at most
+    ``limit`` bytes, owned by this user, that nobody else may read or write (no group or other bits
+    in its mode, as ``umask 077`` makes it). Anything else is an ``OSError`` saying what is wrong."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise OSError(0, f"not a regular file: it is {_kind(found.st_mode)}")
+        if hasattr(os, "getuid") and found.st_uid != os.getuid():
+            raise OSError(0, f"owned by user id {found.st_uid}, not by this user ({os.getuid()})")
+        if found.st_mode & 0o077:
+            raise OSError(0, f"others may read or write it (mode {stat.S_IMODE(found.st_mode):04o}): "
+                             f"make it 0600 (chmod 600)")
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(0, f"larger than {limit} bytes, the most a secret is read from")
+    return data

@@ -3,7 +3,9 @@ RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT).
 
 Every rank probes its own node; the ranks exchange what they found through the launcher's key-value
 store (torch.distributed's TCPStore, as a client of torchrun's agent store; without one, rank 0
-serves a store on MASTER_PORT + 1 so that the user's own ``init_process_group`` keeps MASTER_PORT).
+serves a store on MASTER_PORT + 1 so that the user's own ``init_process_group`` keeps MASTER_PORT,
+listening on MASTER_ADDR's address only: ``listener``). Records are signed when the run has a secret
+(``signing``) and every record read is checked whole: the store is open to whoever reaches it.
 Every gating decision is then computed from the combined view, so it is the same on every rank and
 no rank waits in a collective another rank skipped. A rank that does not report in time ends the
 run with a reason instead of a hang. torch is imported only here, only under a launcher.
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 
 from ..core import limits, model, schema
 from . import environ as runtime
+from . import listener
+from .signing import Signer
 
 
 class RankError(Exception):
@@ -38,27 +42,64 @@ class RankView:
 
 
 class Exchange:
-    def __init__(self, launch: runtime.Launch, store, timeout_s: float):
+    """This rank's way into the ranks' store: records written signed (when the run has a secret) and
+    read back as untrusted input."""
+
+    def __init__(self, launch: runtime.Launch, store, timeout_s: float, signer: Signer | None = None,
+                 listening: str = "") -> None:
         self.launch = launch
         self.store = store
         self.timeout_s = timeout_s
         self.prefix = f"gputopo/{launch.run_id}/"
+        self.signer = signer or Signer(None)
+        self.listening = listening  # where rank 0's own store listens ("" under torchrun's store)
 
     @classmethod
-    def connect(cls, launch: runtime.Launch, timeout_s: float) -> "Exchange":
+    def connect(cls, launch: runtime.Launch, timeout_s: float, secret: tuple[bytes, str] | None = None) -> "Exchange":
+        """Join the store: torchrun's agent store, else the one rank 0 serves on MASTER_PORT + 1,
+        listening on MASTER_ADDR's address only (``listener.bind_store``). ``secret``: (the secret, the
+        variable it came from), from ``environ.store_secret``."""
+        import os
         from datetime import timedelta
 
         import torch.distributed as dist
 
         port = launch.master_port if launch.agent_store else launch.master_port + 1
         is_master = launch.rank == 0 and not launch.agent_store
+        bound, listening = None, ""
         try:
+            if is_master:
+                bound, listening = listener.bind_store(launch.master_addr, port, launch.nodes)
+            # torch takes the descriptor over (uv_tcp_open) and closes it with the store: hand it a copy
+            given = {"master_listen_fd": os.dup(bound.fileno())} if bound is not None else {}
             store = dist.TCPStore(launch.master_addr, port, launch.world_size, is_master,
-                                  timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
-        except Exception as exc:  # RuntimeError / DistStoreError: name the address
+                                  timeout=timedelta(seconds=timeout_s), wait_for_workers=False, **given)
+        except Exception as exc:  # OSError (port taken), RuntimeError / DistStoreError: name the address
             raise RankError(f"rank {launch.rank}: cannot reach the launcher's store at "
                             f"{launch.master_addr}:{port}: {exc}") from None
-        return cls(launch, store, timeout_s)
+        finally:
+            if bound is not None:
+                bound.close()
+        return cls(launch, store, timeout_s, Signer(*secret) if secret else None, listening)
+
+    def describe(self) -> str:
+        """Where the ranks meet and whether their records are signed: one line for the header."""
+        launch = self.launch
+        if launch.agent_store:
+            where = f"torchrun's store at {launch.master_addr}:{launch.master_port}"
+        else:
+            where = f"rank 0's store on port {launch.master_port + 1}, listening on {self.listening or 'its host'}"
+        signed = (f"records signed with the run's secret ({self.signer.source})" if self.signer.signs else
+                  "records not signed (no PYTEST_GPUTOPO_STORE_SECRET_FILE: whoever reaches the store can "
+                  "write one; docs/distributed.md)")
+        return f"gputopo: the ranks meet at {where}; {signed}"
+
+    def put(self, key: str, value: dict) -> None:
+        self.store.set(key, self.signer.seal(key, json.dumps(value)))
+
+    def get(self, key: str) -> bytes:
+        """The value under ``key`` as a rank wrote it; ValueError saying why it is not taken."""
+        return self.signer.open(key, self.store.get(key))
 
     def all_gather(self, name: str, value: dict) -> list[dict]:
         """Every rank's ``value`` for ``name``, in rank order; raises RankError naming the missing ranks."""
@@ -66,7 +107,7 @@ class Exchange:
 
         check_of(name)  # a record kind without a validator is refused before anything is sent
         key = f"{self.prefix}{name}/"
-        self.store.set(f"{key}{self.launch.rank}", json.dumps(value))
+        self.put(f"{key}{self.launch.rank}", value)
         keys = [f"{key}{r}" for r in range(self.launch.world_size)]
         try:
             self.store.wait(keys, timedelta(seconds=self.timeout_s))
@@ -74,25 +115,27 @@ class Exchange:
             missing = [r for r, k in enumerate(keys) if not self.store.check([k])]
             raise RankError(f"rank(s) {', '.join(map(str, missing))} did not report {name!r} within "
                             f"{self.timeout_s:.0f} s (a rank died, hung, or runs a different test selection)") from None
-        return [_record(self.store.get(k), r, name, k) for r, k in enumerate(keys)]
+        return [self._record(r, name, k) for r, k in enumerate(keys)]
 
-
-def _record(raw: bytes, rank: int, name: str, key: str) -> dict:
-    """A rank's record as sent through the store: untrusted (anyone who reaches the store's port
-    can write it). It is checked whole against what a rank writes under that name (``RECORDS``):
-    anything else is a RankError naming the rank and the key, never a KeyError further on and never
-    a verdict taken. (A record of the right shape with false contents is not caught here: that needs
-    records authenticated with a per-run secret, see docs/distributed.md.)"""
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        data = None
-    if not isinstance(data, dict):
-        raise RankError(f"rank {rank} sent a {name!r} record that is not a JSON object (key {key})")
-    problem = record_problem(name, data, rank)
-    if problem:
-        raise RankError(f"rank {rank} sent a {name!r} record that is not valid (key {key}): {problem}")
-    return data
+    def _record(self, rank: int, name: str, key: str) -> dict:
+        """A rank's record as read from the store: untrusted (anyone who reaches the store's port can
+        write it). Its signature is checked when the run has a secret, then its shape, whole, against
+        what a rank writes under that name (``RECORDS``): anything else is a RankError naming the rank
+        and the key, never a KeyError further on and never a verdict taken."""
+        try:
+            raw = self.get(key)
+        except ValueError as exc:
+            raise RankError(f"rank {rank}'s {name!r} record is not taken (key {key}): {exc}") from None
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            data = None
+        if not isinstance(data, dict):
+            raise RankError(f"rank {rank} sent a {name!r} record that is not a JSON object (key {key})")
+        problem = record_problem(name, data, rank)
+        if problem:
+            raise RankError(f"rank {rank} sent a {name!r} record that is not valid (key {key}): {problem}")
+        return data
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +263,7 @@ class NodeShare:
 
         sees = [topology.hostname or runtime.hostname(), [gpu.uuid for gpu in topology.gpus]]
         node = hashlib.sha256(json.dumps(sees).encode()).hexdigest()[:16]
-        self.store = exchange.store
+        self.exchange = exchange
         self.prefix = f"{exchange.prefix}bench/{node}/"
 
     def get(self, name: str):
@@ -229,10 +272,14 @@ class NodeShare:
         input: the suite checks the rest (``BenchResult.from_json``, and that it is the figure of
         ``name``), measures again when it is not whole, and says why."""
         key = self.prefix + name
-        if not self.store.check([key]):
+        if not self.exchange.store.check([key]):
             return None
         try:
-            data = json.loads(self.store.get(key))
+            raw = self.exchange.get(key)
+        except ValueError as exc:
+            raise ValueError(f"the store's {key} is not taken: {exc}") from None
+        try:
+            data = json.loads(raw)
         except (ValueError, RecursionError):
             raise ValueError(f"the store's {key} is not JSON") from None
         problem = _fields_problem(data, {"key", "what", "gbps", "origin"}, {"source", "error", "detail"})
@@ -241,7 +288,7 @@ class NodeShare:
         return data
 
     def put(self, name: str, data: dict) -> None:
-        self.store.set(self.prefix + name, json.dumps(data))
+        self.exchange.put(self.prefix + name, data)
 
 
 def rendezvous(exchange: Exchange):
