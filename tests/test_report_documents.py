@@ -69,6 +69,36 @@ def test_b():
     assert "every" not in text.lower()
 
 
+@pytest.mark.parametrize("xdist", [[], ["-n", "1"]], ids=["serial", "xdist"])
+def test_a_run_killed_in_its_first_test_leaves_a_report_of_the_machine(pytester, xdist):
+    """xdist's controller collects nothing: the first partial report came with the first test's
+    report, so a run killed during its first test left none."""
+    pytester.makepyfile(test_f="""
+import pathlib, time
+
+def test_first():
+    out, deadline = pathlib.Path("out.json"), time.monotonic() + 20
+    while time.monotonic() < deadline and not out.exists():
+        time.sleep(0.05)
+    pathlib.Path("started").write_text(str(out.exists()))
+    time.sleep(120)
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *xdist, "--gputopo-machine",
+                             "dgx-a100", "--gputopo-json", "out.json"], cwd=pytester.path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    started = pytester.path / "started"
+    try:
+        deadline = time.monotonic() + 90
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert started.read_text() == "True"
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert doc["complete"] is False and len(doc["topology"]["gpus"]) == 8
+
+
 def test_the_partial_report_holds_each_check_outcome_as_it_comes(pytester):
     """Most health-check items of a recorded machine measure nothing: each one's outcome is in the
     partial report as soon as the item has finished all the same (read after each item by a hook)."""

@@ -236,8 +236,10 @@ class JsonProgress:
         self.config = config
         self.known: set = set()  # (test, property, value) already written (a test's later phases repeat them)
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        write_reports(run_of(self.config), complete=False)  # a run ended during its first test leaves the topology
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # A run ended during its first test leaves the topology (xdist's controller collects nothing).
+        write_reports(run_of(self.config), complete=False)
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

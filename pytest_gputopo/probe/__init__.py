@@ -41,21 +41,20 @@ class BootRecord(Protocol):
     def put(self, key: str, value: dict) -> None: ...
 
 
-def probe(machine: str | None = None, *, p2p_text: dict | None = None, needs=model.ALL_FACTS,
+def probe(machine: str | None = None, *, needs=model.ALL_FACTS,
           boot_record: BootRecord | None = None) -> model.Topology:
     """The topology as this process sees it. ``machine``: a bundled name, a profile (.json) or
     ``nvidia-smi topo -m`` text file; None probes this host, learning only the facts ``needs`` names
     (``model.NVML``, ``CUDA``, ``TORCH``: the others stay unknown)."""
-    return learn(machine, p2p_text=p2p_text, needs=needs, boot_record=boot_record).topology
+    return learn(machine, needs=needs, boot_record=boot_record).topology
 
 
-def learn(machine: str | None = None, *, p2p_text: dict | None = None, needs=model.ALL_FACTS,
-          boot_record: BootRecord | None = None) -> Learned:
+def learn(machine: str | None = None, *, needs=model.ALL_FACTS, boot_record: BootRecord | None = None) -> Learned:
     """``probe``, with what was probed and what was taken from this boot's record."""
     if machine is None:
         return _learn_this_host(frozenset(needs), boot_record)
     if _is_text(machine):
-        return Learned(_as_cuda_sees_it(_from_smi_file(machine, p2p_text or {}), None))
+        return Learned(_as_cuda_sees_it(_from_smi_file(machine), None))
     return Learned(_as_cuda_sees_it(probe_recorded(machine), None))
 
 
@@ -63,7 +62,7 @@ def reference(name_or_path: str) -> model.Topology:
     """A reference machine for ``--gputopo-expect`` (a bundled name, a profile, or ``nvidia-smi``
     text), whole and in nvidia-smi's numbering: CUDA_VISIBLE_DEVICES applies to the job, not to it."""
     if _is_text(name_or_path):
-        return _from_smi_file(name_or_path, {})
+        return _from_smi_file(name_or_path)
     return probe_recorded(name_or_path)
 
 
@@ -260,15 +259,15 @@ def _is_text(machine: str) -> bool:
     return Path(machine).suffix.lower() in (".txt", ".log", ".out") and os.path.lexists(machine)
 
 
-def _from_smi_file(path: str, p2p_paths: dict) -> model.Topology:
+def _from_smi_file(path: str) -> model.Topology:
+    """``nvidia-smi topo -m`` text as a machine."""
     from ..parse import smi_machine, smi_topo
 
     try:
         smi = smi_topo.parse_topo_matrix(files.read_text(path))
-        p2p = {cap: smi_machine.parse_p2p_matrix(files.read_text(p)) for cap, p in p2p_paths.items()}
     except (OSError, smi_topo.SmiParseError) as exc:
         raise MachineError(f"{path}: {exc}") from None
-    return smi_machine.to_topology(smi, p2p, name=path)
+    return smi_machine.to_topology(smi, {}, name=path)
 
 
 def _as_cuda_sees_it(topology: model.Topology, view) -> model.Topology:
