@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 from .core import model, schema, table, thresholds
+from .core.units import counted
 from .parse import smi_machine
 from .parse import smi_topo as smi_text
 from .parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
@@ -132,7 +133,7 @@ def cmd_record(args) -> int:
         raise CliError(f"-o {args.output}: cannot write: {exc.strerror or exc}") from None
     for w in topology.warnings:
         print(terminal(f"warning: {w}"), file=sys.stderr)
-    print(terminal(f"wrote {args.output}: {len(topology.gpus)} GPUs, {report.header_line(topology)}"))
+    print(terminal(f"wrote {args.output}: {counted(len(topology.gpus), 'GPU')}, {report.header_line(topology)}"))
     for source in sources:
         for note in source.get("notes", ()):
             print(terminal(f"  {note}"))
@@ -305,7 +306,7 @@ def sweep_plan(args, topology: model.Topology):
     if args.gpus is None:
         ranks = count if args.ranks is None else args.ranks
         if ranks > count:
-            raise CliError(f"--ranks {ranks}: this host has {count} GPUs (one rank per GPU)")
+            raise CliError(f"--ranks {ranks}: this host has {counted(count, 'GPU')} (one rank per GPU)")
         devices = list(range(ranks))
     else:
         named = args.gpus.split(",")
@@ -358,7 +359,7 @@ def cmd_bench(args) -> int:
     if backend == "gloo":
         _check_gloo_ranks(args, ranks, max(sizes))
     timeout = args.timeout if args.timeout is not None else 60 + 4 * args.budget * len(sizes)
-    print(f"gputopo: measuring an all-reduce sweep: {ranks} ranks, {backend}, {len(sizes)} sizes "
+    print(f"gputopo: measuring an all-reduce sweep: {counted(ranks, 'rank')}, {backend}, {counted(len(sizes), 'size')} "
           f"(up to {timeout:g} s) ...", file=sys.stderr, flush=True)
     try:
         result = run_allreduce(ranks, sizes, backend=backend, dtype=NCCL_TESTS_TYPES[args.datatype],

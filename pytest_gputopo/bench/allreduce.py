@@ -52,6 +52,7 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..core.collectives import allreduce_factor
+from ..core.units import counted
 from ..runtime import environ
 from ..runtime.procs import Children
 from ..parse.nccl_tuning import algo_by_size, parse_nccl_tuning
@@ -311,7 +312,7 @@ def run_allreduce(
         ranks = [peer_rank]
     else:
         if devices is not None and len(devices) < world_size:
-            raise ValueError(f"{len(devices)} devices given for {world_size} ranks")
+            raise ValueError(f"{counted(len(devices), 'device')} given for {counted(world_size, 'rank')}")
         init_method = None
         ranks = list(range(world_size))
     itemsize = ITEMSIZE[dtype]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .model import Topology
 from .spec import Figure, p2p_expected
+from .units import counted
 
 # ---------------------------------------------------------------------------------------------
 # All-reduce. Seed 004: "Time for ring all-reduce on N GPUs with link bandwidth W:
@@ -137,7 +138,7 @@ def allreduce_expected_busbw(topology: Topology, n: int | None = None,
     uniform = len({f.gbps for f in figs.values()}) == 1
     where = "every pair" if uniform else f"ring bottleneck GPU{slowest_pair[0]}-GPU{slowest_pair[1]}"
     notes = [f"busbw of a ring = the bottleneck link's per-direction rate (seed 004: t = 2(n-1)/n x B/W; "
-             f"nccl-tests busbw = algbw x 2(n-1)/n); {where} over {n} GPUs: {bottleneck.source}"]
+             f"nccl-tests busbw = algbw x 2(n-1)/n); {where} over {counted(n, 'GPU')}: {bottleneck.source}"]
     if bottleneck.label.startswith("PCIe"):
         notes.append('PCIe-only ring: "On PCI systems, the performance you get is usually determined by the '
                      'bandwidth your CPU and memory can deliver" (sjeaugey, nccl#1639: 8x RTX 5090 Gen5 busbw '

@@ -99,16 +99,16 @@ class GpuRequirement(Requirement):
 
     def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
         if isinstance(self.gpus, int) and len(topology.gpus) < self.gpus:
-            return unmet(self, [visible_text(topology)], max_pairs, "GPUs")
+            return unmet(self, [visible_text(topology)], max_pairs, "GPU")
         missing = shortfall(topology, self.gpus)
         if missing:
-            return unmet(self, [missing], max_pairs, "GPUs")
+            return unmet(self, [missing], max_pairs, "GPU")
         chosen = topology.chosen(self.gpus)
         if self.conditions and not chosen:
-            return unmet(self, [f"no GPU to judge: {visible_text(topology)}"], max_pairs, "GPUs")
+            return unmet(self, [f"no GPU to judge: {visible_text(topology)}"], max_pairs, "GPU")
         failures = [f"GPU{i} ({topology.gpus[i].name or 'unnamed'}) {problem}"
                     for i in chosen for problem in self.check_gpu(topology.gpus[i])]
-        return unmet(self, failures, max_pairs, "GPUs") if failures else Verdict(True)
+        return unmet(self, failures, max_pairs, "GPU") if failures else Verdict(True)
 
     def check_gpu(self, gpu: Gpu) -> list[str]:
         """What is wrong with ``gpu`` for each condition (empty when it meets them all)."""
@@ -219,4 +219,4 @@ class VersionRequirement(Requirement):
                 failures.append(f"{what} ({name}) {UNKNOWN if have is None else f'is {have!r}, no version'}")
             elif not meets:
                 failures.append(f"{what} ({name}) is {have}, needs {spec}")
-        return unmet(self, failures, max_pairs, "versions") if failures else Verdict(True)
+        return unmet(self, failures, max_pairs, "version") if failures else Verdict(True)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Union
 from .limits import MAX_BYTES, MAX_GPUS
 
 MAX_RANKS = 2**31 - 1  # the ranks of a run, as a launcher numbers them
-from .units import size_text
+from .units import counted, size_text
 
 COPY_KINDS = ("p2p", "p2p_staged", "p2p_bidir")
 HOST_KINDS = ("h2d", "d2h")
@@ -73,7 +73,7 @@ class AllReduce:
 
     def describe(self) -> str:
         on = f" on {', '.join(f'GPU{d}' for d in self.devices)}" if self.devices else ""
-        return f"all-reduce busbw, {self.ranks} ranks{on}, {size_text(self.size_bytes)}"
+        return f"all-reduce busbw, {counted(self.ranks, 'rank')}{on}, {size_text(self.size_bytes)}"
 
     @property
     def floor(self) -> str:
@@ -89,7 +89,7 @@ class NcclTransports:
     ranks: int
 
     def describe(self) -> str:
-        return f"NCCL's transports among {self.ranks} GPUs (a small all-reduce with NCCL_DEBUG=INFO)"
+        return f"NCCL's transports among {counted(self.ranks, 'GPU')} (a small all-reduce with NCCL_DEBUG=INFO)"
 
     def to_list(self) -> list:
         return [self.kind, self.ranks]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from .limits import MAX_NVLINKS
+from .units import counted
 
 
 class LinkClass(enum.IntEnum):
@@ -273,7 +274,7 @@ class Topology:
             return self._by_pair[key]
         except KeyError:
             raise KeyError(f"no GPU pair GPU{key[0]}-GPU{key[1]} on this machine "
-                           f"({len(self.gpus)} GPUs)") from None
+                           f"({counted(len(self.gpus), 'GPU')})") from None
 
     def p2p(self, a: int, b: int) -> bool | None:
         """Whether ``cuda:a`` and ``cuda:b`` can do P2P read and write (None: unknown)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .model import Topology
 from .requirements import link_text
+from .units import counted
 
 
 
@@ -29,7 +30,7 @@ def regressions(reference: Topology, actual: Topology, all_visible: bool = True)
     so fewer GPUs than the reference is itself a regression."""
     found = []
     if all_visible and len(actual.gpus) < len(reference.gpus):
-        found.append(f"{len(actual.gpus)} GPUs visible, the reference has {len(reference.gpus)}")
+        found.append(f"{counted(len(actual.gpus), 'GPU')} visible, the reference has {len(reference.gpus)}")
     ref_of = {}
     for gpu in actual.gpus:
         match = _physical_match(reference, gpu)
@@ -40,7 +41,7 @@ def regressions(reference: Topology, actual: Topology, all_visible: bool = True)
         ref_of[gpu.index] = (match, where)
         ref = reference.gpus[match]
         if gpu.active_nvlinks < ref.active_nvlinks:
-            found.append(f"{where} has {gpu.active_nvlinks} active NVLinks, the reference {ref.active_nvlinks}")
+            found.append(f"{where} has {counted(gpu.active_nvlinks, 'active NVLink')}, the reference {ref.active_nvlinks}")
         # The current generation is not compared: an idle GPU drops to Gen1 to save power. The
         # maximum (for this device and system) and the current width are what a lost link lowers.
         for what, have, want, note in (
@@ -60,7 +61,7 @@ def regressions(reference: Topology, actual: Topology, all_visible: bool = True)
         if ref.label is not None and (link.label is None or link.label < ref.label):
             found.append(f"{name} are linked by {link_text(link)}, the reference by {ref.label}")
         elif (ref.nvlinks or 0) > (link.nvlinks or 0):
-            found.append(f"{name} have {link.nvlinks} NVLinks, the reference {ref.nvlinks}")
+            found.append(f"{name} have {counted(link.nvlinks or 0, 'NVLink')}, the reference {ref.nvlinks}")
         if ref.p2p_works and not link.p2p_works:
             state = "unknown" if link.p2p_works is None else "lost"
             found.append(f"{name} P2P {state} (the reference can do P2P)")

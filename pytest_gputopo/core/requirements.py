@@ -17,6 +17,7 @@ from .model import ALL_FACTS, CUDA, NVML, Link, LinkClass, LinkLabel, Topology, 
 from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, is_bandwidth, show_value
 from . import judgement, keys
 from .thresholds import gbps_text
+from .units import counted
 
 # How many failing pairs a test's skip reason names before "and N more" (a run gate lists all).
 REASON_PAIRS = 3
@@ -71,7 +72,7 @@ def shortfall(topology: Topology, gpus, need_pair: bool = False) -> str | None:
     need = gpus if gpus is not None else (2 if need_pair else 0)
     if len(topology.gpus) >= need:
         return None
-    return f"needs {f'{gpus} GPUs' if gpus is not None else '2 GPUs to form a pair'}, {visible_text(topology)}"
+    return f"needs {counted(gpus, 'GPU') if gpus is not None else '2 GPUs to form a pair'}, {visible_text(topology)}"
 
 
 @dataclass(frozen=True)
@@ -139,10 +140,10 @@ def visible_text(topology: Topology) -> str:
     return f"{text} ({topology.problem})" if topology.problem and not n else text
 
 
-def unmet(req: Requirement, failures: list[str], max_pairs: int | None, noun: str = "pairs") -> Verdict:
+def unmet(req: Requirement, failures: list[str], max_pairs: int | None, noun: str = "pair") -> Verdict:
     shown = failures if max_pairs is None else failures[:max_pairs]
     more = len(failures) - len(shown)
-    reason = f"{req}: " + "; ".join(shown) + (f"; and {more} more {noun}" if more else "")
+    reason = f"{req}: " + "; ".join(shown) + (f"; and {counted(more, 'more ' + noun)}" if more else "")
     return Verdict(False, reason, tuple(failures))
 
 
@@ -297,9 +298,9 @@ class BandwidthRequirement(FactRequirement):
         threshold rule (``plugin.verdicts.judge_figure``, ``core.judgement``)."""
         missing = shortfall(topology, self.gpus)
         if missing:
-            return unmet(self, [missing], max_items, "measurements")
+            return unmet(self, [missing], max_items, "measurement")
         if not judgements:
-            return unmet(self, [f"nothing to measure: {visible_text(topology)}"], max_items, "measurements")
+            return unmet(self, [f"nothing to measure: {visible_text(topology)}"], max_items, "measurement")
         failures, sources, broken = [], [], False
         for j in judgements:
             fig, state = j.measured, j.state
@@ -324,7 +325,7 @@ class BandwidthRequirement(FactRequirement):
                     sources.append(fig.source)
         if not failures:
             return Verdict(True)
-        verdict = unmet(self, failures, max_items, "measurements")
+        verdict = unmet(self, failures, max_items, "measurement")
         if sources:  # a recorded machine's figures: say once where they were published
             note = "; ".join(sources)
             verdict = Verdict(False, f"{verdict.reason} (recorded figures, not measured here: {note})", verdict.failures)

@@ -13,6 +13,7 @@ from .keys import COPY_KINDS, HOST_KINDS
 from .limits import (MAX_BYTES, MAX_CPUS, MAX_GBPS, MAX_GPUS, MAX_MEMORY_BYTES, MAX_NICS, MAX_NUMA_NODES, MAX_NVLINKS,
                      MAX_PCIE_GEN, MAX_PCIE_WIDTH, MAX_WARNINGS, is_bandwidth, show_value)
 from .model import COMPUTE_MODES, P2P, P2P_CAPS, Gpu, Link, LinkClass, NvLink, P2PStatus, Source, Topology
+from .units import counted
 
 SCHEMA_VERSION = 1
 
@@ -219,7 +220,7 @@ def from_dict(d: Any, path: str = "") -> Topology:
             seen[key, value] = i
     listed = _list(d, "links", p)
     if len(listed) > len(gpus) * (len(gpus) - 1) // 2:
-        raise SchemaError(f"{p}links", f"{len(listed)} entries for {len(gpus)} GPUs (one per pair)")
+        raise SchemaError(f"{p}links", f"{len(listed)} entries for {counted(len(gpus), 'GPU')} (one per pair)")
     links = tuple(_link_from(ln, f"{p}links[{i}]", len(gpus)) for i, ln in enumerate(listed))
     pairs = {(ln.a, ln.b) for ln in links}
     if len(pairs) != len(links):

@@ -1,10 +1,17 @@
-"""Units as the plugin writes them: sizes in binary units (as nccl-tests reads ``-b 1G``), exact."""
+"""Units as the plugin writes them: sizes in binary units (as nccl-tests reads ``-b 1G``), exact; counts
+with their noun agreeing (``1 test``, ``2 tests``)."""
 
 from __future__ import annotations
 
 import re
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 test``, ``0 tests``, ``3 more pairs`` (noun ``"more pair"``): a count and its noun, singular
+    for one only; ``plural`` where adding an s is wrong (``"entry"``, ``"entries"``)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def size_text(n: int) -> str:

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..core.units import counted
 from .cells import IDENT_RE, INT_RE, NA, NAN_RE, BadCell, cell_count, cell_float, cell_ident, cell_int
 from .cuda_samples import looks_like_p2p
 
@@ -283,7 +284,7 @@ class _Table:
         notes = list(dict.fromkeys(self.notes))  # each reason once, in order
         nranks = len(self.ranks) if self.ranks else self.info_nranks
         if self.ranks and self.info_nranks is not None and self.info_nranks != len(self.ranks):
-            notes.append(f"the device lines list {len(self.ranks)} ranks but NCCL reports nranks "
+            notes.append(f"the device lines list {counted(len(self.ranks), 'rank')} but NCCL reports nranks "
                          f"{self.info_nranks}; the device lines are used")
         if not self.summary:
             notes.append("no summary lines ('# Out of bounds values', '# Avg bus bandwidth'): the text "

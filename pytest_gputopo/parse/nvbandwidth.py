@@ -37,6 +37,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..core.units import counted
 from .cells import INT_RE, NA, BadCell, cell_float
 from .cuda_samples import looks_like_p2p
 
@@ -475,7 +476,7 @@ class _Reader:
                                          tuple(m.freeze(tc.name) for m in tc.matrices)))
         notes = list(dict.fromkeys(self.notes))
         if len(notes) > MAX_WARNINGS:
-            notes[MAX_WARNINGS - 1:] = [f"... and {len(notes) - MAX_WARNINGS + 1} more warnings"]
+            notes[MAX_WARNINGS - 1:] = [f"... and {counted(len(notes) - MAX_WARNINGS + 1, 'more warning')}"]
         return Nvbandwidth(version=self.version, driver_version=self.driver, cuda_runtime_version=self.cuda,
                            devices=tuple((i, name, bus) for i, (name, bus) in self.devices.items()),
                            testcases=tuple(testcases), warnings=tuple(notes))

@@ -20,6 +20,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..core.units import counted
 from .cells import INT_RE, BadCell, cell_float
 
 __all__ = ["NvlinkStatusParseError", "LinkState", "GpuLinks", "NvlinkStatus", "parse_nvlink_status",
@@ -228,7 +229,7 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
     if not any(g.links or g.all_inactive for g in read):
         raise NvlinkStatusParseError(_why_refused(headers, link_lines, other_lines))
     if len(notes) > MAX_WARNINGS:  # a long foreign text: the first ones, then how many more
-        notes[MAX_WARNINGS:] = [f"... and {len(notes) - MAX_WARNINGS} more warnings"]
+        notes[MAX_WARNINGS:] = [f"... and {counted(len(notes) - MAX_WARNINGS, 'more warning')}"]
     return NvlinkStatus(tuple(read), tuple(dict.fromkeys(notes)))
 
 

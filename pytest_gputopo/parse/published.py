@@ -29,6 +29,7 @@ import dataclasses
 
 from ..core import model
 from ..core.limits import is_bandwidth
+from ..core.units import counted
 from .cuda_samples import P2PBandwidthLatency
 from .nvbandwidth import Nvbandwidth
 from .nvlink_status import NvlinkStatus
@@ -86,7 +87,7 @@ def _same_gpus(tool: str, file: str, count: int, topology: model.Topology, buses
     GPUs from that tool (nvidia-smi ignores CUDA_VISIBLE_DEVICES; a container's NVIDIA_VISIBLE_DEVICES
     is what it sees)."""
     if count != len(topology.gpus):
-        raise ToolOutputError(f"{file}: {tool} saw {count} GPUs and the machine has {len(topology.gpus)}: another "
+        raise ToolOutputError(f"{file}: {tool} saw {counted(count, 'GPU')} and the machine has {len(topology.gpus)}: another "
                               f"machine, or another {visible} (run it with every GPU visible)")
     for index, bus in buses:
         known = topology.gpus[index].pci_bus_id if index < count else None

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..core import model
+from ..core.units import counted
 
 TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 # Tolerate case and lost spaces ("CPUAffinity") in a mangled header.
@@ -322,7 +323,7 @@ def _trailing(label: str, fields: list, layout: str, columns: tuple, warnings: l
     writes an extra empty field before GPU NUMA ID, so that column takes the last value."""
     if layout == SPACES and fields and len(fields) != len(columns):
         # Space-aligned text drops empty cells, so which value belongs where is unknowable.
-        warnings.append(f"{label}: {len(fields)} values for {len(columns)} trailing columns in "
+        warnings.append(f"{label}: {counted(len(fields), 'value')} for {counted(len(columns), 'trailing column')} in "
                         f"space-aligned text; they are left unknown")
         return {}
     values = {}
@@ -390,7 +391,7 @@ def parse_topo_matrix(text: str) -> SmiTopo:
                 row = row[:-1] + [""]
         present = sum(1 for f in row if f)  # an empty cell is a missing one (a cut tab row)
         if present < n and trailing is not None:
-            warnings.append(f"{d} row has {present} of {n} cells")
+            warnings.append(f"{d} row has {present} of {counted(n, 'cell')}")
         for other, raw in zip(devices, row):
             if not raw:
                 continue

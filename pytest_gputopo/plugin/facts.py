@@ -14,6 +14,7 @@ import time
 from ..bench.suite import BenchSuite, SharedFolder
 from ..core import collectives, keys, spec
 from ..core.model import Topology
+from ..core.units import counted
 from ..nccl.expect import expected_transports, fallback_summary, find_fallbacks
 from ..nccl.settings import read_settings
 from ..runtime import environ
@@ -106,7 +107,7 @@ def expected(run: GputopoRun, key: keys.Key):
     if suite(run).world_size is not None:
         return None, "an all-reduce across the ranks of the run (no single link to judge it by)"
     fig = collectives.allreduce_expected_busbw(topology, key.ranks, key.devices)
-    among = ", ".join(f"GPU{d}" for d in key.devices) if key.devices else f"{key.ranks} GPUs"
+    among = ", ".join(f"GPU{d}" for d in key.devices) if key.devices else counted(key.ranks, "GPU")
     return fig, (fig.label if fig else f"links among {among} (unknown)")
 
 

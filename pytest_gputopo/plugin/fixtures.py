@@ -62,7 +62,9 @@ class RankFacts:
         from ..render.report import source_text
 
         first = unmet[0]
-        others = f" and {len(unmet) - 1} more ranks" if len(unmet) > 1 else ""
+        from ..core.units import counted
+
+        others = f" and {counted(len(unmet) - 1, 'more rank')}" if len(unmet) > 1 else ""
         message = terminal(f"{reason}: unmet on {first.where}{others} [{source_text(first.topology)}]")
         self._node.user_properties.append((UNMET_PROPERTY, reason))
         if self._run.settings.strict if strict is None else strict:

@@ -206,6 +206,7 @@ def pytest_collection(session: pytest.Session) -> None:
     except GateError as exc:
         raise pytest.UsageError(str(exc)) from None
     if problems:
+        run.derived["gate_problems"] = problems  # the reports' verdict: a run stopped here FAILED
         from ..render.escape import terminal
         from ..render.report import source_text
 
@@ -215,7 +216,9 @@ def pytest_collection(session: pytest.Session) -> None:
         for p in problems:
             tw.line(f"  - {terminal(p)}", red=True)
         reporter.write_github_summary(run, tw.line, problems)
-        pytest.exit(f"gputopo: run gate unmet ({len(problems)} problems); exit status {GATE_EXIT_STATUS}",
+        from ..core.units import counted
+
+        pytest.exit(f"gputopo: run gate unmet ({counted(len(problems), 'problem')}); exit status {GATE_EXIT_STATUS}",
                     returncode=GATE_EXIT_STATUS)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from ..core.units import counted
 from .escape import terminal, terminal_lines
 
 if TYPE_CHECKING:  # annotations only: loading the plugin does not load the model
@@ -41,11 +42,11 @@ def p2p_summary(topology: Topology) -> str:
         return "P2P: no pairs"
     works = Counter(ln.p2p_works for ln in pairs)
     if works[True] == len(pairs):
-        return f"P2P OK on all {len(pairs)} pairs"
+        return "P2P OK on " + ("the one pair" if len(pairs) == 1 else f"all {len(pairs)} pairs")
     parts = [f"{works[True]} OK"] if works[True] else []
     parts += [f"{works[False]} refused"] if works[False] else []
     parts += [f"{works[None]} unknown"] if works[None] else []
-    return f"P2P {', '.join(parts)} of {len(pairs)} pairs"
+    return f"P2P {', '.join(parts)} of {counted(len(pairs), 'pair')}"
 
 
 def header_line(topology: Topology) -> str:
@@ -154,7 +155,7 @@ def skip_summary(counts: Counter, strict: Counter, topologies: list) -> str | No
     parts += [f"{req} x{n} (strict: failed)" for req, n in sorted(strict.items())]
     total = sum(counts.values()) + sum(strict.values())
     sources = "; ".join(dict.fromkeys(source_text(t) for t in topologies))
-    return terminal(f"gputopo: {total} tests not run for unmet requirements: {', '.join(parts)} [{sources}]")
+    return terminal(f"gputopo: {counted(total, 'test')} not run for unmet requirements: {', '.join(parts)} [{sources}]")
 
 
 def json_document(topology: Topology, results: list, checks: list, own: list = (), lost: list = ()) -> dict:

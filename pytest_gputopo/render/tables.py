@@ -5,6 +5,7 @@ output, nvbandwidth and p2pBandwidthLatencyTest matrices)."""
 from __future__ import annotations
 
 from ..core import model
+from ..core.units import counted
 from ..parse.nccl_log import NcclLog, transport_family
 from ..parse.nccl_tests import NcclTestsResult
 from ..parse.smi_topo import SmiTopo
@@ -62,7 +63,7 @@ def nccl_log_lines(log: NcclLog) -> list[str]:
     else:
         lines.append("NCCL version: not in the log")
     if log.n_ranks is not None:
-        nodes = f" on {log.n_nodes} nodes" if log.n_nodes else ""
+        nodes = f" on {counted(log.n_nodes, 'node')}" if log.n_nodes else ""
         lines.append(f"ranks: {log.n_ranks}{nodes}")
     if log.network:
         plugin = " (external plugin)" if log.net_plugin else ""
@@ -105,7 +106,7 @@ def p2p_status_lines(matrix: tuple[tuple[str, ...], ...]) -> list[str]:
 
 def p2p_test_lines(result: P2PBandwidthLatency) -> list[str]:
     """Per p2pBandwidthLatencyTest matrix: its size and the off-diagonal (GPU pairs) spread."""
-    lines = [f"p2pBandwidthLatencyTest: {result.n_gpus} GPUs"]
+    lines = [f"p2pBandwidthLatencyTest: {counted(result.n_gpus, 'GPU')}"]
     for title, matrix in result.matrices.items():
         pairs = [v for i, row in enumerate(matrix) for j, v in enumerate(row) if i != j and v is not None]
         lines.append(f"{title}: {len(matrix)}x{max(map(len, matrix), default=0)}, pairs {_spread(pairs)}")
