@@ -81,6 +81,9 @@ class Verdict:
     reason: str = ""
     failures: tuple[str, ...] = ()  # one entry per unmet pair (or the count shortfall)
     broken: bool = False  # a benchmark returned wrong data: a broken node, a failure even when not strict
+    # A met verdict that rests on figures recorded for the machine, not measured here: what and
+    # where they were published, which every output of a passed test must say ("" otherwise).
+    recorded: str = ""
 
 
 @dataclass(frozen=True)
@@ -141,10 +144,14 @@ def visible_text(topology: Topology) -> str:
 
 
 def unmet(req: Requirement, failures: list[str], max_pairs: int | None, noun: str = "pair") -> Verdict:
-    shown = failures if max_pairs is None else failures[:max_pairs]
-    more = len(failures) - len(shown)
-    reason = f"{req}: " + "; ".join(shown) + (f"; and {counted(more, 'more ' + noun)}" if more else "")
-    return Verdict(False, reason, tuple(failures))
+    return Verdict(False, f"{req}: {listed(failures, max_pairs, noun)}", tuple(failures))
+
+
+def listed(items: list[str], most: int | None, noun: str) -> str:
+    """``a; b; c; and 2 more pairs``: the first ``most`` items (None: all), then how many are left out."""
+    shown = items if most is None else items[:most]
+    more = len(items) - len(shown)
+    return "; ".join(shown) + (f"; and {counted(more, 'more ' + noun)}" if more else "")
 
 
 def link_text(link: Link) -> str:
@@ -316,20 +323,35 @@ class BandwidthRequirement(FactRequirement):
                 failures.append(f"{fig.what}: {fig.text()}, slower than the same copy staged through the host "
                                 f"({gbps_text(j.staged_gbps)} GB/s): not P2P")
             elif state == judgement.BELOW:
-                expected = j.expected
-                exp = (f", expected {gbps_text(expected.gbps)} from {j.basis}" if expected is not None
-                       else f" ({j.basis})")
-                by = f" ({j.set_by})" if j.set_by else ""
-                failures.append(f"{fig.what}: {fig.text()}, needed {gbps_text(j.needed_gbps)}{by}{exp}")
+                failures.append(_against(j))
                 if fig.source and fig.source not in sources:
                     sources.append(fig.source)
         if not failures:
-            return Verdict(True)
+            return self._met(judgements, max_items)
         verdict = unmet(self, failures, max_items, "measurement")
         if sources:  # a recorded machine's figures: say once where they were published
             note = "; ".join(sources)
             verdict = Verdict(False, f"{verdict.reason} (recorded figures, not measured here: {note})", verdict.failures)
         return Verdict(False, verdict.reason, verdict.failures, broken)
+
+    def _met(self, judgements: list[judgement.Judgement], max_items: int | None) -> Verdict:
+        """Met; where a figure behind it was recorded for the machine (published, never measured
+        here), the verdict says which, against what, and where it was published."""
+        recorded = [j for j in judgements if j.measured.origin == "recorded"]
+        if not recorded:
+            return Verdict(True)
+        sources = "; ".join(dict.fromkeys(j.measured.source for j in recorded if j.measured.source))
+        shown = listed([_against(j) for j in recorded], max_items, "measurement")
+        published = f" (published: {sources})" if sources else ""
+        return Verdict(True, recorded=f"{self}: met on recorded figures, not measured here: {shown}{published}")
+
+
+def _against(j: judgement.Judgement) -> str:
+    """A figure against its threshold: what, the figure, what it needed and what the link should give."""
+    fig, expected = j.measured, j.expected
+    exp = f", expected {gbps_text(expected.gbps)} from {j.basis}" if expected is not None else f" ({j.basis})"
+    by = f" ({j.set_by})" if j.set_by else ""
+    return f"{fig.what}: {fig.text()}, needed {gbps_text(j.needed_gbps)}{by}{exp}"
 
 
 def _among(gpus, index: int) -> bool:

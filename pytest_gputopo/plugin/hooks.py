@@ -262,9 +262,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     from .verdicts import evaluate
 
     run = run_of(item.config)
+    recorded = []
     for requirement, strict in found:
         outcome = evaluate(run, requirement)
         if outcome.reason is None:
+            recorded += [outcome.recorded] if outcome.recorded else []
             continue
         item.user_properties.append((reporter.UNMET_PROPERTY, str(requirement)))
         reason = terminal(outcome.reason)  # a reason names GPUs by the names their profile gives
@@ -274,6 +276,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.fail(reason, pytrace=False)
         # Reported at the test's own location, as pytest's skip markers are.
         raise pytest.skip.Exception(reason, _use_item_location=True)
+    reporter.say_recorded(item, recorded)
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    """A test that passed on figures recorded for the machine says so in its own line (-v, -rA)."""
+    return reporter.recorded_status(report)
 
 
 @pytest.hookimpl(wrapper=True)

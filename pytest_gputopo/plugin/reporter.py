@@ -163,6 +163,7 @@ def report_document(run: GputopoRun) -> dict:
             entry["expected"] = {"gbps": None if fig is None else fig.gbps, "basis": basis, "floor": ratio,
                                  "needed_gbps": needed}
     document["unmet"] = _unmet_tests(run.config)
+    document["gate"] = list(run.derived.get("gate_problems", ()))  # the run gate that stopped the run, if one did
     document["nccl"] = _nccl(run)
     if run.ranks is not None:
         from ..core.schema import to_dict

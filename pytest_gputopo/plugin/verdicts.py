@@ -27,10 +27,12 @@ from .run import GputopoRun
 @dataclass(frozen=True)
 class Outcome:
     """A requirement's verdict for the run: ``reason`` None when met; ``broken`` when a benchmark
-    returned wrong data (a broken node: a failure even when not strict)."""
+    returned wrong data (a broken node: a failure even when not strict); ``recorded``, of a met one,
+    the figures recorded for the machine (not measured here) it rests on, in words ("" when none)."""
 
     reason: str | None
     broken: bool = False
+    recorded: str = ""
 
 
 def evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
@@ -49,10 +51,10 @@ def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
         mine = {"reason": None if verdict.ok else verdict.reason, "broken": verdict.broken}
         gathered = run.all_ranks(f"verdict/{requirement}", mine)
         if len(gathered) == 1:
-            return Outcome(mine["reason"], mine["broken"])
+            return Outcome(mine["reason"], mine["broken"], verdict.recorded)
         unmet = [(r, d) for r, d in enumerate(gathered) if d["reason"]]
-        if not unmet:
-            return Outcome(None)
+        if not unmet:  # met everywhere: each rank says what its own verdict rests on
+            return Outcome(None, recorded=verdict.recorded)
         rank, first = unmet[0]
         return Outcome(f"rank {rank}: {first['reason']}", any(d["broken"] for _, d in unmet))
     nodes = run.nodes()
@@ -141,6 +143,8 @@ def judge_bandwidth(run: GputopoRun, requirement: reqs.BandwidthRequirement,
     judgements = [judge_figure(run, key, requirement.gbps, requirement.floor)[1] for key in needed]
     verdict = requirement.judge(topology, judgements, max_items)
     if verdict.ok:
+        if verdict.recorded:
+            return dataclasses.replace(verdict, recorded=f"{verdict.recorded} [{report.source_text(topology)}]")
         return verdict
     return reqs.Verdict(False, f"{verdict.reason} [{report.source_text(topology)}]", verdict.failures, verdict.broken)
 
