@@ -294,3 +294,21 @@ def test_nvlinks_down_and_a_pcie_link_trained_down_are_coloured_and_said(pyteste
     assert [t for a, t in cells(gpus) if a.get("class") == "failed"] == ["Gen3 x8 (max Gen5 x16), trained down"]
     page = _run(pytester, "hgx-h100")
     assert not [t for a, t in cells(page.split("<h2>Machine</h2>")[1].split("</table>")[0]) if a.get("class") == "failed"]
+
+
+def test_the_first_screen_docs_report_md_shows_is_the_one_drawn(pytester):
+    """docs/report.md shows the first screen of a degraded machine's report: each piece of it is on the
+    page, in that order (the table's columns are written apart by two spaces or more)."""
+    import html
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "report.md").read_text()
+    shown = doc.split("opens, in a 1400×900 window, on:\n\n```\n")[1].split("```")[0]
+    page = _run(pytester, DEGRADED, "--gputopo-check", "full")
+    banner = page.split('<section id="verdict"')[1].split("</section>")[0]
+    text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", banner)))
+    at = 0
+    for piece in (p for line in shown.splitlines() for p in re.split(r"\s{2,}", line.strip()) if p):
+        assert piece in text[at:], (piece, text[at:at + 300])
+        at = text.index(piece, at) + len(piece)
