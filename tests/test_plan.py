@@ -94,6 +94,16 @@ def test_the_plan_names_each_verdict_and_why(pytester):
     assert not list(pytester.path.glob("ran-*"))
 
 
+def test_a_test_that_would_pass_on_recorded_figures_says_so(pytester):
+    """Nothing is measured on a recorded machine: a plan that lets a bandwidth test run says which
+    recorded figure it rests on, as the run does."""
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-machine", "dgx-a100",
+                                "-k", "p2p_bw")
+    result.stdout.fnmatch_lines(["RUN test_suite.py::test_p2p_bw - min_p2p_bw(gpus=2): met on recorded figures, not "
+                                 "measured here: GPU0->GPU1 copy, P2P: recorded 272.0 GB/s, needed 210.0*"])
+
+
 def test_the_plan_is_of_the_selected_tests(pytester):
     """-k, -m and other plugins' deselection apply first, as in the run."""
     pytester.makepyfile(test_suite=SUITE)
@@ -104,7 +114,7 @@ def test_the_plan_is_of_the_selected_tests(pytester):
 def test_the_json_plan_says_what_decides_each_test(pytester):
     pytester.makepyfile(test_suite=SUITE)
     doc = _plan(pytester, "--gputopo-machine", "single-gpu", "-k", "eight or plain")
-    assert doc["schema"] == 1 and doc["strict"] is False
+    assert doc["schema"] == 1 and doc["strict"] is False and doc["gate"] == []
     assert doc["tests"] == [
         {"nodeid": "test_suite.py::test_plain", "verdict": "run", "reason": "no gputopo marker", "requirement": None,
          "would_measure": []},

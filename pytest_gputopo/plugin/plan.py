@@ -99,17 +99,19 @@ def _entry(run: GputopoRun, item, reqs, memo: dict, checks) -> Entry:
         return Entry(item.nodeid, RUN, CHECK)
     if not reqs:
         return Entry(item.nodeid, RUN, "no gputopo marker")
+    met = []
     for requirement, strict in reqs:  # as the run's setup: the first unmet requirement decides
         outcome, measure = _judged(run, requirement, memo)
         if measure:
             return Entry(item.nodeid, UNKNOWN, f"{requirement}: would measure {'; '.join(measure)}",
                          str(requirement), measure)
-        if outcome.reason is None:
+        if outcome.reason is None:  # met: on figures recorded for the machine, it says so
+            met.append(outcome.recorded or f"{requirement}: met")
             continue
         verdict = unmet_verdict(run, outcome, strict)
         reason = f"broken node: {outcome.reason}" if verdict == BROKEN else outcome.reason
         return Entry(item.nodeid, verdict, reason, str(requirement))
-    return Entry(item.nodeid, RUN, f"{', '.join(str(r) for r, _ in reqs)}: met")
+    return Entry(item.nodeid, RUN, "; ".join(met))
 
 
 def _judged(run: GputopoRun, requirement, memo: dict) -> tuple:
@@ -156,6 +158,8 @@ def show(run: GputopoRun, entries: list[Entry], reporter) -> None:
         reporter.write_line(f"RUN gputopo-check - {checks} health check{'s' * (checks != 1)} "
                             f"(--gputopo-check {run.settings.check}): each outcome is the check's", **MARKUP[RUN])
     found = ", ".join(f"{n} {COUNTED[v]}" for v, n in counts(entries).items() if n) or "no test selected"
+    if run.derived.get("gate_problems"):  # the gate already said why, cause by cause
+        found = "the run gate is unmet: no test would run (exit status 8)"
     reporter.write_line(f"gputopo plan on {where(run)}: {found}; no test ran ({terminal(run.settings.plan_from)})",
                         bold=True)
 
@@ -168,6 +172,7 @@ def document(run: GputopoRun, entries: list[Entry]) -> dict:
         "machine": str(run.topology.source) if learned else None,  # "recorded:NAME", "text:FILE", "NVML"
         "this_host": run.topology.is_this_host if learned else True,
         "strict": run.settings.strict,
+        "gate": list(run.derived.get("gate_problems", ())),  # an unmet run gate's problems: no test would run
         "counts": counts(entries),
         "tests": [{"nodeid": e.nodeid, "verdict": e.verdict, "reason": e.reason, "requirement": e.requirement,
                    "would_measure": list(e.measure)} for e in entries],
