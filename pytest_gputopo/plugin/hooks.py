@@ -54,6 +54,10 @@ def pytest_configure(config: pytest.Config) -> None:
     learn = _learner(config)
     config.stash[RUN] = GputopoRun(config, settings, Machine(shared(shared_dir, learn) if shared_dir else learn),
                                    shared_dir=shared_dir)
+    if settings.plan:  # a dry run: its plugin shows the selected tests' verdicts instead of running them
+        from .plan import Plan
+
+        config.pluginmanager.register(Plan(run_of(config), ITEM_REQS), "gputopo-plan")
     if settings.asks_machine:  # an option asks: learned now, and handed to xdist workers
         from ..core.model import ALL_FACTS
 
@@ -270,7 +274,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if not found:
         return
     from ..render.escape import terminal
-    from .verdicts import evaluate
+    from .verdicts import BROKEN, FAIL, evaluate, unmet_verdict
 
     run = run_of(item.config)
     recorded = []
@@ -282,9 +286,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         item.user_properties.append((reporter.UNMET_PROPERTY, str(requirement)))
         item.user_properties += [(reporter.CAUSE_PROPERTY, cause) for cause in outcome.causes]
         reason = terminal(outcome.reason)  # a reason names GPUs by the names their profile gives
-        if outcome.broken:  # wrong data is a broken node: never a skip
+        verdict = unmet_verdict(run, outcome, strict)  # the rule a plan (--gputopo-plan) shows
+        if verdict == BROKEN:  # wrong data is a broken node: never a skip
             pytest.fail(f"broken node: {reason}", pytrace=False)
-        if run.settings.strict if strict is None else strict:
+        if verdict == FAIL:
             pytest.fail(reason, pytrace=False)
         # Reported at the test's own location, as pytest's skip markers are.
         raise pytest.skip.Exception(reason, _use_item_location=True)

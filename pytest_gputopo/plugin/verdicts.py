@@ -37,6 +37,19 @@ class Outcome:
     causes: tuple[str, ...] = ()  # of an unmet one judged on the topology: a GPU or the machine (``core.causes``)
 
 
+# What a test's gputopo requirements make of it: ``hooks.pytest_runtest_setup`` acts on it, a plan
+# (``plan``) shows it. The first unmet requirement, in the order they are read, decides.
+RUN, SKIP, FAIL, BROKEN = "run", "skip", "fail", "broken"
+
+
+def unmet_verdict(run: GputopoRun, outcome: Outcome, strict: bool | None) -> str:
+    """What an unmet requirement does to its test: BROKEN (a benchmark returned wrong data: a failure
+    even when not strict), FAIL (strict: the marker's ``strict=``, else the run's), else SKIP."""
+    if outcome.broken:
+        return BROKEN
+    return FAIL if (run.settings.strict if strict is None else strict) else SKIP
+
+
 def evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
     """A marker's requirement, judged once per run. On topology facts it is judged on the combined
     view of every node (the same decision on every rank); on measurements, on each rank's own node

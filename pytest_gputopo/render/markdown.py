@@ -34,14 +34,21 @@ def _matrix(topology: Topology) -> list[str]:
 
 
 def _figures(doc: dict) -> list[str]:
+    """A row per figure, with its origin (measured, cached, recorded); then the measurements without a
+    figure, each reason once with what it left without one: no row and no origin where nothing was had."""
+    from .verdict import no_figures
+
     rows = []
     for m in doc.get("measurements") or []:
+        if m.get("gbps") is None:
+            continue
         exp = m.get("expected") or {}
-        have = "—" if m.get("gbps") is None else f"{m['gbps']:.3g}"
         expected = "?" if exp.get("gbps") is None else f"{exp['gbps']:.3g}"
         needed = "?" if exp.get("needed_gbps") is None else f"{exp['needed_gbps']:.3g}"
-        rows.append([m.get("what", ""), have, expected, needed, m.get("origin", ""), m.get("error") or ""])
-    return _table(["measurement", "GB/s", "expected", "needed", "origin", "error"], rows) if rows else []
+        rows.append([m.get("what", ""), f"{m['gbps']:.3g}", expected, needed, m.get("origin", ""), m.get("error") or ""])
+    lines = _table(["measurement", "GB/s", "expected", "needed", "origin", "error"], rows) if rows else []
+    absent = [f"- No figure for {_cell(what)}: {_cell(reason)}" for what, reason in no_figures(doc)]
+    return lines + ([""] if lines and absent else []) + absent
 
 
 def summary(doc: dict, gate_causes: list | None = None) -> str:
