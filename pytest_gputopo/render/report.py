@@ -158,6 +158,16 @@ def skip_summary(counts: Counter, strict: Counter, topologies: list) -> str | No
     return terminal(f"gputopo: {counted(total, 'test')} not run for unmet requirements: {', '.join(parts)} [{sources}]")
 
 
+def recorded_summary(counts: Counter, topologies: list) -> str | None:
+    """One line counting tests that passed on figures recorded for the machine, per requirement."""
+    if not counts:
+        return None
+    parts = ", ".join(f"{req} x{n}" for req, n in sorted(counts.items()))
+    sources = "; ".join(dict.fromkeys(source_text(t) for t in topologies))
+    return terminal(f"gputopo: {counted(sum(counts.values()), 'test')} passed on figures recorded for the machine, "
+                    f"not measured here: {parts} [{sources}]")
+
+
 def json_document(topology: Topology, results: list, checks: list, own: list = (), lost: list = ()) -> dict:
     """What ``--gputopo-json`` writes. Every measurement keeps its origin: ``measured`` here,
     ``cached`` (measured here earlier), or ``recorded`` (published for a recorded machine);
