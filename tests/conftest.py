@@ -14,16 +14,18 @@ needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (d
                                                             "where it can)")
 
 
-def browser_render(page: Path, tmp_path: Path):
-    """Debian's chromium, headless: the page as a PNG (its size in bytes) and as its DOM, with the
-    browser's log (console errors show there as CONSOLE / Uncaught)."""
+def browser_render(page: Path, tmp_path: Path, size: str = "1400,2000"):
+    """Debian's chromium, headless, in a window of ``size``: the page as a PNG (its size in bytes) and
+    as its DOM (after the page's scripts ran), with the browser's log (console errors show there as
+    CONSOLE / Uncaught)."""
     common = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
               "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
               "--user-data-dir=" + str(tmp_path / "profile")]
-    shot = subprocess.run(common + ["--window-size=1400,2000", f"--screenshot={tmp_path / 'page.png'}",
+    shot = subprocess.run(common + [f"--window-size={size}", f"--screenshot={tmp_path / 'page.png'}",
                                     page.as_uri()], capture_output=True, text=True, timeout=120)
     png = (tmp_path / "page.png").stat().st_size if (tmp_path / "page.png").exists() else 0
-    dom = subprocess.run(common + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run(common + [f"--window-size={size}", "--dump-dom", page.as_uri()], capture_output=True,
+                         text=True, timeout=120)
     return png, dom.stdout, shot.stderr + dom.stderr
 
 

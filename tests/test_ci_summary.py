@@ -31,11 +31,11 @@ def test_a_failed_check_is_summarised_and_annotated(pytester, summary):
     assert "recorded:hgx-h100-nvlink-down (a recorded machine, not this host)" in text
 
 
-def test_an_unmet_run_gate_is_summarised_and_annotated_before_the_run_stops(pytester, summary):
+def test_an_unmet_run_gate_is_summarised_and_annotated(pytester, summary):
     pytester.makepyfile(test_x="def test_a(): pass\n")
     result = pytester.runpytest("--gputopo-machine", "4x-rtx4090", "--gputopo-require", "gpus>=8")
     assert result.ret == GATE_EXIT_STATUS
-    result.stdout.fnmatch_lines(["::error title=gputopo run gate::requires_gpus(8): 4 visible"])
+    result.stdout.fnmatch_lines(["::error title=gputopo run gate requires_gpus(8)::requires_gpus(8): 4 visible"])
     assert "**Run gate unmet** \\[recorded:4x-rtx4090 (a recorded machine, not this host)\\]:\n\n- requires\\_gpus(8): 4 visible" \
         in summary.read_text()
 
@@ -57,3 +57,17 @@ def test_annotations_escape_as_github_reads_them():
     assert annotation("gputopo check p2p[GPU0,GPU1]", "50% of\nexpected") == \
         "::error title=gputopo check p2p[GPU0%2CGPU1]::50%25 of%0Aexpected"
     assert annotation("a: b", "c: d") == "::error title=a%3A b::c: d"
+
+
+def test_a_measurement_without_a_figure_is_said_once_per_reason_with_no_origin(pytester, summary):
+    """A recorded machine with no figure published for some kinds of copy: the summary has a row (and
+    an origin) only for each figure there is, and says once why the others have none -- not a row of
+    "—" labelled "recorded" per measurement, each repeating the same error."""
+    pytester.makepyfile(test_x="def test_a(): pass\n")
+    pytester.runpytest("--gputopo-machine", "dgx-a100", "--gputopo-check", "full")
+    text = summary.read_text()
+    assert "—" not in text and text.count("none published for recorded:dgx-a100") == 1
+    assert ("- No figure for 28 copies staged through the host, 28 P2P copies both ways at once, "
+            "8 device -\\> host copies: none published for recorded:dgx-a100, which is not this host and cannot be "
+            "measured") in text
+    assert len([line for line in text.splitlines() if line.endswith("| recorded |  |")]) == 28 + 16 + 1  # the figures

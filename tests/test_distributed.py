@@ -190,6 +190,23 @@ def test_two_nodes_on_loopback_show_a_header_per_node(suite_dir):
     assert rank0 == rank1 and "test_dist.py::test_nvlink_collective" in rank0["skipped"]
 
 
+def test_an_unmet_gate_on_one_node_is_the_same_failed_cause_on_every_rank(suite_dir):
+    """The gate is judged on every node, once: each rank fails the same gate test, named by the node
+    and GPU at fault, and ends with exit status 8; rank 0 alone prints the causes."""
+    port = free_port()
+    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+                   "-m", "pytest", "-p", "no:cacheprovider", "--gputopo-require", "link>=NV12",
+                   env={"GPUTOPO_TEST_MACHINES": "hgx-h100,hgx-h100-nvlink-down"})
+    assert out.returncode != 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "exitcode: 8" in out.stderr or "exitcode  : 8" in out.stderr, out.stderr[-3000:]
+    rank0, rank1 = outcomes(suite_dir, 2)
+    assert rank0 == rank1 and "passed" not in rank0
+    (failed,) = rank0["failed"]
+    assert failed.startswith("gputopo-gate::rank 1 (") and failed.endswith("):GPU5")
+    assert out.stdout.count("this machine does not meet the run's requirements") == 1
+    assert "  - rank 1 (" in out.stdout and "): GPU5: all 7 of its pairs fail requires_link('NV12')" in out.stdout
+
+
 def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
     """Under torchrun the all-reduce spans every rank (one worker each); every rank gets the same
     figure and the same verdict."""

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from pytest_gputopo.cli import main as gputopo
+from pytest_gputopo.core.causes import Cause
 from pytest_gputopo.probe import probe
 from pytest_gputopo.render import escape, markdown, report
 from pytest_gputopo.render.html import html_report
@@ -244,7 +245,7 @@ def test_a_summary_cell_cannot_split_a_row_hide_the_rest_or_open_a_code_span(tmp
     bad = "a\rb | <!-- c `d` <b>e</b> &amp;"
     doc = {**_run_document(topology, "skipped", bad), "measurements": []}
     doc["checks"][0]["outcome"] = "failed"
-    text = markdown.summary(doc, [bad])
+    text = markdown.summary(doc, [Cause(bad, bad, [bad])])
     assert "\r" not in text and "<!--" not in text and "`" not in text.replace("\\`", "")
     tokens = MD.parse(text)
     assert not [t for t in tokens if t.type == "html_inline" or

@@ -164,11 +164,14 @@ def test_fact_gate_terms_name_every_gpu_and_unknown_is_unmet(pytester):
     result = run(pytester, "dgx-a100", "def test_a(): pass\n", "--gputopo-require",
                  "cc>=9.0@2,memory>=80,nccl>=2.18")
     assert result.ret == GATE_EXIT_STATUS
+    # Each GPU that falls short is a cause, its finding the evidence; a version stands alone.
     result.stdout.fnmatch_lines([
         "gputopo: this machine does not meet the run's requirements [[]recorded:dgx-a100*]:",
-        "  - requires_gpus(2, compute_capability='>=9.0'): GPU0 (NVIDIA A100-SXM4-80GB) has compute capability "
+        "  - GPU0: has compute capability 8.0, needs >=9.0",
+        "      requires_gpus(2, compute_capability='>=9.0'): GPU0 (NVIDIA A100-SXM4-80GB) has compute capability "
         "8.0, needs >=9.0",
-        "  - requires_gpus(2, compute_capability='>=9.0'): GPU1 *",
+        "  - GPU1: has compute capability 8.0, needs >=9.0",
+        "      requires_gpus(2, compute_capability='>=9.0'): GPU1 *",
         "  - requires_versions(nccl='>=2.18'): the NCCL torch loads (nccl) is unknown (no source reported it)",
     ])
     assert "min_memory_gb" not in result.stdout.str()  # 85.9e9 bytes are 80 GB as GPUs are sold

@@ -162,16 +162,24 @@ def test_require_gate_passes_on_a_machine_that_meets_it(pytester):
     run(pytester, "hgx-h100", "--gputopo-require", "gpus>=8,p2p,link>=NV18").assert_outcomes(passed=6)
 
 
-def test_require_gate_stops_before_collection_listing_every_unmet_pair(pytester):
+def test_require_gate_stops_before_collection_naming_each_cause_then_its_pairs(pytester):
+    """An unmet gate collects none of the run's tests: each cause is a failed test instead, the
+    machine first (here no pair can do P2P, and none is linked at PXB), then what stands alone."""
     result = run(pytester, "4x-rtx4090", "--gputopo-require", "gpus>=8,p2p,link>=PXB")
     assert result.ret == GATE_EXIT_STATUS
     result.stdout.fnmatch_lines([
         "gputopo: this machine does not meet the run's requirements [[]recorded:4x-rtx4090*]:",
+        "  - the machine: all 6 pairs of the 4 GPUs fail requires_p2p: cannot do P2P*; all 6 pairs of the 4 GPUs "
+        "fail requires_link('PXB'): are linked by NODE (6 pairs)",
+        "      requires_p2p: GPU0-GPU1 cannot do P2P*",
+        "*",
+        "      requires_p2p: GPU2-GPU3 cannot do P2P*",
+        "*",
         "  - requires_gpus(8): 4 visible",
-        "  - requires_p2p: GPU0-GPU1 cannot do P2P*",
-        "  - requires_p2p: GPU2-GPU3 cannot do P2P*",
+        "gputopo: the run's tests are not collected; 2 causes, each a failed test gputopo-gate::<cause>",
     ])
-    assert "collected" not in result.stdout.str()
+    result.assert_outcomes(failed=2)
+    assert "test_marked" not in result.stdout.str()  # the run's own tests are not even collected
 
 
 def test_require_gate_from_ini_and_env(pytester, monkeypatch):

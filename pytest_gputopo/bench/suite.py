@@ -30,6 +30,8 @@ from .subproc import CopyWorker
 
 # Benchmarks every rank of a distributed run takes part in at once.
 ACROSS_RANKS = (keys.AllReduce, keys.NcclTransports)
+# The origin of a result a plan (--gputopo-plan) stands in for a measurement: never a figure, never kept.
+PLANNED = "planned"
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,8 @@ class BenchResult:
     key: keys.Key
     what: str  # "all-reduce busbw, 8 ranks (nccl), 1 GiB"
     gbps: float | None
-    origin: str  # "measured", "recorded" (published for a recorded machine), "cached" (measured earlier)
+    origin: str  # "measured", "recorded" (published for a recorded machine), "cached" (measured earlier),
+    # or PLANNED (a plan's stand-in for a measurement it does not make)
     source: str | None = None  # where a recorded figure was published
     error: str | None = None  # why there is no figure, or why the measurement failed
     detail: dict = field(default_factory=dict, compare=False)  # the measurement, with units
@@ -187,6 +190,9 @@ class BenchSuite:
         # Told when a measurement starts (``progress(what, None, 0)``) and ends (with its result and
         # seconds): only measurements, never a cached, shared or recorded figure.
         self.progress: Callable[[str, BenchResult | None, float], None] | None = None
+        # A plan (--gputopo-plan): a list, where each measurement the run would make is appended instead
+        # of made; figures at hand (recorded, cached) are still taken. None: measure.
+        self.planned: list[keys.Key] | None = None
 
     def close(self) -> None:
         """End what the suite keeps running between benchmarks (the copy child, if it lives)."""
@@ -211,7 +217,9 @@ class BenchSuite:
     def get(self, key: keys.Key) -> BenchResult:
         result = self._results.get(key)
         if result is None:
-            result = self._results[key] = self._obtain(key)
+            result = self._obtain(key)
+            if result.origin != PLANNED:  # a plan's stand-in is asked again, so each asker lists the key
+                self._results[key] = result
         return result
 
     # -- where a figure comes from ----------------------------------------------------------------
@@ -230,6 +238,8 @@ class BenchSuite:
         if isinstance(key, keys.AllReduce):  # the cache outlives the run: name what else makes the figure
             s = self.settings
             name += f"-{s.allreduce_backend}-{s.allreduce_engine}-{s.allreduce_sched}"
+        if self.planned is not None:  # nothing is measured: no lock to wait for; a cached figure is still taken
+            return self._cached_or_measured(key, name)
         if self._across_ranks is not None and isinstance(key, ACROSS_RANKS):
             # Every rank takes part at once: a host lock would deadlock the ranks of one node.
             return self._cached_or_measured(key, name)
@@ -333,6 +343,9 @@ class BenchSuite:
         if not gloo and not self.topology.gpus:
             why = self.topology.problem or "no GPU visible"
             return BenchResult(key, key.describe(), None, "measured", error=f"cannot measure on this host: {why}")
+        if self.planned is not None:
+            self.planned.append(key)
+            return BenchResult(key, key.describe(), None, PLANNED, error="a plan (--gputopo-plan) measures nothing")
         if self.progress is None:
             return self._measure_now(key)
         self.progress(key.describe(), None, 0.0)

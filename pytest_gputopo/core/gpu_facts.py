@@ -10,6 +10,7 @@ import fnmatch
 from dataclasses import dataclass
 
 from . import hardware
+from .causes import Finding
 from .limits import MAX_MEMORY_BYTES, show_value
 from .model import CUDA, NVML, TORCH, Gpu, Topology
 from .requirements import (MIG_INSTANCE, REASON_PAIRS, Requirement, RequirementError, Verdict, gpus_arg, gpus_text,
@@ -106,9 +107,21 @@ class GpuRequirement(Requirement):
         chosen = topology.chosen(self.gpus)
         if self.conditions and not chosen:
             return unmet(self, [f"no GPU to judge: {visible_text(topology)}"], max_pairs, "GPU")
-        failures = [f"GPU{i} ({topology.gpus[i].name or 'unnamed'}) {problem}"
-                    for i in chosen for problem in self.check_gpu(topology.gpus[i])]
+        failures = [f.line for f in self.findings(topology)]
         return unmet(self, failures, max_pairs, "GPU") if failures else Verdict(True)
+
+    def findings(self, topology: Topology) -> list[Finding]:
+        """Each GPU's unmet conditions, naming the GPU (``core.causes``); the count apart: see ``evaluate``."""
+        if not self._judged(topology):
+            return [Finding(f) for f in self.evaluate(topology, None).failures]
+        return [Finding(f"GPU{i} ({topology.gpus[i].name or 'unnamed'}) {problem}", (f"GPU{i}",), problem)
+                for i in topology.chosen(self.gpus) for problem in self.check_gpu(topology.gpus[i])]
+
+    def _judged(self, topology: Topology) -> bool:
+        """Whether each GPU is judged (the GPUs named are there, and there is one to judge)."""
+        if isinstance(self.gpus, int) and len(topology.gpus) < self.gpus:
+            return False
+        return not shortfall(topology, self.gpus) and not (self.conditions and not topology.chosen(self.gpus))
 
     def check_gpu(self, gpu: Gpu) -> list[str]:
         """What is wrong with ``gpu`` for each condition (empty when it meets them all)."""
@@ -220,3 +233,7 @@ class VersionRequirement(Requirement):
             elif not meets:
                 failures.append(f"{what} ({name}) is {have}, needs {spec}")
         return unmet(self, failures, max_pairs, "version") if failures else Verdict(True)
+
+    def findings(self, topology: Topology) -> list[Finding]:
+        """Each unmet version: about no GPU (``core.causes``)."""
+        return [Finding(f) for f in self.evaluate(topology, None).failures]

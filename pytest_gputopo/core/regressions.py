@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .causes import Finding
 from .model import Topology
 from .requirements import link_text
 from .units import counted
@@ -28,20 +29,32 @@ def regressions(reference: Topology, actual: Topology, all_visible: bool = True)
     physical GPUs the job sees are compared with the same physical GPUs of the reference, and named
     as nvidia-smi numbers them. ``all_visible``: the job may see every GPU (no CUDA_VISIBLE_DEVICES),
     so fewer GPUs than the reference is itself a regression."""
+    return [f.line for f in compared(reference, actual, all_visible)[1]]
+
+
+def compared(reference: Topology, actual: Topology, all_visible: bool = True) -> tuple[tuple[str, ...], list[Finding]]:
+    """``regressions`` as findings (``core.causes``), each naming the GPUs it is about, with the
+    names of the GPUs compared GPU by GPU and pair by pair."""
     found = []
+
+    def add(line: str, gpus: tuple[str, ...] = (), what: str = "") -> None:
+        found.append(Finding(line, gpus, what or line, "-".join(gpus)))
+
     if all_visible and len(actual.gpus) < len(reference.gpus):
-        found.append(f"{counted(len(actual.gpus), 'GPU')} visible, the reference has {len(reference.gpus)}")
+        add(f"{counted(len(actual.gpus), 'GPU')} visible, the reference has {len(reference.gpus)}")
     ref_of = {}
     for gpu in actual.gpus:
         match = _physical_match(reference, gpu)
         where = f"GPU{gpu.nvml_index if gpu.nvml_index is not None else gpu.index}"
         if match is None:
-            found.append(f"{where} is not in the reference (no GPU with its UUID, bus id or number)")
+            what = "is not in the reference (no GPU with its UUID, bus id or number)"
+            add(f"{where} {what}", (where,), what)
             continue
         ref_of[gpu.index] = (match, where)
         ref = reference.gpus[match]
         if gpu.active_nvlinks < ref.active_nvlinks:
-            found.append(f"{where} has {counted(gpu.active_nvlinks, 'active NVLink')}, the reference {ref.active_nvlinks}")
+            what = f"has {counted(gpu.active_nvlinks, 'active NVLink')}, the reference {ref.active_nvlinks}"
+            add(f"{where} {what}", (where,), what)
         # The current generation is not compared: an idle GPU drops to Gen1 to save power. The
         # maximum (for this device and system) and the current width are what a lost link lowers.
         for what, have, want, note in (
@@ -51,18 +64,21 @@ def regressions(reference: Topology, actual: Topology, all_visible: bool = True)
             if want is not None and (have is None or have < want):
                 shown = "unknown" if have is None else ("x" if "width" in what else "Gen") + str(have)
                 wanted = ("x" if "width" in what else "Gen") + str(want)
-                found.append(f"{where} {what} is {shown}, the reference {wanted}{note}")
+                add(f"{where} {what} is {shown}, the reference {wanted}{note}", (where,),
+                    f"{what} is {shown}, the reference {wanted}{note}")
     for link in actual.pairs():
         if link.a not in ref_of or link.b not in ref_of:
             continue
         (ra, wa), (rb, wb) = ref_of[link.a], ref_of[link.b]
         ref = reference.link(ra, rb)
-        name = f"{wa}-{wb}"
+        name, pair = f"{wa}-{wb}", (wa, wb)
         if ref.label is not None and (link.label is None or link.label < ref.label):
-            found.append(f"{name} are linked by {link_text(link)}, the reference by {ref.label}")
+            what = f"are linked by {link_text(link)}, the reference by {ref.label}"
+            add(f"{name} {what}", pair, what)
         elif (ref.nvlinks or 0) > (link.nvlinks or 0):
-            found.append(f"{name} have {counted(link.nvlinks or 0, 'NVLink')}, the reference {ref.nvlinks}")
+            what = f"have {counted(link.nvlinks or 0, 'NVLink')}, the reference {ref.nvlinks}"
+            add(f"{name} {what}", pair, what)
         if ref.p2p_works and not link.p2p_works:
-            state = "unknown" if link.p2p_works is None else "lost"
-            found.append(f"{name} P2P {state} (the reference can do P2P)")
-    return found
+            what = f"P2P {'unknown' if link.p2p_works is None else 'lost'} (the reference can do P2P)"
+            add(f"{name} {what}", pair, what)
+    return tuple(where for _, where in ref_of.values()), found

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from .model import ALL_FACTS, CUDA, NVML, Link, LinkClass, LinkLabel, Topology, link_satisfies
 from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, is_bandwidth, show_value
 from . import judgement, keys
+from .causes import Finding
 from .thresholds import gbps_text
 from .units import counted
 
@@ -109,12 +110,18 @@ class Requirement:
         raise NotImplementedError
 
     def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
+        found = self.findings(topology)
+        return unmet(self, [f.line for f in found], max_pairs) if found else Verdict(True)
+
+    def findings(self, topology: Topology) -> list[Finding]:
+        """Each unmet pair, naming its two GPUs (``core.causes``: a GPU in every failing pair is
+        their cause), or the GPUs missing."""
         missing = shortfall(topology, self.gpus, need_pair=True)
         if missing:
-            return unmet(self, [missing], max_pairs)
-        failures = [f"{ln.name} {problem}" for ln in topology.pairs(self.gpus)
-                    if (problem := mig_pair(topology, ln) or self.check_pair(ln)) is not None]
-        return unmet(self, failures, max_pairs) if failures else Verdict(True)
+            return [Finding(missing)]
+        return [Finding(f"{ln.name} {problem}", (f"GPU{ln.a}", f"GPU{ln.b}"), problem, ln.name)
+                for ln in topology.pairs(self.gpus)
+                if (problem := mig_pair(topology, ln) or self.check_pair(ln)) is not None]
 
 
 MIG_INSTANCE = "a process sees a MIG instance, never the whole GPU"

@@ -11,7 +11,7 @@ import importlib.metadata
 import json
 import time
 
-from ..bench.suite import BenchSuite, SharedFolder
+from ..bench.suite import PLANNED, BenchSuite, SharedFolder
 from ..core import collectives, keys, spec
 from ..core.model import Topology
 from ..core.units import counted
@@ -55,6 +55,8 @@ def suite(run: GputopoRun) -> BenchSuite:
     from .progress import Progress
 
     found.progress = Progress(run)
+    if run.settings.plan:  # a dry run: what would be measured is listed, never measured
+        found.planned = []
     return found
 
 
@@ -189,21 +191,25 @@ def nccl_view(run: GputopoRun, observe: bool = False) -> NcclView:
     settings = read_settings(*environ.nccl_inputs())
     vendor = environ.cpu_vendor() if topology.is_this_host else None
     expectations = expected_transports(topology, settings, vendor)
-    account, origin = None, "predicted from NCCL's settings and NVML"
+    account, origin, planned = None, "predicted from NCCL's settings and NVML", False
     s = suite(run) if observe else None
     if observe and topology.is_this_host and (len(topology.gpus) >= 2 or s.world_size):
         across = s.world_size is not None  # one GPU per rank, across nodes: pairs are ranks, not GPUs
         result = s.get(keys.NcclTransports(s.world_size or len(topology.gpus)))
+        planned = result.origin == PLANNED
         if result.error is None and result.detail:
             log = result.detail["log"]
             account = {"pairs": {} if across else result.detail["pairs"], "transports": log["transports"],
                        "families": log.get("families", []), "gdrdma": log["gdrdma"]}
             origin = "NCCL's own log"
         else:
-            origin += f" (NCCL's own account failed: {result.error})"
+            origin += (" (NCCL's own run is not made in a plan)" if planned
+                       else f" (NCCL's own account failed: {result.error})")
     elif observe:
         origin += " (NCCL does not run here)" if topology.is_this_host else " (not this host: NCCL cannot run on it)"
-    view = run.derived["nccl_view"] = NcclView(topology, settings, expectations, account, origin, observe)
+    view = NcclView(topology, settings, expectations, account, origin, observe)
+    if not planned:  # a plan's view is not kept: each requirement resting on NCCL's run lists that run
+        run.derived["nccl_view"] = view
     return view
 
 

@@ -17,11 +17,9 @@ from ..runtime import environ
 from . import hookspecs, markers, options, reporter
 from .fixtures import gputopo, gputopo_bench, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
 from .machine import Machine, item_facts, shared
-from .run import RANKS_EXIT_STATUS, RUN, GputopoRun, Ranks, run_of
+from .run import GATE_EXIT_STATUS, RANKS_EXIT_STATUS, RUN, GputopoRun, Ranks, run_of
 from .settings import read as read_settings
 
-# Exit status of a run stopped by --gputopo-require or --gputopo-expect (pytest uses 0-5).
-GATE_EXIT_STATUS = 8
 ITEM_REQS = pytest.StashKey[list]()  # a test's (requirement, strict) pairs, read at collection
 PROBE_NOTES = pytest.StashKey[tuple]()  # what the probe asked and what it took from this boot's record
 # xdist: what the controller hands each worker
@@ -56,6 +54,10 @@ def pytest_configure(config: pytest.Config) -> None:
     learn = _learner(config)
     config.stash[RUN] = GputopoRun(config, settings, Machine(shared(shared_dir, learn) if shared_dir else learn),
                                    shared_dir=shared_dir)
+    if settings.plan:  # a dry run: its plugin shows the selected tests' verdicts instead of running them
+        from .plan import Plan
+
+        config.pluginmanager.register(Plan(run_of(config), ITEM_REQS), "gputopo-plan")
     if settings.asks_machine:  # an option asks: learned now, and handed to xdist workers
         from ..core.model import ALL_FACTS
 
@@ -194,32 +196,45 @@ def _header(run: GputopoRun) -> list[str]:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection(session: pytest.Session) -> None:
-    """Run gates, before the first test is collected."""
+def pytest_collection(session: pytest.Session) -> bool | None:
+    """Run gates, before the first test is collected. Unmet, the run's tests are not collected: its
+    items are one failing test per cause (``gate``), and the run ends with exit status 8."""
     run = run_of(session.config)
     if run.worker or (run.settings.require is None and run.settings.expect is None):
-        return
-    from .verdicts import GateError, gate_problems
+        return None
+    from .verdicts import GateError, gate_causes
 
     try:
-        problems = gate_problems(run)
+        problems, causes = gate_causes(run)
     except GateError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if problems:
-        run.derived["gate_problems"] = problems  # the reports' verdict: a run stopped here FAILED
-        from ..render.escape import terminal
-        from ..render.report import source_text
-
+    if not causes:
+        return None
+    run.derived["gate_problems"] = problems  # the reports' verdict: a run stopped here FAILED
+    run.derived["gate_causes"] = causes
+    planned = session.config.pluginmanager.has_plugin("gputopo-plan")  # runs nothing: these lines are its verdict
+    if run.speaks:
         tw = session.config.get_terminal_writer()
-        tw.line(f"gputopo: this machine does not meet the run's requirements "
-                f"[{source_text(run.topology)}]:", red=True, bold=True)
-        for p in problems:
-            tw.line(f"  - {terminal(p)}", red=True)
-        reporter.write_github_summary(run, tw.line, problems)
-        from ..core.units import counted
+        for i, line in enumerate(reporter.gate_lines(run, causes, as_tests=not planned)):
+            tw.line(line, red=True, bold=i == 0)
+    from .gate import gate_items
 
-        pytest.exit(f"gputopo: run gate unmet ({counted(len(problems), 'problem')}); exit status {GATE_EXIT_STATUS}",
-                    returncode=GATE_EXIT_STATUS)
+    session.items = [] if planned else gate_items(session, causes)
+    session.ihook.pytest_collection_finish(session=session)
+    session.testscollected = len(session.items)
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """An unmet run gate runs its own items here, in the process that decided it: under xdist the
+    controller, whose workers' tests never run."""
+    run = session.config.stash.get(RUN, None)
+    if run is None or "gate_causes" not in run.derived or session.config.option.collectonly:
+        return None
+    for i, item in enumerate(session.items):
+        item.ihook.pytest_runtest_protocol(item=item, nextitem=session.items[i + 1] if i + 1 < len(session.items) else None)
+    return True
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
@@ -259,7 +274,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if not found:
         return
     from ..render.escape import terminal
-    from .verdicts import evaluate
+    from .verdicts import BROKEN, FAIL, evaluate, unmet_verdict
 
     run = run_of(item.config)
     recorded = []
@@ -269,10 +284,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             recorded += [outcome.recorded] if outcome.recorded else []
             continue
         item.user_properties.append((reporter.UNMET_PROPERTY, str(requirement)))
+        item.user_properties += [(reporter.CAUSE_PROPERTY, cause) for cause in outcome.causes]
         reason = terminal(outcome.reason)  # a reason names GPUs by the names their profile gives
-        if outcome.broken:  # wrong data is a broken node: never a skip
+        verdict = unmet_verdict(run, outcome, strict)  # the rule a plan (--gputopo-plan) shows
+        if verdict == BROKEN:  # wrong data is a broken node: never a skip
             pytest.fail(f"broken node: {reason}", pytrace=False)
-        if run.settings.strict if strict is None else strict:
+        if verdict == FAIL:
             pytest.fail(reason, pytrace=False)
         # Reported at the test's own location, as pytest's skip markers are.
         raise pytest.skip.Exception(reason, _use_item_location=True)
@@ -325,3 +342,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     run = session.config.stash.get(RUN, None)
     if run is not None:
         reporter.write_reports(run, complete=True)
+    # Its causes failed as tests (or, in a plan, ran as nothing): the run's status says the gate.
+    if run is not None and "gate_causes" in run.derived and session.exitstatus in (0, 1, 5):
+        session.exitstatus = GATE_EXIT_STATUS

@@ -79,6 +79,10 @@ OPTIONS = {o.name: o for o in (
                             "again instead of taking them from this boot's record in pytest's cache"),
     Option("rank-timeout", "SECONDS", "under torchrun: how long a rank waits for the others to report "
                                       "their topology or a verdict before the run ends with a reason (default 120)"),
+    Option("plan", None, "a dry run: print each selected test's verdict (run, skip, fail, broken, or unknown until "
+                         "a benchmark measures) and why, on this host or --gputopo-machine, and run no test and no "
+                         "benchmark; exit status 0"),
+    Option("plan-json", "PATH", "write the plan as JSON to PATH (implies --gputopo-plan)"),
 )}
 
 TRUE = ("1", "true", "yes", "on")

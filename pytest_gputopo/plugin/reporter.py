@@ -17,6 +17,7 @@ from .run import GputopoRun, run_of
 CHECK_PROPERTY = "gputopo_check"
 OWN_PROPERTY = "gputopo_test_measurement"
 UNMET_PROPERTY = "gputopo_unmet"  # the requirement a test did not run for
+CAUSE_PROPERTY = "gputopo_cause"  # what made it unmet, where one GPU or the machine did (``core.causes``)
 RECORDED_PROPERTY = "gputopo_recorded"  # a met requirement that rests on recorded figures, not measured here
 RECORDED_WORD = "PASSED (recorded, not measured)"  # the passed line of such a test (-v, -rA)
 
@@ -98,6 +99,7 @@ def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
                        for key, value in getattr(rep, "user_properties", ()) if key == RECORDED_PROPERTY)
     view = run.derived.get("nccl_view")  # there only if this run needed NCCL's view
     lines = [view.account_line() if view is not None else None]
+    lines[:0] = _common_causes(stats) + _gate_summary(run)
     if skipped or failed or recorded:
         from ..render import report
 
@@ -109,6 +111,55 @@ def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
     from ..render.escape import terminal_lines
 
     return terminal_lines(lines)
+
+
+def gate_lines(run: GputopoRun, causes: list, as_tests: bool = True) -> list[str]:
+    """An unmet run gate, as it stops the run: the verdict, then each cause (``core.causes``: a GPU,
+    the machine, or a finding alone) and the findings that show it, each a terminal line;
+    ``as_tests``: each cause is then a failed test (not in a plan, which runs nothing)."""
+    from ..core.units import counted
+    from ..render.escape import terminal_lines
+    from ..render.report import source_text
+    from .gate import NODEID
+
+    lines = [f"gputopo: this machine does not meet the run's requirements [{source_text(run.topology)}]:"]
+    for cause in causes:
+        first, *evidence = cause.lines(indent="    ")
+        lines += [f"  - {first}"] + [f"  {line}" for line in evidence]
+    lines.append(f"gputopo: the run's tests are not collected" + (f"; {counted(len(causes), 'cause')}, each a "
+                                                                   f"failed test {NODEID}::<cause>" if as_tests else ""))
+    return terminal_lines(lines)
+
+
+def _gate_summary(run: GputopoRun) -> list[str]:
+    """The last word of a run an unmet gate stopped: its causes and exit status."""
+    causes = run.derived.get("gate_causes")
+    if not causes:
+        return []
+    from ..core.units import counted
+    from .run import GATE_EXIT_STATUS
+
+    return [f"gputopo: run gate unmet: {counted(len(causes), 'cause')} ({', '.join(c.name for c in causes)}); "
+            f"exit status {GATE_EXIT_STATUS}"]
+
+
+def _common_causes(stats: dict) -> list[str]:
+    """One line per GPU (or machine) that made the requirements of several tests unmet."""
+    tests, unmet = {}, {}
+    for outcome in ("skipped", "failed", "error"):
+        for rep in stats.get(outcome, []):
+            props = getattr(rep, "user_properties", ())
+            for key, value in props:
+                if key == CAUSE_PROPERTY and getattr(rep, "when", None) == "setup":
+                    tests.setdefault(value, set()).add(rep.nodeid)
+                    unmet.setdefault(value, Counter()).update(v for k, v in props if k == UNMET_PROPERTY)
+    if not any(len(nodeids) > 1 for nodeids in tests.values()):
+        return []
+    from ..core.units import counted
+
+    return [f"gputopo: {subject} is the common cause of {counted(len(nodeids), 'test')} not run: "
+            + ", ".join(f"{req} x{n}" for req, n in sorted(unmet[subject].items()))
+            for subject, nodeids in tests.items() if len(nodeids) > 1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,6 +244,7 @@ def report_document(run: GputopoRun) -> dict:
             entry["expected"] = {"gbps": None if fig is None else fig.gbps, "basis": basis, "floor": ratio,
                                  "needed_gbps": needed}
     document["unmet"] = _unmet_tests(run.config)
+    document["gate"] = list(run.derived.get("gate_problems", ()))  # the run gate that stopped the run, if one did
     document["nccl"] = _nccl(run)
     if run.ranks is not None:
         from ..core.schema import to_dict
@@ -232,22 +284,24 @@ def _nccl(run: GputopoRun) -> dict | None:
     return {"origin": view.origin, "account_line": view.account_line(), "pairs": pairs, "fallbacks": fallbacks}
 
 
-def write_github_summary(run: GputopoRun, write_line, gate_problems: list[str] | None = None) -> None:
+def write_github_summary(run: GputopoRun, write_line) -> None:
     """Under GitHub Actions (``GITHUB_STEP_SUMMARY``): append the run's Markdown summary to the job
-    summary, and write an error annotation per unmet run-gate term or failed check through pytest's
-    terminal writer (``write_line``). Only the process that speaks for the run does it."""
+    summary, and write an error annotation per cause of an unmet run gate (its evidence in the
+    message) and per failed check through pytest's terminal writer (``write_line``). Only the process
+    that speaks for the run does it."""
     path = run.settings.github_summary
     if path is None or not run.speaks or not run.machine.learned:  # a run that never asked says nothing
         return
     from ..render import markdown
 
     document = report_document(run)
+    gate = run.derived.get("gate_causes", [])
     failed = [c for c in document["checks"] if c.get("outcome") == "failed"]
-    for title, message in ([("gputopo run gate", p) for p in gate_problems or []]
+    for title, message in ([(f"gputopo run gate {c.name}", c.text()) for c in gate]
                            + [(f"gputopo check {c['check']}", c["message"]) for c in failed]):
         write_line(markdown.annotation(title, message))
     try:
-        files.append_text(path, markdown.summary(document, gate_problems))
+        files.append_text(path, markdown.summary(document, gate))
     except OSError as exc:
         write_line(f"ERROR: GITHUB_STEP_SUMMARY: cannot append to {path}: {exc.strerror or exc}")
 

@@ -16,6 +16,8 @@ from .settings import Settings
 if TYPE_CHECKING:  # annotations only: the model is loaded by the probe, not by loading the plugin
     from ..core.model import Topology
 
+# Exit status of a run stopped by --gputopo-require or --gputopo-expect (pytest uses 0-5).
+GATE_EXIT_STATUS = 8
 # Exit status when the ranks of a distributed run cannot agree (one did not report in time).
 RANKS_EXIT_STATUS = 9
 

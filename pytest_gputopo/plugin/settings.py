@@ -35,6 +35,9 @@ class Settings(NamedTuple):  # not a dataclass: cheaper to define, and this modu
     rank_timeout_s: float = 120.0
     bench: BenchSettings = BenchSettings()
     floor_overrides: Mapping[str, float] = MappingProxyType({})  # set by option, env or ini
+    plan: bool = False  # --gputopo-plan (or --gputopo-plan-json): a dry run, no test and no benchmark run
+    plan_from: str = ""  # where the plan was asked, for its summary line: a stray ini key or variable shows
+    plan_json: str | None = None  # --gputopo-plan-json: checked writable at start
 
     @property
     def asks_machine(self) -> bool:
@@ -71,6 +74,9 @@ def read(config: pytest.Config) -> Settings:
     json_from = options.value(config, "json")[1]
     html_from = options.value(config, "html")[1]
     check = options.value(config, "check")[0]
+    plan_json = None if config.getoption("gputopo_no_plan") else options.writable_path(config, "plan-json")
+    plan_from = (options.value(config, "plan")[1] if options.flag(config, "plan")
+                 else options.value(config, "plan-json")[1] if plan_json is not None else "")
     return Settings(
         strict=options.flag(config, "strict"), machine=machine, machine_from=machine_from,
         require=require, require_from=require_from, expect=expect, expect_from=expect_from,
@@ -79,4 +85,5 @@ def read(config: pytest.Config) -> Settings:
         html=options.writable_path(config, "html"), html_from=html_from,
         github_summary=environ.github_step_summary(),
         cache=options.flag(config, "cache"), reprobe=options.flag(config, "reprobe"), rank_timeout_s=options.number(config, "rank-timeout", 120.0),
-        bench=bench, floor_overrides=options.floor_overrides(config))
+        bench=bench, floor_overrides=options.floor_overrides(config),
+        plan=bool(plan_from), plan_from=plan_from, plan_json=plan_json)

@@ -4,7 +4,7 @@ are judged.
 - ``evaluate``: a marker's requirement, once per run, the same on every rank.
 - ``judge``: a requirement on facts beyond the topology (measurements, NCCL's account).
 - ``judge_figure``: a measured figure against the one threshold rule (``threshold``).
-- ``gate_problems``: what ``--gputopo-require`` and ``--gputopo-expect`` find unmet.
+- ``gate_causes``: what ``--gputopo-require`` and ``--gputopo-expect`` find unmet, and why.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from ..core import requirements as reqs
 from ..core import collectives, keys, spec
 from ..core.expressions import parse_expression
 from ..core.judgement import MET, Judgement, Measured
-from ..core.regressions import regressions
+from ..core.causes import MACHINE, Finding, Group, causes
+from ..core.regressions import compared
 from ..probe import MachineError, reference
 from ..render import report
 from ..runtime import environ
@@ -33,6 +34,20 @@ class Outcome:
     reason: str | None
     broken: bool = False
     recorded: str = ""
+    causes: tuple[str, ...] = ()  # of an unmet one judged on the topology: a GPU or the machine (``core.causes``)
+
+
+# What a test's gputopo requirements make of it: ``hooks.pytest_runtest_setup`` acts on it, a plan
+# (``plan``) shows it. The first unmet requirement, in the order they are read, decides.
+RUN, SKIP, FAIL, BROKEN = "run", "skip", "fail", "broken"
+
+
+def unmet_verdict(run: GputopoRun, outcome: Outcome, strict: bool | None) -> str:
+    """What an unmet requirement does to its test: BROKEN (a benchmark returned wrong data: a failure
+    even when not strict), FAIL (strict: the marker's ``strict=``, else the run's), else SKIP."""
+    if outcome.broken:
+        return BROKEN
+    return FAIL if (run.settings.strict if strict is None else strict) else SKIP
 
 
 def evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
@@ -62,7 +77,9 @@ def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
         verdict = requirement.evaluate(topology)
         if not verdict.ok:
             where = f"on {view.where}: " if view is not None and len(run.ranks.views) > 1 else ""
-            return Outcome(f"{where}{verdict.reason} [{report.source_text(topology)}]")
+            group = _group(requirement, topology, view.where if where else "", str(requirement))
+            blamed = tuple(c.subject for c in causes([group]) if c.evidence)  # not a finding alone
+            return Outcome(f"{where}{verdict.reason} [{report.source_text(topology)}]", causes=blamed)
     return Outcome(None)
 
 
@@ -158,11 +175,12 @@ class GateError(ValueError):
     message names the option."""
 
 
-def gate_problems(run: GputopoRun) -> list[str]:
+def gate_causes(run: GputopoRun) -> tuple[list[str], list]:
     """Everything ``--gputopo-require`` and ``--gputopo-expect`` find unmet, on every node (the same
-    list on every rank), each failing pair named."""
+    on every rank): each finding's line, every failing pair named, and their causes
+    (``core.causes``: a GPU in all its pairs' failures, the machine itself, or a finding alone)."""
     settings = run.settings
-    problems = []
+    groups, loose = [], []
     nodes = run.nodes()
     if settings.require is not None:
         try:
@@ -174,10 +192,10 @@ def gate_problems(run: GputopoRun) -> list[str]:
             for term in terms:
                 if isinstance(term, reqs.FactRequirement):
                     continue  # judged below, on this rank's own facts
-                verdict = term.evaluate(topo, max_pairs=None)
-                if not verdict.ok:
-                    problems += [f"{prefix}{term}: {f}" for f in verdict.failures]
-        problems += _fact_gate_problems(run, [t for t in terms if isinstance(t, reqs.FactRequirement)])
+                group = _group(term, topo, _node(view), f"{prefix}{term}")
+                if group.findings:
+                    groups.append(group)
+        loose += _fact_gate_findings(run, [t for t in terms if isinstance(t, reqs.FactRequirement)])
     if settings.expect is not None:
         try:
             ref = reference(settings.expect)
@@ -186,16 +204,32 @@ def gate_problems(run: GputopoRun) -> list[str]:
         everything = environ.all_gpus_visible()
         for view, topo in nodes:
             prefix = f"{view.where}: " if view is not None else ""
-            problems += [f"{prefix}expected as {ref.source.name}: {r}"
-                         for r in regressions(ref, topo, everything)]
-    return problems
+            names, found = compared(ref, topo, everything)
+            if found:
+                groups.append(Group(f"the comparison with {ref.source.name}", names,
+                                    tuple(f.under(f"{prefix}expected as {ref.source.name}") for f in found),
+                                    _node(view)))
+    problems = [f.line for g in groups for f in g.findings] + [f.line for f in loose]
+    return problems, causes(groups, loose)
 
 
-def _fact_gate_problems(run: GputopoRun, terms: list) -> list[str]:
+def _group(requirement: reqs.Requirement, topology, node: str, scope: str) -> Group:
+    """A requirement's findings on ``topology``, each line under ``scope``, over the GPUs it judges."""
+    found = tuple(f.under(scope) for f in requirement.findings(topology))
+    names = tuple(f"GPU{i}" for i in topology.chosen(requirement.gpus))
+    whole = MACHINE if len(names) == len(topology.gpus) else " and ".join([", ".join(names[:-1]), *names[-1:]])
+    return Group(str(requirement), names, found, node, whole)
+
+
+def _node(view) -> str:
+    return view.where if view is not None else ""
+
+
+def _fact_gate_findings(run: GputopoRun, terms: list) -> list[Finding]:
     """Gate terms judged on facts (no-fallback): on each rank's own node, then shared by all ranks."""
-    mine = [("broken node: " if verdict.broken else "") + verdict.reason
-            for verdict in (judge(run, t, max_items=None) for t in terms) if not verdict.ok]
-    gathered = run.all_ranks("gate", {"problems": mine})
+    mine = [(str(t), ("broken node: " if verdict.broken else "") + verdict.reason)
+            for t, verdict in ((t, judge(run, t, max_items=None)) for t in terms) if not verdict.ok]
+    gathered = run.all_ranks("gate", {"problems": [p for _, p in mine]})
     if len(gathered) == 1:
-        return mine
-    return [f"rank {r}: {p}" for r, d in enumerate(gathered) for p in d["problems"]]
+        return [Finding(p, name=name) for name, p in mine]
+    return [Finding(f"rank {r}: {p}", name=f"rank {r}") for r, d in enumerate(gathered) for p in d["problems"]]

@@ -32,6 +32,11 @@ td.text, th.text { text-align: left; }
 .passed { background: #9fd3a8; } .failed, .error { background: #e06666; color: #fff; } .skipped { background: #fbe38a; }
 .self { background: #f4f4f4; color: #888; }
 .differs { color: #b00; font-weight: 700; }
+#verdict { border: 3px solid #888; border-radius: 6px; padding: .2em 1em .6em; margin-bottom: 1.2em; background: #fafafa; color: #111; }
+#verdict.failed { border-color: #c62828; background: #fdecea; } #verdict.passed { border-color: #1a7f37; background: #eef8f0; }
+#verdict.skipped { border-color: #c9a400; background: #fffbe6; }
+#verdict h1 { font-size: 1.6em; margin: .4em 0; } #verdict h1 span { padding: 1px 12px; border-radius: 4px; }
+#verdict td.text { background: #fff; max-width: 60em; }
 @media print { * { -webkit-print-color-adjust: exact; print-color-adjust: exact; } body { margin: 0; } }
 """
 
@@ -88,13 +93,34 @@ def _gpu_table(topology: Topology) -> str:
         rows.append([_cell(f"GPU{g.index}"), _cell(g.name or "?", "text"),
                      _cell("?" if g.memory_total_bytes is None else f"{g.memory_total_bytes / GB:.1f} GB"),
                      _cell((g.compute_capability or "?") + (f" ({arch.title()})" if arch else "")),
-                     _cell(f"Gen{g.pcie_gen_current or '?'} x{g.pcie_width_current or '?'} "
-                           f"(max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'})"),
-                     _cell(f"{g.active_nvlinks}/{len(g.nvlinks)}" if g.nvlinks else "none listed"),
+                     _pcie_cell(g), _nvlinks_cell(topology, g),
                      _cell("?" if g.numa_node is None else str(g.numa_node)),
                      _cell({None: "?", True: "yes", False: "no"}[g.multicast])])
     head = ["GPU", "model", "memory", "compute", "PCIe now (max)", "NVLinks up", "NUMA", "multicast"]
     return _table(rows, head)
+
+
+def _pcie_cell(g) -> str:
+    """PCIe now and max; red, and said, where the link trained below its width (the ``pcie`` check's rule)."""
+    text = (f"Gen{g.pcie_gen_current or '?'} x{g.pcie_width_current or '?'} "
+            f"(max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'})")
+    if g.pcie_width_current is not None and g.pcie_width_max is not None and g.pcie_width_current < g.pcie_width_max:
+        return _cell(f"{text}, trained down", "failed", f"GPU{g.index}: x{g.pcie_width_current} of x{g.pcie_width_max}")
+    return _cell(text)
+
+
+def _nvlinks_cell(topology: Topology, g) -> str:
+    """NVLinks up of listed; red, and said, where the links down are a fault (the ``nvlink`` check's rule:
+    a PCIe card without a bridge lists links that are all down, and is no fault)."""
+    from ..core.nvlinks import nvlink_lost
+
+    if not g.nvlinks:
+        return _cell("none listed")
+    text = f"{g.active_nvlinks}/{len(g.nvlinks)}"
+    fault = nvlink_lost(topology, g)
+    if fault:
+        return _cell(f"{text} down", "failed", f"GPU{g.index}: {fault}")
+    return _cell(text)
 
 
 def _versions(topology: Topology) -> str:
@@ -203,8 +229,9 @@ def _measured_cell(m: dict | None) -> str:
     if m is None:
         return _cell("", "absent", "not measured in this run")
     cls, words = _state(m)
+    origin = f'<br><small>{_t(m.get("origin", ""))}</small>' if m.get("gbps") is not None else ""
     return (f'<td class="{_a(cls)}" title="{_a(_tip(m))} ({_a(words)})" data-state="{_a(cls)}">{_t(_ratio_text(m))}'
-            f'<br><small>{_t(m.get("origin", ""))}</small></td>')
+            f'{origin}</td>')
 
 
 # Copies between GPUs, one grid per kind a run has (core.keys.COPY_KINDS).
@@ -212,8 +239,18 @@ _COPY_GRIDS = (("p2p", "P2P copy"), ("p2p_bidir", "P2P copies both ways at once 
                ("p2p_staged", "Copy staged through the host, P2P off"))
 
 
+def _absent(doc: dict) -> str:
+    """The measurements without a figure, each reason said once with what it left without one."""
+    from .verdict import no_figures
+
+    return "\n".join(f"<p>No figure for {_t(what)}: {_t(reason)}.</p>" for what, reason in no_figures(doc))
+
+
 def _bandwidth(doc: dict, topology: Topology) -> str:
     measured = [m for m in doc.get("measurements") or [] if isinstance(m.get("key"), list) and m["key"]]
+    absent = _absent(doc)
+    measured_kinds = {m["key"][0] for m in measured if m.get("gbps") is not None}
+    measured = [m for m in measured if m["key"][0] in measured_kinds]  # a kind without any figure: said once, above
     parts = []
     n = len(topology.gpus)
     for kind, title in _COPY_GRIDS:
@@ -223,15 +260,17 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
                                             for b in range(n)] for a in range(n)]
             parts += [f"<h3>{title}, GB/s / expected = ratio, origin under each (row: from, column: to)</h3>",
                       _table(rows, [""] + [f"GPU{b}" for b in range(n)], "matrix")]
-    host = [m for m in measured if m["key"][0] in ("h2d", "d2h")]
+    host = [m for m in measured if m["key"][0] in ("h2d", "d2h") and m.get("gbps") is not None]
     if host:
         rows = [[_cell(m.get("what", "")), _measured_cell(m)] for m in host]
         parts += ["<h3>Host &lt;-&gt; device copies</h3>", _table(rows, ["copy", "GB/s / expected = ratio, origin"])]
-    reduce = [m for m in measured if m["key"][0] == "allreduce"]
+    reduce = [m for m in measured if m["key"][0] == "allreduce" and m.get("gbps") is not None]
     if reduce:
         rows = [[_cell(m.get("what", ""), "text"), _measured_cell(m), _cell(m.get("origin", ""))] for m in reduce]
         parts += ["<h3>All-reduce bus bandwidth</h3>", _table(rows, ["all-reduce", "GB/s / expected", "origin"])]
     if not parts:
+        if absent:
+            return absent
         return ("<p>Nothing was measured in this run.</p>" if doc.get("complete", True) is not False
                 else "<p>Nothing had been measured when this was written.</p>")
     legend = _table([[_cell("1.00", "above"), _cell("at or above what the link should give", "text")],
@@ -241,7 +280,7 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
                      [_cell("—", "absent"), _cell("no figure (none published, or the run failed)", "text")],
                      [_cell("data wrong", "broken"), _cell("the benchmark's data came back wrong: a broken node", "text")]],
                     ["cell", "meaning"], "legend")
-    return "\n".join(parts + [legend])
+    return "\n".join(([absent] if absent else []) + parts + [legend])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,22 +313,47 @@ def _outcome_class(outcome) -> str:
     return outcome if outcome in ("passed", "failed", "skipped", "error") else "unknown"
 
 
+_GATED = "<p>No test ran: the run gate stopped the run (see above).</p>"
+
+
 def _checks(doc: dict) -> str:
     checks = doc.get("checks") or []
+    if not checks and doc.get("gate"):
+        return _GATED
     if not checks:
         return ("<p>No health-check items ran (--gputopo-check).</p>" if doc.get("complete", True) is not False
                 else "<p>No health-check item had an outcome when this was written.</p>")
-    rows = [[_cell(c.get("check", "")), _cell(str(c.get("outcome", "")).upper(), _outcome_class(c.get("outcome"))),
-             _cell(c.get("message", ""), "text")] for c in checks]
+    from .verdict import check_kinds, verdict
+
+    def row(c):
+        return [_cell(c.get("check", ""), "text"), _cell(str(c.get("outcome", "")).upper(), _outcome_class(c.get("outcome"))),
+                _cell(c.get("message", ""), "text")]
+
+    ordered = sorted(checks, key=lambda c: _FIRST.get(c.get("outcome"), 2))  # failures first; stable within
+    rows = [row(c) for c in ordered if c.get("outcome") in ("failed", "error")]
+    # Checks skipped for one reason: one row, the reason said once (as the verdict says it).
+    for names, reason in verdict(doc).not_judged:
+        if len(names) == 1:
+            rows += [row(c) for c in ordered if c.get("check") == names[0] and c.get("outcome") == "skipped"][:1]
+        else:
+            rows.append([_cell(check_kinds(names), "text"), _cell(f"SKIPPED x{len(names)}", "skipped"),
+                         f'<td class="text">{_t(reason)}<br><small>{_t(", ".join(names))}</small></td>'])
+    rows += [row(c) for c in ordered if c.get("outcome") not in ("failed", "error", "skipped")]
     return _table(rows, ["check", "outcome", "message"])
+
+
+_FIRST = {"failed": 0, "error": 0, "skipped": 1}  # the order of outcomes in a table: what failed first
 
 
 def _unmet(doc: dict) -> str:
     unmet = doc.get("unmet") or []
+    if not unmet and doc.get("gate"):
+        return _GATED
     if not unmet:  # "every" only of a finished run: an incomplete one does not know the rest
         return ("<p>Every selected test's requirements were met.</p>" if doc.get("complete", True) is not False
                 else "<p>No test had been skipped for an unmet requirement when this was written "
                      "(the run had not finished).</p>")
+    unmet = sorted(unmet, key=lambda u: _FIRST.get(u.get("outcome"), 2))
     rows = [[_cell(u.get("test", ""), "text"), _cell(str(u.get("outcome", "")).upper(), _outcome_class(u.get("outcome"))),
              _cell(u.get("requirement", "")), _cell(u.get("reason", ""), "text")] for u in unmet]
     return _table(rows, ["test", "outcome", "requirement", "reason"])
@@ -328,18 +392,63 @@ def _nodes(doc: dict) -> str:
 from .document import ReportError, check_document  # noqa: E402,F401
 
 
+# The verdict's banner: its colour by word (a class the CSS knows), the word itself always written.
+_VERDICT_CLASS = {"FAILED": "failed", "PASSED": "passed", "INCOMPLETE": "skipped"}
+_BANNER_ROWS = 8  # causes on the first screen; the sections below list every one, failures first
+
+
+def _banner(doc: dict, origin: str, state: str) -> tuple[str, str]:
+    """The verdict first: PASSED, FAILED or INCOMPLETE, what was judged, and each cause (what failed,
+    where, what was found against what was wanted), then the tests not run and what could not be
+    judged, each shared reason once. Returns the banner and the page's title."""
+    from .verdict import FAILED, check_kinds, verdict
+
+    v = verdict(doc)
+    cls = _VERDICT_CLASS[v.word]
+    counts = "; ".join(v.counts) or "no health check ran (--gputopo-check) and no test was held back by a requirement"
+    if v.word == FAILED and not v.complete:
+        counts += "; the run had not finished: more may have failed"
+    parts = [f'<section id="verdict" class="{cls}">',
+             f'<h1><span class="{cls}">{_t(v.word)}</span> gputopo report{_t(state)}</h1>',
+             f'<p>{_t(counts)}. Source: <span class="origin">{_t(origin)}</span></p>']
+    if v.causes:
+        shown = v.causes[:_BANNER_ROWS]
+        rows = [[_cell(c.outcome.upper(), _outcome_class(c.outcome)), _cell(c.what), _cell(c.where, "text"),
+                 _cell(c.found, "text")] for c in shown]
+        if len(v.causes) > len(shown):
+            rows.append([f'<td colspan="4" class="text">and {len(v.causes) - len(shown)} more: the sections below '
+                         f'list each one, failures first</td>'])
+        parts.append(_table(rows, ["outcome", "what", "where", "found"]))
+    for names, reason in v.not_judged:
+        parts.append(f"<p>Not judged: {_t(f'{len(names)} check' + ('' if len(names) == 1 else 's'))} "
+                     f"({_t(check_kinds(names))}): {_t(reason)}</p>")
+    parts.append("</section>")
+    first = v.failed[0] if v.failed else None
+    title = v.word + (f": {first.what} {first.where}" if first else "")
+    if len(v.failed) > 1:
+        title += f" and {len(v.failed) - 1} more"
+    return "\n".join(parts), f"{title} - gputopo report: {origin}"
+
+
 def html_report(doc: dict) -> str:
-    """The whole report, from a ``--gputopo-json`` document (``check_document`` holds for it)."""
+    """The whole report, from a ``--gputopo-json`` document (``check_document`` holds for it): a run's
+    verdict first, then its evidence (the checks and requirements, failures first), then the machine."""
+    from .verdict import has_verdict
+
     topology = schema.from_dict(doc["topology"])
     origin = source_text(topology)
     state = "" if doc.get("complete", True) else " (incomplete: the run had not finished)"
     # A run's document holds every section's key; a sweep's (gputopo bench) the machine and its sweeps.
-    drawn = [("measurements", "Bandwidth: measured, cached or recorded", lambda d: _bandwidth(d, topology)),
-             ("sweeps", "All-reduce sweeps", _sweeps), ("checks", "Checks", _checks),
-             ("unmet", "Unmet requirements", _unmet), ("nccl", "NCCL", _nccl), ("nodes", "Nodes of the run", _nodes)]
-    sections = [("Machine", _machine(topology))] + [(title, draw(doc)) for key, title, draw in drawn if key in doc]
+    drawn = [("checks", "Checks", _checks), ("unmet", "Unmet requirements", _unmet), ("topology", "Machine", None),
+             ("measurements", "Bandwidth: measured, cached or recorded", lambda d: _bandwidth(d, topology)),
+             ("sweeps", "All-reduce sweeps", _sweeps), ("nccl", "NCCL", _nccl), ("nodes", "Nodes of the run", _nodes)]
+    sections = [(title, _machine(topology) if draw is None else draw(doc)) for key, title, draw in drawn if key in doc]
     body = "\n".join(f"<section><h2>{title}</h2>\n{content}\n</section>" for title, content in sections)
+    if has_verdict(doc):
+        head, title = _banner(doc, origin, state)
+    else:
+        head = (f"<h1>gputopo report{_t(state)}</h1>\n<p>Source: <span class=\"origin\">{_t(origin)}</span></p>")
+        title = f"gputopo report: {origin}"
     return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>gputopo report: {_t(origin)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-            f"<h1>gputopo report{_t(state)}</h1>\n<p>Source: <span class=\"origin\">{_t(origin)}</span></p>\n"
+            f"<title>{_t(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{head}\n"
             f"{body}\n<section><h2>Legend</h2>\n{_legends()}</section>\n</body>\n</html>\n")

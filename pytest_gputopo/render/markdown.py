@@ -34,23 +34,35 @@ def _matrix(topology: Topology) -> list[str]:
 
 
 def _figures(doc: dict) -> list[str]:
+    """A row per figure, with its origin (measured, cached, recorded); then the measurements without a
+    figure, each reason once with what it left without one: no row and no origin where nothing was had."""
+    from .verdict import no_figures
+
     rows = []
     for m in doc.get("measurements") or []:
+        if m.get("gbps") is None:
+            continue
         exp = m.get("expected") or {}
-        have = "—" if m.get("gbps") is None else f"{m['gbps']:.3g}"
         expected = "?" if exp.get("gbps") is None else f"{exp['gbps']:.3g}"
         needed = "?" if exp.get("needed_gbps") is None else f"{exp['needed_gbps']:.3g}"
-        rows.append([m.get("what", ""), have, expected, needed, m.get("origin", ""), m.get("error") or ""])
-    return _table(["measurement", "GB/s", "expected", "needed", "origin", "error"], rows) if rows else []
+        rows.append([m.get("what", ""), f"{m['gbps']:.3g}", expected, needed, m.get("origin", ""), m.get("error") or ""])
+    lines = _table(["measurement", "GB/s", "expected", "needed", "origin", "error"], rows) if rows else []
+    absent = [f"- No figure for {_cell(what)}: {_cell(reason)}" for what, reason in no_figures(doc)]
+    return lines + ([""] if lines and absent else []) + absent
 
 
-def summary(doc: dict, gate_problems: list[str] | None = None) -> str:
-    """The job summary of a run: the header line, an unmet run gate, failed checks, unmet
-    requirements, the link matrix and the measured figures (each with its origin)."""
+def summary(doc: dict, gate_causes: list | None = None) -> str:
+    """The job summary of a run: the header line, an unmet run gate cause by cause (``core.causes``:
+    each cause, then the findings that show it), failed checks, unmet requirements, the link matrix
+    and the measured figures (each with its origin)."""
     topology = schema.from_dict(doc["topology"])
     lines = ["## gputopo", "", _cell(header_line(topology)), ""]
-    if gate_problems:
-        lines += [f"**Run gate unmet** \\[{_cell(source_text(topology))}\\]:", ""] + [f"- {_cell(p)}" for p in gate_problems] + [""]
+    if gate_causes:
+        lines += [f"**Run gate unmet** \\[{_cell(source_text(topology))}\\]:", ""]
+        for cause in gate_causes:
+            head, *evidence = cause.lines(indent="")
+            lines += [f"- {_cell(head)}"] + [f"  - {_cell(e)}" for e in evidence]
+        lines += [""]
     failed = [c for c in doc.get("checks") or [] if c.get("outcome") == "failed"]
     if failed:
         lines += ["**Failed checks:**", ""] + [f"- **{_cell(c['check'])}**: {_cell(c['message'])}" for c in failed] + [""]

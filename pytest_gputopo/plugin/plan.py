@@ -1,0 +1,179 @@
+"""``--gputopo-plan``: a dry run. After collection (and every plugin's deselection), each selected
+test's verdict on this host or on ``--gputopo-machine`` -- run, skip, fail (strict), broken, or
+unknown until a benchmark measures -- and why, with no test body and no benchmark run.
+
+The verdicts are the run's own: ``verdicts.evaluate`` judges each requirement and
+``verdicts.unmet_verdict`` says what an unmet one does, as ``hooks.pytest_runtest_setup`` does, so
+a figure gets the same verdict in a plan as in a run. Only measuring differs: the suite lists what
+it would measure (``BenchSuite.planned``) and takes figures at hand alone (recorded for the machine,
+or kept in pytest's cache with ``--gputopo-cache``); a requirement that needs a measurement is
+``unknown``, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+import pytest
+
+from ..runtime import environ
+from .run import GputopoRun, run_of
+from .verdicts import BROKEN, FAIL, RUN, SKIP, evaluate, unmet_verdict
+
+UNKNOWN = "unknown"  # decided by a measurement the plan does not make
+VERDICTS = (RUN, SKIP, FAIL, BROKEN, UNKNOWN)
+LABELS = {RUN: "RUN", SKIP: "SKIP", FAIL: "FAIL (strict)", BROKEN: "BROKEN", UNKNOWN: "UNKNOWN"}
+COUNTED = {RUN: "run", SKIP: "skip", FAIL: "fail (strict)", BROKEN: "broken", UNKNOWN: "unknown (would measure)"}
+MARKUP = {RUN: {"green": True}, SKIP: {"yellow": True}, FAIL: {"red": True}, BROKEN: {"red": True, "bold": True},
+          UNKNOWN: {"cyan": True}}
+SCHEMA = 1  # of the JSON plan (--gputopo-plan-json)
+CHECK = "a health check (--gputopo-check): its outcome is the check's"  # run, not gated
+
+
+class Entry(NamedTuple):
+    nodeid: str
+    verdict: str  # one of VERDICTS
+    reason: str
+    requirement: str | None = None  # the requirement that decides (None: the test runs)
+    measure: tuple[str, ...] = ()  # what would be measured before a verdict (UNKNOWN)
+
+
+class Plan:
+    """The plugin of a planned run: after collection it shows the plan instead of running the tests."""
+
+    def __init__(self, run: GputopoRun, item_reqs: pytest.StashKey) -> None:
+        # A plan runs no test: nothing to distribute, and one process plans what every rank would
+        # judge alike. Refused where xdist distributes or a launcher started this as one rank.
+        if run.shared_dir is not None:
+            raise pytest.UsageError(f"{run.settings.plan_from}: a plan runs no test, so xdist has nothing to "
+                                    f"distribute; plan without -n/--dist (add -n 0 where the ini file sets -n)")
+        try:
+            launch = environ.launch()
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        if launch is not None:
+            raise pytest.UsageError(f"{run.settings.plan_from}: this is rank {launch.rank} of {launch.world_size} "
+                                    f"(torchrun or srun); a plan runs no test: run it once, without the launcher")
+        self.item_reqs = item_reqs
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session):
+        if session.testsfailed and not session.config.option.continue_on_collection_errors:
+            return None  # pytest's own loop stops the run for its collection errors
+        run = run_of(session.config)
+        entries = plan(run, session.items, self.item_reqs)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            show(run, entries, reporter)
+        path = run.settings.plan_json
+        if path is not None:  # checked writable at start; a disk that filled since is a usage error too
+            from ..render.escape import terminal
+            from ..runtime.files import write_text
+
+            try:
+                write_text(path, json.dumps(document(run, entries), indent=2) + "\n")
+            except OSError as exc:
+                raise pytest.UsageError(f"gputopo: cannot write the plan to {path}: {exc}") from None
+            if reporter is not None:
+                reporter.write_line(f"gputopo: wrote the plan to {terminal(path)}")
+        return True  # no test runs
+
+
+def plan(run: GputopoRun, items: list, item_reqs: pytest.StashKey) -> list[Entry]:
+    """Each item's entry, in the order the run would take them."""
+    from .machine import item_facts
+
+    found = [(item, item.stash.get(item_reqs, ())) for item in items]
+    for item, reqs in found:  # what the run would learn (--collect-only learns nothing before this)
+        run.machine.need(item_facts(item, reqs))
+    checks = None
+    if run.settings.check is not None:
+        from .checks import CheckItem as checks
+    memo: dict = {}
+    return [_entry(run, item, reqs, memo, checks) for item, reqs in found]
+
+
+def _entry(run: GputopoRun, item, reqs, memo: dict, checks) -> Entry:
+    if checks is not None and isinstance(item, checks):
+        return Entry(item.nodeid, RUN, CHECK)
+    if not reqs:
+        return Entry(item.nodeid, RUN, "no gputopo marker")
+    met = []
+    for requirement, strict in reqs:  # as the run's setup: the first unmet requirement decides
+        outcome, measure = _judged(run, requirement, memo)
+        if measure:
+            return Entry(item.nodeid, UNKNOWN, f"{requirement}: would measure {'; '.join(measure)}",
+                         str(requirement), measure)
+        if outcome.reason is None:  # met: on figures recorded for the machine, it says so
+            met.append(outcome.recorded or f"{requirement}: met")
+            continue
+        verdict = unmet_verdict(run, outcome, strict)
+        reason = f"broken node: {outcome.reason}" if verdict == BROKEN else outcome.reason
+        return Entry(item.nodeid, verdict, reason, str(requirement))
+    return Entry(item.nodeid, RUN, "; ".join(met))
+
+
+def _judged(run: GputopoRun, requirement, memo: dict) -> tuple:
+    """(the run's outcome, what it would measure first) of one requirement, once per plan."""
+    if requirement not in memo:
+        from ..core.requirements import FactRequirement
+
+        planned = None
+        if isinstance(requirement, FactRequirement):  # judged on measurements: the suite lists them
+            from .facts import suite
+
+            planned = suite(run).planned
+        start = len(planned) if planned is not None else 0
+        outcome = evaluate(run, requirement)
+        measure = tuple(dict.fromkeys(key.describe() for key in planned[start:])) if planned else ()
+        memo[requirement] = (outcome, measure)
+    return memo[requirement]
+
+
+def where(run: GputopoRun) -> str:
+    """The machine the plan is for, as the header names it."""
+    if not run.machine.learned:
+        return "this host (nothing probed: no selected test asks about the machine)"
+    from ..render.report import source_text
+
+    topology = run.topology
+    return f"this host ({source_text(topology)})" if topology.is_this_host else source_text(topology)
+
+
+def counts(entries: list[Entry]) -> dict[str, int]:
+    return {v: sum(e.verdict == v for e in entries) for v in VERDICTS}
+
+
+def show(run: GputopoRun, entries: list[Entry], reporter) -> None:
+    """One line per test, as pytest's short summary writes them, and one line of counts."""
+    from ..render.escape import terminal
+
+    reporter.write_sep("=", "gputopo plan")
+    for e in entries:
+        if e.reason != CHECK:
+            reporter.write_line(terminal(f"{LABELS[e.verdict]} {e.nodeid} - {e.reason}"), **MARKUP[e.verdict])
+    checks = sum(e.reason == CHECK for e in entries)
+    if checks:  # the check as the check: one line, not one per pair
+        reporter.write_line(f"RUN gputopo-check - {checks} health check{'s' * (checks != 1)} "
+                            f"(--gputopo-check {run.settings.check}): each outcome is the check's", **MARKUP[RUN])
+    found = ", ".join(f"{n} {COUNTED[v]}" for v, n in counts(entries).items() if n) or "no test selected"
+    if run.derived.get("gate_problems"):  # the gate already said why, cause by cause
+        found = "the run gate is unmet: no test would run (exit status 8)"
+    reporter.write_line(f"gputopo plan on {where(run)}: {found}; no test ran ({terminal(run.settings.plan_from)})",
+                        bold=True)
+
+
+def document(run: GputopoRun, entries: list[Entry]) -> dict:
+    """The plan as JSON (--gputopo-plan-json), for CI to route jobs on."""
+    learned = run.machine.learned
+    return {
+        "schema": SCHEMA,
+        "machine": str(run.topology.source) if learned else None,  # "recorded:NAME", "text:FILE", "NVML"
+        "this_host": run.topology.is_this_host if learned else True,
+        "strict": run.settings.strict,
+        "gate": list(run.derived.get("gate_problems", ())),  # an unmet run gate's problems: no test would run
+        "counts": counts(entries),
+        "tests": [{"nodeid": e.nodeid, "verdict": e.verdict, "reason": e.reason, "requirement": e.requirement,
+                   "would_measure": list(e.measure)} for e in entries],
+    }
