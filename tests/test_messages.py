@@ -1,7 +1,7 @@
 """Messages that send the user the right way: counts that agree with their noun, a missing fact
 named with the way to add it, a source named as it is, one wording for one fact."""
 
-import pytest
+import re
 
 from pytest_gputopo.core import requirements as reqs
 from pytest_gputopo.core.keys import AllReduce
@@ -27,7 +27,7 @@ def test_one_rank_all_reduce_is_singular():
 
 
 def test_one_test_not_run_and_one_gate_problem_are_singular(pytester):
-    """The run's summary counts '1 test not run', and a gate with one problem says '1 problem'."""
+    """The run's summary counts '1 test not run', and a gate with one cause says '1 cause'."""
     pytester.makepyfile("""
         import pytest
 
@@ -38,5 +38,39 @@ def test_one_test_not_run_and_one_gate_problem_are_singular(pytester):
     result.stdout.fnmatch_lines(["gputopo: 1 test not run for unmet requirements: requires_gpus(2) x1 *"])
     gated = pytester.runpytest("--gputopo-machine", "single-gpu", "--gputopo-require", "gpus>=2")
     assert gated.ret == GATE_EXIT_STATUS
-    assert "(1 problem)" in gated.stdout.str() + gated.stderr.str()
-    assert "1 tests" not in result.stdout.str() and "1 problems" not in gated.stdout.str() + gated.stderr.str()
+    printed = result.stdout.str() + gated.stdout.str() + gated.stderr.str()
+    assert "gputopo: run gate unmet: 1 cause " in printed
+    assert not re.search(r"\b1 (tests|problems|causes|pairs|GPUs)\b", printed)
+
+
+TOPO_2 = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n"
+P2P_OK = " \tGPU0\tGPU1\t\n GPU0\tX\tOK\t\n GPU1\tOK\tX\t\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"
+
+
+def test_p2p_unknown_names_the_capability_missing_and_how_to_record_it(tmp_path, pytester):
+    """A profile recorded with the read status only: requires_p2p is unknown (skipped), and its reason
+    says the write status is what no source gave and how to record it, not 'no source reported it'."""
+    from pytest_gputopo import cli
+
+    (tmp_path / "topo.txt").write_text(TOPO_2)
+    (tmp_path / "p2p_r.txt").write_text(P2P_OK)
+    out = tmp_path / "node.json"
+    assert cli.main(["record", "--from-smi", str(tmp_path / "topo.txt"), "--p2p", f"r:{tmp_path / 'p2p_r.txt'}",
+                     "-o", str(out)]) == 0
+    pytester.makepyfile("import pytest\n@pytest.mark.requires_p2p\ndef test_x(): pass\n")
+    result = pytester.runpytest("--gputopo-machine", str(out), "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*requires_p2p: GPU0-GPU1 P2P write status is unknown (read OK; no source reported "
+                                 "write: record `nvidia-smi topo -p2p w` with `gputopo record --from-smi TOPO "
+                                 "--p2p w:FILE`)*"])
+
+
+def test_p2p_unknown_both_ways_names_both_recordings():
+    from pytest_gputopo.core.model import P2P, Link, P2PStatus
+
+    link = Link(0, 1, p2p=P2P())
+    assert reqs.P2PRequirement().check_pair(link) == (
+        "P2P status is unknown (no source reported read or write: record `nvidia-smi topo -p2p r` and `-p2p w` "
+        "with `gputopo record --from-smi TOPO --p2p r:FILE --p2p w:FILE`)")
+    assert "read status is unknown (write OK;" in reqs.P2PRequirement().check_pair(
+        Link(0, 1, p2p=P2P(write=P2PStatus.OK)))

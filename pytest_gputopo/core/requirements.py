@@ -165,6 +165,20 @@ def link_text(link: Link) -> str:
     return "an unknown link" if link.label is None else str(link.label)
 
 
+def p2p_unknown(link: Link) -> str:
+    """Why a pair's P2P is unknown, naming the capability no source reported and how to record it:
+    nvidia-smi text gives one capability per ``topo -p2p`` run (a profile recorded with ``--p2p r:``
+    only has no write status)."""
+    missing = [cap for cap in ("read", "write") if getattr(link.p2p, cap).value == "U"]
+    if len(missing) == 1:
+        (cap,), other = missing, "write" if missing == ["read"] else "read"
+        return (f"P2P {cap} status is unknown ({other} {getattr(link.p2p, other).description}; no source reported "
+                f"{cap}: record `nvidia-smi topo -p2p {cap[0]}` with `gputopo record --from-smi TOPO "
+                f"--p2p {cap[0]}:FILE`)")
+    return ("P2P status is unknown (no source reported read or write: record `nvidia-smi topo -p2p r` and "
+            "`-p2p w` with `gputopo record --from-smi TOPO --p2p r:FILE --p2p w:FILE`)")
+
+
 @dataclass(frozen=True)
 class P2PRequirement(Requirement):
     facts = frozenset((NVML, CUDA))  # NVML's P2P status joined with CUDA's own peer-access answer
@@ -176,7 +190,7 @@ class P2PRequirement(Requirement):
         if works:
             return None
         if works is None:
-            return "P2P status is unknown (no source reported it)"
+            return p2p_unknown(link)
         refused = [f"{cap} {getattr(link.p2p, cap).description}" for cap in ("read", "write")
                    if getattr(link.p2p, cap).value not in ("OK", "U")]
         if link.cuda_peer is False and not refused:
