@@ -4,7 +4,10 @@ status 8 and none of the run's tests run."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -210,3 +213,38 @@ def test_plain(): pass
     # One pair alone names no GPU: the common cause counts the two tests over every GPU.
     result.stdout.fnmatch_lines(["gputopo: GPU5 is the common cause of 2 tests not run: "
                                  "requires_link('NV12') x1, requires_nvlink x1"])
+
+
+# ------------------------------------------------------------------ the docs say what it prints
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def _block(doc: str, first: str) -> list[str]:
+    """The lines of the fenced block of ``doc`` whose first line starts with ``first``."""
+    (found,) = [b for b in re.findall(r"^```[^\n]*\n(.*?)^```", doc, re.S | re.M) if b.startswith(first)]
+    return found.splitlines()
+
+
+def _shown_in_order(shown: list[str], printed: list[str]) -> None:
+    """Every shown line is printed, in order ("..." in a line: any text; a line of "..." alone: any lines)."""
+    at = 0
+    for line in shown:
+        if line.strip() == "...":
+            continue
+        pattern = re.compile(".*".join(re.escape(part) for part in line.split("...")))
+        at = next(k for k in range(at, len(printed)) if pattern.fullmatch(printed[k].rstrip())) + 1
+
+
+def test_the_documented_gate_output_is_what_it_prints(pytester):
+    """docs/options.md's unmet-gate transcripts: GPU5 on hgx-h100-nvlink-down, the machine on 8x-l40s."""
+    doc = (DOCS / "options.md").read_text()
+    shown = _block(doc, "$ pytest --gputopo-machine hgx-h100-nvlink-down --gputopo-require")
+    assert shown[-2:] == ["$ echo $?", "8"]
+    pytester.makepyfile(test_x=TESTS)
+    result = pytester.runpytest("-p", "no:cacheprovider", *shlex.split(shown[0][len("$ pytest"):]))
+    assert result.ret == GATE_EXIT_STATUS
+    _shown_in_order(shown[1:-2], result.stdout.lines)
+    l40s = _block(doc, "  - the machine: all 28 pairs")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "8x-l40s", "--gputopo-require", "link>=NV12")
+    _shown_in_order(l40s, result.stdout.lines)
