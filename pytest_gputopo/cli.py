@@ -63,7 +63,9 @@ def _topology(machine: str | None) -> model.Topology:
 def cmd_show(args) -> int:
     topology = _topology(args.machine)
     data = {**schema.to_dict(topology), "source_text": report.source_text(topology)}
-    _emit(data, args.json, report.full_report(topology) + [""] + report.legend().split("\n"))
+    # No GPU: the one line that says so and why (exit 0: shown, as docs/cli.md says); no legend.
+    legend = [""] + report.legend().split("\n") if topology.gpus else []
+    _emit(data, args.json, report.full_report(topology) + legend)
     return 0
 
 

@@ -3,10 +3,13 @@ named with the way to add it, a source named as it is, one wording for one fact.
 
 import re
 
+import pytest
+
 from pytest_gputopo.core import requirements as reqs
 from pytest_gputopo.core.keys import AllReduce
 from pytest_gputopo.core.units import counted
 from pytest_gputopo.plugin.hooks import GATE_EXIT_STATUS
+from pytest_gputopo.probe import reference
 
 
 def test_counted_agrees_with_its_number():
@@ -74,3 +77,55 @@ def test_p2p_unknown_both_ways_names_both_recordings():
         "with `gputopo record --from-smi TOPO --p2p r:FILE --p2p w:FILE`)")
     assert "read status is unknown (write OK;" in reqs.P2PRequirement().check_pair(
         Link(0, 1, p2p=P2P(write=P2PStatus.OK)))
+
+
+P2P_TEST = ("Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)\n   D\\D     0      1\n"
+            "     0 500.00  20.00\n     1  20.00 500.00\n")
+
+
+@pytest.mark.parametrize("fmt", ["nccl-tests", "nvbandwidth"])
+def test_parse_of_another_tools_output_names_the_command_that_reads_it(tmp_path, capsys, fmt):
+    """p2pBandwidthLatencyTest text given to the wrong parser names the gputopo command that reads it."""
+    from pytest_gputopo import cli
+
+    (tmp_path / "p2p.txt").write_text(P2P_TEST)
+    assert cli.main(["parse", fmt, str(tmp_path / "p2p.txt")]) == 2
+    err = capsys.readouterr().err
+    assert f"not {fmt}: read it with `gputopo parse p2p-bandwidth FILE`" in err
+    assert cli.main(["parse", "p2p-bandwidth", str(tmp_path / "p2p.txt")]) == 0  # the command named reads it
+
+
+def test_show_names_where_p2p_statuses_come_from(tmp_path, capsys):
+    """The P2P matrix's heading names its real source; nvidia-smi topo -m text, which gives no P2P
+    status, gets one line saying so instead of a matrix of U headed 'NVML'."""
+    from dataclasses import replace
+
+    from pytest_gputopo import cli
+    from pytest_gputopo.core.model import Source
+    from pytest_gputopo.render.report import full_report
+
+    (tmp_path / "topo.txt").write_text(TOPO_2)
+    assert cli.main(["show", "--machine", str(tmp_path / "topo.txt")]) == 0
+    out = capsys.readouterr().out
+    assert "P2P read/write status: unknown for every pair (nvidia-smi topo -m text does not give it)" in out
+    assert "(NVML)" not in out and "GPU0  X     U" not in out
+    assert cli.main(["show", "--machine", "dgx-a100"]) == 0
+    assert "P2P read/write status (as the profile records them; U where no source gave one):" in capsys.readouterr().out
+    this_host = replace(reference("dgx-a100"), source=Source("nvml"))
+    assert "P2P read/write status (NVML):" in full_report(this_host)
+
+
+def test_show_without_a_gpu_is_one_line_and_exit_0(capsys):
+    """No GPU: one line saying so and why, no legend for a matrix that is not there; exit status 0,
+    as docs/cli.md shows it."""
+    from pathlib import Path
+
+    from pytest_gputopo import cli
+
+    assert cli.main(["show", "--machine", "no-gpu"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == [
+        "gputopo: no GPU (NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed); "
+        "source recorded:no-gpu (a recorded machine, not this host)"]
+    doc = (Path(__file__).parents[1] / "docs" / "cli.md").read_text()
+    assert "`gputopo show --machine no-gpu` prints:\n\n```\n" + out + "```\n" in doc

@@ -403,7 +403,7 @@ def _parse_last_row(tokens: Sequence[str], table: _Table) -> NcclTestsRow | None
 def _no_table_reason(text: str, tables: Sequence[_Table]) -> str:
     if looks_like_p2p(text):
         return ("this is p2pBandwidthLatencyTest output (cuda-samples), not nccl-tests: read it with "
-                "parse_p2p_bandwidth_latency")
+                "`gputopo parse p2p-bandwidth FILE` (in Python, parse_p2p_bandwidth_latency)")
     if any(t.layout is not None and not t.guessed for t in tables):
         return "nccl-tests column header found, but no result row under it (the text ends first?)"
     if any(t.summary for t in tables):

@@ -486,7 +486,7 @@ def _refusal(text: str, reader: _Reader) -> str:
     """Why ``text`` is no nvbandwidth output, in one line: the tool it does come from, when it is known."""
     if looks_like_p2p(text):
         return ("this is p2pBandwidthLatencyTest output (cuda-samples), not nvbandwidth: read it with "
-                "parse_p2p_bandwidth_latency")
+                "`gputopo parse p2p-bandwidth FILE` (in Python, parse_p2p_bandwidth_latency)")
     nccl_tests = topo = False
     for raw in text.splitlines():
         tokens = raw.split()
@@ -498,7 +498,8 @@ def _refusal(text: str, reader: _Reader) -> str:
         elif tokens[0] == "GPU0" or tokens[:2] == ["GPU", "GPU0"]:
             topo = True
     if nccl_tests:
-        return "this is nccl-tests output, not nvbandwidth: read it with parse_nccl_tests"
+        return ("this is nccl-tests output, not nvbandwidth: read it with `gputopo parse nccl-tests FILE` "
+                "(in Python, parse_nccl_tests)")
     if "NCCL INFO" in text:
         return "this is an NCCL_DEBUG=INFO log, not nvbandwidth output"
     if "ROCm System Management Interface" in text or " between two GPUs " in text:

@@ -109,6 +109,21 @@ def p2p_matrix(topology: Topology) -> list[str]:
     return aligned(rows)
 
 
+def p2p_lines(topology: Topology) -> list[str]:
+    """``p2p_matrix`` under a line naming where its statuses come from; where no pair has one, that
+    one line says so instead of a matrix of U. Nothing for fewer than two GPUs."""
+    matrix = p2p_matrix(topology)
+    if not matrix:
+        return []
+    kind = topology.source.kind
+    if all(ln.p2p.read.value == "U" and ln.p2p.write.value == "U" for ln in topology.pairs()):
+        why = {"nvml": "NVML gave none", "smi-text": "nvidia-smi topo -m text does not give it"}.get(
+            kind, "the profile records none")
+        return ["", f"P2P read/write status: unknown for every pair ({why})"]
+    source = "NVML" if kind == "nvml" else "as the profile records them; U where no source gave one"
+    return ["", f"P2P read/write status ({source}):"] + matrix
+
+
 def gpu_lines(topology: Topology) -> list[str]:
     """One line per GPU (the facts ``requires_gpus`` judges among them), then the versions
     ``requires_versions`` judges; ``?`` where the source did not say."""
@@ -137,9 +152,7 @@ def full_report(topology: Topology) -> list[str]:
     lines = [header_line(topology)]
     if topology.gpus:
         lines += [""] + link_matrix(topology)
-        p2p = p2p_matrix(topology)
-        if p2p:
-            lines += ["", "P2P read/write status (NVML):"] + p2p_matrix(topology)
+        lines += p2p_lines(topology)
         lines += [""] + gpu_lines(topology)
     if topology.nics:
         lines += ["NICs: " + ", ".join(topology.nics)]
