@@ -212,6 +212,20 @@ def test_a_plan_exits_0_whatever_it_finds(pytester):
     result.stdout.fnmatch_lines(["gputopo plan on recorded:single-gpu *: 1 run, 6 fail (strict); no test ran*"])
 
 
+def test_an_unmet_run_gate_is_the_plan_no_test_would_run(pytester):
+    """The run would stop at its gate: so does the plan, with the gate's exit status, saying so, and
+    its JSON says why for CI to route on."""
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan-json", "plan.json",
+                                "--gputopo-machine", "hgx-h100-nvlink-down", "--gputopo-require", "link>=NV12")
+    assert result.ret == 8
+    result.stdout.fnmatch_lines(["gputopo plan on recorded:hgx-h100-nvlink-down *: the run gate is unmet: no test "
+                                 "would run (exit status 8); no test ran (--gputopo-plan-json)"])
+    doc = json.loads((pytester.path / "plan.json").read_text())
+    assert doc["tests"] == [] and "requires_link('NV12'): GPU0-GPU5 are linked by SYS" in doc["gate"]
+    assert not list(pytester.path.glob("ran-*"))
+
+
 def test_a_collection_error_stops_a_plan_as_it_stops_a_run(pytester):
     pytester.makepyfile(test_suite=SUITE, test_broken="import nowhere_to_be_found\n")
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-machine", "dgx-a100")
