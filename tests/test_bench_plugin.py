@@ -116,7 +116,7 @@ def test_quick_check_on_a_healthy_box(pytester):
 
 @pytest.mark.parametrize("machine,failed,line", [
     ("hgx-h100-nvlink-down", 1, "GPU5: NVLinks [[]0, 1, *] are down (0/18 up)"),
-    ("hgx-h100-pcie-x8", 1, "GPU2 PCIe link trained down: x8 of x16 (current width against the maximum; Gen3 of Gen5)"),
+    ("hgx-h100-pcie-x8", 1, "GPU2 PCIe link trained down: x8 of x16 (its maximum width; Gen3 of Gen5)"),
     ("8x-l40s-p2p-disabled", 28, "GPU0-GPU1 (*): P2P refused: topology not supported"),
 ])
 def test_quick_check_names_what_is_degraded(pytester, machine, failed, line):

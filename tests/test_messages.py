@@ -129,3 +129,15 @@ def test_show_without_a_gpu_is_one_line_and_exit_0(capsys):
         "source recorded:no-gpu (a recorded machine, not this host)"]
     doc = (Path(__file__).parents[1] / "docs" / "cli.md").read_text()
     assert "`gputopo show --machine no-gpu` prints:\n\n```\n" + out + "```\n" in doc
+
+
+def test_a_pcie_drop_is_worded_alike_by_expect_and_check(capsys):
+    """The same lost PCIe width reads the same in --gputopo-expect and in the check's pcie item: one
+    wording for one fact, each saying what it is held against."""
+    from pytest_gputopo import cli
+    from pytest_gputopo.core.regressions import regressions
+
+    assert regressions(reference("hgx-h100"), reference("hgx-h100-pcie-x8")) == [
+        "GPU2 PCIe link trained down: x8 of x16 (the reference's width; Gen3 of Gen5)"]
+    cli.main(["check", "--machine", "hgx-h100-pcie-x8"])
+    assert "GPU2 PCIe link trained down: x8 of x16 (its maximum width; Gen3 of Gen5)" in capsys.readouterr().out

@@ -9,6 +9,15 @@ from .units import counted
 
 
 
+def pcie_trained_down(gpu, full: int, against: str) -> str:
+    """The one wording of a GPU's PCIe link running below its width, whatever it is held against
+    (``--gputopo-expect``: the reference's; the check's ``pcie`` item: the GPU's own maximum), e.g.
+    ``PCIe link trained down: x8 of x16 (the reference's width; Gen3 of Gen5)``. The generation is
+    said, never judged: an idle GPU drops to Gen1 to save power."""
+    return (f"PCIe link trained down: x{gpu.pcie_width_current} of x{full} ({against}; "
+            f"Gen{gpu.pcie_gen_current or '?'} of Gen{gpu.pcie_gen_max or '?'})")
+
+
 def _physical_match(reference: Topology, gpu) -> int | None:
     """The reference GPU that is physically ``gpu``: the same UUID, else the same PCI bus id, else
     the same NVML index (nvidia-smi's number), whatever CUDA_VISIBLE_DEVICES made of its CUDA index."""
@@ -57,8 +66,14 @@ def compared(reference: Topology, actual: Topology, all_visible: bool = True) ->
             add(f"{where} {what}", (where,), what)
         # The current generation is not compared: an idle GPU drops to Gen1 to save power. The
         # maximum (for this device and system) and the current width are what a lost link lowers.
+        have, want = gpu.pcie_width_current, ref.pcie_width_current
+        if want is not None and have is not None and have < want:  # worded as the check's pcie item
+            what = pcie_trained_down(gpu, want, "the reference's width")
+            add(f"{where} {what}", (where,), what)
+        elif want is not None and have is None:
+            what = f"PCIe width is unknown, the reference x{want} (current)"
+            add(f"{where} {what}", (where,), what)
         for what, have, want, note in (
-                ("PCIe width", gpu.pcie_width_current, ref.pcie_width_current, " (current)"),
                 ("max PCIe generation", gpu.pcie_gen_max, ref.pcie_gen_max, ""),
                 ("max PCIe width", gpu.pcie_width_max, ref.pcie_width_max, "")):
             if want is not None and (have is None or have < want):

@@ -91,9 +91,9 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
             # judged, as an idle GPU drops to Gen1 to save power (a slow link shows in the copies).
             now = f"Gen{gpu.pcie_gen_current or '?'} x{gpu.pcie_width_current} now"
             if gpu.pcie_width_current < gpu.pcie_width_max:
-                return ("failed", f"GPU{gpu.index} PCIe link trained down: x{gpu.pcie_width_current} of "
-                                  f"x{gpu.pcie_width_max} (current width against the maximum; "
-                                  f"Gen{gpu.pcie_gen_current or '?'} of Gen{gpu.pcie_gen_max or '?'})", {})
+                from ..core.regressions import pcie_trained_down  # worded as --gputopo-expect words it
+
+                return "failed", f"GPU{gpu.index} {pcie_trained_down(gpu, gpu.pcie_width_max, 'its maximum width')}", {}
             return "passed", (f"GPU{gpu.index} PCIe {now}, max Gen{gpu.pcie_gen_max or '?'} "
                               f"x{gpu.pcie_width_max} (current width against the maximum)"), {}
         yield f"pcie[GPU{gpu.index}]", pcie
