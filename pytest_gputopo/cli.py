@@ -392,82 +392,180 @@ def _html_report(document: dict) -> str:
     return html_report(document)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gputopo", description="GPU interconnect topology: show, record, parse, "
-                                                                 "check, benchmark, report.")
-    sub = parser.add_subparsers(dest="command", required=True)
+# What every command's exit status may also be (docs/cli.md, "Exit status").
+_COMMON_EXITS = ("  3    an internal error (one line asking to report it; never a traceback)\n"
+                 "  130  ended by Ctrl-C (SIGINT); 143 by SIGTERM: every process it started has ended\n"
+                 "  141  the reader of the output went away (a pipe into `head`, quietly)")
 
-    p = sub.add_parser("show", help="print this host's (or a recorded machine's) link and P2P matrices")
-    p.add_argument("--machine", metavar="NAME|PATH", help="a bundled machine, a profile, or nvidia-smi topo -m text")
-    p.add_argument("--json", action="store_true", help="print the topology as JSON (the profile's topology form)")
+
+def _command(sub, name: str, summary: str, description: str, example: str, exits: str):
+    """A subcommand whose --help says what it does, an example and its exit statuses."""
+    common = "" if name == "check" else "\n" + _COMMON_EXITS
+    return sub.add_parser(name, help=summary, description=description,
+                          epilog=f"example:\n{example}\n\nexit status:\n{exits}{common}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gputopo", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="GPU interconnect topology: show, record, parse, check, benchmark, report.",
+        epilog="`gputopo COMMAND --help`: what a command does, an example and its exit statuses.\n"
+               "Exit status: 0 done; 2 bad input or arguments (one line on stderr says why); check and\n"
+               "bench also say what they found (see their --help). Docs: docs/cli.md.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="one of these (each says more with --help):")
+
+    p = _command(sub, "show", "print this host's (or a recorded machine's) link and P2P matrices",
+                 "This host's topology (through NVML), or a recorded machine's: the link matrix as nvidia-smi\n"
+                 "topo -m prints it, the P2P read/write status under a line naming its source, one line per\n"
+                 "GPU, the versions, and the legend; '?' marks a fact the source did not give. Where there is\n"
+                 "no GPU, one line says so and why.",
+                 "  gputopo show --machine hgx-h100-nvlink-down",
+                 "  0    shown (also where there is no GPU)\n"
+                 "  2    an unknown machine, or a file that is no profile nor nvidia-smi topo -m text")
+    p.add_argument("--machine", metavar="NAME|PATH",
+                   help="a bundled machine (gputopo machines), a profile, or nvidia-smi topo -m text "
+                        "(default: this host, through NVML)")
+    p.add_argument("--json", action="store_true",
+                   help="print the topology as JSON, in the profile's topology form plus source_text "
+                        "(default: text)")
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("machines", help="list the bundled recorded machines")
-    p.add_argument("--json", action="store_true")
+    p = _command(sub, "machines", "list the bundled recorded machines",
+                 "The recorded machines bundled with pytest-gputopo, one per line with a description: names\n"
+                 "for --gputopo-machine, --gputopo-expect and gputopo show/check --machine.",
+                 "  gputopo machines --json",
+                 "  0    listed")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON list of {name, description, gpus} (default: one line per machine)")
     p.set_defaults(func=cmd_machines)
 
-    p = sub.add_parser("record", help="write a machine profile from NVML, or from nvidia-smi text")
-    p.add_argument("-o", "--output", required=True, metavar="FILE")
-    p.add_argument("--from-smi", metavar="FILE", help="`nvidia-smi topo -m` output to build the profile from")
+    p = _command(sub, "record", "write a machine profile from NVML, or from nvidia-smi text",
+                 "Write a machine profile (docs/profile-format.md) from this host through NVML, or, with\n"
+                 "--from-smi, from nvidia-smi text captured on any machine (every fact the text does not give\n"
+                 "is recorded as unknown). nvbandwidth and p2pBandwidthLatencyTest output run on that machine\n"
+                 "add its figures, labelled recorded. The profile works wherever a machine is named.",
+                 "  nvidia-smi topo -m > topo.txt; nvidia-smi topo -p2p r > p2p_r.txt; nvidia-smi topo -p2p w > p2p_w.txt\n"
+                 "  gputopo record --from-smi topo.txt --p2p r:p2p_r.txt --p2p w:p2p_w.txt -o node.json\n"
+                 "  pytest --gputopo-machine node.json",
+                 "  0    written, and what each file gave printed\n"
+                 "  2    an unreadable or refused file (named), -o not writable, or no GPU to record")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the profile to write, as JSON (required; a regular file is replaced whole, "
+                        "see docs/cli.md)")
+    p.add_argument("--from-smi", metavar="FILE",
+                   help="`nvidia-smi topo -m` output to build the profile from (default: this host's NVML)")
     p.add_argument("--p2p", action="append", default=[], metavar="[CAPS:]FILE",
-                   help="`nvidia-smi topo -p2p CAPS` output (CAPS letters r,w,n,a; default r); repeatable")
+                   help="with --from-smi: `nvidia-smi topo -p2p CAPS` output (CAPS letters r,w,n,a; default r); "
+                        "repeatable (default: none, P2P status unknown)")
     p.add_argument("--nvlink-status", action="append", default=[], metavar="FILE",
-                   help="with --from-smi: `nvidia-smi nvlink -s` output, each GPU's NVLink states; repeatable")
+                   help="with --from-smi: `nvidia-smi nvlink -s` output, each GPU's NVLink states; repeatable "
+                        "(default: none)")
     p.add_argument("--nvbandwidth", action="append", default=[], metavar="FILE",
                    help="nvbandwidth output run on this machine: its P2P and host<->device figures, recorded; "
-                        "repeatable")
+                        "repeatable (default: none)")
     p.add_argument("--p2p-bandwidth", action="append", default=[], metavar="FILE",
                    help="cuda-samples p2pBandwidthLatencyTest output run on this machine: its copy figures, "
-                        "recorded; repeatable")
+                        "recorded; repeatable (default: none)")
     p.add_argument("--name", help="the machine's name (default: the output file's stem)")
-    p.add_argument("--description")
+    p.add_argument("--description",
+                   help="one line saying what the machine is (default: 'recorded by gputopo from <source>')")
     p.set_defaults(func=cmd_record)
 
-    p = sub.add_parser("spec", help="print the expected-bandwidth table with the source of every figure")
-    p.add_argument("--json", action="store_true")
+    p = _command(sub, "spec", "print the expected-bandwidth table with the source of every figure",
+                 "The figures links should give (PCIe per generation and width, NVLink per link and per GPU,\n"
+                 "host<->device, published per-SKU all-reduce floors), each with its source, and the default\n"
+                 "efficiency floors (docs/thresholds.md).",
+                 "  gputopo spec --json",
+                 "  0    printed")
+    p.add_argument("--json", action="store_true",
+                   help="print the table and floors as JSON (default: one line per figure)")
     p.set_defaults(func=cmd_spec)
 
-    p = sub.add_parser("check", help="run the node health check (pytest --gputopo-check) and report like pytest")
-    p.add_argument("--level", choices=["quick", "full"], default="quick")
-    p.add_argument("--machine", metavar="NAME|PATH", help="check a recorded machine instead of this host")
-    p.add_argument("--json", metavar="PATH", help="write topology, measurements and outcomes as JSON")
-    p.add_argument("--html", metavar="PATH", help="write the self-contained HTML report")
-    p.add_argument("--junitxml", metavar="PATH", help="write JUnit XML")
-    p.add_argument("--allreduce-backend", choices=["nccl", "gloo"])
-    p.add_argument("-v", "--verbose", action="store_true", help="print every item's measured, expected, floor and ratio")
+    p = _command(sub, "check", "run the node health check (pytest --gputopo-check) and report like pytest",
+                 "Run pytest with only the generated health-check items (pytest --gputopo-check) on this host\n"
+                 "or a recorded machine, and exit with pytest's status.",
+                 "  gputopo check --level full --junitxml node.xml --html node.html\n"
+                 "  gputopo check --machine hgx-h100-nvlink-down",
+                 "  0    every check passed (or was skipped, saying why)\n"
+                 "  1    a check failed\n"
+                 "  2    interrupted (Ctrl-C), as pytest; or a bad argument of gputopo check itself\n"
+                 "  3    an internal error, as pytest\n"
+                 "  4    a usage error, as pytest: an unknown --machine, a report path that cannot be written")
+    p.add_argument("--level", choices=["quick", "full"], default="quick",
+                   help="quick: the topology, each GPU's PCIe width and NVLinks, NVML's P2P status per pair "
+                        "(seconds); full: quick, plus measured P2P copies per pair, host<->device copies per "
+                        "GPU and one all-reduce (default: quick)")
+    p.add_argument("--machine", metavar="NAME|PATH",
+                   help="check a recorded machine instead of this host (default: this host)")
+    p.add_argument("--json", metavar="PATH",
+                   help="write topology, measurements and outcomes as JSON (default: none)")
+    p.add_argument("--html", metavar="PATH", help="write the self-contained HTML report (default: none)")
+    p.add_argument("--junitxml", metavar="PATH", help="write JUnit XML (default: none)")
+    p.add_argument("--allreduce-backend", choices=["nccl", "gloo"],
+                   help="torch.distributed backend of the all-reduce: nccl (GPUs) or gloo (CPUs) "
+                        "(default: nccl, as --gputopo-allreduce-backend)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print every item's measured, expected, floor and ratio (default: failed and "
+                        "skipped items only)")
     p.set_defaults(func=cmd_check)
 
     from .core.collectives import NCCL_TESTS_TYPES
 
-    p = sub.add_parser("bench", help="benchmarks for people: the all-reduce sweep (nccl-tests' table, JSON, HTML)")
-    p.add_argument("benchmark", choices=["allreduce"])
+    p = _command(sub, "bench", "benchmarks for people: the all-reduce sweep (nccl-tests' table, JSON, HTML)",
+                 "The all-reduce sweep: sizes stepped as nccl-tests' -b -e -f step them, each timed for\n"
+                 "--budget seconds with torch.distributed (nccl with one rank per GPU, else gloo CPU\n"
+                 "processes), printed as nccl-tests' table with the busbw the links should give.",
+                 "  gputopo bench allreduce -b 64K -e 4M -f 4 --budget 0.2 --json sweep.json --html sweep.html",
+                 "  0    every size's data came back right\n"
+                 "  1    a size's data came back wrong, or the sweep gave no figure\n"
+                 "  2    bad arguments (named), refused before anything runs")
+    p.add_argument("benchmark", choices=["allreduce"], help="the benchmark: allreduce (the only one)")
     p.add_argument("-b", "--minbytes", default="1M", metavar="SIZE", help="first size (default 1M; 8, 64K, 1G)")
     p.add_argument("-e", "--maxbytes", default="64M", metavar="SIZE", help="last size (default 64M)")
     p.add_argument("-f", "--stepfactor", type=int, default=2, metavar="N", help="multiply the size by N (default 2)")
     p.add_argument("--backend", choices=["nccl", "gloo"], help="default: nccl where NVML lists GPUs, else gloo")
     p.add_argument("--ranks", type=int, metavar="N", help="ranks (gloo default 2; nccl: GPU0..N-1, default all)")
-    p.add_argument("--gpus", metavar="LIST", help="nccl: the GPUs to use, one rank each (0,2,5)")
-    p.add_argument("-d", "--datatype", choices=sorted(NCCL_TESTS_TYPES), default="float")
-    p.add_argument("-w", "--warmup_iters", type=int, default=5, metavar="N")
+    p.add_argument("--gpus", metavar="LIST", help="nccl: the GPUs to use, one rank each (0,2,5; default: all)")
+    p.add_argument("-d", "--datatype", choices=sorted(NCCL_TESTS_TYPES), default="float",
+                   help="the element type, by nccl-tests' names (default float)")
+    p.add_argument("-w", "--warmup_iters", type=int, default=5, metavar="N",
+                   help="untimed all-reduces before each size is timed (default 5)")
     p.add_argument("--budget", type=float, default=1.0, metavar="S", help="seconds of timing per size (default 1)")
     p.add_argument("--timeout", type=float, metavar="S", help="bound on the whole sweep (default 60 + 4 x budget x sizes)")
-    p.add_argument("--json", metavar="PATH", help="write the sweep as a report document (gputopo report reads it)")
-    p.add_argument("--html", metavar="PATH", help="write the HTML report: busbw against size with the expected line")
+    p.add_argument("--json", metavar="PATH",
+                   help="write the sweep as a report document (gputopo report reads it; default: none)")
+    p.add_argument("--html", metavar="PATH",
+                   help="write the HTML report: busbw against size with the expected line (default: none)")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("report", help="draw the self-contained HTML report of a saved --gputopo-json document")
-    p.add_argument("report", metavar="RUN.json")
-    p.add_argument("-o", "--output", required=True, metavar="PATH.html")
+    p = _command(sub, "report", "draw the self-contained HTML report of a saved --gputopo-json document",
+                 "Draw the self-contained HTML report (docs/report.md) of a --gputopo-json, gputopo check\n"
+                 "--json or gputopo bench --json document: the page --gputopo-html writes during a run.",
+                 "  pytest --gputopo-machine hgx-h100-nvlink-down --gputopo-json run.json\n"
+                 "  gputopo report run.json -o run.html",
+                 "  0    written\n"
+                 "  2    not such a document (the field it cannot draw is named), or -o not writable")
+    p.add_argument("report", metavar="RUN.json", help="the JSON document a run wrote")
+    p.add_argument("-o", "--output", required=True, metavar="PATH.html",
+                   help="the page to write (required; a regular file is replaced whole, see docs/cli.md)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("parse", help="read tool output and print what it says")
+    p = _command(sub, "parse", "read tool output and print what it says",
+                 "Read what a tool printed, as it prints it (cut or pasted text gives what can be read, plus\n"
+                 "warnings), and print what it says; each format refuses another tool's text, naming it.",
+                 "  nvidia-smi topo -m > topo.txt\n"
+                 "  gputopo parse smi-topo topo.txt --json",
+                 "  0    read\n"
+                 "  2    unreadable, or text that is not the format's (one line says what it is)")
     p.add_argument("format", choices=list(_PARSERS),
                    help="smi-topo: `nvidia-smi topo -m` text; smi-p2p: `nvidia-smi topo -p2p r|w|n|a`; nvlink-status: "
                         "`nvidia-smi nvlink -s`; nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
                         "NCCL_DEBUG=INFO output; nvbandwidth: NVIDIA nvbandwidth output; p2p-bandwidth: cuda-samples' "
                         "p2pBandwidthLatencyTest output")
-    p.add_argument("file")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("file", help="the tool's output, saved to a file")
+    p.add_argument("--json", action="store_true", help="print what was read as JSON (default: text)")
     p.set_defaults(func=cmd_parse)
     return parser
 
