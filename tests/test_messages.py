@@ -141,3 +141,14 @@ def test_a_pcie_drop_is_worded_alike_by_expect_and_check(capsys):
         "GPU2 PCIe link trained down: x8 of x16 (the reference's width; Gen3 of Gen5)"]
     cli.main(["check", "--machine", "hgx-h100-pcie-x8"])
     assert "GPU2 PCIe link trained down: x8 of x16 (its maximum width; Gen3 of Gen5)" in capsys.readouterr().out
+
+
+def test_a_cause_counts_its_evidence_in_agreement():
+    """Three GPUs, GPU2 in both failing pairs: the one pair without it 'passes' (not '1 pairs pass')."""
+    from pytest_gputopo.core.causes import Finding, Group, causes
+
+    found = (Finding("GPU0-GPU2 are linked by SYS", ("GPU0", "GPU2"), "are linked by SYS"),
+             Finding("GPU1-GPU2 are linked by SYS", ("GPU1", "GPU2"), "are linked by SYS"))
+    [cause] = causes([Group("requires_link('NV1')", ("GPU0", "GPU1", "GPU2"), found)])
+    assert "the 1 pair without GPU2 passes" in cause.headline
+    assert not re.search(r"\b1 (pairs|GPUs|problems)\b", cause.headline)

@@ -22,6 +22,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .units import counted
+
 MACHINE = "the machine"
 EVIDENCE_LINES = 8  # shown under a cause before "and N more"
 
@@ -86,9 +88,9 @@ def _nearly_all(pairs: int) -> int:
 def _tally(findings: list[Finding], noun: str) -> str:
     """How the findings fail, by problem, most common first: "are linked by SYS (16 pairs), ..."."""
     counts = Counter(f.what or f.line for f in findings)
-    parts = [f"{what} ({n} {noun if n == 1 else noun + 's'})" for what, n in counts.most_common(3)]
+    parts = [f"{what} ({counted(n, noun)})" for what, n in counts.most_common(3)]
     rest = len(counts) - len(parts)
-    return ", ".join(parts) + (f", and {rest} other {'problem' if rest == 1 else 'problems'}" if rest else "")
+    return ", ".join(parts) + (f", and {counted(rest, 'other problem')}" if rest else "")
 
 
 def _of_group(group: Group) -> tuple[list[tuple[str, str, list[Finding]]], list[Finding]]:
@@ -124,8 +126,9 @@ def _of_group(group: Group) -> tuple[list[tuple[str, str, list[Finding]]], list[
             others = [frozenset(p) for p in _pairs(group.gpus) if not set(p) & set(blamed)]
             met = sum(1 for p in others if p not in failing)
             without = " or ".join(blamed)
-            tail = (f"; the {len(others)} pairs without {without} pass" if met == len(others) and others
-                    else f"; {met} of the {len(others)} pairs without {without} pass" if others else "")
+            tail = (f"; the {counted(len(others), 'pair')} without {without} "
+                    f"{'passes' if len(others) == 1 else 'pass'}" if met == len(others) and others
+                    else f"; {met} of the {counted(len(others), 'pair')} without {without} pass" if others else "")
             parts.append(f"{count} fail {group.label}{tail}")
             mine = mine + by_gpu[g]
             explained.update(id(f) for f in by_gpu[g])

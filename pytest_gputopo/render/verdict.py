@@ -12,6 +12,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..core.units import counted
+
 FAILED, PASSED, INCOMPLETE = "FAILED", "PASSED", "INCOMPLETE"
 _FAILURES = ("failed", "error")
 _SUBJECT = re.compile(r"^(?P<what>[^\[]+)\[(?P<where>.+)\]$")  # nvlink[GPU5], p2p_bw[GPU0->GPU1]
@@ -67,10 +69,6 @@ def check_kinds(names: list[str]) -> str:
     return ", ".join(k if n == 1 else f"{k} x{n}" for k, n in kinds.items())
 
 
-def _count(n: int, what: str) -> str:
-    return f"{n} {what}" + ("" if n == 1 else "s")
-
-
 def verdict(doc: dict) -> Verdict:
     complete = doc.get("complete", True) is not False
     checks = [c for c in doc.get("checks") or [] if isinstance(c, dict)]
@@ -106,15 +104,15 @@ def verdict(doc: dict) -> Verdict:
     word = FAILED if failures else (PASSED if complete else INCOMPLETE)
     counts = []
     if doc.get("gate"):
-        counts.append(f"the run gate stopped the run ({_count(len(doc['gate']), 'unmet term')})")
+        counts.append(f"the run gate stopped the run ({counted(len(doc['gate']), 'unmet term')})")
     if checks:
         tally = Counter("failed" if c.get("outcome") in _FAILURES else c.get("outcome") for c in checks)
         parts = [f"{tally[o]} {o}" for o in ("failed", "passed") if tally[o]]
         parts += [f"{tally['skipped']} not judged"] if tally["skipped"] else []
-        counts.append(f"{_count(len(checks), 'health check')}: {', '.join(parts) or 'no outcome'}")
+        counts.append(f"{counted(len(checks), 'health check')}: {', '.join(parts) or 'no outcome'}")
     if unmet:
         n_failed = sum(1 for u in unmet if u.get("outcome") in _FAILURES)
-        counts.append(f"{_count(len(unmet), 'test')} not run for an unmet requirement"
+        counts.append(f"{counted(len(unmet), 'test')} not run for an unmet requirement"
                       + (f" ({n_failed} failed under strict)" if n_failed else ""))
     return Verdict(word, counts, causes, not_judged, complete)
 
