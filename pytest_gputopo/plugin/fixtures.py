@@ -55,6 +55,7 @@ class RankFacts:
         for every rank's topology (None, unknown, is not); the reason names the first rank that fails
         it. ``predicate`` must decide from the topology it is given, not from this process, for the
         ranks to agree."""
+        __tracebackhide__ = True  # a skip points at the test's own line, not at this method
         unmet = [view for view in self.views if not predicate(view.topology)]
         if not unmet:
             return
