@@ -803,3 +803,33 @@ def test_ci_steps_that_keep_the_reports(claim, tmp_path):
     assert status == 1 and "nvlink[GPU5]" in printed, printed
     assert json.loads((tmp_path / "gputopo.json").read_text())["complete"]
     assert "<title>" in (tmp_path / "gputopo.html").read_text()
+
+
+PROFILE_ERRORS = doc("docs/profile-format.md", "ERROR: --gputopo-machine: node.json: field topology.gpus[3].pcie_gen_max")
+
+
+def test_profile_errors_name_the_file_and_field(tmp_path):
+    """Each error the doc quotes, from a profile broken that way (a bundled one, edited): a usage
+    error (exit status 4) naming the file and the field, or the line and column of bad JSON."""
+    base = json.loads((ROOT / "pytest_gputopo" / "machines" / "hgx-h100.json").read_text())
+
+    def edited(change) -> str:
+        profile = json.loads(json.dumps(base))
+        change(profile["topology"]["gpus"])
+        return json.dumps(profile)
+
+    def same_uuid(gpus):
+        gpus[0]["uuid"] = gpus[1]["uuid"] = "GPU-5e1c2d3a-12b0-4c2e-8b8f-000000000000"
+
+    broken = [edited(lambda gpus: gpus[3].update(pcie_gen_max="five")),
+              '{\n "schema": 1,\n "name": "my",,\n}\n',  # line 3, column 15
+              edited(lambda gpus: gpus[0].update(numa_node=-1)),
+              edited(same_uuid)]
+    printed = ""
+    for text in broken:
+        (tmp_path / "node.json").write_text(text)
+        done = subprocess.run(["pytest", "--gputopo-machine", "node.json"], cwd=tmp_path, env=shell_env(),
+                              capture_output=True, text=True)
+        assert done.returncode == 4, done.stdout + done.stderr
+        printed += done.stdout + "\n" + done.stderr + "\n"
+    assert_shows(PROFILE_ERRORS.text, printed)
