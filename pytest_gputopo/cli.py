@@ -269,15 +269,19 @@ def cmd_check(args) -> int:
 
     import pytest
 
-    argv = ["-p", "no:cacheprovider", "-rfs", f"--gputopo-check={args.level}"]
+    # --assert=plain: no test of the user's runs here, and rewriting would warn that this package,
+    # imported already by this command, cannot be rewritten.
+    argv = ["-p", "no:cacheprovider", "--no-header", "--assert=plain", f"--gputopo-check={args.level}"]
     argv += [f"--gputopo-machine={args.machine}"] if args.machine else []
     argv += [f"--gputopo-json={args.json}"] if args.json else []
     argv += [f"--gputopo-html={args.html}"] if args.html else []
     argv += [f"--junitxml={args.junitxml}"] if args.junitxml else []
     argv += [f"--gputopo-allreduce-backend={args.allreduce_backend}"] if args.allreduce_backend else []
     argv += ["-v"] if args.verbose else []
+    # Nothing of the user's is collected: the one path is an empty folder, and no conftest.py above it
+    # is read. The root is where gputopo was started, so that no item's id names that folder.
     with tempfile.TemporaryDirectory(prefix="gputopo-check-") as empty:
-        code = pytest.main(argv + ["--rootdir", empty, empty])
+        code = pytest.main(argv + ["--rootdir", os.getcwd(), "--confcutdir", empty, empty])
     return int(code)
 
 

@@ -47,9 +47,9 @@ def test_under_xdist_the_controller_says_each_workers_measurement_once(pytester)
 def test_gputopo_check_verbose_says_every_items_figures(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "-v", "--level", "full",
                           "--machine", "hgx-h100"], capture_output=True, text=True, cwd=tmp_path)
-    assert ("gputopo check p2p_bw[GPU0->GPU1]: passed: GPU0->GPU1 copy, P2P: measured 364.0 GB/s, needed 315.0 "
+    assert ("gputopo-check::p2p_bw[GPU0->GPU1] PASSED (GPU0->GPU1 copy, P2P: measured 364.0 GB/s, needed 315.0 "
             "(0.70 x expected 450.0 GB/s from NV18 NVLink 4.0), ratio 0.81 (recorded, not measured:") in out.stdout
     quiet = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "--level", "full", "--machine",
                             "hgx-h100"], capture_output=True, text=True, cwd=tmp_path)
-    assert "gputopo check p2p_bw" not in quiet.stdout  # without -v, failures and skips only, as before
+    assert "p2p_bw[GPU0->GPU1]" not in quiet.stdout  # without -v, failures and skips only, as before
     assert "measuring" not in quiet.stdout  # a recorded machine's figures are published, never measured

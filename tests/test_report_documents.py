@@ -112,7 +112,7 @@ def pytest_runtest_logfinish(nodeid, location):
 """)
     result = pytester.runpytest("--gputopo-machine", "hgx-h100-nvlink-down", "--gputopo-check", "quick",
                                 "--gputopo-json", "out.json")
-    assert result.parseoutcomes()["failed"] == 1  # nvlink[GPU5]
+    result.stdout.fnmatch_lines(["gputopo check: 1 failed, * passed*"])  # nvlink[GPU5]
     seen = [json.loads(line) for line in (pytester.path / "seen.jsonl").read_text().splitlines()]
     assert len(seen) > 3
     for i, (nodeid, checks, complete) in enumerate(seen):

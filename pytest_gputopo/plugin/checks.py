@@ -14,6 +14,7 @@ from ..core.model import P2PStatus, Topology
 from ..core.nvlinks import nvlink_lost
 from ..render import report
 from . import facts, verdicts
+from .check_report import NODEID, WHY_PROPERTY
 from .reporter import CHECK_PROPERTY
 from .run import GputopoRun, run_of
 
@@ -31,22 +32,18 @@ class CheckItem(pytest.Item):
             self.user_properties.append((key, value))
         self.user_properties.append((CHECK_PROPERTY, json.dumps({"check": self.name, "outcome": outcome,
                                                                  "message": message})))
-        if self.config.get_verbosity() > 0:  # gputopo check -v: every item's figures, as its docs show them
-            from .progress import tell
-
-            tell(run_of(self.config), f"gputopo check {self.name}: {outcome}: {message}")
         from ..render.escape import terminal
 
         if outcome == "failed":
             pytest.fail(terminal(message), pytrace=False)
-        if outcome == "skipped":
-            pytest.skip(terminal(message))
+        if outcome == "skipped":  # at the item, not at this line of the plugin (JUnit's skip text names it)
+            raise pytest.skip.Exception(terminal(message), _use_item_location=True)
 
     def repr_failure(self, excinfo, style=None):
         return str(excinfo.value)
 
-    def reportinfo(self):
-        return "gputopo-check", None, f"gputopo-check {self.name}: {self._doc}"
+    def reportinfo(self):  # line 0: no source line, as pytest's own example of non-Python items has it
+        return NODEID, 0, f"{NODEID} {self.name}: {self._doc}"
 
     @property
     def _doc(self) -> str:
@@ -65,11 +62,17 @@ class CheckCollector(pytest.Collector):
 
 
 def check_items(session: pytest.Session, level: str) -> list:
-    collector = CheckCollector.from_parent(session, name="gputopo-check", nodeid="gputopo-check", level=level)
+    collector = CheckCollector.from_parent(session, name=NODEID, nodeid=NODEID, level=level)
     # Collected through pytest's own hooks, so that the items are counted and reported like any others.
     rep = session.ihook.pytest_make_collect_report(collector=collector)
     session.ihook.pytest_collectreport(report=rep)
     return [item for item in rep.result if isinstance(item, pytest.Item)]
+
+
+def _skipped(message: str, why: str, props: dict | None = None) -> tuple:
+    """A check not judged: ``message`` names its subject; ``why`` says the reason without it, so that
+    the items not judged for one reason are said in one line (``check_report``)."""
+    return "skipped", message, {**(props or {}), WHY_PROPERTY: why}
 
 
 def _checks(run: GputopoRun, topology: Topology, level: str):
@@ -86,7 +89,7 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
         def pcie(gpu=gpu):
             """the PCIe link runs at its full width"""
             if gpu.pcie_width_current is None or gpu.pcie_width_max is None:
-                return "skipped", f"GPU{gpu.index}: PCIe width unknown", {}
+                return _skipped(f"GPU{gpu.index}: PCIe width unknown", "PCIe width unknown")
             # The width, against the maximum for this device and system: the generation is not
             # judged, as an idle GPU drops to Gen1 to save power (a slow link shows in the copies).
             now = f"Gen{gpu.pcie_gen_current or '?'} x{gpu.pcie_width_current} now"
@@ -102,16 +105,18 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
                 """every NVLink of a GPU that has NVLink is up"""
                 mig = mig_enabled(topology, [gpu.index])
                 if mig:  # no process uses its NVLinks (no P2P under MIG): NVML's link states judge nothing
-                    return "skipped", f"{mig}: its NVLinks are not used by a MIG instance, not judged", {}
+                    return _skipped(f"{mig}: its NVLinks are not used by a MIG instance, not judged",
+                                    "MIG enabled: its NVLinks are not used by a MIG instance, not judged")
                 fault = nvlink_lost(topology, gpu)
                 if fault:
                     return "failed", f"GPU{gpu.index}: {fault}", {}
                 if not gpu.active_nvlinks:
-                    why = ("on any GPU: a machine without NVLink" if not any(g.active_nvlinks for g in topology.gpus)
-                           else f"({len(gpu.nvlinks)} listed, all down) and no pair or GPU of its model says it had "
-                                f"one: a GPU without NVLink")
-                    return "skipped", (f"GPU{gpu.index}: no NVLink up {why} (e.g. PCIe cards without a bridge), "
-                                       f"not a fault"), {}
+                    none = not any(g.active_nvlinks for g in topology.gpus)
+                    why = ("on any GPU: a machine without NVLink" if none
+                           else "and no pair or GPU of its model says it had one: a GPU without NVLink")
+                    listed = "" if none else f"({len(gpu.nvlinks)} listed, all down) "
+                    why = f"{why} (e.g. PCIe cards without a bridge), not a fault"
+                    return _skipped(f"GPU{gpu.index}: no NVLink up {listed}{why}", f"no NVLink up {why}")
                 note = spec.nvlink_version_note(gpu)  # an NVML answer the architecture cannot have: warned here
                 return "passed", (f"GPU{gpu.index}: {len(gpu.nvlinks)}/{len(gpu.nvlinks)} NVLinks up"
                                   + (f"; warning: {note}" if note else "")), {}
@@ -124,16 +129,18 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
             label = link.label or "unknown link"
             mig = mig_enabled(topology, [link.a, link.b])
             if mig:  # MIG instances do no P2P (PCIe or NVLink): a refusal is no fault of the node
-                return "skipped", f"{link.name} ({label}): {mig}: no P2P under MIG, not judged", {}
+                return _skipped(f"{link.name} ({label}): {mig}: no P2P under MIG, not judged",
+                                "MIG enabled: no P2P under MIG, not judged")
             if statuses == {P2PStatus.OK}:
                 return "passed", f"{link.name} ({label}): P2P read and write OK", {}
             refused = sorted(s.description for s in statuses if s not in (P2PStatus.OK, P2PStatus.UNKNOWN))
             if not refused:
-                return "skipped", f"{link.name} ({label}): P2P status unknown (the source did not report it)", {}
+                why = "P2P status unknown (the source did not report it)"
+                return _skipped(f"{link.name} ({label}): {why}", why)
             # GeForce cards report CNS as often as GNS: both are cards without P2P, not a broken node.
             if statuses <= {P2PStatus.GPU_NOT_SUPPORTED, P2PStatus.CHIPSET_NOT_SUPPORTED, P2PStatus.OK}:
-                return "skipped", (f"{link.name} ({label}): P2P not supported by this GPU model or chipset "
-                                   f"({', '.join(refused)}; not a fault)"), {}
+                why = f"P2P not supported by this GPU model or chipset ({', '.join(refused)}; not a fault)"
+                return _skipped(f"{link.name} ({label}): {why}", why)
             return "failed", f"{link.name} ({label}): P2P refused: {', '.join(refused)}", {}
         yield f"p2p_status[{link.name}]", p2p_status
 
@@ -158,8 +165,10 @@ def _bandwidth_check(run: GputopoRun, key: keys.Key):
         state = judged.state
         if state == judgement.ABSENT:  # on a recorded machine, or a pair without P2P: no fault of the node's
             not_p2p = result.detail.get("peer_access") is False  # the p2p_status item judges that
-            return ("skipped" if result.origin == "recorded" or not_p2p else "failed"), \
-                f"{result.what}: no figure: {result.error}", props
+            message = f"{result.what}: no figure: {result.error}"
+            if result.origin == "recorded" or not_p2p:
+                return _skipped(message, f"no figure: {result.error}", props)
+            return "failed", message, props
         origin = "measured" if result.origin != "recorded" else f"recorded, not measured: {result.source}"
         if result.interval_gbps:
             origin += f"; {thresholds.interval_text(result.interval_gbps)} GB/s"
@@ -167,7 +176,7 @@ def _bandwidth_check(run: GputopoRun, key: keys.Key):
             return "failed", f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", props
         text = f"{result.what}: {judged.check().describe()} ({origin})"
         if state == judgement.UNKNOWN:  # nothing says what it should reach: unknown, never "assumed OK"
-            return "skipped", f"{text}; not judged: {judged.basis}", props
+            return _skipped(f"{text}; not judged: {judged.basis}", f"not judged: {judged.basis}", props)
         if state == judgement.STAGED:
             return "failed", (f"{text}; P2P is slower than staging through the host "
                               f"({judged.staged_gbps:.2f} GB/s)"), props

@@ -64,6 +64,10 @@ def pytest_configure(config: pytest.Config) -> None:
         _use(config, ALL_FACTS).machine.learn()
     if settings.json is not None or settings.html is not None:
         config.pluginmanager.register(reporter.JsonProgress(config), "gputopo-json-progress")
+    if settings.check is not None:  # the check counted and shown apart from the user's tests
+        from .check_report import CheckReport
+
+        config.pluginmanager.register(CheckReport(config), "gputopo-check-report")
     if shared_dir is not None:  # xdist distributes: the workers' progress lines come in their reports
         from .progress import Relayed
 

@@ -1,0 +1,127 @@
+"""The health check is shown as the check: ``gputopo check`` on a degraded node fits a screen and
+leads with what failed, ``-v`` is one line per item, and inside a user's suite the user's counts are
+the user's tests, the check's are its own, and ``-rs`` holds only the user's skips -- while a failed
+item still fails the run and JUnit XML and the JSON report still hold every item."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+
+import pytest
+
+
+def gputopo_check(cwd, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=120)
+
+
+def section(lines: list[str]) -> list[str]:
+    """The lines of the "gputopo check" section."""
+    start = next(i for i, line in enumerate(lines) if line.strip("- ") == "gputopo check") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("gputopo check: "))
+    return lines[start:end + 1]
+
+
+def assert_no_plumbing(text: str) -> None:
+    """Neither the temporary folder ``gputopo check`` runs pytest in nor the plugin's own source."""
+    assert "gputopo-check-" not in text and "pytest_gputopo" not in text and "checks.py" not in text
+
+
+def test_gputopo_check_on_a_degraded_node_fits_a_screen_and_leads_with_the_failure(tmp_path):
+    done = gputopo_check(tmp_path, "--level", "full", "--machine", "hgx-h100-nvlink-down")
+    assert done.returncode == 1, done.stdout + done.stderr  # a degraded node fails the check
+    lines = done.stdout.splitlines()
+    assert len(lines) <= 40, done.stdout
+    assert_no_plumbing(done.stdout)
+    assert "rootdir" not in done.stdout  # pytest's header: the check is not about where it ran
+    found = section(lines)
+    assert found[0] == ("FAILED nvlink[GPU5] (every NVLink of a GPU that has NVLink is up): GPU5: NVLinks "
+                        "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17] are down (0/18 up)")
+    # What could not be measured, and why, said once for all 81 items.
+    assert found[1:] == [
+        "SKIPPED p2p_bw (all 28), p2p_bidir_bw (all 28), h2d_bw (all 8), h2d_pageable_bw (all 8), d2h_bw (all 8), "
+        "allreduce_bw: no figure: none published for recorded:hgx-h100-nvlink-down, which is not this host and "
+        "cannot be measured",
+        "gputopo check: 1 failed, 44 passed, 81 skipped"]
+
+
+def test_gputopo_check_verbose_says_each_item_in_one_line(tmp_path):
+    done = gputopo_check(tmp_path, "-v", "--level", "full", "--machine", "dgx-a100")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_no_plumbing(done.stdout)
+    items = [line for line in done.stdout.splitlines() if line.startswith("gputopo-check::")]
+    assert len(items) == 126 and len({line.split(" ")[0] for line in items}) == 126
+    assert "gputopo-check::nvlink[GPU0] PASSED (GPU0: 12/12 NVLinks up)" in items[2]
+    # the machine's report (the header of -v), the items, the section and pytest's last line
+    assert len(done.stdout.splitlines()) <= 40 + 126 + 10
+
+
+def test_a_users_suite_counts_its_tests_and_the_check_apart(pytester):
+    pytester.makepyfile(test_user="""
+        import pytest
+        def test_a(): pass
+        def test_b(): pass
+        def test_c(): pass
+        def test_d(): pass
+        def test_e(): pytest.skip("the user's own reason")
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "full", "--gputopo-machine",
+                                "hgx-h100-nvlink-down", "-rs", "--junitxml=report.xml", "--gputopo-json=run.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the check is a gate: a degraded node fails the run
+    result.assert_outcomes(passed=4, skipped=1)  # the user's tests, and only them
+    assert_no_plumbing(result.stdout.str())
+    skips = [line for line in result.stdout.lines if line.startswith("SKIPPED [")]
+    assert skips == ["SKIPPED [1] test_user.py:6: the user's own reason"]  # -rs: the user's skips only
+    assert section(result.stdout.lines)[0].startswith("FAILED nvlink[GPU5] ")
+    assert section(result.stdout.lines)[-1] == "gputopo check: 1 failed, 44 passed, 81 skipped"
+    result.stdout.fnmatch_lines(["*4 passed, 1 skipped, *1 checks failed*"])
+    assert "FAILURES" not in result.stdout.str()  # the check's failure is in its own section
+
+    # JUnit XML: every item of the check, the unmeasurable ones as skipped test cases
+    suite = ET.parse(pytester.path / "report.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("131", "1", "82")
+    (failed,) = [case for case in suite.iter("testcase") if case.find("failure") is not None]
+    assert (failed.get("classname"), failed.get("name")) == ("gputopo-check", "nvlink[GPU5]")
+    xml = (pytester.path / "report.xml").read_text()
+    assert "pytest_gputopo" not in xml and "checks.py" not in xml
+    # The JSON report's checks are as they were: one entry per item, the same three fields.
+    checks = json.loads((pytester.path / "run.json").read_text())["checks"]
+    assert {tuple(sorted(c)) for c in checks} == {("check", "message", "outcome")}
+    assert Counter(c["outcome"] for c in checks) == {"passed": 44, "failed": 1, "skipped": 81}
+
+
+def test_under_xdist_the_check_is_counted_once_by_the_controller(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_user="def test_a(): pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--gputopo-check", "quick",
+                                           "--gputopo-machine", "hgx-h100-nvlink-down", "-n", "2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1)
+    assert section(result.stdout.lines)[0].startswith("FAILED nvlink[GPU5] ")
+    assert result.stdout.lines.count("gputopo check: 1 failed, 44 passed") == 1
+
+
+def test_a_check_item_that_raises_is_a_failure_shown_in_the_section(pytester):
+    pytester.makeconftest("""
+        import pytest
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_modifyitems(items):
+            for item in items:
+                if item.name == "topology":
+                    item._check = lambda: 1 / 0
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "quick", "--gputopo-machine", "hgx-h100")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert section(result.stdout.lines) == ["FAILED topology: division by zero", "gputopo check: 1 failed, 44 passed"]
+
+
+def test_gputopo_check_reads_no_conftest_of_the_folder_it_runs_in(tmp_path):
+    (tmp_path / "conftest.py").write_text("raise SystemExit('a conftest.py of the working folder was read')\n")
+    done = gputopo_check(tmp_path, "--machine", "hgx-h100")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gputopo check: 45 passed" in done.stdout
