@@ -6,12 +6,15 @@ item still fails the run and JUnit XML and the JSON report still hold every item
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
 
 import pytest
+
+from doc_examples import ROOT
 
 
 def gputopo_check(cwd, *args) -> subprocess.CompletedProcess:
@@ -24,6 +27,18 @@ def section(lines: list[str]) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.strip("- ") == "gputopo check") + 1
     end = next(i for i in range(start, len(lines)) if lines[i].startswith("gputopo check: "))
     return lines[start:end + 1]
+
+
+def documented(path: str, contains: str) -> list[str]:
+    """The lines of the fenced block of ``path`` that holds ``contains``, as the doc shows them."""
+    blocks = re.findall(r"(?ms)^```[^\n]*\n(.*?)^```", (ROOT / path).read_text())
+    (block,) = [b for b in blocks if contains in b]
+    return block.splitlines()
+
+
+def same(line: str) -> str:
+    """A line of pytest's as a doc may show it: its duration (and the rule's width with it) aside."""
+    return re.sub(r" in [0-9.]+s ", " in ...s ", line).strip("= ")
 
 
 def assert_no_plumbing(text: str) -> None:
@@ -47,6 +62,7 @@ def test_gputopo_check_on_a_degraded_node_fits_a_screen_and_leads_with_the_failu
         "allreduce_bw: no figure: none published for recorded:hgx-h100-nvlink-down, which is not this host and "
         "cannot be measured",
         "gputopo check: 1 failed, 44 passed, 81 skipped"]
+    assert [same(line) for line in lines] == [same(line) for line in documented("docs/cli.md", "collected 126 items")]
 
 
 def test_gputopo_check_verbose_says_each_item_in_one_line(tmp_path):
@@ -80,6 +96,12 @@ def test_a_users_suite_counts_its_tests_and_the_check_apart(pytester):
     assert section(result.stdout.lines)[-1] == "gputopo check: 1 failed, 44 passed, 81 skipped"
     result.stdout.fnmatch_lines(["*4 passed, 1 skipped, *1 checks failed*"])
     assert "FAILURES" not in result.stdout.str()  # the check's failure is in its own section
+    # As docs/benchmarks.md shows it (that command: no reports asked for)
+    again = pytester.runpytest("--gputopo-check", "full", "--gputopo-machine", "hgx-h100-nvlink-down", "-rs")
+    shown = [same(line) for line in documented("docs/benchmarks.md", "SKIPPED [1] test_user.py:6")]
+    printed = [same(line) for line in again.stdout.lines]
+    at = printed.index(shown[0])
+    assert printed[at:at + len(shown)] == shown
 
     # JUnit XML: every item of the check, the unmeasurable ones as skipped test cases
     suite = ET.parse(pytester.path / "report.xml").getroot().find("testsuite")

@@ -1,8 +1,8 @@
 """Progress on long work: each measurement says what it measures and, when done, its figure and
-time; under ``gputopo check -v`` each check item says its measured/expected/floor/ratio. Written
-through pytest's terminal reporter by the process that speaks for the run; an xdist worker's lines
-travel to the controller in its test reports (``PROGRESS_PROPERTY``) and are written there once.
-Under ``-q`` only the line that ends a measurement is written."""
+time (a check item's own line under ``-v`` is ``check_report``'s). Written through pytest's
+terminal reporter by the process that speaks for the run; an xdist worker's lines travel to the
+controller in its test reports (``PROGRESS_PROPERTY``) and are written there once. Under ``-q``
+only the line that ends a measurement is written."""
 
 from __future__ import annotations
 
