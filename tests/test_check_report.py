@@ -148,3 +148,18 @@ def test_gputopo_check_reads_no_conftest_of_the_folder_it_runs_in(tmp_path):
     done = gputopo_check(tmp_path, "--machine", "hgx-h100")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "gputopo check: 45 passed" in done.stdout
+
+
+def test_the_checks_lines_write_a_hostile_gpu_name_escaped(pytester):
+    """An item's message names GPUs as their profile does: its -v line and the section write it
+    escaped, so that no line a CI runner acts on ("::error::") is printed."""
+    from pytest_gputopo.probe import recorded
+
+    doc = recorded.profile_dict("hostile", recorded.load_profile("hgx-h100-nvlink-down").topology)
+    for gpu in doc["topology"]["gpus"]:
+        gpu["name"] = "RTX\r\n::error::pwn"
+    (pytester.path / "hostile.json").write_text(json.dumps(doc))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "hostile.json",
+                                "-v")
+    assert not [line for line in result.stdout.lines if line.startswith("::")]
+    result.stdout.fnmatch_lines(["gputopo-check::topology PASSED (*RTX\\r\\n::error::pwn*"])
