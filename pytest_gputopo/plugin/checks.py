@@ -169,14 +169,15 @@ def _bandwidth_check(run: GputopoRun, key: keys.Key):
             if result.origin == "recorded" or not_p2p:
                 return _skipped(message, f"no figure: {result.error}", props)
             return "failed", message, props
-        origin = "measured" if result.origin != "recorded" else f"recorded, not measured: {result.source}"
+        origin = kind = "measured" if result.origin != "recorded" else f"recorded, not measured: {result.source}"
         if result.interval_gbps:
             origin += f"; {thresholds.interval_text(result.interval_gbps)} GB/s"
         if state == judgement.BROKEN:
             return "failed", f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", props
         text = f"{result.what}: {judged.check().describe()} ({origin})"
         if state == judgement.UNKNOWN:  # nothing says what it should reach: unknown, never "assumed OK"
-            return _skipped(f"{text}; not judged: {judged.basis}", f"not judged: {judged.basis}", props)
+            # the figures' origin stays in the reason shared by the items skipped alike
+            return _skipped(f"{text}; not judged: {judged.basis}", f"not judged: {judged.basis} (figures {kind})", props)
         if state == judgement.STAGED:
             return "failed", (f"{text}; P2P is slower than staging through the host "
                               f"({judged.staged_gbps:.2f} GB/s)"), props
