@@ -204,7 +204,7 @@ def _run(pytester, machine, *args) -> str:
 @pytest.mark.parametrize("args, says", [
     (["--gputopo-check", "quick"], ["check nvlink", "GPU5", "0/18 up"]),
     (["--gputopo-check", "full"], ["check nvlink", "GPU5", "0/18 up", "Not judged: 81 checks"]),
-    (["--gputopo-require", "gpus>=8,p2p,link>=NV12"], ["run gate requires_link('NV12')", "GPU0-GPU5", "linked by SYS"]),
+    (["--gputopo-require", "gpus>=8,p2p,link>=NV12"], ["run gate", "GPU5", "all 7 of its pairs fail requires_link('NV12')"]),
 ], ids=["check-quick", "check-full", "run-gate"])
 def test_the_first_screen_says_what_failed_and_where(pytester, tmp_path, args, says):
     """Someone opening the report of a degraded node sees, without scrolling, that the run failed,
@@ -240,12 +240,18 @@ def test_the_title_and_banner_carry_the_verdict(pytester):
 
 
 def test_a_run_stopped_by_its_gate_is_failed_and_claims_nothing_of_its_tests(pytester):
-    """A gate that stops the run leaves a report: FAILED, each unmet term, and no "every requirement met"."""
+    """A gate that stops the run leaves a report: FAILED, the gate's causes (GPU5, not its seven pairs)
+    with their evidence in the document, and no "every requirement met"."""
     page = _run(pytester, DEGRADED, "--gputopo-require", "gpus>=8,p2p,link>=NV12")
-    assert json.loads((pytester.path / "run.json").read_text())["gate"][0] == \
-        "requires_link('NV12'): GPU0-GPU5 are linked by SYS"
-    assert "<title>FAILED: run gate requires_link(&#x27;NV12&#x27;) GPU0-GPU5 and 6 more" in page
+    doc = json.loads((pytester.path / "run.json").read_text())
+    assert doc["gate"][0] == "requires_link('NV12'): GPU0-GPU5 are linked by SYS"
+    assert [(c["cause"], len(c["evidence"])) for c in doc["gate_causes"]] == [("GPU5", 7)]
+    assert "<title>FAILED: run gate GPU5 - gputopo report" in page
+    assert "the run gate stopped the run (1 cause)" in page
     assert "Every selected test" not in page and "No test ran: the run gate stopped the run" in page
+    # A document written without the causes shows each unmet term.
+    older = html_report({**doc, "gate_causes": None})
+    assert "<title>FAILED: run gate requires_link(&#x27;NV12&#x27;) GPU0-GPU5 and 6 more" in older
 
 
 def test_a_passing_run_is_passed_and_an_unfinished_one_incomplete(pytester):

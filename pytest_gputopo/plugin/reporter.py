@@ -245,6 +245,8 @@ def report_document(run: GputopoRun) -> dict:
                                  "needed_gbps": needed}
     document["unmet"] = _unmet_tests(run.config)
     document["gate"] = list(run.derived.get("gate_problems", ()))  # the run gate that stopped the run, if one did
+    document["gate_causes"] = [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)}
+                               for c in run.derived.get("gate_causes", ())]  # the same, cause by cause
     document["nccl"] = _nccl(run)
     if run.ranks is not None:
         from ..core.schema import to_dict

@@ -162,6 +162,7 @@ DOCUMENT = obj(
      "checks": null_or(list_of(obj({}, {"check": text, "outcome": text, "message": text}))),
      "unmet": null_or(list_of(obj({}, {"test": text, "outcome": text, "requirement": text, "reason": text}))),
      "gate": null_or(STRINGS),  # the unmet run-gate terms of a run stopped before its tests
+     "gate_causes": null_or(list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS}))),
      "nccl": null_or(NCCL),
      "nodes": null_or(list_of(obj({"topology": _topology}, {"where": text, "differs": flag}))),
      "sweeps": null_or(list_of(SWEEP))})

@@ -74,8 +74,12 @@ def verdict(doc: dict) -> Verdict:
     checks = [c for c in doc.get("checks") or [] if isinstance(c, dict)]
     unmet = [u for u in doc.get("unmet") or [] if isinstance(u, dict)]
     causes = []
-    for problem in doc.get("gate") or []:  # "requires_link('NV12'): GPU5-GPU6 are linked by NODE"
-        term, sep, found = str(problem).partition(": ")
+    for cause in doc.get("gate_causes") or []:  # {"cause": "GPU5", "headline": "GPU5: all 7 of its pairs fail ..."}
+        subject = "this machine" if cause["cause"] == "machine" else cause["cause"]
+        found = cause["headline"].removeprefix(f"{cause['cause']}: ").removeprefix("the machine: ")
+        causes.append(Cause("failed", "run gate", subject, found))
+    for problem in [] if doc.get("gate_causes") else doc.get("gate") or []:  # a document without its causes
+        term, sep, found = str(problem).partition(": ")  # "requires_link('NV12'): GPU5-GPU6 are linked by NODE"
         causes.append(Cause("failed", f"run gate {term}" if sep else "run gate", _named(found) or "this machine",
                             found if sep else term))
     for c in checks:
@@ -103,7 +107,9 @@ def verdict(doc: dict) -> Verdict:
     failures = [c for c in causes if c.outcome in _FAILURES]
     word = FAILED if failures else (PASSED if complete else INCOMPLETE)
     counts = []
-    if doc.get("gate"):
+    if doc.get("gate_causes"):
+        counts.append(f"the run gate stopped the run ({counted(len(doc['gate_causes']), 'cause')})")
+    elif doc.get("gate"):
         counts.append(f"the run gate stopped the run ({counted(len(doc['gate']), 'unmet term')})")
     if checks:
         tally = Counter("failed" if c.get("outcome") in _FAILURES else c.get("outcome") for c in checks)
