@@ -61,3 +61,23 @@ def copy_children() -> list[int]:
         if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"pytest_gputopo.bench.copies" in cmd:
             found.append(int(entry.name))
     return found
+
+
+def launcher_port() -> int:
+    """A MASTER_PORT for a run started as a launcher starts it: free now, and so is MASTER_PORT + 1,
+    where the plugin's own store listens without torchrun's (an ephemeral port of another test's
+    connection there made rank 0's store fail with EADDRINUSE)."""
+    import socket
+
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 65534:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind(("", port + 1))
+        except OSError:
+            continue
+        return port

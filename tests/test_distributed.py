@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import launcher_port
 
 from pytest_gputopo.core import keys
 
@@ -75,12 +76,6 @@ def test_nvlink_collective():
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def suite_dir(tmp_path):
     (tmp_path / "conftest.py").write_text(CONFTEST)
@@ -99,7 +94,7 @@ def outcomes(cwd: Path, ranks: int) -> list[dict]:
 
 
 def test_every_rank_takes_the_same_decisions(suite_dir):
-    port = free_port()
+    port = launcher_port()
     out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                    "-m", "pytest", "-p", "no:cacheprovider", "-rs")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -118,7 +113,7 @@ def test_srun_starting_every_rank_takes_one_decision(suite_dir):
     """Issue 11.4: srun sets SLURM_PROCID and its step's task count, not RANK/WORLD_SIZE. Two pytest
     processes given srun's variables (and MASTER_ADDR/MASTER_PORT, as torch's env:// reads them) and
     different recorded machines take the same decisions, and their collectives do not hang."""
-    port = free_port()
+    port = launcher_port()
     launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
     base = {k: v for k, v in os.environ.items() if k not in launcher and not k.startswith(("SLURM_", "TORCHELASTIC_"))}
     procs = []
@@ -144,7 +139,7 @@ def test_srun_starting_every_rank_takes_one_decision(suite_dir):
 
 
 def test_a_rank_that_never_reports_ends_the_run_with_a_reason(suite_dir):
-    port = free_port()
+    port = launcher_port()
     start = time.monotonic()
     out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                    "-m", "pytest", "-p", "no:cacheprovider", "--gputopo-rank-timeout", "5",
@@ -169,7 +164,7 @@ def processes_in(directory: Path) -> list[int]:
 
 
 def test_two_nodes_on_loopback_show_a_header_per_node(suite_dir):
-    port = free_port()
+    port = launcher_port()
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "GPUTOPO_TEST_MACHINES": "hgx-h100,hgx-h100-nvlink-down"}
     procs = [subprocess.Popen(TORCHRUN + common + ["--node-rank", str(n), "-m", "pytest", "-p", "no:cacheprovider"],
@@ -193,7 +188,7 @@ def test_two_nodes_on_loopback_show_a_header_per_node(suite_dir):
 def test_an_unmet_gate_on_one_node_is_the_same_failed_cause_on_every_rank(suite_dir):
     """The gate is judged on every node, once: each rank fails the same gate test, named by the node
     and GPU at fault, and ends with exit status 8; rank 0 alone prints the causes."""
-    port = free_port()
+    port = launcher_port()
     out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                    "-m", "pytest", "-p", "no:cacheprovider", "--gputopo-require", "link>=NV12",
                    env={"GPUTOPO_TEST_MACHINES": "hgx-h100,hgx-h100-nvlink-down"})
@@ -216,7 +211,7 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
         "    r = gputopo_bench.allreduce()\n"
         "    open(f'busbw.{__import__(\"os\").environ[\"RANK\"]}', 'w').write(repr((r.gbps, r.detail['world_size'])))\n"
         "@pytest.mark.min_allreduce_bw(100000)\ndef test_too_fast(): pass\n")
-    port = free_port()
+    port = launcher_port()
     out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                    "-m", "pytest", "-p", "no:cacheprovider", "-rs", "--gputopo-allreduce-backend", "gloo",
                    "--gputopo-allreduce-size", "64K", env={"GPUTOPO_TEST_MACHINES": "host"})
@@ -232,7 +227,7 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
 
 
 def test_rank_zero_names_each_nodes_fallback(suite_dir):
-    port = free_port()
+    port = launcher_port()
     out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                    "-m", "pytest", "-p", "no:cacheprovider",
                    env={"GPUTOPO_TEST_MACHINES": "dgx-a100", "NCCL_P2P_DISABLE": "1"})
@@ -312,7 +307,7 @@ def test_a_custom_condition_is_one_decision_across_ranks(suite_dir):
     ranks skip the test, the reason names rank 1, and the collectives of the tests that run do not
     hang. Deciding from this rank's own ``gputopo`` alone gives different outcomes per rank."""
     (suite_dir / "test_custom.py").write_text(CUSTOM_TESTS)
-    port = free_port()
+    port = launcher_port()
     out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                    "-m", "pytest", "-p", "no:cacheprovider", "-rs", "test_custom.py")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -12,10 +12,10 @@ the one a user's shell gives it.
 """
 
 import os
-import socket
 import time
 
 import pytest
+from conftest import launcher_port
 
 # Every variable a launcher may set that ``runtime.environ.launch`` reads; cleared before each test so
 # that the outer environment (a CI job inside Slurm, say) cannot change what these runs see.
@@ -106,20 +106,10 @@ def clean_launch_environment(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def free_port() -> int:
-    """A port nothing listens on now (and, since the plugin's store listens on MASTER_PORT+1, below the top)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65534:
-            return port
-
-
 def set_launch(monkeypatch, launcher: str) -> None:
     for name, value in LAUNCHES[launcher].items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(launcher_port()))
 
 
 def hide_torch(pytester, monkeypatch) -> None:

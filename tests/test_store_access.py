@@ -22,6 +22,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
+from conftest import launcher_port
 
 from pytest_gputopo.runtime import environ, files, listener
 from pytest_gputopo.runtime.signing import PREFIX, Signer
@@ -98,7 +99,7 @@ def _serve(master_addr: str, nodes: int | None):
     pytest.importorskip("torch.distributed")
     from pytest_gputopo.runtime.ranks import Exchange
 
-    port = _free_port()
+    port = launcher_port() + 1
     launch = environ.Launch(0, 2, 0, 0, master_addr, port - 1, False, "slurm-7.0", nodes)
     return Exchange.connect(launch, 10), port
 
@@ -344,7 +345,7 @@ def test_a_signed_run_refuses_a_planted_verdict_of_the_right_shape(tmp_path):
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_bw.py").write_text("import pytest\n@pytest.mark.min_p2p_bw(100000)\ndef test_bw(): pass\n")
     secret = _secret_file(tmp_path)
-    port = _free_port()
+    port = launcher_port()
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("SLURM_", "TORCHELASTIC_", "PYTEST_GPUTOPO_")) and k not in (
                 "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
@@ -385,7 +386,7 @@ def test_a_bad_secret_is_a_usage_error_before_any_store_is_opened(tmp_path):
     (tmp_path / "test_x.py").write_text("import pytest\n@pytest.mark.requires_gpus(1)\ndef test_x(): pass\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "PYTEST_GPUTOPO_"))}
     env.update({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2",
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "PYTEST_GPUTOPO_STORE_SECRET": "hunter2",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(launcher_port()), "PYTEST_GPUTOPO_STORE_SECRET": "hunter2",
                 "PYTEST_GPUTOPO_MACHINE": "dgx-a100"})
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)

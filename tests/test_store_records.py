@@ -10,6 +10,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
+from conftest import launcher_port
 
 from pytest_gputopo.core import keys
 
@@ -193,9 +194,7 @@ def test_a_planted_empty_verdict_ends_a_real_run_with_the_rank_and_key_not_a_key
 
     (tmp_path / "conftest.py").write_text(END_TO_END_CONFTEST)
     (tmp_path / "test_bw.py").write_text("import pytest\n@pytest.mark.min_p2p_bw(1)\ndef test_bw(): pass\n")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = launcher_port()
     launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
     base = {k: v for k, v in os.environ.items() if k not in launcher and not k.startswith(("SLURM_", "TORCHELASTIC_"))}
     procs = []
