@@ -562,15 +562,16 @@ def test_versions_marker_on_a_host_and_on_a_recording_without_them(gpu_host, tmp
     assert "is unknown (no source reported it)" in verdicts["test_nvls_reduce_scatter"].message
 
 
-def test_the_closest_marker_wins(pytester):
-    """On a 4-GPU Ampere machine only the method whose own requires_gpus(1) replaced its class's
-    Hopper requirement runs; the class's tests skip for Hopper, the module's default for 8 GPUs. On
-    hgx-h100 all run."""
+def test_the_closest_marker_restates_and_keeps_the_rest(pytester):
+    """On a 4-GPU Ampere machine every test of the doc's example skips: the class's Hopper condition
+    stays on the method whose own requires_gpus(1) restates only the count, and the module's default
+    asks for 8 GPUs. On hgx-h100 all run."""
     status, printed, verdicts = run_files(pytester, {"test_stacked.py": MARKERS_STACKED.text},
                                           "--gputopo-machine", "4x-a100-40gb")
-    assert outcomes(verdicts) == {"test_tp4": "skipped", "test_one_rank": "passed", "test_p2p": "skipped",
+    assert outcomes(verdicts) == {"test_tp4": "skipped", "test_one_rank": "skipped", "test_p2p": "skipped",
                                   "test_full_node": "skipped"}
     assert verdicts["test_tp4"].message.startswith("requires_gpus(4, arch='hopper'): ")
+    assert verdicts["test_one_rank"].message.startswith("requires_gpus(1, arch='hopper'): GPU0 ")
     assert verdicts["test_full_node"].message.startswith("requires_gpus(8): 4 visible")
     status, printed, verdicts = run_files(pytester, {"test_stacked.py": MARKERS_STACKED.text},
                                           "--gputopo-machine", "hgx-h100")

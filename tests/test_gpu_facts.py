@@ -14,7 +14,7 @@ from pytest_gputopo.core import gpu_facts, hardware
 from pytest_gputopo.core import requirements as reqs
 from pytest_gputopo.core.expressions import parse_expression
 from pytest_gputopo.probe import probe
-from pytest_gputopo.probe.recorded import load_profile
+from pytest_gputopo.probe.recorded import bundled_names, load_profile
 
 GATE_EXIT_STATUS = 8
 
@@ -209,10 +209,10 @@ def test_bad_gate_terms_say_why(text, says):
 
 
 # ---------------------------------------------------------------------------------------------
-# Stacked markers: the closest wins
+# Stacked markers: the closest restates what it says, and keeps every condition it does not
 
 
-def test_a_methods_marker_replaces_its_classs_marker_of_the_same_name(pytester):
+def test_a_methods_marker_restates_the_count_of_its_classs_marker_of_the_same_name(pytester):
     src = ("pytestmark = pytest.mark.requires_gpus(8)\n"
            "@pytest.mark.requires_gpus(4)\n"
            "class TestBig:\n"
@@ -225,11 +225,55 @@ def test_a_methods_marker_replaces_its_classs_marker_of_the_same_name(pytester):
     result = run(pytester, "2x-rtx3090-nvlink", src, "-v")
     result.assert_outcomes(passed=1, skipped=3)
     result.stdout.fnmatch_lines_random([
-        "*::TestBig::test_one PASSED*",  # its own requires_gpus(1), not the class's (4) nor the module's (8)
+        "*::TestBig::test_one PASSED*",  # its own count (1), not the class's (4) nor the module's (8)
         "*::TestBig::test_class_level SKIPPED (requires_gpus(4)*",  # the class's, not the module's
         "*::TestBig::test_other_name SKIPPED (requires_gpus(4)*",  # another name does not replace it
         "*::test_module_level SKIPPED (requires_gpus(8)*",
     ])
+
+
+CLASS_MEMORY_METHOD_COUNT = """
+@pytest.mark.requires_gpus(min_memory_gb=80)
+class TestBigMemory:
+    @pytest.mark.requires_gpus(4)
+    def test_four(self): pass
+"""
+
+
+@pytest.mark.parametrize("machine", bundled_names())
+def test_a_closer_marker_never_drops_a_condition(pytester, machine):
+    """TensorRT-LLM's class ``skip_less_device_memory`` with a method ``skip_less_device`` ports to a
+    class ``requires_gpus(min_memory_gb=80)`` and a method ``requires_gpus(4)``. The method's marker
+    used to replace the class's whole, and the test ran on 4x A100 40 GB. On every bundled machine it
+    now runs exactly where 4 GPUs of 80 GB (1e9 bytes) each are visible."""
+    topology = probe(machine)
+    gpus = topology.gpus[:4]
+    fits = len(gpus) == 4 and all(g.memory_total_bytes is not None and g.memory_total_bytes >= 80e9 for g in gpus)
+    result = run(pytester, machine, CLASS_MEMORY_METHOD_COUNT, "-rs")
+    result.assert_outcomes(**({"passed": 1} if fits else {"skipped": 1}))
+    if not fits:
+        result.stdout.fnmatch_lines(["*requires_gpus(4, min_memory_gb=80)*"])
+
+
+def test_a_closer_marker_of_another_kind_keeps_the_farther_ones_arguments(pytester):
+    src = ("@pytest.mark.min_p2p_bw(10000, strict=True)\n"
+           "class TestFast:\n"
+           "    @pytest.mark.min_p2p_bw(gpus=2)\n"
+           "    def test_pair(self): pass\n")
+    result = run(pytester, "dgx-a100", src, "-rA")
+    result.assert_outcomes(errors=1)  # the class's 10000 GB/s and strict=True (a failed setup), on the method's two GPUs
+    result.stdout.fnmatch_lines(["*min_p2p_bw(10000, gpus=2)*"])
+
+
+def test_a_bad_marker_on_a_class_is_named_even_where_a_method_restates_it(pytester):
+    src = ("@pytest.mark.requires_gpus(min_memory=80)\n"
+           "class TestX:\n"
+           "    @pytest.mark.requires_gpus(4)\n"
+           "    def test_four(self): pass\n")
+    result = run(pytester, "dgx-a100", src)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*TestX::test_four: @pytest.mark.requires_gpus: (on an enclosing class or module)*"
+                                 "min_memory*"])
 
 
 def test_several_markers_of_one_name_on_one_test_all_apply(pytester):

@@ -136,34 +136,70 @@ def read_markers(items: list, leave: frozenset = frozenset()) -> tuple[list[tupl
     per bad marker naming the test. The same marker on many tests is read once. Marks named in
     ``leave`` (registered by the project itself) are not read.
 
-    Stacked markers: for each marker name the closest node that carries it wins (a method's
-    ``requires_gpus(1)`` replaces its class's ``requires_gpus(4)``, as ``get_closest_marker`` and
-    DeepSpeed's ``world_size`` do); several of one name on that node all apply, and markers of
+    Stacked markers: for each marker name, the closest node that carries it restates what it says and
+    keeps what it does not (a method's ``requires_gpus(4)`` in a class marked
+    ``requires_gpus(min_memory_gb=80)`` is ``requires_gpus(4, min_memory_gb=80)``): the count is the
+    method's, as ``get_closest_marker`` and DeepSpeed's ``world_size`` have it, and no condition is
+    dropped for not being said again. Several marks of one name on that node each apply; markers of
     different names all apply."""
     marked, errors, parsed = [], [], {}
     for item in items:
-        found, closest = [], {}
+        found, by_name = [], {}  # name -> (the closest node carrying it, its marks there, farther marks)
         for node, mark in item.iter_markers_with_node():  # one walk over the node chain, closest first
-            if mark.name not in MARKERS or mark.name in leave or closest.setdefault(mark.name, node) is not node:
-                continue
-            try:
-                key = (mark.name, mark.args, tuple(sorted(mark.kwargs.items())))
-                result = parsed.get(key)
-            except TypeError:  # unhashable arguments: read every time
-                key = result = None
-            if result is None:
-                try:
-                    result = from_marker(mark.name, mark.args, mark.kwargs)
-                except ValueError as exc:
-                    if not isinstance(exc, _reqs().RequirementError):
-                        raise
-                    result = exc
-                if key is not None:
-                    parsed[key] = result
-            if isinstance(result, ValueError):
-                errors.append(f"{item.nodeid}: @pytest.mark.{mark.name}: {result}")
-            else:
-                found.append(result)
+            if mark.name in MARKERS and mark.name not in leave:
+                closest, here, farther = by_name.setdefault(mark.name, (node, [], []))
+                (here if node is closest else farther).append(mark)
+        for name, (_, here, farther) in by_name.items():
+            for mark in here:
+                args, kwargs, problem = _keeping(name, mark, farther)
+                result = problem or _parsed(parsed, name, args, kwargs)
+                if isinstance(result, ValueError):
+                    errors.append(f"{item.nodeid}: @pytest.mark.{name}: {result}")
+                else:
+                    found.append(result)
         if found:
             marked.append((item, found))
     return marked, errors
+
+
+def _keeping(name: str, mark, farther: list) -> tuple[tuple, dict, ValueError | None]:
+    """``mark``'s arguments with every argument a farther mark of its name gives and it does not
+    restate (closest first), and the error of a farther mark that cannot be read."""
+    signature = inspect.signature(MARKERS[name])
+    try:
+        bound = signature.bind_partial(*mark.args, **mark.kwargs)
+    except TypeError:
+        return mark.args, mark.kwargs, None  # its own error is said when it is read
+    for other in farther:
+        try:
+            theirs = signature.bind_partial(*other.args, **other.kwargs)
+        except TypeError as exc:
+            return (), {}, _reqs().RequirementError(f"(on an enclosing class or module) {exc}; "
+                                                    f"signature: {marker_signature(name)}")
+        for arg, value in theirs.arguments.items():
+            bound.arguments.setdefault(arg, value)
+    ordered = {p: bound.arguments[p] for p in signature.parameters if p in bound.arguments}
+    bound.arguments.clear()
+    bound.arguments.update(ordered)
+    return bound.args, bound.kwargs, None
+
+
+def _parsed(parsed: dict, name: str, args: tuple, kwargs: dict):
+    """The requirement (and strict) the arguments state, or the RequirementError they raise: read once
+    per distinct arguments."""
+    try:
+        key = (name, args, tuple(sorted(kwargs.items())))
+        hash(key)
+    except TypeError:  # unhashable arguments: read every time
+        key = None
+    result = parsed.get(key) if key is not None else None
+    if result is None:
+        try:
+            result = from_marker(name, args, kwargs)
+        except ValueError as exc:
+            if not isinstance(exc, _reqs().RequirementError):
+                raise
+            result = exc
+        if key is not None:
+            parsed[key] = result
+    return result
