@@ -33,6 +33,8 @@ from ..core.units import counted
 from .cuda_samples import P2PBandwidthLatency
 from .nvbandwidth import Nvbandwidth
 from .nvlink_status import NvlinkStatus
+from .smi_gpus import GpuListingError, SmiGpu
+from .smi_gpus import fill as _fill_gpu, find as _find_gpu
 
 
 class ToolOutputError(ValueError):
@@ -193,15 +195,19 @@ class RecordedFigures:
 
 def with_nvlink_states(topology: model.Topology, status: NvlinkStatus, file: str) -> model.Topology:
     """``topology`` with the NVLink states ``nvidia-smi nvlink -s`` printed as its GPUs' links (state
-    only: where a link leads, nvlink -s does not say) and a warning where the two outputs disagree."""
-    by_uuid = {g.uuid: g for g in topology.gpus if g.uuid}
-    by_nvml = {g.nvml_index: g for g in topology.gpus if g.nvml_index is not None}
+    only: where a link leads, nvlink -s does not say), the name and UUID of each GPU's header where the
+    machine did not know them (``smi_gpus``: a UUID other than the one known is another machine's
+    output, refused), and a warning where the outputs disagree. ``-i <gpu>`` lists some GPUs only:
+    no GPU count is compared."""
     gpus = list(topology.gpus)
     warnings = list(topology.warnings)
     for listed in status.gpus:
-        gpu = by_uuid.get(listed.uuid) if listed.uuid and by_uuid else by_nvml.get(listed.index)
-        if gpu is None:
-            raise ToolOutputError(f"{file}: GPU {listed.index} ({listed.uuid or 'no UUID'}) is no GPU of this machine")
+        try:
+            gpu = _find_gpu(gpus, SmiGpu(index=listed.index, uuid=listed.uuid), 0, "nvidia-smi nvlink -s", file)
+        except GpuListingError as exc:
+            raise ToolOutputError(str(exc)) from None
+        gpu = _fill_gpu(gpu, SmiGpu(name=listed.name, uuid=listed.uuid), f"nvidia-smi nvlink -s ({file})", warnings)
+        gpus[gpu.index] = gpu
         best = max((ln.nvlinks or 0 for ln in topology.links if gpu.index in (ln.a, ln.b)), default=0)
         if listed.all_inactive:
             warnings.append(f"GPU{gpu.index}: nvidia-smi nvlink -s ({file}) says all its links are inactive "
