@@ -19,19 +19,12 @@ from .requirements import (MIG_INSTANCE, REASON_PAIRS, Requirement, RequirementE
 UNKNOWN = "is unknown (no source reported it)"
 
 
-def _names(value, what: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+def _names(value, what: str) -> tuple[str, ...]:
     """A name or a list of names, as a non-empty tuple of non-empty strings."""
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items or not all(isinstance(v, str) and v.strip() for v in items):
         raise RequirementError(f"{what} must be a name or a list of names, got {show_value(value)}")
-    items = tuple(v.strip() for v in items)
-    if allowed is not None:
-        for v in items:
-            name = v.lower().removeprefix(">=").strip()
-            if name not in allowed or (v.startswith(">=") and len(items) > 1):
-                raise RequirementError(f"{what} must be one of {', '.join(allowed)}, a list of them, or '>=' and "
-                                       f"one of them (e.g. '>=hopper'), got {show_value(value)}")
-    return items
+    return tuple(v.strip() for v in items)
 
 
 def _bool_arg(value, what: str) -> bool | None:
@@ -44,8 +37,9 @@ def _bool_arg(value, what: str) -> bool | None:
 class GpuRequirement(Requirement):
     """``requires_gpus``: the GPUs named are there (``gpus``: the first n, the listed ones, or None:
     every visible GPU, at least one when a condition is set), and each meets every condition given:
-    memory in GB (1e9 bytes), a compute-capability specifier, an architecture, a model (a substring
-    of the name or a glob over it, any of a list), native bf16, multicast (NVLS)."""
+    memory in GB (1e9 bytes), a compute-capability specifier, an architecture or comparisons with one
+    (``">=hopper"``, ``"<blackwell"``), a model (a substring of the name or a glob over it, any of a
+    list), native bf16, multicast (NVLS)."""
 
     min_memory_gb: float | None = None
     compute_capability: str | None = None
@@ -69,8 +63,10 @@ class GpuRequirement(Requirement):
                 raise RequirementError(f"compute_capability: {exc}") from None
             object.__setattr__(self, "compute_capability", self.compute_capability.strip())
         if self.arch is not None:
-            object.__setattr__(self, "arch", tuple(a.lower().replace(" ", "") for a in
-                                                   _names(self.arch, "arch", hardware.ARCH_NAMES)))
+            try:
+                object.__setattr__(self, "arch", hardware.arch_spec(self.arch))
+            except ValueError as exc:
+                raise RequirementError(f"arch must be {exc}, got {show_value(self.arch)}") from None
         if self.model is not None:
             object.__setattr__(self, "model", _names(self.model, "model"))
         _bool_arg(self.bf16, "bf16")
@@ -142,12 +138,16 @@ class GpuRequirement(Requirement):
                 problems.append(f"compute capability {UNKNOWN}")
             elif not meets:
                 problems.append(f"has compute capability {cc}, needs {self.compute_capability}")
-        if self.arch is not None:
-            name = hardware.architecture(cc)
-            if name is None:
+        if self.arch is not None:  # compared by the capability's place among architectures (hardware.arch_meets)
+            meets, seen = hardware.arch_meets(cc, self.arch), hardware.arch_text(cc)
+            named = "" if hardware.architecture(cc) else ", not in the plugin's table"
+            if meets is None and seen == "unknown":
                 problems.append(f"architecture is unknown (compute capability {cc or 'unknown'})")
-            elif not _arch_meets(name, self.arch):
-                problems.append(f"is {name.title()} (compute capability {cc}), needs {' or '.join(self.arch)}")
+            elif meets is None:
+                problems.append(f"architecture is unknown (compute capability {cc}{named}: {seen}), "
+                                f"needs {' or '.join(self.arch)}")
+            elif not meets:
+                problems.append(f"is {seen} (compute capability {cc}{named}), needs {' or '.join(self.arch)}")
         if self.model is not None:
             if gpu.name is None:
                 problems.append(f"model {UNKNOWN}")
@@ -174,12 +174,6 @@ def _model_matches(model: str, name: str) -> bool:
     if any(c in model for c in "*?["):
         return fnmatch.fnmatchcase(name.lower(), model.lower())
     return model.lower() in name.lower()
-
-
-def _arch_meets(name: str, wanted: tuple[str, ...]) -> bool:
-    if wanted[0].startswith(">="):
-        return hardware.ARCH_NAMES.index(name) >= hardware.ARCH_NAMES.index(wanted[0][2:])
-    return name in wanted
 
 
 VERSIONS = {  # marker argument: (Topology field, what it is)

@@ -1,5 +1,6 @@
 """What a GPU's recorded facts mean for the conditions suites gate on: its architecture (named from
-the compute capability), native bf16, memory in GB, and version specifiers (``packaging``'s, as pip
+the compute capability) and comparisons with it (``arch=">=hopper"``), native bf16, memory in GB, and
+version specifiers (``packaging``'s, as pip
 reads them) for compute capability, driver, CUDA and NCCL versions.
 
 Pure: an unknown fact (None, or text that is no version such as ``"N/A"``) gives None, never a guess.
@@ -8,6 +9,8 @@ Pure: an unknown fact (None, or text that is no version such as ``"N/A"``) gives
 from __future__ import annotations
 
 import functools
+import operator
+import re
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -27,6 +30,8 @@ ARCHITECTURES = (
 )
 ARCH_NAMES = tuple(name for name, _ in ARCHITECTURES)
 _ARCH_OF = {cc: name for name, ccs in ARCHITECTURES for cc in ccs}
+_TABLE = sorted(_ARCH_OF)  # every capability the table names, ascending
+_INDEX = {name: i for i, name in enumerate(ARCH_NAMES)}
 
 # Native bf16 arithmetic starts with Ampere (sm_80): torch.cuda.is_bf16_supported(including_emulation=
 # False) is "CUDA >= 11 and major >= 8" (torch/cuda/__init__.py); Lightning's RunIf(bf16_cuda=True) asks it.
@@ -92,3 +97,78 @@ def satisfies(fact: str | None, spec: str) -> bool | None:
     version is what runs); None when the fact is unknown."""
     have = version(fact)
     return None if have is None else specifier(spec).contains(have, prereleases=True)
+
+
+# Architecture comparisons: ``">=hopper"``, ``"<blackwell"``, ``"!=hopper"``, ``"==ampere"`` or a bare name
+# (equal), several joined by "," (all must hold), a list of those (any). Two-character operators first.
+_ARCH_OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
+             "<": operator.lt, ">": operator.gt}
+_CLAUSE = re.compile(r"(<=|>=|==|!=|<|>)?([a-z]+)")
+ARCH_HOW = (f"one of {', '.join(ARCH_NAMES)}, with an optional comparison (<, <=, ==, !=, >=, >; e.g. '>=hopper', "
+            "'<blackwell'), several joined by ',' (all must hold: '>=ampere,<=ada'), or a list of those (any)")
+
+
+def arch_spec(value) -> tuple[str, ...]:
+    """An ``arch=`` argument as a tuple of conditions, any of which may hold, each lowercase without
+    spaces (``"hopper"``, ``">=ampere,<=ada"``); raises ValueError saying how to write one."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items or not all(isinstance(v, str) for v in items):
+        raise ValueError(ARCH_HOW)
+    out = tuple(re.sub(r"\s+", "", v).lower() for v in items)
+    for item in out:
+        for clause in item.split(","):
+            m = _CLAUSE.fullmatch(clause)
+            if not m or m[2] not in _INDEX:
+                raise ValueError(ARCH_HOW)
+    return out
+
+
+def _place(name: str) -> int:
+    return 2 * _INDEX[name] + 1
+
+
+def arch_places(cc: str | None) -> range | None:
+    """Where the GPU's architecture can lie in the table's order: ``2i + 1`` is ``ARCH_NAMES[i]``, an even
+    place an architecture the table does not name (older than the first, between two, newer than the last).
+
+    NVIDIA numbers capabilities in the order of its architectures, so a capability the table does not
+    name lies between its neighbours in the table: inside one architecture's span (10.2: Blackwell), it is
+    that architecture; in a gap (9.5), either neighbour or one between; past the table (13.0), the last
+    architecture or a newer one. None when the capability is unknown."""
+    known = capability(cc)
+    if known is None:
+        return None
+    below = [c for c in _TABLE if c <= known]
+    above = [c for c in _TABLE if c >= known]
+    low = _place(_ARCH_OF[below[-1]]) if below else 0
+    high = _place(_ARCH_OF[above[0]]) if above else 2 * len(ARCH_NAMES)
+    return range(low, high + 1)
+
+
+def arch_meets(cc: str | None, spec: tuple[str, ...]) -> bool | None:
+    """Whether the GPU's architecture meets ``spec`` (from ``arch_spec``): True or False when it does or
+    does not for every architecture the capability can be (``">=hopper"`` holds for 13.0: Blackwell or
+    newer), None when that depends on which (``"blackwell"`` for 13.0) or the capability is unknown."""
+    places = arch_places(cc)
+    if places is None:
+        return None
+    items = [[(_ARCH_OPS[m[1] or "=="], _place(m[2])) for m in map(_CLAUSE.fullmatch, item.split(","))]
+             for item in spec]
+    verdicts = {any(all(op(p, a) for op, a in item) for item in items) for p in places}
+    return verdicts.pop() if len(verdicts) == 1 else None
+
+
+def arch_text(cc: str | None) -> str:
+    """What the capability says of the architecture: ``"Hopper"``, ``"Blackwell or newer"``,
+    ``"Hopper, Blackwell or one between"``, ``"unknown"``."""
+    places = arch_places(cc)
+    if places is None:
+        return "unknown"
+    named = [ARCH_NAMES[p // 2].title() for p in places if p % 2]
+    if len(places) == 1:
+        return named[0]
+    if places[0] == 0:
+        return f"{named[0]} or older"
+    if places[-1] == 2 * len(ARCH_NAMES):
+        return f"{named[0]} or newer"
+    return f"{' or '.join(named)} or one between"
