@@ -282,11 +282,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
     run = run_of(item.config)
     recorded = []
-    for requirement, strict in found:
+    for index, (requirement, strict) in enumerate(found):
         outcome = evaluate(run, requirement)
         if outcome.reason is None:
             recorded += [outcome.recorded] if outcome.recorded else []
             continue
+        reporter.say_verdicts(run, item, found, index)  # every requirement's verdict, for the JSON report
         item.user_properties.append((reporter.UNMET_PROPERTY, str(requirement)))
         item.user_properties += [(reporter.CAUSE_PROPERTY, cause) for cause in outcome.causes]
         reason = terminal(outcome.reason)  # a reason names GPUs by the names their profile gives
@@ -297,6 +298,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.fail(reason, pytrace=False)
         # Reported at the test's own location, as pytest's skip markers are.
         raise pytest.skip.Exception(reason, _use_item_location=True)
+    reporter.say_verdicts(run, item, found, len(found))
     reporter.say_recorded(item, recorded)
 
 

@@ -19,6 +19,7 @@ OWN_PROPERTY = "gputopo_test_measurement"
 UNMET_PROPERTY = "gputopo_unmet"  # the requirement a test did not run for
 CAUSE_PROPERTY = "gputopo_cause"  # what made it unmet, where one GPU or the machine did (``core.causes``)
 RECORDED_PROPERTY = "gputopo_recorded"  # a met requirement that rests on recorded figures, not measured here
+VERDICT_PROPERTY = "gputopo_verdict"  # each requirement of a gated test with its verdict (JSON), met ones too
 RECORDED_WORD = "PASSED (recorded, not measured)"  # the passed line of such a test (-v, -rA)
 
 
@@ -73,6 +74,57 @@ def say_recorded(item: pytest.Item, recorded: list[str]) -> None:
     for note in recorded:
         item.user_properties.append((RECORDED_PROPERTY, note))
     item.add_report_section("setup", "gputopo", "\n".join(terminal(note) for note in recorded))
+
+
+MET, UNMET, UNKNOWN, BROKEN = "met", "unmet", "unknown", "broken"  # a requirement's verdict in the report
+# How the core words a fact no source reported (or a figure with nothing to judge it against): an
+# unmet requirement all of whose findings say one of these is unknown, not known to fall short.
+_UNKNOWN_WORDS = ("is unknown", "are unknown", "an unknown ", "no source reported", ", no version",
+                  "no expected bandwidth is known", ": no figure (")
+
+
+def say_verdicts(run: GputopoRun, item: pytest.Item, found: list, stop: int) -> None:
+    """Every requirement of a gated test with its verdict -- met, unmet, unknown, broken -- and why,
+    as a ``gputopo_verdict`` property (so that xdist workers' reach the controller's JSON report).
+    ``found``: the test's (requirement, strict) pairs; ``stop``: the index of the first unmet one,
+    which decided (``len(found)``: none). A requirement after it is judged where that is pure (on
+    the topology); one judged on measurements is ``unknown``: nothing is measured for a test not run."""
+    if run.settings.json is None and run.settings.html is None:
+        return  # only a report reads them (each is a JUnit property too)
+    from ..core.requirements import FactRequirement
+    from .verdicts import evaluate
+
+    for index, (requirement, _) in enumerate(found):
+        if index > stop and isinstance(requirement, FactRequirement):
+            entry = {"verdict": UNKNOWN, "reason": f"not judged: the test did not run for {found[stop][0]}",
+                     "recorded": False}
+        else:
+            outcome = evaluate(run, requirement)  # judged once per run: this is the verdict the test had
+            entry = {"verdict": _word(run, requirement, outcome), "reason": outcome.reason or outcome.recorded or None,
+                     "recorded": bool(outcome.recorded)}
+        item.user_properties.append((VERDICT_PROPERTY, json.dumps({"requirement": str(requirement), **entry})))
+
+
+def _word(run: GputopoRun, requirement, outcome) -> str:
+    """met, broken, unknown (every finding is a fact no source reported, or a figure nothing says
+    what it should reach) or unmet (something is known to fall short)."""
+    if outcome.reason is None:
+        return MET
+    if outcome.broken:
+        return BROKEN
+    from ..core.requirements import BandwidthRequirement, FactRequirement
+
+    if isinstance(requirement, BandwidthRequirement):
+        from .verdicts import judge
+
+        texts = list(judge(run, requirement, None).failures)  # this process's figures, measured already
+    elif isinstance(requirement, FactRequirement):
+        return UNMET  # NCCL's transports and fallbacks: what NCCL took, known once it ran
+    else:  # the problem without the GPU's name where a finding has one: a name is data, not a verdict
+        texts = [f.what or f.line for _, topology in run.nodes()
+                 if not requirement.evaluate(topology).ok for f in requirement.findings(topology)]
+    unknown = texts and all(any(w in t for w in _UNKNOWN_WORDS) for t in texts)
+    return UNKNOWN if unknown else UNMET
 
 
 def recorded_status(report: pytest.TestReport):
@@ -244,6 +296,7 @@ def report_document(run: GputopoRun) -> dict:
             entry["expected"] = {"gbps": None if fig is None else fig.gbps, "basis": basis, "floor": ratio,
                                  "needed_gbps": needed}
     document["unmet"] = _unmet_tests(run.config)
+    document["verdicts"] = _verdicts(run.config)
     document["gate"] = list(run.derived.get("gate_problems", ()))  # the run gate that stopped the run, if one did
     document["gate_causes"] = [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)}
                                for c in run.derived.get("gate_causes", ())]  # the same, cause by cause
@@ -269,6 +322,19 @@ def _unmet_tests(config: pytest.Config) -> list[dict]:
                     reason = longrepr[2] if isinstance(longrepr, tuple) else getattr(rep, "longreprtext", "")
                     out.append({"test": rep.nodeid, "outcome": "failed" if outcome == "error" else outcome,
                                 "requirement": value, "reason": str(reason).removeprefix("Skipped: ")})
+    return out
+
+
+def _verdicts(config: pytest.Config) -> list[dict]:
+    """Each requirement of each gated test that reached its setup, with its verdict and why (``say_verdicts``)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    out, seen = [], set()
+    for reports in (reporter.stats.values() if reporter else ()):
+        for rep in reports:
+            for key, value in getattr(rep, "user_properties", ()):
+                if key == VERDICT_PROPERTY and (rep.nodeid, value) not in seen:  # each phase repeats them
+                    seen.add((rep.nodeid, value))
+                    out.append({"test": rep.nodeid, **json.loads(value)})
     return out
 
 

@@ -161,6 +161,9 @@ DOCUMENT = obj(
      "test_measurements": null_or(list_of(_json)),
      "checks": null_or(list_of(obj({}, {"check": text, "outcome": text, "message": text}))),
      "unmet": null_or(list_of(obj({}, {"test": text, "outcome": text, "requirement": text, "reason": text}))),
+     "verdicts": null_or(list_of(obj({"test": text, "requirement": text,
+                                      "verdict": one_of("met", "unmet", "unknown", "broken")},
+                                     {"reason": null_or(text), "recorded": flag}))),
      "gate": null_or(STRINGS),  # the unmet run-gate terms of a run stopped before its tests
      "gate_causes": null_or(list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS}))),
      "nccl": null_or(NCCL),
