@@ -19,6 +19,8 @@ Sources (read for this file):
 - torch.cuda.is_bf16_supported (torch/cuda/__init__.py, torch >= 2.4): True when the current device's
   major capability is 8 or more; else, by default (``including_emulation=True``), whether a bf16
   tensor can be made on it, which any CUDA GPU can.
+- skip_if_lt_x_gpu and requires_multicast_support: pytorch/pytorch
+  torch/testing/_internal/common_distributed.py @ 4214bd808e136baec1e6aad7c16f975772370aca.
 - requires_cuda_p2p_access: pytorch/pytorch test/distributed/test_symmetric_memory.py (its own copy
   in earlier versions; torch.testing._internal.common_utils at d4e76bf597ca217a95c3d75678b317a4f99e0647).
 """
@@ -209,6 +211,18 @@ def trt_ut_check_nvlink(t):
     return True if t.gpus else None
 
 
+def torch_skip_if_lt_x_gpu(x):  # torch.cuda.is_available() and torch.cuda.device_count() >= x runs it
+    return lambda t: bool(t.gpus) and len(t.gpus) >= x
+
+
+def torch_requires_multicast_support(t):
+    """``torch.cuda.is_available() and _SymmetricMemory.has_multicast_support(DeviceType.CUDA, 0)``:
+    device 0's multicast attribute stands for the latter (its C++ side is not encoded here)."""
+    if not t.gpus:
+        return False
+    return gpu0(t).multicast
+
+
 def torch_requires_cuda_p2p_access(t):
     """CUDA available, at least 2 GPUs, ``can_device_access_peer(i, j)`` for every pair (some
     versions also ask ``get_device_capability() >= (8, 0)``)."""
@@ -350,6 +364,9 @@ ROWS = [
         ("@pytest.mark.requires_nvlink",), used_pair_without_nvlink, "returns True whenever NVML starts",
         id="trt-ut-nvlink-inactive"),
     # PyTorch
+    Row("`@skip_if_lt_x_gpu(4)`", torch_skip_if_lt_x_gpu(4), ("@pytest.mark.requires_gpus(4)",), id="torch-lt-x-gpu"),
+    Row("`@requires_multicast_support()`", torch_requires_multicast_support,
+        ("@pytest.mark.requires_gpus(multicast=True)",), id="torch-multicast"),
     Row("`@requires_cuda_p2p_access()`", torch_requires_cuda_p2p_access, ("@pytest.mark.requires_p2p",),
         cuda_peer_unrecorded, "NVML's P2P status", id="torch-cuda-p2p-access"),
 ]
@@ -445,3 +462,35 @@ def test_the_plugin_decides_each_port_as_judged_here(pytester, machine):
               for line in result.outlines if line.startswith("PASSED test_rows.py::test_")}
     t = TOPOLOGIES[machine]
     assert passed == {i for i, row in enumerate(ROWS) if ours(row, t)}, result.stdout.str()
+
+
+def test_the_originals_count_gpus_a_process_cannot_see():
+    """TensorRT-LLM counts ``nvidia-smi -L`` lines, every GPU of the host; the marker counts the GPUs
+    the process sees: with two of eight GPUs visible, skip_less_device(8) runs and the port skips,
+    the difference the doc states above its tables."""
+    host = TOPOLOGIES["hgx-h100"]
+    seen = host.restrict([0, 1])  # CUDA_VISIBLE_DEVICES=0,1
+    row = next(r for r in ROWS if r.id == "trt-less-device")
+    assert row.rule(host) is True and not ours(row, seen)
+    assert "whatever `CUDA_VISIBLE_DEVICES`" in DOC.read_text()
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_a_class_memory_gate_and_a_method_count_keep_both_conditions(pytester, machine):
+    """TensorRT-LLM's class ``skip_less_device_memory(80000)`` and method ``skip_less_device(4)`` are
+    two markers, both applied; ported to a class ``requires_gpus(min_memory_gb=...)`` and a method
+    ``requires_gpus(4)``, the method needs four GPUs of that memory: it runs exactly where both
+    originals run (the bundled machines' GPUs are alike, so GPU0's memory is each GPU's)."""
+    pytester.makepyfile(test_stacked="""
+import pytest
+
+@pytest.mark.requires_gpus(min_memory_gb=80000 * 2**20 / 1e9)
+class TestLarge:
+    @pytest.mark.requires_gpus(4)
+    def test_tp4(self):
+        pass
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", machine)
+    t = TOPOLOGIES[machine]
+    runs = trt_skip_less_device(4)(t) and trt_skip_less_device_memory(80000)(t)
+    assert result.parseoutcomes().get("passed", 0) == (1 if runs else 0), result.stdout.str()
