@@ -109,7 +109,7 @@ def test_a_capability_between_two_architectures_is_unknown_where_they_differ():
     assert meets("9.5", ">=hopper") is True and meets("9.5", "<=blackwell") is True
     assert meets("9.5", "<blackwell") is None and meets("9.5", "hopper") is None
     assert meets("9.5", "ada") is False
-    assert hardware.arch_text("9.5") == "Hopper or Blackwell or one between"
+    assert hardware.arch_text("9.5") == "Hopper, Blackwell or one between"
 
 
 def test_an_unknown_capability_meets_no_comparison():
@@ -228,3 +228,45 @@ def test_a_bad_arch_is_a_usage_error_naming_the_test(pytester):
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*test_arch_marked.py::test_bad: @pytest.mark.requires_gpus: arch must be one "
                                  "of kepler, *got '~=hopper'"])
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/markers.md, as a reader pastes it
+
+DOC = Path(__file__).parents[1] / "docs" / "markers.md"
+
+
+def documented_block():
+    from doc_examples import blocks
+
+    found = [b for b in blocks() if b.path == "docs/markers.md" and "def test_ampere_kernel" in b.text]
+    assert len(found) == 1
+    return found[0].text
+
+
+@pytest.mark.parametrize("machine, passed", [
+    ("hgx-h100", {"test_fp8_gemm", "test_engine_build", "test_fp8_rowwise"}),
+    ("4x-a100-40gb", {"test_engine_build", "test_ampere_kernel"}),
+    ("gb200-tray", {"test_fp8_gemm"}),
+])
+def test_the_documented_arch_example_runs_where_the_doc_says(pytester, machine, passed):
+    pytester.makepyfile(test_archdoc=documented_block())
+    result = pytester.runpytest("--gputopo-machine", machine)
+    ran = {r.nodeid.split("::")[-1] for r in result.reprec.getreports("pytest_runtest_logreport")
+           if r.when == "call" and r.passed}
+    assert ran == passed
+    assert f"On `{machine}`" in DOC.read_text() or f"on `{machine}`" in DOC.read_text()
+
+
+def test_the_documented_table_of_newer_capabilities_is_what_the_plugin_judges():
+    """Each row of the doc's table (13.0, 10.2, 9.5): what holds, what does not, what is unknown."""
+    rows = [ln for ln in DOC.read_text().splitlines() if ln.startswith("| ") and "| Blackwell" in ln
+            or ln.startswith("| in a gap")]
+    assert len(rows) == 3
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        cc = cells[0].split("(")[1].split(",")[0].split(")")[0]
+        assert hardware.arch_text(cc).lower() in cells[1].lower().replace(" a newer architecture", " newer")
+        for column, verdict in zip(cells[2:], (True, False, None)):
+            for arch in column.split("`")[1::2]:
+                assert meets(cc, json.loads(arch)) is verdict, (cc, arch)

@@ -72,6 +72,8 @@ doc("docs/options.md", "for m in $(gputopo machines --json",
     by="tests/test_plan.py::test_the_documented_preview_on_every_bundled_machine_runs")
 doc("docs/distributed.md", "--gputopo-plan-json",
     by="tests/test_plan.py::test_the_documented_ci_routing_starts_jobs_only_where_tests_would_run")
+doc("docs/markers.md", "def test_ampere_kernel",
+    by="tests/test_arch.py::test_the_documented_arch_example_runs_where_the_doc_says")
 
 
 def test_every_runnable_example_is_run_here_or_says_why_not():

@@ -171,4 +171,4 @@ def arch_text(cc: str | None) -> str:
         return f"{named[0]} or older"
     if places[-1] == 2 * len(ARCH_NAMES):
         return f"{named[0]} or newer"
-    return f"{' or '.join(named)} or one between"
+    return f"{', '.join(named)} or one between"

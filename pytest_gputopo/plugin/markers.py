@@ -76,8 +76,8 @@ MARKERS: dict[str, Callable] = {
 MARKER_HELP = {
     "requires_gpus": "n GPUs are visible (n: a number, or a list of GPU indices such as [0, 5]) and each of "
                      "cuda:0..n-1 (or of those listed) meets every condition given: min_memory_gb (1e9 bytes), "
-                     "compute_capability ('>=9.0'), arch ('hopper', '>=ampere', a list), model (a substring of "
-                     "the name, or a list: any), bf16 (native), multicast (NVLS)",
+                     "compute_capability ('>=9.0'), arch ('hopper', '>=ampere', '<blackwell', '!=hopper', a list: "
+                     "any), model (a substring of the name, or a list: any), bf16 (native), multicast (NVLS)",
     "requires_versions": "each version given is met, as a specifier ('>=2.18'): driver (NVIDIA driver), cuda "
                          "(CUDA the driver supports), cuda_runtime (CUDA torch was built with), nccl (NCCL torch loads)",
     "requires_p2p": "every pair among the GPUs the test uses (cuda:0..gpus-1, or gpus=[0, 5], default all) can do "
