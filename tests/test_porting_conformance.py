@@ -256,6 +256,12 @@ def cuda_peer_unrecorded(t: Topology) -> bool:
     return any(ln.cuda_peer is None for ln in t.pairs())
 
 
+def capability_not_in_table(t: Topology) -> bool:
+    """``arch`` names an architecture from the capability table; a capability it does not list has
+    no name there (``compute_capability`` compares it by number)."""
+    return bool(t.gpus) and hardware.architecture(gpu0(t).compute_capability) is None
+
+
 def case_or_line(keywords):
     """model= ignores case and reads the name alone; the original reads GPU0's whole ``nvidia-smi -L``
     line (its "GPU 0:" and UUID included), case-sensitively."""
@@ -328,6 +334,14 @@ ROWS = [
         ("@pytest.mark.requires_gpus(compute_capability=\">=9.0\")",), id="trt-pre-hopper"),
     Row("`@skip_pre_blackwell`", trt_sm(lambda s: s >= 100),
         ("@pytest.mark.requires_gpus(compute_capability=\">=10.0\")",), id="trt-pre-blackwell"),
+    Row("`@skip_pre_ada`", trt_sm(lambda s: s >= 89), ("arch=\">=ada\"",), capability_not_in_table,
+        "the architecture table knows", id="trt-pre-ada-arch"),
+    Row("`@skip_pre_hopper`", trt_sm(lambda s: s >= 90), ("arch=\">=hopper\"",), capability_not_in_table,
+        "the architecture table knows", id="trt-pre-hopper-arch"),
+    Row("`@skip_pre_blackwell`", trt_sm(lambda s: s >= 100), ("arch=\">=blackwell\"",), capability_not_in_table,
+        "the architecture table knows", id="trt-pre-blackwell-arch"),
+    Row("`skip_on_arch(min_arch=8)`", ds_skip_on_arch(8), ("arch=\">=ampere\"",), capability_not_in_table,
+        "every capability its table knows", id="ds-skip-on-arch-arch"),
     Row("`@skip_post_blackwell`", trt_sm(lambda s: s < 100),
         ("@pytest.mark.requires_gpus(compute_capability=\"<10.0\")",), id="trt-post-blackwell"),
     Row("`@skip_post_blackwell_ultra`", trt_sm(lambda s: s < 103),
@@ -375,7 +389,10 @@ TOPOLOGIES = {name: probe(name) for name in MACHINES}
 
 
 def marker_call(text: str) -> tuple[str, tuple, dict]:
-    """``@pytest.mark.name(args)`` as the plugin reads it: its name and arguments."""
+    """``@pytest.mark.name(args)`` as the plugin reads it: its name and arguments (a bare ``arch=...``,
+    as the doc writes an alternative, is ``requires_gpus(arch=...)``)."""
+    if text.startswith("arch="):
+        text = f"@pytest.mark.requires_gpus({text})"
     body = text.removeprefix("@pytest.mark.")
     name, _, rest = body.partition("(")
     args, kwargs = eval(f"(lambda *a, **k: (a, k))({rest[:-1] if rest else ''})")  # the row's own text
@@ -455,7 +472,7 @@ def test_the_plugin_decides_each_port_as_judged_here(pytester, machine):
     change nothing for a test marked once)."""
     lines = ["import pytest", ""]
     for i, row in enumerate(ROWS):
-        lines += list(row.port) + [f"def test_{i}():", "    pass", ""]
+        lines += [m if m.startswith("@") else f"@pytest.mark.requires_gpus({m})" for m in row.port] + [f"def test_{i}():", "    pass", ""]
     pytester.makepyfile(test_rows="\n".join(lines))
     result = pytester.runpytest("-p", "no:cacheprovider", "-rA", "--gputopo-machine", machine)
     passed = {int(line.split("test_rows.py::test_")[1].split()[0])
