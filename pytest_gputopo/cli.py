@@ -25,6 +25,8 @@ from .parse.nccl_log import parse_nccl_log
 from .parse.nccl_tests import NcclTestsParseError, parse_nccl_tests
 from .parse.nvbandwidth import NvbandwidthParseError, parse_nvbandwidth
 from .parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status
+from .parse.smi_list import SmiListParseError, parse_smi_list
+from .parse.smi_query import SmiQueryParseError, parse_smi_query
 from .probe import MachineError, probe
 from .probe.recorded import bundled_names, load_profile, profile_dict
 from .render import report, tables
@@ -117,9 +119,11 @@ def cmd_record(args) -> int:
         sources += [{"what": f"nvidia-smi topo -p2p ({cap})", "file": path} for cap, (path, _) in p2p_files.items()]
         inferred = ["every fact the text does not give is recorded as null (unknown)"]
     else:
-        for flag, given in (("--p2p", args.p2p), ("--nvlink-status", args.nvlink_status)):
+        for flag, given in (("--p2p", args.p2p), ("--nvlink-status", args.nvlink_status),
+                            ("--smi-query", args.smi_query)):
             if given:
-                raise CliError(f"{flag} goes with --from-smi (NVML reports P2P status and NVLink states itself)")
+                raise CliError(f"{flag} goes with --from-smi (NVML reports P2P status, NVLink states and each "
+                               f"GPU's facts itself)")
         topology = probe(None)
         if not topology.gpus:
             raise CliError(f"no GPU to record: {topology.problem or 'NVML lists none'}")
@@ -158,9 +162,17 @@ def _with_tool_outputs(args, topology: model.Topology, sources: list):
     """The machine with what operators' tools printed about it: nvlink -s link states, nvbandwidth
     and p2pBandwidthLatencyTest figures (recorded, with their source); each file is a source."""
     from .parse.published import RecordedFigures, ToolOutputError, with_nvlink_states
+    from .parse.smi_gpus import GpuListingError, with_gpu_facts
 
     sources = list(sources)
     try:
+        for path in args.smi_query:  # first: the UUIDs and bus ids the other outputs are checked against
+            before = set(topology.warnings)
+            listing = _smi_listing(path)
+            topology = with_gpu_facts(topology, listing, path)
+            sources.append({"what": listing.tool, "file": path,
+                            "notes": [f"{path}: {w}" for w in listing.warnings]
+                            + [w for w in topology.warnings if w not in before]})
         for path in args.nvlink_status:
             before = set(topology.warnings)
             topology = with_nvlink_states(topology, _read_tool(path, parse_nvlink_status, NvlinkStatusParseError),
@@ -176,7 +188,7 @@ def _with_tool_outputs(args, topology: model.Topology, sources: list):
                 known = len(figures.notes)
                 add(_read_tool(path, parse, errors), path)
                 sources.append({"what": what, "file": path, "notes": figures.notes[known:]})
-    except ToolOutputError as exc:
+    except (ToolOutputError, GpuListingError) as exc:
         raise CliError(str(exc)) from None
     if figures.published:
         topology = dataclasses.replace(topology, published=topology.published + tuple(figures.published))
@@ -193,6 +205,19 @@ def _read_tool(path: str, parse, errors):
     """``parse`` of the file's text; its format's refusal is a CliError naming the file."""
     try:
         return parse(_read(path))
+    except errors as exc:
+        raise CliError(f"{path}: {exc}") from None
+
+
+def _smi_listing(path: str):
+    """A ``--smi-query`` file, its format told by its text: ``nvidia-smi -L`` lines (``GPU 0: ...``),
+    else ``--query-gpu`` CSV."""
+    text = _read(path)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    parse, errors = ((parse_smi_list, SmiListParseError) if first.startswith("GPU ")
+                     else (parse_smi_query, SmiQueryParseError))
+    try:
+        return parse(text)
     except errors as exc:
         raise CliError(f"{path}: {exc}") from None
 
@@ -226,6 +251,8 @@ def _reader(parse, errors, lines):
 # gputopo parse FORMAT FILE: (JSON, text lines) of what a tool printed, read as it writes it.
 _PARSERS = {"smi-topo": _smi_topo, "smi-p2p": _smi_p2p,
             "nvlink-status": _reader(parse_nvlink_status, NvlinkStatusParseError, tables.nvlink_status_lines),
+            "smi-query": _reader(parse_smi_query, SmiQueryParseError, lambda listing: listing.lines()),
+            "smi-list": _reader(parse_smi_list, SmiListParseError, lambda listing: listing.lines()),
             "nccl-tests": _reader(parse_nccl_tests, NcclTestsParseError, tables.nccl_tests_lines),
             "nccl-log": _nccl_log,
             "nvbandwidth": _reader(parse_nvbandwidth, NvbandwidthParseError, tables.nvbandwidth_lines),
@@ -466,6 +493,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nvlink-status", action="append", default=[], metavar="FILE",
                    help="with --from-smi: `nvidia-smi nvlink -s` output, each GPU's NVLink states; repeatable "
                         "(default: none)")
+    p.add_argument("--smi-query", action="append", default=[], metavar="FILE",
+                   help="with --from-smi: `nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,"
+                        "compute_cap,driver_version,... --format=csv` or `nvidia-smi -L` output (told by its text), "
+                        "each GPU's name, UUID, bus id, memory, capability, PCIe and the driver version; "
+                        "repeatable (default: none)")
     p.add_argument("--nvbandwidth", action="append", default=[], metavar="FILE",
                    help="nvbandwidth output run on this machine: its P2P and host<->device figures, recorded; "
                         "repeatable (default: none)")
@@ -565,7 +597,8 @@ def build_parser() -> argparse.ArgumentParser:
                  "  2    unreadable, or text that is not the format's (one line says what it is)")
     p.add_argument("format", choices=list(_PARSERS),
                    help="smi-topo: `nvidia-smi topo -m` text; smi-p2p: `nvidia-smi topo -p2p r|w|n|a`; nvlink-status: "
-                        "`nvidia-smi nvlink -s`; nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
+                        "`nvidia-smi nvlink -s`; smi-query: `nvidia-smi --query-gpu=... --format=csv`; smi-list: "
+                        "`nvidia-smi -L`; nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
                         "NCCL_DEBUG=INFO output; nvbandwidth: NVIDIA nvbandwidth output; p2p-bandwidth: cuda-samples' "
                         "p2pBandwidthLatencyTest output")
     p.add_argument("file", help="the tool's output, saved to a file")

@@ -386,6 +386,8 @@ CLI_SHOW_LINES = doc("docs/cli.md", "GPU5: NVIDIA H100 80GB HBM3 bus 00000000:AB
 CLI_SHOW = doc("docs/cli.md", "$ gputopo show --machine 8x-l40s-p2p-disabled")
 CLI_RECORD = doc("docs/cli.md", "nvidia-smi topo -m > topo.txt")
 CLI_RECORD_SAYS = doc("docs/cli.md", "wrote node.json: 8 GPUs")
+doc("docs/cli.md", "--smi-query gpus.txt --smi-query gpus.csv -o listed.json\nwrote",
+    by="tests/test_smi_listings.py::test_the_documented_recording_of_listings")
 CLI_PARSE = doc("docs/cli.md", "$ gputopo parse smi-p2p p2p_r.txt")
 CLI_PARSE_NCCL_TESTS = doc("docs/cli.md", "gputopo parse nccl-tests all_reduce_perf.log --json")
 CLI_REPORT = doc("docs/cli.md", "$ gputopo report run.json -o run.html")

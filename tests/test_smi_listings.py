@@ -109,3 +109,152 @@ def test_nvlink_status_naming_a_gpu_otherwise_is_said(tmp_path, topo, capsys):
     assert code == 0, err
     assert f"GPU0: nvidia-smi nvlink -s ({tmp_path / 'b.txt'}) says name NVIDIA H100 PCIe, an earlier source {H100}" in err
     assert recorded(tmp_path).gpus[0].name == H100
+
+
+# ------------------------------------------------------------------------------ --query-gpu and -L
+
+
+def test_query_gpu_csv_gives_each_gpu_its_facts(tmp_path, topo, capsys):
+    """--smi-query with --query-gpu CSV: each GPU's name, UUID, bus id, memory (MiB x 2^20), compute
+    capability and PCIe, and the driver version, so that memory and capability gates are judged."""
+    (tmp_path / "q.csv").write_text(query_csv())
+    code, out, err = run(capsys, "record", "--from-smi", topo, "--smi-query", tmp_path / "q.csv",
+                         "-o", tmp_path / "node.json")
+    assert code == 0, err
+    seen = recorded(tmp_path)
+    gpu = seen.gpus[5]
+    assert (gpu.name, gpu.uuid, gpu.pci_bus_id, gpu.memory_total_bytes, gpu.compute_capability) == (
+        H100, UUIDS[5], BUSES[5], 81559 * 2**20, "9.0")
+    assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_width_current, gpu.pcie_width_max) == (5, 5, 16, 16)
+    assert seen.driver_version == "550.90.07"
+    assert gpu_facts.GpuRequirement(min_memory_gb=80, compute_capability=">=9.0").evaluate(seen).ok
+    assert not gpu_facts.GpuRequirement(min_memory_gb=90).evaluate(seen).ok
+
+
+@pytest.mark.parametrize("fields, nounits", [
+    ("uuid,memory.total,index", False),  # any order, any subset
+    ("index,memory.total,power.limit,name", True),  # a field gputopo does not read; nounits
+])
+def test_query_gpu_csv_is_read_by_its_header(fields, nounits):
+    """Whatever fields were asked, in whatever order, with or without units, each column is read by
+    the field its header names."""
+    from pytest_gputopo.parse.smi_query import parse_smi_query
+
+    listing = parse_smi_query(query_csv(fields, nounits=nounits))
+    assert [g.index for g in listing.gpus] == list(range(8)) and listing.attached == 8
+    assert {g.memory_total_bytes for g in listing.gpus} == {81559 * 2**20} and not listing.warnings
+
+
+def test_query_gpu_aliases_print_canonical_names():
+    """``--query-gpu=gpu_uuid,gpu_name,gpu_bus_id`` prints ``uuid, name, pci.bus_id`` (as published
+    captures show); either is read."""
+    from pytest_gputopo.parse.smi_query import parse_smi_query
+
+    text = "uuid, name, pci.bus_id, memory.total [MiB], compute_mode\n" \
+           "GPU-76aef7ff-372d-2432-b4b4-beca4d8d3400, Tesla P40, 00000000:00:06.0, 23040 MiB, Exclusive_Process\n"
+    gpu = parse_smi_query(text).gpus[0]
+    assert (gpu.name, gpu.pci_bus_id, gpu.memory_total_bytes, gpu.compute_mode) == (
+        "Tesla P40", "00000000:00:06.0", 23040 * 2**20, "Exclusive_Process")
+
+
+def test_query_gpu_not_said_stays_unknown():
+    """``[N/A]`` / ``[Not Supported]`` are no value: the fact stays unknown, never 0."""
+    from pytest_gputopo.parse.smi_query import parse_smi_query
+
+    text = "index, memory.total [MiB], compute_cap, pcie.link.gen.max\n0, [N/A], [Not Supported], [N/A]\n"
+    gpu = parse_smi_query(text).gpus[0]
+    assert (gpu.memory_total_bytes, gpu.compute_capability, gpu.pcie_gen_max) == (None, None, None)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("0, NVIDIA H100 80GB HBM3, 81559 MiB\n", "noheader"),
+    ("temperature.gpu, power.draw [W]\n40, 70.00 W\n", "names none of the fields gputopo reads"),
+    ("index, name\n", "no GPU row"),
+    ("index, name\n0, A\n0, B\n", "GPU 0 is listed twice"),
+])
+def test_query_gpu_text_that_cannot_be_read_is_refused(tmp_path, capsys, text, says):
+    """Without its header (``noheader``), which column is which is unknown: refused, saying how to
+    print it; so is a listing of no GPU or of one GPU twice."""
+    (tmp_path / "q.csv").write_text(text)
+    code, out, err = run(capsys, "parse", "smi-query", tmp_path / "q.csv")
+    assert code == 2 and says in err, err
+
+
+def test_smi_list_gives_names_and_uuids_and_mig(tmp_path, capsys):
+    """``nvidia-smi -L``: each GPU's name and UUID; a MIG device listed under a GPU says its MIG mode is on."""
+    (tmp_path / "l.txt").write_text(
+        "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)\n"
+        "  MIG 1g.5gb      Device  0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)\n"
+        "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-6d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)\n")
+    code, out, err = run(capsys, "parse", "smi-list", tmp_path / "l.txt", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["attached_gpus"] == 2 and data["gpus"][0]["mig"] is True and "mig" not in data["gpus"][1]
+    assert data["gpus"][1] == {"index": 1, "name": "NVIDIA A100-SXM4-40GB",
+                               "uuid": "GPU-6d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"}
+
+
+def test_smi_list_and_query_join_one_machine(tmp_path, topo, capsys):
+    """-L and --query-gpu of one machine both join it, the format told by the text; nvlink -s then
+    agrees with the UUIDs they gave."""
+    (tmp_path / "l.txt").write_text(smi_list())
+    (tmp_path / "q.csv").write_text(query_csv("index,pci.bus_id,memory.total"))
+    (tmp_path / "nvl.txt").write_text(nvlink_s())
+    code, out, err = run(capsys, "record", "--from-smi", topo, "--smi-query", tmp_path / "l.txt", "--smi-query",
+                         tmp_path / "q.csv", "--nvlink-status", tmp_path / "nvl.txt", "-o", tmp_path / "node.json")
+    assert code == 0, err
+    gpu = recorded(tmp_path).gpus[7]
+    assert (gpu.name, gpu.uuid, gpu.pci_bus_id, gpu.memory_total_bytes) == (H100, UUIDS[7], BUSES[7], 81559 * 2**20)
+
+
+@pytest.mark.parametrize("files, says", [
+    ({"q.csv": query_csv(n=4)}, "nvidia-smi --query-gpu saw 4 GPUs and the machine has 8"),
+    ({"l.txt": smi_list(uuids=UUIDS[:2])}, "nvidia-smi -L saw 2 GPUs and the machine has 8"),
+    ({"l.txt": smi_list(), "q.csv": query_csv(uuids=UUIDS[::-1])},
+     "q.csv: nvidia-smi --query-gpu's GPU 0 (GPU-00000007"),
+    ({"l.txt": smi_list(), "q.csv": query_csv(uuids=[u.replace("GPU-0", "GPU-e") for u in UUIDS])},
+     "another machine's output"),
+])
+def test_another_machines_listing_is_refused(tmp_path, topo, capsys, files, says):
+    """A listing of another GPU count, or whose UUIDs are other GPUs' or no GPU's of the machine, is
+    refused naming the file, and no profile is written."""
+    args = []
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        args += ["--smi-query", tmp_path / name]
+    code, out, err = run(capsys, "record", "--from-smi", topo, *args, "-o", tmp_path / "node.json")
+    assert code == 2 and says in err, err
+    assert not (tmp_path / "node.json").exists()
+
+
+def test_smi_query_needs_text_of_another_machine(capsys, tmp_path):
+    """--smi-query goes with --from-smi: on this host NVML gives those facts itself."""
+    code, out, err = run(capsys, "record", "--smi-query", "q.csv", "-o", tmp_path / "node.json")
+    assert code == 2 and "--smi-query goes with --from-smi" in err
+
+
+# ------------------------------------------------------------------------------ docs/cli.md
+
+
+def test_the_documented_recording_of_listings(tmp_path):
+    """docs/cli.md's recording with -L and --query-gpu, run as written on the files those captures
+    write (an 8x H100 node's): record and show print what the doc shows; the other node's listing is
+    refused with the line the doc quotes."""
+    from doc_examples import Block, assert_shows, blocks, run_shell
+    from test_doc_examples import shell_env
+
+    [block] = [b for b in blocks() if b.path == "docs/cli.md" and b.info == ""
+               and "--smi-query gpus.txt --smi-query gpus.csv" in b.text]
+    [refusal] = [b for b in blocks() if b.path == "docs/cli.md" and "gputopo: gpus.csv:" in b.text]
+    (tmp_path / "matrix.txt").write_text(render_topo_matrix(probe("hgx-h100")))
+    (tmp_path / "gpus.txt").write_text(smi_list())
+    (tmp_path / "gpus.csv").write_text(query_csv())
+    steps = run_shell(block, tmp_path, shell_env())
+    assert [s.command.split()[:2] for s in steps] == [["gputopo", "record"], ["gputopo", "show"]]
+    for step in steps:
+        assert step.status == 0, step.printed
+        assert_shows(step.shown, step.printed)
+    (tmp_path / "gpus.csv").write_text(query_csv(uuids=[u.replace("GPU-0", "GPU-e") for u in UUIDS]))
+    [step] = run_shell(Block(refusal.path, refusal.line, "", refusal.text, None), tmp_path, shell_env())
+    assert step.status == 2, step.printed
+    assert_shows(step.shown, step.printed)

@@ -71,7 +71,7 @@ class SmiGpus:
         """One line per GPU: what the listing says of it ('?' where it does not say)."""
         out = []
         for g in self.gpus:
-            memory = f"{g.memory_total_bytes / 2**30:g} GiB" if g.memory_total_bytes else "?"
+            memory = f"{g.memory_total_bytes / 2**20:g} MiB" if g.memory_total_bytes else "?"
             pcie = (f", PCIe Gen{g.pcie_gen_current or '?'}/{g.pcie_gen_max or '?'} "
                     f"x{g.pcie_width_current or '?'}/{g.pcie_width_max or '?'}"
                     if any(v is not None for v in (g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current,
