@@ -323,7 +323,8 @@ def hgx_h100() -> Machine:
         nics=tuple(f"mlx5_{i}" for i in range(8)),
         driver_version="570.124.06",
     )
-    topology = replace(topology, gpus=tuple(replace(g, multicast=True) for g in topology.gpus))
+    topology = replace(topology, gpus=tuple(replace(g, multicast=True) for g in topology.gpus),
+                       cuda_runtime_version="12.9")
     return Machine(
         name,
         "HGX H100: 8x NVIDIA H100 80GB HBM3 (SXM) on NVSwitches (NV18 between every pair, 18 NVLinks 4.0 "
@@ -346,9 +347,14 @@ def hgx_h100() -> Machine:
             "reference/nvml-nccl-torch.md 2.1: NVSwitch NV# = the GPU's number of Up NVLinks, H100 NV18",
             "corpus nccl/023: 'NVLS multicast support is available on dev 0' .. 'dev 7' (NCCL's ncclNvlsInit asks "
             "CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, src/transport/nvls.cc)",
+            "https://github.com/sgl-project/sglang/issues/20855 (`python3 -m sglang.check_env` of the node of corpus "
+            "topo/003: the same 8x NVIDIA H100 80GB HBM3 matrix, driver 570.124.06, sglang 0.5.9): "
+            "'PyTorch: 2.9.1+cu129', torch built with CUDA 12.9; it prints no NCCL version",
         ),
         inferred=(
             UUIDS,
+            "cuda_runtime_version: '12.9', read off the torch wheel tag 2.9.1+cu129 of sglang#20855 (check_env "
+            "prints the torch version, not torch.version.cuda itself); nccl_version: unknown (not printed)",
             "gpus[*].pci_bus_id: a typical HGX H100 layout read on another node (thamada/nvidia-smi), not on "
             "the node of corpus topo/003 whose matrix this profile uses",
             "gpus[*].nvlinks[*].remote_bus_id: GPU0's link-to-NVSwitch mapping from nccl#1182 given to every "
@@ -463,6 +469,7 @@ def a100_40gb_x4() -> Machine:
         name, A100_SXM4_40GB, (0x07, 0x0F, 0x47, 0x4E), wiring={(0, 1): 12, (2, 3): 10}, version="3.1",
         pcie=uniform(NODE), read_write=OK, driver_version="535.161.08",
     )
+    topology = replace(topology, cuda_driver_version="12.2")
     return Machine(
         name,
         "4x NVIDIA A100-SXM4-40GB rented as one node: NVLink only within two pairs (GPU0-GPU1 NV12, GPU2-GPU3 "
@@ -477,6 +484,8 @@ def a100_40gb_x4() -> Machine:
             "12 links x 25 GB/s",
             "https://github.com/open-mpi/hwloc/issues/658 with reference/nvml-nccl-torch.md 1.5: A100 reports "
             "NVLink version 3.1",
+            "find_string id 60859828466 (the public burn-in notes that corpus nvlink-status/001 comes from: "
+            "`nvidia-smi` of that 8x A100-SXM4-40GB node): 'Driver Version: 535.161.08   CUDA Version: 12.2'",
         ),
         inferred=(
             UUIDS,
@@ -486,8 +495,8 @@ def a100_40gb_x4() -> Machine:
             LOADED_LINK,
             "gpus[2..3].nvlinks: the 10 active links each that NV10 counts; whether the other 2 are listed "
             "inactive is not captured",
-            "driver_version: 535.161.08, the driver of the A100-SXM4-40GB node of corpus nvlink-status/001 "
-            "(another node of the same model)",
+            "driver_version: 535.161.08 and cuda_driver_version: 12.2, the driver of the A100-SXM4-40GB node of "
+            "corpus nvlink-status/001 (another node of the same model)",
             "links[*].p2p: read/write OK (NODE pairs of A100s do PCIe P2P), inferred, no `topo -p2p` capture",
         ),
     )

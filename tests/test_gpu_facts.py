@@ -365,7 +365,7 @@ def test_gputopo_show_says_each_fact_the_markers_judge():
     assert lines[5] == ("GPU5: NVIDIA H100 80GB HBM3 bus 00000000:AB:00.0 85.5 GB, compute 9.0 (Hopper), "
                         "PCIe Gen5 x16 (max Gen5 x16), 0/18 NVLinks up")  # multicast unknown: not claimed
     assert lines[4].endswith("18/18 NVLinks up, multicast yes")
-    assert lines[-1] == "versions: driver 570.124.06, CUDA (driver) ?, CUDA runtime (torch) ?, NCCL (torch) ?"
+    assert lines[-1] == "versions: driver 570.124.06, CUDA (driver) ?, CUDA runtime (torch) 12.9, NCCL (torch) ?"
 
 
 # ---------------------------------------------------------------------------------------------

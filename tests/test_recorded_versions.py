@@ -1,0 +1,56 @@
+"""Bundled machines record the versions their public captures show, and only those, so that a
+version-gated test (``requires_versions``) is judged on a recorded machine where a capture says the
+version, and is unknown -- never met -- where none does."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gputopo.core.gpu_facts import VERSIONS, VersionRequirement
+from pytest_gputopo.probe.recorded import bundled_names, load_profile
+
+# Each recorded version and the capture in the profile's sources that shows it (a substring of a source).
+RECORDED = {
+    ("hgx-h100", "cuda_runtime_version"): ("12.9", "sglang/issues/20855"),
+    ("hgx-h100-nvlink-down", "cuda_runtime_version"): ("12.9", "sglang/issues/20855"),
+    ("hgx-h100-pcie-x8", "cuda_runtime_version"): ("12.9", "sglang/issues/20855"),
+    ("4x-a100-40gb", "cuda_driver_version"): ("12.2", "CUDA Version: 12.2"),
+    ("2x-rtx3090-nvlink", "cuda_driver_version"): ("11.4", "CUDA 11.4"),
+    ("gb200-tray", "cuda_driver_version"): ("13.0", "CUDA 13.0"),
+}
+VERSION_FIELDS = ("cuda_driver_version", "cuda_runtime_version", "nccl_version")
+
+
+@pytest.mark.parametrize("name", bundled_names())
+def test_a_bundled_machine_records_a_version_only_where_a_cited_capture_shows_it(name):
+    """Every CUDA and NCCL version a bundled profile holds is listed here with the source that shows
+    it, and that source is in the profile's ``sources``; every other is unknown (null)."""
+    profile = load_profile(name)
+    for field in VERSION_FIELDS:
+        value = getattr(profile.topology, field)
+        expected = RECORDED.get((name, field))
+        assert value == (expected[0] if expected else None), (name, field)
+        if expected:
+            assert any(expected[1] in source for source in profile.sources), (name, field)
+
+
+@pytest.mark.parametrize("name", bundled_names())
+def test_a_torch_cuda_gate_is_judged_where_a_capture_recorded_it_and_unknown_elsewhere(name):
+    """``requires_versions(cuda_runtime=...)``: met or unmet, by the recorded version, on the machines
+    whose capture shows torch's CUDA; elsewhere unmet because the version is unknown, whichever
+    specifier is asked (unknown is never met)."""
+    topology = load_profile(name).topology
+    at_least, below = VersionRequirement(cuda_runtime=">=12.8"), VersionRequirement(cuda_runtime="<12")
+    if topology.cuda_runtime_version is not None:
+        assert at_least.evaluate(topology).ok and not below.evaluate(topology).ok
+        assert "is 12.9, needs <12" in below.evaluate(topology).reason
+    else:
+        for requirement in (at_least, below):
+            verdict = requirement.evaluate(topology)
+            assert not verdict.ok and f"({'cuda_runtime'}) is unknown" in verdict.reason
+
+
+def test_at_least_one_bundled_machine_can_try_a_torch_cuda_gate():
+    """A port's ``requires_versions(cuda_runtime=...)`` can be tried on a recorded machine."""
+    assert any(load_profile(n).topology.cuda_runtime_version for n in bundled_names())
+    assert VERSIONS["cuda_runtime"][0] == "cuda_runtime_version"
