@@ -27,6 +27,7 @@ from .parse.nvbandwidth import NvbandwidthParseError, parse_nvbandwidth
 from .parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status
 from .parse.smi_list import SmiListParseError, parse_smi_list
 from .parse.smi_query import SmiQueryParseError, parse_smi_query
+from .parse.smi_xml import SmiXmlParseError, parse_smi_xml
 from .probe import MachineError, probe
 from .probe.recorded import bundled_names, load_profile, profile_dict
 from .render import report, tables
@@ -210,11 +211,12 @@ def _read_tool(path: str, parse, errors):
 
 
 def _smi_listing(path: str):
-    """A ``--smi-query`` file, its format told by its text: ``nvidia-smi -L`` lines (``GPU 0: ...``),
-    else ``--query-gpu`` CSV."""
+    """A ``--smi-query`` file, its format told by its text: XML (``nvidia-smi -q -x``), ``nvidia-smi -L``
+    lines (``GPU 0: ...``), else ``--query-gpu`` CSV."""
     text = _read(path)
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    parse, errors = ((parse_smi_list, SmiListParseError) if first.startswith("GPU ")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "").lstrip("\ufeff")
+    parse, errors = ((parse_smi_xml, SmiXmlParseError) if first.startswith("<")
+                     else (parse_smi_list, SmiListParseError) if first.startswith("GPU ")
                      else (parse_smi_query, SmiQueryParseError))
     try:
         return parse(text)
@@ -253,6 +255,7 @@ _PARSERS = {"smi-topo": _smi_topo, "smi-p2p": _smi_p2p,
             "nvlink-status": _reader(parse_nvlink_status, NvlinkStatusParseError, tables.nvlink_status_lines),
             "smi-query": _reader(parse_smi_query, SmiQueryParseError, lambda listing: listing.lines()),
             "smi-list": _reader(parse_smi_list, SmiListParseError, lambda listing: listing.lines()),
+            "smi-xml": _reader(parse_smi_xml, SmiXmlParseError, lambda listing: listing.lines()),
             "nccl-tests": _reader(parse_nccl_tests, NcclTestsParseError, tables.nccl_tests_lines),
             "nccl-log": _nccl_log,
             "nvbandwidth": _reader(parse_nvbandwidth, NvbandwidthParseError, tables.nvbandwidth_lines),
@@ -495,9 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: none)")
     p.add_argument("--smi-query", action="append", default=[], metavar="FILE",
                    help="with --from-smi: `nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,"
-                        "compute_cap,driver_version,... --format=csv` or `nvidia-smi -L` output (told by its text), "
-                        "each GPU's name, UUID, bus id, memory, capability, PCIe and the driver version; "
-                        "repeatable (default: none)")
+                        "compute_cap,driver_version,... --format=csv`, `nvidia-smi -L` or `nvidia-smi -q -x` "
+                        "output (told by its text), each GPU's name, UUID, bus id, memory, capability, PCIe and "
+                        "the driver and CUDA versions; repeatable (default: none)")
     p.add_argument("--nvbandwidth", action="append", default=[], metavar="FILE",
                    help="nvbandwidth output run on this machine: its P2P and host<->device figures, recorded; "
                         "repeatable (default: none)")
@@ -598,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("format", choices=list(_PARSERS),
                    help="smi-topo: `nvidia-smi topo -m` text; smi-p2p: `nvidia-smi topo -p2p r|w|n|a`; nvlink-status: "
                         "`nvidia-smi nvlink -s`; smi-query: `nvidia-smi --query-gpu=... --format=csv`; smi-list: "
-                        "`nvidia-smi -L`; nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
+                        "`nvidia-smi -L`; smi-xml: `nvidia-smi -q -x`; nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
                         "NCCL_DEBUG=INFO output; nvbandwidth: NVIDIA nvbandwidth output; p2p-bandwidth: cuda-samples' "
                         "p2pBandwidthLatencyTest output")
     p.add_argument("file", help="the tool's output, saved to a file")

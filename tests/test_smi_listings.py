@@ -258,3 +258,120 @@ def test_the_documented_recording_of_listings(tmp_path):
     [step] = run_shell(Block(refusal.path, refusal.line, "", refusal.text, None), tmp_path, shell_env())
     assert step.status == 2, step.printed
     assert_shows(step.shown, step.printed)
+
+
+# ------------------------------------------------------------------------------ nvidia-smi -q -x
+
+
+def smi_xml(n=8, uuids=UUIDS, only=None, doctype='<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">') -> str:
+    """``nvidia-smi -q -x`` of 8 H100s on driver 550.90.07 / CUDA 12.4, in the shape nvidia-smi writes
+    (nvsmi_device_v12.dtd; NVIDIA's sample gpuopenanalytics/pynvml nvidia_smi.py @ 41dbc20a, XmlDeviceQuery):
+    GPU5's link trained down to Gen4 x8, the elements gputopo does not read kept (a part of them)."""
+    def gpu(i):
+        gen, width = ("4", "8x") if i == 5 else ("5", "16x")
+        return f"""	<gpu id="{BUSES[i]}">
+		<product_name>{H100}</product_name>
+		<product_brand>NVIDIA</product_brand>
+		<product_architecture>Hopper</product_architecture>
+		<mig_mode>
+			<current_mig>Disabled</current_mig>
+			<pending_mig>Disabled</pending_mig>
+		</mig_mode>
+		<mig_devices>
+			None
+		</mig_devices>
+		<serial>165232400{i}</serial>
+		<uuid>{uuids[i]}</uuid>
+		<minor_number>{i}</minor_number>
+		<pci>
+			<pci_bus>{BUSES[i][9:11]}</pci_bus>
+			<pci_device>00</pci_device>
+			<pci_domain>0000</pci_domain>
+			<pci_device_id>233010DE</pci_device_id>
+			<pci_bus_id>{BUSES[i]}</pci_bus_id>
+			<pci_gpu_link_info>
+				<pcie_gen>
+					<max_link_gen>5</max_link_gen>
+					<current_link_gen>{gen}</current_link_gen>
+				</pcie_gen>
+				<link_widths>
+					<max_link_width>16x</max_link_width>
+					<current_link_width>{width}</current_link_width>
+				</link_widths>
+			</pci_gpu_link_info>
+		</pci>
+		<fb_memory_usage>
+			<total>81559 MiB</total>
+			<reserved>328 MiB</reserved>
+			<used>1 MiB</used>
+			<free>81230 MiB</free>
+		</fb_memory_usage>
+		<compute_mode>Default</compute_mode>
+	</gpu>
+"""
+    listed = range(n) if only is None else only
+    return (f'<?xml version="1.0" ?>\n{doctype}\n<nvidia_smi_log>\n\t<timestamp>Tue Jun  4 10:00:00 2024</timestamp>\n'
+            f"\t<driver_version>550.90.07</driver_version>\n\t<cuda_version>12.4</cuda_version>\n"
+            f"\t<attached_gpus>{n}</attached_gpus>\n" + "".join(gpu(i) for i in listed) + "</nvidia_smi_log>\n")
+
+
+def test_smi_xml_gives_each_gpu_its_facts_and_the_versions(tmp_path, topo, capsys):
+    """--smi-query with nvidia-smi -q -x: names, UUIDs, bus ids, memory, PCIe current and max, MIG and
+    compute mode, and the driver's and its CUDA's versions; GPU5's link trained down is seen."""
+    (tmp_path / "q.xml").write_text(smi_xml())
+    code, out, err = run(capsys, "record", "--from-smi", topo, "--smi-query", tmp_path / "q.xml",
+                         "-o", tmp_path / "node.json")
+    assert code == 0, err
+    seen = recorded(tmp_path)
+    assert (seen.driver_version, seen.cuda_driver_version) == ("550.90.07", "12.4")
+    gpu = seen.gpus[5]
+    assert (gpu.name, gpu.uuid, gpu.pci_bus_id, gpu.memory_total_bytes, gpu.mig, gpu.compute_mode) == (
+        H100, UUIDS[5], BUSES[5], 81559 * 2**20, False, "Default")
+    assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_width_current, gpu.pcie_width_max) == (4, 5, 8, 16)
+    assert seen.gpus[0].pcie_width_current == 16
+
+
+def test_smi_xml_of_some_gpus_joins_by_uuid(tmp_path, topo, capsys):
+    """-q -x -i 6 lists GPU6 only (attached_gpus still 8): it is told by its UUID, never by its place."""
+    (tmp_path / "l.txt").write_text(smi_list())
+    (tmp_path / "q.xml").write_text(smi_xml(only=[6]))
+    code, out, err = run(capsys, "record", "--from-smi", topo, "--smi-query", tmp_path / "l.txt", "--smi-query",
+                         tmp_path / "q.xml", "-o", tmp_path / "node.json")
+    assert code == 0, err
+    seen = recorded(tmp_path)  # as a process sees it: GPUs in NVML's order where some bus ids are unknown
+    assert [g.uuid for g in seen.gpus] == UUIDS
+    assert seen.gpus[6].pci_bus_id == BUSES[6] and seen.gpus[0].pci_bus_id is None
+    (tmp_path / "l.txt").write_text(smi_list(uuids=UUIDS[:1] + [u.replace("GPU-0", "GPU-d") for u in UUIDS[1:]]))
+    code, out, err = run(capsys, "record", "--from-smi", topo, "--smi-query", tmp_path / "q.xml", "-o",
+                         tmp_path / "other.json")
+    assert code == 2 and "lists some GPUs only: which GPU it is is unknown" in err, err
+
+
+ENTITY = '<!DOCTYPE nvidia_smi_log [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>'
+
+
+@pytest.mark.parametrize("text, says", [
+    (smi_xml(doctype=ENTITY), "a DOCTYPE with declarations of its own"),
+    (smi_xml(doctype='<!DOCTYPE nvidia_smi_log SYSTEM "file:///etc/passwd">').replace(
+        "<product_name>", "<product_name>&xxe;", 1), "an entity reference: refused"),
+    ("<system version='1'><gpu dev='0'/></system>", "the root element is <system>, not <nvidia_smi_log>"),
+    ("<nvidia_smi_log><gpu>", "not well-formed XML"),
+    ("<a>" * 40 + "</a>" * 40, "nested deeper than 32"),
+])
+def test_hostile_or_foreign_xml_is_refused(tmp_path, capsys, text, says):
+    """nvidia-smi's own DOCTYPE (an external DTD, never fetched) is read; an internal DTD, an entity,
+    XML nested without bound, NCCL's topology XML or broken XML is refused in one line, exit status 2."""
+    (tmp_path / "q.xml").write_text(text)
+    code, out, err = run(capsys, "parse", "smi-xml", tmp_path / "q.xml")
+    assert code == 2 and says in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_parse_smi_xml_prints_what_it_read(tmp_path, capsys):
+    (tmp_path / "q.xml").write_text(smi_xml(n=2))
+    code, out, err = run(capsys, "parse", "smi-xml", tmp_path / "q.xml")
+    assert code == 0, err
+    assert out.splitlines() == [
+        f"GPU0: {H100} ({UUIDS[0]}), bus {BUSES[0]}, 81559 MiB, compute capability ?, PCIe Gen5/5 x16/16",
+        f"GPU1: {H100} ({UUIDS[1]}), bus {BUSES[1]}, 81559 MiB, compute capability ?, PCIe Gen5/5 x16/16",
+        "driver 550.90.07, CUDA 12.4"]

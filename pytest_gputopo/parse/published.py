@@ -203,7 +203,7 @@ def with_nvlink_states(topology: model.Topology, status: NvlinkStatus, file: str
     warnings = list(topology.warnings)
     for listed in status.gpus:
         try:
-            gpu = _find_gpu(gpus, SmiGpu(index=listed.index, uuid=listed.uuid), 0, "nvidia-smi nvlink -s", file)
+            gpu = _find_gpu(gpus, SmiGpu(index=listed.index, uuid=listed.uuid), None, "nvidia-smi nvlink -s", file)
         except GpuListingError as exc:
             raise ToolOutputError(str(exc)) from None
         gpu = _fill_gpu(gpu, SmiGpu(name=listed.name, uuid=listed.uuid), f"nvidia-smi nvlink -s ({file})", warnings)

@@ -96,15 +96,21 @@ def bus_key(bus: str) -> tuple[int, str] | None:
     return (int(m.group(1) or "0", 16), m.group(2).upper()) if m else None
 
 
-def find(gpus: list[model.Gpu], row: SmiGpu, position: int, tool: str, file: str) -> model.Gpu:
-    """The machine's GPU a listed one is, refusing one that belongs to another machine."""
-    label = f"{file}: {tool}'s GPU {row.index if row.index is not None else position}"
+def find(gpus: list[model.Gpu], row: SmiGpu, position: int | None, tool: str, file: str) -> model.Gpu:
+    """The machine's GPU a listed one is, refusing one that belongs to another machine. ``position``
+    (its place in a listing of every GPU, in index order) stands for an index the listing does not
+    print; None where the listing may list some GPUs only."""
+    label = f"{file}: {tool}'s GPU {row.index if row.index is not None else position if position is not None else '?'}"
     by = None
     if row.uuid:
         by = next((g for g in gpus if g.uuid == row.uuid), None)
     if by is None and row.pci_bus_id and bus_key(row.pci_bus_id):
         by = next((g for g in gpus if g.pci_bus_id and bus_key(g.pci_bus_id) == bus_key(row.pci_bus_id)), None)
     index = row.index if row.index is not None else position
+    if by is None and index is None:
+        raise GpuListingError(f"{label} ({row.uuid or row.pci_bus_id or 'no UUID'}) has no UUID or bus id the machine "
+                              f"knows, and the listing prints no index and lists some GPUs only: which GPU it is "
+                              f"is unknown")
     if by is not None:
         if row.index is not None and by.nvml_index is not None and by.nvml_index != row.index:
             raise GpuListingError(f"{label} ({row.uuid or row.pci_bus_id}) is the machine's GPU{by.index} (NVML index "
@@ -148,15 +154,13 @@ def with_gpu_facts(topology: model.Topology, listing: SmiGpus, file: str) -> mod
         raise GpuListingError(f"{file}: {listing.tool} saw {counted(listing.attached, 'GPU')} and the machine has "
                               f"{count}: another machine, or another NVIDIA_VISIBLE_DEVICES (run it with every GPU "
                               f"visible)")
-    if listing.attached is None and any(g.index is None for g in listing.gpus):
-        raise GpuListingError(f"{file}: {listing.tool} prints no GPU index and may list some GPUs only: which is "
-                              f"which is unknown (add index to --query-gpu)")
+    every = listing.attached == len(listing.gpus)  # a GPU's place in the listing is its index
     gpus = list(topology.gpus)
     warnings = list(topology.warnings)
     source = f"{listing.tool} ({file})"
     seen: dict[int, int] = {}
     for position, row in enumerate(listing.gpus):
-        gpu = find(gpus, row, position, listing.tool, file)
+        gpu = find(gpus, row, position if every else None, listing.tool, file)
         if gpu.index in seen:
             raise GpuListingError(f"{file}: {listing.tool} lists the machine's GPU{gpu.index} twice (its GPUs "
                                   f"{seen[gpu.index]} and {position}): not one machine's listing")

@@ -37,7 +37,9 @@ class Visibility(NamedTuple):  # not a dataclass: cheaper to define, and this mo
 
 
 def _cuda_order(gpus: Sequence[Gpu], device_order: str) -> list[int]:
-    by_bus = sorted(range(len(gpus)), key=lambda i: ((gpus[i].pci_bus_id or "").upper(), i))
+    # Where a GPU's bus id is unknown (text listing some GPUs), no bus order is known: NVML's stands.
+    by_bus = (sorted(range(len(gpus)), key=lambda i: (gpus[i].pci_bus_id.upper(), i))
+              if all(g.pci_bus_id for g in gpus) else list(range(len(gpus))))
     if device_order == "PCI_BUS_ID":
         return by_bus
     # FASTEST_FIRST: CUDA puts the most capable devices first and breaks ties by PCI bus id; we

@@ -1,0 +1,169 @@
+"""Read ``nvidia-smi -q -x`` (``--query --xml-format``): the ``<nvidia_smi_log>`` document.
+
+Its shape is nvidia-smi's (``nvsmi_device_v*.dtd``; NVIDIA's nvidia-ml-py sample that reproduces it,
+gpuopenanalytics/pynvml ``nvidia_smi.py`` @ 41dbc20ae91bde30ba1c5ecc90fa04aee0807e28, ``XmlDeviceQuery``):
+``driver_version``, ``cuda_version`` (drivers from 410 on) and ``attached_gpus`` under the root, then
+one ``<gpu id="<bus id>">`` per GPU in NVML index order, each with ``product_name``, ``uuid``,
+``pci/pci_bus_id``, ``pci/pci_gpu_link_info/pcie_gen/{current,max}_link_gen``,
+``.../link_widths/{current,max}_link_width`` (``16x``), ``fb_memory_usage/total`` (``81559 MiB``),
+``mig_mode/current_mig`` and ``compute_mode``. ``N/A`` and the like are unknown. With ``-i`` some GPUs
+are listed and ``attached_gpus`` still counts every one: such GPUs are told by UUID or bus id only.
+
+The text is untrusted: it is read by expat with no entity of its own. nvidia-smi's external
+``<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">`` is allowed (expat never fetches it); an
+internal DTD subset, an entity declaration or reference (the "billion laughs" and external-entity
+attacks) is refused, as is nesting deeper or elements more numerous than any nvidia-smi document."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from xml.parsers import expat
+
+from ..core.limits import MAX_GPUS, MAX_MEMORY_BYTES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
+from ..core.model import COMPUTE_MODES
+from .smi_gpus import SmiGpu, SmiGpus, bus_key
+
+TOOL = "nvidia-smi -q -x"
+MAX_DEPTH = 32  # nvidia-smi nests about 6 deep
+MAX_ELEMENTS = 200_000  # a 72-GPU NVL72 document has about 50,000
+
+_INT_RE = re.compile(r"[0-9]{1,12}")
+_UUID_RE = re.compile(r"GPU-[0-9A-Fa-f-]{8,64}")
+_VERSION_RE = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}")
+
+
+class SmiXmlParseError(ValueError):
+    """Text that is not nvidia-smi -q -x output, or XML refused as unsafe; the message says why."""
+
+
+def _refuse(why: str):
+    raise SmiXmlParseError(why)
+
+
+def _tree(text: str) -> ET.Element:
+    """The element tree, built by expat with every entity and internal DTD refused."""
+    builder = ET.TreeBuilder()
+    parser = expat.ParserCreate("utf-8")  # the text is already decoded: its declared encoding is moot
+    depth = count = 0
+
+    def start(tag, attrs):
+        nonlocal depth, count
+        depth, count = depth + 1, count + 1
+        if depth > MAX_DEPTH or count > MAX_ELEMENTS:
+            _refuse(f"elements nested deeper than {MAX_DEPTH} or more than {MAX_ELEMENTS}: not an nvidia-smi document")
+        builder.start(tag, attrs)
+
+    def end(tag):
+        nonlocal depth
+        depth -= 1
+        builder.end(tag)
+
+    def doctype(name, system_id, public_id, has_internal_subset):
+        if has_internal_subset:
+            _refuse("a DOCTYPE with declarations of its own (nvidia-smi writes none): refused, as entities could "
+                    "expand without bound")
+
+    parser.StartDoctypeDeclHandler = doctype
+    parser.EntityDeclHandler = lambda *a: _refuse("an entity declaration: refused (nvidia-smi writes none)")
+    parser.UnparsedEntityDeclHandler = lambda *a: _refuse("an entity declaration: refused (nvidia-smi writes none)")
+    parser.ExternalEntityRefHandler = lambda *a: _refuse("an external entity: refused (nvidia-smi writes none)")
+    parser.SkippedEntityHandler = lambda *a: _refuse("an entity reference: refused (nvidia-smi writes none)")
+    parser.StartElementHandler, parser.EndElementHandler = start, end
+    parser.CharacterDataHandler = builder.data
+    try:
+        parser.Parse(text.lstrip("\ufeff"), True)
+    except expat.ExpatError as exc:
+        raise SmiXmlParseError(f"not well-formed XML: {exc}") from None
+    return builder.close()
+
+
+def _text(node: ET.Element, path: str) -> str | None:
+    found = node.find(path)
+    value = (found.text or "").strip() if found is not None else ""
+    return None if not value or value.upper() in ("N/A", "[N/A]") or value.startswith(("[", "Not ", "Unknown")) \
+        else value
+
+
+def _int(node, path: str, high: int, notes: list[str], where: str, suffix: str = "") -> int | None:
+    raw = _text(node, path)
+    if raw is None:
+        return None
+    digits = raw[:-len(suffix)] if suffix and raw.endswith(suffix) else raw
+    if not _INT_RE.fullmatch(digits) or not 1 <= int(digits) <= high:
+        notes.append(f"{where}: {path.rsplit('/', 1)[-1]} {raw[:20]!r} is not from 1 to {high}{suffix}; not read")
+        return None
+    return int(digits)
+
+
+def _gpu(node: ET.Element, index: int | None, notes: list[str]) -> SmiGpu:
+    where = f"<gpu id={node.get('id', '?')[:20]!r}>"
+    facts: dict = {"index": index, "name": _text(node, "product_name")}
+    uuid = _text(node, "uuid")
+    if uuid is not None and not _UUID_RE.fullmatch(uuid):
+        notes.append(f"{where}: uuid {uuid[:48]!r} is not a GPU UUID; not read")
+        uuid = None
+    bus = _text(node, "pci/pci_bus_id") or node.get("id")
+    if bus is not None and bus_key(bus) is None:
+        notes.append(f"{where}: pci_bus_id {bus[:20]!r} is not a PCI bus id; not read")
+        bus = None
+    link = "pci/pci_gpu_link_info/"
+    facts.update(uuid=uuid, pci_bus_id=bus,
+                 pcie_gen_current=_int(node, link + "pcie_gen/current_link_gen", MAX_PCIE_GEN, notes, where),
+                 pcie_gen_max=_int(node, link + "pcie_gen/max_link_gen", MAX_PCIE_GEN, notes, where),
+                 pcie_width_current=_int(node, link + "link_widths/current_link_width", MAX_PCIE_WIDTH, notes, where,
+                                         "x"),
+                 pcie_width_max=_int(node, link + "link_widths/max_link_width", MAX_PCIE_WIDTH, notes, where, "x"))
+    memory = _text(node, "fb_memory_usage/total")
+    if memory is not None:
+        number, _, unit = memory.partition(" ")
+        if unit != "MiB" or not _INT_RE.fullmatch(number) or not 0 < int(number) * 2**20 <= MAX_MEMORY_BYTES:
+            notes.append(f"{where}: fb_memory_usage total {memory[:20]!r} is not a number of MiB; not read")
+        else:
+            facts["memory_total_bytes"] = int(number) * 2**20
+    mig = _text(node, "mig_mode/current_mig")
+    if mig in ("Enabled", "Disabled"):
+        facts["mig"] = mig == "Enabled"
+    mode = _text(node, "compute_mode")
+    if mode in COMPUTE_MODES:
+        facts["compute_mode"] = mode
+    elif mode is not None:
+        notes.append(f"{where}: compute_mode {mode[:20]!r} is not one of {', '.join(COMPUTE_MODES)}; not read")
+    return SmiGpu(**facts)
+
+
+def parse_smi_xml(text: str) -> SmiGpus:
+    """The GPUs and versions of ``nvidia-smi -q -x`` output (see the module docstring)."""
+    if not isinstance(text, str):
+        raise SmiXmlParseError(f"expected the text of {TOOL}, got {type(text).__name__}")
+    if not text.strip():
+        raise SmiXmlParseError(f"empty text: no <nvidia_smi_log> of {TOOL}")
+    root = _tree(text.strip())
+    if root.tag != "nvidia_smi_log":
+        raise SmiXmlParseError(f"the root element is <{root.tag[:40]}>, not <nvidia_smi_log>: not {TOOL} output")
+    notes: list[str] = []
+    nodes = root.findall("gpu")
+    if not nodes:
+        raise SmiXmlParseError(f"no <gpu> element under <nvidia_smi_log>: {TOOL} of no GPU")
+    if len(nodes) > MAX_GPUS:
+        raise SmiXmlParseError(f"{len(nodes)} <gpu> elements: more than any machine has")
+    attached = _text(root, "attached_gpus")
+    count = int(attached) if attached and _INT_RE.fullmatch(attached) and 0 < int(attached) <= MAX_GPUS else None
+    if attached is not None and count is None:
+        notes.append(f"attached_gpus {attached[:20]!r} is not a GPU count; not read")
+    if count is not None and count < len(nodes):
+        raise SmiXmlParseError(f"{len(nodes)} <gpu> elements and attached_gpus {count}: not one {TOOL} output")
+    every = count == len(nodes)  # every GPU listed, in NVML index order: its place is its index
+    versions = {}
+    for key, path in (("driver_version", "driver_version"), ("cuda_driver_version", "cuda_version")):
+        value = _text(root, path)
+        if value is not None and not _VERSION_RE.fullmatch(value):
+            notes.append(f"{path} {value[:20]!r} is not a version; not read")
+            value = None
+        versions[key] = value
+    gpus = tuple(_gpu(node, i if every else None, notes) for i, node in enumerate(nodes))
+    for key in ("uuid", "pci_bus_id"):
+        values = [getattr(g, key) for g in gpus if getattr(g, key)]
+        if len(set(values)) != len(values):
+            raise SmiXmlParseError(f"two <gpu> elements with one {key}: not one {TOOL} output (documents joined?)")
+    return SmiGpus(TOOL, gpus, attached=count, warnings=tuple(dict.fromkeys(notes)), **versions)
