@@ -375,3 +375,40 @@ def test_parse_smi_xml_prints_what_it_read(tmp_path, capsys):
         f"GPU0: {H100} ({UUIDS[0]}), bus {BUSES[0]}, 81559 MiB, compute capability ?, PCIe Gen5/5 x16/16",
         f"GPU1: {H100} ({UUIDS[1]}), bus {BUSES[1]}, 81559 MiB, compute capability ?, PCIe Gen5/5 x16/16",
         "driver 550.90.07, CUDA 12.4"]
+
+
+# ------------------------------------------------------------------------------ any text
+
+
+def test_windows_line_endings_are_read():
+    """nvidia-smi on Windows ends lines with CRLF: the same facts are read."""
+    from pytest_gputopo.parse.smi_list import parse_smi_list
+    from pytest_gputopo.parse.smi_query import parse_smi_query
+
+    assert parse_smi_query(query_csv().replace("\n", "\r\n")) == parse_smi_query(query_csv())
+    assert parse_smi_list(smi_list().replace("\n", "\r\n")) == parse_smi_list(smi_list())
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(["csv", "list", "xml"]), st.data())
+def test_any_text_is_read_or_refused_in_one_line(kind, data):
+    """Cut, spliced or garbled listings give what can be read or the format's own refusal, never
+    another exception (a bug the CLI would call internal)."""
+    from pytest_gputopo.parse.smi_list import SmiListParseError, parse_smi_list
+    from pytest_gputopo.parse.smi_query import SmiQueryParseError, parse_smi_query
+    from pytest_gputopo.parse.smi_xml import SmiXmlParseError, parse_smi_xml
+
+    parse, error, text = {"csv": (parse_smi_query, SmiQueryParseError, query_csv()),
+                          "list": (parse_smi_list, SmiListParseError, smi_list()),
+                          "xml": (parse_smi_xml, SmiXmlParseError, smi_xml(n=2))}[kind]
+    cut = data.draw(st.integers(0, len(text)))
+    junk = data.draw(st.text(max_size=30))
+    at = data.draw(st.integers(0, cut))
+    try:
+        listing = parse(text[:at] + junk + text[at:cut])
+    except error:
+        return
+    assert all(g.memory_total_bytes is None or g.memory_total_bytes > 0 for g in listing.gpus)
