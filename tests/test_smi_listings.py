@@ -194,6 +194,14 @@ def test_smi_list_gives_names_and_uuids_and_mig(tmp_path, capsys):
                                "uuid": "GPU-6d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77"}
 
 
+def test_nvlink_status_is_not_taken_for_smi_list(tmp_path, capsys):
+    """nvlink -s prints -L's GPU lines with its links under them: as -L it is refused, naming it and
+    the option that reads it."""
+    (tmp_path / "nvl.txt").write_text(nvlink_s())
+    code, out, err = run(capsys, "parse", "smi-list", tmp_path / "nvl.txt")
+    assert code == 2 and "this is nvidia-smi nvlink -s output" in err and "--nvlink-status" in err, err
+
+
 def test_smi_list_and_query_join_one_machine(tmp_path, topo, capsys):
     """-L and --query-gpu of one machine both join it, the format told by the text; nvlink -s then
     agrees with the UUIDs they gave."""

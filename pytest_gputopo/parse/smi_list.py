@@ -21,6 +21,7 @@ class SmiListParseError(ValueError):
 # ASCII digits only; the name is all before the last "(UUID:" (names hold no such thing).
 _GPU_RE = re.compile(r"GPU ([0-9]{1,4}): (.*) \(UUID: (GPU-[0-9A-Fa-f-]{8,64})\)")
 _MIG_RE = re.compile(r"MIG \S.* Device +[0-9]{1,3}: \(UUID: MIG-[^\s()]{1,80}\)")
+_NVLINK_RE = re.compile(r"Link [0-9]{1,3}: ")  # nvidia-smi nvlink -s prints -L's lines, then these
 
 
 def parse_smi_list(text: str) -> SmiGpus:
@@ -50,6 +51,9 @@ def parse_smi_list(text: str) -> SmiGpus:
                                             f"(outputs joined?)")
             uuids[uuid] = index
             gpus[index] = current = {"index": index, "name": name or None, "uuid": uuid}
+        elif _NVLINK_RE.match(line):
+            raise SmiListParseError(f"line {number}: this is nvidia-smi nvlink -s output (its 'Link <n>:' lines), not "
+                                    f"{TOOL}: give it to --nvlink-status (or gputopo parse nvlink-status)")
         elif _MIG_RE.fullmatch(line):
             if current is None:
                 notes.append(f"line {number}: a MIG device line before any GPU line")
