@@ -1,6 +1,8 @@
 """Read ``nvidia-smi -L`` (``--list-gpus``): one line per GPU, ``GPU <i>: <name> (UUID: GPU-…)``, and
 under a GPU in MIG mode one line per MIG device, ``  MIG <profile> Device <n>: (UUID: MIG-…)`` (the
-forms of NVIDIA's nvidia-smi manual page and MIG user guide). A MIG device listed under a GPU says its
+forms of NVIDIA's nvidia-smi manual page and MIG user guide; the first MIG drivers printed no profile,
+``  MIG Device <n>: (UUID: MIG-GPU-…/<gi>/<ci>)``, as NVIDIA/nvidia-container-toolkit
+cmd/nvidia-container-runtime.experimental/README.md @ cf192169a8982fccf168ada86acfce54dc0984eb shows). A MIG device listed under a GPU says its
 MIG mode is enabled; none listed says nothing (MIG may be on with no instance made). A line of no
 such form is a warning naming its line; text with no GPU line is refused."""
 
@@ -20,7 +22,7 @@ class SmiListParseError(ValueError):
 
 # ASCII digits only; the name is all before the last "(UUID:" (names hold no such thing).
 _GPU_RE = re.compile(r"GPU ([0-9]{1,4}): (.*) \(UUID: (GPU-[0-9A-Fa-f-]{8,64})\)")
-_MIG_RE = re.compile(r"MIG \S.* Device +[0-9]{1,3}: \(UUID: MIG-[^\s()]{1,80}\)")
+_MIG_RE = re.compile(r"MIG (?:\S.* )?Device +[0-9]{1,3}: \(UUID: MIG-[^\s()]{1,80}\)")  # profile absent on early drivers
 _NVLINK_RE = re.compile(r"Link [0-9]{1,3}: ")  # nvidia-smi nvlink -s prints -L's lines, then these
 
 
