@@ -578,6 +578,81 @@ def rtx4090_x4() -> Machine:
     )
 
 
+# The "GPU Topology:" section (`nvidia-smi topo -m`) of vllm-project/vllm#4785's collect_env, its GPU
+# rows as the capture shows them: GPU0..GPU5 whole; GPU6's row is cut after its first cell and GPU7's
+# is not shown, so the GPU6-GPU7 pair and those two GPUs' CPU and NUMA affinity stay unknown.
+RTX4090_X8_ROWS = """\
+GPU0     X      PIX     PIX     PIX     SYS     SYS     SYS     SYS     0-31,64-95      0
+GPU1    PIX      X      PIX     PIX     SYS     SYS     SYS     SYS     0-31,64-95      0
+GPU2    PIX     PIX      X      PIX     SYS     SYS     SYS     SYS     0-31,64-95      0
+GPU3    PIX     PIX     PIX      X      SYS     SYS     SYS     SYS     0-31,64-95      0
+GPU4    SYS     SYS     SYS     SYS      X      PIX     PIX     PIX     32-63,96-127    1
+GPU5    SYS     SYS     SYS     SYS     PIX      X      PIX     PIX     32-63,96-127    1
+"""
+
+
+def shown_rows(text: str, count: int) -> tuple[Callable[[int, int], LinkClass | None], list, list]:
+    """A `topo -m` matrix of ``count`` GPUs read off the GPU rows a capture shows (``GPUi <count
+    cells> <CPU affinity> <NUMA affinity>``): the PCIe class of a pair from row ``a`` column ``b``,
+    else row ``b`` column ``a`` (the matrix is symmetric), None where neither row is shown; and each
+    GPU's NUMA node and CPU affinity, None for a GPU whose row is not shown."""
+    rows = {int(cells[0][3:]): cells[1:] for cells in map(str.split, text.splitlines())}
+    numa = [int(rows[i][count + 1]) if i in rows else None for i in range(count)]
+    affinity = [rows[i][count] if i in rows else None for i in range(count)]
+
+    def pcie(a: int, b: int) -> LinkClass | None:
+        for row, col in ((a, b), (b, a)):
+            if row in rows:
+                return LinkClass.from_name(rows[row][col])
+        return None
+    return pcie, numa, affinity
+
+
+def rtx4090_x8() -> Machine:
+    name = "8x-rtx4090"
+    pcie, numa, affinity = shown_rows(RTX4090_X8_ROWS, 8)
+    topology = pcie_box(
+        name, RTX_4090, (0x18, 0x19, 0x1A, 0x1B, 0x98, 0x99, 0x9A, 0x9B), numa=numa, affinity=affinity,
+        pcie=pcie, read_write=P2PStatus.UNKNOWN, driver_version="525.147.05",
+    )
+    topology = replace(topology, cuda_runtime_version="12.1", nccl_version="2.20.5")
+    return Machine(
+        name,
+        "8x NVIDIA GeForce RTX 4090 on PCIe (no NVLink) in a two-NUMA-node server: GPU0-3 PIX to each "
+        "other, GPU4-7 PIX as far as shown, SYS across the nodes; torch 2.3.0+cu121 (CUDA 12.1) with "
+        "NCCL 2.20.5. The GPU6-GPU7 pair, GPU6's and GPU7's affinity and the P2P status are not in the "
+        "capture (unknown).",
+        topology,
+        sources=(
+            "https://github.com/vllm-project/vllm/issues/4785 (`python collect_env.py` of an 8x RTX 4090 "
+            "node, vLLM 0.4.2): 'PyTorch version: 2.3.0+cu121', 'CUDA used to build PyTorch: 12.1', "
+            "'GPU 0: NVIDIA GeForce RTX 4090' .. 'GPU 7: NVIDIA GeForce RTX 4090', 'Nvidia driver version: "
+            "525.147.05', '[pip3] nvidia-nccl-cu12==2.20.5', '[pip3] torch==2.3.0', and its 'GPU Topology:' "
+            "(`nvidia-smi topo -m`) rows GPU0..GPU5 (RTX4090_X8_ROWS in scripts/build_machines.py)",
+            "https://github.com/pytorch/pytorch/blob/0027c653a25545d8fff1b053ddb722a86722adf8/torch/"
+            "__init__.py (_load_global_deps, _preload_cuda_deps): a torch wheel with its CUDA libraries as "
+            "PyPI dependencies loads libnccl.so.* from site-packages nvidia/nccl/lib, the nvidia-nccl-cu12 "
+            "wheel ('As PyTorch is not purelib, but nvidia-*-cu12 is')",
+            "https://github.com/thamada/nvidia-smi package/RTX4090_smi.py (`nvidia-smi -a` of an 8x RTX 4090 "
+            "node, driver 550.127.05): FB memory total 24564 MiB; PCIe generation max 4, width max 16x",
+        ),
+        inferred=(
+            UUIDS,
+            "gpus[*].pci_bus_id: synthetic (collect_env does not print them)",
+            "gpus[*].pcie_*, gpus[*].memory_total_bytes, gpus[*].compute_capability: the RTX 4090's (another "
+            "node's `nvidia-smi -a`, thamada/nvidia-smi); collect_env prints the model name only",
+            "links[6-7].pcie: unknown (GPU6's row of the matrix is cut after its first cell, GPU7's is not "
+            "shown); links[6-7].nvlinks: 0, the RTX 4090 has no NVLink",
+            "gpus[6..7].numa_node, gpus[6..7].cpu_affinity: unknown (the same cut rows)",
+            "links[*].p2p.read, links[*].p2p.write: unknown (no `topo -p2p` capture of this node)",
+            "nccl_version: 2.20.5, the nvidia-nccl-cu12 wheel pip lists, which torch's CUDA wheels load; "
+            "torch.cuda.nccl.version() itself is not printed (an LD_PRELOAD or LD_LIBRARY_PATH could put "
+            "another libnccl first; vLLM's own vllm_nccl_cu11 2.18.1 is vLLM's, not torch's)",
+            PCIE_PAIR_CAPS,
+        ),
+    )
+
+
 # 8 PCIe GPUs in pairs behind 4 PCIe switches, 2 switches per socket (corpus topo/030's layout, 4 per socket).
 L40S_SWITCH = (0, 0, 1, 1, 2, 2, 3, 3)
 L40S_SOCKET = (0, 0, 0, 0, 1, 1, 1, 1)
@@ -703,6 +778,7 @@ def machines() -> list[Machine]:
         a100_40gb_x4(),
         gb200_tray(),
         rtx4090_x4(),
+        rtx4090_x8(),
         l40s,
         rtx_pro_6000_x2(),
         single_gpu(),

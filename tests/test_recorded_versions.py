@@ -17,6 +17,8 @@ RECORDED = {
     ("4x-a100-40gb", "cuda_driver_version"): ("12.2", "CUDA Version: 12.2"),
     ("2x-rtx3090-nvlink", "cuda_driver_version"): ("11.4", "CUDA 11.4"),
     ("gb200-tray", "cuda_driver_version"): ("13.0", "CUDA 13.0"),
+    ("8x-rtx4090", "cuda_runtime_version"): ("12.1", "'CUDA used to build PyTorch: 12.1'"),
+    ("8x-rtx4090", "nccl_version"): ("2.20.5", "'[pip3] nvidia-nccl-cu12==2.20.5'"),
 }
 VERSION_FIELDS = ("cuda_driver_version", "cuda_runtime_version", "nccl_version")
 
@@ -40,17 +42,39 @@ def test_a_torch_cuda_gate_is_judged_where_a_capture_recorded_it_and_unknown_els
     whose capture shows torch's CUDA; elsewhere unmet because the version is unknown, whichever
     specifier is asked (unknown is never met)."""
     topology = load_profile(name).topology
-    at_least, below = VersionRequirement(cuda_runtime=">=12.8"), VersionRequirement(cuda_runtime="<12")
-    if topology.cuda_runtime_version is not None:
+    version = topology.cuda_runtime_version
+    if version is not None:
+        at_least, below = VersionRequirement(cuda_runtime=f">={version}"), VersionRequirement(cuda_runtime=f"<{version}")
         assert at_least.evaluate(topology).ok and not below.evaluate(topology).ok
-        assert "is 12.9, needs <12" in below.evaluate(topology).reason
+        assert f"is {version}, needs <{version}" in below.evaluate(topology).reason
     else:
-        for requirement in (at_least, below):
+        for requirement in (VersionRequirement(cuda_runtime=">=12.8"), VersionRequirement(cuda_runtime="<12")):
             verdict = requirement.evaluate(topology)
             assert not verdict.ok and f"({'cuda_runtime'}) is unknown" in verdict.reason
 
 
-def test_at_least_one_bundled_machine_can_try_a_torch_cuda_gate():
-    """A port's ``requires_versions(cuda_runtime=...)`` can be tried on a recorded machine."""
+@pytest.mark.parametrize("name", bundled_names())
+def test_a_torch_nccl_gate_with_cuda_is_judged_where_a_capture_recorded_both(name):
+    """``requires_versions(cuda_runtime=..., nccl=...)`` on a recorded machine whose capture shows the
+    CUDA torch was built with and the NCCL it loads: met when both are, unmet naming the version that
+    is not (never "unknown"); on any other machine an NCCL gate is unmet because NCCL is unknown."""
+    topology = load_profile(name).topology
+    cuda, nccl = topology.cuda_runtime_version, topology.nccl_version
+    if nccl is None:
+        verdict = VersionRequirement(nccl=">=2.18").evaluate(topology)
+        assert not verdict.ok and "(nccl) is unknown" in verdict.reason
+        return
+    assert cuda is not None, "a profile that records torch's NCCL records torch's CUDA too"
+    assert VersionRequirement(cuda_runtime=f">={cuda}", nccl=f">={nccl}").evaluate(topology).ok
+    newer = VersionRequirement(cuda_runtime=f">={cuda}", nccl=f">{nccl}").evaluate(topology)
+    assert not newer.ok and newer.failures == (f"the NCCL torch loads (nccl) is {nccl}, needs >{nccl}",)
+    older_cuda = VersionRequirement(cuda_runtime=f"<{cuda}", nccl=f"=={nccl}").evaluate(topology)
+    assert not older_cuda.ok and "unknown" not in older_cuda.reason
+
+
+def test_bundled_machines_can_try_torch_cuda_and_nccl_gates():
+    """A port's ``requires_versions(cuda_runtime=...)`` and ``requires_versions(nccl=...)`` can be
+    tried on a recorded machine."""
     assert any(load_profile(n).topology.cuda_runtime_version for n in bundled_names())
-    assert VERSIONS["cuda_runtime"][0] == "cuda_runtime_version"
+    assert any(load_profile(n).topology.nccl_version for n in bundled_names())
+    assert VERSIONS["cuda_runtime"][0] == "cuda_runtime_version" and VERSIONS["nccl"][0] == "nccl_version"
