@@ -78,3 +78,17 @@ def test_bundled_machines_can_try_torch_cuda_and_nccl_gates():
     assert any(load_profile(n).topology.cuda_runtime_version for n in bundled_names())
     assert any(load_profile(n).topology.nccl_version for n in bundled_names())
     assert VERSIONS["cuda_runtime"][0] == "cuda_runtime_version" and VERSIONS["nccl"][0] == "nccl_version"
+
+
+def test_the_documented_versions_example_runs_on_the_machine_that_records_them(pytester):
+    """docs/markers.md's ``requires_versions(nccl=">=2.18", cuda_runtime=">=12.1")`` example runs on
+    ``8x-rtx4090`` (torch's CUDA 12.1 and NCCL 2.20.5 recorded) and skips on ``hgx-h100``, whose capture
+    gives torch's CUDA but no NCCL, as the doc says."""
+    from doc_examples import blocks
+
+    (example,) = [b.text for b in blocks() if b.path == "docs/markers.md" and "def test_nvls_reduce_scatter" in b.text]
+    pytester.makepyfile(test_versions=example)
+    pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "8x-rtx4090").assert_outcomes(passed=1)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "--gputopo-machine", "hgx-h100")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*the NCCL torch loads (nccl) is unknown*"])
