@@ -66,6 +66,8 @@ L40S = Board("NVIDIA L40S", 46068, "8.9", 4, 16)
 RTX_PRO_6000 = Board("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 97887, "12.0", 5, 16)
 A100_PCIE_80GB = Board("NVIDIA A100 80GB PCIe", 81920, "8.0", 4, 16)
 A100_SXM4_40GB = Board("NVIDIA A100-SXM4-40GB", 40960, "8.0", 4, 16)
+# The A30 of vllm#29070: its PCIe generation and width were not captured.
+A30 = Board("NVIDIA A30", 24576, "8.0", None, None)
 # A GB200 GPU reaches its Grace CPU over NVLink-C2C: no PCIe slot generation or width was captured.
 GB200 = Board("NVIDIA GB200", 189471, "10.0", None, None)
 
@@ -591,19 +593,21 @@ GPU5    SYS     SYS     SYS     SYS     PIX      X      PIX     PIX     32-63,96
 """
 
 
-def shown_rows(text: str, count: int) -> tuple[Callable[[int, int], LinkClass | None], list, list]:
-    """A `topo -m` matrix of ``count`` GPUs read off the GPU rows a capture shows (``GPUi <count
-    cells> <CPU affinity> <NUMA affinity>``): the PCIe class of a pair from row ``a`` column ``b``,
-    else row ``b`` column ``a`` (the matrix is symmetric), None where neither row is shown; and each
-    GPU's NUMA node and CPU affinity, None for a GPU whose row is not shown."""
+def shown_rows(text: str, count: int, nics: int = 0) -> tuple[Callable[[int, int], LinkClass | None], list, list]:
+    """A `topo -m` matrix of ``count`` GPUs read off the GPU rows a capture shows (``GPUi <count GPU
+    cells> <nics NIC cells> <CPU affinity> <NUMA affinity> ...``): the PCIe class of a pair from row
+    ``a`` column ``b``, else row ``b`` column ``a`` (the matrix is symmetric), None where neither row is
+    shown or the cell is ``NV#`` (nvidia-smi hides the PCIe path behind it); and each GPU's NUMA node and
+    CPU affinity, None for a GPU whose row is not shown."""
     rows = {int(cells[0][3:]): cells[1:] for cells in map(str.split, text.splitlines())}
-    numa = [int(rows[i][count + 1]) if i in rows else None for i in range(count)]
-    affinity = [rows[i][count] if i in rows else None for i in range(count)]
+    numa = [int(rows[i][count + nics + 1]) if i in rows else None for i in range(count)]
+    affinity = [rows[i][count + nics] if i in rows else None for i in range(count)]
 
     def pcie(a: int, b: int) -> LinkClass | None:
         for row, col in ((a, b), (b, a)):
             if row in rows:
-                return LinkClass.from_name(rows[row][col])
+                cell = rows[row][col]
+                return None if cell.startswith("NV") else LinkClass.from_name(cell)
         return None
     return pcie, numa, affinity
 
@@ -648,6 +652,64 @@ def rtx4090_x8() -> Machine:
             "nccl_version: 2.20.5, the nvidia-nccl-cu12 wheel pip lists, which torch's CUDA wheels load; "
             "torch.cuda.nccl.version() itself is not printed (an LD_PRELOAD or LD_LIBRARY_PATH could put "
             "another libnccl first; vLLM's own vllm_nccl_cu11 2.18.1 is vLLM's, not torch's)",
+            PCIE_PAIR_CAPS,
+        ),
+    )
+
+
+# The "GPU Topology:" section (`nvidia-smi topo -m`) of vllm-project/vllm#29070's collect_env (also corpus
+# topo/042), its GPU rows whole.
+A30_X4_ROWS = """\
+GPU0     X      NV4     SYS     SYS     SYS     0-23,48-71      0               N/A
+GPU1    NV4      X      SYS     SYS     SYS     0-23,48-71      0               N/A
+GPU2    SYS     SYS      X      NV4     PXB     24-47,72-95     1               N/A
+GPU3    SYS     SYS     NV4      X      PIX     24-47,72-95     1               N/A
+"""
+
+
+def a30_x4() -> Machine:
+    name = "4x-a30"
+    pcie, numa, affinity = shown_rows(A30_X4_ROWS, 4, nics=1)
+    topology = nvlink_mesh_box(
+        name, A30, (0x17, 0x31, 0x98, 0xB1), wiring={(0, 1): 4, (2, 3): 4}, version="3.1",
+        numa=numa, affinity=affinity, pcie=pcie, read_write=P2PStatus.UNKNOWN, nics=("mlx5_0",),
+        driver_version="535.274.02",
+    )
+    topology = replace(topology, cuda_runtime_version="12.8", nccl_version="2.27.3")
+    return Machine(
+        name,
+        "4x NVIDIA A30 (24 GB, Ampere GA100) in a dual-socket server: two pairs joined by NVLink bridges "
+        "(NV4), SYS between the sockets, one mlx5 NIC on socket 1; torch 2.8.0+cu128 (CUDA 12.8) with NCCL "
+        "2.27.3. P2P of the SYS pairs is not in the capture (unknown).",
+        topology,
+        sources=(
+            "https://github.com/vllm-project/vllm/issues/29070 (`python collect_env.py` of a 4x A30 node, "
+            "vLLM 0.11.1.dev12; the issue body mirrored at find_string id 34802511869): 'PyTorch version              "
+            ": 2.8.0+cu128', 'CUDA used to build PyTorch   : 12.8', 'GPU 0: NVIDIA A30' .. 'GPU 3: NVIDIA A30', "
+            "'Nvidia driver version        : 535.274.02', '[pip3] nvidia-nccl-cu12==2.27.3', "
+            "'[pip3] torch==2.8.0+cu128', and its 'GPU Topology:' (`nvidia-smi topo -m`, corpus topo/042): "
+            "the rows A30_X4_ROWS in scripts/build_machines.py, 'NIC0: mlx5_0'",
+            "https://github.com/pytorch/pytorch/blob/0027c653a25545d8fff1b053ddb722a86722adf8/torch/"
+            "__init__.py (_load_global_deps, _preload_cuda_deps): a torch wheel with its CUDA libraries as "
+            "PyPI dependencies loads libnccl.so.* from site-packages nvidia/nccl/lib, the nvidia-nccl-cu12 "
+            "wheel ('As PyTorch is not purelib, but nvidia-*-cu12 is')",
+            "public nvidia-smi table of an NVIDIA A30 (find_string id 22246094401): '0MiB / 24576MiB'",
+            "NVIDIA BioNeMo's supported-GPU table (find_string id 2923014687): 'A30 | 8.0'",
+            "https://github.com/open-mpi/hwloc/issues/658 with reference/nvml-nccl-torch.md 1.5: A100 (GA100, "
+            "the A30's GPU) reports NVLink version 3.1",
+        ),
+        inferred=(
+            UUIDS,
+            "gpus[*].pci_bus_id: synthetic (collect_env does not print them)",
+            "gpus[*].pcie_*: unknown (collect_env does not print them)",
+            "gpus[*].nvlinks[*].version: 3.1, what A100 (GA100, as the A30) reports (hwloc#658); the four "
+            "links of each NV4 pair lead to its peer",
+            "links[0-1].pcie, links[2-3].pcie: unknown (nvidia-smi hides the PCIe path behind NV4)",
+            "links[NV4 pairs].p2p: all OK, as NVLink pairs report; links[SYS pairs].p2p.read/write: unknown "
+            "(no `topo -p2p` capture of this node)",
+            "nccl_version: 2.27.3, the nvidia-nccl-cu12 wheel pip lists, which torch's CUDA wheels load; "
+            "torch.cuda.nccl.version() itself is not printed (the image's NCCL_VERSION=2.25.1-1 names the "
+            "CUDA base image's own libnccl, not the wheel's)",
             PCIE_PAIR_CAPS,
         ),
     )
@@ -776,6 +838,7 @@ def machines() -> list[Machine]:
         dgx1_v100(),
         rtx3090_nvlink(),
         a100_40gb_x4(),
+        a30_x4(),
         gb200_tray(),
         rtx4090_x4(),
         rtx4090_x8(),

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "build_machines.py"
 
 MACHINES = ("dgx-a100", "hgx-h100", "dgx1-v100", "2x-rtx3090-nvlink", "4x-a100-40gb", "gb200-tray", "4x-rtx4090", "8x-l40s",
-            "8x-rtx4090", "2x-rtx-pro-6000", "single-gpu", "no-gpu", "hgx-h100-nvlink-down", "hgx-h100-pcie-x8",
+            "4x-a30", "8x-rtx4090", "2x-rtx-pro-6000", "single-gpu", "no-gpu", "hgx-h100-nvlink-down", "hgx-h100-pcie-x8",
             "8x-l40s-p2p-disabled")
 
 OK, NS = P2PStatus.OK, P2PStatus.NOT_SUPPORTED

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.core.gpu_facts import VERSIONS, VersionRequirement
 from pytest_gputopo.probe.recorded import bundled_names, load_profile
 
@@ -19,6 +20,8 @@ RECORDED = {
     ("gb200-tray", "cuda_driver_version"): ("13.0", "CUDA 13.0"),
     ("8x-rtx4090", "cuda_runtime_version"): ("12.1", "'CUDA used to build PyTorch: 12.1'"),
     ("8x-rtx4090", "nccl_version"): ("2.20.5", "'[pip3] nvidia-nccl-cu12==2.20.5'"),
+    ("4x-a30", "cuda_runtime_version"): ("12.8", "'CUDA used to build PyTorch   : 12.8'"),
+    ("4x-a30", "nccl_version"): ("2.27.3", "'[pip3] nvidia-nccl-cu12==2.27.3'"),
 }
 VERSION_FIELDS = ("cuda_driver_version", "cuda_runtime_version", "nccl_version")
 
@@ -44,7 +47,8 @@ def test_a_torch_cuda_gate_is_judged_where_a_capture_recorded_it_and_unknown_els
     topology = load_profile(name).topology
     version = topology.cuda_runtime_version
     if version is not None:
-        at_least, below = VersionRequirement(cuda_runtime=f">={version}"), VersionRequirement(cuda_runtime=f"<{version}")
+        at_least = VersionRequirement(cuda_runtime=f">={version}")
+        below = VersionRequirement(cuda_runtime=f"<{version}")
         assert at_least.evaluate(topology).ok and not below.evaluate(topology).ok
         assert f"is {version}, needs <{version}" in below.evaluate(topology).reason
     else:
@@ -73,22 +77,41 @@ def test_a_torch_nccl_gate_with_cuda_is_judged_where_a_capture_recorded_both(nam
 
 
 def test_bundled_machines_can_try_torch_cuda_and_nccl_gates():
-    """A port's ``requires_versions(cuda_runtime=...)`` and ``requires_versions(nccl=...)`` can be
-    tried on a recorded machine."""
+    """A port's ``requires_versions(cuda_runtime=..., nccl=...)`` can be tried on at least two
+    recorded machines that record both versions."""
     assert any(load_profile(n).topology.cuda_runtime_version for n in bundled_names())
-    assert any(load_profile(n).topology.nccl_version for n in bundled_names())
+    topologies = {n: load_profile(n).topology for n in bundled_names()}
+    both = [n for n, t in topologies.items() if t.nccl_version and t.cuda_runtime_version]
+    assert len(both) >= 2, both
     assert VERSIONS["cuda_runtime"][0] == "cuda_runtime_version" and VERSIONS["nccl"][0] == "nccl_version"
 
 
 def test_the_documented_versions_example_runs_on_the_machine_that_records_them(pytester):
     """docs/markers.md's ``requires_versions(nccl=">=2.18", cuda_runtime=">=12.1")`` example runs on
-    ``8x-rtx4090`` (torch's CUDA 12.1 and NCCL 2.20.5 recorded) and skips on ``hgx-h100``, whose capture
-    gives torch's CUDA but no NCCL, as the doc says."""
+    ``4x-a30`` and ``8x-rtx4090`` (torch's CUDA and NCCL recorded) and skips on ``hgx-h100``, whose
+    capture gives torch's CUDA but no NCCL, as the doc says."""
     from doc_examples import blocks
 
     (example,) = [b.text for b in blocks() if b.path == "docs/markers.md" and "def test_nvls_reduce_scatter" in b.text]
     pytester.makepyfile(test_versions=example)
-    pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "8x-rtx4090").assert_outcomes(passed=1)
+    for machine in ("4x-a30", "8x-rtx4090"):
+        pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", machine).assert_outcomes(passed=1)
     result = pytester.runpytest("-p", "no:cacheprovider", "-rs", "--gputopo-machine", "hgx-h100")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*the NCCL torch loads (nccl) is unknown*"])
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=NO_CORPUS)
+def test_a_machine_built_from_a_collect_env_has_the_topology_its_capture_shows():
+    """``4x-a30`` is built from the "GPU Topology:" section of the collect_env whose versions it records
+    (corpus topo/042 is that section): every GPU pair's label, each GPU's CPU and NUMA affinity and the
+    NIC are what gputopo's own ``topo -m`` parser reads from the capture."""
+    from pytest_gputopo.parse.smi_topo import parse_topo_matrix
+
+    shown = parse_topo_matrix((CORPUS / "topo" / "042.txt").read_text())
+    topology = load_profile("4x-a30").topology
+    for link in topology.links:
+        assert str(link.label) == shown.matrix[link.a][link.b], (link.a, link.b)
+    assert [(g.numa_node, g.cpu_affinity) for g in topology.gpus] == [
+        (int(g.numa_affinity), g.cpu_affinity) for g in shown.gpus]
+    assert topology.nics == shown.nics == ("mlx5_0",)
