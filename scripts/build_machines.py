@@ -651,7 +651,7 @@ def rtx4090_x8() -> Machine:
             "links[*].p2p.read, links[*].p2p.write: unknown (no `topo -p2p` capture of this node)",
             "nccl_version: 2.20.5, the nvidia-nccl-cu12 wheel pip lists, which torch's CUDA wheels load; "
             "torch.cuda.nccl.version() itself is not printed (an LD_PRELOAD or LD_LIBRARY_PATH could put "
-            "another libnccl first; vLLM's own vllm_nccl_cu11 2.18.1 is vLLM's, not torch's)",
+            "another libnccl first; the listed vllm_nccl_cu11==2.18.1.0.4.0 is vLLM's own NCCL, not torch's)",
             PCIE_PAIR_CAPS,
         ),
     )
