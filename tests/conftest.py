@@ -81,3 +81,46 @@ def launcher_port() -> int:
         except OSError:
             continue
         return port
+
+
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def srun_ranks(folder, port: int, rank_timeout_s: int, extra_env: dict | None = None, ranks: int = 2) -> list:
+    """pytest started in ``folder`` as srun starts every rank of a one-node job step itself: its task
+    variables (SLURM_PROCID, the step's task and node counts) and MASTER_ADDR/MASTER_PORT as torch's
+    env:// reads them, in an environment without any other launcher's or gputopo's variables. Each
+    rank's output (stderr with stdout) is its Popen's stdout."""
+    import os
+    import subprocess
+    import sys
+
+    base = {k: v for k, v in os.environ.items()
+            if k not in LAUNCHER_VARS and not k.startswith(("SLURM_", "TORCHELASTIC_", "PYTEST_GPUTOPO_"))}
+    procs = []
+    for rank in range(ranks):
+        env = {**base, "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank),
+               "SLURM_NTASKS": str(ranks), "SLURM_STEP_NUM_TASKS": str(ranks), "SLURM_STEP_NUM_NODES": "1",
+               "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(port), "PYTHONWARNINGS": "ignore", **(extra_env or {})}
+        procs.append(subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
+                                       "--gputopo-rank-timeout", str(rank_timeout_s)], cwd=folder, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+def stranger_of(port: int, wait_s: float = 60):
+    """A plain TCPStore client of the store rank 0 serves on MASTER_PORT + 1 (``port`` + 1), once it
+    is up: what anyone who reaches that port can do."""
+    import time
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return dist.TCPStore("127.0.0.1", port + 1, 1, False, timeout=timedelta(seconds=5))
+        except Exception:
+            assert time.monotonic() < deadline, "rank 0's store never came up"
+            time.sleep(0.2)

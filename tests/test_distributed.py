@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import launcher_port
+from conftest import launcher_port, srun_ranks
 
 from pytest_gputopo.core import keys
 
@@ -114,18 +114,9 @@ def test_srun_starting_every_rank_takes_one_decision(suite_dir):
     processes given srun's variables (and MASTER_ADDR/MASTER_PORT, as torch's env:// reads them) and
     different recorded machines take the same decisions, and their collectives do not hang."""
     port = launcher_port()
-    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
-    base = {k: v for k, v in os.environ.items() if k not in launcher and not k.startswith(("SLURM_", "TORCHELASTIC_"))}
-    procs = []
-    for rank in range(2):
-        env = {**base, "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
-               "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONWARNINGS": "ignore"}
-        # A rank-timeout well inside the test's own: a rank that cannot reach the other ends with its
-        # reason in the output, not in a TimeoutExpired that shows nothing.
-        procs.append(subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
-                                       "--gputopo-rank-timeout", "60"], cwd=suite_dir,
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    # A rank-timeout well inside the test's own: a rank that cannot reach the other ends with its
+    # reason in the output, not in a TimeoutExpired that shows nothing.
+    procs = srun_ranks(suite_dir, port, 60)
     try:
         out = [p.communicate(timeout=180)[0] for p in procs]
     finally:

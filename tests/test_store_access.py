@@ -17,12 +17,11 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from conftest import launcher_port
+from conftest import launcher_port, srun_ranks, stranger_of
 
 from pytest_gputopo.runtime import environ, files, listener
 from pytest_gputopo.runtime.signing import PREFIX, Signer
@@ -341,32 +340,14 @@ def pytest_runtest_setup(item):
 
 
 def test_a_signed_run_refuses_a_planted_verdict_of_the_right_shape(tmp_path):
-    dist = pytest.importorskip("torch.distributed")
+    pytest.importorskip("torch.distributed")
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_bw.py").write_text("import pytest\n@pytest.mark.min_p2p_bw(100000)\ndef test_bw(): pass\n")
     secret = _secret_file(tmp_path)
     port = launcher_port()
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "TORCHELASTIC_", "PYTEST_GPUTOPO_")) and k not in (
-                "RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
-    procs = []
-    for rank in range(2):
-        env = {**base, "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank),
-               "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1", "SLURM_LOCALID": str(rank),
-               "SLURM_NODEID": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "PYTEST_GPUTOPO_STORE_SECRET_FILE": str(secret), "PYTHONWARNINGS": "ignore"}
-        procs.append(subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
-                                       "--gputopo-rank-timeout", "20"], cwd=tmp_path, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    procs = srun_ranks(tmp_path, port, 20, {"PYTEST_GPUTOPO_STORE_SECRET_FILE": str(secret)})
     try:
-        deadline = time.monotonic() + 60
-        while True:  # the stranger: a plain client of the store rank 0 serves on MASTER_PORT + 1
-            try:
-                stranger = dist.TCPStore("127.0.0.1", port + 1, 1, False, timeout=timedelta(seconds=5))
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "rank 0's store never came up"
-                time.sleep(0.2)
+        stranger = stranger_of(port)
         key = "gputopo/slurm-42.0/verdict/min_p2p_bw(100000)/1"
         stranger.set(key, json.dumps(MET))
         out = procs[0].communicate(timeout=120)[0]  # rank 0 reads the planted record as rank 1's

@@ -10,7 +10,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from conftest import launcher_port
+from conftest import launcher_port, srun_ranks, stranger_of
 
 from pytest_gputopo.core import keys
 
@@ -186,34 +186,13 @@ def pytest_runtest_setup(item):
 
 
 def test_a_planted_empty_verdict_ends_a_real_run_with_the_rank_and_key_not_a_keyerror(tmp_path):
-    """Issue 20.8: the record ``{}`` crashed both ranks with ``KeyError: 'reason'``."""
-    import os
-    import subprocess
-    import sys
-    import time
-
+    """The record ``{}`` crashed both ranks with ``KeyError: 'reason'``."""
     (tmp_path / "conftest.py").write_text(END_TO_END_CONFTEST)
     (tmp_path / "test_bw.py").write_text("import pytest\n@pytest.mark.min_p2p_bw(1)\ndef test_bw(): pass\n")
     port = launcher_port()
-    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
-    base = {k: v for k, v in os.environ.items() if k not in launcher and not k.startswith(("SLURM_", "TORCHELASTIC_"))}
-    procs = []
-    for rank in range(2):
-        env = {**base, "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
-               "SLURM_STEP_NUM_TASKS": "2", "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONWARNINGS": "ignore"}
-        procs.append(subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
-                                       "--gputopo-rank-timeout", "20"], cwd=tmp_path, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    procs = srun_ranks(tmp_path, port, 20)
     try:
-        deadline = time.monotonic() + 60
-        while True:  # the stranger: a plain client of the store rank 0 serves on MASTER_PORT + 1
-            try:
-                stranger = dist.TCPStore("127.0.0.1", port + 1, 1, False, timeout=timedelta(seconds=5))
-                break
-            except Exception:
-                assert time.monotonic() < deadline, "rank 0's store never came up"
-                time.sleep(0.2)
+        stranger = stranger_of(port)
         key = "gputopo/slurm-42.0/verdict/min_p2p_bw(1)/1"
         stranger.set(key, "{}")
         out = [procs[0].communicate(timeout=120)[0]]  # rank 0 reads the planted record as rank 1's
