@@ -368,7 +368,7 @@ def _check_gloo_ranks(args, ranks: int, max_bytes: int) -> None:
     if args.ranks is None:
         raise CliError(f"-e {args.maxbytes}: the default {ranks} gloo ranks do not fit this host at "
                        f"{size_text(max_bytes)} ({why})")
-    raise CliError(f"--ranks {ranks}: at most {limit} gloo rank{'s' if limit != 1 else ''} on this host for "
+    raise CliError(f"--ranks {ranks}: at most {counted(limit, 'gloo rank')} on this host for "
                    f"sizes up to {size_text(max_bytes)} ({why})")
 
 

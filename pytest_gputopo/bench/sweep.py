@@ -9,7 +9,7 @@ import os
 from typing import Optional, Sequence
 
 from ..core.spec import Figure
-from ..core.units import size_text
+from ..core.units import counted, size_text
 from .allreduce_result import AllReduceResult
 from .allreduce_worker import ITEMSIZE, element_counts
 
@@ -116,7 +116,7 @@ def gloo_rank_limit(max_bytes: int, *, cpus: Optional[int] = None,
     cpus = usable_cpus() if cpus is None else cpus
     available = available_memory() if available == -1 else available
     by_cpu = RANKS_PER_CPU * cpus
-    why = (f"{cpus} usable CPU{'s' if cpus != 1 else ''} x {RANKS_PER_CPU} ranks each: a gloo rank is a busy "
+    why = (f"{counted(cpus, 'usable CPU')} x {RANKS_PER_CPU} ranks each: a gloo rank is a busy "
            f"process, and past that the sweep measures the scheduler, not the all-reduce")
     if available is None:
         return by_cpu, why

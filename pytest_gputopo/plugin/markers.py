@@ -178,10 +178,7 @@ def _keeping(name: str, mark, farther: list) -> tuple[tuple, dict, ValueError | 
                                                     f"signature: {marker_signature(name)}")
         for arg, value in theirs.arguments.items():
             bound.arguments.setdefault(arg, value)
-    ordered = {p: bound.arguments[p] for p in signature.parameters if p in bound.arguments}
-    bound.arguments.clear()
-    bound.arguments.update(ordered)
-    return bound.args, bound.kwargs, None
+    return bound.args, bound.kwargs, None  # in the signature's order, whatever order they were added in
 
 
 def _parsed(parsed: dict, name: str, args: tuple, kwargs: dict):

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import pytest
 
+from ..core.units import counted
 from ..runtime import environ
 from .run import GputopoRun, run_of
 from .verdicts import BROKEN, FAIL, RUN, SKIP, evaluate, unmet_verdict
@@ -155,7 +156,7 @@ def show(run: GputopoRun, entries: list[Entry], reporter) -> None:
             reporter.write_line(terminal(f"{LABELS[e.verdict]} {e.nodeid} - {e.reason}"), **MARKUP[e.verdict])
     checks = sum(e.reason == CHECK for e in entries)
     if checks:  # the check as the check: one line, not one per pair
-        reporter.write_line(f"RUN gputopo-check - {checks} health check{'s' * (checks != 1)} "
+        reporter.write_line(f"RUN gputopo-check - {counted(checks, 'health check')} "
                             f"(--gputopo-check {run.settings.check}): each outcome is the check's", **MARKUP[RUN])
     found = ", ".join(f"{n} {COUNTED[v]}" for v, n in counts(entries).items() if n) or "no test selected"
     if run.derived.get("gate_problems"):  # the gate already said why, cause by cause
