@@ -124,3 +124,24 @@ def stranger_of(port: int, wait_s: float = 60):
         except Exception:
             assert time.monotonic() < deadline, "rank 0's store never came up"
             time.sleep(0.2)
+
+
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    """``gputopo ARGS`` in this process: (exit status, what it printed, what it wrote to stderr)."""
+    from pytest_gputopo import cli
+
+    code = cli.main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def h100_topo(tmp_path):
+    """hgx-h100 as ``nvidia-smi topo -m`` prints it: GPU indices and links (NV18 every pair), no name,
+    UUID, bus id or NVLink states."""
+    from pytest_gputopo.probe import probe
+    from pytest_gputopo.render.smi_topo import render_topo_matrix
+
+    path = tmp_path / "topo.txt"
+    path.write_text(render_topo_matrix(probe("hgx-h100")))
+    return path

@@ -14,11 +14,10 @@ GPU-...)``, ``  MIG 1g.10gb     Device  0: (UUID: MIG-...)``)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from conftest import run_cli as run
 
-from pytest_gputopo import cli
 from pytest_gputopo.core import gpu_facts
 from pytest_gputopo.probe import probe
 from pytest_gputopo.render.smi_topo import render_topo_matrix
@@ -29,18 +28,6 @@ BUSES = ["00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def run(capsys, *args) -> tuple[int, str, str]:
-    code = cli.main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-@pytest.fixture
-def topo(tmp_path) -> Path:
-    """hgx-h100 as ``nvidia-smi topo -m`` prints it: GPU indices and links, no name, UUID or bus id."""
-    path = tmp_path / "topo.txt"
-    path.write_text(render_topo_matrix(probe("hgx-h100")))
-    return path
 
 
 def nvlink_s(uuids=UUIDS, name=H100) -> str:
@@ -76,11 +63,11 @@ def recorded(tmp_path):
 # ------------------------------------------------------------------------------ nvlink -s headers
 
 
-def test_nvlink_status_names_the_gpus_of_a_text_machine(tmp_path, topo, capsys):
+def test_nvlink_status_names_the_gpus_of_a_text_machine(tmp_path, h100_topo, capsys):
     """A profile recorded from topo -m text with nvlink -s knows each GPU's name and UUID (it said
     '8x unknown GPU'), so a test gated on the model is judged on it."""
     (tmp_path / "nvl.txt").write_text(nvlink_s())
-    code, out, err = run(capsys, "record", "--from-smi", topo, "--nvlink-status", tmp_path / "nvl.txt",
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--nvlink-status", tmp_path / "nvl.txt",
                          "-o", tmp_path / "node.json")
     assert code == 0, err
     assert f"8x {H100}" in out and "unknown GPU" not in out
@@ -89,22 +76,22 @@ def test_nvlink_status_names_the_gpus_of_a_text_machine(tmp_path, topo, capsys):
     assert gpu_facts.GpuRequirement(model="H100").evaluate(seen).ok
 
 
-def test_nvlink_status_of_another_machine_is_refused(tmp_path, topo, capsys):
+def test_nvlink_status_of_another_machine_is_refused(tmp_path, h100_topo, capsys):
     """Two nvlink -s captures whose GPU0 has two UUIDs are two machines: the second is refused,
     naming both UUIDs, and nothing is written."""
     (tmp_path / "a.txt").write_text(nvlink_s())
     (tmp_path / "b.txt").write_text(nvlink_s(uuids=[u.replace("GPU-0", "GPU-f") for u in UUIDS]))
-    code, out, err = run(capsys, "record", "--from-smi", topo, "--nvlink-status", tmp_path / "a.txt",
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--nvlink-status", tmp_path / "a.txt",
                          "--nvlink-status", tmp_path / "b.txt", "-o", tmp_path / "node.json")
     assert code == 2 and not (tmp_path / "node.json").exists()
     assert f"b.txt: nvidia-smi nvlink -s's GPU 0 has UUID GPU-f" in err and "another machine's output" in err
 
 
-def test_nvlink_status_naming_a_gpu_otherwise_is_said(tmp_path, topo, capsys):
+def test_nvlink_status_naming_a_gpu_otherwise_is_said(tmp_path, h100_topo, capsys):
     """Two sources naming one GPU otherwise: the first name is kept, and a warning says both."""
     (tmp_path / "a.txt").write_text(nvlink_s())
     (tmp_path / "b.txt").write_text(nvlink_s(name="NVIDIA H100 PCIe"))
-    code, out, err = run(capsys, "record", "--from-smi", topo, "--nvlink-status", tmp_path / "a.txt",
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--nvlink-status", tmp_path / "a.txt",
                          "--nvlink-status", tmp_path / "b.txt", "-o", tmp_path / "node.json")
     assert code == 0, err
     assert f"GPU0: nvidia-smi nvlink -s ({tmp_path / 'b.txt'}) says name NVIDIA H100 PCIe, an earlier source {H100}" in err
@@ -114,11 +101,11 @@ def test_nvlink_status_naming_a_gpu_otherwise_is_said(tmp_path, topo, capsys):
 # ------------------------------------------------------------------------------ --query-gpu and -L
 
 
-def test_query_gpu_csv_gives_each_gpu_its_facts(tmp_path, topo, capsys):
+def test_query_gpu_csv_gives_each_gpu_its_facts(tmp_path, h100_topo, capsys):
     """--smi-query with --query-gpu CSV: each GPU's name, UUID, bus id, memory (MiB x 2^20), compute
     capability and PCIe, and the driver version, so that memory and capability gates are judged."""
     (tmp_path / "q.csv").write_text(query_csv())
-    code, out, err = run(capsys, "record", "--from-smi", topo, "--smi-query", tmp_path / "q.csv",
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.csv",
                          "-o", tmp_path / "node.json")
     assert code == 0, err
     seen = recorded(tmp_path)
@@ -202,13 +189,13 @@ def test_nvlink_status_is_not_taken_for_smi_list(tmp_path, capsys):
     assert code == 2 and "this is nvidia-smi nvlink -s output" in err and "--nvlink-status" in err, err
 
 
-def test_smi_list_and_query_join_one_machine(tmp_path, topo, capsys):
+def test_smi_list_and_query_join_one_machine(tmp_path, h100_topo, capsys):
     """-L and --query-gpu of one machine both join it, the format told by the text; nvlink -s then
     agrees with the UUIDs they gave."""
     (tmp_path / "l.txt").write_text(smi_list())
     (tmp_path / "q.csv").write_text(query_csv("index,pci.bus_id,memory.total"))
     (tmp_path / "nvl.txt").write_text(nvlink_s())
-    code, out, err = run(capsys, "record", "--from-smi", topo, "--smi-query", tmp_path / "l.txt", "--smi-query",
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "l.txt", "--smi-query",
                          tmp_path / "q.csv", "--nvlink-status", tmp_path / "nvl.txt", "-o", tmp_path / "node.json")
     assert code == 0, err
     gpu = recorded(tmp_path).gpus[7]
@@ -223,14 +210,14 @@ def test_smi_list_and_query_join_one_machine(tmp_path, topo, capsys):
     ({"l.txt": smi_list(), "q.csv": query_csv(uuids=[u.replace("GPU-0", "GPU-e") for u in UUIDS])},
      "another machine's output"),
 ])
-def test_another_machines_listing_is_refused(tmp_path, topo, capsys, files, says):
+def test_another_machines_listing_is_refused(tmp_path, h100_topo, capsys, files, says):
     """A listing of another GPU count, or whose UUIDs are other GPUs' or no GPU's of the machine, is
     refused naming the file, and no profile is written."""
     args = []
     for name, text in files.items():
         (tmp_path / name).write_text(text)
         args += ["--smi-query", tmp_path / name]
-    code, out, err = run(capsys, "record", "--from-smi", topo, *args, "-o", tmp_path / "node.json")
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, *args, "-o", tmp_path / "node.json")
     assert code == 2 and says in err, err
     assert not (tmp_path / "node.json").exists()
 
@@ -323,11 +310,11 @@ def smi_xml(n=8, uuids=UUIDS, only=None, doctype='<!DOCTYPE nvidia_smi_log SYSTE
             f"\t<attached_gpus>{n}</attached_gpus>\n" + "".join(gpu(i) for i in listed) + "</nvidia_smi_log>\n")
 
 
-def test_smi_xml_gives_each_gpu_its_facts_and_the_versions(tmp_path, topo, capsys):
+def test_smi_xml_gives_each_gpu_its_facts_and_the_versions(tmp_path, h100_topo, capsys):
     """--smi-query with nvidia-smi -q -x: names, UUIDs, bus ids, memory, PCIe current and max, MIG and
     compute mode, and the driver's and its CUDA's versions; GPU5's link trained down is seen."""
     (tmp_path / "q.xml").write_text(smi_xml())
-    code, out, err = run(capsys, "record", "--from-smi", topo, "--smi-query", tmp_path / "q.xml",
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml",
                          "-o", tmp_path / "node.json")
     assert code == 0, err
     seen = recorded(tmp_path)
@@ -339,18 +326,18 @@ def test_smi_xml_gives_each_gpu_its_facts_and_the_versions(tmp_path, topo, capsy
     assert seen.gpus[0].pcie_width_current == 16
 
 
-def test_smi_xml_of_some_gpus_joins_by_uuid(tmp_path, topo, capsys):
+def test_smi_xml_of_some_gpus_joins_by_uuid(tmp_path, h100_topo, capsys):
     """-q -x -i 6 lists GPU6 only (attached_gpus still 8): it is told by its UUID, never by its place."""
     (tmp_path / "l.txt").write_text(smi_list())
     (tmp_path / "q.xml").write_text(smi_xml(only=[6]))
-    code, out, err = run(capsys, "record", "--from-smi", topo, "--smi-query", tmp_path / "l.txt", "--smi-query",
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "l.txt", "--smi-query",
                          tmp_path / "q.xml", "-o", tmp_path / "node.json")
     assert code == 0, err
     seen = recorded(tmp_path)  # as a process sees it: GPUs in NVML's order where some bus ids are unknown
     assert [g.uuid for g in seen.gpus] == UUIDS
     assert seen.gpus[6].pci_bus_id == BUSES[6] and seen.gpus[0].pci_bus_id is None
     (tmp_path / "l.txt").write_text(smi_list(uuids=UUIDS[:1] + [u.replace("GPU-0", "GPU-d") for u in UUIDS[1:]]))
-    code, out, err = run(capsys, "record", "--from-smi", topo, "--smi-query", tmp_path / "q.xml", "-o",
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml", "-o",
                          tmp_path / "other.json")
     assert code == 2 and "lists some GPUs only: which GPU it is is unknown" in err, err
 

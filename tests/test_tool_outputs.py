@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import CORPUS, NO_CORPUS
+from conftest import CORPUS, NO_CORPUS, run_cli as run
 from pytest_gputopo import cli
 from pytest_gputopo.core import schema
 from pytest_gputopo.parse.nvbandwidth import Nvbandwidth, NvbMatrix, NvbTestcase, parse_nvbandwidth
@@ -33,20 +33,6 @@ from pytest_gputopo.render.nvlink_status import render_nvlink_status
 from pytest_gputopo.render.smi_topo import render_topo_matrix
 
 SLOW = 5  # the GPU whose copies are slow in the nvbandwidth text below
-
-
-def run(capsys, *args) -> tuple[int, str, str]:
-    code = cli.main(list(args))
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-@pytest.fixture
-def h100_topo(tmp_path) -> Path:
-    """hgx-h100 as ``nvidia-smi topo -m`` prints it (NV18 every pair; no bus ids, no NVLink states)."""
-    path = tmp_path / "topo.txt"
-    path.write_text(render_topo_matrix(probe("hgx-h100")))
-    return path
 
 
 def nvbandwidth_text(n: int = 8) -> str:
