@@ -16,7 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .core import model, schema, table, thresholds
+from .core import model, schema, spec_table, thresholds
 from .core.units import counted
 from .parse import smi_machine
 from .parse import smi_topo as smi_text
@@ -263,7 +263,7 @@ _PARSERS = {"smi-topo": _smi_topo, "smi-p2p": _smi_p2p,
 
 
 def cmd_spec(args) -> int:
-    rows = table.table_rows()
+    rows = spec_table.table_rows()
     if args.json:
         _emit([{"category": c, "item": i, "gbps": f.gbps, "source": f.source} for c, i, f in rows], True)
         return 0

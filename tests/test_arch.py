@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gputopo.core import hardware
-from pytest_gputopo.core.gpu_facts import GpuRequirement
+from pytest_gputopo.core.gpu_requirements import GpuRequirement
 from pytest_gputopo.core.model import Gpu
 from pytest_gputopo.core.requirements import RequirementError
 from pytest_gputopo.probe.recorded import load_profile

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gputopo.core import gpu_facts, hardware
+from pytest_gputopo.core import gpu_requirements, hardware
 from pytest_gputopo.core import requirements as reqs
 from pytest_gputopo.core.expressions import parse_expression
 from pytest_gputopo.probe import probe
@@ -184,13 +184,13 @@ def test_a_gate_term_on_a_machine_without_gpus_is_unmet(pytester):
 
 
 @pytest.mark.parametrize("text, built", [
-    ("memory>=40@4", gpu_facts.GpuRequirement(gpus=4, min_memory_gb=40)),
-    ("cc~=9.0", gpu_facts.GpuRequirement(compute_capability="~=9.0")),
-    ("arch=ampere", gpu_facts.GpuRequirement(arch="ampere")),
-    ("model=RTX 4090", gpu_facts.GpuRequirement(model="RTX 4090")),
-    ("bf16@2", gpu_facts.GpuRequirement(gpus=2, bf16=True)),
-    ("cuda_runtime>=12.1", gpu_facts.VersionRequirement(cuda_runtime=">=12.1")),
-    ("driver==570.*", gpu_facts.VersionRequirement(driver="==570.*")),
+    ("memory>=40@4", gpu_requirements.GpuRequirement(gpus=4, min_memory_gb=40)),
+    ("cc~=9.0", gpu_requirements.GpuRequirement(compute_capability="~=9.0")),
+    ("arch=ampere", gpu_requirements.GpuRequirement(arch="ampere")),
+    ("model=RTX 4090", gpu_requirements.GpuRequirement(model="RTX 4090")),
+    ("bf16@2", gpu_requirements.GpuRequirement(gpus=2, bf16=True)),
+    ("cuda_runtime>=12.1", gpu_requirements.VersionRequirement(cuda_runtime=">=12.1")),
+    ("driver==570.*", gpu_requirements.VersionRequirement(driver="==570.*")),
 ])
 def test_gate_terms_build_the_markers_requirements(text, built):
     """One requirement class per fact: a gate term and a marker judge alike."""

@@ -24,7 +24,7 @@ import pytest
 from conftest import copy_children as _copy_children
 
 from pytest_gputopo.core import keys, model, schema
-from pytest_gputopo.core.gpu_facts import GpuRequirement
+from pytest_gputopo.core.gpu_requirements import GpuRequirement
 from pytest_gputopo.core.requirements import LinkRequirement, NvLinkRequirement, P2PRequirement, TransportRequirement
 from pytest_gputopo.probe import nvml
 from pytest_gputopo.probe.fake_nvml import make_fake_pynvml

@@ -23,9 +23,9 @@ def test_the_import_contracts_hold():
 def test_a_requirement_built_directly_is_validated():
     """Validation lives in the requirement classes, not in the marker factories (issue 10.4)."""
     from pytest_gputopo.core import requirements as reqs
-    from pytest_gputopo.core import gpu_facts
+    from pytest_gputopo.core import gpu_requirements
 
-    for build, says in ((lambda: gpu_facts.GpuRequirement(gpus=-1), "n must be a number of GPUs from 0 to 1024"),
+    for build, says in ((lambda: gpu_requirements.GpuRequirement(gpus=-1), "n must be a number of GPUs from 0 to 1024"),
                         (lambda: reqs.P2PRequirement(gpus=0), "gpus must be a number of GPUs from 1 to 1024"),
                         (lambda: reqs.LinkRequirement(need="XYZ"), "XYZ"),
                         (lambda: reqs.BandwidthRequirement(gbps=float("nan")), "gbps must be a number above 0"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import CORPUS, NO_CORPUS
-from pytest_gputopo.core.gpu_facts import VERSIONS, VersionRequirement
+from pytest_gputopo.core.gpu_requirements import VERSIONS, VersionRequirement
 from pytest_gputopo.probe.recorded import bundled_names, load_profile
 
 # Each recorded version and the capture in the profile's sources that shows it (a substring of a source).

@@ -3,7 +3,7 @@
 import pytest
 
 from pytest_gputopo.core import requirements as reqs
-from pytest_gputopo.core import gpu_facts
+from pytest_gputopo.core import gpu_requirements
 from pytest_gputopo.core.expressions import parse_expression
 from pytest_gputopo.core.judgement import Measured
 from pytest_gputopo.core.regressions import regressions
@@ -67,8 +67,8 @@ def test_pair_requirements_need_a_pair():
     verdict = reqs.P2PRequirement().evaluate(one)
     assert not verdict.ok and "needs 2 GPUs to form a pair, 1 visible" in verdict.reason
     none = Topology(problem="NVML library not found")
-    assert "(NVML library not found)" in gpu_facts.GpuRequirement(gpus=1).evaluate(none).reason
-    assert gpu_facts.GpuRequirement(gpus=0).evaluate(none).ok
+    assert "(NVML library not found)" in gpu_requirements.GpuRequirement(gpus=1).evaluate(none).reason
+    assert gpu_requirements.GpuRequirement(gpus=0).evaluate(none).ok
 
 
 def test_nvlink_min_links():
@@ -120,7 +120,7 @@ def test_marker_strict_argument_is_returned():
 
 def test_expression_grammar():
     terms = parse_expression("gpus>=8, p2p, link>=NV18, nvlink>=2@4, link >= pxb @2")
-    assert terms == (gpu_facts.GpuRequirement(gpus=8), reqs.P2PRequirement(),
+    assert terms == (gpu_requirements.GpuRequirement(gpus=8), reqs.P2PRequirement(),
                      reqs.LinkRequirement(need=LinkLabel.parse("NV18"), spelled="NV18"),
                      reqs.NvLinkRequirement(gpus=4, min_links=2),
                      reqs.LinkRequirement(gpus=2, need=LinkLabel.parse("PXB"), spelled="PXB"))

@@ -18,7 +18,7 @@ import json
 import pytest
 from conftest import run_cli as run
 
-from pytest_gputopo.core import gpu_facts
+from pytest_gputopo.core import gpu_requirements
 from pytest_gputopo.probe import probe
 from pytest_gputopo.render.smi_topo import render_topo_matrix
 
@@ -73,7 +73,7 @@ def test_nvlink_status_names_the_gpus_of_a_text_machine(tmp_path, h100_topo, cap
     assert f"8x {H100}" in out and "unknown GPU" not in out
     seen = recorded(tmp_path)
     assert [g.uuid for g in seen.gpus] == UUIDS and {g.name for g in seen.gpus} == {H100}
-    assert gpu_facts.GpuRequirement(model="H100").evaluate(seen).ok
+    assert gpu_requirements.GpuRequirement(model="H100").evaluate(seen).ok
 
 
 def test_nvlink_status_of_another_machine_is_refused(tmp_path, h100_topo, capsys):
@@ -114,8 +114,8 @@ def test_query_gpu_csv_gives_each_gpu_its_facts(tmp_path, h100_topo, capsys):
         H100, UUIDS[5], BUSES[5], 81559 * 2**20, "9.0")
     assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_width_current, gpu.pcie_width_max) == (5, 5, 16, 16)
     assert seen.driver_version == "550.90.07"
-    assert gpu_facts.GpuRequirement(min_memory_gb=80, compute_capability=">=9.0").evaluate(seen).ok
-    assert not gpu_facts.GpuRequirement(min_memory_gb=90).evaluate(seen).ok
+    assert gpu_requirements.GpuRequirement(min_memory_gb=80, compute_capability=">=9.0").evaluate(seen).ok
+    assert not gpu_requirements.GpuRequirement(min_memory_gb=90).evaluate(seen).ok
 
 
 @pytest.mark.parametrize("fields, nounits", [

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gputopo.core import collectives, spec, table, thresholds
+from pytest_gputopo.core import collectives, spec, spec_table, thresholds
 from pytest_gputopo.core.model import Gpu, Link, LinkClass, NvLink, Topology
 from pytest_gputopo.probe.recorded import load_profile
 from pytest_gputopo.core.thresholds import Check
@@ -131,7 +131,7 @@ def test_nvlink_needs_a_positive_link_count(links):
 
 
 def _all_figures():
-    figs = [fig for _, _, fig in table.table_rows()]
+    figs = [fig for _, _, fig in spec_table.table_rows()]
     for name in ("dgx-a100", "dgx1-v100", "hgx-h100", "hgx-h100-nvlink-down", "hgx-h100-pcie-x8",
                  "2x-rtx3090-nvlink", "4x-a100-40gb", "4x-rtx4090", "8x-l40s", "2x-rtx-pro-6000"):
         topo = machine(name)
@@ -189,7 +189,7 @@ def test_every_quote_is_verbatim_in_the_seeds_or_the_reference():
 def test_seed_quotes_name_their_seed():
     """Every seed quote says which seed (``seed 003``), and that seed exists."""
     cited = set()
-    for _, _, fig in table.table_rows():
+    for _, _, fig in spec_table.table_rows():
         cited.update(re.findall(r"seed (\d{3})", fig.source))
     assert cited == {"000", "001", "002", "003", "004"}
     if (SHARED / "seeds").is_dir():
@@ -198,7 +198,7 @@ def test_seed_quotes_name_their_seed():
 
 
 def test_table_covers_every_figure_the_rules_use():
-    rows = table.table_rows()
+    rows = spec_table.table_rows()
     items = {(cat.split(",")[0], item) for cat, item, _ in rows}
     for gen in range(1, 7):
         assert ("PCIe", f"Gen{gen}") in items
@@ -675,9 +675,9 @@ def test_docs_table_matches_table_rows():
     text = (ROOT / "docs" / "thresholds.md").read_text(encoding="utf-8")
     m = re.search(r"<!-- table:start -->\n(.*?)\n<!-- table:end -->", text, re.S)
     assert m, "docs/thresholds.md lost its table markers"
-    assert m.group(1).strip() == table.markdown_table().strip(), (
+    assert m.group(1).strip() == spec_table.markdown_table().strip(), (
         "docs/thresholds.md is out of date; regenerate the table with "
-        "`python -c 'from pytest_gputopo.core import table; print(table.markdown_table())'`")
+        "`python -c 'from pytest_gputopo.core import spec_table; print(spec_table.markdown_table())'`")
 
 
 def test_docs_state_the_default_floors():

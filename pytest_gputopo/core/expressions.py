@@ -6,7 +6,7 @@ import re
 
 from . import numtext
 from .limits import MAX_GPUS, MAX_NVLINKS, show_value
-from .gpu_facts import VERSIONS, GpuRequirement, VersionRequirement
+from .gpu_requirements import VERSIONS, GpuRequirement, VersionRequirement
 from .requirements import (LinkRequirement, NoFallbackRequirement, NvLinkRequirement, P2PRequirement, Requirement,
                            RequirementError)
 

@@ -15,14 +15,14 @@ from typing import Any, Callable
 
 def _requires_gpus(n=1, *, min_memory_gb=None, compute_capability=None, arch=None, model=None, bf16=None,
                    multicast=None, strict=None):
-    from ..core.gpu_facts import GpuRequirement
+    from ..core.gpu_requirements import GpuRequirement
 
     return GpuRequirement(gpus=n, min_memory_gb=min_memory_gb, compute_capability=compute_capability,
                           arch=arch, model=model, bf16=bf16, multicast=multicast)
 
 
 def _requires_versions(*, driver=None, cuda=None, cuda_runtime=None, nccl=None, strict=None):
-    from ..core.gpu_facts import VersionRequirement
+    from ..core.gpu_requirements import VersionRequirement
 
     return VersionRequirement(driver=driver, cuda=cuda, cuda_runtime=cuda_runtime, nccl=nccl)
 
