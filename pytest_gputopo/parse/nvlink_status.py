@@ -234,6 +234,11 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
 
 
 def _why_refused(headers: int, link_lines: int, other_lines: int) -> str:
+    if not (headers or link_lines or other_lines):
+        # What nvidia-smi nvlink -s prints where no GPU has NVLink (seen: an H200 on PCIe, driver
+        # 580.159.04, exit status 0): nothing, so no GPU is named and no link state can be read.
+        return ("empty: nvidia-smi nvlink -s prints nothing where no GPU has NVLink, and names no GPU "
+                "then; there are no link states to read")
     if headers and not link_lines and other_lines < headers:
         return ("no link lines: this looks like nvidia-smi -L (a list of GPUs), not nvidia-smi nvlink -s "
                 "('Link <n>: <speed> GB/s' under each GPU)")

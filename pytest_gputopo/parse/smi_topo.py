@@ -1,4 +1,5 @@
-"""Read (and write) the text of ``nvidia-smi topo -m`` and ``nvidia-smi topo -p2p <r|w|n|a>``.
+"""Read the text of ``nvidia-smi topo -m`` and ``nvidia-smi topo -p2p <r|w|n|a>`` (``render.smi_topo``
+writes it).
 
 Real outputs come tab-separated (cells padded like ``"\\t X \\t"``, empty trailing cells) or
 space-aligned (tabs expanded by a paste), sometimes cut short or with a mangled header. The header
@@ -15,12 +16,16 @@ from dataclasses import dataclass
 
 from ..core import model
 from ..core.units import counted
+from .smi_nic_legend import nic_legend
 
 TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 # Tolerate case and lost spaces ("CPUAffinity") in a mangled header.
 _COLUMN_RES = {c: re.compile(r"\s*".join(c.split()), re.IGNORECASE) for c in TRAILING}
 GPU_RE = re.compile(r"GPU[0-9]+")
 _NIC_LEGEND_RE = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
+# nvidia-smi 580 underlines the matrix's header with terminal codes (ESC[4m ... ESC[0m) even into a file
+# (seen on an H200, driver 580.159.04: tests/captured/h200-driver-580); a terminal shows none of them.
+_TERMINAL_CODES_RE = re.compile(r"\x1b\[[0-9;]*m")
 P2P_VALUES = {s.value for s in model.P2PStatus}
 UNKNOWN = "?"
 
@@ -152,7 +157,7 @@ def _fields_at_tab_stops(line: str) -> list | None:
 
 
 def read_table(text: str) -> _Table:
-    lines = text.splitlines()
+    lines = _TERMINAL_CODES_RE.sub("", text).splitlines()
     start = next((i for i, ln in enumerate(lines) if _is_header(ln)), None)
     warnings = []
     if start is None:
@@ -421,36 +426,9 @@ def parse_topo_matrix(text: str) -> SmiTopo:
                             "prints (NV#, PIX, PXB, PHB, NODE, SYS)")
     matrix = tuple(tuple(cell(a, b) for b in gpu_names) for a in gpu_names)
     gpu_nic = tuple(tuple(cell(a, b) for b in nic_names) for a in gpu_names)
-    legend = _nic_legend(table.rest, nic_names, warnings)
+    legend = nic_legend(table.rest, nic_names, warnings)
     unnamed = [d for d in nic_names if re.fullmatch(r"NIC[0-9]+", d) and d not in legend]
     if unnamed:
         warnings.append(f"no NIC Legend entry for {', '.join(unnamed)}; the row label is used as its name")
     return SmiTopo(gpus=tuple(gpus), nics=tuple(legend.get(d, d) for d in nic_names), matrix=matrix,
                    gpu_nic=gpu_nic, columns=table.columns, warnings=tuple(warnings))
-
-
-_NIC_ENTRY_RE = re.compile(r"(NIC[0-9]+)\s*:\s*(\S+?)(?=\s|NIC[0-9]+\s*:|$)")
-
-
-def _nic_legend(lines: list, nics: list, warnings: list) -> dict:
-    """NIC label -> device name from the NIC Legend. Past about 40 NICs nvidia-smi's legend is
-    corrupted (entries run together, a label given twice): an entry that contradicts another, or
-    names a NIC the matrix does not have, is dropped with a warning; the NIC keeps its label."""
-    entries: dict = {}
-    for line in lines:
-        for m in _NIC_ENTRY_RE.finditer(line):
-            entries.setdefault(m.group(1), []).append(m.group(2))
-    owners: dict = {}
-    for label, names in entries.items():
-        owners.setdefault(names[0], []).append(label)
-    legend = {}
-    for label, names in entries.items():
-        if len(set(names)) > 1:
-            warnings.append(f"NIC Legend names {label} {' and '.join(sorted(set(names)))}; its name is unknown")
-        elif len(owners[names[0]]) > 1:
-            warnings.append(f"NIC Legend gives {names[0]} to {', '.join(owners[names[0]])}; their names are unknown")
-        elif label not in nics:
-            warnings.append(f"NIC Legend names {label}, which the matrix does not have")
-        else:
-            legend[label] = names[0]
-    return legend

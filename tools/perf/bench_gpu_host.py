@@ -12,6 +12,11 @@ and interleaved, and prints the median of the paired differences:
 - torch's versions: one test marked ``requires_versions(nccl=">=2.18")``, first run and repeat.
 
     .venv/bin/python tools/perf/bench_gpu_host.py [pairs]
+
+With ``--here`` the same cases run on this host as it is (a real GPU host: its own NVML, libcuda
+and torch), and the figures are labelled measured on that host.
+
+    python3 tools/perf/bench_gpu_host.py 10 --here
 """
 
 import os
@@ -51,15 +56,26 @@ def timed(args: list, cwd: Path, env: dict) -> float:
     return took
 
 
-def main(pairs: int = 10) -> None:
+def real_host() -> str:
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=False)
+    return "; ".join(smi.stdout.strip().splitlines()) or f"nvidia-smi answered {smi.returncode}"
+
+
+def main(pairs: int = 10, here: bool = False) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        libs = build_libs(Path(tmp, "libs"))
-        _, host_env = make_host(Path(tmp, "host"), libs, "dgx-a100", torch="2.13.0", torch_import_s=2.0)
-        env = {**os.environ, **host_env}
+        env = dict(os.environ)
+        if here:
+            print(f"this host ({real_host()}), {pairs} paired runs per case [measured on a real GPU host]")
+        else:
+            libs = build_libs(Path(tmp, "libs"))
+            _, host_env = make_host(Path(tmp, "host"), libs, "dgx-a100", torch="2.13.0", torch_import_s=2.0)
+            env.update(host_env)
+            cuda = Path(tmp, "host", "cuda.txt")
+            cuda.write_text(cuda.read_text().replace("init 0 0", "init 0 1500"))
+            print(f"emulated GPU host (dgx-a100, torch import 2 s, cuInit 1.5 s), {pairs} paired runs per case "
+                  f"[simulated host, measured on this machine]")
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        Path(tmp, "host", "cuda.txt").write_text(Path(tmp, "host", "cuda.txt").read_text().replace("init 0 0", "init 0 1500"))
-        print(f"emulated GPU host (dgx-a100, torch import 2 s, cuInit 1.5 s), {pairs} paired runs per case "
-              f"[simulated host, measured on this machine]")
         for case, (marked, extra) in CASES.items():
             suite = Path(tmp, "suite-" + str(abs(hash(case))))
             suite.mkdir()
@@ -79,4 +95,4 @@ def main(pairs: int = 10) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:2]))
+    main(*(int(a) for a in sys.argv[1:2] if a.isdigit()), here="--here" in sys.argv)
