@@ -22,10 +22,10 @@ from .spec import Figure
 #     (A100 235/300); ml-engineering's "~80% of the unidirectional spec" is the typical value, not a floor;
 #     DCGM's "measured x 0.75" convention gives 0.63-0.69.
 # h2d_pinned 0.65: healthy 0.77-0.88 (P100 Gen3 12.15/15.75, A100 Gen4 25.7/31.5, H200 Gen5 55.43/63,
-#     seed 004's sample 27.8/31.5); operator floors: Azure ND A100 v4 21/31.5 = 0.67 (the most lenient),
+#     EngineersOfAI's sample 27.8/31.5); operator floors: Azure ND A100 v4 21/31.5 = 0.67 (the most lenient),
 #     Azure H100 48/63 = 0.76, OCI 52/63 = 0.83.
-# h2d_pageable 0.5 of min(line/2, 12): healthy 0.71-0.97 (DGX A100 10.0 and 10.8 of 12, seed 004's sample
-#     11.6 and 10.9, Dell A100 PCIe D2H 8.5); pageable speed depends on the host CPU and memory, hence the
+# h2d_pageable 0.5 of min(line/2, 12): healthy 0.71-0.97 (DGX A100 10.0 and 10.8 of 12, EngineersOfAI's
+#     sample 11.6 and 10.9, Dell A100 PCIe D2H 8.5); pageable speed depends on the host CPU and memory, hence the
 #     widest slack. (Dell's H2D 3.3 fails, as does its pinned H2D 17.3: a host worth a look.)
 # allreduce 0.60: ring busbw is 0.73-0.82 of the line rate (A100 220-235/300, H100/H200 ring 367-370/450,
 #     B200 ring 682/900); OCI's A100 floor is 185/300 = 0.62; DCGM's "x 0.75" of a typical 0.78 is 0.59.
