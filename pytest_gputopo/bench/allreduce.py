@@ -49,14 +49,13 @@ import stat
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..core.collectives import allreduce_factor
-from ..core.units import counted
-from ..runtime import environ
 from ..runtime.procs import Children
 from ..parse.nccl_tuning import algo_by_size, parse_nccl_tuning
-from .allreduce_worker import ITEMSIZE, SCHED_POLICIES, element_counts, read_json
+from .allreduce_plan import AllReducePlan, plan_allreduce
+from .allreduce_worker import SCHED_POLICIES, read_json
 from .allreduce_result import AllReduceResult, AllReduceRow
 from .harness import MIN_SAMPLE_S
 
@@ -66,10 +65,8 @@ __all__ = [
     "BenchError",
     "SCHED_POLICIES",
     "run_allreduce",
+    "run_plan",
 ]
-
-_WORKER_GRACE_S = 10.0  # a worker outlives the parent's deadline by at most this much
-
 
 class BenchError(RuntimeError):
     """The benchmark could not produce figures: a rank died, a collective hung past the timeout,
@@ -81,24 +78,6 @@ class BenchError(RuntimeError):
         self.reason = reason
         self.pids = tuple(pids)
         self.logs = logs
-
-
-_NCCL_LOG_VARS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_TOPO_DUMP_FILE")
-
-
-def _nccl_env(workdir: str, logged: bool) -> Dict[str, str]:
-    """NCCL's logging for the workers. A timed run logs warnings only: at INFO, NCCL writes a TUNING
-    line per collective on rank 0, a write per line (src/debug.cc), inside the timed loop. A logged run is for
-    NCCL's account: INIT/P2P/SHM/NET print the transport of every channel and peer, TUNING the
-    algorithm per size, GRAPH NCCL's view of the topology; rank 0 dumps NCCL's own topology XML."""
-    if not logged:
-        return {"NCCL_DEBUG": "WARN"}
-    return {
-        "NCCL_DEBUG": "INFO",
-        "NCCL_DEBUG_SUBSYS": "INIT,TUNING,P2P,SHM,NET,GRAPH,ENV",
-        "NCCL_DEBUG_FILE": os.path.join(workdir, "nccl.%h.%p.log"),
-        "NCCL_TOPO_DUMP_FILE": os.path.join(workdir, "nccl-topo.xml"),
-    }
 
 
 def _read_nccl_logs(workdir: str) -> str:
@@ -180,16 +159,6 @@ def _timeout_reason(workdir: str, timeout_s: float, running: List[int], done: Li
     if done:
         reason += f"; finished: {', '.join(f'rank {r}' for r in done)}"
     return reason
-
-
-def _is_loopback_url(url: Optional[str]) -> bool:
-    from urllib.parse import urlparse
-
-    try:
-        host = urlparse(url or "").hostname or ""
-    except ValueError:
-        return False
-    return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
 WORKDIR_PREFIX = "gputopo-allreduce-"
@@ -291,123 +260,99 @@ def run_allreduce(
     (agreed, identical) figures. ``devices``, if given, is this rank's device first: the caller passes
     its LOCAL_RANK's GPU (default: ``$LOCAL_RANK``).
     """
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
-    if dtype not in ITEMSIZE:
-        raise ValueError(f"dtype must be one of {sorted(ITEMSIZE)}, got {dtype!r}")
-    if sched not in SCHED_POLICIES:
-        raise ValueError(f"sched must be one of {', '.join(SCHED_POLICIES)}, got {sched!r}")
-    if not sizes_bytes and judge_size is None:
-        raise ValueError("no sizes to measure")
-    if peer is not None:
-        peer_rank, init_method = int(peer[0]), str(peer[1])
-        if not 0 <= peer_rank < world_size:
-            raise ValueError(f"peer rank {peer_rank} outside world size {world_size}")
-        if "://" not in init_method:
-            raise ValueError(f"peer init_method must be a URL such as tcp://host:port, got {init_method!r}")
-        if devices is not None and len(devices) < 1:
-            raise ValueError("devices given but empty")
-        ranks = [peer_rank]
-    else:
-        if devices is not None and len(devices) < world_size:
-            raise ValueError(f"{counted(len(devices), 'device')} given for {counted(world_size, 'rank')}")
-        init_method = None
-        ranks = list(range(world_size))
-    itemsize = ITEMSIZE[dtype]
-    wanted = list(sizes_bytes) + ([judge_size] if judge_size is not None else [])
-    counts = element_counts(wanted, dtype)
-    judge_count = counts[-1] if judge_size is None else max(1, int(judge_size) // itemsize)
+    plan = plan_allreduce(
+        world_size, sizes_bytes, backend=backend, judge_size=judge_size, timeout_s=timeout_s,
+        budget_s_per_size=budget_s_per_size, dtype=dtype, devices=devices, env=env, peer=peer, warmup=warmup,
+        min_samples=min_samples, max_samples=max_samples, target_ci=target_ci, min_sample_s=min_sample_s,
+        sched=sched, log_nccl=log_nccl,
+    )
+    return run_plan(plan)
 
+
+class _Gathered(NamedTuple):
+    """What the workers left in the run's folder, read before the folder goes."""
+
+    rows: list  # rank 0's (or, cross-rank, this worker's) result.json rows
+    nccl_log: str
+    nccl_topo_xml: str
+
+
+def run_plan(plan: AllReducePlan) -> AllReduceResult:
+    """Launch the plan's workers in a private folder, wait for them under the deadline, gather what
+    they wrote, and turn it into figures. Whatever happens, no worker and no folder outlives this."""
     t_start = time.monotonic()
-    deadline = t_start + timeout_s
+    deadline = t_start + plan.timeout_s
     sweep_stale_workdirs()
     workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
     children = Children()
-    logs = []
+    logs: list = []
     try:
-        config = {
-            "backend": backend,
-            "world_size": world_size,
-            "counts": counts,
-            "dtype": dtype,
-            "devices": list(devices) if devices is not None else None,
-            "budget_s": budget_s_per_size,
-            "warmup": warmup,
-            "min_samples": min_samples,
-            "max_samples": max_samples,
-            "target_ci": target_ci,
-            "min_sample_s": min_sample_s,
-            "sched": sched,
-            "store": os.path.join(workdir, "store"),
-            "peer": peer is not None,
-            "init_method": init_method,
-            "workdir": workdir,
-            "parent_pid": os.getpid(),
-            "deadline_epoch": time.time() + timeout_s + _WORKER_GRACE_S,
-            "pg_timeout_s": timeout_s + 60.0,  # the parent's deadline always fires first
-        }
-        config_path = os.path.join(workdir, "config.json")
-        with open(config_path, "w") as f:
-            json.dump(config, f)
-
-        child_env = environ.environment()  # the workers inherit the caller's environment ...
-        child_env.setdefault("OMP_NUM_THREADS", "1")  # ... as torchrun does, one thread per rank
-        if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in child_env and os.path.exists("/sys/class/net/lo") \
-                and (peer is None or _is_loopback_url(init_method)):
-            child_env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only: a single-node benchmark
-        if peer is not None:
-            # The worker hosts/joins the store at init_method itself, never torchrun's agent store.
-            child_env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        if backend == "nccl":
-            for name in _NCCL_LOG_VARS:  # the caller's own NCCL logging would run in the timed loop
-                child_env.pop(name, None)
-            child_env.update(_nccl_env(workdir, log_nccl))
-        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, child_env.get("PYTHONPATH")) if p)
-        if env:
-            child_env.update(env)
-
-        for rank in ranks:
-            log = open(os.path.join(workdir, f"rank{rank}.log"), "wb")
-            logs.append(log)
-            children.start([sys.executable, "-m", "pytest_gputopo.bench.allreduce_worker", "--worker", config_path, str(rank)],
-                           output=log, env=child_env)
-        pids = children.pids
-        codes = dict(zip(ranks, children.wait(deadline)))
-        failed = [r for r, c in codes.items() if c not in (None, 0)]
-        if failed:
-            # Let the consequences (peers losing their connection) land, then name the culprit: the
-            # first to fail, as polled, else the lowest rank.
-            later = dict(zip(ranks, children.wait(min(deadline, time.monotonic() + 0.5), stop_on_failure=False)))
-            failed += sorted(r for r, c in later.items() if c not in (None, 0) and r not in failed)
-            reason, tail = _failure_reason(workdir, {r: later[r] for r in failed}, failed)
-            raise BenchError(reason, pids=pids, logs=tail)
-        running = [r for r, c in codes.items() if c is None]
-        if running:
-            done = [r for r, c in codes.items() if c == 0]
-            reason = _timeout_reason(workdir, timeout_s, running, done)
-            raise BenchError(reason, pids=pids, logs=_tail(os.path.join(workdir, f"rank{running[0]}.log")))
-
-        raw = read_json(os.path.join(workdir, "result.json"))
-        if raw is None:
-            raise BenchError(f"rank {ranks[0]} exited without writing its results", pids=pids,
-                             logs=_tail(os.path.join(workdir, f"rank{ranks[0]}.log")))
-        nccl_log = _read_nccl_logs(workdir) if backend == "nccl" and log_nccl else ""
-        algos = algo_by_size(parse_nccl_tuning(nccl_log))
-        nvls_lines = [ln.strip() for ln in nccl_log.splitlines() if "NVLS" in ln][:5]
-        topo_xml = os.path.join(workdir, "nccl-topo.xml")
-        nccl_topo_xml = open(topo_xml, errors="replace").read() if os.path.exists(topo_xml) else ""
+        pids = _launch(plan, workdir, children, logs)
+        _wait(plan, workdir, children, deadline)
+        gathered = _gather(plan, workdir, pids)
     finally:
         children.close()
         for log in logs:
             log.close()
         shutil.rmtree(workdir, ignore_errors=True)
+    return _result(plan, gathered, t_start=t_start, pids=pids)
 
-    factor = allreduce_factor(world_size)
+
+def _launch(plan: AllReducePlan, workdir: str, children: Children, logs: list) -> Tuple[int, ...]:
+    """Write the workers' configuration and start one worker per rank of ``plan.ranks``, each
+    writing its output to ``rank<r>.log`` (opened files are appended to ``logs``)."""
+    config_path = os.path.join(workdir, "config.json")
+    with open(config_path, "w") as f:
+        json.dump(plan.worker_config(workdir), f)
+    child_env = plan.worker_environment(workdir)
+    for rank in plan.ranks:
+        log = open(os.path.join(workdir, f"rank{rank}.log"), "wb")
+        logs.append(log)
+        children.start([sys.executable, "-m", "pytest_gputopo.bench.allreduce_worker", "--worker", config_path, str(rank)],
+                       output=log, env=child_env)
+    return children.pids
+
+
+def _wait(plan: AllReducePlan, workdir: str, children: Children, deadline: float) -> None:
+    """Wait for every worker to end well; a :class:`BenchError` names a failed or hung rank."""
+    ranks = plan.ranks
+    codes = dict(zip(ranks, children.wait(deadline)))
+    failed = [r for r, c in codes.items() if c not in (None, 0)]
+    if failed:
+        # Let the consequences (peers losing their connection) land, then name the culprit: the
+        # first to fail, as polled, else the lowest rank.
+        later = dict(zip(ranks, children.wait(min(deadline, time.monotonic() + 0.5), stop_on_failure=False)))
+        failed += sorted(r for r, c in later.items() if c not in (None, 0) and r not in failed)
+        reason, tail = _failure_reason(workdir, {r: later[r] for r in failed}, failed)
+        raise BenchError(reason, pids=children.pids, logs=tail)
+    running = [r for r, c in codes.items() if c is None]
+    if running:
+        done = [r for r, c in codes.items() if c == 0]
+        reason = _timeout_reason(workdir, plan.timeout_s, running, done)
+        raise BenchError(reason, pids=children.pids, logs=_tail(os.path.join(workdir, f"rank{running[0]}.log")))
+
+
+def _gather(plan: AllReducePlan, workdir: str, pids: Tuple[int, ...]) -> _Gathered:
+    """The rows the first of this call's workers wrote, and NCCL's log and topology where it wrote them."""
+    raw = read_json(os.path.join(workdir, "result.json"))
+    if raw is None:
+        first = plan.ranks[0]
+        raise BenchError(f"rank {first} exited without writing its results", pids=pids,
+                         logs=_tail(os.path.join(workdir, f"rank{first}.log")))
+    nccl_log = _read_nccl_logs(workdir) if plan.reads_nccl_log else ""
+    topo_xml = os.path.join(workdir, "nccl-topo.xml")
+    nccl_topo_xml = open(topo_xml, errors="replace").read() if os.path.exists(topo_xml) else ""
+    return _Gathered(raw["rows"], nccl_log, nccl_topo_xml)
+
+
+def _result(plan: AllReducePlan, gathered: _Gathered, *, t_start: float, pids: Tuple[int, ...]) -> AllReduceResult:
+    """nccl-tests' figures per size (algbw, busbw from the median time), the row judged at, and
+    NCCL's algorithm where its log names one."""
+    algos = algo_by_size(parse_nccl_tuning(gathered.nccl_log))
+    nvls_lines = [ln.strip() for ln in gathered.nccl_log.splitlines() if "NVLS" in ln][:5]
+    factor = allreduce_factor(plan.world_size)
     rows = []
-    for item in raw["rows"]:
+    for item in gathered.rows:
         m = item["measurement"]
         size = item["size_bytes"]
         median_s = m["median_s"]
@@ -428,23 +373,21 @@ def run_allreduce(
             error=m["error"],
             algo=algos.get(size),
         ))
-    judged = next(r for r in rows if r.count == judge_count)
+    judged = next(r for r in rows if r.count == plan.judge_count)
     nvls: Optional[bool] = None
-    if backend == "nccl" and judged.algo is not None:
+    if plan.backend == "nccl" and judged.algo is not None:
         nvls = judged.algo.upper().startswith("NVLS")
     return AllReduceResult(
-        backend=backend,
-        world_size=world_size,
-        dtype=dtype,
+        backend=plan.backend,
+        world_size=plan.world_size,
+        dtype=plan.dtype,
         rows=tuple(rows),
         judged=judged,
         nvls=nvls,
         nvls_evidence=tuple(nvls_lines),
-        nccl_log=nccl_log,
-        nccl_topo_xml=nccl_topo_xml,
+        nccl_log=gathered.nccl_log,
+        nccl_topo_xml=gathered.nccl_topo_xml,
         wall_s=time.monotonic() - t_start,
         worker_pids=pids,
-        sched=sched,
+        sched=plan.sched,
     )
-
-
