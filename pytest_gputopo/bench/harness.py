@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from contextlib import nullcontext
 from typing import Any, Callable, Optional, Protocol, Sequence, Tuple
 
@@ -258,85 +258,19 @@ def measure(
     - ``agree`` maps per-process figures to figures every process shares (the mean across ranks) so that
       collective benchmarks take identical decisions on every rank; identity by default.
     """
-    if min_samples < 1 or max_samples < min_samples:
-        raise ValueError(f"need 1 <= min_samples <= max_samples, got {min_samples}, {max_samples}")
-    if target_ci < 1.0:
-        raise ValueError(f"target_ci is a max/min ratio >= 1.0, got {target_ci}")
-    if iterations is not None and iterations < 1:
-        raise ValueError(f"iterations must be >= 1, got {iterations}")
-    agree_ = agree or _identity
-    t_begin = clock()
-
-    def elapsed() -> float:
-        return clock() - t_begin
-
-    def timed(k: int) -> Tuple[float, float, float]:
-        """One sample of k iterations -> agreed (sample time, wall cost of the sample, time since start)."""
-        before = clock()
-        timer.start()
-        run(k)
-        t = timer.stop()
-        after = clock()
-        t_a, cost_a, now_a = agree_((t, after - before, after - t_begin))
-        return float(t_a), max(float(cost_a), float(t_a)), float(now_a)
-
+    _check_options(min_samples, max_samples, target_ci, iterations)
+    sampler = _Sampler(run, timer, agree or _identity, clock)
     if warmup > 0:
         run(warmup)
-
-    samples: list = []  # per-iteration seconds
-    cost = 0.0  # wall time one sample costs (timer overhead included), agreed across processes
-    now = 0.0  # agreed time since the start, as of the last sample
-    costs: list = []  # wall cost of each kept sample
-
-    if iterations is not None:
-        k = iterations
-    else:
-        k = 1
-        while True:
-            t, cost, now = timed(k)
-            if t >= min_sample_s or k >= max_iterations:
-                samples.append(t / k)  # a valid sample at the final k: keep it
-                costs.append(cost)
-                break
-            # Aim 20% above the target; at least double, at most 100x per step (a timer that reads ~0
-            # for tiny k must not send k to the cap in one jump).
-            want = math.ceil(k * min_sample_s * 1.2 / t) if t > 0 else k * 100
-            k_next = int(min(max_iterations, max(2 * k, min(want, 100 * k))))
-            if now + cost * k_next / k > budget_s:  # no room to grow: keep sampling with this k
-                samples.append(t / k)
-                costs.append(cost)
-                break
-            k = k_next
-
-    stable = False
-    ci = (0.0, 0.0)
-    while True:
-        if samples:
-            ci = median_ci(samples)
-            if len(samples) >= min_samples and spread_of(ci) <= target_ci:
-                stable = True
-                break
-        if len(samples) >= max_samples:
-            break
-        # The next sample would overrun the budget? Predicted as the longest of the recent samples.
-        if samples and now + max(costs[-min_samples:] or [cost]) > budget_s:
-            break
-        t, cost, now = timed(k)
-        costs.append(cost)
-        samples.append(t / k)
-
+    got = _Samples()
+    k = iterations if iterations is not None else _calibrate(sampler, got, min_sample_s, max_iterations, budget_s)
+    stable, ci = _sample_until_known(sampler, got, k, min_samples=min_samples, max_samples=max_samples,
+                                     target_ci=target_ci, budget_s=budget_s)
+    samples = got.per_iteration_s
     median = statistics.median(samples)
     per_iter_bytes = size_bytes if bytes_per_iteration is None else bytes_per_iteration
-
-    error: Optional[str] = None
-    verified = False
     t_verify = clock()
-    if verify is not None:
-        try:
-            error = verify()
-        except Exception as exc:  # a verification that crashes is a failed verification
-            error = f"verification raised {type(exc).__name__}: {exc}"
-        verified = error is None
+    error, verified = _verify(verify)
 
     return Measurement(
         name=name,
@@ -351,7 +285,7 @@ def measure(
         verified=verified,
         error=error,
         warmup=warmup,
-        wall_s=elapsed(),
+        wall_s=sampler.elapsed(),
         ci_low_s=ci[0],
         ci_high_s=ci[1],
         stable=stable,
@@ -359,3 +293,102 @@ def measure(
         bytes_per_iteration=per_iter_bytes,
         verify_s=clock() - t_verify,
     )
+
+
+def _check_options(min_samples: int, max_samples: int, target_ci: float, iterations: Optional[int]) -> None:
+    if min_samples < 1 or max_samples < min_samples:
+        raise ValueError(f"need 1 <= min_samples <= max_samples, got {min_samples}, {max_samples}")
+    if target_ci < 1.0:
+        raise ValueError(f"target_ci is a max/min ratio >= 1.0, got {target_ci}")
+    if iterations is not None and iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+
+
+class _Sampler:
+    """Times samples of ``run(k)``; every figure it returns has passed through ``agree``, so that
+    every process of a collective takes the same decisions. Its clock starts when it is made."""
+
+    def __init__(self, run: Callable[[int], Any], timer: Timer, agree: Agree, clock: Clock) -> None:
+        self._run, self._timer, self._agree, self._clock = run, timer, agree, clock
+        self._t_begin = clock()
+
+    def elapsed(self) -> float:
+        return self._clock() - self._t_begin
+
+    def timed(self, k: int) -> Tuple[float, float, float]:
+        """One sample of k iterations -> agreed (sample time, wall cost of the sample, time since start)."""
+        before = self._clock()
+        self._timer.start()
+        self._run(k)
+        t = self._timer.stop()
+        after = self._clock()
+        t_a, cost_a, now_a = self._agree((t, after - before, after - self._t_begin))
+        return float(t_a), max(float(cost_a), float(t_a)), float(now_a)
+
+
+@dataclass
+class _Samples:
+    """The samples kept (seconds per iteration) and each one's wall cost; ``cost`` (timer overhead
+    included) and ``now`` (time since the start) as of the last sample taken, kept or not."""
+
+    per_iteration_s: list = field(default_factory=list)
+    costs: list = field(default_factory=list)
+    cost: float = 0.0
+    now: float = 0.0
+
+    def take(self, sampler: _Sampler, k: int) -> float:
+        t, self.cost, self.now = sampler.timed(k)
+        return t
+
+    def keep(self, t: float, k: int) -> None:
+        self.per_iteration_s.append(t / k)
+        self.costs.append(self.cost)
+
+
+def _calibrate(sampler: _Sampler, got: _Samples, min_sample_s: float, max_iterations: int, budget_s: float) -> int:
+    """The iterations per sample that make a sample last ``min_sample_s`` (or as many as the cap or
+    the budget allow). The sample taken at the final count is valid: it is kept."""
+    k = 1
+    while True:
+        t = got.take(sampler, k)
+        if t >= min_sample_s or k >= max_iterations:
+            got.keep(t, k)
+            return k
+        # Aim 20% above the target; at least double, at most 100x per step (a timer that reads ~0
+        # for tiny k must not send k to the cap in one jump).
+        want = math.ceil(k * min_sample_s * 1.2 / t) if t > 0 else k * 100
+        k_next = int(min(max_iterations, max(2 * k, min(want, 100 * k))))
+        if got.now + got.cost * k_next / k > budget_s:  # no room to grow: keep sampling with this k
+            got.keep(t, k)
+            return k
+        k = k_next
+
+
+def _sample_until_known(sampler: _Sampler, got: _Samples, k: int, *, min_samples: int, max_samples: int,
+                        target_ci: float, budget_s: float) -> Tuple[bool, Tuple[float, float]]:
+    """Sample with ``k`` iterations until the median's interval is within ``target_ci`` (-> stable),
+    ``max_samples`` are kept, or the next sample would overrun the budget; -> (stable, interval)."""
+    samples = got.per_iteration_s
+    ci = (0.0, 0.0)
+    while True:
+        if samples:
+            ci = median_ci(samples)
+            if len(samples) >= min_samples and spread_of(ci) <= target_ci:
+                return True, ci
+        if len(samples) >= max_samples:
+            return False, ci
+        # The next sample would overrun the budget? Predicted as the longest of the recent samples.
+        if samples and got.now + max(got.costs[-min_samples:] or [got.cost]) > budget_s:
+            return False, ci
+        got.keep(got.take(sampler, k), k)
+
+
+def _verify(verify: Optional[Callable[[], Optional[str]]]) -> Tuple[Optional[str], bool]:
+    """(error, verified): a verification that crashes is a failed verification; none ran: unverified."""
+    if verify is None:
+        return None, False
+    try:
+        error = verify()
+    except Exception as exc:
+        error = f"verification raised {type(exc).__name__}: {exc}"
+    return error, error is None
