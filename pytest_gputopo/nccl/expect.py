@@ -183,96 +183,149 @@ def expected_transports(topology: Topology, settings: NcclSettings | None = None
 
 def _expect(topology: Topology, link: Link, settings: NcclSettings, default: str, level: str,
             cpu_vendor: str | None) -> Expectation:
+    """NCCL's decision for one pair, in NCCL's order: the P2P level, NVML's P2P status, CUDA's peer
+    access, then P2P; the first step that turns P2P off gives the outcome."""
     a, b = link.a, link.b
     label = str(link.label) if link.label is not None else "?"
     path, inter = link_path(topology, a, b, settings.nvb_disable)
     if path is None:
         return Expectation(a, b, UNKNOWN, UNKNOWN, f"{label}: the link between GPU{a} and GPU{b} is unknown",
                            label=label, level=level)
-    shown = _label_path(label, path)
-    if path == "NVB":
-        shown = f"{label}, NVLink through GPU{inter} (NCCL path NVB)"
-    baseline = P2P if _ORDER[path] <= _ORDER[default] else SHM
-    hops = [(a, inter), (inter, b)] if inter is not None else [(a, b)]
-    refusals = []
-    for x, y in hops:
-        refusal = _nvml_refusal(topology.link(x, y))
-        if refusal:
-            where = f" between GPU{min(x, y)} and GPU{max(x, y)}" if inter is not None else ""
-            refusals.append(f"NVML P2P {refusal}{where}")
-    if inter is None and link.cuda_peer is False:
-        refusals.append("CUDA reports no peer access (cudaDeviceCanAccessPeer)")
-    off = NET if settings.shm_disable else SHM
-    off_text = (f"{off} ({settings.describe('NCCL_SHM_DISABLE')})" if settings.shm_disable else off)
-    common = dict(a=a, b=b, path=path, label=label, level=level, baseline=baseline,
-                  p2p_refusals=tuple(refusals), intermediate=inter)
+    pair = _Pair(topology, settings, link, default, level, cpu_vendor, label, path, inter)
+    return _beyond_level(pair) or _refused_by_nvml(pair) or _refused_by_cuda(pair) or _p2p(pair)
 
-    # 1. The level: P2P only for path <= level (NCCL_P2P_DISABLE=1 is level LOC).
-    if _ORDER[path] > _ORDER[level]:
-        if settings.p2p_disable:
-            why = f"{settings.describe('NCCL_P2P_DISABLE')}: P2P off"
-        elif settings.p2p_level is not None:
-            why = f"{settings.level_origin()}: {shown} is beyond it, P2P off"
-        else:
-            why = f"{shown} is beyond NCCL's default P2P level {default}"
-            if cpu_vendor is None and len(topology.gpus) <= 2:
-                why += " (SYS on an AMD CPU with 2 GPUs or fewer; the CPU vendor was not given)"
-        if refusals:
-            why += f" (also: {'; '.join(refusals)})"
-        return Expectation(transport=off, via="PCIe", reason=f"{why}: {off_text}", **common)
 
-    # 2. NVML: read and write must be OK on every hop (unless NCCL_IGNORE_DISABLED_P2P=2).
-    nvml_refused = [r for r in refusals if r.startswith("NVML")]
-    if nvml_refused and settings.ignore_disabled_p2p != 2:
-        n1, n2 = _nvml_index(topology, hops[0][0]), _nvml_index(topology, hops[0][1])
-        for x, y in hops:  # the first refusing hop is the one NCCL names
-            if _nvml_refusal(topology.link(x, y)):
-                n1, n2 = _nvml_index(topology, x), _nvml_index(topology, y)
-                break
-        what = "; ".join(nvml_refused)
-        if path in _NVLINK_PATHS and settings.ignore_disabled_p2p == 0:
-            message = (f"P2P is disabled between NVLINK connected GPUs {n1} and {n2}. This should not be the "
-                       f"case given their connectivity, and is probably due to a hardware issue. If you still "
-                       f"want to proceed, you can set NCCL_IGNORE_DISABLED_P2P=1.")
-            return Expectation(transport=FAIL, via="NVLink", message=message, reason=(
-                f"{what} between NVLink-connected GPUs ({label}): NCCL WARNs and the communicator fails "
-                f"(with NCCL_IGNORE_DISABLED_P2P=1 it uses {off})"), **common)
-        message = None
-        if _ORDER[path] < _ORDER["SYS"] and settings.ignore_disabled_p2p == 0:
-            message = (f"P2P is disabled between connected GPUs {n1} and {n2}. You can repress this message "
-                       f"with NCCL_IGNORE_DISABLED_P2P=1.")
-        reason = f"{what.replace('NVML P2P', 'NVML reports P2P', 1)}: NCCL turns P2P off"
-        if settings.ignore_disabled_p2p == 1 and path in _NVLINK_PATHS:
-            reason += f" ({settings.describe('NCCL_IGNORE_DISABLED_P2P')} silences its WARN)"
-        return Expectation(transport=off, via="PCIe", message=message, reason=f"{reason}: {off_text}", **common)
+@dataclass(frozen=True)
+class _Pair:
+    """One GPU pair as the steps of NCCL's decision read it."""
 
-    # 3. CUDA itself (p2pCanConnect; not asked for a pair routed through an intermediate GPU).
-    if inter is None and link.cuda_peer is False:
-        bus_a, bus_b = _bus_hex(topology.gpus[a].pci_bus_id), _bus_hex(topology.gpus[b].pci_bus_id)
-        message = (f"Could not enable P2P between dev {a}(={bus_a}) and dev {b}(={bus_b})"
-                   if bus_a and bus_b else None)
-        return Expectation(transport=off, via="PCIe", message=message, reason=(
-            f"CUDA reports no peer access between cuda:{a} and cuda:{b}: NCCL turns P2P off: {off_text}"),
-            **common)
+    topology: Topology
+    settings: NcclSettings
+    link: Link
+    default: str
+    level: str
+    cpu_vendor: str | None
+    label: str
+    path: str
+    inter: int | None  # the intermediate GPU of an NVB path
 
-    # 4. P2P -- if NVML allows it: an unknown status (a text machine without `topo -p2p`) leaves the
-    # transport unknown, as requires_p2p leaves such a pair unmet.
+    @property
+    def shown(self) -> str:
+        if self.path == "NVB":
+            return f"{self.label}, NVLink through GPU{self.inter} (NCCL path NVB)"
+        return _label_path(self.label, self.path)
+
+    @property
+    def hops(self) -> list[tuple[int, int]]:
+        a, b, inter = self.link.a, self.link.b, self.inter
+        return [(a, inter), (inter, b)] if inter is not None else [(a, b)]
+
+    @property
+    def refusals(self) -> list[str]:
+        """What, beyond the settings, keeps P2P off: NVML's status on each hop, CUDA's answer."""
+        refusals = []
+        for x, y in self.hops:
+            refusal = _nvml_refusal(self.topology.link(x, y))
+            if refusal:
+                where = f" between GPU{min(x, y)} and GPU{max(x, y)}" if self.inter is not None else ""
+                refusals.append(f"NVML P2P {refusal}{where}")
+        if self.inter is None and self.link.cuda_peer is False:
+            refusals.append("CUDA reports no peer access (cudaDeviceCanAccessPeer)")
+        return refusals
+
+    @property
+    def off(self) -> str:
+        """The transport NCCL takes where P2P is off."""
+        return NET if self.settings.shm_disable else SHM
+
+    @property
+    def off_text(self) -> str:
+        return f"{self.off} ({self.settings.describe('NCCL_SHM_DISABLE')})" if self.settings.shm_disable else self.off
+
+    def outcome(self, **fields) -> Expectation:
+        baseline = P2P if _ORDER[self.path] <= _ORDER[self.default] else SHM
+        return Expectation(a=self.link.a, b=self.link.b, path=self.path, label=self.label, level=self.level,
+                           baseline=baseline, p2p_refusals=tuple(self.refusals), intermediate=self.inter, **fields)
+
+
+def _beyond_level(pair: _Pair) -> Expectation | None:
+    """1. The level: P2P only for path <= level (NCCL_P2P_DISABLE=1 is level LOC)."""
+    settings = pair.settings
+    if _ORDER[pair.path] <= _ORDER[pair.level]:
+        return None
+    if settings.p2p_disable:
+        why = f"{settings.describe('NCCL_P2P_DISABLE')}: P2P off"
+    elif settings.p2p_level is not None:
+        why = f"{settings.level_origin()}: {pair.shown} is beyond it, P2P off"
+    else:
+        why = f"{pair.shown} is beyond NCCL's default P2P level {pair.default}"
+        if pair.cpu_vendor is None and len(pair.topology.gpus) <= 2:
+            why += " (SYS on an AMD CPU with 2 GPUs or fewer; the CPU vendor was not given)"
+    if pair.refusals:
+        why += f" (also: {'; '.join(pair.refusals)})"
+    return pair.outcome(transport=pair.off, via="PCIe", reason=f"{why}: {pair.off_text}")
+
+
+def _refused_by_nvml(pair: _Pair) -> Expectation | None:
+    """2. NVML: read and write must be OK on every hop (unless NCCL_IGNORE_DISABLED_P2P=2)."""
+    settings, topology, path = pair.settings, pair.topology, pair.path
+    nvml_refused = [r for r in pair.refusals if r.startswith("NVML")]
+    if not nvml_refused or settings.ignore_disabled_p2p == 2:
+        return None
+    hops = pair.hops
+    n1, n2 = _nvml_index(topology, hops[0][0]), _nvml_index(topology, hops[0][1])
+    for x, y in hops:  # the first refusing hop is the one NCCL names
+        if _nvml_refusal(topology.link(x, y)):
+            n1, n2 = _nvml_index(topology, x), _nvml_index(topology, y)
+            break
+    what = "; ".join(nvml_refused)
+    if path in _NVLINK_PATHS and settings.ignore_disabled_p2p == 0:
+        message = (f"P2P is disabled between NVLINK connected GPUs {n1} and {n2}. This should not be the "
+                   f"case given their connectivity, and is probably due to a hardware issue. If you still "
+                   f"want to proceed, you can set NCCL_IGNORE_DISABLED_P2P=1.")
+        return pair.outcome(transport=FAIL, via="NVLink", message=message, reason=(
+            f"{what} between NVLink-connected GPUs ({pair.label}): NCCL WARNs and the communicator fails "
+            f"(with NCCL_IGNORE_DISABLED_P2P=1 it uses {pair.off})"))
+    message = None
+    if _ORDER[path] < _ORDER["SYS"] and settings.ignore_disabled_p2p == 0:
+        message = (f"P2P is disabled between connected GPUs {n1} and {n2}. You can repress this message "
+                   f"with NCCL_IGNORE_DISABLED_P2P=1.")
+    reason = f"{what.replace('NVML P2P', 'NVML reports P2P', 1)}: NCCL turns P2P off"
+    if settings.ignore_disabled_p2p == 1 and path in _NVLINK_PATHS:
+        reason += f" ({settings.describe('NCCL_IGNORE_DISABLED_P2P')} silences its WARN)"
+    return pair.outcome(transport=pair.off, via="PCIe", message=message, reason=f"{reason}: {pair.off_text}")
+
+
+def _refused_by_cuda(pair: _Pair) -> Expectation | None:
+    """3. CUDA itself (p2pCanConnect; not asked for a pair routed through an intermediate GPU)."""
+    if pair.inter is not None or pair.link.cuda_peer is not False:
+        return None
+    a, b = pair.link.a, pair.link.b
+    bus_a, bus_b = _bus_hex(pair.topology.gpus[a].pci_bus_id), _bus_hex(pair.topology.gpus[b].pci_bus_id)
+    message = f"Could not enable P2P between dev {a}(={bus_a}) and dev {b}(={bus_b})" if bus_a and bus_b else None
+    return pair.outcome(transport=pair.off, via="PCIe", message=message, reason=(
+        f"CUDA reports no peer access between cuda:{a} and cuda:{b}: NCCL turns P2P off: {pair.off_text}"))
+
+
+def _p2p(pair: _Pair) -> Expectation:
+    """4. P2P -- if NVML allows it: an unknown status (a text machine without `topo -p2p`) leaves the
+    transport unknown, as requires_p2p leaves such a pair unmet."""
+    settings, path, shown = pair.settings, pair.path, pair.shown
     unsure = ""
     if settings.ignore_disabled_p2p == 2:
         unsure = f" ({settings.describe('NCCL_IGNORE_DISABLED_P2P')}: NVML not asked)"
-    elif any(_nvml_unknown(topology.link(x, y)) for x, y in hops):
-        return Expectation(transport=UNKNOWN, via=UNKNOWN, reason=(
-            f"{shown}: NCCL takes P2P here only if NVML allows it, and the P2P status is unknown"), **common)
+    elif any(_nvml_unknown(pair.topology.link(x, y)) for x, y in pair.hops):
+        return pair.outcome(transport=UNKNOWN, via=UNKNOWN, reason=(
+            f"{shown}: NCCL takes P2P here only if NVML allows it, and the P2P status is unknown"))
     if path == "NVL":
-        reason = f"{label}: NCCL uses P2P over NVLink"
+        reason = f"{pair.label}: NCCL uses P2P over NVLink"
     elif path == "NVB":
-        reason = f"{shown}: NCCL uses P2P over NVLink via GPU{inter}"
+        reason = f"{shown}: NCCL uses P2P over NVLink via GPU{pair.inter}"
     else:
-        whose = (f"the P2P level {level} set by {settings.level_origin()}" if settings.p2p_level is not None
-                 else f"NCCL's default P2P level {default}")
+        whose = (f"the P2P level {pair.level} set by {settings.level_origin()}" if settings.p2p_level is not None
+                 else f"NCCL's default P2P level {pair.default}")
         reason = f"{shown} is within {whose}: NCCL uses P2P over PCIe"
-    return Expectation(transport=P2P, via="NVLink" if path in _NVLINK_PATHS else "PCIe",
-                       reason=reason + unsure, **common)
+    return pair.outcome(transport=P2P, via="NVLink" if path in _NVLINK_PATHS else "PCIe", reason=reason + unsure)
 
 
 # ------------------------------------------------------------------------------------- fallbacks
