@@ -771,8 +771,9 @@ def rtx_pro_6000_x2() -> Machine:
         "one host bridge (PHB); the driver reports P2P OK (whether it works depends on IOMMU/ACS).",
         topology,
         sources=(
-            "seeds/000 (NVLink vs PCIe on Blackwell RTX Pro): the RTX PRO 6000 Blackwell has no NVLink in any "
-            "variant, PCIe 5.0 x16 only",
+            "MantraVid, NVLink vs PCIe Parallelism on Blackwell RTX Pro GPUs: A Comprehensive Analysis "
+            "(2026-04-27; docs/sources.md): the RTX PRO 6000 Blackwell has no NVLink in any variant, PCIe 5.0 "
+            "x16 only",
             "https://github.com/local-inference-lab/rtx6kpro/issues/15 (2x RTX PRO 6000 Blackwell Workstation "
             "Edition, NVLink none, driver 595.71.05): `topo -m` PHB, CPU affinity 0-13, NUMA 0; `nvidia-smi "
             "topo -p2p p`, `-p2p r` and `-p2p w` all OK; NCCL hangs on the first all_reduce unless "
@@ -786,8 +787,8 @@ def rtx_pro_6000_x2() -> Machine:
         inferred=(
             UUIDS,
             "gpus[*].pci_bus_id: synthetic (rtx6kpro#15 does not show them)",
-            "gpus[*].pcie_*: PCIe 5.0 x16 (the product, seeds/000); the desktop of rtx6kpro#15 ran each GPU at "
-            "Gen5 x8",
+            "gpus[*].pcie_*: PCIe 5.0 x16 (the product, per MantraVid's analysis); the desktop of rtx6kpro#15 "
+            "ran each GPU at Gen5 x8",
             "gpus[*].name: 'Workstation Edition' as rtx6kpro#15 names the cards",
             PCIE_PAIR_CAPS,
         ),

@@ -22,7 +22,6 @@ from pytest_gputopo.core.thresholds import Check
 from pytest_gputopo.core.spec import Figure
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 GiB = 2**30
 
 
@@ -42,14 +41,14 @@ def test_pcie_x16_per_direction(gen, gbps):
 
 
 @pytest.mark.parametrize("gen, per_direction, bidirectional", [
-    (3, 16, 32),    # seed 003 "PCIe Gen3 16 GB/s" (each direction), seed 001 "PCIe 3.0 32 GB/s"
-    (4, 32, 64),    # seed 003 "PCIe Gen4 32 GB/s", seed 001 "PCIe 4.0's 64GB/s"
-    (5, 64, 128),   # seed 004 "PCIe 5.0 gives you 64 GB/s", seed 000 "PCIe 5.0 x16 ... 128 GB/s"
-    (6, 128, 256),  # seed 003/004 "128 GB/s" each direction, "256 GB/s" total
+    (3, 16, 32),    # the rounded figures vendor tables and articles print, per direction and both ways
+    (4, 32, 64),
+    (5, 64, 128),
+    (6, 128, 256),
 ])
-def test_pcie_reconciles_the_seeds_rounded_figures(gen, per_direction, bidirectional):
-    """The seeds quote the raw rate (before encoding) or both directions added; the table is per
-    direction after encoding, at most 6% under the seeds' rounded figures."""
+def test_pcie_reconciles_the_rounded_figures_articles_quote(gen, per_direction, bidirectional):
+    """Articles quote the raw rate (before encoding) or both directions added; the table is per
+    direction after encoding, at most 6% under those rounded figures, and its source says which."""
     fig = spec.pcie_gbps(gen)
     assert 0.94 * per_direction <= fig.gbps <= per_direction
     assert 0.94 * bidirectional <= 2 * fig.gbps <= bidirectional
@@ -87,17 +86,17 @@ def test_nvlink_per_link_per_direction(version, per_link):
     assert spec.nvlink_gbps(version, 1).gbps == per_link
 
 
-@pytest.mark.parametrize("version, links, per_gpu, seed_bidirectional", [
-    ("1.0", 4, 80, 160),     # P100: seed 003 "4 x 40 GB/s 160 GB/s"
-    ("2.0", 6, 150, 300),    # V100: "6 x 50 GB/s 300 GB/s"
-    ("3.0", 12, 300, 600),   # A100: "12 x 50 GB/s 600 GB/s"; seed 001 "600GB/s"
+@pytest.mark.parametrize("version, links, per_gpu, nvidia_bidirectional", [
+    ("1.0", 4, 80, 160),     # P100: 4 links, 160 GB/s both ways (NVIDIA's P100 whitepaper)
+    ("2.0", 6, 150, 300),    # V100: 6 links, 300 GB/s
+    ("3.0", 12, 300, 600),   # A100: 12 links, 600 GB/s
     ("3.1", 12, 300, 600),   # A100 as NVML encodes it
-    ("4.0", 18, 450, 900),   # H100: "18 x 50 GB/s 900 GB/s"; seed 002 "900 GB/s of bidirectional"
-    ("5.0", 18, 900, 1800),  # B200: "18 x 100 GB/s 1.8 TB/s"; seed 002 "1.8 TB/s"
+    ("4.0", 18, 450, 900),   # H100: 18 links, 900 GB/s
+    ("5.0", 18, 900, 1800),  # Blackwell: 18 x 100 GB/s = 1.8 TB/s
 ])
-def test_nvlink_per_gpu_is_half_the_seeds_bidirectional_aggregate(version, links, per_gpu, seed_bidirectional):
+def test_nvlink_per_gpu_is_half_nvidias_bidirectional_aggregate(version, links, per_gpu, nvidia_bidirectional):
     fig = spec.nvlink_gbps(version, links)
-    assert fig.gbps == per_gpu == seed_bidirectional / 2
+    assert fig.gbps == per_gpu == nvidia_bidirectional / 2
     assert fig.label == f"NV{links} NVLink {version}"
     assert f"x {links} links" in fig.source
 
@@ -172,29 +171,27 @@ def _quoted_fragments(source: str):
                 yield fragment
 
 
-@pytest.mark.skipif(not (SHARED / "seeds").is_dir(), reason=f"the seed documents are not at {SHARED / 'seeds'}")
-def test_every_quote_is_verbatim_in_the_seeds_or_the_reference():
-    """A quoted phrase in a source must appear in the seed documents or the public reference
-    (whitespace, table bars, x/× and dash styles aside)."""
-    corpus = "".join(_norm(p.read_text(encoding="utf-8")) for p in sorted((SHARED / "seeds").glob("*.txt")))
-    corpus += "".join(_norm(p.read_text(encoding="utf-8")) for p in sorted((SHARED / "reference").glob("*.md")))
+def test_every_quote_is_verbatim_in_docs_sources():
+    """A phrase a figure quotes must appear in docs/sources.md, under the document it comes from, so a
+    reader can follow it (whitespace, table bars, x/× and dash styles aside)."""
+    corpus = _norm((ROOT / "docs" / "sources.md").read_text(encoding="utf-8"))
     checked = 0
     for fig in _all_figures():
         for fragment in _quoted_fragments(fig.source):
-            assert _norm(fragment) in corpus, f"not found verbatim: {fragment!r} (in {fig.source!r})"
+            assert _norm(fragment) in corpus, f"not in docs/sources.md: {fragment!r} (in {fig.source!r})"
             checked += 1
     assert checked > 20
 
 
-def test_seed_quotes_name_their_seed():
-    """Every seed quote says which seed (``seed 003``), and that seed exists."""
-    cited = set()
-    for _, _, fig in spec_table.table_rows():
-        cited.update(re.findall(r"seed (\d{3})", fig.source))
-    assert cited == {"000", "001", "002", "003", "004"}
-    if (SHARED / "seeds").is_dir():
-        present = {p.name[:3] for p in (SHARED / "seeds").glob("*.txt")}
-        assert cited <= present
+def test_sources_name_public_documents_only():
+    """Every figure names a public document or thread, never a file outside the repository, and each
+    thread it cites (``nccl-tests#212``) has its address in docs/sources.md."""
+    listed = (ROOT / "docs" / "sources.md").read_text(encoding="utf-8").lower()
+    for fig in _all_figures():
+        text = fig.source.lower()
+        assert not re.search(r"\bseeds?\b|\.\./shared|\breference\b", text), fig.source
+        for repo, number in re.findall(r"([\w.-]+)#(\d+)", text):
+            assert re.search(rf"/{re.escape(repo)}/(issues|pull)/{number}\b", listed), f"{repo}#{number} not in docs/sources.md"
 
 
 def test_table_covers_every_figure_the_rules_use():
@@ -251,15 +248,16 @@ def test_algbw_rejects_zero_time_and_negative_size():
         collectives.allreduce_expected_time_s(10, 4, 0)
 
 
-def test_seed_004_worked_examples():
-    """Seed 004: 8 GPUs, 1 GB: "PCIe 4.0 (32 GB/s) ... 54.7 ms"; with its W = 900 GB/s, 1.94 ms."""
+def test_allreduce_time_matches_published_worked_examples():
+    """EngineersOfAI's worked example: 8 GPUs, 1 GB over PCIe 4.0 at 32 GB/s takes 54.7 ms; with
+    NVLink 4.0's W = 900 GB/s, 1.94 ms."""
     assert collectives.allreduce_expected_time_s(1e9, 8, 32) * 1e3 == pytest.approx(54.7, abs=0.05)
     assert collectives.allreduce_expected_time_s(1e9, 8, 900) * 1e3 == pytest.approx(1.94, abs=0.005)
 
 
 @given(nbytes=st.integers(1, 2**40), n=st.integers(2, 1024), w=st.floats(0.01, 10_000))
 def test_formula_round_trip(nbytes, n, w):
-    """Time from W (seed 004's formula), then busbw from that time (nccl-tests), gives W back."""
+    """Time from W (nccl-tests' best all-reduce time), then busbw from that time, gives W back."""
     t = collectives.allreduce_expected_time_s(nbytes, n, w)
     assert collectives.busbw_from_time(nbytes, n, t) == pytest.approx(w, rel=1e-9)
 

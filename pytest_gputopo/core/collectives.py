@@ -12,12 +12,11 @@ from .spec import Figure, p2p_expected
 from .units import counted
 
 # ---------------------------------------------------------------------------------------------
-# All-reduce. Seed 004: "Time for ring all-reduce on N GPUs with link bandwidth W:
-# t_all-reduce = 2 x (N-1)/N x B/W"; seed 003: "The ring algorithm ... moves 2(N-1)/N of the data per GPU
-# regardless of N". nccl-tests (src/all_reduce.cu, doc/PERFORMANCE.md): algbw = S / t, busbw = algbw x
-# 2(n-1)/n, which "should reflect the speed of the hardware bottleneck" and is compared with the
-# per-direction link rate (nccl-tests PR #189). (Seed 004's worked example plugs in W = 900 GB/s, the
-# bidirectional figure; the per-direction 450 is the one busbw is comparable with.)
+# All-reduce. nccl-tests' doc/PERFORMANCE.md: an all-reduce of S bytes over n ranks, each with bandwidth
+# B to the others, takes at best t = (S/B) x 2(n-1)/n (ring or tree); algbw = S / t (src/all_reduce.cu), busbw = algbw x 2(n-1)/n,
+# which "should reflect the speed of the hardware bottleneck" and is compared with the per-direction
+# link rate (nccl-tests PR #189). (Articles that plug in NVLink 4.0's 900 GB/s use the bidirectional
+# figure; the per-direction 450 is the one busbw is comparable with.)
 
 
 # nccl-tests' -d names (src/common.cu test_typenames) -> torch dtype names; those torch.distributed
@@ -55,7 +54,8 @@ def busbw_from_time(nbytes: float, n: int, seconds: float) -> float:
 
 
 def allreduce_expected_time_s(nbytes: float, n: int, link_gbps: float) -> float:
-    """Ring all-reduce time t = 2(n-1)/n x B / W (seed 004), W in GB/s per direction; 0 for n = 1."""
+    """Ring all-reduce time t = 2(n-1)/n x B / W (nccl-tests' PERFORMANCE.md), W in GB/s per direction;
+    0 for n = 1."""
     if nbytes < 0:
         raise ValueError(f"size must be >= 0 bytes, got {nbytes!r}")
     factor = allreduce_factor(n)
@@ -137,8 +137,8 @@ def allreduce_expected_busbw(topology: Topology, n: int | None = None,
     slowest_pair, bottleneck = min(ring.items(), key=lambda kv: (kv[1].gbps, kv[0]))
     uniform = len({f.gbps for f in figs.values()}) == 1
     where = "every pair" if uniform else f"ring bottleneck GPU{slowest_pair[0]}-GPU{slowest_pair[1]}"
-    notes = [f"busbw of a ring = the bottleneck link's per-direction rate (seed 004: t = 2(n-1)/n x B/W; "
-             f"nccl-tests busbw = algbw x 2(n-1)/n); {where} over {counted(n, 'GPU')}: {bottleneck.source}"]
+    notes = [f"busbw of a ring = the bottleneck link's per-direction rate (nccl-tests PERFORMANCE.md: "
+             f"t = (S/B) x 2(n-1)/n, busbw = algbw x 2(n-1)/n); {where} over {counted(n, 'GPU')}: {bottleneck.source}"]
     if bottleneck.label.startswith("PCIe"):
         notes.append('PCIe-only ring: "On PCI systems, the performance you get is usually determined by the '
                      'bandwidth your CPU and memory can deliver" (sjeaugey, nccl#1639: 8x RTX 5090 Gen5 busbw '

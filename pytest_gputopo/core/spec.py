@@ -3,14 +3,14 @@
 
 Pure core: the standard library and ``.model`` only; no I/O, no environment. Units: GB/s = 1e9
 bytes/s (the nccl-tests convention), **per direction** unless a name says otherwise. Every figure is
-a ``Figure`` whose ``source`` cites the seed document (``../shared/seeds``, quoted) or the public
-reference (``../shared/reference/benchmarks-and-thresholds.md``) it comes from, with the arithmetic
-that turns a quoted number (often bidirectional or rounded) into the per-direction figure used here.
+a ``Figure`` whose ``source`` names the public document it comes from (docs/sources.md lists each
+one: title, publisher, address, and the phrases quoted here), with the arithmetic that turns a
+published number (often bidirectional or rounded) into the per-direction figure used here.
 
 The rules (docs/thresholds.md explains them and their justification):
 
 - an *expected* figure is the link's one-direction line rate (for a PCIe path through the CPU, half
-  of it, as seed 004 says);
+  of it);
 - a measurement passes when it reaches ``floor_ratio x expected`` (``thresholds.DEFAULT_FLOORS``), or,
   where a public operator publishes an absolute floor for the SKU (``collectives.sku_allreduce_floor``), that floor
   instead: the published floor wins over the default ratio when known (a floor the user set
@@ -61,37 +61,41 @@ def _scaled(fig: Figure, factor: float, label: str, note: str) -> Figure:
 
 
 # ---------------------------------------------------------------------------------------------
-# PCIe: x16 per direction, after line encoding. The seeds quote the raw rate rounded ("Gen4 32 GB/s")
-# or the bidirectional total ("PCIe 4.0's 64GB/s"); the figure here is transfers/s x lanes x encoding / 8.
+# PCIe: x16 per direction, after line encoding, from PCI-SIG's per-lane rates and encodings. Articles
+# round the raw rate (Gen4 "32 GB/s") or add both directions (Gen4 "64 GB/s"); the figure here is
+# transfers/s x lanes x encoding / 8.
+
+_PCI_SIG = "PCI-SIG, PCI Express Base Specification"
 
 PCIE_X16: dict[int, Figure] = {
-    1: Figure(2.5 * 16 * 8 / 10 / 8, 'seed 004 table: "PCIe 1.0 ... 4 GB/s" (x16, each direction, "8 GB/s" total); '
-              "2.5 GT/s x 16 lanes x 8b/10b / 8 = 4.0 GB/s", "PCIe Gen1 x16"),
-    2: Figure(5.0 * 16 * 8 / 10 / 8, 'seed 004 table: "PCIe 2.0 ... 8 GB/s" (x16, each direction, "16 GB/s" total); '
-              "5 GT/s x 16 x 8b/10b / 8 = 8.0 GB/s", "PCIe Gen2 x16"),
-    3: Figure(8.0 * 16 * 128 / 130 / 8, 'seed 003: "PCIe Gen3 16 GB/s" (x16, each direction), seed 001: '
-              '"PCIe 3.0 32 GB/s" (bidirectional); both round the raw rate: 8 GT/s x 16 x 128b/130b / 8 = 15.75 GB/s',
-              "PCIe Gen3 x16"),
-    4: Figure(16.0 * 16 * 128 / 130 / 8, 'seed 003: "PCIe Gen4 32 GB/s" (x16, each direction), seed 001: '
-              '"PCIe 4.0\'s 64GB/s" (bidirectional); 16 GT/s x 16 x 128b/130b / 8 = 31.51 GB/s', "PCIe Gen4 x16"),
-    5: Figure(32.0 * 16 * 128 / 130 / 8, 'seed 004: "PCIe 5.0 gives you 64 GB/s between CPU and GPU", seed 000 '
-              '(table): "Bidirectional bandwidth" of "PCIe 5.0 x16" "128 GB/s"; 32 GT/s x 16 x 128b/130b / 8 = 63.02 GB/s '
-              "(ml-engineering measured 55.43 H2D = 88% of it on H200)", "PCIe Gen5 x16"),
-    6: Figure(64.0 * 16 / 8 * 242 / 256, 'seed 003: "PCIe Gen6 128 GB/s" (x16, each direction) is the raw '
-              "64 GT/s x 16 / 8; FLIT mode carries 242 of every 256 bytes (236 TLP + 6 DLLP; CRC and FEC "
-              "take the rest): 128 x 242/256 = 121.0 GB/s", "PCIe Gen6 x16"),
+    1: Figure(2.5 * 16 * 8 / 10 / 8, f"{_PCI_SIG} 1.0: 2.5 GT/s per lane, 8b/10b encoding; "
+              "2.5 GT/s x 16 lanes x 8/10 / 8 = 4.0 GB/s", "PCIe Gen1 x16"),
+    2: Figure(5.0 * 16 * 8 / 10 / 8, f"{_PCI_SIG} 2.0: 5 GT/s per lane, 8b/10b; 5 GT/s x 16 x 8/10 / 8 = 8.0 GB/s",
+              "PCIe Gen2 x16"),
+    3: Figure(8.0 * 16 * 128 / 130 / 8, f"{_PCI_SIG} 3.0: 8 GT/s per lane, 128b/130b; 8 GT/s x 16 x 128/130 / 8 "
+              "= 15.75 GB/s (rounded to 16 GB/s, or 32 GB/s for both directions, in vendor tables)", "PCIe Gen3 x16"),
+    4: Figure(16.0 * 16 * 128 / 130 / 8, f"{_PCI_SIG} 4.0: 16 GT/s per lane, 128b/130b; 16 GT/s x 16 x 128/130 / 8 "
+              "= 31.51 GB/s (rounded to 32 GB/s, or 64 GB/s for both directions)", "PCIe Gen4 x16"),
+    5: Figure(32.0 * 16 * 128 / 130 / 8, f"{_PCI_SIG} 5.0: 32 GT/s per lane, 128b/130b; 32 GT/s x 16 x 128/130 / 8 "
+              "= 63.02 GB/s (rounded to 64 GB/s, or 128 GB/s for both directions; ml-engineering measured "
+              "55.43 GB/s host-to-device = 88% of it on H200)", "PCIe Gen5 x16"),
+    6: Figure(64.0 * 16 / 8 * 242 / 256, f"{_PCI_SIG} 6.0: 64 GT/s per lane (PAM4) is a raw 128 GB/s at x16; "
+              "in FLIT mode each 256-byte flit carries 242 bytes of TLP and DLLP traffic (236 + 6; CRC and "
+              "FEC take the rest): 128 x 242/256 = 121.0 GB/s", "PCIe Gen6 x16"),
 }
 
 PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 
-# A PCIe path through the CPU (PHB, NODE, SYS): half the line rate. Seed 004: "GPU0 to GPU2: two switch
-# hops + CPU - 50% of PCIe bandwidth (shared)", and "the effective bandwidth for cross-switch GPU
-# communication is often 8-12 GB/s rather than the 32 GB/s theoretical for PCIe 4.0". Measured (reference,
-# nccl-tests#74, 8xA40 on EPYC): ~25 GB/s per direction within a socket, ~20 across sockets on Gen4.
+# A PCIe path through the CPU (PHB, NODE, SYS): half the line rate. EngineersOfAI's "PCIe and NVLink
+# Interconnects": "GPU0 to GPU2: two switch hops + CPU - 50% of PCIe bandwidth (shared)", and "the
+# effective bandwidth for cross-switch GPU communication is often 8-12 GB/s rather than the 32 GB/s
+# theoretical for PCIe 4.0". Measured (nccl-tests#74, 8x A40 on EPYC): ~25 GB/s per direction within a
+# socket, ~20 across sockets on Gen4.
 PCIE_VIA_CPU_FACTOR = 0.5
 _VIA_CPU = (LinkClass.PHB, LinkClass.NODE, LinkClass.SYS)
-_VIA_CPU_NOTE = ('x 0.5 for a path through the CPU (seed 004: "two switch hops + CPU - 50% of PCIe '
-                 'bandwidth", "cross-switch ... often 8-12 GB/s rather than the 32 GB/s theoretical")')
+_VIA_CPU_NOTE = ('x 0.5 for a path through the CPU (EngineersOfAI, PCIe and NVLink Interconnects: "two switch '
+                 'hops + CPU - 50% of PCIe bandwidth", "cross-switch ... often 8-12 GB/s rather than the 32 GB/s '
+                 'theoretical")')
 
 
 def pcie_gbps(gen: int, width: int = 16) -> Figure:
@@ -110,8 +114,9 @@ def pcie_line_rate(gpu: Gpu) -> Figure | None:
     """What the GPU's PCIe link can carry: its maximum generation and width for this device and
     system (``nvmlDeviceGetMaxPcieLinkGeneration`` / ``...Width``); None when unknown.
 
-    Not the *current* link: an idle GPU drops to Gen1 to save power (reference nvml-nccl-torch.md
-    2.5), which would make every expectation trivially low. A link trained down shows as a measured
+    Not the *current* link: the current generation and width "may be reduced when the GPU is not in
+    use" (nvidia-smi --help-query-gpu, pcie.link.gen.current), which would make every expectation
+    trivially low. A link trained down shows as a measured
     figure below this one, and as a current width below the maximum (the ``pcie`` check)."""
     gen, width = gpu.pcie_gen_max, gpu.pcie_width_max
     if gen is None or width is None or gen not in PCIE_X16 or width not in PCIE_WIDTHS:
@@ -121,45 +126,47 @@ def pcie_line_rate(gpu: Gpu) -> Figure | None:
 
 # ---------------------------------------------------------------------------------------------
 # NVLink, per link and per direction, by the version string NVML reports (model.NvLink.version).
-# Seed 003's table is the self-consistent one (links x per-link = per-GPU aggregate, "All figures
-# bidirectional"); seed 004's NVLink table mixes per-direction and bidirectional columns (it gives
-# NVLink 4.0 "25 GB/s per direction" with "Total (16 links, H100) 900 GB/s"), so it is not used.
+# NVIDIA publishes per-GPU totals counting both directions (links x per-link = per-GPU aggregate); the
+# per-direction rate per link is half the per-link share.
+
+_NVLINK_PAGE = "NVIDIA, NVLink and NVLink Switch (nvidia.com)"
 
 NVLINK_PER_LINK: dict[str, Figure] = {
-    "1.0": Figure(20.0, 'seed 003: "NVLink 1.0 P100 (2016) 4 x 40 GB/s 160 GB/s", "All figures bidirectional": '
-                  "40 / 2 = 20 GB/s per link per direction", "NVLink 1.0"),
-    "2.0": Figure(25.0, 'seed 003: "NVLink 2.0 V100 (2017) 6 x 50 GB/s 300 GB/s" (bidirectional): '
-                  "50 / 2 = 25 GB/s per link per direction", "NVLink 2.0"),
-    "2.2": Figure(25.0, "NVML_NVLINK_VERSION_2_2 (reference nvml-nccl-torch.md 1.5) is a revision of NVLink 2; "
-                  'no seed gives it a separate rate, so the 2.0 rate is used (seed 003: "6 x 50 GB/s", '
-                  "bidirectional)", "NVLink 2.2"),
-    "3.0": Figure(25.0, 'seed 003: "NVLink 3.0 A100 (2020) 12 x 50 GB/s 600 GB/s" (bidirectional), seed 001: '
-                  '"NVLink 3.0 (A100) 600 GB/s"; `nvidia-smi nvlink -s` on an A100-SXM4-80GB shows 12 links at '
+    "1.0": Figure(20.0, "NVIDIA Tesla P100 whitepaper (WP-08019-001): 4 NVLinks per P100, 160 GB/s bidirectional "
+                  "per GPU: 40 GB/s per link both ways, 20 GB/s per link per direction", "NVLink 1.0"),
+    "2.0": Figure(25.0, "NVIDIA DGX-1 With Tesla V100 System Architecture whitepaper: 6 NVLinks per V100, 300 GB/s "
+                  "bidirectional per GPU: 50 GB/s per link both ways, 25 GB/s per link per direction", "NVLink 2.0"),
+    "2.2": Figure(25.0, "NVML_NVLINK_VERSION_2_2 (nvml.h) is a revision of NVLink 2 with no published rate of its "
+                  "own, so the 2.0 rate is used (V100: 6 links, 300 GB/s bidirectional per GPU)", "NVLink 2.2"),
+    "3.0": Figure(25.0, f"{_NVLINK_PAGE}: an A100 has 12 third-generation NVLinks, 600 GB/s per GPU both ways: "
+                  "25 GB/s per link per direction; `nvidia-smi nvlink -s` on an A100-SXM4-80GB shows 12 links at "
                   "25 GB/s each (nccl-tests#228, cited by the dgx-a100 profile)", "NVLink 3.0"),
-    "3.1": Figure(25.0, "NVML reports A100 as NVLink 3.1 (encoded 5; hwloc#658, reference nvml-nccl-torch.md 1.5), "
-                  'the same signalling as 3.0: seed 003 "NVLink 3.0 A100 (2020) 12 x 50 GB/s 600 GB/s" (bidirectional) '
-                  "= 25 GB/s per link per direction", "NVLink 3.1"),
-    "4.0": Figure(25.0, 'seed 003: "NVLink 4.0 H100 (2022) 18 x 50 GB/s 900 GB/s" (bidirectional), seed 002: '
-                  '"900 GB/s of bidirectional bandwidth per GPU"; sjeaugey (nccl-tests#212): "450GB/s is the '
-                  'line rate" per direction', "NVLink 4.0"),
-    "5.0": Figure(50.0, 'seed 003: "NVLink 5.0 B200 (2024-26) 18 x 100 GB/s 1.8 TB/s" (bidirectional), seed 002: '
-                  '"1.8 TB/s of GPU-to-GPU bandwidth per GPU": 100 / 2 = 50 GB/s per link per direction', "NVLink 5.0"),
+    "3.1": Figure(25.0, "NVML reports A100 as NVLink 3.1 (encoded 5; hwloc#658), the same signalling as 3.0: "
+                  f"{_NVLINK_PAGE}, 12 links, 600 GB/s per GPU both ways = 25 GB/s per link per direction",
+                  "NVLink 3.1"),
+    "4.0": Figure(25.0, "NVIDIA Technical Blog, Introducing NVIDIA HGX H100: \"the NVLink bidirectional speed of "
+                  '900 gigabytes per second (GB/s)" per GPU, over 18 links (NV18 in `nvidia-smi topo -m`); '
+                  'sjeaugey (nccl-tests#212): "450GB/s is the line rate" per direction', "NVLink 4.0"),
+    "5.0": Figure(50.0, f"{_NVLINK_PAGE}: a Blackwell GPU \"supports up to 18 NVLink 100 gigabyte-per-second "
+                  '(GB/s) connections for a total bandwidth of 1.8 terabytes per second (TB/s)", bidirectional: '
+                  "100 / 2 = 50 GB/s per link per direction", "NVLink 5.0"),
 }
 
 # GA102 (compute capability 8.6: RTX 3090, RTX A6000/A5500/A5000, A40) also reports NVLink 3.1 (nvtop#469)
 # but its bridge runs 4 links at a lower rate than GA100's.
 NVLINK_GA102 = Figure(
     112.5 / 2 / 4,
-    "NVIDIA RTX A5500 datasheet (nvidia.com, proviz-nvidia-rtx-a5500-datasheet): 112.5 GB/s bidirectional "
-    "NVLink for a 2-card bridge, as for the A40; a GA102 GPU has 4 NVLinks (nvtop#469, RTX 3090): 112.5 / 2 / 4 = 14.06 GB/s "
-    "per link per direction, 56.25 per GPU; measured: 101.6 GB/s bidirectional over an A40 bridge "
-    "(nccl-tests#74, 90%)", "NVLink 3.x (GA102 bridge)")
+    'NVIDIA Ampere GA102 GPU Architecture whitepaper: "four x4 links, with each link providing 14.0625 GB/sec '
+    'bandwidth in each direction", "112.5 GB/sec total bandwidth between two GPUs" (the RTX A5500 and A40 '
+    "datasheets give the same 112.5 GB/s bidirectional per 2-card bridge): 112.5 / 2 / 4 = 14.06 GB/s per link "
+    "per direction, 56.25 per GPU; measured: 101.6 GB/s bidirectional over an A40 bridge (nccl-tests#74, 90%)",
+    "NVLink 3.x (GA102 bridge)")
 
 GA102_CC = "8.6"
 _GA102_NAME = re.compile(r"RTX 3090|RTX 3080|RTX A6000|RTX A5500|RTX A5000|RTX A4500|\bA40\b|\bA10\b", re.I)
 _GA100_NAME = re.compile(r"\bA100\b|\bA30\b|\bA800\b", re.I)
 # Compute capability -> the NVLink versions that architecture has (Pascal P100 1.0, Volta V100 2.x, Ampere
-# A100 and GA102 3.x, Hopper 4.0, Blackwell 5.0: seed 003's table). The first is taken where a source gives
+# A100 and GA102 3.x, Hopper 4.0, Blackwell 5.0: NVIDIA's whitepapers and NVLink page). The first is taken where a source gives
 # no per-link version (nvidia-smi text) or one the architecture cannot have: NVML's answer is not trusted
 # alone (public code reads H100's 7, NVML_NVLINK_VERSION_5_0, as NVLink 4: TensorRT-LLM's
 # auto_parallel/cluster_info.py ``nvlink_version``; tests/test_spec.py cites it).
@@ -170,7 +177,7 @@ _CC_NVLINK = {"6.0": ("1.0",), "7.0": ("2.0", "2.2"), "8.0": ("3.0", "3.1"), "8.
 def nvlink_per_link(version: str, compute_capability: str | None = None) -> Figure:
     """One NVLink of ``version`` ("3.1", "4.0", ...), one direction. For 3.x, compute capability 8.6
     (GA102 bridges) has its own rate; without it the GA100 (A100) rate is given. Unknown versions
-    (e.g. "6.0", for which no seed or reference gives a figure) raise ValueError."""
+    (e.g. "6.0", for which no public source here gives a figure) raise ValueError."""
     version = str(version).strip()
     if version not in NVLINK_PER_LINK:
         raise ValueError(f"no bandwidth figure for NVLink version {version!r} "
@@ -250,32 +257,34 @@ def _switched(gpu: Gpu) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Host <-> device
 
-# Pageable copies are staged through a pinned buffer by a CPU memcpy. Seed 004: "This halves effective
+# Pageable copies are staged through a pinned buffer by a CPU memcpy (NVIDIA, "How to Optimize Data
+# Transfers in CUDA C/C++"). EngineersOfAI's "PCIe and NVLink Interconnects": "This halves effective
 # bandwidth", "(from ~28 GB/s to ~12 GB/s on PCIe 4.0)", "Pageable memory to GPU: ~8-12 GB/s (effective,
 # due to staging copy)"; the staging memcpy runs at "~10-15 GB/s (limited by CPU memory bandwidth)", so a
 # faster link does not raise it: the expectation is min(line / 2, 12 GB/s).
 PAGEABLE_FACTOR = 0.5
-PAGEABLE_CEILING = Figure(12.0, 'seed 004: pageable staging "halves effective transfer bandwidth (from ~28 GB/s to '
-                          '~12 GB/s on PCIe 4.0)", "Pageable memory to GPU: ~8-12 GB/s (effective, due to staging '
-                          'copy)"', "pageable staging ceiling")
+PAGEABLE_CEILING = Figure(12.0, 'EngineersOfAI, PCIe and NVLink Interconnects: pageable staging "halves effective '
+                          'transfer bandwidth (from ~28 GB/s to ~12 GB/s on PCIe 4.0)", "Pageable memory to GPU: '
+                          '~8-12 GB/s (effective, due to staging copy)"; measured 10.0 and 10.8 GB/s on a DGX A100 '
+                          "(gengwg/gpu, bandwidthTest)", "pageable staging ceiling")
 
 
 def h2d_expected(gpu: Gpu, pinned: bool = True) -> Figure | None:
     """Host->device (and device->host) copy expectation over the GPU's current PCIe link.
 
-    Pinned: the line rate. Pageable: min(line rate / 2, 12 GB/s) (seed 004). None when the link's
+    Pinned: the line rate. Pageable: min(line rate / 2, 12 GB/s) (``PAGEABLE_CEILING``). None when the link's
     generation or width is unknown. (On Grace Hopper the host link is NVLink-C2C, not PCIe: the
     PCIe-based expectation understates it.)"""
     line = pcie_line_rate(gpu)
     if line is None:
         return None
     if pinned:
-        return Figure(line.gbps, f"{line.source}; pinned copies are bounded by the line rate (seed 004: "
+        return Figure(line.gbps, f"{line.source}; pinned copies are bounded by the line rate (EngineersOfAI: "
                       f"\"Pinned memory to GPU: ~25-30 GB/s (near theoretical PCIe 4.0 limit)\")",
                       f"pinned, {line.label} line rate")
     half = line.gbps * PAGEABLE_FACTOR
     if half <= PAGEABLE_CEILING.gbps:
-        return Figure(half, f"{line.source}; pageable: x 0.5, seed 004: staging \"halves effective bandwidth\"",
+        return Figure(half, f"{line.source}; pageable: x 0.5, EngineersOfAI: staging \"halves effective bandwidth\"",
                       f"pageable, half of {line.label}")
     return Figure(PAGEABLE_CEILING.gbps, f"{PAGEABLE_CEILING.source} (half of {line.label} is "
                   f"{format_gbps(half)}, above the staging ceiling)", f"pageable staging ceiling, {line.label}")
