@@ -6,7 +6,9 @@ written from its source (cited at each function). It returns True (the original 
 False (it skips) or None (the machine's record lacks the fact the original reads, or the original
 errors there instead of deciding). Our port is the row's markers, judged as the plugin judges them
 (``plugin.markers.from_marker`` and ``Requirement.evaluate``, what ``plugin.verdicts.evaluate`` calls
-on each node), and ``test_the_plugin_decides_each_port_as_judged_here`` runs them through pytest.
+on each node), and ``test_the_plugin_decides_each_port_as_judged_here`` runs them through pytest. A
+helper no marker says has a predicate for ``gputopo_ranks.require`` on the page (``PREDICATE_ROWS``),
+checked the same way.
 
 Sources (read for this file):
 - TRT = NVIDIA/TensorRT-LLM tests/integration/defs/conftest.py @ 008396338708c96bc35a02875083f34c4ef6f587
@@ -19,8 +21,15 @@ Sources (read for this file):
 - torch.cuda.is_bf16_supported (torch/cuda/__init__.py, torch >= 2.4): True when the current device's
   major capability is 8 or more; else, by default (``including_emulation=True``), whether a bf16
   tensor can be made on it, which any CUDA GPU can.
-- skip_if_lt_x_gpu and requires_multicast_support: pytorch/pytorch
-  torch/testing/_internal/common_distributed.py @ 4214bd808e136baec1e6aad7c16f975772370aca.
+- skip_if_lt_x_gpu: pytorch/pytorch torch/testing/_internal/common_distributed.py
+  @ 4214bd808e136baec1e6aad7c16f975772370aca (current releases ask ``torch.accelerator`` the same).
+- TORCH = pytorch/pytorch torch/testing/_internal/common_distributed.py as mirrored in cyyever/pytorch
+  @ 030e7a85ece9d9844a1c3927239321e6c35f1ade: requires_multicast_support, requires_nccl_version (since
+  ``if not TEST_CUDA: return lambda f: f``; at 4214bd80 it compared the version without a GPU too),
+  requires_nccl_shrink (``requires_nccl_version((2, 27), ...)``) and sm_is_or_higher_than.
+- torch.cuda.nccl.version (torch/cuda/nccl.py, as mirrored in rec/pytorch
+  @ 1bcd41f8c59821a369586aa85c87a8bb22fbcae3): ``ncclGetVersion`` as the tuple (major, minor, patch),
+  with NCCL's suffix string appended when it has one.
 - requires_cuda_p2p_access: pytorch/pytorch test/distributed/test_symmetric_memory.py (its own copy
   in earlier versions; torch.testing._internal.common_utils at d4e76bf597ca217a95c3d75678b317a4f99e0647).
 """
@@ -175,6 +184,13 @@ def trt_skip_device_not_contain(keywords):
     return rule
 
 
+def trt_skip_device_contain(keywords):
+    """TRT ``skip_device_contain_gb200``: ``check_device_contain(["GB200"])`` (a keyword in GPU0's
+    ``nvidia-smi -L`` line, case-sensitive) skips."""
+    contains = trt_skip_device_not_contain(keywords)
+    return lambda t: None if contains(t) is None else not contains(t)
+
+
 def trt_skip_no_nvls(t):
     """TRT_NVLS ``ipcNvlsSupported``: the driver's CUDA >= 12010, then, ``device_count`` times, the
     multicast attribute of ``cudaGetDevice()``: the current device (cuda:0) each time."""
@@ -223,6 +239,29 @@ def torch_requires_multicast_support(t):
     return gpu0(t).multicast
 
 
+def torch_requires_nccl_version(version: tuple):
+    """TORCH ``requires_nccl_version(version, msg)``: without CUDA (``TEST_CUDA`` false) it returns the
+    test undecorated, so the test runs; else ``torch.cuda.nccl.version() < version`` skips (tuples:
+    (2, 18, 0) is not below (2, 18); the suffix NCCL may append follows the patch, so it never
+    decides)."""
+    def rule(t):
+        if not t.gpus:
+            return True
+        nccl = version_tuple(t.nccl_version, 3)
+        return None if nccl is None else not nccl < version
+    return rule
+
+
+def torch_sm_is_or_higher_than(major_: int, minor_: int):
+    """TORCH ``sm_is_or_higher_than(device, major, minor)`` on the rank's CUDA device (GPU0 for rank 0):
+    ``torch.cuda.get_device_capability(device) >= (major, minor)``, tuples; without a GPU
+    ``get_device_capability`` raises and the test errors. (ROCm: False; a device not CUDA: True.)"""
+    def rule(t):
+        cc = hardware.capability(gpu0(t).compute_capability) if t.gpus else None
+        return None if cc is None else cc >= (major_, minor_)
+    return rule
+
+
 def torch_requires_cuda_p2p_access(t):
     """CUDA available, at least 2 GPUs, ``can_device_access_peer(i, j)`` for every pair (some
     versions also ask ``get_device_capability() >= (8, 0)``)."""
@@ -249,6 +288,11 @@ def bf16_emulated(n: int = 1):
         return any((hardware.capability(g.compute_capability) or (99, 0)) < hardware.BF16_FROM
                    for g in t.gpus[:n])
     return where
+
+
+def without_gpu(t: Topology) -> bool:
+    """requires_nccl_version applies no condition without CUDA; the marker needs the NCCL version."""
+    return not t.gpus
 
 
 def cuda_peer_unrecorded(t: Topology) -> bool:
@@ -328,6 +372,7 @@ ROWS = [
         ("@pytest.mark.requires_gpus(min_memory_gb=138)",), id="trt-gpu-memory-138gb"),
     Row("`skip_num_gpus_less_than(4)`", trt_skip_num_gpus_less_than(4), ("@pytest.mark.requires_gpus(4)",),
         id="trt-num-gpus"),
+    Row("`@skip_single_gpu`", trt_skip_num_gpus_less_than(2), ("@pytest.mark.requires_gpus(2)",), id="trt-single-gpu"),
     Row("`@skip_pre_ada`", trt_sm(lambda s: s >= 89),
         ("@pytest.mark.requires_gpus(compute_capability=\">=8.9\")",), id="trt-pre-ada"),
     Row("`@skip_pre_hopper`", trt_sm(lambda s: s >= 90),
@@ -389,10 +434,43 @@ ROWS = [
         id="trt-ut-nvlink-inactive"),
     # PyTorch
     Row("`@skip_if_lt_x_gpu(4)`", torch_skip_if_lt_x_gpu(4), ("@pytest.mark.requires_gpus(4)",), id="torch-lt-x-gpu"),
+    Row("`@requires_nccl_version((2, 18), \"needs NCCL 2.18\")`", torch_requires_nccl_version((2, 18)),
+        ("@pytest.mark.requires_versions(nccl=\">=2.18\")",), without_gpu, "Without a GPU, current releases",
+        id="torch-nccl-version"),
+    Row("`@requires_nccl_shrink()`", torch_requires_nccl_version((2, 27)),
+        ("@pytest.mark.requires_versions(nccl=\">=2.27\")",), without_gpu, "Without a GPU, current releases",
+        id="torch-nccl-shrink"),
     Row("`@requires_multicast_support()`", torch_requires_multicast_support,
         ("@pytest.mark.requires_gpus(multicast=True)",), id="torch-multicast"),
+    Row("`if not sm_is_or_higher_than(device, 9, 0): self.skipTest(...)`", torch_sm_is_or_higher_than(9, 0),
+        ("@pytest.mark.requires_gpus(compute_capability=\">=9.0\")",), id="torch-sm-9.0"),
+    Row("`sm_is_or_higher_than(device, 8, 0)`", torch_sm_is_or_higher_than(8, 0),
+        ("@pytest.mark.requires_gpus(compute_capability=\">=8.0\")",), id="torch-sm-8.0"),
     Row("`@requires_cuda_p2p_access()`", torch_requires_cuda_p2p_access, ("@pytest.mark.requires_p2p",),
         cuda_peer_unrecorded, "NVML's P2P status", id="torch-cuda-p2p-access"),
+]
+
+
+
+@dataclass(frozen=True)
+class PredicateRow:
+    """A row whose port is no marker but a predicate given to ``gputopo_ranks.require``."""
+
+    original: str  # as docs/porting.md writes it
+    rule: Callable[[Topology], bool | None]
+    predicate: str  # the lambda as docs/porting.md writes it in ``gputopo_ranks.require(<lambda>, ...)``
+    id: str
+
+    def __str__(self) -> str:
+        return self.id
+
+
+PREDICATE_ROWS = [
+    PredicateRow("`@skip_device_contain_gb200`", trt_skip_device_contain(["GB200"]),
+                 'lambda t: t.gpus and t.gpus[0].name is not None and "GB200" not in t.gpus[0].name',
+                 id="trt-device-contain-gb200"),
+    PredicateRow("`skip_on_cuda(valid_cuda=[118, 121])`", ds_skip_on_cuda([118, 121]),
+                 'lambda t: t.cuda_runtime_version in ("11.8", "12.1")', id="ds-skip-on-cuda-several"),
 ]
 
 TOPOLOGIES = {name: probe(name) for name in MACHINES}
@@ -433,6 +511,26 @@ def test_each_port_decides_as_its_original_on_every_bundled_machine(row):
     assert not wrong, f"{row}: " + "; ".join(wrong)
 
 
+@pytest.mark.parametrize("row", PREDICATE_ROWS, ids=str)
+def test_each_predicate_port_decides_as_its_original_on_every_bundled_machine(row):
+    """Where the doc gives a ``gputopo_ranks.require`` predicate for a helper no marker says, that
+    predicate, as the page writes it, runs the test where the original does and skips where it
+    skips on every bundled machine; where the original cannot decide, it skips (unknown is never met)."""
+    text = DOC.read_text()
+    assert row.original in text and f"gputopo_ranks.require({row.predicate}," in text, \
+        f"{row}: docs/porting.md does not give this predicate for {row.original}"
+    predicate = eval(row.predicate)  # the doc's own text
+    wrong = []
+    for name, t in TOPOLOGIES.items():
+        theirs, mine = row.rule(t), bool(predicate(t))
+        if mine and theirs is None:
+            wrong.append(f"{name}: the predicate holds where the original cannot decide")
+        elif theirs is not None and mine != theirs:
+            wrong.append(f"{name}: the original {'runs' if theirs else 'skips'}, the predicate "
+                         f"{'holds' if mine else 'does not'}")
+    assert not wrong, f"{row}: " + "; ".join(wrong)
+
+
 @pytest.mark.parametrize("row", ROWS, ids=str)
 def test_each_port_is_the_doc_row(row):
     """What this file judges is what docs/porting.md tells a user to write: the original, each of
@@ -449,6 +547,17 @@ def test_a_documented_difference_shows_on_a_bundled_machine():
             for row in ROWS if row.differs is not None}
     assert seen.pop("trt-nvlink-inactive") and seen.pop("trt-ut-nvlink-inactive")  # 4x-rtx4090, dgx1-v100, ...
     assert seen.pop("pl-bf16") and seen.pop("pl-gpus-bf16")  # dgx1-v100: V100 has emulated bf16 only
+    assert seen.pop("torch-nccl-version") and seen.pop("torch-nccl-shrink")  # no-gpu: the original runs
+
+
+def test_the_nccl_rows_are_decided_on_recorded_machines():
+    """The NCCL version rows are tried where the original decides by the version, not only where it
+    is unknown: at least two bundled machines record torch's CUDA and the NCCL it loads, and the
+    rows run on one and skip on another there."""
+    recorded = {name for name, t in TOPOLOGIES.items() if t.gpus and t.nccl_version and t.cuda_runtime_version}
+    assert len(recorded) >= 2, recorded
+    shrink = next(r for r in ROWS if r.id == "torch-nccl-shrink")
+    assert {ours(shrink, TOPOLOGIES[name]) for name in recorded} == {True, False}
 
 
 def test_the_old_ports_were_not_equivalent():
@@ -477,18 +586,22 @@ def dataclass_replace_memory(t: Topology, nbytes: int) -> Topology:
 
 @pytest.mark.parametrize("machine", MACHINES)
 def test_the_plugin_decides_each_port_as_judged_here(pytester, machine):
-    """The rows' markers in a test file, run by pytest on each bundled machine: each test passes
-    exactly where the port is judged met above (the plugin's stacked-marker reading and verdicts
-    change nothing for a test marked once)."""
+    """The rows' markers in a test file, and the doc's predicates in ``gputopo_ranks.require``, run by
+    pytest on each bundled machine: each test passes exactly where the port is judged met above (the
+    plugin's stacked-marker reading and verdicts change nothing for a test marked once)."""
     lines = ["import pytest", ""]
     for i, row in enumerate(ROWS):
         lines += [m if m.startswith("@") else f"@pytest.mark.requires_gpus({m})" for m in row.port] + [f"def test_{i}():", "    pass", ""]
+    for i, row in enumerate(PREDICATE_ROWS):
+        lines += [f"def test_predicate_{i}(gputopo_ranks):", f"    gputopo_ranks.require({row.predicate}, 'the port')", ""]
     pytester.makepyfile(test_rows="\n".join(lines))
     result = pytester.runpytest("-p", "no:cacheprovider", "-rA", "--gputopo-machine", machine)
-    passed = {int(line.split("test_rows.py::test_")[1].split()[0])
+    passed = {line.split("test_rows.py::")[1].split()[0]
               for line in result.outlines if line.startswith("PASSED test_rows.py::test_")}
     t = TOPOLOGIES[machine]
-    assert passed == {i for i, row in enumerate(ROWS) if ours(row, t)}, result.stdout.str()
+    expected = {f"test_{i}" for i, row in enumerate(ROWS) if ours(row, t)}
+    expected |= {f"test_predicate_{i}" for i, row in enumerate(PREDICATE_ROWS) if eval(row.predicate)(t)}
+    assert passed == expected, result.stdout.str()
 
 
 def test_the_originals_count_gpus_a_process_cannot_see():
