@@ -211,7 +211,7 @@ def test_the_lock_lives_in_a_private_folder_and_follows_no_link(lock_tmp):
     import os
     import stat
 
-    from pytest_gputopo.bench.suite import host_lock
+    from pytest_gputopo.bench.host_lock import host_lock
 
     with host_lock(5):
         pass

@@ -164,10 +164,9 @@ def measure_allreduce(
     import torch
     import torch.distributed as dist
 
-    from .harness import CudaEventTimer, WallTimer, measure
+    from .harness import measure
 
     n = dist.get_world_size()
-    rank = dist.get_rank()
     tdtype = getattr(torch, dtype)
     device = torch.device("cpu") if device is None else torch.device(device)
     size = count * ITEMSIZE[dtype]
@@ -179,18 +178,6 @@ def measure_allreduce(
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return (t / n).tolist()
 
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-
-        def barrier() -> None:
-            dist.barrier(device_ids=[index])
-
-        timer: Any = CudaEventTimer(device, sync=barrier)
-    else:
-        # gloo's all_reduce is blocking: a rank's clock stops when its own part is done, as in
-        # nccl-tests; agree() then averages the ranks. A barrier before stop would add its latency.
-        timer = WallTimer(sync=dist.barrier, sync_at_stop=False)
-
     # Timed buffer: zeros, so that back-to-back in-place sums stay finite (n**k overflows fp32 in
     # ~128 calls); the cost of an all-reduce does not depend on the values. Verification has its own.
     buf = torch.zeros(count, dtype=tdtype, device=device)
@@ -199,13 +186,54 @@ def measure_allreduce(
         for _ in range(k):
             dist.all_reduce(buf)
 
-    m_mod, offsets = _pattern(n, dtype)
-    wrong_box = [0]
+    verification = _Verification(count, dtype, device)
+    m = measure(
+        f"all_reduce of {size_text(size)}", run, size_bytes=size, timer=_timer_for(device), warmup=warmup,
+        budget_s=budget_s, min_samples=min_samples, max_samples=max_samples, target_ci=target_ci,
+        min_sample_s=min_sample_s, verify=verification, agree=agree,
+    )
+    del buf
+    return m, verification.wrong
 
-    def verify() -> Optional[str]:
+
+def _timer_for(device: Any) -> Any:
+    """CUDA events after a barrier on a CUDA device (NCCL); on CPU (gloo) a wall clock started after
+    a barrier and stopped when this rank's own all-reduce returns."""
+    import torch
+    import torch.distributed as dist
+
+    from .harness import CudaEventTimer, WallTimer
+
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+
+        def barrier() -> None:
+            dist.barrier(device_ids=[index])
+
+        return CudaEventTimer(device, sync=barrier)
+    # gloo's all_reduce is blocking: a rank's clock stops when its own part is done, as in
+    # nccl-tests; agree() then averages the ranks. A barrier before stop would add its latency.
+    return WallTimer(sync=dist.barrier, sync_at_stop=False)
+
+
+class _Verification:
+    """The harness's ``verify``: a fresh all-reduce of values whose sum is exact in ``dtype`` (see
+    ``_pattern``), compared element by element; ``wrong`` is the mismatches summed over ranks."""
+
+    def __init__(self, count: int, dtype: str, device: Any) -> None:
+        self.count, self.dtype, self.device = count, dtype, device
+        self.wrong = 0
+
+    def __call__(self) -> Optional[str]:
+        import torch
+        import torch.distributed as dist
+
+        count, device = self.count, self.device
+        n, rank = dist.get_world_size(), dist.get_rank()
+        m_mod, offsets = _pattern(n, self.dtype)
         # (i mod m) built by repeating a block of m small integers: exact in every supported dtype,
         # and a copy rather than an integer modulo over the whole buffer (0.5 s for 64 MiB on a CPU).
-        pattern = torch.arange(m_mod, dtype=tdtype, device=device).repeat(-(-count // m_mod))[:count]
+        pattern = torch.arange(m_mod, dtype=getattr(torch, self.dtype), device=device).repeat(-(-count // m_mod))[:count]
         x = pattern + offsets[rank]
         dist.all_reduce(x)
         if _FAULTS.get("corrupt") and rank == n - 1:
@@ -214,18 +242,10 @@ def measure_allreduce(
         local = int((x != expected).sum().item())
         w = torch.tensor([local], dtype=torch.int64, device=device)
         dist.all_reduce(w)
-        wrong_box[0] = int(w.item())
-        if wrong_box[0]:
-            return f"{wrong_box[0]} wrong element(s) of {count} after all_reduce of {size_text(size)}"
+        self.wrong = int(w.item())
+        if self.wrong:
+            return f"{self.wrong} wrong element(s) of {count} after all_reduce of {size_text(count * ITEMSIZE[self.dtype])}"
         return None
-
-    m = measure(
-        f"all_reduce of {size_text(size)}", run, size_bytes=size, timer=timer, warmup=warmup,
-        budget_s=budget_s, min_samples=min_samples, max_samples=max_samples, target_ci=target_ci,
-        min_sample_s=min_sample_s, verify=verify, agree=agree,
-    )
-    del buf
-    return m, wrong_box[0]
 
 
 def _worker(cfg: dict, rank: int, status: _Status) -> None:

@@ -4,19 +4,16 @@
 ``Copy``, ``HostCopy``, ``AllReduce``, ``NcclTransports``). On a recorded machine the
 figures published for it are served instead, labelled ``recorded`` with their source: nothing can
 be measured on a machine that is not this host (a recorded profile or ``nvidia-smi`` text), and
-this host's figures (gloo's CPU all-reduce included) are never served as that machine's. Measurements take an inter-process lock so that two
-pytest processes (xdist workers, parallel jobs) never benchmark the same host at once, and may be
-kept in pytest's cache across runs (``--gputopo-cache``). torch is imported only by the benchmarks.
+this host's figures (gloo's CPU all-reduce included) are never served as that machine's. Measurements
+take the host's benchmark lock (``bench.host_lock``) so that two pytest processes (xdist workers,
+parallel jobs) never benchmark the same host at once, and may be kept in pytest's cache across runs (``--gputopo-cache``). torch is imported only by the benchmarks.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import stat
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -25,6 +22,7 @@ from ..core import keys, model
 from ..core.requirements import MIG_INSTANCE, mig_enabled
 from ..runtime import files
 from . import untrusted
+from .host_lock import host_lock
 from .settings import BenchSettings
 from .subproc import CopyWorker
 
@@ -118,57 +116,6 @@ class SharedFolder:
             except ValueError as exc:
                 lost.append(f"{name}: {exc}")
         return taken, lost
-
-
-def lock_path() -> str:
-    """The benchmark lock of this user: a file in a folder of the temporary directory that only this
-    user owns and can write (0700, checked with lstat: no symlink another user planted in a sticky
-    /tmp, no folder another user made first), opened without following links."""
-    uid = os.getuid()
-    folder = os.path.join(tempfile.gettempdir(), f"pytest-gputopo-{uid}")
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass
-    info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
-        what = "owned by another user" if stat.S_ISDIR(info.st_mode) else "not a folder"
-        raise PermissionError(f"the benchmark lock folder {folder} is {what}; benchmarks do not run until it "
-                              f"is removed")
-    if info.st_mode & 0o077:
-        os.chmod(folder, 0o700)  # ours: made private (a link another user left in it is not followed)
-    return os.path.join(folder, "bench.lock")
-
-
-@contextlib.contextmanager
-def host_lock(timeout_s: float):
-    """One benchmark at a time on this host for this user, across processes (an advisory file lock).
-    A lock that cannot be taken safely is an OSError naming the path, never a file made elsewhere."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        yield
-        return
-    path = lock_path()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PermissionError(f"the benchmark lock {path} is not a regular file")
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"another process held the benchmark lock {path} for {timeout_s:.0f} s")
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
 
 
 class BenchSuite:

@@ -1,0 +1,63 @@
+"""One benchmark at a time on this host for this user, across processes: an advisory file lock in a
+folder only this user owns (``$TMPDIR/pytest-gputopo-<uid>/bench.lock``), so that two pytest
+processes (xdist workers, parallel jobs) never measure the same host at once. A lock that cannot be
+taken safely (a link or a folder another user planted) is an OSError naming the path."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+import time
+
+
+def lock_path() -> str:
+    """The benchmark lock of this user: a file in a folder of the temporary directory that only this
+    user owns and can write (0700, checked with lstat: no symlink another user planted in a sticky
+    /tmp, no folder another user made first), opened without following links."""
+    uid = os.getuid()
+    folder = os.path.join(tempfile.gettempdir(), f"pytest-gputopo-{uid}")
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+        what = "owned by another user" if stat.S_ISDIR(info.st_mode) else "not a folder"
+        raise PermissionError(f"the benchmark lock folder {folder} is {what}; benchmarks do not run until it "
+                              f"is removed")
+    if info.st_mode & 0o077:
+        os.chmod(folder, 0o700)  # ours: made private (a link another user left in it is not followed)
+    return os.path.join(folder, "bench.lock")
+
+
+@contextlib.contextmanager
+def host_lock(timeout_s: float):
+    """One benchmark at a time on this host for this user, across processes (an advisory file lock).
+    A lock that cannot be taken safely is an OSError naming the path, never a file made elsewhere."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    path = lock_path()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PermissionError(f"the benchmark lock {path} is not a regular file")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"another process held the benchmark lock {path} for {timeout_s:.0f} s")
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
