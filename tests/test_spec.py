@@ -369,10 +369,10 @@ def _said(topo: Topology, version: str) -> Topology:
 
 
 def test_nvml_nvlink_version_is_cross_checked_with_the_compute_capability():
-    """Issue 19.5: the version NVML gives (nvmlDeviceGetNvLinkVersion) is taken only where the GPU's
+    """The version NVML gives (nvmlDeviceGetNvLinkVersion) is taken only where the GPU's
     architecture can have it. Public code does not trust the raw answer on H100: NVIDIA/TensorRT-LLM
     tensorrt_llm/auto_parallel/cluster_info.py (commit 16d2467), ``nvlink_version``, reads 7
-    (NVML_NVLINK_VERSION_5_0, reference nvml-nccl-torch.md 1.5) as NVLink 4 and 6 as 3, its
+    (NVML_NVLINK_VERSION_5_0 in nvml.h) as NVLink 4 and 6 as 3, its
     ``nvlink_bandwidth(4)`` being H100-SXM's 450 GB/s; open-mpi/hwloc#658: "A100 returns 5 which is not
     NVLink 5". Taken as 5.0, an HGX H100's 18 links would expect 900 GB/s and fail a healthy node."""
     h100 = machine("hgx-h100")
@@ -400,7 +400,7 @@ def test_nvml_nvlink_version_is_cross_checked_with_the_compute_capability():
 
 
 def test_h2d_of_a_link_trained_down_expects_what_the_link_can_carry():
-    """Issue 8.6: the expectation is the link's maximum for this device and system, not the current
+    """The expectation is the link's maximum for this device and system, not the current
     (trained-down or idle) link: a copy over Gen3 x8 on a Gen5 x16 link then fails its floor."""
     gpu = machine("hgx-h100-pcie-x8").gpus[2]
     assert (gpu.pcie_gen_current, gpu.pcie_width_current) == (3, 8)
@@ -425,8 +425,9 @@ def test_h2d_healthy_gen5_and_gen4():
     assert spec.h2d_expected(v100, pinned=False).gbps == pytest.approx(7.88, abs=0.01)
 
 
-def test_h2d_reference_measurements_pass_the_default_floors():
-    """The reference's healthy host<->device figures pass; NUMA-remote copies fail."""
+def test_h2d_public_measurements_pass_the_default_floors():
+    """Healthy public host<->device figures (gengwg/gpu's DGX A100, gearshifft's P100) pass; NUMA-remote
+    copies fail."""
     a100 = machine("dgx-a100").gpus[0]
     floors = thresholds.DEFAULT_FLOORS
     for measured in (25.7, 25.8):  # DGX A100 pinned, bandwidthTest
@@ -614,7 +615,7 @@ def test_check_rejects_bad_values(measured, floor):
         Check(measured, Figure(10.0, "t"), floor)
 
 
-def test_reference_measurements_against_the_default_floors():
+def test_public_measurements_against_the_default_floors():
     """Healthy public figures pass; the failures the floors exist for fail."""
     f = thresholds.DEFAULT_FLOORS
     nv4, nv3 = spec.nvlink_gbps("4.0", 18), spec.nvlink_gbps("3.1", 12)
