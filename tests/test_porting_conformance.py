@@ -593,7 +593,8 @@ def test_the_plugin_decides_each_port_as_judged_here(pytester, machine):
     for i, row in enumerate(ROWS):
         lines += [m if m.startswith("@") else f"@pytest.mark.requires_gpus({m})" for m in row.port] + [f"def test_{i}():", "    pass", ""]
     for i, row in enumerate(PREDICATE_ROWS):
-        lines += [f"def test_predicate_{i}(gputopo_ranks):", f"    gputopo_ranks.require({row.predicate}, 'the port')", ""]
+        lines += [f"def test_predicate_{i}(gputopo_ranks):",
+                  f"    gputopo_ranks.require({row.predicate}, 'the port')", ""]
     pytester.makepyfile(test_rows="\n".join(lines))
     result = pytester.runpytest("-p", "no:cacheprovider", "-rA", "--gputopo-machine", machine)
     passed = {line.split("test_rows.py::")[1].split()[0]
