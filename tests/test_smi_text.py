@@ -144,7 +144,7 @@ def test_single_gpu():
 
 
 def test_zero_gpu_header_is_refused():
-    """Issue 20.12: a header naming no GPU was a 0-GPU machine (exit 0); options.md promises a usage error."""
+    """A header naming no GPU is a usage error, as options.md promises, never a 0-GPU machine (exit 0)."""
     for parse in (parse_topo_matrix, parse_p2p_matrix):
         with pytest.raises(SmiParseError, match="line 1: no nvidia-smi .* matrix: the header names no GPU"):
             parse("\tCPU Affinity\tNUMA Affinity\n\nLegend:\n")
@@ -196,8 +196,8 @@ def test_unknown_label_is_a_warning():
 
 
 def test_a_matrix_without_one_readable_link_is_refused():
-    """Issue 8.20: text of the matrix's shape whose cells are no nvidia-smi link (rocm-smi's `?`
-    grid) was read as GPUs with unknown links, and tests ran on it."""
+    """Text of the matrix's shape whose cells are no nvidia-smi link (rocm-smi's `?` grid) is refused,
+    not read as GPUs with unknown links for tests to run on."""
     with pytest.raises(SmiParseError, match="not one GPU pair's cell is a link nvidia-smi prints"):
         parse_topo_matrix("\tGPU0\tGPU1\nGPU0\t X \tFOO\nGPU1\tFOO\t X \n")
 
@@ -205,7 +205,7 @@ def test_a_matrix_without_one_readable_link_is_refused():
 @pytest.mark.skipif(not (CORPUS / "rocm").is_dir(), reason=NO_CORPUS)
 @pytest.mark.parametrize("sample", ["001.txt", "004.txt"])
 def test_rocm_smi_output_is_refused_as_amd(sample, pytester):
-    """Issue 8.20: rocm-smi --showtopo output was taken for nvidia-smi text (8 unknown GPUs, tests ran)."""
+    """rocm-smi --showtopo output is refused as AMD's, not taken for nvidia-smi text (8 unknown GPUs)."""
     path = CORPUS / "rocm" / sample
     with pytest.raises(SmiParseError, match="this is rocm-smi output \\(AMD GPUs\\)"):
         parse_topo_matrix(path.read_text())
@@ -244,7 +244,7 @@ def test_duplicate_rows_and_headers_are_ignored():
 
 
 def test_a_blank_affinity_in_pasted_text_is_found_at_its_tab_stop():
-    """Issue 8.22: a Slurm job's cpuset leaves some GPUs' CPU Affinity empty; pasted from a
+    """A Slurm job's cpuset leaves some GPUs' CPU Affinity empty; pasted from a
     terminal (tabs expanded), the empty cell vanishes, yet every row's NUMA value sits at the same
     tab stop. Read by tab stops: the same facts as the tab-separated text."""
     tabbed = ("\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
@@ -270,7 +270,7 @@ def _wide(nics: int = 40) -> str:
 
 
 def test_cells_nvidia_smi_ran_together_are_split_where_they_read_one_way():
-    """Issue 8.22: past about 32 NICs nvidia-smi's own column overflow runs cells together
+    """Past about 32 NICs nvidia-smi's own column overflow runs cells together
     (``NODENODE``, ``SYSSYS``, an affinity fused to the last NIC cell). Each reads one way only:
     the facts are those of the clean text, none shifted by a column."""
     clean = parse_topo_matrix(_wide())
@@ -320,7 +320,7 @@ def test_a_corrupted_nic_legend_names_no_nic_wrongly():
 
 def test_an_nvlink_count_no_gpu_has_is_no_fact():
     """A GPU has at most NVML_NVLINK_MAX_LINKS (36 in nvidia-ml-py 13's pynvml.py) NVLinks, so no
-    pair has more: ``NV99999999999999999999`` is an unreadable cell, not a fact (issue 9.4)."""
+    pair has more: ``NV99999999999999999999`` is an unreadable cell, not a fact."""
     text = FOUR.replace("GPU0\t X \tNV4", "GPU0\t X \tNV99999999999999999999")
     smi = parse_topo_matrix(text)
     assert smi.matrix[0][1] == "NV4"  # from GPU1's row
@@ -369,7 +369,7 @@ def test_p2p_missing_cells_are_unknown():
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 20.12 / 20.13: text that is not what it claims is refused, naming its line
+# Text that is not what it claims is refused, naming its line
 
 
 def _header_only(text: str) -> str:
@@ -380,9 +380,9 @@ def _header_only(text: str) -> str:
 
 @pytest.mark.parametrize("text", ["GPU0 GPU0\n", "GPU0\tGPU0\n", "\tGPU0\tGPU0\tCPU Affinity\n"])
 def test_a_header_naming_a_gpu_twice_is_no_machine(text):
-    """Issue 20.12: the single line `GPU0 GPU0` read as a one-GPU machine (topo -m with warnings, topo -p2p
-    without). nvidia-smi names each device once in its header (reference 2.1, 2.2), and cells are placed
-    by their column, so a second name would put every cell after it one column off."""
+    """The single line `GPU0 GPU0` is no machine (it was read as one GPU, by topo -m with warnings, by
+    topo -p2p without). nvidia-smi names each device once in its header, and cells are placed by their
+    column, so a second name would put every cell after it one column off."""
     for parse in (parse_topo_matrix, parse_p2p_matrix):
         with pytest.raises(SmiParseError, match="line 1: the header names GPU0 twice"):
             parse(text)
@@ -390,8 +390,8 @@ def test_a_header_naming_a_gpu_twice_is_no_machine(text):
 
 @pytest.mark.parametrize("text", [_header_only(FOUR), _header_only(P2P_SAMPLE), " \tGPU0\t\n", "\tGPU0\tCPU Affinity\n"])
 def test_a_capture_cut_after_its_header_is_refused(text):
-    """Issue 20.12: the header alone of a real capture (topo -p2p rw from reference 2.2; the topo -m
-    shape of nccl#1505) became a machine of unknown links, exit 0; docs/options.md promises a usage error."""
+    """The header alone of a real capture (topo -p2p rw of club-3090#1229; the topo -m shape of
+    nccl#1505) is a usage error, as docs/options.md promises, not a machine of unknown links (exit 0)."""
     for parse in (parse_topo_matrix, parse_p2p_matrix):
         with pytest.raises(SmiParseError, match="line 1: no nvidia-smi .* matrix: the header names GPU0.* and no GPU "
                                                 "row follows it"):
@@ -420,7 +420,7 @@ def _rocm_one_gpu(title: bool) -> str:
 
 @pytest.mark.parametrize("title", [True, False], ids=["with-title", "section-only"])
 def test_rocm_smi_one_gpu_link_type_is_no_nvidia_matrix(title):
-    """Issue 20.12: smi-p2p read rocm-smi's one-GPU Link Type section as an NVIDIA matrix (X where it says 0)."""
+    """rocm-smi's one-GPU Link Type section is no NVIDIA matrix for smi-p2p (it says 0 where nvidia-smi says X)."""
     text = _rocm_one_gpu(title)
     for parse in (parse_topo_matrix, parse_p2p_matrix):
         with pytest.raises(SmiParseError, match="rocm-smi output" if title else "line 2: .*GPU0's .*own.* is '0'"):
@@ -428,12 +428,12 @@ def test_rocm_smi_one_gpu_link_type_is_no_nvidia_matrix(title):
 
 
 def test_rocm_smi_diagonal_under_a_gpu_row_is_no_nvidia_matrix():
-    """A one-GPU matrix says it is nvidia-smi's only by its own cell: X (reference 2.1, 2.2), where
+    """A one-GPU matrix says it is nvidia-smi's only by its own cell: X (nvidia-smi prints X there in topo -m and topo -p2p), where
     rocm-smi prints 0 (corpus rocm/001)."""
     for parse, header in ((parse_topo_matrix, "\tGPU0\tCPU Affinity\n"), (parse_p2p_matrix, " \tGPU0\t\n")):
         with pytest.raises(SmiParseError, match="line 2: .*GPU0's .*own"):
             parse(header + "GPU0\t0\t0-7\n")
-    # nvidia-smi's own one-GPU outputs still read (shape of reference 2.1 and 2.2)
+    # nvidia-smi's own one-GPU outputs (topo -p2p, topo -m) still read
     assert parse_p2p_matrix(" \tGPU0\t\n GPU0\tX\t\n\nLegend:\n\n  X    = Self\n") == (("X",),)
     assert parse_topo_matrix("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-7\t0\n").matrix == (("X",),)
 
@@ -443,16 +443,16 @@ def test_rocm_smi_diagonal_under_a_gpu_row_is_no_nvidia_matrix():
     (" GPU1\tGNS\tOK\t", 3, "GPU1's cell in column GPU1 \\(its own\\) is 'OK', where nvidia-smi topo -p2p prints X"),
 ])
 def test_p2p_x_off_the_diagonal_or_a_status_on_it_is_refused(row, line, says):
-    """Issue 20.13: OK on the diagonal and X off it were read without a word. nvidia-smi prints X on the
-    diagonal and only there (reference 2.2, verbatim club-3090#1229; corpus p2pmatrix/001): a row that
-    breaks it has its cells out of their columns (a lost tab)."""
+    """OK on the diagonal or X off it is refused, not read without a word. nvidia-smi prints X on the
+    diagonal and only there (club-3090#1229; corpus p2pmatrix/001): a row that breaks it has its cells
+    out of their columns (a lost tab)."""
     text = P2P_SAMPLE.replace(" GPU1\tGNS\tX\t", row)
     with pytest.raises(SmiParseError, match=f"line {line}: {says}"):
         parse_p2p_matrix(text)
 
 
 def test_p2p_two_rows_for_one_gpu_are_refused():
-    """Issue 20.13: the first of two rows for one GPU was kept silently. nvidia-smi writes one row per GPU."""
+    """Two rows for one GPU are refused (the first was kept silently). nvidia-smi writes one row per GPU."""
     text = P2P_SAMPLE.replace(" GPU1\tGNS\tX\t\n", " GPU1\tGNS\tX\t\n GPU1\tOK\tX\t\n")
     with pytest.raises(SmiParseError, match="line 4: a second row for GPU1 \\(the first is line 3\\)"):
         parse_p2p_matrix(text)
@@ -487,11 +487,11 @@ def smi_texts(draw):
 @given(smi_texts())
 def test_parse_reads_what_was_written_and_render_round_trips(case):
     text, labels, cpu, numa = case
-    if cpu == []:  # a header naming no GPU: no machine (issue 20.12)
+    if cpu == []:  # a header naming no GPU: no machine
         with pytest.raises(SmiParseError, match="the header names no GPU"):
             parse_topo_matrix(text)
         return
-    if labels and all(label == "?" for label in labels.values()):  # not one link: no topology (issue 8.20)
+    if labels and all(label == "?" for label in labels.values()):  # not one link: no topology
         with pytest.raises(SmiParseError, match="not one GPU pair's cell is a link"):
             parse_topo_matrix(text)
         return
@@ -551,7 +551,7 @@ def damaged_smi_texts(draw):
 @settings(max_examples=400, deadline=None)
 @given(damaged_smi_texts())
 def test_cells_run_together_or_blank_read_as_the_same_facts_or_unknown(case):
-    """Issue 8.22: whatever the damage, every fact read is the fact written, or unknown."""
+    """Whatever the damage, every fact read is the fact written, or unknown."""
     text, n, k, label, cpu, numa = case
     try:
         smi = parse_topo_matrix(text)
