@@ -14,7 +14,7 @@ import pytest
 from pytest_gputopo.core.causes import MACHINE, Finding, Group, causes
 from pytest_gputopo.core.expressions import parse_expression
 from pytest_gputopo.core.regressions import compared
-from pytest_gputopo.plugin.hooks import GATE_EXIT_STATUS
+from pytest_gputopo.plugin.run import GATE_EXIT_STATUS
 from pytest_gputopo.probe import probe_recorded
 
 TESTS = "def test_a(): pass\ndef test_b(): pass\n"

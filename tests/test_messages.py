@@ -8,7 +8,7 @@ import pytest
 from pytest_gputopo.core import requirements as reqs
 from pytest_gputopo.core.keys import AllReduce
 from pytest_gputopo.core.units import counted
-from pytest_gputopo.plugin.hooks import GATE_EXIT_STATUS
+from pytest_gputopo.plugin.run import GATE_EXIT_STATUS
 from pytest_gputopo.probe import reference
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.parse.nccl_log import parse_nccl_log, transport_family
-from pytest_gputopo.plugin.hooks import GATE_EXIT_STATUS
+from pytest_gputopo.plugin.run import GATE_EXIT_STATUS
 from pytest_gputopo.core.requirements import TransportRequirement
 
 NCCL_LOGS = CORPUS / "nccl"

@@ -4,7 +4,7 @@ NCCL's settings (as NCCL reads them) and NVML's P2P status on recorded machines.
 
 import pytest
 
-from pytest_gputopo.plugin.hooks import GATE_EXIT_STATUS
+from pytest_gputopo.plugin.run import GATE_EXIT_STATUS
 
 SRC = """
 import pytest
@@ -90,7 +90,7 @@ def test_bad_transport_marker(pytester, args, message):
 def test_nccl_account_and_measured_p2p_in_the_view():
     """NCCL's own account, when one ran, is what the view reports; a measured P2P copy far below
     its link's figure is named as a fallback cause."""
-    from pytest_gputopo.plugin.facts import NcclView
+    from pytest_gputopo.plugin.nccl_view import NcclView
     from pytest_gputopo.nccl.expect import expected_transports
     from pytest_gputopo.nccl.settings import NcclSettings
     from pytest_gputopo.probe import probe_recorded

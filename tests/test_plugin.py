@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import CORPUS, NO_CORPUS
-from pytest_gputopo.plugin.hooks import GATE_EXIT_STATUS
+from pytest_gputopo.plugin.run import GATE_EXIT_STATUS
 
 MARKED = """
 import pytest

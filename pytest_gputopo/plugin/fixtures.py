@@ -116,6 +116,6 @@ class BenchFixture:
         return self._suite().get(HostCopy("h2d", gpu, pinned))
 
     def _suite(self):
-        from .facts import suite
+        from .measurements import suite
 
         return suite(self._run)

@@ -1,6 +1,6 @@
 """pytest hooks of pytest-gputopo (the ``pytest11`` entry point). Hooks only: the run object
-(``run``) is built once in ``pytest_configure``; verdicts come from ``verdicts``, facts from
-``facts``, text from ``reporter``. Nothing imports this module.
+(``run``) is built once in ``pytest_configure``; verdicts come from ``verdicts``, measurements from
+``measurements``, NCCL's view from ``nccl_view``, text from ``reporter``. Nothing imports this module.
 
 Loading it imports the standard library, pytest and the light modules of this package only (a test
 checks it); the core's judges and the benchmarks are imported when something needs them.
@@ -18,7 +18,7 @@ from . import hookspecs, markers, options, reporter
 from .fixtures import gputopo, gputopo_bench, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
 from .machine import Machine, item_facts, shared
 from .run import GATE_EXIT_STATUS, RANKS_EXIT_STATUS, RUN, GputopoRun, Ranks, run_of
-from .settings import read as read_settings
+from .run_settings import read_run_settings
 
 ITEM_REQS = pytest.StashKey[list]()  # a test's (requirement, strict) pairs, read at collection
 PROBE_NOTES = pytest.StashKey[tuple]()  # what the probe asked and what it took from this boot's record
@@ -38,7 +38,7 @@ def pytest_addhooks(pluginmanager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for line in markers.registration_lines():
         config.addinivalue_line("markers", line)
-    settings = read_settings(config)
+    settings = read_run_settings(config)
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         shared_dir = workerinput.get(WORKER_SHARED_DIR)
@@ -125,7 +125,7 @@ def _join_ranks(run: GputopoRun, launch, secret) -> Ranks | None:
 
     fallback = ""
     if len(run.topology.gpus) >= 2:  # each node's own NCCL settings: predicted where they are read
-        from .facts import predicted_fallback_line
+        from .nccl_view import predicted_fallback_line
 
         fallback = predicted_fallback_line(run)
     try:
@@ -164,8 +164,8 @@ def pytest_configure_node(node) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(RUN, None)
-    if run is not None and "suite" in run.derived:
-        run.derived["suite"].close()
+    if run is not None and run.state.suite is not None:
+        run.state.suite.close()
     if run is not None and run.shared_dir and not run.worker:
         shutil.rmtree(run.shared_dir, ignore_errors=True)
 
@@ -202,7 +202,7 @@ def _header(run: GputopoRun) -> list[str]:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection(session: pytest.Session) -> bool | None:
     """Run gates, before the first test is collected. Unmet, the run's tests are not collected: its
-    items are one failing test per cause (``gate``), and the run ends with exit status 8."""
+    items are one failing test per cause (``gate``), and the run ends with ``GATE_EXIT_STATUS``."""
     run = run_of(session.config)
     if run.worker or (run.settings.require is None and run.settings.expect is None):
         return None
@@ -214,8 +214,8 @@ def pytest_collection(session: pytest.Session) -> bool | None:
         raise pytest.UsageError(str(exc)) from None
     if not causes:
         return None
-    run.derived["gate_problems"] = problems  # the reports' verdict: a run stopped here FAILED
-    run.derived["gate_causes"] = causes
+    run.state.gate_problems = problems  # the reports' verdict: a run stopped here FAILED
+    run.state.gate_causes = causes
     planned = session.config.pluginmanager.has_plugin("gputopo-plan")  # runs nothing: these lines are its verdict
     if run.speaks:
         tw = session.config.get_terminal_writer()
@@ -234,7 +234,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     """An unmet run gate runs its own items here, in the process that decided it: under xdist the
     controller, whose workers' tests never run."""
     run = session.config.stash.get(RUN, None)
-    if run is None or "gate_causes" not in run.derived or session.config.option.collectonly:
+    if run is None or not run.state.gate_causes or session.config.option.collectonly:
         return None
     for i, item in enumerate(session.items):
         item.ihook.pytest_runtest_protocol(item=item, nextitem=session.items[i + 1] if i + 1 < len(session.items) else None)
@@ -310,7 +310,7 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     run = item.config.stash.get(RUN, None)
-    if run is not None and run.worker and "progress" in run.derived:
+    if run is not None and run.worker and run.state.progress:
         from .progress import relay
 
         relay(run, item)  # before the report is made: it copies the item's user_properties
@@ -321,7 +321,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     run = config.stash.get(RUN, None)
     if run is None:
         return
-    for error in run.derived.get("report_errors", ()):  # beside pytest's own summary, never in its place
+    for error in run.state.report_errors:  # beside pytest's own summary, never in its place
         terminalreporter.write_line(error, red=True, bold=True)
     if not run.speaks:
         return
@@ -349,5 +349,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if run is not None:
         reporter.write_reports(run, complete=True)
     # Its causes failed as tests (or, in a plan, ran as nothing): the run's status says the gate.
-    if run is not None and "gate_causes" in run.derived and session.exitstatus in (0, 1, 5):
+    if run is not None and run.state.gate_causes and session.exitstatus in (0, 1, 5):
         session.exitstatus = GATE_EXIT_STATUS

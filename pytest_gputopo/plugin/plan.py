@@ -19,7 +19,7 @@ import pytest
 
 from ..core.units import counted
 from ..runtime import environ
-from .run import GputopoRun, run_of
+from .run import GATE_EXIT_STATUS, GputopoRun, run_of
 from .verdicts import BROKEN, FAIL, RUN, SKIP, evaluate, unmet_verdict
 
 UNKNOWN = "unknown"  # decided by a measurement the plan does not make
@@ -122,7 +122,7 @@ def _judged(run: GputopoRun, requirement, memo: dict) -> tuple:
 
         planned = None
         if isinstance(requirement, FactRequirement):  # judged on measurements: the suite lists them
-            from .facts import suite
+            from .measurements import suite
 
             planned = suite(run).planned
         start = len(planned) if planned is not None else 0
@@ -159,8 +159,8 @@ def show(run: GputopoRun, entries: list[Entry], reporter) -> None:
         reporter.write_line(f"RUN gputopo-check - {counted(checks, 'health check')} "
                             f"(--gputopo-check {run.settings.check}): each outcome is the check's", **MARKUP[RUN])
     found = ", ".join(f"{n} {COUNTED[v]}" for v, n in counts(entries).items() if n) or "no test selected"
-    if run.derived.get("gate_problems"):  # the gate already said why, cause by cause
-        found = "the run gate is unmet: no test would run (exit status 8)"
+    if run.state.gate_problems:  # the gate already said why, cause by cause
+        found = f"the run gate is unmet: no test would run (exit status {GATE_EXIT_STATUS})"
     reporter.write_line(f"gputopo plan on {where(run)}: {found}; no test ran ({terminal(run.settings.plan_from)})",
                         bold=True)
 
@@ -173,7 +173,7 @@ def document(run: GputopoRun, entries: list[Entry]) -> dict:
         "machine": str(run.topology.source) if learned else None,  # "recorded:NAME", "text:FILE", "NVML"
         "this_host": run.topology.is_this_host if learned else True,
         "strict": run.settings.strict,
-        "gate": list(run.derived.get("gate_problems", ())),  # an unmet run gate's problems: no test would run
+        "gate": list(run.state.gate_problems),  # an unmet run gate's problems: no test would run
         "counts": counts(entries),
         "tests": [{"nodeid": e.nodeid, "verdict": e.verdict, "reason": e.reason, "requirement": e.requirement,
                    "would_measure": list(e.measure)} for e in entries],

@@ -36,7 +36,7 @@ def tell(run: GputopoRun, line: str, live_only: bool = False) -> None:
     time they arrive the measurement is over)."""
     if run.worker:
         if not live_only:
-            run.derived.setdefault("progress", []).append(line)
+            run.state.progress.append(line)
         return
     if run.speaks:
         write(run.config, line)
@@ -57,8 +57,8 @@ def write(config: pytest.Config, line: str) -> None:
 
 def relay(run: GputopoRun, item: pytest.Item) -> None:
     """On an xdist worker: the lines said since the last report go with this one."""
-    for line in run.derived.pop("progress", ()):
-        item.user_properties.append((PROGRESS_PROPERTY, line))
+    lines, run.state.progress = run.state.progress, []
+    item.user_properties += [(PROGRESS_PROPERTY, line) for line in lines]
 
 
 class Relayed:

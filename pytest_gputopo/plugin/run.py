@@ -1,6 +1,7 @@
 """The run object: what a pytest-gputopo run knows, built once in ``pytest_configure`` and kept under
-one ``StashKey`` (``RUN``). Hooks read it; what the run learns as it goes (benchmark results, NCCL's
-view, verdicts) is derived from it on first use and kept with it."""
+one ``StashKey`` (``RUN``). Hooks read it. It is frozen, but for what it holds that learns: the
+machine (``Machine``) and what the run learns as it goes (``RunState``: the benchmark suite, NCCL's
+view, each requirement's verdict, an unmet run gate's causes, what is waiting to be said)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pytest
 
 from .machine import Machine
-from .settings import Settings
+from .run_settings import RunSettings
 
-if TYPE_CHECKING:  # annotations only: the model is loaded by the probe, not by loading the plugin
+if TYPE_CHECKING:  # annotations only: these load when the run first needs them, not with the plugin
+    from ..bench.suite import BenchSuite
+    from ..core.causes import Cause
     from ..core.model import Topology
+    from ..core.requirements import Requirement
+    from .nccl_view import NcclView
+    from .verdicts import Outcome
 
 # Exit status of a run stopped by --gputopo-require or --gputopo-expect (pytest uses 0-5).
 GATE_EXIT_STATUS = 8
@@ -36,18 +42,42 @@ class Ranks(NamedTuple):  # not a dataclass: cheaper to define, and this module 
         return self.exchange.launch.rank
 
 
+class RunState:  # not a dataclass: defining one costs 0.36 ms, this class 0.01 ms, and it loads with the plugin
+    """What a run learns as it goes, one field per thing, each written in one place (named below) and
+    empty until then. The run (``GputopoRun.state``) and the same run with its ranks share one."""
+
+    __slots__ = ("suite", "nccl_view", "verdicts", "gate_problems", "gate_causes", "progress", "json_seen",
+                 "report_errors")
+
+    def __init__(self) -> None:
+        # The benchmark suite, made when first needed (``measurements.suite``); closed at the end.
+        self.suite: BenchSuite | None = None
+        # NCCL's view, predicted or observed, kept once taken outside a plan (``nccl_view.nccl_view``).
+        self.nccl_view: NcclView | None = None
+        # Each requirement's verdict, judged once per run (``verdicts.evaluate``).
+        self.verdicts: dict[Requirement, Outcome] = {}
+        # An unmet run gate (``hooks.pytest_collection``): its problems, and the same grouped by cause;
+        # empty when no gate stopped the run.
+        self.gate_problems: list[str] = []
+        self.gate_causes: list[Cause] = []
+        # An xdist worker's progress lines, waiting for its next test report (``progress.tell``, ``relay``).
+        self.progress: list[str] = []
+        # The measurements (this process's, the shared folder's) when a report was last written, by
+        # count: an interim report is written again only when they changed (``reporter.write_reports``).
+        self.json_seen: tuple[int, int] | None = None
+        # A report that could not be written at the end, said beside pytest's own summary (``reporter``).
+        self.report_errors: list[str] = []
+
+
 @dataclass(frozen=True, eq=False)
 class GputopoRun:
     config: pytest.Config
-    settings: Settings
+    settings: RunSettings
     machine: Machine  # the topology, learned on first use with what the run needs
     worker: bool = False  # an xdist worker: it never speaks; it learns the machine through shared_dir
     ranks: Ranks | None = None  # under a launcher
     shared_dir: str | None = None  # xdist: where the processes of this run share benchmark results
-    # What the run learns as it goes, made on first use (``facts``): the benchmark suite, NCCL's
-    # view; and each requirement's verdict, judged once per run (``verdicts``).
-    derived: dict = field(default_factory=dict, repr=False)
-    verdicts: dict = field(default_factory=dict, repr=False)
+    state: RunState = field(default_factory=RunState, repr=False)  # what the run learns as it goes
 
     @property
     def topology(self) -> Topology:
@@ -60,7 +90,7 @@ class GputopoRun:
         return not self.worker and (self.ranks is None or self.ranks.rank == 0)
 
     def with_ranks(self, ranks: Ranks) -> "GputopoRun":
-        return dataclasses.replace(self, ranks=ranks)  # the same derived facts and verdicts
+        return dataclasses.replace(self, ranks=ranks)  # the same state: what was learned stays learned
 
     def nodes(self) -> list[tuple[Any, Topology]]:
         """(rank view or None, topology) of every distinct node of the run: this process alone,

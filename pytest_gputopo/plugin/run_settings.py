@@ -1,6 +1,6 @@
-"""Every pytest-gputopo setting, read once at start-up from its surfaces (``options``: CLI, env,
-ini), so that a bad value is a usage error naming its source before any test runs. The benchmarks
-themselves start only when something selected needs them."""
+"""The run's settings: every pytest-gputopo option resolved once at start-up from its surfaces
+(``options``: CLI, env, ini), so that a bad value is a usage error naming its source before any test
+runs. The benchmarks themselves start only when something selected needs them."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from . import options
 CHECK_LEVELS = ("quick", "full")
 
 
-class Settings(NamedTuple):  # not a dataclass: cheaper to define, and this module loads with the plugin
+class RunSettings(NamedTuple):  # not a dataclass: cheaper to define, and this module loads with the plugin
     strict: bool = False
     machine: str | None = None  # --gputopo-machine: a recorded machine instead of this host
     machine_from: str = ""
@@ -52,7 +52,7 @@ class Settings(NamedTuple):  # not a dataclass: cheaper to define, and this modu
         return {**thresholds.DEFAULT_FLOORS, **self.floor_overrides}, set(self.floor_overrides)
 
 
-def read(config: pytest.Config) -> Settings:
+def read_run_settings(config: pytest.Config) -> RunSettings:
     """Every setting, checked; raises ``pytest.UsageError`` naming the surface of a bad one."""
     for name, opt in options.OPTIONS.items():
         if opt.metavar is None:
@@ -77,7 +77,7 @@ def read(config: pytest.Config) -> Settings:
     plan_json = None if config.getoption("gputopo_no_plan") else options.writable_path(config, "plan-json")
     plan_from = (options.value(config, "plan")[1] if options.flag(config, "plan")
                  else options.value(config, "plan-json")[1] if plan_json is not None else "")
-    return Settings(
+    return RunSettings(
         strict=options.flag(config, "strict"), machine=machine, machine_from=machine_from,
         require=require, require_from=require_from, expect=expect, expect_from=expect_from,
         check=options.choice(config, "check", CHECK_LEVELS, "quick") if check is not None else None,
