@@ -486,12 +486,12 @@ def test_a_geforce_pair_reporting_cns_is_a_card_without_p2p(pytester):
 def test_a_mig_instance_does_not_inherit_its_parents_nvlinks(monkeypatch):
     """Issue 8.9: CUDA reports a MIG instance with its parent GPU's PCI bus id
     (``cudaDeviceProp.pciBusID``), so a join by bus id handed the instance the whole GPU's NVLinks."""
-    from pytest_gputopo.probe import _as_cuda_sees_it
+    from pytest_gputopo.probe.cuda_numbering import as_cuda_sees_it
     from pytest_gputopo.probe.cuda_driver import CudaView
 
     t = recorded.load_profile("hgx-h100").topology
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-3b2c7a91-0000-5b1e-9a3f-1c2d3e4f5a6b")
-    got = _as_cuda_sees_it(t, CudaView((t.gpus[0].pci_bus_id,), {}, {}))
+    got = as_cuda_sees_it(t, CudaView((t.gpus[0].pci_bus_id,), {}, {}))
     assert got.gpus == ()
     assert any("MIG instance" in w for w in got.warnings)
 

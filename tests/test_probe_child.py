@@ -99,7 +99,8 @@ class FakeLibcuda:
 
 
 def test_multicast_comes_from_cudas_attribute_joined_by_bus_id():
-    from pytest_gputopo.probe import _with_cuda_facts, probe
+    from pytest_gputopo.probe import probe
+    from pytest_gputopo.probe.this_host import with_cuda_facts
     from pytest_gputopo.probe.cuda_driver import cuda_view
 
     view = cuda_view(FakeLibcuda())
@@ -109,7 +110,7 @@ def test_multicast_comes_from_cudas_attribute_joined_by_bus_id():
     assert cuda_view(FakeLibcuda(create=False)).multicast == {"00000000:18:00.0": False, "00000000:2A:00.0": False}
     bare = dataclasses.replace(probe("hgx-h100"), gpus=tuple(dataclasses.replace(g, multicast=None)
                                                              for g in probe("hgx-h100").gpus))
-    joined = _with_cuda_facts(bare, view, {"nccl_version": "2.21.5"})
+    joined = with_cuda_facts(bare, view, {"nccl_version": "2.21.5"})
     assert [g.multicast for g in joined.gpus] == [True] + [None] * 7 and joined.nccl_version == "2.21.5"
 
 

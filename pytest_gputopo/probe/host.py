@@ -86,9 +86,9 @@ def main(argv: list[str]) -> int:
     asked = [a for a in argv if a in FACTS]
     answer: dict = {"warnings": []}
     if model.NVML in asked:
-        from . import _probe_nvml_here
+        from .this_host import probe_nvml_here
 
-        answer["topology"] = schema.to_dict(_probe_nvml_here())
+        answer["topology"] = schema.to_dict(probe_nvml_here())
     if model.CUDA in asked:
         from .cuda_driver import CudaError, cuda_view
 
