@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import CORPUS, NO_CORPUS, run_cli as run
-from pytest_gputopo import cli
+import pytest_gputopo
 from pytest_gputopo.core import schema
 from pytest_gputopo.parse.nvbandwidth import Nvbandwidth, NvbMatrix, NvbTestcase, parse_nvbandwidth
 from pytest_gputopo.parse.cuda_samples import parse_p2p_bandwidth_latency
@@ -111,7 +111,7 @@ def test_nvbandwidth_figures_are_recorded_per_pair_and_served_as_recorded(tmp_pa
 
 def test_recorded_figures_are_judged_as_measured_ones_are(tmp_path, capsys):
     """The same figures in a profile that knows its GPUs (bundled hgx-h100: H100 SXM5, NVLink 4.0)."""
-    data = json.loads((Path(cli.__file__).parent / "machines" / "hgx-h100.json").read_text())
+    data = json.loads((Path(pytest_gputopo.__file__).parent / "machines" / "hgx-h100.json").read_text())
     figures = RecordedFigures(probe("hgx-h100"))
     figures.add_nvbandwidth(parse_nvbandwidth(nvbandwidth_text()), "nvb.txt")
     data["topology"]["published"] = figures.published  # in place of the pair-less published figure

@@ -1,0 +1,123 @@
+"""``gputopo fleet``: many nodes' documents (run reports, check reports, recorded profiles) judged
+against each other, each node by the peers of its GPU model (``core.fleet``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ..core import keys, schema
+from ..core.fleet import judge
+from ..core.fleet_facts import Node, node_of
+from ..probe.recorded import ProfileError, parse_profile, read_json
+from ..render import fleet as fleet_out
+from ..render.document import MEASUREMENT, list_of, null_or
+from ..runtime import files
+from .common import CliError, add_command, check_writable
+
+MAX_DOCUMENTS = 100_000
+MEASUREMENTS = null_or(list_of(MEASUREMENT))
+
+
+def _documents(paths: list[str]) -> list[str]:
+    """The files named, and every ``*.json`` under the folders named (links not followed), in order."""
+    found = []
+    for path in paths:
+        if os.path.isdir(path):
+            for top, dirs, names in os.walk(path):
+                dirs.sort()
+                found += [os.path.join(top, n) for n in sorted(names) if n.endswith(".json")]
+        else:
+            found.append(path)
+        if len(found) > MAX_DOCUMENTS:
+            raise CliError(f"{path}: more than {MAX_DOCUMENTS} documents")
+    return found
+
+
+def _figures(doc: dict) -> list:
+    out = []
+    for i, m in enumerate(doc.get("measurements") or []):
+        try:
+            key = keys.from_list(m.get("key"))
+        except (ValueError, AttributeError):
+            raise ValueError(f"measurements[{i}]: not a measurement gputopo writes") from None
+        out.append((key, m.get("gbps"), m.get("origin")))
+    return out
+
+
+def node_from(path: str) -> Node:
+    """The node a document describes; ValueError naming what is wrong with it."""
+    doc = read_json(files.read_text(path), path)
+    if not isinstance(doc, dict):
+        raise ValueError("not a gputopo document (a JSON object)")
+    if "name" in doc and "measurements" not in doc:  # a recorded profile (gputopo record)
+        topology = parse_profile(doc, path).topology
+        return node_of(topology, name=topology.hostname or doc["name"], path=path,
+                       notes=("a recorded profile: no measured figures",))
+    if doc.get("schema") != 1 or "topology" not in doc:
+        raise ValueError("not a gputopo document: no schema 1 and topology (a run's, a check's or a profile)")
+    topology = schema.from_dict(doc["topology"], "topology")
+    MEASUREMENTS(doc.get("measurements"), "measurements")  # only what the fleet view reads is checked
+    name = topology.hostname or os.path.splitext(os.path.basename(path))[0]
+    notes = () if doc.get("source") == "NVML" else (f"facts from {doc.get('source')}, not NVML on the node",)
+    return node_of(topology, name=name, path=path, figures=_figures(doc), when=doc.get("written"),
+                   notes=notes)
+
+
+def read_nodes(paths: list[str]) -> tuple[list[Node], list[tuple[str, str]]]:
+    """The nodes, and the documents not read with why (one per host: a second document of a host
+    already read is not compared as another node)."""
+    nodes, unread, seen = [], [], {}
+    for path in _documents(paths):
+        try:
+            node = node_from(path)
+        except OSError as exc:
+            unread.append((path, exc.strerror or str(exc)))
+            continue
+        except (ValueError, ProfileError, schema.SchemaError, RecursionError) as exc:
+            unread.append((path, str(exc).removeprefix(f"{path}: ")))
+            continue
+        if node.name in seen:
+            unread.append((path, f"another document of {node.name} was read first ({seen[node.name]})"))
+            continue
+        seen[node.name] = path
+        nodes.append(node)
+    return nodes, unread
+
+
+def cmd_fleet(args) -> int:
+    for flag, path in (("--html", args.html), ("--json", args.json), ("--markdown", args.markdown)):
+        check_writable(flag, path)
+    nodes, unread = read_nodes(args.documents)
+    if not nodes:
+        raise CliError("no node to judge: " + (f"{len(unread)} documents, none readable" if unread else
+                                               "no document found"))
+    fleet = judge(nodes)
+    try:
+        for path, write in ((args.html, fleet_out.html_page), (args.markdown, fleet_out.summary_markdown),
+                            (args.json, lambda f, u: json.dumps(fleet_out.document(f, u), indent=1) + "\n")):
+            if path:
+                files.write_text(path, write(fleet, unread))
+    except OSError as exc:
+        raise CliError(f"cannot write: {exc.strerror or exc}") from None
+    sys.stdout.write("\n".join(fleet_out.lines(fleet, unread)) + "\n")
+    return 2 if unread else 0 if fleet.healthy else 1
+
+
+def add_fleet(sub) -> None:
+    p = add_command(sub, "fleet", "judge many nodes' documents against each other, each by its peers",
+                    "Read the documents gputopo writes on many nodes (--gputopo-json run reports, `gputopo check\n"
+                    "--json` reports, recorded profiles; files or folders of them), group the nodes by GPU model,\n"
+                    "and name each node whose topology, versions or measured figures differ from its peers'.\n"
+                    "No rule file: the peers are the reference (docs/fleet.md).",
+                    "  srun --ntasks-per-node=1 gputopo check --level full --json out/%N.json\n"
+                    "  gputopo fleet out/ --html fleet.html --markdown \"$GITHUB_STEP_SUMMARY\"",
+                    "  0    no node differs from its peers\n"
+                    "  1    a node is named, or a group is split on a fact\n"
+                    "  2    bad arguments, or a document could not be read (the others are still judged)")
+    p.add_argument("documents", nargs="+", metavar="DOC", help="a document, or a folder of them (*.json)")
+    p.add_argument("--html", metavar="PATH.html", help="write the fleet's page")
+    p.add_argument("--json", metavar="PATH.json", help="write the fleet's JSON document")
+    p.add_argument("--markdown", metavar="PATH.md", help="write a Markdown summary (a CI step's summary)")
+    p.set_defaults(func=cmd_fleet)
