@@ -174,7 +174,7 @@ def test_unknown_p2p_status_is_an_unknown_transport_not_p2p(tmp_path):
     (src/transport/p2p.cc p2pCanConnect -> ncclTopoCheckP2p, which reads NVML's status, §3.2 of the
     reference); where the source did not give the status, the transport is unknown."""
     from pytest_gputopo.nccl.expect import expected_transports
-    from pytest_gputopo.nccl.settings import NcclSettings
+    from pytest_gputopo.nccl.nccl_settings import NcclSettings
     from pytest_gputopo.probe import probe
 
     path = tmp_path / "pix.txt"

@@ -11,11 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_gputopo.core.model import P2P, Gpu, Link, LinkClass, P2PStatus, Topology
-from pytest_gputopo.nccl import expect, settings
+from pytest_gputopo.nccl import expect, nccl_settings
 from pytest_gputopo.nccl.expect import (
     default_p2p_level, expected_transports, fallback_summary, find_fallbacks, link_path,
 )
-from pytest_gputopo.nccl.settings import NcclSettings, conf_file_paths, read_settings
+from pytest_gputopo.nccl.nccl_settings import NcclSettings, conf_file_paths, read_settings
 from pytest_gputopo.probe import probe_recorded
 
 ETC = "/etc/nccl.conf"
@@ -110,7 +110,7 @@ def test_a_legacy_integer_that_overflows_an_int_is_undefined_in_nccl():
     assert s.p2p_level is None and "undefined" in s.warnings[0]
 
 
-@pytest.mark.parametrize("name", settings.PATH_TYPES)
+@pytest.mark.parametrize("name", nccl_settings.PATH_TYPES)
 def test_every_path_type_string_is_a_level(name):
     assert read_settings({"NCCL_P2P_LEVEL": name}, []).p2p_level == name
 
@@ -166,7 +166,7 @@ def test_conf_file_paths_in_nccls_order():
        st.text(max_size=200))
 def test_arbitrary_settings_never_crash(environ, text):
     s = read_settings(environ, [(ETC, text)])
-    assert s.p2p_level is None or s.p2p_level in settings.PATH_TYPES
+    assert s.p2p_level is None or s.p2p_level in nccl_settings.PATH_TYPES
 
 
 libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
@@ -179,7 +179,7 @@ def test_strtol_matches_the_c_library(text):
     libc.strtoll.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int]
     ctypes.set_errno(0)
     value = libc.strtoll(text.encode(), None, 0)
-    assert settings._strtol(text) == (value, ctypes.get_errno() == 34)  # ERANGE
+    assert nccl_settings._strtol(text) == (value, ctypes.get_errno() == 34)  # ERANGE
 
 
 @pytest.mark.skipif(libc is None, reason="compares with the C library's strtoll (Linux)")
@@ -192,7 +192,7 @@ def test_strtol_of_5000_digits_matches_the_c_library(text):
     libc.strtoll.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int]
     ctypes.set_errno(0)
     value = libc.strtoll(text.encode(), None, 0)
-    assert settings._strtol(text) == (value, ctypes.get_errno() == 34)
+    assert nccl_settings._strtol(text) == (value, ctypes.get_errno() == 34)
     read_settings({"NCCL_P2P_LEVEL": text}, [])
 
 
@@ -417,7 +417,7 @@ def test_the_summary_puts_an_nvlink_pair_first(machines):
     assert fbs[0].causes == ("NCCL_P2P_LEVEL=0 from environment (read as LOC), below this pair's NVL",)
 
 
-@pytest.mark.parametrize("module, allowed", [(expect, {"..core.model", ".settings"}), (settings, set())])
+@pytest.mark.parametrize("module, allowed", [(expect, {"..core.model", ".nccl_settings"}), (nccl_settings, set())])
 def test_the_modules_are_pure(module, allowed):
     tree = ast.parse(Path(module.__file__).read_text())
     imported = set()

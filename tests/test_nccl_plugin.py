@@ -92,7 +92,7 @@ def test_nccl_account_and_measured_p2p_in_the_view():
     its link's figure is named as a fallback cause."""
     from pytest_gputopo.plugin.nccl_view import NcclView
     from pytest_gputopo.nccl.expect import expected_transports
-    from pytest_gputopo.nccl.settings import NcclSettings
+    from pytest_gputopo.nccl.nccl_settings import NcclSettings
     from pytest_gputopo.probe import probe_recorded
 
     topo = probe_recorded("dgx-a100")

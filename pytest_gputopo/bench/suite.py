@@ -23,7 +23,7 @@ from ..core.requirements import MIG_INSTANCE, mig_enabled
 from ..runtime import files
 from . import untrusted
 from .host_lock import host_lock
-from .settings import BenchSettings
+from .bench_settings import BenchSettings
 from .subproc import CopyWorker
 
 # Benchmarks every rank of a distributed run takes part in at once.

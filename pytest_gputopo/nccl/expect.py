@@ -9,7 +9,7 @@ config file, a BIOS that turned P2P off). This module reproduces NCCL's decision
 files; see ``shared/reference/nvml-nccl-torch.md`` sections 3.1-3.3) so that what NCCL really did
 (from its log) can be compared with what the machine deserves, and every visible cause named.
 
-Pure: the standard library and the core only. NCCL's settings come from ``nccl.settings`` (the
+Pure: the standard library and the core only. NCCL's settings come from ``nccl.nccl_settings`` (the
 caller passes the environment mapping and the config files' text); nothing here reads
 ``os.environ`` or a file.
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..core.model import Link, LinkClass, P2PStatus, Topology
-from .settings import PATH_TYPES, NcclSettings
+from .nccl_settings import PATH_TYPES, NcclSettings
 
 __all__ = [
     "Expectation", "Fallback", "default_p2p_level", "link_path", "expected_transports", "find_fallbacks",

@@ -8,7 +8,7 @@ from ..bench.suite import PLANNED
 from ..core import keys
 from ..core.model import Topology
 from ..nccl.expect import expected_transports, fallback_summary, find_fallbacks
-from ..nccl.settings import read_settings
+from ..nccl.nccl_settings import read_settings
 from ..runtime import environ
 from .measurements import suite
 from .run import GputopoRun

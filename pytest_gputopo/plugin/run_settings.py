@@ -9,7 +9,7 @@ from typing import Mapping, NamedTuple
 
 import pytest
 
-from ..bench.settings import BenchSettings
+from ..bench.bench_settings import BenchSettings
 from ..runtime import environ
 from . import options
 

@@ -145,7 +145,7 @@ def nccl_inputs() -> tuple[dict[str, str], list[tuple[str, str]]]:
     """What NCCL would read: the NCCL_* environment, and its config files' text in NCCL's order
     (NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf; the home directory from the password
     database, as NCCL takes it)."""
-    from ..nccl.settings import conf_file_paths  # NCCL's rules: when a run asks for its view, not at load
+    from ..nccl.nccl_settings import conf_file_paths  # NCCL's rules: when a run asks for its view, not at load
 
     environ = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     try:
