@@ -7,6 +7,7 @@ test chooses, so the plugin's own judging runs unchanged on them.
 """
 
 import json
+from html.parser import HTMLParser
 
 import pytest
 
@@ -51,8 +52,9 @@ def _checks(pytester) -> dict:
 
 
 def test_marker_and_check_item_judge_one_all_reduce_figure_alike(gpu_host, pytester):
-    """Issue 8.14: 300 GB/s on 8x H100 SXM at 16 GiB reached the marker's 0.6 x 450 = 270 and missed
-    the check's published per-SKU floor of 440: one figure, two verdicts. One rule now: both fail."""
+    """One figure, one verdict: 300 GB/s on 8x H100 SXM at 16 GiB reaches 0.6 x 450 = 270 but misses
+    the published per-SKU floor of 440, so the marker fails as the check item does (they once
+    disagreed)."""
     src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
     result = gpu_host("hgx-h100", {"allreduce": [300.0, None]}, src,
                       "--gputopo-allreduce-size", "16G", "--gputopo-check=full", "-k", "allreduce")
@@ -84,8 +86,8 @@ def test_an_explicit_floor_rules_marker_and_check_alike(gpu_host, pytester):
 
 
 def test_a_p2p_copy_slower_than_staging_fails_marker_and_check_alike(gpu_host, pytester):
-    """Issue 10.2: the check item failed a P2P copy slower than the same copy staged through the host,
-    while ``min_p2p_bw`` passed the same figure. One rule (``core.judgement``): both fail."""
+    """A P2P copy slower than the same copy staged through the host fails ``min_p2p_bw`` as it fails
+    the check item: one rule (``core.judgement``) judges both."""
     src = "import pytest\n@pytest.mark.min_p2p_bw(gpus=2)\ndef test_p2p(): pass\n"
     result = gpu_host("hgx-h100", {"p2p": [400.0, None], "p2p_staged": [420.0, None]}, src,
                       "--gputopo-check=full", "--gputopo-strict", "-k", "test_p2p or p2p_bw")
@@ -96,9 +98,8 @@ def test_a_p2p_copy_slower_than_staging_fails_marker_and_check_alike(gpu_host, p
 
 
 def test_a_figure_nothing_can_judge_is_unknown_in_marker_and_check(gpu_host, pytester):
-    """Issue 10.2: a check item whose figure no expectation judges (gloo's CPU all-reduce) passed,
-    "not judged"; the marker on the same figure was unmet. Unknown stays unknown: the item is
-    skipped with the reason, the marker unmet."""
+    """A figure no expectation judges (gloo's CPU all-reduce) is unknown in both: the check item is
+    skipped with the reason (it once passed, "not judged"), the marker unmet."""
     src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
     result = gpu_host("hgx-h100", {"allreduce": [1.5, None]}, src, "--gputopo-check=full",
                       "--gputopo-allreduce-backend", "gloo", "-k", "allreduce")
@@ -109,9 +110,53 @@ def test_a_figure_nothing_can_judge_is_unknown_in_marker_and_check(gpu_host, pyt
     result.stdout.fnmatch_lines(["*min_allreduce_bw(): *no expected bandwidth is known for gloo on CPUs*"])
 
 
+class _TitledCells(HTMLParser):
+    """Each table cell's title (its figure in words) -> its data-state (the verdict it shows)."""
+
+    def __init__(self):
+        super().__init__()
+        self.states = {}
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "td" and "data-state" in attrs:
+            self.states[attrs.get("title", "")] = attrs["data-state"]
+
+
+def _html_state(path, what: str) -> str:
+    parser = _TitledCells()
+    parser.feed(path.read_text())
+    (state,) = [s for title, s in parser.states.items() if title.startswith(what + ";")]
+    return state
+
+
+@pytest.mark.parametrize("p2p,staged,marker,check,state", [
+    (400.0, 100.0, "met", "passed", {"met"}),
+    (400.0, 420.0, "unmet", "failed", {"staged"}),  # reaches its floor, but slower than staging: no P2P
+    (300.0, None, "unmet", "failed", {"below"}),  # under 0.7 x 450 GB/s (NVLink 4.0 x 18)
+])
+def test_one_figure_gets_one_verdict_in_the_marker_the_check_the_json_and_the_html(
+        gpu_host, pytester, p2p, staged, marker, check, state):
+    """One P2P figure on one machine: the marker, the check item, the JSON report's measurement and
+    its HTML cell all say the verdict the one rule (``core.judgement``) gave -- the HTML reads it
+    from the document and never judges again, so it cannot call "met" a copy the marker found
+    slower than staging through the host."""
+    figures = {"p2p": [p2p, None], **({"p2p_staged": [staged, None]} if staged is not None else {})}
+    src = "import pytest\n@pytest.mark.min_p2p_bw(gpus=2)\ndef test_p2p(): pass\n"
+    gpu_host("hgx-h100", figures, src, "--gputopo-check=full", "-k", "test_p2p or p2p_bw",
+             "--gputopo-html", "out.html")
+    doc = json.loads((pytester.path / "out.json").read_text())
+    (verdict,) = [v for v in doc["verdicts"] if v["test"].endswith("test_p2p")]
+    assert verdict["verdict"] == marker
+    assert _checks(pytester)["p2p_bw[GPU0->GPU1]"]["outcome"] == check
+    (entry,) = [m for m in doc["measurements"] if m["key"] == ["p2p", 0, 1]]
+    assert {entry["state"]} == state
+    assert entry["expected"]["needed_gbps"] == pytest.approx(0.7 * 450)
+    assert {_html_state(pytester.path / "out.html", "GPU0->GPU1 copy, P2P")} <= state | {"above"}
+
+
 def test_wrong_data_fails_the_marker_even_when_not_strict(gpu_host, pytester):
-    """Issue 8.13: a benchmark whose data came back wrong only skipped the test. Wrong data is a
-    broken node: the marker fails (at setup, without --gputopo-strict), as the check item does."""
+    """Wrong data from a benchmark is a broken node, not a skip: the marker fails (at setup, without --gputopo-strict), as the check item does."""
     src = "import pytest\n@pytest.mark.min_allreduce_bw(0.001)\ndef test_allreduce(): pass\n"
     result = gpu_host("dgx-a100", {"allreduce": [250.0, "12 wrong elements after the all-reduce"]}, src,
                       "--gputopo-check=full", "-k", "allreduce")
@@ -137,7 +182,7 @@ def _idle(name: str):
 
 
 def test_expectations_use_the_links_maximum_not_the_idle_generation():
-    """Issue 8.6: at idle the expected host->device figure of an H100 became Gen1's."""
+    """An idle H100 (its link at Gen1) keeps the expected host->device and P2P figures of its Gen5 x16 link."""
     from pytest_gputopo.core import spec
     from pytest_gputopo.probe import probe_recorded
 
@@ -149,8 +194,8 @@ def test_expectations_use_the_links_maximum_not_the_idle_generation():
 
 
 def test_an_idle_gpu_is_no_regression():
-    """Issue 8.6: --gputopo-expect reported an idle GPU's Gen1 as a regression against its own
-    healthy reference; only the maximum and the width are compared."""
+    """--gputopo-expect does not call an idle GPU's Gen1 a regression against its own healthy
+    reference: only the maximum and the width are compared."""
     from pytest_gputopo.core.regressions import regressions
     from pytest_gputopo.probe import probe_recorded
 
@@ -180,8 +225,8 @@ NCCL_TESTS = """\
     (0, 5, "FAILED", "nccl-tests reported 'Out of bounds values : 5 FAILED'"),
 ])
 def test_nccl_tests_figure_and_verdict_are_its_own(monkeypatch, ip_wrong, oob, verdict, error):
-    """Issue 8.12: in-place #wrong and a FAILED "Out of bounds" line were ignored, and the figure was
-    the larger of out-of-place and in-place. nccl-tests (src/common.cu) prints per-placement #wrong,
+    """In-place #wrong and a FAILED "Out of bounds" line fail the run, and the figure is nccl-tests'
+    own, not the larger of out-of-place and in-place. nccl-tests (src/common.cu) prints per-placement #wrong,
     ends with "# Out of bounds values : N OK|FAILED" and reports "# Avg bus bandwidth" over every
     cell; any wrong value fails, and the figure is the one it reports."""
     from pytest_gputopo.bench import nccl_tests
@@ -241,8 +286,8 @@ NCCL_RUN_WRONG = {"nccl_transports": [None, None, {
 
 
 def test_wrong_data_in_nccls_own_run_fails_the_transport_marker(gpu_host):
-    """Issue 8.13: NCCL's account is taken from a small all-reduce whose data are checked; data that
-    came back wrong were ignored and the transport it reported met the marker. A broken node fails."""
+    """NCCL's account is taken from a small all-reduce whose data are checked; when they come back
+    wrong the transport marker fails (a broken node), whatever transport NCCL reported."""
     src = "import pytest\n@pytest.mark.requires_nccl_transport('P2P', gpus=2)\ndef test_p2p(): pass\n"
     result = gpu_host("hgx-h100", NCCL_RUN_WRONG, src)
     outcomes = result.parseoutcomes()
@@ -252,7 +297,7 @@ def test_wrong_data_in_nccls_own_run_fails_the_transport_marker(gpu_host):
 
 
 def test_wrong_data_fails_the_run_gate(gpu_host):
-    """Issue 8.13: the no-fallback gate rests on NCCL's run; wrong data there is a broken node."""
+    """The no-fallback gate rests on NCCL's run; wrong data there is a broken node."""
     result = gpu_host("hgx-h100", NCCL_RUN_WRONG, "def test_x(): pass\n", "--gputopo-require", "no-fallback")
     assert result.ret == 8
     result.stdout.fnmatch_lines(["*- broken node: no-fallback: NCCL's transports among 8 GPUs*: 5 wrong elements*"])
@@ -268,8 +313,9 @@ def test_wrong_data_fails_the_run_gate(gpu_host):
                                             "*expected as hgx-h100: GPU4-GPU5 are linked by NODE, the reference by NV18*"]),
 ])
 def test_expect_compares_the_physical_gpus_the_job_sees(pytester, monkeypatch, visible, machine, ret, lines):
-    """Issue 8.19: a job seeing GPUs 0-3 of a healthy node failed against the node's own reference
-    (fewer GPUs), and GPUs 4-7 of a degraded node named GPU5 "GPU1"."""
+    """A job seeing GPUs 0-3 of a healthy node passes against the node's own reference (fewer GPUs
+    are no regression when they are the ones the job sees), and GPUs 4-7 of a degraded node name GPU5
+    as nvidia-smi does, not "GPU1"."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     pytester.makepyfile(test_x="def test_x(): pass\n")
@@ -280,7 +326,7 @@ def test_expect_compares_the_physical_gpus_the_job_sees(pytester, monkeypatch, v
 
 
 def test_expect_takes_nvidia_smi_text_as_machine_does(pytester):
-    """Issue 8.19: --gputopo-expect accepts a `.txt` matrix, as --gputopo-machine does."""
+    """--gputopo-expect accepts a `.txt` matrix, as --gputopo-machine does."""
     from pytest_gputopo.probe import probe_recorded
     from pytest_gputopo.render.smi_topo import render_topo_matrix
 
