@@ -226,8 +226,9 @@ def test_a_link_of_unknown_type_to_no_gpu_may_be_a_switch():
 
 
 def test_counts_no_gpu_could_have_come_back_unknown_not_an_error():
-    """Issue 8.18: counts that neither direct links nor NVSwitches give (GPU0 NV30 to one peer, NV10
-    to another, those two unlinked) raised ValueError, an INTERNALERROR wherever the profile was used."""
+    """Counts that neither direct links nor NVSwitches give (GPU0 NV30 to one peer, NV10 to another,
+    those two unlinked) leave the links unknown, never a ValueError (an INTERNALERROR wherever the
+    profile was used)."""
     gpus = tuple(model.Gpu(i) for i in range(3))
     links = (model.Link(0, 1, nvlinks=30), model.Link(0, 2, nvlinks=10), model.Link(1, 2, nvlinks=0))
     got = nvml.probe(make_fake_pynvml(model.Topology(gpus=gpus, links=links)))
@@ -235,9 +236,9 @@ def test_counts_no_gpu_could_have_come_back_unknown_not_an_error():
 
 
 def test_a_switch_box_whose_gpu_lost_its_links_replays_from_its_matrix(tmp_path):
-    """Issue 8.18: `gputopo record --from-smi` of hgx-h100-nvlink-down's matrix said "wrote", and
-    every later use was an INTERNALERROR ("GPU0 would need 108 NVLinks"): NV18 to six peers is 18
-    links to NVSwitches, and GPU5's SYS pairs are a GPU with none up."""
+    """A profile recorded from hgx-h100-nvlink-down's matrix replays (no INTERNALERROR such as "GPU0
+    would need 108 NVLinks"): NV18 to six peers is 18 links to NVSwitches, and GPU5's SYS pairs are a
+    GPU with none up."""
     import subprocess
     import sys
 
@@ -256,9 +257,9 @@ def test_a_switch_box_whose_gpu_lost_its_links_replays_from_its_matrix(tmp_path)
 
 
 def test_replay_invents_no_nvlinks_and_keeps_cuda_peer(tmp_path):
-    """Issue 8.17: a profile without NVLink lists was replayed as "18/18 NVLinks up", and a recorded
-    cuda_peer: false was dropped. The pair counts come through NVML's code path; the per-link facts
-    the profile does not hold stay unknown, and CUDA's answers are the profile's."""
+    """A profile without NVLink lists is not replayed as "18/18 NVLinks up", and a recorded
+    cuda_peer: false is kept. The pair counts come through NVML's code path; the per-link facts the
+    profile does not hold stay unknown, and CUDA's answers are the profile's."""
     import json
 
     from pytest_gputopo.probe import probe_recorded
@@ -276,7 +277,7 @@ def test_replay_invents_no_nvlinks_and_keeps_cuda_peer(tmp_path):
 
 
 def test_p2p_staged_figures_are_accepted_in_profiles():
-    """Issue 8.17: `p2p_staged` figures were refused in a profile's `published`."""
+    """A profile's `published` figures may be `p2p_staged` ones."""
     fig = {"kind": "p2p_staged", "gbps": 10.5, "source": "a measurement"}
     assert schema.from_dict({"gpus": [], "links": [], "published": [fig]}).published == (fig,)
 
@@ -433,7 +434,7 @@ def test_every_bundled_machine_round_trips(name):
     assert got.source == t.source and got.warnings == ()
 
 
-# -- issue 8: facts as the real driver gives them ----------------------------------------------
+# -- facts as the real driver gives them -----------------------------------------------------
 
 
 def _pcie_cards_without_bridge() -> model.Topology:
@@ -444,8 +445,8 @@ def _pcie_cards_without_bridge() -> model.Topology:
 
 
 def test_links_that_are_down_are_not_asked_where_they_lead():
-    """Issue 8.8: the remote PCI info, type and version of a link that is down were asked, and the
-    driver's errors became warnings (which fail the `topology` check). NCCL asks nothing more of a
+    """A link that is down is not asked its remote PCI info, type or version, whose driver errors
+    would be warnings that fail the `topology` check. NCCL asks nothing more of a
     link that is not NVML_FEATURE_ENABLED (src/graph/xml.cc ncclTopoGetXmlFromGpu, v2.30.7: the P2P
     capability, the state, "if (isActive != NVML_FEATURE_ENABLED) continue;", then the remote PCI info;
     never the remote device type)."""
@@ -455,7 +456,7 @@ def test_links_that_are_down_are_not_asked_where_they_lead():
 
 
 def test_nvlink_capable_pcie_cards_without_a_bridge_pass_the_checks(pytester):
-    """Issue 8.7: a GPU with no NVLink up on a machine where no GPU has one up is a GPU without
+    """A GPU with no NVLink up on a machine where no GPU has one up is a GPU without
     NVLink, not a fault; some up and some down is."""
     from pytest_gputopo.probe.recorded import profile_dict
 
@@ -468,7 +469,7 @@ def test_nvlink_capable_pcie_cards_without_a_bridge_pass_the_checks(pytester):
 
 
 def test_a_geforce_pair_reporting_cns_is_a_card_without_p2p(pytester):
-    """Issue 8.9: GeForce cards report CNS as well as GNS for P2P (NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED);
+    """GeForce cards report CNS as well as GNS for P2P (NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED);
     the p2p_status check treats both as a card without P2P, not a broken node."""
     from pytest_gputopo.probe.recorded import profile_dict
 
@@ -484,8 +485,8 @@ def test_a_geforce_pair_reporting_cns_is_a_card_without_p2p(pytester):
 
 
 def test_a_mig_instance_does_not_inherit_its_parents_nvlinks(monkeypatch):
-    """Issue 8.9: CUDA reports a MIG instance with its parent GPU's PCI bus id
-    (``cudaDeviceProp.pciBusID``), so a join by bus id handed the instance the whole GPU's NVLinks."""
+    """CUDA reports a MIG instance with its parent GPU's PCI bus id (``cudaDeviceProp.pciBusID``); the
+    instance is not handed the whole GPU's NVLinks by a join on bus id, but left out with a warning."""
     from pytest_gputopo.probe.cuda_numbering import as_cuda_sees_it
     from pytest_gputopo.probe.cuda_driver import CudaView
 
