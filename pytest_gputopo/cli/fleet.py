@@ -76,7 +76,7 @@ def read_nodes(paths: list[str]) -> tuple[list[Node], list[tuple[str, str]]]:
             unread.append((path, exc.strerror or str(exc)))
             continue
         except (ValueError, ProfileError, schema.SchemaError, RecursionError) as exc:
-            unread.append((path, str(exc).removeprefix(f"{path}: ")))
+            unread.append((path, str(exc).removeprefix(f"{path}:").lstrip()))
             continue
         if node.name in seen:
             unread.append((path, f"another document of {node.name} was read first ({seen[node.name]})"))

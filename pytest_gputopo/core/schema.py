@@ -72,7 +72,7 @@ def _strings(d: Mapping, key: str, path: str, limit: int) -> tuple[str, ...]:
 
 
 def _mapping(value: Any, path: str) -> Mapping:
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # dict first: the ABC check is slow
         raise SchemaError(path, f"expected an object, got {type(value).__name__}")
     return value
 

@@ -1,0 +1,108 @@
+"""One node of a fleet as the fleet view compares it: its kind (the GPU model), its facts (a link class,
+a width, a version: one string each, ``None`` where its document does not say) and its measured figures,
+each filed under the class of thing it measured so that peers' figures of the same class compare."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import keys, model
+from .units import size_text
+
+UNKNOWN_MODEL = "unknown GPU"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure: what it measured (``what``), the class it is compared within
+    (``cls``: the figure kind and what bounds it, "P2P copy over NV18")."""
+
+    what: str
+    cls: str
+    gbps: float
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str  # the host name its document gives, else the document's file name
+    path: str  # the document it was read from
+    kind: str  # the GPU model ("8x" is a fact, so a node that lost a GPU stays among its peers)
+    facts: dict[str, str | None]
+    figures: tuple[Figure, ...] = ()
+    when: str | None = None  # when the document was written, as it says
+    notes: tuple[str, ...] = ()  # what its document does not let the fleet view judge
+    per_gpu: frozenset[str] = field(default_factory=frozenset)  # the facts that name a GPU or a pair
+
+
+def _p2p_text(p2p: model.P2P) -> str:
+    read, write = p2p.read.value, p2p.write.value
+    return read if read == write else f"read {read}, write {write}"
+
+
+def _pcie(gen: int | None, width: int | None) -> str | None:
+    return None if gen is None or width is None else f"Gen{gen} x{width}"
+
+
+def _gpu_facts(gpu: model.Gpu) -> dict[str, str | None]:
+    name = f"GPU{gpu.index}"
+    facts = {f"{name} PCIe now": _pcie(gpu.pcie_gen_current, gpu.pcie_width_current),
+             f"{name} PCIe max": _pcie(gpu.pcie_gen_max, gpu.pcie_width_max),
+             f"{name} NUMA node": None if gpu.numa_node is None else str(gpu.numa_node)}
+    if gpu.nvlinks:
+        facts[f"{name} NVLinks up"] = f"{gpu.active_nvlinks} of {len(gpu.nvlinks)}"
+    return facts
+
+
+def _figure_class(key: keys.Key, topology: model.Topology) -> str | None:
+    """The class a figure is compared within: a copy by its pair's link class, a host copy by its GPU's
+    PCIe capability (so a link trained down is compared with its peers' full ones), an all-reduce by its
+    ranks and size. None for what is no bandwidth (NCCL's transports)."""
+    if isinstance(key, keys.Copy):
+        if max(key.src, key.dst) >= len(topology.gpus):
+            return None
+        label = topology.link(key.src, key.dst).label
+        return f"{key.kind} copy over {label or 'an unknown link'}"
+    if isinstance(key, keys.HostCopy):
+        if key.gpu >= len(topology.gpus):
+            return None
+        gpu = topology.gpus[key.gpu]
+        return (f"{key.kind} {'pinned' if key.pinned else 'pageable'} on "
+                f"{_pcie(gpu.pcie_gen_max, gpu.pcie_width_max) or 'unknown PCIe'}")
+    if isinstance(key, keys.AllReduce):
+        on = f" on GPUs {','.join(map(str, key.devices))}" if key.devices else ""
+        return f"all-reduce busbw, {key.ranks} ranks{on}, {size_text(key.size_bytes)}"
+    return None
+
+
+def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when: str | None = None,
+            notes: tuple[str, ...] = ()) -> Node:
+    """``figures``: (key, GB/s, origin) of the document's measurements; only measured ones are
+    compared (a recorded figure is another machine's, published)."""
+    models = sorted({g.name or UNKNOWN_MODEL for g in topology.gpus})
+    facts: dict[str, str | None] = {"GPUs": str(len(topology.gpus))}
+    per_gpu = set()
+    for gpu in topology.gpus:
+        for fact, value in _gpu_facts(gpu).items():
+            facts[fact] = value
+            per_gpu.add(fact)
+    for link in topology.pairs():
+        for fact, value in ((f"{link.name} link", None if link.label is None else str(link.label)),
+                            (f"{link.name} P2P", _p2p_text(link.p2p))):
+            facts[fact] = value
+            per_gpu.add(fact)
+    facts["NICs"] = ", ".join(sorted(topology.nics)) if topology.nics else None
+    for fact, value in (("driver", topology.driver_version), ("CUDA (driver)", topology.cuda_driver_version),
+                        ("CUDA runtime (torch)", topology.cuda_runtime_version),
+                        ("NCCL (torch)", topology.nccl_version)):
+        facts[fact] = value
+    read, skipped = [], list(notes)
+    for key, gbps, origin in figures:
+        cls = _figure_class(key, topology)
+        if cls is None or gbps is None:
+            continue
+        if origin != "measured":
+            skipped.append(f"{key.describe()}: {origin}, not measured on this node: not compared")
+            continue
+        read.append(Figure(key.describe(), cls, float(gbps)))
+    return Node(name=name, path=path, kind=" + ".join(models) if models else "no GPU", facts=facts,
+                figures=tuple(read), when=when, notes=tuple(dict.fromkeys(skipped)), per_gpu=frozenset(per_gpu))

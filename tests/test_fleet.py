@@ -1,0 +1,148 @@
+"""``gputopo fleet``: nodes judged by the peers of their GPU model. Every injected fault is named with its
+reason, noise never names a node, a group split on a fact is the group's finding (neither side is called
+healthy), what cannot be judged says why, and every string from a document is escaped where it lands."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+from conftest import browser_render, needs_browser, run_cli
+from fleet_docs import FAULTS, measurements, write_fleet
+
+from pytest_gputopo.core import fleet, keys
+from pytest_gputopo.core.fleet_facts import node_of
+from pytest_gputopo.core.schema import to_dict
+from pytest_gputopo.probe import probe_recorded
+
+
+@pytest.fixture
+def docs(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    return folder
+
+
+def fleet_json(capsys, *args):
+    code, out, err = run_cli(capsys, "fleet", *args, "--json", args[0].parent / "fleet.json")
+    return code, out, err, json.loads((args[0].parent / "fleet.json").read_text())
+
+
+def named(doc: dict) -> dict:
+    return {n["name"]: [f["fact"] for f in n["findings"]] for g in doc["groups"] for n in g["nodes"] if n["findings"]}
+
+
+def test_every_injected_fault_is_named_with_its_reason_and_no_other_node(docs, capsys):
+    random.seed(7)
+    write_fleet(docs, 30)
+    write_fleet(docs, 6, machine="dgx-a100", prefix="a100-", faults=False)
+    code, out, err, doc = fleet_json(capsys, docs)
+    assert code == 1, err
+    assert named(doc) == {f"node{i:05d}": [fact] for i, (_, fact) in FAULTS.items()}
+    lines = out.splitlines()
+    assert "  NAMED node00005: GPU2 PCIe now: Gen5 x8, where 29 of the 30 nodes that say have Gen5 x16" in lines
+    assert any(line.startswith("  NAMED node00009: GPU") and "under the median of 30 nodes" in line for line in lines)
+    assert lines[-1] == "gputopo fleet: 36 nodes in 2 groups: 5 nodes named"
+    assert [g["kind"] for g in doc["groups"]] == ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]  # as read
+
+
+def test_noise_never_names_a_node():
+    random.seed(11)
+    base = probe_recorded("dgx-a100")
+    for n in (5, 8, 40):
+        for _ in range(15):
+            figures = [[(keys.from_list(m["key"]), m["gbps"], "measured") for m in measurements(to_dict(base), 1.0)]
+                       for _ in range(n)]
+            judged = fleet.judge([node_of(base, name=f"n{i}", path="-", figures=f) for i, f in enumerate(figures)])
+            assert judged.healthy, [f.says for g in judged.groups for f in g.findings]
+
+
+def test_a_group_split_on_a_fact_is_its_own_finding_and_neither_side_is_called_healthy(docs, capsys):
+    write_fleet(docs, 20, shared_fault=True, faults=False)  # 8 of 20 lost an NVLink of GPU4
+    code, out, err, doc = fleet_json(capsys, docs)
+    assert code == 1 and named(doc) == {}
+    (split,) = doc["groups"][0]["group_findings"]
+    assert split["node"] is None and split["fact"] == "GPU4 NVLinks up"
+    assert "18 of 18 on 12 nodes" in split["says"] and "17 of 18 on 8 nodes" in split["says"]
+    assert "  SPLIT GPU4 NVLinks up: the group is split" in out.splitlines()[1]
+    assert "no node differs" not in out
+
+
+def test_a_node_that_lost_a_gpu_is_named_for_it_and_its_pairs_are_not_compared():
+    base = probe_recorded("hgx-h100")
+    nodes = [node_of(base, name=f"n{i}", path="-") for i in range(5)]
+    nodes.append(node_of(base.restrict(range(7)), name="short", path="-"))
+    group = fleet.judge(nodes).groups[0]
+    assert [f.says for f in group.of("short")] == ["GPUs: 7, where 5 of the 6 nodes that say have 8"]
+    assert "its GPUs and pairs: 7 GPUs where its peers have 8" in group.unjudged_of(nodes[-1])[0]
+
+
+def test_too_few_peers_say_so_and_name_nobody(docs, capsys):
+    write_fleet(docs, 2, faults=False)
+    code, out, err, doc = fleet_json(capsys, docs)
+    assert code == 0
+    assert "  not judged: 2 nodes of this kind: too few to judge by its peers (3 needed)" in out.splitlines()
+
+
+def test_a_document_not_read_is_named_and_the_others_are_still_judged(docs, capsys):
+    write_fleet(docs, 5, faults=False)
+    (docs / "broken.json").write_text("{not json")
+    (docs / "other.json").write_text(json.dumps({"schema": 1, "hello": 1}))
+    twice = json.loads((docs / "node00000.json").read_text())
+    (docs / "zz-again.json").write_text(json.dumps(twice))
+    code, out, err, doc = fleet_json(capsys, docs)
+    assert code == 2
+    reasons = {d["document"].rsplit("/", 1)[-1]: d["why"] for d in doc["not_read"]}
+    assert reasons["broken.json"].startswith("1:2: not valid JSON")
+    assert "no schema 1 and topology" in reasons["other.json"]
+    assert reasons["zz-again.json"].startswith("another document of node00000 was read first")
+    assert "gputopo fleet: 5 nodes in 1 group: 3 documents not read" in out
+
+
+def test_documents_of_this_projects_own_runs_mix_in(docs, tmp_path):
+    """Real check reports, as gputopo check writes them on bundled machines (recorded facts, no figures)."""
+    for name in ("a", "b", "c"):
+        done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "--machine", "dgx-a100", "--json",
+                               str(docs / f"run-{name}.json")], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert done.returncode == 0, done.stdout[-2000:]
+    write_fleet(docs, 5, machine="dgx-a100", prefix="sim-", faults=False)
+    done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "fleet", str(docs), "--json",
+                           str(tmp_path / "f.json")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (group,) = json.loads((tmp_path / "f.json").read_text())["groups"]
+    by_name = {n["name"]: n for n in group["nodes"]}
+    assert len(by_name) == 8 and "run-a" in by_name
+    assert by_name["run-a"]["not_judged"] == [
+        "facts from recorded:dgx-a100 (a recorded machine, not this host), not NVML on the node"]
+
+
+HOSTILE = "evil|<script>alert(1)</script>\n::error::`x`"
+
+
+def test_a_hostile_host_name_is_escaped_in_every_medium(docs, tmp_path, capsys):
+    write_fleet(docs, 4, faults=False)
+    doc = json.loads((docs / "node00001.json").read_text())
+    doc["topology"]["hostname"] = HOSTILE
+    doc["topology"]["driver_version"] = "1.0<b>"
+    (docs / "node00001.json").write_text(json.dumps(doc))
+    code, out, err = run_cli(capsys, "fleet", docs, "--html", tmp_path / "f.html", "--markdown", tmp_path / "f.md")
+    assert code == 1
+    assert "NAMED evil|<script>alert(1)</script>\\n::error::`x`: driver: 1.0<b>" in out
+    page = (tmp_path / "f.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;" in page and "<b>" not in page
+    md = (tmp_path / "f.md").read_text()
+    assert "<script>" not in md and "evil&#124;" in md and "\\`x\\`" in md
+
+
+@needs_browser
+def test_the_page_opens_in_a_real_browser_with_every_node(docs, tmp_path, capsys):
+    random.seed(3)
+    write_fleet(docs, 40)
+    code, out, err = run_cli(capsys, "fleet", docs, "--html", tmp_path / "f.html")
+    png, dom, log = browser_render(tmp_path / "f.html", tmp_path)
+    assert png > 10_000 and "Uncaught" not in log, log[-2000:]
+    assert dom.count("<tr>") == 41  # the head and one row per node
+    assert dom.index("node00003") < dom.index("node00000")  # the named nodes first
