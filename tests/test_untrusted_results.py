@@ -1,5 +1,5 @@
 """Benchmark figures read back from pytest's cache, the folder xdist workers share and the store
-torchrun ranks share are untrusted input (issue 9.2, 9.13, 9.15): a figure that cannot be trusted
+torchrun ranks share are untrusted input: a figure that cannot be trusted
 is measured again, and the reason says so; nothing there crashes a run or decides a verdict."""
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ def suite_with_cache(monkeypatch, entry):
      "detail nested more than 32 levels deep"),
 ])
 def test_a_cache_entry_that_cannot_be_trusted_is_measured_again_and_says_so(monkeypatch, entry, says):
-    """Issue 9.2: NaN or 1e999 passed ``min_allreduce_bw(1)``, -5 showed as "cached -5 GB/s", other
-    shapes were an AttributeError at setup; 9.13: a time in the future never expired."""
+    """A cache entry that is not a figure (NaN or 1e999, which would pass ``min_allreduce_bw(1)``; -5,
+    which would show as "cached -5 GB/s"; other shapes, once an AttributeError at setup) or whose time
+    lies in the future (it would never expire) is measured again, and the reason says why."""
     if entry and isinstance(entry, dict) and entry.get("time") == 1.0:
         entry["time"] = time.time()  # fresh: only its content is wrong
     suite, measured = suite_with_cache(monkeypatch, entry)
@@ -96,8 +97,8 @@ def test_a_shared_result_is_taken_only_whole(data):
 
 
 def test_a_truncated_file_in_the_shared_folder_is_measured_again_and_listed_as_lost(tmp_path, monkeypatch):
-    """Issue 9.13: a worker killed mid-write left half a file; the controller's sessionfinish
-    raised a raw traceback and wrote no JSON."""
+    """Half a file left by a worker killed mid-write is listed as lost and measured again; the
+    controller's sessionfinish neither raises a traceback nor loses the JSON."""
     folder = SharedFolder(str(tmp_path))
     (tmp_path / "p2p-0-1.json").write_text('{"key": ["p2p", 0, 1], "what": "co')
     folder.put("h2d-0-True", BenchResult(keys.HostCopy("h2d", 0, True), "h2d", 20.0, "measured").to_json())
@@ -131,8 +132,8 @@ def _entry_file(pytester):
 
 @needs_torch
 def test_a_corrupted_cache_entry_never_passes_a_test(pytester):
-    """Issue 9.2 end to end: gloo measures this host's CPUs, far below 100000 GB/s; a NaN cached
-    figure passed the marker, a list crashed the setup with AttributeError."""
+    """End to end: gloo measures this host's CPUs, far below 100000 GB/s, so a NaN cached figure
+    must not pass the marker nor a list crash the setup (AttributeError): both are measured again."""
     pytester.makepyfile(test_bw="import pytest\n@pytest.mark.min_allreduce_bw(100000)\ndef test_fast(): pass\n")
     args = ["--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "64K", "--gputopo-cache", "-rs"]
     pytester.runpytest(*args).assert_outcomes(skipped=1)
@@ -149,9 +150,9 @@ def test_a_corrupted_cache_entry_never_passes_a_test(pytester):
 
 
 def test_xdist_workers_recorded_figures_reach_the_json_report(pytester):
-    """Issue 9.13: under ``-n 2`` on a recorded machine the JSON held 0 measurements: the workers'
-    recorded figures never reached the controller. ``min_p2p_bw`` consults each pair's staged copy
-    too (issue 10.2: the rule check items follow), so that one is reported as well."""
+    """Under ``-n 2`` on a recorded machine the workers' recorded figures reach the controller's JSON
+    (it once held 0 measurements). ``min_p2p_bw`` consults each pair's staged copy too (the rule
+    check items follow), so that one is reported as well."""
     pytest.importorskip("xdist")
     pytester.makepyfile(test_bw="import pytest\n"
                                 "@pytest.mark.parametrize('i', range(4))\n"
@@ -169,8 +170,8 @@ def test_xdist_workers_recorded_figures_reach_the_json_report(pytester):
 
 
 def test_a_forged_rank_record_is_a_reason_not_a_crash(monkeypatch):
-    """Issue 9.15: the rank-0 store takes records from anyone who reaches its port; a forged one
-    was an INTERNALERROR on rank 0. It is now a RankError naming the rank."""
+    """The rank-0 store takes records from anyone who reaches its port; a forged one is a RankError
+    naming the rank, not an INTERNALERROR on rank 0."""
     import socket
 
     from pytest_gputopo.runtime import environ as runtime
@@ -194,7 +195,7 @@ def test_a_forged_rank_record_is_a_reason_not_a_crash(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# The benchmark lock (issue 9.14)
+# The benchmark lock
 
 
 @pytest.fixture
