@@ -245,8 +245,8 @@ def test_wrong_elements_and_failed_summaries_make_ok_false():
 
 
 def test_a_low_average_is_no_wrong_data():
-    """Issue 8.12: nccl-tests' "Avg bus bandwidth : X FAILED" judges the figure against the user's
-    NCCL_TESTS_MIN_BW (src/util.cu writeResultFooter), not the data; it was read as wrong data."""
+    """nccl-tests' "Avg bus bandwidth : X FAILED" judges the figure against the user's
+    NCCL_TESTS_MIN_BW (src/util.cu writeResultFooter), not the data: it is not read as wrong data."""
     low = parse_nccl_tests(HEADER_2X + ROWS_2X + FOOTER_2X.replace("40.6175 ", "40.6175 FAILED"))
     assert (low.ok, low.data_ok, low.wrong_data()) == (False, True, None)
     wrong = parse_nccl_tests(HEADER_2X + ROWS_2X.replace("35.07      0", "35.07      3")
@@ -256,8 +256,8 @@ def test_a_low_average_is_no_wrong_data():
 
 
 def test_a_million_wrong_elements_printed_with_g_is_a_count():
-    """Issue 8.12: #wrong is printed with "%6g" (src/util.cu writeBenchmarkLineBody), so from a
-    million up it reads "1.04858e+06"; that cell was not read and the wrong data went unseen."""
+    """#wrong is printed with "%6g" (src/util.cu writeBenchmarkLineBody), so from a million up it
+    reads "1.04858e+06"; that cell is read, so the wrong data are seen."""
     row = ROWS_2X.splitlines()[0].replace("35.07      0", "35.07  1.04858e+06") + "\n"
     result = parse_nccl_tests(HEADER_2X + row)
     assert result.rows[0].in_place.wrong == 1048580
@@ -517,7 +517,7 @@ def _rows(version):
        avg=st.floats(0, 1e4, allow_nan=False).map(lambda x: float(f"{x:g}")),
        nranks=st.integers(1, 16), collective=st.sampled_from([None, "all_reduce", "all_gather", "alltoall"]))
 def test_render_then_parse_round_trips(data, version, oob, avg, nranks, collective):
-    """Issue 19: the renderer prints each version's format (the current one by default) and the
+    """The renderer prints each version's format (the current one by default) and the
     parser reads both."""
     rows = data.draw(st.lists(_rows(version), min_size=1, max_size=12))
     wrong = any(r.wrong for row in rows for r in row.results())
@@ -531,8 +531,8 @@ _FIGURES = NcclTestsResult("all_reduce", (NcclTestsRow(
 
 
 def test_render_prints_the_current_get_float_str_by_default():
-    """Issue 19: the time column followed nccl-tests <= 2.16 (src/common.cu BenchTime: "%7.1f" from
-    100 us, "%7.0f" from 10^4 us). From v2.17.3 (commit 00f5281) nccl-tests prints every figure with
+    """The renderer prints today's nccl-tests format, not that of nccl-tests <= 2.16 (src/common.cu
+    BenchTime: "%7.1f" from 100 us, "%7.0f" from 10^4 us). From v2.17.3 (commit 00f5281) nccl-tests prints every figure with
     getFloatStr (src/util.cu at v2.19.6: the most decimals, 2 then 1 then 0, that fit the column,
     time 7, bandwidths 6) and #wrong with "%6g" (writeBenchmarkLineBody); the header widens #wrong
     to "%6s" (writeResultHeader). Lines below: those formats applied by hand."""
@@ -567,7 +567,7 @@ def _sweep(world_size: int, wrongs: list[int]) -> dict:
 
 
 def test_a_sweep_counts_out_of_bounds_values_as_nccl_tests_does():
-    """Issue 19: "Out of bounds values" counted the sizes with wrong data. nccl-tests counts checks:
+    """"Out of bounds values" counts checks as nccl-tests does, not the sizes with wrong data:
     CheckData adds 1 to its thread's errors when the GPUs that thread checks hold a wrong element,
     and run() sums errors over threads and (MPI_Allreduce) over processes (src/common.cu at v2.13.9
     and v2.19.6). The sweep runs one process per rank, so nccl-tests would count one per rank whose
@@ -682,9 +682,9 @@ WRONG_RUN = HEADER_2X + ROWS_2X.replace("35.07      0", "35.07      3") + """\
 
 
 def test_runner_wrong_data_is_a_result_not_a_run_error(tmp_path):
-    """Issue 8.12: a finished run with wrong data exits with testNumResults (7) after its summary
-    (nccl-tests src/common.cu: run() returns it when errors[0], main's TESTCHECK prints "Test
-    failure"); that exit was a run error -- no figure, no wrong data, so a marker only skipped."""
+    """A finished run with wrong data exits with testNumResults (7) after its summary (nccl-tests
+    src/common.cu: run() returns it when errors[0], main's TESTCHECK prints "Test failure"): a result
+    with its figure and its wrong data, so a marker fails, not a run error that only skips."""
     text_file = tmp_path / "out.txt"
     text_file.write_text(WRONG_RUN)
     binary = _fake(tmp_path, """\
@@ -755,10 +755,10 @@ _EXITING = """\
 
 @pytest.mark.parametrize("text, status", [(WRONG_V2_13_9, 1), (WRONG_V2_19_6, 7)], ids=["v2.13.9", "v2.19.6"])
 def test_runner_wrong_data_is_a_result_whatever_the_version_exits_with(tmp_path, text, status):
-    """Issue 19.1: up to v2.17.2 a finished run with wrong data ends with exit(EXIT_FAILURE), status 1
+    """Up to v2.17.2 a finished run with wrong data ends with exit(EXIT_FAILURE), status 1
     (tag v2.13.9 src/common.cu, end of run()); commit 00f5281 (v2.17.3) made it testNumResults, 7.
-    Only 7 was read as nccl-tests' verdict: on older nccl-tests the result had no figure and the
-    marker skipped instead of failing on a broken node."""
+    Both are read as nccl-tests' verdict, so on older nccl-tests too the result has its figure and
+    the marker fails on a broken node instead of skipping."""
     (tmp_path / "out.txt").write_text(text)
     env = _env(FAKE_TEXT=str(tmp_path / "out.txt"), FAKE_STATUS=str(status))
     result = nt.run_all_reduce_perf(_fake(tmp_path, _EXITING), 2, 1 << 20, timeout_s=60, env=env)
@@ -832,8 +832,8 @@ def test_runner_timeout_kills_the_whole_group(tmp_path, ignore_term):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER is Linux's")
 def test_runner_timeout_ends_a_helper_that_left_the_group(tmp_path):
-    """Issue 9.9: a wrapper of nccl-tests that starts a helper with ``setsid`` left it orphaned
-    after the deadline (killpg does not reach another session). The run goes through
+    """A helper a wrapper of nccl-tests starts with ``setsid`` is not left orphaned after the
+    deadline (killpg does not reach another session): the run goes through
     ``bench.reaper``, a child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER) that ends it too."""
     binary, pids_file = _spawning_sleeper(tmp_path, ignore_term=False, setsid=True)
     try:
