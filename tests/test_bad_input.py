@@ -296,12 +296,11 @@ def test_a_small_threshold_is_not_printed_as_needed_0_0():
 
     from pytest_gputopo.probe import probe
 
-    from pytest_gputopo.core.judgement import Judgement, Measured
+    from pytest_gputopo.core.judgement import Judgement, Measured, Threshold
     from pytest_gputopo.core.spec import Figure
 
     requirement = reqs.BandwidthRequirement(metric="allreduce", gbps=0.001)
-    judged = Judgement(Measured(0.0005, "measured", "all-reduce"), None, "gloo", 0.8,
-                       Figure(0.001, "the marker"))
+    judged = Judgement(Measured(0.0005, "measured", "all-reduce"), Threshold(None, "gloo", 0.8, Figure(0.001, "the marker")))
     verdict = requirement.judge(probe("hgx-h100"), [judged])
     assert "needed 0.001" in verdict.reason and "needed 0.0 " not in verdict.reason
 

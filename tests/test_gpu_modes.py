@@ -217,11 +217,11 @@ def test_a_mig_enabled_gpu_gets_no_figure_measured_or_published(monkeypatch):
 
 
 def test_a_bandwidth_marker_on_a_prohibited_gpu_is_never_met(monkeypatch):
-    from pytest_gputopo.core.judgement import ABSENT, Judgement, Measured
+    from pytest_gputopo.core.judgement import ABSENT, Judgement, Measured, Threshold
     from pytest_gputopo.core.requirements import BandwidthRequirement
 
     result = _suite(_box(modes=("Prohibited", "Prohibited"), source="nvml"), monkeypatch).get(keys.Copy("p2p", 0, 1))
-    judged = Judgement(Measured(result.gbps, result.origin, result.what, result.source, result.error), None, "", 0.8)
+    judged = Judgement(Measured(result.gbps, result.origin, result.what, result.source, result.error), Threshold(None, "", 0.8))
     assert judged.state == ABSENT
     verdict = BandwidthRequirement(metric="p2p", gbps=10).judge(_box(), [judged])
     assert not verdict.ok and "compute mode Prohibited" in verdict.reason

@@ -117,10 +117,10 @@ def test_the_json_plan_says_what_decides_each_test(pytester):
     assert doc["schema"] == 1 and doc["strict"] is False and doc["gate"] == []
     assert doc["tests"] == [
         {"nodeid": "test_suite.py::test_plain", "verdict": "run", "reason": "no gputopo marker", "requirement": None,
-         "would_measure": []},
+         "requirement_verdict": None, "would_measure": []},
         {"nodeid": "test_suite.py::test_eight", "verdict": "skip",
          "reason": "requires_gpus(8): 1 visible [recorded:single-gpu (a recorded machine, not this host)]",
-         "requirement": "requires_gpus(8)", "would_measure": []},
+         "requirement": "requires_gpus(8)", "requirement_verdict": "unmet", "would_measure": []},
     ]
 
 

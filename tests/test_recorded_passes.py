@@ -72,7 +72,7 @@ def test_recorded_pass_under_xdist_reaches_junit(pytester):
 def _judged(origin):
     source = "a paper" if origin == "recorded" else None
     measured = judgement.Measured(50.0, origin, "GPU0->GPU1 copy, P2P", source=source)
-    return judgement.Judgement(measured, Figure(60.0, "spec", "NV2"), "NV2", 0.5)
+    return judgement.Judgement(measured, judgement.Threshold(Figure(60.0, "spec", "NV2"), "NV2", 0.5))
 
 
 def test_measured_pass_says_nothing_recorded():

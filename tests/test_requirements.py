@@ -147,3 +147,45 @@ def test_a_measured_figure_says_its_interval_and_a_small_one_keeps_its_digits():
     assert Measured(234.94, "recorded").text() == "recorded 234.9 GB/s"
     assert Measured(0.5812, "measured", interval=(0.527, 0.6204)).text() == \
         "measured 0.581 GB/s (95% interval 0.527-0.62)"
+
+
+def _figure(gbps, expected):
+    """A P2P copy's figure (None: none, the copy failed) against 0.7 x ``expected`` (None: nothing says)."""
+    from pytest_gputopo.core.judgement import Judgement, Threshold
+    from pytest_gputopo.core.spec import Figure
+
+    exp = Figure(expected, "spec", "NV4") if expected is not None else None
+    measured = Measured(gbps, "measured", "GPU0->GPU1 copy, P2P", error=None if gbps is not None else "no peer access")
+    return Judgement(measured, Threshold(exp, "NV4", 0.7))
+
+
+@pytest.mark.parametrize("requirement, topology, unknown", [
+    # A fact no source reported: unmet, and unknown (never said to fall short).
+    (gpu_requirements.GpuRequirement(model="H100"), Topology(gpus=(Gpu(0),)), True),
+    (gpu_requirements.VersionRequirement(nccl=">=2.18"), Topology(gpus=(Gpu(0),)), True),
+    (reqs.P2PRequirement(), box({(0, 1): None}, 2), True),
+    (reqs.NvLinkRequirement(), box({(0, 1): None}, 2), True),
+    (reqs.LinkRequirement(need="NV"), box({(0, 1): None}, 2), True),
+    # One fact known to fall short beside an unknown one: unmet.
+    (gpu_requirements.GpuRequirement(min_memory_gb=80, model="H100"),
+     Topology(gpus=(Gpu(0, memory_total_bytes=40 * 10**9),)), False),
+    (reqs.NvLinkRequirement(), box({(0, 1): None, (0, 2): "SYS"}, 3), False),
+    # A shortfall worded with "is unknown" is still a shortfall: the verdict reads the finding, not its words.
+    (gpu_requirements.GpuRequirement(model="is unknown"), Topology(gpus=(Gpu(0, name="NVIDIA A100"),)), False),
+])
+def test_an_unmet_verdict_says_whether_it_rests_only_on_unknown_facts(requirement, topology, unknown):
+    verdict = requirement.evaluate(topology)
+    assert not verdict.ok and verdict.unknown is unknown
+    if unknown:  # each finding carries the flag too, whatever its wording
+        assert all(f.unknown for f in requirement.findings(topology))
+
+
+@pytest.mark.parametrize("figures, unknown", [
+    ([(50.0, None)], True),  # nothing says what the copy should reach
+    ([(None, 60.0)], True),  # no figure at all
+    ([(10.0, 60.0), (50.0, None)], False),  # one copy known to be slow
+])
+def test_a_bandwidth_verdict_is_unknown_only_when_no_figure_is_known_to_fall_short(figures, unknown):
+    judgements = [_figure(gbps, exp) for gbps, exp in figures]
+    verdict = reqs.BandwidthRequirement(metric="p2p").judge(box({}, 2), judgements)
+    assert not verdict.ok and verdict.unknown is unknown

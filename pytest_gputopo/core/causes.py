@@ -28,21 +28,33 @@ MACHINE = "the machine"
 EVIDENCE_LINES = 8  # shown under a cause before "and N more"
 
 
+class Unknown(str):
+    """A problem that is a fact no source reported (or a figure nothing says what it should reach),
+    not something known to fall short: never met, and said as unknown wherever a verdict is written.
+    Its type says so, whatever its wording: a ``Finding`` made of one is ``unknown``."""
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing found unmet. ``line``: as it is printed on its own; ``gpus``: the names of what it is
     about ("GPU0", "GPU5": a pair, one GPU, or none); ``what``: the problem without its subject, to
-    count alike findings ("are linked by SYS"); ``name``: a short name of its own ("requires_p2p[GPU0-GPU1]")."""
+    count alike findings ("are linked by SYS"); ``name``: a short name of its own ("requires_p2p[GPU0-GPU1]");
+    ``unknown``: the problem is a fact no source reported (``Unknown``), not a known shortfall."""
 
     line: str
     gpus: tuple[str, ...] = ()
     what: str = ""
     name: str = ""
+    unknown: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.line, Unknown) or isinstance(self.what, Unknown):
+            object.__setattr__(self, "unknown", True)
 
     def under(self, scope: str) -> "Finding":
         """The finding as a check named ``scope`` reports it: ``scope: line``."""
         name = f"{scope}[{self.name}]" if self.name else scope
-        return Finding(f"{scope}: {self.line}", self.gpus, self.what, name)
+        return Finding(f"{scope}: {self.line}", self.gpus, self.what, name, self.unknown)
 
 
 @dataclass(frozen=True)

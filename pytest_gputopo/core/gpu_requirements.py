@@ -10,7 +10,7 @@ import fnmatch
 from dataclasses import dataclass
 
 from . import hardware
-from .causes import Finding
+from .causes import Finding, Unknown
 from .limits import MAX_MEMORY_BYTES, show_value
 from .model import CUDA, NVML, TORCH, Gpu, Topology
 from .requirements import (MIG_INSTANCE, REASON_PAIRS, Requirement, RequirementError, Verdict, gpus_arg, gpus_text,
@@ -103,8 +103,8 @@ class GpuRequirement(Requirement):
         chosen = topology.chosen(self.gpus)
         if self.conditions and not chosen:
             return unmet(self, [f"no GPU to judge: {visible_text(topology)}"], max_pairs, "GPU")
-        failures = [f.line for f in self.findings(topology)]
-        return unmet(self, failures, max_pairs, "GPU") if failures else Verdict(True)
+        found = self.findings(topology)
+        return unmet(self, found, max_pairs, "GPU") if found else Verdict(True)
 
     def findings(self, topology: Topology) -> list[Finding]:
         """Each GPU's unmet conditions, naming the GPU (``core.causes``); the count apart: see ``evaluate``."""
@@ -127,42 +127,42 @@ class GpuRequirement(Requirement):
             have = gpu.memory_total_bytes
             if gpu.mig:  # the instance's memory is a slice of the GPU's
                 whole = "" if have is None else f", which has a slice of the GPU's {have / hardware.GB:.1f} GB"
-                problems.append(f"memory is unknown: MIG is enabled ({MIG_INSTANCE}{whole})")
+                problems.append(Unknown(f"memory is unknown: MIG is enabled ({MIG_INSTANCE}{whole})"))
             elif have is None:
-                problems.append(f"memory {UNKNOWN}")
+                problems.append(Unknown(f"memory {UNKNOWN}"))
             elif have < self.min_memory_gb * hardware.GB:
                 problems.append(f"has {have / hardware.GB:.1f} GB of memory, needs {self.min_memory_gb:g} GB")
         if self.compute_capability is not None:
             meets = hardware.satisfies(cc, self.compute_capability)
             if meets is None:
-                problems.append(f"compute capability {UNKNOWN}")
+                problems.append(Unknown(f"compute capability {UNKNOWN}"))
             elif not meets:
                 problems.append(f"has compute capability {cc}, needs {self.compute_capability}")
         if self.arch is not None:  # compared by the capability's place among architectures (hardware.arch_meets)
             meets, seen = hardware.arch_meets(cc, self.arch), hardware.arch_text(cc)
             named = "" if hardware.architecture(cc) else ", not in the plugin's table"
             if meets is None and seen == "unknown":
-                problems.append(f"architecture is unknown (compute capability {cc or 'unknown'})")
+                problems.append(Unknown(f"architecture is unknown (compute capability {cc or 'unknown'})"))
             elif meets is None:
-                problems.append(f"architecture is unknown (compute capability {cc}{named}: {seen}), "
-                                f"needs {' or '.join(self.arch)}")
+                problems.append(Unknown(f"architecture is unknown (compute capability {cc}{named}: {seen}), "
+                                        f"needs {' or '.join(self.arch)}"))
             elif not meets:
                 problems.append(f"is {seen} (compute capability {cc}{named}), needs {' or '.join(self.arch)}")
         if self.model is not None:
             if gpu.name is None:
-                problems.append(f"model {UNKNOWN}")
+                problems.append(Unknown(f"model {UNKNOWN}"))
             elif not any(_model_matches(m, gpu.name) for m in self.model):
                 problems.append(f"is not {' or '.join(repr(m) for m in self.model)}")
         if self.bf16 is not None:
             native = hardware.bf16(cc)
             if native is None:
-                problems.append(f"bf16 support is unknown (compute capability {cc or 'unknown'})")
+                problems.append(Unknown(f"bf16 support is unknown (compute capability {cc or 'unknown'})"))
             elif native != self.bf16:
                 problems.append(f"has {'no ' if not native else ''}native bf16 (compute capability {cc}), "
                                 f"needs {'one with' if self.bf16 else 'one without'}")
         if self.multicast is not None:
             if gpu.multicast is None:
-                problems.append(f"multicast (NVLS) support {UNKNOWN}")
+                problems.append(Unknown(f"multicast (NVLS) support {UNKNOWN}"))
             elif gpu.multicast != self.multicast:
                 problems.append(f"{'has no' if not gpu.multicast else 'has'} multicast (NVLS): CUDA reports "
                                 f"CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = {int(gpu.multicast)}")
@@ -215,7 +215,13 @@ class VersionRequirement(Requirement):
                                                 if getattr(self, n) is not None) + ")"
 
     def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
-        failures = []
+        found = self.findings(topology)
+        return unmet(self, found, max_pairs, "version") if found else Verdict(True)
+
+    def findings(self, topology: Topology) -> list[Finding]:
+        """Each unmet version: about no GPU (``core.causes``); one no source reported, or that is no
+        version, is unknown."""
+        found = []
         for name, (field, what) in VERSIONS.items():
             spec = getattr(self, name)
             if spec is None:
@@ -223,11 +229,8 @@ class VersionRequirement(Requirement):
             have = getattr(topology, field)
             meets = hardware.satisfies(have, spec)
             if meets is None:
-                failures.append(f"{what} ({name}) {UNKNOWN if have is None else f'is {have!r}, no version'}")
+                unknown = UNKNOWN if have is None else f"is {have!r}, no version"
+                found.append(Finding(Unknown(f"{what} ({name}) {unknown}")))
             elif not meets:
-                failures.append(f"{what} ({name}) is {have}, needs {spec}")
-        return unmet(self, failures, max_pairs, "version") if failures else Verdict(True)
-
-    def findings(self, topology: Topology) -> list[Finding]:
-        """Each unmet version: about no GPU (``core.causes``)."""
-        return [Finding(f) for f in self.evaluate(topology, None).failures]
+                found.append(Finding(f"{what} ({name}) is {have}, needs {spec}"))
+        return found

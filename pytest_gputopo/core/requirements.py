@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .model import ALL_FACTS, CUDA, NVML, Link, LinkClass, LinkLabel, Topology, link_satisfies
 from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, is_bandwidth, show_value
 from . import judgement, keys
-from .causes import Finding
+from .causes import Finding, Unknown
 from .thresholds import gbps_text
 from .units import counted
 
@@ -82,6 +82,7 @@ class Verdict:
     reason: str = ""
     failures: tuple[str, ...] = ()  # one entry per unmet pair (or the count shortfall)
     broken: bool = False  # a benchmark returned wrong data: a broken node, a failure even when not strict
+    unknown: bool = False  # unmet only for facts no source reported (``causes.Unknown``): not a shortfall
     # A met verdict that rests on figures recorded for the machine, not measured here: what and
     # where they were published, which every output of a passed test must say ("" otherwise).
     recorded: str = ""
@@ -111,7 +112,7 @@ class Requirement:
 
     def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
         found = self.findings(topology)
-        return unmet(self, [f.line for f in found], max_pairs) if found else Verdict(True)
+        return unmet(self, found, max_pairs) if found else Verdict(True)
 
     def findings(self, topology: Topology) -> list[Finding]:
         """Each unmet pair, naming its two GPUs (``core.causes``: a GPU in every failing pair is
@@ -141,17 +142,20 @@ def mig_enabled(topology: Topology, gpus) -> str | None:
 def mig_pair(topology: Topology, link: Link) -> str | None:
     """A pair's link and P2P are unknown to a process when either GPU has MIG enabled."""
     on = mig_enabled(topology, (link.a, link.b))
-    return f"link and P2P are unknown: {on} ({MIG_INSTANCE})" if on else None
+    return Unknown(f"link and P2P are unknown: {on} ({MIG_INSTANCE})") if on else None
 
 
 def visible_text(topology: Topology) -> str:
     n = len(topology.gpus)
-    text = f"{n} visible" if n != 1 else "1 visible"
-    return f"{text} ({topology.problem})" if topology.problem and not n else text
+    return f"{n} visible ({topology.problem})" if topology.problem and not n else f"{n} visible"
 
 
-def unmet(req: Requirement, failures: list[str], max_pairs: int | None, noun: str = "pair") -> Verdict:
-    return Verdict(False, f"{req}: {listed(failures, max_pairs, noun)}", tuple(failures))
+def unmet(req: Requirement, failures: list, max_pairs: int | None, noun: str = "pair") -> Verdict:
+    """Unmet for ``failures`` (problems, or ``Finding``s), unknown when every one is a fact no source
+    reported (``Unknown``, ``Finding.unknown``)."""
+    unknown = bool(failures) and all(f.unknown if isinstance(f, Finding) else isinstance(f, Unknown) for f in failures)
+    lines = [f.line if isinstance(f, Finding) else f for f in failures]
+    return Verdict(False, f"{req}: {listed(lines, max_pairs, noun)}", tuple(lines), unknown=unknown)
 
 
 def listed(items: list[str], most: int | None, noun: str) -> str:
@@ -172,11 +176,11 @@ def p2p_unknown(link: Link) -> str:
     missing = [cap for cap in ("read", "write") if getattr(link.p2p, cap).value == "U"]
     if len(missing) == 1:
         (cap,), other = missing, "write" if missing == ["read"] else "read"
-        return (f"P2P {cap} status is unknown ({other} {getattr(link.p2p, other).description}; no source reported "
-                f"{cap}: record `nvidia-smi topo -p2p {cap[0]}` with `gputopo record --from-smi TOPO "
-                f"--p2p {cap[0]}:FILE`)")
-    return ("P2P status is unknown (no source reported read or write: record `nvidia-smi topo -p2p r` and "
-            "`-p2p w` with `gputopo record --from-smi TOPO --p2p r:FILE --p2p w:FILE`)")
+        return Unknown(f"P2P {cap} status is unknown ({other} {getattr(link.p2p, other).description}; no source "
+                       f"reported {cap}: record `nvidia-smi topo -p2p {cap[0]}` with `gputopo record --from-smi TOPO "
+                       f"--p2p {cap[0]}:FILE`)")
+    return Unknown("P2P status is unknown (no source reported read or write: record `nvidia-smi topo -p2p r` and "
+                   "`-p2p w` with `gputopo record --from-smi TOPO --p2p r:FILE --p2p w:FILE`)")
 
 
 @dataclass(frozen=True)
@@ -213,7 +217,7 @@ class NvLinkRequirement(Requirement):
 
     def check_pair(self, link: Link) -> str | None:
         if link.nvlinks is None:
-            return "has an unknown number of NVLinks"
+            return Unknown("has an unknown number of NVLinks")
         if link.nvlinks >= self.min_links:
             return None
         if link.nvlinks:
@@ -247,7 +251,7 @@ class LinkRequirement(Requirement):
 
     def check_pair(self, link: Link) -> str | None:
         if link.label is None:
-            return "are linked by an unknown link"
+            return Unknown("are linked by an unknown link")
         if link_satisfies(link.label, self.need):
             return None
         return f"are linked by {link.label}"
@@ -333,13 +337,13 @@ class BandwidthRequirement(FactRequirement):
         for j in judgements:
             fig, state = j.measured, j.state
             if state == judgement.ABSENT:
-                failures.append(f"{fig.what}: no figure ({fig.error})")
+                failures.append(Unknown(f"{fig.what}: no figure ({fig.error})"))
             elif state == judgement.BROKEN:  # wrong data: the node is broken, whatever the threshold
                 broken = True
                 failures.append(f"{fig.what}: {fig.text()}; data wrong: {fig.error}")
             elif state == judgement.UNKNOWN:
-                failures.append(f"{fig.what}: {fig.text()}, but no expected bandwidth is "
-                                f"known for {j.basis} to judge it against")
+                failures.append(Unknown(f"{fig.what}: {fig.text()}, but no expected bandwidth is "
+                                        f"known for {j.threshold.basis} to judge it against"))
             elif state == judgement.STAGED:
                 failures.append(f"{fig.what}: {fig.text()}, slower than the same copy staged through the host "
                                 f"({gbps_text(j.staged_gbps)} GB/s): not P2P")
@@ -349,15 +353,13 @@ class BandwidthRequirement(FactRequirement):
                     sources.append(fig.source)
         if not failures:
             return self._met(judgements, max_items)
-        verdict = unmet(self, failures, max_items, "measurement")
-        if sources:  # a recorded machine's figures: say once where they were published
-            note = "; ".join(sources)
-            verdict = Verdict(False, f"{verdict.reason} (recorded figures, not measured here: {note})", verdict.failures)
-        return Verdict(False, verdict.reason, verdict.failures, broken)
+        verdict = unmet(self, failures, max_items, "measurement")  # a broken figure is known: not unknown
+        # A recorded machine's figures: say once where they were published.
+        note = f" (recorded figures, not measured here: {'; '.join(sources)})" if sources else ""
+        return Verdict(False, verdict.reason + note, verdict.failures, broken, unknown=verdict.unknown)
 
     def _met(self, judgements: list[judgement.Judgement], max_items: int | None) -> Verdict:
-        """Met; where a figure behind it was recorded for the machine (published, never measured
-        here), the verdict says which, against what, and where it was published."""
+        """Met; each figure behind it recorded for the machine (published, not measured here) named."""
         recorded = [j for j in judgements if j.measured.origin == "recorded"]
         if not recorded:
             return Verdict(True)
@@ -369,9 +371,9 @@ class BandwidthRequirement(FactRequirement):
 
 def _against(j: judgement.Judgement) -> str:
     """A figure against its threshold: what, the figure, what it needed and what the link should give."""
-    fig, expected = j.measured, j.expected
-    exp = f", expected {gbps_text(expected.gbps)} from {j.basis}" if expected is not None else f" ({j.basis})"
-    by = f" ({j.set_by})" if j.set_by else ""
+    fig, th = j.measured, j.threshold
+    exp = f", expected {gbps_text(th.expected.gbps)} from {th.basis}" if th.expected is not None else f" ({th.basis})"
+    by = f" ({th.set_by})" if th.set_by else ""
     return f"{fig.what}: {fig.text()}, needed {gbps_text(j.needed_gbps)}{by}{exp}"
 
 
@@ -417,7 +419,7 @@ class TransportRequirement(FactRequirement):
                 transports, why = pairs.get((ln.a, ln.b), (set(), "unknown"))
                 mig = mig_pair(topology, ln)  # NCCL's view of the whole GPUs is not the instances'
                 if mig:
-                    failures.append(f"{ln.name} {mig}")
+                    failures.append(Unknown(f"{ln.name} {mig}"))
                 elif not any(t.upper().startswith(self.kind) for t in transports):
                     failures.append(f"{ln.name} ({link_text(ln)}) {why}")
             return unmet(self, failures, max_pairs) if failures else Verdict(True)

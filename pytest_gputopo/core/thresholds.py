@@ -1,6 +1,7 @@
-"""The share of the expected figure a healthy machine must reach (the efficiency floors), and a
-measurement against its expectation (``Check``). The rule that picks a threshold is
-``core.judgement``'s; the published per-SKU floors are in ``core.collectives``."""
+"""The share of the expected figure a healthy machine must reach (the efficiency floors), the
+threshold those make (``needed_gbps``), and a measurement against it (``Check``). The rule that picks
+a threshold's parts is ``core.judgement.threshold``; the published per-SKU floors are in
+``core.collectives``."""
 
 from __future__ import annotations
 
@@ -51,6 +52,15 @@ def parse_floor_ratio(value: object, where: str) -> float:
     return ratio
 
 
+def needed_gbps(expected: Figure | None, floor_ratio: float, absolute: Figure | None) -> float | None:
+    """The figure a measurement must reach: the absolute one where there is one (a marker's ``gbps``,
+    a published per-SKU floor; the ratio is then not applied), else ``floor_ratio`` x what the link
+    should give; None when neither is known (nothing to judge by)."""
+    if absolute is not None:
+        return absolute.gbps
+    return None if expected is None else floor_ratio * expected.gbps
+
+
 def gbps_text(gbps: float) -> str:
     """One decimal for GPU-sized figures, three significant digits for the small ones of CPUs."""
     return f"{gbps:.1f}" if gbps >= 10 else f"{gbps:.3g}"
@@ -82,11 +92,7 @@ class Check:
         parse_floor_ratio(self.floor_ratio, "Check.floor_ratio")
 
     def needed_gbps(self) -> float | None:
-        if self.absolute_floor is not None:
-            return self.absolute_floor.gbps
-        if self.expected is not None:
-            return self.floor_ratio * self.expected.gbps
-        return None
+        return needed_gbps(self.expected, self.floor_ratio, self.absolute_floor)
 
     def passed(self) -> bool | None:
         needed = self.needed_gbps()

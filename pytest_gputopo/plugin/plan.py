@@ -38,6 +38,9 @@ class Entry(NamedTuple):
     reason: str
     requirement: str | None = None  # the requirement that decides (None: the test runs)
     measure: tuple[str, ...] = ()  # what would be measured before a verdict (UNKNOWN)
+    # The deciding requirement's own verdict (``verdicts.Outcome.word``): unmet, unknown (no source
+    # reported a fact it needs, or it waits for a measurement), broken; None where the test runs.
+    requirement_verdict: str | None = None
 
 
 class Plan:
@@ -105,13 +108,13 @@ def _entry(run: GputopoRun, item, reqs, memo: dict, checks) -> Entry:
         outcome, measure = _judged(run, requirement, memo)
         if measure:
             return Entry(item.nodeid, UNKNOWN, f"{requirement}: would measure {'; '.join(measure)}",
-                         str(requirement), measure)
+                         str(requirement), measure, UNKNOWN)
         if outcome.reason is None:  # met: on figures recorded for the machine, it says so
             met.append(outcome.recorded or f"{requirement}: met")
             continue
         verdict = unmet_verdict(run, outcome, strict)
         reason = f"broken node: {outcome.reason}" if verdict == BROKEN else outcome.reason
-        return Entry(item.nodeid, verdict, reason, str(requirement))
+        return Entry(item.nodeid, verdict, reason, str(requirement), requirement_verdict=outcome.word)
     return Entry(item.nodeid, RUN, "; ".join(met))
 
 
@@ -176,5 +179,5 @@ def document(run: GputopoRun, entries: list[Entry]) -> dict:
         "gate": list(run.state.gate_problems),  # an unmet run gate's problems: no test would run
         "counts": counts(entries),
         "tests": [{"nodeid": e.nodeid, "verdict": e.verdict, "reason": e.reason, "requirement": e.requirement,
-                   "would_measure": list(e.measure)} for e in entries],
+                   "requirement_verdict": e.requirement_verdict, "would_measure": list(e.measure)} for e in entries],
     }

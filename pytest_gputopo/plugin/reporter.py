@@ -50,7 +50,7 @@ def _header_lines(run: GputopoRun, verbosity: int) -> list[str]:
         return _rank_lines(ranks) + warnings
     lines = [report.header_line(topology) + learned]
     if len(topology.gpus) >= 2:  # a fallback needs a pair; hosts without GPUs pay nothing for it
-        from .facts import predicted_fallback_line
+        from .nccl_view import predicted_fallback_line
 
         lines += [line for line in (predicted_fallback_line(run),) if line]
     return lines + warnings
@@ -76,11 +76,7 @@ def say_recorded(item: pytest.Item, recorded: list[str]) -> None:
     item.add_report_section("setup", "gputopo", "\n".join(terminal(note) for note in recorded))
 
 
-MET, UNMET, UNKNOWN, BROKEN = "met", "unmet", "unknown", "broken"  # a requirement's verdict in the report
-# How the core words a fact no source reported (or a figure with nothing to judge it against): an
-# unmet requirement all of whose findings say one of these is unknown, not known to fall short.
-_UNKNOWN_WORDS = ("is unknown", "are unknown", "an unknown ", "no source reported", ", no version",
-                  "no expected bandwidth is known", ": no figure (")
+UNKNOWN = "unknown"  # a requirement's verdict in the report when not judged (``verdicts.Outcome.word``: the others)
 
 
 def say_verdicts(run: GputopoRun, item: pytest.Item, found: list, stop: int) -> None:
@@ -100,31 +96,9 @@ def say_verdicts(run: GputopoRun, item: pytest.Item, found: list, stop: int) -> 
                      "recorded": False}
         else:
             outcome = evaluate(run, requirement)  # judged once per run: this is the verdict the test had
-            entry = {"verdict": _word(run, requirement, outcome), "reason": outcome.reason or outcome.recorded or None,
+            entry = {"verdict": outcome.word, "reason": outcome.reason or outcome.recorded or None,
                      "recorded": bool(outcome.recorded)}
         item.user_properties.append((VERDICT_PROPERTY, json.dumps({"requirement": str(requirement), **entry})))
-
-
-def _word(run: GputopoRun, requirement, outcome) -> str:
-    """met, broken, unknown (every finding is a fact no source reported, or a figure nothing says
-    what it should reach) or unmet (something is known to fall short)."""
-    if outcome.reason is None:
-        return MET
-    if outcome.broken:
-        return BROKEN
-    from ..core.requirements import BandwidthRequirement, FactRequirement
-
-    if isinstance(requirement, BandwidthRequirement):
-        from .verdicts import judge
-
-        texts = list(judge(run, requirement, None).failures)  # this process's figures, measured already
-    elif isinstance(requirement, FactRequirement):
-        return UNMET  # NCCL's transports and fallbacks: what NCCL took, known once it ran
-    else:  # the problem without the GPU's name where a finding has one: a name is data, not a verdict
-        texts = [f.what or f.line for _, topology in run.nodes()
-                 if not requirement.evaluate(topology).ok for f in requirement.findings(topology)]
-    unknown = texts and all(any(w in t for w in _UNKNOWN_WORDS) for t in texts)
-    return UNKNOWN if unknown else UNMET
 
 
 def recorded_status(report: pytest.TestReport):
@@ -149,7 +123,7 @@ def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
     # A recorded note starts with its requirement: "min_allreduce_bw(100): met on recorded figures, ..."
     recorded = Counter(value.split(":", 1)[0] for rep in stats.get("passed", []) if rep.when == "call"
                        for key, value in getattr(rep, "user_properties", ()) if key == RECORDED_PROPERTY)
-    view = run.derived.get("nccl_view")  # there only if this run needed NCCL's view
+    view = run.state.nccl_view  # there only if this run needed NCCL's view
     lines = [view.account_line() if view is not None else None]
     lines[:0] = _common_causes(stats) + _gate_summary(run)
     if skipped or failed or recorded:
@@ -185,7 +159,7 @@ def gate_lines(run: GputopoRun, causes: list, as_tests: bool = True) -> list[str
 
 def _gate_summary(run: GputopoRun) -> list[str]:
     """The last word of a run an unmet gate stopped: its causes and exit status."""
-    causes = run.derived.get("gate_causes")
+    causes = run.state.gate_causes
     if not causes:
         return []
     from ..core.units import counted
@@ -244,13 +218,13 @@ def write_reports(run: GputopoRun, complete: bool, changed: bool = False) -> Non
         return
     from ..bench.suite import SharedFolder
 
-    suite = run.derived.get("suite")
+    suite = run.state.suite
     shared = run.shared_dir
     if not complete:  # cheap: the measurements there are, by count (the rest comes as ``changed``)
         seen = (len(suite.results) if suite else 0, len(SharedFolder(shared).names()) if shared else 0)
-        if run.derived.get("json_seen") == seen and not changed:
+        if run.state.json_seen == seen and not changed:
             return  # nothing new since the last write
-        run.derived["json_seen"] = seen
+        run.state.json_seen = seen
     document = {**report_document(run), "complete": complete}
     outputs = [(settings.json, settings.json_from, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n")]
     if run.speaks:  # one report for the run, drawn by the process that speaks for it
@@ -262,7 +236,7 @@ def write_reports(run: GputopoRun, complete: bool, changed: bool = False) -> Non
             files.write_text(path, text())
         except (OSError, ValueError) as exc:  # checked at start; a disk that filled since loses the report, not the outcome
             if complete:
-                run.derived.setdefault("report_errors", []).append(
+                run.state.report_errors.append(
                     f"ERROR: {where}: cannot write {path}: {getattr(exc, 'strerror', None) or exc}")
 
 
@@ -274,15 +248,16 @@ def _html(document: dict) -> str:
 
 def report_document(run: GputopoRun) -> dict:
     """What the JSON report holds: ``render.report.json_document`` over every result of the run
-    (xdist workers' too), each measurement with what it should give by the check items' rule
-    (``verdicts.threshold``: nothing is measured for it), the tests not run for an unmet
-    requirement, NCCL's view, and every node of a distributed run."""
+    (xdist workers' too), each measurement with its verdict by the check items' rule -- its
+    ``state`` and what it should give (``verdicts.judged``: nothing is measured for it; a P2P copy
+    beside its staged twin where that was measured) -- the tests not run for an unmet requirement,
+    NCCL's view, and every node of a distributed run."""
     from ..render import report  # the renderers, when there is something to say
 
     from ..bench.suite import SharedFolder
-    from .verdicts import taken_at, threshold
+    from .verdicts import judged
 
-    suite = run.derived.get("suite")
+    suite = run.state.suite
     results, lost = SharedFolder(run.shared_dir).results() if run.shared_dir else ([], [])  # the workers'
     by_key = {r.key: r for r in results}
     by_key.update({r.key: r for r in (suite.results if suite else [])})
@@ -290,16 +265,15 @@ def report_document(run: GputopoRun) -> dict:
     document = report.json_document(run.topology, results, _from_reports(run.config, CHECK_PROPERTY),
                                     _from_reports(run.config, OWN_PROPERTY), lost)
     for entry, result in zip(document["measurements"], results):
-        if result.key.kind in ("p2p", "p2p_staged", "p2p_bidir", "h2d", "d2h", "allreduce"):
-            fig, basis, ratio, absolute = threshold(run, result.key, taken_at(result), nvls=result.detail.get("nvls"))
-            needed = absolute.gbps if absolute is not None else (None if fig is None else ratio * fig.gbps)
-            entry["expected"] = {"gbps": None if fig is None else fig.gbps, "basis": basis, "floor": ratio,
-                                 "needed_gbps": needed}
+        key = result.key
+        if key.kind in ("p2p", "p2p_staged", "p2p_bidir", "h2d", "d2h", "allreduce"):
+            staged = by_key.get(key.staged()) if key.kind == "p2p" else None
+            entry.update(judged(run, result, staged).document())
     document["unmet"] = _unmet_tests(run.config)
     document["verdicts"] = _verdicts(run.config)
-    document["gate"] = list(run.derived.get("gate_problems", ()))  # the run gate that stopped the run, if one did
+    document["gate"] = list(run.state.gate_problems)  # the run gate that stopped the run, if one did
     document["gate_causes"] = [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)}
-                               for c in run.derived.get("gate_causes", ())]  # the same, cause by cause
+                               for c in run.state.gate_causes]  # the same, cause by cause
     document["nccl"] = _nccl(run)
     if run.ranks is not None:
         from ..core.schema import to_dict
@@ -340,9 +314,10 @@ def _verdicts(config: pytest.Config) -> list[dict]:
 
 def _nccl(run: GputopoRun) -> dict | None:
     """NCCL's view as the run has it (observed, or predicted from its settings and NVML)."""
-    if len(run.topology.gpus) < 2 and "nccl_view" not in run.derived:
+    if len(run.topology.gpus) < 2 and run.state.nccl_view is None:
         return None
-    from .facts import measured_p2p, nccl_view
+    from .measurements import measured_p2p
+    from .nccl_view import nccl_view
 
     view = nccl_view(run)
     pairs = [{"pair": f"GPU{a}-GPU{b}", "transports": sorted(t), "why": why}
@@ -363,7 +338,7 @@ def write_github_summary(run: GputopoRun, write_line) -> None:
     from ..render import markdown
 
     document = report_document(run)
-    gate = run.derived.get("gate_causes", [])
+    gate = run.state.gate_causes
     failed = [c for c in document["checks"] if c.get("outcome") == "failed"]
     for title, message in ([(f"gputopo run gate {c.name}", c.text()) for c in gate]
                            + [(f"gputopo check {c['check']}", c["message"]) for c in failed]):

@@ -13,15 +13,16 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..core import requirements as reqs
-from ..core import collectives, keys, spec
+from ..core import judgement, keys
 from ..core.expressions import parse_expression
-from ..core.judgement import MET, Judgement, Measured
+from ..core.judgement import MET, Judgement, Measured, Threshold
 from ..core.causes import MACHINE, Finding, Group, causes
 from ..core.regressions import compared
 from ..probe import MachineError, reference
 from ..render import report
 from ..runtime import environ
-from . import facts
+from . import measurements
+from .nccl_view import nccl_view
 from .run import GputopoRun
 
 
@@ -29,12 +30,24 @@ from .run import GputopoRun
 class Outcome:
     """A requirement's verdict for the run: ``reason`` None when met; ``broken`` when a benchmark
     returned wrong data (a broken node: a failure even when not strict); ``recorded``, of a met one,
-    the figures recorded for the machine (not measured here) it rests on, in words ("" when none)."""
+    the figures recorded for the machine (not measured here) it rests on, in words ("" when none);
+    ``unknown``, of an unmet one, that it is unmet only for facts no source reported
+    (``requirements.Verdict.unknown``): never met, and never said to fall short."""
 
     reason: str | None
     broken: bool = False
     recorded: str = ""
     causes: tuple[str, ...] = ()  # of an unmet one judged on the topology: a GPU or the machine (``core.causes``)
+    unknown: bool = False
+
+    @property
+    def word(self) -> str:
+        """The verdict in one word, as the JSON report's ``verdicts`` and a plan write it: met, broken,
+        unknown (unmet only for facts no source reported, or figures nothing says what they should
+        reach) or unmet (known to fall short)."""
+        if self.reason is None:
+            return "met"
+        return "broken" if self.broken else "unknown" if self.unknown else "unmet"
 
 
 # What a test's gputopo requirements make of it: ``hooks.pytest_runtest_setup`` acts on it, a plan
@@ -54,33 +67,36 @@ def evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
     """A marker's requirement, judged once per run. On topology facts it is judged on the combined
     view of every node (the same decision on every rank); on measurements, on each rank's own node
     and then agreed (unmet anywhere: unmet everywhere, naming the rank)."""
-    found = run.verdicts.get(requirement)
+    found = run.state.verdicts.get(requirement)
     if found is None:
-        found = run.verdicts[requirement] = _evaluate(run, requirement)
+        found = run.state.verdicts[requirement] = _evaluate(run, requirement)
     return found
 
 
 def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
     if isinstance(requirement, reqs.FactRequirement):
         verdict = judge(run, requirement)  # measures lazily, once per run
-        mine = {"reason": None if verdict.ok else verdict.reason, "broken": verdict.broken}
+        mine = {"reason": None if verdict.ok else verdict.reason, "broken": verdict.broken,
+                "unknown": not verdict.ok and verdict.unknown}
         gathered = run.all_ranks(f"verdict/{requirement}", mine)
         if len(gathered) == 1:
-            return Outcome(mine["reason"], mine["broken"], verdict.recorded)
+            return Outcome(mine["reason"], mine["broken"], verdict.recorded, unknown=mine["unknown"])
         unmet = [(r, d) for r, d in enumerate(gathered) if d["reason"]]
         if not unmet:  # met everywhere: each rank says what its own verdict rests on
             return Outcome(None, recorded=verdict.recorded)
-        rank, first = unmet[0]
-        return Outcome(f"rank {rank}: {first['reason']}", any(d["broken"] for _, d in unmet))
-    nodes = run.nodes()
-    for view, topology in nodes:
-        verdict = requirement.evaluate(topology)
-        if not verdict.ok:
-            where = f"on {view.where}: " if view is not None and len(run.ranks.views) > 1 else ""
-            group = _group(requirement, topology, view.where if where else "", str(requirement))
-            blamed = tuple(c.subject for c in causes([group]) if c.evidence)  # not a finding alone
-            return Outcome(f"{where}{verdict.reason} [{report.source_text(topology)}]", causes=blamed)
-    return Outcome(None)
+        rank, first = unmet[0]  # unknown only where no rank knows it falls short
+        return Outcome(f"rank {rank}: {first['reason']}", any(d["broken"] for _, d in unmet),
+                       unknown=all(d["unknown"] for _, d in unmet))
+    unmet = [(view, topology, verdict) for view, topology in run.nodes()
+             if not (verdict := requirement.evaluate(topology)).ok]
+    if not unmet:
+        return Outcome(None)
+    view, topology, verdict = unmet[0]  # the first node's reason; unknown only where no node falls short
+    where = f"on {view.where}: " if view is not None and len(run.ranks.views) > 1 else ""
+    group = _group(requirement, topology, view.where if where else "", str(requirement))
+    blamed = tuple(c.subject for c in causes([group]) if c.evidence)  # not a finding alone
+    return Outcome(f"{where}{verdict.reason} [{report.source_text(topology)}]", causes=blamed,
+                   unknown=all(v.unknown for _, _, v in unmet))
 
 
 def judge(run: GputopoRun, requirement: reqs.FactRequirement,
@@ -90,42 +106,32 @@ def judge(run: GputopoRun, requirement: reqs.FactRequirement,
     if isinstance(requirement, reqs.BandwidthRequirement):
         return judge_bandwidth(run, requirement, max_items)
     topology = run.topology
-    view = facts.nccl_view(run, observe=True)
+    view = nccl_view(run, observe=True)
     # What the verdict rests on: NCCL's run, and for no-fallback the P2P copies measured so far.
     transport = isinstance(requirement, reqs.TransportRequirement)
-    wrong = facts.wrong_data(run, ("nccl_transports",) if transport else ("nccl_transports", "p2p"))
+    wrong = measurements.wrong_data(run, ("nccl_transports",) if transport else ("nccl_transports", "p2p"))
     if wrong:  # the facts rest on runs whose data came back wrong: a broken node, never a skip
         reason = f"{requirement}: {'; '.join(wrong)} [{report.source_text(topology)}; {view.origin}]"
         return reqs.Verdict(False, reason, tuple(wrong), broken=True)
     if transport:
         verdict = requirement.judge(topology, view.pairs(), view.account, max_items)
     else:
-        verdict = requirement.judge(view.fallbacks(facts.measured_p2p(run)), max_items)
+        verdict = requirement.judge(view.fallbacks(measurements.measured_p2p(run)), max_items)
     if verdict.ok:
         return verdict
-    return reqs.Verdict(False, f"{verdict.reason} [{report.source_text(topology)}; {view.origin}]", verdict.failures)
+    return dataclasses.replace(verdict, reason=f"{verdict.reason} [{report.source_text(topology)}; {view.origin}]")
 
 
 def threshold(run: GputopoRun, key: keys.Key, size_bytes: int | None = None, gbps: float | None = None,
-              floor: float | None = None, nvls: bool | None = None):
-    """The one threshold rule for a measured figure, the same for a ``min_*_bw`` marker and a check
-    item: the marker's own ``gbps``; else a published per-SKU floor (the all-reduce of a full node,
-    taken at ``size_bytes``, unless the user set a floor; a floor that assumes NVLink SHARP does not
-    apply when NCCL said it did not take it, ``nvls`` False); else the floor (the marker's, else option /
-    ini / env, else the default) x the expected figure. Returns (expected ``spec.Figure`` or None,
-    what the expectation rests on, the floor ratio, the absolute ``spec.Figure`` or None): the
-    arguments of ``thresholds.Check``, whose ``needed_gbps`` is the threshold."""
-    fig, basis = facts.expected(run, key)
+              floor: float | None = None, nvls: bool | None = None) -> Threshold:
+    """A figure's threshold under the one rule (``core.judgement.threshold``), with the run's lookups
+    it needs: what the link should give, the run's floors (option / ini / env, else the defaults) and
+    the GPU model; ``gbps`` and ``floor`` are a marker's own arguments (None for a check item)."""
+    expected, basis = measurements.expected(run, key)
     floors, explicit = run.settings.floors()
-    name = key.floor
-    ratio = floor if floor is not None else floors[name]
-    if gbps is not None:
-        return fig, basis, ratio, spec.Figure(gbps, "the marker", f"the marker's {gbps:g} GB/s")
-    topology = run.topology
-    published = None
-    if isinstance(key, keys.AllReduce) and floor is None and name not in explicit and topology.gpus:
-        published = collectives.sku_allreduce_floor(topology.gpus[0].name, key.ranks, size_bytes or key.size_bytes, nvls)
-    return fig, basis, ratio, published
+    gpus = run.topology.gpus
+    return judgement.threshold(key, expected, basis, floors, explicit, gpus[0].name if gpus else None,
+                               size_bytes=size_bytes, nvls=nvls, gbps=gbps, floor=floor)
 
 
 def taken_at(result) -> int | None:
@@ -134,36 +140,41 @@ def taken_at(result) -> int | None:
     return result.detail.get("size_bytes", key.size_bytes) if isinstance(key, keys.AllReduce) else None
 
 
+def judged(run: GputopoRun, result, staged=None, gbps: float | None = None, floor: float | None = None) -> Judgement:
+    """A benchmark's result at hand against its threshold (nothing is measured for it); ``staged``:
+    the same P2P copy staged through the host, where it was measured (a copy slower than staging is
+    no P2P)."""
+    th = threshold(run, result.key, taken_at(result), gbps, floor, result.detail.get("nvls"))
+    measured = Measured(result.gbps, result.origin, result.what, result.source, result.error, result.interval_gbps)
+    twin = staged.gbps if staged is not None and staged.error is None else None
+    return Judgement(measured, th, twin)
+
+
 def judge_figure(run: GputopoRun, key: keys.Key, gbps: float | None = None, floor: float | None = None):
     """A benchmark's result (measured once per run) and its ``core.judgement.Judgement`` under the
     one threshold rule: the same for a marker (``gbps``, ``floor``: its own arguments), a health-check
-    item and a run gate. A P2P copy that meets its threshold is set beside the same copy staged
+    item and the run's report. A P2P copy that meets its threshold is set beside the same copy staged
     through the host (measured for it): slower than staging is no P2P."""
-    s = facts.suite(run)
+    s = measurements.suite(run)
     result = s.get(key)
-    expected, basis, ratio, absolute = threshold(run, key, taken_at(result), gbps, floor, result.detail.get("nvls"))
-    set_by = f"published {absolute.label or absolute.source}" if absolute is not None and gbps is None else ""
-    measured = Measured(result.gbps, result.origin, result.what, result.source, result.error, result.interval_gbps)
-    judged = Judgement(measured, expected, basis, ratio, absolute, set_by)
-    if key.kind == "p2p" and judged.state == MET:
-        staged = s.get(key.staged())
-        if staged.gbps is not None and staged.error is None:
-            judged = dataclasses.replace(judged, staged_gbps=staged.gbps)
-    return result, judged
+    verdict = judged(run, result, None, gbps, floor)
+    if key.kind == "p2p" and verdict.state == MET:
+        verdict = judged(run, result, s.get(key.staged()), gbps, floor)
+    return result, verdict
 
 
 def judge_bandwidth(run: GputopoRun, requirement: reqs.BandwidthRequirement,
                     max_items: int | None = reqs.REASON_PAIRS) -> reqs.Verdict:
     """The verdict of a ``min_*_bw`` marker, its reason naming the source."""
     topology = run.topology
-    needed = requirement.measurements(topology, facts.suite(run).allreduce_key)
+    needed = requirement.measurements(topology, measurements.suite(run).allreduce_key)
     judgements = [judge_figure(run, key, requirement.gbps, requirement.floor)[1] for key in needed]
     verdict = requirement.judge(topology, judgements, max_items)
     if verdict.ok:
         if verdict.recorded:
             return dataclasses.replace(verdict, recorded=f"{verdict.recorded} [{report.source_text(topology)}]")
         return verdict
-    return reqs.Verdict(False, f"{verdict.reason} [{report.source_text(topology)}]", verdict.failures, verdict.broken)
+    return dataclasses.replace(verdict, reason=f"{verdict.reason} [{report.source_text(topology)}]")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from ..bench.untrusted import ORIGINS, detail_problem, json_problem
 from ..core import keys, schema
+from ..core.judgement import STATES
 from ..core.limits import MAX_BYTES, MAX_GBPS, show_value
 
 MAX_COUNT = 2**63 - 1  # elements of an all-reduce, iterations: an int64 of nccl-tests
@@ -134,6 +135,7 @@ MEASUREMENT = obj(
     {"key": _key},
     {"what": text, "gbps": GBPS_OR_NULL, "origin": one_of(*ORIGINS), "source": null_or(text),
      "error": null_or(text), "detail": _detail,
+     "state": one_of(*STATES), "staged_gbps": GBPS,  # the verdict the run gave it (core.judgement)
      "expected": null_or(obj({}, {"gbps": BANDWIDTH_OR_NULL, "basis": null_or(text),
                                   "floor": number(0, MAX_RATIO, null=True), "needed_gbps": GBPS_OR_NULL}))})
 

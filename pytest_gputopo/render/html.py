@@ -27,7 +27,8 @@ td.text, th.text { text-align: left; }
 .nv { background: #1a7f37; color: #fff; } .pix, .pxb { background: #9fd3a8; } .phb { background: #fbe38a; }
 .node { background: #f6b26b; } .sys { background: #e06666; color: #fff; } .unknown { background: #ddd; }
 .ok { background: #9fd3a8; } .refused { background: #e06666; color: #fff; }
-.above { background: #1a7f37; color: #fff; } .met { background: #9fd3a8; } .below { background: #e06666; color: #fff; }
+.above { background: #1a7f37; color: #fff; } .met { background: #9fd3a8; }
+.below, .staged { background: #e06666; color: #fff; }
 .broken { background: #7b1fa2; color: #fff; } .absent { background: #fff; color: #666; }
 .passed { background: #9fd3a8; } .failed, .error { background: #e06666; color: #fff; } .skipped { background: #fbe38a; }
 .self { background: #f4f4f4; color: #888; }
@@ -57,8 +58,8 @@ def _a(text) -> str:
 
 # The class names a cell may carry: the CSS above; one built from data is one of these or none.
 _CLASSES = frozenset({"text", "origin", "legend", "matrix", "nv", "pix", "pxb", "phb", "node", "sys", "unknown",
-                      "ok", "refused", "above", "met", "below", "broken", "absent", "passed", "failed", "error",
-                      "skipped", "self", "differs"})
+                      "ok", "refused", "above", "met", "below", "staged", "broken", "absent", "passed", "failed",
+                      "error", "skipped", "self", "differs"})
 
 
 def _known(cls) -> str:
@@ -188,19 +189,26 @@ def _machine(topology: Topology) -> str:
 # Measurements, against what the links should give
 
 
+# A measurement's state as the run judged it (``core.judgement``, written into the document by the
+# reporter) in words: the report reads the verdict, never decides one.
+_STATE_WORDS = {"absent": "no figure", "broken": "data wrong", "unknown": "nothing to judge it by",
+                "below": "below the threshold", "met": "meets the threshold",
+                "staged": "meets the threshold, but slower than the same copy staged through the host: not P2P"}
+
+
 def _state(m: dict) -> tuple[str, str]:
-    """(css class, words) of one measurement against its expectation."""
-    exp = m.get("expected") or {}
-    if m.get("gbps") is None:
-        return "absent", "no figure"
-    if m.get("error"):
-        return "broken", "data wrong"
-    needed = exp.get("needed_gbps")
-    if needed is None:
-        return "unknown", "nothing to judge it by"
-    if m["gbps"] < needed:
-        return "below", "below the threshold"
-    return ("above" if exp.get("gbps") and m["gbps"] >= exp["gbps"] else "met"), "meets the threshold"
+    """(css class, words) of one measurement as the run judged it; a met figure at or above what the
+    link should give is shaded ``above``. A document without a state (one written before states
+    were) is not judged here: unknown."""
+    state = m.get("state")
+    if state is None and m.get("gbps") is None:
+        state = "absent"
+    if state not in _STATE_WORDS:
+        return "unknown", "no verdict in the document"
+    exp = (m.get("expected") or {}).get("gbps")
+    if state == "met" and exp and isinstance(m.get("gbps"), (int, float)) and m["gbps"] >= exp:
+        return "above", _STATE_WORDS[state]
+    return state, _STATE_WORDS[state]
 
 
 def _ratio_text(m: dict) -> str:
@@ -219,6 +227,8 @@ def _tip(m: dict) -> str:
         parts.append(f"expected {exp['gbps']:.1f} GB/s ({exp.get('basis')})")
     if needed is not None:
         parts.append(f"needed {needed:.1f} GB/s")
+    if m.get("staged_gbps") is not None:
+        parts.append(f"staged through the host: {m['staged_gbps']:.2f} GB/s")
     if m.get("source"):
         parts.append(f"source: {m['source']}")
     return "; ".join(parts)
@@ -276,6 +286,8 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
     legend = _table([[_cell("1.00", "above"), _cell("at or above what the link should give", "text")],
                      [_cell("0.81", "met"), _cell("meets the threshold (the floor x expected, or a published floor)", "text")],
                      [_cell("0.40", "below"), _cell("below the threshold: a slow link", "text")],
+                     [_cell("0.89", "staged"), _cell("a P2P copy slower than the same copy staged through the host: "
+                                                     "not getting P2P", "text")],
                      [_cell("/ ?", "unknown"), _cell("nothing says what it should reach: unknown, not OK", "text")],
                      [_cell("—", "absent"), _cell("no figure (none published, or the run failed)", "text")],
                      [_cell("data wrong", "broken"), _cell("the benchmark's data came back wrong: a broken node", "text")]],
