@@ -12,6 +12,7 @@ from ..parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status
 from ..parse.smi_list import SmiListParseError, parse_smi_list
 from ..parse.smi_query import SmiQueryParseError, parse_smi_query
 from ..parse.smi_xml import SmiXmlParseError, parse_smi_xml
+from ..parse.text_machine import TextMachine
 from ..render import tables
 from .common import CliError, add_command, emit, read_file, read_tool
 
@@ -24,7 +25,7 @@ def cmd_parse(args) -> int:
 
 def _smi_topo(path: str):
     smi = read_tool(path, smi_text.parse_topo_matrix, smi_text.SmiParseError)
-    return smi.to_json(), tables.smi_topo_lines(smi, smi_machine.to_topology(smi, name=path))
+    return smi.to_json(), tables.smi_topo_lines(smi, TextMachine(smi, name=path).finish())
 
 
 def _smi_p2p(path: str):

@@ -16,15 +16,13 @@ from ..parse import smi_topo as smi_text
 from ..parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
 from ..parse.nvbandwidth import NvbandwidthParseError, parse_nvbandwidth
 from ..parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status
-from ..parse.smi_list import SmiListParseError, parse_smi_list
-from ..parse.smi_query import SmiQueryParseError, parse_smi_query
-from ..parse.smi_xml import SmiXmlParseError, parse_smi_xml
+from ..parse.text_machine import LISTING_ERRORS, TextMachine, TextMachineError, read_listing
 from ..probe import probe
 from ..probe.recorded import profile_dict
 from ..render import report
 from ..render.escape import terminal
 from ..runtime import files
-from .common import CliError, add_command, check_writable, read_file, read_tool
+from .common import CliError, add_command, check_writable, read_tool
 
 P2P_CAPS = {"r": "read", "w": "write", "n": "nvlink", "a": "atomics"}
 
@@ -32,14 +30,7 @@ P2P_CAPS = {"r": "read", "w": "write", "n": "nvlink", "a": "atomics"}
 def cmd_record(args) -> int:
     check_writable("-o", args.output)
     if args.from_smi:
-        smi = read_tool(args.from_smi, smi_text.parse_topo_matrix, smi_text.SmiParseError)
-        p2p_files = _p2p_args(args.p2p)
-        topology = smi_machine.to_topology(smi, {cap: matrix for cap, (_, matrix) in p2p_files.items()},
-                                        name=args.from_smi)
-        _same_gpus_as_p2p(topology, p2p_files)
-        sources = [{"what": "nvidia-smi topo -m", "file": args.from_smi}]
-        sources += [{"what": f"nvidia-smi topo -p2p ({cap})", "file": path} for cap, (path, _) in p2p_files.items()]
-        inferred = ["every fact the text does not give is recorded as null (unknown)"]
+        topology, sources, inferred = _text_machine(args)
     else:
         for flag, given in (("--p2p", args.p2p), ("--nvlink-status", args.nvlink_status),
                             ("--smi-query", args.smi_query)):
@@ -51,7 +42,7 @@ def cmd_record(args) -> int:
             raise CliError(f"no GPU to record: {topology.problem or 'NVML lists none'}")
         sources = [{"what": "NVML (nvidia-ml-py) on this host", "host": topology.hostname}]
         inferred = []
-    topology, sources = _with_tool_outputs(args, topology, sources)
+    topology, sources = _with_figures(args, topology, sources)
     name = args.name or Path(args.output).stem
     data = profile_dict(name, topology, args.description or f"recorded by gputopo from {sources[0]['what']}",
                         sources, inferred)
@@ -86,39 +77,28 @@ def _p2p_args(values: list[str]) -> dict:
     return out
 
 
-def _same_gpus_as_p2p(topology: model.Topology, p2p_files: dict) -> None:
-    """Refuse topo -p2p text of another GPU count, as nvbandwidth's and p2pBandwidthLatencyTest's are:
-    its statuses would be read onto other GPUs, and pairs it never saw recorded from nothing."""
-    from ..parse.published import ToolOutputError, _same_gpus
-
+def _text_machine(args):
+    """The machine nvidia-smi's text says (``parse.text_machine``): topo -m and -p2p, then the GPU
+    listings (first: the UUIDs and bus ids the other outputs are checked against), then nvlink -s."""
+    smi = read_tool(args.from_smi, smi_text.parse_topo_matrix, smi_text.SmiParseError)
     try:
-        for path, matrix in p2p_files.values():  # {capability: (file, matrix)}
-            _same_gpus("nvidia-smi topo -p2p", path, len(matrix), topology, visible="NVIDIA_VISIBLE_DEVICES")
-    except ToolOutputError as exc:
+        machine = TextMachine(smi, _p2p_args(args.p2p), name=args.from_smi)
+        for path in args.smi_query:
+            machine.add_listing(read_tool(path, read_listing, LISTING_ERRORS), path)
+        for path in args.nvlink_status:
+            machine.add_nvlink_status(read_tool(path, parse_nvlink_status, NvlinkStatusParseError), path)
+    except TextMachineError as exc:
         raise CliError(str(exc)) from None
+    return machine.finish(), machine.sources, machine.inferred
 
 
-def _with_tool_outputs(args, topology: model.Topology, sources: list):
-    """The machine with what operators' tools printed about it: nvlink -s link states, nvbandwidth
-    and p2pBandwidthLatencyTest figures (recorded, with their source); each file is a source."""
-    from ..parse.published import RecordedFigures, ToolOutputError, with_nvlink_states
-    from ..parse.smi_gpus import GpuListingError, with_gpu_facts
+def _with_figures(args, topology: model.Topology, sources: list):
+    """The machine with the nvbandwidth and p2pBandwidthLatencyTest figures run on it (recorded, with
+    their source); each file is a source."""
+    from ..parse.published import RecordedFigures, ToolOutputError
 
     sources = list(sources)
     try:
-        for path in args.smi_query:  # first: the UUIDs and bus ids the other outputs are checked against
-            before = set(topology.warnings)
-            listing = _smi_listing(path)
-            topology = with_gpu_facts(topology, listing, path)
-            sources.append({"what": listing.tool, "file": path,
-                            "notes": [f"{path}: {w}" for w in listing.warnings]
-                            + [w for w in topology.warnings if w not in before]})
-        for path in args.nvlink_status:
-            before = set(topology.warnings)
-            topology = with_nvlink_states(topology, read_tool(path, parse_nvlink_status, NvlinkStatusParseError),
-                                          path)
-            sources.append({"what": "nvidia-smi nvlink -s", "file": path,
-                            "notes": [w for w in topology.warnings if w not in before]})
         figures = RecordedFigures(topology)
         for paths, parse, errors, add, what in (
                 (args.nvbandwidth, parse_nvbandwidth, NvbandwidthParseError, figures.add_nvbandwidth, "nvbandwidth"),
@@ -128,25 +108,11 @@ def _with_tool_outputs(args, topology: model.Topology, sources: list):
                 known = len(figures.notes)
                 add(read_tool(path, parse, errors), path)
                 sources.append({"what": what, "file": path, "notes": figures.notes[known:]})
-    except (ToolOutputError, GpuListingError) as exc:
+    except ToolOutputError as exc:
         raise CliError(str(exc)) from None
     if figures.published:
         topology = dataclasses.replace(topology, published=topology.published + tuple(figures.published))
     return topology, sources
-
-
-def _smi_listing(path: str):
-    """A ``--smi-query`` file, its format told by its text: XML (``nvidia-smi -q -x``), ``nvidia-smi -L``
-    lines (``GPU 0: ...``), else ``--query-gpu`` CSV."""
-    text = read_file(path)
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "").lstrip("\ufeff")
-    parse, errors = ((parse_smi_xml, SmiXmlParseError) if first.startswith("<")
-                     else (parse_smi_list, SmiListParseError) if first.startswith("GPU ")
-                     else (parse_smi_query, SmiQueryParseError))
-    try:
-        return parse(text)
-    except errors as exc:
-        raise CliError(f"{path}: {exc}") from None
 
 
 def add_record(sub) -> None:

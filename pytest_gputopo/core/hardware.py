@@ -50,6 +50,61 @@ def capability(cc: str | None) -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
+# Compute capability by the GPU name nvidia-smi prints (--query-gpu's ``name``, -q -x's ``product_name``,
+# -L's and nvlink -s's headers), from NVIDIA's list "CUDA GPU Compute Capability"
+# (https://developer.nvidia.com/cuda-gpus). A name is matched whole, ignoring case, after a leading
+# "NVIDIA " or "Tesla " (brands nvidia-smi prints or not, by driver): a model, then nothing or a suffix
+# after a space or hyphen (form factor, memory: "H100 80GB HBM3", "A100-SXM4-40GB", "RTX PRO 6000
+# Blackwell Server Edition"). A model that is a prefix of another chip's name is listed whole, without
+# suffixes ("Quadro RTX 6000" is Turing, "RTX 6000 Ada Generation" Ada). Names the list does not give
+# (A10G, A800, H800, H20, V100S) have no capability here: unknown, never a guess.
+_CAPABILITY_OF_MODEL = {
+    "12.1": ("GB10",),
+    "12.0": ("RTX PRO 6000 Blackwell", "RTX PRO 5000 Blackwell", "RTX PRO 4500 Blackwell", "RTX PRO 4000 Blackwell",
+             "GeForce RTX 5090", "GeForce RTX 5080", "GeForce RTX 5070 Ti", "GeForce RTX 5070",
+             "GeForce RTX 5060 Ti", "GeForce RTX 5060"),
+    "10.3": ("GB300", "B300"),
+    "10.0": ("GB200", "B200"),
+    "9.0": ("GH200", "H200", "H100"),
+    "8.9": ("L40S", "L40", "L4", "RTX 6000 Ada Generation", "RTX 5000 Ada Generation", "RTX 4500 Ada Generation",
+            "RTX 4000 Ada Generation", "RTX 4000 SFF Ada Generation", "GeForce RTX 4090", "GeForce RTX 4080",
+            "GeForce RTX 4070 Ti", "GeForce RTX 4070", "GeForce RTX 4060 Ti", "GeForce RTX 4060"),
+    "8.6": ("A40", "A10", "A16", "A2", "RTX A6000", "RTX A5000", "RTX A4500", "RTX A4000", "RTX A2000",
+            "GeForce RTX 3090 Ti", "GeForce RTX 3090", "GeForce RTX 3080 Ti", "GeForce RTX 3080",
+            "GeForce RTX 3070 Ti", "GeForce RTX 3070", "GeForce RTX 3060 Ti", "GeForce RTX 3060"),
+    "8.0": ("A100", "A30"),
+    "7.5": ("T4", "Quadro RTX 8000", "Quadro RTX 6000", "Quadro RTX 5000", "Quadro RTX 4000", "TITAN RTX",
+            "GeForce RTX 2080 Ti", "GeForce RTX 2080", "GeForce RTX 2070", "GeForce RTX 2060"),
+    "7.0": ("V100", "TITAN V", "Quadro GV100"),
+    "6.1": ("P40", "P4", "TITAN Xp", "GeForce GTX 1080 Ti", "GeForce GTX 1080", "GeForce GTX 1070"),
+    "6.0": ("P100", "Quadro GP100"),
+    "3.7": ("K80",),
+}
+# Listed whole: each is also the start of another chip's name ("RTX 6000 Ada Generation" is Ada).
+_WHOLE_NAMES = ("Quadro RTX 8000", "Quadro RTX 6000", "Quadro RTX 5000", "Quadro RTX 4000")
+_NAME_PREFIX = re.compile(r"(?:nvidia\s+)?(?:tesla\s+)?")
+
+
+def _model_pattern(model: str) -> str:
+    words = r"\s+".join(map(re.escape, model.lower().split()))
+    return words if model in _WHOLE_NAMES else words + r"(?:[\s-].*)?"
+
+
+_MODEL_RES = tuple((re.compile(_model_pattern(model)), cc)
+                   for cc, models in _CAPABILITY_OF_MODEL.items() for model in models)
+
+
+def capability_of_name(name: str | None) -> str | None:
+    """The compute capability NVIDIA's CUDA GPU list gives the GPU nvidia-smi names ``name``
+    (``"NVIDIA H200"`` -> ``"9.0"``); None for a name the table does not list."""
+    if not isinstance(name, str):
+        return None
+    text = name.strip().lower()
+    text = text[_NAME_PREFIX.match(text).end():]
+    found = {cc for pattern, cc in _MODEL_RES if pattern.fullmatch(text)}
+    return found.pop() if len(found) == 1 else None  # two capabilities would be a table error: unknown
+
+
 def architecture(cc: str | None) -> str | None:
     """The architecture's name (``"hopper"``) for a compute capability; None when unknown."""
     known = capability(cc)

@@ -1,7 +1,7 @@
 """What operators' own tools printed about a machine, as a profile records it (``gputopo record
---nvbandwidth / --p2p-bandwidth / --nvlink-status``): bandwidth figures as ``published`` entries
-(origin ``recorded``, with the file and tool as their source, never presented as measured here), and
-``nvidia-smi nvlink -s`` link states as the GPUs' NVLinks.
+--nvbandwidth / --p2p-bandwidth``): bandwidth figures as ``published`` entries
+(origin ``recorded``, with the file and tool as their source, never presented as measured here).
+``nvidia-smi nvlink -s`` link states join the machine in ``parse.text_machine``.
 
 A figure is recorded only where the tool's own source says what it is, in gputopo's terms:
 
@@ -25,16 +25,11 @@ and is refused."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from ..core import model
 from ..core.limits import is_bandwidth
 from ..core.units import counted
 from .cuda_samples import P2PBandwidthLatency
 from .nvbandwidth import Nvbandwidth
-from .nvlink_status import NvlinkStatus
-from .smi_gpus import GpuListingError, SmiGpu
-from .smi_gpus import fill as _fill_gpu, find as _find_gpu
 
 
 class ToolOutputError(ValueError):
@@ -191,30 +186,3 @@ class RecordedFigures:
                 kept = sum(self._add(kind, where, r, c, gbps, f"cuda-samples p2pBandwidthLatencyTest {title}, {file}")
                            for r, c, gbps in _cells(matrix, count) if not peer or _cell(access, r, c) == 1)
                 self.notes.append(f"{file}: {title}: {kept} {kind} figure(s) recorded")
-
-
-def with_nvlink_states(topology: model.Topology, status: NvlinkStatus, file: str) -> model.Topology:
-    """``topology`` with the NVLink states ``nvidia-smi nvlink -s`` printed as its GPUs' links (state
-    only: where a link leads, nvlink -s does not say), the name and UUID of each GPU's header where the
-    machine did not know them (``smi_gpus``: a UUID other than the one known is another machine's
-    output, refused), and a warning where the outputs disagree. ``-i <gpu>`` lists some GPUs only:
-    no GPU count is compared."""
-    gpus = list(topology.gpus)
-    warnings = list(topology.warnings)
-    for listed in status.gpus:
-        try:
-            gpu = _find_gpu(gpus, SmiGpu(index=listed.index, uuid=listed.uuid), None, "nvidia-smi nvlink -s", file)
-        except GpuListingError as exc:
-            raise ToolOutputError(str(exc)) from None
-        gpu = _fill_gpu(gpu, SmiGpu(name=listed.name, uuid=listed.uuid), f"nvidia-smi nvlink -s ({file})", warnings)
-        gpus[gpu.index] = gpu
-        best = max((ln.nvlinks or 0 for ln in topology.links if gpu.index in (ln.a, ln.b)), default=0)
-        if listed.all_inactive:
-            warnings.append(f"GPU{gpu.index}: nvidia-smi nvlink -s ({file}) says all its links are inactive "
-                            f"(not how many)" + (f", while its pairs show NV{best}" if best else ""))
-            continue
-        gpus[gpu.index] = dataclasses.replace(gpu, nvlinks=tuple(model.NvLink(s.link, s.active) for s in listed.links))
-        if listed.active_links < best:
-            warnings.append(f"GPU{gpu.index}: nvidia-smi nvlink -s ({file}) shows {listed.active_links} links up, "
-                            f"a pair shows NV{best}: outputs taken at different times?")
-    return dataclasses.replace(topology, gpus=tuple(gpus), warnings=tuple(dict.fromkeys(warnings)))

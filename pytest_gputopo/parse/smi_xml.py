@@ -6,7 +6,10 @@ gpuopenanalytics/pynvml ``nvidia_smi.py`` @ 41dbc20ae91bde30ba1c5ecc90fa04aee080
 one ``<gpu id="<bus id>">`` per GPU in NVML index order, each with ``product_name``, ``uuid``,
 ``pci/pci_bus_id``, ``pci/pci_gpu_link_info/pcie_gen/{current,max}_link_gen``,
 ``.../link_widths/{current,max}_link_width`` (``16x``), ``fb_memory_usage/total`` (``81559 MiB``),
-``mig_mode/current_mig`` and ``compute_mode``. ``N/A`` and the like are unknown. With ``-i`` some GPUs
+``mig_mode/current_mig``, ``compute_mode`` and, from drivers that print it, ``fabric`` (``state``,
+``status``, ``cliqueId``, ``clusterUuid``: the GPU's registration with a multi-node NVLink fabric, as
+NVML's ``nvmlGpuFabricInfo`` gives it, NVML API Reference "Fabric definitions"). ``N/A`` and the like
+are unknown. With ``-i`` some GPUs
 are listed and ``attached_gpus`` still counts every one: such GPUs are told by UUID or bus id only.
 
 The text is untrusted: it is read by expat with no entity of its own. nvidia-smi's external
@@ -22,7 +25,7 @@ from xml.parsers import expat
 
 from ..core.limits import MAX_GPUS, MAX_MEMORY_BYTES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
 from ..core.model import COMPUTE_MODES
-from .smi_gpus import SmiGpu, SmiGpus, bus_key
+from .smi_gpus import SmiFabric, SmiGpu, SmiGpus, bus_key
 
 TOOL = "nvidia-smi -q -x"
 MAX_DEPTH = 32  # nvidia-smi nests about 6 deep
@@ -31,6 +34,10 @@ MAX_ELEMENTS = 200_000  # a 72-GPU NVL72 document has about 50,000
 _INT_RE = re.compile(r"[0-9]{1,12}")
 _UUID_RE = re.compile(r"GPU-[0-9A-Fa-f-]{8,64}")
 _VERSION_RE = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}")
+# nvmlGpuFabricState_t as nvidia-smi prints it (NVML_GPU_FABRIC_STATE_NOT_SUPPORTED .. _COMPLETED).
+FABRIC_STATES = ("Not Supported", "Not Started", "In Progress", "Completed")
+_FABRIC_STATUS_RE = re.compile(r"[A-Za-z][A-Za-z0-9 ,._'-]{0,79}")  # "Success", "Insufficient Resources"
+_CLUSTER_UUID_RE = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 
 
 class SmiXmlParseError(ValueError):
@@ -129,7 +136,34 @@ def _gpu(node: ET.Element, index: int | None, notes: list[str]) -> SmiGpu:
         facts["compute_mode"] = mode
     elif mode is not None:
         notes.append(f"{where}: compute_mode {mode[:20]!r} is not one of {', '.join(COMPUTE_MODES)}; not read")
+    facts["fabric"] = _fabric(node, notes, where)
     return SmiGpu(**facts)
+
+
+def _fabric(node: ET.Element, notes: list[str], where: str) -> SmiFabric | None:
+    """``<fabric>``'s state, status, clique and cluster; None where it says nothing (every field N/A,
+    or no such element: a GPU on no multi-node NVLink fabric, or an older driver)."""
+    fabric = node.find("fabric")
+    if fabric is None:
+        return None
+    raw = {tag: (fabric.findtext(tag) or "").strip() for tag in ("state", "status", "cliqueId", "clusterUuid")}
+    raw = {tag: None if value in ("", "N/A", "[N/A]") else value for tag, value in raw.items()}
+    state, status, clique, cluster = raw["state"], raw["status"], raw["cliqueId"], raw["clusterUuid"]
+    if state is not None and state not in FABRIC_STATES:
+        notes.append(f"{where}: fabric state {state[:20]!r} is not one of {', '.join(FABRIC_STATES)}; not read")
+        state = None
+    if status is not None and not _FABRIC_STATUS_RE.fullmatch(status):
+        notes.append(f"{where}: fabric status {status[:20]!r} is not a status nvidia-smi prints; not read")
+        status = None
+    if clique is not None and not _INT_RE.fullmatch(clique):
+        notes.append(f"{where}: fabric cliqueId {clique[:20]!r} is not a number; not read")
+        clique = None
+    if cluster is not None and not _CLUSTER_UUID_RE.fullmatch(cluster):
+        notes.append(f"{where}: fabric clusterUuid {cluster[:40]!r} is not a UUID; not read")
+        cluster = None
+    if (state, status, clique, cluster) == (None, None, None, None):
+        return None
+    return SmiFabric(state, status, int(clique) if clique is not None else None, cluster)
 
 
 def parse_smi_xml(text: str) -> SmiGpus:

@@ -1,0 +1,219 @@
+"""A machine recorded from nvidia-smi text (``gputopo record --from-smi``) fills each fact once, from
+the first output that gives it, says where two outputs disagree (naming both, and both values), knows a
+GPU's compute capability from its name where no output gives one (``-q -x`` has no such field) and
+leaves a name NVIDIA's CUDA GPU list does not give unknown. ``-q -x``'s fabric registration (GB200) is
+read and shown by ``gputopo parse smi-xml``.
+
+The outputs are written in nvidia-smi's forms by the helpers of tests/test_smi_listings.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_cli as run
+from test_smi_listings import BUSES, H100, UUIDS, nvlink_s, query_csv, recorded, smi_list, smi_xml
+
+from pytest_gputopo.core import gpu_requirements
+from pytest_gputopo.core.hardware import capability_of_name
+from pytest_gputopo.parse.nvlink_status import parse_nvlink_status
+from pytest_gputopo.parse.smi_topo import parse_topo_matrix
+from pytest_gputopo.parse.smi_xml import parse_smi_xml
+from pytest_gputopo.parse.text_machine import TextMachine, TextMachineError, read_listing
+from pytest_gputopo.probe import probe
+from pytest_gputopo.probe.recorded import bundled_names
+from pytest_gputopo.render.smi_topo import render_topo_matrix
+
+H200_CAPTURE = Path(__file__).parent / "captured" / "h200-driver-580"
+
+
+def machine(name: str = "hgx-h100") -> TextMachine:
+    return TextMachine(parse_topo_matrix(render_topo_matrix(probe(name))), None, "topo.txt")
+
+
+# ------------------------------------------------------------------------------ capability from the name
+
+
+def test_a_machine_from_q_x_knows_its_capability_by_name(tmp_path, h100_topo, capsys):
+    """-q -x has no compute capability field: the GPUs' name (H100) gives 9.0 from NVIDIA's list, the
+    profile says so in ``inferred``, and a capability or architecture gate is judged, not unknown."""
+    (tmp_path / "q.xml").write_text(smi_xml())
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml",
+                         "-o", tmp_path / "node.json")
+    assert code == 0, err
+    seen = recorded(tmp_path)
+    assert {g.compute_capability for g in seen.gpus} == {"9.0"}
+    inferred = json.loads((tmp_path / "node.json").read_text())["inferred"]
+    assert any(f"GPU0-GPU7: compute capability 9.0, from the name {H100} in NVIDIA's CUDA GPU list" in line
+               for line in inferred), inferred
+    assert gpu_requirements.GpuRequirement(compute_capability=">=9.0", arch="hopper").evaluate(seen).ok
+
+
+def test_a_name_the_list_does_not_give_stays_unknown():
+    """A10G (AWS) is not on NVIDIA's list: its capability stays unknown, so a capability gate is
+    unknown (skipped), never judged on a guess."""
+    m = machine()
+    m.add_listing(read_listing(smi_list(name="NVIDIA A10G")), "l.txt")
+    seen = m.finish()
+    assert {g.compute_capability for g in seen.gpus} == {None}
+    assert not any("compute capability" in line for line in m.inferred)
+    verdict = gpu_requirements.GpuRequirement(compute_capability=">=8.0").evaluate(seen)
+    assert not verdict.ok and "unknown" in verdict.reason
+
+
+def test_a_capability_an_output_gives_wins_over_the_name_and_a_disagreement_is_said():
+    """--query-gpu's compute_cap is what the GPU reported: kept, even given after -q -x, and where the
+    name's capability differs a warning names both."""
+    m = machine()
+    m.add_listing(read_listing(smi_xml()), "q.xml")
+    m.add_listing(read_listing(query_csv("index,compute_cap").replace(", 9.0", ", 8.0")), "q.csv")
+    seen = m.finish()
+    assert {g.compute_capability for g in seen.gpus} == {"8.0"}
+    assert not any("compute capability" in line for line in m.inferred)
+    assert (f"GPU3: nvidia-smi --query-gpu (q.csv) says compute capability 8.0, NVIDIA's CUDA GPU list "
+            f"(developer.nvidia.com/cuda-gpus) gives 9.0 for {H100}; the source's is kept") in seen.warnings
+
+
+@pytest.mark.parametrize("name, cc", [
+    ("NVIDIA H200", "9.0"), ("NVIDIA GH200 480GB", "9.0"), ("NVIDIA A100-PCIE-40GB", "8.0"),
+    ("NVIDIA A10", "8.6"), ("NVIDIA L4", "8.9"), ("NVIDIA L40S", "8.9"), ("Tesla T4", "7.5"),
+    ("Quadro RTX 6000", "7.5"), ("NVIDIA RTX 6000 Ada Generation", "8.9"), ("NVIDIA RTX A6000", "8.6"),
+    ("NVIDIA B200", "10.0"), ("NVIDIA GB300", "10.3"), ("NVIDIA GeForce RTX 5090", "12.0"),
+    # other chips whose names start like listed ones, and names the list does not give
+    ("NVIDIA A10G", None), ("Tesla V100S-PCIE-32GB", None), ("NVIDIA T400 4GB", None), ("NVIDIA H20", None),
+    ("NVIDIA A100X", None), ("Quadro RTX 6000 Ada", None), ("", None), (None, None),
+])
+def test_names_nvidia_smi_prints_give_the_listed_capability_only(name, cc):
+    """A model that begins another chip's name (RTX 6000: Turing; RTX 6000 Ada Generation: Ada; A10
+    and A10G) is told apart; a name not on the list is unknown."""
+    assert capability_of_name(name) == cc
+
+
+def test_the_name_table_agrees_with_every_bundled_machine():
+    """Each bundled machine's GPUs were recorded with NVML's capability: the name table gives the same
+    (or nothing), so a text machine of the same GPUs is judged as the NVML one."""
+    for name in bundled_names():
+        for gpu in probe(name).gpus:
+            assert capability_of_name(gpu.name) in (None, gpu.compute_capability), (name, gpu.name)
+
+
+@pytest.mark.skipif(not (H200_CAPTURE / "query.xml").exists(), reason="tests/captured/h200-driver-580 is absent")
+def test_the_captured_h200_q_x_gives_a_machine_of_capability_9_0(tmp_path, capsys):
+    """A real H200 host's topo -m and -q -x (driver 580) record an H200 of capability 9.0 (Hopper)."""
+    code, out, err = run(capsys, "record", "-o", tmp_path / "node.json", "--from-smi", H200_CAPTURE / "topo-m.txt",
+                         "--smi-query", H200_CAPTURE / "query.xml")
+    assert code == 0, err
+    (gpu,) = recorded(tmp_path).gpus
+    assert (gpu.name, gpu.compute_capability) == ("NVIDIA H200", "9.0")
+
+
+# ------------------------------------------------------------------------------ each fact once, disagreements said
+
+
+def test_two_listings_disagreeing_on_memory_are_said_naming_both(tmp_path, h100_topo, capsys):
+    """-q -x says 81559 MiB and a --query-gpu of 40960 MiB: the first is kept, and the warning names
+    both files and both values in MiB, as nvidia-smi prints them."""
+    (tmp_path / "q.xml").write_text(smi_xml())
+    (tmp_path / "q.csv").write_text(query_csv("index,memory.total").replace("81559", "40960"))
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml",
+                         "--smi-query", tmp_path / "q.csv", "-o", tmp_path / "node.json")
+    assert code == 0, err
+    assert (f"GPU0: nvidia-smi --query-gpu ({tmp_path / 'q.csv'}) says memory 40960 MiB, an earlier source 81559 MiB, "
+            f"from nvidia-smi -q -x ({tmp_path / 'q.xml'}); the earlier is kept") in err
+    assert recorded(tmp_path).gpus[0].memory_total_bytes == 81559 * 2**20
+
+
+def test_nvlink_status_naming_a_gpu_otherwise_than_smi_list_is_said(tmp_path, h100_topo, capsys):
+    """-L names the GPUs first; nvlink -s naming them otherwise is a warning naming both files."""
+    (tmp_path / "l.txt").write_text(smi_list())
+    (tmp_path / "nvl.txt").write_text(nvlink_s(name="NVIDIA H100 PCIe"))
+    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "l.txt",
+                         "--nvlink-status", tmp_path / "nvl.txt", "-o", tmp_path / "node.json")
+    assert code == 0, err
+    assert (f"GPU7: nvidia-smi nvlink -s ({tmp_path / 'nvl.txt'}) says name NVIDIA H100 PCIe, an earlier source "
+            f"{H100}, from nvidia-smi -L ({tmp_path / 'l.txt'}); the earlier is kept") in err
+
+
+def test_driver_versions_disagreeing_are_said_naming_both():
+    m = machine()
+    m.add_listing(read_listing(smi_xml()), "q.xml")
+    m.add_listing(read_listing(query_csv("index,driver_version").replace("550.90.07", "535.54.03")), "q.csv")
+    seen = m.finish()
+    assert seen.driver_version == "550.90.07"
+    assert ("nvidia-smi --query-gpu (q.csv) says driver version 535.54.03, an earlier source 550.90.07, from "
+            "nvidia-smi -q -x (q.xml); the earlier is kept") in seen.warnings
+
+
+def test_each_file_is_a_source_with_what_it_said():
+    """The profile's sources list topo -m and each file joined, in order, each with its warnings."""
+    m = machine()
+    m.add_listing(read_listing(smi_list()), "l.txt")
+    m.add_nvlink_status(parse_nvlink_status(nvlink_s(name="NVIDIA H100 PCIe")), "nvl.txt")
+    assert [(s["what"], s["file"]) for s in m.sources] == [
+        ("nvidia-smi topo -m", "topo.txt"), ("nvidia-smi -L", "l.txt"), ("nvidia-smi nvlink -s", "nvl.txt")]
+    assert m.sources[1]["notes"] == [] and len(m.sources[2]["notes"]) == 8
+
+
+def test_another_machines_output_is_refused():
+    m = machine()
+    m.add_listing(read_listing(smi_list()), "l.txt")
+    other = query_csv("index,uuid,pci.bus_id", uuids=[u.replace("GPU-0", "GPU-e") for u in UUIDS])
+    with pytest.raises(TextMachineError, match="q.csv: nvidia-smi --query-gpu's GPU 0 has UUID GPU-e.*another "
+                                               "machine's output"):
+        m.add_listing(read_listing(other), "q.csv")
+    assert BUSES[0] not in {g.pci_bus_id for g in m.topology.gpus}  # nothing of the refused listing kept
+
+
+# ------------------------------------------------------------------------------ GB200 fabric in -q -x
+
+
+FABRIC = """<fabric>
+			<state>Completed</state>
+			<status>Success</status>
+			<cliqueId>4026</cliqueId>
+			<clusterUuid>9c6f5af3-53bf-49b5-a436-b66766c413c3</clusterUuid>
+			<health>
+				<bandwidth>Full</bandwidth>
+			</health>
+		</fabric>
+		<compute_mode>"""
+
+
+def test_q_x_fabric_registration_is_read_and_shown(tmp_path, capsys):
+    """A GB200's <fabric> (NVML's fabric info): state, status, clique and cluster, in parse's text and
+    JSON; a GPU whose fabric is all N/A (no multi-node NVLink) has none."""
+    text = smi_xml(n=2).replace("<compute_mode>", FABRIC, 1)
+    (tmp_path / "q.xml").write_text(text)
+    code, out, err = run(capsys, "parse", "smi-xml", tmp_path / "q.xml")
+    assert code == 0, err
+    assert out.splitlines()[0].endswith(
+        ", fabric Completed, Success, clique 4026 of cluster 9c6f5af3-53bf-49b5-a436-b66766c413c3")
+    assert "fabric" not in out.splitlines()[1]
+    code, out, err = run(capsys, "parse", "smi-xml", tmp_path / "q.xml", "--json")
+    gpus = json.loads(out)["gpus"]
+    assert gpus[0]["fabric"] == {"state": "Completed", "status": "Success", "clique_id": 4026,
+                                 "cluster_uuid": "9c6f5af3-53bf-49b5-a436-b66766c413c3"}
+    assert "fabric" not in gpus[1]
+
+
+@pytest.mark.parametrize("state, status, says", [
+    ("Not Supported", "N/A", "fabric Not Supported"),  # a fact, though nvidia-smi's "Not ..." is no value elsewhere
+    ("In Progress", "N/A", "fabric In Progress"),
+    ("Completed", "Insufficient Resources", "fabric Completed, Insufficient Resources"),
+])
+def test_q_x_fabric_states_are_read_as_printed(state, status, says):
+    text = smi_xml(n=1).replace("<compute_mode>", f"<fabric><state>{state}</state><status>{status}</status>"
+                                                  f"<cliqueId>N/A</cliqueId><clusterUuid>N/A</clusterUuid></fabric>"
+                                                  f"<compute_mode>", 1)
+    listing = parse_smi_xml(text)
+    assert listing.lines()[0].endswith(says) and not listing.warnings
+
+
+def test_q_x_fabric_of_no_known_form_is_a_warning_not_a_fact():
+    text = smi_xml(n=1).replace("<compute_mode>", "<fabric><state>Sideways</state><cliqueId>-1</cliqueId>"
+                                                  "</fabric><compute_mode>", 1)
+    listing = parse_smi_xml(text)
+    assert listing.gpus[0].fabric is None
+    assert any("fabric state 'Sideways' is not one of" in w for w in listing.warnings)
+    assert any("fabric cliqueId '-1' is not a number" in w for w in listing.warnings)
