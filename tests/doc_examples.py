@@ -26,7 +26,7 @@ NOT_RUN = re.compile(r"^not run(?::\s*(?P<commands>[^()]+?))?\s+\((?P<reason>.+)
 
 # A shell line that is a command (after a "$ " prompt): the tools these docs tell a reader to run. A
 # line "gputopo: ..." or "gputopo node-a ..." is output; "gputopo <subcommand>" is a command.
-_SUBCOMMANDS = "show|machines|record|parse|spec|report|check|bench"
+_SUBCOMMANDS = "show|machines|record|parse|spec|report|check|bench|fleet"
 _COMMAND = re.compile(rf"^(\$ )?(pytest\b|gputopo ({_SUBCOMMANDS})\b|\.venv/bin/|dev/|pip |python |torchrun |srun "
                       rf"|sbatch |nvidia-smi |nvbandwidth |export |#!)")
 

@@ -5,6 +5,7 @@ healthy), what cannot be judged says why, and every string from a document is es
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -146,3 +147,16 @@ def test_the_page_opens_in_a_real_browser_with_every_node(docs, tmp_path, capsys
     assert png > 10_000 and "Uncaught" not in log, log[-2000:]
     assert dom.count("<tr>") == 41  # the head and one row per node
     assert dom.index("node00003") < dom.index("node00000")  # the named nodes first
+
+
+def test_the_documented_example(tmp_path):
+    """docs/fleet.md's example, run as a reader pastes it, prints what the doc shows and exits 1."""
+    from doc_examples import assert_shows, blocks, run_shell
+
+    (example,) = [b for b in blocks() if b.path == "docs/fleet.md" and "--machine hgx-h100-pcie-x8" in b.text]
+    (shown,) = [b for b in blocks() if b.path == "docs/fleet.md" and b.text.startswith("NVIDIA H100")]
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}  # gputopo of this venv
+    steps = run_shell(example, tmp_path, env)
+    assert [s.status for s in steps] == [0, 0, 0, 0, 1, 1, 1], [s.printed for s in steps]
+    assert_shows(shown.lines, steps[-1].printed)
+    assert (tmp_path / "fleet.html").exists()

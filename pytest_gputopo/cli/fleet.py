@@ -28,8 +28,10 @@ def _documents(paths: list[str]) -> list[str]:
             for top, dirs, names in os.walk(path):
                 dirs.sort()
                 found += [os.path.join(top, n) for n in sorted(names) if n.endswith(".json")]
-        else:
+        elif os.path.lexists(path):
             found.append(path)
+        else:
+            raise CliError(f"{path}: no such file or folder")
         if len(found) > MAX_DOCUMENTS:
             raise CliError(f"{path}: more than {MAX_DOCUMENTS} documents")
     return found
@@ -117,7 +119,7 @@ def add_fleet(sub) -> None:
                     "  1    a node is named, or a group is split on a fact\n"
                     "  2    bad arguments, or a document could not be read (the others are still judged)")
     p.add_argument("documents", nargs="+", metavar="DOC", help="a document, or a folder of them (*.json)")
-    p.add_argument("--html", metavar="PATH.html", help="write the fleet's page")
-    p.add_argument("--json", metavar="PATH.json", help="write the fleet's JSON document")
-    p.add_argument("--markdown", metavar="PATH.md", help="write a Markdown summary (a CI step's summary)")
+    p.add_argument("--html", metavar="PATH.html", help="write the fleet's page (default: none)")
+    p.add_argument("--json", metavar="PATH.json", help="write the fleet's JSON document (default: none)")
+    p.add_argument("--markdown", metavar="PATH.md", help="write a Markdown summary, a CI step's (default: none)")
     p.set_defaults(func=cmd_fleet)

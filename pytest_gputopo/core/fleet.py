@@ -35,6 +35,8 @@ class Finding:
     fact: str  # the fact, or the figure class
     says: str  # one line: the node's value and its peers', with how many peers
     node: str | None = None
+    value: str | None = None  # a fact's value on the node, and the value its peers agree on
+    reference: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def _judge_fact(fact: str, values: dict[str, str], findings: list, reference: di
         for node, value in values.items():
             if value != top:
                 findings.append(Finding(kind, fact, f"{fact}: {value}, where {top_count} of the "
-                                        f"{len(values)} nodes that say have {top}", node))
+                                        f"{len(values)} nodes that say have {top}", node, value, top))
         return
     sides = "; ".join(f"{value} on {counted(n, 'node')} ({_listed([k for k, v in values.items() if v == value])})"
                       for value, n in counts.most_common())

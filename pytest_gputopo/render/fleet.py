@@ -5,6 +5,8 @@ the medium it lands in."""
 
 from __future__ import annotations
 
+import re
+
 from ..core.fleet import Fleet, Group
 from ..core.units import counted
 from .escape import html_attribute, html_text, markdown, terminal
@@ -26,14 +28,35 @@ def _group_title(group: Group) -> str:
     return f"{group.kind}: {counted(len(group.nodes), 'node')}"
 
 
+_PAIR_LINK = re.compile(r"(GPU\d+)-(GPU\d+) link")
+
+
+def _said(findings: list) -> list[str]:
+    """What a node's findings say, one line each, except that the links of the pairs of one GPU that all
+    differ from the same reference are one line (a GPU that lost its NVLinks changes all its pairs)."""
+    pairs = [(f, _PAIR_LINK.fullmatch(f.fact)) for f in findings]
+    pairs = [(f, m.groups()) for f, m in pairs if m and f.reference]
+    by_gpu: dict = {}
+    for f, gpus in pairs:
+        for gpu in gpus:
+            by_gpu.setdefault((gpu, f.reference), []).append(f)
+    gathered, out = set(), []
+    for (gpu, reference), group in sorted(by_gpu.items(), key=lambda item: -len(item[1])):
+        group = [f for f in group if id(f) not in gathered]
+        if len(group) >= 2:
+            gathered.update(id(f) for f in group)
+            cells = ", ".join(f"{'-'.join(_PAIR_LINK.fullmatch(f.fact).groups())} {f.value}" for f in group)
+            out.append(f"{gpu}'s pairs: {cells}, where their peers have {reference}")
+    return [f.says for f in findings if id(f) not in gathered] + out
+
+
 def lines(fleet: Fleet, unread: list) -> list[str]:
     """What the terminal shows: per group, each named node with its findings, then the group's own."""
     out = []
     for group in fleet.groups:
         out.append(_group_title(group))
         for node in group.nodes:
-            for f in group.of(node.name):
-                out.append(f"  NAMED {node.name}: {f.says}")
+            out += [f"  NAMED {node.name}: {said}" for said in _said(group.of(node.name))]
         out += [f"  SPLIT {f.says}" for f in group.findings if f.kind == "split"]
         out += [f"  not judged: {why}" for why in group.unjudged]
     out += [f"not read: {path}: {why}" for path, why in unread]
@@ -44,10 +67,10 @@ def summary_markdown(fleet: Fleet, unread: list) -> str:
     out = [f"### {markdown(_verdict(fleet, unread))}", ""]
     for group in fleet.groups:
         out += [f"#### {markdown(_group_title(group))}", ""]
-        rows = [(n.name, f) for n in group.nodes for f in group.of(n.name)]
-        rows += [("(the group)", f) for f in group.findings if f.kind == "split"]
+        rows = [(n.name, said) for n in group.nodes for said in _said(group.of(n.name))]
+        rows += [("(the group)", f.says) for f in group.findings if f.kind == "split"]
         if rows:
-            out += ["| node | finding |", "|---|---|"] + [f"| {markdown(n)} | {markdown(f.says)} |" for n, f in rows]
+            out += ["| node | finding |", "|---|---|"] + [f"| {markdown(n)} | {markdown(said)} |" for n, said in rows]
         else:
             out.append("No node differs from its peers.")
         out += [f"- not judged: {markdown(why)}" for why in group.unjudged] + [""]
