@@ -217,3 +217,33 @@ def test_q_x_fabric_of_no_known_form_is_a_warning_not_a_fact():
     assert listing.gpus[0].fabric is None
     assert any("fabric state 'Sideways' is not one of" in w for w in listing.warnings)
     assert any("fabric cliqueId '-1' is not a number" in w for w in listing.warnings)
+
+
+# ------------------------------------------------------------------------------ any listing
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from pytest_gputopo.parse.smi_gpus import SmiGpu, SmiGpus  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 9)), st.sampled_from(UUIDS + ["GPU-ffffffff-0000", None]),
+                          st.sampled_from(BUSES + ["00000000:01:00.0", None]),
+                          st.sampled_from([H100, "NVIDIA A10G", None])), max_size=10),
+       st.one_of(st.none(), st.integers(1, 10)))
+def test_any_listing_joins_or_is_refused_by_name(rows, attached):
+    """Whatever GPUs a listing names, by whatever index, UUID and bus id, it joins the machine (each
+    GPU keeping the UUID and bus id it was found by) or is refused as another machine's, never
+    another exception."""
+    m = machine()
+    m.add_listing(read_listing(smi_list()), "l.txt")  # the machine knows every GPU's UUID
+    listing = SmiGpus("nvidia-smi --query-gpu", tuple(SmiGpu(index=i, uuid=u, pci_bus_id=b, name=n)
+                                                      for i, u, b, n in rows), attached=attached)
+    try:
+        m.add_listing(listing, "q.csv")
+    except TextMachineError:
+        return
+    seen = m.finish()
+    assert [g.uuid for g in seen.gpus] == UUIDS
+    assert all(g.compute_capability in (None, "9.0") for g in seen.gpus)
