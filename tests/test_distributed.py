@@ -110,7 +110,7 @@ def test_every_rank_takes_the_same_decisions(suite_dir):
 
 
 def test_srun_starting_every_rank_takes_one_decision(suite_dir):
-    """Issue 11.4: srun sets SLURM_PROCID and its step's task count, not RANK/WORLD_SIZE. Two pytest
+    """srun sets SLURM_PROCID and its step's task count, not RANK/WORLD_SIZE. Two pytest
     processes given srun's variables (and MASTER_ADDR/MASTER_PORT, as torch's env:// reads them) and
     different recorded machines take the same decisions, and their collectives do not hang."""
     port = launcher_port()
@@ -212,7 +212,7 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
     figures = {(suite_dir / f"busbw.{r}").read_text() for r in (0, 1)}
     assert len(figures) == 1 and figures.pop().endswith(", 2)")  # one figure, from a 2-rank all-reduce
     assert "min_allreduce_bw(100000): all-reduce busbw, 2 ranks, 64 KiB: measured" in out.stdout
-    # Issue 12.3: progress is said once, by rank 0, though both ranks took part in the measurement.
+    # Progress is said once, by rank 0, though both ranks took part in the measurement.
     assert out.stdout.count("gputopo: measuring all-reduce busbw, 2 ranks, 64 KiB ...") == 1
     assert len([ln for ln in out.stdout.splitlines() if ln.startswith("gputopo: all-reduce busbw, 2 ranks, 64 KiB: ")]) == 1
 
@@ -283,7 +283,7 @@ def test_every_rank_has_gpus(gputopo_ranks):
     all_reduce_ones()
 
 def test_this_rank_alone_would_disagree(gputopo):
-    # What issue 11.3 warns of: each rank deciding from its own facts. Kept out of collectives.
+    # The hazard: each rank deciding from its own facts. Kept out of collectives.
     if gputopo.gpus[0].compute_capability != "8.0":
         pytest.skip("this rank's GPU is not an A100")
 
@@ -294,7 +294,7 @@ def test_the_combined_view(gputopo_ranks):
 
 
 def test_a_custom_condition_is_one_decision_across_ranks(suite_dir):
-    """Issue 11.3: rank 0 (dgx-a100) meets a custom condition, rank 1 (4x RTX 4090) does not; both
+    """Rank 0 (dgx-a100) meets a custom condition, rank 1 (4x RTX 4090) does not; both
     ranks skip the test, the reason names rank 1, and the collectives of the tests that run do not
     hang. Deciding from this rank's own ``gputopo`` alone gives different outcomes per rank."""
     (suite_dir / "test_custom.py").write_text(CUSTOM_TESTS)
