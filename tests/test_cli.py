@@ -143,7 +143,7 @@ def test_spec_prints_every_figure_with_its_source():
 
 
 def test_text_that_is_no_nccl_log_is_refused(tmp_path):
-    """Issue 8.23: `gputopo parse nccl-log` exited 0 with an empty document on any text."""
+    """`gputopo parse nccl-log` refuses text that is no NCCL log, never exit 0 with an empty document."""
     path = tmp_path / "build.log"
     path.write_text("make: Entering directory '/src'\ncc -O2 -c x.c\n")
     result = gputopo("parse", "nccl-log", str(path))
@@ -154,7 +154,7 @@ def test_text_that_is_no_nccl_log_is_refused(tmp_path):
 
 
 def test_a_reader_that_goes_away_is_not_an_error():
-    """Issue 8.21: `gputopo spec --json | head` printed "internal error (BrokenPipeError)" (exit 3).
+    """`gputopo spec --json | head` ends quietly, not with "internal error (BrokenPipeError)" (exit 3).
     Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError (Python docs, "Note
     on SIGPIPE" in the signal module): the command ends quietly, as a writer ended by SIGPIPE."""
     proc = subprocess.Popen([sys.executable, "-m", "pytest_gputopo.cli", "spec", "--json"],
@@ -165,7 +165,7 @@ def test_a_reader_that_goes_away_is_not_an_error():
 
 
 def test_parse_nccl_tests_says_its_wrong_data(tmp_path):
-    """Issue 8.12: nccl-tests' own verdict on the data (#wrong in-place, the FAILED out-of-bounds
+    """nccl-tests' own verdict on the data (#wrong in-place, the FAILED out-of-bounds
     line, src/common.cu) is said, not only the figures."""
     text = ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
             "     1048576        262144     float     sum      -1    30.12   34.81   34.81      0    29.90   35.07   35.07      3\n"
@@ -182,8 +182,8 @@ def test_parse_nccl_tests_says_its_wrong_data(tmp_path):
     ("rq:{good}", "'q' before ':' is no capability letter"),
 ])
 def test_record_p2p_errors_name_the_letter_or_the_file_at_fault(tmp_path, p2p_arg, says):
-    """Issue 9.8: a garbage --p2p file was blamed on the valid --from-smi file; a bad capability
-    letter said "cannot read" without naming it."""
+    """A garbage --p2p file is blamed by its own name, not on the valid --from-smi file, and a bad
+    capability letter is named, not a bare "cannot read"."""
     topo = tmp_path / "topo.txt"
     topo.write_text("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n")
     good, garbage = tmp_path / "p2p.txt", tmp_path / "garbage.txt"
