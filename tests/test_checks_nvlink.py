@@ -1,4 +1,4 @@
-"""The ``nvlink[GPUn]`` health check judges each GPU (issue 19.3): no link up is a GPU without NVLink
+"""The ``nvlink[GPUn]`` health check judges each GPU on its own: no link up is a GPU without NVLink
 unless something says it had links; some up and some down is a fault."""
 
 import dataclasses
@@ -40,8 +40,8 @@ def _checks(pytester, topology: model.Topology) -> dict:
 
 
 def test_a_card_without_a_bridge_beside_a_bridged_pair_is_not_a_fault(pytester):
-    """Issue 19.3: GPU2 and GPU3 (no bridge, links present and down) failed "0/4 up" because GPU0-GPU1
-    have a bridge; each GPU is judged on its own."""
+    """GPU2 and GPU3 (no bridge, links present and down) pass though GPU0-GPU1 have a bridge: each GPU
+    is judged on its own, not failed "0/4 up" by its neighbours' bridge."""
     checks = _checks(pytester, _mixed_box())
     assert checks["nvlink[GPU0]"]["outcome"] == checks["nvlink[GPU1]"]["outcome"] == "passed"
     for i in (2, 3):
@@ -88,7 +88,7 @@ def test_what_tells_a_lost_gpu_from_one_without_nvlink():
 
 
 def test_an_nvlink_version_the_architecture_cannot_have_is_warned_by_the_check(pytester):
-    """Issue 19.5: an H100 whose NVML answers NVLink 5.0 (7; public code reads it as NVLink 4,
+    """An H100 whose NVML answers NVLink 5.0 (7; public code reads it as NVLink 4,
     tests/test_spec.py cites it) is judged as 4.0, and the check says so."""
     h100 = recorded.load_profile("hgx-h100").topology
     said_5 = dataclasses.replace(h100, gpus=tuple(dataclasses.replace(
