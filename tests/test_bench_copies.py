@@ -106,7 +106,7 @@ def test_p2p_copy_needs_no_ordering_of_its_own(monkeypatch):
 
 
 def test_bidirectional_copy_verifies_both_directions(monkeypatch):
-    """Issue 8.11: only GPU0->GPU1 was verified; data GPU1->GPU0 that came back wrong passed."""
+    """Both directions are verified: data GPU1->GPU0 that come back wrong fail, not only GPU0->GPU1."""
     cuda = FakeCuda()
     fake = cpu_torch(cuda)
     monkeypatch.setitem(sys.modules, "torch", fake)
@@ -129,9 +129,9 @@ def test_bidirectional_copy_verifies_both_directions(monkeypatch):
 
 
 def test_no_peer_access_is_no_p2p_figure(monkeypatch):
-    """Issue 8.10: without CUDA peer access torch does not enable it (at::cuda::get_p2p_access asks
+    """Without CUDA peer access torch does not enable it (at::cuda::get_p2p_access asks
     cudaDeviceCanAccessPeer, aten/src/ATen/cuda/PeerToPeerAccess.cpp) and the driver stages the
-    copy through the host; its figure was reported as P2P. Nothing is measured as P2P then."""
+    copy through the host; that figure is no P2P figure, so nothing is measured as P2P then."""
 
     cuda = FakeCuda()
     cuda.can_device_access_peer = lambda a, b: False
@@ -163,8 +163,8 @@ def pytest_gputopo_probe(config):
 
 
 def test_the_full_check_measures_every_copy_of_8_gpus_in_one_process(pytester, monkeypatch):
-    """Issue 10 (quality bar): a fresh child importing torch per copy -- 80 copies on 8 GPUs, each
-    paying a torch import and a CUDA start-up. One child now answers a burst of copies. The child's
+    """One child answers a burst of copies, not a fresh child importing torch per copy (80 copies on
+    8 GPUs, each paying a torch import and a CUDA start-up). The child's
     measurement is replaced by the test plan (runtime.environ.test_faults), so that this runs
     without a GPU: an 8-GPU machine passes for this host, and every copy reports its child's pid."""
     monkeypatch.setenv("PYTEST_GPUTOPO_TEST_FAULTS", '{"copy_gbps": 20.0}')
