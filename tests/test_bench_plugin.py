@@ -262,8 +262,8 @@ GLOO = "import pytest\n@pytest.mark.min_allreduce_bw(0.0001)\ndef test_any(): pa
 
 
 def test_gloo_never_serves_this_hosts_figure_as_a_recorded_machines(pytester):
-    """Issue 8.16: with gloo, the host's CPU all-reduce was labelled recorded:dgx-a100 and met
-    dgx-a100's markers. A recorded machine's figures are its own: gloo cannot measure it."""
+    """With gloo on a recorded machine, the host's CPU all-reduce is never labelled recorded:dgx-a100
+    nor meets dgx-a100's markers: a recorded machine's figures are its own, gloo cannot measure it."""
     result = run(pytester, "--gputopo-machine", "dgx-a100", "--gputopo-allreduce-backend", "gloo",
                  "--gputopo-allreduce-size", "64K", src=GLOO)
     result.assert_outcomes(skipped=2)
@@ -273,7 +273,7 @@ def test_gloo_never_serves_this_hosts_figure_as_a_recorded_machines(pytester):
 
 @needs_torch
 def test_a_gpu_requirement_needs_its_gpus_whatever_the_backend(pytester):
-    """Issue 8.16: min_allreduce_bw(0.01, gpus=8) passed on a GPU-less host with gloo."""
+    """min_allreduce_bw(..., gpus=8) skips on a GPU-less host with gloo (needs 8 GPUs), never passes."""
     result = run(pytester, "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "64K", src=GLOO)
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*min_allreduce_bw(0.0001, gpus=8): needs 8 GPUs, 0 visible*"])
