@@ -501,7 +501,7 @@ def test_cross_rank_mode_bad_arguments():
 
 
 def test_the_all_reduce_figure_is_timed_unlogged_and_nccls_algorithm_read_from_its_own_run(monkeypatch):
-    """Issue 8.5: the figure comes from a run with NCCL's logging off; the algorithm at the same size
+    """The figure comes from a run with NCCL's logging off; the algorithm at the same size
     (NVLS or not) from a short logged run apart from it. When that run fails the figure stands and
     the algorithm is unknown, with the reason."""
     from pytest_gputopo.core import model
@@ -538,8 +538,8 @@ def test_the_all_reduce_figure_is_timed_unlogged_and_nccls_algorithm_read_from_i
 
 
 def test_the_next_run_sweeps_folders_a_killed_run_left_but_no_live_one(tmp_path, monkeypatch):
-    """Issue 9.9: SIGKILL of pytest mid-benchmark left /tmp/gputopo-allreduce-* (config, logs,
-    status files, store) forever. The next benchmark removes this user's folders whose parent pid
+    """What a SIGKILL of pytest mid-benchmark leaves in /tmp/gputopo-allreduce-* (config, logs,
+    status files, store) does not stay forever: the next benchmark removes this user's folders whose parent pid
     is dead and that nobody touched for an hour; a live run's folder stays."""
     from pytest_gputopo.bench import allreduce
 
