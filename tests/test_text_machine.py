@@ -155,14 +155,20 @@ def test_each_file_is_a_source_with_what_it_said():
     assert m.sources[1]["notes"] == [] and len(m.sources[2]["notes"]) == 8
 
 
-def test_another_machines_output_is_refused():
+def test_another_machines_output_is_refused_whole():
+    """A listing naming one GPU by another machine's UUID is refused, and none of its facts (not even
+    those of GPUs it names rightly, read before) is kept."""
     m = machine()
     m.add_listing(read_listing(smi_list()), "l.txt")
     other = query_csv("index,uuid,pci.bus_id", uuids=[u.replace("GPU-0", "GPU-e") for u in UUIDS])
+    other = other.replace(UUIDS[3].replace("GPU-0", "GPU-e"), UUIDS[3])  # GPU3's is right: refused whole
+    lines = other.splitlines()
+    lines.insert(1, lines.pop(4))  # GPU3 first, so its bus id would be filled before GPU0 is refused
     with pytest.raises(TextMachineError, match="q.csv: nvidia-smi --query-gpu's GPU 0 has UUID GPU-e.*another "
                                                "machine's output"):
-        m.add_listing(read_listing(other), "q.csv")
-    assert BUSES[0] not in {g.pci_bus_id for g in m.topology.gpus}  # nothing of the refused listing kept
+        m.add_listing(read_listing("\n".join(lines) + "\n"), "q.csv")
+    assert {g.pci_bus_id for g in m.topology.gpus} == {None}  # nothing of the refused listing kept
+    assert [s["file"] for s in m.sources] == ["topo.txt", "l.txt"]
 
 
 # ------------------------------------------------------------------------------ GB200 fabric in -q -x

@@ -12,10 +12,12 @@ list contradicts is a warning, the source's kept. A name the list does not give 
 A source belongs to the machine only if it can: a GPU is found by its UUID, else its PCI bus id, else
 its nvidia-smi index (NVML's, as topo -m numbers GPUs). A UUID or bus id other than the one the machine
 already knows for that GPU, a listing or P2P matrix of another GPU count, or a GPU found by UUID under
-another index is another machine's output (or one numbered otherwise): ``TextMachineError``."""
+another index is another machine's output (or one numbered otherwise): ``TextMachineError``, and
+none of its facts is kept."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from ..core import model
@@ -94,6 +96,16 @@ class TextMachine:
 
     # -- joining a source ------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _all_or_nothing(self):
+        """A source refused leaves the machine as it was before it (none of its facts kept)."""
+        saved = self.topology, dict(self._said), list(self._warnings)
+        try:
+            yield
+        except TextMachineError:
+            self.topology, self._said, self._warnings = saved
+            raise
+
     def _find(self, row: SmiGpu, position: int | None, tool: str, file: str) -> model.Gpu:
         """The machine's GPU a listed one is, refusing one of another machine. ``position`` (its place
         in a listing of every GPU, in index order) stands for an index the listing does not print;
@@ -157,6 +169,10 @@ class TextMachine:
 
     def add_listing(self, listing: SmiGpus, file: str) -> None:
         """What ``listing`` (--query-gpu, -L or -q -x) says of the machine's GPUs and versions."""
+        with self._all_or_nothing():
+            self._add_listing(listing, file)
+
+    def _add_listing(self, listing: SmiGpus, file: str) -> None:
         before = set(self.topology.warnings)
         if listing.attached is not None:  # None: a listing that may list some GPUs only (-i)
             _same_count(listing.tool, file, listing.attached, len(self.topology.gpus))
@@ -183,6 +199,10 @@ class TextMachine:
         link leads, nvlink -s does not say), and the name and UUID of each GPU's header; a warning where
         the links up disagree with topo -m's NV#. ``-i <gpu>`` lists some GPUs only: no GPU count is
         compared."""
+        with self._all_or_nothing():
+            self._add_nvlink_status(status, file)
+
+    def _add_nvlink_status(self, status: NvlinkStatus, file: str) -> None:
         before = set(self.topology.warnings)
         gpus = list(self.topology.gpus)
         source = f"{NVLINK_STATUS} ({file})"
