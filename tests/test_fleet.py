@@ -160,3 +160,19 @@ def test_the_documented_example(tmp_path):
     assert [s.status for s in steps] == [0, 0, 0, 0, 1, 1, 1], [s.printed for s in steps]
     assert_shows(shown.lines, steps[-1].printed)
     assert (tmp_path / "fleet.html").exists()
+
+
+def test_a_run_across_nodes_gives_each_node_and_not_its_figures(docs, capsys):
+    write_fleet(docs, 3, faults=False)
+    run = json.loads((docs / "node00000.json").read_text())
+    (docs / "node00000.json").unlink()
+    other = json.loads((docs / "node00001.json").read_text())["topology"]
+    a, b = dict(run["topology"], hostname="rank-a"), dict(other, hostname="rank-b", driver_version="1.2.3")
+    run["nodes"] = [{"where": "rank 0", "differs": False, "topology": a},
+                    {"where": "rank 8", "differs": True, "topology": b}]
+    (docs / "run.json").write_text(json.dumps(run))
+    code, out, err, doc = fleet_json(capsys, docs)
+    nodes = {n["name"]: n for n in doc["groups"][0]["nodes"]}
+    assert set(nodes) == {"node00001", "node00002", "rank-a", "rank-b"}
+    assert nodes["rank-b"]["findings"][0]["fact"] == "driver" and code == 1
+    assert "one of the 2 nodes of a run: its figures are the run's, not compared" in nodes["rank-a"]["not_judged"]

@@ -48,23 +48,29 @@ def _figures(doc: dict) -> list:
     return out
 
 
-def node_from(path: str) -> Node:
-    """The node a document describes; ValueError naming what is wrong with it."""
+def nodes_from(path: str) -> list[Node]:
+    """The nodes a document describes (a run across nodes lists each); ValueError naming what is wrong."""
     doc = read_json(files.read_text(path), path)
     if not isinstance(doc, dict):
         raise ValueError("not a gputopo document (a JSON object)")
     if "name" in doc and "measurements" not in doc:  # a recorded profile (gputopo record)
         topology = parse_profile(doc, path).topology
-        return node_of(topology, name=topology.hostname or doc["name"], path=path,
-                       notes=("a recorded profile: no measured figures",))
+        return [node_of(topology, name=topology.hostname or doc["name"], path=path,
+                        notes=("a recorded profile: no measured figures",))]
     if doc.get("schema") != 1 or "topology" not in doc:
         raise ValueError("not a gputopo document: no schema 1 and topology (a run's, a check's or a profile)")
     topology = schema.from_dict(doc["topology"], "topology")
     MEASUREMENTS(doc.get("measurements"), "measurements")  # only what the fleet view reads is checked
-    name = topology.hostname or os.path.splitext(os.path.basename(path))[0]
     notes = () if doc.get("source") == "NVML" else (f"facts from {doc.get('source')}, not NVML on the node",)
-    return node_of(topology, name=name, path=path, figures=_figures(doc), when=doc.get("written"),
-                   notes=notes)
+    across = doc.get("nodes") or []
+    if len(across) > 1:  # a run under a launcher: each node's facts; its figures are the run's, no node's
+        notes += (f"one of the {len(across)} nodes of a run: its figures are the run's, not compared",)
+        tops = [schema.from_dict(n.get("topology") if isinstance(n, dict) else None, f"nodes[{i}].topology")
+                for i, n in enumerate(across)]
+        return [node_of(t, name=t.hostname or f"{path}#{i}", path=path, when=doc.get("written"), notes=notes)
+                for i, t in enumerate(tops)]
+    name = topology.hostname or os.path.splitext(os.path.basename(path))[0]
+    return [node_of(topology, name=name, path=path, figures=_figures(doc), when=doc.get("written"), notes=notes)]
 
 
 def read_nodes(paths: list[str]) -> tuple[list[Node], list[tuple[str, str]]]:
@@ -73,18 +79,19 @@ def read_nodes(paths: list[str]) -> tuple[list[Node], list[tuple[str, str]]]:
     nodes, unread, seen = [], [], {}
     for path in _documents(paths):
         try:
-            node = node_from(path)
+            found = nodes_from(path)
         except OSError as exc:
             unread.append((path, exc.strerror or str(exc)))
             continue
         except (ValueError, ProfileError, schema.SchemaError, RecursionError) as exc:
             unread.append((path, str(exc).removeprefix(f"{path}:").lstrip()))
             continue
-        if node.name in seen:
-            unread.append((path, f"another document of {node.name} was read first ({seen[node.name]})"))
-            continue
-        seen[node.name] = path
-        nodes.append(node)
+        for node in found:
+            if node.name in seen:
+                unread.append((path, f"another document of {node.name} was read first ({seen[node.name]})"))
+                continue
+            seen[node.name] = path
+            nodes.append(node)
     return nodes, unread
 
 
