@@ -46,7 +46,7 @@ def test_cuda_agrees_with_nvml():
 
 
 def test_the_probe_child_gives_cudas_multicast_and_torchs_versions():
-    """Issue 11: multicast from libcuda's CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED and torch's CUDA/NCCL
+    """Multicast from libcuda's CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED and torch's CUDA/NCCL
     versions, asked in the probe child, are what this process would read itself (asked here only in
     this GPU-only test, after the plugin's facts were taken)."""
     import ctypes
