@@ -1,4 +1,4 @@
-"""Issue 12.2: under GitHub Actions (GITHUB_STEP_SUMMARY) the run appends a Markdown summary to the
+"""Under GitHub Actions (GITHUB_STEP_SUMMARY) the run appends a Markdown summary to the
 job summary, and a failed run gate or check is an error annotation (GitHub's workflow command,
 escaped as actions/toolkit's command.ts escapes it)."""
 
