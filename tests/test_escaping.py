@@ -1,4 +1,4 @@
-"""Issue 20.2-20.5: every value from a profile, a log, a saved report or a test id is untrusted where
+"""Every value from a profile, a log, a saved report or a test id is untrusted where
 it meets a browser, a terminal (and the CI runner reading it), GitHub's job summary and its workflow
 commands. One escaping function per medium (``render.escape``), each property-tested over arbitrary
 strings, and each place that writes a medium shown using it with a crafted input."""
