@@ -1,4 +1,4 @@
-"""Issue 11.1-11.2: markers and run-gate terms for the facts real suites gate on (memory, compute
+"""Markers and run-gate terms for the facts real suites gate on (memory, compute
 capability and architecture, model, bf16, multicast/NVLS, driver/CUDA/NCCL versions), explicit GPU
 sets, and stacked markers (the closest wins), on bundled machines; an unknown fact is never met."""
 
