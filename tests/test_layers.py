@@ -21,7 +21,7 @@ def test_the_import_contracts_hold():
 
 
 def test_a_requirement_built_directly_is_validated():
-    """Validation lives in the requirement classes, not in the marker factories (issue 10.4)."""
+    """Validation lives in the requirement classes, not in the marker factories."""
     from pytest_gputopo.core import requirements as reqs
     from pytest_gputopo.core import gpu_requirements
 
