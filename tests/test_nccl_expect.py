@@ -186,8 +186,8 @@ def test_strtol_matches_the_c_library(text):
 @pytest.mark.parametrize("text", ["1" * 5000, "-" + "7" * 5000, "0x" + "f" * 5000, "0" * 5000 + "5",
                                   "0" * 4999 + "1" * 21, "²", "١٢"])
 def test_strtol_of_5000_digits_matches_the_c_library(text):
-    """Issue 9.10: ``NCCL_P2P_LEVEL`` of 5,000 digits crashed the header (int() refuses more than
-    4,300 digits); strtoll saturates with ERANGE. Non-ASCII digits are no digits to C."""
+    """``NCCL_P2P_LEVEL`` of 5,000 digits saturates as strtoll does (ERANGE), never crashing the
+    header (int() refuses more than 4,300 digits). Non-ASCII digits are no digits to C."""
     libc.strtoll.restype = ctypes.c_longlong
     libc.strtoll.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int]
     ctypes.set_errno(0)
