@@ -400,9 +400,9 @@ def test_transport_family():
 
 
 def test_ucx_plugins_over_verbs_devices_are_the_ib_family():
-    """Issue 19.7: the UCX plugins of nccl-rdma-sharp-plugins ("UCX", "UCX-RMA", "UCX-UCT", "UCX-UCT-RD":
+    """The UCX plugins of nccl-rdma-sharp-plugins ("UCX", "UCX-RMA", "UCX-UCT", "UCX-UCT-RD":
     src/ucx_plugin.c, ucx_rma_plugin.c, ucx_uct_plugin.c, ucx_uct_rd_plugin.c; NCCL_PLUGIN_P2P=ucx, ucx_rma,
-    ...) run over IB but did not meet requires_nccl_transport("NET/IB"). They take their devices from
+    ...) run over IB and meet requires_nccl_transport("NET/IB"). They take their devices from
     ibverbs (nccl_ucx_init -> nccl_p2p_ib_init) and pin UCX to one (UCX NET_DEVICES=<hca>:<port>), and the
     plugin logs them as NCCL's own IB does: "NET/IB : Using [0]mlx5_0:1/IB" (link layer IB or RoCE,
     src/p2p_plugin.c). Transport lines as in ROCm/rccl#1261: "via NET/UCX/0/GDRDMA". Without such a
