@@ -1,4 +1,4 @@
-"""NCCL log personalities (issue 19.3): NCCL 2.18, 2.21 and >= 2.27 as their sources print them.
+"""NCCL log personalities: NCCL 2.18, 2.21 and >= 2.27 as their sources print them.
 
 ``tests/nccl_logs/<version>-<machine>.log`` are stub logs whose every line is an NCCL format string of
 that tag (NVIDIA/nccl v2.18.3-1, v2.21.5-1, v2.27.7-1; ``generate.py`` names file and line for each),
