@@ -272,8 +272,8 @@ def test_duplicates_are_warnings_and_the_last_is_kept():
 
 @pytest.mark.parametrize("sample", ["V100", "corpus nvlink-status/001"])
 def test_one_uuid_under_two_gpu_indices_is_refused_naming_the_lines(sample):
-    """Issue 20.13: two GPUs with one UUID were read as two GPUs. A UUID names one GPU (NVML's
-    nvmlDeviceGetUUID, reference 2.4's header ``GPU <i>: <name> (UUID: GPU-...)``): the same GPU under
+    """Two GPUs with one UUID are refused, not read as two GPUs. A UUID names one GPU (NVML's
+    nvmlDeviceGetUUID, nvlink -s's header ``GPU <i>: <name> (UUID: GPU-...)``): the same GPU under
     two indices is captures joined whose GPUs were numbered otherwise, so neither index can be trusted."""
     if sample == "V100":
         text = V100
