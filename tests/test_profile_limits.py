@@ -1,4 +1,4 @@
-"""A machine profile is untrusted input (issue 9.3, 9.4, 9.11): every field's type and range is
+"""A machine profile is untrusted input: every field's type and range is
 checked in ``schema.from_dict`` before anything is built from it, with limits no real machine
 reaches (``model.MAX_*``, each with its source), and a bad one is the project's own error naming
 the file and the field: exit 2 from ``gputopo``, a usage error (4) from pytest, never a crash."""
