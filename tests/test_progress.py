@@ -1,4 +1,4 @@
-"""Issue 12.3: a measurement says what it measures and, when done, its figure and time, through
+"""A measurement says what it measures and, when done, its figure and time, through
 pytest's terminal reporter: once per run (the xdist controller, rank 0 under torchrun: see
 tests/test_distributed.py), and under -q only the line that ends it. ``gputopo check -v`` says every
 item's measured/expected/floor/ratio."""
