@@ -1,4 +1,4 @@
-"""Issue 20.6-7: reports that tell the truth. A killed run's partial report holds what was known when
+"""Reports that tell the truth. A killed run's partial report holds what was known when
 it died and never claims "every"; ``gputopo report`` draws any document it accepts and refuses any
 other naming the field, never with an internal error."""
 
