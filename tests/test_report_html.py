@@ -1,4 +1,4 @@
-"""Issue 12.1: the self-contained HTML report (``--gputopo-html``, ``gputopo report RUN.json``): drawn
+"""The self-contained HTML report (``--gputopo-html``, ``gputopo report RUN.json``): drawn
 from the JSON document alone, one labelled cell per GPU pair, colour never the only signal, nothing
 fetched, and rendered by a real browser without console errors."""
 
