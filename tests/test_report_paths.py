@@ -1,4 +1,4 @@
-"""Issue 20.1: writing a report replaces only what may be replaced.
+"""Writing a report replaces only what may be replaced.
 
 The rule (``runtime/files.write_text``, checked up front by ``files.unwritable``): a regular file or a
 new path is replaced atomically; a symlink is followed and the file it ends at replaced (the link
