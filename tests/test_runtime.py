@@ -53,7 +53,7 @@ def test_environment_is_read(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# Launchers: torchrun, or srun starting every rank itself (issue 11.4)
+# Launchers: torchrun, or srun starting every rank itself
 
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
                "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NODEID",
