@@ -73,7 +73,7 @@ def test_a_planted_verdict_record_of_the_wrong_shape_ends_the_run(store, planted
 
 
 def test_a_planted_met_verdict_for_a_test_measured_low_is_refused_not_taken(store):
-    """Issue 20.8: a planted record made rank 0 pass a test rank 0 measured at 0.9 GB/s. Rank 0's own
+    """A planted record cannot make rank 0 pass a test it measured at 0.9 GB/s. Rank 0's own
     record says unmet; the stranger overwrites it (and rank 1's) with 'met' records of a wrong shape:
     the run ends, naming the key, instead of taking the verdict."""
     unmet = {"reason": "min_allreduce_bw(1000): all-reduce busbw 0.9 GB/s", "broken": False}
