@@ -1,4 +1,4 @@
-"""Issue 12.4: ``gputopo bench allreduce``, the all-reduce sweep for people. Sizes step as nccl-tests'
+"""``gputopo bench allreduce``, the all-reduce sweep for people. Sizes step as nccl-tests'
 ``-b -e -f`` (its loop in src/common.cu), figures follow nccl-tests' definitions (doc/PERFORMANCE.md:
 algbw = S/t, busbw = algbw x 2(n-1)/n), measured for real on gloo with 2 and 3 ranks; the table is
 nccl-tests' own format (our parser reads it back); a corrupted result shows in #wrong; the HTML report
