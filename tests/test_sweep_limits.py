@@ -1,4 +1,4 @@
-"""Issue 20.9 and 20.10: ``gputopo bench allreduce`` is bounded by the machine and ends cleanly when
+"""``gputopo bench allreduce`` is bounded by the machine and ends cleanly when
 stopped. More gloo ranks than the CPUs run (two per usable CPU) or than the memory holds for the
 largest size are refused before anything runs, naming the option and why. Ctrl-C (SIGINT to the
 foreground process group, as a terminal sends it) and SIGTERM (to the command, as a supervisor sends
