@@ -1,4 +1,4 @@
-"""Nothing lost, nothing crashes (issue 9): every file and option the plugin reads is untrusted
+"""Nothing lost, nothing crashes: every file and option the plugin reads is untrusted
 input. A bad one is a usage error naming its source before any test runs; a report that cannot be
 written never hides the run's own outcome."""
 
@@ -28,7 +28,7 @@ def gputopo(*args, timeout=60):
 
 
 def test_a_json_path_that_cannot_be_written_is_a_usage_error_before_any_test(pytester):
-    """Issue 9.1: it used to print only ``F`` and the write error at the end: no FAILURES, exit 4."""
+    """Refused before any test runs, not only ``F`` and the write error at the end (no FAILURES, exit 4)."""
     pytester.makepyfile(test_f=FAILING)
     result = pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-json", "nodir/x.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -56,7 +56,7 @@ def test_a_report_lost_at_the_end_keeps_pytests_summary_and_exit_status(pytester
 
 
 def test_the_report_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
-    """Issue 9.13: written to a temporary file and renamed; a failure midway leaves the previous
+    """Written to a temporary file and renamed; a failure midway leaves the previous
     report as it was, and no temporary file. The new file gets the umask's mode, as open() gives."""
     path = tmp_path / "r.json"
     path.write_text('{"good": true}\n')
@@ -94,8 +94,8 @@ def odd_paths(tmp_path):
                                         ("big", "larger than 64 MiB"), ("folder", "it is a folder"),
                                         ("loop", "cannot read: Too many levels of symbolic links")])
 def test_only_regular_files_of_a_sane_size_are_read(odd_paths, kind, says):
-    """Issue 9.5: /dev/zero was a MemoryError ("internal error"), a FIFO blocked forever, a FIFO or a
-    symlink loop given as a machine was "no such machine profile file"."""
+    """/dev/zero, a FIFO or a symlink loop is refused for what it is, not a MemoryError ("internal
+    error"), a read blocked forever, or "no such machine profile file"."""
     path = odd_paths[kind]
     out = gputopo("parse", "smi-topo", path)
     assert out.returncode == 2 and says in out.stderr and "internal error" not in out.stderr, out.stderr
@@ -105,7 +105,7 @@ def test_only_regular_files_of_a_sane_size_are_read(odd_paths, kind, says):
 
 
 def test_an_nccl_conf_file_that_is_a_fifo_does_not_hang_the_header(tmp_path, monkeypatch):
-    """Issue 9.12: NCCL_CONF_FILE at a FIFO hung the header's prediction."""
+    """NCCL_CONF_FILE at a FIFO does not hang the header's prediction."""
     fifo = tmp_path / "nccl.conf"
     os.mkfifo(fifo)
     monkeypatch.setenv("NCCL_CONF_FILE", str(fifo))
@@ -125,7 +125,7 @@ def test_an_nccl_conf_file_that_is_a_fifo_does_not_hang_the_header(tmp_path, mon
     ("--gputopo-bench-timeout", "١٢"),
 ])
 def test_every_numeric_option_is_finite_and_in_range_at_start(pytester, option, value):
-    """Issue 9.6 and 9.10: each was accepted and failed later inside a benchmark, or never."""
+    """Each is refused at start, not accepted to fail later inside a benchmark, or never."""
     pytester.makepyfile(test_f=FAILING)
     result = pytester.runpytest("--gputopo-machine", "hgx-h100", f"{option}={value}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -141,8 +141,8 @@ def test_each_option_says_its_range(pytester):
 
 @pytest.mark.parametrize("surface", ["env", "ini", "ini -o"])
 def test_a_boolean_setting_is_checked_at_start_whatever_runs(pytester, monkeypatch, surface):
-    """Issue 9.7: ``PYTEST_GPUTOPO_CACHE=garbage`` passed silently when no benchmark ran; the ini
-    message said "in None" when the value came from ``-o``."""
+    """``PYTEST_GPUTOPO_CACHE=garbage`` is refused even when no benchmark runs, and an ini value from
+    ``-o`` is named as such (not "in None")."""
     pytester.makepyfile(test_f="def test_x(): pass\n")
     args = ["--gputopo-machine", "hgx-h100"]
     if surface == "env":
@@ -172,8 +172,8 @@ def test_a_boolean_setting_is_checked_at_start_whatever_runs(pytester, monkeypat
     ("requires_nvlink(min_links=10**6)", "min_links must be an integer from 1 to 36"),
 ])
 def test_a_marker_argument_no_machine_can_meet_is_an_error_not_a_verdict(pytester, args, says):
-    """Issue 9.11: ``min_allreduce_bw(float("nan"))`` passed on every machine (every comparison with
-    NaN is False) and ``10**400`` crashed in ``float()`` with OverflowError."""
+    """``min_allreduce_bw(float("nan"))`` (every comparison with NaN is False, so it would pass on every
+    machine) and ``10**400`` (an OverflowError in ``float()``) are usage errors."""
     pytester.makepyfile(test_f=f"import pytest\n@pytest.mark.{args}\ndef test_x(): pass\n")
     result = pytester.runpytest("--gputopo-machine", "hgx-h100")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -187,8 +187,8 @@ def test_a_marker_argument_no_machine_can_meet_is_an_error_not_a_verdict(pyteste
 
 @pytest.mark.parametrize("visible", ["²", "9" * 5000, "١"])
 def test_cuda_visible_devices_that_names_no_device_stops_the_list_with_a_warning(pytester, monkeypatch, visible):
-    """Issue 9.10: ``CUDA_VISIBLE_DEVICES=²`` was an INTERNALERROR on every host (``"²".isdigit()``
-    is true, ``int("²")`` raises), a 5000-digit index too. CUDA stops its list at an entry that
+    """``CUDA_VISIBLE_DEVICES=²`` (``"²".isdigit()`` is true, ``int("²")`` raises) or a 5000-digit
+    index is no INTERNALERROR. CUDA stops its list at an entry that
     names no device; so does the plugin, saying so."""
     pytester.makepyfile(test_f="import pytest\n@pytest.mark.requires_gpus(1)\ndef test_x(): pass\n")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
@@ -222,8 +222,8 @@ def test_require_numbers_are_ascii_and_in_range(pytester, term, says):
     ({"WORLD_SIZE": "9" * 5000}, "WORLD_SIZE='9999999999999999999999999999999999999999' is not an integer"),
 ])
 def test_launcher_variables_are_read_by_the_one_number_reader(monkeypatch, env, says):
-    """Issue 9.12: ``MASTER_PORT=65535`` or ``-5`` under torchrun exited 9 with a pybind signature
-    dump from TCPStore; a usage error naming the variable now, before any store is opened."""
+    """``MASTER_PORT=65535`` or ``-5`` under torchrun is a usage error naming the variable, before any
+    store is opened (not exit 9 with a pybind signature dump from TCPStore)."""
     for name, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "29500", **env}.items():
         monkeypatch.setenv(name, value)
     if says is None:
@@ -248,7 +248,7 @@ def test_a_bad_master_port_is_a_usage_error_of_the_run(pytester, monkeypatch):
 
 
 def test_sigterm_mid_run_leaves_the_report_so_far(pytester):
-    """Issue 9.13: SIGTERM (a CI cancel, ``timeout``) during a benchmark left no JSON. The report is
+    """SIGTERM (a CI cancel, ``timeout``) during a benchmark still leaves a JSON report: it is
     written again after each test that added a measurement, marked ``"complete": false`` until the
     end -- with no signal handler in the user's process."""
     import signal
@@ -288,7 +288,7 @@ def test_a_finished_run_says_its_report_is_complete(pytester):
 
 
 # ---------------------------------------------------------------------------------------------
-# Small ones (issue 9.16)
+# Small ones
 
 
 def test_a_small_threshold_is_not_printed_as_needed_0_0():
@@ -332,7 +332,7 @@ def test_an_empty_environment_variable_is_unset_as_an_empty_ini_key(pytester, mo
 
 
 # ---------------------------------------------------------------------------------------------
-# Property tests over every parser of settings (issue 9, quality bars)
+# Property tests over every parser of settings
 
 numberish = st.text(alphabet="0123456789+-.eE xnaifIN²١_", max_size=30) | st.text(max_size=30)
 
@@ -384,7 +384,7 @@ anything = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() 
                                         "multicast", "driver", "cuda", "cuda_runtime", "nccl", "strict"]),
                        anything, max_size=3))
 def test_any_marker_argument_is_a_requirement_or_a_requirement_error(name, kwargs):
-    """Issue 11: whatever a user passes (lists, sets, NaN, dicts), collection says what is wrong with
+    """Whatever a user passes (lists, sets, NaN, dicts), collection says what is wrong with
     it, never crashes (an unhashable specifier once escaped as an INTERNALERROR)."""
     from pytest_gputopo.core.requirements import RequirementError
     from pytest_gputopo.plugin.markers import from_marker
