@@ -1,4 +1,4 @@
-"""Issue 12.5: what operators already run -- ``nvidia-smi topo -p2p`` and ``nvlink -s``, NVIDIA's
+"""What operators already run -- ``nvidia-smi topo -p2p`` and ``nvlink -s``, NVIDIA's
 nvbandwidth, cuda-samples' p2pBandwidthLatencyTest -- read by ``gputopo parse`` (each refusing the
 others' text), taken by ``gputopo record`` into a profile as recorded figures and link states with
 their source, served for the machine they describe (never as measured), and drawn in the report.
@@ -405,18 +405,17 @@ def test_a_tool_that_saw_other_pci_addresses_is_refused():
     assert len(figures.published) == 4
 
 
-# ------------------------------------------------------------------------------- issue 20.11-13: inputs that are not
-# what they claim are refused, naming the file (and the line)
+# ------------------------------------------------------------------------------- inputs that are not what they
+# claim are refused, naming the file (and the line)
 
-# nvidia-smi topo -p2p rw of a 2-GPU machine, verbatim from reference 2.2 (club-3090#1229)
+# nvidia-smi topo -p2p rw of a 2-GPU machine, verbatim from club-3090#1229
 P2P_TWO = " \tGPU0\tGPU1\t\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"
 
 
-@pytest.mark.parametrize("p2p", ["reference 2.2 (2 GPUs)", "corpus p2pmatrix/001 (8 GPUs)"])
+@pytest.mark.parametrize("p2p", ["club-3090#1229 (2 GPUs)", "corpus p2pmatrix/001 (8 GPUs)"])
 def test_record_refuses_p2p_text_of_another_gpu_count(tmp_path, capsys, h100_topo, p2p):
-    """Issue 20.11: --p2p of a machine with another GPU count only warned, and recorded statuses for
-    pairs it never saw (or onto other GPUs); it is refused as nvbandwidth's and p2pBandwidthLatencyTest's
-    are. The 2-GPU text against an 8-GPU machine; the real 8x H100 matrix against a 4-GPU one."""
+    """--p2p of a machine with another GPU count is refused, as nvbandwidth's and p2pBandwidthLatencyTest's
+    are, not recorded with a warning as statuses for pairs it never saw (or onto other GPUs). The 2-GPU text against an 8-GPU machine; the real 8x H100 matrix against a 4-GPU one."""
     if p2p.startswith("corpus"):
         if not CORPUS.is_dir():
             pytest.skip(NO_CORPUS)
@@ -445,7 +444,7 @@ def test_record_refuses_p2p_text_of_another_gpu_count(tmp_path, capsys, h100_top
     ("\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n", "line 1: no nvidia-smi topology matrix: the header names no GPU"),
 ])
 def test_record_refuses_a_header_without_a_matrix(tmp_path, capsys, text, says):
-    """Issue 20.12: `GPU0 GPU0`, or a capture cut after its header, was recorded as a 1-GPU (or 0-GPU) machine."""
+    """`GPU0 GPU0`, or a capture cut after its header, is refused, not recorded as a 1-GPU (or 0-GPU) machine."""
     (tmp_path / "topo.txt").write_text(text)
     code, out, err = run(capsys, "record", "--from-smi", str(tmp_path / "topo.txt"), "-o", str(tmp_path / "n.json"))
     assert code == 2 and err.startswith(f"gputopo: {tmp_path / 'topo.txt'}: {says}"), err
@@ -456,8 +455,8 @@ def test_record_refuses_a_header_without_a_matrix(tmp_path, capsys, text, says):
 
 
 def test_parse_names_the_file_and_line_of_a_p2p_or_nvlink_text_that_breaks_its_format(tmp_path, capsys):
-    """Issue 20.13: X off the diagonal, a GPU's second row (topo -p2p, reference 2.2) and one UUID under
-    two indices (nvlink -s, reference 2.4) were read without a word."""
+    """X off the diagonal, a GPU's second row (topo -p2p) and one UUID under two indices (nvlink -s)
+    are refused, not read without a word."""
     shifted = P2P_TWO.replace(" GPU1\tGNS\tX\t", " GPU1\tX\tGNS\t")
     twice = P2P_TWO.replace(" GPU1\tGNS\tX\t\n", " GPU1\tGNS\tX\t\n GPU1\tOK\tX\t\n")
     nvlink = "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-fde0a018-ad1a-bbec-ccf6-50a9f64bd178)\n\t Link 0: 25 GB/s\n"
