@@ -5,7 +5,7 @@ plugins judged by their family.
 No GPU here: a conftest makes a recorded machine pass for this host (source ``nvml``), and
 ``bench.suite.nccl_account`` is replaced by a stub that parses NCCL INFO lines written as NCCL
 prints them (``src/transport/p2p.cc`` / ``shm.cc`` / ``net.cc``: "Channel 00/0 : 0[0] -> 1[1]
-via P2P/CUMEM/read"; see ../shared/reference/nvml-nccl-torch.md §3.5).
+via P2P/CUMEM/read").
 """
 
 
@@ -81,8 +81,8 @@ def gpu_host(pytester, monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("verbosity", [[], ["-q"], ["-v"]], ids=["default", "-q", "-v"])
 def test_no_fallback_gate_reads_nccls_own_log_at_every_verbosity(gpu_host, verbosity):
-    """Issue 8.2: at default verbosity the header computed the prediction first, and the cached
-    prediction was then taken for NCCL's own account; the SHM that only NCCL's log shows passed."""
+    """At default verbosity NCCL's own account is observed, not the header's cached prediction taken
+    for it: the SHM that only NCCL's log shows fails."""
     gpu_host.path.joinpath("nccl.log").write_text(
         _ring(8, lambda a, b: "SHM/direct/direct" if (a, b) == (0, 1) else "P2P/CUMEM/read"))
     result = gpu_host.runpytest("-p", "no:cacheprovider", "--gputopo-require", "no-fallback", *verbosity)
@@ -91,7 +91,7 @@ def test_no_fallback_gate_reads_nccls_own_log_at_every_verbosity(gpu_host, verbo
 
 
 def test_pairs_nccl_did_not_connect_are_judged_by_the_prediction(gpu_host):
-    """Issue 8.3: a ring connects neighbours only; GPU0-GPU2 has no line in NCCL's log. A healthy
+    """A ring connects neighbours only; GPU0-GPU2 has no line in NCCL's log. A healthy
     NVSwitch box meets requires_nccl_transport("P2P"), and the reason says which pairs are predicted."""
     gpu_host.path.joinpath("nccl.log").write_text(_ring(8))
     result = gpu_host.runpytest("-p", "no:cacheprovider", "-rs")
@@ -118,7 +118,7 @@ def _net_names() -> set:
 
 @pytest.mark.skipif(not NCCL_LOGS.is_dir(), reason=NO_CORPUS)
 def test_every_net_plugin_in_the_corpus_meets_its_family():
-    """Issue 8.4: NET/IBext_v8 (nccl-rdma-sharp-plugins, the usual path on clusters) must meet
+    """NET/IBext_v8 (nccl-rdma-sharp-plugins, the usual path on clusters) must meet
     requires_nccl_transport("NET/IB"); the same for every network name NCCL printed in the corpus."""
     names = _net_names()
     assert {"NET/IBext_v8", "NET/AWS Libfabric", "NET/Socket"} <= names
@@ -137,7 +137,7 @@ TEXT_MACHINE = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tSYS\t0-15\
 
 
 def test_a_text_machine_gets_no_host_fact_and_unknown_p2p_stays_unknown(pytester, monkeypatch, tmp_path):
-    """Issue 8.15: nvidia-smi text is another machine. This runner's CPU vendor must not set NCCL's
+    """nvidia-smi text is another machine. This runner's CPU vendor must not set NCCL's
     predicted P2P level for it (NCCL's default level rises to SYS on AMD CPUs with <= 2 GPUs,
     src/graph/paths.cc), no NCCL run or benchmark starts for it, and its P2P status, which the
     text does not give, leaves the transport unknown (never "assumed OK")."""
@@ -170,9 +170,8 @@ def test_allreduce(): pass
 
 
 def test_unknown_p2p_status_is_an_unknown_transport_not_p2p(tmp_path):
-    """Issue 8.15: NCCL takes P2P within its level only when NVML's P2P status allows it
-    (src/transport/p2p.cc p2pCanConnect -> ncclTopoCheckP2p, which reads NVML's status, §3.2 of the
-    reference); where the source did not give the status, the transport is unknown."""
+    """NCCL takes P2P within its level only when NVML's P2P status allows it
+    (src/transport/p2p.cc p2pCanConnect -> ncclTopoCheckP2p, which reads NVML's status); where the source did not give the status, the transport is unknown."""
     from pytest_gputopo.nccl.expect import expected_transports
     from pytest_gputopo.nccl.nccl_settings import NcclSettings
     from pytest_gputopo.probe import probe
