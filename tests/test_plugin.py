@@ -375,7 +375,7 @@ def _fixture_docs() -> str:
 
 
 def test_the_fixture_docs_name_every_field():
-    """Issue 11.5: every field a user can read of the fixture is documented."""
+    """Every field a user can read of the fixture is documented."""
     import dataclasses
 
     from pytest_gputopo.core import model
