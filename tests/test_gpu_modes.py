@@ -1,4 +1,4 @@
-"""A GPU's MIG mode and compute mode (issue 19, items 4 and 6): read through NVML, carried by the
+"""A GPU's MIG mode and compute mode: read through NVML, carried by the
 model and the profile format, served by the fake NVML, and heeded by judgement and the benchmarks.
 
 NVML functions, as the installed nvidia-ml-py (13.615.71, ``pynvml.py``) defines them:
@@ -109,8 +109,8 @@ def test_the_profile_carries_both_and_refuses_what_nvml_cannot_say():
 
 
 def test_a_mig_enabled_gpu_has_no_memory_fact_for_judgement():
-    """Item 4: CUDA reports a MIG instance with the parent's bus id, and min_memory_gb was judged on
-    the 80 GB GPU for a 10 GB slice."""
+    """CUDA reports a MIG instance with the parent's bus id, so min_memory_gb is not judged on the
+    80 GB GPU for a 10 GB slice: memory is unknown, the requirement unmet."""
     verdict = GpuRequirement(1, min_memory_gb=10).evaluate(_box(mig=(True, None)))
     assert not verdict.ok
     assert verdict.reason == ("requires_gpus(1, min_memory_gb=10): GPU0 (NVIDIA A100-SXM4-80GB) memory is unknown: "
@@ -200,7 +200,7 @@ def _suite(topology, monkeypatch):
 @pytest.mark.parametrize("key", [keys.Copy("p2p", 0, 1), keys.HostCopy("h2d", 1, True), keys.AllReduce(2, 2**20),
                                  keys.NcclTransports(2)], ids=keys.name_of)
 def test_a_prohibited_gpu_is_never_measured_and_says_why(key, monkeypatch):
-    """Item 6: NVML_COMPUTEMODE_PROHIBITED lets no process create a CUDA context: no figure, unknown."""
+    """NVML_COMPUTEMODE_PROHIBITED lets no process create a CUDA context: no figure, unknown."""
     result = _suite(_box(modes=("Default", "Prohibited"), source="nvml"), monkeypatch).get(key)
     assert result.gbps is None and result.origin == "measured"
     assert result.error == ("cannot measure: GPU1 is in compute mode Prohibited (NVML_COMPUTEMODE_PROHIBITED): "
@@ -230,8 +230,8 @@ def test_a_bandwidth_marker_on_a_prohibited_gpu_is_never_met(monkeypatch):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("mode", ["Exclusive_Process", "Exclusive_Thread"])
 def test_no_copy_child_outlives_a_copy_on_an_exclusive_gpu(mode, monkeypatch):
-    """Item 6: on EXCLUSIVE_PROCESS the copy child stayed 5 s after a burst (bench.subproc.IDLE_S) with its
-    CUDA context, and the user's next test failed "all CUDA-capable devices are busy". The child's
+    """On EXCLUSIVE_PROCESS the copy child does not stay after a burst (bench.subproc.IDLE_S) with its
+    CUDA context, which would fail the user's next test "all CUDA-capable devices are busy". The child's
     measurement is replaced by the tests' fault plan (runtime.environ.test_faults): no GPU needed."""
     from pytest_gputopo.bench.subproc import CopyWorker
 
