@@ -156,7 +156,8 @@ def test_one_figure_gets_one_verdict_in_the_marker_the_check_the_json_and_the_ht
 
 
 def test_wrong_data_fails_the_marker_even_when_not_strict(gpu_host, pytester):
-    """Wrong data from a benchmark is a broken node, not a skip: the marker fails (at setup, without --gputopo-strict), as the check item does."""
+    """Wrong data from a benchmark is a broken node, not a skip: the marker fails (at setup, without
+    --gputopo-strict), as the check item does."""
     src = "import pytest\n@pytest.mark.min_allreduce_bw(0.001)\ndef test_allreduce(): pass\n"
     result = gpu_host("dgx-a100", {"allreduce": [250.0, "12 wrong elements after the all-reduce"]}, src,
                       "--gputopo-check=full", "-k", "allreduce")
@@ -171,8 +172,8 @@ def test_wrong_data_fails_the_marker_even_when_not_strict(gpu_host, pytester):
 
 def _idle(name: str):
     """A recorded machine as NVML reads it at idle: every GPU's current link at Gen1, as NVIDIA GPUs
-    drop to save power (../shared/reference/nvml-nccl-torch.md 2.5, `nvidia-smi -q -d PCIE`: "Link
-    Width / Generation: Max / Current")."""
+    drop to save power (`nvidia-smi --help-query-gpu`: the current link generation and width "may be
+    reduced when the GPU is not in use"; `nvidia-smi -q -d PCIE` shows Max and Current)."""
     import dataclasses
 
     from pytest_gputopo.probe import probe_recorded
