@@ -79,7 +79,7 @@ def test_trailing_comma_read_index_is_a_tuple_in_both():
 
 def test_old_binding_constants_and_functions():
     old = make_fake_pynvml(_topology(), binding_version="11.495.46")
-    assert old.NVML_NVLINK_MAX_LINKS == 12  # 18 in 12.x, 36 in 13.x (reference §1.5)
+    assert old.NVML_NVLINK_MAX_LINKS == 12  # 18 in 12.x, 36 in 13.x (pynvml.py)
     assert old.NVML_P2P_CAPS_INDEX_UNKNOWN == 6  # the binding bug; 5 from 12.575
     assert not hasattr(old, "nvmlDeviceGetNumaNodeId")
     assert not hasattr(old, "nvmlDeviceGetGpuMaxPcieLinkGeneration")
@@ -158,7 +158,7 @@ def test_handles_are_ctypes_pointers_that_never_compare_equal(fake):
     h1, h2 = fake.nvmlDeviceGetHandleByIndex(0), fake.nvmlDeviceGetHandleByIndex(0)
     assert type(h1).__name__ == "LP_struct_c_nvmlDevice_t"
     assert type(h1) is pynvml.c_nvmlDevice_t
-    assert h1 != h2  # ctypes pointers compare by identity (reference §1.3)
+    assert h1 != h2  # ctypes pointers compare by identity
     assert fake.nvmlDeviceGetIndex(h1) == fake.nvmlDeviceGetIndex(h2) == 0
     assert h1 and not pynvml.c_nvmlDevice_t()  # a NULL handle is falsy, a real one is not
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
@@ -265,7 +265,7 @@ def test_nvlink_getters(fake):
 @pytest.mark.parametrize("name", ["nvmlDeviceGetMigMode", "nvmlDeviceGetComputeMode"])
 def test_mode_getters_take_what_the_real_ones_take(name):
     """pynvml 13.615.71: ``def nvmlDeviceGetMigMode(device)`` (l.6089), ``def nvmlDeviceGetComputeMode(handle)``
-    (l.4012); both exist in every binding since 11.495 (reference §1.4)."""
+    (l.4012); both exist in every binding since 11.495."""
     import inspect
 
     fake = make_fake_pynvml(_topology(), binding_version="11.495.46")
