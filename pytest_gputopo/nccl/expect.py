@@ -6,7 +6,7 @@ NCCL picks P2P, SHM or the network for a pair of GPUs on one host from the topol
 ends up on SHM is the silent degradation users meet most (one stray ``NCCL_P2P_LEVEL=LOC`` in a
 config file, a BIOS that turned P2P off). This module reproduces NCCL's decision
 (``src/graph/paths.cc``: ``ncclGetLevel``, ``ncclTopoCheckP2p``; ``src/misc/param.cc``: the config
-files; see ``shared/reference/nvml-nccl-torch.md`` sections 3.1-3.3) so that what NCCL really did
+files) so that what NCCL really did
 (from its log) can be compared with what the machine deserves, and every visible cause named.
 
 Pure: the standard library and the core only. NCCL's settings come from ``nccl.nccl_settings`` (the

@@ -25,7 +25,7 @@ def _num(attrs: dict, key: str, where: str, warnings: list):
 
 
 def parse_topo_xml(text) -> dict:
-    """``NCCL_TOPO_DUMP_FILE`` XML (reference section 3.6) -> cpus, gpus (with their NVLinks), nics.
+    """``NCCL_TOPO_DUMP_FILE`` XML -> cpus, gpus (with their NVLinks), nics.
     Every element's attributes are kept; numbers become ints, ``gdr`` a bool. A GPU or NIC takes the
     busid of the ``<pci>`` it sits in and the numaid of its ``<cpu>``."""
     if isinstance(text, (bytes, bytearray)):

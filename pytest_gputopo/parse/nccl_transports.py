@@ -1,6 +1,6 @@
 """NCCL's transport lines in an ``NCCL_DEBUG=INFO`` log: which transport joins two ranks on a
 channel, and the network family a plugin's name belongs to. ``parse.nccl_log`` hands each message
-here; their shapes changed over the versions (see the reference, ``nvml-nccl-torch.md`` section 3.5):
+here; their shapes changed over NCCL's versions:
 
     Ring 00 : 0[1] -> 1[2] via P2P/IPC                          <= 2.6 (bracket: nvmlDev or busId)
     Ring 00 : 0 -> 1 [send] via NET/IB/0/GDRDMA                 <= 2.6 NET: no device token

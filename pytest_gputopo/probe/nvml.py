@@ -9,7 +9,7 @@ errors also leave a warning), never a crash. Only ``nvmlInit`` errors propagate;
 words them for a human.
 
 GPUs come back in NVML index order with ``index == nvml_index``; the caller reorders them into CUDA
-order. NVLink pair counts follow nvidia-smi ``topo -m`` (reference §2.1): links of GPU a whose remote
+order. NVLink pair counts follow nvidia-smi ``topo -m``: links of GPU a whose remote
 bus id is b's, plus, through NVSwitches, the smaller of the two GPUs' active switch links. A count is
 ``None`` (unknown) when either GPU has an active link whose destination NVML could not say (no remote
 bus id, or an unknown device type at a bus id that is no GPU's: it could be a switch), or whose NVLink
@@ -42,7 +42,7 @@ def is_synthetic_bus_id(bus_id: str) -> bool:
     return bus_id[:9].upper() == SYNTHETIC_DOMAIN + ":"
 
 
-# NVML_NVLINK_VERSION_* are encoded (reference §1.5): 5 is NVLink 3.1, not NVLink 5.
+# NVML_NVLINK_VERSION_* are encoded (nvml.h; hwloc#658): 5 is NVLink 3.1, not NVLink 5.
 NVLINK_VERSIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
 NVLINK_DEVICE_TYPES = {0: "GPU", 1: "IBMNPU", 2: "SWITCH"}  # NVML_NVLINK_DEVICE_TYPE_*; 0xFF: unknown
 
