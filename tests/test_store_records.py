@@ -66,6 +66,8 @@ def refused(store, name, mine, planted) -> str:
     ({"reason": "slow", "broken": "yes"}, "broken 'yes' is not true or false"),
     ({"reason": "slow", "broken": 1}, "broken 1 is not true or false"),
     ({"reason": None, "broken": True}, "broken is true for a requirement it says is met"),
+    ({"reason": "slow", "broken": False, "unknown": "no"}, "unknown 'no' is not true or false"),
+    ({"reason": None, "broken": False, "unknown": True}, "unknown is true for a requirement it says is met"),
 ])
 def test_a_planted_verdict_record_of_the_wrong_shape_ends_the_run(store, planted, says):
     text = refused(store, VERDICT, {"reason": None, "broken": False}, planted)

@@ -86,7 +86,7 @@ def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
             return Outcome(None, recorded=verdict.recorded)
         rank, first = unmet[0]  # unknown only where no rank knows it falls short
         return Outcome(f"rank {rank}: {first['reason']}", any(d["broken"] for _, d in unmet),
-                       unknown=all(d["unknown"] for _, d in unmet))
+                       unknown=all(d.get("unknown", False) for _, d in unmet))
     unmet = [(view, topology, verdict) for view, topology in run.nodes()
              if not (verdict := requirement.evaluate(topology)).ok]
     if not unmet:

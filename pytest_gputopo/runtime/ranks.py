@@ -141,7 +141,7 @@ class Exchange:
 # ---------------------------------------------------------------------------------------------
 # What a rank writes under each record name: one validator per kind, each returning why a record
 # is not one (None when it is). The writers: gather_views ("topology"), plugin.verdicts
-# ("verdict/<requirement>": {"reason", "broken"}; "gate": {"problems"}), rendezvous
+# ("verdict/<requirement>": {"reason", "broken", "unknown"}; "gate": {"problems"}), rendezvous
 # ("rendezvous/<key>": {"port"}).
 
 
@@ -161,18 +161,20 @@ def topology_record_problem(data: dict, rank: int) -> str | None:
 
 
 def verdict_record_problem(data: dict, rank: int) -> str | None:
-    """``{"reason": None (met) or the reason it is unmet, "broken": bool}``, as ``verdicts._evaluate``
-    writes it: a broken node is always unmet."""
-    problem = _fields_problem(data, {"reason", "broken"})
+    """``{"reason": None (met) or the reason it is unmet, "broken": bool, "unknown": bool (optional)}``,
+    as ``verdicts._evaluate`` writes it: a broken node, or one unmet only for unknown facts, is unmet."""
+    problem = _fields_problem(data, {"reason", "broken"}, {"unknown"})
     if problem:
         return problem
-    reason, broken = data["reason"], data["broken"]
+    reason = data["reason"]
     if not (reason is None or (isinstance(reason, str) and reason)):
         return f"reason {limits.show_value(reason)} is neither null (met) nor a reason"
-    if type(broken) is not bool:
-        return f"broken {limits.show_value(broken)} is not true or false"
-    if broken and reason is None:
-        return "broken is true for a requirement it says is met"
+    for flag in ("broken", "unknown"):
+        value = data.get(flag, False)  # "broken" is there (checked above); "unknown" may be left out
+        if type(value) is not bool:
+            return f"{flag} {limits.show_value(value)} is not true or false"
+        if value and reason is None:
+            return f"{flag} is true for a requirement it says is met"
     return None
 
 
