@@ -249,13 +249,13 @@ def _html(document: dict) -> str:
 def report_document(run: GputopoRun) -> dict:
     """What the JSON report holds: ``render.report.json_document`` over every result of the run
     (xdist workers' too), each measurement with its verdict by the check items' rule -- its
-    ``state`` and what it should give (``verdicts.judged``: nothing is measured for it; a P2P copy
-    beside its staged twin where that was measured) -- the tests not run for an unmet requirement,
-    NCCL's view, and every node of a distributed run."""
+    ``state`` and what it should give (``verdicts.judgement_of``: nothing is measured for it; a P2P
+    copy beside its staged twin where that was measured) -- the tests not run for an unmet
+    requirement, NCCL's view, and every node of a distributed run."""
     from ..render import report  # the renderers, when there is something to say
 
     from ..bench.suite import SharedFolder
-    from .verdicts import judged
+    from .verdicts import judgement_of
 
     suite = run.state.suite
     results, lost = SharedFolder(run.shared_dir).results() if run.shared_dir else ([], [])  # the workers'
@@ -268,7 +268,7 @@ def report_document(run: GputopoRun) -> dict:
         key = result.key
         if key.kind in ("p2p", "p2p_staged", "p2p_bidir", "h2d", "d2h", "allreduce"):
             staged = by_key.get(key.staged()) if key.kind == "p2p" else None
-            entry.update(judged(run, result, staged).document())
+            entry.update(judgement_of(run, result, staged).document())
     document["unmet"] = _unmet_tests(run.config)
     document["verdicts"] = _verdicts(run.config)
     document["gate"] = list(run.state.gate_problems)  # the run gate that stopped the run, if one did

@@ -3,7 +3,8 @@ are judged.
 
 - ``evaluate``: a marker's requirement, once per run, the same on every rank.
 - ``judge``: a requirement on facts beyond the topology (measurements, NCCL's account).
-- ``judge_figure``: a measured figure against the one threshold rule (``threshold``).
+- ``judge_figure``: a figure, measured once, against the one threshold rule (``core.judgement``;
+  ``threshold`` does the run's lookups for it); ``judgement_of``: a figure at hand, as the report shows it.
 - ``gate_causes``: what ``--gputopo-require`` and ``--gputopo-expect`` find unmet, and why.
 """
 
@@ -140,7 +141,8 @@ def taken_at(result) -> int | None:
     return result.detail.get("size_bytes", key.size_bytes) if isinstance(key, keys.AllReduce) else None
 
 
-def judged(run: GputopoRun, result, staged=None, gbps: float | None = None, floor: float | None = None) -> Judgement:
+def judgement_of(run: GputopoRun, result, staged=None, gbps: float | None = None,
+                 floor: float | None = None) -> Judgement:
     """A benchmark's result at hand against its threshold (nothing is measured for it); ``staged``:
     the same P2P copy staged through the host, where it was measured (a copy slower than staging is
     no P2P)."""
@@ -157,9 +159,9 @@ def judge_figure(run: GputopoRun, key: keys.Key, gbps: float | None = None, floo
     through the host (measured for it): slower than staging is no P2P."""
     s = measurements.suite(run)
     result = s.get(key)
-    verdict = judged(run, result, None, gbps, floor)
+    verdict = judgement_of(run, result, None, gbps, floor)
     if key.kind == "p2p" and verdict.state == MET:
-        verdict = judged(run, result, s.get(key.staged()), gbps, floor)
+        verdict = judgement_of(run, result, s.get(key.staged()), gbps, floor)
     return result, verdict
 
 
