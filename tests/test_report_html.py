@@ -156,6 +156,22 @@ def test_every_kind_of_copy_between_gpus_gets_its_grid(pytester):
     assert len([a for a, _ in cells(bidir) if "data-state" in a]) == 28  # every pair, once (a < b)
 
 
+def test_a_cell_shows_the_state_the_document_holds_and_judges_nothing_itself():
+    """The HTML reads each figure's ``state`` (the run's verdict): a P2P copy above its threshold but
+    slower than staging is ``staged`` as the marker said, and a figure without a state (a document
+    of an older version) is unknown, never judged again from its threshold."""
+    from pytest_gputopo.core.schema import to_dict
+
+    expected = {"gbps": 450.0, "basis": "NV18", "floor": 0.7, "needed_gbps": 315.0}
+    copies = [{"key": ["p2p", 0, b], "what": f"GPU0->GPU{b} copy, P2P", "gbps": 400.0, "origin": "measured",
+               "expected": expected, **state} for b, state in
+              ((1, {"state": "staged", "staged_gbps": 420.0}), (2, {"state": "met"}), (3, {}))]
+    page = html_report({"schema": 1, "topology": to_dict(probe("hgx-h100")), "measurements": copies})
+    shown = {a["title"].split(";")[0]: a["data-state"] for a, _ in cells(page) if "data-state" in a}
+    assert [shown[f"GPU0->GPU{b} copy, P2P"] for b in (1, 2, 3)] == ["staged", "met", "unknown"]
+    assert "staged through the host: 420.00 GB/s" in page
+
+
 # ---------------------------------------------------------------------------------------------
 # The report opens on the verdict: what failed, where, against what; then the evidence
 
