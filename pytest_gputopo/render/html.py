@@ -12,37 +12,11 @@ from __future__ import annotations
 import re
 
 from ..core import schema
-from ..core.model import LinkClass, Topology
+from ..core.model import Topology
 from .escape import html_attribute, html_text
+from .html_style import CELL_CLASSES, LINK_CLASSES, STYLESHEET
 from .report import header_line, source_text
 
-_CSS = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #111; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
-table { border-collapse: collapse; margin: .5em 0; }
-th, td { border: 1px solid #bbb; padding: 3px 7px; text-align: center; }
-td.text, th.text { text-align: left; }
-.origin { display: inline-block; padding: 1px 6px; border-radius: 3px; background: #eee; font-weight: 600; }
-.legend td { text-align: left; }
-.nv { background: #1a7f37; color: #fff; } .pix, .pxb { background: #9fd3a8; } .phb { background: #fbe38a; }
-.node { background: #f6b26b; } .sys { background: #e06666; color: #fff; } .unknown { background: #ddd; }
-.ok { background: #9fd3a8; } .refused { background: #e06666; color: #fff; }
-.above { background: #1a7f37; color: #fff; } .met { background: #9fd3a8; }
-.below, .staged { background: #e06666; color: #fff; }
-.broken { background: #7b1fa2; color: #fff; } .absent { background: #fff; color: #666; }
-.passed { background: #9fd3a8; } .failed, .error { background: #e06666; color: #fff; } .skipped { background: #fbe38a; }
-.self { background: #f4f4f4; color: #888; }
-.differs { color: #b00; font-weight: 700; }
-#verdict { border: 3px solid #888; border-radius: 6px; padding: .2em 1em .6em; margin-bottom: 1.2em; background: #fafafa; color: #111; }
-#verdict.failed { border-color: #c62828; background: #fdecea; } #verdict.passed { border-color: #1a7f37; background: #eef8f0; }
-#verdict.skipped { border-color: #c9a400; background: #fffbe6; }
-#verdict h1 { font-size: 1.6em; margin: .4em 0; } #verdict h1 span { padding: 1px 12px; border-radius: 4px; }
-#verdict td.text { background: #fff; max-width: 60em; }
-@media print { * { -webkit-print-color-adjust: exact; print-color-adjust: exact; } body { margin: 0; } }
-"""
-
-_LINK_CSS = {LinkClass.NV: "nv", LinkClass.PIX: "pix", LinkClass.PXB: "pxb", LinkClass.PHB: "phb",
-             LinkClass.NODE: "node", LinkClass.SYS: "sys"}
 _URL = re.compile(r"\b(?:https?|ftp)://", re.IGNORECASE)
 
 
@@ -56,15 +30,9 @@ def _a(text) -> str:
     return html_attribute(_URL.sub("", str(text)))
 
 
-# The class names a cell may carry: the CSS above; one built from data is one of these or none.
-_CLASSES = frozenset({"text", "origin", "legend", "matrix", "nv", "pix", "pxb", "phb", "node", "sys", "unknown",
-                      "ok", "refused", "above", "met", "below", "staged", "broken", "absent", "passed", "failed",
-                      "error", "skipped", "self", "differs"})
-
-
 def _known(cls) -> str:
     """A class name built from data (an outcome): a known one, or none."""
-    return cls if isinstance(cls, str) and cls in _CLASSES else ""
+    return cls if isinstance(cls, str) and cls in CELL_CLASSES else ""
 
 
 def _table(rows: list[list[str]], head: list[str] | None = None, cls: str = "") -> str:
@@ -142,7 +110,7 @@ def _matrix(topology: Topology, cell) -> str:
 
 def _link_cell(link, a, b) -> str:
     label = link.label
-    cls = "unknown" if label is None else _LINK_CSS[label.cls]
+    cls = "unknown" if label is None else LINK_CLASSES[label.cls]
     text = "?" if label is None else str(label)
     pcie = "unknown" if link.pcie is None else link.pcie.name
     return _cell(text, cls, f"GPU{a}-GPU{b}: {text}; PCIe path {pcie}; NVLinks {link.nvlinks}",
@@ -404,7 +372,7 @@ def _nodes(doc: dict) -> str:
 from .document import ReportError, check_document  # noqa: E402,F401
 
 
-# The verdict's banner: its colour by word (a class the CSS knows), the word itself always written.
+# The verdict's banner: its colour by word (a class the stylesheet knows), the word itself always written.
 _VERDICT_CLASS = {"FAILED": "failed", "PASSED": "passed", "INCOMPLETE": "skipped"}
 _BANNER_ROWS = 8  # causes on the first screen; the sections below list every one, failures first
 
@@ -462,5 +430,5 @@ def html_report(doc: dict) -> str:
         head = (f"<h1>gputopo report{_t(state)}</h1>\n<p>Source: <span class=\"origin\">{_t(origin)}</span></p>")
         title = f"gputopo report: {origin}"
     return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{_t(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n{head}\n"
+            f"<title>{_t(title)}</title>\n<style>{STYLESHEET}</style>\n</head>\n<body>\n{head}\n"
             f"{body}\n<section><h2>Legend</h2>\n{_legends()}</section>\n</body>\n</html>\n")
