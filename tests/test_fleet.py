@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -116,6 +117,9 @@ def test_documents_of_this_projects_own_runs_mix_in(docs, tmp_path):
     (group,) = json.loads((tmp_path / "f.json").read_text())["groups"]
     by_name = {n["name"]: n for n in group["nodes"]}
     assert len(by_name) == 8 and "run-a" in by_name
+    written = json.loads((docs / "run-a.json").read_text())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", written["written"]) and written["settings"]["check"] == "quick"
+    assert by_name["run-a"]["written"] == written["written"]  # a node's document says when it was taken
     assert by_name["run-a"]["not_judged"] == [
         "facts from recorded:dgx-a100 (a recorded machine, not this host), not NVML on the node"]
 

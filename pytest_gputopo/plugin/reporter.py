@@ -5,6 +5,7 @@ measured). Text comes from ``render.report``; only the process that speaks for t
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 
 import pytest
@@ -275,6 +276,8 @@ def report_document(run: GputopoRun) -> dict:
     document["gate_causes"] = [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)}
                                for c in run.state.gate_causes]  # the same, cause by cause
     document["nccl"] = _nccl(run)
+    document["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    document["settings"] = _settings(run)
     if run.ranks is not None:
         from ..core.schema import to_dict
 
@@ -282,6 +285,17 @@ def report_document(run: GputopoRun) -> dict:
         document["nodes"] = [{"where": view.where, "differs": to_dict(view.topology) != first,
                               "topology": to_dict(view.topology)} for view in run.ranks.distinct]
     return document
+
+
+def _settings(run: GputopoRun) -> dict:
+    """What the run was asked to judge by, so that a document read months later (``gputopo fleet``)
+    says how its figures were taken: the gate, the reference, the check level, the floors and how the
+    benchmarks measure (the store's secret is no setting: it is never written)."""
+    s, bench = run.settings, run.settings.bench
+    return {"strict": s.strict, "require": s.require, "expect": s.expect, "check": s.check,
+            "floors": dict(s.floor_overrides), "allreduce_backend": bench.allreduce_backend,
+            "allreduce_engine": bench.allreduce_engine, "size_bytes": bench.size_bytes,
+            "budget_s": bench.budget_s, "timeout_s": bench.timeout_s, "cache": s.cache}
 
 
 def _unmet_tests(config: pytest.Config) -> list[dict]:

@@ -170,7 +170,9 @@ DOCUMENT = obj(
      "gate_causes": null_or(list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS}))),
      "nccl": null_or(NCCL),
      "nodes": null_or(list_of(obj({"topology": _topology}, {"where": text, "differs": flag}))),
-     "sweeps": null_or(list_of(SWEEP))})
+     "sweeps": null_or(list_of(SWEEP)),
+     "written": null_or(text),  # when, UTC, ISO 8601
+     "settings": null_or(obj())})
 
 
 def check_document(doc: Any) -> None:
