@@ -181,3 +181,17 @@ def test_unknown_p2p_status_is_an_unknown_transport_not_p2p(tmp_path):
     (e,) = expected_transports(probe(str(path)), NcclSettings())
     assert e.transport == "unknown"
     assert "the P2P status is unknown" in e.reason
+
+
+def test_a_transport_neither_seen_nor_predicted_is_unknown_never_unmet():
+    """A pair NCCL's view does not cover, or a network kind on a machine that cannot give NCCL's own
+    account, is unknown (reported so in the JSON verdicts), not a transport NCCL was seen to refuse."""
+    from pytest_gputopo.probe import probe_recorded
+
+    box = probe_recorded("2x-rtx3090-nvlink")
+    verdict = TransportRequirement(kind="P2P").judge(box, {}, None)
+    assert not verdict.ok and verdict.unknown and "NCCL's transport is unknown" in verdict.reason
+    seen_otherwise = TransportRequirement(kind="P2P").judge(box, {(0, 1): ({"SHM"}, "P2P disabled")}, None)
+    assert not seen_otherwise.ok and not seen_otherwise.unknown
+    network = TransportRequirement(kind="NET/IB").judge(box, {}, None)
+    assert not network.ok and network.unknown

@@ -1,12 +1,12 @@
 """Requirements a test or a whole run places on the machine, and their verdicts.
 
 Pure: marker arguments and ``--gputopo-require`` expressions become frozen, hashable requirement
-objects, each validating its own arguments (``RequirementError`` naming the marker argument), so
-that a requirement built directly is as checked as one built from a marker;
-``evaluate(requirement, topology)`` returns a ``Verdict`` whose reason names the GPU or the pair, what
-was found and what is needed. "The GPUs a test uses" (``gpus``) are ``cuda:0 .. cuda:gpus-1`` for a
-number, the listed ones for a list (``[0, 5]``), all visible GPUs for None; fewer GPUs than named is
-itself unmet, and an unknown fact is never met.
+objects, each validating its own arguments (``RequirementError`` naming the marker argument), so that
+a requirement built directly is as checked as one built from a marker; ``evaluate(requirement,
+topology)`` returns a ``Verdict`` whose reason names the GPU or the pair, what was found and what is
+needed. "The GPUs a test uses" (``gpus``) are ``cuda:0 .. cuda:gpus-1`` for a number, the listed ones
+for a list (``[0, 5]``), all visible GPUs for None; fewer GPUs than named is itself unmet, and an
+unknown fact is never met.
 """
 
 from __future__ import annotations
@@ -416,22 +416,22 @@ class TransportRequirement(FactRequirement):
                 return unmet(self, [missing], max_pairs)
             failures = []
             for ln in topology.pairs(self.gpus):
-                transports, why = pairs.get((ln.a, ln.b), (set(), "unknown"))
                 mig = mig_pair(topology, ln)  # NCCL's view of the whole GPUs is not the instances'
-                if mig:
-                    failures.append(Unknown(f"{ln.name} {mig}"))
+                transports, why = pairs.get((ln.a, ln.b), (None, None))
+                if mig or transports is None:  # a pair neither seen nor predicted: unknown, never unmet
+                    failures.append(Unknown(f"{ln.name} {mig}" if mig else
+                                            f"{ln.name} ({link_text(ln)}): NCCL's transport is unknown"))
                 elif not any(t.upper().startswith(self.kind) for t in transports):
                     failures.append(f"{ln.name} ({link_text(ln)}) {why}")
             return unmet(self, failures, max_pairs) if failures else Verdict(True)
         if account is None:
-            return unmet(self, ["needs NCCL's own account of a run (a small NCCL all-reduce on GPUs), "
-                                 "which this machine cannot give"], max_pairs)
+            return unmet(self, [Unknown("needs NCCL's own account of a run (a small NCCL all-reduce on GPUs), "
+                                        "which this machine cannot give")], max_pairs)
         seen = set(account.get("transports", ()))
         # As printed (NET/IBext_v8) and by family (NET/IB): an external plugin meets its family's kind.
         names = seen | set(account.get("families", ()))
-        failures = []
-        if not any(t == self.kind or t.startswith(self.kind + "/") for t in names):
-            failures.append(f"NCCL used {', '.join(sorted(seen)) or 'no transport'}, not {self.kind}")
+        failures = [] if any(t == self.kind or t.startswith(self.kind + "/") for t in names) else [
+            f"NCCL used {', '.join(sorted(seen)) or 'no transport'}, not {self.kind}"]
         if self.gdrdma is not None and bool(account.get("gdrdma")) != self.gdrdma:
             failures.append(f"GPUDirect RDMA {'off' if self.gdrdma else 'on'}")
         return unmet(self, failures, max_pairs) if failures else Verdict(True)
