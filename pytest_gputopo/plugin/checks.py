@@ -144,8 +144,12 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
             return "failed", f"{link.name} ({label}): P2P refused: {', '.join(refused)}", {}
         yield f"p2p_status[{link.name}]", p2p_status
 
-    if level != "full":
-        return
+    if level == "full":
+        yield from _benchmark_checks(run, topology)
+
+
+def _benchmark_checks(run: GputopoRun, topology: Topology):
+    """The full level's items: every copy and the all-reduce, each measured when its item runs."""
     for link in topology.pairs():
         yield f"p2p_bw[GPU{link.a}->GPU{link.b}]", _bandwidth_check(run, keys.Copy("p2p", link.a, link.b))
         yield f"p2p_bidir_bw[GPU{link.a}<->GPU{link.b}]", _bandwidth_check(run, keys.Copy("p2p_bidir", link.a, link.b))
