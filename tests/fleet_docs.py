@@ -14,7 +14,7 @@ from pytest_gputopo.probe import probe_recorded
 
 FAULTS = {  # node index -> (what is injected, the fact or figure class the finding must name)
     3: ("GPU0-GPU1 at SYS", "GPU0-GPU1 link"),
-    5: ("GPU2 at x8", "GPU2 PCIe now"),
+    5: ("GPU2 at x8", "GPU2 PCIe width now"),
     7: ("an NVLink of GPU4 down", "GPU4 NVLinks up"),
     9: ("25 % slow on P2P", "p2p copy over NV18"),
     11: ("driver 570.86.15", "driver"),

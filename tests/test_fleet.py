@@ -45,7 +45,7 @@ def test_every_injected_fault_is_named_with_its_reason_and_no_other_node(docs, c
     assert code == 1, err
     assert named(doc) == {f"node{i:05d}": [fact] for i, (_, fact) in FAULTS.items()}
     lines = out.splitlines()
-    assert "  NAMED node00005: GPU2 PCIe now: Gen5 x8, where 29 of the 30 nodes that say have Gen5 x16" in lines
+    assert "  NAMED node00005: GPU2 PCIe width now: x8, where 29 of the 30 nodes that say have x16" in lines
     assert any(line.startswith("  NAMED node00009: GPU") and "under the median of 30 nodes" in line for line in lines)
     assert lines[-1] == "gputopo fleet: 36 nodes in 2 groups: 5 nodes named"
     assert [g["kind"] for g in doc["groups"]] == ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]  # as read
@@ -104,6 +104,7 @@ def test_a_document_not_read_is_named_and_the_others_are_still_judged(docs, caps
     assert "gputopo fleet: 5 nodes in 1 group: 3 documents not read" in out
 
 
+@pytest.mark.slow
 def test_documents_of_this_projects_own_runs_mix_in(docs, tmp_path):
     """Real check reports, as gputopo check writes them on bundled machines (recorded facts, no figures)."""
     for name in ("a", "b", "c"):
@@ -143,6 +144,7 @@ def test_a_hostile_host_name_is_escaped_in_every_medium(docs, tmp_path, capsys):
 
 
 @needs_browser
+@pytest.mark.slow
 def test_the_page_opens_in_a_real_browser_with_every_node(docs, tmp_path, capsys):
     random.seed(3)
     write_fleet(docs, 40)
@@ -180,3 +182,27 @@ def test_a_run_across_nodes_gives_each_node_and_not_its_figures(docs, capsys):
     assert set(nodes) == {"node00001", "node00002", "rank-a", "rank-b"}
     assert nodes["rank-b"]["findings"][0]["fact"] == "driver" and code == 1
     assert "one of the 2 nodes of a run: its figures are the run's, not compared" in nodes["rank-a"]["not_judged"]
+
+
+def test_a_gpu_at_rest_on_gen1_is_not_named_but_one_trained_down_is():
+    """An idle GPU drops its link to Gen1 to save power: its generation now is no fault, its width is."""
+    import dataclasses
+
+    base = probe_recorded("hgx-h100")
+    def at(gen: int, width: int):
+        return dataclasses.replace(base, gpus=tuple(dataclasses.replace(g, pcie_gen_current=gen, pcie_width_current=width)
+                                                    if g.index == 3 else g for g in base.gpus))
+    nodes = [node_of(base, name=f"n{i}", path="-") for i in range(4)]
+    nodes += [node_of(at(1, 16), name="resting", path="-"), node_of(at(5, 4), name="x4", path="-")]
+    judged = fleet.judge(nodes)
+    assert judged.named == ["x4"]
+
+
+def test_a_node_with_another_torch_is_named_for_it(docs, capsys):
+    write_fleet(docs, 4, faults=False)
+    for i, torch in enumerate(["2.13.0", "2.13.0", "2.13.0", "2.12.1"]):
+        doc = json.loads((docs / f"node{i:05d}.json").read_text())
+        doc["software"] = {"python": "3.12.3", "pytest-gputopo": "0.1.0", "torch": torch}
+        (docs / f"node{i:05d}.json").write_text(json.dumps(doc))
+    code, out, err, doc = fleet_json(capsys, docs)
+    assert named(doc) == {"node00003": ["torch"]} and code == 1

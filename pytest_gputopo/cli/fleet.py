@@ -70,7 +70,9 @@ def nodes_from(path: str) -> list[Node]:
         return [node_of(t, name=t.hostname or f"{path}#{i}", path=path, when=doc.get("written"), notes=notes)
                 for i, t in enumerate(tops)]
     name = topology.hostname or os.path.splitext(os.path.basename(path))[0]
-    return [node_of(topology, name=name, path=path, figures=_figures(doc), when=doc.get("written"), notes=notes)]
+    software = doc.get("software") if isinstance(doc.get("software"), dict) else None
+    return [node_of(topology, name=name, path=path, figures=_figures(doc), when=doc.get("written"), notes=notes,
+                    software=software)]
 
 
 def read_nodes(paths: list[str]) -> tuple[list[Node], list[tuple[str, str]]]:

@@ -45,7 +45,9 @@ def _pcie(gen: int | None, width: int | None) -> str | None:
 
 def _gpu_facts(gpu: model.Gpu) -> dict[str, str | None]:
     name = f"GPU{gpu.index}"
-    facts = {f"{name} PCIe now": _pcie(gpu.pcie_gen_current, gpu.pcie_width_current),
+    # The width now, not the generation: an idle GPU drops to Gen1 to save power (nvidia-smi -q:
+    # "Link Gen Current"), so a node judged at rest must not be named for it; its maximum is compared.
+    facts = {f"{name} PCIe width now": None if gpu.pcie_width_current is None else f"x{gpu.pcie_width_current}",
              f"{name} PCIe max": _pcie(gpu.pcie_gen_max, gpu.pcie_width_max),
              f"{name} NUMA node": None if gpu.numa_node is None else str(gpu.numa_node)}
     if gpu.nvlinks:
@@ -75,9 +77,10 @@ def _figure_class(key: keys.Key, topology: model.Topology) -> str | None:
 
 
 def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when: str | None = None,
-            notes: tuple[str, ...] = ()) -> Node:
+            notes: tuple[str, ...] = (), software: dict | None = None) -> Node:
     """``figures``: (key, GB/s, origin) of the document's measurements; only measured ones are
-    compared (a recorded figure is another machine's, published)."""
+    compared (a recorded figure is another machine's, published). ``software``: the installed
+    versions a run's document records (torch, pytest-gputopo)."""
     models = sorted({g.name or UNKNOWN_MODEL for g in topology.gpus})
     facts: dict[str, str | None] = {"GPUs": str(len(topology.gpus))}
     per_gpu = set()
@@ -93,8 +96,9 @@ def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when:
     facts["NICs"] = ", ".join(sorted(topology.nics)) if topology.nics else None
     for fact, value in (("driver", topology.driver_version), ("CUDA (driver)", topology.cuda_driver_version),
                         ("CUDA runtime (torch)", topology.cuda_runtime_version),
-                        ("NCCL (torch)", topology.nccl_version)):
-        facts[fact] = value
+                        ("NCCL (torch)", topology.nccl_version), ("torch", (software or {}).get("torch")),
+                        ("pytest-gputopo", (software or {}).get("pytest-gputopo"))):
+        facts[fact] = value if isinstance(value, str) or value is None else None
     read, skipped = [], list(notes)
     for key, gbps, origin in figures:
         cls = _figure_class(key, topology)

@@ -7,7 +7,6 @@ measured (nothing is measured for those). Glue: figures from ``bench``, expectat
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import time
 
@@ -26,13 +25,10 @@ CACHE_PREFIX = "gputopo/bench"
 
 def fingerprint(topology: Topology) -> str:
     """Host, GPUs, driver and library versions: cached results are reused only on the same setup."""
-    def version(dist: str) -> str | None:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return None
+    from ..runtime.software import installed
+
     facts = [topology.hostname, [g.uuid for g in topology.gpus], topology.driver_version,
-             topology.cuda_driver_version, version("torch"), version("pytest-gputopo")]
+             topology.cuda_driver_version, installed("torch"), installed("pytest-gputopo")]
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
 
 

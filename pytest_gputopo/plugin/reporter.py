@@ -256,6 +256,7 @@ def report_document(run: GputopoRun) -> dict:
     from ..render import report  # the renderers, when there is something to say
 
     from ..bench.suite import SharedFolder
+    from ..runtime.software import software
     from .verdicts import judgement_of
 
     suite = run.state.suite
@@ -278,6 +279,7 @@ def report_document(run: GputopoRun) -> dict:
     document["nccl"] = _nccl(run)
     document["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     document["settings"] = _settings(run)
+    document["software"] = software()
     if run.ranks is not None:
         from ..core.schema import to_dict
 

@@ -86,20 +86,15 @@ def _boot_key(topology: model.Topology) -> str | None:
     """What can change CUDA's view or torch's versions within a boot: the driver, the GPUs (UUIDs),
     the CUDA environment, torch's and this plugin's versions. None without a boot id."""
     import hashlib
-    import importlib.metadata
     import json
+
+    from ..runtime.software import installed
 
     boot = runtime.boot_id()
     if boot is None:
         return None
-
-    def version(dist: str) -> str | None:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return None
     facts = [boot, topology.driver_version, [g.uuid for g in topology.gpus], runtime.cuda_environment(),
-             version("torch"), version("pytest-gputopo")]
+             installed("torch"), installed("pytest-gputopo")]
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
 
 

@@ -172,7 +172,8 @@ DOCUMENT = obj(
      "nodes": null_or(list_of(obj({"topology": _topology}, {"where": text, "differs": flag}))),
      "sweeps": null_or(list_of(SWEEP)),
      "written": null_or(text),  # when, UTC, ISO 8601
-     "settings": null_or(obj())})
+     "settings": null_or(obj()),
+     "software": null_or(obj())})
 
 
 def check_document(doc: Any) -> None:
