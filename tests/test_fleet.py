@@ -109,7 +109,8 @@ def test_documents_of_this_projects_own_runs_mix_in(docs, tmp_path):
     """Real check reports, as gputopo check writes them on bundled machines (recorded facts, no figures)."""
     for name in ("a", "b", "c"):
         done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "--machine", "dgx-a100", "--json",
-                               str(docs / f"run-{name}.json")], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+                               str(docs / f"run-{name}.json")], capture_output=True, text=True, cwd=tmp_path,
+                              timeout=120)
         assert done.returncode == 0, done.stdout[-2000:]
     write_fleet(docs, 5, machine="dgx-a100", prefix="sim-", faults=False)
     done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "fleet", str(docs), "--json",
@@ -119,7 +120,8 @@ def test_documents_of_this_projects_own_runs_mix_in(docs, tmp_path):
     by_name = {n["name"]: n for n in group["nodes"]}
     assert len(by_name) == 8 and "run-a" in by_name
     written = json.loads((docs / "run-a.json").read_text())
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", written["written"]) and written["settings"]["check"] == "quick"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", written["written"])
+    assert written["settings"]["check"] == "quick"
     assert by_name["run-a"]["written"] == written["written"]  # a node's document says when it was taken
     assert by_name["run-a"]["not_judged"] == [
         "facts from recorded:dgx-a100 (a recorded machine, not this host), not NVML on the node"]
@@ -190,8 +192,8 @@ def test_a_gpu_at_rest_on_gen1_is_not_named_but_one_trained_down_is():
 
     base = probe_recorded("hgx-h100")
     def at(gen: int, width: int):
-        return dataclasses.replace(base, gpus=tuple(dataclasses.replace(g, pcie_gen_current=gen, pcie_width_current=width)
-                                                    if g.index == 3 else g for g in base.gpus))
+        gpu = dataclasses.replace(base.gpus[3], pcie_gen_current=gen, pcie_width_current=width)
+        return dataclasses.replace(base, gpus=base.gpus[:3] + (gpu,) + base.gpus[4:])
     nodes = [node_of(base, name=f"n{i}", path="-") for i in range(4)]
     nodes += [node_of(at(1, 16), name="resting", path="-"), node_of(at(5, 4), name="x4", path="-")]
     judged = fleet.judge(nodes)

@@ -23,7 +23,8 @@ MIN_FIGURE_PEERS = 5  # nodes with figures of a class before their median and sp
 SPREAD_K = 3.5
 MIN_DROP, MAX_DROP = 0.10, 0.15
 MAD_TO_SIGMA = 1.4826  # the median absolute deviation of a normal distribution, as its standard deviation
-VERSION_FACTS = frozenset({"driver", "CUDA (driver)", "CUDA runtime (torch)", "NCCL (torch)", "torch", "pytest-gputopo"})
+VERSION_FACTS = frozenset({"driver", "CUDA (driver)", "CUDA runtime (torch)", "NCCL (torch)", "torch",
+                           "pytest-gputopo"})
 LISTED = 5  # node names a split finding lists before "and N more"
 
 

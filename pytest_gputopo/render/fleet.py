@@ -101,7 +101,8 @@ th { background: #f4f4f4; text-align: left; position: sticky; top: 0; }
 .named { background: #e06666; color: #fff; } .split { background: #fbe38a; } .same { color: #666; }
 .unknown { background: #ddd; } .ok { background: #eef8f0; }
 #verdict { border: 3px solid #888; border-radius: 6px; padding: .3em 1em; margin-bottom: 1.2em; }
-#verdict.failed { border-color: #c62828; background: #fdecea; } #verdict.passed { border-color: #1a7f37; background: #eef8f0; }
+#verdict.failed { border-color: #c62828; background: #fdecea; }
+#verdict.passed { border-color: #1a7f37; background: #eef8f0; }
 """
 
 
