@@ -1,6 +1,7 @@
 # Root conftest: settings shared by the test suite.
 import importlib.util
 import os
+import random
 import shutil
 import subprocess
 from pathlib import Path
@@ -43,6 +44,47 @@ NO_CORPUS = f"no conformance corpus at {CORPUS} (it lives beside the repository,
 settings.register_profile("gputopo", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("gputopo")
 
+
+# Tests marked ``slow`` take seconds each, most of them in real processes (pytest runs, torchrun or
+# srun ranks, gloo workers, chromium). A plain `pytest` leaves them out so that a contributor waits
+# minutes at most; --with-slow runs them too (the whole suite: the README's command, .ci/run). A run
+# that names its files or tests, or selects with -m, runs what it names (-m slow: only them).
+def pytest_addoption(parser):
+    parser.addoption("--with-slow", action="store_true",
+                     help="also run the tests marked slow (the whole suite, as .ci/run runs it)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns "auto" into a number of workers
+def pytest_cmdline_main(config):
+    """This suite runs in parallel, one xdist worker per CPU, unless the run gives -n (-n 0: in this
+    process) or is a worker itself; worksteal hands an idle worker some of a busy one's tests, so
+    that one long test does not leave the other CPUs idle at the end."""
+    if getattr(config.option, "numprocesses", 0) is None and not hasattr(config, "workerinput"):
+        config.option.numprocesses = "auto"
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"
+
+
+def _slow_left_out(config) -> bool:
+    # xdist's workers get the run's own arguments, so each takes the controller's decision
+    return (config.args_source == pytest.Config.ArgsSource.TESTPATHS
+            and not (config.getoption("--with-slow") or config.getoption("markexpr")))
+
+
+def pytest_report_header(config):
+    if _slow_left_out(config):
+        return "slow tests left out: --with-slow runs the whole suite"
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _slow_left_out(config):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
 # pytester's in-process runs drop the modules they imported when they end; the plugin imports some
 # lazily, so import them once here and every run shares one copy (as a real process would).
 import pytest_gputopo.plugin.checks  # noqa: E402,F401
@@ -63,21 +105,27 @@ def copy_children() -> list[int]:
     return found
 
 
+# launcher_port's blocks: below Linux's default ephemeral range (32768-60999), so that no outgoing
+# connection takes a drawn port before the launch binds it (one there made rank 0's store fail with
+# EADDRINUSE), one block per xdist worker, so that two workers of a run never draw the same port.
+_PORT_BLOCKS_FROM, _PORT_BLOCK, _PORT_BLOCKS = 10000, 1000, 22
+_port_draw = random.Random()  # its own generator: hypothesis and seeded tests keep theirs
+
+
 def launcher_port() -> int:
     """A MASTER_PORT for a run started as a launcher starts it: free now, and so is MASTER_PORT + 1,
-    where the plugin's own store listens without torchrun's (an ephemeral port of another test's
-    connection there made rank 0's store fail with EADDRINUSE)."""
+    where the plugin's own store listens without torchrun's; drawn at random in this xdist worker's
+    block (another run on the same machine draws from the same blocks)."""
     import socket
 
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    low = _PORT_BLOCKS_FROM + (int(worker) if worker.isdigit() else 0) % _PORT_BLOCKS * _PORT_BLOCK
     while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65534:
-            continue
+        port = _port_draw.randrange(low, low + _PORT_BLOCK - 1)  # port + 1 stays in the block
         try:
-            with socket.socket() as s:
-                s.bind(("", port + 1))
+            with socket.socket() as first, socket.socket() as second:
+                first.bind(("", port))
+                second.bind(("", port + 1))
         except OSError:
             continue
         return port

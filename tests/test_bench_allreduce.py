@@ -82,6 +82,7 @@ def assert_no_debris(pids, tmp):
 
 
 @pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.slow
 def test_gloo_allreduce_runs_and_verifies(n, private_tmp):
     result = run_allreduce(n, SIZES, backend="gloo", **FAST)
     assert isinstance(result, AllReduceResult)
@@ -104,6 +105,7 @@ def test_gloo_allreduce_runs_and_verifies(n, private_tmp):
     assert_no_debris(result.worker_pids, private_tmp)
 
 
+@pytest.mark.slow
 def test_single_rank_has_zero_bus_bandwidth(private_tmp):
     result = run_allreduce(1, [4096], judge_size=16384, **FAST)
     assert [r.size_bytes for r in result.rows] == [4096, 16384]  # judge_size joins the sweep
@@ -113,6 +115,7 @@ def test_single_rank_has_zero_bus_bandwidth(private_tmp):
     assert_no_debris(result.worker_pids, private_tmp)
 
 
+@pytest.mark.slow
 def test_a_hanging_collective_ends_within_the_timeout(private_tmp):
     t0 = time.monotonic()
     with pytest.raises(BenchError) as info:
@@ -128,6 +131,7 @@ def test_a_hanging_collective_ends_within_the_timeout(private_tmp):
     assert_no_debris(err.pids, private_tmp)
 
 
+@pytest.mark.slow
 def test_a_dying_rank_is_named(private_tmp):
     with pytest.raises(BenchError) as info:
         run_allreduce(2, [4096], timeout_s=30, budget_s_per_size=0.3, **faults(die_rank=1))
@@ -137,6 +141,7 @@ def test_a_dying_rank_is_named(private_tmp):
     assert_no_debris(err.pids, private_tmp)
 
 
+@pytest.mark.slow
 def test_a_corrupted_result_fails_verification(private_tmp):
     result = run_allreduce(2, SIZES, **faults(corrupt=True), **FAST)
     assert not result.ok
@@ -183,6 +188,7 @@ def test_fifo_reaches_the_threads_started_afterwards():
 
 
 @fifo_only
+@pytest.mark.slow
 def test_gloo_allreduce_under_fifo(private_tmp):
     result = run_allreduce(2, [4096], backend="gloo", sched="fifo", **FAST)
     assert result.ok and result.sched == "fifo" and result.to_json()["sched"] == "fifo"
@@ -249,6 +255,7 @@ if os.environ.get("GPUTOPO_TEST_ENV_DIR"):
 
 
 @pytest.mark.parametrize("log_nccl", [False, True], ids=["timed", "logged"])
+@pytest.mark.slow
 def test_timed_nccl_workers_log_warnings_only(tmp_path, monkeypatch, private_tmp, log_nccl):
     """At NCCL_DEBUG=INFO, NCCL >= 2.20 writes a TUNING line per collective on rank 0 (src/enqueue.cc)
     to NCCL_DEBUG_FILE, a write per line (src/debug.cc ncclDebugInit: ``setbuf(file, nullptr)`` in
@@ -309,6 +316,7 @@ def _alive(pid):
         return False
 
 
+@pytest.mark.slow
 def test_a_rank_killed_by_a_signal_is_named(private_tmp):
     box = {}
 
@@ -341,6 +349,7 @@ except KeyboardInterrupt:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+@pytest.mark.slow
 def test_workers_do_not_outlive_an_interrupted_or_killed_parent(sig, tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path), **faults(hang_rank=1)["env"])
     parent = subprocess.Popen([sys.executable, "-c", PARENT], env=env)
@@ -462,6 +471,7 @@ def _workers_under(scratch):
     return found
 
 
+@pytest.mark.slow
 def test_cross_rank_mode_under_torchrun(tmp_path):
     out, scratch = _torchrun(tmp_path, "both", timeout=120)
     records = [json.loads((out / f"result.{r}.json").read_text()) for r in (0, 1)]
@@ -479,6 +489,7 @@ def test_cross_rank_mode_under_torchrun(tmp_path):
     assert [p.name for p in scratch.iterdir() if p.name.startswith("gputopo-allreduce-")] == []
 
 
+@pytest.mark.slow
 def test_cross_rank_mode_names_a_peer_that_never_joins(tmp_path):
     out, scratch = _torchrun(tmp_path, "absent", timeout=60)
     assert not (out / "result.1.json").exists()  # rank 1 never called run_allreduce
@@ -500,6 +511,7 @@ def test_cross_rank_mode_bad_arguments():
         run_allreduce(2, [4096], peer=(0, "127.0.0.1:1"))
 
 
+@pytest.mark.slow
 def test_the_all_reduce_figure_is_timed_unlogged_and_nccls_algorithm_read_from_its_own_run(monkeypatch):
     """The figure comes from a run with NCCL's logging off; the algorithm at the same size
     (NVLS or not) from a short logged run apart from it. When that run fails the figure stands and

@@ -128,6 +128,7 @@ def test_bidirectional_copy_verifies_both_directions(monkeypatch):
     assert not m.verified and "GPU1->GPU0: 1 of 4096 bytes differ" in m.error
 
 
+@pytest.mark.slow
 def test_no_peer_access_is_no_p2p_figure(monkeypatch):
     """Without CUDA peer access torch does not enable it (at::cuda::get_p2p_access asks
     cudaDeviceCanAccessPeer, aten/src/ATen/cuda/PeerToPeerAccess.cpp) and the driver stages the
@@ -162,6 +163,7 @@ def pytest_gputopo_probe(config):
 """
 
 
+@pytest.mark.slow
 def test_the_full_check_measures_every_copy_of_8_gpus_in_one_process(pytester, monkeypatch):
     """One child answers a burst of copies, not a fresh child importing torch per copy (80 copies on
     8 GPUs, each paying a torch import and a CUDA start-up). The child's
@@ -181,6 +183,7 @@ def test_the_full_check_measures_every_copy_of_8_gpus_in_one_process(pytester, m
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.slow
 def test_a_hung_copy_ends_at_its_deadline_and_the_next_copy_gets_a_new_child(monkeypatch):
     from pytest_gputopo.bench.subproc import CopyWorker
     from pytest_gputopo.core import model

@@ -65,6 +65,7 @@ def test_no_gpu_says_why(pytester):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_gloo_allreduce_really_runs_on_this_host(pytester):
     src = "import pytest\n@pytest.mark.min_allreduce_bw(0.001)\ndef test_ok(): pass\n" \
           "@pytest.mark.min_allreduce_bw(10000)\ndef test_too_fast(): pass\n"
@@ -133,6 +134,7 @@ def test_gpu_model_without_p2p_is_not_a_fault(pytester):
     assert result.ret == 0
 
 
+@pytest.mark.slow
 def test_full_check_reads_like_a_pytest_run_and_lands_in_junit_and_json(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=full", "--gputopo-machine", "dgx-a100",
                                 "--junitxml=report.xml", "--gputopo-json=check.json", "-v")
@@ -153,6 +155,7 @@ def test_full_check_reads_like_a_pytest_run_and_lands_in_junit_and_json(pytester
 
 
 @needs_torch
+@pytest.mark.slow
 def test_a_measured_check_item_says_the_interval_of_its_figure(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=full",
                                 "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "256K",
@@ -209,6 +212,7 @@ def test_shared_results(gputopo_bench):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_cache_reuses_results_across_runs(pytester):
     src = "import pytest\n@pytest.mark.min_allreduce_bw(0.001)\ndef test_ok(): pass\n"
     pytester.makepyfile(test_bw=src)
@@ -230,6 +234,7 @@ def test_cache_reuses_results_across_runs(pytester):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_xdist_workers_share_one_measurement_per_run(pytester):
     pytest.importorskip("xdist")
     src = '''
@@ -272,6 +277,7 @@ def test_gloo_never_serves_this_hosts_figure_as_a_recorded_machines(pytester):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_a_gpu_requirement_needs_its_gpus_whatever_the_backend(pytester):
     """min_allreduce_bw(..., gpus=8) skips on a GPU-less host with gloo (needs 8 GPUs), never passes."""
     result = run(pytester, "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "64K", src=GLOO)

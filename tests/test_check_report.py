@@ -47,6 +47,7 @@ def assert_no_plumbing(text: str) -> None:
     assert "gputopo-check-" not in text and "pytest_gputopo" not in text and "checks.py" not in text
 
 
+@pytest.mark.slow
 def test_gputopo_check_on_a_degraded_node_fits_a_screen_and_leads_with_the_failure(tmp_path):
     done = gputopo_check(tmp_path, "--level", "full", "--machine", "hgx-h100-nvlink-down")
     assert done.returncode == 1, done.stdout + done.stderr  # a degraded node fails the check
@@ -66,6 +67,7 @@ def test_gputopo_check_on_a_degraded_node_fits_a_screen_and_leads_with_the_failu
     assert [same(line) for line in lines] == [same(line) for line in documented("docs/cli.md", "collected 126 items")]
 
 
+@pytest.mark.slow
 def test_gputopo_check_verbose_says_each_item_in_one_line(tmp_path):
     done = gputopo_check(tmp_path, "-v", "--level", "full", "--machine", "dgx-a100")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -77,6 +79,7 @@ def test_gputopo_check_verbose_says_each_item_in_one_line(tmp_path):
     assert len(done.stdout.splitlines()) <= 40 + 126 + 10
 
 
+@pytest.mark.slow
 def test_a_users_suite_counts_its_tests_and_the_check_apart(pytester):
     pytester.makepyfile(test_user="""
         import pytest
@@ -117,6 +120,7 @@ def test_a_users_suite_counts_its_tests_and_the_check_apart(pytester):
     assert Counter(c["outcome"] for c in checks) == {"passed": 44, "failed": 1, "skipped": 81}
 
 
+@pytest.mark.slow
 def test_under_xdist_the_check_is_counted_once_by_the_controller(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_user="def test_a(): pass\n")
@@ -143,6 +147,7 @@ def test_a_check_item_that_raises_is_a_failure_shown_in_the_section(pytester):
     assert section(result.stdout.lines) == ["FAILED topology: division by zero", "gputopo check: 1 failed, 44 passed"]
 
 
+@pytest.mark.slow
 def test_gputopo_check_reads_no_conftest_of_the_folder_it_runs_in(tmp_path):
     (tmp_path / "conftest.py").write_text("raise SystemExit('a conftest.py of the working folder was read')\n")
     done = gputopo_check(tmp_path, "--machine", "hgx-h100")
@@ -165,6 +170,7 @@ def test_the_checks_lines_write_a_hostile_gpu_name_escaped(pytester):
     result.stdout.fnmatch_lines(["gputopo-check::topology PASSED (*RTX\\r\\n::error::pwn*"])
 
 
+@pytest.mark.slow
 def test_one_gpu_has_no_all_reduce_to_measure(tmp_path):
     """One GPU's all-reduce crosses no link: the full check lists no allreduce_bw item rather than spend
     seconds measuring a figure it cannot judge (on a real H200 it took 10 s to say "not judged")."""

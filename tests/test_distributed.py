@@ -93,6 +93,7 @@ def outcomes(cwd: Path, ranks: int) -> list[dict]:
     return [json.loads((cwd / f"outcomes.{r}.json").read_text()) for r in range(ranks)]
 
 
+@pytest.mark.slow
 def test_every_rank_takes_the_same_decisions(suite_dir):
     port = launcher_port()
     out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
@@ -109,6 +110,7 @@ def test_every_rank_takes_the_same_decisions(suite_dir):
     assert "on rank 1 (" in out.stdout  # the skip reason names the rank whose node lacks it
 
 
+@pytest.mark.slow
 def test_srun_starting_every_rank_takes_one_decision(suite_dir):
     """srun sets SLURM_PROCID and its step's task count, not RANK/WORLD_SIZE. Two pytest
     processes given srun's variables (and MASTER_ADDR/MASTER_PORT, as torch's env:// reads them) and
@@ -129,6 +131,7 @@ def test_srun_starting_every_rank_takes_one_decision(suite_dir):
     assert "(rank 1): 4x NVIDIA GeForce RTX 4090" in out[0] and "on rank 1 (" in out[0]
 
 
+@pytest.mark.slow
 def test_a_rank_that_never_reports_ends_the_run_with_a_reason(suite_dir):
     port = launcher_port()
     start = time.monotonic()
@@ -154,6 +157,7 @@ def processes_in(directory: Path) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_two_nodes_on_loopback_show_a_header_per_node(suite_dir):
     port = launcher_port()
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
@@ -176,6 +180,7 @@ def test_two_nodes_on_loopback_show_a_header_per_node(suite_dir):
     assert rank0 == rank1 and "test_dist.py::test_nvlink_collective" in rank0["skipped"]
 
 
+@pytest.mark.slow
 def test_an_unmet_gate_on_one_node_is_the_same_failed_cause_on_every_rank(suite_dir):
     """The gate is judged on every node, once: each rank fails the same gate test, named by the node
     and GPU at fault, and ends with exit status 8; rank 0 alone prints the causes."""
@@ -193,6 +198,7 @@ def test_an_unmet_gate_on_one_node_is_the_same_failed_cause_on_every_rank(suite_
     assert "  - rank 1 (" in out.stdout and "): GPU5: all 7 of its pairs fail requires_link('NV12')" in out.stdout
 
 
+@pytest.mark.slow
 def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
     """Under torchrun the all-reduce spans every rank (one worker each); every rank gets the same
     figure and the same verdict."""
@@ -217,6 +223,7 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
     assert len([ln for ln in out.stdout.splitlines() if ln.startswith("gputopo: all-reduce busbw, 2 ranks, 64 KiB: ")]) == 1
 
 
+@pytest.mark.slow
 def test_rank_zero_names_each_nodes_fallback(suite_dir):
     port = launcher_port()
     out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
@@ -293,6 +300,7 @@ def test_the_combined_view(gputopo_ranks):
 """
 
 
+@pytest.mark.slow
 def test_a_custom_condition_is_one_decision_across_ranks(suite_dir):
     """Rank 0 (dgx-a100) meets a custom condition, rank 1 (4x RTX 4090) does not; both
     ranks skip the test, the reason names rank 1, and the collectives of the tests that run do not

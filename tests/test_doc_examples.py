@@ -279,6 +279,7 @@ def test_readme_test_file_on_the_machine_its_outputs_come_from(pytester):
     assert_shows(README_SKIPPED.text, printed)
 
 
+@pytest.mark.slow
 def test_readme_commands_on_a_gpu_host_and_on_one_that_degraded(gpu_host, tmp_path):
     """The README's commands, each as written, on an emulated healthy HGX H100 (the gates pass, the
     node is recorded and shown, operators' text becomes a profile); then the two gates on the same
@@ -372,6 +373,7 @@ def test_the_measuring_fixture_example_skips_where_it_cannot_measure(tmp_path):
     assert "234.89 recorded" in printed
 
 
+@pytest.mark.slow
 def test_check_transcript_on_dgx_a100(tmp_path):
     """`gputopo check -v --level full --machine dgx-a100`, as the doc shows it: the all-reduce item
     passes on the published figure, saying it was recorded; the reports it names are written."""
@@ -404,6 +406,7 @@ def test_show_prints_a_recorded_machine(tmp_path):
     assert_shows(CLI_SHOW_LINES.text, shown.stdout)
 
 
+@pytest.mark.slow
 def test_record_from_operators_captures(tmp_path):
     """The recording recipe on the files its captures write (an 8x H100 node's): the profile says
     what each file gave, as the doc shows, and pytest and the full check run on it. nvlink -s names
@@ -466,6 +469,7 @@ DIST_DRIVERS = doc("docs/distributed.md", "def test_same_driver_everywhere")
 DIST_ROUTING = doc("docs/distributed.md", "pcie-suite:")
 
 
+@pytest.mark.slow
 def test_a_custom_condition_across_ranks_needs_gpus_to_be_met(tmp_path):
     """The FP8 predicate is unmet on a machine without GPUs (all() of none is True, so it says GPUs
     are needed), skipping at the test's own line as the doc shows; on H100s the test body is reached
@@ -492,6 +496,7 @@ def _example_suite() -> dict[str, str]:
     return {"test_interconnect_examples.py": (ROOT / "examples" / "test_interconnect_examples.py").read_text()}
 
 
+@pytest.mark.slow
 def test_routing_jobs_by_interconnect(gpu_host, tmp_path):
     """The workflow's steps on the runners they are meant for, over the example suite: the NVLink
     job passes its gates on a healthy HGX H100 (its reference recorded there, as the doc says) and
@@ -770,6 +775,7 @@ def test_routing_a_suite_by_gpu_facts(gpu_host, tmp_path):
 PROFILE_RECORD = doc("docs/profile-format.md", "gputopo record --from-smi topo.txt --p2p rw:p2p.txt")
 
 
+@pytest.mark.slow
 def test_recording_profiles(gpu_host, tmp_path):
     """Each way of recording a profile, on an HGX H100 host (NVML) and on its operators' text, and
     a run gated on the last one (which, without topo -p2p text, leaves P2P unknown)."""
@@ -803,6 +809,7 @@ def test_report_commands(gpu_host, tmp_path):
 
 
 @pytest.mark.parametrize("claim", [REPORT_GITHUB, REPORT_GITLAB], ids=["github", "gitlab"])
+@pytest.mark.slow
 def test_ci_steps_that_keep_the_reports(claim, tmp_path):
     """The step that checks the node and writes the reports, on a runner whose GPU5 lost its NVLinks
     (a recorded machine standing for the runner, so that nothing is measured here): the check fails

@@ -125,7 +125,7 @@ def _junit(path) -> list[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("gate", [["--gputopo-require", "gpus>=8,p2p,link>=NV12"],
                                   ["--gputopo-expect", "hgx-h100"]])
-@pytest.mark.parametrize("xdist", [[], ["-n", "2"]])
+@pytest.mark.parametrize("xdist", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)])
 def test_an_unmet_gate_is_one_failed_junit_case_per_cause_and_exit_status_8(pytester, gate, xdist):
     """GitLab's and Jenkins' test widgets read JUnit: an unmet gate is red there, named by its cause,
     the run's own tests are not run, and pytest's internal Exit line is not printed."""

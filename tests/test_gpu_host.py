@@ -39,6 +39,7 @@ def test_a_run_that_asks_nothing_probes_nothing(pytester, emulated_host):
     assert host.calls() == []  # no torch import, no nvmlInit, no cuInit: in no process at all
 
 
+@pytest.mark.slow
 def test_a_p2p_suite_asks_cuda_once_per_boot_and_never_in_the_pytest_process(pytester, emulated_host):
     host = emulated_host("dgx-a100", torch_import_s=0.5)
     pytester.makeconftest(PID)
@@ -76,6 +77,7 @@ def test_cudas_refusal_of_peer_access_is_seen_and_kept_apart_from_nvml(pytester,
 
 @pytest.mark.parametrize("release, cuda, nccl", [("2.0.1", "11.8", "2.14.3"), ("2.4.1", "12.4", "2.20.5"),
                                                  ("2.13.0", "12.9", "2.27.7")])
+@pytest.mark.slow
 def test_every_torch_release_keeps_nvmls_gpus_and_gives_its_versions(pytester, emulated_host, release, cuda, nccl):
     host = emulated_host("dgx-a100", torch=release)
     pytester.makeconftest(PID)

@@ -44,6 +44,7 @@ def _report(tmp_path, path_dirs, *args):
     return done, out
 
 
+@pytest.mark.slow
 def test_without_a_gpu_the_report_says_so_and_lists_what_it_tried(tmp_path):
     done, out = _report(tmp_path, [VENV_BIN], "--no-tests")  # nvidia-smi is not on this PATH
     assert out.is_file(), done.stderr
@@ -67,6 +68,7 @@ def test_without_a_gpu_the_report_says_so_and_lists_what_it_tried(tmp_path):
     assert "## gputopo show" in text and "exit status" in text.split("## gputopo show")[1]
 
 
+@pytest.mark.slow
 def test_hostile_tool_output_stays_in_its_fence(tmp_path):
     """A tool (here a fake nvidia-smi) whose output holds fences and a heading: the report's headings
     are its own, and every hostile line sits inside a code block."""

@@ -434,6 +434,7 @@ def test_a_non_str_is_refused(value):
     assert looks_like_nvbandwidth(value) is False
 
 
+@pytest.mark.slow
 def test_work_is_linear_in_the_text():
     """Hostile texts of ~1 MB: a 1024-column head row under thousands of one-token rows, a huge row
     label, a Device line of parentheses, an unknown testcase id that never ends, many SUM lines."""

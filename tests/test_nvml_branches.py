@@ -71,6 +71,7 @@ CASES = [(machine, branch) for machine in ("dgx-a100", "hgx-h100") for branch in
 
 
 @pytest.mark.parametrize("machine, branch", CASES, ids=[f"{m}-{b}" for m, b in CASES])
+@pytest.mark.slow
 def test_each_branch_keeps_nvmls_gpus_and_judges_what_it_knows(pytester, emulated_host, machine, branch):
     emulated_host(machine, driver=branch)
     played = nvml_drivers.BRANCHES[branch]

@@ -129,6 +129,7 @@ def _same_machine(got: model.Topology, want: model.Topology) -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(topologies())
+@pytest.mark.slow
 def test_probe_of_the_fake_gives_the_recording_back(t):
     got = nvml.probe(make_fake_pynvml(t))
     _same_machine(got, _in_nvml_order(t))

@@ -191,6 +191,7 @@ def test_a_requirement_that_needs_a_benchmark_says_what_it_would_measure(pyteste
 
 
 @pytest.mark.parametrize("gbps, verdict", [(400.0, "RUN"), (1.0, "SKIP")])
+@pytest.mark.slow
 def test_a_figure_at_hand_is_judged_as_the_run_judges_it(pytester, monkeypatch, gbps, verdict):
     """A figure kept in pytest's cache (--gputopo-cache) is judged as the run would judge it."""
     pytester.makeconftest(GPU_HOST)
@@ -360,6 +361,7 @@ def test_the_documented_plan_is_what_the_plan_prints(pytester):
 
 
 @needs_jq
+@pytest.mark.slow
 def test_the_documented_preview_on_every_bundled_machine_runs(pytester):
     doc = (DOCS / "options.md").read_text()
     (pytester.path / "test_model.py").write_text(_block(doc, "# test_model.py"))

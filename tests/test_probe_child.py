@@ -40,6 +40,7 @@ def gpu_stubs(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_hung_driver_ends_at_the_deadline_with_a_reason_and_no_orphan(gpu_stubs, monkeypatch):
     from pytest_gputopo.probe.host import ask_child
 

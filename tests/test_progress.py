@@ -25,6 +25,7 @@ def lines(result, pattern=DONE) -> list[str]:
 
 
 @needs_torch
+@pytest.mark.slow
 def test_a_measurement_says_what_it_measures_then_its_figure_and_time(pytester):
     pytester.makepyfile(test_x=TWO_TESTS)
     result = pytester.runpytest_subprocess(*ARGS)
@@ -36,6 +37,7 @@ def test_a_measurement_says_what_it_measures_then_its_figure_and_time(pytester):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_under_xdist_the_controller_says_each_workers_measurement_once(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_x=TWO_TESTS)

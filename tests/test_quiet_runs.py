@@ -372,6 +372,7 @@ def test_sixteen():
 
 
 @pytest.mark.parametrize("marked", [False, True], ids=["no_marker", "marked"])
+@pytest.mark.slow
 def test_an_xdist_run_probes_only_when_asked_and_then_once(pytester, monkeypatch, marked):
     """Under xdist (``-n 2``): a suite without gputopo markers never calls the probe hook, in the
     controller or any worker; a marked suite calls it exactly once across the controller and both

@@ -4,6 +4,8 @@ every output: its -v and -rA lines, a report section, JUnit XML and the run's su
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from pytest_gputopo.core import judgement, requirements as reqs
 from pytest_gputopo.core.spec import Figure
 from pytest_gputopo.probe import reference
@@ -59,6 +61,7 @@ def test_pass_on_recorded_figure_says_so_everywhere(pytester):
     assert ("gputopo_recorded" not in dict(props["test_ar_too_fast"]))
 
 
+@pytest.mark.slow
 def test_recorded_pass_under_xdist_reaches_junit(pytester):
     """Under xdist the controller writes the line and the JUnit property from the worker's report."""
     pytester.makepyfile(test_bench=BENCH)

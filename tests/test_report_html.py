@@ -132,6 +132,7 @@ def test_loading_the_plugin_does_not_load_the_report():
 
 
 @needs_browser
+@pytest.mark.slow
 def test_a_real_browser_renders_the_report_without_console_errors(degraded_run, tmp_path):
     png, dom, log = browser_render(degraded_run / "run.html", tmp_path)
     assert png > 10_000, log[-2000:]
@@ -222,6 +223,7 @@ def _run(pytester, machine, *args) -> str:
     (["--gputopo-check", "full"], ["check nvlink", "GPU5", "0/18 up", "Not judged: 81 checks"]),
     (["--gputopo-require", "gpus>=8,p2p,link>=NV12"], ["run gate", "GPU5", "all 7 of its pairs fail requires_link('NV12')"]),
 ], ids=["check-quick", "check-full", "run-gate"])
+@pytest.mark.slow
 def test_the_first_screen_says_what_failed_and_where(pytester, tmp_path, args, says):
     """Someone opening the report of a degraded node sees, without scrolling, that the run failed,
     which check or gate term failed, on which GPU or pair, and what was found."""
@@ -236,6 +238,7 @@ def test_the_first_screen_says_what_failed_and_where(pytester, tmp_path, args, s
 @pytest.mark.parametrize("machine, says", [("dgx-a100", ["PASSED", "126 health checks: 90 passed, 36 not judged"]),
                                            ("8x-l40s", ["PASSED", "requires_nvlink", "test_x.py::test_all_nvlink",
                                                         "GPU0-GPU1 are linked by PIX, not NVLink"])])
+@pytest.mark.slow
 def test_the_first_screen_of_a_passing_run_says_so_and_what_was_not_run(pytester, tmp_path, machine, says):
     _run(pytester, machine, "--gputopo-check", "full")
     seen = first_screen(pytester.path / "run.html", tmp_path)
@@ -290,6 +293,7 @@ def test_checks_and_unmet_requirements_are_listed_failures_first(pytester):
     assert [text for _, text in cells(unmet)][1] == "FAILED"  # strict: the unmet requirement fails
 
 
+@pytest.mark.slow
 def test_a_grid_is_drawn_only_where_it_has_figures_and_the_others_are_said_once(pytester):
     """A recorded machine without published figures: no grid of empty cells, and one line saying why;
     a figure's origin is written only under a figure."""

@@ -339,6 +339,7 @@ def pytest_runtest_setup(item):
 """
 
 
+@pytest.mark.slow
 def test_a_signed_run_refuses_a_planted_verdict_of_the_right_shape(tmp_path):
     pytest.importorskip("torch.distributed")
     (tmp_path / "conftest.py").write_text(CONFTEST)

@@ -126,6 +126,7 @@ def test_a_record_kind_without_a_validator_is_a_programming_error(store):
 # Benchmark figures shared under bench/<node>/<name>: read before measuring
 
 
+@pytest.mark.slow
 def test_a_planted_bench_figure_that_is_not_a_valid_result_is_measured_again(store, monkeypatch):
     import dataclasses
 
@@ -187,6 +188,7 @@ def pytest_runtest_setup(item):
 """
 
 
+@pytest.mark.slow
 def test_a_planted_empty_verdict_ends_a_real_run_with_the_rank_and_key_not_a_keyerror(tmp_path):
     """The record ``{}`` crashed both ranks with ``KeyError: 'reason'``."""
     (tmp_path / "conftest.py").write_text(END_TO_END_CONFTEST)

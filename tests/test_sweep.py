@@ -48,6 +48,7 @@ def test_the_sizes_announced_are_the_sizes_measured():
 
 @needs_torch
 @pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.slow
 def test_busbw_follows_the_nccl_tests_definition_on_gloo(ranks, tmp_path):
     out = gputopo("bench", "allreduce", "-b", "64K", "-e", "256K", "-f", "2", "--ranks", str(ranks),
                   "--budget", "0.2", "--json", str(tmp_path / "s.json"), "--html", str(tmp_path / "s.html"))
@@ -71,6 +72,7 @@ def test_busbw_follows_the_nccl_tests_definition_on_gloo(ranks, tmp_path):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_a_corrupted_result_shows_in_wrong_and_fails_the_sweep(tmp_path):
     env = {**os.environ, "PYTEST_GPUTOPO_TEST_FAULTS": json.dumps({"corrupt": True})}
     out = gputopo("bench", "allreduce", "-b", "4K", "-e", "8K", "--budget", "0.1", "--html", str(tmp_path / "s.html"),
@@ -86,6 +88,7 @@ def test_a_corrupted_result_shows_in_wrong_and_fails_the_sweep(tmp_path):
 
 @needs_torch
 @needs_browser
+@pytest.mark.slow
 def test_a_real_browser_draws_the_sweep_without_console_errors(tmp_path):
     out = gputopo("bench", "allreduce", "-b", "4K", "-e", "16K", "--budget", "0.1", "--html", str(tmp_path / "s.html"))
     assert out.returncode == 0, out.stderr

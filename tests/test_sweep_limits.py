@@ -132,6 +132,7 @@ def _assert_ended_cleanly(proc, workers, code: int, name: str) -> None:
 
 
 @needs_torch
+@pytest.mark.slow
 def test_ctrl_c_ends_the_sweep_with_one_line_and_status_130():
     proc, workers = _start_stuck_sweep()
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the foreground group
@@ -139,6 +140,7 @@ def test_ctrl_c_ends_the_sweep_with_one_line_and_status_130():
 
 
 @needs_torch
+@pytest.mark.slow
 def test_sigterm_ends_the_sweep_removing_its_folder_with_status_143():
     proc, workers = _start_stuck_sweep()
     os.kill(proc.pid, signal.SIGTERM)

@@ -131,6 +131,7 @@ def _entry_file(pytester):
 
 
 @needs_torch
+@pytest.mark.slow
 def test_a_corrupted_cache_entry_never_passes_a_test(pytester):
     """End to end: gloo measures this host's CPUs, far below 100000 GB/s, so a NaN cached figure
     must not pass the marker nor a list crash the setup (AttributeError): both are measured again."""
@@ -149,6 +150,7 @@ def test_a_corrupted_cache_entry_never_passes_a_test(pytester):
     assert "Traceback" not in result.stdout.str() and "AttributeError" not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_xdist_workers_recorded_figures_reach_the_json_report(pytester):
     """Under ``-n 2`` on a recorded machine the workers' recorded figures reach the controller's JSON
     (it once held 0 measurements). ``min_p2p_bw`` consults each pair's staged copy too (the rule

@@ -51,6 +51,7 @@ def _checks(pytester) -> dict:
     return {c["check"]: c for c in doc["checks"]}
 
 
+@pytest.mark.slow
 def test_marker_and_check_item_judge_one_all_reduce_figure_alike(gpu_host, pytester):
     """One figure, one verdict: 300 GB/s on 8x H100 SXM at 16 GiB reaches 0.6 x 450 = 270 but misses
     the published per-SKU floor of 440, so the marker fails as the check item does (they once
@@ -64,6 +65,7 @@ def test_marker_and_check_item_judge_one_all_reduce_figure_alike(gpu_host, pytes
     assert "needed 440.0" in _checks(pytester)["allreduce_bw"]["message"]
 
 
+@pytest.mark.slow
 def test_a_floor_that_assumes_nvls_does_not_judge_a_run_nccl_took_without_it(gpu_host, pytester):
     """The per-SKU floor of 8x H100 (440 GB/s) is above what a ring reaches: it assumes NVLink SHARP.
     When NCCL's log says the all-reduce took another algorithm (``nvls`` False), the floor ratio x the
@@ -76,6 +78,7 @@ def test_a_floor_that_assumes_nvls_does_not_judge_a_run_nccl_took_without_it(gpu
     assert "needed 440" not in _checks(pytester)["allreduce_bw"]["message"]
 
 
+@pytest.mark.slow
 def test_an_explicit_floor_rules_marker_and_check_alike(gpu_host, pytester):
     src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
     result = gpu_host("hgx-h100", {"allreduce": [300.0, None]}, src, "--gputopo-allreduce-size", "16G",
@@ -97,6 +100,7 @@ def test_a_p2p_copy_slower_than_staging_fails_marker_and_check_alike(gpu_host, p
     assert check["outcome"] == "failed" and "slower than staging through the host (420.00 GB/s)" in check["message"]
 
 
+@pytest.mark.slow
 def test_a_figure_nothing_can_judge_is_unknown_in_marker_and_check(gpu_host, pytester):
     """A figure no expectation judges (gloo's CPU all-reduce) is unknown in both: the check item is
     skipped with the reason (it once passed, "not judged"), the marker unmet."""
@@ -135,6 +139,7 @@ def _html_state(path, what: str) -> str:
     (400.0, 420.0, "unmet", "failed", {"staged"}),  # reaches its floor, but slower than staging: no P2P
     (300.0, None, "unmet", "failed", {"below"}),  # under 0.7 x 450 GB/s (NVLink 4.0 x 18)
 ])
+@pytest.mark.slow
 def test_one_figure_gets_one_verdict_in_the_marker_the_check_the_json_and_the_html(
         gpu_host, pytester, p2p, staged, marker, check, state):
     """One P2P figure on one machine: the marker, the check item, the JSON report's measurement and
@@ -246,6 +251,7 @@ def test_nccl_tests_figure_and_verdict_are_its_own(monkeypatch, ip_wrong, oob, v
     assert gbps == 390.67 and got == error
 
 
+@pytest.mark.slow
 def test_nccl_tests_wrong_data_fails_marker_and_check_item(pytester, monkeypatch, tmp_path):
     """Issues 8.12, 8.13: nccl-tests that found wrong data exits with testNumResults (7) after its
     summary (src/common.cu run(); main's TESTCHECK). That exit read as "no figure", so the marker only
