@@ -157,6 +157,7 @@ def test_the_page_opens_in_a_real_browser_with_every_node(docs, tmp_path, capsys
     assert dom.index("node00003") < dom.index("node00000")  # the named nodes first
 
 
+@pytest.mark.slow
 def test_the_documented_example(tmp_path):
     """docs/fleet.md's example, run as a reader pastes it, prints what the doc shows and exits 1."""
     from doc_examples import assert_shows, blocks, run_shell
