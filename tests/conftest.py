@@ -45,6 +45,33 @@ settings.register_profile("gputopo", deadline=None, suppress_health_check=[Healt
 settings.load_profile("gputopo")
 
 
+GPU_TESTS = Path(__file__).resolve().with_name("gpu")
+
+
+def _measures_gpus_here(config) -> bool:
+    """The run reaches tests/gpu and this host has an NVIDIA GPU (the driver lists one): those tests
+    measure it, and tests run beside them would share its GPUs, CPUs and memory bandwidth."""
+    if not any(Path("/proc/driver/nvidia/gpus").glob("*")):
+        return False
+    for arg in config.args:
+        path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
+        if path == GPU_TESTS or path in GPU_TESTS.parents or GPU_TESTS in path.parents:
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns "auto" into a number of workers
+def pytest_cmdline_main(config):
+    """This suite runs in parallel, one xdist worker per CPU, unless the run gives -n (-n 0: in this
+    process), is a worker itself, or measures this host's GPUs; worksteal hands an idle worker some of
+    a busy one's tests, so that one long test does not leave the other CPUs idle at the end."""
+    if (getattr(config.option, "numprocesses", 0) is None and not hasattr(config, "workerinput")
+            and not _measures_gpus_here(config)):
+        config.option.numprocesses = "auto"
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"
+
+
 # Tests marked ``slow`` take seconds each, most of them in real processes (pytest runs, torchrun or
 # srun ranks, gloo workers, chromium). A plain `pytest` leaves them out so that a contributor waits
 # minutes at most; --with-slow runs them too (the whole suite: the README's command, .ci/run). A run
@@ -52,17 +79,6 @@ settings.load_profile("gputopo")
 def pytest_addoption(parser):
     parser.addoption("--with-slow", action="store_true",
                      help="also run the tests marked slow (the whole suite, as .ci/run runs it)")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns "auto" into a number of workers
-def pytest_cmdline_main(config):
-    """This suite runs in parallel, one xdist worker per CPU, unless the run gives -n (-n 0: in this
-    process) or is a worker itself; worksteal hands an idle worker some of a busy one's tests, so
-    that one long test does not leave the other CPUs idle at the end."""
-    if getattr(config.option, "numprocesses", 0) is None and not hasattr(config, "workerinput"):
-        config.option.numprocesses = "auto"
-        if config.option.dist == "no":
-            config.option.dist = "worksteal"
 
 
 def _slow_left_out(config) -> bool:
