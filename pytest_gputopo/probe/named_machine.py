@@ -88,11 +88,13 @@ def is_text(machine: str) -> bool:
 
 
 def from_smi_file(path: str) -> model.Topology:
-    """``nvidia-smi topo -m`` text as a machine."""
-    from ..parse import smi_machine, smi_topo
+    """``nvidia-smi topo -m`` text as a machine, made where all tool text becomes one
+    (``parse.text_machine``)."""
+    from ..parse import smi_topo
+    from ..parse.text_machine import TextMachine
 
     try:
         smi = smi_topo.parse_topo_matrix(files.read_text(path))
     except (OSError, smi_topo.SmiParseError) as exc:
         raise MachineError(f"{path}: {exc}") from None
-    return smi_machine.to_topology(smi, {}, name=path)
+    return TextMachine(smi, name=path).finish()
