@@ -7,8 +7,12 @@ into the model's dataclasses, and ``recorded.profile_dict`` turns those into the
 The degraded twins are derived in code from their healthy machine (copy it, then break one thing).
 
 The facts come from public outputs. Each profile lists them in ``sources``. Every field that is
-inferred rather than read is listed in ``inferred``, as ``field path: why``. "corpus topo/NNN" means
-``../shared/corpus/topo/NNN.txt`` and its ``.meta.json``; "reference/..." means ``../shared/reference``.
+inferred rather than read is listed in ``inferred``, as ``field path: why``. Every citation names a
+publication a reader can find: a URL, a GitHub issue as ``owner/repo#N``, a file by repository and
+path, a document by the title docs/sources.md lists it under, or, where the publisher's address was not
+recorded, the publication as its author described it. (Comments below that say "test corpus topo/NNN"
+name the copy of an output in ``../shared/corpus``, which the tests compare the machines with; the
+profiles never cite it.)
 
 Run it from anywhere; the output is deterministic (the same bytes on every run)::
 
@@ -100,7 +104,8 @@ def synthetic_uuid(machine: str, index: int) -> str:
 
 UUIDS = "gpus[*].uuid: synthetic (GPU-00000000-<hash of the machine name>-<index>), not a real GPU's"
 LOADED_LINK = ("gpus[*].pcie_gen_current, gpus[*].pcie_width_current: equal to the max, as a loaded link "
-               "reports them (an idle GPU drops to Gen1 to save power, reference/nvml-nccl-torch.md 2.5)")
+               "reports them (an idle GPU's link drops, often to Gen1, to save power; nvidia-smi --help-query-gpu: "
+               "'These may be reduced when the GPU is not in use.')")
 PCIE_PAIR_CAPS = ("links[*].p2p.nvlink, links[*].p2p.atomics of pairs without NVLink: NS, as public "
                   "`nvidia-smi topo -p2p n` / `-p2p a` outputs show on PCIe-only pairs (2x H100 NVL: "
                   "'topo -p2p n: NS', find_string id 59791247185; a PCIe pair: 'topo -p2p nvl = NS; "
@@ -255,11 +260,12 @@ def dgx_a100() -> Machine:
         name,
         "8x NVIDIA A100-SXM4-80GB on 6 NVSwitches (NV12 between every pair, 12 NVLinks per GPU), "
         "2 AMD EPYC sockets in NPS4 (8 NUMA nodes, 2 GPUs per node), 18 mlx5 NICs. Topology as "
-        "`nvidia-smi topo -m` shows it on an 8x A100 SXM4 node (corpus topo/001), with the DGX A100 "
+        "`nvidia-smi topo -m` shows it on an 8x A100 SXM4 node (Tim Cowen's OCI HPC notes), with the DGX A100 "
         "PCI layout.",
         topology,
         sources=(
-            "corpus topo/001 (OCI HPC notes, `nvidia-smi topo -m` on an 8-GPU A100 SXM4 node): NV12 between "
+            "Tim Cowen's Oracle OCI HPC operations notes, a file on GitHub (`nvidia-smi topo -m` on node GPU-87, "
+            "an 8-GPU A100 SXM4 node): NV12 between "
             "every GPU pair; NUMA affinity 3,3,1,1,7,7,5,5; CPU affinity 48-63,48-63,16-31,16-31,112-127,"
             "112-127,80-95,80-95; NICs mlx5_0..mlx5_17; each GPU is PXB to the NICs of its own NUMA node "
             "and SYS to all others",
@@ -270,44 +276,47 @@ def dgx_a100() -> Machine:
             "nodes): GPU bus ids 07,0F,47,4E,87,90,B7,BD for GPUs 0-7",
             "https://github.com/NVIDIA/nccl-tests/issues/228 (`nvidia-smi nvlink -s`, NVIDIA A100-SXM4-80GB): "
             "12 links per GPU, each 25 GB/s",
-            "https://github.com/open-mpi/hwloc/issues/658 with reference/nvml-nccl-torch.md 1.5: A100 returns "
-            "nvmlDeviceGetNvLinkVersion = 5 = NVML_NVLINK_VERSION_3_1, hence version '3.1'",
+            "https://github.com/open-mpi/hwloc/issues/658 ('A100 returns 5 which is not NVLink 5 but rather NVLink "
+            "version 3') with NVIDIA's nvml.h (NVIDIA/go-nvml gen/nvml/nvml.h: NVML_NVLINK_VERSION_3_1 = 5): "
+            "nvmlDeviceGetNvLinkVersion = 5 on A100, hence version '3.1'",
             "public nvidia-smi table of an 8x A100-SXM4-80GB node (find_string id 5915182574): 81920 MiB "
             "per GPU",
-            "reference/nvml-nccl-torch.md 2.1: on an NVSwitch system every pair's NV# is the GPU's number "
-            "of Up NVLinks (DCGM), e.g. DGX A100 NV12",
+            "NVIDIA DCGM (https://github.com/NVIDIA/DCGM, dcgmlib/src/DcgmTopology.cpp, PopulateTopologyNvLink): "
+            "on an NVSwitch system every pair's NV# is the GPU's number of Up NVLinks, e.g. DGX A100 NV12 "
+            "(nccl#1505)",
         ),
         inferred=(
             UUIDS,
-            "gpus[*].pci_bus_id: the DGX A100 layout (pc2/cc-slurm-sync, nccl#1505), not read on the node "
-            "of corpus topo/001 (an OCI HGX A100 node, whose bus ids are not shown)",
+            "gpus[*].pci_bus_id: the DGX A100 layout (pc2/cc-slurm-sync, nccl#1505), not read on the OCI node "
+            "whose matrix this profile uses (its notes do not show bus ids)",
             "gpus[*].nvlinks[*].remote_bus_id: which link number leads to which NVSwitch is inferred "
             "(nccl#1505 gives 2 links per switch, not the link numbers); every GPU is given GPU0's order",
             LOADED_LINK,
-            "links[*].pcie: PXB within a NUMA node, SYS across, inferred from the GPU-NIC columns of corpus "
-            "topo/001 (nvidia-smi hides a GPU pair's PCIe class behind NV12)",
+            "links[*].pcie: PXB within a NUMA node, SYS across, inferred from the GPU-NIC columns of the OCI "
+            "notes' matrix (nvidia-smi hides a GPU pair's PCIe class behind NV12)",
             "links[*].p2p: OK for read, write, nvlink and atomics, inferred from the NVSwitch fabric (NCCL "
-            "uses P2P/CUMEM/read between NVLink-connected A100s, corpus nccl/003, which needs NVML read "
-            "and write OK)",
+            "uses P2P/CUMEM/read between NVLink-connected A100s in the NCCL_DEBUG=INFO log of "
+            "https://github.com/nkotikal/NCCL-Tensor-Parallelism README.md, which needs NVML read and write OK)",
         ),
         published=(
             {"kind": "allreduce", "gbps": 234.89, "gpus": 8, "size_bytes": 16 * 2**30,
-             "source": "ml-engineering network/README.md (all_reduce_bench on 8x A100 SXM, 16 GiB payload; "
-                       "reference/benchmarks-and-thresholds.md (c))"},
+             "source": "ml-engineering network/README.md (https://github.com/stas00/ml-engineering; all_reduce_bench "
+                       "on 8x A100 SXM, 16 GiB payload)"},
             {"kind": "p2p", "gbps": 272.0,
-             "source": "ml-engineering network/README.md (unidirectional P2P writes ~272-277 GB/s on 8x A100 SXM; "
-                       "reference/benchmarks-and-thresholds.md (c)); the low end of the range"},
+             "source": "ml-engineering network/README.md (https://github.com/stas00/ml-engineering; unidirectional "
+                       "P2P writes ~272-277 GB/s on 8x A100 SXM); the low end of the range"},
             {"kind": "h2d", "gbps": 25.7, "pinned": True,
-             "source": "gengwg/gpu nvda_gpu_benchmark.md (bandwidthTest on DGX A100, 32 MB, pinned H2D 25.7 GB/s; "
-                       "reference/benchmarks-and-thresholds.md (c))"},
+             "source": "gengwg/gpu nvda_gpu_benchmark.md (https://github.com/gengwg/gpu; bandwidthTest on DGX A100, "
+                       "32 MB, pinned H2D 25.7 GB/s)"},
             {"kind": "h2d", "gbps": 10.0, "pinned": False,
-             "source": "gengwg/gpu nvda_gpu_benchmark.md (bandwidthTest on DGX A100, 32 MB, pageable H2D 10.0 GB/s; "
-                       "reference/benchmarks-and-thresholds.md (c))"},
+             "source": "gengwg/gpu nvda_gpu_benchmark.md (https://github.com/gengwg/gpu; bandwidthTest on DGX A100, "
+                       "32 MB, pageable H2D 10.0 GB/s)"},
         ),
     )
 
 
-# The two sockets of the HGX H100 node of corpus topo/003 (GPUs 0-3 on NUMA node 0, 4-7 on 1).
+# The two sockets of the HGX H100 node of the SGLang/Mooncake guide (test corpus topo/003): GPUs 0-3 on NUMA
+# node 0, 4-7 on 1.
 HGX_H100_NUMA = (0, 0, 0, 0, 1, 1, 1, 1)
 
 
@@ -333,24 +342,29 @@ def hgx_h100() -> Machine:
         "per GPU), PCIe Gen5 x16, 2 sockets (GPUs 0-3 / 4-7), 8 mlx5 NICs.",
         topology,
         sources=(
-            "corpus topo/003 (SGLang/Mooncake guide, `python3 -m sglang.check_env`, 8x NVIDIA H100 80GB HBM3, "
-            "driver 570.124.06): NV18 between every GPU pair; NUMA affinity 0,0,0,0,1,1,1,1; CPU affinity "
+            "a Chinese SGLang/Mooncake deployment guide, a file on GitHub (`python3 -m sglang.check_env`, section "
+            "'NVIDIA Topology:', sglang 0.5.9, 8x NVIDIA H100 80GB HBM3, driver 570.124.06; the same matrix is "
+            "in sgl-project/sglang#20855, cited below): NV18 between every GPU pair; NUMA affinity 0,0,0,0,1,1,1,1; "
+            "CPU affinity "
             "0-47,96-143 (GPUs 0-3) and 48-95,144-191 (GPUs 4-7); NICs mlx5_0..mlx5_7; GPU-NIC classes PIX/"
             "NODE within a socket, SYS across",
-            "corpus topo/024 (RHEL AI VM with 8x H100 80GB HBM3, fabric manager running): NV18 between every "
+            "Korean RHEL AI installation notes, a file on GitHub (section 3.1.16, `nvidia-smi topo --matrix` in a "
+            "VM with 8x H100 80GB HBM3, fabric manager running): NV18 between every "
             "pair; 18 NVLinks x 26.562 GB/s per GPU",
             "https://github.com/thamada/nvidia-smi nvsim/H100SXMx8_smi.py (`nvidia-smi` and `-a` of an 8x "
             "H100 SXM node, driver 565.57.01): bus ids 18,2A,3A,5D,9A,AB,BA,DB; FB memory total 81559 MiB; "
             "PCIe generation max/current 5, width max/current 16x; product name NVIDIA H100 80GB HBM3",
             "https://github.com/NVIDIA/nccl/issues/1182 (`nvidia-smi nvlink -R`, NVIDIA H100 80GB HBM3): "
             "GPU0's links 0-17 lead to the NVSwitches 00000000:05..08:00.0, 4/5/5/4 links each",
-            "corpus nccl/023 (NCCL log of an 8x H800 HGX node with NVSwitch): every ring step via "
-            "P2P/CUMEM/read",
-            "reference/nvml-nccl-torch.md 2.1: NVSwitch NV# = the GPU's number of Up NVLinks, H100 NV18",
-            "corpus nccl/023: 'NVLS multicast support is available on dev 0' .. 'dev 7' (NCCL's ncclNvlsInit asks "
-            "CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, src/transport/nvls.cc)",
-            "https://github.com/sgl-project/sglang/issues/20855 (`python3 -m sglang.check_env` of the node of corpus "
-            "topo/003: the same 8x NVIDIA H100 80GB HBM3 matrix, driver 570.124.06, sglang 0.5.9): "
+            "a raw nccl-tests log of an Inspur NF5688M7 server (8x H800 HGX, NVSwitch) published as a file on "
+            "GitHub (NCCL_DEBUG=INFO): every ring step via P2P/CUMEM/read",
+            "NVIDIA DCGM (https://github.com/NVIDIA/DCGM, dcgmlib/src/DcgmTopology.cpp, PopulateTopologyNvLink): "
+            "NVSwitch NV# = the GPU's number of Up NVLinks, 18 on H100",
+            "the same Inspur NF5688M7 log: 'NVLS multicast support is available on dev 0' .. 'dev 7' (NCCL's "
+            "ncclNvlsInit asks CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, https://github.com/NVIDIA/nccl "
+            "src/transport/nvls.cc)",
+            "https://github.com/sgl-project/sglang/issues/20855 (`python3 -m sglang.check_env` of the node of the "
+            "SGLang/Mooncake guide: the same 8x NVIDIA H100 80GB HBM3 matrix, driver 570.124.06, sglang 0.5.9): "
             "'PyTorch: 2.9.1+cu129', torch built with CUDA 12.9; it prints no NCCL version",
         ),
         inferred=(
@@ -358,32 +372,33 @@ def hgx_h100() -> Machine:
             "cuda_runtime_version: '12.9', read off the torch wheel tag 2.9.1+cu129 of sglang#20855 (check_env "
             "prints the torch version, not torch.version.cuda itself); nccl_version: unknown (not printed)",
             "gpus[*].pci_bus_id: a typical HGX H100 layout read on another node (thamada/nvidia-smi), not on "
-            "the node of corpus topo/003 whose matrix this profile uses",
+            "the node of the SGLang/Mooncake guide whose matrix this profile uses",
             "gpus[*].nvlinks[*].remote_bus_id: GPU0's link-to-NVSwitch mapping from nccl#1182 given to every "
             "GPU (other GPUs of that node use other link numbers)",
             "gpus[*].nvlinks[*].version: '4.0' (H100 is NVLink 4; NVML's encoded value on H100 was not seen "
             "in a capture)",
-            "links[*].pcie: NODE within a socket, SYS across, inferred from the GPU-NIC columns of corpus "
-            "topo/003 (nvidia-smi hides a GPU pair's PCIe class behind NV18)",
+            "links[*].pcie: NODE within a socket, SYS across, inferred from the GPU-NIC columns of the "
+            "SGLang/Mooncake guide's matrix (nvidia-smi hides a GPU pair's PCIe class behind NV18)",
             "links[*].p2p: OK for read, write, nvlink and atomics, inferred from the NVSwitch fabric (NCCL uses "
-            "P2P on these boxes, corpus nccl/023, which needs NVML read and write OK)",
-            "gpus[*].multicast: true, as CUDA reports it on the HGX H800 node of corpus nccl/023 (same board and "
+            "P2P on these boxes, as the Inspur NF5688M7 H800 log shows, which needs NVML read and write OK)",
+            "gpus[*].multicast: true, as CUDA reports it on the HGX H800 node of the Inspur NF5688M7 log (same "
+            "board and "
             "NVSwitch fabric, fabric manager running); the other bundled machines leave it unknown",
         ),
         published=(
             {"kind": "allreduce", "gbps": 370.0, "gpus": 8,
              "source": "https://github.com/NVIDIA/nccl-tests/issues/212 (sjeaugey: HGX H100 ring all-reduce ~370 GB/s "
-                       "busbw at large sizes; reference/benchmarks-and-thresholds.md (c))",
+                       "busbw at large sizes)",
              "note": "ring (NCCL_ALGO=Ring); with NVLink SHARP the same node peaks near 480 GB/s busbw, which no "
                      "longer describes a link"},
             {"kind": "p2p", "gbps": 364.0,
-             "source": "ml-engineering network/README.md (8x H100 SXM unidirectional P2P 364-393 GB/s, typical 376; "
-                       "reference/benchmarks-and-thresholds.md (c)); the low end of the range"},
+             "source": "ml-engineering network/README.md (https://github.com/stas00/ml-engineering; 8x H100 SXM "
+                       "unidirectional P2P 364-393 GB/s, typical 376); the low end of the range"},
         ),
     )
 
 
-# NV# between GPU pairs a < b in the 8x V100 SXM2 hybrid cube mesh of corpus topo/036.
+# NV# between GPU pairs a < b in the 8x V100 SXM2 hybrid cube mesh of the UCX-Py notes (test corpus topo/036).
 DGX1_WIRING = {(0, 1): 2, (0, 2): 1, (0, 3): 2, (0, 6): 1, (1, 2): 2, (1, 3): 1, (1, 7): 1,
                (2, 3): 1, (2, 4): 2, (3, 5): 2, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2,
                (5, 7): 1, (6, 7): 2}
@@ -399,25 +414,26 @@ def dgx1_v100() -> Machine:
     return Machine(
         name,
         "8x Tesla V100-SXM2-32GB in the DGX-1V hybrid cube mesh (NV1/NV2 direct links, 6 NVLink 2.0 "
-        "per GPU) as an Azure NDv2-class VM shows it (corpus topo/036): every pair without NVLink is "
+        "per GPU) as an Azure NDv2-class VM shows it (UCX-Py benchmark notes): every pair without NVLink is "
         "NODE, one NUMA node. (A bare-metal dual-socket DGX-1 shows SYS there instead.)",
         topology,
         sources=(
-            "corpus topo/036 (UCX-Py notes, `nvidia-smi topo -m` on an Azure VM with 8 GPUs and InfiniBand, "
-            "links rapidsai/ucx-py#311): the NV1/NV2 matrix of every pair (each GPU 6 links to 4 peers), NODE "
+            "UCX-Py benchmark setup notes, a file on GitHub (`nvidia-smi topo -m` on an Azure VM with 8 GPUs and "
+            "InfiniBand; the notes link rapidsai/ucx-py#311): the NV1/NV2 matrix of every pair (each GPU 6 links "
+            "to 4 peers), NODE "
             "for every other pair, CPU affinity 0-19 and NUMA affinity 0 for every GPU, no NIC in the matrix",
             "https://github.com/NVIDIA/nccl/issues/671 (NCCL topology dump of a DGX-1 V100): GPU bus ids "
             "06,07,0a,0b,85,86,89,8a, sm 70, PCIe 8 GT/s x16 (Gen3), NVLink counts 1 or 2 per peer",
-            "reference/nvml-nccl-torch.md 2.4 (https://github.com/Azure/azhpc-diagnostics/issues/73): V100 "
-            "`nvidia-smi nvlink -s` lists 25.781 GB/s links",
+            "https://github.com/Azure/azhpc-diagnostics/issues/73: V100 `nvidia-smi nvlink -s` lists 25.781 GB/s "
+            "links",
             "public nvidia-smi tables of Tesla V100-SXM2-32GB (find_string id 15064665090): 32510 MiB",
         ),
         inferred=(
             UUIDS,
-            "gpus[*].name: Tesla V100-SXM2-32GB, the GPU of Azure NDv2 (corpus topo/036 meta, inferred there "
-            "too; the matrix does not name the GPU)",
+            "gpus[*].name: Tesla V100-SXM2-32GB, the GPU of Azure NDv2, the VM class the UCX-Py notes' matrix "
+            "fits (the matrix does not name the GPU)",
             "gpus[*].pci_bus_id: a bare-metal DGX-1 V100's bus ids (nccl#671), not the VM's (not shown); the "
-            "cube-mesh wiring is corpus topo/036's numbering, which differs from nccl#671's",
+            "cube-mesh wiring is the UCX-Py notes' numbering, which differs from nccl#671's",
             "gpus[*].nvlinks[*].link: link numbers given in the order of the peer GPU indices",
             "gpus[*].nvlinks[*].version: '2.0' (V100 is NVLink 2; NVML's encoded value on V100 was not seen)",
             LOADED_LINK,
@@ -451,13 +467,14 @@ def rtx3090_nvlink() -> Machine:
             "4 physical links per GPU; nvmlNvlinkVersion_t returns 5 = NVLink 3.1",
             "https://github.com/thamada/nvidia-smi gls/RTX3090_smi.py (`nvidia-smi -a`, RTX 3090): FB memory "
             "total 24576 MiB; PCIe generation max 4, width max 16x",
-            "reference/peers.md (c) 7 (huggingface/accelerate#2328): P2P works on NVLinked 3090s",
+            "huggingface/accelerate#2328: P2P works on NVLinked 3090s (Accelerate had disabled it by product name)",
         ),
         inferred=(
             UUIDS,
             "gpus[*].numa_node: 0 (single-socket Threadripper); gpus[*].cpu_affinity unknown",
             LOADED_LINK,
-            "links[0].pcie: PHB, as the analogous two-GPU Threadripper host of corpus topo/021 reads (nccl#557 "
+            "links[0].pcie: PHB, as `topo -m` reads on the analogous two-GPU Threadripper host of "
+            "noonghunna/club-3090#1229 (2x RTX 5090, Threadripper 3975WX per the same author's #1133; nccl#557 "
             "shows no `topo -m`; nvidia-smi hides it behind NV4)",
             "links[0].p2p: read/write OK from 'CAN Access Peer' (nccl#557), nvlink OK from the bridge, atomics "
             "OK like other NVLink pairs; no `topo -p2p` capture",
@@ -478,27 +495,28 @@ def a100_40gb_x4() -> Machine:
         "NV10), NODE between the pairs; 40 GB per GPU.",
         topology,
         sources=(
-            "corpus topo/039 (`nvidia-smi topo -m` of a 4x A100-SXM4-40GB node rented on Vast.ai, GPU columns "
-            "only): GPU0-GPU1 NV12, GPU2-GPU3 NV10, every other pair NODE",
+            "https://github.com/nkotikal/NCCL-Tensor-Parallelism README.md (`nvidia-smi topo -m` of a 4x "
+            "A100-SXM4-40GB node rented on Vast.ai, GPU columns only): GPU0-GPU1 NV12, GPU2-GPU3 NV10, every other "
+            "pair NODE",
             "public nvidia-smi tables of A100-SXM4-40GB GPUs (find_string ids 67090109663, 13685072400, "
             "66537552328): '40960MiB' memory total each",
-            "corpus nvlink-status/001 (`nvidia-smi nvlink -s -i 0`, NVIDIA A100-SXM4-40GB, driver 535.161.08): "
-            "12 links x 25 GB/s",
-            "https://github.com/open-mpi/hwloc/issues/658 with reference/nvml-nccl-torch.md 1.5: A100 reports "
-            "NVLink version 3.1",
-            "find_string id 60859828466 (the public burn-in notes that corpus nvlink-status/001 comes from: "
-            "`nvidia-smi` of that 8x A100-SXM4-40GB node): 'Driver Version: 535.161.08   CUDA Version: 12.2'",
+            "public burn-in notes of an 8x A100-SXM4-40GB node (find_string id 60859828466; `nvidia-smi nvlink -s "
+            "-i 0`, NVIDIA A100-SXM4-40GB, driver 535.161.08): 12 links x 25 GB/s",
+            "https://github.com/open-mpi/hwloc/issues/658 with NVIDIA's nvml.h (NVML_NVLINK_VERSION_3_1 = 5): A100 "
+            "reports NVLink version 3.1",
+            "the same burn-in notes (find_string id 60859828466: `nvidia-smi` of that 8x A100-SXM4-40GB node): "
+            "'Driver Version: 535.161.08   CUDA Version: 12.2'",
         ),
         inferred=(
             UUIDS,
-            "gpus[*].pci_bus_id: the first four of the DGX A100 layout (07, 0F, 47, 4E); corpus topo/039 shows "
-            "no bus ids",
+            "gpus[*].pci_bus_id: the first four of the DGX A100 layout (07, 0F, 47, 4E); the NCCL-Tensor-Parallelism "
+            "matrix shows no bus ids",
             "gpus[*].numa_node, gpus[*].cpu_affinity: unknown (the capture kept only the GPU columns)",
             LOADED_LINK,
             "gpus[2..3].nvlinks: the 10 active links each that NV10 counts; whether the other 2 are listed "
             "inactive is not captured",
             "driver_version: 535.161.08 and cuda_driver_version: 12.2, the driver of the A100-SXM4-40GB node of "
-            "corpus nvlink-status/001 (another node of the same model)",
+            "the burn-in notes (another node of the same model)",
             "links[*].p2p: read/write OK (NODE pairs of A100s do PCIe P2P), inferred, no `topo -p2p` capture",
         ),
     )
@@ -535,7 +553,8 @@ def gb200_tray() -> Machine:
             "gpus[*].pcie_*: unknown (the GPU attaches to Grace by NVLink-C2C; no PCIe figures captured)",
             "gpus[*].compute_capability: '10.0' (sm_100, Blackwell datacenter), not read from this capture",
             "gpus[*].nvlinks: 18 active links each into the NVLink switch trays (NV18 on an NVSwitch fabric counts "
-            "the GPU's Up links, reference/nvml-nccl-torch.md 2.1); remote bus ids unknown; version '5.0' "
+            "the GPU's Up links, as NVIDIA DCGM's PopulateTopologyNvLink counts them); remote bus ids unknown; "
+            "version '5.0' "
             "(Blackwell's NVLink generation), not read",
             "links[*].pcie: unknown (hidden behind NV18, and a GB200 pair has no PCIe path in the capture)",
             "links[*].p2p: OK for read, write, nvlink and atomics, inferred from the NVLink fabric",
@@ -553,16 +572,17 @@ def rtx4090_x4() -> Machine:
         "(GNS: GeForce cards do not support P2P with the stock driver).",
         topology,
         sources=(
-            "corpus ncclperf/005 (pptest_driver README, host GPU-RTX4090-4-4): 4x NVIDIA GeForce RTX 4090 at "
+            "https://github.com/yiguCM/pptest_driver README.md (all_reduce_perf on host GPU-RTX4090-4-4): 4x NVIDIA "
+            "GeForce RTX 4090 at "
             "bus 0x01, 0x25, 0x41, 0x61 (P2P there only with a patched kernel module)",
             "https://github.com/thamada/nvidia-smi package/RTX4090_smi.py (`nvidia-smi -a` of an 8x RTX 4090 "
             "node at buses 01,25,41,61,81,A1,C1,E1, driver 550.127.05): FB memory total 24564 MiB; PCIe "
             "generation max 4, width max 16x",
-            "corpus nccl/012 (https://github.com/NVIDIA/TensorRT-LLM/issues/2225, RTX 4090 server): NCCL "
+            "https://github.com/NVIDIA/TensorRT-LLM/issues/2225 (NCCL log of an RTX 4090 server): NCCL "
             "'P2P is disabled between connected GPUs' for every pair (NVML read/write not OK)",
             "https://github.com/NVIDIA/nccl-tests/issues/287 (sjeaugey): 'GeForce cards do not support P2P'",
-            "reference/nvml-nccl-torch.md 2.2 (https://github.com/noonghunna/club-3090/issues/1229) and "
-            "corpus topo/021: a GeForce RTX 5090 pair reports GNS in `nvidia-smi topo -p2p rw`",
+            "https://github.com/noonghunna/club-3090/issues/1229 (a 2x GeForce RTX 5090 host): the pair reports "
+            "GNS in `nvidia-smi topo -p2p rw`",
             "https://github.com/sgl-project/sglang/issues/4814 (8x RTX 4090): 'peer access is not supported "
             "between these two devices'",
         ),
@@ -657,8 +677,8 @@ def rtx4090_x8() -> Machine:
     )
 
 
-# The "GPU Topology:" section (`nvidia-smi topo -m`) of vllm-project/vllm#29070's collect_env (also corpus
-# topo/042), its GPU rows whole.
+# The "GPU Topology:" section (`nvidia-smi topo -m`) of vllm-project/vllm#29070's collect_env (also test
+# corpus topo/042), its GPU rows whole.
 A30_X4_ROWS = """\
 GPU0     X      NV4     SYS     SYS     SYS     0-23,48-71      0               N/A
 GPU1    NV4      X      SYS     SYS     SYS     0-23,48-71      0               N/A
@@ -687,7 +707,7 @@ def a30_x4() -> Machine:
             "vLLM 0.11.1.dev12; the issue body mirrored at find_string id 34802511869): 'PyTorch version              "
             ": 2.8.0+cu128', 'CUDA used to build PyTorch   : 12.8', 'GPU 0: NVIDIA A30' .. 'GPU 3: NVIDIA A30', "
             "'Nvidia driver version        : 535.274.02', '[pip3] nvidia-nccl-cu12==2.27.3', "
-            "'[pip3] torch==2.8.0+cu128', and its 'GPU Topology:' (`nvidia-smi topo -m`, corpus topo/042): "
+            "'[pip3] torch==2.8.0+cu128', and its 'GPU Topology:' (`nvidia-smi topo -m`): "
             "the rows A30_X4_ROWS in scripts/build_machines.py, 'NIC0: mlx5_0'",
             "https://github.com/pytorch/pytorch/blob/0027c653a25545d8fff1b053ddb722a86722adf8/torch/"
             "__init__.py (_load_global_deps, _preload_cuda_deps): a torch wheel with its CUDA libraries as "
@@ -695,8 +715,8 @@ def a30_x4() -> Machine:
             "wheel ('As PyTorch is not purelib, but nvidia-*-cu12 is')",
             "public nvidia-smi table of an NVIDIA A30 (find_string id 22246094401): '0MiB / 24576MiB'",
             "NVIDIA BioNeMo's supported-GPU table (find_string id 2923014687): 'A30 | 8.0'",
-            "https://github.com/open-mpi/hwloc/issues/658 with reference/nvml-nccl-torch.md 1.5: A100 (GA100, "
-            "the A30's GPU) reports NVLink version 3.1",
+            "https://github.com/open-mpi/hwloc/issues/658 with NVIDIA's nvml.h (NVML_NVLINK_VERSION_3_1 = 5): A100 "
+            "(GA100, the A30's GPU) reports NVLink version 3.1",
         ),
         inferred=(
             UUIDS,
@@ -715,7 +735,8 @@ def a30_x4() -> Machine:
     )
 
 
-# 8 PCIe GPUs in pairs behind 4 PCIe switches, 2 switches per socket (corpus topo/030's layout, 4 per socket).
+# 8 PCIe GPUs in pairs behind 4 PCIe switches, 2 switches per socket (the 6-GPU server's layout, test corpus
+# topo/030, with 4 GPUs per socket).
 L40S_SWITCH = (0, 0, 1, 1, 2, 2, 3, 3)
 L40S_SOCKET = (0, 0, 0, 0, 1, 1, 1, 1)
 
@@ -733,7 +754,8 @@ def l40s_x8() -> Machine:
         "(PIX), two switches per socket (NODE), SYS across sockets; the driver reports P2P OK.",
         topology,
         sources=(
-            "corpus topo/030 (`nvidia-smi topo -m` of a 6-GPU dual-socket PCIe server): GPU pairs behind PCIe "
+            "a public `nvidia-smi topo -m` of a 6-GPU dual-socket PCIe server (a file on GitHub; its address was not "
+            "recorded): GPU pairs behind PCIe "
             "switches read PIX, pairs on one socket NODE, across sockets SYS; CPU affinity 0-23,48-71 (NUMA 0) "
             "and 24-47,72-95 (NUMA 1)",
             "https://github.com/thamada/nvidia-smi nvsim/L40S_smi.py (`nvidia-smi -a`, NVIDIA L40S, driver "
@@ -746,10 +768,10 @@ def l40s_x8() -> Machine:
         ),
         inferred=(
             UUIDS,
-            "(whole profile): no public `topo -m` of an 8x L40S server was found; the PCIe layout is corpus "
-            "topo/030's pattern (pairs behind switches, dual socket) extended to 4 GPUs per socket",
+            "(whole profile): no public `topo -m` of an 8x L40S server was found; the PCIe layout is the 6-GPU "
+            "server's pattern (pairs behind switches, dual socket) extended to 4 GPUs per socket",
             "gpus[*].pci_bus_id: synthetic (a switch's two GPUs on neighbouring buses)",
-            "gpus[*].numa_node, gpus[*].cpu_affinity: corpus topo/030's two sockets, 4 GPUs each",
+            "gpus[*].numa_node, gpus[*].cpu_affinity: the 6-GPU server's two sockets, 4 GPUs each",
             LOADED_LINK,
             "links[*].p2p.read, links[*].p2p.write: OK for every pair, inferred from Ada datacenter siblings "
             "(L4 peer access across SYS, cuda-samples#284; 8x L20 NCCL P2P, nccl#1817); public L40S nodes "
@@ -805,8 +827,9 @@ def single_gpu() -> Machine:
         sources=(
             "public nvidia-smi table of a one-GPU host (find_string id 10932353035): NVIDIA A100 80GB PCIe at "
             "00000000:E1:00.0, 81920 MiB",
-            "corpus topo/012 (Princeton Adroit, 4x A100 PCIe): A100 PCIe nodes on PCIe Gen4, no NVLink",
-            "reference/nvml-nccl-torch.md 4.2 (https://github.com/intel/torch-xpu-ops/issues/1955): "
+            "Princeton Research Computing's A100 workshop notes by jdh4 on GitHub (`nvidia-smi topo -m` on an "
+            "Adroit node, 4x A100 PCIe): A100 PCIe nodes on PCIe Gen4, no NVLink",
+            "https://github.com/intel/torch-xpu-ops/issues/1955: "
             "_CudaDeviceProperties(name='NVIDIA A100 80GB PCIe', major=8, minor=0)",
         ),
         inferred=(
@@ -823,9 +846,9 @@ def no_gpu() -> Machine:
         "A machine without an NVIDIA driver: NVML cannot be loaded, so there are no GPUs and no links.",
         Topology(problem="NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"),
         sources=(
-            "reference/nvml-nccl-torch.md 0 and 1.1: nvmlInit() without libnvidia-ml.so.1 raises "
-            "NVMLError_LibraryNotFound (value 12, 'NVML Shared Library Not Found') [verified on a machine "
-            "without a GPU]",
+            "NVIDIA's nvidia-ml-py (https://pypi.org/project/nvidia-ml-py/, pynvml.py _LoadNvmlLibrary): nvmlInit() "
+            "without libnvidia-ml.so.1 raises NVMLError_LibraryNotFound (value 12, 'NVML Shared Library Not "
+            "Found'), as it does when run on a machine without a GPU",
         ),
         inferred=("problem: the plugin's own wording of NVMLError_LibraryNotFound",),
     )
@@ -853,10 +876,13 @@ def machines() -> list[Machine]:
             "(NODE within its socket, SYS across) and to PCIe P2P; every other pair stays NV18.",
             nvlinks_down=5,
             sources=(
-                "corpus topo/019 (3x RTX A6000, GPU2's NVLinks 'all links are inActive'): a GPU with inactive "
+                "a public `nvidia-smi topo -m` and `nvlink -s` of 3x RTX A6000 (a file on GitHub; its address was not "
+                "recorded; GPU2's NVLinks 'all links are inActive'): a GPU with inactive "
                 "links reads its PCIe class (NODE) in `topo -m`",
-                "reference/benchmarks-and-thresholds.md (d): DCGM `pcie.gpu_nvlinks_expected_up` and Azure "
-                "NHC2016 fail a GPU with fewer Up NVLinks than expected",
+                "NVIDIA DCGM (https://github.com/NVIDIA/DCGM, pcie plugin parameter gpu_nvlinks_expected_up) and Azure "
+                "HPC health checks (https://github.com/Azure/azurehpc-health-checks, "
+                "customTests/azure_gpu_nvlink.nhc, fault code NHC2016) fail a GPU with fewer Up NVLinks than "
+                "expected",
             ),
             inferred=(
                 "gpus[5].nvlinks[*]: inactive, remote_bus_id None and remote_type unknown (what NVML reports "
@@ -870,10 +896,11 @@ def machines() -> list[Machine]:
             "hgx-h100 with GPU2's PCIe link trained down to Gen3 x8 (max stays Gen5 x16).",
             pcie_trained=(2, 3, 8),
             sources=(
-                "reference/nvml-nccl-torch.md 2.5: `nvidia-smi -q -d PCIE` prints PCIe generation and link "
-                "width, Max and Current, per GPU",
-                "reference/benchmarks-and-thresholds.md (d): DCGM sets min_pci_generation/min_pci_width per SKU "
-                "(H100: Gen3, x16); aws/aws-k8s-tester#806: instances with reduced lanes",
+                "NVIDIA's nvml.h (NVIDIA/go-nvml gen/nvml/nvml.h): nvmlDeviceGetMaxPcieLinkGeneration/Width and "
+                "nvmlDeviceGetCurrPcieLinkGeneration/Width, the Max and Current PCIe generation and link width "
+                "`nvidia-smi -q -d PCIE` prints per GPU",
+                "NVIDIA DCGM (https://github.com/NVIDIA/DCGM, nvvs/diag-skus.yaml.in) sets min_pci_generation/"
+                "min_pci_width per SKU (H100: Gen3, x16); aws/aws-k8s-tester PR #806: instances with reduced lanes",
             ),
             inferred=("gpus[2].pcie_gen_current, gpus[2].pcie_width_current: 3 and 8, the constructed fault",),
         ),
