@@ -7,12 +7,13 @@ into the model's dataclasses, and ``recorded.profile_dict`` turns those into the
 The degraded twins are derived in code from their healthy machine (copy it, then break one thing).
 
 The facts come from public outputs. Each profile lists them in ``sources``. Every field that is
-inferred rather than read is listed in ``inferred``, as ``field path: why``. Every citation names a
-publication a reader can find: a URL, a GitHub issue as ``owner/repo#N``, a file by repository and
-path, a document by the title docs/sources.md lists it under, or, where the publisher's address was not
-recorded, the publication as its author described it. (Comments below that say "test corpus topo/NNN"
-name the copy of an output in ``../shared/corpus``, which the tests compare the machines with; the
-profiles never cite it.)
+inferred rather than read is listed in ``inferred``, as ``field path: why``. A citation names the
+publication: a URL, a GitHub issue as ``owner/repo#N``, a file by repository and path, a document by
+the title docs/sources.md lists it under, or, where its address was not recorded, the publication as
+its author described it. "find_string id NNN" is the id of a public file in the code-search index
+these machines were built with, for files whose repository was not recorded. Comments below that say
+"test corpus topo/NNN" name the copy of an output in ``../shared/corpus`` that the tests compare a
+machine with; the profiles never cite the corpus.
 
 Run it from anywhere; the output is deterministic (the same bytes on every run)::
 
@@ -876,8 +877,8 @@ def machines() -> list[Machine]:
             "(NODE within its socket, SYS across) and to PCIe P2P; every other pair stays NV18.",
             nvlinks_down=5,
             sources=(
-                "a public `nvidia-smi topo -m` and `nvlink -s` of 3x RTX A6000 (a file on GitHub; its address was not "
-                "recorded; GPU2's NVLinks 'all links are inActive'): a GPU with inactive "
+                "a public `nvidia-smi topo -m` of 3x RTX A6000 whose author reports GPU2's NVLinks 'all links are "
+                "inActive' (a file on GitHub; its address was not recorded): a GPU with inactive "
                 "links reads its PCIe class (NODE) in `topo -m`",
                 "NVIDIA DCGM (https://github.com/NVIDIA/DCGM, pcie plugin parameter gpu_nvlinks_expected_up) and Azure "
                 "HPC health checks (https://github.com/Azure/azurehpc-health-checks, "

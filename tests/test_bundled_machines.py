@@ -98,6 +98,19 @@ def test_profile_loads_and_names_its_sources(name):
         assert any(s.startswith("gpus[*].uuid: synthetic") for s in profile.inferred)
 
 
+# A citation a user of the package reads (`gputopo show --machine X --json`) must name a public
+# publication, never a file beside this repository that only its developers have.
+PRIVATE_CITATION = re.compile(r"\bcorpus [a-z-]+/\d+|\breference/[\w-]+\.md|\.\./shared/")
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_profile_cites_no_file_outside_the_repository(name):
+    profile = recorded.load_profile(name)
+    published = [fig.get("source", "") for fig in profile.topology.published]
+    texts = [profile.description, *profile.sources, *profile.inferred, *published]
+    assert [t for t in texts if PRIVATE_CITATION.search(t)] == []
+
+
 @pytest.mark.parametrize("name", MACHINES)
 def test_gpus_are_numbered_in_pci_order(name):
     gpus = topo(name).gpus
