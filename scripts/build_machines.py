@@ -538,8 +538,8 @@ def gb200_tray() -> Machine:
         "NVLink switch trays (NV18 between every pair), 189471 MiB per GPU, 8 mlx5 NICs.",
         topology,
         sources=(
-            "find_string id 51864327511 (a public OpenShift walkthrough on GB200 nodes: `nvidia-smi` and "
-            "`nvidia-smi topo -m` in one session, driver 580.126.09, CUDA 13.0): 4x NVIDIA GB200 at "
+            "'RHEL4NV Demo', a public OpenShift walkthrough on GB200 nodes (find_string id 51864327511; "
+            "`nvidia-smi` and `nvidia-smi topo -m` in one session, driver 580.126.09, CUDA 13.0): 4x NVIDIA GB200 at "
             "00000008/00000009/00000018/00000019:01:00.0, 189471 MiB each; NV18 between every GPU pair; CPU "
             "affinity 0-71 (GPUs 0-1) and 72-143 (GPUs 2-3); NUMA affinity 0,2-17 and 1,18-33; NICs "
             "mlx5_0..mlx5_7, SYS to every GPU",
