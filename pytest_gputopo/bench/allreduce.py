@@ -219,54 +219,10 @@ def remove_workdirs_of(pid: int) -> list[str]:
     return removed
 
 
-def run_allreduce(
-    world_size: int,
-    sizes_bytes: Sequence[int],
-    *,
-    backend: str = "gloo",
-    judge_size: Optional[int] = None,
-    timeout_s: float = 120.0,
-    budget_s_per_size: float = 2.0,
-    dtype: str = "float32",
-    devices: Optional[Sequence[int]] = None,
-    env: Optional[Dict[str, str]] = None,
-    peer: Optional[Tuple[int, str]] = None,
-    warmup: int = 5,
-    min_samples: int = 5,
-    max_samples: int = 1000,
-    target_ci: float = 1.10,
-    min_sample_s: float = MIN_SAMPLE_S,
-    sched: str = "fair",
-    log_nccl: bool = False,
-) -> AllReduceResult:
-    """Run an all-reduce sweep over ``world_size`` worker processes and return its figures.
-
-    ``judge_size`` (default: the largest size; added to the sweep when absent) is the row thresholds
-    are judged at. ``timeout_s`` bounds the whole run, start-up included; past it, or when a rank dies,
-    :class:`BenchError` names the rank and what it was doing, and no worker survives. A verification
-    failure is not an exception: the row carries ``wrong > 0`` / ``error`` and ``result.ok`` is False.
-    The project's tests inject faults through the workers' environment (``env``, see
-    ``runtime.environ.test_faults``), never through this signature.
-
-    ``log_nccl`` (backend nccl): NCCL logs at INFO and the result carries its log, its topology and
-    the algorithm it chose per size (``nvls``). That costs time inside the loop, so a logged run is
-    for NCCL's account, never for a figure; without it NCCL logs warnings only and says nothing of
-    its algorithm (``algo``/``nvls`` None).
-
-    ``peer=(rank, init_method)`` selects cross-rank mode: ``world_size`` is then the global world
-    size, this call starts only the worker of global ``rank``, and that worker joins the others at
-    ``init_method`` (``tcp://HOST:PORT``, hosted by rank 0's worker; other URLs go to
-    ``init_process_group`` as they are). Every rank must call with the same arguments; each gets the
-    (agreed, identical) figures. ``devices``, if given, is this rank's device first: the caller passes
-    its LOCAL_RANK's GPU (default: ``$LOCAL_RANK``).
-    """
-    plan = plan_allreduce(
-        world_size, sizes_bytes, backend=backend, judge_size=judge_size, timeout_s=timeout_s,
-        budget_s_per_size=budget_s_per_size, dtype=dtype, devices=devices, env=env, peer=peer, warmup=warmup,
-        min_samples=min_samples, max_samples=max_samples, target_ci=target_ci, min_sample_s=min_sample_s,
-        sched=sched, log_nccl=log_nccl,
-    )
-    return run_plan(plan)
+def run_allreduce(world_size: int, sizes_bytes: Sequence[int], **options) -> AllReduceResult:
+    """Run an all-reduce sweep over ``world_size`` worker processes and return its figures: the plan
+    ``plan_allreduce`` checks (its docstring says each option), then ``run_plan``."""
+    return run_plan(plan_allreduce(world_size, sizes_bytes, **options))
 
 
 class _Gathered(NamedTuple):

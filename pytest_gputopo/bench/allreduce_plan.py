@@ -121,7 +121,28 @@ def plan_allreduce(
     sched: str = "fair",
     log_nccl: bool = False,
 ) -> AllReducePlan:
-    """The plan of ``run_allreduce`` with these arguments; a ValueError names the first bad one."""
+    """The plan of an all-reduce sweep over ``world_size`` worker processes (``run_allreduce``), checked
+    whole before any process starts: a ValueError names the first bad argument.
+
+    ``judge_size`` (default: the largest size; added to the sweep when absent) is the row thresholds
+    are judged at. ``timeout_s`` bounds the whole run, start-up included; past it, or when a rank dies,
+    :class:`BenchError` names the rank and what it was doing, and no worker survives. A verification
+    failure is not an exception: the row carries ``wrong > 0`` / ``error`` and ``result.ok`` is False.
+    The project's tests inject faults through the workers' environment (``env``, see
+    ``runtime.environ.test_faults``), never through this signature.
+
+    ``log_nccl`` (backend nccl): NCCL logs at INFO and the result carries its log, its topology and
+    the algorithm it chose per size (``nvls``). That costs time inside the loop, so a logged run is
+    for NCCL's account, never for a figure; without it NCCL logs warnings only and says nothing of
+    its algorithm (``algo``/``nvls`` None).
+
+    ``peer=(rank, init_method)`` selects cross-rank mode: ``world_size`` is then the global world
+    size, this call starts only the worker of global ``rank``, and that worker joins the others at
+    ``init_method`` (``tcp://HOST:PORT``, hosted by rank 0's worker; other URLs go to
+    ``init_process_group`` as they are). Every rank must call with the same arguments; each gets the
+    (agreed, identical) figures. ``devices``, if given, is this rank's device first: the caller passes
+    its LOCAL_RANK's GPU (default: ``$LOCAL_RANK``).
+    """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if backend not in ("gloo", "nccl"):
