@@ -100,7 +100,7 @@ def test_a_document_not_read_is_named_and_the_others_are_still_judged(docs, caps
     reasons = {d["document"].rsplit("/", 1)[-1]: d["why"] for d in doc["not_read"]}
     assert reasons["broken.json"].startswith("1:2: not valid JSON")
     assert "no schema 1 and topology" in reasons["other.json"]
-    assert reasons["zz-again.json"].startswith("another document of node00000 was read first")
+    assert reasons["zz-again.json"].startswith("another document of node00000 (the same GPUs) was read first")
     assert "gputopo fleet: 5 nodes in 1 group: 3 documents not read" in out
 
 
@@ -209,3 +209,18 @@ def test_a_node_with_another_torch_is_named_for_it(docs, capsys):
         (docs / f"node{i:05d}.json").write_text(json.dumps(doc))
     code, out, err, doc = fleet_json(capsys, docs)
     assert named(doc) == {"node00003": ["torch"]} and code == 1
+
+
+def test_hosts_of_one_name_with_other_gpus_are_other_nodes(docs, capsys):
+    """VMs and containers often share a host name (three real H200 VMs here were all "vm"): a node is its
+    name and its GPUs' UUIDs, so they are compared as three nodes, told apart by their file names."""
+    write_fleet(docs, 3, faults=False)
+    for i in range(3):
+        doc = json.loads((docs / f"node{i:05d}.json").read_text())
+        doc["topology"]["hostname"] = "vm"
+        for g in doc["topology"]["gpus"]:
+            g["uuid"] = f"GPU-{i}{g['index']}000000-0000-0000-0000-000000000000"
+        (docs / f"node{i:05d}.json").write_text(json.dumps(doc))
+    code, out, err, doc = fleet_json(capsys, docs)
+    assert [n["name"] for n in doc["groups"][0]["nodes"]] == ["vm", "vm (node00001.json)", "vm (node00002.json)"]
+    assert doc["not_read"] == [] and code == 0

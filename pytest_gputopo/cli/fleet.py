@@ -3,6 +3,7 @@ against each other, each node by the peers of its GPU model (``core.fleet``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -76,9 +77,10 @@ def nodes_from(path: str) -> list[Node]:
 
 
 def read_nodes(paths: list[str]) -> tuple[list[Node], list[tuple[str, str]]]:
-    """The nodes, and the documents not read with why (one per host: a second document of a host
-    already read is not compared as another node)."""
-    nodes, unread, seen = [], [], {}
+    """The nodes, and the documents not read with why. A node is its host name and its GPUs' UUIDs: a
+    second document of one already read is not compared as another node; hosts of one name with other
+    GPUs (VMs and containers often share a name) are told apart by their document's file name."""
+    nodes, unread, seen, names = [], [], {}, set()
     for path in _documents(paths):
         try:
             found = nodes_from(path)
@@ -89,10 +91,15 @@ def read_nodes(paths: list[str]) -> tuple[list[Node], list[tuple[str, str]]]:
             unread.append((path, str(exc).removeprefix(f"{path}:").lstrip()))
             continue
         for node in found:
-            if node.name in seen:
-                unread.append((path, f"another document of {node.name} was read first ({seen[node.name]})"))
+            identity = (node.name, node.uuids)
+            if identity in seen:
+                unread.append((path, f"another document of {node.name} (the same GPUs) was read first "
+                                     f"({seen[identity]})"))
                 continue
-            seen[node.name] = path
+            seen[identity] = path
+            if node.name in names:
+                node = dataclasses.replace(node, name=f"{node.name} ({os.path.basename(path)})")
+            names.add(node.name)
             nodes.append(node)
     return nodes, unread
 

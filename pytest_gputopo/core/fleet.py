@@ -89,7 +89,7 @@ def _listed(names: list[str]) -> str:
 
 def _judge_fact(fact: str, values: dict[str, str], findings: list, reference: dict, unjudged: list) -> None:
     if len(values) < MIN_FACT_PEERS:
-        unjudged.append(f"{fact}: {counted(len(values), 'node')} say it; {MIN_FACT_PEERS} needed to compare")
+        unjudged.append(f"{fact}: said by {counted(len(values), 'node')}; {MIN_FACT_PEERS} needed to compare")
         return
     counts = Counter(values.values())
     top, top_count = counts.most_common(1)[0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import keys, model
-from .units import size_text
+from .units import counted, size_text
 
 UNKNOWN_MODEL = "unknown GPU"
 
@@ -32,6 +32,7 @@ class Node:
     when: str | None = None  # when the document was written, as it says
     notes: tuple[str, ...] = ()  # what its document does not let the fleet view judge
     per_gpu: frozenset[str] = field(default_factory=frozenset)  # the facts that name a GPU or a pair
+    uuids: tuple[str | None, ...] = ()  # its GPUs': with its name, which node a document is of
 
 
 def _p2p_text(p2p: model.P2P) -> str:
@@ -72,7 +73,7 @@ def _figure_class(key: keys.Key, topology: model.Topology) -> str | None:
                 f"{_pcie(gpu.pcie_gen_max, gpu.pcie_width_max) or 'unknown PCIe'}")
     if isinstance(key, keys.AllReduce):
         on = f" on GPUs {','.join(map(str, key.devices))}" if key.devices else ""
-        return f"all-reduce busbw, {key.ranks} ranks{on}, {size_text(key.size_bytes)}"
+        return f"all-reduce busbw, {counted(key.ranks, 'rank')}{on}, {size_text(key.size_bytes)}"
     return None
 
 
@@ -109,4 +110,5 @@ def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when:
             continue
         read.append(Figure(key.describe(), cls, float(gbps)))
     return Node(name=name, path=path, kind=" + ".join(models) if models else "no GPU", facts=facts,
-                figures=tuple(read), when=when, notes=tuple(dict.fromkeys(skipped)), per_gpu=frozenset(per_gpu))
+                figures=tuple(read), when=when, notes=tuple(dict.fromkeys(skipped)), per_gpu=frozenset(per_gpu),
+                uuids=tuple(g.uuid for g in topology.gpus))
