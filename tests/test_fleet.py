@@ -224,3 +224,19 @@ def test_hosts_of_one_name_with_other_gpus_are_other_nodes(docs, capsys):
     code, out, err, doc = fleet_json(capsys, docs)
     assert [n["name"] for n in doc["groups"][0]["nodes"]] == ["vm", "vm (node00001.json)", "vm (node00002.json)"]
     assert doc["not_read"] == [] and code == 0
+
+
+def test_an_all_reduce_on_gloo_is_not_compared_with_nccls(docs, capsys):
+    """A node whose check ran the all-reduce on gloo (CPUs) is not named slow beside NCCL's GPUs: the
+    backend its document records is part of what the figure is compared within."""
+    write_fleet(docs, 6, faults=False)
+    for i in range(6):
+        doc = json.loads((docs / f"node{i:05d}.json").read_text())
+        for m in doc["measurements"]:
+            if m["key"][0] == "allreduce":
+                m["detail"] = {"backend": "gloo" if i == 5 else "nccl"}
+                m["gbps"] = 2.0 if i == 5 else m["gbps"]
+        (docs / f"node{i:05d}.json").write_text(json.dumps(doc))
+    code, out, err, doc = fleet_json(capsys, docs)
+    assert code == 0 and named(doc) == {}
+    assert "  not judged: all-reduce busbw, 8 ranks, 1 GiB, gloo: figures from 1 node; 5 needed" in out.splitlines()

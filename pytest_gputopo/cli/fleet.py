@@ -45,7 +45,9 @@ def _figures(doc: dict) -> list:
             key = keys.from_list(m.get("key"))
         except (ValueError, AttributeError):
             raise ValueError(f"measurements[{i}]: not a measurement gputopo writes") from None
-        out.append((key, m.get("gbps"), m.get("origin")))
+        detail = m.get("detail") if isinstance(m.get("detail"), dict) else {}
+        backend = detail.get("backend") if isinstance(key, keys.AllReduce) else None
+        out.append((key, m.get("gbps"), m.get("origin"), backend if isinstance(backend, str) else None))
     return out
 
 

@@ -79,8 +79,8 @@ def _figure_class(key: keys.Key, topology: model.Topology) -> str | None:
 
 def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when: str | None = None,
             notes: tuple[str, ...] = (), software: dict | None = None) -> Node:
-    """``figures``: (key, GB/s, origin) of the document's measurements; only measured ones are
-    compared (a recorded figure is another machine's, published). ``software``: the installed
+    """``figures``: (key, GB/s, origin[, how]) of the document's measurements, ``how`` the backend of
+    an all-reduce; only measured ones are compared (a recorded figure is another machine's, published). ``software``: the installed
     versions a run's document records (torch, pytest-gputopo)."""
     models = sorted({g.name or UNKNOWN_MODEL for g in topology.gpus})
     facts: dict[str, str | None] = {"GPUs": str(len(topology.gpus))}
@@ -101,10 +101,12 @@ def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when:
                         ("pytest-gputopo", (software or {}).get("pytest-gputopo"))):
         facts[fact] = value if isinstance(value, str) or value is None else None
     read, skipped = [], list(notes)
-    for key, gbps, origin in figures:
+    for key, gbps, origin, *how in figures:
         cls = _figure_class(key, topology)
         if cls is None or gbps is None:
             continue
+        if how and how[0]:  # how it was measured, where that changes the figure: gloo's CPUs, NCCL's GPUs
+            cls = f"{cls}, {how[0]}"
         if origin != "measured":
             skipped.append(f"{key.describe()}: {origin}, not measured on this node: not compared")
             continue
