@@ -15,6 +15,7 @@ import threading
 import time
 
 import pytest
+from conftest import launcher_port
 
 from pytest_gputopo.core import keys
 
@@ -433,11 +434,7 @@ with open(os.path.join(out, f"result.{rank}.json"), "w") as f:
 
 
 def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return launcher_port()  # below the ephemeral range: no outgoing connection takes it meanwhile
 
 
 def _torchrun(tmp_path, mode, timeout):

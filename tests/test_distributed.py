@@ -7,7 +7,6 @@ implements the plugin's probe hook.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -247,9 +246,7 @@ def test_ranks_on_one_node_share_a_copy_benchmark_and_other_gpus_do_not(monkeypa
     from pytest_gputopo.runtime.ranks import Exchange, NodeShare
 
     dist = pytest.importorskip("torch.distributed")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = launcher_port()
     store = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False)
     launch = runtime.Launch(0, 4, 0, 0, "127.0.0.1", port, False, "run-1")
     here = dataclasses.replace(probe("dgx-a100"), source=model.Source("nvml"), hostname="node-a")

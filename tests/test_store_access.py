@@ -51,9 +51,7 @@ def _reaches(address: str, port: int) -> bool:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return launcher_port()  # below the ephemeral range: no outgoing connection takes it meanwhile
 
 
 # ---------------------------------------------------------------------------------------------

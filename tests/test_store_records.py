@@ -5,7 +5,6 @@ each is refused with a reason naming the rank and the key (exit status 9 through
 right shape with false contents is caught only when the run has a secret (test_store_access.py)."""
 
 import json
-import socket
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -26,9 +25,7 @@ VERDICT = "verdict/min_allreduce_bw(1000)"
 @pytest.fixture
 def store():
     """Rank 0's store (as the srun path serves it) and a stranger's plain client of it."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = launcher_port()
     served = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False, timeout=timedelta(seconds=10))
     stranger = dist.TCPStore("127.0.0.1", port, 1, False, timeout=timedelta(seconds=10))
     return SimpleNamespace(served=served, stranger=stranger, port=port)

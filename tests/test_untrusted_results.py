@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import needs_torch
+from conftest import launcher_port, needs_torch
 
 from pytest_gputopo.core import keys
 from hypothesis import given, strategies as st
@@ -174,15 +174,11 @@ def test_xdist_workers_recorded_figures_reach_the_json_report(pytester):
 def test_a_forged_rank_record_is_a_reason_not_a_crash(monkeypatch):
     """The rank-0 store takes records from anyone who reaches its port; a forged one is a RankError
     naming the rank, not an INTERNALERROR on rank 0."""
-    import socket
-
     from pytest_gputopo.runtime import environ as runtime
     from pytest_gputopo.runtime.ranks import Exchange, RankError, gather_views
 
     dist = pytest.importorskip("torch.distributed")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = launcher_port()
     store = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False)
     launch = runtime.Launch(0, 2, 0, 0, "127.0.0.1", port, False, "run-1")
     for forged, says in [(b"\xff not json", "is not a JSON object"),
