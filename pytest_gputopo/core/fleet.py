@@ -49,8 +49,14 @@ class Group:
     findings: tuple[Finding, ...]
     unjudged: tuple[str, ...]  # what the group as a whole could not judge, and why
 
+    def __post_init__(self) -> None:  # each node's findings, indexed once: every output asks per node
+        by_node: dict[str | None, list[Finding]] = {}
+        for f in self.findings:
+            by_node.setdefault(f.node, []).append(f)
+        object.__setattr__(self, "_by_node", by_node)
+
     def of(self, node: str) -> list[Finding]:
-        return [f for f in self.findings if f.node == node]
+        return self._by_node.get(node, [])
 
     def unjudged_of(self, node: Node) -> list[str]:
         """What this node's document does not let the group judge, and why."""
@@ -148,8 +154,9 @@ def judge_group(kind: str, nodes: list[Node]) -> Group:
     # A node with another GPU count cannot have its GPUs matched to its peers': only the count is named.
     comparable = [n for n in nodes if n.facts["GPUs"] == reference.get("GPUs", n.facts["GPUs"])]
     facts = dict.fromkeys(f for n in nodes for f in n.facts if f != "GPUs")
+    per_gpu = frozenset().union(*(n.per_gpu for n in nodes))
     for fact in facts:
-        among = comparable if any(fact in n.per_gpu for n in nodes) else nodes
+        among = comparable if fact in per_gpu else nodes
         values = {n.name: n.facts[fact] for n in among if n.facts.get(fact) is not None}
         if values:
             _judge_fact(fact, values, findings, reference, unjudged)

@@ -279,7 +279,7 @@ def report_document(run: GputopoRun) -> dict:
     document["nccl"] = _nccl(run)
     document["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     document["settings"] = _settings(run)
-    document["software"] = software()
+    document["software"] = dict(software())
     if run.ranks is not None:
         from ..core.schema import to_dict
 

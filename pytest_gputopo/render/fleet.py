@@ -113,17 +113,19 @@ def _columns(group: Group) -> list[str]:
 
 def _cell(group: Group, node, column: str, split: set) -> str:
     mine = [f for f in group.of(node.name) if f.fact == column]
-    if column in group.medians:
-        median = group.medians[column][0]
-        mine_figures = [fig.gbps for fig in node.figures if fig.cls == column]
-        value = f"{min(mine_figures):.1f}" if mine_figures else "?"
-        evidence = (mine[0].says if mine else f"lowest of {len(mine_figures)}; group median {median:.1f} GB/s"
-                    if mine_figures else "no figure of this class in its document")
+    if column in group.medians:  # a figure class: the node's lowest figure of it
+        figures = [fig.gbps for fig in node.figures if fig.cls == column]
+        value = f"{min(figures):.1f}" if figures else "?"
+        evidence = (f"lowest of {len(figures)}; group median {group.medians[column][0]:.1f} GB/s" if figures
+                    else "no figure of this class in its document")
     else:
         value = node.facts.get(column) or "?"
         reference = group.reference.get(column)
-        evidence = mine[0].says if mine else (f"as the group: {reference}" if reference else
-                                              "the group is split on this fact" if column in split else "")
+        evidence = f"as the group: {reference}" if reference else ""
+    if mine:
+        evidence = mine[0].says
+    elif column in split:
+        evidence = evidence or "the group is split on this fact"
     cls = "named" if mine else "split" if column in split else "unknown" if value == "?" else "same"
     return f'<td class="{cls}" title="{html_attribute(evidence)}">{html_text(value)}</td>'
 

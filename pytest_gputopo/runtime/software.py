@@ -3,6 +3,7 @@ metadata, never by importing them (importing torch starts seconds of work, and C
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import platform
 
@@ -15,7 +16,8 @@ def installed(dist: str) -> str | None:
         return None
 
 
+@functools.cache  # a report is written again as a run goes: its software stays what it was
 def software() -> dict[str, str | None]:
-    """What a report document records of this process's software."""
+    """What a report document records of this process's software (a copy is the caller's)."""
     return {"python": platform.python_version(), "pytest-gputopo": installed("pytest-gputopo"),
             "torch": installed("torch"), "nvidia-ml-py": installed("nvidia-ml-py")}
