@@ -1,12 +1,23 @@
 """Fleets of simulated nodes, as documents on disk: each node a check report (what ``gputopo check --json``
-writes) of a bundled machine with its own host name and measured figures drawn around fixed values with
-±5 % uniform noise, some with a fault injected. Used by tests/test_fleet.py and tools/perf/bench_fleet.py."""
+writes) of a bundled machine with its own host name, its own GPU UUIDs and measured figures drawn around
+fixed values with ±5 % uniform noise, some with a fault injected. Used by tests/test_fleet.py and
+tools/perf/bench_fleet.py.
+
+``full=True`` writes what ``gputopo check --level full --json`` writes on a node: the real document of
+the bundled machine (its checks, NCCL's view, settings, software), every measurement of it measured
+(noise around the recorded figure, with a harness's detail: the samples, their interval), so that the
+fleet reads documents of a real node's size."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import os
 import random
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from pytest_gputopo.core.schema import to_dict
@@ -48,18 +59,64 @@ def inject(topo: dict, fault: str) -> None:
         topo["driver_version"] = fault.split()[1]
 
 
+def uuid_of(node: int, gpu: int, prefix: str = "node") -> str:
+    """A GPU UUID of its own for GPU ``gpu`` of simulated node ``node`` (a node is its GPUs)."""
+    tag = sum(map(ord, prefix)) & 0xFFFF
+    return f"GPU-{node:08x}-{tag:04x}-4000-8000-{gpu:012x}"
+
+
+@functools.lru_cache(maxsize=None)
+def full_check(machine: str) -> str:
+    """The document ``gputopo check --machine MACHINE --level full --json`` writes, as its text."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "check.json")
+        done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "--machine", machine, "--level",
+                               "full", "--json", out], capture_output=True, text=True, cwd=tmp, timeout=300)
+        if done.returncode not in (0, 1):
+            raise RuntimeError(f"gputopo check --machine {machine} --level full: {done.returncode}\n{done.stdout[-2000:]}")
+        return Path(out).read_text()
+
+
+FULL_BASE = {"p2p": 360.0, "p2p_bidir": 700.0, "p2p_staged": 40.0, "h2d": 53.0, "d2h": 53.0}  # where none is published
+SAMPLES = 20  # samples per measured figure (the harness takes 5 to 1,000: a quiet node stops early)
+
+
+def _measured(m: dict, slow_p2p: float) -> dict:
+    """A recorded measurement of the full check made measured, as the harness writes one."""
+    kind = m["key"][0]
+    gbps = noisy((m["gbps"] or FULL_BASE.get(kind, 50.0)) * (slow_p2p if kind == "p2p" else 1.0))
+    size = 2**28
+    samples = [size / (gbps * 1e9) * random.uniform(0.99, 1.01) for _ in range(SAMPLES)]
+    detail = {"name": m["what"], "size_bytes": size, "bytes_per_iteration": size, "iterations_per_sample": 4,
+              "samples_s": samples, "median_s": sorted(samples)[SAMPLES // 2],
+              "median_ci95_s": [min(samples), max(samples)], "min_s": min(samples), "max_s": max(samples),
+              "spread": max(samples) / min(samples), "target_ci": 1.1, "stable": True, "bw_gbps": gbps,
+              "bw_ci95_gbps": [gbps * 0.99, gbps * 1.01], "verified": True, "error": None, "warmup_iterations": 5,
+              "wall_s": 0.5, "verify_s": 0.01}
+    if m["key"][0] == "allreduce":
+        detail["backend"] = "nccl"
+    return dict(m, gbps=gbps, origin="measured", source=None, detail=detail)
+
+
 def write_fleet(folder: Path, n: int, shared_fault: bool = False, machine: str = "hgx-h100", prefix: str = "node",
-                faults: bool = True) -> None:
+                faults: bool = True, full: bool = False) -> None:
     base = to_dict(probe_recorded(machine))
+    template = json.loads(full_check(machine)) if full else None
     for i in range(n):
         topo = copy.deepcopy(base)
         topo["hostname"] = f"{prefix}{i:05d}"
+        for gpu in topo["gpus"]:
+            gpu["uuid"] = uuid_of(i, gpu["index"], prefix)
         fault = FAULTS.get(i, (None,))[0] if faults else None
         if shared_fault and i % 5 < 2:  # 40 % of the nodes
             fault = "an NVLink of GPU4 down"
         if fault:
             inject(topo, fault)
         slow = 0.75 if fault == "25 % slow on P2P" else 1.0
-        doc = {"schema": 1, "source": "NVML", "recorded": False, "topology": topo, "complete": True,
-               "measurements": measurements(topo, slow)}
+        if template is not None:
+            doc = dict(template, source="NVML", recorded=False, topology=topo,
+                       measurements=[_measured(m, slow) for m in template["measurements"]])
+        else:
+            doc = {"schema": 1, "source": "NVML", "recorded": False, "topology": topo, "complete": True,
+                   "measurements": measurements(topo, slow)}
         (folder / f"{prefix}{i:05d}.json").write_text(json.dumps(doc))
