@@ -14,6 +14,10 @@ setting). ``causes`` turns the groups into ``Cause``s:
 
 Causes with the same subject (the same GPU, or the machine, on the same node) are one cause, whatever
 check found them. Each finding's own line is kept whole: a cause adds a headline, never rewords.
+
+The run gate (``plugin/verdicts.gate_causes``) and the health check (``plugin/check_report.check_causes``:
+each kind of check item a ``Group``, its failed items the findings) both say their failures this way,
+so that one cause is one line wherever it is written: the terminal, an annotation, a summary row.
 """
 
 from __future__ import annotations
@@ -74,12 +78,15 @@ class Group:
 class Cause:
     """``subject``: what failed ("GPU5", "the machine", or for a finding on its own its line);
     ``headline``: the cause in one line; ``evidence``: the findings' lines it explains (none for a
-    finding on its own, whose line is the headline); ``name``: a short id ("GPU5", "machine")."""
+    finding on its own, whose line is the headline); ``name``: a short id ("GPU5", "machine");
+    ``findings``: the short names (``Finding.name``) of the findings it explains, in order (a check's
+    items: "p2p_status[GPU0-GPU1]", ...)."""
 
     subject: str
     headline: str
     evidence: list[str] = field(default_factory=list)
     name: str = ""
+    findings: list[str] = field(default_factory=list)
 
     def lines(self, limit: int | None = EVIDENCE_LINES, indent: str = "  ") -> list[str]:
         """The headline, then the evidence (at most ``limit`` lines, then how many more)."""
@@ -174,6 +181,7 @@ def causes(groups: list[Group], loose: list[Finding] = ()) -> list[Cause]:
             elif part not in cause.headline:
                 cause.headline += f"; {part}"
             cause.evidence += [f.line for f in findings if f.line not in cause.evidence]
+            cause.findings += [f.name for f in findings if f.name and f.name not in cause.findings]
     wholes = {(g.node, g.whole) for g in groups}
     ordered = [c for key, c in sorted(merged.items(), key=lambda kc: kc[0] not in wholes)]  # the machine first
     names = set(c.name for c in ordered)
@@ -183,5 +191,5 @@ def causes(groups: list[Group], loose: list[Finding] = ()) -> list[Cause]:
         while name in names:
             name, k = f"{base}#{k}", k + 1
         names.add(name)
-        ordered.append(Cause(f.line, f.line, [], name))
+        ordered.append(Cause(f.line, f.line, [], name, [f.name] if f.name else []))
     return ordered

@@ -4,13 +4,16 @@ Its items keep their outcomes -- a failed item fails the run (exit status 1), an
 every item, one not judged as a skipped test case -- but pytest counts them in categories of their
 own (``checks failed``, ``checks passed``, ``checks skipped``), so that the user's counts are the
 user's tests and neither FAILURES nor ``-rf``/``-rs`` lists them. The section "gputopo check" says
-the failures first (the item, what it checks, its message), then one line per reason items were
-not judged, then the check's counts. Registered only when the option is given; loads no judge.
+the failures first, one line per cause (``check_causes``: the run gate's rule, ``core.causes``: the
+machine when every pair or GPU fails, a GPU in all its pairs' failures, across kinds of item; a cause
+of one item is that item's line: the item, what it checks, its message), then one line per reason
+items were not judged, then the check's counts. Registered only when the option is given.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -20,6 +23,7 @@ from .run import run_of
 
 NODEID = "gputopo-check"  # the collector's node id: every check item's id starts with it
 WHY_PROPERTY = "gputopo_check_why"  # a skipped item's reason without its subject, to say it once
+FINDING_PROPERTY = "gputopo_check_finding"  # a failed item's GPUs and problem without them: its cause
 CATEGORIES = {outcome: f"checks {outcome}" for outcome in ("failed", "passed", "skipped")}
 _LETTER = {"failed": "F", "passed": ".", "skipped": "s"}
 _COLOUR = {"failed": "red", "passed": "green", "skipped": "yellow"}
@@ -33,6 +37,28 @@ def is_check(report) -> bool:
 class CheckReport:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.maxfail: int | None = None  # the run's --maxfail, held while the check's items run
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        """``-x`` (``--maxfail``) stops after the check, not within it: a failed item lets the check's
+        other items run (its causes are named from all of them), and the user's tests after it do not.
+        In the process that runs the items: pytest's session counts failures against ``maxfail``,
+        which is held at 0 (none) while the check's items run and given back after its last one.
+        Under xdist the controller counts them and stops handing out items (docs/options.md)."""
+        option = item.config.option
+        if not is_check(item):
+            return (yield)
+        if self.maxfail is None:
+            self.maxfail = getattr(option, "maxfail", 0) or 0
+            option.maxfail = 0
+        try:
+            return (yield)
+        finally:
+            if nextitem is None or not is_check(nextitem):  # the check's last item: -x counts from here
+                option.maxfail, failed = self.maxfail, item.session.testsfailed
+                if self.maxfail and failed >= self.maxfail:
+                    item.session.shouldfail = f"stopping after the gputopo check: {failed} of its items failed"
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report):
@@ -55,7 +81,7 @@ class CheckReport:
         from ..render.escape import terminal
 
         terminalreporter.write_sep("-", "gputopo check")
-        for text, colour in summary(reports):
+        for text, colour in summary(reports, check_causes(self.config, reports)):
             terminalreporter.write_line(terminal(text), **({colour: True} if colour else {}))
         if terminalreporter.stats.get(CATEGORIES["failed"]):
             # A failed check fails the run: pytest draws its last line red only where its stats hold
@@ -63,13 +89,19 @@ class CheckReport:
             terminalreporter.stats.setdefault("failed", [])
 
 
-def summary(reports) -> list[tuple[str, str | None]]:
-    """(line, colour) of the section: each failed item, one line per reason items were not judged,
-    and the counts."""
+def summary(reports, causes: list) -> list[tuple[str, str | None]]:
+    """(line, colour) of the section: one line per cause of the failed items (``check_causes``), one
+    line per reason items were not judged, and the counts."""
     names = [_name(rep) for rep in reports]
     kinds = Counter(_kind(name) for name in names)  # how many items of each kind the check has
-    lines = [(f"FAILED {name}{_against(rep, name)}: {_message(rep)}", "red")
-             for rep, name in zip(reports, names) if rep.outcome == "failed"]
+    by_name = dict(zip(names, reports))
+    lines = []
+    for cause in causes:  # a cause of one item: that item's own line; of several: the cause, once
+        if len(cause.findings) == 1 and cause.findings[0] in by_name:
+            name = cause.findings[0]
+            lines.append((f"FAILED {name}{_against(by_name[name], name)}: {_message(by_name[name])}", "red"))
+        else:
+            lines.append((f"FAILED {cause.headline}", "red"))
     by_why: dict[str, list[str]] = {}
     for rep, name in zip(reports, names):
         if rep.outcome == "skipped":
@@ -78,8 +110,57 @@ def summary(reports) -> list[tuple[str, str | None]]:
         lines.append((f"SKIPPED {_items(skipped, kinds)}: {why}", "yellow"))
     counts = Counter(rep.outcome for rep in reports)
     said = ", ".join(f"{counts[o]} {o}" for o in ("failed", "passed", "skipped") if counts[o])
+    if len(causes) < counts["failed"]:  # the failed items are fewer causes: "28 failed (1 cause)"
+        from ..core.units import counted
+
+        n = counts["failed"]
+        said = said.replace(f"{n} failed", f"{n} failed ({counted(len(causes), 'cause')})", 1)
     lines.append((f"gputopo check: {said}", "red" if counts["failed"] else None))
     return lines
+
+
+_ORDER = ("topology", "pcie", "nvlink", "p2p_status", "p2p_bw", "p2p_bidir_bw", "h2d_bw", "h2d_pageable_bw",
+          "d2h_bw", "allreduce_bw")  # the items' order (``checks._checks``), whatever order reports came in
+
+
+def _in_order(name: str) -> tuple:
+    kind = _kind(name)
+    return (_ORDER.index(kind) if kind in _ORDER else len(_ORDER), kind,
+            [int(n) for n in re.findall(r"\d+", name.removeprefix(kind))])
+
+
+def check_causes(config: pytest.Config, reports=None) -> list:
+    """The causes (``core.causes.Cause``) of the check's failed items, by the rule the run gate uses:
+    each kind of item is a ``Group`` over the machine's GPUs, its failed items the findings (a pair's,
+    a GPU's, or, for an item about neither, one standing alone), so that P2P, NVLink, PCIe and figure
+    items failed for one GPU, or for the whole machine, are one cause. ``reports``: the check's
+    reports (default: the terminal reporter's), in any order (xdist's); each cause's ``findings`` are
+    the names of its items."""
+    if reports is None:
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        stats = terminal.stats if terminal is not None else {}
+        reports = [rep for rep in stats.get(CATEGORIES["failed"], ())]
+    failed = sorted(((_name(rep), rep) for rep in reports if rep.outcome == "failed" and is_check(rep)),
+                    key=lambda nr: _in_order(nr[0]))
+    if not failed:
+        return []
+    from ..core.causes import Finding, Group, causes
+
+    groups: dict[str, list] = {}
+    loose = []
+    for name, rep in failed:
+        found = json.loads(_properties(rep).get(FINDING_PROPERTY) or "{}")  # none: an item that raised
+        finding = Finding(_message(rep), tuple(found.get("gpus", ())), found.get("what", ""), name)
+        (groups.setdefault(_kind(name), []) if finding.gpus else loose).append(finding)
+    gpus = tuple(f"GPU{g.index}" for g in run_of(config).topology.gpus)
+    return causes([Group(kind, gpus, tuple(found)) for kind, found in groups.items()], loose)
+
+
+def document_causes(config: pytest.Config) -> list[dict]:
+    """The check's causes as the report document holds them (``check_causes``): each cause's id, its
+    headline, the items' messages that show it and the items' names."""
+    return [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence), "checks": list(c.findings)}
+            for c in check_causes(config)]
 
 
 def _items(names: list[str], kinds: Counter) -> str:

@@ -5,6 +5,7 @@ a ``min_*_bw`` marker uses)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -14,7 +15,7 @@ from ..core.model import P2PStatus, Topology
 from ..core.nvlinks import nvlink_lost
 from ..render import report
 from . import measurements, verdicts
-from .check_report import NODEID, WHY_PROPERTY
+from .check_report import FINDING_PROPERTY, NODEID, WHY_PROPERTY
 from .reporter import CHECK_PROPERTY
 from .run import GputopoRun, run_of
 
@@ -75,6 +76,14 @@ def _skipped(message: str, why: str, props: dict | None = None) -> tuple:
     return "skipped", message, {**(props or {}), WHY_PROPERTY: why}
 
 
+def _failed(message: str, gpus: tuple, what: str, props: dict | None = None) -> tuple:
+    """A check that failed: ``message`` names its subject; ``gpus`` are what it is about (a pair, one
+    GPU: "GPU0", "GPU5"), ``what`` the problem without them, so that the items failed for one cause
+    are said as that cause (``check_report.check_causes``: ``core.causes``' rule, the run gate's)."""
+    finding = json.dumps({"gpus": [f"GPU{g}" for g in gpus], "what": what})
+    return "failed", message, {**(props or {}), FINDING_PROPERTY: finding}
+
+
 def _checks(run: GputopoRun, topology: Topology, level: str):
     def problem():
         """the machine was learned"""
@@ -96,7 +105,8 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
             if gpu.pcie_width_current < gpu.pcie_width_max:
                 from ..core.regressions import pcie_trained_down  # worded as --gputopo-expect words it
 
-                return "failed", f"GPU{gpu.index} {pcie_trained_down(gpu, gpu.pcie_width_max, 'its maximum width')}", {}
+                down = pcie_trained_down(gpu, gpu.pcie_width_max, "its maximum width")
+                return _failed(f"GPU{gpu.index} {down}", (gpu.index,), down)
             return "passed", (f"GPU{gpu.index} PCIe {now}, max Gen{gpu.pcie_gen_max or '?'} "
                               f"x{gpu.pcie_width_max} (current width against the maximum)"), {}
         yield f"pcie[GPU{gpu.index}]", pcie
@@ -109,7 +119,7 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
                                     "MIG enabled: its NVLinks are not used by a MIG instance, not judged")
                 fault = nvlink_lost(topology, gpu)
                 if fault:
-                    return "failed", f"GPU{gpu.index}: {fault}", {}
+                    return _failed(f"GPU{gpu.index}: {fault}", (gpu.index,), fault)
                 if not gpu.active_nvlinks:
                     none = not any(g.active_nvlinks for g in topology.gpus)
                     why = ("on any GPU: a machine without NVLink" if none
@@ -141,7 +151,8 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
             if statuses <= {P2PStatus.GPU_NOT_SUPPORTED, P2PStatus.CHIPSET_NOT_SUPPORTED, P2PStatus.OK}:
                 why = f"P2P not supported by this GPU model or chipset ({', '.join(refused)}; not a fault)"
                 return _skipped(f"{link.name} ({label}): {why}", why)
-            return "failed", f"{link.name} ({label}): P2P refused: {', '.join(refused)}", {}
+            what = f"P2P refused: {', '.join(refused)}"
+            return _failed(f"{link.name} ({label}): {what}", (link.a, link.b), what)
         yield f"p2p_status[{link.name}]", p2p_status
 
     if level == "full":
@@ -163,10 +174,17 @@ def _benchmark_checks(run: GputopoRun, topology: Topology):
         yield "allreduce_bw", _bandwidth_check(run, s.allreduce_key(None, None))
 
 
+_GPUS_FIRST = re.compile(r"^GPU\d+(?:(?:<->|->)GPU\d+)? ")
+
+
 def _bandwidth_check(run: GputopoRun, key: keys.Key):
+    # What a failure is about: a copy's pair, a host copy's GPU; an all-reduce (every GPU) stands alone.
+    gpus = (key.src, key.dst) if isinstance(key, keys.Copy) else (key.gpu,) if isinstance(key, keys.HostCopy) else ()
+
     def check():
         """measured bandwidth reaches the floor of the expected"""
         result, judged = verdicts.judge_figure(run, key)
+        measured = _GPUS_FIRST.sub("", result.what)  # "copy, P2P", "host -> device copy, pinned": no subject
         props = {"gputopo_measurement": json.dumps(result.to_json())}
         state = judged.state
         if state == judgement.ABSENT:  # on a recorded machine, or a pair without P2P: no fault of the node's
@@ -174,19 +192,22 @@ def _bandwidth_check(run: GputopoRun, key: keys.Key):
             message = f"{result.what}: no figure: {result.error}"
             if result.origin == "recorded" or not_p2p:
                 return _skipped(message, f"no figure: {result.error}", props)
-            return "failed", message, props
+            return _failed(message, gpus, f"{measured}: no figure: {result.error}", props)
         origin = kind = "measured" if result.origin != "recorded" else f"recorded, not measured: {result.source}"
         if result.interval_gbps:
             origin += f"; {thresholds.interval_text(result.interval_gbps)} GB/s"
         if state == judgement.BROKEN:
-            return "failed", f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", props
+            return _failed(f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", gpus,
+                           f"{measured}: data wrong: {result.error}", props)
         text = f"{result.what}: {judged.check().describe()} ({origin})"
         if state == judgement.UNKNOWN:  # nothing says what it should reach: unknown, never "assumed OK"
             # the figures' origin stays in the reason shared by the items skipped alike
             basis = judged.threshold.basis
             return _skipped(f"{text}; not judged: {basis}", f"not judged: {basis} (figures {kind})", props)
         if state == judgement.STAGED:
-            return "failed", (f"{text}; P2P is slower than staging through the host "
-                              f"({judged.staged_gbps:.2f} GB/s)"), props
-        return ("passed" if state == judgement.MET else "failed"), text, props
+            return _failed(f"{text}; P2P is slower than staging through the host ({judged.staged_gbps:.2f} GB/s)",
+                           gpus, f"{measured}: P2P is slower than staging through the host", props)
+        if state == judgement.MET:
+            return "passed", text, props
+        return _failed(text, gpus, f"{measured}: below the floor of the expected", props)
     return check

@@ -243,7 +243,8 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Validate every gputopo marker now, so a bad argument stops the run naming the test. Marks of a
-    name the project registered itself are the project's, and left alone."""
+    name the project registered itself are the project's, and left alone. ``--gputopo-check``'s items
+    go before the user's tests (xdist hands items out in this order: the first worker starts with them)."""
     run = run_of(config)
     run.machine.leave = markers.registered_by_others(config.getini("markers"), markers.registration_lines())
     marked, errors = markers.read_markers(items, frozenset(run.machine.leave))
@@ -252,10 +253,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if errors:
         raise pytest.UsageError("bad gputopo marker arguments:\n  " + "\n  ".join(errors))
     level = run.settings.check
-    if level is not None:
+    if level is not None:  # the health check first: a degraded node says so before the user's suite runs
         from .checks import check_items
 
-        items.extend(check_items(session, level))
+        items[:0] = check_items(session, level)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the terminal reporter asks for the header

@@ -276,6 +276,10 @@ def report_document(run: GputopoRun) -> dict:
     document["gate"] = list(run.state.gate_problems)  # the run gate that stopped the run, if one did
     document["gate_causes"] = [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)}
                                for c in run.state.gate_causes]  # the same, cause by cause
+    if run.settings.check is not None:  # the failed check items by cause (check_report.check_causes)
+        from .check_report import document_causes
+
+        document["check_causes"] = document_causes(run.config)
     document["nccl"] = _nccl(run)
     document["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     document["settings"] = _settings(run)
@@ -346,7 +350,7 @@ def _nccl(run: GputopoRun) -> dict | None:
 def write_github_summary(run: GputopoRun, write_line) -> None:
     """Under GitHub Actions (``GITHUB_STEP_SUMMARY``): append the run's Markdown summary to the job
     summary, and write an error annotation per cause of an unmet run gate (its evidence in the
-    message) and per failed check through pytest's terminal writer (``write_line``). Only the process
+    message) and per cause of the failed checks through pytest's terminal writer (``write_line``). Only the process
     that speaks for the run does it."""
     path = run.settings.github_summary
     if path is None or not run.speaks or not run.machine.learned:  # a run that never asked says nothing
@@ -355,10 +359,8 @@ def write_github_summary(run: GputopoRun, write_line) -> None:
 
     document = report_document(run)
     gate = run.state.gate_causes
-    failed = [c for c in document["checks"] if c.get("outcome") == "failed"]
-    for title, message in ([(f"gputopo run gate {c.name}", c.text()) for c in gate]
-                           + [(f"gputopo check {c['check']}", c["message"]) for c in failed]):
-        write_line(markdown.annotation(title, message))
+    for line in markdown.annotations(document, gate):  # one per cause (the check's: ``check_causes``)
+        write_line(line)
     try:
         files.append_text(path, markdown.summary(document, gate))
     except OSError as exc:

@@ -168,6 +168,8 @@ DOCUMENT = obj(
                                      {"reason": null_or(text), "recorded": flag}))),
      "gate": null_or(STRINGS),  # the unmet run-gate terms of a run stopped before its tests
      "gate_causes": null_or(list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS}))),
+     # the failed check items by cause (a GPU, the machine, or one item alone), each with its items' names
+     "check_causes": null_or(list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS, "checks": STRINGS}))),
      "nccl": null_or(NCCL),
      "nodes": null_or(list_of(obj({"topology": _topology}, {"where": text, "differs": flag}))),
      "sweeps": null_or(list_of(SWEEP)),

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from ..core import schema
+from ..core.causes import EVIDENCE_LINES
 from ..core.model import Topology
 from .escape import markdown, workflow_data, workflow_property
 from .report import header_line, source_text
@@ -63,9 +64,10 @@ def summary(doc: dict, gate_causes: list | None = None) -> str:
             head, *evidence = cause.lines(indent="")
             lines += [f"- {_cell(head)}"] + [f"  - {_cell(e)}" for e in evidence]
         lines += [""]
-    failed = [c for c in doc.get("checks") or [] if c.get("outcome") == "failed"]
+    failed = _failed_checks(doc)
     if failed:
-        lines += ["**Failed checks:**", ""] + [f"- **{_cell(c['check'])}**: {_cell(c['message'])}" for c in failed] + [""]
+        lines += ["**Failed checks:**", ""] + [f"- **{_cell(items)}**: {_cell(text)}" for _, items, text, _ in failed]
+        lines += [""]
     unmet = doc.get("unmet") or []
     if unmet:
         lines += ["**Tests not run for unmet requirements:**", ""]
@@ -77,6 +79,47 @@ def summary(doc: dict, gate_causes: list | None = None) -> str:
     if figures:
         lines += ["<details><summary>Bandwidth: measured, cached or recorded</summary>", ""] + figures + ["", "</details>", ""]
     return "\n".join(lines) + "\n"
+
+
+def _failed_checks(doc: dict) -> list[tuple[str, str, str, str]]:
+    """(cause, items, line, evidence) per cause of the failed checks, as the run decided them (the document's
+    ``check_causes``): a cause of one item is that item and its message; of several, its items by kind
+    and its headline, its items' messages the evidence. A document without causes: each failed check."""
+    from .verdict import check_kinds
+
+    failed = {c.get("check"): c for c in doc.get("checks") or [] if c.get("outcome") == "failed"}
+    decided = doc.get("check_causes") or [{"checks": [name]} for name in failed]
+    out = []
+    for cause in decided:
+        names = cause.get("checks") or []
+        if len(names) == 1 and names[0] in failed:
+            out.append((str(names[0]), str(names[0]), str(failed[names[0]].get("message", "")), ""))
+        else:
+            evidence = [str(e) for e in cause.get("evidence") or []]
+            shown = evidence[:EVIDENCE_LINES] + ([f"and {len(evidence) - EVIDENCE_LINES} more"]
+                                                 if len(evidence) > EVIDENCE_LINES else [])
+            out.append((str(cause.get("cause", "")), check_kinds(names), str(cause.get("headline", "")),
+                        "\n".join(shown)))
+    return out
+
+
+# GitHub shows at most 10 error annotations of a step: the causes beyond them are one more, which says so.
+ANNOTATIONS = 10
+
+
+def annotations(doc: dict, gate_causes: list | None = None) -> list[str]:
+    """The run's error annotations: one per cause of an unmet run gate (its evidence in the message)
+    and one per cause of the failed checks (``check_causes``: one cause of 28 failed items is one
+    annotation), at most ``ANNOTATIONS``, the last then counting the causes left to the job summary."""
+    found = [(f"gputopo run gate {c.name}", c.text()) for c in gate_causes or []]
+    found += [(f"gputopo check {cause}", f"{text}\n{evidence}" if evidence else text)
+              for cause, _, text, evidence in _failed_checks(doc)]
+    if len(found) > ANNOTATIONS:
+        rest = found[ANNOTATIONS - 1:]
+        found = found[:ANNOTATIONS - 1] + [(f"gputopo: {len(rest)} more causes",
+                                            "; ".join(title.removeprefix("gputopo ") for title, _ in rest)
+                                            + " (the job summary and the report list each one)")]
+    return [annotation(title, message) for title, message in found]
 
 
 def annotation(title: str, message: str) -> str:

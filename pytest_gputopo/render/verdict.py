@@ -82,12 +82,7 @@ def verdict(doc: dict) -> Verdict:
         term, sep, found = str(problem).partition(": ")  # "requires_link('NV12'): GPU5-GPU6 are linked by NODE"
         causes.append(Cause("failed", f"run gate {term}" if sep else "run gate", _named(found) or "this machine",
                             found if sep else term))
-    for c in checks:
-        if c.get("outcome") in _FAILURES:
-            name = str(c.get("check", ""))
-            m = _SUBJECT.match(name)
-            causes.append(Cause(str(c["outcome"]), f"check {m['what'] if m else name}",
-                                m["where"] if m else "the machine", str(c.get("message", ""))))
+    causes += _check_causes(doc, checks)
     # Tests not run for one requirement and one reason: one row, naming the tests.
     groups: dict[tuple, list[str]] = {}
     for u in unmet:
@@ -121,6 +116,30 @@ def verdict(doc: dict) -> Verdict:
         counts.append(f"{counted(len(unmet), 'test')} not run for an unmet requirement"
                       + (f" ({n_failed} failed under strict)" if n_failed else ""))
     return Verdict(word, counts, causes, not_judged, complete)
+
+
+def _check_causes(doc: dict, checks: list[dict]) -> list[Cause]:
+    """A row per cause of the failed checks, as the run decided them (``check_causes``: the items of one
+    cause, the machine or a GPU, are one row); a cause of one item is that item's row. A document
+    without them (written before they were) has a row per failed check."""
+    failed = {str(c.get("check", "")): c for c in checks if c.get("outcome") in _FAILURES}
+    decided = [c for c in doc.get("check_causes") or [] if isinstance(c, dict)]
+    if not decided:
+        decided = [{"cause": name, "checks": [name]} for name in failed]
+    rows = []
+    for cause in decided:
+        names = [str(n) for n in cause.get("checks") or []]
+        if len(names) == 1 and names[0] in failed:
+            c = failed[names[0]]
+            m = _SUBJECT.match(names[0])
+            rows.append(Cause(str(c["outcome"]), f"check {m['what'] if m else names[0]}",
+                              m["where"] if m else "the machine", str(c.get("message", ""))))
+            continue
+        subject = "this machine" if cause.get("cause") == "machine" else str(cause.get("cause", ""))
+        headline = str(cause.get("headline", ""))
+        found = headline.removeprefix(f"{cause.get('cause')}: ").removeprefix("the machine: ")
+        rows.append(Cause("failed", f"check {check_kinds(names)}", subject, found))
+    return rows
 
 
 _KIND_WORDS = {"p2p": "P2P cop{}", "p2p_bidir": "P2P cop{} both ways at once",
