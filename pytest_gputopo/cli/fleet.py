@@ -3,13 +3,11 @@ against each other, each node by the peers of its GPU model (``core.fleet``)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import sys
 
 from ..core import schema
-from ..core.fleet import judge
+from ..core.fleet import judge, roster
 from ..core.fleet_facts import Node
 from ..probe.recorded import ProfileError
 from ..render import fleet as fleet_out
@@ -19,31 +17,31 @@ from .fleet_documents import documents, nodes_from
 
 
 def read_nodes(paths: list[str]) -> tuple[list[Node], list[tuple[str, str]]]:
-    """The nodes, and the documents not read with why. A node is its host name and its GPUs' UUIDs: a
-    second document of one already read is not compared as another node; hosts of one name with other
-    GPUs (VMs and containers often share a name) are told apart by their document's file name."""
-    nodes, unread, seen, names = [], [], {}, set()
+    """Every node the documents describe (several documents of one node included: ``core.fleet.roster``
+    says which is judged), and the documents not read with why."""
+    nodes, unread = [], []
     for path in documents(paths):
         try:
-            found = nodes_from(path)
+            nodes += nodes_from(path)
         except OSError as exc:
             unread.append((path, exc.strerror or str(exc)))
-            continue
         except (ValueError, ProfileError, schema.SchemaError, RecursionError) as exc:
             unread.append((path, str(exc).removeprefix(f"{path}:").lstrip()))
-            continue
-        for node in found:
-            identity = (node.name, node.uuids)
-            if identity in seen:
-                unread.append((path, f"another document of {node.name} (the same GPUs) was read first "
-                                     f"({seen[identity]})"))
-                continue
-            seen[identity] = path
-            if node.name in names:
-                node = dataclasses.replace(node, name=f"{node.name} ({os.path.basename(path)})")
-            names.add(node.name)
-            nodes.append(node)
     return nodes, unread
+
+
+# The exit statuses, one meaning each (docs/fleet.md, "Exit status"); 3 is every command's internal error.
+NAMED, UNREAD, NOT_JUDGED = 1, 2, 5
+
+
+def status(fleet, unread: list) -> int:
+    """0 only where nodes were judged by their peers and none is named nor split; a named node or a
+    split group first (what an operator acts on), then a document not read, then too few to judge."""
+    if fleet.named or fleet.splits:
+        return NAMED
+    if unread:
+        return UNREAD
+    return NOT_JUDGED if fleet.not_compared else 0
 
 
 def cmd_fleet(args) -> int:
@@ -53,7 +51,8 @@ def cmd_fleet(args) -> int:
     if not nodes:
         raise CliError("no node to judge: " + (f"{len(unread)} documents, none readable" if unread else
                                                "no document found"))
-    fleet = judge(nodes)
+    judged, superseded = roster(nodes)
+    fleet = judge(judged, tuple(superseded))
     try:
         for path, write in ((args.html, fleet_out.html_page), (args.markdown, fleet_out.summary_markdown),
                             (args.json, lambda f, u: json.dumps(fleet_out.document(f, u), indent=1) + "\n")):
@@ -62,7 +61,7 @@ def cmd_fleet(args) -> int:
     except OSError as exc:
         raise CliError(f"cannot write: {exc.strerror or exc}") from None
     sys.stdout.write("\n".join(fleet_out.lines(fleet, unread)) + "\n")
-    return 2 if unread else 0 if fleet.healthy else 1
+    return status(fleet, unread)
 
 
 def add_fleet(sub) -> None:
@@ -73,9 +72,11 @@ def add_fleet(sub) -> None:
                     "No rule file: the peers are the reference (docs/fleet.md).",
                     "  srun --ntasks-per-node=1 gputopo check --level full --json out/%N.json\n"
                     "  gputopo fleet out/ --html fleet.html --markdown \"$GITHUB_STEP_SUMMARY\"",
-                    "  0    no node differs from its peers\n"
-                    "  1    a node is named, or a group is split on a fact\n"
-                    "  2    bad arguments, or a document could not be read (the others are still judged)")
+                    "  0    every node judged by its peers, and none named nor in a split group\n"
+                    "  1    a node is named (a fault of its own, or a difference from its peers), or a group\n"
+                    "       is split on a fact (whatever else is true)\n"
+                    "  2    bad arguments, or a document could not be read (the others are still judged)\n"
+                    "  5    too few nodes of a GPU model to judge them by their peers (3 needed); none named")
     p.add_argument("documents", nargs="+", metavar="DOC", help="a document, or a folder of them (*.json)")
     p.add_argument("--html", metavar="PATH.html", help="write the fleet's page (default: none)")
     p.add_argument("--json", metavar="PATH.json", help="write the fleet's JSON document (default: none)")

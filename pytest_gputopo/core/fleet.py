@@ -1,19 +1,43 @@
-"""The fleet view's judgement: nodes of one kind compared with each other, their peers the reference.
+"""The fleet view's judgement: which documents are which node, and each node judged twice over.
 
-No rule file and no baseline: a fact (a pair's link class, a GPU's width, the driver) is named on a node
-where at least ``MAJORITY`` of the peers that know it agree on another value; where no value has that
-share, the group is split, and that is the group's finding, charged to no node (the majority is not
-made the reference, and the minority is not called healthy for being fewer). A figure is named where it
-lies under the median of its class across the group by more than the group's own robust spread allows
-(``SPREAD_K`` median absolute deviations, as a standard deviation), never less than ``MIN_DROP`` and
-always at ``MAX_DROP``: noise of a few percent never names a node, a loss of a fifth always does."""
+**A node is its GPUs.** Documents whose GPUs' UUIDs are the node's own (NVML's facts on it) are of one
+node when they share a GPU, whatever host name they give (``roster``): the newest by its written time is
+judged and the older are superseded (listed, no error); a node whose documents give other host names,
+or that has fewer GPUs than its older document, is named for it. Nodes that share a host name but not
+their GPUs are told apart by a digest of their UUIDs in every output (never by which was read first).
+A document of recorded facts (a bundled machine's UUIDs, not a node's) is a node of its own.
+
+**Two kinds of finding, never confused.**
+
+- A fault (``core.faults``): a fact with an inherent healthy value that the node does not have (NVLinks
+  down, P2P refused where allowed, PCIe narrower than the GPU's maximum, a figure under its floor, wrong
+  data, a check its document marks failed, GPUs missing). It names the node whatever share of its peers
+  has it, even all of them; what it explains is not compared with the peers.
+- A difference from the peers, for the facts with no healthy value of their own (a link class, the
+  NUMA layout, versions, figures above their floor): a fact is named on a node where at least
+  ``MAJORITY`` of the peers that know it agree on another value; where no value has that share, the
+  group is split, and that is the group's finding, charged to no node: its sides are listed, the nodes
+  outside the largest side shown as disagreeing, none called healthy for it. A figure is named where it
+  lies under the median of its class across the group by more than the group's own robust spread
+  allows (``SPREAD_K`` median absolute deviations, as a standard deviation), never less than
+  ``MIN_DROP`` and always at ``MAX_DROP``.
+
+**One cause, one line.** A node's findings of each kind are grouped by cause with the run gate's rule
+(``core.causes``): a GPU in all its pairs' failures is one finding, the machine when every pair fails;
+splits with the same sides are one finding.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 
+from . import causes as causes_
+from .faults import Fault
 from .fleet_facts import Node
 from .units import counted
 
@@ -25,19 +49,40 @@ MIN_DROP, MAX_DROP = 0.10, 0.15
 MAD_TO_SIGMA = 1.4826  # the median absolute deviation of a normal distribution, as its standard deviation
 VERSION_FACTS = frozenset({"driver", "CUDA (driver)", "CUDA runtime (torch)", "NCCL (torch)", "torch",
                            "pytest-gputopo"})
-LISTED = 5  # node names a split finding lists before "and N more"
+LISTED = 5  # node names a line lists before "and N more" (the JSON lists them all)
+DIGEST = 8  # hex digits of a node's GPU-set digest shown beside a host name other nodes share
+FAULT, SPLIT, IDENTITY = "fault", "split", "identity"
+_SUBJECT = re.compile(r"(GPU\d+-GPU\d+|GPU\d+) ")
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing the fleet view names. ``node`` None: the group's own finding (a split)."""
+    """One thing the fleet view names: one cause, one line (``says``). ``node`` None: the group's own
+    finding (a split). ``kind``: "fault" (no healthy node has it, whatever its peers hold), "identity"
+    (its documents disagree on what it is), "topology", "version" or "figure" (it differs from its
+    peers), "split". ``fact``: the fact, figure class or cause subject ("GPU5", "the machine");
+    ``column``: the kind of fact, for a table's column ("P2P", "link", a figure class); ``items``:
+    the facts or check items the finding covers; ``evidence``: their lines, where it covers several;
+    ``sides`` (a split): (values, nodes) per side, largest first, the values one per fact of ``items``."""
 
-    kind: str  # "topology", "version", "figure" or "split"
-    fact: str  # the fact, or the figure class
-    says: str  # one line: the node's value and its peers', with how many peers
+    kind: str
+    fact: str
+    says: str
     node: str | None = None
     value: str | None = None  # a fact's value on the node, and the value its peers agree on
     reference: str | None = None
+    column: str = ""
+    items: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    sides: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+
+    @property
+    def disagreeing(self) -> tuple[str, ...]:
+        """A split's nodes outside its largest side (every side's, where the largest is tied)."""
+        if len(self.sides) < 2:
+            return ()
+        tied = len(self.sides[0][1]) == len(self.sides[1][1])
+        return tuple(n for _, nodes in (self.sides if tied else self.sides[1:]) for n in nodes)
 
 
 @dataclass(frozen=True)
@@ -48,19 +93,30 @@ class Group:
     medians: dict[str, tuple[float, float, int]]  # figure class -> (median GB/s, allowed drop, nodes)
     findings: tuple[Finding, ...]
     unjudged: tuple[str, ...]  # what the group as a whole could not judge, and why
+    compared: bool = True  # False: too few nodes to judge them by their peers (faults still named)
 
     def __post_init__(self) -> None:  # each node's findings, indexed once: every output asks per node
         by_node: dict[str | None, list[Finding]] = {}
+        split: dict[str, list[Finding]] = {}
         for f in self.findings:
             by_node.setdefault(f.node, []).append(f)
+            for n in f.disagreeing:
+                split.setdefault(n, []).append(f)
         object.__setattr__(self, "_by_node", by_node)
+        object.__setattr__(self, "_split", split)
 
     def of(self, node: str) -> list[Finding]:
         return self._by_node.get(node, [])
 
+    def disagreeing(self, node: str) -> list[Finding]:
+        """The splits that put ``node`` outside their largest side."""
+        return self._split.get(node, [])
+
     def unjudged_of(self, node: Node) -> list[str]:
         """What this node's document does not let the group judge, and why."""
         out = list(node.notes)
+        if not self.compared:
+            out.append("not compared with peers: too few nodes of its kind")
         if self.reference.get("GPUs", node.facts["GPUs"]) != node.facts["GPUs"]:
             out.append(f"its GPUs and pairs: {node.facts['GPUs']} GPUs where its peers have "
                        f"{self.reference['GPUs']}, so they cannot be matched to its peers'")
@@ -71,8 +127,19 @@ class Group:
 
 
 @dataclass(frozen=True)
+class Superseded:
+    """A document of a node judged by a newer one of it: not judged, and no error."""
+
+    path: str
+    node: str  # the node's name as judged
+    by: str  # the document judged
+    why: str
+
+
+@dataclass(frozen=True)
 class Fleet:
     groups: tuple[Group, ...]
+    superseded: tuple[Superseded, ...] = ()
 
     @property
     def named(self) -> list[str]:
@@ -81,19 +148,202 @@ class Fleet:
 
     @property
     def splits(self) -> list[Finding]:
-        return [f for g in self.groups for f in g.findings if f.kind == "split"]
+        return [f for g in self.groups for f in g.findings if f.kind == SPLIT]
+
+    @property
+    def not_compared(self) -> list[Group]:
+        """The groups of too few nodes to judge by their peers."""
+        return [g for g in self.groups if not g.compared]
 
     @property
     def healthy(self) -> bool:
-        return not self.named and not self.splits
+        """Every node judged by its peers, and none named nor in a split group."""
+        return bool(self.groups) and not self.named and not self.splits and not self.not_compared
 
 
-def _listed(names: list[str]) -> str:
+def _listed(names) -> str:
+    names = list(names)
     more = len(names) - LISTED
     return ", ".join(names[:LISTED]) + (f" and {more} more" if more > 0 else "")
 
 
-def _judge_fact(fact: str, values: dict[str, str], findings: list, reference: dict, unjudged: list) -> None:
+# --- which documents are which node ------------------------------------------------------------------
+
+
+def _stamp(when: str | None) -> float | None:
+    """A document's written time (ISO 8601, UTC where it names no zone) as seconds; None where it says none."""
+    try:
+        t = datetime.fromisoformat(when.replace("Z", "+00:00")) if isinstance(when, str) else None
+    except ValueError:
+        return None
+    return None if t is None else (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def digest(uuids) -> str:
+    """A short digest of a set of GPU UUIDs: what tells apart nodes that share a host name."""
+    return hashlib.sha256("\n".join(sorted(uuids)).encode()).hexdigest()
+
+
+def _known(node: Node) -> bool:
+    return bool(node.uuids) and all(isinstance(u, str) and u for u in node.uuids)
+
+
+def roster(nodes: list[Node]) -> tuple[list[Node], list[Superseded]]:
+    """The nodes to judge, one per node, each with a name no other shares, and the documents
+    superseded. Documents are of one node where they share a GPU (by UUID); of them the newest by its
+    written time is judged (where two are equally new, or say no time, the one whose path sorts last,
+    and the node says so)."""
+    parent: dict[int, int] = {}
+
+    def root(i: int) -> int:
+        while parent.get(i, i) != i:
+            i = parent[i]
+        return i
+
+    owner: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        if not _known(node):
+            continue
+        for uuid in node.uuids:
+            if uuid in owner:
+                parent[root(i)] = root(owner[uuid])
+            else:
+                owner[uuid] = i
+    clusters: dict[int, list[int]] = defaultdict(list)
+    for i in range(len(nodes)):
+        clusters[root(i)].append(i)
+    kept: list[tuple[int, Node]] = []
+    superseded: list[Superseded] = []
+    for members in clusters.values():
+        order = sorted(members, key=lambda i: (_stamp(nodes[i].when) is not None, _stamp(nodes[i].when) or 0.0,
+                                               nodes[i].path, i))
+        newest = nodes[order[-1]]
+        faults = list(newest.faults)
+        older = [nodes[i] for i in order[:-1]]
+        if older:
+            top = _stamp(newest.when)
+            if top is None or any(_stamp(o.when) == top for o in older):
+                faults_note = (f"{counted(len(members), 'document')} of this node and none newest by its "
+                               f"written time: {newest.path} judged (its path sorts last)")
+                newest = replace(newest, notes=newest.notes + (faults_note,))
+            names = sorted({o.name for o in older} - {newest.name})
+            if names:
+                line = (f"its GPUs are also in {counted(len(older), 'older document')} under another host name "
+                        f"({_listed(names)}): one node, two names (a renamed host, or a document not its own)")
+                faults.append(Fault("identity", line, (), "identity", ()))
+            lost = set().union(*(set(o.uuids) for o in older)) - set(newest.uuids)
+            biggest = max(older, key=lambda o: len(o.uuids))
+            if len(biggest.uuids) > len(newest.uuids):
+                line = (f"GPUs: {len(newest.uuids)}, where its older document {biggest.path} (written "
+                        f"{biggest.when or 'when it does not say'}) had {len(biggest.uuids)}: "
+                        f"{_listed(sorted(lost))} no longer seen")
+                faults.append(Fault("gpus", line, (), "GPUs missing", ("GPUs",)))
+            for o in older:
+                superseded.append(Superseded(o.path, newest.name, newest.path,
+                                             f"an older document of {o.name} (written {o.when or 'when it does not say'}; "
+                                             f"judged: {newest.path}, written {newest.when or 'when it does not say'})"))
+        kept.append((min(members), replace(newest, faults=tuple(faults))))
+    kept.sort(key=lambda item: item[0])
+    judged = [node for _, node in kept]
+    count = Counter(n.name for n in judged)
+    out = []
+    for node in judged:
+        if count[node.name] > 1:  # every node of a shared name gets its digest: no one keeps it bare
+            tag = digest(node.uuids)[:DIGEST] if _known(node) else f"document {node.path}"
+            node = replace(node, name=f"{node.name} [{tag}]")
+        out.append(node)
+    seen = Counter(n.name for n in out)
+    out = [n if seen[n.name] == 1 else replace(n, name=f"{n.name} ({n.path})") for n in out]
+    return out, superseded
+
+
+# --- one node's findings, one cause a line -----------------------------------------------------------
+
+
+def _column(fact: str) -> str:
+    """The kind of fact, as a table's column: "GPU0-GPU5 link" -> "link", "GPU2 PCIe width now" ->
+    "PCIe width now"."""
+    return _SUBJECT.sub("", fact, count=1) if _SUBJECT.match(fact) else fact
+
+
+def _gpus(fact: str) -> tuple[str, ...]:
+    m = _SUBJECT.match(fact)
+    return tuple(m.group(1).split("-")) if m else ()
+
+
+_FAULT_LABEL = {"p2p_status": "P2P", "nvlink": "NVLink", "pcie": "PCIe width", "identity": "identity",
+                "gpus": "GPUs"}
+
+
+def _label(name: str) -> str:
+    base = name.split("[")[0]
+    if base.endswith("_bw"):
+        return "their floor"
+    return _FAULT_LABEL.get(base, f"check {base}")
+
+
+def _merged(node: Node, findings: list[tuple[causes_.Finding, str, Finding | None]], kind: str,
+            label_of) -> list[Finding]:
+    """The node's findings of one kind, one per cause (``core.causes``: the machine, a GPU in all its
+    pairs' failures, else each on its own). ``findings``: (the finding as causes reads it, its column,
+    the fleet finding it stands for where it is one)."""
+    gpus = tuple(f"GPU{i}" for i in range(int(node.facts["GPUs"])))
+    by_label: dict[str, list[causes_.Finding]] = {}
+    for f, _, _ in findings:
+        by_label.setdefault(label_of(f), []).append(f)
+    groups = [causes_.Group(label, gpus, tuple(fs)) for label, fs in by_label.items()]
+    info = {f.line: (f, column, original) for f, column, original in findings}
+    out = []
+    for cause in causes_.causes(groups):
+        lines = cause.evidence or [cause.headline]
+        covered = [info[line] for line in lines if line in info]
+        if len(covered) == 1 and covered[0][2] is not None:  # one finding: as it is
+            out.append(replace(covered[0][2], node=node.name))
+            continue
+        columns = list(dict.fromkeys(column for _, column, _ in covered))
+        says = cause.headline
+        whats = Counter(f.what or f.line for f, _, _ in covered)
+        if len(covered) > 1 and not any(w in says for w in whats):
+            says += ": " + ", ".join(f"{w} ({n})" for w, n in whats.most_common(3))
+        one = covered[0][2] if covered else None
+        out.append(Finding(kind, cause.subject if len(covered) > 1 else (one.fact if one else cause.subject), says,
+                           node.name, column=columns[0] if len(columns) == 1 else "several",
+                           items=tuple(f.name for f, _, _ in covered),
+                           evidence=tuple(lines) if len(covered) > 1 else ()))
+    return out
+
+
+def _fault_findings(node: Node) -> list[Finding]:
+    items = []
+    classes = {fig.what: fig.cls for fig in node.figures}  # a figure's fault goes in its class's column
+    for fault in node.faults:
+        fact = fault.explains[0] if fault.explains else fault.name
+        column = classes.get(fact) or (_column(fact) if fault.explains else _label(fault.name))
+        items.append((causes_.Finding(fault.line, fault.gpus, fault.what, fault.name), column,
+                      Finding(FAULT, fact, fault.line, node.name, column=column, items=(fault.name,))))
+    kinds = {f.name: (IDENTITY if f.name == "identity" else FAULT) for f in node.faults}
+    out = _merged(node, items, FAULT, lambda f: _label(f.name))
+    return [replace(f, kind=IDENTITY) if f.items and all(kinds.get(i) == IDENTITY for i in f.items) else f
+            for f in out]
+
+
+def _peer_findings(node: Node, findings: list[Finding]) -> list[Finding]:
+    items = []
+    for f in findings:
+        subject = _gpus(f.fact)
+        what = f.says[len(f.fact.split(" ")[0]) + 1:] if subject else f.says
+        items.append((causes_.Finding(f.says, subject, what, f.fact), f.column or _column(f.fact), f))
+    merged = _merged(node, items, "topology", lambda f: "their peers' value")
+    kinds = {f.fact: f.kind for f in findings}
+    return [replace(m, kind=kinds[m.items[0]]) if m.items and len({kinds.get(i) for i in m.items}) == 1
+            and m.items[0] in kinds else m for m in merged]
+
+
+# --- a group judged by its peers ---------------------------------------------------------------------
+
+
+def _judge_fact(fact: str, values: dict[str, str], findings: list, reference: dict, unjudged: list,
+                splits: list) -> None:
     if len(values) < MIN_FACT_PEERS:
         unjudged.append(f"{fact}: said by {counted(len(values), 'node')}; {MIN_FACT_PEERS} needed to compare")
         return
@@ -105,15 +355,40 @@ def _judge_fact(fact: str, values: dict[str, str], findings: list, reference: di
         for node, value in values.items():
             if value != top:
                 findings.append(Finding(kind, fact, f"{fact}: {value}, where {top_count} of the "
-                                        f"{len(values)} nodes that say have {top}", node, value, top))
+                                        f"{len(values)} nodes that say have {top}", node, value, top,
+                                        column=_column(fact), items=(fact,)))
         return
-    sides = "; ".join(f"{value} on {counted(n, 'node')} ({_listed([k for k, v in values.items() if v == value])})"
-                      for value, n in counts.most_common())
-    findings.append(Finding("split", fact, f"{fact}: the group is split, no value is held by {MAJORITY:.0%} "
-                            f"of its nodes: {sides}"))
+    sides = tuple(((value,), tuple(k for k, v in values.items() if v == value)) for value, _ in counts.most_common())
+    splits.append((fact, sides))
 
 
-def _judge_class(cls: str, figures: dict[str, list], findings: list, medians: dict, unjudged: list) -> None:
+def _split_findings(splits: list) -> list[Finding]:
+    """The group's splits, one finding per way of splitting it: the facts split with the same sides
+    (a GPU's NVLinks and all its pairs' links) are one finding."""
+    by_sides: dict[tuple, list] = {}
+    for fact, sides in splits:
+        by_sides.setdefault(tuple(frozenset(nodes) for _, nodes in sides), []).append((fact, sides))
+    out = []
+    for same in by_sides.values():
+        facts = tuple(f for f, _ in same)
+        first = same[0][1]
+        sides = tuple((tuple(s[i][0][0] for _, s in same), nodes) for i, (_, nodes) in enumerate(first))
+        if len(facts) == 1:
+            where = f"{facts[0]}: the group is split"
+            said = "; ".join(f"{values[0]} on {counted(len(nodes), 'node')} ({_listed(nodes)})"
+                             for values, nodes in sides)
+        else:
+            where = f"{len(facts)} facts ({_listed(facts)}): the group is split the same way on each"
+            said = "; ".join(f"{counted(len(nodes), 'node')} ({_listed(nodes)}) with "
+                             f"{_listed(dict.fromkeys(values))}" for values, nodes in sides)
+        columns = list(dict.fromkeys(_column(f) for f in facts))
+        out.append(Finding(SPLIT, facts[0], f"{where}, no value is held by {MAJORITY:.0%} of its nodes: {said}",
+                           column=columns[0] if len(columns) == 1 else "several", items=facts, sides=sides))
+    return out
+
+
+def _judge_class(cls: str, figures: dict[str, list], findings: list, medians: dict, unjudged: list,
+                 splits: list) -> None:
     """``figures``: node -> its (what, GB/s) of the class."""
     if len(figures) < MIN_FIGURE_PEERS:
         unjudged.append(f"{cls}: figures from {counted(len(figures), 'node')}; {MIN_FIGURE_PEERS} needed")
@@ -130,48 +405,68 @@ def _judge_class(cls: str, figures: dict[str, list], findings: list, medians: di
         low = sorted((gbps, what) for what, gbps in items if gbps < median * (1 - drop))
         if low:
             gbps, what = low[0]
-            also = f" ({len(low)} of its {len(items)} figures of the class are)" if len(items) > 1 else ""
+            also = (f" ({len(low)} of its {len(items)} figures of the class {'is' if len(low) == 1 else 'are'}, "
+                    f"this the lowest)" if len(low) > 1 else
+                    f" (the only one of its {len(items)} figures of the class)" if len(items) > 1 else "")
             findings.append(Finding("figure", cls, f"{what}: {gbps:.1f} GB/s, {1 - gbps / median:.0%} under the "
                                     f"median of {counted(len(figures), 'node')} ({median:.1f} GB/s; their spread "
-                                    f"allows {drop:.0%}){also}", node))
+                                    f"allows {drop:.0%}){also}", node, column=cls, items=(cls,)))
     above = [node for node, items in figures.items() if statistics.median(g for _, g in items) > median * (1 + drop)]
     if len(above) >= max(2, 0.1 * len(figures)):
-        findings.append(Finding("split", cls, f"{cls}: {counted(len(above), 'node')} ({_listed(above)}) measure over "
+        rest = tuple(n for n in figures if n not in above)
+        findings.append(Finding(SPLIT, cls, f"{cls}: {counted(len(above), 'node')} ({_listed(above)}) measure over "
                                 f"{drop:.0%} above the median of {median:.1f} GB/s: the group is split, and its "
-                                f"median may be the degraded side"))
+                                f"median may be the degraded side", column=cls, items=(cls,),
+                                sides=((("at the median",), rest), ((f"over {drop:.0%} above the median",),
+                                                                    tuple(above)))))
 
 
 def judge_group(kind: str, nodes: list[Node]) -> Group:
-    findings: list[Finding] = []
+    """Each node's faults, whatever its peers hold; then, with enough peers, what sets it apart."""
+    peer: list[Finding] = []
     reference: dict[str, str] = {}
     medians: dict = {}
     unjudged: list[str] = []
-    if len(nodes) < MIN_FACT_PEERS:
+    splits: list = []
+    explained = {n.name: {e for f in n.faults for e in f.explains} for n in nodes}
+    compared = len(nodes) >= MIN_FACT_PEERS
+    if not compared:
         unjudged.append(f"{counted(len(nodes), 'node')} of this kind: too few to judge by its peers "
-                        f"({MIN_FACT_PEERS} needed)")
-        return Group(kind, tuple(nodes), reference, medians, (), tuple(unjudged))
-    _judge_fact("GPUs", {n.name: n.facts["GPUs"] for n in nodes}, findings, reference, unjudged)
-    # A node with another GPU count cannot have its GPUs matched to its peers': only the count is named.
-    comparable = [n for n in nodes if n.facts["GPUs"] == reference.get("GPUs", n.facts["GPUs"])]
-    facts = dict.fromkeys(f for n in nodes for f in n.facts if f != "GPUs")
-    per_gpu = frozenset().union(*(n.per_gpu for n in nodes))
-    for fact in facts:
-        among = comparable if fact in per_gpu else nodes
-        values = {n.name: n.facts[fact] for n in among if n.facts.get(fact) is not None}
-        if values:
-            _judge_fact(fact, values, findings, reference, unjudged)
-    by_class: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+                        f"({MIN_FACT_PEERS} needed); each node's own faults are still named")
+    else:
+        counts = {n.name: n.facts["GPUs"] for n in nodes if "GPUs" not in explained[n.name]}
+        _judge_fact("GPUs", counts, peer, reference, unjudged, splits)
+        # A node with another GPU count cannot have its GPUs matched to its peers': only the count is named.
+        comparable = [n for n in nodes if n.facts["GPUs"] == reference.get("GPUs", n.facts["GPUs"])]
+        facts = dict.fromkeys(f for n in nodes for f in n.facts if f != "GPUs")
+        per_gpu = frozenset().union(*(n.per_gpu for n in nodes))
+        for fact in facts:
+            among = comparable if fact in per_gpu else nodes
+            values = {n.name: n.facts[fact] for n in among
+                      if n.facts.get(fact) is not None and fact not in explained[n.name]}
+            if values:
+                _judge_fact(fact, values, peer, reference, unjudged, splits)
+        by_class: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        for n in nodes:
+            for fig in n.figures:
+                if fig.what not in explained[n.name]:  # a figure under its floor is a fault already
+                    by_class[fig.cls][n.name].append((fig.what, fig.gbps))
+        for cls, figures in by_class.items():
+            _judge_class(cls, figures, peer, medians, unjudged, splits)
+    by_node: dict[str, list[Finding]] = {}
+    for f in peer:
+        if f.node is not None:
+            by_node.setdefault(f.node, []).append(f)
+    findings: list[Finding] = []
     for n in nodes:
-        for fig in n.figures:
-            by_class[fig.cls][n.name].append((fig.what, fig.gbps))
-    for cls, figures in by_class.items():
-        _judge_class(cls, figures, findings, medians, unjudged)
-    return Group(kind, tuple(nodes), reference, medians, tuple(findings), tuple(unjudged))
+        findings += _fault_findings(n) + _peer_findings(n, by_node.get(n.name, []))
+    findings += _split_findings(splits) + [f for f in peer if f.node is None]
+    return Group(kind, tuple(nodes), reference, medians, tuple(findings), tuple(unjudged), compared)
 
 
-def judge(nodes: list[Node]) -> Fleet:
+def judge(nodes: list[Node], superseded: tuple[Superseded, ...] = ()) -> Fleet:
     """Group the nodes by GPU model (in the order first read) and judge each group by its peers."""
     groups: dict[str, list[Node]] = {}
     for node in nodes:
         groups.setdefault(node.kind, []).append(node)
-    return Fleet(tuple(judge_group(kind, members) for kind, members in groups.items()))
+    return Fleet(tuple(judge_group(kind, members) for kind, members in groups.items()), tuple(superseded))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import keys, model
+from .faults import Fault, check_fault, figure_fault, topology_faults
 from .units import counted, size_text
 
 UNKNOWN_MODEL = "unknown GPU"
@@ -32,7 +33,8 @@ class Node:
     when: str | None = None  # when the document was written, as it says
     notes: tuple[str, ...] = ()  # what its document does not let the fleet view judge
     per_gpu: frozenset[str] = field(default_factory=frozenset)  # the facts that name a GPU or a pair
-    uuids: tuple[str | None, ...] = ()  # its GPUs': with its name, which node a document is of
+    uuids: tuple[str | None, ...] = ()  # its GPUs': which node a document is of (a node is its GPUs)
+    faults: tuple[Fault, ...] = ()  # what is wrong by its own facts, whatever its peers hold (core.faults)
 
 
 def _p2p_text(p2p: model.P2P) -> str:
@@ -78,10 +80,15 @@ def _figure_class(key: keys.Key, topology: model.Topology) -> str | None:
 
 
 def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when: str | None = None,
-            notes: tuple[str, ...] = (), software: dict | None = None) -> Node:
-    """``figures``: (key, GB/s, origin[, how]) of the document's measurements, ``how`` the backend of
-    an all-reduce; only measured ones are compared (a recorded figure is another machine's, published). ``software``: the installed
-    versions a run's document records (torch, pytest-gputopo)."""
+            notes: tuple[str, ...] = (), software: dict | None = None, failed_checks=(),
+            identified: bool = True) -> Node:
+    """``figures``: (key, GB/s, origin[, how[, error[, nvls]]]) of the document's measurements, ``how``
+    the backend of an all-reduce, ``error`` what was wrong with its data, ``nvls`` whether NCCL took
+    NVLink SHARP; only measured ones are compared (a recorded figure is another machine's, published).
+    ``software``: the installed versions a run's document records (torch, pytest-gputopo).
+    ``failed_checks``: (item, message) of each check item the document marks failed. ``identified``:
+    whether its GPUs' UUIDs are the node's own (NVML's on it), not a recording's: only those say which
+    node a document is of."""
     models = sorted({g.name or UNKNOWN_MODEL for g in topology.gpus})
     facts: dict[str, str | None] = {"GPUs": str(len(topology.gpus))}
     per_gpu = set()
@@ -101,16 +108,23 @@ def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when:
                         ("pytest-gputopo", (software or {}).get("pytest-gputopo"))):
         facts[fact] = value if isinstance(value, str) or value is None else None
     read, skipped = [], list(notes)
+    faults = {f.name: f for f in topology_faults(topology)}
     for key, gbps, origin, *how in figures:
+        how = (list(how) + [None, None, None])[:3]
         cls = _figure_class(key, topology)
         if cls is None or gbps is None:
             continue
-        if how and how[0]:  # how it was measured, where that changes the figure: gloo's CPUs, NCCL's GPUs
+        if how[0]:  # how it was measured, where that changes the figure: gloo's CPUs, NCCL's GPUs
             cls = f"{cls}, {how[0]}"
         if origin != "measured":
             skipped.append(f"{key.describe()}: {origin}, not measured on this node: not compared")
             continue
+        fault = figure_fault(topology, key, float(gbps), key.describe(), error=how[1], backend=how[0], nvls=how[2])
+        if fault is not None:
+            faults.setdefault(fault.name, fault)
         read.append(Figure(key.describe(), cls, float(gbps)))
+    for item, message in failed_checks:  # the document's own verdicts; one already found here is one fault
+        faults.setdefault(item, check_fault(item, message))
     return Node(name=name, path=path, kind=" + ".join(models) if models else "no GPU", facts=facts,
                 figures=tuple(read), when=when, notes=tuple(dict.fromkeys(skipped)), per_gpu=frozenset(per_gpu),
-                uuids=tuple(g.uuid for g in topology.gpus))
+                uuids=tuple(g.uuid for g in topology.gpus) if identified else (), faults=tuple(faults.values()))

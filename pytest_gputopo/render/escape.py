@@ -6,7 +6,8 @@ test id carries is untrusted: it is escaped where it is written, by the function
 - ``terminal``: no control character reaches a terminal line (C0, DEL, C1, line and paragraph
   separators, format characters such as bidi overrides): each is shown as Python shows it in a
   string (``\\n``, ``\\r``, ``\\t``, ``\\x1b``, ``\\u202e``), so a name holding
-  ``"x\\n::add-mask::y"`` is one line a CI runner does not act on.
+  ``"x\\n::add-mask::y"`` is one line a CI runner does not act on; ``terminal_line`` (a whole line)
+  also shows the colon or bracket that would start a workflow command (``::add-mask::y``) escaped.
 - ``markdown``: what a GitHub-flavoured Markdown renderer shows as exactly this text (controls shown
   as ``terminal`` shows them), in a table cell or a paragraph: every ASCII punctuation character is
   backslash-escaped (no emphasis, code span, link, autolink, raw HTML, comment, heading, list, quote
@@ -42,9 +43,24 @@ def terminal(text) -> str:
     return "".join(ch if ch.isprintable() else _shown(ch) for ch in text)
 
 
+# A GitHub runner reads a line of a step's output as a workflow command where it starts with "::" after
+# its leading whitespace (actions/runner ActionCommand.TryParseV2: ``message.TrimStart()``), and as an
+# old-style one where it holds "##[" (TryParse): such a line, unless the tool meant it, is written with
+# its first colon (or bracket) shown as an escape, as ``terminal`` shows a control character.
+_WORKFLOW_COMMAND = re.compile(r"^(\s*):(?=:)")
+
+
+def terminal_line(text) -> str:
+    """``text`` as one whole line of a terminal or CI log: ``terminal``'s escaping, and no workflow
+    command a CI runner would act on ("::add-mask::x" is written "\\x3a:add-mask::x")."""
+    line = _WORKFLOW_COMMAND.sub(lambda m: m.group(1) + "\\x3a", terminal(text))
+    return line.replace("##[", "##\\x5b")
+
+
 def terminal_lines(lines) -> list[str]:
-    """Each line escaped with ``terminal``: lines from data, each still one line."""
-    return [terminal(line) for line in lines]
+    """Each line escaped with ``terminal_line``: lines from data, each still one line, none a workflow
+    command."""
+    return [terminal_line(line) for line in lines]
 
 
 # ASCII punctuation with no meaning to GitHub-flavoured Markdown inside a line of text: kept as it is

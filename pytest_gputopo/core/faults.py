@@ -1,0 +1,165 @@
+"""What is wrong with a node by its own facts alone, whatever its peers hold: the findings with an
+inherent healthy value. The fleet view names a node for each of these however many of its peers share
+it, even all of them (``core.fleet``); only facts with no healthy value of their own (versions, figures
+above their floor, the NUMA layout) are left to the comparison with peers.
+
+Pure. Each rule is the one the node's own health check applies, called here, not restated:
+
+- NVLinks down: ``core.nvlinks.nvlink_lost`` (against the GPU's own link count);
+- PCIe narrower than the GPU's own maximum width (``core.regressions.pcie_trained_down`` words it);
+- P2P refused where the GPU model and chipset allow it (``p2p_refused``: NVML's GNS and CNS are cards
+  and chipsets without P2P, no fault);
+- a figure under the floor the plugin's threshold rule sets for that GPU and link
+  (``core.judgement.threshold`` with the default floors), or whose data came back wrong;
+- a check item the node's own document marks failed.
+
+A GPU with MIG enabled has no NVLink or P2P fact a process sees: those are not judged on it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import collectives, keys, spec
+from .judgement import BELOW, BROKEN, Measured, Judgement, threshold
+from .model import Link, P2PStatus, Topology
+from .nvlinks import nvlink_lost
+from .regressions import pcie_trained_down
+from .requirements import mig_enabled
+from .thresholds import DEFAULT_FLOORS
+
+NOT_A_FAULT = frozenset({P2PStatus.OK, P2PStatus.UNKNOWN, P2PStatus.GPU_NOT_SUPPORTED,
+                         P2PStatus.CHIPSET_NOT_SUPPORTED})
+# What a refusal usually means, where NVML's one word does not say it (nvidia-smi topo -p2p's legend
+# gives only the words): TNS, "topology not supported", is the PCIe path refusing peer traffic.
+P2P_MEANS = {P2PStatus.TOPOLOGY_NOT_SUPPORTED: "the PCIe path between them refuses peer traffic: usually ACS "
+                                               "on a PCIe switch or root port, or the IOMMU, redirecting it",
+             P2PStatus.DISABLED_BY_REGKEY: "turned off by a driver registry key"}
+_GPU = re.compile(r"GPU\d+")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One thing wrong with a node by its own facts. ``name``: as the check item that judges it is
+    named ("nvlink[GPU5]", "p2p_status[GPU0-GPU1]"), so a document's failed item and the same fault
+    found here are one; ``line``: the fault in one line, its subject first; ``gpus``: the GPUs it is
+    about (a pair, one GPU, or none); ``what``: the problem without its subject, to count alike faults;
+    ``explains``: the node's facts (``core.fleet_facts``) and figures (their ``what``) it accounts for,
+    which are then not compared with its peers' (the node is named for them already)."""
+
+    name: str
+    line: str
+    gpus: tuple[str, ...] = ()
+    what: str = ""
+    explains: tuple[str, ...] = ()
+
+
+def p2p_refused(link: Link) -> str | None:
+    """NVML's refusal of P2P on a pair where its GPU model and chipset allow P2P, in words (with what it
+    usually means); None when nothing is refused, the status is unknown, or the card or chipset has no
+    P2P (GNS, CNS: GeForce cards report either)."""
+    statuses = {link.p2p.read, link.p2p.write}
+    if statuses <= NOT_A_FAULT:
+        return None
+    refused = sorted((s for s in statuses if s not in (P2PStatus.OK, P2PStatus.UNKNOWN)), key=lambda s: s.value)
+    return ", ".join(f"{s.value} ({s.description}" + (f": {P2P_MEANS[s]})" if s in P2P_MEANS else ")")
+                     for s in refused)
+
+
+def topology_faults(topology: Topology) -> list[Fault]:
+    """The faults the node's facts show: NVLinks down, PCIe trained down, P2P refused."""
+    out = []
+    for gpu in topology.gpus:
+        name = f"GPU{gpu.index}"
+        width, full = gpu.pcie_width_current, gpu.pcie_width_max
+        if width is not None and full is not None and width < full:
+            what = pcie_trained_down(gpu, full, "its maximum width")
+            out.append(Fault(f"pcie[{name}]", f"{name} {what}", (name,), what, (f"{name} PCIe width now",)))
+        if gpu.nvlinks and not mig_enabled(topology, [gpu.index]):
+            lost = nvlink_lost(topology, gpu)
+            if lost:
+                pairs = [ln for ln in topology.pairs() if gpu.index in (ln.a, ln.b)]
+                explains = (f"{name} NVLinks up",) + tuple(f"{ln.name} link" for ln in pairs)
+                out.append(Fault(f"nvlink[{name}]", f"{name}: {lost}", (name,), lost, explains))
+    for link in topology.pairs():
+        if mig_enabled(topology, [link.a, link.b]):
+            continue
+        refused = p2p_refused(link)
+        if refused:
+            label = link.label or "unknown link"
+            what = f"refused by NVML: {refused}"
+            out.append(Fault(f"p2p_status[{link.name}]", f"{link.name} ({label}): P2P {what}",
+                             (f"GPU{link.a}", f"GPU{link.b}"), what, (f"{link.name} P2P",)))
+    return out
+
+
+def expected(topology: Topology, key: keys.Key, backend: str | None = None):
+    """What the link should give for a figure (a ``spec.Figure`` or None) and what that rests on, as a
+    run looks it up for its own figures; ``backend``: an all-reduce's ("gloo": CPUs, no link)."""
+    if isinstance(key, keys.Copy):
+        fig = spec.p2p_expected(topology, key.src, key.dst)
+        if fig is not None and key.kind == "p2p_bidir":
+            fig = spec.Figure(2 * fig.gbps, fig.source, f"2 x {fig.label or 'the link'} (both directions)")
+        return fig, (fig.label if fig else "no figure for the link")
+    if isinstance(key, keys.HostCopy):
+        fig = spec.h2d_expected(topology.gpus[key.gpu], key.pinned)
+        return fig, (fig.label if fig else "an unknown PCIe link")
+    if isinstance(key, keys.AllReduce) and backend != "gloo":
+        fig = collectives.allreduce_expected_busbw(topology, key.ranks, key.devices)
+        return fig, (fig.label if fig else "no figure for the links")
+    return None, "no link to judge it by"
+
+
+def _gpus_of(key: keys.Key) -> tuple[str, ...]:
+    if isinstance(key, keys.Copy):
+        return (f"GPU{key.src}", f"GPU{key.dst}")
+    if isinstance(key, keys.HostCopy):
+        return (f"GPU{key.gpu}",)
+    return ()
+
+
+def _item(key: keys.Key) -> str:
+    """The check item that judges the figure, as ``gputopo check --level full`` names it."""
+    if isinstance(key, keys.Copy):
+        arrow = "<->" if key.kind == "p2p_bidir" else "->"
+        return f"{key.kind}_bw[GPU{key.src}{arrow}GPU{key.dst}]"
+    if isinstance(key, keys.HostCopy):
+        name = "h2d_bw" if key.pinned and key.kind == "h2d" else "h2d_pageable_bw" if key.kind == "h2d" else "d2h_bw"
+        return f"{name}[GPU{key.gpu}]"
+    return "allreduce_bw"
+
+
+def figure_fault(topology: Topology, key: keys.Key, gbps: float, what: str, *, error: str | None = None,
+                 backend: str | None = None, nvls: bool | None = None) -> Fault | None:
+    """A measured figure under the floor the one threshold rule sets for its GPU and link (the default
+    floors: the fleet has no run's settings), or whose data came back wrong; None otherwise, and for a
+    figure nothing says what it should reach (unknown is never a fault, nor "assumed OK")."""
+    if isinstance(key, (keys.Copy, keys.HostCopy)) and max(_gpus_index(key)) >= len(topology.gpus):
+        return None
+    fig, basis = expected(topology, key, backend)
+    gpu_name = topology.gpus[0].name if topology.gpus else None
+    rule = threshold(key, fig, basis, DEFAULT_FLOORS, (), gpu_name,
+                     size_bytes=key.size_bytes if isinstance(key, keys.AllReduce) else None, nvls=nvls)
+    judged = Judgement(Measured(gbps, "measured", what, error=error), rule)
+    state = judged.state
+    if state == BROKEN:
+        problem = f"data came back wrong ({error})"
+    elif state == BELOW:
+        problem = judged.check().describe()
+    else:
+        return None
+    return Fault(_item(key), f"{what}: {problem}", _gpus_of(key), "under its floor" if state == BELOW
+                 else "data came back wrong", (what,))
+
+
+def _gpus_index(key) -> tuple[int, ...]:
+    return (key.src, key.dst) if isinstance(key, keys.Copy) else (key.gpu,)
+
+
+def check_fault(name: str, message: str) -> Fault:
+    """A check item the node's document marks failed: ``name`` as the check names it
+    ("nvlink[GPU5]", "topology"), ``message`` what it said."""
+    inside = name[name.index("[") + 1:] if "[" in name else ""
+    gpus = tuple(dict.fromkeys(_GPU.findall(inside)))[:2]
+    return Fault(name, f"check {name} failed: {message}", gpus, f"check {name.split('[')[0]} failed")
