@@ -47,18 +47,20 @@ def _plan(pytester, *args) -> dict:
     return json.loads((pytester.path / "plan.json").read_text())
 
 
-def _run_verdicts(pytester, *args) -> dict:
-    """Each test's verdict as the real run reports it in JUnit XML."""
+def _run_verdicts(pytester, *args, why: dict | None = None) -> dict:
+    """Each test's verdict as the real run reports it in JUnit XML (and, into ``why``, its message)."""
     pytester.runpytest("-p", "no:cacheprovider", "--junitxml", "run.xml", *args)
     verdicts = {}
     for case in ET.parse(pytester.path / "run.xml").getroot().iter("testcase"):
         nodeid = f"test_suite.py::{case.get('name')}"
-        if case.find("skipped") is not None:
+        if (found := case.find("skipped")) is not None:
             verdicts[nodeid] = "skip"
         elif (found := case.find("error")) is not None or (found := case.find("failure")) is not None:
             verdicts[nodeid] = "broken" if "broken node" in found.get("message", "") else "fail"
         else:
             verdicts[nodeid] = "run"
+        if why is not None:
+            why[nodeid] = "" if found is None else found.get("message", "")
     return verdicts
 
 
@@ -66,12 +68,20 @@ def _run_verdicts(pytester, *args) -> dict:
 @pytest.mark.parametrize("strict", [[], ["--gputopo-strict"]], ids=["", "strict"])
 def test_a_plan_gives_each_test_the_verdict_the_run_gives_it(pytester, machine, strict):
     """Previewing a suite on a machine says, per test, what the run on that machine does: the same
-    requirement on the same figure (recorded ones included) gets the same verdict, and no body runs."""
+    requirement on the same figure (recorded ones included) gets the same verdict, and no body runs.
+    A figure the machine's profile does not record is one its node would measure: the plan says
+    unknown where a run here, with no such figure, says so and does not run the test."""
     pytester.makepyfile(test_suite=SUITE)
     doc = _plan(pytester, "--gputopo-machine", machine, *strict)
     assert not list(pytester.path.glob("ran-*")), "a plan ran a test body"
     planned = {t["nodeid"]: t["verdict"] for t in doc["tests"]}
-    assert planned == _run_verdicts(pytester, "--gputopo-machine", machine, *strict)
+    why: dict = {}
+    ran = _run_verdicts(pytester, "--gputopo-machine", machine, *strict, why=why)
+    for nodeid, verdict in planned.items():
+        if verdict == "unknown":
+            assert ran[nodeid] in ("skip", "fail") and "no figure (none published for" in why[nodeid], (nodeid, why)
+            ran[nodeid] = "unknown"
+    assert planned == ran
     assert doc["machine"] == f"recorded:{machine}" and doc["this_host"] is False
     assert doc["counts"] == {v: list(planned.values()).count(v) for v in ("run", "skip", "fail", "broken", "unknown")}
 
@@ -86,9 +96,10 @@ def test_the_plan_names_each_verdict_and_why(pytester):
         "RUN test_suite.py::test_eight - requires_gpus(8): met",
         "SKIP test_suite.py::test_nvlink - requires_nvlink: GPU0-GPU5 are linked by SYS, not NVLink; *",
         "FAIL (strict) test_suite.py::test_nvlink_strict - requires_nvlink: GPU0-GPU5 are linked by SYS*",
-        "SKIP test_suite.py::test_p2p_bw - min_p2p_bw(gpus=2): GPU0->GPU1 copy, P2P: no figure (none published *",
-        "gputopo plan on recorded:hgx-h100-nvlink-down (a recorded machine, not this host): 2 run, 4 skip, "
-        "1 fail (strict); no test ran (--gputopo-plan)",
+        "UNKNOWN test_suite.py::test_p2p_bw - min_p2p_bw(gpus=2): would measure GPU0->GPU1 copy, P2P on the node "
+        "(no figure recorded) [recorded:hgx-h100-nvlink-down (a recorded machine, not this host)]",
+        "gputopo plan on recorded:hgx-h100-nvlink-down (a recorded machine, not this host): 2 run, 2 skip, "
+        "1 fail (strict), 2 unknown (would measure); no test ran (--gputopo-plan)",
         "*no tests ran*",
     ])
     assert not list(pytester.path.glob("ran-*"))
@@ -210,7 +221,8 @@ def test_a_plan_exits_0_whatever_it_finds(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-machine", "single-gpu",
                                 "--gputopo-strict")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["gputopo plan on recorded:single-gpu *: 1 run, 6 fail (strict); no test ran*"])
+    result.stdout.fnmatch_lines(["gputopo plan on recorded:single-gpu *: 1 run, 5 fail (strict), 1 unknown (would "
+                                 "measure); no test ran*"])
 
 
 def test_an_unmet_run_gate_is_the_plan_no_test_would_run(pytester):
@@ -386,3 +398,37 @@ def test_the_documented_ci_routing_starts_jobs_only_where_tests_would_run(pytest
     done = _sh(script, pytester.path, GITHUB_OUTPUT=str(output))
     assert done.returncode == 0, done.stdout + done.stderr
     assert output.read_text() == 'pools=["gpu-8x-nvlink"]\n'
+
+
+@needs_jq
+def test_the_documented_ci_routing_keeps_the_jobs_of_bandwidth_tests_where_the_profile_has_no_figures(pytester):
+    """A pool recorded once with `gputopo record` has no figures: its GPU runner would measure them. A
+    suite of bandwidth tests alone must still get that pool's job (the plan says unknown, not skip),
+    and a pool whose topology rules a test out still gets none for it."""
+    doc = (DOCS / "distributed.md").read_text()
+    recipe = _block(doc[doc.index("### Route jobs by the plan"):], "# .github/workflows/gpu.yml")
+    script = textwrap.dedent(recipe.split("run: |\n", 1)[1].split("  gpu:\n", 1)[0])
+    machines = Path(__file__).resolve().parents[1] / "pytest_gputopo" / "machines"
+    (pytester.path / "ci").mkdir()
+    nvlink = json.loads((machines / "hgx-h100.json").read_text())
+    nvlink["topology"]["published"] = []  # as `gputopo record` writes a node: no published figures
+    (pytester.path / "ci" / "gpu-8x-nvlink.json").write_text(json.dumps(nvlink))
+    shutil.copy(machines / "8x-l40s.json", pytester.path / "ci" / "gpu-pcie.json")  # publishes none either
+    pytester.makepyfile(test_bw="import pytest\n"
+                                "@pytest.mark.min_allreduce_bw(50)\ndef test_allreduce(): pass\n"
+                                "@pytest.mark.min_p2p_bw(20, gpus=2)\ndef test_p2p(): pass\n")
+    output = pytester.path / "github_output"
+    done = _sh(script, pytester.path, GITHUB_OUTPUT=str(output))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert output.read_text() == 'pools=["gpu-8x-nvlink","gpu-pcie"]\n'
+    plan = json.loads((pytester.path / "plan-gpu-pcie.json").read_text())
+    assert plan["counts"]["unknown"] == 2 and plan["counts"]["skip"] == 0
+    assert {t["verdict"] for t in plan["tests"]} == {"unknown"}
+    assert all(t["would_measure"] and "on the node (no figure recorded)" in t["reason"] for t in plan["tests"])
+
+    # a pool whose topology rules the test out gets no job for it
+    pytester.makepyfile(test_tp="import pytest\n@pytest.mark.requires_nvlink\ndef test_tensor_parallel(): pass\n")
+    (pytester.path / "test_bw.py").unlink()
+    done = _sh(script, pytester.path, GITHUB_OUTPUT=str(output))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert output.read_text().splitlines()[-1] == 'pools=["gpu-8x-nvlink"]'

@@ -140,6 +140,10 @@ class BenchSuite:
         # A plan (--gputopo-plan): a list, where each measurement the run would make is appended instead
         # of made; figures at hand (recorded, cached) are still taken. None: measure.
         self.planned: list[keys.Key] | None = None
+        # A plan of a machine that is not this host (a CI pool's recorded node): each figure asked for
+        # that the machine records none of, appended as it is asked (the node itself would measure it).
+        self.unrecorded: list[keys.Key] | None = None
+        self._unrecorded: set[keys.Key] = set()
 
     def close(self) -> None:
         """End what the suite keeps running between benchmarks (the copy child, if it lives)."""
@@ -167,6 +171,8 @@ class BenchSuite:
             result = self._obtain(key)
             if result.origin != PLANNED:  # a plan's stand-in is asked again, so each asker lists the key
                 self._results[key] = result
+        if self.unrecorded is not None and key in self._unrecorded:
+            self.unrecorded.append(key)
         return result
 
     # -- where a figure comes from ----------------------------------------------------------------
@@ -179,6 +185,8 @@ class BenchSuite:
                                error=refused)
         if not self.topology.is_this_host:  # a recorded or text machine: only its own figures
             result = self._recorded(key)
+            if result.gbps is None:
+                self._unrecorded.add(key)
             if self._shared is not None:  # for the controller's report, as a measurement would be
                 self._shared.put(name, result.to_json())
             return result

@@ -49,7 +49,7 @@ def suite(run: GputopoRun) -> BenchSuite:
 
     found.progress = Progress(run)
     if run.settings.plan:  # a dry run: what would be measured is listed, never measured
-        found.planned = []
+        found.planned, found.unrecorded = [], []
     return found
 
 

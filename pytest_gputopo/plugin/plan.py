@@ -7,7 +7,9 @@ The verdicts are the run's own: ``verdicts.evaluate`` judges each requirement an
 a figure gets the same verdict in a plan as in a run. Only measuring differs: the suite lists what
 it would measure (``BenchSuite.planned``) and takes figures at hand alone (recorded for the machine,
 or kept in pytest's cache with ``--gputopo-cache``); a requirement that needs a measurement is
-``unknown``, naming it.
+``unknown``, naming it. A plan of a machine that is not this host previews a run on that machine: a
+figure its profile does not record is one the node would measure (``unknown``), not a skip, so that a
+CI pool whose profile has no figures still gets the jobs of its bandwidth tests.
 """
 
 from __future__ import annotations
@@ -107,7 +109,10 @@ def _entry(run: GputopoRun, item, reqs, memo: dict, checks) -> Entry:
     for requirement, strict in reqs:  # as the run's setup: the first unmet requirement decides
         outcome, measure = _judged(run, requirement, memo)
         if measure:
-            return Entry(item.nodeid, UNKNOWN, f"{requirement}: would measure {'; '.join(measure)}",
+            from ..render.report import source_text
+
+            there = "" if run.topology.is_this_host else _THERE.format(source_text(run.topology))
+            return Entry(item.nodeid, UNKNOWN, f"{requirement}: would measure {'; '.join(measure)}{there}",
                          str(requirement), measure, UNKNOWN)
         if outcome.reason is None:  # met: on figures recorded for the machine, it says so
             met.append(outcome.recorded or f"{requirement}: met")
@@ -118,19 +123,32 @@ def _entry(run: GputopoRun, item, reqs, memo: dict, checks) -> Entry:
     return Entry(item.nodeid, RUN, "; ".join(met))
 
 
+# Where the measurement an unknown verdict waits for is made, on a machine that is not this host.
+_THERE = " on the node (no figure recorded) [{}]"
+
+
 def _judged(run: GputopoRun, requirement, memo: dict) -> tuple:
-    """(the run's outcome, what it would measure first) of one requirement, once per plan."""
+    """(the run's outcome, what it would measure first) of one requirement, once per plan.
+
+    On a machine that is not this host (a CI pool's recorded node), a requirement left unmet for
+    want of a figure the machine records none of waits for the node to measure it, as on a GPU host:
+    the plan previews the run on that node, where a bandwidth test is measured, not skipped. A
+    figure it asks for but does not need (one it compares with, when recorded) leaves a met verdict met."""
     if requirement not in memo:
         from ..core.requirements import FactRequirement
 
-        planned = None
+        planned = unrecorded = None
         if isinstance(requirement, FactRequirement):  # judged on measurements: the suite lists them
             from .measurements import suite
 
-            planned = suite(run).planned
+            planned, unrecorded = suite(run).planned, suite(run).unrecorded
         start = len(planned) if planned is not None else 0
+        start_unrecorded = len(unrecorded) if unrecorded is not None else 0
         outcome = evaluate(run, requirement)
-        measure = tuple(dict.fromkeys(key.describe() for key in planned[start:])) if planned else ()
+        waits = list(planned[start:]) if planned else []
+        if not waits and outcome.reason is not None and unrecorded:
+            waits = list(unrecorded[start_unrecorded:])
+        measure = tuple(dict.fromkeys(key.describe() for key in waits))
         memo[requirement] = (outcome, measure)
     return memo[requirement]
 

@@ -15,28 +15,54 @@ import os
 MAX_INPUT_BYTES = 64 * 2**20  # 64 MiB: far above any profile, nvidia-smi output or NCCL log of one node
 
 
-def read_text(path: str, limit: int = MAX_INPUT_BYTES) -> str:
+def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True, what: str = "this tool") -> str:
     """The text of a regular file of at most ``limit`` bytes. Anything else -- a FIFO or a device
-    (which would block or never end), a folder, a symlink loop, a file too large -- is an
-    ``OSError`` whose message says what the path is."""
+    (which would block, never end, or act when opened: a tape rewinds), a folder, a symlink loop, a
+    file too large -- is an ``OSError`` whose message says what the path is, and nothing but a regular
+    file is ever opened: the path is looked at first, then opened without waiting, and what was opened
+    must be what was looked at. ``follow=False``: a symlink is refused, not followed (a file found in a
+    folder of other people's files, where a link may lead anywhere). ``what`` names the reader in the
+    refusal of a file too large ("larger than 16 MiB, the most gputopo fleet reads of one document")."""
     import stat
 
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)  # opening a FIFO must not wait for a writer
+    try:
+        seen = os.stat(path) if follow else os.lstat(path)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(seen.st_mode):
+        raise OSError(0, "a symbolic link, not followed here")
+    if not stat.S_ISREG(seen.st_mode):
+        raise OSError(0, f"not a regular file: it is {_what_is(seen.st_mode)}")
+    too_large = OSError(0, f"larger than {_size_text(limit)}, the most {what} reads")
+    if seen.st_size > limit:
+        raise too_large
+    # O_NONBLOCK: a FIFO put in its place meanwhile must not wait for a writer; O_NOFOLLOW: nor a link
+    flags = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+             | (0 if follow else getattr(os, "O_NOFOLLOW", 0)))
     try:
         fd = os.open(path, flags)
     except OSError as exc:
         raise OSError(exc.errno, f"cannot read: {exc.strerror or exc}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    found = os.fstat(fd)
+    if (found.st_dev, found.st_ino) != (seen.st_dev, seen.st_ino) or not stat.S_ISREG(found.st_mode):
         os.close(fd)
-        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
-        raise OSError(0, f"not a regular file: it is {kind}")
+        raise OSError(0, "replaced while being opened: read it again")
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise OSError(0, f"larger than {limit // 2**20} MiB, the most this tool reads")
+        raise too_large
     return data.decode("utf-8", errors="replace")
+
+
+def _what_is(mode: int) -> str:
+    import stat
+
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+
+
+def _size_text(limit: int) -> str:
+    return f"{limit // 2**20} MiB" if limit % 2**20 == 0 else f"{limit:,} bytes"
 
 
 def write_text(path: str, text: str) -> None:
