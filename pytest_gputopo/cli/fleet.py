@@ -6,28 +6,11 @@ from __future__ import annotations
 import json
 import sys
 
-from ..core import schema
 from ..core.fleet import judge, roster
-from ..core.fleet_facts import Node
-from ..probe.recorded import ProfileError
 from ..render import fleet as fleet_out
 from ..runtime import files
 from .common import CliError, add_command, check_writable
-from .fleet_documents import documents, nodes_from
-
-
-def read_nodes(paths: list[str]) -> tuple[list[Node], list[tuple[str, str]]]:
-    """Every node the documents describe (several documents of one node included: ``core.fleet.roster``
-    says which is judged), and the documents not read with why."""
-    nodes, unread = [], []
-    for path in documents(paths):
-        try:
-            nodes += nodes_from(path)
-        except OSError as exc:
-            unread.append((path, exc.strerror or str(exc)))
-        except (ValueError, ProfileError, schema.SchemaError, RecursionError) as exc:
-            unread.append((path, str(exc).removeprefix(f"{path}:").lstrip()))
-    return nodes, unread
+from .fleet_documents import read_nodes
 
 
 # The exit statuses, one meaning each (docs/fleet.md, "Exit status"); 3 is every command's internal error.
@@ -47,12 +30,13 @@ def status(fleet, unread: list) -> int:
 def cmd_fleet(args) -> int:
     for flag, path in (("--html", args.html), ("--json", args.json), ("--markdown", args.markdown)):
         check_writable(flag, path)
-    nodes, unread = read_nodes(args.documents)
+    read = read_nodes(args.documents, outputs={"--html": args.html, "--json": args.json, "--markdown": args.markdown})
+    nodes, unread = read.nodes, read.unread
     if not nodes:
         raise CliError("no node to judge: " + (f"{len(unread)} documents, none readable" if unread else
                                                "no document found"))
     judged, superseded = roster(nodes)
-    fleet = judge(judged, tuple(superseded))
+    fleet = judge(judged, tuple(superseded), tuple(read.set_aside))
     try:
         for path, write in ((args.html, fleet_out.html_page), (args.markdown, fleet_out.summary_markdown),
                             (args.json, lambda f, u: json.dumps(fleet_out.document(f, u), indent=1) + "\n")):

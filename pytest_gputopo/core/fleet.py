@@ -140,6 +140,8 @@ class Superseded:
 class Fleet:
     groups: tuple[Group, ...]
     superseded: tuple[Superseded, ...] = ()
+    # documents not read by design, no error (the fleet view's own output, a link inside a folder): (path, why)
+    set_aside: tuple[tuple[str, str], ...] = ()
 
     @property
     def named(self) -> list[str]:
@@ -464,9 +466,11 @@ def judge_group(kind: str, nodes: list[Node]) -> Group:
     return Group(kind, tuple(nodes), reference, medians, tuple(findings), tuple(unjudged), compared)
 
 
-def judge(nodes: list[Node], superseded: tuple[Superseded, ...] = ()) -> Fleet:
+def judge(nodes: list[Node], superseded: tuple[Superseded, ...] = (),
+          set_aside: tuple[tuple[str, str], ...] = ()) -> Fleet:
     """Group the nodes by GPU model (in the order first read) and judge each group by its peers."""
     groups: dict[str, list[Node]] = {}
     for node in nodes:
         groups.setdefault(node.kind, []).append(node)
-    return Fleet(tuple(judge_group(kind, members) for kind, members in groups.items()), tuple(superseded))
+    return Fleet(tuple(judge_group(kind, members) for kind, members in groups.items()), tuple(superseded),
+                 tuple(set_aside))

@@ -20,6 +20,9 @@ MAX_BYTES = 2**40  # 1 TiB: a message size above the memory of any GPU
 MAX_NICS = 1024  # network devices of one host (an 8-GPU node has about 10 RDMA NICs)
 MAX_WARNINGS = 10_000
 MAX_CPUS = 65536  # Linux NR_CPUS tops out at 8192 (CONFIG_MAXSMP)
+# One document gputopo fleet reads (a run's or a check's report, a profile): a full check of an 8-GPU node
+# is about 0.2 MB, 2.5 MB where every copy took the harness's 1,000 samples (docs/performance.md)
+MAX_DOCUMENT_BYTES = 16 * 2**20
 
 
 _SHORT = reprlib.Repr()

@@ -11,6 +11,7 @@ from ..core.units import counted
 from .escape import html_attribute, html_text, markdown, terminal_lines
 
 FLEET_SCHEMA = 1
+FLEET_KIND = "gputopo fleet"  # the JSON document's "kind": the reader sets its own document aside by it
 
 
 def _tag(f: Finding) -> str:
@@ -33,7 +34,8 @@ def _verdict(fleet: Fleet, unread: list) -> str:
             f"(too few of its GPU model: {_not_compared(fleet)}; 3 needed)" if fleet.not_compared else "",
             f"{counted(len(unread), 'document')} not read" if unread else "",
             f"{counted(len(fleet.superseded), 'document')} superseded by a newer one of its node"
-            if fleet.superseded else ""]
+            if fleet.superseded else "",
+            f"{counted(len(fleet.set_aside), 'document')} set aside (not a node's)" if fleet.set_aside else ""]
     said = [s for s in said if s]
     if fleet.healthy:
         said.insert(0, "every node judged by its peers; none has a fault of its own or differs from them")
@@ -58,6 +60,7 @@ def lines(fleet: Fleet, unread: list) -> list[str]:
         out += [f"  SPLIT {f.says}" for f in group.findings if f.kind == SPLIT]
         out += [f"  not judged: {why}" for why in group.unjudged]
     out += [f"superseded: {s.path}: {s.why}" for s in fleet.superseded]
+    out += [f"set aside: {path}: {why}" for path, why in fleet.set_aside]
     out += [f"not read: {path}: {why}" for path, why in unread]
     return terminal_lines(out + [_verdict(fleet, unread)])
 
@@ -78,6 +81,7 @@ def summary_markdown(fleet: Fleet, unread: list) -> str:
             out.append("No node has a fault of its own; too few nodes to judge them by their peers.")
         out += [f"- not judged: {markdown(why)}" for why in group.unjudged] + [""]
     out += [f"- superseded: {markdown(s.path)}: {markdown(s.why)}" for s in fleet.superseded]
+    out += [f"- set aside: {markdown(path)}: {markdown(why)}" for path, why in fleet.set_aside]
     out += [f"- not read: {markdown(path)}: {markdown(why)}" for path, why in unread]
     return "\n".join(out).rstrip() + "\n"
 
@@ -100,7 +104,7 @@ def document(fleet: Fleet, unread: list) -> dict:
                 "disagrees": [f.fact for f in g.disagreeing(n.name)],
                 "not_judged": g.unjudged_of(n)}
 
-    return {"schema": FLEET_SCHEMA, "healthy": fleet.healthy and not unread, "named": fleet.named,
+    return {"schema": FLEET_SCHEMA, "kind": FLEET_KIND, "healthy": fleet.healthy and not unread, "named": fleet.named,
             "verdict": _verdict(fleet, unread),
             "not_compared": [n.name for g in fleet.not_compared for n in g.nodes],
             "groups": [{"kind": g.kind, "compared": g.compared, "reference": g.reference,
@@ -110,6 +114,7 @@ def document(fleet: Fleet, unread: list) -> dict:
                         "group_findings": [_finding(f) for f in g.findings if f.node is None],
                         "not_judged": list(g.unjudged)} for g in fleet.groups],
             "superseded": [{"document": s.path, "node": s.node, "by": s.by, "why": s.why} for s in fleet.superseded],
+            "set_aside": [{"document": p, "why": w} for p, w in fleet.set_aside],
             "not_read": [{"document": p, "why": w} for p, w in unread]}
 
 
@@ -212,6 +217,9 @@ def html_page(fleet: Fleet, unread: list) -> str:
     if fleet.superseded:
         body += ["<h2>Superseded</h2><ul>"] + [f"<li>{html_text(s.path)}: {html_text(s.why)}</li>"
                                                for s in fleet.superseded] + ["</ul>"]
+    if fleet.set_aside:
+        body += ["<h2>Set aside</h2><ul>"] + [f"<li>{html_text(p)}: {html_text(w)}</li>"
+                                              for p, w in fleet.set_aside] + ["</ul>"]
     if unread:
         body += ["<h2>Not read</h2><ul>"] + [f"<li>{html_text(p)}: {html_text(w)}</li>" for p, w in unread] + ["</ul>"]
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"

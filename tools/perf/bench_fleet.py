@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fleet_docs import FAULTS, measurements, write_fleet  # noqa: E402
 
-from pytest_gputopo.cli.fleet import read_nodes  # noqa: E402
+from pytest_gputopo.cli.fleet_documents import read_nodes  # noqa: E402
 from pytest_gputopo.core import fleet, keys  # noqa: E402
 from pytest_gputopo.core.fleet_facts import node_of  # noqa: E402
 from pytest_gputopo.core.schema import to_dict  # noqa: E402
@@ -53,7 +53,8 @@ def node_memory(full: bool, n: int = 1000) -> str:
         write_fleet(folder, n, full=full)
         gc.collect()
         tracemalloc.start()
-        nodes, unread = read_nodes([str(folder)])
+        read = read_nodes([str(folder)])
+        nodes, unread = read.nodes, read.unread
         gc.collect()
         kept, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
