@@ -179,3 +179,104 @@ def test_one_gpu_has_no_all_reduce_to_measure(tmp_path):
     assert "h2d_bw[GPU0]" in done.stdout and "allreduce_bw" not in done.stdout
     two = gputopo_check(tmp_path, "--level", "full", "--machine", "2x-rtx3090-nvlink", "-v")
     assert "allreduce_bw" in two.stdout
+
+
+# One cause, one line (issue 30): the check's failed items are said by cause, the run gate's rule
+# (core.causes): every pair failing is the machine, a GPU in all its pairs' failures is that GPU, and
+# one GPU's failures across kinds of item (NVLink, PCIe, figures) are one cause.
+
+def failed_lines(lines: list[str]) -> list[str]:
+    return [line for line in section(lines) if line.startswith("FAILED ")]
+
+
+def degraded_profile(path: Path, name: str, base: str, published: list[dict]) -> Path:
+    """A bundled machine with figures of its own (``published``): a node whose copies were measured."""
+    from pytest_gputopo.probe import recorded
+
+    doc = recorded.profile_dict(name, recorded.load_profile(base).topology)
+    doc["topology"]["published"] = published
+    out = path / f"{name}.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def gpu5_slow(path: Path) -> Path:
+    """hgx-h100-nvlink-down (GPU5 lost its 18 NVLinks) whose copies with GPU5 run at 20 GB/s."""
+    slow = [{"kind": "p2p", "gbps": 20.0, "source": "test: GPU5's pairs", "src": min(g, 5), "dst": max(g, 5)}
+            for g in range(8) if g != 5]
+    return degraded_profile(path, "gpu5-slow", "hgx-h100-nvlink-down",
+                            [{"kind": "p2p", "gbps": 364.0, "source": "test: every pair"}, *slow])
+
+
+def gpu2_x8(path: Path) -> Path:
+    """hgx-h100-pcie-x8 (GPU2's PCIe trained down to x8) whose host -> device copy to GPU2 is slow."""
+    return degraded_profile(path, "gpu2-x8", "hgx-h100-pcie-x8", [
+        {"kind": "h2d", "gbps": 50.0, "pinned": True, "source": "test: every GPU"},
+        {"kind": "h2d", "gbps": 10.0, "pinned": True, "source": "test: GPU2", "gpu": 2}])
+
+
+@pytest.mark.slow
+def test_a_p2p_refused_node_is_one_failed_line_for_the_machine(tmp_path):
+    """8x-l40s-p2p-disabled refuses P2P (TNS) on all 28 pairs: one line, the machine, as the run gate
+    says it -- not 28 FAILED lines; JUnit XML still holds each pair's item (docs/benchmarks.md: why)."""
+    done = gputopo_check(tmp_path, "--level", "full", "--machine", "8x-l40s-p2p-disabled", "--junitxml", "node.xml")
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert failed_lines(lines) == ["FAILED the machine: all 28 pairs of the 8 GPUs fail p2p_status: P2P refused: "
+                                   "topology not supported (28 pairs)"]
+    assert section(lines)[-1] == "gputopo check: 28 failed (1 cause), 9 passed, 81 skipped"
+    shown = [same(line) for line in lines if "generated xml file" not in line]  # the doc's command writes none
+    assert shown == [same(line) for line in documented("docs/cli.md", "collected 118 items")]
+    suite = ET.parse(tmp_path / "node.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures")) == ("118", "28")
+
+
+@pytest.mark.parametrize("profile, line", [
+    (gpu5_slow, "FAILED GPU5: NVLinks [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17] are down "
+                "(0/18 up); all 7 of its pairs fail p2p_bw; the 21 pairs without GPU5 pass"),
+    (gpu2_x8, "FAILED GPU2: PCIe link trained down: x8 of x16 (its maximum width; Gen3 of Gen5); host->device "
+              "copy, pinned: below the floor of the expected"),
+])
+def test_one_gpus_failures_are_one_line_naming_the_gpu(pytester, profile, line):
+    """A GPU whose NVLinks (or PCIe link) and copies failed: one line naming the GPU, its NVLink (PCIe)
+    item and its pairs' (its own) figure items as one cause -- not a line per item."""
+    path = profile(pytester.path)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "full", "--gputopo-machine", str(path))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert failed_lines(result.stdout.lines) == [line]
+    assert re.fullmatch(r"gputopo check: \d+ failed \(1 cause\), \d+ passed, \d+ skipped", section(result.stdout.lines)[-1])
+
+
+def test_a_cause_of_one_item_keeps_the_items_line_and_causes_apart_are_lines_apart(pytester):
+    """nvlink[GPU5] alone is its own line (what it checks, its message); two GPUs' causes are two."""
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "hgx-h100-nvlink-down")
+    assert failed_lines(result.stdout.lines) == [
+        "FAILED nvlink[GPU5] (every NVLink of a GPU that has NVLink is up): GPU5: NVLinks [0, 1, 2, 3, 4, 5, 6, 7, 8, "
+        "9, 10, 11, 12, 13, 14, 15, 16, 17] are down (0/18 up)"]
+    assert section(result.stdout.lines)[-1] == "gputopo check: 1 failed, 44 passed"
+
+
+def test_the_check_runs_before_the_users_tests(pytester):
+    """--gputopo-check's items come first: a degraded node says so before the suite is spent."""
+    pytester.makepyfile(test_user="def test_a(): pass\ndef test_b(): pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "hgx-h100", "-v")
+    ran = [line.split(" ")[0] for line in result.stdout.lines if "::" in line and " PASSED" in line]
+    assert ran[0] == "gputopo-check::topology" and ran[-2:] == ["test_user.py::test_a", "test_user.py::test_b"]
+    assert all(name.startswith("gputopo-check::") for name in ran[:-2])
+
+
+def test_x_stops_after_the_whole_check_before_the_users_tests(pytester):
+    """-x on a node with P2P refused: every item of the check runs (its cause is named from all 28 pairs),
+    then the run stops, none of the user's tests run."""
+    pytester.makepyfile(test_user="def test_a(): pass\ndef test_b(): pass\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine",
+                                "8x-l40s-p2p-disabled", "-x")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes()  # none of the user's tests ran
+    assert failed_lines(result.stdout.lines) == ["FAILED the machine: all 28 pairs of the 8 GPUs fail p2p_status: "
+                                                 "P2P refused: topology not supported (28 pairs)"]
+    assert section(result.stdout.lines)[-1] == "gputopo check: 28 failed (1 cause), 9 passed"
+    result.stdout.fnmatch_lines(["*stopping after the gputopo check: 28 of its items failed*"])
+    # A healthy node: -x lets the user's tests run after the check.
+    healthy = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "8x-l40s", "-x")
+    healthy.assert_outcomes(passed=2)

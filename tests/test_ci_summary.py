@@ -71,3 +71,43 @@ def test_a_measurement_without_a_figure_is_said_once_per_reason_with_no_origin(p
             "8 device -\\> host copies: none published for recorded:dgx-a100, which is not this host and cannot be "
             "measured") in text
     assert len([line for line in text.splitlines() if line.endswith("| recorded |  |")]) == 28 + 16 + 1  # the figures
+
+
+def test_a_p2p_refused_node_is_one_annotation_one_row_and_one_banner_row(pytester, summary):
+    """8x-l40s-p2p-disabled refuses P2P on all 28 pairs: one cause (the machine), so one error
+    annotation (GitHub shows about 10 of a step), one row of the summary's failed checks and one row
+    of the HTML report's verdict -- not 28 of each."""
+    import re
+
+    pytester.makepyfile(test_x="def test_a(): pass\n")
+    result = pytester.runpytest("--gputopo-machine", "8x-l40s-p2p-disabled", "--gputopo-check", "full",
+                                "--gputopo-html", "report.html")
+    errors = [line for line in result.stdout.lines if line.startswith("::error")]
+    assert 1 <= len(errors) <= 3, errors
+    assert errors[0].startswith("::error title=gputopo check machine::the machine: all 28 pairs of the 8 GPUs fail "
+                                "p2p_status: P2P refused: topology not supported (28 pairs)%0AGPU0-GPU1 (PIX): ")
+    assert errors[0].endswith("%0Aand 20 more")  # the evidence, eight lines at most
+    text = summary.read_text()
+    failed = text.split("**Failed checks:**\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert failed == ["- **p2p\\_status x28**: the machine: all 28 pairs of the 8 GPUs fail p2p\\_status: P2P refused: "
+                      "topology not supported (28 pairs)"]
+    page = (pytester.path / "report.html").read_text()
+    banner = page.split('<section id="verdict"', 1)[1].split("</section>", 1)[0]
+    rows = re.findall(r'<tr><td class="failed">FAILED</td>.*?</tr>', banner)
+    assert rows == ['<tr><td class="failed">FAILED</td><td>check p2p_status x28</td><td class="text">this machine</td>'
+                    '<td class="text">all 28 pairs of the 8 GPUs fail p2p_status: P2P refused: topology not supported '
+                    '(28 pairs)</td></tr>']
+
+
+def test_at_most_ten_annotations_the_last_counting_the_rest():
+    """GitHub shows 10 error annotations of a step: more causes than that end in one that counts them."""
+    from pytest_gputopo.render.markdown import ANNOTATIONS, annotations
+
+    checks = [{"check": f"pcie[GPU{i}]", "outcome": "failed", "message": f"GPU{i} PCIe link trained down"}
+              for i in range(12)]
+    doc = {"checks": checks, "check_causes": [{"cause": c["check"], "headline": c["message"], "checks": [c["check"]]}
+                                              for c in checks]}
+    found = annotations(doc)
+    assert len(found) == ANNOTATIONS == 10
+    assert found[0] == "::error title=gputopo check pcie[GPU0]::GPU0 PCIe link trained down"
+    assert found[-1].startswith("::error title=gputopo%3A 3 more causes::check pcie[GPU9]; check pcie[GPU10]; ")
