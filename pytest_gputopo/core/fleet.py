@@ -322,7 +322,8 @@ def _fault_findings(node: Node) -> list[Finding]:
         fact = fault.explains[0] if fault.explains else fault.name
         column = classes.get(fact) or (_column(fact) if fault.explains else _label(fault.name))
         items.append((causes_.Finding(fault.line, fault.gpus, fault.what, fault.name), column,
-                      Finding(FAULT, fact, fault.line, node.name, column=column, items=(fault.name,))))
+                      Finding(FAULT, fact, fault.line, node.name, node.facts.get(fact), column=column,
+                              items=(fault.name,))))
     kinds = {f.name: (IDENTITY if f.name == "identity" else FAULT) for f in node.faults}
     out = _merged(node, items, FAULT, lambda f: _label(f.name))
     return [replace(f, kind=IDENTITY) if f.items and all(kinds.get(i) == IDENTITY for i in f.items) else f

@@ -145,7 +145,9 @@ def _cell(group: Group, node, column: str) -> str:
     if mine:
         text = "; ".join(f.says for f in mine)
         items = sum(max(1, len(f.items)) for f in mine)
-        value = mine[0].value if len(mine) == 1 and mine[0].value is not None else (
+        one = mine[0]
+        where = one.fact.removesuffix(one.column).strip() if one.column and one.fact.endswith(one.column) else ""
+        value = f"{where} {one.value}".strip() if len(mine) == 1 and one.value is not None else (
             "fault" if all(f.kind in (FAULT, IDENTITY) for f in mine) else "differs")
         if items > 1:
             value = f"{value} ({counted(items, 'fact')})"

@@ -102,6 +102,42 @@ def write_text(path: str, text: str) -> None:
         raise
 
 
+def write_named(folder: str, name: str, text: str) -> str:
+    """Write ``text`` as ``folder/name``, a file whose name the tool chose (not the user), in a folder
+    others may write to too (a shared file system the nodes of a cluster write into): atomically, as
+    ``write_text`` does, but what is at that path is replaced only if it is a regular file; a symlink
+    there is refused, not followed (a link planted under the name would send the file elsewhere), as
+    is anything else. The rename replaces the path itself, so a link made there meanwhile is replaced,
+    never written through. Returns the path written; an ``OSError`` says why it was refused."""
+    import errno
+    import stat
+    import tempfile
+
+    if not name or name in (".", "..") or os.sep in name or (os.altsep and os.altsep in name):
+        raise OSError(errno.EINVAL, f"{name!r}: not a file name")
+    path = os.path.join(folder, name)
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        found = None
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        what = "a symlink" if stat.S_ISLNK(found.st_mode) else _kind(found.st_mode)
+        raise OSError(errno.EINVAL, f"{path}: it is {what}: only a regular file is replaced here")
+    fd, temp = tempfile.mkstemp(prefix=".gputopo-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(temp, 0o666 & ~_umask())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
 def _target(path: str) -> tuple[str, bool]:
     """(the path to write, whether it is written through in place rather than replaced) for
     ``path`` by ``write_text``'s rule, or an ``OSError`` whose message says why it is refused."""
