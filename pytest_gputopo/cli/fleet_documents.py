@@ -124,6 +124,21 @@ def _leads_to_folder(path: str) -> bool:
         return False
 
 
+def _countable(text: str) -> None:
+    """Refuse, before parsing, a text of more values or containers than any document gputopo writes
+    (counted as characters, strings' included: an upper bound): parsing 16 MiB of tiny values costs
+    twenty times its size in memory."""
+    values = text.count(",")
+    if values > limits.MAX_DOCUMENT_VALUES:
+        raise ValueError(f"more than {limits.MAX_DOCUMENT_VALUES:,} JSON values (about {values:,}), the most "
+                         "gputopo fleet reads of one document: not a document gputopo writes")
+    containers = text.count("{") + text.count("[")
+    if containers > limits.MAX_DOCUMENT_CONTAINERS:
+        raise ValueError(f"more than {limits.MAX_DOCUMENT_CONTAINERS:,} JSON objects and lists (about "
+                         f"{containers:,}), the most gputopo fleet reads of one document: not a document "
+                         "gputopo writes")
+
+
 def _is_fleet_document(doc: dict) -> bool:
     """The fleet view's own document: its kind, or (written before it said its kind) its shape."""
     return doc.get("kind") == FLEET_KIND or ("topology" not in doc and "groups" in doc and "not_read" in doc)
@@ -157,7 +172,9 @@ def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
     """The nodes a document describes (a run across nodes lists each); ValueError naming what is wrong,
     OSError where it is no regular file of at most ``limits.MAX_DOCUMENT_BYTES`` (``follow=False``: or a
     link), SetAside where it is the fleet view's own document."""
-    text = files.read_text(path, limits.MAX_DOCUMENT_BYTES, follow=follow, what="gputopo fleet reads of a document")
+    text = files.read_text(path, limits.MAX_DOCUMENT_BYTES, follow=follow,
+                           bound="the most gputopo fleet reads of one document")
+    _countable(text)
     doc = read_json(text, path)
     del text
     if not isinstance(doc, dict):

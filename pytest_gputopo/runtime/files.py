@@ -15,14 +15,15 @@ import os
 MAX_INPUT_BYTES = 64 * 2**20  # 64 MiB: far above any profile, nvidia-smi output or NCCL log of one node
 
 
-def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True, what: str = "this tool") -> str:
+def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True,
+              bound: str = "the most this tool reads") -> str:
     """The text of a regular file of at most ``limit`` bytes. Anything else -- a FIFO or a device
     (which would block, never end, or act when opened: a tape rewinds), a folder, a symlink loop, a
     file too large -- is an ``OSError`` whose message says what the path is, and nothing but a regular
     file is ever opened: the path is looked at first, then opened without waiting, and what was opened
     must be what was looked at. ``follow=False``: a symlink is refused, not followed (a file found in a
-    folder of other people's files, where a link may lead anywhere). ``what`` names the reader in the
-    refusal of a file too large ("larger than 16 MiB, the most gputopo fleet reads of one document")."""
+    folder of other people's files, where a link may lead anywhere). ``bound`` says what ``limit`` is in
+    the refusal of a file too large ("larger than 16 MiB, the most gputopo fleet reads of one document")."""
     import stat
 
     try:
@@ -33,7 +34,7 @@ def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True, w
         raise OSError(0, "a symbolic link, not followed here")
     if not stat.S_ISREG(seen.st_mode):
         raise OSError(0, f"not a regular file: it is {_what_is(seen.st_mode)}")
-    too_large = OSError(0, f"larger than {_size_text(limit)}, the most {what} reads")
+    too_large = OSError(0, f"larger than {_size_text(limit)}, {bound}")
     if seen.st_size > limit:
         raise too_large
     # O_NONBLOCK: a FIFO put in its place meanwhile must not wait for a writer; O_NOFOLLOW: nor a link
