@@ -7,7 +7,8 @@ user's tests and neither FAILURES nor ``-rf``/``-rs`` lists them. The section "g
 the failures first, one line per cause (``check_causes``: the run gate's rule, ``core.causes``: the
 machine when every pair or GPU fails, a GPU in all its pairs' failures, across kinds of item; a cause
 of one item is that item's line: the item, what it checks, its message), then one line per reason
-items were not judged, then the check's counts. Registered only when the option is given.
+items were not judged, then the check's counts. The items run before the user's tests (``hooks``), and
+``-x`` stops after the whole check. Registered only when the option is given (never on xdist workers).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def is_check(report) -> bool:
 class CheckReport:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.maxfail: int | None = None  # the run's --maxfail, held while the check's items run
+        self.maxfail: int | None = None  # the run's --maxfail, held (None: not) while the check's items run
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
@@ -49,15 +50,16 @@ class CheckReport:
         option = item.config.option
         if not is_check(item):
             return (yield)
-        if self.maxfail is None:
+        if self.maxfail is None:  # the first item of the check (or of a run of them, if a plugin reordered)
             self.maxfail = getattr(option, "maxfail", 0) or 0
             option.maxfail = 0
         try:
             return (yield)
         finally:
             if nextitem is None or not is_check(nextitem):  # the check's last item: -x counts from here
-                option.maxfail, failed = self.maxfail, item.session.testsfailed
-                if self.maxfail and failed >= self.maxfail:
+                maxfail, self.maxfail = self.maxfail, None
+                option.maxfail, failed = maxfail, item.session.testsfailed
+                if maxfail and failed >= maxfail:
                     item.session.shouldfail = f"stopping after the gputopo check: {failed} of its items failed"
 
     @pytest.hookimpl(tryfirst=True)
