@@ -280,3 +280,17 @@ def test_x_stops_after_the_whole_check_before_the_users_tests(pytester):
     # A healthy node: -x lets the user's tests run after the check.
     healthy = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "8x-l40s", "-x")
     healthy.assert_outcomes(passed=2)
+
+
+@pytest.mark.slow
+def test_under_xdist_the_controller_says_the_workers_failed_items_by_cause(pytester):
+    """The items fail on the workers; the controller groups them from their reports (each failed
+    item's gputopo_check_finding property): still one line, the machine."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_user="def test_a(): pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--gputopo-check", "quick",
+                                           "--gputopo-machine", "8x-l40s-p2p-disabled", "-n", "2")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1)
+    assert failed_lines(result.stdout.lines) == ["FAILED the machine: all 28 pairs of the 8 GPUs fail p2p_status: "
+                                                 "P2P refused: topology not supported (28 pairs)"]
