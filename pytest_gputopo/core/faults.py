@@ -94,11 +94,17 @@ def topology_faults(topology: Topology) -> list[Fault]:
     return out
 
 
-def expected(topology: Topology, key: keys.Key, backend: str | None = None):
+def expected(topology: Topology, key: keys.Key, backend: str | None = None, pairs: dict | None = None):
     """What the link should give for a figure (a ``spec.Figure`` or None) and what that rests on, as a
-    run looks it up for its own figures; ``backend``: an all-reduce's ("gloo": CPUs, no link)."""
+    run looks it up for its own figures; ``backend``: an all-reduce's ("gloo": CPUs, no link);
+    ``pairs``: a pair's figure already looked up on this topology, by (src, dst), filled as it goes."""
     if isinstance(key, keys.Copy):
-        fig = spec.p2p_expected(topology, key.src, key.dst)
+        pair = (key.src, key.dst)
+        if pairs is None or pair not in pairs:  # one pair's copies (one way, both ways) share the lookup
+            fig = spec.p2p_expected(topology, key.src, key.dst)
+            if pairs is not None:
+                pairs[pair] = fig
+        fig = pairs[pair] if pairs is not None else fig
         if fig is not None and key.kind == "p2p_bidir":
             fig = spec.Figure(2 * fig.gbps, fig.source, f"2 x {fig.label or 'the link'} (both directions)")
         return fig, (fig.label if fig else "no figure for the link")
@@ -131,13 +137,13 @@ def _item(key: keys.Key) -> str:
 
 
 def figure_fault(topology: Topology, key: keys.Key, gbps: float, what: str, *, error: str | None = None,
-                 backend: str | None = None, nvls: bool | None = None) -> Fault | None:
+                 backend: str | None = None, nvls: bool | None = None, pairs: dict | None = None) -> Fault | None:
     """A measured figure under the floor the one threshold rule sets for its GPU and link (the default
     floors: the fleet has no run's settings), or whose data came back wrong; None otherwise, and for a
     figure nothing says what it should reach (unknown is never a fault, nor "assumed OK")."""
     if isinstance(key, (keys.Copy, keys.HostCopy)) and max(_gpus_index(key)) >= len(topology.gpus):
         return None
-    fig, basis = expected(topology, key, backend)
+    fig, basis = expected(topology, key, backend, pairs)
     gpu_name = topology.gpus[0].name if topology.gpus else None
     rule = threshold(key, fig, basis, DEFAULT_FLOORS, (), gpu_name,
                      size_bytes=key.size_bytes if isinstance(key, keys.AllReduce) else None, nvls=nvls)
