@@ -1,9 +1,14 @@
 """One node of a fleet as the fleet view compares it: its kind (the GPU model), its facts (a link class,
 a width, a version: one string each, ``None`` where its document does not say) and its measured figures,
-each filed under the class of thing it measured so that peers' figures of the same class compare."""
+each filed under the class of thing it measured so that peers' figures of the same class compare.
+
+A fleet holds thousands of nodes, whose fact names ("GPU3 PCIe max"), values ("NV18"), figure names and
+classes repeat from node to node: each is kept once (``_shared``), so a node of 8 GPUs costs about 10 KB
+(docs/performance.md, "The fleet view"), and nothing of its document is kept but what the judge reads."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from . import keys, model
@@ -12,8 +17,22 @@ from .units import counted, size_text
 
 UNKNOWN_MODEL = "unknown GPU"
 
+_SETS: dict[frozenset, frozenset] = {}
 
-@dataclass(frozen=True)
+
+def _shared(text: str | None) -> str | None:
+    """One copy of a string that repeats across nodes (a fact's name or value, a figure's class)."""
+    return sys.intern(text) if type(text) is str else text
+
+
+def _shared_set(names: frozenset[str]) -> frozenset[str]:
+    """One copy of a set of fact names that nodes of one shape share (their per-GPU facts)."""
+    if len(_SETS) > 1024:  # hostile documents of many shapes: the cache stays small
+        _SETS.clear()
+    return _SETS.setdefault(names, names)
+
+
+@dataclass(frozen=True, slots=True)
 class Figure:
     """One measured figure: what it measured (``what``), the class it is compared within
     (``cls``: the figure kind and what bounds it, "P2P copy over NV18")."""
@@ -23,7 +42,7 @@ class Figure:
     gbps: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     name: str  # the host name its document gives, else the document's file name
     path: str  # the document it was read from
@@ -90,25 +109,26 @@ def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when:
     whether its GPUs' UUIDs are the node's own (NVML's on it), not a recording's: only those say which
     node a document is of."""
     models = sorted({g.name or UNKNOWN_MODEL for g in topology.gpus})
-    facts: dict[str, str | None] = {"GPUs": str(len(topology.gpus))}
+    facts: dict[str, str | None] = {"GPUs": _shared(str(len(topology.gpus)))}
     per_gpu = set()
     for gpu in topology.gpus:
         for fact, value in _gpu_facts(gpu).items():
-            facts[fact] = value
+            facts[_shared(fact)] = _shared(value)
             per_gpu.add(fact)
     for link in topology.pairs():
         for fact, value in ((f"{link.name} link", None if link.label is None else str(link.label)),
                             (f"{link.name} P2P", _p2p_text(link.p2p))):
-            facts[fact] = value
+            facts[_shared(fact)] = _shared(value)
             per_gpu.add(fact)
-    facts["NICs"] = ", ".join(sorted(topology.nics)) if topology.nics else None
+    facts["NICs"] = _shared(", ".join(sorted(topology.nics))) if topology.nics else None
     for fact, value in (("driver", topology.driver_version), ("CUDA (driver)", topology.cuda_driver_version),
                         ("CUDA runtime (torch)", topology.cuda_runtime_version),
                         ("NCCL (torch)", topology.nccl_version), ("torch", (software or {}).get("torch")),
                         ("pytest-gputopo", (software or {}).get("pytest-gputopo"))):
-        facts[fact] = value if isinstance(value, str) or value is None else None
+        facts[fact] = _shared(value) if isinstance(value, str) or value is None else None
     read, skipped = [], list(notes)
     faults = {f.name: f for f in topology_faults(topology)}
+    pairs: dict = {}  # each pair's expected copy figure, looked up once
     for key, gbps, origin, *how in figures:
         how = (list(how) + [None, None, None])[:3]
         cls = _figure_class(key, topology)
@@ -117,14 +137,16 @@ def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when:
         if how[0]:  # how it was measured, where that changes the figure: gloo's CPUs, NCCL's GPUs
             cls = f"{cls}, {how[0]}"
         if origin != "measured":
-            skipped.append(f"{key.describe()}: {origin}, not measured on this node: not compared")
+            skipped.append(_shared(f"{key.describe()}: {origin}, not measured on this node: not compared"))
             continue
-        fault = figure_fault(topology, key, float(gbps), key.describe(), error=how[1], backend=how[0], nvls=how[2])
+        fault = figure_fault(topology, key, float(gbps), key.describe(), error=how[1], backend=how[0], nvls=how[2],
+                             pairs=pairs)
         if fault is not None:
             faults.setdefault(fault.name, fault)
-        read.append(Figure(key.describe(), cls, float(gbps)))
+        read.append(Figure(_shared(key.describe()), _shared(cls), float(gbps)))
     for item, message in failed_checks:  # the document's own verdicts; one already found here is one fault
         faults.setdefault(item, check_fault(item, message))
-    return Node(name=name, path=path, kind=" + ".join(models) if models else "no GPU", facts=facts,
-                figures=tuple(read), when=when, notes=tuple(dict.fromkeys(skipped)), per_gpu=frozenset(per_gpu),
+    return Node(name=name, path=path, kind=_shared(" + ".join(models)) if models else "no GPU", facts=facts,
+                figures=tuple(read), when=_shared(when), notes=tuple(dict.fromkeys(skipped)),
+                per_gpu=_shared_set(frozenset(per_gpu)),
                 uuids=tuple(g.uuid for g in topology.gpus) if identified else (), faults=tuple(faults.values()))
