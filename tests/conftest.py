@@ -10,6 +10,8 @@ import pytest
 
 from hypothesis import HealthCheck, settings
 
+import loopback
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (dev/setup installs Debian's package "
                                                             "where it can)")
@@ -101,6 +103,20 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
+# Traffic stays on loopback (tests/loopback.py): this process refuses any socket aimed elsewhere, and
+# the test that asked fails naming it, even where the code under test caught the refusal.
+loopback.install()
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only():
+    before = len(loopback.refused)
+    yield
+    if len(loopback.refused) > before:
+        pytest.fail("traffic beyond loopback (docs/testing.md): " + "; ".join(loopback.refused[before:]),
+                    pytrace=False)
+
+
 # pytester's in-process runs drop the modules they imported when they end; the plugin imports some
 # lazily, so import them once here and every run shares one copy (as a real process would).
 import pytest_gputopo.plugin.checks  # noqa: E402,F401
@@ -166,7 +182,8 @@ def srun_ranks(folder, port: int, rank_timeout_s: int, extra_env: dict | None = 
         env = {**base, "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank),
                "SLURM_NTASKS": str(ranks), "SLURM_STEP_NUM_TASKS": str(ranks), "SLURM_STEP_NUM_NODES": "1",
                "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "PYTHONWARNINGS": "ignore", **(extra_env or {})}
+               "MASTER_PORT": str(port), "PYTHONWARNINGS": "ignore", "GLOO_SOCKET_IFNAME": "lo",  # loopback only
+               **(extra_env or {})}
         procs.append(subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
                                        "--gputopo-rank-timeout", str(rank_timeout_s)], cwd=folder, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))

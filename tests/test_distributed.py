@@ -83,7 +83,9 @@ def suite_dir(tmp_path):
 
 
 def torchrun(cwd: Path, *args: str, env=None, timeout=120) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {}), "PYTHONWARNINGS": "ignore"}
+    # gloo's pairs on loopback: by default gloo takes the address the host name resolves to, which
+    # may be an interface beyond loopback (tests send traffic to loopback only: docs/testing.md).
+    full_env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {}), "PYTHONWARNINGS": "ignore"}
     return subprocess.run(TORCHRUN + list(args), cwd=cwd, env=full_env, capture_output=True, text=True,
                           timeout=timeout)
 

@@ -4,7 +4,9 @@
   its host and no wider. torch's TCPStore binds every interface on its own (``makeWithPort`` in
   torch/csrc/distributed/c10d/TCPStoreLibUvBackend.cpp binds "::" or "0.0.0.0"); given
   ``master_listen_fd`` it listens on that socket instead (``makeWithSocket``: ``uv_tcp_open``, then
-  ``uv_listen``), checked here on the installed torch by connecting from another address of this host.
+  ``uv_listen``), checked here on the installed torch by connecting to another address of loopback
+  (Linux answers all of 127.0.0.0/8 on ``lo``), and to a non-loopback address inside a network
+  namespace the test makes itself: tests send traffic to loopback only (docs/testing.md).
 - With a per-run secret (``PYTEST_GPUTOPO_STORE_SECRET_FILE``, a 0600 file, or
   ``PYTEST_GPUTOPO_STORE_SECRET``) every record is signed (HMAC-SHA256 over key and value) and a
   record of exactly the right shape written by a stranger -- the "met" verdict the shape check cannot
@@ -27,17 +29,6 @@ from pytest_gputopo.runtime import environ, files, listener
 from pytest_gputopo.runtime.signing import PREFIX, Signer
 
 SECRET = b"0123456789abcdef0123456789abcdef"  # 32 characters: the least taken
-
-
-def _other_address() -> str | None:
-    """An address of this host that is not loopback (the one its default route leaves by), or None."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.123", 9))  # UDP: no packet is sent, only a route chosen
-        except OSError:
-            return None
-        address = s.getsockname()[0]
-    return None if address.startswith("127.") or address == "0.0.0.0" else address
 
 
 def _reaches(address: str, port: int) -> bool:
@@ -79,7 +70,12 @@ def test_bind_store_takes_the_address_master_addr_names_here():
     ("203.0.113.7", 2, "MASTER_ADDR='203.0.113.7' is not an address of this host"),  # TEST-NET-3: never ours
     ("no-such-host.invalid", 2, "MASTER_ADDR='no-such-host.invalid' does not resolve here"),
 ])
-def test_where_ranks_could_not_reach_a_narrow_listener_it_listens_as_torch_does_and_says_why(addr, nodes, says):
+def test_where_ranks_could_not_reach_a_narrow_listener_it_listens_as_torch_does_and_says_why(
+        monkeypatch, addr, nodes, says):
+    if addr.endswith(".invalid"):  # glibc's answer, without asking a name server (loopback only)
+        def no_such_name(*args, **kwargs):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
     bound, where = listener.bind_store(addr, 0, nodes)
     assert bound is None and where.startswith("every interface: ") and says in where, where
 
@@ -101,21 +97,83 @@ def _serve(master_addr: str, nodes: int | None):
     return Exchange.connect(launch, 10), port
 
 
-def test_rank_zeros_store_is_not_reachable_from_another_address_of_its_host():
-    """Before: torch's store listened on every interface, reachable from any network of the host."""
-    other = _other_address()
-    if other is None:
-        pytest.skip("this host has no address but loopback to connect from")
+def _loopback_answers_all_of_127_8() -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.2", 0))
+            return True
+        except OSError:
+            return False
+
+
+def test_rank_zeros_store_answers_only_on_the_address_master_addr_names():
+    """Before: torch's store listened on every interface, reachable from any network of the host. Linux
+    answers all of 127.0.0.0/8 on lo, so a store that answered on 127.0.0.2 while MASTER_ADDR named
+    127.0.0.1 (or the other way round) would be listening wider than MASTER_ADDR."""
+    if not _loopback_answers_all_of_127_8():
+        pytest.skip("this system's loopback has 127.0.0.1 only (Linux answers all of 127.0.0.0/8)")
     exchange, port = _serve("127.0.0.1", nodes=1)
     assert exchange.listening == "127.0.0.1 only"
-    assert _reaches("127.0.0.1", port)
-    assert not _reaches(other, port), f"the store on 127.0.0.1 answered on {other}"
-    # And served on the host's own address, loopback does not reach it.
-    exchange, port = _serve(other, nodes=2)
-    assert exchange.listening == f"{other} only"
-    assert _reaches(other, port) and not _reaches("127.0.0.1", port)
+    assert _reaches("127.0.0.1", port) and not _reaches("127.0.0.2", port)
+    exchange, port = _serve("127.0.0.2", nodes=1)
+    assert exchange.listening == "127.0.0.2 only"
+    assert _reaches("127.0.0.2", port) and not _reaches("127.0.0.1", port)
     exchange.store.set("k", b"v")  # the store itself works on that socket
     assert exchange.store.get("k") == b"v"
+    # The probe tells a wide listener: across nodes a loopback MASTER_ADDR leaves torch's own, on both.
+    exchange, port = _serve("127.0.0.1", nodes=2)
+    assert exchange.listening.startswith("every interface: ")
+    assert _reaches("127.0.0.1", port) and _reaches("127.0.0.2", port)
+
+
+# A non-loopback address of the serving host, in a network namespace the test makes (unshare -rn: a
+# user namespace, so no root is needed), never this host's own. A veth pair where the kernel has no
+# dummy interfaces (gVisor). 198.18.0.0/15 is set aside for benchmarks (RFC 2544), routed nowhere.
+NAMESPACE = """
+set -e
+ip link set lo up
+ip link add gt0 type dummy 2>/dev/null || ip link add gt0 type veth peer name gt1
+ip addr add 198.18.0.1/24 dev gt0
+ip link set gt0 up
+ip link set gt1 up 2>/dev/null || true
+exec "$@"
+"""
+
+IN_NAMESPACE = """
+import socket, sys
+sys.path.insert(0, sys.argv[1])
+from pytest_gputopo.runtime import environ
+from pytest_gputopo.runtime.ranks import Exchange
+
+def serve(addr, nodes, port):  # the namespace's own ports: all free
+    launch = environ.Launch(0, 2, 0, 0, addr, port - 1, False, "slurm-7.0", nodes)
+    return Exchange.connect(launch, 10), port
+
+def reaches(addr, port):
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex((addr, port)) == 0
+
+exchange, port = serve("127.0.0.1", 1, 29501)
+print(exchange.listening, reaches("127.0.0.1", port), reaches("198.18.0.1", port))
+exchange, port = serve("198.18.0.1", 2, 29503)
+exchange.store.set("k", b"v")
+print(exchange.listening, reaches("198.18.0.1", port), reaches("127.0.0.1", port), exchange.store.get("k"))
+"""
+
+
+@pytest.mark.slow
+def test_rank_zeros_store_on_a_hosts_other_address_answers_there_only(tmp_path):
+    """The same, between loopback and a non-loopback address of the host, in a namespace of the test's own."""
+    pytest.importorskip("torch.distributed")
+    made = subprocess.run(["unshare", "-rn", "sh", "-c", NAMESPACE, "sh", "true"], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"no network namespace of its own here (unshare -rn with ip: {made.stderr.strip()[-200:]})")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(["unshare", "-rn", "sh", "-c", NAMESPACE, "sh", sys.executable, "-c", IN_NAMESPACE, root],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["127.0.0.1 only True False", "198.18.0.1 only True False b'v'"], done.stdout
 
 
 def test_the_header_line_says_where_the_ranks_meet_and_whether_records_are_signed():
