@@ -67,6 +67,12 @@ def doc(path: str, contains: str, by: str | None = None) -> Claim:
 # Examples the feature's own tests run as written, reading them from the doc.
 doc("docs/options.md", "# test_model.py", by="tests/test_plan.py::test_the_documented_plan_is_what_the_plan_prints")
 doc("docs/fleet.md", "--machine hgx-h100-pcie-x8", by="tests/test_fleet.py::test_the_documented_example")
+doc("docs/fleet.md", "srun --nodes=64",
+    by="tests/test_fleet_recipes.py::test_the_slurm_recipe_collects_one_report_per_node")
+doc("docs/fleet.md", "actions/upload-artifact@v4",
+    by="tests/test_fleet_recipes.py::test_the_actions_recipe_uploads_every_nodes_report_and_the_fleet_reads_them")
+doc("docs/fleet.md", "kind: Job",
+    by="tests/test_fleet_recipes.py::test_the_kubernetes_recipe_writes_every_report_and_does_not_retry_a_degraded_node")
 doc("docs/options.md", "$ pytest -q --gputopo-plan",
     by="tests/test_plan.py::test_the_documented_plan_is_what_the_plan_prints")
 doc("docs/options.md", "for m in $(gputopo machines --json",

@@ -54,7 +54,7 @@ def add_fleet(sub) -> None:
                     "--json` reports, recorded profiles; files or folders of them), group the nodes by GPU model,\n"
                     "and name each node whose topology, versions or measured figures differ from its peers'.\n"
                     "No rule file: the peers are the reference (docs/fleet.md).",
-                    "  srun --ntasks-per-node=1 gputopo check --level full --json out/%N.json\n"
+                    "  srun --nodes=64 --ntasks-per-node=1 gputopo check --level full --json-dir out/\n"
                     "  gputopo fleet out/ --html fleet.html --markdown \"$GITHUB_STEP_SUMMARY\"",
                     "  0    every node judged by its peers, and none named nor in a split group\n"
                     "  1    a node is named (a fault of its own, or a difference from its peers), or a group\n"
