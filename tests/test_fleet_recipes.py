@@ -84,6 +84,7 @@ def slurm_nodes(tmp_path: Path) -> dict[str, dict[str, str]]:
             for i, (node, host, machine) in enumerate(SLURM_NODES)}
 
 
+@pytest.mark.slow  # several gputopo processes
 def test_the_slurm_recipe_collects_one_report_per_node(tmp_path):
     """The recipe as written (its 64 nodes made the stand-in's 6): one report per node, named by host
     name and GPUs (the two VMs called vm apart), one log per node from srun's own %N, the degraded node's
@@ -112,6 +113,7 @@ def test_the_slurm_recipe_collects_one_report_per_node(tmp_path):
     assert fleet["named"] and all("gpu-d" in name for name in fleet["named"]), fleet["named"]
 
 
+@pytest.mark.slow  # several gputopo processes
 def test_srun_replaces_percent_n_in_its_own_file_names_only(tmp_path):
     """Why the recipe does not write --json out/%N.json: srun hands the command its arguments as
     written (man srun: SYNOPSIS, and %N under "IO Redirection" for --output/--error/--input only), so
@@ -140,6 +142,7 @@ def test_the_stand_in_gives_each_task_slurms_variables(tmp_path):
     assert refused.returncode == 1 and "unknown option '--exclusive'" in refused.stderr
 
 
+@pytest.mark.slow  # several gputopo processes
 def test_under_srun_with_master_addr_each_node_checks_itself_alone(tmp_path):
     """A batch script for torch exports MASTER_ADDR; with srun's SLURM_PROCID the plugin would take the
     checks of all nodes for one distributed run (a store on rank 0, an all-reduce across nodes).
@@ -165,6 +168,7 @@ def _check(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.Co
                           text=True, timeout=300)
 
 
+@pytest.mark.slow  # several gputopo processes
 def test_json_dir_names_the_report_by_host_and_gpus_and_replaces_only_its_own(tmp_path):
     profiles = tmp_path / "profiles"
     profiles.mkdir()
@@ -182,6 +186,7 @@ def test_json_dir_names_the_report_by_host_and_gpus_and_replaces_only_its_own(tm
     assert not list((tmp_path / "nested" / "out").glob(".*"))  # no temporary file left
 
 
+@pytest.mark.slow  # several gputopo processes
 def test_json_dir_never_writes_through_a_link_or_over_what_is_not_a_file(tmp_path):
     """The file's name is the tool's, in a folder others write to: a symlink planted at it is refused,
     not followed (the file it points to is untouched), and so is a FIFO; exit 4, saying so."""
@@ -345,6 +350,7 @@ def _runners(tmp_path: Path, names: list[str], degraded: str) -> dict[str, dict[
         for i, name in enumerate(names)}
 
 
+@pytest.mark.slow  # several gputopo processes
 def test_the_actions_recipe_uploads_every_nodes_report_and_the_fleet_reads_them(tmp_path):
     """The matrix's checks on recorded machines (the second runner's GPU5 lost its NVLinks: its check
     exits 1), the upload that must run all the same, download-artifact's per-artifact folders, and the
@@ -420,6 +426,7 @@ def pod_failure_action(policy: dict, container: str, exit_code: int, conditions:
     return "Count"
 
 
+@pytest.mark.slow  # several gputopo processes
 def test_the_kubernetes_recipe_writes_every_report_and_does_not_retry_a_degraded_node(tmp_path):
     """Each pod's command as Kubernetes runs it ($(NODE_NAME) expanded from the downward API's node
     name; the volume's /out a folder here): the healthy nodes exit 0, the degraded one exits 1 with its
@@ -456,3 +463,28 @@ def test_the_kubernetes_recipe_writes_every_report_and_does_not_retry_a_degraded
     assert fleet.returncode == 1, fleet.stdout + fleet.stderr
     judged = json.loads((tmp_path / "fleet.json").read_text())
     assert judged["named"] == ["node-d"] and judged["not_read"] == []
+
+
+# ------------------------------------------------------------------------------------------ README
+
+
+@pytest.mark.slow  # several gputopo processes
+def test_the_readme_names_the_fleet_view_with_a_command_it_takes(tmp_path):
+    """The README's commands name gputopo fleet (its line is left out of the README's run: it needs many
+    nodes' reports, which docs/fleet.md's example makes), the line is one gputopo fleet takes, and the
+    docs list points at docs/fleet.md."""
+    import shlex
+
+    readme = (ROOT / "README.md").read_text()
+    (block,) = [b for b in blocks() if b.path == "README.md" and "gputopo check --level full --html" in b.text]
+    (line,) = [ln for ln in block.lines if ln.startswith("gputopo fleet ")]
+    assert "gputopo fleet" in block.note and "[docs/fleet.md](docs/fleet.md)" in readme
+    args = shlex.split(line.split("  #")[0])
+    out = tmp_path / "out"
+    out.mkdir()
+    for i, machine in enumerate(["hgx-h100", "hgx-h100", "hgx-h100"]):  # three nodes' reports, then the line
+        assert _check(tmp_path, "--machine", str(node_profile(tmp_path, f"n{i}", machine, i)),
+                      "--json-dir", "out").returncode == 0
+    done = subprocess.run(args, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "fleet.html").exists() and "3 nodes" in done.stdout
