@@ -205,3 +205,20 @@ def test_a_node_kept_for_the_judge_costs_at_most_32_kb_on_full_check_documents(t
     assert len(read.nodes) == 200 and read.unread == []
     assert len(read.nodes[0].figures) == 109 and len(read.nodes[0].facts) > 90
     assert kept / 200 <= 32 * 1024, f"{kept / 200 / 1024:.1f} KB per node"
+
+
+def test_what_the_fleet_reads_of_a_measurement_is_checked_naming_the_field(docs, capsys):
+    """Only the fields the fleet reads are checked (a harness's samples are not walked again: half the
+    reading time of a full check document), and a bad one is named with its place."""
+    for name, field, value in (("gbps.json", "gbps", "fast"), ("origin.json", "origin", "invented"),
+                               ("error.json", "error", 7), ("inf.json", "gbps", float("inf"))):
+        doc = json.loads((docs / "node00000.json").read_text())
+        doc["measurements"][2][field] = value
+        (docs / name).write_text(json.dumps(doc))
+    read = read_nodes([str(docs)])
+    why = {os.path.basename(p): w for p, w in read.unread}
+    assert why["gbps.json"].startswith("measurements[2].gbps: ")
+    assert why["origin.json"].startswith("measurements[2].origin: ")
+    assert why["error.json"].startswith("measurements[2].error: ")
+    assert "not valid JSON" in why["inf.json"]
+    assert len(read.nodes) == 4

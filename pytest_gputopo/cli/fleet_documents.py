@@ -18,13 +18,30 @@ from dataclasses import dataclass, field
 from ..core import keys, limits, schema
 from ..core.fleet_facts import Node, node_of
 from ..probe.recorded import ProfileError, parse_profile, read_json
-from ..render.document import MEASUREMENT, list_of, null_or
+from ..render.document import GBPS_OR_NULL, ORIGINS, ReportError, null_or, one_of, text
 from ..render.fleet import FLEET_KIND
 from ..runtime import files
 from .common import CliError
 
 MAX_DOCUMENTS = 100_000
-MEASUREMENTS = null_or(list_of(MEASUREMENT))
+# What the fleet reads of a measurement, checked; the rest (a harness's samples, an all-reduce's rows:
+# most of a full check's bytes) is plain JSON already (read_json) and is not read, so not walked again.
+_READ_FIELDS = {"gbps": GBPS_OR_NULL, "origin": one_of(*ORIGINS), "error": null_or(text)}
+
+
+def _measurements(value, path: str = "measurements") -> None:
+    """A ReportError naming the first field the fleet reads of the measurements that is not as gputopo
+    writes it (the key is checked where it is read)."""
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise ReportError(f"{path}: not a list")
+    for i, m in enumerate(value):
+        if not isinstance(m, dict):
+            raise ReportError(f"{path}[{i}]: not an object")
+        for name, check in _READ_FIELDS.items():
+            if name in m:
+                check(m[name], f"{path}[{i}].{name}")
 
 
 class SetAside(Exception):
@@ -193,7 +210,7 @@ def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
         raise ValueError("not a gputopo document: a run's (--gputopo-json), a check's (gputopo check --json) or a "
                          "recorded profile's (gputopo record) has schema 1 and a topology")
     topology = schema.from_dict(doc["topology"], "topology")
-    MEASUREMENTS(doc.get("measurements"), "measurements")  # only what the fleet view reads is checked
+    _measurements(doc.get("measurements"))  # only what the fleet view reads is checked
     own = doc.get("source") == "NVML"  # facts (and GPU UUIDs) of the node itself, not a recording's
     notes = () if own else (f"facts from {doc.get('source')}, not NVML on the node",)
     across = doc.get("nodes") or []
