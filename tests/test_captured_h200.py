@@ -67,3 +67,16 @@ def test_a_machine_recorded_from_the_captures_is_that_host(tmp_path, capsys):
     code, out, err = run_cli(capsys, "show", "--machine", profile)
     assert code == 0, err
     assert "1x NVIDIA H200" in out and "150.8 GB" in out and "PCIe Gen5 x16" in out
+
+
+def test_what_the_docs_call_that_machine_is_what_its_own_capture_says():
+    """Issue 32: it was called "an H200 on PCIe"; its -q -x says PCI device 10de:2335 (the PCI ID
+    Repository's "GH100 [H200 SXM 141GB]", pci-ids.ucw.cz/read/PC/10de/2335) passed through to a VM."""
+    xml = text("query.xml")
+    assert "<pci_device_id>233510DE</pci_device_id>" in xml
+    assert "<virtualization_mode>Pass-Through</virtualization_mode>" in xml
+    performance = (HERE.parents[2] / "docs" / "performance.md").read_text(encoding="utf-8")
+    for doc in (text("README.md"), performance):
+        flat = " ".join(doc.split())
+        assert "H200 on PCIe" not in flat and "H200 (PCIe" not in flat
+        assert "H200 SXM 141GB" in flat and "10de:2335" in flat and "virtual machine" in flat
