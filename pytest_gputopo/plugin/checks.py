@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from ..core import judgement, keys, spec, thresholds
+from ..core import faults, judgement, keys, spec, thresholds
 from ..core.requirements import mig_enabled
 from ..core.model import P2PStatus, Topology
 from ..core.nvlinks import nvlink_lost
@@ -147,8 +147,9 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
             if not refused:
                 why = "P2P status unknown (the source did not report it)"
                 return _skipped(f"{link.name} ({label}): {why}", why)
-            # GeForce cards report CNS as often as GNS: both are cards without P2P, not a broken node.
-            if statuses <= {P2PStatus.GPU_NOT_SUPPORTED, P2PStatus.CHIPSET_NOT_SUPPORTED, P2PStatus.OK}:
+            # GeForce cards report CNS as often as GNS: both are cards without P2P, not a broken node
+            # (the fleet view's rule, core.faults: one rule for what a refusal is).
+            if faults.p2p_refused(link) is None:
                 why = f"P2P not supported by this GPU model or chipset ({', '.join(refused)}; not a fault)"
                 return _skipped(f"{link.name} ({label}): {why}", why)
             what = f"P2P refused: {', '.join(refused)}"
