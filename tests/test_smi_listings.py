@@ -20,6 +20,7 @@ from conftest import run_cli as run
 
 from pytest_gputopo.core import gpu_requirements
 from pytest_gputopo.probe import probe
+from pytest_gputopo.parse.smi_xml import parse_smi_xml
 from pytest_gputopo.render.smi_topo import render_topo_matrix
 
 UUIDS = [f"GPU-{i:08x}-1111-2222-3333-44445555{i:04x}" for i in range(8)]
@@ -340,6 +341,15 @@ def test_smi_xml_of_some_gpus_joins_by_uuid(tmp_path, h100_topo, capsys):
     code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml", "-o",
                          tmp_path / "other.json")
     assert code == 2 and "lists some GPUs only: which GPU it is is unknown" in err, err
+
+
+def test_smi_xml_listing_fewer_gpus_than_attached_warns():
+    """Issue 32: attached_gpus 4 and one <gpu> (-i, or a capture cut and closed again) was read with no
+    warning; the GPUs it leaves out are unknown, and said so. Every GPU listed: no such warning."""
+    some = parse_smi_xml(smi_xml(n=4, only=[1]))
+    assert some.attached == 4 and len(some.gpus) == 1 and some.gpus[0].index is None
+    assert any("attached_gpus 4 and 1 <gpu> element: some GPUs only" in w for w in some.warnings), some.warnings
+    assert not any("attached_gpus" in w for w in parse_smi_xml(smi_xml(n=4)).warnings)
 
 
 ENTITY = '<!DOCTYPE nvidia_smi_log [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>'

@@ -25,6 +25,7 @@ from xml.parsers import expat
 
 from ..core.limits import MAX_GPUS, MAX_MEMORY_BYTES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
 from ..core.model import COMPUTE_MODES
+from ..core.units import counted
 from .smi_gpus import SmiFabric, SmiGpu, SmiGpus, bus_key
 
 TOOL = "nvidia-smi -q -x"
@@ -187,6 +188,9 @@ def parse_smi_xml(text: str) -> SmiGpus:
         notes.append(f"attached_gpus {attached[:20]!r} is not a GPU count; not read")
     if count is not None and count < len(nodes):
         raise SmiXmlParseError(f"{len(nodes)} <gpu> elements and attached_gpus {count}: not one {TOOL} output")
+    if count is not None and count > len(nodes):  # -i picked some, or a capture cut (and closed again)
+        notes.append(f"attached_gpus {count} and {counted(len(nodes), '<gpu> element')}: some GPUs only (nvidia-smi "
+                     f"-i, or a cut capture); what it says of the others is unknown")
     every = count == len(nodes)  # every GPU listed, in NVML index order: its place is its index
     versions = {}
     for key, path in (("driver_version", "driver_version"), ("cuda_driver_version", "cuda_version")):
