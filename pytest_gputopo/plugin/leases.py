@@ -1,0 +1,156 @@
+"""GPU leases (``--gputopo-lease``): each selected test whose markers ask for GPUs holds a set of its
+own while it runs, chosen by topology (``core.placement``), exclusive host-wide
+(``runtime.gpu_locks``), and seen by CUDA alone (``lease_child``: the test runs in a fresh process
+whose ``CUDA_VISIBLE_DEVICES`` names them).
+
+For other plugin modules (a ``ranks(n)`` test spawns its ranks itself, in this process):
+``held(item)`` is the GPUs the running item holds, renumbered as the test sees them (``index``:
+``cuda:<i>``), or None; ``visible_devices(gpus)`` the ``CUDA_VISIBLE_DEVICES`` value that shows a
+process exactly those GPUs. The lease is taken around the item's whole protocol (setup, call,
+teardown), ``ranks(n)`` counting as n GPUs where its ranks run on GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import NamedTuple
+
+import pytest
+
+from ..core import placement
+from ..core.model import Gpu, Topology
+from ..runtime import gpu_locks
+from .run import GputopoRun
+
+LEASE = pytest.StashKey["Lease"]()
+NOT_PLACED = pytest.StashKey[tuple]()  # (why the item holds no lease, whether it waited in vain): it skips or fails
+POLL_S = 0.05
+
+
+class Lease(NamedTuple):
+    gpus: tuple[Gpu, ...]  # as the test sees them: index i is cuda:<i>
+    view: Topology  # the machine as the test sees it (the leased GPUs, renumbered)
+    locks: tuple
+
+
+def held(item: pytest.Item) -> tuple[Gpu, ...] | None:
+    """The GPUs ``item`` holds while it runs (``index``: ``cuda:<i>`` inside the test), or None."""
+    lease = item.stash.get(LEASE, None)
+    return None if lease is None else lease.gpus
+
+
+def visible_devices(gpus) -> str:
+    """``CUDA_VISIBLE_DEVICES`` naming exactly ``gpus``, in order, by UUID (``GPU-<uuid>``, a form the
+    CUDA Programming Guide's "CUDA Environment Variables" lists): unlike an index, a UUID means the
+    same GPU whatever the outer ``CUDA_VISIBLE_DEVICES`` or ``CUDA_DEVICE_ORDER`` numbered."""
+    return ",".join(g.uuid for g in gpus)
+
+
+def leasable(topology: Topology) -> tuple[Topology, list[str]]:
+    """The GPUs a lease may hold, as a topology of their own, and why each other GPU is left out:
+    one without a UUID cannot be named (nor locked), and a MIG-enabled one shows a process an
+    instance, never the GPU."""
+    keep, left = [], []
+    for i, gpu in enumerate(topology.gpus):
+        if not gpu.uuid:
+            left.append(f"GPU{i} has no UUID (NVML gave none)")
+        elif gpu.mig:
+            left.append(f"GPU{i} has MIG enabled")
+        else:
+            keep.append(i)
+    return topology.restrict(keep), left
+
+
+class Leases:
+    """The plugin object registered when leases are on (not in a test's own child process)."""
+
+    def __init__(self, run: GputopoRun, reqs_key, folder: str, timeout_s: float):
+        self.run, self.reqs_key, self.folder, self.timeout_s = run, reqs_key, folder, timeout_s
+        self._placers: dict = {}
+        self._allowed: tuple | None = None
+
+    def allowed(self) -> tuple[Topology, list[str]]:
+        if self._allowed is None:
+            self._allowed = leasable(self.run.topology)
+        return self._allowed
+
+    def placer(self, requirements: tuple) -> placement.Placer | None:
+        """The item's placer (one per distinct set of requirements), or None: it asks for no GPU."""
+        if requirements not in self._placers:
+            allowed, left = self.allowed()
+            k = placement.gpus_needed(requirements, self.run.topology)
+            placer = placement.Placer(allowed, requirements, k) if k else None
+            if placer is not None and placer.never and left:
+                placer.never += f"; not leased: {', '.join(left)}"
+            self._placers[requirements] = placer
+        return self._placers[requirements]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
+        requirements = tuple(r for r, _ in item.stash.get(self.reqs_key, ()))
+        placer = self.placer(requirements) if requirements else None
+        lease = None
+        if placer is not None and placer.never:
+            item.stash[NOT_PLACED] = (placer.never, False)
+        elif placer is not None:
+            lease = self.take(item, placer)
+            if lease is None:
+                item.stash[NOT_PLACED] = (self.who_holds_what(placer, requirements), True)
+            else:
+                item.stash[LEASE] = lease
+        try:
+            return (yield)
+        finally:
+            if lease is not None:
+                del item.stash[LEASE]
+                for lock in lease.locks:
+                    lock.release()
+
+    @pytest.hookimpl(tryfirst=True)  # before the markers are judged: they would be judged on every GPU
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        reason, waited = item.stash.get(NOT_PLACED, (None, False))
+        if reason is None:
+            return
+        from ..render.escape import terminal
+
+        strict = any(s for _, s in item.stash.get(self.reqs_key, ())) or self.run.settings.strict
+        if strict or waited:  # a test that could run here, but found no GPUs free in time, failed
+            pytest.fail(terminal(reason), pytrace=False)
+        raise pytest.skip.Exception(terminal(reason), _use_item_location=True)
+
+    def take(self, item: pytest.Item, placer: placement.Placer) -> Lease | None:
+        """The best free set that meets the item's markers, locked; waits for one (None past the timeout)."""
+        allowed = self.allowed()[0]
+        holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            free = [i for i, g in enumerate(allowed.gpus) if gpu_locks.holder(self.folder, g.uuid) is None]
+            chosen = placer.choose(free)
+            if chosen is not None:
+                locks = []
+                for i in chosen:
+                    lock = gpu_locks.GpuLock(self.folder, allowed.gpus[i].uuid)
+                    if not lock.take(holder):
+                        break
+                    locks.append(lock)
+                if len(locks) == len(chosen):
+                    view = allowed.restrict(chosen)
+                    return Lease(view.gpus, view, tuple(locks))
+                for lock in locks:  # another process was quicker: all or nothing, never hold and wait
+                    lock.release()
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(POLL_S)
+
+    def who_holds_what(self, placer: placement.Placer, requirements: tuple) -> str:
+        allowed = self.allowed()[0]
+        held_by = []
+        for i, gpu in enumerate(allowed.gpus):
+            found = gpu_locks.holder(self.folder, gpu.uuid)
+            if found is not None:
+                who = str(found) if found is not True else "a process that has not said who it is"
+                held_by.append(f"GPU{i} ({gpu.uuid}) by {who}")
+        asked = ", ".join(map(str, requirements))
+        return (f"no free set of {placer.k} GPUs meeting {asked} within {self.timeout_s:g} s "
+                f"(--gputopo-lease-timeout); held: {'; '.join(held_by) or 'none now'}")

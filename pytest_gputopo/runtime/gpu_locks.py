@@ -1,0 +1,127 @@
+"""Host-wide exclusive GPU locks: one file per GPU, named by its UUID (the same whatever CUDA numbers
+it), held with ``fcntl.flock`` so that a lock dies with the last process holding it (a killed run
+leaves no stale lock), in a folder only this user can write.
+
+The holder writes who it is into its lock (pid, test, start time), for the "who holds what" of a
+test that waited in vain. The folder is refused, never repaired, when another user made it first,
+it is a link, or others may write it: anyone who can write there can take or fake every lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import stat
+import time
+from typing import NamedTuple
+
+# Not $TMPDIR: two runs on one host must find the same locks whatever temporary folder each job sets.
+DEFAULT_FOLDER = "/tmp/pytest-gputopo-leases-{uid}"
+MAX_HOLDER_BYTES = 4096
+
+
+class LockFolderError(OSError):
+    """The lock folder cannot be trusted or made; the message names it and says why."""
+
+
+class Holder(NamedTuple):
+    pid: int
+    test: str
+    since: float  # time.time() when the lease was taken
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} ({self.test}, since {time.strftime('%H:%M:%S', time.localtime(self.since))})"
+
+
+def default_folder() -> str:
+    return DEFAULT_FOLDER.format(uid=os.getuid())
+
+
+def lock_folder(path: str) -> str:
+    """``path``, made (0700) if absent; a folder that is a link, another user's, or writable by
+    group or others is a ``LockFolderError`` saying which."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise LockFolderError(exc.errno, f"the GPU lease folder {path} cannot be made: {exc.strerror}") from None
+    info = os.lstat(path)
+    problem = None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        problem = "is a symbolic link" if stat.S_ISLNK(info.st_mode) else "is not a folder"
+    elif info.st_uid != os.getuid():
+        problem = f"belongs to another user (uid {info.st_uid}), who made it first"
+    elif info.st_mode & 0o022:
+        problem = f"may be written by users other than its owner (mode {stat.S_IMODE(info.st_mode):04o})"
+    if problem:
+        raise LockFolderError(0, f"the GPU lease folder {path} {problem}")
+    return path
+
+
+def _lock_path(folder: str, uuid: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9-]{1,80}", uuid):
+        raise ValueError(f"{uuid[:80]!r} is not a GPU UUID")
+    return os.path.join(folder, f"{uuid}.lock")
+
+
+def _open(path: str, flags: int) -> int:
+    """The lock file, never through a link and only when it is this user's regular file."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        os.close(fd)
+        raise LockFolderError(0, f"the GPU lock {path} is not a regular file of this user")
+    return fd
+
+
+class GpuLock:
+    """One GPU's lock, taken or not. The file descriptor is close-on-exec: a process the test starts
+    does not keep the GPU when the test ends (pass ``fd`` on to a child that should hold it too)."""
+
+    def __init__(self, folder: str, uuid: str):
+        self.path = _lock_path(folder, uuid)
+        self.fd: int | None = None
+
+    def take(self, holder: Holder) -> bool:
+        """Take it now, writing who holds it; False when another process holds it."""
+        fd = _open(self.path, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder._asdict()).encode()[:MAX_HOLDER_BYTES], 0)
+        self.fd = fd
+        return True
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)  # while still held: no reader sees a former holder as the current one
+            os.close(self.fd)  # the lock goes with the last descriptor of this open file
+            self.fd = None
+
+
+def holder(folder: str, uuid: str) -> Holder | None | bool:
+    """Who holds the GPU's lock: a ``Holder``, True where it is held by a process that has not said
+    who it is (yet), None where it is free."""
+    try:
+        fd = _open(_lock_path(folder, uuid), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None  # we could lock it: nobody holds it (closing the descriptor lets it go)
+        except BlockingIOError:
+            pass
+        try:
+            found = json.loads(os.pread(fd, MAX_HOLDER_BYTES, 0) or b"null")
+            return Holder(int(found["pid"]), str(found["test"]), float(found["since"]))
+        except (ValueError, TypeError, KeyError):
+            return True
+    finally:
+        os.close(fd)
