@@ -8,6 +8,8 @@ serving a recorded machine, built on the real module).
 
 import dataclasses
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -28,12 +30,20 @@ from pytest_gputopo.probe.recorded import load_profile
 sys.modules["pynvml"] = make_fake_pynvml(load_profile(os.environ["GPUTOPO_TEST_MACHINE"]).topology)
 """
 
+def _parent_finds_pynvml_in(folder, monkeypatch):
+    """This process (the probe's parent) imports ``pynvml`` from ``folder`` from now on, as a run whose
+    environment put it there would: the NVML child takes its pynvml from where the parent finds it."""
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    monkeypatch.syspath_prepend(str(folder))
+
+
 @pytest.fixture
 def gpu_stubs(tmp_path, monkeypatch):
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     (stubs / "pynvml.py").write_text(STUB_PYNVML)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(stubs), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    _parent_finds_pynvml_in(stubs, monkeypatch)
     monkeypatch.setenv("GPUTOPO_TEST_REAL_PYNVML", real_pynvml.__file__)
     monkeypatch.setenv("GPUTOPO_TEST_MACHINE", "dgx-a100")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -60,6 +70,43 @@ def test_asked_for_nvml_alone_the_child_starts_neither_cuda_nor_torch(gpu_stubs)
     answer = ask_child({"nvml"})
     assert answer.cuda is None and answer.torch is None
     assert len(answer.topology.gpus) == 8 and answer.topology.source.kind == "nvml"
+
+
+# A pynvml whose nvmlInit says the driver is not loaded (NVML_ERROR_DRIVER_NOT_LOADED, 9): what the child
+# imports besides it is then the plugin's alone.
+BARE_PYNVML = "class NVMLError(Exception):\n    value = 9\ndef nvmlInit():\n    raise NVMLError()\n"
+
+
+def test_the_nvml_child_starts_without_site_and_imports_only_what_it_asks(tmp_path, monkeypatch):
+    """Issue 32: the child every marked run starts must be lean. ``-X importtime`` lists each module the
+    child imports: neither ``site`` (its scan of site-packages and .pth files was most of Python's 69 ms
+    start on the H200) nor the plugin's modules it does not use (the named-machine readers, CUDA's
+    numbering, the boot record, CUDA's and torch's probes), and pynvml comes from where this process
+    finds it (a folder on this process's path only, not on PYTHONPATH)."""
+    from pytest_gputopo.probe.host import _argv
+
+    (tmp_path / "pynvml.py").write_text(BARE_PYNVML)
+    _parent_finds_pynvml_in(tmp_path, monkeypatch)
+    argv = _argv(["nvml"])
+    done = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True, text=True, timeout=60)
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert '"problem": "NVIDIA driver not loaded"' in done.stdout  # this pynvml, not the environment's
+    assert {"pynvml", "pytest_gputopo.probe.nvml", "pytest_gputopo.core.model"} <= imported
+    assert "site" not in imported
+    unused = {f"pytest_gputopo.probe.{m}" for m in ("named_machine", "recorded", "cuda_numbering", "learned",
+                                                     "this_host", "cuda_driver", "torch_cuda", "fake_nvml")}
+    assert not unused & imported and not any(m == "torch" or m.startswith("pytest_gputopo.plugin") for m in imported)
+
+
+def test_where_this_process_finds_no_pynvml_the_child_looks_as_python_does(gpu_stubs, monkeypatch):
+    """A pynvml this process cannot place (a module without a spec, as a test's stand-in is) leaves the
+    search to the child's own Python, with its site-packages and PYTHONPATH: NVML's facts still come."""
+    import types
+
+    from pytest_gputopo.probe.host import ask_child
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.ModuleType("pynvml"))
+    assert len(ask_child({"nvml"}).topology.gpus) == 8
 
 
 class FakeLibcuda:

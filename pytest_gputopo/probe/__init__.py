@@ -16,11 +16,22 @@ each source lives in its own: ``named_machine`` (a recorded profile, ``nvidia-sm
 from __future__ import annotations
 
 from ..core import model
-from .cuda_numbering import as_cuda_sees_it
-from .learned import BootRecord, Learned, MachineError
-from .named_machine import from_smi_file, is_text, probe_recorded
 
 __all__ = ["BootRecord", "Learned", "MachineError", "learn", "probe", "probe_recorded", "reference"]
+
+
+def __getattr__(name: str):
+    """The rest of the public face, imported when first used: the probe's child (``host``) imports this
+    package, and must not pay for the readers of named machines nor CUDA's numbering."""
+    if name in ("BootRecord", "Learned", "MachineError"):
+        from . import learned
+
+        return getattr(learned, name)
+    if name == "probe_recorded":
+        from .named_machine import probe_recorded
+
+        return probe_recorded
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def probe(machine: str | None = None, *, needs=model.ALL_FACTS,
@@ -37,6 +48,10 @@ def learn(machine: str | None = None, *, needs=model.ALL_FACTS, boot_record: Boo
         from .this_host import learn_this_host
 
         return learn_this_host(frozenset(needs), boot_record)
+    from .cuda_numbering import as_cuda_sees_it
+    from .learned import Learned
+    from .named_machine import from_smi_file, is_text, probe_recorded
+
     if is_text(machine):
         return Learned(as_cuda_sees_it(from_smi_file(machine), None))
     return Learned(as_cuda_sees_it(probe_recorded(machine), None))
@@ -45,6 +60,8 @@ def learn(machine: str | None = None, *, needs=model.ALL_FACTS, boot_record: Boo
 def reference(name_or_path: str) -> model.Topology:
     """A reference machine for ``--gputopo-expect`` (a bundled name, a profile, or ``nvidia-smi``
     text), whole and in nvidia-smi's numbering: CUDA_VISIBLE_DEVICES applies to the job, not to it."""
+    from .named_machine import from_smi_file, is_text, probe_recorded
+
     if is_text(name_or_path):
         return from_smi_file(name_or_path)
     return probe_recorded(name_or_path)

@@ -6,15 +6,18 @@ plugin must never do that to the user's process; importing torch for its version
 a driver that hangs in an NVML call must not hang pytest: past the deadline the child's process group
 is killed and the run goes on with the reason.
 
-``python -m pytest_gputopo.probe.host FACT...`` (FACT: ``nvml``, ``cuda``, ``torch``) prints one JSON
-line holding each fact asked: ``topology`` (NVML's, ``schema.to_dict``), ``cuda`` (CUDA's view,
+The child (``main``, given FACT...: ``nvml``, ``cuda``, ``torch``) prints one JSON line holding each fact asked: ``topology`` (NVML's, ``schema.to_dict``), ``cuda`` (CUDA's view,
 ``CudaView.to_json``), ``torch`` (the versions torch was built with), and ``warnings``: an optional
 source that fails leaves its facts out and says why, never taking NVML's GPUs with it.
+
+It is started on every run that asks, so it starts lean (``_argv``): without ``site`` and the working
+folder, importing only the plugin's modules it uses and ``pynvml``, from where this process finds them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 
@@ -24,6 +27,19 @@ from ..core import model, schema
 # minute is far beyond both, and short enough that a hung driver is noticed at once.
 PROBE_TIMEOUT_S = 60.0
 FACTS = (model.NVML, model.CUDA, model.TORCH)
+
+# The lean child's start: `pytest_gputopo` and `pynvml` are imported from the folders this process
+# would import them from (argv 1 and 2; "-": not asked), and every other module as Python alone finds it.
+_LEAN_START = """import sys
+from importlib.machinery import PathFinder
+where = dict(zip(("pytest_gputopo", "pynvml"), sys.argv[1:3]))
+class Where:
+    find_spec = staticmethod(lambda name, path=None, target=None:
+                             PathFinder.find_spec(name, [where[name]]) if where.get(name, "-") != "-" else None)
+sys.meta_path.insert(0, Where)
+from pytest_gputopo.probe.host import main
+sys.exit(main(sys.argv[3:]))
+"""
 
 
 @dataclass(frozen=True)
@@ -44,9 +60,8 @@ def ask_child(facts, timeout_s: float = PROBE_TIMEOUT_S) -> Answer:
     from .cuda_driver import CudaView
 
     asked = [f for f in FACTS if f in facts]
-    argv = [sys.executable, "-m", "pytest_gputopo.probe.host", *asked]
     try:
-        status, output = run_child(argv, timeout_s=timeout_s)
+        status, output = run_child(_argv(asked), timeout_s=timeout_s)
     except (BenchTimeout, OSError) as exc:
         return _failed(asked, f"the probe of this host ({', '.join(asked)}) failed: {exc}")
     answer = None
@@ -74,6 +89,33 @@ def ask_child(facts, timeout_s: float = PROBE_TIMEOUT_S) -> Answer:
     return Answer(topology, cuda, versions, warnings)
 
 
+def _argv(asked: list) -> list[str]:
+    """How the child starts. Python's ``site`` (-S: the scan of site-packages, every .pth file run)
+    is most of its start in a large environment, and the working folder (-P) could shadow the
+    standard library; so the child starts without both, and finds the plugin and ``pynvml`` where
+    this process does. Not -E (or -I): PYTHONHOME may be how this interpreter finds its standard
+    library. torch needs its whole environment: a child asked for its versions starts as usual."""
+    plugin, pynvml = _folder_of("pytest_gputopo"), _folder_of("pynvml") if model.NVML in asked else "-"
+    if model.TORCH in asked or not plugin or not pynvml:  # where this process finds no pynvml, let Python look
+        return [sys.executable, "-m", "pytest_gputopo.probe.host", *asked]
+    return [sys.executable, "-S", "-P", "-c", _LEAN_START, plugin, pynvml, *asked]
+
+
+def _folder_of(name: str) -> str:
+    """The folder this process imports (or would import) the top-level module ``name`` from, ''
+    where it has none."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # ValueError: a module in sys.modules without a spec
+        return ""
+    if spec is None or not spec.has_location or not spec.origin:
+        return ""
+    folder = os.path.dirname(spec.origin)
+    return os.path.dirname(folder) if spec.submodule_search_locations is not None else folder
+
+
 def _failed(asked: list, problem: str) -> Answer:
     if model.NVML not in asked:
         return Answer(warnings=(problem,))
@@ -86,9 +128,7 @@ def main(argv: list[str]) -> int:
     asked = [a for a in argv if a in FACTS]
     answer: dict = {"warnings": []}
     if model.NVML in asked:
-        from .this_host import probe_nvml_here
-
-        answer["topology"] = schema.to_dict(probe_nvml_here())
+        answer["topology"] = schema.to_dict(_nvml_facts())
     if model.CUDA in asked:
         from .cuda_driver import CudaError, cuda_view
 
@@ -106,6 +146,23 @@ def main(argv: list[str]) -> int:
             answer["warnings"].append(f"torch's CUDA and NCCL versions are unknown: {type(exc).__name__}: {exc}")
     print(json.dumps(answer), flush=True)
     return 0
+
+
+def _nvml_facts() -> model.Topology:
+    """NVML's facts, asked in this process (the child), or why NVML cannot give them."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        why = "is not installed" if exc.name == "pynvml" else f"cannot be imported: {exc}"
+        return model.Topology(source=model.Source("nvml"), problem=f"nvidia-ml-py (module pynvml) {why}")
+    from . import nvml
+
+    try:
+        return nvml.probe(pynvml)
+    except pynvml.NVMLError as exc:
+        from ..runtime.environ import hostname
+
+        return model.Topology(source=model.Source("nvml"), hostname=hostname(), problem=nvml.unavailable_reason(exc))
 
 
 if __name__ == "__main__":

@@ -110,17 +110,3 @@ def with_cuda_facts(topology: model.Topology, view, versions: dict) -> model.Top
     gpus = tuple(dataclasses.replace(g, multicast=multicast.get((g.pci_bus_id or "").upper())) for g in topology.gpus)
     return dataclasses.replace(topology, gpus=gpus, **versions)
 
-
-def probe_nvml_here() -> model.Topology:
-    """NVML in this process: the probe child's side (``probe/host.py``) of ``learn_this_host``."""
-    try:
-        import pynvml
-    except ImportError:
-        return model.Topology(source=model.Source("nvml"), problem="nvidia-ml-py (module pynvml) is not installed")
-    from . import nvml
-
-    try:
-        return nvml.probe(pynvml)
-    except pynvml.NVMLError as exc:
-        return model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
-                              problem=nvml.unavailable_reason(exc))
