@@ -10,6 +10,7 @@ from ..parse.nccl_tests import NcclTestsParseError, parse_nccl_tests
 from ..parse.nvbandwidth import NvbandwidthParseError, parse_nvbandwidth
 from ..parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status
 from ..parse.smi_list import SmiListParseError, parse_smi_list
+from ..parse.smi_q import SmiQParseError, parse_smi_q
 from ..parse.smi_query import SmiQueryParseError, parse_smi_query
 from ..parse.smi_xml import SmiXmlParseError, parse_smi_xml
 from ..parse.text_machine import TextMachine
@@ -55,6 +56,7 @@ _PARSERS = {"smi-topo": _smi_topo, "smi-p2p": _smi_p2p,
             "smi-query": _reader(parse_smi_query, SmiQueryParseError, lambda listing: listing.lines()),
             "smi-list": _reader(parse_smi_list, SmiListParseError, lambda listing: listing.lines()),
             "smi-xml": _reader(parse_smi_xml, SmiXmlParseError, lambda listing: listing.lines()),
+            "smi-q": _reader(parse_smi_q, SmiQParseError, lambda listing: listing.lines()),
             "nccl-tests": _reader(parse_nccl_tests, NcclTestsParseError, tables.nccl_tests_lines),
             "nccl-log": _nccl_log,
             "nvbandwidth": _reader(parse_nvbandwidth, NvbandwidthParseError, tables.nvbandwidth_lines),
@@ -72,7 +74,8 @@ def add_parse(sub) -> None:
     p.add_argument("format", choices=list(_PARSERS),
                    help="smi-topo: `nvidia-smi topo -m` text; smi-p2p: `nvidia-smi topo -p2p r|w|n|a`; nvlink-status: "
                         "`nvidia-smi nvlink -s`; smi-query: `nvidia-smi --query-gpu=... --format=csv`; smi-list: "
-                        "`nvidia-smi -L`; smi-xml: `nvidia-smi -q -x`; nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
+                        "`nvidia-smi -L`; smi-xml: `nvidia-smi -q -x`; smi-q: `nvidia-smi -q` (its text report); "
+                        "nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
                         "NCCL_DEBUG=INFO output; nvbandwidth: NVIDIA nvbandwidth output; p2p-bandwidth: cuda-samples' "
                         "p2pBandwidthLatencyTest output")
     p.add_argument("file", help="the tool's output, saved to a file")

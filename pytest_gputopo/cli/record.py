@@ -139,9 +139,10 @@ def add_record(sub) -> None:
                         "(default: none)")
     p.add_argument("--smi-query", action="append", default=[], metavar="FILE",
                    help="with --from-smi: `nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,"
-                        "compute_cap,driver_version,... --format=csv`, `nvidia-smi -L` or `nvidia-smi -q -x` "
+                        "compute_cap,driver_version,... --format=csv`, `nvidia-smi -L`, `nvidia-smi -q -x` or "
+                        "`nvidia-smi -q` "
                         "output (told by its text), each GPU's name, UUID, bus id, memory, capability, PCIe and "
-                        "the driver and CUDA versions; repeatable (default: none)")
+                        "the driver and CUDA versions, MIG devices; repeatable (default: none)")
     p.add_argument("--nvbandwidth", action="append", default=[], metavar="FILE",
                    help="nvbandwidth output run on this machine: its P2P and host<->device figures, recorded; "
                         "repeatable (default: none)")

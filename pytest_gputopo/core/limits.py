@@ -14,6 +14,9 @@ MAX_GPUS = 1024  # GPUs one host shows; the largest NVLink domain today is 72 (G
 MAX_NUMA_NODES = 1024  # Linux MAX_NUMNODES at CONFIG_NODES_SHIFT=10, the most x86-64 allows
 MAX_PCIE_GEN = 16  # PCIe 7.0 is the newest specification
 MAX_PCIE_WIDTH = 32  # x32, the widest link the PCIe specification defines
+# MIG devices of one GPU: seven at most on A100, H100 and B200 (NVIDIA MIG User Guide, "Supported GPUs":
+# "up to seven"): compute instances share their GPU instance's slices, so none holds more than its slices.
+MAX_MIG_DEVICES = 64
 MAX_MEMORY_BYTES = 2**44  # 16 TiB; the largest GPU memory today is 288 GB (B300)
 MAX_GBPS = 1e6  # GB/s: a thousand times NVLink 5's 1.8 TB/s per GPU
 MAX_BYTES = 2**40  # 1 TiB: a message size above the memory of any GPU

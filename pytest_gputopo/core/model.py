@@ -142,6 +142,21 @@ class NvLink:
 
 
 @dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a compute instance of a GPU instance) a GPU in MIG mode holds, as nvidia-smi
+    lists it: ``index`` its place among the GPU's MIG devices (``-L``'s ``Device <n>``, ``-q``'s
+    Index), ``profile`` as ``-L`` names it (``1g.10gb``), the GPU and compute instance ids, its
+    memory; None where the listing does not say."""
+
+    index: int | None = None
+    uuid: str | None = None  # "MIG-..." (-L only)
+    profile: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    memory_total_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class Gpu:
     index: int  # the CUDA index a test uses (cuda:<index>)
     name: str | None = None
@@ -164,6 +179,7 @@ class Gpu:
     # MIG instance, never the whole GPU; None where NVML did not say (a GPU without MIG says so).
     mig: bool | None = None
     compute_mode: str | None = None  # one of COMPUTE_MODES (nvmlDeviceGetComputeMode)
+    mig_devices: tuple[MigDevice, ...] = ()  # listed by nvidia-smi text; () where none was listed
 
     @property
     def active_nvlinks(self) -> int:

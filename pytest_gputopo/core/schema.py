@@ -10,9 +10,10 @@ from typing import Any, Mapping
 
 from .cpus import cpu_ranges, looks_like_cpu_list
 from .keys import COPY_KINDS, HOST_KINDS
-from .limits import (MAX_BYTES, MAX_CPUS, MAX_GBPS, MAX_GPUS, MAX_MEMORY_BYTES, MAX_NICS, MAX_NUMA_NODES, MAX_NVLINKS,
-                     MAX_PCIE_GEN, MAX_PCIE_WIDTH, MAX_WARNINGS, is_bandwidth, show_value)
-from .model import COMPUTE_MODES, P2P, P2P_CAPS, Gpu, Link, LinkClass, NvLink, P2PStatus, Source, Topology
+from .limits import (MAX_BYTES, MAX_CPUS, MAX_GBPS, MAX_GPUS, MAX_MEMORY_BYTES, MAX_MIG_DEVICES, MAX_NICS,
+                     MAX_NUMA_NODES, MAX_NVLINKS, MAX_PCIE_GEN, MAX_PCIE_WIDTH, MAX_WARNINGS, is_bandwidth, show_value)
+from .model import (COMPUTE_MODES, P2P, P2P_CAPS, Gpu, Link, LinkClass, MigDevice, NvLink, P2PStatus, Source,
+                    Topology)
 from .units import counted
 
 SCHEMA_VERSION = 1
@@ -38,7 +39,11 @@ def _enc(value: Any) -> Any:
 
 
 def to_dict(topology: Topology) -> dict:
-    return {"schema": SCHEMA_VERSION, **_enc(topology)}
+    data = {"schema": SCHEMA_VERSION, **_enc(topology)}
+    for gpu in data["gpus"]:  # written only where a listing named some, as profiles before them were
+        if not gpu["mig_devices"]:
+            del gpu["mig_devices"]
+    return data
 
 
 def _get(d: Mapping, key: str, path: str, types: tuple, default: Any = ..., allow_none=True) -> Any:
@@ -115,10 +120,24 @@ def _nvlink_from(d: Any, path: str) -> NvLink:
                   version=_get(d, "version", p, (str,), None))
 
 
+def _mig_device_from(d: Any, path: str) -> MigDevice:
+    d = _mapping(d, path)
+    p = path + "."
+    extra = set(d) - {f.name for f in dataclasses.fields(MigDevice)}
+    if extra:
+        raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
+    return MigDevice(index=_int(d, "index", p, 0, MAX_MIG_DEVICES - 1), uuid=_get(d, "uuid", p, (str,), None),
+                     profile=_get(d, "profile", p, (str,), None),
+                     gpu_instance_id=_int(d, "gpu_instance_id", p, 0, 2**31 - 1),
+                     compute_instance_id=_int(d, "compute_instance_id", p, 0, 2**31 - 1),
+                     memory_total_bytes=_int(d, "memory_total_bytes", p, 1, MAX_MEMORY_BYTES))
+
+
 def _gpu_from(d: Any, path: str) -> Gpu:
     d = _mapping(d, path)
     p = path + "."
-    extra = set(d) - set(_GPU_INTS) - set(_GPU_STRS) - set(_GPU_BOOLS) - {"index", "nvlinks", "compute_mode"}
+    extra = (set(d) - set(_GPU_INTS) - set(_GPU_STRS) - set(_GPU_BOOLS)
+             - {"index", "nvlinks", "compute_mode", "mig_devices"})
     if extra:
         raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
     listed = _list(d, "nvlinks", p)
@@ -134,8 +153,12 @@ def _gpu_from(d: Any, path: str) -> Gpu:
     mode = _get(d, "compute_mode", p, (str,), None)
     if mode is not None and mode not in COMPUTE_MODES:
         raise SchemaError(f"{p}compute_mode", f"{show_value(mode)} is not one of {list(COMPUTE_MODES)}")
+    listed = _list(d, "mig_devices", p)
+    if len(listed) > MAX_MIG_DEVICES:
+        raise SchemaError(f"{p}mig_devices", f"{len(listed)} MIG devices; a GPU holds at most {MAX_MIG_DEVICES}")
+    migs = tuple(_mig_device_from(m, f"{p}mig_devices[{i}]") for i, m in enumerate(listed))
     return Gpu(index=_int(d, "index", p, 0, MAX_GPUS - 1, ..., allow_none=False),
-               nvlinks=links, compute_mode=mode,
+               nvlinks=links, compute_mode=mode, mig_devices=migs,
                **{k: _int(d, k, p, low, high) for k, (low, high) in _GPU_INTS.items()},
                **{k: _get(d, k, p, (str,), None) for k in _GPU_STRS},
                **{k: _get(d, k, p, (bool,), None) for k in _GPU_BOOLS})

@@ -8,6 +8,9 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from ..core.limits import MAX_MEMORY_BYTES
+from ..core.model import MigDevice
+
 # The per-GPU facts a listing can give, as ``model.Gpu`` names them, and how a warning says them.
 FACTS = {"name": "name", "uuid": "UUID", "pci_bus_id": "PCI bus id", "memory_total_bytes": "memory",
          "compute_capability": "compute capability", "pcie_gen_current": "PCIe generation (current)",
@@ -53,9 +56,10 @@ class SmiGpu:
     mig: bool | None = None
     compute_mode: str | None = None
     fabric: SmiFabric | None = None  # -q -x only; None where it says nothing (N/A) of a fabric
+    mig_devices: tuple[MigDevice, ...] = ()  # the MIG devices listed under it (-L, -q -x, -q)
 
     def to_json(self) -> dict:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None or k == "index"}
+        return {k: v for k, v in dataclasses.asdict(self).items() if (v is not None and v != ()) or k == "index"}
 
 
 @dataclass(frozen=True)
@@ -86,12 +90,34 @@ class SmiGpus:
                                                    g.pcie_width_max)) else "")
             out.append(f"GPU{'?' if g.index is None else g.index}: {g.name or '?'} ({g.uuid or 'UUID ?'}), "
                        f"bus {g.pci_bus_id or '?'}, {memory}, compute capability {g.compute_capability or '?'}{pcie}"
-                       + (", MIG enabled" if g.mig else "") + (f", fabric {g.fabric.text()}" if g.fabric else ""))
+                       + (", MIG enabled" if g.mig else "") + _mig_text(g.mig_devices)
+                       + (f", fabric {g.fabric.text()}" if g.fabric else ""))
         versions = [f"driver {self.driver_version}" if self.driver_version else "",
                     f"CUDA {self.cuda_driver_version}" if self.cuda_driver_version else ""]
         if any(versions):
             out.append(", ".join(v for v in versions if v))
         return out + [f"warning: {w}" for w in self.warnings]
+
+
+def _mig_text(devices: tuple[MigDevice, ...]) -> str:
+    """``, MIG devices 0 (1g.10gb, GI 1, CI 0), 1 (...)``: each listed device by what was said of it."""
+    def one(d: MigDevice) -> str:
+        said = [d.profile, None if d.gpu_instance_id is None else f"GI {d.gpu_instance_id}",
+                None if d.compute_instance_id is None else f"CI {d.compute_instance_id}",
+                None if d.memory_total_bytes is None else f"{d.memory_total_bytes / 2**20:g} MiB"]
+        said = [s for s in said if s]
+        return ("?" if d.index is None else str(d.index)) + (f" ({', '.join(said)})" if said else "")
+    return f", MIG devices {', '.join(one(d) for d in devices)}" if devices else ""
+
+
+_MIB_RE = re.compile(r"([0-9]{1,12}) MiB")
+
+
+def mib_bytes(text: str | None) -> int | None:
+    """``81559 MiB`` (how nvidia-smi prints memory) in bytes; None where it is not that, or no memory
+    a GPU has (0, above ``limits.MAX_MEMORY_BYTES``)."""
+    m = _MIB_RE.fullmatch(text or "")
+    return int(m.group(1)) * 2**20 if m and 0 < int(m.group(1)) * 2**20 <= MAX_MEMORY_BYTES else None
 
 
 _BUS_RE = re.compile(r"(?:([0-9A-Fa-f]{1,8}):)?([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")

@@ -3,14 +3,16 @@ under a GPU in MIG mode one line per MIG device, ``  MIG <profile> Device <n>: (
 forms of NVIDIA's nvidia-smi manual page and MIG user guide; the first MIG drivers printed no profile,
 ``  MIG Device <n>: (UUID: MIG-GPU-…/<gi>/<ci>)``, as NVIDIA/nvidia-container-toolkit
 cmd/nvidia-container-runtime.experimental/README.md @ cf192169a8982fccf168ada86acfce54dc0984eb shows). A MIG device listed under a GPU says its
-MIG mode is enabled; none listed says nothing (MIG may be on with no instance made). A line of no
+MIG mode is enabled, and each is kept (``model.MigDevice``: its profile, number and UUID, and the early
+UUID's instance ids); none listed says nothing (MIG may be on with no instance made). A line of no
 such form is a warning naming its line; text with no GPU line is refused."""
 
 from __future__ import annotations
 
 import re
 
-from ..core.limits import MAX_GPUS
+from ..core.limits import MAX_GPUS, MAX_MIG_DEVICES
+from ..core.model import MigDevice
 from .smi_gpus import SmiGpu, SmiGpus
 
 TOOL = "nvidia-smi -L"
@@ -22,8 +24,17 @@ class SmiListParseError(ValueError):
 
 # ASCII digits only; the name is all before the last "(UUID:" (names hold no such thing).
 _GPU_RE = re.compile(r"GPU ([0-9]{1,4}): (.*) \(UUID: (GPU-[0-9A-Fa-f-]{8,64})\)")
-_MIG_RE = re.compile(r"MIG (?:\S.* )?Device +[0-9]{1,3}: \(UUID: MIG-[^\s()]{1,80}\)")  # profile absent on early drivers
+# The profile is absent on early drivers, whose UUID ends in the GPU and compute instance ids.
+_MIG_RE = re.compile(r"MIG (?:(\S+) +)?Device +([0-9]{1,3}): \(UUID: (MIG-[^\s()]{1,80})\)")
+_EARLY_MIG_UUID_RE = re.compile(r"MIG-GPU-[0-9A-Fa-f-]{8,64}/([0-9]{1,4})/([0-9]{1,4})")
 _NVLINK_RE = re.compile(r"Link [0-9]{1,3}: ")  # nvidia-smi nvlink -s prints -L's lines, then these
+
+
+def _mig_device(profile: str | None, index: str, uuid: str) -> MigDevice:
+    early = _EARLY_MIG_UUID_RE.fullmatch(uuid)
+    return MigDevice(index=int(index), uuid=uuid, profile=profile,
+                     gpu_instance_id=int(early.group(1)) if early else None,
+                     compute_instance_id=int(early.group(2)) if early else None)
 
 
 def parse_smi_list(text: str) -> SmiGpus:
@@ -56,11 +67,14 @@ def parse_smi_list(text: str) -> SmiGpus:
         elif _NVLINK_RE.match(line):
             raise SmiListParseError(f"line {number}: this is nvidia-smi nvlink -s output (its 'Link <n>:' lines), not "
                                     f"{TOOL}: give it to --nvlink-status (or gputopo parse nvlink-status)")
-        elif _MIG_RE.fullmatch(line):
+        elif m := _MIG_RE.fullmatch(line):
             if current is None:
                 notes.append(f"line {number}: a MIG device line before any GPU line")
+            elif len(current.setdefault("mig_devices", [])) >= MAX_MIG_DEVICES:
+                notes.append(f"line {number}: more than {MAX_MIG_DEVICES} MIG devices under one GPU; not read")
             else:
                 current["mig"] = True
+                current["mig_devices"].append(_mig_device(*m.groups()))
         else:
             notes.append(f"line {number}: not a line of {TOOL}: {line[:40]!r}")
     if not gpus:
@@ -69,5 +83,7 @@ def parse_smi_list(text: str) -> SmiGpus:
     complete = sorted(gpus) == list(range(len(gpus)))
     if not complete:
         notes.append(f"GPU indices {sorted(gpus)} are not 0..{len(gpus) - 1}: lines missing; the GPU count is unknown")
+    for g in gpus.values():
+        g["mig_devices"] = tuple(g.get("mig_devices", ()))
     return SmiGpus(TOOL, tuple(SmiGpu(**g) for g in gpus.values()), attached=len(gpus) if complete else None,
                    warnings=tuple(dict.fromkeys(notes)))

@@ -6,7 +6,8 @@ gpuopenanalytics/pynvml ``nvidia_smi.py`` @ 41dbc20ae91bde30ba1c5ecc90fa04aee080
 one ``<gpu id="<bus id>">`` per GPU in NVML index order, each with ``product_name``, ``uuid``,
 ``pci/pci_bus_id``, ``pci/pci_gpu_link_info/pcie_gen/{current,max}_link_gen``,
 ``.../link_widths/{current,max}_link_width`` (``16x``), ``fb_memory_usage/total`` (``81559 MiB``),
-``mig_mode/current_mig``, ``compute_mode`` and, from drivers that print it, ``fabric`` (``state``,
+``mig_mode/current_mig``, each ``mig_devices/mig_device`` (``index``, ``gpu_instance_id``,
+``compute_instance_id``, ``fb_memory_usage/total``), ``compute_mode`` and, from drivers that print it, ``fabric`` (``state``,
 ``status``, ``cliqueId``, ``clusterUuid``: the GPU's registration with a multi-node NVLink fabric, as
 NVML's ``nvmlGpuFabricInfo`` gives it, NVML API Reference "Fabric definitions"). ``N/A`` and the like
 are unknown. With ``-i`` some GPUs
@@ -23,10 +24,10 @@ import re
 import xml.etree.ElementTree as ET
 from xml.parsers import expat
 
-from ..core.limits import MAX_GPUS, MAX_MEMORY_BYTES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
-from ..core.model import COMPUTE_MODES
+from ..core.limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
+from ..core.model import COMPUTE_MODES, MigDevice
 from ..core.units import counted
-from .smi_gpus import SmiFabric, SmiGpu, SmiGpus, bus_key
+from .smi_gpus import SmiFabric, SmiGpu, SmiGpus, bus_key, mib_bytes
 
 TOOL = "nvidia-smi -q -x"
 MAX_DEPTH = 32  # nvidia-smi nests about 6 deep
@@ -93,13 +94,14 @@ def _text(node: ET.Element, path: str) -> str | None:
         else value
 
 
-def _int(node, path: str, high: int, notes: list[str], where: str, suffix: str = "") -> int | None:
+def _int(node, path: str, high: int, notes: list[str], where: str, suffix: str = "", zero=False) -> int | None:
     raw = _text(node, path)
     if raw is None:
         return None
     digits = raw[:-len(suffix)] if suffix and raw.endswith(suffix) else raw
-    if not _INT_RE.fullmatch(digits) or not 1 <= int(digits) <= high:
-        notes.append(f"{where}: {path.rsplit('/', 1)[-1]} {raw[:20]!r} is not from 1 to {high}{suffix}; not read")
+    low = 0 if zero else 1
+    if not _INT_RE.fullmatch(digits) or not low <= int(digits) <= high:
+        notes.append(f"{where}: {path.rsplit('/', 1)[-1]} {raw[:20]!r} is not from {low} to {high}{suffix}; not read")
         return None
     return int(digits)
 
@@ -123,12 +125,9 @@ def _gpu(node: ET.Element, index: int | None, notes: list[str]) -> SmiGpu:
                                          "x"),
                  pcie_width_max=_int(node, link + "link_widths/max_link_width", MAX_PCIE_WIDTH, notes, where, "x"))
     memory = _text(node, "fb_memory_usage/total")
-    if memory is not None:
-        number, _, unit = memory.partition(" ")
-        if unit != "MiB" or not _INT_RE.fullmatch(number) or not 0 < int(number) * 2**20 <= MAX_MEMORY_BYTES:
-            notes.append(f"{where}: fb_memory_usage total {memory[:20]!r} is not a number of MiB; not read")
-        else:
-            facts["memory_total_bytes"] = int(number) * 2**20
+    facts["memory_total_bytes"] = mib_bytes(memory)
+    if memory is not None and facts["memory_total_bytes"] is None:
+        notes.append(f"{where}: fb_memory_usage total {memory[:20]!r} is not a number of MiB; not read")
     mig = _text(node, "mig_mode/current_mig")
     if mig in ("Enabled", "Disabled"):
         facts["mig"] = mig == "Enabled"
@@ -138,7 +137,25 @@ def _gpu(node: ET.Element, index: int | None, notes: list[str]) -> SmiGpu:
     elif mode is not None:
         notes.append(f"{where}: compute_mode {mode[:20]!r} is not one of {', '.join(COMPUTE_MODES)}; not read")
     facts["fabric"] = _fabric(node, notes, where)
+    facts["mig_devices"] = _mig_devices(node, notes, where)
     return SmiGpu(**facts)
+
+
+def _mig_devices(node: ET.Element, notes: list[str], where: str) -> tuple[MigDevice, ...]:
+    """``<mig_devices>``' ``<mig_device>`` each: index, GPU and compute instance ids, memory total
+    (``None`` inside ``<mig_devices>`` where MIG is off)."""
+    found = node.findall("mig_devices/mig_device")
+    if len(found) > MAX_MIG_DEVICES:
+        notes.append(f"{where}: {len(found)} <mig_device> elements, more than any GPU holds; not read")
+        return ()
+    devices = []
+    for device in found:
+        devices.append(MigDevice(
+            index=_int(device, "index", MAX_MIG_DEVICES - 1, notes, where, zero=True),
+            gpu_instance_id=_int(device, "gpu_instance_id", 2**31 - 1, notes, where, zero=True),
+            compute_instance_id=_int(device, "compute_instance_id", 2**31 - 1, notes, where, zero=True),
+            memory_total_bytes=mib_bytes(_text(device, "fb_memory_usage/total"))))
+    return tuple(devices)
 
 
 def _fabric(node: ET.Element, notes: list[str], where: str) -> SmiFabric | None:

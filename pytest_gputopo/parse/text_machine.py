@@ -2,7 +2,7 @@
 
 ``nvidia-smi topo -m`` makes the machine (its GPUs, links, affinities; ``parse.smi_machine``), with
 the ``topo -p2p`` matrices' statuses. Then, in the order given, each GPU listing (``--query-gpu``
-CSV, ``-L``, ``-q -x``: ``parse.smi_query``, ``smi_list``, ``smi_xml``) and each ``nvlink -s`` joins
+CSV, ``-L``, ``-q -x``, ``-q``: ``parse.smi_query``, ``smi_list``, ``smi_xml``, ``smi_q``) and each ``nvlink -s`` joins
 it GPU by GPU. Each fact is filled once, from the first source that gives it; a later source that
 says otherwise is a warning naming both sources and both values, and the first is kept. Last, a GPU
 whose compute capability no source gave gets the one NVIDIA's CUDA GPU list gives its name
@@ -27,6 +27,9 @@ from .nvlink_status import NvlinkStatus
 from .smi_gpus import FACTS, SmiGpu, SmiGpus, bus_key
 from .smi_list import SmiListParseError, parse_smi_list
 from .smi_machine import to_topology
+from .smi_q import BANNER as SMI_Q_BANNER
+from .smi_q import GPU_RE as SMI_Q_GPU_RE
+from .smi_q import SmiQParseError, parse_smi_q
 from .smi_query import SmiQueryParseError, parse_smi_query
 from .smi_topo import SmiTopo
 from .smi_xml import SmiXmlParseError, parse_smi_xml
@@ -34,7 +37,7 @@ from .smi_xml import SmiXmlParseError, parse_smi_xml
 NVLINK_STATUS = "nvidia-smi nvlink -s"
 CUDA_GPU_LIST = "NVIDIA's CUDA GPU list (developer.nvidia.com/cuda-gpus)"
 # What read_listing raises: the refusal of the format the text was told to be.
-LISTING_ERRORS = (SmiXmlParseError, SmiListParseError, SmiQueryParseError)
+LISTING_ERRORS = (SmiXmlParseError, SmiQParseError, SmiListParseError, SmiQueryParseError)
 _VERSIONS = {"driver_version": "driver version", "cuda_driver_version": "CUDA version"}
 
 
@@ -43,11 +46,14 @@ class TextMachineError(ValueError):
 
 
 def read_listing(text: str) -> SmiGpus:
-    """A GPU listing, its format told by its text: XML (``nvidia-smi -q -x``), ``GPU 0: ...`` lines
-    (``nvidia-smi -L``), else ``--query-gpu`` CSV. Raises that format's parse error."""
+    """A GPU listing, its format told by its text: XML (``nvidia-smi -q -x``), the NVSMI LOG report
+    (``nvidia-smi -q``), ``GPU 0: ...`` lines (``nvidia-smi -L``), else ``--query-gpu`` CSV. Raises
+    that format's parse error."""
     first = next((line.strip() for line in text.splitlines() if line.strip()), "").lstrip("\ufeff")
     if first.startswith("<"):
         return parse_smi_xml(text)
+    if first == SMI_Q_BANNER or first.startswith(("Timestamp ", "Attached GPUs ")) or SMI_Q_GPU_RE.fullmatch(first):
+        return parse_smi_q(text)
     if first.startswith("GPU "):
         return parse_smi_list(text)
     return parse_smi_query(text)
@@ -159,7 +165,29 @@ class TextMachine:
         changes: dict = {}
         for key, what in FACTS.items():
             self._fill(gpu, key, getattr(row, key), source, what, f"GPU{gpu.index}: ", changes)
+        if row.mig_devices:
+            changes["mig_devices"] = self._mig_devices(gpu, row.mig_devices, source)
         return dataclasses.replace(gpu, **changes) if changes else gpu
+
+    def _mig_devices(self, gpu: model.Gpu, said: tuple[model.MigDevice, ...], source: str):
+        """The GPU's MIG devices with a listing's joined, device by index: each fact filled once (-L
+        gives UUIDs and profiles, -q and -q -x instance ids and memory); another set of devices is a
+        warning, the earlier kept."""
+        have = {d.index: d for d in gpu.mig_devices}
+        if have and set(have) != {d.index for d in said}:
+            listed = sorted(str(d.index) for d in said)
+            self._warnings.append(f"GPU{gpu.index}: {source} lists MIG devices {listed}, an earlier source "
+                                  f"{sorted(map(str, have))}: MIG changed between the outputs? The earlier is kept")
+            return gpu.mig_devices
+        if not have:
+            return said
+        merged = []
+        for device in said:
+            known = have[device.index]
+            merged.append(dataclasses.replace(known, **{
+                f.name: getattr(device, f.name) for f in dataclasses.fields(device)
+                if getattr(known, f.name) is None and getattr(device, f.name) is not None}))
+        return tuple(merged)
 
     def _joined(self, gpus: list[model.Gpu], what: str, file: str, before: set[str], notes=()) -> None:
         self.topology = dataclasses.replace(self.topology, gpus=tuple(gpus),

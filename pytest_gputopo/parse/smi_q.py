@@ -1,0 +1,241 @@
+"""Read ``nvidia-smi -q`` (``--query``, also ``-a``): the text report, by its own rules.
+
+nvidia-smi prints a ``==============NVSMI LOG==============`` banner, then ``Key : Value`` lines at
+the left margin (``Timestamp``, ``Driver Version``, ``CUDA Version``, ``Attached GPUs``), then one
+section per GPU headed ``GPU <bus id>`` (in NVML index order, as ``-q -x``'s ``<gpu>`` elements are).
+Inside it, nesting is indentation, four spaces a level: a line with no ``:`` opens a section (``PCI``,
+``GPU Link Info``), a ``Key : Value`` line is a fact of the section it is in (the key padded with spaces
+to one column). The facts read: ``Product Name``, ``GPU UUID``, ``PCI/Bus Id``,
+``PCI/GPU Link Info/PCIe Generation/{Max,Current}``, ``.../Link Width/{Max,Current}`` (``16x``),
+``FB Memory Usage/Total`` (``81559 MiB``), ``MIG Mode/Current``, each ``MIG Devices/MIG Device``
+(``Index``, ``GPU Instance ID``, ``Compute Instance ID``, ``FB Memory Usage/Total``: the text form of
+``-q -x``'s ``<mig_device>``, nvidia-ml-py's ``nvidia_smi.py`` sample) and ``Compute Mode``. A
+value nvidia-smi prints for "not known" (``N/A``, ``Not Found``, ``Not Supported``, ...) is unknown:
+``CUDA Version : Not Found`` on a vGPU host driver is no error. A fact is looked up by its full path,
+so ``vGPU Software Licensed Product/Product Name`` is never the GPU's name.
+
+With ``-i`` nvidia-smi prints some GPUs and ``Attached GPUs`` still counts every one (as in
+``tests/smi_q/a16-vgpu-host-470-i0.txt``): such GPUs are read without an index, told apart by UUID or
+bus id where they join a machine, and the listing says so in a warning. A paste cut short gives the
+facts before the cut. Real samples, with their sources: ``tests/smi_q/SOURCES.md``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..core.limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
+from ..core.model import COMPUTE_MODES, MigDevice
+from .cells import BadCell, cell_int
+from .smi_gpus import SmiGpu, SmiGpus, bus_key, mib_bytes
+
+TOOL = "nvidia-smi -q"
+BANNER = "==============NVSMI LOG=============="
+MAX_LINES = 2_000_000  # about 200 lines a GPU; a 72-GPU report has 20,000
+GPU_RE = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
+_FACT_RE = re.compile(r"([^:]*?\S) *: ?(.*)")  # the first colon ends the key: values hold colons (times, bus ids)
+_UUID_RE = re.compile(r"GPU-[0-9A-Fa-f-]{8,64}")
+_VERSION_RE = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}")
+_UNKNOWN_RE = re.compile(r"N/A|\[N/A\]|Not Found|Not Supported|Not Available|Unknown.*|Requested functionality.*")
+# Other tools' text, told by a line of their own, and where to give it instead.
+_OTHERS = ((re.compile(r"<\?xml|<nvidia_smi_log"), "nvidia-smi -q -x output (XML): read it with gputopo parse smi-xml"),
+           (re.compile(r"GPU [0-9]+: .*\(UUID: GPU-"),
+            "nvidia-smi -L (or nvlink -s) output: read it with gputopo parse smi-list"),
+           (re.compile(r"\tGPU0\b|^ *GPU0 +GPU1 "), "an nvidia-smi topo matrix: read it with gputopo parse smi-topo"),
+           (re.compile(r"\| NVIDIA-SMI "),
+            "nvidia-smi's summary table (plain `nvidia-smi`), which lists no UUID: run nvidia-smi -q"))
+
+
+class SmiQParseError(ValueError):
+    """Text that is not nvidia-smi -q output; the message says why."""
+
+
+@dataclass
+class _Section:
+    """A section of the report: its facts and subsections in order, each with its line number."""
+
+    name: str
+    line: int
+    facts: list[tuple[str, str, int]] = field(default_factory=list)
+    sections: list["_Section"] = field(default_factory=list)
+
+    def find(self, path: str) -> tuple[str, int] | None:
+        """The value and line of ``Section/.../Key``: the first one, where a section repeats."""
+        *heads, key = path.split("/")
+        node: _Section | None = self
+        for head in heads:
+            node = next((s for s in node.sections if s.name == head), None)
+            if node is None:
+                return None
+        return next(((value, line) for name, value, line in node.facts if name == key), None)
+
+    def all(self, path: str) -> list["_Section"]:
+        """Every section at ``A/B`` (a repeated one, as MIG Device)."""
+        *heads, last = path.split("/")
+        nodes = [self]
+        for head in heads:
+            nodes = [s for n in nodes for s in n.sections if s.name == head]
+        return [s for n in nodes for s in n.sections if s.name == last]
+
+
+def _tree(lines: list[str], first: int, base: int) -> tuple[_Section, list[_Section], list[str]]:
+    """The report's top facts and its GPU sections, read by indentation from line ``first``."""
+    top = _Section("", 0)
+    gpus: list[_Section] = []
+    notes: list[str] = []
+    stack: list[tuple[int, _Section]] = [(-1, top)]
+    for number in range(first, len(lines) + 1):
+        raw = lines[number - 1].rstrip()
+        if not raw.strip() or raw.strip() == BANNER:
+            continue
+        if "\t" in raw[:len(raw) - len(raw.lstrip())]:
+            notes.append(f"line {number}: indented with a tab (nvidia-smi indents with spaces); not read")
+            continue
+        indent = len(raw) - len(raw.lstrip(" ")) - base
+        text = raw.strip()
+        if indent < 0:
+            raise SmiQParseError(f"line {number}: left of the report's margin: {text[:40]!r} is not part of one "
+                                 f"{TOOL} output")
+        if indent == 0 and (m := GPU_RE.fullmatch(text)):
+            gpu = _Section(m.group(1), number)
+            gpus.append(gpu)
+            stack = [(-1, top), (0, gpu)]
+            if len(gpus) > MAX_GPUS:
+                raise SmiQParseError(f"line {number}: more than {MAX_GPUS} GPU sections: more than any machine has")
+            continue
+        while stack[-1][0] >= indent:
+            stack.pop()
+        parent = stack[-1][1]
+        if indent == 0 and gpus:
+            raise SmiQParseError(f"line {number}: {text[:40]!r} at the left margin after a GPU section: "
+                                 f"{TOOL} prints nothing there (outputs joined?)")
+        if m := _FACT_RE.fullmatch(text):
+            parent.facts.append((m.group(1), m.group(2).strip(), number))
+            stack.append((indent, _Section("", number)))  # a line indented under a fact belongs to no section
+        else:
+            section = _Section(text, number)
+            parent.sections.append(section)
+            stack.append((indent, section))
+    return top, gpus, notes
+
+
+def _value(node: _Section, path: str) -> tuple[str | None, int]:
+    found = node.find(path)
+    if found is None:
+        return None, 0
+    value, line = found
+    return (None if not value or _UNKNOWN_RE.fullmatch(value) else value), line
+
+
+class _Reader:
+    """Facts of one section, each read strictly: a value of another kind is a note naming its line."""
+
+    def __init__(self, node: _Section, notes: list[str]):
+        self.node, self.notes = node, notes
+
+    def text(self, path: str) -> str | None:
+        return _value(self.node, path)[0]
+
+    def int(self, path: str, low: int, high: int, suffix: str = "") -> int | None:
+        raw, line = _value(self.node, path)
+        if raw is None:
+            return None
+        try:
+            value = cell_int(raw[:-len(suffix)] if suffix and raw.endswith(suffix) else raw)
+        except BadCell:
+            value = None
+        if value is None or not low <= value <= high:
+            self.notes.append(f"line {line}: {path} {raw[:20]!r} is not from {low} to {high}{suffix}; not read")
+            return None
+        return value
+
+    def checked(self, path: str, ok, what: str) -> str | None:
+        raw, line = _value(self.node, path)
+        if raw is not None and not ok(raw):
+            self.notes.append(f"line {line}: {path} {raw[:48]!r} is not {what}; not read")
+            return None
+        return raw
+
+    def mib(self, path: str) -> int | None:
+        return mib_bytes(self.checked(path, mib_bytes, "a number of MiB"))
+
+
+def _mig_devices(gpu: _Section, notes: list[str]) -> tuple[MigDevice, ...]:
+    found = gpu.all("MIG Devices/MIG Device")
+    if len(found) > MAX_MIG_DEVICES:
+        notes.append(f"line {found[0].line}: {len(found)} MIG devices, more than any GPU holds; not read")
+        return ()
+    devices = []
+    for node in found:
+        r = _Reader(node, notes)
+        devices.append(MigDevice(index=r.int("Index", 0, MAX_MIG_DEVICES - 1),
+                                 gpu_instance_id=r.int("GPU Instance ID", 0, 2**31 - 1),
+                                 compute_instance_id=r.int("Compute Instance ID", 0, 2**31 - 1),
+                                 memory_total_bytes=r.mib("FB Memory Usage/Total")))
+    return tuple(devices)
+
+
+def _gpu(node: _Section, index: int | None, notes: list[str]) -> SmiGpu:
+    r = _Reader(node, notes)
+    bus = r.checked("PCI/Bus Id", lambda v: bus_key(v) is not None, "a PCI bus id") or node.name
+    if bus_key(bus) != bus_key(node.name):
+        notes.append(f"line {node.line}: GPU {node.name}'s PCI Bus Id is {bus[:20]}; the section's is kept")
+        bus = node.name
+    mig = r.checked("MIG Mode/Current", lambda v: v in ("Enabled", "Disabled"), "Enabled or Disabled")
+    link = "PCI/GPU Link Info/"
+    return SmiGpu(index=index, name=r.text("Product Name"),
+                  uuid=r.checked("GPU UUID", _UUID_RE.fullmatch, "a GPU UUID"), pci_bus_id=bus,
+                  memory_total_bytes=r.mib("FB Memory Usage/Total"),
+                  pcie_gen_current=r.int(link + "PCIe Generation/Current", 1, MAX_PCIE_GEN),
+                  pcie_gen_max=r.int(link + "PCIe Generation/Max", 1, MAX_PCIE_GEN),
+                  pcie_width_current=r.int(link + "Link Width/Current", 1, MAX_PCIE_WIDTH, "x"),
+                  pcie_width_max=r.int(link + "Link Width/Max", 1, MAX_PCIE_WIDTH, "x"),
+                  mig=None if mig is None else mig == "Enabled",
+                  compute_mode=r.checked("Compute Mode", lambda v: v in COMPUTE_MODES,
+                                         f"one of {', '.join(COMPUTE_MODES)}"),
+                  mig_devices=_mig_devices(node, notes))
+
+
+def _refuse_other_tools(lines: list[str]) -> None:
+    for number, line in enumerate(lines[:50], 1):
+        for pattern, what in _OTHERS:
+            if pattern.search(line):
+                raise SmiQParseError(f"line {number}: this is {what}, not {TOOL}")
+
+
+def parse_smi_q(text: str) -> SmiGpus:
+    """The GPUs and versions of ``nvidia-smi -q`` output (see the module docstring)."""
+    if not isinstance(text, str):
+        raise SmiQParseError(f"expected the text of {TOOL}, got {type(text).__name__}")
+    lines = text.lstrip("\ufeff").splitlines()
+    if len(lines) > MAX_LINES:
+        raise SmiQParseError(f"{len(lines)} lines: more than any {TOOL} output")
+    _refuse_other_tools(lines)
+    # The report starts at its banner, or (a paste without it) at its first "Key : Value" or GPU line;
+    # its left margin is that line's indent (a paste indented whole, as in a Markdown list, reads the same).
+    first = next((n for n, line in enumerate(lines, 1) if line.strip() == BANNER), None)
+    if first is None:
+        first = next((n for n, line in enumerate(lines, 1)
+                      if GPU_RE.fullmatch(line.strip()) or line.strip().startswith("Attached GPUs")), None)
+    if first is None:
+        raise SmiQParseError(f"no '{BANNER}' banner and no 'GPU <bus id>' section: not {TOOL} output")
+    base = len(lines[first - 1]) - len(lines[first - 1].lstrip(" "))
+    top, nodes, notes = _tree(lines, first, base)
+    if not nodes:
+        raise SmiQParseError(f"no 'GPU <bus id>' section: {TOOL} of no GPU (or a paste cut before the first GPU)")
+    reader = _Reader(top, notes)
+    attached = reader.int("Attached GPUs", 1, MAX_GPUS)
+    if attached is not None and attached < len(nodes):
+        raise SmiQParseError(f"{len(nodes)} GPU sections and Attached GPUs {attached}: not one {TOOL} output")
+    if attached is not None and attached > len(nodes):
+        notes.append(f"Attached GPUs {attached} and {len(nodes)} GPU section{'s' if len(nodes) != 1 else ''}: some "
+                     f"GPUs only (nvidia-smi -i, or a cut paste); which index each has, and the others, are unknown")
+    every = attached == len(nodes)  # every GPU listed, in NVML index order: its place is its index
+    gpus = tuple(_gpu(node, i if every else None, notes) for i, node in enumerate(nodes))
+    for key in ("uuid", "pci_bus_id"):
+        values = [bus_key(v) if key == "pci_bus_id" else v for g in gpus if (v := getattr(g, key))]
+        if len(set(values)) != len(values):
+            raise SmiQParseError(f"two GPU sections with one {key}: not one {TOOL} output (outputs joined?)")
+    versions = {key: reader.checked(path, _VERSION_RE.fullmatch, "a version")
+                for key, path in (("driver_version", "Driver Version"), ("cuda_driver_version", "CUDA Version"))}
+    return SmiGpus(TOOL, gpus, attached=attached, warnings=tuple(dict.fromkeys(notes)), **versions)
