@@ -19,8 +19,8 @@ import pytest
 from conftest import run_cli as run
 
 from pytest_gputopo.core import gpu_requirements
-from pytest_gputopo.probe import probe
 from pytest_gputopo.parse.smi_xml import parse_smi_xml
+from pytest_gputopo.probe import probe
 from pytest_gputopo.render.smi_topo import render_topo_matrix
 
 UUIDS = [f"GPU-{i:08x}-1111-2222-3333-44445555{i:04x}" for i in range(8)]
