@@ -298,6 +298,9 @@ def dgx_a100() -> Machine:
             "links[*].p2p: OK for read, write, nvlink and atomics, inferred from the NVSwitch fabric (NCCL "
             "uses P2P/CUMEM/read between NVLink-connected A100s in the NCCL_DEBUG=INFO log of "
             "https://github.com/nkotikal/NCCL-Tensor-Parallelism README.md, which needs NVML read and write OK)",
+            "driver_version, cuda_driver_version, cuda_runtime_version, nccl_version: unknown (the OCI notes' "
+            "session, nccl#1505's topology dump and pc2/cc-slurm-sync print no version; a version of another "
+            "A100 node would describe another machine)",
         ),
         published=(
             {"kind": "allreduce", "gbps": 234.89, "gpus": 8, "size_bytes": 16 * 2**30,
@@ -371,7 +374,11 @@ def hgx_h100() -> Machine:
         inferred=(
             UUIDS,
             "cuda_runtime_version: '12.9', read off the torch wheel tag 2.9.1+cu129 of sglang#20855 (check_env "
-            "prints the torch version, not torch.version.cuda itself); nccl_version: unknown (not printed)",
+            "prints the torch version, not torch.version.cuda itself); nccl_version: unknown (check_env prints no "
+            "NCCL version and the issue shows no NCCL log line; the Inspur H800 log's 'NCCL version 2.18.3' is "
+            "another node's, with another torch); cuda_driver_version: unknown (check_env's 'CUDA Driver Version: "
+            "570.124.06' is the driver's version, not the CUDA version nvidia-smi prints beside it; the CUDA 12.7 "
+            "of thamada/nvidia-smi belongs to that node's driver 565.57.01)",
             "gpus[*].pci_bus_id: a typical HGX H100 layout read on another node (thamada/nvidia-smi), not on "
             "the node of the SGLang/Mooncake guide whose matrix this profile uses",
             "gpus[*].nvlinks[*].remote_bus_id: GPU0's link-to-NVSwitch mapping from nccl#1182 given to every "
@@ -442,6 +449,8 @@ def dgx1_v100() -> Machine:
             "hides it behind NV#)",
             "links[*].p2p: read/write OK for every pair (V100 SXM2 boards report peer access between all "
             "GPUs); nvlink and atomics OK on NVLink pairs",
+            "driver_version, cuda_driver_version, cuda_runtime_version, nccl_version: unknown (the UCX-Py notes' "
+            "session and nccl#671's topology dump print no version)",
             PCIE_PAIR_CAPS,
         ),
     )
@@ -559,14 +568,26 @@ def gb200_tray() -> Machine:
             "(Blackwell's NVLink generation), not read",
             "links[*].pcie: unknown (hidden behind NV18, and a GB200 pair has no PCIe path in the capture)",
             "links[*].p2p: OK for read, write, nvlink and atomics, inferred from the NVLink fabric",
-            "gpus[*].multicast: unknown (needs the rack's fabric manager / IMEX; not captured)",
+            "gpus[*].multicast: unknown (CUDA's multicast attribute on a GB200 tray depends on the rack's fabric "
+            "manager and IMEX; the RHEL4NV capture shows neither, nor an NCCL log, and no public output of this tray "
+            "says it)",
+            "cuda_runtime_version, nccl_version: unknown (the capture shows no torch and no NCCL log)",
+        ),
+        published=(
+            {"kind": "p2p", "gbps": 743.89,
+             "source": "ml-engineering network/README.md (https://github.com/stas00/ml-engineering; "
+                       "p2pBandwidthLatencyTest 'Unidirectional P2P=Enabled Bandwidth (P2P Writes)' on a GB200 NVL4 "
+                       "node, 4 GPUs: 743.89-750.28 GB/s between every pair); the lowest cell",
+             "note": "another GB200 tray's figure, published; its P2P Connectivity Matrix is not shown, but 744-750 "
+                     "GB/s is NVLink 5's rate (the author: 82.8% of 900), not a copy staged through the host"},
         ),
     )
 
 
 def rtx4090_x4() -> Machine:
     name = "4x-rtx4090"
-    topology = pcie_box(name, RTX_4090, (0x01, 0x25, 0x41, 0x61), pcie=uniform(NODE), read_write=GNS)
+    topology = pcie_box(name, RTX_4090, (0x01, 0x25, 0x41, 0x61), pcie=uniform(NODE), read_write=GNS,
+                        driver_version="550.127.05", cuda_driver_version="12.4")
     return Machine(
         name,
         "4x NVIDIA GeForce RTX 4090 on PCIe Gen4 x16, no NVLink; the driver refuses P2P for every pair "
@@ -578,7 +599,7 @@ def rtx4090_x4() -> Machine:
             "bus 0x01, 0x25, 0x41, 0x61 (P2P there only with a patched kernel module)",
             "https://github.com/thamada/nvidia-smi package/RTX4090_smi.py (`nvidia-smi -a` of an 8x RTX 4090 "
             "node at buses 01,25,41,61,81,A1,C1,E1, driver 550.127.05): FB memory total 24564 MiB; PCIe "
-            "generation max 4, width max 16x",
+            "generation max 4, width max 16x; 'Driver Version : 550.127.05', 'CUDA Version : 12.4'",
             "https://github.com/NVIDIA/TensorRT-LLM/issues/2225 (NCCL log of an RTX 4090 server): NCCL "
             "'P2P is disabled between connected GPUs' for every pair (NVML read/write not OK)",
             "https://github.com/NVIDIA/nccl-tests/issues/287 (sjeaugey): 'GeForce cards do not support P2P'",
@@ -593,6 +614,10 @@ def rtx4090_x4() -> Machine:
             LOADED_LINK,
             "links[*].pcie: NODE, inferred from the bus layout (each GPU on its own root complex 0x00/0x20/0x40/"
             "0x60 of one AMD EPYC socket); the host's `topo -m` is not published",
+            "driver_version, cuda_driver_version: 550.127.05 and 12.4, the stock driver of the 8x RTX 4090 node of "
+            "thamada/nvidia-smi, whose first four GPUs sit at this machine's buses (01, 25, 41, 61); the "
+            "pptest_driver README prints no version (its all_reduce_perf ran on a patched P2P module, not this "
+            "stock-driver state); cuda_runtime_version, nccl_version: unknown (no torch or NCCL log of this host)",
             "links[*].p2p.read, links[*].p2p.write: GNS, the code `topo -p2p` shows for GeForce RTX 5090 pairs; "
             "not captured on a 4090 (one public note reports CNS on a dual-4090 board, find_string id "
             "62125212643)",
@@ -748,6 +773,7 @@ def l40s_x8() -> Machine:
         name, L40S, (0x1B, 0x1C, 0x3D, 0x3E, 0x89, 0x8A, 0xB1, 0xB2),
         numa=L40S_SOCKET, affinity=("0-23,48-71",) * 4 + ("24-47,72-95",) * 4,
         pcie=tiers((L40S_SWITCH, PIX), (L40S_SOCKET, NODE)), read_write=OK,
+        driver_version="550.127.05", cuda_driver_version="12.4",
     )
     return Machine(
         name,
@@ -760,7 +786,8 @@ def l40s_x8() -> Machine:
             "switches read PIX, pairs on one socket NODE, across sockets SYS; CPU affinity 0-23,48-71 (NUMA 0) "
             "and 24-47,72-95 (NUMA 1)",
             "https://github.com/thamada/nvidia-smi nvsim/L40S_smi.py (`nvidia-smi -a`, NVIDIA L40S, driver "
-            "550.127.05): FB memory total 46068 MiB; PCIe generation max 4, width max 16x",
+            "550.127.05): FB memory total 46068 MiB; PCIe generation max 4, width max 16x; 'Driver Version : "
+            "550.127.05', 'CUDA Version : 12.4'",
             "https://github.com/NVIDIA/cuda-samples/issues/284 (2x L4, Ada datacenter, on a SYS pair): peer "
             "access Yes; https://github.com/NVIDIA/nccl/issues/1817 (8x L20): NCCL uses P2P",
             "contrary reports, modelled by the twin 8x-l40s-p2p-disabled: "
@@ -773,6 +800,10 @@ def l40s_x8() -> Machine:
             "server's pattern (pairs behind switches, dual socket) extended to 4 GPUs per socket",
             "gpus[*].pci_bus_id: synthetic (a switch's two GPUs on neighbouring buses)",
             "gpus[*].numa_node, gpus[*].cpu_affinity: the 6-GPU server's two sockets, 4 GPUs each",
+            "driver_version, cuda_driver_version: 550.127.05 and 12.4, the L40S host of thamada/nvidia-smi (the "
+            "one L40S capture this profile reads; the 6-GPU server's matrix shows no version); cuda_runtime_version, "
+            "nccl_version: unknown (its deviceQuery's 'Runtime Version 12.4' is the sample's own CUDA runtime, "
+            "not torch's)",
             LOADED_LINK,
             "links[*].p2p.read, links[*].p2p.write: OK for every pair, inferred from Ada datacenter siblings "
             "(L4 peer access across SYS, cuda-samples#284; 8x L20 NCCL P2P, nccl#1817); public L40S nodes "
@@ -786,7 +817,7 @@ def rtx_pro_6000_x2() -> Machine:
     name = "2x-rtx-pro-6000"
     topology = pcie_box(
         name, RTX_PRO_6000, (0x01, 0x02), numa=(0, 0), affinity=("0-13", "0-13"),
-        pcie=uniform(PHB), read_write=OK, driver_version="595.71.05",
+        pcie=uniform(PHB), read_write=OK, driver_version="595.71.05", nccl_version="2.30.4",
     )
     return Machine(
         name,
@@ -800,7 +831,9 @@ def rtx_pro_6000_x2() -> Machine:
             "https://github.com/local-inference-lab/rtx6kpro/issues/15 (2x RTX PRO 6000 Blackwell Workstation "
             "Edition, NVLink none, driver 595.71.05): `topo -m` PHB, CPU affinity 0-13, NUMA 0; `nvidia-smi "
             "topo -p2p p`, `-p2p r` and `-p2p w` all OK; NCCL hangs on the first all_reduce unless "
-            "NCCL_P2P_DISABLE=1",
+            "NCCL_P2P_DISABLE=1; title 'Lucifer NCCL 2.30.4 hangs on first all_reduce', its summary: 'A minimal "
+            "two-rank PyTorch/NCCL `all_reduce` reproduces the problem' with 'the NCCL 2.30.4 runtime in the pinned "
+            "Lucifer image'",
             "https://github.com/NVIDIA/nccl/issues/1999 and vllm-project/vllm#33041 (via local-inference-lab/"
             "vllm#262): dual RTX PRO 6000 hang with P2P enabled; cause IOMMU/ACS, P2P reported but unusable",
             "https://github.com/vllm-project/vllm/issues/56128 (4x RTX PRO 6000 Blackwell Server Edition, "
@@ -813,6 +846,9 @@ def rtx_pro_6000_x2() -> Machine:
             "gpus[*].pcie_*: PCIe 5.0 x16 (the product, per MantraVid's analysis); the desktop of rtx6kpro#15 "
             "ran each GPU at Gen5 x8",
             "gpus[*].name: 'Workstation Edition' as rtx6kpro#15 names the cards",
+            "nccl_version: 2.30.4, the NCCL runtime rtx6kpro#15 names for the image whose PyTorch all_reduce hung "
+            "(torch.cuda.nccl.version() itself is not printed); cuda_driver_version, cuda_runtime_version: unknown "
+            "(the issue prints neither)",
             PCIE_PAIR_CAPS,
         ),
     )
@@ -820,14 +856,16 @@ def rtx_pro_6000_x2() -> Machine:
 
 def single_gpu() -> Machine:
     name = "single-gpu"
-    topology = pcie_box(name, A100_PCIE_80GB, (0xE1,), pcie=uniform(SYS), read_write=OK)
+    topology = pcie_box(name, A100_PCIE_80GB, (0xE1,), pcie=uniform(SYS), read_write=OK,
+                        driver_version="550.127.08", cuda_driver_version="12.4")
     return Machine(
         name,
         "One NVIDIA A100 80GB PCIe (PCIe Gen4 x16): no GPU pairs at all.",
         topology,
         sources=(
-            "public nvidia-smi table of a one-GPU host (find_string id 10932353035): NVIDIA A100 80GB PCIe at "
-            "00000000:E1:00.0, 81920 MiB",
+            "public nvidia-smi table of a one-GPU host (find_string id 10932353035, a cluster's 'Change CUDA Version' "
+            "page): NVIDIA A100 80GB PCIe at 00000000:E1:00.0, 81920 MiB; its header 'Driver Version: 550.127.08     "
+            "CUDA Version: 12.4'",
             "Princeton Research Computing's A100 workshop notes by jdh4 on GitHub (`nvidia-smi topo -m` on an "
             "Adroit node, 4x A100 PCIe): A100 PCIe nodes on PCIe Gen4, no NVLink",
             "https://github.com/intel/torch-xpu-ops/issues/1955: "
@@ -837,6 +875,8 @@ def single_gpu() -> Machine:
             UUIDS,
             "gpus[0].pcie_*: Gen4 x16, the A100 PCIe's link (not read on this host)",
             "gpus[0].numa_node, gpus[0].cpu_affinity: unknown",
+            "cuda_runtime_version, nccl_version: unknown (the page shows no torch; its nvcc 12.1 is the toolkit on "
+            "PATH, not torch.version.cuda)",
         ),
     )
 
