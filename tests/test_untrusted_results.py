@@ -228,8 +228,10 @@ def test_the_lock_lives_in_a_private_folder_and_follows_no_link(lock_tmp):
 
 
 @pytest.mark.parametrize("planted", ["symlink", "file", "lock is a folder"])
-def test_a_lock_path_someone_else_prepared_is_a_reason_not_a_crash(lock_tmp, monkeypatch, planted):
+def test_a_lock_path_someone_else_prepared_is_refused_naming_it(lock_tmp, monkeypatch, planted):
     import os
+
+    from pytest_gputopo.bench.host_lock import LockRefused
 
     folder = lock_tmp / f"pytest-gputopo-{os.getuid()}"
     if planted == "symlink":
@@ -240,8 +242,8 @@ def test_a_lock_path_someone_else_prepared_is_a_reason_not_a_crash(lock_tmp, mon
     else:
         (folder / "bench.lock").mkdir(parents=True)
     monkeypatch.setattr(BenchSuite, "_measure", lambda self, key: BenchResult(key, "copy", 12.5, "measured"))
-    result = BenchSuite(HOST, BenchSettings()).get(KEY)
-    assert result.gbps is None and str(folder) in result.error
+    with pytest.raises(LockRefused, match=f"{folder}.*point TMPDIR at a folder only you can write"):
+        BenchSuite(HOST, BenchSettings()).get(KEY)
     assert not (lock_tmp / "theirs" / "bench.lock").exists()
 
 
@@ -254,5 +256,44 @@ def test_a_folder_of_another_user_is_not_used(lock_tmp, monkeypatch):
     folder.mkdir(mode=0o777)
     os.chown(folder, 65534, 65534)
     monkeypatch.setattr(BenchSuite, "_measure", lambda self, key: BenchResult(key, "copy", 12.5, "measured"))
-    result = BenchSuite(HOST, BenchSettings()).get(KEY)
-    assert result.gbps is None and "owned by another user" in result.error
+    with pytest.raises(PermissionError, match=f"{folder} is owned by user id 65534, not by you"):
+        BenchSuite(HOST, BenchSettings()).get(KEY)
+
+
+# A recorded 2-GPU machine passing for this host, its copies answered by the tests' fault plan.
+THIS_HOST = """
+import dataclasses
+import pytest
+from pytest_gputopo.core import model
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_gputopo_probe(config):
+    from pytest_gputopo.probe import probe_recorded
+    return dataclasses.replace(probe_recorded("2x-rtx-pro-6000"), source=model.Source("nvml"), published=())
+"""
+
+
+@pytest.mark.slow
+def test_another_users_lock_folder_fails_a_benchmark_gated_run_instead_of_skipping_it(pytester, monkeypatch):
+    """Issue 32.5, from an attack: another user makes ``$TMPDIR/pytest-gputopo-<uid>`` first; every
+    benchmark-gated test then skipped and the run passed (exit status 0). Now each errors, naming the
+    folder and saying to point TMPDIR elsewhere; with TMPDIR pointed at a folder of the user's, it runs."""
+    import os
+
+    if os.getuid() != 0:
+        pytest.skip("making a folder owned by another user needs root")
+    monkeypatch.setenv("PYTEST_GPUTOPO_TEST_FAULTS", '{"copy_gbps": 900.0}')
+    shared = pytester.mkdir("shared-tmp")
+    planted = shared / f"pytest-gputopo-{os.getuid()}"
+    planted.mkdir(mode=0o777)
+    os.chown(planted, 65534, 65534)
+    monkeypatch.setenv("TMPDIR", str(shared))
+    pytester.makeconftest(THIS_HOST)
+    pytester.makepyfile("import pytest\n@pytest.mark.min_p2p_bw(10)\ndef test_copy():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*the benchmark lock's folder {planted} is owned by user id 65534, not by you*"
+                                 "point TMPDIR at a folder only you can write*"])
+    monkeypatch.setenv("TMPDIR", str(pytester.mkdir("mine")))
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+

@@ -1,7 +1,8 @@
 """One benchmark at a time on this host for this user, across processes: an advisory file lock in a
 folder only this user owns (``$TMPDIR/pytest-gputopo-<uid>/bench.lock``), so that two pytest
 processes (xdist workers, parallel jobs) never measure the same host at once. A lock that cannot be
-taken safely (a link or a folder another user planted) is an OSError naming the path."""
+taken safely (a link or a folder another user planted) is refused (``LockRefused``): the benchmarks
+that need it error, naming the path and where to point instead, never skip as if unmeasurable."""
 
 from __future__ import annotations
 
@@ -10,6 +11,16 @@ import os
 import stat
 import tempfile
 import time
+
+
+class LockRefused(PermissionError):
+    """The benchmark lock's folder is not this user's own: another user could make every benchmark of
+    this user's runs wait or vanish, so the run's benchmarks error rather than skip with exit status 0."""
+
+
+def _refused(what: str) -> LockRefused:
+    return LockRefused(f"{what}: benchmarks do not run while it is there; remove it, or point TMPDIR at a folder "
+                       f"only you can write (e.g. TMPDIR=$HOME/tmp)")
 
 
 def lock_path() -> str:
@@ -24,9 +35,8 @@ def lock_path() -> str:
         pass
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
-        what = "owned by another user" if stat.S_ISDIR(info.st_mode) else "not a folder"
-        raise PermissionError(f"the benchmark lock folder {folder} is {what}; benchmarks do not run until it "
-                              f"is removed")
+        raise _refused(f"the benchmark lock's folder {folder} is " + (
+            f"owned by user id {info.st_uid}, not by you ({uid})" if stat.S_ISDIR(info.st_mode) else "not a folder"))
     if info.st_mode & 0o077:
         os.chmod(folder, 0o700)  # ours: made private (a link another user left in it is not followed)
     return os.path.join(folder, "bench.lock")
@@ -35,17 +45,20 @@ def lock_path() -> str:
 @contextlib.contextmanager
 def host_lock(timeout_s: float):
     """One benchmark at a time on this host for this user, across processes (an advisory file lock).
-    A lock that cannot be taken safely is an OSError naming the path, never a file made elsewhere."""
+    A lock that cannot be taken safely is ``LockRefused`` naming the path, never a file made elsewhere."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock
         yield
         return
     path = lock_path()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:  # a folder or a link (ELOOP) under the name
+        raise _refused(f"the benchmark lock {path} cannot be opened ({exc.strerror or exc})") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PermissionError(f"the benchmark lock {path} is not a regular file")
+            raise _refused(f"the benchmark lock {path} is not a regular file")
         deadline = time.monotonic() + timeout_s
         while True:
             try:

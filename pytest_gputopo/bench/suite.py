@@ -22,7 +22,7 @@ from ..core import keys, model
 from ..core.requirements import MIG_INSTANCE, mig_enabled
 from ..runtime import files
 from . import untrusted
-from .host_lock import host_lock
+from .host_lock import LockRefused, host_lock
 from .bench_settings import BenchSettings
 from .subproc import CopyWorker
 
@@ -214,7 +214,9 @@ class BenchSuite:
                 if self._shared is not None:
                     self._shared.put(name, result.to_json())
                 return result
-        except OSError as exc:  # TimeoutError, or a lock that cannot be taken safely
+        except LockRefused:
+            raise  # a folder planted by another user: the test errors, naming it (never a quiet skip)
+        except OSError as exc:  # TimeoutError: another process held the lock past the timeout
             return BenchResult(key, key.describe(), None, "measured", error=str(exc))
 
     def _cached_or_measured(self, key: keys.Key, name: str, distrust: str | None = None) -> BenchResult:
