@@ -59,6 +59,7 @@ class Host:
         for i, g in enumerate(gpus):
             mc = g.multicast if multicast is None else multicast
             lines.append(f"dev {g.pci_bus_id[4:]} {-1 if mc is None else int(mc)}")  # CUDA writes a 4-digit domain
+            lines += [f"uuid {i} {g.uuid}"] if g.uuid else []
         lines += [f"nopeer {a} {b}\nnopeer {b} {a}" for a, b in nopeer]
         (self.root / "cuda.txt").write_text("\n".join(lines) + "\n")
 

@@ -74,6 +74,16 @@ class RankFacts:
 
 
 @pytest.fixture
+def gputopo_gpus(request: pytest.FixtureRequest) -> tuple:
+    """The GPUs this test holds under ``--gputopo-lease``, as the machine's ``Gpu`` objects (``index``:
+    ``cuda:<index>`` inside the test, ``uuid``, ``pci_bus_id``, ``name``); without a lease, every GPU
+    the test sees."""
+    from .leases import gpus_of
+
+    return gpus_of(request.node)
+
+
+@pytest.fixture
 def gputopo_bench(request: pytest.FixtureRequest):
     """The measurement harness (``.measure(name, run, size_bytes=...)``) and the run's shared
     benchmarks (``.allreduce()``, ``.p2p(a, b)``, ``.h2d(gpu)``), as ``BenchResult``s."""

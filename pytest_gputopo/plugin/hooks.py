@@ -15,7 +15,7 @@ import pytest
 
 from ..runtime import environ
 from . import hookspecs, markers, options, reporter
-from .fixtures import gputopo, gputopo_bench, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
+from .fixtures import gputopo, gputopo_bench, gputopo_gpus, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
 from .machine import Machine, item_facts, shared
 from .run import GATE_EXIT_STATUS, RANKS_EXIT_STATUS, RUN, GputopoRun, Ranks, run_of
 from .run_settings import read_run_settings
@@ -49,6 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
         else:  # the first worker that needs it learns it for all
             machine = Machine(shared(shared_dir, _learner(config)) if shared_dir else _learner(config))
         config.stash[RUN] = GputopoRun(config, settings, machine, worker=True, shared_dir=shared_dir)
+        _leases(config)
         return
     shared_dir = _shared_dir(config)
     learn = _learner(config)
@@ -58,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from .plan import Plan
 
         config.pluginmanager.register(Plan(run_of(config), ITEM_REQS), "gputopo-plan")
+    _leases(config)
     if settings.asks_machine:  # an option asks: learned now, and handed to xdist workers
         from ..core.model import ALL_FACTS
 
@@ -72,6 +74,39 @@ def pytest_configure(config: pytest.Config) -> None:
         from .progress import Relayed
 
         config.pluginmanager.register(Relayed(config), "gputopo-progress-relay")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """A leased test's own process is a worker of the run that started it, before any plugin's
+    ``pytest_configure`` asks (report writers leave the writing to that run, as on xdist's workers)."""
+    if config.getoption("gputopo_lease_child", None):
+        from .lease_child import enter_child
+
+        enter_child(config, WORKER_TOPOLOGY)
+
+
+def _leases(config: pytest.Config) -> None:
+    """GPU leases, where asked (``--gputopo-lease``): the leasing plugin, or in a leased test's own
+    process the one that relays its reports. Nothing of them is imported otherwise."""
+    if config.getoption("gputopo_lease_child", None):
+        from .lease_child import Child
+
+        config.pluginmanager.register(Child(config), "gputopo-lease-child")
+    elif run_of(config).settings.lease:
+        from .leases import register
+
+        register(config, run_of(config), ITEM_REQS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` with leases: one worker per GPU a lease may hold (xdist's own count where none)."""
+    if not options.flag(config, "lease"):
+        return None
+    from .leases import auto_workers
+
+    return auto_workers(config)
 
 
 def _learner(config: pytest.Config):

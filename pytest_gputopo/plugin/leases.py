@@ -154,3 +154,58 @@ class Leases:
         asked = ", ".join(map(str, requirements))
         return (f"no free set of {placer.k} GPUs meeting {asked} within {self.timeout_s:g} s "
                 f"(--gputopo-lease-timeout); held: {'; '.join(held_by) or 'none now'}")
+
+
+class InOwnProcess:
+    """Runs a leased test in a process of its own that sees its GPUs alone (``lease_child``). A
+    ``ranks(n)`` test stays here: its ranks are processes of their own, started with the lease's
+    ``visible_devices``."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem) -> bool | None:
+        lease = item.stash.get(LEASE, None)
+        if lease is None or item.get_closest_marker("ranks") is not None:
+            return None
+        from ..runtime.environ import seeing_only
+        from .lease_child import run_in_child
+
+        run_in_child(item, lease, lambda gpus: seeing_only(visible_devices(gpus)))
+        return True
+
+
+def register(config: pytest.Config, run: GputopoRun, reqs_key) -> None:
+    """Leases for this run: its lock folder checked now (a usage error naming it and where to point
+    instead), then the plugins that take them and run leased tests in processes of their own."""
+    settings = run.settings
+    if settings.machine is not None:
+        raise pytest.UsageError(f"--gputopo-lease places tests on this host's GPUs, but {settings.machine_from} "
+                                f"names another machine ({settings.machine}); give one or the other")
+    folder = settings.lease_dir or gpu_locks.default_folder()
+    try:
+        gpu_locks.lock_folder(folder)
+    except OSError as exc:
+        where = settings.lease_dir_from or "the default"
+        raise pytest.UsageError(f"{exc} ({where}): GPU leases are not taken there; remove it, or point "
+                                f"--gputopo-lease-dir (ini gputopo_lease_dir, env PYTEST_GPUTOPO_LEASE_DIR) at a "
+                                f"folder only you can write") from None
+    config.pluginmanager.register(Leases(run, reqs_key, folder, settings.lease_timeout_s), "gputopo-leases")
+    config.pluginmanager.register(InOwnProcess(), "gputopo-lease-runner")
+
+
+def auto_workers(config: pytest.Config) -> int | None:
+    """xdist's worker count under ``-n auto`` with leases: the GPUs a lease may hold (NVML's facts,
+    learned now: xdist asks before the run is configured); None (xdist's own count) where none."""
+    from ..core.model import NVML
+    from ..probe import learn
+
+    allowed, _ = leasable(learn(None, needs=frozenset((NVML,))).topology)
+    return len(allowed.gpus) or None
+
+
+def gpus_of(item: pytest.Item) -> tuple[Gpu, ...]:
+    """``gputopo_gpus``: the GPUs the test holds (in its own process, the machine it sees is the
+    lease); without a lease it holds none of its own: every GPU it sees."""
+    from .run import run_of
+
+    found = held(item)
+    return found if found is not None else run_of(item.config).topology.gpus

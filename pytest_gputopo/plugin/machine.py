@@ -17,7 +17,7 @@ from typing import Callable
 
 import pytest
 
-FIXTURES = ("gputopo", "gputopo_bench", "gputopo_ranks")  # each hands a test the machine's facts
+FIXTURES = ("gputopo", "gputopo_bench", "gputopo_ranks", "gputopo_gpus")  # each hands a test the machine's facts
 RECORD_PREFIX = "gputopo/boot"
 MACHINE_FILE = "machine.learned"  # not .json: the run's folder holds benchmark results as *.json
 

@@ -6,6 +6,7 @@ value is returned with where it came from, so that an error names its source.
 
 from __future__ import annotations
 
+import argparse
 from typing import NamedTuple
 
 import pytest
@@ -83,6 +84,13 @@ OPTIONS = {o.name: o for o in (
                          "a benchmark measures) and why, on this host or --gputopo-machine, and run no test and no "
                          "benchmark; exit status 0"),
     Option("plan-json", "PATH", "write the plan as JSON to PATH (implies --gputopo-plan)"),
+    Option("lease", None, "GPU leases: each test whose markers ask for GPUs holds a set of its own while it runs, "
+                          "chosen by topology to meet them, exclusive across xdist workers and pytest runs on this "
+                          "host, and runs in a process of its own that sees only those GPUs (see docs/parallel.md)"),
+    Option("lease-timeout", "SECONDS", "how long a leased test waits for a free set of GPUs that meets its markers "
+                                       "before it fails naming who holds what (default 600)"),
+    Option("lease-dir", "PATH", "the folder of the GPU locks, shared by every run of this user on this host; only "
+                                "this user may write it (default /tmp/pytest-gputopo-leases-<uid>)"),
 )}
 
 TRUE = ("1", "true", "yes", "on")
@@ -103,6 +111,9 @@ def addoption(parser: pytest.Parser) -> None:
         else:
             group.addoption(opt.flag, metavar=opt.metavar, default=None, dest=opt.ini, help=f"{opt.help} {where}")
         parser.addini(opt.ini, f"{opt.help} (same as {opt.flag})", default=None)
+    # A leased test's own process is told its test and GPUs here (plugin/lease_child); not a setting.
+    group.addoption("--gputopo-lease-child", metavar="SPEC", default=None, dest="gputopo_lease_child",
+                    help=argparse.SUPPRESS)
 
 
 def value(config: pytest.Config, name: str) -> tuple[str | None, str]:
@@ -152,6 +163,7 @@ LIMITS = {
     "bench-timeout": 7 * 24 * 3600.0,  # seconds: a week
     "rank-timeout": 7 * 24 * 3600.0,
     "cache-max-age": 365 * 24.0,  # hours: a year
+    "lease-timeout": 7 * 24 * 3600.0,
     "allreduce-world-size": 1024,  # gloo processes on one host
 }
 

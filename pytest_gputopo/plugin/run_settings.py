@@ -38,6 +38,10 @@ class RunSettings(NamedTuple):  # not a dataclass: cheaper to define, and this m
     plan: bool = False  # --gputopo-plan (or --gputopo-plan-json): a dry run, no test and no benchmark run
     plan_from: str = ""  # where the plan was asked, for its summary line: a stray ini key or variable shows
     plan_json: str | None = None  # --gputopo-plan-json: checked writable at start
+    lease: bool = False  # --gputopo-lease: tests that ask for GPUs hold their own (plugin/leases)
+    lease_timeout_s: float = 600.0
+    lease_dir: str | None = None  # --gputopo-lease-dir; None: runtime.gpu_locks.default_folder()
+    lease_dir_from: str = ""
 
     @property
     def asks_machine(self) -> bool:
@@ -74,6 +78,7 @@ def read_run_settings(config: pytest.Config) -> RunSettings:
     json_from = options.value(config, "json")[1]
     html_from = options.value(config, "html")[1]
     check = options.value(config, "check")[0]
+    lease_dir, lease_dir_from = options.value(config, "lease-dir")
     plan_json = None if config.getoption("gputopo_no_plan") else options.writable_path(config, "plan-json")
     plan_from = (options.value(config, "plan")[1] if options.flag(config, "plan")
                  else options.value(config, "plan-json")[1] if plan_json is not None else "")
@@ -86,4 +91,6 @@ def read_run_settings(config: pytest.Config) -> RunSettings:
         github_summary=environ.github_step_summary(),
         cache=options.flag(config, "cache"), reprobe=options.flag(config, "reprobe"), rank_timeout_s=options.number(config, "rank-timeout", 120.0),
         bench=bench, floor_overrides=options.floor_overrides(config),
-        plan=bool(plan_from), plan_from=plan_from, plan_json=plan_json)
+        plan=bool(plan_from), plan_from=plan_from, plan_json=plan_json,
+        lease=options.flag(config, "lease"), lease_timeout_s=options.number(config, "lease-timeout", 600.0),
+        lease_dir=lease_dir, lease_dir_from=lease_dir_from)

@@ -112,6 +112,12 @@ def mig_visible() -> bool:
     return any(e.strip().upper().startswith("MIG-") for e in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(","))
 
 
+def seeing_only(visible: str) -> dict[str, str]:
+    """This process's environment for a child that sees only the devices ``visible`` names (its
+    ``CUDA_VISIBLE_DEVICES``); this process's own is left as it is."""
+    return {**os.environ, "CUDA_VISIBLE_DEVICES": visible}
+
+
 TEST_FAULTS = "PYTEST_GPUTOPO_TEST_FAULTS"
 
 

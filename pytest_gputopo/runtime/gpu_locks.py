@@ -47,7 +47,7 @@ def lock_folder(path: str) -> str:
     except FileExistsError:
         pass
     except OSError as exc:
-        raise LockFolderError(exc.errno, f"the GPU lease folder {path} cannot be made: {exc.strerror}") from None
+        raise LockFolderError(f"the GPU lease folder {path} cannot be made: {exc.strerror}") from None
     info = os.lstat(path)
     problem = None
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
@@ -57,7 +57,7 @@ def lock_folder(path: str) -> str:
     elif info.st_mode & 0o022:
         problem = f"may be written by users other than its owner (mode {stat.S_IMODE(info.st_mode):04o})"
     if problem:
-        raise LockFolderError(0, f"the GPU lease folder {path} {problem}")
+        raise LockFolderError(f"the GPU lease folder {path} {problem}")
     return path
 
 
@@ -73,7 +73,7 @@ def _open(path: str, flags: int) -> int:
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
         os.close(fd)
-        raise LockFolderError(0, f"the GPU lock {path} is not a regular file of this user")
+        raise LockFolderError(f"the GPU lock {path} is not a regular file of this user")
     return fd
 
 

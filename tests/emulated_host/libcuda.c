@@ -5,6 +5,10 @@
  *   init <CUresult> <milliseconds>   what cuInit returns, after how long (CUDA's start-up costs seconds)
  *   dev <PCI bus id> <multicast 0|1|-1>   one device per line, in CUDA's order (-1: the attribute query fails)
  *   nopeer <ordinal> <ordinal>       cuDeviceCanAccessPeer answers 0 for this ordered pair (default 1)
+ *   uuid <ordinal> <GPU-uuid>        the device's UUID, which CUDA_VISIBLE_DEVICES may name
+ * CUDA_VISIBLE_DEVICES is applied as CUDA applies it (CUDA C++ Programming Guide, "CUDA Environment
+ * Variables"): indices or GPU UUIDs (a unique prefix), the list ending at the first entry that names
+ * no device (here: a MIG id too, or a device listed twice); the devices left are renumbered from 0.
  * $GPUTOPO_EMU_CALLS, when set, names a file each call appends "<pid> <function>" to, so that a test
  * can say which process started CUDA. Built without -DNO_MULTICAST_CREATE it also exports
  * cuMulticastCreate (CUDA 12.1+), whose presence NCCL and the probe take as the driver's support. */
@@ -19,6 +23,7 @@ static int loaded = 0, init_result = 0, init_ms = 0, initialised = 0, count = 0;
 static char buses[MAX_DEVICES][32];
 static int multicast[MAX_DEVICES];
 static unsigned char nopeer[MAX_DEVICES][MAX_DEVICES];
+static char uuids[MAX_DEVICES][64];
 
 static void record(const char *fn) {
     const char *path = getenv("GPUTOPO_EMU_CALLS");
@@ -27,6 +32,45 @@ static void record(const char *fn) {
     if (!f) return;
     fprintf(f, "%d %s\n", (int)getpid(), fn);
     fclose(f);
+}
+
+/* The ordinal an entry of CUDA_VISIBLE_DEVICES names, or -1. */
+static int named(const char *entry) {
+    char *end;
+    long i = strtol(entry, &end, 10);
+    if (*entry && *end == 0) return i >= 0 && i < count ? (int)i : -1;
+    if (strncmp(entry, "GPU-", 4)) return -1;
+    int hit = -1;
+    for (int d = 0; d < count; d++)
+        if (uuids[d][0] && !strncmp(uuids[d], entry, strlen(entry))) { if (hit >= 0) return -1; hit = d; }
+    return hit;
+}
+
+static void apply_visible(void) {
+    const char *env = getenv("CUDA_VISIBLE_DEVICES");
+    if (!env) return;
+    char list[1024], *save = NULL;
+    snprintf(list, sizeof list, "%s", env);
+    int keep[MAX_DEVICES], n = 0;
+    for (char *e = strtok_r(list, ",", &save); e && n < MAX_DEVICES; e = strtok_r(NULL, ",", &save)) {
+        while (*e == ' ') e++;
+        int d = named(e), twice = 0;
+        for (int k = 0; k < n; k++) twice |= keep[k] == d;
+        if (d < 0 || twice) break;
+        keep[n++] = d;
+    }
+    char b2[MAX_DEVICES][32], u2[MAX_DEVICES][64];
+    int m2[MAX_DEVICES];
+    unsigned char p2[MAX_DEVICES][MAX_DEVICES];
+    for (int i = 0; i < n; i++) {
+        strcpy(b2[i], buses[keep[i]]); strcpy(u2[i], uuids[keep[i]]); m2[i] = multicast[keep[i]];
+        for (int j = 0; j < n; j++) p2[i][j] = nopeer[keep[i]][keep[j]];
+    }
+    for (int i = 0; i < n; i++) {
+        strcpy(buses[i], b2[i]); strcpy(uuids[i], u2[i]); multicast[i] = m2[i];
+        for (int j = 0; j < n; j++) nopeer[i][j] = p2[i][j];
+    }
+    count = n;
 }
 
 static void load(void) {
@@ -43,8 +87,11 @@ static void load(void) {
             strcpy(buses[count], bus); multicast[count] = a; count++;
         } else if (!strcmp(word, "nopeer") && fscanf(f, "%d %d", &a, &b) == 2 && a >= 0 && b >= 0
                    && a < MAX_DEVICES && b < MAX_DEVICES) nopeer[a][b] = 1;
+        else if (!strcmp(word, "uuid") && fscanf(f, "%d %63s", &a, bus) == 2 && a >= 0 && a < MAX_DEVICES)
+            snprintf(uuids[a], sizeof uuids[a], "%s", bus);
     }
     fclose(f);
+    apply_visible();
 }
 
 int cuInit(unsigned int flags) {

@@ -1,0 +1,286 @@
+"""GPU leases (``--gputopo-lease``) on the emulated GPU host (``tests/emulated.py``: the real
+``libnvidia-ml.so.1`` name, NVML serving a recorded machine), and the host-wide locks on their own.
+
+Sources of the behaviours reproduced:
+- ``CUDA_VISIBLE_DEVICES`` takes indices, ``GPU-<uuid>`` strings (a unique prefix suffices) and MIG
+  ids (CUDA C++ Programming Guide, "CUDA Environment Variables"); CUDA reads it once, at cuInit, so
+  a lease is given to a process that starts with it set.
+- ``fcntl.flock`` locks belong to the open file description and go when its last descriptor closes
+  (flock(2)): a killed holder leaves no stale lock.
+- pytest's JUnit writer does not write on a process that has ``config.workerinput``
+  (``_pytest/junitxml.py``: ``if xmlpath and not hasattr(config, "workerinput")``), as on xdist's workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from emulated import emulated_host, emulated_libs  # noqa: F401  (fixtures)
+from pytest_gputopo.runtime import gpu_locks
+
+RECORD = """
+import json, os, time, pytest
+
+def record(gpus, sleep=0.0):
+    start = time.time()
+    time.sleep(sleep)
+    with open(os.environ["LEASE_LOG"], "a") as log:
+        log.write(json.dumps({"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": start,
+                              "end": time.time(), "index": [g.index for g in gpus],
+                              "uuid": [g.uuid for g in gpus], "pid": os.getpid()}) + "\\n")
+"""
+
+
+def lease_log(pytester) -> list[dict]:
+    path = pytester.path / "lease.log"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture
+def leased(pytester, emulated_host, monkeypatch, tmp_path):
+    """Enter an emulated host; return the arguments of a leased run with a lock folder of its own."""
+    def enter(machine: str, **personality):
+        emulated_host(machine, **personality)
+        monkeypatch.setenv("LEASE_LOG", str(pytester.path / "lease.log"))
+        pytester.makepyfile(record=RECORD)
+        return ["--gputopo-lease", f"--gputopo-lease-dir={tmp_path / 'locks'}", "-p", "no:randomly"]
+    return enter
+
+
+def uuids(machine: str) -> list[str]:
+    from pytest_gputopo.probe.recorded import load_profile
+
+    return [g.uuid for g in load_profile(machine).topology.gpus]
+
+
+@pytest.mark.slow
+def test_a_leased_test_sees_its_gpus_alone_renumbered_from_cuda0(pytester, leased):
+    args = leased("dgx-a100")
+    pytester.makepyfile(test_it="""
+import os, pytest
+from record import record
+
+@pytest.mark.requires_p2p(gpus=2)
+def test_pair(gputopo_gpus, gputopo):
+    record(gputopo_gpus)
+    assert len(gputopo.gpus) == 2  # the machine as the test sees it: its lease
+
+@pytest.mark.requires_gpus(1)
+def test_fails():
+    assert 1 + 1 == 3
+
+def test_plain():
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ  # unmarked: as without leases, in this process
+""")
+    result = pytester.runpytest_subprocess(*args, "-v", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*test_it.py::test_pair PASSED*", "*assert (1 + 1) == 3*"])
+    (entry,) = lease_log(pytester)
+    assert entry["index"] == [0, 1] and entry["visible"] == ",".join(entry["uuid"])
+    assert set(entry["uuid"]) <= set(uuids("dgx-a100")) and entry["pid"] != result.ret
+    junit = (pytester.path / "junit.xml").read_text()  # the child's reports reach the run's JUnit writer
+    assert junit.count("<testcase") == 3 and "assert (1 + 1) == 3" in junit
+
+
+@pytest.mark.slow
+def test_a_test_no_set_could_ever_meet_skips_with_its_reason_and_starts_nothing(pytester, leased):
+    args = leased("4x-rtx4090")  # P2P refused on every pair
+    pytester.makepyfile(test_it="""
+import pytest
+@pytest.mark.requires_p2p(gpus=2)
+def test_pair():
+    raise AssertionError("never runs")
+@pytest.mark.requires_gpus(5)
+def test_five():
+    raise AssertionError("never runs")
+""")
+    result = pytester.runpytest_subprocess(*args, "-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*requires_p2p(gpus=2): GPU0-GPU1 cannot do P2P*no other 2 GPUs of the 4 here "
+                                 "meet it either*",
+                                 "*needs 5 GPUs, 4 may be leased here*"])
+    assert gpu_locks.holder(args[1].split("=", 1)[1], uuids("4x-rtx4090")[0]) is None
+
+
+def hold(folder: str, gpus: list[str], test: str) -> subprocess.Popen:
+    """Another process holding ``gpus``' locks until it is killed."""
+    code = ("import sys, time\nfrom pytest_gputopo.runtime import gpu_locks\n"
+            f"locks = [gpu_locks.GpuLock({folder!r}, u) for u in {gpus!r}]\n"
+            f"assert all(l.take(gpu_locks.Holder(__import__('os').getpid(), {test!r}, time.time())) for l in locks)\n"
+            "print('held', flush=True)\ntime.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.mark.slow
+def test_a_test_no_free_set_meets_waits_then_fails_naming_who_holds_what(pytester, leased, tmp_path):
+    args = leased("4x-a100-40gb")
+    folder = str(tmp_path / "locks")
+    gpu_locks.lock_folder(folder)
+    other = hold(folder, uuids("4x-a100-40gb")[1:], "other/test_run.py::test_big")
+    try:
+        pytester.makepyfile(test_it="""
+import pytest
+from record import record
+@pytest.mark.requires_gpus(1)
+def test_one(gputopo_gpus):
+    record(gputopo_gpus)
+@pytest.mark.requires_gpus(2)
+def test_two():
+    raise AssertionError("never runs")
+""")
+        result = pytester.runpytest_subprocess(*args, "--gputopo-lease-timeout=0.5")
+    finally:
+        other.kill()
+        other.wait()
+    result.assert_outcomes(passed=1, errors=1)  # failed at setup, as a strict marker fails
+    result.stdout.fnmatch_lines([f"*no free set of 2 GPUs meeting requires_gpus(2) within 0.5 s (--gputopo-lease-timeout); "
+                                 f"held: GPU1 ({uuids('4x-a100-40gb')[1]}) by pid {other.pid} "
+                                 f"(other/test_run.py::test_big, since *"])
+    (entry,) = lease_log(pytester)
+    assert entry["uuid"] == uuids("4x-a100-40gb")[:1]  # the one GPU left free
+    assert gpu_locks.holder(folder, uuids("4x-a100-40gb")[1]) is None  # the holder killed: its locks went with it
+
+
+@pytest.mark.slow
+def test_two_concurrent_runs_and_their_xdist_workers_never_share_a_gpu(pytester, leased):
+    args = leased("4x-a100-40gb")
+    pytester.makepyfile(test_it="""
+import pytest
+from record import record
+@pytest.mark.parametrize("n", range(4))
+@pytest.mark.requires_gpus(1)
+def test_one(gputopo_gpus, n):
+    record(gputopo_gpus, 0.4)
+@pytest.mark.requires_p2p(gpus=2)
+def test_two(gputopo_gpus):
+    record(gputopo_gpus, 0.4)
+""")
+    env = dict(os.environ)
+    runs = [subprocess.Popen([sys.executable, "-m", "pytest", *args, "-n", "2", "-q", "-p", "no:cacheprovider"],
+                             cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _ in range(2)]
+    for run in runs:
+        out = run.communicate(timeout=300)[0]
+        assert run.returncode == 0, out
+    entries = lease_log(pytester)
+    assert len(entries) == 10
+    for i, a in enumerate(entries):
+        for b in entries[i + 1:]:
+            if set(a["uuid"]) & set(b["uuid"]):
+                assert a["end"] <= b["start"] or b["end"] <= a["start"], (a, b)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("outer, allowed", [("3,1", [3, 1]), ("GPU-*2,GPU-*0", [2, 0])])
+def test_an_outer_cuda_visible_devices_is_respected(pytester, leased, monkeypatch, outer, allowed):
+    args = leased("4x-a100-40gb")
+    every = uuids("4x-a100-40gb")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(every[int(e[-1])] if e.startswith("GPU-") else e
+                                                         for e in outer.split(",")))
+    pytester.makepyfile(test_it="""
+import pytest
+from record import record
+@pytest.mark.requires_gpus(2)
+def test_two(gputopo_gpus):
+    record(gputopo_gpus)
+@pytest.mark.requires_gpus(3)
+def test_three():
+    raise AssertionError("never runs")
+""")
+    result = pytester.runpytest_subprocess(*args, "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*needs 3 GPUs, 2 may be leased here*"])
+    (entry,) = lease_log(pytester)
+    assert sorted(entry["uuid"]) == sorted(every[i] for i in allowed)
+
+
+@pytest.mark.slow
+def test_mig_instances_in_the_outer_cuda_visible_devices_are_never_leased_as_gpus(pytester, leased, monkeypatch):
+    args = leased("4x-a100-40gb")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4b8b6ae1-0d1f-5a0e-9b2e-3d9e0a1c2b3f")
+    pytester.makepyfile(test_it="import pytest\n@pytest.mark.requires_gpus(1)\ndef test_one():\n"
+                                "    raise AssertionError('never runs')\n")
+    result = pytester.runpytest_subprocess(*args, "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs 1 GPU, 0 may be leased here*"])
+
+
+@pytest.mark.parametrize("planted", ["another user's", "group-writable", "a link"])
+def test_a_planted_lock_folder_is_refused_before_any_test_runs(pytester, tmp_path, planted):
+    folder = tmp_path / "locks"
+    if planted == "a link":
+        (tmp_path / "elsewhere").mkdir()
+        folder.symlink_to(tmp_path / "elsewhere")
+    else:
+        folder.mkdir()
+        if planted == "group-writable":
+            folder.chmod(0o770)
+        elif os.getuid() == 0:
+            os.chown(folder, 65534, 65534)
+        else:
+            folder = "/"  # root's
+    pytester.makepyfile(test_it="def test_a(): pass\n")
+    pytester.makeini(f"[pytest]\ngputopo_lease = true\ngputopo_lease_dir = {folder}\n")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    why = {"another user's": "belongs to another user (uid *), who made it first", "group-writable": "may be written by users other than its "
+           "owner (mode 0770)", "a link": "is a symbolic link"}[planted]
+    result.stderr.fnmatch_lines([f"*the GPU lease folder {folder} {why} (ini option gputopo_lease_dir in *): GPU "
+                                 f"leases are not taken there; remove it, or point --gputopo-lease-dir (ini "
+                                 f"gputopo_lease_dir, env PYTEST_GPUTOPO_LEASE_DIR) at a folder only you can write"])
+
+
+def test_leases_place_tests_on_this_host_only(pytester):
+    pytester.makepyfile(test_it="def test_a(): pass\n")
+    result = pytester.runpytest_subprocess("--gputopo-lease", "--gputopo-machine", "dgx-a100")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gputopo-lease places tests on this host's GPUs, but --gputopo-machine names "
+                                 "another machine (dgx-a100)*"])
+
+
+LEASE_MODULES = ("pytest_gputopo.core.placement", "pytest_gputopo.runtime.gpu_locks",
+                 "pytest_gputopo.plugin.leases", "pytest_gputopo.plugin.lease_child")
+
+
+def test_nothing_of_leases_is_imported_without_the_option(pytester):
+    """Free until asked: a run with gputopo markers on a recorded machine, without --gputopo-lease."""
+    pytester.makeconftest("import sys\ndef pytest_sessionfinish(session):\n"
+                          f"    print('LEASES', sorted(m for m in {LEASE_MODULES!r} if m in sys.modules))\n")
+    pytester.makepyfile(test_it="import pytest\n@pytest.mark.requires_p2p(gpus=2)\ndef test_a(): pass\n")
+    result = pytester.runpytest_subprocess("--gputopo-machine", "dgx-a100", "-s")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*LEASES []"])
+
+
+@pytest.mark.slow
+def test_n_auto_starts_one_worker_per_gpu_and_unmarked_tests_run_as_today(pytester, leased):
+    args = leased("4x-a100-40gb")
+    pytester.makepyfile(test_it="import os\ndef test_plain():\n    assert 'CUDA_VISIBLE_DEVICES' not in os.environ\n")
+    result = pytester.runpytest_subprocess(*args, "-n", "auto")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*4 workers*"])
+
+
+def test_a_lock_dies_with_its_process_and_says_who_held_it(tmp_path):
+    folder = gpu_locks.lock_folder(str(tmp_path / "locks"))
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    other = hold(folder, ["GPU-abc"], "t.py::test_x")
+    found = gpu_locks.holder(folder, "GPU-abc")
+    assert (found.pid, found.test) == (other.pid, "t.py::test_x")
+    assert not gpu_locks.GpuLock(folder, "GPU-abc").take(gpu_locks.Holder(os.getpid(), "mine", time.time()))
+    other.kill()
+    other.wait()
+    assert gpu_locks.holder(folder, "GPU-abc") is None
+    mine = gpu_locks.GpuLock(folder, "GPU-abc")
+    assert mine.take(gpu_locks.Holder(os.getpid(), "mine", time.time()))
+    mine.release()
+    with pytest.raises(ValueError, match="not a GPU UUID"):
+        gpu_locks.GpuLock(folder, "../etc/passwd")
