@@ -817,7 +817,7 @@ def rtx_pro_6000_x2() -> Machine:
     name = "2x-rtx-pro-6000"
     topology = pcie_box(
         name, RTX_PRO_6000, (0x01, 0x02), numa=(0, 0), affinity=("0-13", "0-13"),
-        pcie=uniform(PHB), read_write=OK, driver_version="595.71.05", nccl_version="2.30.4",
+        pcie=uniform(PHB), read_write=OK, driver_version="595.71.05",
     )
     return Machine(
         name,
@@ -846,9 +846,9 @@ def rtx_pro_6000_x2() -> Machine:
             "gpus[*].pcie_*: PCIe 5.0 x16 (the product, per MantraVid's analysis); the desktop of rtx6kpro#15 "
             "ran each GPU at Gen5 x8",
             "gpus[*].name: 'Workstation Edition' as rtx6kpro#15 names the cards",
-            "nccl_version: 2.30.4, the NCCL runtime rtx6kpro#15 names for the image whose PyTorch all_reduce hung "
-            "(torch.cuda.nccl.version() itself is not printed); cuda_driver_version, cuda_runtime_version: unknown "
-            "(the issue prints neither)",
+            "nccl_version, cuda_runtime_version, cuda_driver_version: unknown. rtx6kpro#15 names NCCL 2.30.4 as the "
+            "runtime of the image whose PyTorch all_reduce hung, but prints neither torch.cuda.nccl.version() nor "
+            "the CUDA torch was built with, so the NCCL torch loads is not shown; the issue prints no CUDA version",
             PCIE_PAIR_CAPS,
         ),
     )

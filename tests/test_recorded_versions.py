@@ -22,6 +22,10 @@ RECORDED = {
     ("8x-rtx4090", "nccl_version"): ("2.20.5", "'[pip3] nvidia-nccl-cu12==2.20.5'"),
     ("4x-a30", "cuda_runtime_version"): ("12.8", "'CUDA used to build PyTorch   : 12.8'"),
     ("4x-a30", "nccl_version"): ("2.27.3", "'[pip3] nvidia-nccl-cu12==2.27.3'"),
+    ("single-gpu", "cuda_driver_version"): ("12.4", "CUDA Version: 12.4'"),
+    ("4x-rtx4090", "cuda_driver_version"): ("12.4", "'CUDA Version : 12.4'"),
+    ("8x-l40s", "cuda_driver_version"): ("12.4", "'CUDA Version : 12.4'"),
+    ("8x-l40s-p2p-disabled", "cuda_driver_version"): ("12.4", "'CUDA Version : 12.4'"),
 }
 VERSION_FIELDS = ("cuda_driver_version", "cuda_runtime_version", "nccl_version")
 
