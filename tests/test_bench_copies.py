@@ -42,6 +42,8 @@ class FakeCuda:
         cuda = self
 
         class Stream:
+            copies = 0  # the copies issued on it so far
+
             def wait_event(self, event):
                 cuda.log.append(("wait", device.index, event.name))
 
@@ -49,7 +51,7 @@ class FakeCuda:
         stream.device = device
         return stream
 
-    def Event(self):  # noqa: N802 - torch's name
+    def Event(self, enable_timing=False):  # noqa: N802 - torch's name
         cuda = self
 
         class Event:
@@ -57,11 +59,21 @@ class FakeCuda:
 
             def record(self, stream):
                 cuda.log.append(("record", self.name, stream.device.index))
+                self.stream, self.copies = stream, stream.copies
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):  # milliseconds: the copies between, at their stream's pace
+                return (end.copies - self.copies) * cuda.copy_ms.get(self.stream.device.index, 1.0)
 
         cuda.events += 1
         return Event()
 
+    copy_ms: dict = {}  # a copy's time on each GPU's stream, for the event timers
+
     def stream(self, stream):
+        stream.copies += 1
         return contextlib.nullcontext()
 
     def synchronize(self, device=None):
@@ -128,6 +140,22 @@ def test_bidirectional_copy_verifies_both_directions(monkeypatch):
     assert not m.verified and "GPU1->GPU0: 1 of 4096 bytes differ" in m.error
 
 
+def test_both_ways_at_once_is_nvbandwidths_total_the_sum_of_each_directions_rate(monkeypatch):
+    """Issue 32 G7: the bidirectional figure is nvbandwidth's ``_total`` (v0.8 testcases_ce.cpp
+    DeviceToDeviceBidirWriteCE: ``results[0] + results[1]``, each copy timed by its own stream's
+    events in memcpy.cpp doMemcpyCore), so that measured and recorded figures compare: GPU0 -> GPU1
+    at 1 ms a copy and GPU1 -> GPU0 at 3 ms give 4096/1 ms + 4096/3 ms, not both directions' bytes
+    over the slower one's time (two thirds of it)."""
+    cuda = FakeCuda()
+    cuda.copy_ms = {0: 1.0, 1: 3.0}
+    monkeypatch.setitem(sys.modules, "torch", cpu_torch(cuda))
+    m = copies.p2p_copy(0, 1, bidirectional=True, size_bytes=4096, budget_s=0.05)
+    assert m.verified
+    assert m.bw_gbps == pytest.approx(4096 / 1e-3 / 1e9 + 4096 / 3e-3 / 1e9)
+    # the second direction starts when the first does (nvbandwidth: cuStreamWaitEvent on startEvents[0])
+    assert ("wait", 1, "event0") in cuda.log and ("record", "event0", 0) in cuda.log
+
+
 @pytest.mark.slow
 def test_no_peer_access_is_no_p2p_figure(monkeypatch):
     """Without CUDA peer access torch does not enable it (at::cuda::get_p2p_access asks
@@ -165,7 +193,7 @@ def pytest_gputopo_probe(config):
 
 @pytest.mark.slow
 def test_the_full_check_measures_every_copy_of_8_gpus_in_one_process(pytester, monkeypatch):
-    """One child answers a burst of copies, not a fresh child importing torch per copy (80 copies on
+    """One child answers a burst of copies, not a fresh child importing torch per copy (108 copies on
     8 GPUs, each paying a torch import and a CUDA start-up). The child's
     measurement is replaced by the test plan (runtime.environ.test_faults), so that this runs
     without a GPU: an 8-GPU machine passes for this host, and every copy reports its child's pid."""
@@ -178,7 +206,7 @@ def test_the_full_check_measures_every_copy_of_8_gpus_in_one_process(pytester, m
                                            "out.json", "-k", "p2p_bw or p2p_bidir_bw or h2d or d2h")
     doc = json.loads((pytester.path / "out.json").read_text())
     copies = [m for m in doc["measurements"] if m["key"][0] != "allreduce"]
-    assert len(copies) == 28 + 28 + 3 * 8, result.stdout.str()[-2000:]
+    assert len(copies) == 2 * 28 + 28 + 3 * 8, result.stdout.str()[-2000:]  # one way each way, both at once
     assert {m["detail"]["worker_pid"] for m in copies} == {copies[0]["detail"]["worker_pid"]}
 
 

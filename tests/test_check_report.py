@@ -58,13 +58,13 @@ def test_gputopo_check_on_a_degraded_node_fits_a_screen_and_leads_with_the_failu
     found = section(lines)
     assert found[0] == ("FAILED nvlink[GPU5] (every NVLink of a GPU that has NVLink is up): GPU5: NVLinks "
                         "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17] are down (0/18 up)")
-    # What could not be measured, and why, said once for all 81 items.
+    # What could not be measured, and why, said once for all 109 items.
     assert found[1:] == [
-        "SKIPPED p2p_bw (all 28), p2p_bidir_bw (all 28), h2d_bw (all 8), h2d_pageable_bw (all 8), d2h_bw (all 8), "
+        "SKIPPED p2p_bw (all 56), p2p_bidir_bw (all 28), h2d_bw (all 8), h2d_pageable_bw (all 8), d2h_bw (all 8), "
         "allreduce_bw: no figure: none published for recorded:hgx-h100-nvlink-down, which is not this host and "
         "cannot be measured",
-        "gputopo check: 1 failed, 44 passed, 81 skipped"]
-    assert [same(line) for line in lines] == [same(line) for line in documented("docs/cli.md", "collected 126 items")]
+        "gputopo check: 1 failed, 44 passed, 109 skipped"]
+    assert [same(line) for line in lines] == [same(line) for line in documented("docs/cli.md", "collected 154 items")]
 
 
 @pytest.mark.slow
@@ -73,10 +73,10 @@ def test_gputopo_check_verbose_says_each_item_in_one_line(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert_no_plumbing(done.stdout)
     items = [line for line in done.stdout.splitlines() if line.startswith("gputopo-check::")]
-    assert len(items) == 126 and len({line.split(" ")[0] for line in items}) == 126
+    assert len(items) == 154 and len({line.split(" ")[0] for line in items}) == 154
     assert "gputopo-check::nvlink[GPU0] PASSED (GPU0: 12/12 NVLinks up)" in items[2]
     # the machine's report (the header of -v), the items, the section and pytest's last line
-    assert len(done.stdout.splitlines()) <= 40 + 126 + 10
+    assert len(done.stdout.splitlines()) <= 40 + 154 + 10
 
 
 @pytest.mark.slow
@@ -97,7 +97,7 @@ def test_a_users_suite_counts_its_tests_and_the_check_apart(pytester):
     skips = [line for line in result.stdout.lines if line.startswith("SKIPPED [")]
     assert skips == ["SKIPPED [1] test_user.py:6: the user's own reason"]  # -rs: the user's skips only
     assert section(result.stdout.lines)[0].startswith("FAILED nvlink[GPU5] ")
-    assert section(result.stdout.lines)[-1] == "gputopo check: 1 failed, 44 passed, 81 skipped"
+    assert section(result.stdout.lines)[-1] == "gputopo check: 1 failed, 44 passed, 109 skipped"
     result.stdout.fnmatch_lines(["*4 passed, 1 skipped, *1 checks failed*"])
     assert "FAILURES" not in result.stdout.str()  # the check's failure is in its own section
     # As docs/benchmarks.md shows it (that command: no reports asked for)
@@ -109,7 +109,7 @@ def test_a_users_suite_counts_its_tests_and_the_check_apart(pytester):
 
     # JUnit XML: every item of the check, the unmeasurable ones as skipped test cases
     suite = ET.parse(pytester.path / "report.xml").getroot().find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("131", "1", "82")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("159", "1", "110")
     (failed,) = [case for case in suite.iter("testcase") if case.find("failure") is not None]
     assert (failed.get("classname"), failed.get("name")) == ("gputopo-check", "nvlink[GPU5]")
     xml = (pytester.path / "report.xml").read_text()
@@ -117,7 +117,7 @@ def test_a_users_suite_counts_its_tests_and_the_check_apart(pytester):
     # The JSON report's checks are as they were: one entry per item, the same three fields.
     checks = json.loads((pytester.path / "run.json").read_text())["checks"]
     assert {tuple(sorted(c)) for c in checks} == {("check", "message", "outcome")}
-    assert Counter(c["outcome"] for c in checks) == {"passed": 44, "failed": 1, "skipped": 81}
+    assert Counter(c["outcome"] for c in checks) == {"passed": 44, "failed": 1, "skipped": 109}
 
 
 @pytest.mark.slow
@@ -224,11 +224,11 @@ def test_a_p2p_refused_node_is_one_failed_line_for_the_machine(tmp_path):
     lines = done.stdout.splitlines()
     assert failed_lines(lines) == ["FAILED the machine: all 28 pairs of the 8 GPUs fail p2p_status: P2P refused: "
                                    "topology not supported (28 pairs)"]
-    assert section(lines)[-1] == "gputopo check: 28 failed (1 cause), 9 passed, 81 skipped"
+    assert section(lines)[-1] == "gputopo check: 28 failed (1 cause), 9 passed, 109 skipped"
     shown = [same(line) for line in lines if "generated xml file" not in line]  # the doc's command writes none
-    assert shown == [same(line) for line in documented("docs/cli.md", "collected 118 items")]
+    assert shown == [same(line) for line in documented("docs/cli.md", "collected 146 items")]
     suite = ET.parse(tmp_path / "node.xml").getroot().find("testsuite")
-    assert (suite.get("tests"), suite.get("failures")) == ("118", "28")
+    assert (suite.get("tests"), suite.get("failures")) == ("146", "28")
 
 
 @pytest.mark.parametrize("profile, line", [

@@ -67,10 +67,10 @@ def test_a_measurement_without_a_figure_is_said_once_per_reason_with_no_origin(p
     pytester.runpytest("--gputopo-machine", "dgx-a100", "--gputopo-check", "full")
     text = summary.read_text()
     assert "—" not in text and text.count("none published for recorded:dgx-a100") == 1
-    assert ("- No figure for 28 copies staged through the host, 28 P2P copies both ways at once, "
+    assert ("- No figure for 56 copies staged through the host, 28 P2P copies both ways at once, "
             "8 device -\\> host copies: none published for recorded:dgx-a100, which is not this host and cannot be "
             "measured") in text
-    assert len([line for line in text.splitlines() if line.endswith("| recorded |  |")]) == 28 + 16 + 1  # the figures
+    assert len([line for line in text.splitlines() if line.endswith("| recorded |  |")]) == 2 * 28 + 16 + 1  # the figures
 
 
 def test_a_p2p_refused_node_is_one_annotation_one_row_and_one_banner_row(pytester, summary):

@@ -220,7 +220,7 @@ def _run(pytester, machine, *args) -> str:
 @needs_browser
 @pytest.mark.parametrize("args, says", [
     (["--gputopo-check", "quick"], ["check nvlink", "GPU5", "0/18 up"]),
-    (["--gputopo-check", "full"], ["check nvlink", "GPU5", "0/18 up", "Not judged: 81 checks"]),
+    (["--gputopo-check", "full"], ["check nvlink", "GPU5", "0/18 up", "Not judged: 109 checks"]),
     (["--gputopo-require", "gpus>=8,p2p,link>=NV12"], ["run gate", "GPU5", "all 7 of its pairs fail requires_link('NV12')"]),
 ], ids=["check-quick", "check-full", "run-gate"])
 @pytest.mark.slow
@@ -235,7 +235,7 @@ def test_the_first_screen_says_what_failed_and_where(pytester, tmp_path, args, s
 
 
 @needs_browser
-@pytest.mark.parametrize("machine, says", [("dgx-a100", ["PASSED", "126 health checks: 90 passed, 36 not judged"]),
+@pytest.mark.parametrize("machine, says", [("dgx-a100", ["PASSED", "154 health checks: 118 passed, 36 not judged"]),
                                            ("8x-l40s", ["PASSED", "requires_nvlink", "test_x.py::test_all_nvlink",
                                                         "GPU0-GPU1 are linked by PIX, not NVLink"])])
 @pytest.mark.slow
@@ -282,12 +282,12 @@ def test_a_passing_run_is_passed_and_an_unfinished_one_incomplete(pytester):
 
 
 def test_checks_and_unmet_requirements_are_listed_failures_first(pytester):
-    """The one failed check of 126 is the table's first row; checks skipped for one reason are one row."""
+    """The one failed check of 154 is the table's first row; checks skipped for one reason are one row."""
     page = _run(pytester, DEGRADED, "--gputopo-check", "full", "--gputopo-strict")
     table = page.split("<h2>Checks</h2>")[1].split("</table>")[0]
     rows = [text for _, text in cells(table)]
     assert rows[:2] == ["nvlink[GPU5]", "FAILED"]
-    assert rows[4] == "SKIPPED x81" and rows.count("SKIPPED x81") == 1
+    assert rows[4] == "SKIPPED x109" and rows.count("SKIPPED x109") == 1
     assert page.count("none published for recorded:hgx-h100-nvlink-down") == 3  # banner, checks, bandwidth: once each
     unmet = page.split("<h2>Unmet requirements</h2>")[1].split("</table>")[0]
     assert [text for _, text in cells(unmet)][1] == "FAILED"  # strict: the unmet requirement fails
@@ -301,7 +301,7 @@ def test_a_grid_is_drawn_only_where_it_has_figures_and_the_others_are_said_once(
     bandwidth = page.split("<h2>Bandwidth: measured, cached or recorded</h2>")[1].split("</section>")[0]
     assert "<table" not in bandwidth and "<h3>" not in bandwidth
     assert bandwidth.count("<p>No figure for ") == 1
-    assert ("No figure for 28 P2P copies, 28 P2P copies both ways at once, 16 host -&gt; device copies, "
+    assert ("No figure for 56 P2P copies, 28 P2P copies both ways at once, 16 host -&gt; device copies, "
             "8 device -&gt; host copies, 1 all-reduce: none published for recorded:hgx-h100-nvlink-down") in bandwidth
     page = _run(pytester, "dgx-a100", "--gputopo-check", "full")
     bandwidth = page.split("<h2>Bandwidth: measured, cached or recorded</h2>")[1].split("</section>")[0]

@@ -124,6 +124,23 @@ def test_recorded_figures_are_judged_as_measured_ones_are(tmp_path, capsys):
     assert "recorded" in checks[f"p2p_bw[GPU0->GPU{SLOW}]"]["message"]
 
 
+def test_the_full_check_judges_each_direction_of_every_pair(tmp_path, capsys):
+    """Issue 32 G6: the full check's one-way copies go both ways, each judged on its own figure
+    (nvbandwidth's write_ce [row][column] and [column][row] are two copies): GPU5 -> GPU0 is slow as
+    GPU0 -> GPU5 is, and GPU1 -> GPU0, the cell nvbandwidth could not measure, says so."""
+    data = json.loads((Path(pytest_gputopo.__file__).parent / "machines" / "hgx-h100.json").read_text())
+    figures = RecordedFigures(probe("hgx-h100"))
+    figures.add_nvbandwidth(parse_nvbandwidth(nvbandwidth_text()), "nvb.txt")
+    data["topology"]["published"] = figures.published
+    (tmp_path / "node.json").write_text(json.dumps(data))
+    run(capsys, "check", "--machine", str(tmp_path / "node.json"), "--level", "full", "--json", str(tmp_path / "run.json"))
+    checks = {c["check"]: c for c in json.loads((tmp_path / "run.json").read_text())["checks"]}
+    assert len([name for name in checks if name.startswith("p2p_bw[")]) == 56  # 28 pairs, both ways
+    assert checks[f"p2p_bw[GPU{SLOW}->GPU0]"]["outcome"] == "failed"
+    assert checks["p2p_bw[GPU2->GPU0]"]["outcome"] == "passed"
+    assert checks["p2p_bw[GPU1->GPU0]"]["outcome"] == "skipped" and checks["p2p_bw[GPU0->GPU1]"]["outcome"] == "passed"
+
+
 D2D = ((None, 10.0), (20.0, None))  # [row][column] of two GPUs
 HOST = ((10.0, 20.0),)  # CPU(row) and a column per GPU
 TOTAL = "memcpy CE GPU(row) <-> GPU(column) Total bandwidth (GB/s)"

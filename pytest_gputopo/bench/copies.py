@@ -41,6 +41,44 @@ def _sync_all(torch, devices):
     return sync
 
 
+class EachWayTimer:
+    """Both directions of a copy at once, timed as nvbandwidth times them for its bidirectional
+    ``_total``: each direction's stream by CUDA events of its own, the second starting when the first
+    does, and the figure the sum of the two directions' rates (NVIDIA/nvbandwidth v0.8 memcpy.cpp
+    ``doMemcpyCore``: a start and an end event per copy's stream, each copy's bandwidth from its own
+    interval; testcases_ce.cpp ``DeviceToDeviceBidirWriteCE``: ``_total = results[0] + results[1]``).
+    Not the wall time of both: a direction that finishes early would be counted at the slower one's
+    pace. ``stop`` returns the interval that gives that sum over both directions' bytes."""
+
+    def __init__(self, torch, streams) -> None:
+        self._torch, self._streams = torch, streams
+        self._events: list = []
+
+    def start(self) -> None:
+        cuda = self._torch.cuda
+        for stream in self._streams:  # nothing queued earlier is counted
+            cuda.synchronize(stream.device)
+        self._events = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in self._streams]
+        first = self._events[0][0]
+        first.record(self._streams[0])
+        for (begin, _), stream in zip(self._events[1:], self._streams[1:]):
+            stream.wait_event(first)  # as nvbandwidth: cuStreamWaitEvent(streams[i], startEvents[0])
+            begin.record(stream)
+
+    def stop(self) -> float:
+        for (_, end), stream in zip(self._events, self._streams):
+            end.record(stream)
+        for _, end in self._events:
+            end.synchronize()
+        return each_way_seconds([begin.elapsed_time(end) / 1e3 for begin, end in self._events])
+
+
+def each_way_seconds(intervals) -> float:
+    """The one interval over which the copies' bytes together (an equal share each) move at the sum
+    of their own rates: ``n / sum(1 / t)``, the harmonic mean of the intervals."""
+    return len(intervals) / sum(1 / t for t in intervals)
+
+
 def p2p_copy(src: int, dst: int, *, peer: bool = True, bidirectional: bool = False,
              size_bytes: int = DEFAULT_COPY_BYTES, budget_s: float = 2.0) -> Measurement:
     """GPU ``src`` -> GPU ``dst`` by the copy engine. ``peer=False`` stages the copy through pinned host
@@ -92,9 +130,10 @@ def p2p_copy(src: int, dst: int, *, peer: bool = True, bidirectional: bool = Fal
         return "; ".join(e for e in (check() for check in checks) if e) or None
 
     kind = ("P2P" if peer else "staged") + (" bidirectional" if bidirectional else "")
+    timer = EachWayTimer(torch, streams) if bidirectional else WallTimer(sync=_sync_all(torch, (a, b)))
     result = measure(f"{kind} copy GPU{src}->GPU{dst}", run, size_bytes=size_bytes,
                      bytes_per_iteration=size_bytes * (2 if bidirectional else 1),
-                     timer=WallTimer(sync=_sync_all(torch, (a, b))), budget_s=budget_s, verify=verify)
+                     timer=timer, budget_s=budget_s, verify=verify)
     return result
 
 

@@ -448,3 +448,65 @@ class NoFallbackRequirement(FactRequirement):
         failures = [f"{f.name} {f.label} uses {f.actual} instead of {f.expected} ({'; '.join(f.causes)})"
                     for f in fallbacks if _among(self.gpus, f.a) and _among(self.gpus, f.b)]
         return unmet(self, failures, max_pairs) if failures else Verdict(True)
+
+
+# ---------------------------------------------------------------------------------------------
+# A test run as n ranks (``@pytest.mark.ranks``): where its ranks go, and what that needs
+
+MAX_RANKS = 1024  # ranks of one test on one host (MAX_GPUS: one GPU each)
+MAX_RANKS_TIMEOUT_S = 24 * 3600
+# torch's MultiProcessTestCase gives a test 300 s (TIMEOUT_DEFAULT, torch/testing/_internal/common_distributed.py)
+RANKS_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class RanksRequirement(Requirement):
+    """``ranks(n, timeout=, backend=)``: the test runs as ``n`` ranks, each on one GPU where it runs
+    on GPUs (``backend="nccl"``, or no backend named on a machine with a GPU), else on the CPUs. On
+    GPUs it needs ``n`` of them (a MIG-enabled one is unknown: a process sees an instance); on the
+    CPUs nothing."""
+
+    n: int = 1
+    timeout: float | None = None  # seconds for the whole test; None: RANKS_TIMEOUT_S
+    backend: str | None = None  # the process group's backend; None: NCCL on GPUs, gloo on CPUs
+
+    def __post_init__(self) -> None:
+        _int_arg(self.n, "n (ranks)", 1, MAX_RANKS)
+        if self.timeout is not None:
+            if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) \
+                    or not 0 < self.timeout <= MAX_RANKS_TIMEOUT_S:
+                raise RequirementError(f"timeout must be a number of seconds above 0 and at most "
+                                       f"{MAX_RANKS_TIMEOUT_S}, got {show_value(self.timeout)}")
+            object.__setattr__(self, "timeout", float(self.timeout))  # 5 and 5.0 are one requirement
+        if self.backend is not None and (not isinstance(self.backend, str) or not self.backend
+                                         or not all(c.isascii() and (c.isalnum() or c in "_:,") for c in self.backend)):
+            raise RequirementError(f"backend must be a torch.distributed backend name such as 'nccl' or 'gloo' "
+                                   f"(or None: NCCL on GPUs, gloo on CPUs), got {show_value(self.backend)}")
+
+    def __str__(self) -> str:
+        args = [str(self.n)] + ([f"timeout={self.timeout:g}"] if self.timeout is not None else [])
+        args += [f"backend={self.backend!r}"] if self.backend is not None else []
+        return f"ranks({', '.join(args)})"
+
+    @property
+    def timeout_s(self) -> float:
+        return RANKS_TIMEOUT_S if self.timeout is None else self.timeout
+
+    def on_gpus(self, topology: Topology) -> bool:
+        """Whether the ranks run on GPUs: NCCL needs them, gloo is given the CPUs, and any other
+        backend (or none named) takes GPUs where the machine has one."""
+        if self.backend is not None and self.backend.lower() in ("nccl", "gloo"):
+            return self.backend.lower() == "nccl"
+        return bool(topology.gpus)
+
+    def backend_on(self, topology: Topology) -> str:
+        return self.backend or ("nccl" if self.on_gpus(topology) else "gloo")
+
+    def findings(self, topology: Topology) -> list[Finding]:
+        if not self.on_gpus(topology):
+            return []
+        missing = shortfall(topology, self.n)
+        if missing:
+            return [Finding(f"one GPU per rank, {missing}")]
+        mig = mig_enabled(topology, range(self.n))
+        return [Finding(Unknown(f"{mig} ({MIG_INSTANCE})"))] if mig else []

@@ -163,7 +163,9 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
 def _benchmark_checks(run: GputopoRun, topology: Topology):
     """The full level's items: every copy and the all-reduce, each measured when its item runs."""
     for link in topology.pairs():
-        yield f"p2p_bw[GPU{link.a}->GPU{link.b}]", _bandwidth_check(run, keys.Copy("p2p", link.a, link.b))
+        # Each way on its own: a link can be slow one way only (one copy engine, one lane set trained down).
+        for src, dst in ((link.a, link.b), (link.b, link.a)):
+            yield f"p2p_bw[GPU{src}->GPU{dst}]", _bandwidth_check(run, keys.Copy("p2p", src, dst))
         yield f"p2p_bidir_bw[GPU{link.a}<->GPU{link.b}]", _bandwidth_check(run, keys.Copy("p2p_bidir", link.a, link.b))
     for gpu in topology.gpus:
         for kind, pinned, name in (("h2d", True, "h2d_bw"), ("h2d", False, "h2d_pageable_bw"), ("d2h", True, "d2h_bw")):

@@ -1,6 +1,6 @@
 """The fixtures pytest-gputopo gives tests: ``gputopo`` (the machine), ``gputopo_ranks`` (every rank's
-machine, and one decision across the ranks) and ``gputopo_bench`` (the measurement harness and the
-run's shared benchmarks)."""
+machine, and one decision across the ranks), ``gputopo_bench`` (the measurement harness and the
+run's shared benchmarks) and ``gputopo_rank`` (a ``ranks(n)`` test's own rank)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from .reporter import OWN_PROPERTY, UNMET_PROPERTY
-from .run import GputopoRun, run_of
+from .run import RANKS_TEST, GputopoRun, run_of
 
 
 @pytest.fixture(scope="session")
@@ -71,6 +71,26 @@ class RankFacts:
         if self._run.settings.strict if strict is None else strict:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
+
+
+@pytest.fixture
+def gputopo_rank(request: pytest.FixtureRequest):
+    """In each rank of a ``@pytest.mark.ranks(n)`` test: ``rank``, ``world_size``, ``local_rank``,
+    ``device`` (``"cuda:<i>"`` or ``"cpu"``) and ``gpus`` (the rank's GPU, or () on the CPUs). The
+    rank's own value is made in the rank; here, in the pytest process, only its place is kept."""
+    if request.node.stash.get(RANKS_TEST, None) is None:
+        pytest.fail(f"{request.node.nodeid}: the fixture gputopo_rank is given to the ranks of a test marked "
+                    f"@pytest.mark.ranks(n) only", pytrace=False)
+    return RankInRanks()
+
+
+class RankInRanks:
+    """``gputopo_rank`` in the pytest process: each rank is given its own. A fixture that takes it is
+    made here, once, before any rank exists, so it is refused by name."""
+
+    def __getattr__(self, name: str):
+        raise AttributeError(f"gputopo_rank.{name} exists in the ranks only: a fixture is made once, in the "
+                             f"pytest process, before the ranks start; take gputopo_rank in the test itself")
 
 
 @pytest.fixture

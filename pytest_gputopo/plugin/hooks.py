@@ -15,9 +15,9 @@ import pytest
 
 from ..runtime import environ
 from . import hookspecs, markers, options, reporter
-from .fixtures import gputopo, gputopo_bench, gputopo_gpus, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
+from .fixtures import gputopo, gputopo_bench, gputopo_gpus, gputopo_rank, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
 from .machine import Machine, item_facts, shared
-from .run import GATE_EXIT_STATUS, RANKS_EXIT_STATUS, RUN, GputopoRun, Ranks, run_of
+from .run import GATE_EXIT_STATUS, RANKS_EXIT_STATUS, RANKS_TEST, RUN, GputopoRun, Ranks, run_of
 from .run_settings import read_run_settings
 
 ITEM_REQS = pytest.StashKey[list]()  # a test's (requirement, strict) pairs, read at collection
@@ -286,7 +286,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     for item, found in marked:
         item.stash[ITEM_REQS] = found
     if errors:
+        from ..core.requirements import RanksRequirement  # loaded already: the marks were read with it
+
         raise pytest.UsageError("bad gputopo marker arguments:\n  " + "\n  ".join(errors))
+        ranks = [r for r, _ in found if isinstance(r, RanksRequirement)]
+        if len(ranks) > 1:
+            errors.append(f"{item.nodeid}: @pytest.mark.ranks: {len(ranks)} marks on one test; give it one")
+        elif ranks:
+            item.stash[RANKS_TEST] = ranks[0]
     level = run.settings.check
     if level is not None:  # the health check first: a degraded node says so before the user's suite runs
         from .checks import check_items
@@ -340,6 +347,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     """A test that passed on figures recorded for the machine says so in its own line (-v, -rA)."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A ``ranks(n)`` test's body runs as its n ranks (``ranks_run``), not in this process."""
+    requirement = pyfuncitem.stash.get(RANKS_TEST, None)
+    if requirement is None:
+        return None
+    from .ranks_run import call
+
+    call(pyfuncitem, requirement)
+    return True
+
+
     return reporter.recorded_status(report)
 
 

@@ -55,6 +55,10 @@ def _requires_nccl_transport(kind, gpus=None, *, gdrdma=None, strict=None):
     return _reqs().TransportRequirement(gpus=gpus, kind=kind, gdrdma=gdrdma)
 
 
+def _ranks(n, *, timeout=None, backend=None, strict=None):
+    return _reqs().RanksRequirement(n=n, timeout=timeout, backend=backend)
+
+
 def _reqs():
     from ..core import requirements  # the core, on the first marked test (see the module's docstring)
 
@@ -71,6 +75,7 @@ MARKERS: dict[str, Callable] = {
     "min_p2p_bw": _min_p2p_bw,
     "min_h2d_bw": _min_h2d_bw,
     "requires_nccl_transport": _requires_nccl_transport,
+    "ranks": _ranks,
 }
 
 MARKER_HELP = {
@@ -90,6 +95,10 @@ MARKER_HELP = {
     "min_h2d_bw": "host-to-device copy bandwidth of every visible GPU is at least gbps GB/s",
     "requires_nccl_transport": "NCCL takes transport kind (P2P, SHM, NET/IB, NET/Socket, NVLS, COLLNET) between "
                                "the GPUs the test uses; gdrdma=True/False for GPUDirect RDMA",
+    "ranks": "run the test as n ranks spawned by torch.multiprocessing, each with its process group initialised "
+             "(backend: 'nccl', one GPU per rank; 'gloo', on the CPUs; None: NCCL where the machine has a GPU, "
+             "else gloo) and the fixture gputopo_rank; timeout: seconds for all ranks (default 300), past it "
+             "every rank's stack is reported and the test fails",
 }
 
 

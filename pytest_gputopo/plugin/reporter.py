@@ -20,6 +20,7 @@ OWN_PROPERTY = "gputopo_test_measurement"
 UNMET_PROPERTY = "gputopo_unmet"  # the requirement a test did not run for
 CAUSE_PROPERTY = "gputopo_cause"  # what made it unmet, where one GPU or the machine did (``core.causes``)
 RECORDED_PROPERTY = "gputopo_recorded"  # a met requirement that rests on recorded figures, not measured here
+RANKS_PROPERTY = "gputopo_rank_failed"  # a rank of a ranks(n) test that did not pass: which, how, why (JSON)
 VERDICT_PROPERTY = "gputopo_verdict"  # each requirement of a gated test with its verdict (JSON), met ones too
 RECORDED_WORD = "PASSED (recorded, not measured)"  # the passed line of such a test (-v, -rA)
 
@@ -273,6 +274,7 @@ def report_document(run: GputopoRun) -> dict:
             entry.update(judgement_of(run, result, staged).document())
     document["unmet"] = _unmet_tests(run.config)
     document["verdicts"] = _verdicts(run.config)
+    document["ranks_failed"] = _from_reports(run.config, RANKS_PROPERTY)
     document["gate"] = list(run.state.gate_problems)  # the run gate that stopped the run, if one did
     document["gate_causes"] = [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)}
                                for c in run.state.gate_causes]  # the same, cause by cause
@@ -367,7 +369,7 @@ def write_github_summary(run: GputopoRun, write_line) -> None:
         write_line(f"ERROR: GITHUB_STEP_SUMMARY: cannot append to {path}: {exc.strerror or exc}")
 
 
-_KNOWN = (CHECK_PROPERTY, OWN_PROPERTY, UNMET_PROPERTY)  # what a report of a test adds to the document
+_KNOWN = (CHECK_PROPERTY, OWN_PROPERTY, UNMET_PROPERTY, RANKS_PROPERTY)  # what a report of a test adds to the document
 
 
 class JsonProgress:

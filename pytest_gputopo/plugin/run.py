@@ -113,6 +113,7 @@ class GputopoRun:
 
 
 RUN = pytest.StashKey[GputopoRun]()
+RANKS_TEST = pytest.StashKey[object]()  # a ranks(n) test's RanksRequirement: its body runs as n ranks
 
 
 def run_of(config: pytest.Config) -> GputopoRun:

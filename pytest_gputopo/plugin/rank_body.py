@@ -1,0 +1,158 @@
+"""What each rank of a ``@pytest.mark.ranks(n)`` test runs, in the process torch spawned for it: the
+rank's environment as torchrun sets it, its process group, the test's body with the fixture values
+the pytest process made, and its outcome written for the pytest process to report.
+
+The test module is loaded again here from its file, with pytest's assertion rewriting
+(``_pytest.assertion.rewrite.rewrite_asserts``, as pytest's import hook does it), so that a failed
+``assert`` on a rank says what it compared, as it would in the pytest process.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import sys
+import traceback
+from datetime import timedelta
+from typing import NamedTuple
+
+from ..runtime import rank_procs
+
+RANK_FIXTURE = "gputopo_rank"
+
+
+class RankInfo(NamedTuple):
+    """What ``gputopo_rank`` gives a rank: ``rank``, ``world_size``, ``local_rank`` (the rank: one node),
+    ``device`` (``"cuda:<i>"`` or ``"cpu"``) and ``gpus`` (the rank's GPU as a ``core.model.Gpu``, or ())."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: str
+    gpus: tuple
+
+
+def main(rank: int, workdir: str, job: dict) -> None:
+    """The rank's entry (``torch.multiprocessing`` calls it as ``main(rank, workdir, job)``)."""
+    rank_procs.lead_group()
+    stack = open(rank_procs.stack_path(workdir, rank), "w", encoding="utf-8")  # noqa: SIM115 (open for life)
+    faulthandler.register(rank_procs.STACK_SIGNAL, file=stack, all_threads=True)
+    gpus = (job["gpus"][rank],) if job["gpus"] else ()
+    info = RankInfo(rank, job["n"], rank, f"cuda:{gpus[0].index}" if gpus else "cpu", gpus)
+    _environment(info, job["visible"])
+    try:
+        body, kwargs = _body(job, info)
+        with _process_group(info, job, rank_procs.store_path(workdir)):
+            body(**kwargs)
+        result = {"outcome": "passed"}
+    except BaseException as exc:  # noqa: BLE001 - a rank's outcome, whatever it is, goes to the report
+        result = _outcome(exc)
+    rank_procs.write_result(workdir, rank, result)
+    if result["outcome"] == "failed":
+        sys.exit(1)
+
+
+def _environment(info: RankInfo, visible: str | None) -> None:
+    """What torchrun gives each local rank (torch/distributed/elastic/agent/server/local_elastic_agent.py,
+    ``_start_workers``: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE...), one thread per rank unless
+    said (torch/distributed/run.py sets OMP_NUM_THREADS=1 for more than one process per node), gloo
+    on loopback (one node), and the GPUs of the test's lease alone where it holds one (before anything
+    can start CUDA here). This process is the rank's own: the user's pytest keeps its environment."""
+    n = str(info.world_size)
+    os.environ.update({"RANK": str(info.rank), "LOCAL_RANK": str(info.local_rank), "GROUP_RANK": "0",
+                       "WORLD_SIZE": n, "LOCAL_WORLD_SIZE": n})
+    if visible is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    if info.world_size > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if os.path.exists("/sys/class/net/lo"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+
+def _body(job: dict, info: RankInfo):
+    """The test function, bound to its instance for a method, and its arguments: the fixture values
+    made in the pytest process, and this rank's ``gputopo_rank``."""
+    module = _load(job["module"], job["path"], job["rewrite"])
+    owner, _, name = job["qualname"].rpartition(".")
+    if owner:
+        instance = pickle.loads(job["instance"]) if job["instance"] is not None else None
+        body = getattr(instance if instance is not None else _attr(module, owner)(), name)
+    else:
+        body = getattr(module, name)
+    kwargs = {arg: pickle.loads(value) for arg, value in job["kwargs"].items()}
+    if job["takes_rank"]:
+        kwargs[RANK_FIXTURE] = info
+    return body, kwargs
+
+
+def _attr(module, path: str):
+    for part in path.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def _load(name: str, path: str, rewrite: bool):
+    """The test module, from its file under the name pytest gave it (so that the fixture values,
+    pickled by reference to its classes, find them)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    import ast
+    import importlib.util
+
+    with open(path, "rb") as f:
+        source = f.read()
+    tree = ast.parse(source, filename=path)
+    if rewrite:
+        from _pytest.assertion.rewrite import rewrite_asserts
+
+        rewrite_asserts(tree, source, path, None)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    exec(compile(tree, path, "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - the user's test
+    return module
+
+
+class _process_group:
+    """The rank's process group, initialised before the body and destroyed after it (a failed body's
+    group is left to the process's end: its peers may still be inside a collective with it)."""
+
+    def __init__(self, info: RankInfo, job: dict, store: str) -> None:
+        self.info, self.job, self.store = info, job, store
+
+    def __enter__(self):
+        import torch.distributed as dist
+
+        if self.job["backend"] == "nccl" and self.info.gpus:
+            import torch
+
+            torch.cuda.set_device(self.info.gpus[0].index)
+        dist.init_process_group(self.job["backend"], store=dist.FileStore(self.store, self.info.world_size),
+                                rank=self.info.rank, world_size=self.info.world_size,
+                                timeout=timedelta(seconds=self.job["timeout_s"]))
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        import torch.distributed as dist
+
+        if kind is None and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _outcome(exc: BaseException) -> dict:
+    """A failed (or skipped) rank in words: the exception in one line, and its traceback from the test
+    function on (this module's frames left out)."""
+    import pytest
+
+    if isinstance(exc, pytest.skip.Exception):
+        return {"outcome": "skipped", "error": str(exc.msg)}
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    if isinstance(exc, pytest.fail.Exception):
+        error = f"Failed: {exc.msg}"
+    else:
+        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return {"outcome": "failed", "error": error,
+            "traceback": "".join(traceback.format_exception(type(exc), exc, tb))}

@@ -1,0 +1,153 @@
+"""The call of a ``@pytest.mark.ranks(n)`` test: its body run as ``n`` ranks, and their outcome as the
+test's.
+
+The body reaches the ranks by reference: each rank loads the test's module from its file and finds
+the function by its qualified name, and is given the fixture values this process made in the test's
+setup, pickled (a value that cannot be pickled fails the test, naming the fixture). So fixtures and
+``parametrize`` work as in any test, and are made once, not once per rank; ``gputopo_rank`` is the
+one value each rank gets its own of. Collecting the item again in every rank would cost each rank a
+pytest start-up and would run every fixture once per rank (n temporary folders for one test).
+
+The gating markers were judged at setup (``hooks.pytest_runtest_setup``): a test that skips never
+comes here, so it spawns nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import signal
+import tempfile
+
+import pytest
+
+from ..render.escape import terminal_lines
+from ..runtime import environ, rank_procs
+from . import rank_body
+from .reporter import RANKS_PROPERTY
+from .run import run_of
+
+
+def call(item: pytest.Function, requirement) -> None:
+    """Run ``item``'s body as its ranks; return when every rank passed, else fail (or skip) the test
+    saying which ranks did not pass and why."""
+    __tracebackhide__ = True
+    _refuse_inside_a_launch(requirement)
+    topology = run_of(item.config).topology
+    job = _job(item, requirement, topology)
+    workdir = tempfile.mkdtemp(prefix="pytest-gputopo-ranks-")  # private (0700): the store, results, stacks
+    try:
+        ended = rank_procs.run_ranks(rank_body.main, (workdir, job), requirement.n, requirement.timeout_s, workdir)
+        results = [rank_procs.read_result(workdir, rank) for rank in range(requirement.n)]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    _report(item, requirement, ended, results)
+
+
+def _refuse_inside_a_launch(requirement) -> None:
+    """Under torchrun or srun this process is already a rank: it does not start ranks of its own."""
+    try:
+        launch = environ.launch()
+    except ValueError as exc:
+        launch, why = True, f"a launcher's variables are set ({exc})"
+    else:
+        why = f"this pytest is already rank {launch.rank} of {launch.world_size} of a launch" if launch else ""
+    if launch:
+        pytest.fail(f"{requirement}: {why} (torchrun, srun): a ranks test starts its own ranks; run it in a "
+                    f"pytest started without a launcher", pytrace=False)
+
+
+def _job(item: pytest.Function, requirement, topology) -> dict:
+    """What every rank needs to run the body: where the function is, the fixture values pickled (as
+    pytest's own ``pytest_pyfunc_call`` picks them: ``_fixtureinfo.argnames``), its GPUs, its group."""
+    kwargs = {}
+    for name in item._fixtureinfo.argnames:
+        if name != rank_body.RANK_FIXTURE:
+            kwargs[name] = _pickled(item, f"fixture {name!r}", item.funcargs[name])
+    instance = item.instance
+    gpus, visible = _placed(item, requirement, topology)
+    return {"module": item.module.__name__, "path": item.module.__file__, "qualname": item.obj.__qualname__,
+            "instance": None if instance is None else _pickled(item, f"the instance of {type(instance).__name__}",
+                                                               instance),
+            "kwargs": kwargs, "takes_rank": rank_body.RANK_FIXTURE in item._fixtureinfo.argnames,
+            "rewrite": item.config.getoption("assertmode", "rewrite") == "rewrite",
+            "n": requirement.n, "backend": requirement.backend_on(topology), "timeout_s": requirement.timeout_s,
+            "gpus": gpus, "visible": visible}
+
+
+def _pickled(item: pytest.Function, what: str, value) -> bytes:
+    __tracebackhide__ = True
+    try:
+        return pickle.dumps(value)
+    except Exception as exc:  # noqa: BLE001 - whatever pickling raises, the test says which value
+        pytest.fail(f"{item.nodeid}: {what} ({type(value).__name__}) cannot be sent to the ranks: {exc}. A ranks "
+                    f"test's fixture values are made once, in the pytest process, and pickled to each rank: give "
+                    f"the ranks what they can rebuild it from (a path, a config), or build it in the test's body",
+                    pytrace=False)
+
+
+def _placed(item: pytest.Function, requirement, topology) -> tuple[tuple | None, str | None]:
+    """Each rank's GPU, and the ``CUDA_VISIBLE_DEVICES`` the ranks get: the test's lease where leases
+    are on (the ranks see the leased GPUs alone, as ``cuda:0..n-1``), else the first n GPUs this
+    process sees, as torchrun's local ranks take ``cuda:<local_rank>`` (visibility left as it is);
+    (None, None) on the CPUs."""
+    if not requirement.on_gpus(topology):
+        return None, None
+    try:
+        from . import leases  # GPU leases (--gputopo-lease), a room of their own
+    except ImportError:  # pragma: no cover - a checkout without leases yet
+        leases = None
+    held = leases.held(item) if leases is not None else None
+    if held is None:
+        return tuple(topology.gpus[:requirement.n]), None
+    return tuple(held[:requirement.n]), leases.visible_devices(held[:requirement.n])
+
+
+def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results: list) -> None:
+    __tracebackhide__ = True
+    n = requirement.n
+    first_failed = next((e.rank for e in ended.exits if e.status not in (0, None)), None)
+    problems = []  # (rank, outcome, headline, details)
+    for end, result in zip(ended.exits, results):
+        outcome = (result or {}).get("outcome")
+        if end.status is None:
+            cause = (f"still running after {requirement.timeout_s:g} s (the test's timeout)" if ended.timed_out else
+                     f"still running {rank_procs.FAILED_GRACE_S:g} s after rank {first_failed} failed")
+            problems.append((end.rank, "timed out" if ended.timed_out else "stuck", f"{cause}; ended by gputopo",
+                             f"{cause}; ended by gputopo. Its stack:\n{end.stack.rstrip()}"))
+        elif outcome == "failed":
+            problems.append((end.rank, "failed", result.get("error", ""), result.get("traceback", "").rstrip()))
+        elif outcome == "skipped" or (outcome == "passed" and end.status == 0):
+            continue
+        else:
+            problems.append((end.rank, "died", _died(end.status), ""))
+    skipped = [r for r in results if r and r.get("outcome") == "skipped"]
+    if not problems and skipped and len(skipped) == n:
+        raise pytest.skip.Exception(f"{requirement}: rank 0 skipped: {skipped[0].get('error', '')}",
+                                    _use_item_location=True)
+    if skipped and len(skipped) < n:  # ranks that disagree on skipping: a rank left in a collective waits
+        problems += [(i, "skipped", f"skipped while other ranks ran: {r.get('error', '')}", "")
+                     for i, r in enumerate(results) if r and r.get("outcome") == "skipped"]
+    if not problems:
+        return
+    problems.sort()
+    for rank, outcome, headline, _ in problems:
+        item.user_properties.append((RANKS_PROPERTY, json.dumps(
+            {"test": item.nodeid, "rank": rank, "world_size": n, "outcome": outcome,
+             "exit_status": ended.exits[rank].status, "error": headline})))
+    lines = [f"{requirement}: " + "; ".join(f"rank {rank} {outcome}: {headline.partition(chr(10))[0]}"
+                                            for rank, outcome, headline, _ in problems)]
+    for rank, outcome, headline, details in problems:
+        lines += ["", f"--- rank {rank} of {n}: {outcome}", details or headline]
+    pytest.fail("\n".join(terminal_lines("\n".join(lines).splitlines())), pytrace=False)
+
+
+def _died(status: int | None) -> str:
+    if status is not None and status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"killed by {name} (exit status {status}) before its body ended"
+    return f"exited with status {status} before its body ended"

@@ -1,0 +1,194 @@
+"""The processes of a test run as n ranks (``@pytest.mark.ranks``): started by torch's own launcher,
+supervised under the test's deadline, each live rank's Python stack taken before it is ended, every
+rank ended and reaped whatever happened (a failure, a hang, Ctrl-C).
+
+The ranks are started by ``torch.multiprocessing.start_processes`` (torch/multiprocessing/spawn.py),
+the engine torchrun's own ``MultiprocessContext`` drives (torch/distributed/elastic/multiprocessing/
+api.py, ``MultiprocessContext._start``), with ``join=False``. Not ``elastic.multiprocessing.
+start_processes`` itself: its ``PContext.start`` installs handlers for SIGTERM, SIGINT, SIGHUP and
+SIGQUIT in the calling process, which is the user's pytest. Nor ``ProcessContext.join``: at the first
+failure it ends the other ranks at once and keeps that one cause, where a test's report wants every
+failed rank and every stuck rank's stack.
+
+A rank leads a process group of its own (``lead_group``, first thing in the rank), so that ending it
+ends what it started; torch's ``_wrap`` also sets the rank's parent-death signal, so a pytest killed
+outright takes its ranks along.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing.connection
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .procs import KILL_GRACE_S
+
+STACK_SIGNAL = signal.SIGUSR1  # faulthandler.register()ed in each rank: its threads' stacks to its stack file
+STACK_WAIT_S = 2.0  # for a rank to write its stack (faulthandler writes from the signal handler itself)
+FAILED_GRACE_S = 3.0  # after one rank failed: time for the others to end on their own, with their own cause
+
+
+def stack_path(workdir: str, rank: int) -> str:
+    return os.path.join(workdir, f"rank{rank}.stack")
+
+
+def result_path(workdir: str, rank: int) -> str:
+    return os.path.join(workdir, f"rank{rank}.json")
+
+
+def store_path(workdir: str) -> str:
+    """The ranks' FileStore: a file in the test's private folder, so no port is picked, held or raced for."""
+    return os.path.join(workdir, "store")
+
+
+def write_result(workdir: str, rank: int, result: dict) -> None:
+    path = result_path(workdir, rank)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    os.replace(path + ".tmp", path)
+
+
+def read_result(workdir: str, rank: int) -> dict | None:
+    """What the rank wrote when its body ended, or None (it died first)."""
+    try:
+        with open(result_path(workdir, rank), encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def lead_group() -> None:
+    """In the rank: lead a process group of its own (what it starts is ended with it)."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:  # pragma: no cover - already a group leader
+        pass
+
+
+@dataclass(frozen=True)
+class RankExit:
+    rank: int
+    status: int | None  # its exit status (negative: the signal that ended it); None: running when ended
+    stack: str = ""  # its threads' Python stacks, taken before it was ended ("" where it had ended)
+
+
+@dataclass(frozen=True)
+class Ended:
+    exits: tuple[RankExit, ...]
+    timed_out: bool  # the deadline passed with ranks still running
+
+    @property
+    def failed(self) -> list[RankExit]:
+        return [e for e in self.exits if e.status not in (0, None)]
+
+    @property
+    def stuck(self) -> list[RankExit]:
+        return [e for e in self.exits if e.status is None]
+
+
+def run_ranks(entry: Callable, args: tuple, n: int, timeout_s: float, workdir: str,
+              grace_s: float = FAILED_GRACE_S) -> Ended:
+    """``entry(rank, *args)`` in ``n`` processes spawned by torch; wait until all end, one fails (and
+    then ``grace_s`` for the others) or ``timeout_s`` passes; take the stacks of the ranks still
+    running, end them and reap every rank."""
+    import torch.multiprocessing as mp  # torch, when a ranks test runs
+
+    context = mp.start_processes(entry, args=args, nprocs=n, join=False, start_method="spawn")
+    procs = context.processes
+    try:
+        timed_out = _wait(procs, time.monotonic() + timeout_s, grace_s)
+        codes = [_status(p) for p in procs]
+        running = [i for i, code in enumerate(codes) if code is None]
+        stacks = _stacks(procs, running, workdir)
+        return Ended(tuple(RankExit(i, code, stacks.get(i, ""))
+                           for i, code in enumerate(codes)), timed_out)
+    finally:
+        _end(procs)
+        for path in context.error_files:  # torch's, written only if ``entry`` raised (it does not)
+            if path and os.path.exists(path):
+                os.unlink(path)
+
+
+def _wait(procs: list, deadline: float, grace_s: float) -> bool:
+    """Until every rank ended, or ``grace_s`` after the first failure; True when the deadline passed
+    with no rank failed."""
+    failed_by = None  # when the others' time is up, once one rank failed
+    while True:
+        codes = [_status(p) for p in procs]
+        if all(c is not None for c in codes):
+            return False
+        now = time.monotonic()
+        if failed_by is None and any(c not in (None, 0) for c in codes):
+            failed_by = min(deadline, now + grace_s)
+        stop = deadline if failed_by is None else failed_by
+        if now >= stop:
+            return failed_by is None
+        multiprocessing.connection.wait([p.sentinel for p, c in zip(procs, codes) if c is None],
+                                        timeout=stop - now)
+
+
+def _status(proc) -> int | None:
+    """The rank's exit status (negative: a signal), None while it runs; not reaped, so that its pid
+    and process group id stay the rank's until ``_end`` (``multiprocessing``'s ``exitcode`` reaps)."""
+    if proc._popen.returncode is not None:  # reaped already (multiprocessing reaps a finished child
+        return proc._popen.returncode       # when it starts another)
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return proc.exitcode
+    if info is None or info.si_pid == 0:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _stacks(procs: list, running: list[int], workdir: str) -> dict[int, str]:
+    """The Python stacks of the ranks still running, each asked for with ``STACK_SIGNAL``."""
+    for i in running:
+        _signal(procs[i], STACK_SIGNAL)
+    end = time.monotonic() + STACK_WAIT_S
+    while time.monotonic() < end and not all(_read(stack_path(workdir, i)).endswith("\n") for i in running):
+        time.sleep(0.02)
+    time.sleep(0.05 if running else 0)  # the last thread's lines
+    return {i: _read(stack_path(workdir, i)) or "(no stack: the rank did not answer SIGUSR1 in time)"
+            for i in running}
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(1 << 20)
+    except OSError:
+        return ""
+
+
+def _end(procs: list) -> None:
+    """SIGTERM to every rank's process group, SIGKILL to what is left after the grace period (ended
+    ranks' groups too: what a rank started dies with it), then reap every rank."""
+    for p in procs:
+        _signal(p, signal.SIGTERM)
+    end = time.monotonic() + KILL_GRACE_S
+    while time.monotonic() < end and any(_status(p) is None for p in procs):
+        time.sleep(0.02)
+    for p in procs:
+        _signal(p, signal.SIGKILL)
+    for p in procs:
+        p.join()
+
+
+def _signal(proc, sig: int) -> None:
+    """``sig`` to the rank's process group where it leads one, else to the rank alone; never to a
+    rank already reaped (its pid may be someone else's by now)."""
+    if proc._popen.returncode is not None:
+        return
+    try:
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

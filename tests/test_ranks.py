@@ -1,0 +1,330 @@
+"""``@pytest.mark.ranks(n)``: a test's body run as n ranks spawned by torch.multiprocessing, for real on
+the CPUs with gloo (loopback only), through real pytest runs (``runpytest_subprocess``).
+
+Sources the behaviour rests on (installed torch):
+- torch/multiprocessing/spawn.py: ``start_processes(..., join=False)`` returns the ``ProcessContext``
+  whose ``processes`` the plugin supervises; ``_wrap`` sets the rank's parent-death signal;
+  ``ProcessContext.join`` would end the other ranks at the first failure (why it is not used).
+- torch/distributed/elastic/multiprocessing/api.py: ``PContext.start`` registers SIGTERM, SIGINT,
+  SIGHUP, SIGQUIT handlers in the caller (why the plugin does not call elastic's ``start_processes``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+pytest.importorskip("torch")
+
+# Each rank writes its pid where the test can find it, so that the test can see none outlived the run.
+PIDS = """
+import os
+
+def note_pid(folder, rank):
+    with open(os.path.join(folder, f"pid-{os.getppid()}-{rank}-{os.getpid()}"), "w"):
+        pass
+"""
+
+
+def rank_pids(folder) -> list[int]:
+    return [int(p.name.rsplit("-", 1)[1]) for p in folder.iterdir() if p.name.startswith("pid-")]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not; it would be reaped by its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def run(pytester, *args):
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0", *args)
+
+
+@pytest.fixture
+def pid_folder(pytester, monkeypatch):
+    folder = pytester.mkdir("pids")
+    monkeypatch.setenv("RANKS_TEST_PIDS", str(folder))
+    pytester.makepyfile(pidnote=PIDS)
+    return folder
+
+
+RANKS_SUITE = """
+import os
+import signal
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from pidnote import note_pid
+
+
+@pytest.fixture(scope="module")
+def config():
+    return {"lr": 0.5}
+
+
+@pytest.mark.ranks(2)
+@pytest.mark.parametrize("scale", [1, 10])
+def test_all_reduce(gputopo_rank, tmp_path, config, scale):
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+    assert (gputopo_rank.world_size, gputopo_rank.local_rank, gputopo_rank.device, gputopo_rank.gpus) == \\
+        (2, gputopo_rank.rank, "cpu", ())
+    assert dist.get_backend() == "gloo" and dist.get_rank() == gputopo_rank.rank
+    assert os.environ["RANK"] == str(gputopo_rank.rank) and os.environ["WORLD_SIZE"] == "2"
+    t = torch.tensor([float(gputopo_rank.rank + 1) * scale])
+    dist.all_reduce(t)
+    assert t.item() == 3.0 * scale and config == {"lr": 0.5}
+    (tmp_path / f"rank{gputopo_rank.rank}").write_text("one folder for all ranks")
+
+
+class TestInAClass:
+    def setup_method(self):
+        self.base = 40
+
+    @pytest.mark.ranks(2)
+    def test_method(self, gputopo_rank):
+        assert self.base + gputopo_rank.world_size == 42
+
+
+@pytest.mark.ranks(2)
+def test_one_rank_fails(gputopo_rank):
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+    expected = 0
+    assert gputopo_rank.rank == expected
+
+
+@pytest.mark.ranks(2)
+def test_one_rank_exits(gputopo_rank):
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+    if gputopo_rank.rank == 1:
+        os._exit(3)
+    dist.barrier()
+
+
+@pytest.mark.ranks(2)
+def test_one_rank_segfaults(gputopo_rank):
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+    if gputopo_rank.rank == 0:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    dist.barrier()
+
+
+@pytest.mark.ranks(2)
+def test_every_rank_skips(gputopo_rank):
+    pytest.skip("not on this backend")
+"""
+
+
+@pytest.mark.slow
+def test_ranks_pass_fail_and_die_each_named_in_every_report(pytester, pid_folder):
+    """The body runs as two gloo ranks with its fixtures, parametrize and a class's instance; a failing
+    rank, a rank that exits and a rank killed by a signal fail their test naming the rank with its
+    assertion, exit status or signal, in the terminal, JUnit XML and the JSON report; no rank outlives
+    its test."""
+    pytester.makepyfile(test_suite=RANKS_SUITE)
+    result = run(pytester, "-rA", "--junitxml=junit.xml", "--gputopo-json=report.json")
+    result.assert_outcomes(passed=3, failed=3, skipped=1)
+    result.stdout.fnmatch_lines([  # each failure's first line: every rank that did not pass, and why
+        "ranks(2): rank 1 failed: AssertionError: assert 1 == 0",
+        "ranks(2): *rank 1 died: exited with status 3 before its body ended",
+        "ranks(2): rank 0 died: killed by SIGSEGV (exit status -11) before its body ended*",
+        "SKIPPED [[]1[]] test_suite.py:*: ranks(2): rank 0 skipped: not on this backend",
+    ])
+    text = result.stdout.str()
+    # the failed rank's own traceback, with pytest's assertion rewriting, under its own heading
+    assert re.search(r"--- rank 1 of 2: failed\nTraceback.*\n  File .*test_suite\.py\", line \d+, in "
+                     r"test_one_rank_fails\n    assert gputopo_rank\.rank == expected\n"
+                     r"AssertionError: assert 1 == 0\n \+  where 1 = RankInfo\(rank=1", text), text
+    assert "rank 0 of 2: failed" not in text.split("test_one_rank_fails")[1].split("____")[0]
+
+    cases = {c.get("name"): c for c in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")}
+    failure = cases["test_one_rank_exits"].find("failure")
+    assert "rank 1 died: exited with status 3" in failure.get("message")
+    props = [json.loads(p.get("value")) for p in cases["test_one_rank_segfaults"].iter("property")
+             if p.get("name") == "gputopo_rank_failed"]
+    assert {(p["rank"], p["outcome"], p["exit_status"]) for p in props} >= {(0, "died", -11)}
+
+    document = json.loads((pytester.path / "report.json").read_text())
+    failed = {(r["test"].split("::")[-1], r["rank"], r["outcome"]) for r in document["ranks_failed"]}
+    assert ("test_one_rank_fails", 1, "failed") in failed and ("test_one_rank_exits", 1, "died") in failed
+    assert not any(r[0].startswith("test_all_reduce") for r in failed)
+
+    assert len(rank_pids(pid_folder)) == 10
+    assert [pid for pid in rank_pids(pid_folder) if alive(pid)] == []
+
+
+HANG = """
+import os
+import time
+
+import pytest
+import torch.distributed as dist
+
+from pidnote import note_pid
+
+
+def wait_in_sleep():
+    time.sleep(600)
+
+
+@pytest.mark.ranks(2, timeout=20)
+def test_hangs(gputopo_rank):
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+    if gputopo_rank.rank == 1:
+        wait_in_sleep()
+    dist.barrier()
+"""
+
+
+@pytest.mark.slow
+def test_a_hanging_rank_fails_its_test_with_every_live_ranks_stack(pytester, pid_folder):
+    pytester.makepyfile(test_hang=HANG)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "ranks(2, timeout=20): rank 0 timed out: still running after 20 s (the test's timeout); ended by " \
+           "gputopo; rank 1 timed out" in text, text
+    rank1 = text.split("--- rank 1 of 2: timed out")[1]
+    assert re.search(r'File ".*test_hang\.py", line \d+ in wait_in_sleep', rank1), text
+    rank0 = text.split("--- rank 0 of 2: timed out")[1].split("--- rank 1")[0]
+    assert re.search(r'line \d+ in barrier', rank0) and "test_hangs" in rank0, text
+    assert len(rank_pids(pid_folder)) == 2 and [pid for pid in rank_pids(pid_folder) if alive(pid)] == []
+
+
+def test_a_test_that_skips_spawns_nothing(pytester):
+    """The gating markers are judged first: a ranks test unmet on the machine is skipped with the
+    reason and no rank is spawned (torch is not even imported)."""
+    pytester.makepyfile(test_gated="""
+import pytest
+
+@pytest.mark.ranks(2, backend="nccl")
+def test_nccl(gputopo_rank):
+    raise AssertionError("spawned")
+
+@pytest.mark.requires_p2p
+@pytest.mark.ranks(2, backend="gloo")
+def test_gloo_gated(gputopo_rank):
+    raise AssertionError("spawned")
+
+@pytest.mark.ranks(4)
+def test_four(gputopo_rank):
+    raise AssertionError("spawned")
+""")
+    pytester.makeconftest("""
+import sys
+
+def pytest_sessionfinish(session):
+    print("modules:", sorted(m for m in ("torch", "pytest_gputopo.plugin.ranks_run") if m in sys.modules))
+""")
+    result = run(pytester, "-rs", "--gputopo-machine", "no-gpu", "-k", "not four")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*ranks(2, backend='nccl'): one GPU per rank, needs 2 GPUs, 0 visible*",
+                                 "*requires_p2p: needs 2 GPUs to form a pair, 0 visible*"])
+    assert "modules: []" in result.stdout.str()
+    result = run(pytester, "-rs", "--gputopo-machine", "single-gpu", "-k", "four")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*ranks(4): one GPU per rank, needs 4 GPUs, 1 visible*"])
+    assert "modules: []" in result.stdout.str()
+
+
+def test_a_ranks_test_on_cpus_needs_nothing_of_the_machine(pytester):
+    """Without a GPU the ranks run on the CPUs: the marker is met; under a plan it says it would run."""
+    from pytest_gputopo.plugin.markers import from_marker
+    from pytest_gputopo.probe import probe
+
+    no_gpu, dgx = probe("no-gpu"), probe("dgx-a100")
+    ranks, _ = from_marker("ranks", (2,), {})
+    assert ranks.evaluate(no_gpu).ok and ranks.backend_on(no_gpu) == "gloo" and not ranks.on_gpus(no_gpu)
+    assert ranks.evaluate(dgx).ok and ranks.backend_on(dgx) == "nccl" and ranks.on_gpus(dgx)
+    gloo, _ = from_marker("ranks", (16,), {"backend": "gloo"})
+    assert gloo.evaluate(dgx).ok and not gloo.on_gpus(dgx)
+    assert not from_marker("ranks", (16,), {})[0].evaluate(dgx).ok
+
+
+@pytest.mark.parametrize("marker, says", [
+    ("ranks(0)", "n (ranks) must be an integer from 1 to 1024, got 0"),
+    ("ranks(2, timeout=0)", "timeout must be a number of seconds above 0 and at most 86400, got 0"),
+    ("ranks(2, backend='nc cl')", "backend must be a torch.distributed backend name such as 'nccl' or 'gloo'"),
+    ("ranks(2, 30)", "too many positional arguments; signature: ranks(n, *, timeout=None, backend=None, strict=None)"),
+    ("ranks()", "missing a required argument: 'n'"),
+])
+def test_a_bad_argument_is_a_usage_error_naming_the_test(pytester, marker, says):
+    pytester.makepyfile(test_bad=f"import pytest\n@pytest.mark.{marker}\ndef test_x(gputopo_rank): pass\n")
+    result = run(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*test_bad.py::test_x: @pytest.mark.ranks: {says}*"])
+
+
+def test_two_ranks_marks_on_one_test_are_a_usage_error(pytester):
+    pytester.makepyfile(test_bad="import pytest\n@pytest.mark.ranks(2)\n@pytest.mark.ranks(4)\n"
+                                 "def test_x(gputopo_rank): pass\n")
+    result = run(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_bad.py::test_x: @pytest.mark.ranks: 2 marks on one test; give it one*"])
+
+
+def test_a_fixture_value_that_cannot_be_pickled_fails_naming_the_fixture(pytester):
+    pytester.makepyfile(test_lock="""
+import threading
+import pytest
+
+@pytest.fixture
+def lock():
+    return threading.Lock()
+
+@pytest.mark.ranks(2)
+def test_locked(gputopo_rank, lock):
+    pass
+""")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*test_lock.py::test_locked: fixture 'lock' (lock) cannot be sent to the ranks: "
+                                 "cannot pickle '_thread.lock' object. A ranks test's fixture values are made once*"])
+
+
+def test_gputopo_rank_outside_a_ranks_test_and_inside_a_fixture(pytester):
+    pytester.makepyfile(test_misuse="""
+import pytest
+
+def test_plain(gputopo_rank):
+    pass
+
+@pytest.fixture
+def per_rank(gputopo_rank):
+    return gputopo_rank.rank
+
+@pytest.mark.ranks(1)
+def test_fixture_per_rank(per_rank):
+    pass
+""")
+    result = run(pytester, "-rA")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines([
+        "*test_misuse.py::test_plain: the fixture gputopo_rank is given to the ranks of a test marked "
+        "@pytest.mark.ranks(n) only*",
+        "*gputopo_rank.rank exists in the ranks only: a fixture is made once, in the pytest process*"])
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "slurm"])
+def test_inside_a_launcher_a_ranks_test_is_refused(pytester, monkeypatch, launcher):
+    """Under torchrun or srun the pytest process is already a rank: its ranks test fails with the
+    reason, spawning nothing (torch hidden: the launch's exchange is not what is tested here)."""
+    from test_quiet_runs import LAUNCH_VARS, hide_torch, set_launch
+
+    for name in LAUNCH_VARS:
+        monkeypatch.delenv(name, raising=False)
+    set_launch(monkeypatch, launcher)
+    hide_torch(pytester, monkeypatch)
+    pytester.makepyfile(test_in_launch="import pytest\n@pytest.mark.ranks(2)\ndef test_x(gputopo_rank): pass\n")
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*ranks(2): this pytest is already rank 0 of 2 of a launch (torchrun, srun): a "
+                                 "ranks test starts its own ranks; run it in a pytest started without a launcher"])
