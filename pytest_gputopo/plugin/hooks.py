@@ -8,9 +8,6 @@ checks it); the core's judges and the benchmarks are imported when something nee
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-
 import pytest
 
 from ..runtime import environ
@@ -141,10 +138,13 @@ def _use(config: pytest.Config, facts) -> GputopoRun:
 def _shared_dir(config: pytest.Config) -> str | None:
     """A private folder where xdist workers will share the machine and benchmark results, made when
     this run distributes tests (xdist's own rule, ``xdist.plugin._is_distribution_mode``: ``--dist``
-    other than "no" and ``--tx`` set, as ``-n N`` sets them), removed at the end; None otherwise."""
+    other than "no" and ``--tx`` set, as ``-n N`` sets them), removed at the end, or by a later run
+    where this one was killed (``runtime.run_folder``); None otherwise."""
     if config.getoption("dist", "no") == "no" or not config.getoption("tx", None):
         return None
-    return tempfile.mkdtemp(prefix="pytest-gputopo-run-")
+    from ..runtime import run_folder
+
+    return run_folder.make()
 
 
 def _join_ranks(run: GputopoRun, launch, secret) -> Ranks | None:
@@ -202,7 +202,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if run is not None and run.state.suite is not None:
         run.state.suite.close()
     if run is not None and run.shared_dir and not run.worker:
-        shutil.rmtree(run.shared_dir, ignore_errors=True)
+        from ..runtime import run_folder
+
+        run_folder.remove(run.shared_dir)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
