@@ -30,6 +30,8 @@ Sources (read for this file):
 - torch.cuda.nccl.version (torch/cuda/nccl.py, as mirrored in rec/pytorch
   @ 1bcd41f8c59821a369586aa85c87a8bb22fbcae3): ``ncclGetVersion`` as the tuple (major, minor, patch),
   with NCCL's suffix string appended when it has one.
+- MultiProcessTestCase: the same file @ 4214bd80: ``setUp`` spawns ``world_size`` processes
+  (``_spawn_processes``) whatever the machine; a GPU condition is the test's own ``skip_if_lt_x_gpu``.
 - requires_cuda_p2p_access: pytorch/pytorch test/distributed/test_symmetric_memory.py (its own copy
   in earlier versions; torch.testing._internal.common_utils at d4e76bf597ca217a95c3d75678b317a4f99e0647).
 """
@@ -345,6 +347,8 @@ ROWS = [
     # DeepSpeed
     Row("`class TestX(DistributedTest): world_size = 4`", ds_world_size(4), ("@pytest.mark.requires_gpus(4)",),
         id="ds-world-size"),
+    Row("`class TestX(DistributedTest): world_size = 4` (let the plugin spawn the ranks)", ds_world_size(4),
+        ("@pytest.mark.ranks(4, backend=\"nccl\")",), id="ds-world-size-ranks"),
     Row("`@pytest.mark.world_size(2)` on a method", ds_world_size(2), ("@pytest.mark.requires_gpus(2)",),
         id="ds-world-size-method"),
     Row("`skip_on_arch(min_arch=8)`", ds_skip_on_arch(8),
@@ -434,6 +438,10 @@ ROWS = [
         id="trt-ut-nvlink-inactive"),
     # PyTorch
     Row("`@skip_if_lt_x_gpu(4)`", torch_skip_if_lt_x_gpu(4), ("@pytest.mark.requires_gpus(4)",), id="torch-lt-x-gpu"),
+    Row("`class T(MultiProcessTestCase)` with `world_size` 2 and `@skip_if_lt_x_gpu(2)`", torch_skip_if_lt_x_gpu(2),
+        ("@pytest.mark.ranks(2, backend=\"nccl\")",), id="torch-multiprocess-lt-x-gpu"),
+    Row("`class T(MultiProcessTestCase)` with `world_size` 2, a gloo test", lambda t: True,
+        ("@pytest.mark.ranks(2, backend=\"gloo\")",), id="torch-multiprocess-gloo"),
     Row("`@requires_nccl_version((2, 18), \"needs NCCL 2.18\")`", torch_requires_nccl_version((2, 18)),
         ("@pytest.mark.requires_versions(nccl=\">=2.18\")",), without_gpu, "Without a GPU, current releases",
         id="torch-nccl-version"),
@@ -591,6 +599,8 @@ def test_the_plugin_decides_each_port_as_judged_here(pytester, machine):
     plugin's stacked-marker reading and verdicts change nothing for a test marked once)."""
     lines = ["import pytest", ""]
     for i, row in enumerate(ROWS):
+        if spawns(row):
+            continue
         lines += [m if m.startswith("@") else f"@pytest.mark.requires_gpus({m})" for m in row.port] + [f"def test_{i}():", "    pass", ""]
     for i, row in enumerate(PREDICATE_ROWS):
         lines += [f"def test_predicate_{i}(gputopo_ranks):",
@@ -600,9 +610,31 @@ def test_the_plugin_decides_each_port_as_judged_here(pytester, machine):
     passed = {line.split("test_rows.py::")[1].split()[0]
               for line in result.outlines if line.startswith("PASSED test_rows.py::test_")}
     t = TOPOLOGIES[machine]
-    expected = {f"test_{i}" for i, row in enumerate(ROWS) if ours(row, t)}
+    expected = {f"test_{i}" for i, row in enumerate(ROWS) if ours(row, t) and not spawns(row)}
     expected |= {f"test_predicate_{i}" for i, row in enumerate(PREDICATE_ROWS) if eval(row.predicate)(t)}
     assert passed == expected, result.stdout.str()
+
+
+def spawns(row: Row) -> bool:
+    return any(m.startswith("@pytest.mark.ranks(") for m in row.port)
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_the_plugin_gates_each_ranks_port_as_judged_here(pytester, machine):
+    """The rows ported onto ``ranks``, run by pytest on each bundled machine up to their setup
+    (``--setup-only``: their ranks are not spawned here, NCCL is not on this host): each is skipped
+    exactly where the port is judged unmet above."""
+    lines = ["import pytest", ""]
+    for i, row in enumerate(ROWS):
+        if spawns(row):
+            lines += [*row.port, f"def test_{i}():", "    pass", ""]
+    pytester.makepyfile(test_rows="\n".join(lines))
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v", "--setup-only", "--gputopo-machine", machine)
+    skipped = {line.split("::")[1].split()[0] for line in result.outlines
+               if line.startswith("test_rows.py::test_") and " SKIPPED" in line}
+    t = TOPOLOGIES[machine]
+    assert skipped == {f"test_{i}" for i, row in enumerate(ROWS) if spawns(row) and not ours(row, t)}, \
+        result.stdout.str()
 
 
 def test_the_originals_count_gpus_a_process_cannot_see():

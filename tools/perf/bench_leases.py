@@ -1,0 +1,108 @@
+"""GPU leases on the emulated 8-GPU host (issue 31, "Measured"): a suite of 32 one-GPU tests, 8 two-GPU
+P2P tests, 2 four-GPU tests and 1 eight-GPU test, each sleeping SLEEP seconds and recording the GPUs
+it held, run with ``pytest -n auto --gputopo-lease``; beside it the same suite under a round-robin
+conftest like Triton's (worker w on GPU w % 8, a k-GPU test on the next k). Prints, for each: GPUs
+shared between tests running at once, two-GPU tests on an NVLink pair, wall time against the ideal
+packing of the sleeps on 8 GPUs.
+
+    .venv/bin/python tools/perf/bench_leases.py [dgx-a100|hgx-h100|dgx1-v100] [SLEEP]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from emulated import build_libs, make_host  # noqa: E402
+from pytest_gputopo.probe.recorded import load_profile  # noqa: E402
+
+SUITE = """
+import json, os, time, pytest
+SLEEP = {sleep}
+
+def record(gpus, k):
+    start = time.time()
+    time.sleep(SLEEP)
+    with open(os.environ["LEASE_LOG"], "a") as log:
+        log.write(json.dumps({{"uuid": gpus, "start": start, "end": time.time(), "k": k}}) + "\\n")
+
+def held(request, k):
+    if os.environ.get("CUDA_VISIBLE_DEVICES"):  # leased: the GPUs this test's own process sees
+        return [g.uuid for g in request.getfixturevalue("gputopo_gpus")]
+    w = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])  # round robin: worker w on GPU w % 8 on
+    return [os.environ["UUIDS"].split(",")[(w + i) % 8] for i in range(k)]
+
+@pytest.mark.parametrize("n", range(32))
+@pytest.mark.requires_gpus(1)
+def test_one(request, gputopo_gpus, n):
+    record(held(request, 1), 1)
+
+@pytest.mark.parametrize("n", range(8))
+@pytest.mark.requires_p2p(gpus=2)
+def test_two(request, gputopo_gpus, n):
+    record(held(request, 2), 2)
+
+@pytest.mark.parametrize("n", range(2))
+@pytest.mark.requires_gpus(4)
+def test_four(request, gputopo_gpus, n):
+    record(held(request, 4), 4)
+
+@pytest.mark.requires_gpus(8)
+def test_eight(request, gputopo_gpus):
+    record(held(request, 8), 8)
+"""
+
+
+def run(folder: Path, env: dict, leased: bool) -> tuple[float, list[dict]]:
+    log = folder / ("leased.log" if leased else "robin.log")
+    env = {**env, "LEASE_LOG": str(log)}
+    args = ["--gputopo-lease", f"--gputopo-lease-dir={folder / 'locks'}"] if leased else ["-n", "8"]
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", *args,
+                          "test_suite.py"], cwd=folder, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    if out.returncode != 0:
+        sys.exit(out.stdout[-3000:] + out.stderr[-2000:])
+    return wall, [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def shared(entries: list[dict]) -> int:
+    """Tests that held a GPU another test held at the same time."""
+    return sum(1 for i, a in enumerate(entries)
+               if any(set(a["uuid"]) & set(b["uuid"]) and a["start"] < b["end"] and b["start"] < a["end"]
+                      for j, b in enumerate(entries) if j != i))
+
+
+def main() -> None:
+    machine = sys.argv[1] if len(sys.argv) > 1 else "dgx-a100"
+    sleep = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
+    topology = load_profile(machine).topology
+    by_uuid = {g.uuid: g.index for g in topology.gpus}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        _, env = make_host(folder / "host", build_libs(folder / "libs"), machine)
+        env = {**os.environ, **env, "UUIDS": ",".join(g.uuid for g in topology.gpus)}
+        (folder / "test_suite.py").write_text(SUITE.format(sleep=sleep))
+        ideal = max(sleep * (32 + 8 * 2 + 2 * 4 + 8) / 8, sleep)
+        print(f"{machine}, emulated; 43 tests sleeping {sleep:g} s: ideal packing on 8 GPUs {ideal:.1f} s")
+        for leased in (True, False):
+            # The round robin runs with leases off: its conftest is the whole assignment.
+            wall, entries = run(folder, env, leased)
+            pairs = [e for e in entries if e["k"] == 2]
+            nvlink = sum(1 for e in pairs if topology.link(*(by_uuid[u] for u in e["uuid"])).nvlinks)
+            name = "gputopo leases (-n auto)" if leased else "round robin (-n 8)    "
+            print(f"{name}: {len(entries)} tests, {shared(entries)} shared a GPU with a running test, "
+                  f"{nvlink}/{len(pairs)} two-GPU tests on an NVLink pair, wall {wall:.1f} s = {wall / ideal:.2f}x ideal")
+
+
+if __name__ == "__main__":
+    main()
