@@ -185,6 +185,19 @@ def test_the_header_line_says_where_the_ranks_meet_and_whether_records_are_signe
     assert exchange.describe().endswith("records signed with the run's secret (PYTEST_GPUTOPO_STORE_SECRET_FILE)")
 
 
+def test_without_a_secret_a_store_other_hosts_reach_is_said_in_the_header():
+    """Issue 32.5: on several nodes (a loopback MASTER_ADDR here cannot serve them), the store listens on
+    every interface; without a secret a record forged from another host is taken, so the header says so."""
+    exchange, port = _serve("127.0.0.1", nodes=None)
+    assert exchange.describe() == (
+        f"gputopo: the ranks meet at rank 0's store on port {port}, listening on every interface: "
+        "MASTER_ADDR='127.0.0.1' is 127.0.0.1, a loopback address, here, and ranks on other nodes could not reach "
+        "it there; records NOT signed, and the store is reachable from other hosts: a record forged there can make "
+        "the ranks disagree; set PYTEST_GPUTOPO_STORE_SECRET_FILE (docs/distributed.md)")
+    exchange.signer = Signer(SECRET, "PYTEST_GPUTOPO_STORE_SECRET_FILE")
+    assert exchange.describe().endswith("records signed with the run's secret (PYTEST_GPUTOPO_STORE_SECRET_FILE)")
+
+
 @pytest.mark.parametrize("env, nodes", [
     ({"RANK": "0", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2"}, 2),  # torchrun: the number of agents
     ({"RANK": "0", "WORLD_SIZE": "4"}, None),

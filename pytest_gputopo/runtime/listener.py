@@ -26,6 +26,11 @@ class Listener(NamedTuple):
     where: str  # for the header: the address it listens on, or why it listens on every interface
 
 
+def is_loopback(sock: socket.socket) -> bool:
+    """Whether ``sock`` is bound to a loopback address: then no other host can reach it."""
+    return ipaddress.ip_address(sock.getsockname()[0].partition("%")[0]).is_loopback
+
+
 def bind_store(master_addr: str, port: int, nodes: int | None) -> Listener:
     """A socket bound to ``master_addr``'s address on this host and ``port``, or why there is none.
     ``nodes`` is how many nodes the ranks run on (None: not said): a loopback address serves one only.

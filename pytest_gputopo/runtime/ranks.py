@@ -46,13 +46,14 @@ class Exchange:
     read back as untrusted input."""
 
     def __init__(self, launch: runtime.Launch, store, timeout_s: float, signer: Signer | None = None,
-                 listening: str = "") -> None:
+                 listening: str = "", loopback_only: bool = False) -> None:
         self.launch = launch
         self.store = store
         self.timeout_s = timeout_s
         self.prefix = f"gputopo/{launch.run_id}/"
         self.signer = signer or Signer(None)
         self.listening = listening  # where rank 0's own store listens ("" under torchrun's store)
+        self.loopback_only = loopback_only  # no other host can reach the store (torchrun's listens everywhere)
 
     @classmethod
     def connect(cls, launch: runtime.Launch, timeout_s: float, secret: tuple[bytes, str] | None = None) -> "Exchange":
@@ -66,10 +67,11 @@ class Exchange:
 
         port = launch.master_port if launch.agent_store else launch.master_port + 1
         is_master = launch.rank == 0 and not launch.agent_store
-        bound, listening = None, ""
+        bound, listening, loopback_only = None, "", False
         try:
             if is_master:
                 bound, listening = listener.bind_store(launch.master_addr, port, launch.nodes)
+                loopback_only = bound is not None and listener.is_loopback(bound)
             # torch takes the descriptor over (uv_tcp_open) and closes it with the store: hand it a copy
             given = {"master_listen_fd": os.dup(bound.fileno())} if bound is not None else {}
             store = dist.TCPStore(launch.master_addr, port, launch.world_size, is_master,
@@ -80,7 +82,7 @@ class Exchange:
         finally:
             if bound is not None:
                 bound.close()
-        return cls(launch, store, timeout_s, Signer(*secret) if secret else None, listening)
+        return cls(launch, store, timeout_s, Signer(*secret) if secret else None, listening, loopback_only)
 
     def describe(self) -> str:
         """Where the ranks meet and whether their records are signed: one line for the header."""
@@ -89,9 +91,14 @@ class Exchange:
             where = f"torchrun's store at {launch.master_addr}:{launch.master_port}"
         else:
             where = f"rank 0's store on port {launch.master_port + 1}, listening on {self.listening or 'its host'}"
-        signed = (f"records signed with the run's secret ({self.signer.source})" if self.signer.signs else
-                  "records not signed (no PYTEST_GPUTOPO_STORE_SECRET_FILE: whoever reaches the store can "
-                  "write one; docs/distributed.md)")
+        if self.signer.signs:
+            signed = f"records signed with the run's secret ({self.signer.source})"
+        elif self.loopback_only:
+            signed = ("records not signed (no PYTEST_GPUTOPO_STORE_SECRET_FILE: whoever reaches the store can "
+                      "write one; docs/distributed.md)")
+        else:  # the exposure the threat model is about: say it plainly
+            signed = ("records NOT signed, and the store is reachable from other hosts: a record forged there can "
+                      "make the ranks disagree; set PYTEST_GPUTOPO_STORE_SECRET_FILE (docs/distributed.md)")
         return f"gputopo: the ranks meet at {where}; {signed}"
 
     def put(self, key: str, value: dict) -> None:
