@@ -110,7 +110,8 @@ def test_nvls(): pass
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines([
         "gputopo: 8x NVIDIA A100-SXM4-80GB*",
-        "gputopo warning: CUDA's view (device order, peer access, multicast) is unknown: cuInit returned CUresult 999",
+        "gputopo warning: CUDA's view (device order, peer access, multicast) is unknown: cuInit returned "
+        "CUDA_ERROR_UNKNOWN (999): unknown error",
         "*requires_gpus(8, multicast=True): *multicast*unknown*",
     ])
     assert "Traceback" not in result.stdout.str()

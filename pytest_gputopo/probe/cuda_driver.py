@@ -16,12 +16,14 @@ years). The driver API has had every function used here since CUDA 4.0, the mult
 from __future__ import annotations
 
 import ctypes
+import re
 from dataclasses import dataclass
 
 # cuda.h (CUDA 12.0+): "Device supports switch multicast and reduction operations". NCCL asks the same
 # attribute in ncclNvlsInit (src/transport/nvls.cc) and takes NVLS only where it is 1.
 CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = 132
 CUDA_SUCCESS = 0
+_UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 class CudaError(Exception):
@@ -33,10 +35,11 @@ class CudaView:
     bus_ids: tuple[str, ...]  # NVML form, upper case, in CUDA order (cuda:0 first)
     peer: dict  # (a, b) with a < b, CUDA ordinals -> each can access the other as a peer
     multicast: dict  # bus id -> CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED; a device CUDA did not answer for is absent
+    uuids: tuple = ()  # NVML form ("GPU-..."), in CUDA order, None where CUDA gave none; () when not asked
 
     def to_json(self) -> dict:
         return {"bus_ids": list(self.bus_ids), "peer": [[a, b, ok] for (a, b), ok in sorted(self.peer.items())],
-                "multicast": dict(sorted(self.multicast.items()))}
+                "multicast": dict(sorted(self.multicast.items())), "uuids": list(self.uuids)}
 
     @classmethod
     def from_json(cls, data) -> "CudaView":
@@ -54,9 +57,12 @@ class CudaView:
             multicast = dict(data["multicast"])
             if not all(b in buses and type(v) is bool for b, v in multicast.items()):
                 raise ValueError("bad multicast entry")
+            uuids = tuple(data.get("uuids", ()))
+            if uuids and (len(uuids) != len(buses) or not all(u is None or _UUID.fullmatch(str(u)) for u in uuids)):
+                raise ValueError("bad uuids")
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not CUDA's view: {exc}"[:120]) from None
-        return cls(buses, peer, multicast)
+        return cls(buses, peer, multicast, uuids)
 
 
 def cuda_view(lib=None) -> CudaView:
@@ -72,7 +78,7 @@ def cuda_view(lib=None) -> CudaView:
                          ("cuDeviceGetCount", lambda: lib.cuDeviceGetCount(ctypes.pointer(count)))):
         code = status()
         if code != CUDA_SUCCESS:
-            raise CudaError(f"{call} returned CUresult {code}")
+            raise CudaError(f"{call} returned {error_text(lib, code)}")
     devices, buses = [], []
     for ordinal in range(count.value):
         device = ctypes.c_int(0)
@@ -91,7 +97,39 @@ def cuda_view(lib=None) -> CudaView:
             both = [_can_access(lib, devices[x], devices[y]) for x, y in ((a, b), (b, a))]
             if None not in both:  # a pair CUDA did not answer for stays unknown
                 peer[(a, b)] = all(both)
-    return CudaView(tuple(buses), peer, _multicast(lib, devices, buses))
+    return CudaView(tuple(buses), peer, _multicast(lib, devices, buses), tuple(_uuid(lib, d) for d in devices))
+
+
+def error_text(lib, code: int) -> str:
+    """``CUDA_ERROR_SYSTEM_NOT_READY (802): system not yet initialized``: the CUresult's name and text as
+    the driver gives them (cuda.h: ``CUresult cuGetErrorName(CUresult error, const char **pStr)``, and
+    ``cuGetErrorString`` alike; both may be called before ``cuInit`` and answer
+    CUDA_ERROR_INVALID_VALUE for a code they do not know); ``CUresult 802`` where neither can say."""
+    said = []
+    for function in ("cuGetErrorName", "cuGetErrorString"):
+        text = ctypes.c_char_p()
+        call = getattr(lib, function, None)
+        if call is not None and call(ctypes.c_int(code), ctypes.byref(text)) == CUDA_SUCCESS and text.value:
+            said.append(text.value.decode("ascii", "replace")[:120])
+    if not said:
+        return f"CUresult {code}"
+    return f"{said[0]} ({code})" + (f": {said[1]}" if len(said) > 1 else "")
+
+
+class _CUuuid(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_ubyte * 16)]  # cuda.h: typedef struct CUuuid_st { char bytes[16]; } CUuuid
+
+
+def _uuid(lib, device) -> str | None:
+    """The device's UUID as NVML writes it (``GPU-`` and 8-4-4-4-12 hex digits), or None. cuda.h:
+    ``CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)``; ``_v2`` (CUDA 11.4+) is the same call,
+    but for a MIG instance's own UUID (never asked here: a MIG view is not joined to GPUs)."""
+    call = getattr(lib, "cuDeviceGetUuid_v2", None) or getattr(lib, "cuDeviceGetUuid", None)
+    found = _CUuuid()
+    if call is None or call(ctypes.byref(found), device) != CUDA_SUCCESS:
+        return None
+    h = bytes(found.bytes).hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _can_access(lib, device, peer) -> bool | None:

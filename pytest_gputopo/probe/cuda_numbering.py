@@ -17,23 +17,54 @@ def as_cuda_sees_it(topology: model.Topology, view) -> model.Topology:
         # CUDA reports a MIG instance with its parent GPU's bus id: joined by bus id, the instance
         # would inherit the whole GPU's NVLinks and P2P. It is not mapped to a GPU at all (as below).
         view = None
-    if view is not None:
-        by_bus = {(g.pci_bus_id or "").upper(): i for i, g in enumerate(topology.gpus)}
-        ordinals = [c for c, b in enumerate(view.bus_ids) if b in by_bus]  # CUDA's devices NVML lists
-        order = [by_bus[view.bus_ids[c]] for c in ordinals]
-        if len(order) != len(view.bus_ids):
-            warnings.append("CUDA sees devices NVML does not list; they are left out")
-    else:
+    if view is None:
         vis = runtime.visible_gpus(topology.gpus)
-        order, warnings = list(vis.order), warnings + list(vis.warnings)
-    topology = topology.restrict(order)
-    if view is not None:
-        links = []
-        for ln in topology.links:
-            peer = view.peer.get((ordinals[ln.a], ordinals[ln.b]))
-            if peer is not None and ln.p2p.read_write is not None and peer != ln.p2p.read_write:
-                warnings.append(f"{ln.name}: NVML says P2P is {'OK' if ln.p2p.read_write else 'refused'}, "
-                                f"CUDA says peer access is {'possible' if peer else 'impossible'}")
-            links.append(dataclasses.replace(ln, cuda_peer=peer))
-        topology = dataclasses.replace(topology, links=tuple(links))
-    return dataclasses.replace(topology, warnings=tuple(warnings))
+        topology = topology.restrict(vis.order)
+        return dataclasses.replace(topology, warnings=tuple(warnings + list(vis.warnings)))
+    placed = [_nvml_gpu(topology.gpus, view, c) for c in range(len(view.bus_ids))]
+    for c, at in enumerate(placed):
+        if at is None:
+            warnings.append(f"CUDA device {c} (PCI {view.bus_ids[c]}) is no GPU NVML lists: its facts are unknown, "
+                            f"and it keeps its number cuda:{c} (the GPUs after it are not renumbered)")
+    topology = _numbered(topology, placed, view)
+    links = []
+    for ln in topology.links:
+        peer = view.peer.get((ln.a, ln.b))  # the GPUs' indices are CUDA's ordinals now
+        if peer is not None and ln.p2p.read_write is not None and peer != ln.p2p.read_write:
+            warnings.append(f"{ln.name}: NVML says P2P is {'OK' if ln.p2p.read_write else 'refused'}, "
+                            f"CUDA says peer access is {'possible' if peer else 'impossible'}")
+        links.append(dataclasses.replace(ln, cuda_peer=peer))
+    return dataclasses.replace(topology, links=tuple(links), warnings=tuple(warnings))
+
+
+def _nvml_gpu(gpus, view, ordinal: int) -> int | None:
+    """The NVML GPU that is CUDA's device ``ordinal``: by UUID where both gave one, else by PCI bus id;
+    None where none is (NVML could not read that GPU, or does not list it)."""
+    uuid = view.uuids[ordinal] if view.uuids else None
+    if uuid:
+        hits = [i for i, g in enumerate(gpus) if (g.uuid or "").lower() == uuid.lower()]
+        if hits:
+            return hits[0]
+    hits = [i for i, g in enumerate(gpus) if (g.pci_bus_id or "").upper() == view.bus_ids[ordinal]]
+    return hits[0] if hits else None
+
+
+def _numbered(topology: model.Topology, placed: list, view) -> model.Topology:
+    """The GPUs at CUDA's ordinals: each NVML placed at its own, and a device NVML could not place kept
+    at its ordinal with nothing known but what CUDA said (its bus id, UUID), its links unknown, so
+    that no GPU after it takes another's number."""
+    order = [at for at in placed if at is not None]
+    known = topology.restrict(order)  # the placed GPUs, 0..k-1 in CUDA's order
+    if len(order) == len(placed):
+        return known
+    ordinal = [c for c, at in enumerate(placed) if at is not None]  # known's index -> CUDA ordinal
+    gpus = {ordinal[i]: dataclasses.replace(g, index=ordinal[i]) for i, g in enumerate(known.gpus)}
+    for c, at in enumerate(placed):
+        if at is None:
+            gpus[c] = model.Gpu(c, uuid=view.uuids[c] if view.uuids else None, pci_bus_id=view.bus_ids[c])
+    links = {(ordinal[ln.a], ordinal[ln.b]): dataclasses.replace(ln, a=ordinal[ln.a], b=ordinal[ln.b])
+             for ln in known.links}
+    n = len(placed)
+    links = [links.get((a, b)) or model.Link(a, b, pcie=None, nvlinks=None) for a in range(n) for b in range(a + 1, n)]
+    return dataclasses.replace(known, gpus=tuple(gpus[c] for c in range(n)), links=tuple(links),
+                               published=model.renumber_figures(known.published, dict(enumerate(ordinal))))

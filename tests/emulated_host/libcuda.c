@@ -140,6 +140,49 @@ int cuDeviceGetAttribute(int *value, int attribute, int device) {
     return 0;
 }
 
+/* cuda.h: CUresult cuGetErrorName(CUresult error, const char **pStr), cuGetErrorString alike: callable
+ * before cuInit; an unknown code is CUDA_ERROR_INVALID_VALUE with *pStr NULL. The texts are the driver's. */
+static const struct { int code; const char *name, *text; } errors[] = {
+    {0, "CUDA_SUCCESS", "no error"}, {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {802, "CUDA_ERROR_SYSTEM_NOT_READY", "system not yet initialized"},
+    {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static int error_field(int error, const char **out, int text) {
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+        if (errors[i].code == error) { *out = text ? errors[i].text : errors[i].name; return 0; }
+    *out = NULL;
+    return 1;
+}
+
+int cuGetErrorName(int error, const char **out) { return error_field(error, out, 0); }
+
+int cuGetErrorString(int error, const char **out) { return error_field(error, out, 1); }
+
+/* cuda.h: CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev), CUuuid { char bytes[16]; }: the "uuid"
+ * line's hex digits; a device without one answers CUDA_ERROR_NOT_SUPPORTED. */
+int cuDeviceGetUuid(unsigned char *out, int device) {
+    if (!initialised) return 3;
+    if (device < 0 || device >= count) return 101;
+    const char *u = uuids[device];
+    if (strncmp(u, "GPU-", 4)) return 801;
+    int n = 0;
+    for (const char *c = u + 4; *c && n < 32; c++) {
+        if (*c == '-') continue;
+        unsigned v;
+        if (sscanf(c, "%1x", &v) != 1) return 801;
+        if (n % 2 == 0) out[n / 2] = (unsigned char)(v << 4); else out[n / 2] |= (unsigned char)v;
+        n++;
+    }
+    return n == 32 ? 0 : 801;
+}
+
+int cuDeviceGetUuid_v2(unsigned char *out, int device) { return cuDeviceGetUuid(out, device); }
+
 #ifndef NO_MULTICAST_CREATE
 int cuMulticastCreate(void *handle, const void *prop) { (void)handle; (void)prop; return 801; }  /* NOT_SUPPORTED */
 #endif
