@@ -81,6 +81,8 @@ doc("docs/distributed.md", "--gputopo-plan-json",
     by="tests/test_plan.py::test_the_documented_ci_routing_starts_jobs_only_where_tests_would_run")
 doc("docs/markers.md", "def test_ampere_kernel",
     by="tests/test_arch.py::test_the_documented_arch_example_runs_where_the_doc_says")
+doc("docs/markers.md", "def test_all_reduce(gputopo_rank", by="tests/test_ranks.py::test_the_documented_example_runs_as_written")
+doc("docs/markers.md", "$ pytest test_ranks.py -v", by="tests/test_ranks.py::test_the_documented_example_runs_as_written")
 
 
 def test_every_runnable_example_is_run_here_or_says_why_not():

@@ -328,3 +328,23 @@ def test_inside_a_launcher_a_ranks_test_is_refused(pytester, monkeypatch, launch
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*ranks(2): this pytest is already rank 0 of 2 of a launch (torchrun, srun): a "
                                  "ranks test starts its own ranks; run it in a pytest started without a launcher"])
+
+
+@pytest.mark.slow
+def test_the_documented_example_runs_as_written(pytester):
+    """docs/markers.md's ranks example, as written, in the file its transcript names, on a machine
+    without a GPU: two gloo ranks per test, and the lines the doc shows (``$ pytest test_ranks.py -v``)."""
+    import subprocess
+    import sys
+
+    from doc_examples import assert_shows, blocks
+
+    [example] = [b for b in blocks() if b.path == "docs/markers.md" and "def test_all_reduce(gputopo_rank" in b.text]
+    [shown] = [b for b in blocks() if b.path == "docs/markers.md" and "$ pytest test_ranks.py -v" in b.text]
+    (pytester.path / "test_ranks.py").write_text(example.text)
+    command = shown.text.splitlines()[0].removeprefix("$ ").split()
+    done = subprocess.run([sys.executable, "-m", *command, "-p", "no:cacheprovider", "-n", "0",
+                           "--gputopo-machine", "no-gpu"], cwd=pytester.path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_shows(shown.text.splitlines()[1:], done.stdout)
