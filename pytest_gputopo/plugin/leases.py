@@ -41,9 +41,11 @@ def held(item: pytest.Item) -> tuple[Gpu, ...] | None:
 
 
 def visible_devices(gpus) -> str:
-    """``CUDA_VISIBLE_DEVICES`` naming exactly ``gpus``, in order, by UUID (``GPU-<uuid>``, a form the
-    CUDA Programming Guide's "CUDA Environment Variables" lists): unlike an index, a UUID means the
-    same GPU whatever the outer ``CUDA_VISIBLE_DEVICES`` or ``CUDA_DEVICE_ORDER`` numbered."""
+    """``CUDA_VISIBLE_DEVICES`` naming exactly ``gpus``, in order, by UUID (``GPU-<uuid>`` "as given
+    by nvidia-smi -L", a form the CUDA Programming Guide lists, 5.2.1.1 CUDA_VISIBLE_DEVICES:
+    docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-variables.html): unlike an
+    index, a UUID means the same GPU whatever the outer ``CUDA_VISIBLE_DEVICES`` or
+    ``CUDA_DEVICE_ORDER`` numbered."""
     return ",".join(g.uuid for g in gpus)
 
 
