@@ -80,3 +80,28 @@ def test_the_probe_child_reads_uuids_and_names_cudas_error_as_the_driver_does(em
 
     assert error_text(lib, 802) == "CUDA_ERROR_SYSTEM_NOT_READY (802): system not yet initialized"
     assert error_text(lib, 12345) == "CUresult 12345"  # a code the driver does not know
+
+
+P2P_TEST = "import pytest\n@pytest.mark.requires_p2p(gpus=2)\ndef test_pair(): pass\n"
+
+
+def test_where_cuda_cannot_start_p2p_is_unknown_and_the_check_names_the_error(pytester, emulated_host):
+    """An NVSwitch node whose fabric manager is down: cuInit answers CUDA_ERROR_SYSTEM_NOT_READY (802)
+    while NVML reports every pair's P2P OK. requires_p2p is unknown, not met (no CUDA program can do
+    P2P there); the quick check's cuda item fails naming the error in the driver's words."""
+    host = emulated_host("dgx-a100")
+    host.cuda(init_result=802)
+    pytester.makepyfile(test_x=P2P_TEST)
+    result = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    said = "cuInit returned CUDA_ERROR_SYSTEM_NOT_READY (802): system not yet initialized"
+    result.stdout.fnmatch_lines([f"gputopo warning: *{said}", f"*requires_p2p*P2P unknown: CUDA cannot start here ({said})*"])
+    check = pytester.runpytest_subprocess("--gputopo-check", "quick", "-p", "no:cacheprovider", "-v")
+    check.stdout.fnmatch_lines([f"*gputopo-check::cuda FAILED*", f"FAILED cuda (*): CUDA cannot start: {said}"])
+    assert "topology FAILED" not in check.stdout.str()  # the one cause said once, by the cuda item
+
+
+def test_where_cuda_starts_the_check_says_how_many_devices_it_lists(pytester, emulated_host):
+    emulated_host("dgx-a100")
+    result = pytester.runpytest_subprocess("--gputopo-check", "quick", "-p", "no:cacheprovider", "-v")
+    result.stdout.fnmatch_lines(["*gputopo-check::cuda PASSED (CUDA starts and lists 8 devices)*"])

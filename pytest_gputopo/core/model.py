@@ -261,6 +261,10 @@ class Topology:
     hostname: str | None = None
     nics: tuple[str, ...] = ()
     problem: str | None = None  # why no GPU facts could be had (no library, no driver, ...)
+    # CUDA's view asked of this host: how many devices CUDA lists, or why it could not be had (cuInit
+    # failed: "cuInit returned CUDA_ERROR_SYSTEM_NOT_READY (802): ..."); both None where it was not asked.
+    cuda_devices: int | None = None
+    cuda_problem: str | None = None
     warnings: tuple[str, ...] = ()
     # Benchmark figures published for a recorded machine (never measured here): dicts with kind
     # ("allreduce", "p2p", "h2d", ...), gbps, source, and what they were measured on (see docs):

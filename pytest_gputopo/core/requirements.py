@@ -189,6 +189,17 @@ class P2PRequirement(Requirement):
     def __str__(self) -> str:
         return "requires_p2p" + (f"({_gpus_kw(self.gpus)[0]})" if self.gpus else "")
 
+    def findings(self, topology: Topology) -> list[Finding]:
+        """As every pair requirement's, but where CUDA cannot start here (its view was asked and not
+        had) no pair is met: P2P is something a CUDA process does, and NVML's yes is no answer then."""
+        found = super().findings(topology)
+        if topology.cuda_problem is None or (found and not found[0].gpus):  # CUDA fine, or GPUs missing
+            return found
+        unmet = {f.name for f in found}
+        why = Unknown(f"P2P unknown: CUDA cannot start here ({topology.cuda_problem})")
+        return found + [Finding(f"{ln.name} {why}", (f"GPU{ln.a}", f"GPU{ln.b}"), why, ln.name)
+                        for ln in topology.pairs(self.gpus) if ln.name not in unmet]
+
     def check_pair(self, link: Link) -> str | None:
         works = link.p2p_works
         if works:

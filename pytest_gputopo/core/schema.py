@@ -43,6 +43,9 @@ def to_dict(topology: Topology) -> dict:
     for gpu in data["gpus"]:  # written only where a listing named some, as profiles before them were
         if not gpu["mig_devices"]:
             del gpu["mig_devices"]
+    for key in ("cuda_devices", "cuda_problem"):  # only where CUDA was asked: profiles stay as they were
+        if data[key] is None:
+            del data[key]
     return data
 
 
@@ -265,6 +268,8 @@ def from_dict(d: Any, path: str = "") -> Topology:
         hostname=_get(d, "hostname", p, (str,), None),
         nics=_strings(d, "nics", p, MAX_NICS),
         problem=_get(d, "problem", p, (str,), None),
+        cuda_devices=_int(d, "cuda_devices", p, 0, MAX_GPUS),
+        cuda_problem=_get(d, "cuda_problem", p, (str,), None),
         warnings=_strings(d, "warnings", p, MAX_WARNINGS),
         published=tuple(_published_from(f, f"{p}published[{i}]", len(gpus))
                         for i, f in enumerate(_get(d, "published", p, (list,), [], allow_none=False))),

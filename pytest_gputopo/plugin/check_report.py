@@ -121,7 +121,7 @@ def summary(reports, causes: list) -> list[tuple[str, str | None]]:
     return lines
 
 
-_ORDER = ("topology", "pcie", "nvlink", "p2p_status", "p2p_bw", "p2p_bidir_bw", "h2d_bw", "h2d_pageable_bw",
+_ORDER = ("topology", "cuda", "pcie", "nvlink", "p2p_status", "p2p_bw", "p2p_bidir_bw", "h2d_bw", "h2d_pageable_bw",
           "d2h_bw", "allreduce_bw")  # the items' order (``checks._checks``), whatever order reports came in
 
 

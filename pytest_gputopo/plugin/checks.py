@@ -89,10 +89,24 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
         """the machine was learned"""
         if not topology.gpus:
             return "failed", f"no GPU: {topology.problem or 'NVML lists none'} [{report.source_text(topology)}]", {}
-        if topology.warnings:
-            return "failed", "; ".join(topology.warnings), {}
+        warnings = [w for w in topology.warnings if not (topology.cuda_problem and topology.cuda_problem in w)]
+        if warnings:  # CUDA's failure is the cuda item's: one cause, one line
+            return "failed", "; ".join(warnings), {}
         return "passed", report.header_line(topology), {}
     yield "topology", problem
+
+    if topology.is_this_host and topology.gpus:  # CUDA is started for this host only, in a child
+        def cuda():
+            """CUDA starts (cuInit) and lists its devices"""
+            if topology.cuda_problem is not None:  # NVML's answers alone pass where no CUDA program can run
+                what = f"CUDA cannot start: {topology.cuda_problem}"
+                return _failed(what, (), what)
+            if topology.cuda_devices is None:
+                return _skipped("CUDA not asked", "CUDA not asked")
+            from ..core.units import counted
+
+            return "passed", f"CUDA starts and lists {counted(topology.cuda_devices, 'device')}", {}
+        yield "cuda", cuda
 
     for gpu in topology.gpus:
         def pcie(gpu=gpu):

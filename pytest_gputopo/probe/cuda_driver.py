@@ -26,6 +26,9 @@ CUDA_SUCCESS = 0
 _UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
+CUDA_UNKNOWN = "CUDA's view (device order, peer access, multicast) is unknown: "  # the probe child's warning
+
+
 class CudaError(Exception):
     """CUDA cannot be asked at all here (no libcuda, ``cuInit`` refused): its facts stay unknown."""
 

@@ -130,13 +130,13 @@ def main(argv: list[str]) -> int:
     if model.NVML in asked:
         answer["topology"] = schema.to_dict(_nvml_facts())
     if model.CUDA in asked:
-        from .cuda_driver import CudaError, cuda_view
+        from .cuda_driver import CUDA_UNKNOWN, CudaError, cuda_view
 
         try:
             answer["cuda"] = cuda_view().to_json()  # initialises CUDA: in this child only
         except Exception as exc:  # an optional source, as torch below
             why = exc if isinstance(exc, CudaError) else f"{type(exc).__name__}: {exc}"
-            answer["warnings"].append(f"CUDA's view (device order, peer access, multicast) is unknown: {why}")
+            answer["warnings"].append(f"{CUDA_UNKNOWN}{why}")
     if model.TORCH in asked:
         from .torch_cuda import torch_versions
 

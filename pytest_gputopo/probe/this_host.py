@@ -35,7 +35,7 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
     if _nvml_library_missing():
         return Learned(model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
                                       problem="NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"))
-    from .cuda_driver import CudaView
+    from .cuda_driver import CUDA_UNKNOWN, CudaView
     from .host import ask_child
 
     topology = ask_child({model.NVML}).topology
@@ -57,11 +57,15 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
         versions = kept["torch"]
     missing = {fact for fact, have in ((model.CUDA, view), (model.TORCH, versions)) if fact in wanted and have is None}
     had = wanted - missing
+    cuda_problem = None
     if missing:
         answer = ask_child(missing)
         view = view or answer.cuda
         versions = versions if versions is not None else answer.torch
         warnings += answer.warnings
+        if model.CUDA in missing and view is None:  # CUDA did not start, or its child failed: why, in words
+            why = [w for w in answer.warnings if w.startswith((CUDA_UNKNOWN, "the probe of this host"))]
+            cuda_problem = why[0].removeprefix(CUDA_UNKNOWN) if why else "CUDA's view could not be had"
         if key and (answer.cuda is not None or answer.torch is not None):
             boot_record.put(key, {**kept, **({"cuda": answer.cuda.to_json()} if answer.cuda is not None else {}),
                                   **({"torch": answer.torch} if answer.torch is not None else {})})
@@ -70,6 +74,8 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
     if model.TORCH in wanted and versions == {}:
         warnings.append("torch's CUDA and NCCL versions are unknown: torch is not installed")
     topology = with_cuda_facts(topology, view, versions or {})
+    topology = dataclasses.replace(topology, cuda_problem=cuda_problem,
+                                   cuda_devices=len(view.bus_ids) if view is not None else None)
     return Learned(as_cuda_sees_it(dataclasses.replace(topology, warnings=tuple(warnings)), view), tuple(notes))
 
 
