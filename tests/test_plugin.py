@@ -310,7 +310,8 @@ def pytest_gputopo_probe(config):
 def test_loading_the_plugin_imports_neither_torch_nor_pynvml():
     code = ("import sys, importlib.metadata as md\n"
             "[e for e in md.entry_points(group='pytest11') if e.name == 'gputopo'][0].load()\n"
-            "print(sorted(m for m in ('torch', 'pynvml') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'pynvml', 'pytest_gputopo.plugin.ranks_run', "
+            "'pytest_gputopo.plugin.rank_body', 'pytest_gputopo.runtime.rank_procs') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

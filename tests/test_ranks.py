@@ -348,3 +348,29 @@ def test_the_documented_example_runs_as_written(pytester):
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert_shows(shown.text.splitlines()[1:], done.stdout)
+
+
+def test_free_until_asked_a_deselected_ranks_test_starts_and_imports_nothing(pytester):
+    """Without a selected ranks test, nothing of the ranks is imported or started: a file whose ranks
+    test is deselected runs its other test with neither torch nor the ranks' modules loaded."""
+    pytester.makepyfile(test_mixed="""
+import sys
+import pytest
+
+@pytest.mark.ranks(2)
+def test_ranks(gputopo_rank):
+    pass
+
+def test_plain():
+    pass
+""")
+    pytester.makeconftest("""
+import sys
+
+def pytest_sessionfinish(session):
+    print("modules:", sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")
+                             or m.rsplit(".", 1)[-1] in ("ranks_run", "rank_body", "rank_procs")))
+""")
+    result = run(pytester, "-k", "plain")
+    result.assert_outcomes(passed=1)
+    assert "modules: []" in result.stdout.str()
