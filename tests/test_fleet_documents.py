@@ -148,7 +148,8 @@ def test_a_document_of_tiny_values_under_the_size_bound_is_refused_before_it_is_
 @pytest.mark.slow
 def test_the_largest_real_documents_fit_the_bound_with_a_wide_margin(tmp_path):
     """A full check of the largest bundled 8-GPU machine, every figure measured with the harness's most
-    samples (1,000 each: a noisy node), is read, and is under a fifth of each bound."""
+    samples (1,000 each: a noisy node; 4 MB where a quiet node's is 0.3 MB), is read, and is under a third of
+    the size bound and a fifth of the others."""
     import fleet_docs
 
     saved = fleet_docs.SAMPLES
@@ -158,7 +159,7 @@ def test_the_largest_real_documents_fit_the_bound_with_a_wide_margin(tmp_path):
     finally:
         fleet_docs.SAMPLES = saved
     text = (tmp_path / "node00000.json").read_text()
-    assert len(text) * 5 < limits.MAX_DOCUMENT_BYTES
+    assert len(text) * 3 < limits.MAX_DOCUMENT_BYTES
     assert text.count(",") * 5 < limits.MAX_DOCUMENT_VALUES
     assert (text.count("{") + text.count("[")) * 5 < limits.MAX_DOCUMENT_CONTAINERS
     read = read_nodes([str(tmp_path)])
@@ -203,7 +204,7 @@ def test_a_node_kept_for_the_judge_costs_at_most_32_kb_on_full_check_documents(t
     finally:
         tracemalloc.stop()
     assert len(read.nodes) == 200 and read.unread == []
-    assert len(read.nodes[0].figures) == 109 and len(read.nodes[0].facts) > 90
+    assert len(read.nodes[0].figures) > 100 and len(read.nodes[0].facts) > 90  # every figure of a full check
     assert kept / 200 <= 32 * 1024, f"{kept / 200 / 1024:.1f} KB per node"
 
 

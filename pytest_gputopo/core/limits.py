@@ -24,9 +24,9 @@ MAX_NICS = 1024  # network devices of one host (an 8-GPU node has about 10 RDMA 
 MAX_WARNINGS = 10_000
 MAX_CPUS = 65536  # Linux NR_CPUS tops out at 8192 (CONFIG_MAXSMP)
 # One document gputopo fleet reads (a run's or a check's report, a profile): a full check of an 8-GPU node
-# is about 0.2 MB with 20 samples per figure, 2.6 MB where every figure took the harness's 1,000 samples
-# (about 110,000 JSON values and 1,500 objects and lists). Its values and containers are bounded too, as
-# 16 MiB of "{}," would take 380 MB to parse (docs/performance.md, "The fleet view").
+# (165 figures) is about 0.3 MB with 20 samples per figure, 4 MB where every figure took the harness's
+# 1,000 samples (about 170,000 JSON values and 2,000 objects and lists). Its values and containers are
+# bounded too, as 16 MiB of "{}," would take 380 MB to parse (docs/performance.md, "The fleet view").
 MAX_DOCUMENT_BYTES = 16 * 2**20
 MAX_DOCUMENT_VALUES = 1_000_000  # separators (","), counted before parsing: 16 MiB of figures has 700,000
 MAX_DOCUMENT_CONTAINERS = 200_000  # "{" and "[", counted before parsing

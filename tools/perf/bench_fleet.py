@@ -10,25 +10,31 @@ SYS, one GPU at x8, one NVLink down, one node 25 % slow on P2P, one driver skew;
 nodes share one fault (a lost NVLink).
 
     .venv/bin/python tools/perf/bench_fleet.py [--light] [nodes ...]     # default: 1000 10000
+    .venv/bin/python tools/perf/bench_fleet.py --bounds                   # one document at the bounds
+    .venv/bin/python tools/perf/bench_fleet.py --against /tmp/before      # and another tree's, on the same fleets
+    (git archive REV | tar -x -C /tmp/before: the code of REV, e.g. f0b0cc3, before issue 30's reader)
 
 Prints, per fleet size: the documents' size, the wall time and peak memory (max RSS) of ``gputopo fleet
 DIR --html --json`` (a fresh process), the HTML's size, whether every injected fault was named with its
 reason and nothing else; the memory one node keeps once read (tracemalloc of ``read_nodes`` over 1,000
 documents, in-process); then the false-positive rate over many noisy healthy fleets (in-process,
 ``core.fleet.judge``).
+
+``--bounds``: the wall time and peak memory (a fresh process each) of reading one document of each shape
+near the bounds of ``core.limits`` (``MAX_DOCUMENT_BYTES``, ``_VALUES``, ``_CONTAINERS``): the largest real
+one (a full check of ``hgx-h100`` whose every figure took the harness's 1,000 samples), 16 MiB of figures,
+the worst shape under every bound, and 16 MiB of ``{},`` (refused before it is parsed).
 """
 
 from __future__ import annotations
 
-import gc
 import json
+import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,45 +42,70 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fleet_docs import FAULTS, measurements, write_fleet  # noqa: E402
 
-from pytest_gputopo.cli.fleet_documents import read_nodes  # noqa: E402
 from pytest_gputopo.core import fleet, keys  # noqa: E402
 from pytest_gputopo.core.fleet_facts import node_of  # noqa: E402
 from pytest_gputopo.core.schema import to_dict  # noqa: E402
 from pytest_gputopo.probe import probe_recorded  # noqa: E402
 
+
 def folder_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.iterdir()) / 1e6
 
 
-def node_memory(full: bool, n: int = 1000) -> str:
-    """What ``n`` nodes keep once read (the nodes the judge gets), per node: tracemalloc, in-process."""
+# What the nodes keep once read, by tracemalloc, in a fresh process of the tree on its PYTHONPATH (the
+# reader before issue 30 was cli.fleet.read_nodes, giving (nodes, unread)).
+_KEPT = """import gc, sys, tracemalloc
+try:
+    from pytest_gputopo.cli.fleet_documents import read_nodes
+except ImportError:
+    from pytest_gputopo.cli.fleet import read_nodes
+gc.collect()
+tracemalloc.start()
+read = read_nodes([sys.argv[1]])
+gc.collect()
+kept, peak = tracemalloc.get_traced_memory()
+nodes = read.nodes if hasattr(read, "nodes") else read[0]
+print(len(nodes), kept, peak)
+"""
+
+
+def _env(tree: str | None) -> dict | None:
+    """The environment of a child of ``tree`` (its package first on the path; the child runs in a folder
+    of no package, as ``python -c`` puts its own folder first)."""
+    return None if tree is None else dict(os.environ, PYTHONPATH=tree)
+
+
+def node_memory(full: bool, n: int = 1000, against: str | None = None) -> str:
+    """What ``n`` nodes keep once read (the nodes the judge gets), per node: tracemalloc."""
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        write_fleet(folder, n, full=full)
-        gc.collect()
-        tracemalloc.start()
-        read = read_nodes([str(folder)])
-        nodes, unread = read.nodes, read.unread
-        gc.collect()
-        kept, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-    assert len(nodes) == n and not unread, unread[:3]
-    return (f"{n} nodes read: {kept / n / 1024:.1f} KB kept per node ({kept / 2**20:.1f} MiB), "
-            f"peak while reading {peak / 2**20:.1f} MiB (tracemalloc)")
+        write_fleet(Path(tmp), n, full=full)
+        out = []
+        for tree in ([None, against] if against else [None]):
+            done = subprocess.run([sys.executable, "-c", _KEPT, tmp], capture_output=True, text=True, env=_env(tree),
+                                  cwd=tmp)
+            read, kept, peak = map(int, done.stdout.split())
+            assert read == n, done.stderr[-2000:]
+            out.append(f"{'' if tree is None else 'against ' + tree + ': '}{kept / n / 1024:.1f} KB kept per node "
+                       f"({kept / 2**20:.1f} MiB), peak while reading {peak / 2**20:.1f} MiB")
+    return f"{n} nodes read (tracemalloc): " + "; ".join(out)
 
 
+# The peak RSS of this process's own memory: VmHWM, which starts again at exec (ru_maxrss does not: Linux
+# keeps the RSS the forked parent had, so a child of a large parent would report the parent's).
+_PEAK_KB = 'int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])'
 # gputopo, and its own peak RSS on stderr (RUSAGE_CHILDREN would give the largest of every child so far)
-_OWN_PEAK = ("import resource, sys\nfrom pytest_gputopo.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
-             "finally:\n    sys.stderr.write(f'\\nMAXRSS_KB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}')\n"
+_OWN_PEAK = ("import sys\nfrom pytest_gputopo.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
+             f"finally:\n    sys.stderr.write(f'\\nMAXRSS_KB {{{_PEAK_KB}}}')\n"
              "sys.exit(code)")
 
 
-def run_fleet(folder: Path) -> tuple[float, float, int, dict, int]:
+def run_fleet(folder: Path, tree: str | None = None) -> tuple[float, float, int, dict, int]:
     out = folder.parent / "out"
     out.mkdir(exist_ok=True)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", _OWN_PEAK, "fleet", str(folder), "--html",
-                           str(out / "fleet.html"), "--json", str(out / "fleet.json")], capture_output=True, text=True)
+                           str(out / "fleet.html"), "--json", str(out / "fleet.json")], capture_output=True, text=True,
+                          env=_env(tree), cwd=out)
     wall = time.perf_counter() - start
     peak_mb = float(done.stderr.rsplit("MAXRSS_KB ", 1)[-1]) / 1024
     if done.returncode not in (0, 1):
@@ -107,11 +138,46 @@ def false_positives(fleets: int = 300) -> str:
     return f"{named} of {total} healthy nodes named, {splits} group splits, over {fleets} noisy fleets of 5 to 200 nodes"
 
 
-def main(sizes: list[int], full: bool = True) -> None:
+_READ_ONE = ("import sys, time\nfrom pytest_gputopo.cli.fleet_documents import read_nodes\n"
+             "start = time.perf_counter()\nread = read_nodes(sys.argv[1:])\n"
+             f"print(f'{{time.perf_counter() - start:.2f}} s, peak {{{_PEAK_KB} / 1024:.0f}} MB; '\n"
+             "      + (f'not read: {read.unread[0][1][:90]}' if read.unread else f'{len(read.nodes)} node read'))")
+
+
+def bounds() -> None:
+    """One document at a time, each near a bound, read in a fresh process (RSS of an empty read: about 22 MB)."""
+    import fleet_docs
+
+    from pytest_gputopo.core import limits
+
+    random.seed(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        shapes = {}
+        for samples in (1000, 4000):
+            fleet_docs.SAMPLES = samples
+            write_fleet(Path(tmp), 1, faults=False, full=True, prefix=f"s{samples}-")
+            shapes[f"a full check, {samples:,} samples per figure"] = Path(tmp, f"s{samples}-00000.json")
+        fleet_docs.SAMPLES = 20
+        base = json.loads(shapes["a full check, 1,000 samples per figure"].read_text())
+        text = json.dumps(dict(base, checks="@", measurements=base["measurements"][:5]))
+        values = limits.MAX_DOCUMENT_VALUES - text.count(",") - 1000
+        width = (limits.MAX_DOCUMENT_BYTES - len(text) - 1000) // values - 3  # distinct strings fill 16 MiB
+        worst = "[" + ",".join(f'"{i:0{width}d}"' for i in range(values)) + "]"
+        shapes[f"{values:,} distinct strings (every bound nearly reached)"] = Path(tmp, "worst.json")
+        Path(tmp, "worst.json").write_text(text.replace('"@"', worst))
+        tiny = "[" + ",".join(["{}"] * ((limits.MAX_DOCUMENT_BYTES - len(text)) // 3)) + "]"
+        shapes["16 MiB of {}, (refused)"] = Path(tmp, "tiny.json")
+        Path(tmp, "tiny.json").write_text(text.replace('"@"', tiny))
+        for what, path in shapes.items():
+            done = subprocess.run([sys.executable, "-c", _READ_ONE, str(path)], capture_output=True, text=True)
+            print(f"  {what} ({path.stat().st_size / 1e6:.1f} MB): {done.stdout.strip() or done.stderr[-500:]}")
+
+
+def main(sizes: list[int], full: bool = True, against: str | None = None) -> None:
     random.seed(1)
     what = "full check reports" if full else "light check reports"
     print(f"simulated fleets (hgx-h100 nodes, {what}, ±5 % noise), timed on this machine")
-    print("  " + node_memory(full))
+    print("  " + node_memory(full, against=against))
     for n in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp, "docs")
@@ -121,6 +187,10 @@ def main(sizes: list[int], full: bool = True) -> None:
             wall, peak, html, doc, code = run_fleet(folder)
             print(f"  {n} nodes ({size:.0f} MB of documents): {wall:.1f} s, peak {peak:.0f} MB "
                   f"({peak * 1024 / n:.1f} KB per node), HTML {html / 1e6:.2f} MB, exit {code}; {accuracy(doc)}")
+            if against:
+                wall, peak, html, doc, code = run_fleet(folder, against)
+                print(f"    the same against {against}: {wall:.1f} s, peak {peak:.0f} MB "
+                      f"({peak * 1024 / n:.1f} KB per node), exit {code}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp, "docs")
         folder.mkdir()
@@ -136,4 +206,8 @@ def main(sizes: list[int], full: bool = True) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main([int(a) for a in args if a != "--light"] or [1000, 10000], full="--light" not in args)
+    if "--bounds" in args:
+        raise SystemExit(bounds())
+    against = args[args.index("--against") + 1] if "--against" in args else None
+    sizes = [int(a) for a in args if a.isdigit()]
+    main(sizes or [1000, 10000], full="--light" not in args, against=against)
