@@ -105,3 +105,85 @@ def test_where_cuda_starts_the_check_says_how_many_devices_it_lists(pytester, em
     emulated_host("dgx-a100")
     result = pytester.runpytest_subprocess("--gputopo-check", "quick", "-p", "no:cacheprovider", "-v")
     result.stdout.fnmatch_lines(["*gputopo-check::cuda PASSED (CUDA starts and lists 8 devices)*"])
+
+
+REPEAT = "import pytest\n@pytest.mark.requires_p2p(gpus=2)\ndef test_pair(): pass\n"
+
+
+def _record_files(pytester) -> list:
+    return sorted((pytester.path / ".pytest_cache" / "v" / "gputopo" / "boot").iterdir())
+
+
+def test_a_record_others_could_have_written_is_not_read(pytester, emulated_host):
+    """G4: a boot record in pytest's cache (in the checkout) that is writable by group or others, as a
+    shared checkout's would be, is not read: CUDA is asked again, and a planted "no peer access" fails
+    nothing."""
+    emulated_host("dgx-a100")
+    pytester.makepyfile(test_p2p=REPEAT)
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+    (record,) = _record_files(pytester)
+    import json
+
+    planted = json.loads(record.read_text())
+    planted["cuda"]["peer"] = [[a, b, False] for a, b, _ in planted["cuda"]["peer"]]
+    record.write_text(json.dumps(planted))
+    record.chmod(0o666)
+    again = pytester.runpytest_subprocess()
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines(["*(NVML probed; CUDA's view probed)"])
+
+
+def test_a_record_that_contradicts_nvml_is_asked_again(pytester, emulated_host):
+    """G4: a kept "no peer access" where NVML now says P2P OK (peer access came back after a change the
+    key cannot see) is asked again, not believed until the next boot."""
+    emulated_host("dgx-a100")
+    pytester.makepyfile(test_p2p=REPEAT)
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+    (record,) = _record_files(pytester)
+    import json
+
+    kept = json.loads(record.read_text())
+    kept["cuda"]["peer"] = [[a, b, False] for a, b, _ in kept["cuda"]["peer"]]
+    record.write_text(json.dumps(kept))
+    again = pytester.runpytest_subprocess()
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines(["*(NVML probed; CUDA's view probed)"])
+
+
+def test_the_boot_key_covers_a_driver_reload_mig_modes_and_the_library_path(monkeypatch):
+    from pytest_gputopo.probe import this_host
+    from pytest_gputopo.runtime import environ
+
+    monkeypatch.setattr(environ, "boot_id", lambda: "boot")
+    topology = load_profile("dgx-a100").topology
+    key = this_host._boot_key(topology)
+    monkeypatch.setattr(environ, "nvidia_driver_load", lambda: [4711, "EnableMSI: 0\n"])
+    reloaded = this_host._boot_key(topology)
+    monkeypatch.setattr(environ, "nvidia_driver_load", lambda: [4712, "EnableMSI: 0\n"])
+    assert len({key, reloaded, this_host._boot_key(topology)}) == 3
+    mig = dataclasses.replace(topology, gpus=(dataclasses.replace(topology.gpus[0], mig=True), *topology.gpus[1:]))
+    assert this_host._boot_key(mig) != this_host._boot_key(topology)
+    before = this_host._boot_key(topology)
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/other-driver/lib")
+    assert this_host._boot_key(topology) != before
+
+
+def test_cudas_order_of_identical_gpus_is_taken_from_this_boots_record(pytester, emulated_host):
+    """G5: on a host of one model an NVML-only run takes CUDA's own order from this boot's record where
+    there is one, not the guess that identical GPUs come in bus order (no CUDA document says so)."""
+    host = emulated_host("dgx-a100")
+    lines = (host.root / "cuda.txt").read_text().splitlines()
+    devs = [ln for ln in lines if ln.startswith("dev ")]
+    uuids = {int(ln.split()[1]): ln.split()[2] for ln in lines if ln.startswith("uuid ")}
+    n = len(devs)
+    (host.root / "cuda.txt").write_text("\n".join(
+        [lines[0], *reversed(devs), *(f"uuid {n - 1 - i} {u}" for i, u in uuids.items())]) + "\n")
+    pytester.makepyfile(test_p2p=REPEAT)
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)  # CUDA asked, its order kept for the boot
+    pytester.makepyfile(test_p2p="import pytest\n@pytest.mark.requires_gpus(8)\ndef test_count(): pass\n")
+    pytester.makeconftest("def pytest_gputopo_topology(topology, config):\n"
+                          "    open('order.txt', 'w').write(' '.join(g.pci_bus_id for g in topology.gpus))\n")
+    again = pytester.runpytest_subprocess()
+    again.stdout.fnmatch_lines(["*(NVML probed; CUDA's view from this boot's record)"])
+    order = (pytester.path / "order.txt").read_text().split()
+    assert order == sorted(order, reverse=True)  # CUDA's order, not the bus order

@@ -86,13 +86,36 @@ class BootRecord:
         self.cache, self.reprobe = cache, reprobe
 
     def get(self, key: str) -> dict | None:
-        if self.reprobe:
+        if self.reprobe or not self._private(f"{RECORD_PREFIX}/{key}"):
             return None
         try:
             value = self.cache.get(f"{RECORD_PREFIX}/{key}", None)
         except (RecursionError, ValueError):  # a file anyone could have written: ask again
             return None
         return value if isinstance(value, dict) else None
+
+    def _private(self, key: str) -> bool:
+        """Whether the record is one only this user could have written: the file and every folder from
+        the cache's down to it this user's own, none writable by group or others, none a link. pytest's
+        cache lives in the checkout, which others may share: a record planted there would decide
+        ``requires_p2p`` either way (nothing is read, and the question is asked again, otherwise)."""
+        import stat
+
+        getvaluepath = getattr(self.cache, "_getvaluepath", None)  # pytest's Cache: _cachedir / "v" / key
+        top = getattr(self.cache, "_cachedir", None)
+        if getvaluepath is None or top is None:
+            return False
+        path = getvaluepath(key)
+        parts = [top, *reversed([p for p in path.parents if top in p.parents]), path]
+        for part in parts:
+            try:
+                st = os.lstat(part)
+            except OSError:
+                return False
+            kind = stat.S_ISREG if part == path else stat.S_ISDIR
+            if not kind(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+                return False
+        return True
 
     def put(self, key: str, value: dict) -> None:
         self.cache.set(f"{RECORD_PREFIX}/{key}", value)

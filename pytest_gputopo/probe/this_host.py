@@ -47,12 +47,18 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
         wanted.add(model.CUDA)
     key = _boot_key(topology) if boot_record is not None else None
     kept = (boot_record.get(key) if key else None) or {}
+    if isinstance(kept.get("cuda"), dict):
+        # CUDA's own order where this boot's record has it, even where NVML's alone would do: no CUDA
+        # document says how FASTEST_FIRST orders identical GPUs (_cuda_order_known)
+        wanted.add(model.CUDA)
     view, versions, warnings = None, None, list(topology.warnings)
     if model.CUDA in wanted and isinstance(kept.get("cuda"), dict):
         try:
             view = CudaView.from_json(kept["cuda"])
         except ValueError:
             kept = {}  # not what this plugin wrote: ask again
+        if view is not None and _contradicts(view, topology):  # kept before something changed: ask again
+            view, kept = None, {k: v for k, v in kept.items() if k != "cuda"}
     if model.TORCH in wanted and _is_versions(kept.get("torch")):
         versions = kept["torch"]
     missing = {fact for fact, have in ((model.CUDA, view), (model.TORCH, versions)) if fact in wanted and have is None}
@@ -79,18 +85,37 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
     return Learned(as_cuda_sees_it(dataclasses.replace(topology, warnings=tuple(warnings)), view), tuple(notes))
 
 
+def _contradicts(view, topology: model.Topology) -> bool:
+    """Whether a recorded CUDA view disagrees with this run's NVML: a device at a bus id no GPU of NVML's
+    has, or a peer-access answer where NVML's P2P status now says the other (a record kept from before
+    a change the key cannot see is asked again; a disagreement that stays is warned as it is found)."""
+    by_bus = {g.pci_bus_id.upper(): g.index for g in topology.gpus if g.pci_bus_id}
+    if any(bus not in by_bus for bus in view.bus_ids):
+        return True
+    for (a, b), peer in view.peer.items():
+        nvml = topology.link(by_bus[view.bus_ids[a]], by_bus[view.bus_ids[b]]).p2p.read_write
+        if nvml is not None and nvml != peer:
+            return True
+    return False
+
+
 def _cuda_order_known(topology: model.Topology) -> bool:
     """Whether CUDA's numbering follows from NVML and the environment alone: by PCI bus id when
-    CUDA_DEVICE_ORDER says so, and under FASTEST_FIRST when every GPU is the same model (CUDA breaks
-    ties by PCI bus id); on a host of mixed models only CUDA knows which one it ranks fastest."""
+    CUDA_DEVICE_ORDER says so, and, taken as known, under FASTEST_FIRST when every GPU is the same
+    model. The CUDA Programming Guide says only that FASTEST_FIRST orders "fastest to slowest using a
+    simple heuristic" and PCI_BUS_ID "by PCI bus ID in ascending order"; that identical GPUs come in
+    bus order is what drivers do, not what any document promises. So this boot's record of CUDA's own
+    order, where there is one, is taken before this (``learn_this_host``); on a host of mixed models
+    only CUDA knows which one it ranks fastest."""
     if (runtime.cuda_environment()["CUDA_DEVICE_ORDER"] or "").strip().upper() == "PCI_BUS_ID":
         return True
     return len({(g.name, g.compute_capability) for g in topology.gpus}) == 1
 
 
 def _boot_key(topology: model.Topology) -> str | None:
-    """What can change CUDA's view or torch's versions within a boot: the driver, the GPUs (UUIDs),
-    the CUDA environment, torch's and this plugin's versions. None without a boot id."""
+    """What can change CUDA's view or torch's versions within a boot: the driver and this load of it,
+    the GPUs (UUIDs, MIG modes), the CUDA environment and library path, torch's and this plugin's
+    versions. None without a boot id."""
     import hashlib
     import json
 
@@ -99,8 +124,11 @@ def _boot_key(topology: model.Topology) -> str | None:
     boot = runtime.boot_id()
     if boot is None:
         return None
-    facts = [boot, topology.driver_version, [g.uuid for g in topology.gpus], runtime.cuda_environment(),
-             installed("torch"), installed("pytest-gputopo")]
+    # Within a boot CUDA's view changes with the driver loaded (a reload at the same version, other
+    # module parameters), the GPUs and their MIG modes, the CUDA environment, and which libcuda.so.1
+    # the loader finds first (LD_LIBRARY_PATH).
+    facts = [boot, topology.driver_version, runtime.nvidia_driver_load(), [(g.uuid, g.mig) for g in topology.gpus],
+             runtime.cuda_environment(), runtime.library_path(), installed("torch"), installed("pytest-gputopo")]
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
 
 

@@ -200,6 +200,29 @@ def boot_id() -> str | None:
         return None
 
 
+def nvidia_driver_load() -> list | None:
+    """This load of the NVIDIA kernel module, so that a reload within a boot (at the same version, with
+    other parameters) is told apart: its sysfs folder's inode number (kernfs numbers a new node
+    cyclically, fs/kernfs/dir.c ``__kernfs_new_node``: a reloaded module's folder gets a new one) and
+    its parameters as the driver prints them (``/proc/driver/nvidia/params``); None where neither is."""
+    found = []
+    try:
+        found.append(os.stat("/sys/module/nvidia").st_ino)
+    except OSError:
+        found.append(None)
+    try:
+        with open("/proc/driver/nvidia/params", encoding="ascii", errors="replace") as f:
+            found.append(f.read(65536))
+    except OSError:
+        found.append(None)
+    return found if found != [None, None] else None
+
+
+def library_path() -> str | None:
+    """``LD_LIBRARY_PATH``: where the loader looks first for ``libcuda.so.1``."""
+    return os.environ.get("LD_LIBRARY_PATH")
+
+
 def cuda_environment() -> dict[str, str | None]:
     """What CUDA reads at start-up to choose and number the devices a process sees."""
     return {name: os.environ.get(name) for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
