@@ -12,6 +12,7 @@ CUDA's list, whatever NVML can say of the devices before it.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -131,6 +132,36 @@ def test_a_record_others_could_have_written_is_not_read(pytester, emulated_host)
     again = pytester.runpytest_subprocess()
     again.assert_outcomes(passed=1)
     again.stdout.fnmatch_lines(["*(NVML probed; CUDA's view probed)"])
+
+
+def test_a_record_written_under_a_umask_of_002_is_read_back(pytester, emulated_host):
+    """Debian and Ubuntu give every user a group of their own and a umask of 002, so pytest makes its
+    cache group-writable: the record's own file and folders are made the user's alone (0600, 0700) and
+    pytest's two folders above them are trusted where their group is the user's own, so a repeat run
+    still takes CUDA's view from this boot's record."""
+    import grp
+    import pwd
+
+    user = pwd.getpwuid(os.getuid())
+    try:
+        own = grp.getgrgid(user.pw_gid).gr_name == user.pw_name
+    except KeyError:
+        own = False
+    emulated_host("dgx-a100")
+    pytester.makepyfile(test_p2p=REPEAT)
+    before = os.umask(0o002)
+    try:
+        pytester.runpytest_subprocess().assert_outcomes(passed=1)
+        again = pytester.runpytest_subprocess()
+    finally:
+        os.umask(before)
+    (record,) = _record_files(pytester)
+    assert record.stat().st_mode & 0o777 == 0o600 and record.parent.stat().st_mode & 0o777 == 0o700
+    again.assert_outcomes(passed=1)
+    if own:
+        again.stdout.fnmatch_lines(["*(NVML probed; CUDA's view from this boot's record)"])
+    else:  # a user whose group is shared: pytest's group-writable folders are not trusted
+        again.stdout.fnmatch_lines(["*(NVML probed; CUDA's view probed)"])
 
 
 def test_a_record_that_contradicts_nvml_is_asked_again(pytester, emulated_host):

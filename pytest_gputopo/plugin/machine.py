@@ -96,29 +96,60 @@ class BootRecord:
 
     def _private(self, key: str) -> bool:
         """Whether the record is one only this user could have written: the file and every folder from
-        the cache's down to it this user's own, none writable by group or others, none a link. pytest's
-        cache lives in the checkout, which others may share: a record planted there would decide
+        the cache's down to it this user's own, none a link, none writable by others, nor by a group but
+        the user's own (a group named as the user with no other members: Debian and Ubuntu give every
+        user one, with a umask of 002, so pytest's own folders are group-writable there). pytest's cache
+        lives in the checkout, which others may share: a record planted there would decide
         ``requires_p2p`` either way (nothing is read, and the question is asked again, otherwise)."""
         import stat
 
-        getvaluepath = getattr(self.cache, "_getvaluepath", None)  # pytest's Cache: _cachedir / "v" / key
-        top = getattr(self.cache, "_cachedir", None)
-        if getvaluepath is None or top is None:
+        parts = self._parts(key)
+        if not parts:
             return False
-        path = getvaluepath(key)
-        parts = [top, *reversed([p for p in path.parents if top in p.parents]), path]
         for part in parts:
             try:
                 st = os.lstat(part)
             except OSError:
                 return False
-            kind = stat.S_ISREG if part == path else stat.S_ISDIR
-            if not kind(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            kind = stat.S_ISREG if part == parts[-1] else stat.S_ISDIR
+            writable = st.st_mode & 0o002 or (st.st_mode & 0o020 and not _own_group(st.st_gid))
+            if not kind(st.st_mode) or st.st_uid != os.getuid() or writable:
                 return False
         return True
 
+    def _parts(self, key: str) -> list:
+        """The cache's folder, each folder down to the record's file, and the file (pytest's Cache:
+        ``_cachedir / "v" / key``); [] for a cache of another shape."""
+        getvaluepath = getattr(self.cache, "_getvaluepath", None)
+        top = getattr(self.cache, "_cachedir", None)
+        if getvaluepath is None or top is None:
+            return []
+        path = getvaluepath(key)
+        return [top, *reversed([p for p in path.parents if top in p.parents]), path]
+
     def put(self, key: str, value: dict) -> None:
         self.cache.set(f"{RECORD_PREFIX}/{key}", value)
+        # The record's own file and folders, this user's alone whatever the umask (pytest's own two
+        # folders above them are left as pytest made them).
+        parts = self._parts(f"{RECORD_PREFIX}/{key}")
+        for part in parts[2:]:
+            try:
+                if not os.path.islink(part) and os.stat(part).st_uid == os.getuid():
+                    os.chmod(part, 0o600 if part == parts[-1] else 0o700)
+            except OSError:
+                pass  # then not read back: asked again next run
+
+
+def _own_group(gid: int) -> bool:
+    """Whether ``gid`` is this user's own group: named as the user, with no other members listed."""
+    try:
+        import grp
+        import pwd
+
+        group, user = grp.getgrgid(gid), pwd.getpwuid(os.getuid())
+    except (KeyError, ImportError):
+        return False
+    return gid == user.pw_gid and group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
 
 
 def boot_record(config: pytest.Config, reprobe: bool) -> BootRecord | None:
