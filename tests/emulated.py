@@ -93,13 +93,18 @@ def _drivers():
 
 nvml_drivers = _drivers()
 
+# make_host(torch=INSTALLED_TORCH): no emulated torch on the path; the environment's own torch is
+# imported (``ranks(n)`` tests spawn real ranks with it, their collectives on the CPUs).
+INSTALLED_TORCH = "installed"
+
 
 def make_host(root: Path, libs: Path, machine: str, *, torch: str | None = "2.13.0", torch_import_s: float = 0.0,
               nvml_missing=(), driver: str | None = None, vm: bool = False) -> tuple[Host, dict]:
     """An emulated host under ``root`` serving a bundled machine, and the environment variables that
-    enter it (to be laid over the caller's). ``driver``: a branch of ``nvml_drivers.BRANCHES`` (NVML
-    reports its versions and lacks what its header lacks; None: the recording's versions, every
-    function); ``vm``: the GPUs are passed through to a virtual machine."""
+    enter it (to be laid over the caller's). ``torch``: the emulated release's personality, None (torch
+    not installed) or ``INSTALLED_TORCH`` (the environment's own). ``driver``: a branch of
+    ``nvml_drivers.BRANCHES`` (NVML reports its versions and lacks what its header lacks; None: the
+    recording's versions, every function); ``vm``: the GPUs are passed through to a virtual machine."""
     if driver is not None:
         from pytest_gputopo.probe.recorded import load_profile
 
@@ -113,7 +118,9 @@ def make_host(root: Path, libs: Path, machine: str, *, torch: str | None = "2.13
     py.mkdir(parents=True)
     shutil.copy(SOURCES / "pynvml.py", py / "pynvml.py")
     shutil.copy(SOURCES / "nvml_drivers.py", py / "nvml_drivers.py")
-    if torch is not None:
+    if torch == INSTALLED_TORCH:  # the environment's own torch (a CPU build here): ranks spawned for real
+        pass
+    elif torch is not None:
         shutil.copytree(SOURCES / "torch", py / "torch")
         dist = py / f"torch-{torch}.dist-info"  # what importlib.metadata.version("torch") reads
         dist.mkdir()
@@ -131,7 +138,8 @@ def make_host(root: Path, libs: Path, machine: str, *, torch: str | None = "2.13
         "PYTHONPATH": os.pathsep.join([str(py), *filter(None, [os.environ.get("PYTHONPATH")])]),
         "GPUTOPO_EMU_REAL_PYNVML": real_pynvml.__file__, "GPUTOPO_EMU_MACHINE": machine,
         "GPUTOPO_EMU_CUDA": str(root / "cuda.txt"), "GPUTOPO_EMU_CALLS": str(host.calls_log),
-        "GPUTOPO_EMU_TORCH": torch or "", "GPUTOPO_EMU_TORCH_IMPORT_S": str(torch_import_s),
+        "GPUTOPO_EMU_TORCH": "" if torch in (None, INSTALLED_TORCH) else torch,
+        "GPUTOPO_EMU_TORCH_IMPORT_S": str(torch_import_s),
         "GPUTOPO_EMU_NVML_MISSING": ",".join(nvml_missing),
         "GPUTOPO_EMU_DRIVER": driver or "", "GPUTOPO_EMU_VM": "1" if vm else "",
     }

@@ -68,7 +68,8 @@ class Placer:
         self.never: str | None = None
         self.unknown = False  # never, only for facts no source reported
         if k > n:
-            self.never = f"needs {counted(k, 'GPU')}, {n} may be leased here"
+            asked = ", ".join(map(str, self.requirements))  # the markers the test skips for, first
+            self.never = f"{asked + ': ' if asked else ''}needs {counted(k, 'GPU')}, {n} may be leased here"
             return
         self._scores = {s: _set_score(topology, s) for s in self._candidates(n)}
         self.meeting = sorted((s for s in self._scores if self._meets(s)), key=self._scores.get, reverse=True)
