@@ -135,3 +135,58 @@ def test_a_ranks_test_needing_more_gpus_than_the_outer_view_leaves_skips_and_spa
         result.assert_outcomes(skipped=1)
         result.stdout.fnmatch_lines(["*ranks(3, backend='cpu:gloo,cuda:gloo')*needs 3 GPUs, 2 *"])
         assert not os.path.exists(tmp_path / "placed.log")
+
+
+# Two ranks(2) tests that meet while both run: rank 0 of each says it started, then waits for the
+# other's word (a test that could not run beside the other fails at its wait: they ran one by one).
+TOGETHER = """
+import json, os, time
+import pytest
+from test_placed import note
+
+
+def meet(info, me, other):
+    if info.rank == 0:
+        folder = os.environ["MEET_DIR"]
+        open(os.path.join(folder, me), "w").close()
+        deadline = time.monotonic() + 240
+        while not os.path.exists(os.path.join(folder, other)):
+            assert time.monotonic() < deadline, f"{other} never ran while {me} held its GPUs"
+            time.sleep(0.05)
+    note(info, me)
+
+
+@pytest.mark.ranks(2, backend="cpu:gloo,cuda:gloo")
+def test_a(gputopo_rank):
+    meet(gputopo_rank, "a", "b")
+
+
+@pytest.mark.ranks(2, backend="cpu:gloo,cuda:gloo")
+def test_b(gputopo_rank):
+    meet(gputopo_rank, "b", "a")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("machine", ["hgx-h100"])
+def test_two_ranks_tests_under_xdist_run_at_once_on_different_nvlink_pairs(pytester, emulated_host, monkeypatch,
+                                                                           tmp_path, machine):
+    emulated_host(machine, torch=INSTALLED_TORCH)
+    from pytest_gputopo.probe.recorded import load_profile
+
+    topology = load_profile(machine).topology
+    monkeypatch.setenv("PLACED_LOG", str(tmp_path / "placed.log"))
+    monkeypatch.setenv("MEET_DIR", str(pytester.mkdir("meet")))
+    pytester.makepyfile(test_placed=PLACED, test_together=TOGETHER)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "load", "--gputopo-lease",
+                                           f"--gputopo-lease-dir={tmp_path / 'locks'}", "test_together.py")
+    result.assert_outcomes(passed=2)
+    entries = [json.loads(line) for line in (tmp_path / "placed.log").read_text().splitlines()]
+    held = {test: sorted((e for e in entries if e["test"] == test), key=lambda e: e["rank"]) for test in "ab"}
+    assert [len(held["a"]), len(held["b"])] == [2, 2]
+    pairs = {test: [e["gpu"][0] for e in ranks] for test, ranks in held.items()}
+    assert not set(pairs["a"]) & set(pairs["b"])  # they met while both held their GPUs: none shared
+    index = {g.uuid: g.index for g in topology.gpus}
+    for test, ranks in held.items():
+        assert all(e["visible"] == ",".join(pairs[test]) for e in ranks)  # each sees its own pair alone
+        assert topology.link(*(index[u] for u in pairs[test])).nvlinks  # an NVLink pair
