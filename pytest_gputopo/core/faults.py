@@ -6,6 +6,8 @@ above their floor, the NUMA layout) are left to the comparison with peers.
 Pure. Each rule is the one the node's own health check applies, called here, not restated:
 
 - NVLinks down: ``core.nvlinks.nvlink_lost`` (against the GPU's own link count);
+- the NVLink fabric not up where the GPU has one (``fabric_down``: NVML's GPU fabric state Not Started
+  or In Progress, or a completed registration whose status is an error);
 - PCIe narrower than the GPU's own maximum width (``core.regressions.pcie_trained_down`` words it);
 - P2P refused where the GPU model and chipset allow it (``p2p_refused``: NVML's GNS and CNS are cards
   and chipsets without P2P, no fault);
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 from . import collectives, keys, spec
 from .judgement import BELOW, BROKEN, Measured, Judgement, threshold
-from .model import Link, P2PStatus, Topology
+from .model import Gpu, Link, P2PStatus, Topology
 from .nvlinks import nvlink_lost
 from .regressions import pcie_trained_down
 from .requirements import mig_enabled
@@ -67,11 +69,21 @@ def p2p_refused(link: Link) -> str | None:
                      for s in refused)
 
 
+def fabric_down(gpu: Gpu) -> str | None:
+    """Why the GPU's NVLink fabric is not up, where it has one (``model.Fabric.up`` is False); None
+    when it is up, the GPU has none (Not Supported) or no source said (unknown is never a fault)."""
+    return gpu.fabric.problem if gpu.fabric is not None else None
+
+
 def topology_faults(topology: Topology) -> list[Fault]:
-    """The faults the node's facts show: NVLinks down, PCIe trained down, P2P refused."""
+    """The faults the node's facts show: NVLinks down, the NVLink fabric not up, PCIe trained down,
+    P2P refused."""
     out = []
     for gpu in topology.gpus:
         name = f"GPU{gpu.index}"
+        down = fabric_down(gpu)
+        if down:
+            out.append(Fault(f"fabric[{name}]", f"{name}: {down}", (name,), down))
         width, full = gpu.pcie_width_current, gpu.pcie_width_max
         if width is not None and full is not None and width < full:
             what = pcie_trained_down(gpu, full, "its maximum width")

@@ -156,6 +156,45 @@ class MigDevice:
     memory_total_bytes: int | None = None
 
 
+# NVML_GPU_FABRIC_STATE_* (0..3, nvmlGpuFabricState_t) by the names nvidia-smi -q prints.
+FABRIC_STATES = ("Not Supported", "Not Started", "In Progress", "Completed")
+FABRIC_SUCCESS = "Success"  # a completed registration's status, as nvidia-smi prints NVML_SUCCESS
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """A GPU's registration with its NVLink fabric, as NVML's GPU fabric info gives it (Hopper and
+    later on NVSwitch / GB200 systems: the fabric manager registers each GPU): ``state`` one of
+    ``FABRIC_STATES``; ``status`` the registration's result ("Success" or the error's words), which
+    nvml.h says to read only once the state is Completed (None before, or where no source said);
+    the clique and cluster a registered GPU belongs to (None where unknown)."""
+
+    state: str
+    status: str | None = None
+    clique_id: int | None = None
+    cluster_uuid: str | None = None
+
+    @property
+    def up(self) -> bool | None:
+        """True: registered (Completed, Success); False: the GPU has a fabric and is not in it (Not
+        Started, In Progress, or Completed with an error); None: it has none (Not Supported) or the
+        status of a completed registration is unknown."""
+        if self.state in ("Not Started", "In Progress"):
+            return False
+        if self.state != "Completed" or self.status is None:
+            return None
+        return self.status == FABRIC_SUCCESS
+
+    @property
+    def problem(self) -> str | None:
+        """Why the fabric is not up, in words (None unless ``up`` is False)."""
+        if self.up is not False:
+            return None
+        if self.state == "Completed":
+            return f"NVLink fabric registration failed ({self.status})"
+        return f"NVLink fabric not up (state {self.state}: the fabric manager has not registered it)"
+
+
 @dataclass(frozen=True)
 class Gpu:
     index: int  # the CUDA index a test uses (cuda:<index>)
@@ -180,6 +219,7 @@ class Gpu:
     mig: bool | None = None
     compute_mode: str | None = None  # one of COMPUTE_MODES (nvmlDeviceGetComputeMode)
     mig_devices: tuple[MigDevice, ...] = ()  # listed by nvidia-smi text; () where none was listed
+    fabric: Fabric | None = None  # NVML's GPU fabric info; None where NVML gave none (no such function, NotSupported)
 
     @property
     def active_nvlinks(self) -> int:

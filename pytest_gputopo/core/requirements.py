@@ -122,7 +122,24 @@ class Requirement:
             return [Finding(missing)]
         return [Finding(f"{ln.name} {problem}", (f"GPU{ln.a}", f"GPU{ln.b}"), problem, ln.name)
                 for ln in topology.pairs(self.gpus)
-                if (problem := mig_pair(topology, ln) or self.check_pair(ln)) is not None]
+                if (problem := mig_pair(topology, ln) or self.check_pair(ln) or self.fabric_pair(topology, ln))
+                is not None]
+
+    # What NVML's answers alone cannot tell while a GPU's NVLink fabric is down (overridden below).
+    over_fabric = ""
+
+    def fabric_pair(self, topology: Topology, link: Link) -> str | None:
+        """Where the pair meets this requirement by NVML's answers but either GPU's NVLink fabric is
+        not up (NVML's GPU fabric state: the fabric manager has not registered it): unknown, never met.
+        NVML lists the NVLinks and reports P2P OK on such a node (an NVSwitch or GB200 node whose fabric
+        manager is down), and no peer traffic crosses them."""
+        if not self.over_fabric:
+            return None
+        down = [f"GPU{g.index}: {g.fabric.problem}" for g in (topology.gpus[link.a], topology.gpus[link.b])
+                if g.fabric is not None and g.fabric.up is False]
+        if not down:
+            return None
+        return Unknown(f"{self.over_fabric} unknown: {'; '.join(down)}")
 
 
 MIG_INSTANCE = "a process sees a MIG instance, never the whole GPU"
@@ -186,6 +203,7 @@ def p2p_unknown(link: Link) -> str:
 @dataclass(frozen=True)
 class P2PRequirement(Requirement):
     facts = frozenset((NVML, CUDA))  # NVML's P2P status joined with CUDA's own peer-access answer
+    over_fabric = "P2P"
     def __str__(self) -> str:
         return "requires_p2p" + (f"({_gpus_kw(self.gpus)[0]})" if self.gpus else "")
 
@@ -216,6 +234,7 @@ class P2PRequirement(Requirement):
 @dataclass(frozen=True)
 class NvLinkRequirement(Requirement):
     min_links: int = 1
+    over_fabric = "NVLink"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -259,6 +278,10 @@ class LinkRequirement(Requirement):
     def __str__(self) -> str:
         gpus = "".join(f", {kw}" for kw in _gpus_kw(self.gpus))
         return f"requires_link('{self.spelled or self.need}'{gpus})"
+
+    @property
+    def over_fabric(self) -> str:  # a PCIe class is met by the PCIe path, fabric or not
+        return "NVLink" if self.need.cls is LinkClass.NV else ""
 
     def check_pair(self, link: Link) -> str | None:
         if link.label is None:

@@ -12,8 +12,8 @@ from .cpus import cpu_ranges, looks_like_cpu_list
 from .keys import COPY_KINDS, HOST_KINDS
 from .limits import (MAX_BYTES, MAX_CPUS, MAX_GBPS, MAX_GPUS, MAX_MEMORY_BYTES, MAX_MIG_DEVICES, MAX_NICS,
                      MAX_NUMA_NODES, MAX_NVLINKS, MAX_PCIE_GEN, MAX_PCIE_WIDTH, MAX_WARNINGS, is_bandwidth, show_value)
-from .model import (COMPUTE_MODES, P2P, P2P_CAPS, Gpu, Link, LinkClass, MigDevice, NvLink, P2PStatus, Source,
-                    Topology)
+from .model import (COMPUTE_MODES, FABRIC_STATES, P2P, P2P_CAPS, Fabric, Gpu, Link, LinkClass, MigDevice, NvLink,
+                    P2PStatus, Source, Topology)
 from .units import counted
 
 SCHEMA_VERSION = 1
@@ -43,6 +43,8 @@ def to_dict(topology: Topology) -> dict:
     for gpu in data["gpus"]:  # written only where a listing named some, as profiles before them were
         if not gpu["mig_devices"]:
             del gpu["mig_devices"]
+        if gpu["fabric"] is None:  # likewise only where NVML (or a listing) gave the GPU's fabric
+            del gpu["fabric"]
     for key in ("cuda_devices", "cuda_problem"):  # only where CUDA was asked: profiles stay as they were
         if data[key] is None:
             del data[key]
@@ -136,11 +138,32 @@ def _mig_device_from(d: Any, path: str) -> MigDevice:
                      memory_total_bytes=_int(d, "memory_total_bytes", p, 1, MAX_MEMORY_BYTES))
 
 
+def _fabric_from(d: Any, path: str) -> Fabric | None:
+    if d is None:
+        return None
+    d = _mapping(d, path)
+    p = path + "."
+    extra = set(d) - {f.name for f in dataclasses.fields(Fabric)}
+    if extra:
+        raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
+    state = _get(d, "state", p, (str,), allow_none=False)
+    if state not in FABRIC_STATES:
+        raise SchemaError(f"{p}state", f"{show_value(state)} is not one of {list(FABRIC_STATES)}")
+    status = _get(d, "status", p, (str,), None)
+    if status is not None and not 0 < len(status) <= 80:
+        raise SchemaError(f"{p}status", f"{show_value(status)} is not a status of 1 to 80 characters")
+    cluster = _get(d, "cluster_uuid", p, (str,), None)
+    if cluster is not None and len(cluster) > 80:
+        raise SchemaError(f"{p}cluster_uuid", f"{show_value(cluster)} is longer than 80 characters")
+    return Fabric(state=state, status=status, clique_id=_int(d, "clique_id", p, 0, 2**32 - 1),
+                  cluster_uuid=cluster)
+
+
 def _gpu_from(d: Any, path: str) -> Gpu:
     d = _mapping(d, path)
     p = path + "."
     extra = (set(d) - set(_GPU_INTS) - set(_GPU_STRS) - set(_GPU_BOOLS)
-             - {"index", "nvlinks", "compute_mode", "mig_devices"})
+             - {"index", "nvlinks", "compute_mode", "mig_devices", "fabric"})
     if extra:
         raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
     listed = _list(d, "nvlinks", p)
@@ -161,7 +184,7 @@ def _gpu_from(d: Any, path: str) -> Gpu:
         raise SchemaError(f"{p}mig_devices", f"{len(listed)} MIG devices; a GPU holds at most {MAX_MIG_DEVICES}")
     migs = tuple(_mig_device_from(m, f"{p}mig_devices[{i}]") for i, m in enumerate(listed))
     return Gpu(index=_int(d, "index", p, 0, MAX_GPUS - 1, ..., allow_none=False),
-               nvlinks=links, compute_mode=mode, mig_devices=migs,
+               nvlinks=links, compute_mode=mode, mig_devices=migs, fabric=_fabric_from(d.get("fabric"), f"{p}fabric"),
                **{k: _int(d, k, p, low, high) for k, (low, high) in _GPU_INTS.items()},
                **{k: _get(d, k, p, (str,), None) for k in _GPU_STRS},
                **{k: _get(d, k, p, (bool,), None) for k in _GPU_BOOLS})

@@ -23,8 +23,8 @@ class SmiFabric:
     """A GPU's registration with its NVLink fabric as ``nvidia-smi -q -x`` prints it (``<fabric>``: GB200
     and other multi-node NVLink systems; NVML's ``nvmlGpuFabricInfo``): ``state`` Not Supported, Not
     Started, In Progress or Completed; ``status`` (meaningful once Completed) Success or the error;
-    the clique and cluster a completed GPU belongs to. Not a fact of the model (no requirement or
-    check reads it): shown by ``gputopo parse smi-xml``."""
+    the clique and cluster a completed GPU belongs to. Shown by ``gputopo parse smi-xml``, not recorded:
+    the model's ``Fabric`` is NVML's, read by the probe."""
 
     state: str | None = None
     status: str | None = None

@@ -145,6 +145,25 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
                 return "passed", (f"GPU{gpu.index}: {len(gpu.nvlinks)}/{len(gpu.nvlinks)} NVLinks up"
                                   + (f"; warning: {note}" if note else "")), {}
             yield f"nvlink[GPU{gpu.index}]", nvlink
+        if gpu.fabric is not None or (topology.is_this_host and gpu.nvlinks):
+            def fabric(gpu=gpu):
+                """the GPU's NVLink fabric is up (NVML's GPU fabric state)"""
+                state = gpu.fabric
+                if state is None or state.state == "Not Supported":
+                    why = ("NVLink fabric state not reported (NVML: the GPU has no GPU fabric, not supported)"
+                           if state is not None else "NVLink fabric state not reported (NVML gives none: a driver "
+                           "without nvmlDeviceGetGpuFabricInfo, or a GPU without GPU fabric)")
+                    return _skipped(f"GPU{gpu.index}: {why}", why)
+                problem = faults.fabric_down(gpu)
+                if problem:
+                    return _failed(f"GPU{gpu.index}: {problem}", (gpu.index,), problem)
+                if state.up is None:
+                    why = "NVLink fabric registration Completed, its status unknown"
+                    return _skipped(f"GPU{gpu.index}: {why}", why)
+                member = (f"; clique {state.clique_id}" if state.clique_id is not None else "") + (
+                    f" of cluster {state.cluster_uuid}" if state.cluster_uuid else "")
+                return "passed", f"GPU{gpu.index}: NVLink fabric up ({state.state}, {state.status}{member})", {}
+            yield f"fabric[GPU{gpu.index}]", fabric
 
     for link in topology.pairs():
         def p2p_status(link=link):

@@ -19,6 +19,15 @@ reference (``nvml-nccl-torch.md`` §0, §1.9) says the real module does:
 * ``nvmlDeviceGetMigMode`` returns the list ``[current, pending]`` (both the recorded mode) and raises
   ``NotSupported`` where the recording says nothing, as a GPU without MIG does;
   ``nvmlDeviceGetComputeMode`` returns the ``NVML_COMPUTEMODE_*`` value of the recorded mode;
+* ``nvmlDeviceGetGpuFabricInfoV`` / ``nvmlDeviceGetGpuFabricInfo`` take a caller-allocated struct by
+  reference (``ctypes.byref``; a struct passed as is raises ``ctypes.ArgumentError``, as ctypes cannot
+  hand it to the C pointer parameter the way the caller means), fill it as the C library does (the C
+  layout: ``clusterUuid[16]``, whatever the binding's struct says) and return 0; ``V`` refuses a
+  struct whose ``version`` is not v2 or v3 (``ArgumentVersionMismatch``). A GPU whose recording has no
+  ``fabric`` raises ``NotSupported`` (nvml.h: a device without GPU fabric). Bindings before 12.535
+  have neither function, before 12.575 no ``V``; 12.535 and 12.575's ``c_nvmlGpuFabricInfo_t`` have
+  the 80-byte clusterUuid they had (12.535: ``partitionId`` for ``cliqueId``) and 12.575's
+  ``c_nvmlGpuFabricInfoV_t`` a ``c_char * 16`` one (nvml-nccl-torch.md §1.6);
 * ``nvmlDeviceGetNumaNodeId`` raises ``NotSupported`` (as on x86; the NUMA node comes from
   ``nvmlDeviceGetMemoryAffinity``); a common ancestor or P2P query for a GPU with itself is
   ``InvalidArgument`` (the real answer is unverified);
@@ -52,6 +61,7 @@ from __future__ import annotations
 import ctypes
 import re
 import types
+import uuid
 from typing import Any
 
 from ..core import model
@@ -77,8 +87,18 @@ def make_fake_pynvml(topology: model.Topology, *, binding_version: str = "13.615
     for name, value in vars(real).items():
         if name.startswith(("NVML_", "NVMLError")) or name in (
                 "nvmlExceptionClass", "NVMLLibraryMismatchError", "struct_c_nvmlDevice_t", "c_nvmlDevice_t",
-                "nvmlPciInfo_t", "c_nvmlMemory_t", "c_nvmlMemory_v2_t", "nvmlMemory_v2"):
+                "nvmlPciInfo_t", "c_nvmlMemory_t", "c_nvmlMemory_v2_t", "nvmlMemory_v2", "c_nvmlGpuFabricInfo_t",
+                "c_nvmlGpuFabricInfoV_t", "c_nvmlGpuFabricInfo_v2_t", "nvmlGpuFabricInfo_v2", "nvmlGpuFabricInfo_v3"):
             setattr(mod, name, value)
+    if version < (12, 535):
+        for name in ("c_nvmlGpuFabricInfo_t", "c_nvmlGpuFabricInfoV_t", "c_nvmlGpuFabricInfo_v2_t"):
+            delattr(mod, name)
+    elif version < (13,):
+        mod.c_nvmlGpuFabricInfo_t = _old_fabric_struct("partitionId" if version < (12, 575) else "cliqueId")
+        if version < (12, 575):
+            del mod.c_nvmlGpuFabricInfoV_t, mod.c_nvmlGpuFabricInfo_v2_t
+        else:
+            mod.c_nvmlGpuFabricInfoV_t = mod.c_nvmlGpuFabricInfo_v2_t = _FabricInfoV12
     if version < (12,):
         mod.NVML_NVLINK_MAX_LINKS = 12
     elif version < (13,):
@@ -97,9 +117,9 @@ def make_fake_pynvml(topology: model.Topology, *, binding_version: str = "13.615
     fake = _FakeNvml(real, mod, topology, old, init_error)
     skip = set()
     if version < (12, 535):
-        skip.add("nvmlDeviceGetGpuMaxPcieLinkGeneration")
+        skip.update(("nvmlDeviceGetGpuMaxPcieLinkGeneration", "nvmlDeviceGetGpuFabricInfo"))
     if version < (12, 575):
-        skip.add("nvmlDeviceGetNumaNodeId")
+        skip.update(("nvmlDeviceGetNumaNodeId", "nvmlDeviceGetGpuFabricInfoV"))
     for name in dir(_FakeNvml):
         if name.startswith("nvml") and name not in skip:
             setattr(mod, name, getattr(fake, name))
@@ -108,11 +128,53 @@ def make_fake_pynvml(topology: model.Topology, *, binding_version: str = "13.615
     return mod
 
 
+# The fabric structs as the C library fills them (nvml.h: clusterUuid[NVML_GPU_FABRIC_UUID_LEN = 16]).
+class _CFabricInfo(ctypes.Structure):
+    _fields_ = [("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint),
+                ("state", ctypes.c_uint)]
+
+
+class _CFabricInfoV(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint), ("state", ctypes.c_uint), ("healthMask", ctypes.c_uint)]
+
+
+_FABRIC_V2, _FABRIC_V3 = 0x02000024, 0x3000028  # nvmlGpuFabricInfo_v2 / _v3
+
+
+def _old_fabric_struct(clique: str) -> type:
+    """``c_nvmlGpuFabricInfo_t`` as nvidia-ml-py 12.535 (``partitionId``) and 12.575 (``cliqueId``) define it."""
+    return type("c_nvmlGpuFabricInfo_t", (ctypes.Structure,), {"_fields_": [
+        ("clusterUuid", ctypes.c_char * 80), ("status", ctypes.c_uint), (clique, ctypes.c_uint),
+        ("state", ctypes.c_uint)]})
+
+
+class _FabricInfoV12(ctypes.Structure):
+    """nvidia-ml-py 12.575's ``c_nvmlGpuFabricInfoV_t``: a ``c_char`` clusterUuid, version preset."""
+
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_char * 16), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint), ("state", ctypes.c_uint), ("healthMask", ctypes.c_uint)]
+
+    def __init__(self) -> None:
+        super().__init__(version=_FABRIC_V2)
+
+
 def _words(mask: int, size: int) -> Any:
     array = (ctypes.c_ulonglong * size)()
     for i in range(size):
         array[i] = (mask >> (64 * i)) & 0xFFFFFFFFFFFFFFFF
     return array
+
+
+def _status_code(real: Any, status: str | None) -> int:
+    """A recorded fabric status as the NVML return code that nvidia-ml-py words so."""
+    if status in (None, model.FABRIC_SUCCESS):
+        return 0
+    for code, text in real.NVMLError._errcode_to_string.items():
+        if text == status:
+            return code
+    named = getattr(real, "NVML_ERROR_" + re.sub(r"\W+", "_", status.strip()).upper(), None)  # "Insufficient Resources"
+    return named if isinstance(named, int) else real.NVML_ERROR_UNKNOWN
 
 
 def _cover(pairs: list[tuple[int, int]], eligible: set[int]) -> set[int]:
@@ -397,6 +459,45 @@ class _FakeNvml:
         if not 0 <= p2pIndex < len(status):
             raise self.InvalidArgument()
         return status[p2pIndex]
+
+    def _fabric_target(self, device: Any, info: Any) -> tuple[model.Fabric, Any]:
+        fabric = self._fact(self.gpus[self._gpu(device)].fabric)
+        target = getattr(info, "_obj", None)  # ctypes.byref(struct) -> the struct
+        if target is None and isinstance(info, ctypes._Pointer):
+            target = info.contents
+        if not isinstance(target, ctypes.Structure):
+            raise ctypes.ArgumentError("argument 2: the struct must be passed by reference (ctypes.byref)")
+        return fabric, target
+
+    def _fill_fabric(self, fabric: model.Fabric, out: Any) -> None:
+        state = model.FABRIC_STATES.index(fabric.state)
+        out.state = state
+        if state == model.FABRIC_STATES.index("Completed"):
+            out.status = _status_code(self.real, fabric.status)
+            out.cliqueId = fabric.clique_id or 0
+            if fabric.cluster_uuid:
+                ctypes.memmove(out.clusterUuid, uuid.UUID(fabric.cluster_uuid).bytes, 16)
+
+    def _write(self, c_struct: Any, target: Any) -> None:
+        ctypes.memmove(ctypes.addressof(target), ctypes.addressof(c_struct),
+                       min(ctypes.sizeof(c_struct), ctypes.sizeof(target)))
+
+    def nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
+        fabric, target = self._fabric_target(device, gpuFabricInfo)
+        version = ctypes.c_uint.from_buffer(target).value  # the C function reads the first field
+        if version not in (_FABRIC_V2, _FABRIC_V3):
+            raise self.real.NVMLError_ArgumentVersionMismatch()
+        out = _CFabricInfoV(version=version)
+        self._fill_fabric(fabric, out)
+        self._write(out, target)
+        return 0
+
+    def nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int:
+        fabric, target = self._fabric_target(device, gpuFabricInfo)
+        out = _CFabricInfo()
+        self._fill_fabric(fabric, out)
+        self._write(out, target)
+        return 0
 
     def nvmlDeviceGetNvLinkState(self, device: Any, link: int) -> int:
         return 1 if self._link(device, link).active else 0  # NVML_FEATURE_ENABLED / DISABLED

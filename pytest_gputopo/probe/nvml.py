@@ -20,8 +20,10 @@ No torch here; ``pynvml`` itself is only imported by the caller.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
+import uuid as uuids
 from typing import Any
 
 from ..core import limits, model
@@ -53,6 +55,13 @@ P2P_CAPS_INDEX = {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
 _MIG_ENABLE = 1  # NVML_DEVICE_MIG_ENABLE
 _LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED, _NO_PERMISSION = 12, 9, 4  # NVML_ERROR_* (C values)
 _INVALID_ARGUMENT = 2
+_FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED (pynvml 13.615.71 l.7196; nvml.h "Fabric definitions")
+_FABRIC_UUID_LEN = 16  # NVML_GPU_FABRIC_UUID_LEN: the C struct's clusterUuid[16]
+# nvmlDeviceGetGpuFabricInfoV with pynvml's c_nvmlGpuFabricInfoV_t (the v2 struct, its version preset by
+# __init__, as NCCL's nvmlwrap.cc sets nvmlGpuFabricInfo_v2), then, for a driver or binding without it,
+# the older nvmlDeviceGetGpuFabricInfo with c_nvmlGpuFabricInfo_t.
+FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+                ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"))
 NVLINK_MAX_LINKS_NEWEST = limits.MAX_NVLINKS  # old bindings on new drivers still see all links
 
 
@@ -255,8 +264,31 @@ class _Reader:
             compute_capability=None if cc is None else f"{cc[0]}.{cc[1]}",
             nvlinks=nvlinks,
             mig=None if mig is None else mig[0] == _MIG_ENABLE,
-            compute_mode=model.COMPUTE_MODES[mode] if mode in range(len(model.COMPUTE_MODES)) else None)
+            compute_mode=model.COMPUTE_MODES[mode] if mode in range(len(model.COMPUTE_MODES)) else None,
+            fabric=self.fabric(where, h))
         return gpu, bus, links
+
+    def fabric(self, where: str, h: Any) -> model.Fabric | None:
+        """The GPU's NVLink fabric registration (``FABRIC_CALLS``), or None where NVML gives none: the
+        function or its struct is missing (a driver or binding before it), or NotSupported (nvml.h: "If
+        device doesn't support gpu fabric"); another error leaves a warning and only this fact unknown.
+        Both calls take a caller-allocated struct by reference and return 0 (pynvml passes the argument
+        to the C function as given: ``ctypes.byref``). A binding whose struct is not the C layout (12.535
+        and 12.575's ``c_nvmlGpuFabricInfo_t`` has an 80-byte clusterUuid where the C struct has 16,
+        so every later field would be read at the wrong offset) is not used."""
+        for name, struct in FABRIC_CALLS:
+            cls = getattr(self.nvml, struct, None)
+            if cls is None or not _c_layout(cls):
+                continue
+            info = cls()
+            got = self.call(name, h, ctypes.byref(info))
+            if got is NA:
+                continue
+            if isinstance(got, self.error):
+                self.failed(where, name, got)
+                return None
+            return _fabric(info, self.nvml)
+        return None
 
     def numa_node(self, where: str, h: Any) -> int | None:
         """The CPU-side NUMA node the GPU is near (nvidia-smi's "NUMA Affinity"). Not
@@ -339,6 +371,37 @@ class _Reader:
             self.failed(where, "nvmlDeviceGetP2PStatus", value)
             return model.P2PStatus.UNKNOWN
         return model.P2PStatus.from_nvml(value)
+
+
+def _c_layout(cls: Any) -> bool:
+    """Whether a binding's fabric struct has the C layout's 16-byte clusterUuid (see ``_Reader.fabric``)."""
+    field = getattr(cls, "clusterUuid", None)
+    return field is not None and getattr(field, "size", None) == _FABRIC_UUID_LEN
+
+
+def _fabric(info: Any, nvml: Any) -> model.Fabric | None:
+    """A filled fabric struct as the model holds it. The status, clique and cluster are read only for
+    a completed registration (nvml.h: the status "must be checked only if Probe state returns
+    complete"); the cluster UUID from the struct's raw bytes (a binding's ``c_char`` array decodes
+    them as text and can fail: nvml-nccl-torch.md §0), all zeros being none."""
+    state = int(info.state)
+    if not 0 <= state < len(model.FABRIC_STATES):
+        return None  # a state this code does not know: unknown, not guessed
+    if state != _FABRIC_COMPLETED:
+        return model.Fabric(model.FABRIC_STATES[state])
+    code = int(info.status)
+    if code == 0:  # NVML_SUCCESS
+        status = model.FABRIC_SUCCESS
+    else:
+        try:
+            status = str(nvml.NVMLError(code))
+        except Exception:  # an NVMLError that cannot word itself still has its number
+            status = f"NVML error {code}"
+    field = type(info).clusterUuid
+    raw = bytes(info)[field.offset:field.offset + _FABRIC_UUID_LEN]
+    clique = getattr(info, "cliqueId", None)
+    return model.Fabric(model.FABRIC_STATES[state], status, None if clique is None else int(clique),
+                        str(uuids.UUID(bytes=raw)) if any(raw) else None)
 
 
 def _count(a: _GpuLinks | None, b: _GpuLinks | None, b_bus: str | None) -> int | None:
