@@ -284,3 +284,54 @@ def test_a_lock_dies_with_its_process_and_says_who_held_it(tmp_path):
     mine.release()
     with pytest.raises(ValueError, match="not a GPU UUID"):
         gpu_locks.GpuLock(folder, "../etc/passwd")
+
+
+@pytest.mark.slow
+def test_under_xdist_leased_tests_are_handed_out_largest_first_the_others_in_place(pytester, leased):
+    args = leased("4x-a100-40gb")
+    pytester.makeconftest("import json, os\ndef pytest_collection_finish(session):\n"
+                          "    if hasattr(session.config, 'workerinput') and not "
+                          "session.config.getoption('gputopo_lease_child'):  # an xdist worker, not a test's own\n"
+                          "        with open(os.environ['LEASE_LOG'] + '.order', 'w') as f:\n"
+                          "            json.dump([i.name for i in session.items], f)\n")
+    pytester.makepyfile(test_it="""
+import pytest
+def test_plain_first(): pass
+@pytest.mark.requires_gpus(1)
+def test_one(): pass
+@pytest.mark.requires_versions(nccl=">=0")
+def test_versions_only(): pass
+@pytest.mark.requires_p2p(gpus=2)
+def test_two(): pass
+@pytest.mark.requires_gpus(4)
+def test_four(): pass
+@pytest.mark.requires_gpus(2)
+def test_two_more(): pass
+def test_plain_last(): pass
+""")
+    result = pytester.runpytest_subprocess(*args, "-n", "2")
+    assert result.ret in (0, 1), result.stdout.str()
+    order = json.loads((pytester.path / "lease.log.order").read_text())
+    assert order == ["test_plain_first", "test_four", "test_versions_only", "test_two", "test_two_more", "test_one",
+                     "test_plain_last"]
+
+
+def test_a_waiting_test_reserves_its_gpus_for_itself_against_later_comers_while_it_lives(tmp_path):
+    folder = gpu_locks.lock_folder(str(tmp_path / "locks"))
+    mine = gpu_locks.Ticket(folder, os.getpid(), "t.py::test_mine", time.time())
+    mine.reserve(["GPU-a", "GPU-b"])
+    code = ("import sys, time\nfrom pytest_gputopo.runtime import gpu_locks\n"
+            f"t = gpu_locks.Ticket({folder!r}, __import__('os').getpid(), 't.py::test_later', time.time())\n"
+            "t.reserve(['GPU-b', 'GPU-c'])\nprint('waiting', flush=True)\ntime.sleep(600)\n")
+    later = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert later.stdout.readline().strip() == "waiting"
+        assert gpu_locks.reserved_before(folder, mine) == set()  # who waits first is served first
+        assert gpu_locks.reserved_before(folder, None) == {"GPU-a", "GPU-b", "GPU-c"}  # a newcomer: none of them
+        assert sorted(w.test for _, w in gpu_locks.waiters(folder)) == ["t.py::test_later", "t.py::test_mine"]
+    finally:
+        later.kill()
+        later.wait()
+    assert gpu_locks.reserved_before(folder, None) == {"GPU-a", "GPU-b"}  # its ticket went with it
+    mine.close()
+    assert gpu_locks.reserved_before(folder, None) == set() and not gpu_locks.waiters(folder)

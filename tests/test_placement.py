@@ -103,3 +103,10 @@ def test_how_many_gpus_a_test_holds():
     assert gpus_needed([reqs.P2PRequirement()], topo) == 8  # every visible GPU: all of them, as without leases
     assert gpus_needed([VersionRequirement(driver=">=500")], topo) == 0
     assert gpus_needed([GpuRequirement(gpus=0)], topo) == 0
+
+
+def test_a_waiting_test_reserves_the_meeting_set_most_free_now_among_those_no_earlier_waiter_took():
+    four = Placer(machine("dgx-a100"), [GpuRequirement(gpus=4)], 4)  # every pair NV12: ties broken by GPU
+    assert four.reserve(range(8), free=[0, 5, 6, 7]) == (0, 5, 6, 7)  # the set it can take soonest
+    assert four.reserve(range(4, 8), free=[]) == (4, 5, 6, 7)  # GPUs 0-3 reserved by an earlier waiter
+    assert four.reserve(range(3), free=range(3)) is None  # no four left to reserve: it waits, reserving none

@@ -43,6 +43,22 @@ def gpus_needed(requirements: Iterable[Requirement], topology: Topology) -> int:
     return need
 
 
+def lease_size(requirements: Iterable[Requirement]) -> float:
+    """How many GPUs a test will hold, for ordering leased tests largest first (at collection, before
+    the machine is known): ``gpus_needed``'s rules with "every visible GPU" counted as more than any
+    count, and ranks on GPUs unless their backend is gloo. Never a verdict: only an order."""
+    need = 0.0
+    for req in requirements:
+        if isinstance(req, VersionRequirement):
+            continue
+        if hasattr(req, "on_gpus"):
+            need = max(need, 0 if (req.backend or "").lower() == "gloo" else req.n)
+            continue
+        gpus = req.gpus
+        need = max(need, float("inf") if gpus is None else max(gpus) + 1 if isinstance(gpus, tuple) else gpus)
+    return need
+
+
 def _pair_score(topology: Topology, a: int, b: int) -> tuple[int, int]:
     label = topology.link(a, b).label
     return (0, 0) if label is None else (int(label.cls), label.nvlinks)  # unknown: the worst
@@ -115,6 +131,16 @@ class Placer:
         top = self._scores[fitting[0]]  # best-linked first
         equals = [gpus for gpus in fitting if self._scores[gpus] == top]
         return max(equals, key=lambda gpus: (-self._spoiled(gpus, free - set(gpus)), [-g for g in gpus]))
+
+    def reserve(self, open_: Iterable[int], free: Iterable[int]) -> tuple[int, ...] | None:
+        """The set a waiting test reserves among the GPUs no earlier waiter reserved (``open_``): the
+        meeting set with the most GPUs ``free`` now (it is served soonest), best-linked between those;
+        None when none fits there."""
+        open_, free = set(open_), set(free)
+        fitting = [gpus for gpus in self.meeting if open_.issuperset(gpus)]
+        if not fitting:
+            return None
+        return max(fitting, key=lambda gpus: (len(free.intersection(gpus)), self._scores[gpus], [-g for g in gpus]))
 
     def _spoiled(self, gpus: tuple[int, ...], rest: set[int]) -> int:
         """How good the links are that taking ``gpus`` denies the GPUs ``rest`` left free."""

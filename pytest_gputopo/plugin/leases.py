@@ -121,29 +121,60 @@ class Leases:
             pytest.fail(terminal(reason), pytrace=False)
         raise pytest.skip.Exception(terminal(reason), _use_item_location=True)
 
+    @pytest.hookimpl(trylast=True)  # after the plugin's own hook has read the markers
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list) -> None:
+        """Under xdist, the leased tests largest first (LPT: the tests holding most GPUs are handed out
+        first, the one-GPU tests fill the gaps at the end), each in a place a leased test held: the
+        other tests (health-check items first) keep theirs. Every worker collects the same order, as
+        xdist requires. A run without xdist runs one test at a time: its order is left as it is."""
+        if not hasattr(config, "workerinput"):
+            return
+        sizes = [placement.lease_size(r for r, _ in item.stash.get(self.reqs_key, ())) for item in items]
+        slots = [i for i, size in enumerate(sizes) if size]
+        ordered = sorted(slots, key=lambda i: -sizes[i])  # stable: equals keep their order
+        moved = [items[i] for i in ordered]
+        for slot, item in zip(slots, moved):
+            items[slot] = item
+
     def take(self, item: pytest.Item, placer: placement.Placer) -> Lease | None:
-        """The best free set that meets the item's markers, locked; waits for one (None past the timeout)."""
+        """The best free set that meets the item's markers, locked; waits for one (None past the
+        timeout). All or nothing: a set is taken whole or not at all, never held in part while
+        waiting (no deadlock). In turn: a test that waits reserves the set it waits for
+        (``gpu_locks.Ticket``), and a test that came later takes none of those GPUs, so a large set
+        is not starved by small tests taking its GPUs one by one; the GPUs no waiter reserved stay
+        free for the others."""
         allowed = self.allowed()[0]
         holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())
         deadline = time.monotonic() + self.timeout_s
-        while True:
-            free = [i for i, g in enumerate(allowed.gpus) if gpu_locks.holder(self.folder, g.uuid) is None]
-            chosen = placer.choose(free)
-            if chosen is not None:
-                locks = []
-                for i in chosen:
-                    lock = gpu_locks.GpuLock(self.folder, allowed.gpus[i].uuid)
-                    if not lock.take(holder):
-                        break
-                    locks.append(lock)
-                if len(locks) == len(chosen):
-                    view = allowed.restrict(chosen)
-                    return Lease(view.gpus, view, tuple(locks))
-                for lock in locks:  # another process was quicker: all or nothing, never hold and wait
-                    lock.release()
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(POLL_S)
+        ticket = None
+        try:
+            while True:
+                taken = gpu_locks.reserved_before(self.folder, ticket)
+                open_ = [i for i, g in enumerate(allowed.gpus) if g.uuid not in taken]
+                free = [i for i in open_ if gpu_locks.holder(self.folder, allowed.gpus[i].uuid) is None]
+                chosen = placer.choose(free)
+                if chosen is not None:
+                    locks = []
+                    for i in chosen:
+                        lock = gpu_locks.GpuLock(self.folder, allowed.gpus[i].uuid)
+                        if not lock.take(holder):
+                            break
+                        locks.append(lock)
+                    if len(locks) == len(chosen):
+                        view = allowed.restrict(chosen)
+                        return Lease(view.gpus, view, tuple(locks))
+                    for lock in locks:  # another process was quicker: all or nothing, never hold and wait
+                        lock.release()
+                if time.monotonic() > deadline:
+                    return None
+                if ticket is None:
+                    ticket = gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, time.time())
+                wanted = placer.reserve(open_, free)
+                ticket.reserve(() if wanted is None else (allowed.gpus[i].uuid for i in wanted))
+                time.sleep(POLL_S)
+        finally:
+            if ticket is not None:
+                ticket.close()
 
     def who_holds_what(self, placer: placement.Placer, requirements: tuple) -> str:
         allowed = self.allowed()[0]

@@ -125,3 +125,89 @@ def holder(folder: str, uuid: str) -> Holder | None | bool:
             return True
     finally:
         os.close(fd)
+
+
+# Waiting in turn: a test that finds no free set writes a ticket (its own file, flock'd, so that it
+# dies with its process as a lock does) naming the GPUs it reserves; a test that comes later may not
+# take those GPUs, so a large set is not starved by small tests that keep taking its GPUs one by one.
+TICKET_PREFIX = "wait-"
+STALE_TICKET_S = 60.0  # an unlocked ticket older than this is removed by whoever reads it
+
+
+class Waiter(NamedTuple):
+    pid: int
+    test: str
+    since: float  # time.time() when it began to wait: who came first is served first
+    reserved: tuple  # UUIDs of the GPUs it waits for
+
+    def before(self, other: "Waiter") -> bool:
+        return (self.since, self.pid) < (other.since, other.pid)
+
+
+class Ticket:
+    """This process's place in the queue while one of its tests waits for GPUs."""
+
+    def __init__(self, folder: str, pid: int, test: str, since: float):
+        self.path = os.path.join(folder, f"{TICKET_PREFIX}{pid}-{os.urandom(4).hex()}")  # unique across pid namespaces
+        self.me = Waiter(pid, test, since, None)
+        fd = _open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a new file of its own: nobody else holds it
+        self.fd: int | None = fd
+        self.reserve(())
+
+    def reserve(self, uuids) -> None:
+        """Say which GPUs this test waits for (written only when they change)."""
+        if tuple(uuids) == self.me.reserved:
+            return
+        self.me = self.me._replace(reserved=tuple(uuids))
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, json.dumps(self.me._asdict()).encode()[:MAX_HOLDER_BYTES], 0)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            os.close(self.fd)
+            self.fd = None
+
+
+def waiters(folder: str) -> list[tuple[str, Waiter]]:
+    """The tests waiting for GPUs now, with their tickets' paths (a ticket whose process is gone is
+    stale and left out)."""
+    found = []
+    for name in os.listdir(folder):
+        if not name.startswith(TICKET_PREFIX):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            fd = _open(path, os.O_RDONLY)
+        except OSError:  # gone meanwhile, or not this user's regular file (LockFolderError)
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                if time.time() - os.fstat(fd).st_mtime > STALE_TICKET_S:  # its process is gone: no reservation
+                    try:
+                        os.unlink(path)
+                    except OSError:  # another reader was first
+                        pass
+                continue  # (a young one may be being made: read it at the next poll)
+            except BlockingIOError:
+                pass
+            raw = json.loads(os.pread(fd, MAX_HOLDER_BYTES, 0) or b"null")
+            found.append((path, Waiter(int(raw["pid"]), str(raw["test"]), float(raw["since"]),
+                                       tuple(str(u) for u in raw["reserved"]))))
+        except (ValueError, TypeError, KeyError):
+            continue  # being written: read again at the next poll
+        finally:
+            os.close(fd)
+    return found
+
+
+def reserved_before(folder: str, ticket: Ticket | None) -> set[str]:
+    """The GPUs reserved by the tests waiting since before ``ticket``'s (by every waiting test, for a
+    test that does not wait yet): not for this test to take."""
+    return {u for path, w in waiters(folder)
+            if ticket is None or (path != ticket.path and w.before(ticket.me)) for u in w.reserved}
