@@ -6,9 +6,10 @@ plugin must never do that to the user's process; importing torch for its version
 a driver that hangs in an NVML call must not hang pytest: past the deadline the child's process group
 is killed and the run goes on with the reason.
 
-The child (``main``, given FACT...: ``nvml``, ``cuda``, ``torch``) prints one JSON line holding each fact asked: ``topology`` (NVML's, ``schema.to_dict``), ``cuda`` (CUDA's view,
-``CudaView.to_json``), ``torch`` (the versions torch was built with), and ``warnings``: an optional
-source that fails leaves its facts out and says why, never taking NVML's GPUs with it.
+The child (``main``, given FACT...: ``nvml``, ``cuda``, ``torch``) prints one JSON line holding each
+fact asked: ``topology`` (NVML's, ``schema.to_dict``), ``cuda`` (CUDA's view, ``CudaView.to_json``),
+``torch`` (the versions torch was built with), and ``warnings``: an optional source that fails leaves
+its facts out and says why, never taking NVML's GPUs with it.
 
 It is started on every run that asks, so it starts lean (``_argv``): without ``site`` and the working
 folder, importing only the plugin's modules it uses and ``pynvml``, from where this process finds them.
@@ -96,7 +97,7 @@ def _argv(asked: list) -> list[str]:
     this process does. Not -E (or -I): PYTHONHOME may be how this interpreter finds its standard
     library. torch needs its whole environment: a child asked for its versions starts as usual."""
     plugin, pynvml = _folder_of("pytest_gputopo"), _folder_of("pynvml") if model.NVML in asked else "-"
-    if model.TORCH in asked or not plugin or not pynvml:  # where this process finds no pynvml, let Python look
+    if model.TORCH in asked or not plugin or not pynvml:  # or a module this process cannot place: Python looks
         return [sys.executable, "-m", "pytest_gputopo.probe.host", *asked]
     return [sys.executable, "-S", "-P", "-c", _LEAN_START, plugin, pynvml, *asked]
 

@@ -17,9 +17,17 @@ With ``--here`` the same cases run on this host as it is (a real GPU host: its o
 and torch), and the figures are labelled measured on that host.
 
     python3 tools/perf/bench_gpu_host.py 10 --here
+
+``--only TEXT`` runs the cases whose name holds TEXT; ``--before DIR`` also times, interleaved in the
+same pairs, the plugin of another checkout (DIR holds its ``pytest_gputopo``, put first on
+PYTHONPATH), so that a change's before and after meet the same moments of a noisy machine:
+
+    git archive HEAD~1 pytest_gputopo | tar -x -C /tmp/before
+    .venv/bin/python tools/perf/bench_gpu_host.py 8 --only NVML --before /tmp/before
 """
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -47,13 +55,20 @@ CASES = {
 }
 
 
-def timed(args: list, cwd: Path, env: dict) -> float:
-    start = time.perf_counter()
+def timed(args: list, cwd: Path, env: dict) -> tuple[float, float]:
+    """(wall, CPU) seconds of one pytest run and its children: CPU time (user + system) moves less
+    than wall time where other work shares the cores."""
+    start, cpu = time.perf_counter(), _children_cpu()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    took = time.perf_counter() - start
+    took = time.perf_counter() - start, _children_cpu() - cpu
     if done.returncode != 0:
         raise SystemExit(f"pytest failed in {cwd}:\n{done.stdout[-2000:]}")
     return took
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def real_host() -> str:
@@ -62,7 +77,7 @@ def real_host() -> str:
     return "; ".join(smi.stdout.strip().splitlines()) or f"nvidia-smi answered {smi.returncode}"
 
 
-def main(pairs: int = 10, here: bool = False) -> None:
+def main(pairs: int = 10, here: bool = False, only: str = "", before: str | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ)
         if here:
@@ -76,23 +91,40 @@ def main(pairs: int = 10, here: bool = False) -> None:
             print(f"emulated GPU host (dgx-a100, torch import 2 s, cuInit 1.5 s), {pairs} paired runs per case "
                   f"[simulated host, measured on this machine]")
         env.pop("PYTHONDONTWRITEBYTECODE", None)
+        envs = {"with": env, "without": env}
+        if before:
+            envs["before"] = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [before, env.get("PYTHONPATH")]))}
         for case, (marked, extra) in CASES.items():
+            if only not in case:
+                continue
             suite = Path(tmp, "suite-" + str(abs(hash(case))))
             suite.mkdir()
             (suite / "test_plain.py").write_text(PLAIN)
             (suite / "test_marked.py").write_text(marked)
-            for _ in range(2):  # warm: bytecode, the file cache, and (repeat cases) this boot's record
-                timed(extra, suite, env)
-            added, alone = [], []
+            args = {"with": extra, "before": extra, "without": ["-p", "no:gputopo"]}
+            for name in envs:  # warm: bytecode, the file cache, and (repeat cases) this boot's record
+                for _ in range(2):
+                    timed(args[name], suite, envs[name])
+            took = {name: [] for name in envs}
             for i in range(pairs):
-                runs = [("with", extra), ("without", ["-p", "no:gputopo"])]
-                took = {name: timed(args, suite, env) for name, args in (runs if i % 2 else runs[::-1])}
-                added.append(took["with"] - took["without"])
-                alone.append(took["without"])
-            q1, med, q3 = statistics.quantiles(added, n=4)
-            print(f"  {case}: +{med * 1e3:.0f} ms (interquartile {q1 * 1e3:.0f} to {q3 * 1e3:.0f}; "
-                  f"pytest alone {statistics.median(alone) * 1e3:.0f} ms)")
+                for name in (list(envs) if i % 2 else list(envs)[::-1]):
+                    took[name].append(timed(args[name], suite, envs[name]))
+            for n, what in enumerate(("wall", "CPU")):
+                figures = {name: [t[n] for t in runs] for name, runs in took.items()}
+                print(f"  {case}, {what}: {_added(figures['with'], figures['without'])}; "
+                      + (f"before: {_added(figures['before'], figures['without'])}; " if before else "")
+                      + f"pytest alone {statistics.median(figures['without']) * 1e3:.0f} ms")
+
+
+def _added(runs: list, alone: list) -> str:
+    """The median of the paired differences, with their interquartile range."""
+    q1, med, q3 = statistics.quantiles([a - b for a, b in zip(runs, alone)], n=4)
+    return f"+{med * 1e3:.0f} ms (interquartile {q1 * 1e3:.0f} to {q3 * 1e3:.0f})"
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:2] if a.isdigit()), here="--here" in sys.argv)
+    def value(flag: str):
+        return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else None
+
+    main(*(int(a) for a in sys.argv[1:2] if a.isdigit()), here="--here" in sys.argv, only=value("--only") or "",
+         before=value("--before"))
