@@ -116,3 +116,38 @@ def test_a_hung_command_is_killed_at_its_deadline_with_its_children():
     assert time.monotonic() - start < 10
     assert ran.status is None and ran.outcome() == "timed out after 1 s: killed"
     assert gpu_report.run("absent", ["gputopo-no-such-tool"]).outcome() == "not installed"
+
+
+# -- G1: tests/gpu runs NVIDIA's tools where they are installed (issue 32) -------------------------
+
+def _reference_tools():
+    path = SCRIPT.parent.parent / "tests" / "gpu" / "test_reference_tools.py"
+    spec = importlib.util.spec_from_file_location("reference_tools", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_reference_tools_are_found_on_path_or_in_the_folder_and_missing_ones_are_named(tmp_path, monkeypatch):
+    """What dev/gpu-report's docstring and docs/benchmarks.md promise: tests/gpu runs all_reduce_perf and
+    nvbandwidth where they are on PATH or in $GPUTOPO_TOOLS, and skips naming the one missing and where
+    to put it."""
+    tools = _reference_tools()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv(tools.TOOLS_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match=r"all_reduce_perf is not installed: put it on PATH or in a "
+                                                    r"folder named by \$GPUTOPO_TOOLS \(build it from NVIDIA/nccl-tests\)"):
+        tools.tool("all_reduce_perf")
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    monkeypatch.setenv(tools.TOOLS_ENV, str(folder))
+    with pytest.raises(pytest.skip.Exception, match=rf"nvbandwidth is not installed: \$GPUTOPO_TOOLS={folder} has none"):
+        tools.tool("nvbandwidth")
+    (folder / "nvbandwidth").write_text("#!/bin/sh\n")
+    (folder / "nvbandwidth").chmod(0o755)
+    assert tools.tool("nvbandwidth") == str(folder / "nvbandwidth")
+    root = SCRIPT.parent.parent
+    assert "$GPUTOPO_TOOLS" in (root / "docs" / "benchmarks.md").read_text()
+    assert "test_reference_tools.py runs nvbandwidth and all_reduce_perf" in " ".join(SCRIPT.read_text().split())
+    for engine in ("run_all_reduce_perf", "parse_nvbandwidth"):  # through the project's own engines
+        assert engine in (root / "tests" / "gpu" / "test_reference_tools.py").read_text()
