@@ -151,3 +151,40 @@ def test_the_reference_tools_are_found_on_path_or_in_the_folder_and_missing_ones
     assert "test_reference_tools.py runs nvbandwidth and all_reduce_perf" in " ".join(SCRIPT.read_text().split())
     for engine in ("run_all_reduce_perf", "parse_nvbandwidth"):  # through the project's own engines
         assert engine in (root / "tests" / "gpu" / "test_reference_tools.py").read_text()
+
+
+# -- item 1: dev/gpu-check's steps of the GPU path (issue 32) -------------------------------------
+
+STEPS = SCRIPT.parent / "gpu-check-steps"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_nvml_here(), reason="this host has NVML: the steps would run, not skip")
+def test_gpu_check_steps_run_here_and_each_gpu_step_says_it_was_skipped_and_why(tmp_path):
+    done = subprocess.run([sys.executable, str(STEPS), "-o", str(tmp_path / "check.md"), "--captures",
+                           str(tmp_path / "captures"), "--budget", "120"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = (tmp_path / "check.md").read_text()
+    no_gpu = "skipped: no GPU on this host: NVML library not found"
+    for step in [f"numbering, CUDA_VISIBLE_DEVICES {v} |" for v in ("unset", "0", "full UUID", "UUID prefix", "0,-1",
+                                                                      "empty", "99", "MIG id", "1,0")] + [
+            "CUDA fails", "boot record", "PCIe generation and width", "all-reduce with injected wrong data must fail"]:
+        (row,) = [line for line in report.splitlines() if line.startswith(f"| {step}")]
+        assert no_gpu in row, row
+    (tools,) = [line for line in report.splitlines() if "test_reference_tools.py" in line and line.startswith("| ")]
+    assert "| passed |" in tools  # its tests skip themselves, each saying why
+    assert "SKIPPED" in (tmp_path / "captures").joinpath(tools.split("`captures/")[1].split("`")[0]).read_text()
+
+
+def test_gpu_check_steps_skip_what_the_budget_cannot_hold(tmp_path, monkeypatch):
+    steps = importlib.util.module_from_spec(importlib.util.spec_from_loader(
+        "gpu_check_steps", importlib.machinery.SourceFileLoader("gpu_check_steps", str(STEPS))))
+    steps.__spec__.loader.exec_module(steps)
+    monkeypatch.setattr(steps, "host_facts", lambda: (["GPU-a", "GPU-b"], None, []))
+    ran = []
+    monkeypatch.setattr(steps, "run", lambda argv, timeout_s, env=None, cwd=None: ran.append(argv) or (0, "ok"))
+    assert steps.main(["-o", str(tmp_path / "c.md"), "--captures", str(tmp_path / "cap"), "--budget", "0"]) == 0
+    report = (tmp_path / "c.md").read_text()
+    assert not ran and report.count("| skipped: ") == 14  # every step, none run
+    assert report.count("skipped: the budget of 0 s is spent") >= 12
+    assert "| numbering, CUDA_VISIBLE_DEVICES MIG id | skipped: no MIG device" in report
