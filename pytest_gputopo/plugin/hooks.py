@@ -286,16 +286,16 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     run.machine.leave = markers.registered_by_others(config.getini("markers"), markers.registration_lines())
     marked, errors = markers.read_markers(items, frozenset(run.machine.leave))
     for item, found in marked:
-        item.stash[ITEM_REQS] = found
-    if errors:
         from ..core.requirements import RanksRequirement  # loaded already: the marks were read with it
 
-        raise pytest.UsageError("bad gputopo marker arguments:\n  " + "\n  ".join(errors))
+        item.stash[ITEM_REQS] = found
         ranks = [r for r, _ in found if isinstance(r, RanksRequirement)]
         if len(ranks) > 1:
             errors.append(f"{item.nodeid}: @pytest.mark.ranks: {len(ranks)} marks on one test; give it one")
         elif ranks:
             item.stash[RANKS_TEST] = ranks[0]
+    if errors:
+        raise pytest.UsageError("bad gputopo marker arguments:\n  " + "\n  ".join(errors))
     level = run.settings.check
     if level is not None:  # the health check first: a degraded node says so before the user's suite runs
         from .checks import check_items
@@ -347,8 +347,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     reporter.say_recorded(item, recorded)
 
 
-def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
-    """A test that passed on figures recorded for the machine says so in its own line (-v, -rA)."""
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """A ``ranks(n)`` test's body runs as its n ranks (``ranks_run``), not in this process."""
@@ -361,6 +359,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     return True
 
 
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    """A test that passed on figures recorded for the machine says so in its own line (-v, -rA)."""
     return reporter.recorded_status(report)
 
 
