@@ -69,6 +69,23 @@ def test_a_fleet_document_under_any_name_is_set_aside_by_what_it_says_it_is(docs
     assert "- set aside: " in (tmp_path / "summary.md").read_text()
 
 
+def test_a_large_fleets_own_document_over_the_bound_is_set_aside_by_how_it_starts(docs, tmp_path, capsys):
+    """A fleet of tens of thousands of nodes writes a JSON larger than a node's bound: it is still the
+    fleet's own (its schema and kind come first), set aside unread, not an error."""
+    fleet(capsys, docs, "--json", tmp_path / "fleet.json")
+    start = (tmp_path / "fleet.json").read_text()[:60]
+    assert start.startswith('{\n "schema": 1,\n "kind": "gputopo fleet",')
+    for name, text in (("big-fleet.json", start), ("big-old-fleet.json", '{"schema": 1, "healthy": false, "named": ['),
+                       ("big-node.json", '{"schema": 1, "source": "NVML", "topology": {')):
+        with open(docs / name, "w") as handle:
+            handle.write(text)
+            handle.truncate(limits.MAX_DOCUMENT_BYTES + 1)
+    read = read_nodes([str(docs)])
+    assert sorted(read.set_aside) == [(str(docs / "big-fleet.json"), fleet_documents.FLEET_DOCUMENT),
+                                      (str(docs / "big-old-fleet.json"), fleet_documents.FLEET_DOCUMENT)]
+    assert read.unread == [(str(docs / "big-node.json"), "larger than 16 MiB, the most gputopo fleet reads of one document")]
+
+
 def test_a_link_inside_a_folder_is_neither_followed_nor_read(docs, tmp_path, capsys):
     """docs/fleet.md: inside a folder a link is not followed and not read, whatever it leads to (another
     node's document, a FIFO, a device, a folder); each is listed as set aside, which is no error."""

@@ -12,6 +12,7 @@ set aside, not read as a node's: a second run over a folder the first wrote into
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 
@@ -58,6 +59,10 @@ class Listing:
 
 
 LINK_IN_FOLDER = "a symbolic link inside a folder: not followed (name the file it leads to, to read it)"
+FLEET_DOCUMENT = "a fleet view's own document (gputopo fleet --json): not a node's"
+# How gputopo fleet --json starts (render.fleet.document: its schema, then its kind; before it said its
+# kind, its schema, then "healthy", which no node's document has there)
+_FLEET_START = re.compile(r'\{\s*"schema":\s*1,\s*("kind":\s*"gputopo fleet"|"healthy":)')
 OWN_OUTPUT = "an output of this gputopo fleet ({flags}): not a node's document"
 
 
@@ -189,15 +194,21 @@ def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
     """The nodes a document describes (a run across nodes lists each); ValueError naming what is wrong,
     OSError where it is no regular file of at most ``limits.MAX_DOCUMENT_BYTES`` (``follow=False``: or a
     link), SetAside where it is the fleet view's own document."""
-    text = files.read_text(path, limits.MAX_DOCUMENT_BYTES, follow=follow,
-                           bound="the most gputopo fleet reads of one document")
+    try:
+        text = files.read_text(path, limits.MAX_DOCUMENT_BYTES, follow=follow,
+                               bound="the most gputopo fleet reads of one document")
+    except OSError as exc:
+        if str(exc.strerror).startswith("larger than") and _FLEET_START.match(
+                files.read_text(path, 256, follow=follow, head=True)):
+            raise SetAside(FLEET_DOCUMENT) from None  # a large fleet's own, by how it starts: not read
+        raise
     _countable(text)
     doc = read_json(text, path)
     del text
     if not isinstance(doc, dict):
         raise ValueError("not a gputopo document (a JSON object)")
     if _is_fleet_document(doc):
-        raise SetAside("a fleet view's own document (gputopo fleet --json): not a node's")
+        raise SetAside(FLEET_DOCUMENT)
     if "name" in doc and "measurements" not in doc:  # a recorded profile (gputopo record)
         topology = parse_profile(doc, path).topology
         return [node_of(topology, name=topology.hostname or doc["name"], path=path, identified=False,

@@ -392,11 +392,11 @@ def _split_findings(splits: list) -> list[Finding]:
 
 def _judge_class(cls: str, figures: dict[str, list], findings: list, medians: dict, unjudged: list,
                  splits: list) -> None:
-    """``figures``: node -> its (what, GB/s) of the class."""
+    """``figures``: node -> its figures of the class (``fleet_facts.Figure``)."""
     if len(figures) < MIN_FIGURE_PEERS:
         unjudged.append(f"{cls}: figures from {counted(len(figures), 'node')}; {MIN_FIGURE_PEERS} needed")
         return
-    values = [gbps for items in figures.values() for _, gbps in items]
+    values = [fig.gbps for items in figures.values() for fig in items]
     median = statistics.median(values)
     if median <= 0:
         unjudged.append(f"{cls}: the group's median is 0 GB/s")
@@ -405,7 +405,7 @@ def _judge_class(cls: str, figures: dict[str, list], findings: list, medians: di
     drop = min(max(SPREAD_K * sigma / median, MIN_DROP), MAX_DROP)
     medians[cls] = (median, drop, len(figures))
     for node, items in figures.items():
-        low = sorted((gbps, what) for what, gbps in items if gbps < median * (1 - drop))
+        low = sorted((fig.gbps, fig.what) for fig in items if fig.gbps < median * (1 - drop))
         if low:
             gbps, what = low[0]
             also = (f" ({len(low)} of its {len(items)} figures of the class {'is' if len(low) == 1 else 'are'}, "
@@ -414,7 +414,7 @@ def _judge_class(cls: str, figures: dict[str, list], findings: list, medians: di
             findings.append(Finding("figure", cls, f"{what}: {gbps:.1f} GB/s, {1 - gbps / median:.0%} under the "
                                     f"median of {counted(len(figures), 'node')} ({median:.1f} GB/s; their spread "
                                     f"allows {drop:.0%}){also}", node, column=cls, items=(cls,)))
-    above = [node for node, items in figures.items() if statistics.median(g for _, g in items) > median * (1 + drop)]
+    above = [node for node, items in figures.items() if statistics.median(f.gbps for f in items) > median * (1 + drop)]
     if len(above) >= max(2, 0.1 * len(figures)):
         rest = tuple(n for n in figures if n not in above)
         findings.append(Finding(SPLIT, cls, f"{cls}: {counted(len(above), 'node')} ({_listed(above)}) measure over "
@@ -453,7 +453,7 @@ def judge_group(kind: str, nodes: list[Node]) -> Group:
         for n in nodes:
             for fig in n.figures:
                 if fig.what not in explained[n.name]:  # a figure under its floor is a fault already
-                    by_class[fig.cls][n.name].append((fig.what, fig.gbps))
+                    by_class[fig.cls][n.name].append(fig)  # the node's own Figure: no copy per node (scale)
         for cls, figures in by_class.items():
             _judge_class(cls, figures, peer, medians, unjudged, splits)
     by_node: dict[str, list[Finding]] = {}

@@ -16,14 +16,15 @@ MAX_INPUT_BYTES = 64 * 2**20  # 64 MiB: far above any profile, nvidia-smi output
 
 
 def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True,
-              bound: str = "the most this tool reads") -> str:
+              bound: str = "the most this tool reads", head: bool = False) -> str:
     """The text of a regular file of at most ``limit`` bytes. Anything else -- a FIFO or a device
     (which would block, never end, or act when opened: a tape rewinds), a folder, a symlink loop, a
     file too large -- is an ``OSError`` whose message says what the path is, and nothing but a regular
     file is ever opened: the path is looked at first, then opened without waiting, and what was opened
     must be what was looked at. ``follow=False``: a symlink is refused, not followed (a file found in a
     folder of other people's files, where a link may lead anywhere). ``bound`` says what ``limit`` is in
-    the refusal of a file too large ("larger than 16 MiB, the most gputopo fleet reads of one document")."""
+    the refusal of a file too large ("larger than 16 MiB, the most gputopo fleet reads of one document").
+    ``head=True``: its first ``limit`` bytes, however large the file (what a file says it is)."""
     import stat
 
     try:
@@ -35,7 +36,7 @@ def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True,
     if not stat.S_ISREG(seen.st_mode):
         raise OSError(0, f"not a regular file: it is {_what_is(seen.st_mode)}")
     too_large = OSError(0, f"larger than {_size_text(limit)}, {bound}")
-    if seen.st_size > limit:
+    if seen.st_size > limit and not head:
         raise too_large
     # O_NONBLOCK: a FIFO put in its place meanwhile must not wait for a writer; O_NOFOLLOW: nor a link
     flags = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
@@ -49,7 +50,7 @@ def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True,
         os.close(fd)
         raise OSError(0, "replaced while being opened: read it again")
     with os.fdopen(fd, "rb") as handle:
-        data = handle.read(limit + 1)
+        data = handle.read(limit if head else limit + 1)
     if len(data) > limit:
         raise too_large
     return data.decode("utf-8", errors="replace")
