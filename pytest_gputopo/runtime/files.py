@@ -84,13 +84,19 @@ def write_text(path: str, text: str) -> None:
       whole, several times in a run, and a FIFO with no reader would stop the run: it is never
       streamed, and nothing that is not a regular file is ever renamed over.
     """
-    import tempfile
-
     target, through = _target(path)
     if through:
         _write_through(target, text)
         return
-    fd, temp = tempfile.mkstemp(prefix=".gputopo-", dir=os.path.dirname(target))
+    _replace(target, text)
+
+
+def _replace(target: str, text: str) -> None:
+    """``text`` into a temporary file beside ``target``, renamed over it: the path holds the old file
+    or the new one, never half of one."""
+    import tempfile
+
+    fd, temp = tempfile.mkstemp(prefix=".gputopo-", dir=os.path.dirname(target) or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -113,7 +119,6 @@ def write_named(folder: str, name: str, text: str) -> str:
     never written through. Returns the path written; an ``OSError`` says why it was refused."""
     import errno
     import stat
-    import tempfile
 
     if not name or name in (".", "..") or os.sep in name or (os.altsep and os.altsep in name):
         raise OSError(errno.EINVAL, f"{name!r}: not a file name")
@@ -125,18 +130,7 @@ def write_named(folder: str, name: str, text: str) -> str:
     if found is not None and not stat.S_ISREG(found.st_mode):
         what = "a symlink" if stat.S_ISLNK(found.st_mode) else _kind(found.st_mode)
         raise OSError(errno.EINVAL, f"{path}: it is {what}: only a regular file is replaced here")
-    fd, temp = tempfile.mkstemp(prefix=".gputopo-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(temp, 0o666 & ~_umask())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
+    _replace(path, text)
     return path
 
 
