@@ -240,3 +240,17 @@ def test_what_the_fleet_reads_of_a_measurement_is_checked_naming_the_field(docs,
     assert why["error.json"].startswith("measurements[2].error: ")
     assert "not valid JSON" in why["inf.json"]
     assert len(read.nodes) == 4
+
+
+def test_a_node_of_more_gpus_than_any_host_shows_is_refused_before_its_schema_is_read(docs):
+    """A node's facts grow with its pairs: 400 GPUs in a document under every other bound would keep 60 MB
+    for one node. Refused naming the count and the bound; the others are still judged."""
+    doc = json.loads((docs / "node00000.json").read_text())
+    gpu = doc["topology"]["gpus"][0]
+    doc["topology"]["gpus"] = [dict(gpu, index=i, uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000")
+                               for i in range(limits.MAX_FLEET_NODE_GPUS + 1)]
+    (docs / "wide.json").write_text(json.dumps(doc))
+    read = read_nodes([str(docs)])
+    assert read.unread == [(str(docs / "wide.json"), "topology.gpus: 65 GPUs, more than the 64 gputopo fleet "
+                                                     "compares in one node")]
+    assert len(read.nodes) == 4

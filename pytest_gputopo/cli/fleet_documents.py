@@ -161,6 +161,15 @@ def _countable(text: str) -> None:
                          "gputopo writes")
 
 
+def _few_gpus(topology, where: str) -> None:
+    """Refuse, before its schema is read, a topology of more GPUs than a fleet's node has (a node's facts
+    grow with its pairs: 400 GPUs would be 160,000 facts, 60 MB kept for one node)."""
+    gpus = topology.get("gpus") if isinstance(topology, dict) else None
+    if isinstance(gpus, list) and len(gpus) > limits.MAX_FLEET_NODE_GPUS:
+        raise ValueError(f"{where}.gpus: {len(gpus):,} GPUs, more than the {limits.MAX_FLEET_NODE_GPUS} gputopo "
+                         "fleet compares in one node")
+
+
 def _is_fleet_document(doc: dict) -> bool:
     """The fleet view's own document: its kind, or (written before it said its kind) its shape."""
     return doc.get("kind") == FLEET_KIND or ("topology" not in doc and "groups" in doc and "not_read" in doc)
@@ -209,6 +218,7 @@ def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
         raise ValueError("not a gputopo document (a JSON object)")
     if _is_fleet_document(doc):
         raise SetAside(FLEET_DOCUMENT)
+    _few_gpus(doc.get("topology"), "topology")
     if "name" in doc and "measurements" not in doc:  # a recorded profile (gputopo record)
         topology = parse_profile(doc, path).topology
         return [node_of(topology, name=topology.hostname or doc["name"], path=path, identified=False,
@@ -227,8 +237,10 @@ def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
     across = doc.get("nodes") or []
     if len(across) > 1:  # a run under a launcher: each node's facts; its figures are the run's, no node's
         notes += (f"one of the {len(across)} nodes of a run: its figures are the run's, not compared",)
-        tops = [schema.from_dict(n.get("topology") if isinstance(n, dict) else None, f"nodes[{i}].topology")
-                for i, n in enumerate(across)]
+        tops = []
+        for i, n in enumerate(across):
+            _few_gpus(n.get("topology") if isinstance(n, dict) else None, f"nodes[{i}].topology")
+            tops.append(schema.from_dict(n.get("topology") if isinstance(n, dict) else None, f"nodes[{i}].topology"))
         return [node_of(t, name=t.hostname or f"{path}#{i}", path=path, when=doc.get("written"), notes=notes,
                         identified=own) for i, t in enumerate(tops)]
     name = topology.hostname or os.path.splitext(os.path.basename(path))[0]

@@ -30,6 +30,9 @@ MAX_CPUS = 65536  # Linux NR_CPUS tops out at 8192 (CONFIG_MAXSMP)
 MAX_DOCUMENT_BYTES = 16 * 2**20
 MAX_DOCUMENT_VALUES = 1_000_000  # separators (","), counted before parsing: 16 MiB of figures has 700,000
 MAX_DOCUMENT_CONTAINERS = 200_000  # "{" and "[", counted before parsing
+# GPUs of one node gputopo fleet compares: four times the most one host shows today (16: DGX-2, HGX-2);
+# a node's facts grow with its pairs (64 GPUs: 2,016 pairs, about 0.6 MB kept; 8 GPUs: 19 KB)
+MAX_FLEET_NODE_GPUS = 64
 
 
 _SHORT = reprlib.Repr()
