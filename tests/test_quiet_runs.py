@@ -12,7 +12,6 @@ the one a user's shell gives it.
 """
 
 import os
-import time
 
 import pytest
 from conftest import launcher_port
@@ -97,7 +96,10 @@ WARNING = ("gputopo warning: a launcher's variables say this is rank 0 of 2, but
            "this process is judged alone")
 LEFT_TO_PROJECT = ("gputopo: requires_gpus registered by this project (ini file or conftest): those marks are "
                    "the project's own, and gputopo does not read them")
-RANK_TIMEOUT_S = 10  # bounds a run that would wait for its peer (a regression) well below the default 120 s
+# A run that waited for its peer (a regression) would end after this with "gputopo: the ranks cannot
+# agree" and the plugin's own exit status, which the outcome and output assertions catch: no test
+# here times the run (a loaded machine takes its time; waiting is what is asserted against).
+RANK_TIMEOUT_S = 3
 
 
 @pytest.fixture(autouse=True)
@@ -132,15 +134,12 @@ def test_a_launchers_variables_leave_a_run_without_gputopo_marks_alone(pytester,
     set_launch(monkeypatch, launcher)
     pytester.makepyfile(test_plain=PLAIN_SUITE)
 
-    start = time.monotonic()
     result = pytester.runpytest_subprocess("--gputopo-rank-timeout", str(RANK_TIMEOUT_S))
-    elapsed = time.monotonic() - start
     without = pytester.runpytest_subprocess("-p", "no:gputopo")
 
     result.assert_outcomes(passed=5, failed=1, skipped=1, xfailed=1)
     assert result.parseoutcomes() == without.parseoutcomes()
     assert result.ret == without.ret == pytest.ExitCode.TESTS_FAILED
-    assert elapsed < RANK_TIMEOUT_S, f"the run took {elapsed:.1f} s: it waited for a rank"
     assert gputopo_lines(result) == []
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
