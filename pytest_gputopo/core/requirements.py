@@ -89,6 +89,31 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Outcome:
+    """A requirement's verdict for the run, the same on every rank (``plugin.verdicts.evaluate``, kept
+    in the run's state): ``reason`` None when met; ``broken`` when a benchmark returned wrong data (a
+    broken node: a failure even when not strict); ``recorded``, of a met one, the figures recorded for
+    the machine (not measured here) it rests on, in words ("" when none); ``unknown``, of an unmet one,
+    that it is unmet only for facts no source reported (``Verdict.unknown``): never met, and never said
+    to fall short."""
+
+    reason: str | None
+    broken: bool = False
+    recorded: str = ""
+    causes: tuple[str, ...] = ()  # of an unmet one judged on the topology: a GPU or the machine (``core.causes``)
+    unknown: bool = False
+
+    @property
+    def word(self) -> str:
+        """The verdict in one word, as the JSON report's ``verdicts`` and a plan write it: met, broken,
+        unknown (unmet only for facts no source reported, or figures nothing says what they should
+        reach) or unmet (known to fall short)."""
+        if self.reason is None:
+            return "met"
+        return "broken" if self.broken else "unknown" if self.unknown else "unmet"
+
+
+@dataclass(frozen=True)
 class Requirement:
     """Base: ``gpus`` names the GPUs the test uses (a number, a list of indices, or None: all visible)."""
 

@@ -1,4 +1,5 @@
-"""Which transport NCCL should use between every GPU pair, and a name for each silent fallback.
+"""Which transport NCCL should use between every GPU pair, and a name for each silent fallback; a
+run's view of both (``NcclView``: NCCL's own log where its run connected a pair, else the prediction).
 
 NCCL picks P2P, SHM or the network for a pair of GPUs on one host from the topology it detects, its
 ``NCCL_*`` settings (environment first, then ``NCCL_CONF_FILE`` or ``~/.nccl.conf``, then
@@ -44,7 +45,7 @@ from .nccl_settings import PATH_TYPES, NcclSettings
 
 __all__ = [
     "Expectation", "Fallback", "default_p2p_level", "link_path", "expected_transports", "find_fallbacks",
-    "fallback_summary",
+    "fallback_summary", "NcclView",
 ]
 
 _ORDER = {name: i for i, name in enumerate(PATH_TYPES)}
@@ -434,3 +435,46 @@ def fallback_summary(fallbacks: Sequence[Fallback]) -> str:
     if others:
         line += f"; {others} more pair{'s' if others > 1 else ''}"
     return line
+
+
+# ------------------------------------------------------------------------------------- the view
+
+
+class NcclView:
+    """NCCL's transport for each GPU pair, and its fallbacks: by its own log where its run connected
+    the pair, else predicted (``pairs`` says which)."""
+
+    def __init__(self, topology: Topology, settings, expectations: list, account: dict | None, origin: str,
+                 observed: bool = False):
+        self.topology, self.settings, self.expectations = topology, settings, expectations
+        self.account = account  # NCCL's log of a run, when one could be had
+        self.origin = origin  # in words, for reasons
+        self.observed = observed  # NCCL's own account was asked for (had or not): never ask twice
+
+    def pairs(self) -> dict:
+        """(a, b) -> (transports, why): NCCL's own for the pairs its run connected; the prediction,
+        said to be one, for the others (a ring or tree connects neighbours only, and NCCL >= 2.22
+        connects lazily per algorithm: an unconnected pair is not a pair without a transport)."""
+        connected = (self.account or {}).get("pairs") or {}
+        out = {}
+        for e in self.expectations:
+            used = connected.get(f"{e.a}-{e.b}")
+            if used:
+                out[(e.a, e.b)] = (set(used), f"used {', '.join(used)} (NCCL's log)")
+            elif connected:
+                out[(e.a, e.b)] = ({e.transport}, f"would use {e.transport}: {e.reason} "
+                                                  f"(predicted: NCCL's run did not connect this pair)")
+            else:
+                out[(e.a, e.b)] = ({e.transport}, f"would use {e.transport}: {e.reason}")
+        return out
+
+    def fallbacks(self, measured_p2p: dict | None = None) -> list:
+        observed = {pair: transports for pair, (transports, _) in self.pairs().items()}
+        return find_fallbacks(self.expectations, observed, self.settings, measured_p2p)
+
+    def account_line(self) -> str | None:
+        """For the summary: what NCCL itself used (across nodes under torchrun), when it ran."""
+        if self.account is None:
+            return None
+        gdr = "on" if self.account["gdrdma"] else "off"
+        return f"gputopo NCCL used {', '.join(self.account['transports']) or 'no transport'} (GPUDirect RDMA {gdr}) [NCCL's own log]"

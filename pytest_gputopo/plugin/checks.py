@@ -15,8 +15,7 @@ from ..core.model import P2PStatus, Topology
 from ..core.nvlinks import nvlink_lost
 from ..render import report
 from . import measurements, verdicts
-from .check_report import FINDING_PROPERTY, NODEID, WHY_PROPERTY
-from .reporter import CHECK_PROPERTY
+from .check_report import CHECK_PROPERTY, FINDING_PROPERTY, NODEID, WHY_PROPERTY
 from .run import GputopoRun, run_of
 
 

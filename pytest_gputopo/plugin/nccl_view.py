@@ -1,57 +1,17 @@
 """The run's view of NCCL: what it should do, predicted from its settings and NVML, and, on GPUs,
 what it did (its own log of a small run, once per run, like any benchmark); kept in the run's
-state once taken. Glue: rules from ``nccl``, NCCL's run from the benchmark suite (``measurements``)."""
+state once taken. Glue: rules and the view itself (``nccl.expect.NcclView``) from ``nccl``, NCCL's run
+from the benchmark suite (``measurements``)."""
 
 from __future__ import annotations
 
 from ..bench.suite import PLANNED
 from ..core import keys
-from ..core.model import Topology
-from ..nccl.expect import expected_transports, fallback_summary, find_fallbacks
+from ..nccl.expect import NcclView, expected_transports, fallback_summary
 from ..nccl.nccl_settings import read_settings
 from ..runtime import environ
 from .measurements import suite
 from .run import GputopoRun
-
-
-class NcclView:
-    """NCCL's transport for each GPU pair, and its fallbacks: by its own log where its run connected
-    the pair, else predicted (``pairs`` says which)."""
-
-    def __init__(self, topology: Topology, settings, expectations: list, account: dict | None, origin: str,
-                 observed: bool = False):
-        self.topology, self.settings, self.expectations = topology, settings, expectations
-        self.account = account  # NCCL's log of a run, when one could be had
-        self.origin = origin  # in words, for reasons
-        self.observed = observed  # NCCL's own account was asked for (had or not): never ask twice
-
-    def pairs(self) -> dict:
-        """(a, b) -> (transports, why): NCCL's own for the pairs its run connected; the prediction,
-        said to be one, for the others (a ring or tree connects neighbours only, and NCCL >= 2.22
-        connects lazily per algorithm: an unconnected pair is not a pair without a transport)."""
-        connected = (self.account or {}).get("pairs") or {}
-        out = {}
-        for e in self.expectations:
-            used = connected.get(f"{e.a}-{e.b}")
-            if used:
-                out[(e.a, e.b)] = (set(used), f"used {', '.join(used)} (NCCL's log)")
-            elif connected:
-                out[(e.a, e.b)] = ({e.transport}, f"would use {e.transport}: {e.reason} "
-                                                  f"(predicted: NCCL's run did not connect this pair)")
-            else:
-                out[(e.a, e.b)] = ({e.transport}, f"would use {e.transport}: {e.reason}")
-        return out
-
-    def fallbacks(self, measured_p2p: dict | None = None) -> list:
-        observed = {pair: transports for pair, (transports, _) in self.pairs().items()}
-        return find_fallbacks(self.expectations, observed, self.settings, measured_p2p)
-
-    def account_line(self) -> str | None:
-        """For the summary: what NCCL itself used (across nodes under torchrun), when it ran."""
-        if self.account is None:
-            return None
-        gdr = "on" if self.account["gdrdma"] else "off"
-        return f"gputopo NCCL used {', '.join(self.account['transports']) or 'no transport'} (GPUDirect RDMA {gdr}) [NCCL's own log]"
 
 
 def nccl_view(run: GputopoRun, observe: bool = False) -> NcclView:

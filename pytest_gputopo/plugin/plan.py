@@ -40,7 +40,7 @@ class Entry(NamedTuple):
     reason: str
     requirement: str | None = None  # the requirement that decides (None: the test runs)
     measure: tuple[str, ...] = ()  # what would be measured before a verdict (UNKNOWN)
-    # The deciding requirement's own verdict (``verdicts.Outcome.word``): unmet, unknown (no source
+    # The deciding requirement's own verdict (``requirements.Outcome.word``): unmet, unknown (no source
     # reported a fact it needs, or it waits for a measurement), broken; None where the test runs.
     requirement_verdict: str | None = None
 

@@ -14,8 +14,8 @@ from ..runtime import files
 from .run import GputopoRun, run_of
 
 # What travels in user_properties, so that it reaches the controller (and JUnit XML) from xdist
-# workers too: a health-check item's outcome, and a test's own measurement (``gputopo_bench``).
-CHECK_PROPERTY = "gputopo_check"
+# workers too: a test's own measurement (``gputopo_bench``); a health-check item's outcome is
+# ``check_report.CHECK_PROPERTY``, beside the check's other properties.
 OWN_PROPERTY = "gputopo_test_measurement"
 UNMET_PROPERTY = "gputopo_unmet"  # the requirement a test did not run for
 CAUSE_PROPERTY = "gputopo_cause"  # what made it unmet, where one GPU or the machine did (``core.causes``)
@@ -78,7 +78,7 @@ def say_recorded(item: pytest.Item, recorded: list[str]) -> None:
     item.add_report_section("setup", "gputopo", "\n".join(terminal(note) for note in recorded))
 
 
-UNKNOWN = "unknown"  # a requirement's verdict in the report when not judged (``verdicts.Outcome.word``: the others)
+UNKNOWN = "unknown"  # a requirement's verdict in the report when not judged (``requirements.Outcome.word``: the others)
 
 
 def say_verdicts(run: GputopoRun, item: pytest.Item, found: list, stop: int) -> None:
@@ -258,6 +258,7 @@ def report_document(run: GputopoRun) -> dict:
 
     from ..bench.suite import SharedFolder
     from ..runtime.software import software
+    from .check_report import CHECK_PROPERTY, document_causes
     from .verdicts import judgement_of
 
     suite = run.state.suite
@@ -279,8 +280,6 @@ def report_document(run: GputopoRun) -> dict:
     document["gate_causes"] = [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)}
                                for c in run.state.gate_causes]  # the same, cause by cause
     if run.settings.check is not None:  # the failed check items by cause (check_report.check_causes)
-        from .check_report import document_causes
-
         document["check_causes"] = document_causes(run.config)
     document["nccl"] = _nccl(run)
     document["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -369,9 +368,6 @@ def write_github_summary(run: GputopoRun, write_line) -> None:
         write_line(f"ERROR: GITHUB_STEP_SUMMARY: cannot append to {path}: {exc.strerror or exc}")
 
 
-_KNOWN = (CHECK_PROPERTY, OWN_PROPERTY, UNMET_PROPERTY, RANKS_PROPERTY)  # what a report of a test adds to the document
-
-
 class JsonProgress:
     """Registered when --gputopo-json or --gputopo-html is given (never on xdist workers): the
     partial report after each report the controller receives that changes what is known -- one
@@ -380,7 +376,11 @@ class JsonProgress:
     reporter (whose stats the document is read from) has the report already."""
 
     def __init__(self, config: pytest.Config) -> None:
+        from .check_report import CHECK_PROPERTY
+
         self.config = config
+        # What a report of a test adds to the document.
+        self.properties = (CHECK_PROPERTY, OWN_PROPERTY, UNMET_PROPERTY, RANKS_PROPERTY)
         self.known: set = set()  # (test, property, value) already written (a test's later phases repeat them)
 
     @pytest.hookimpl(trylast=True)
@@ -391,7 +391,7 @@ class JsonProgress:
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         new = {(report.nodeid, key, str(value)) for key, value in getattr(report, "user_properties", ())
-               if key in _KNOWN} - self.known
+               if key in self.properties} - self.known
         self.known |= new
         changed = bool(new)
         if changed or report.when == "teardown":

@@ -18,9 +18,8 @@ if TYPE_CHECKING:  # annotations only: these load when the run first needs them,
     from ..bench.suite import BenchSuite
     from ..core.causes import Cause
     from ..core.model import Topology
-    from ..core.requirements import Requirement
-    from .nccl_view import NcclView
-    from .verdicts import Outcome
+    from ..core.requirements import Outcome, Requirement
+    from ..nccl.expect import NcclView
 
 # Exit status of a run stopped by --gputopo-require or --gputopo-expect (pytest uses 0-5).
 GATE_EXIT_STATUS = 8

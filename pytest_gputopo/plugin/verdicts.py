@@ -11,12 +11,12 @@ are judged.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from ..core import requirements as reqs
 from ..core import judgement, keys
 from ..core.expressions import parse_expression
 from ..core.judgement import MET, Judgement, Measured, Threshold
+from ..core.requirements import Outcome
 from ..core.causes import MACHINE, Finding, Group, causes
 from ..core.regressions import compared
 from ..probe import MachineError, reference
@@ -25,30 +25,6 @@ from ..runtime import environ
 from . import measurements
 from .nccl_view import nccl_view
 from .run import GputopoRun
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A requirement's verdict for the run: ``reason`` None when met; ``broken`` when a benchmark
-    returned wrong data (a broken node: a failure even when not strict); ``recorded``, of a met one,
-    the figures recorded for the machine (not measured here) it rests on, in words ("" when none);
-    ``unknown``, of an unmet one, that it is unmet only for facts no source reported
-    (``requirements.Verdict.unknown``): never met, and never said to fall short."""
-
-    reason: str | None
-    broken: bool = False
-    recorded: str = ""
-    causes: tuple[str, ...] = ()  # of an unmet one judged on the topology: a GPU or the machine (``core.causes``)
-    unknown: bool = False
-
-    @property
-    def word(self) -> str:
-        """The verdict in one word, as the JSON report's ``verdicts`` and a plan write it: met, broken,
-        unknown (unmet only for facts no source reported, or figures nothing says what they should
-        reach) or unmet (known to fall short)."""
-        if self.reason is None:
-            return "met"
-        return "broken" if self.broken else "unknown" if self.unknown else "unmet"
 
 
 # What a test's gputopo requirements make of it: ``hooks.pytest_runtest_setup`` acts on it, a plan
