@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from hypothesis import HealthCheck, settings
 
 import loopback
@@ -119,8 +118,8 @@ def _loopback_only():
 
 # pytester's in-process runs drop the modules they imported when they end; the plugin imports some
 # lazily, so import them once here and every run shares one copy (as a real process would).
-import pytest_gputopo.plugin.checks  # noqa: E402,F401
 import pytest_gputopo.core.requirements  # noqa: E402,F401
+import pytest_gputopo.plugin.checks  # noqa: E402,F401
 
 
 def copy_children() -> list[int]:

@@ -65,7 +65,7 @@ def uuid_of(node: int, gpu: int, prefix: str = "node") -> str:
     return f"GPU-{node:08x}-{tag:04x}-4000-8000-{gpu:012x}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def full_check(machine: str) -> str:
     """The document ``gputopo check --machine MACHINE --level full --json`` writes, as its text."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,8 +12,7 @@ import sys
 import pytest
 from hypothesis import given, strategies as st
 
-from pytest_gputopo.runtime import files
-from pytest_gputopo.runtime import environ as runtime
+from pytest_gputopo.runtime import environ as runtime, files
 
 FAILING = "def test_fails():\n    assert False\n\ndef test_passes():\n    pass\n"
 
@@ -293,11 +292,9 @@ def test_a_finished_run_says_its_report_is_complete(pytester):
 
 def test_a_small_threshold_is_not_printed_as_needed_0_0():
     from pytest_gputopo.core import requirements as reqs
-
-    from pytest_gputopo.probe import probe
-
     from pytest_gputopo.core.judgement import Judgement, Measured, Threshold
     from pytest_gputopo.core.spec import Figure
+    from pytest_gputopo.probe import probe
 
     requirement = reqs.BandwidthRequirement(metric="allreduce", gbps=0.001)
     judged = Judgement(Measured(0.0005, "measured", "all-reduce"), Threshold(None, "gloo", 0.8, Figure(0.001, "the marker")))
@@ -365,8 +362,8 @@ def test_the_number_reader_accepts_only_ascii_in_range(raw):
                                                        "nccl", "cuda_runtime", "==", "<", ".", "2.18"]),
                                        max_size=8).map("".join))
 def test_any_require_expression_is_requirements_or_a_requirement_error(text):
-    from pytest_gputopo.core.requirements import RequirementError
     from pytest_gputopo.core.expressions import parse_expression
+    from pytest_gputopo.core.requirements import RequirementError
 
     try:
         parse_expression(text)

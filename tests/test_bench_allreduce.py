@@ -15,18 +15,18 @@ import threading
 import time
 
 import pytest
-from conftest import launcher_port
 
+from conftest import launcher_port
 from pytest_gputopo.core import keys
 
 pytest.importorskip("torch.distributed")
 
-from pytest_gputopo.core.collectives import allreduce_factor
-from pytest_gputopo.core.units import size_text
-from pytest_gputopo.runtime.procs import KILL_GRACE_S
 from pytest_gputopo.bench.allreduce import AllReduceResult, BenchError, run_allreduce  # noqa: E402
 from pytest_gputopo.bench.allreduce_worker import apply_sched  # noqa: E402
+from pytest_gputopo.core.collectives import allreduce_factor
+from pytest_gputopo.core.units import size_text
 from pytest_gputopo.parse.nccl_tuning import algo_by_size, parse_nccl_tuning  # noqa: E402
+from pytest_gputopo.runtime.procs import KILL_GRACE_S
 
 SIZES = [4096, 64 * 1024]
 
@@ -516,10 +516,10 @@ def test_the_all_reduce_figure_is_timed_unlogged_and_nccls_algorithm_read_from_i
     """The figure comes from a run with NCCL's logging off; the algorithm at the same size
     (NVLS or not) from a short logged run apart from it. When that run fails the figure stands and
     the algorithm is unknown, with the reason."""
-    from pytest_gputopo.core import model
     from pytest_gputopo.bench import allreduce
     from pytest_gputopo.bench.allreduce import AllReduceRow
     from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
+    from pytest_gputopo.core import model
 
     calls = []
 

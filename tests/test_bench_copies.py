@@ -12,8 +12,8 @@ import types
 from dataclasses import dataclass
 
 import pytest
-from conftest import copy_children as _copy_children
 
+from conftest import copy_children as _copy_children
 from pytest_gputopo.core import keys
 
 torch = pytest.importorskip("torch")
@@ -168,9 +168,9 @@ def test_no_peer_access_is_no_p2p_figure(monkeypatch):
     answer = copies.answer({"key": ["p2p", 0, 1], "budget_s": 0.05})
     assert answer == {"peer_access": False, "bw_gbps": None, "worker_pid": os.getpid()}
 
-    from pytest_gputopo.core import model
     from pytest_gputopo.bench import subproc
     from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
+    from pytest_gputopo.core import model
 
     monkeypatch.setattr(subproc.CopyWorker, "measure", lambda *a, **k: {"peer_access": False, "bw_gbps": None})
     host = model.Topology(gpus=(model.Gpu(0), model.Gpu(1)), links=(model.Link(0, 1),), source=model.Source("nvml"))

@@ -9,7 +9,6 @@ import json
 import pytest
 
 from conftest import needs_torch
-
 from pytest_gputopo.core import keys
 
 BW = """
@@ -160,9 +159,9 @@ def test_full_check_reads_like_a_pytest_run_and_lands_in_junit_and_json(pytester
 @needs_torch
 @pytest.mark.slow
 def test_a_measured_check_item_says_the_interval_of_its_figure(pytester):
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=full",
-                                "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "256K",
-                                "--gputopo-json=check.json")
+    pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check=full",
+                       "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "256K",
+                       "--gputopo-json=check.json")
     doc = json.loads((pytester.path / "check.json").read_text())
     (ar,) = [c for c in doc["checks"] if c["check"] == "allreduce_bw"]
     assert "(measured; 95% interval " in ar["message"], ar["message"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
 
+from conftest import run_cli
 from pytest_gputopo.parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status
 from pytest_gputopo.parse.smi_list import parse_smi_list
 from pytest_gputopo.parse.smi_machine import parse_p2p_matrix

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
+from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo import cli
 from pytest_gputopo.probe import probe
-from conftest import CORPUS, NO_CORPUS
 
 TOPO = CORPUS / "topo"
 P2P_RW_GNS = " \tGPU0\tGPU1\t\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import launcher_port, srun_ranks
 
+from conftest import launcher_port, srun_ranks
 from pytest_gputopo.core import keys
 
 pytest.importorskip("torch")
@@ -241,10 +241,10 @@ def test_ranks_on_one_node_share_a_copy_benchmark_and_other_gpus_do_not(monkeypa
     the host lock); a rank that sees other GPUs, or another host, measures its own."""
     import dataclasses
 
-    from pytest_gputopo.core import model
-    from pytest_gputopo.runtime import environ as runtime
     from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite
+    from pytest_gputopo.core import model
     from pytest_gputopo.probe import probe
+    from pytest_gputopo.runtime import environ as runtime
     from pytest_gputopo.runtime.ranks import Exchange, NodeShare
 
     dist = pytest.importorskip("torch.distributed")

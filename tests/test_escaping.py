@@ -11,9 +11,7 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given, settings, strategies as st
 from markdown_it import MarkdownIt
 
 from pytest_gputopo.cli import main as gputopo

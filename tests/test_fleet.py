@@ -12,9 +12,9 @@ import subprocess
 import sys
 
 import pytest
+
 from conftest import browser_render, needs_browser, run_cli
 from fleet_docs import FAULTS, measurements, write_fleet
-
 from pytest_gputopo.core import fleet, keys
 from pytest_gputopo.core.fleet_facts import node_of
 from pytest_gputopo.core.schema import to_dict

@@ -13,9 +13,9 @@ import shutil
 import tracemalloc
 
 import pytest
+
 from conftest import run_cli
 from fleet_docs import write_fleet
-
 from pytest_gputopo.cli import fleet_documents
 from pytest_gputopo.cli.fleet_documents import LINK_IN_FOLDER, read_nodes
 from pytest_gputopo.core import limits

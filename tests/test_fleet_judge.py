@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import browser_render, needs_browser, run_cli
 
 _CHECKS: dict[str, dict] = {}

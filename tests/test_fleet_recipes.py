@@ -19,12 +19,10 @@ differ (tests/test_fleet.py does the same); one of them lost GPU5's NVLinks, so 
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -229,7 +227,7 @@ def test_the_file_name_is_a_safe_name_of_host_and_gpus(host, gpus, name):
 
     from pytest_gputopo.cli.check import document_name
 
-    digest = hashlib.sha256("GPU-a\nGPU-b".encode()).hexdigest()[:12]
+    digest = hashlib.sha256(b"GPU-a\nGPU-b").hexdigest()[:12]
     doc = {"topology": {"hostname": host, "gpus": [{"index": i, "uuid": u} for i, u in enumerate(gpus)]}}
     assert document_name(doc) == name.format(digest=digest)
     assert "/" not in document_name(doc) and not document_name(doc).startswith(".")

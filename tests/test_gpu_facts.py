@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gputopo.core import gpu_requirements, hardware
-from pytest_gputopo.core import requirements as reqs
+from pytest_gputopo.core import gpu_requirements, hardware, requirements as reqs
 from pytest_gputopo.core.expressions import parse_expression
 from pytest_gputopo.probe import probe
 from pytest_gputopo.probe.recorded import bundled_names, load_profile

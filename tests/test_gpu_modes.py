@@ -21,8 +21,8 @@ import sys
 
 import pynvml
 import pytest
-from conftest import copy_children as _copy_children
 
+from conftest import copy_children as _copy_children
 from pytest_gputopo.core import keys, model, schema
 from pytest_gputopo.core.gpu_requirements import GpuRequirement
 from pytest_gputopo.core.requirements import LinkRequirement, NvLinkRequirement, P2PRequirement, TransportRequirement

@@ -125,8 +125,7 @@ def test_the_cycle_test_finds_a_cycle():
 
 def test_a_requirement_built_directly_is_validated():
     """Validation lives in the requirement classes, not in the marker factories."""
-    from pytest_gputopo.core import requirements as reqs
-    from pytest_gputopo.core import gpu_requirements
+    from pytest_gputopo.core import gpu_requirements, requirements as reqs
 
     for build, says in ((lambda: gpu_requirements.GpuRequirement(gpus=-1), "n must be a number of GPUs from 0 to 1024"),
                         (lambda: reqs.P2PRequirement(gpus=0), "gpus must be a number of GPUs from 1 to 1024"),

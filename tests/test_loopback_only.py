@@ -6,8 +6,9 @@ import re
 import socket
 from pathlib import Path
 
-import loopback
 import pytest
+
+import loopback
 
 ROOT = Path(__file__).resolve().parents[1]
 

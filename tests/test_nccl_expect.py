@@ -7,13 +7,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from pytest_gputopo.core.model import P2P, Gpu, Link, LinkClass, P2PStatus, Topology
 from pytest_gputopo.nccl import expect, nccl_settings
 from pytest_gputopo.nccl.expect import (
-    default_p2p_level, expected_transports, fallback_summary, find_fallbacks, link_path,
+    default_p2p_level,
+    expected_transports,
+    fallback_summary,
+    find_fallbacks,
+    link_path,
 )
 from pytest_gputopo.nccl.nccl_settings import NcclSettings, conf_file_paths, read_settings
 from pytest_gputopo.probe import probe_recorded

@@ -10,10 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from conftest import CORPUS, NO_CORPUS
+from hypothesis import given, settings, strategies as st
 
+from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.core.requirements import TransportRequirement
 from pytest_gputopo.parse.nccl_log import Connection, NcclLog, parse_nccl_log, transport_family
 from pytest_gputopo.parse.nccl_topo_xml import NcclTopoXmlError, parse_topo_xml

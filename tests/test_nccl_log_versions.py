@@ -27,8 +27,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS, NO_CORPUS
 
+from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.parse.nccl_log import parse_nccl_log
 from pytest_gputopo.render.tables import nccl_log_lines
 

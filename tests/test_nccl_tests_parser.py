@@ -15,16 +15,21 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
+from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.bench import nccl_tests as nt
 from pytest_gputopo.bench.nccl_tests import NcclTestsRunError
 from pytest_gputopo.parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
 from pytest_gputopo.parse.nccl_tests import (
-    NcclTestsParseError, NcclTestsResult, NcclTestsRow, Result, parse_nccl_tests, parse_nccl_tests_all,
+    NcclTestsParseError,
+    NcclTestsResult,
+    NcclTestsRow,
+    Result,
+    parse_nccl_tests,
+    parse_nccl_tests_all,
 )
 from pytest_gputopo.render.nccl_tests import render_nccl_tests, sweep_table
 from pytest_gputopo.runtime.environ import find_all_reduce_perf
 from pytest_gputopo.runtime.procs import BenchTimeout
-from conftest import CORPUS, NO_CORPUS
 
 NCCLPERF = CORPUS / "ncclperf"
 

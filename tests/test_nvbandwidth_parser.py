@@ -13,11 +13,16 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
+from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.parse.nvbandwidth import (
-    Nvbandwidth, NvbandwidthParseError, NvbMatrix, NvbTestcase, looks_like_nvbandwidth, parse_nvbandwidth,
+    Nvbandwidth,
+    NvbandwidthParseError,
+    NvbMatrix,
+    NvbTestcase,
+    looks_like_nvbandwidth,
+    parse_nvbandwidth,
 )
 from pytest_gputopo.render.nvbandwidth import render_nvbandwidth
-from conftest import CORPUS, NO_CORPUS
 
 NVB = CORPUS / "nvbandwidth"
 

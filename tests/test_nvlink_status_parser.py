@@ -12,12 +12,18 @@ from pathlib import Path
 import pytest
 from hypothesis import assume, given, strategies as st
 
+from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.parse.nvlink_status import (
-    ALL_INACTIVE_LINE, MAX_GPU_INDEX, MAX_LINK, GpuLinks, LinkState, NvlinkStatus, NvlinkStatusParseError,
+    ALL_INACTIVE_LINE,
+    MAX_GPU_INDEX,
+    MAX_LINK,
+    GpuLinks,
+    LinkState,
+    NvlinkStatus,
+    NvlinkStatusParseError,
     parse_nvlink_status,
 )
 from pytest_gputopo.render.nvlink_status import format_gbps, render_nvlink_status
-from conftest import CORPUS, NO_CORPUS
 
 NVLINK = CORPUS / "nvlink-status"
 

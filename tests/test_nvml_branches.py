@@ -122,7 +122,7 @@ def test_facts(gputopo):
 """)
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(passed=4)
-    result.stdout.fnmatch_lines([f"gputopo: 4x NVIDIA GB200, *source NVML*"])
+    result.stdout.fnmatch_lines(["gputopo: 4x NVIDIA GB200, *source NVML*"])
 
 
 def test_the_host_plays_no_branch_older_than_its_gpus(tmp_path, emulated_libs):

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import itertools
+import json
 import socket
 
 import pynvml
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pytest_gputopo.core import model, schema
 from pytest_gputopo.probe import nvml, recorded
@@ -488,8 +487,8 @@ def test_a_geforce_pair_reporting_cns_is_a_card_without_p2p(pytester):
 def test_a_mig_instance_does_not_inherit_its_parents_nvlinks(monkeypatch):
     """CUDA reports a MIG instance with its parent GPU's PCI bus id (``cudaDeviceProp.pciBusID``); the
     instance is not handed the whole GPU's NVLinks by a join on bus id, but left out with a warning."""
-    from pytest_gputopo.probe.cuda_numbering import as_cuda_sees_it
     from pytest_gputopo.probe.cuda_driver import CudaView
+    from pytest_gputopo.probe.cuda_numbering import as_cuda_sees_it
 
     t = recorded.load_profile("hgx-h100").topology
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-3b2c7a91-0000-5b1e-9a3f-1c2d3e4f5a6b")

@@ -1,9 +1,9 @@
 """The plugin in real pytest sessions (pytester) against bundled recorded machines."""
 
 import json
-from pathlib import Path
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 

@@ -11,9 +11,9 @@ import os
 import subprocess
 import sys
 
+import pynvml as real_pynvml
 import pytest
 
-import pynvml as real_pynvml
 from conftest import needs_torch
 
 STUB_PYNVML = """
@@ -148,8 +148,8 @@ class FakeLibcuda:
 
 def test_multicast_comes_from_cudas_attribute_joined_by_bus_id():
     from pytest_gputopo.probe import probe
-    from pytest_gputopo.probe.this_host import with_cuda_facts
     from pytest_gputopo.probe.cuda_driver import cuda_view
+    from pytest_gputopo.probe.this_host import with_cuda_facts
 
     view = cuda_view(FakeLibcuda())
     assert view.bus_ids == ("00000000:18:00.0", "00000000:2A:00.0") and view.peer == {(0, 1): True}

@@ -14,6 +14,7 @@ the one a user's shell gives it.
 import os
 
 import pytest
+
 from conftest import launcher_port
 
 # Every variable a launcher may set that ``runtime.environ.launch`` reads; cleared before each test so

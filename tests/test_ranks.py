@@ -12,7 +12,6 @@ Sources the behaviour rests on (installed torch):
 from __future__ import annotations
 
 import json
-import os
 import re
 import xml.etree.ElementTree as ET
 

@@ -5,7 +5,6 @@ fetched, and rendered by a real browser without console errors."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser

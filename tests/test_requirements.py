@@ -2,13 +2,12 @@
 
 import pytest
 
-from pytest_gputopo.core import requirements as reqs
-from pytest_gputopo.core import gpu_requirements
+from pytest_gputopo.core import gpu_requirements, requirements as reqs
 from pytest_gputopo.core.expressions import parse_expression
 from pytest_gputopo.core.judgement import Measured
+from pytest_gputopo.core.model import P2P, Gpu, Link, LinkClass, LinkLabel, P2PStatus, Topology
 from pytest_gputopo.core.regressions import regressions
 from pytest_gputopo.plugin.markers import from_marker
-from pytest_gputopo.core.model import Gpu, Link, LinkClass, LinkLabel, P2P, P2PStatus, Topology
 
 OK = P2P(P2PStatus.OK, P2PStatus.OK, P2PStatus.OK, P2PStatus.OK)
 CNS = P2P(P2PStatus.CHIPSET_NOT_SUPPORTED, P2PStatus.CHIPSET_NOT_SUPPORTED)

@@ -11,8 +11,8 @@ import json
 import re
 
 import pytest
-from conftest import CORPUS, NO_CORPUS
 
+from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.parse.smi_list import SmiListParseError, parse_smi_list
 from pytest_gputopo.parse.smi_query import SmiQueryParseError, parse_smi_query
 from pytest_gputopo.parse.smi_xml import SmiXmlParseError, parse_smi_xml

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_cli as run
 
+from conftest import run_cli as run
 from pytest_gputopo.core import gpu_requirements
 from pytest_gputopo.parse.smi_xml import parse_smi_xml
 from pytest_gputopo.probe import probe
@@ -85,7 +85,7 @@ def test_nvlink_status_of_another_machine_is_refused(tmp_path, h100_topo, capsys
     code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--nvlink-status", tmp_path / "a.txt",
                          "--nvlink-status", tmp_path / "b.txt", "-o", tmp_path / "node.json")
     assert code == 2 and not (tmp_path / "node.json").exists()
-    assert f"b.txt: nvidia-smi nvlink -s's GPU 0 has UUID GPU-f" in err and "another machine's output" in err
+    assert "b.txt: nvidia-smi nvlink -s's GPU 0 has UUID GPU-f" in err and "another machine's output" in err
 
 
 def test_nvlink_status_naming_a_gpu_otherwise_is_said(tmp_path, h100_topo, capsys):

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli as run
 from hypothesis import given, settings, strategies as st
 
+from conftest import run_cli as run
 from pytest_gputopo.core import schema
 from pytest_gputopo.parse.smi_list import parse_smi_list
 from pytest_gputopo.parse.smi_q import SmiQParseError, parse_smi_q

@@ -7,10 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from conftest import CORPUS, NO_CORPUS
+from hypothesis import given, settings, strategies as st
 
+from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.core import model
 from pytest_gputopo.parse.smi_machine import parse_p2p_matrix, to_topology
 from pytest_gputopo.parse.smi_topo import SmiParseError, SmiTopo, parse_topo_matrix

@@ -12,14 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from pytest_gputopo.core import collectives, spec, spec_table, thresholds
 from pytest_gputopo.core.model import Gpu, Link, LinkClass, NvLink, Topology
-from pytest_gputopo.probe.recorded import load_profile
-from pytest_gputopo.core.thresholds import Check
 from pytest_gputopo.core.spec import Figure
+from pytest_gputopo.core.thresholds import Check
+from pytest_gputopo.probe.recorded import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 2**30

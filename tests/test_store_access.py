@@ -23,8 +23,8 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from conftest import launcher_port, srun_ranks, stranger_of
 
+from conftest import launcher_port, srun_ranks, stranger_of
 from pytest_gputopo.runtime import environ, files, listener
 from pytest_gputopo.runtime.signing import PREFIX, Signer
 
@@ -231,7 +231,7 @@ def no_secret(monkeypatch):
     return monkeypatch
 
 
-def _secret_file(tmp_path, text=SECRET.decode() + "\n", mode=0o600):
+def _secret_file(tmp_path, text=SECRET.decode() + "\n", mode=0o600):  # noqa: B008 (a constant, read once)
     path = tmp_path / "secret"
     path.write_text(text)
     path.chmod(mode)
@@ -265,7 +265,7 @@ def test_an_unusable_secret_file_is_refused_naming_the_variable(no_secret, tmp_p
     with pytest.raises(ValueError) as excinfo:
         environ.store_secret()
     text = str(excinfo.value)
-    assert text.startswith(f"PYTEST_GPUTOPO_STORE_SECRET_FILE") and says in text, text
+    assert text.startswith("PYTEST_GPUTOPO_STORE_SECRET_FILE") and says in text, text
 
 
 @pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="giving a file away needs root")
@@ -427,8 +427,8 @@ def test_a_signed_run_refuses_a_planted_verdict_of_the_right_shape(tmp_path):
             p.communicate()
     assert procs[0].returncode == 9, out[-3000:]
     # Both ranks signed and took each other's topology records; the header says so.
-    assert ("gputopo: the ranks meet at rank 0's store on port %d, listening on 127.0.0.1 only; records signed "
-            "with the run's secret (PYTEST_GPUTOPO_STORE_SECRET_FILE)" % (port + 1)) in out, out[-3000:]
+    assert (f"gputopo: the ranks meet at rank 0's store on port {port + 1}, listening on 127.0.0.1 only; records "
+            "signed with the run's secret (PYTEST_GPUTOPO_STORE_SECRET_FILE)") in out, out[-3000:]
     assert (f"rank 1's 'verdict/min_p2p_bw(100000)' record is not taken (key {key}): it is not signed") in out, out[-3000:]
     assert "1 passed" not in out
 

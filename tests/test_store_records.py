@@ -9,8 +9,8 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from conftest import launcher_port, srun_ranks, stranger_of
 
+from conftest import launcher_port, srun_ranks, stranger_of
 from pytest_gputopo.core import keys
 
 dist = pytest.importorskip("torch.distributed")

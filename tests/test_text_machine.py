@@ -12,9 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli as run
-from test_smi_listings import BUSES, H100, UUIDS, nvlink_s, query_csv, recorded, smi_list, smi_xml
 
+from conftest import run_cli as run
 from pytest_gputopo.core import gpu_requirements
 from pytest_gputopo.core.hardware import capability_of_name
 from pytest_gputopo.parse.nvlink_status import parse_nvlink_status
@@ -24,6 +23,7 @@ from pytest_gputopo.parse.text_machine import TextMachine, TextMachineError, rea
 from pytest_gputopo.probe import probe
 from pytest_gputopo.probe.recorded import bundled_names
 from pytest_gputopo.render.smi_topo import render_topo_matrix
+from test_smi_listings import BUSES, H100, UUIDS, nvlink_s, query_csv, recorded, smi_list, smi_xml
 
 H200_CAPTURE = Path(__file__).parent / "captured" / "h200-driver-580"
 

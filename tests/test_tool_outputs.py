@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import CORPUS, NO_CORPUS, run_cli as run
 import pytest_gputopo
+from conftest import CORPUS, NO_CORPUS, run_cli as run
 from pytest_gputopo.core import schema
-from pytest_gputopo.parse.nvbandwidth import Nvbandwidth, NvbMatrix, NvbTestcase, parse_nvbandwidth
 from pytest_gputopo.parse.cuda_samples import parse_p2p_bandwidth_latency
+from pytest_gputopo.parse.nvbandwidth import Nvbandwidth, NvbMatrix, NvbTestcase, parse_nvbandwidth
+from pytest_gputopo.parse.nvlink_status import GpuLinks, LinkState, NvlinkStatus
 from pytest_gputopo.parse.published import RecordedFigures, ToolOutputError
 from pytest_gputopo.parse.smi_machine import parse_p2p_matrix
-from pytest_gputopo.parse.nvlink_status import GpuLinks, LinkState, NvlinkStatus
 from pytest_gputopo.probe import probe
 from pytest_gputopo.render.nvbandwidth import render_nvbandwidth
 from pytest_gputopo.render.nvlink_status import render_nvlink_status

@@ -235,13 +235,13 @@ def test_nccl_tests_figure_and_verdict_are_its_own(monkeypatch, ip_wrong, oob, v
     own, not the larger of out-of-place and in-place. nccl-tests (src/common.cu) prints per-placement #wrong,
     ends with "# Out of bounds values : N OK|FAILED" and reports "# Avg bus bandwidth" over every
     cell; any wrong value fails, and the figure is the one it reports."""
-    from pytest_gputopo.bench import nccl_tests
-    from pytest_gputopo.parse.nccl_tests import parse_nccl_tests
-    from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
-    from pytest_gputopo.probe import probe_recorded
     import dataclasses
 
+    from pytest_gputopo.bench import nccl_tests
+    from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
     from pytest_gputopo.core import model
+    from pytest_gputopo.parse.nccl_tests import parse_nccl_tests
+    from pytest_gputopo.probe import probe_recorded
 
     text = NCCL_TESTS.format(ip_wrong=ip_wrong, oob=oob, verdict=verdict)
     monkeypatch.setattr(nccl_tests, "run_all_reduce_perf", lambda *a, **k: parse_nccl_tests(text))

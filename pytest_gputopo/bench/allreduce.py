@@ -49,15 +49,15 @@ import stat
 import sys
 import tempfile
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from ..core.collectives import allreduce_factor
-from ..runtime.procs import Children
 from ..parse.nccl_tuning import algo_by_size, parse_nccl_tuning
+from ..runtime.procs import Children
 from .allreduce_plan import AllReducePlan, plan_allreduce
-from .allreduce_worker import SCHED_POLICIES, read_json
 from .allreduce_result import AllReduceResult, AllReduceRow
-from .harness import MIN_SAMPLE_S
+from .allreduce_worker import SCHED_POLICIES, read_json
 
 __all__ = [
     "AllReduceResult",
@@ -116,13 +116,13 @@ def _describe_code(code: int) -> str:
     return f"code {code}"
 
 
-def _phase_text(status: Optional[dict]) -> str:
+def _phase_text(status: dict | None) -> str:
     if not status:
         return "start-up"
     return status.get("phase") or "start-up"
 
 
-def _failure_reason(workdir: str, codes: Dict[int, int], order: List[int]) -> Tuple[str, str]:
+def _failure_reason(workdir: str, codes: dict[int, int], order: list[int]) -> tuple[str, str]:
     """Name the culprit among failed ranks: one that died without a Python error record (killed,
     ``os._exit``) before one that raised (typically "connection closed" as a consequence)."""
     statuses = {r: read_json(os.path.join(workdir, f"status.{r}.json")) for r in codes}
@@ -138,7 +138,7 @@ def _failure_reason(workdir: str, codes: Dict[int, int], order: List[int]) -> Tu
     return "; ".join(parts), _tail(os.path.join(workdir, f"rank{culprit}.log"))
 
 
-def _timeout_reason(workdir: str, timeout_s: float, running: List[int], done: List[int]) -> str:
+def _timeout_reason(workdir: str, timeout_s: float, running: list[int], done: list[int]) -> str:
     statuses = {r: read_json(os.path.join(workdir, f"status.{r}.json")) for r in running + done}
     missing = sorted({m for r in running for m in ((statuses[r] or {}).get("missing") or ())})
     if missing:  # cross-rank mode: still waiting for peers to join the process group
@@ -254,7 +254,7 @@ def run_plan(plan: AllReducePlan) -> AllReduceResult:
     return _result(plan, gathered, t_start=t_start, pids=pids)
 
 
-def _launch(plan: AllReducePlan, workdir: str, children: Children, logs: list) -> Tuple[int, ...]:
+def _launch(plan: AllReducePlan, workdir: str, children: Children, logs: list) -> tuple[int, ...]:
     """Write the workers' configuration and start one worker per rank of ``plan.ranks``, each
     writing its output to ``rank<r>.log`` (opened files are appended to ``logs``)."""
     config_path = os.path.join(workdir, "config.json")
@@ -288,7 +288,7 @@ def _wait(plan: AllReducePlan, workdir: str, children: Children, deadline: float
         raise BenchError(reason, pids=children.pids, logs=_tail(os.path.join(workdir, f"rank{running[0]}.log")))
 
 
-def _gather(plan: AllReducePlan, workdir: str, pids: Tuple[int, ...]) -> _Gathered:
+def _gather(plan: AllReducePlan, workdir: str, pids: tuple[int, ...]) -> _Gathered:
     """The rows the first of this call's workers wrote, and NCCL's log and topology where it wrote them."""
     raw = read_json(os.path.join(workdir, "result.json"))
     if raw is None:
@@ -301,7 +301,7 @@ def _gather(plan: AllReducePlan, workdir: str, pids: Tuple[int, ...]) -> _Gather
     return _Gathered(raw["rows"], nccl_log, nccl_topo_xml)
 
 
-def _result(plan: AllReducePlan, gathered: _Gathered, *, t_start: float, pids: Tuple[int, ...]) -> AllReduceResult:
+def _result(plan: AllReducePlan, gathered: _Gathered, *, t_start: float, pids: tuple[int, ...]) -> AllReduceResult:
     """nccl-tests' figures per size (algbw, busbw from the median time), the row judged at, and
     NCCL's algorithm where its log names one."""
     algos = algo_by_size(parse_nccl_tuning(gathered.nccl_log))
@@ -330,7 +330,7 @@ def _result(plan: AllReducePlan, gathered: _Gathered, *, t_start: float, pids: T
             algo=algos.get(size),
         ))
     judged = next(r for r in rows if r.count == plan.judge_count)
-    nvls: Optional[bool] = None
+    nvls: bool | None = None
     if plan.backend == "nccl" and judged.algo is not None:
         nvls = judged.algo.upper().startswith("NVLS")
     return AllReduceResult(

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
 
 from ..core.units import counted
 from ..runtime import environ
@@ -29,13 +29,13 @@ class AllReducePlan:
     ``init_method``: where the workers of every caller meet (cross-rank mode), else None."""
 
     world_size: int
-    ranks: Tuple[int, ...]
-    counts: Tuple[int, ...]
+    ranks: tuple[int, ...]
+    counts: tuple[int, ...]
     judge_count: int
     backend: str
     dtype: str
-    devices: Optional[Tuple[int, ...]]
-    init_method: Optional[str]
+    devices: tuple[int, ...] | None
+    init_method: str | None
     timeout_s: float
     budget_s_per_size: float
     warmup: int
@@ -45,7 +45,7 @@ class AllReducePlan:
     min_sample_s: float
     sched: str
     log_nccl: bool
-    env: Tuple[Tuple[str, str], ...]  # the caller's additions to the workers' environment
+    env: tuple[tuple[str, str], ...]  # the caller's additions to the workers' environment
 
     @property
     def cross_rank(self) -> bool:
@@ -79,7 +79,7 @@ class AllReducePlan:
             "pg_timeout_s": self.timeout_s + 60.0,  # the parent's deadline always fires first
         }
 
-    def worker_environment(self, workdir: str) -> Dict[str, str]:
+    def worker_environment(self, workdir: str) -> dict[str, str]:
         """The workers' environment: the caller's, as torchrun gives it (one thread per rank), with
         gloo on loopback for a single-node run, NCCL's logging as this run wants it, this package
         importable, and the caller's ``env`` last."""
@@ -106,13 +106,13 @@ def plan_allreduce(
     sizes_bytes: Sequence[int],
     *,
     backend: str = "gloo",
-    judge_size: Optional[int] = None,
+    judge_size: int | None = None,
     timeout_s: float = 120.0,
     budget_s_per_size: float = 2.0,
     dtype: str = "float32",
-    devices: Optional[Sequence[int]] = None,
-    env: Optional[Dict[str, str]] = None,
-    peer: Optional[Tuple[int, str]] = None,
+    devices: Sequence[int] | None = None,
+    env: dict[str, str] | None = None,
+    peer: tuple[int, str] | None = None,
     warmup: int = 5,
     min_samples: int = 5,
     max_samples: int = 1000,
@@ -166,8 +166,8 @@ def plan_allreduce(
     )
 
 
-def _ranks_and_meeting_point(world_size: int, devices: Optional[Sequence[int]],
-                             peer: Optional[Tuple[int, str]]) -> Tuple[list, Optional[str]]:
+def _ranks_and_meeting_point(world_size: int, devices: Sequence[int] | None,
+                             peer: tuple[int, str] | None) -> tuple[list, str | None]:
     """The ranks this call starts and, in cross-rank mode (``peer``), the URL the workers meet at."""
     if peer is None:
         if devices is not None and len(devices) < world_size:
@@ -183,7 +183,7 @@ def _ranks_and_meeting_point(world_size: int, devices: Optional[Sequence[int]],
     return [peer_rank], init_method
 
 
-def _nccl_env(workdir: str, logged: bool) -> Dict[str, str]:
+def _nccl_env(workdir: str, logged: bool) -> dict[str, str]:
     """NCCL's logging for the workers. A timed run logs warnings only: at INFO, NCCL writes a TUNING
     line per collective on rank 0, a write per line (src/debug.cc), inside the timed loop. A logged run is for
     NCCL's account: INIT/P2P/SHM/NET print the transport of every channel and peer, TUNING the
@@ -198,7 +198,7 @@ def _nccl_env(workdir: str, logged: bool) -> Dict[str, str]:
     }
 
 
-def _is_loopback_url(url: Optional[str]) -> bool:
+def _is_loopback_url(url: str | None) -> bool:
     from urllib.parse import urlparse
 
     try:

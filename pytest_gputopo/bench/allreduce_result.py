@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 from ..core.collectives import allreduce_factor
 from ..core.units import size_text
+
 
 @dataclass(frozen=True)
 class AllReduceRow:
@@ -25,16 +25,16 @@ class AllReduceRow:
     spread: float  # max/min of the samples
     stable: bool  # the median's 95% interval met the target before the budget ran out
     wall_s: float
-    time_ci_us: Tuple[float, float] = (0.0, 0.0)  # 95% interval of time_us
-    error: Optional[str] = None
-    algo: Optional[str] = None  # NCCL algorithm from the TUNING log (None on gloo / unknown)
+    time_ci_us: tuple[float, float] = (0.0, 0.0)  # 95% interval of time_us
+    error: str | None = None
+    algo: str | None = None  # NCCL algorithm from the TUNING log (None on gloo / unknown)
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.wrong == 0
 
     @property
-    def busbw_ci_gbps(self) -> Tuple[float, float]:
+    def busbw_ci_gbps(self) -> tuple[float, float]:
         """The 95% interval of ``busbw_gbps``, from that of the time (a slower time, a lower busbw)."""
         low, high = self.time_ci_us
         return (self.busbw_gbps * self.time_us / high if high > 0 else 0.0,
@@ -65,14 +65,14 @@ class AllReduceResult:
     backend: str
     world_size: int
     dtype: str
-    rows: Tuple[AllReduceRow, ...]
+    rows: tuple[AllReduceRow, ...]
     judged: AllReduceRow  # the row at judge_size: thresholds are judged there, not on the sweep average
-    nvls: Optional[bool]  # None on gloo or when NCCL did not say; True when NCCL chose NVLS/NVLS_TREE
-    nvls_evidence: Tuple[str, ...] = ()
+    nvls: bool | None  # None on gloo or when NCCL did not say; True when NCCL chose NVLS/NVLS_TREE
+    nvls_evidence: tuple[str, ...] = ()
     nccl_log: str = ""  # NCCL's INFO output of every rank (NCCL only): transports, algorithms, topology
     nccl_topo_xml: str = ""  # NCCL_TOPO_DUMP_FILE
     wall_s: float = 0.0
-    worker_pids: Tuple[int, ...] = ()
+    worker_pids: tuple[int, ...] = ()
     measured: bool = True
     sched: str = "fair"  # the workers' CPU scheduling policy (SCHED_POLICIES)
 
@@ -82,7 +82,7 @@ class AllReduceResult:
         return all(row.ok for row in self.rows)
 
     @property
-    def errors(self) -> Tuple[str, ...]:
+    def errors(self) -> tuple[str, ...]:
         out = []
         for row in self.rows:
             if row.error is not None:

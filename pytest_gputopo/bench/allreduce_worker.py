@@ -13,7 +13,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from ..core.units import size_text
 from ..runtime import environ
@@ -38,10 +39,10 @@ def element_counts(sizes_bytes, dtype: str) -> list[int]:
 
 SCHED_POLICIES = ("fair", "fifo")  # CPU scheduling of the workers, see apply_sched
 # The faults the project's own tests asked for (runtime.environ.test_faults).
-_FAULTS: Dict[str, Any] = {}
+_FAULTS: dict[str, Any] = {}
 
 
-def read_json(path: str) -> Optional[dict]:
+def read_json(path: str) -> dict | None:
     try:
         with open(path) as f:
             return json.load(f)
@@ -51,7 +52,7 @@ def read_json(path: str) -> Optional[dict]:
 
 
 
-def _pattern(n: int, dtype: str) -> Tuple[int, List[int]]:
+def _pattern(n: int, dtype: str) -> tuple[int, list[int]]:
     """(m, per-rank offsets): rank r holds (i mod m) + offsets[r]; the sum n*(i mod m) + sum(offsets)
     must stay exact in ``dtype``. Falls back to nccl-tests' trick (only two ranks carry values)."""
     limit = _EXACT_LIMIT[dtype]
@@ -68,7 +69,7 @@ class _Status:
         self.rank = rank
         self.step = 0
 
-    def __call__(self, phase: str, error: Optional[str] = None, *, advance: bool = True, **extra: Any) -> None:
+    def __call__(self, phase: str, error: str | None = None, *, advance: bool = True, **extra: Any) -> None:
         """Record the current phase; ``step`` counts milestones (equal steps = the same point)."""
         if advance:
             self.step += 1
@@ -155,7 +156,7 @@ def measure_allreduce(
     max_samples: int = 1000,
     target_ci: float = 1.10,
     min_sample_s: float = MIN_SAMPLE_S,
-) -> Tuple[Any, int]:
+) -> tuple[Any, int]:
     """Time and verify an all-reduce of ``count`` elements in the *current* process group; call it on
     every rank. Returns ``(Measurement, wrong)``, the same on every rank: per-call time = mean over
     ranks, then the harness's median; ``wrong`` summed over ranks. The timer is a wall clock between
@@ -171,7 +172,7 @@ def measure_allreduce(
     device = torch.device("cpu") if device is None else torch.device(device)
     size = count * ITEMSIZE[dtype]
 
-    def agree(values: Sequence[float]) -> List[float]:
+    def agree(values: Sequence[float]) -> list[float]:
         # The mean over ranks, as nccl-tests reports (-a 1): the same figure on every rank, so
         # every rank takes the same decisions.
         t = torch.tensor(list(values), dtype=torch.float64, device=device)
@@ -184,7 +185,7 @@ def measure_allreduce(
 
     def run(k: int) -> None:
         for _ in range(k):
-            dist.all_reduce(buf)
+            dist.all_reduce(buf)  # noqa: F821 (run is not called after buf is freed below)
 
     verification = _Verification(count, dtype, device)
     m = measure(
@@ -224,7 +225,7 @@ class _Verification:
         self.count, self.dtype, self.device = count, dtype, device
         self.wrong = 0
 
-    def __call__(self) -> Optional[str]:
+    def __call__(self) -> str | None:
         import torch
         import torch.distributed as dist
 

@@ -37,9 +37,10 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from typing import Any, Callable, Optional, Protocol, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 MIN_SAMPLE_S = 0.02  # the shortest timed sample (see calibrate, above)
 
@@ -71,7 +72,7 @@ class WallTimer:
 
     def __init__(
         self,
-        sync: Optional[Callable[[], Any]] = None,
+        sync: Callable[[], Any] | None = None,
         clock: Clock = time.perf_counter,
         *,
         sync_at_stop: bool = True,
@@ -79,7 +80,7 @@ class WallTimer:
         self._sync = sync
         self._clock = clock
         self._sync_at_stop = sync_at_stop
-        self._t0: Optional[float] = None
+        self._t0: float | None = None
 
     def start(self) -> None:
         if self._sync is not None:
@@ -104,7 +105,7 @@ class CudaEventTimer:
     together. Construct it only where CUDA exists: ``torch.cuda.Event`` raises on a CPU build.
     """
 
-    def __init__(self, device: Any = None, sync: Optional[Callable[[], Any]] = None) -> None:
+    def __init__(self, device: Any = None, sync: Callable[[], Any] | None = None) -> None:
         import torch  # noqa: PLC0415 -- never at module level
 
         self._torch = torch
@@ -144,14 +145,14 @@ class Measurement:
     name: str
     size_bytes: int
     iterations_per_sample: int
-    samples_s: Tuple[float, ...]
+    samples_s: tuple[float, ...]
     median_s: float
     min_s: float
     max_s: float
     spread: float
     bw_gbps: float
     verified: bool
-    error: Optional[str]
+    error: str | None
     warmup: int
     wall_s: float
     ci_low_s: float = 0.0
@@ -167,7 +168,7 @@ class Measurement:
         return self.error is None
 
     @property
-    def bw_ci_gbps(self) -> Tuple[float, float]:
+    def bw_ci_gbps(self) -> tuple[float, float]:
         """The 95% interval of ``bw_gbps`` (from the interval of the median time)."""
         return _gbps(self.bytes_per_iteration, self.ci_high_s), _gbps(self.bytes_per_iteration, self.ci_low_s)
 
@@ -207,7 +208,7 @@ def spread_of(samples: Sequence[float]) -> float:
     return hi / lo
 
 
-def median_ci(samples: Sequence[float]) -> Tuple[float, float]:
+def median_ci(samples: Sequence[float]) -> tuple[float, float]:
     """Distribution-free 95% confidence interval of the median: ``(x_(j), x_(m+1-j))`` of the ``m``
     sorted samples. It holds whatever the shape of the noise (a scheduler's long tail included).
     ``j`` comes from the normal approximation of the Binomial(m, 1/2) ranks with continuity
@@ -237,12 +238,12 @@ def measure(
     min_samples: int = 5,
     max_samples: int = 1000,
     target_ci: float = 1.10,
-    iterations: Optional[int] = None,
-    verify: Optional[Callable[[], Optional[str]]] = None,
+    iterations: int | None = None,
+    verify: Callable[[], str | None] | None = None,
     min_sample_s: float = MIN_SAMPLE_S,
     max_iterations: int = 1 << 20,
-    bytes_per_iteration: Optional[int] = None,
-    agree: Optional[Agree] = None,
+    bytes_per_iteration: int | None = None,
+    agree: Agree | None = None,
     clock: Clock = time.perf_counter,
 ) -> Measurement:
     """Measure ``run`` (``run(k)`` = ``k`` back-to-back iterations) and return a :class:`Measurement`.
@@ -295,7 +296,7 @@ def measure(
     )
 
 
-def _check_options(min_samples: int, max_samples: int, target_ci: float, iterations: Optional[int]) -> None:
+def _check_options(min_samples: int, max_samples: int, target_ci: float, iterations: int | None) -> None:
     if min_samples < 1 or max_samples < min_samples:
         raise ValueError(f"need 1 <= min_samples <= max_samples, got {min_samples}, {max_samples}")
     if target_ci < 1.0:
@@ -315,7 +316,7 @@ class _Sampler:
     def elapsed(self) -> float:
         return self._clock() - self._t_begin
 
-    def timed(self, k: int) -> Tuple[float, float, float]:
+    def timed(self, k: int) -> tuple[float, float, float]:
         """One sample of k iterations -> agreed (sample time, wall cost of the sample, time since start)."""
         before = self._clock()
         self._timer.start()
@@ -365,7 +366,7 @@ def _calibrate(sampler: _Sampler, got: _Samples, min_sample_s: float, max_iterat
 
 
 def _sample_until_known(sampler: _Sampler, got: _Samples, k: int, *, min_samples: int, max_samples: int,
-                        target_ci: float, budget_s: float) -> Tuple[bool, Tuple[float, float]]:
+                        target_ci: float, budget_s: float) -> tuple[bool, tuple[float, float]]:
     """Sample with ``k`` iterations until the median's interval is within ``target_ci`` (-> stable),
     ``max_samples`` are kept, or the next sample would overrun the budget; -> (stable, interval)."""
     samples = got.per_iteration_s
@@ -383,7 +384,7 @@ def _sample_until_known(sampler: _Sampler, got: _Samples, k: int, *, min_samples
         got.keep(got.take(sampler, k), k)
 
 
-def _verify(verify: Optional[Callable[[], Optional[str]]]) -> Tuple[Optional[str], bool]:
+def _verify(verify: Callable[[], str | None] | None) -> tuple[str | None, bool]:
     """(error, verified): a verification that crashes is a failed verification; none ran: unverified."""
     if verify is None:
         return None, False

@@ -4,7 +4,7 @@ its table (``parse.nccl_tests``)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..parse.nccl_tests import NcclTestsParseError, NcclTestsResult, parse_nccl_tests
 from ..runtime.procs import KILL_GRACE_S, run_child, tail

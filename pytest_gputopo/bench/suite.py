@@ -15,15 +15,16 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..core import keys, model
 from ..core.requirements import MIG_INSTANCE, mig_enabled
 from ..runtime import files
 from . import untrusted
-from .host_lock import LockRefused, host_lock
 from .bench_settings import BenchSettings
+from .host_lock import LockRefused, host_lock
 from .subproc import CopyWorker
 
 # Benchmarks every rank of a distributed run takes part in at once.
@@ -55,7 +56,7 @@ class BenchResult:
                 "source": self.source, "error": self.error, "detail": self.detail}
 
     @classmethod
-    def from_json(cls, d: Any) -> "BenchResult":
+    def from_json(cls, d: Any) -> BenchResult:
         """The result another process of this run wrote; ValueError says why it cannot be trusted."""
         problem = untrusted.result_problem(d)
         if problem:

@@ -6,7 +6,7 @@ sizes from ``begin`` to ``end`` by ``factor`` as nccl-tests' ``-b -e -f`` step t
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from ..core.spec import Figure
 from ..core.units import counted, size_text
@@ -34,8 +34,8 @@ def element_sizes(sizes: Sequence[int], dtype: str) -> list[int]:
     return [count * ITEMSIZE[dtype] for count in element_counts(sizes, dtype)]
 
 
-def sweep_entry(result: AllReduceResult, *, host: Optional[str], devices: Optional[Sequence[int]],
-                sizes: tuple[int, int, int], expected: Optional[Figure], basis: str) -> dict:
+def sweep_entry(result: AllReduceResult, *, host: str | None, devices: Sequence[int] | None,
+                sizes: tuple[int, int, int], expected: Figure | None, basis: str) -> dict:
     """The JSON of one sweep: what was run where, every row (``AllReduceResult.to_json``), and the
     busbw the links should give (``expected``: null with the reason when nothing says)."""
     begin, end, factor = sizes
@@ -77,7 +77,7 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def available_memory() -> Optional[int]:
+def available_memory() -> int | None:
     """Bytes that can be allocated without swapping: /proc/meminfo's MemAvailable, less when the
     cgroup (v2) limit leaves less; None where neither is known."""
     found = None
@@ -107,8 +107,8 @@ def rank_memory(max_bytes: int) -> int:
     return RANK_BASE_BYTES + RANK_BUFFERS * max_bytes
 
 
-def gloo_rank_limit(max_bytes: int, *, cpus: Optional[int] = None,
-                    available: Optional[int] = -1) -> tuple[int, str]:
+def gloo_rank_limit(max_bytes: int, *, cpus: int | None = None,
+                    available: int | None = -1) -> tuple[int, str]:
     """(the most gloo ranks this machine runs a sweep up to ``max_bytes`` with, why): at most
     ``RANKS_PER_CPU`` per usable CPU, and no more than fit in the available memory (``rank_memory``
     each). ``cpus`` and ``available`` default to this machine's (``available=None``: unknown, no

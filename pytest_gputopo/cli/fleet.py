@@ -12,7 +12,6 @@ from ..runtime import files
 from .common import CliError, add_command, check_writable
 from .fleet_documents import read_nodes
 
-
 # The exit statuses, one meaning each (docs/fleet.md, "Exit status"); 3 is every command's internal error.
 NAMED, UNREAD, NOT_JUDGED = 1, 2, 5
 

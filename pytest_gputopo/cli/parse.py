@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..parse import smi_machine
-from ..parse import smi_topo as smi_text
+from ..parse import smi_machine, smi_topo as smi_text
 from ..parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
 from ..parse.nccl_log import parse_nccl_log
 from ..parse.nccl_tests import NcclTestsParseError, parse_nccl_tests

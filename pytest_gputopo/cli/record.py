@@ -11,8 +11,7 @@ from pathlib import Path
 
 from ..core import model
 from ..core.units import counted
-from ..parse import smi_machine
-from ..parse import smi_topo as smi_text
+from ..parse import smi_machine, smi_topo as smi_text
 from ..parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
 from ..parse.nvbandwidth import NvbandwidthParseError, parse_nvbandwidth
 from ..parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status

@@ -55,7 +55,7 @@ class Finding:
         if isinstance(self.line, Unknown) or isinstance(self.what, Unknown):
             object.__setattr__(self, "unknown", True)
 
-    def under(self, scope: str) -> "Finding":
+    def under(self, scope: str) -> Finding:
         """The finding as a check named ``scope`` reports it: ``scope: line``."""
         name = f"{scope}[{self.name}]" if self.name else scope
         return Finding(f"{scope}: {self.line}", self.gpus, self.what, name, self.unknown)

@@ -5,11 +5,16 @@ from __future__ import annotations
 import re
 
 from . import numtext
-from .limits import MAX_GPUS, MAX_NVLINKS, show_value
 from .gpu_requirements import VERSIONS, GpuRequirement, VersionRequirement
-from .requirements import (LinkRequirement, NoFallbackRequirement, NvLinkRequirement, P2PRequirement, Requirement,
-                           RequirementError)
-
+from .limits import MAX_GPUS, MAX_NVLINKS, show_value
+from .requirements import (
+    LinkRequirement,
+    NoFallbackRequirement,
+    NvLinkRequirement,
+    P2PRequirement,
+    Requirement,
+    RequirementError,
+)
 
 REQUIRE_GRAMMAR = """\
   EXPR  := TERM ("," TERM)*

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from . import collectives, keys, spec
-from .judgement import BELOW, BROKEN, Measured, Judgement, threshold
+from .judgement import BELOW, BROKEN, Judgement, Measured, threshold
 from .model import Gpu, Link, P2PStatus, Topology
 from .nvlinks import nvlink_lost
 from .regressions import pcie_trained_down

@@ -33,8 +33,8 @@ import hashlib
 import re
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from . import causes as causes_
 from .faults import Fault
@@ -178,7 +178,7 @@ def _stamp(when: str | None) -> float | None:
         t = datetime.fromisoformat(when.replace("Z", "+00:00")) if isinstance(when, str) else None
     except ValueError:
         return None
-    return None if t is None else (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+    return None if t is None else (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
 
 
 def digest(uuids) -> str:

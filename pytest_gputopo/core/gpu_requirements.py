@@ -13,8 +13,18 @@ from . import hardware
 from .causes import Finding, Unknown
 from .limits import MAX_MEMORY_BYTES, show_value
 from .model import CUDA, NVML, TORCH, Gpu, Topology
-from .requirements import (MIG_INSTANCE, REASON_PAIRS, Requirement, RequirementError, Verdict, gpus_arg, gpus_text,
-                           shortfall, unmet, visible_text)
+from .requirements import (
+    MIG_INSTANCE,
+    REASON_PAIRS,
+    Requirement,
+    RequirementError,
+    Verdict,
+    gpus_arg,
+    gpus_text,
+    shortfall,
+    unmet,
+    visible_text,
+)
 
 UNKNOWN = "is unknown (no source reported it)"
 

@@ -11,12 +11,12 @@ report (``"key": ["p2p", 0, 1]``), in pytest's cache and in the folder xdist wor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from .limits import MAX_BYTES, MAX_GPUS
+from .units import counted, size_text
 
 MAX_RANKS = 2**31 - 1  # the ranks of a run, as a launcher numbers them
-from .units import counted, size_text
 
 COPY_KINDS = ("p2p", "p2p_staged", "p2p_bidir")
 HOST_KINDS = ("h2d", "d2h")
@@ -38,7 +38,7 @@ class Copy:
     def floor(self) -> str:
         return "p2p"
 
-    def staged(self) -> "Copy":
+    def staged(self) -> Copy:
         """The same copy through the host, P2P off: what a P2P copy must beat."""
         return Copy("p2p_staged", self.src, self.dst)
 
@@ -95,7 +95,7 @@ class NcclTransports:
         return [self.kind, self.ranks]
 
 
-Key = Union[Copy, HostCopy, AllReduce, NcclTransports]
+Key = Copy | HostCopy | AllReduce | NcclTransports
 
 
 def name_of(key: Key) -> str:

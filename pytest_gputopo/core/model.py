@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 from .limits import MAX_NVLINKS
 from .units import counted
@@ -27,7 +27,7 @@ class LinkClass(enum.IntEnum):
     NV = 6  # a bonded set of NVLinks
 
     @classmethod
-    def from_name(cls, name: str) -> "LinkClass":
+    def from_name(cls, name: str) -> LinkClass:
         name = name.strip().upper()
         if name == "SOC":
             return cls.SYS
@@ -54,7 +54,7 @@ class LinkLabel:
     nvlinks: int = 0
 
     @classmethod
-    def parse(cls, text: str) -> "LinkLabel":
+    def parse(cls, text: str) -> LinkLabel:
         """``"NV12"``, ``"PXB"``, ``"SOC"`` (= SYS); ``"NV"`` alone means one link or more."""
         text = text.strip().upper()
         if text == "NV":
@@ -71,7 +71,7 @@ class LinkLabel:
         return f"NV{self.nvlinks}" if self.cls is LinkClass.NV else self.cls.name
 
 
-class P2PStatus(str, enum.Enum):
+class P2PStatus(str, enum.Enum):  # noqa: UP042 (a StrEnum's str() is its value: texts that print a member would change)
     """``NVML_P2P_STATUS_*`` with the abbreviations ``nvidia-smi topo -p2p`` prints."""
 
     OK = "OK"
@@ -87,7 +87,7 @@ class P2PStatus(str, enum.Enum):
         return _P2P_TEXT[self]
 
     @classmethod
-    def from_nvml(cls, value: int) -> "P2PStatus":
+    def from_nvml(cls, value: int) -> P2PStatus:
         return _P2P_BY_NVML.get(value, cls.UNKNOWN)
 
     @property
@@ -368,7 +368,7 @@ class Topology:
             return unknown[0]
         return min(known, key=lambda ln: ln.label, default=None)
 
-    def restrict(self, order: Iterable[int]) -> "Topology":
+    def restrict(self, order: Iterable[int]) -> Topology:
         """The machine as a process sees it: the GPUs at ``order`` (current indices), renumbered 0..n-1."""
         order = list(order)
         new_index = {old: new for new, old in enumerate(order)}

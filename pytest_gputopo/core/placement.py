@@ -12,9 +12,9 @@ among the GPUs free now, or None (the test waits).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from itertools import combinations
 from math import comb
-from typing import Iterable, Sequence
 
 from .gpu_requirements import VersionRequirement
 from .model import Topology

@@ -8,7 +8,6 @@ from .requirements import link_text
 from .units import counted
 
 
-
 def pcie_trained_down(gpu, full: int, against: str) -> str:
     """The one wording of a GPU's PCIe link running below its width, whatever it is held against
     (``--gputopo-expect``: the reference's; the check's ``pcie`` item: the GPU's own maximum), e.g.

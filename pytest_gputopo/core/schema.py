@@ -6,14 +6,42 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .cpus import cpu_ranges, looks_like_cpu_list
 from .keys import COPY_KINDS, HOST_KINDS
-from .limits import (MAX_BYTES, MAX_CPUS, MAX_GBPS, MAX_GPUS, MAX_MEMORY_BYTES, MAX_MIG_DEVICES, MAX_NICS,
-                     MAX_NUMA_NODES, MAX_NVLINKS, MAX_PCIE_GEN, MAX_PCIE_WIDTH, MAX_WARNINGS, is_bandwidth, show_value)
-from .model import (COMPUTE_MODES, FABRIC_STATES, P2P, P2P_CAPS, Fabric, Gpu, Link, LinkClass, MigDevice, NvLink,
-                    P2PStatus, Source, Topology)
+from .limits import (
+    MAX_BYTES,
+    MAX_CPUS,
+    MAX_GBPS,
+    MAX_GPUS,
+    MAX_MEMORY_BYTES,
+    MAX_MIG_DEVICES,
+    MAX_NICS,
+    MAX_NUMA_NODES,
+    MAX_NVLINKS,
+    MAX_PCIE_GEN,
+    MAX_PCIE_WIDTH,
+    MAX_WARNINGS,
+    is_bandwidth,
+    show_value,
+)
+from .model import (
+    COMPUTE_MODES,
+    FABRIC_STATES,
+    P2P,
+    P2P_CAPS,
+    Fabric,
+    Gpu,
+    Link,
+    LinkClass,
+    MigDevice,
+    NvLink,
+    P2PStatus,
+    Source,
+    Topology,
+)
 from .units import counted
 
 SCHEMA_VERSION = 1

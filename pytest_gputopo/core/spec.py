@@ -103,7 +103,7 @@ def pcie_gbps(gen: int, width: int = 16) -> Figure:
     if isinstance(gen, bool) or gen not in PCIE_X16:
         raise ValueError(f"unknown PCIe generation {gen!r} (known: {', '.join(map(str, PCIE_X16))})")
     if isinstance(width, bool) or width not in PCIE_WIDTHS:
-        raise ValueError(f"unknown PCIe width x{width!r} (known: {', '.join('x%d' % w for w in PCIE_WIDTHS)})")
+        raise ValueError(f"unknown PCIe width x{width!r} (known: {', '.join(f'x{w}' for w in PCIE_WIDTHS)})")
     x16 = PCIE_X16[gen]
     if width == 16:
         return x16

@@ -6,7 +6,6 @@ from __future__ import annotations
 from .collectives import sku_allreduce_floor
 from .spec import GA102_CC, NVLINK_GA102, NVLINK_PER_LINK, PAGEABLE_CEILING, PCIE_X16, Figure, format_gbps, nvlink_gbps
 
-
 _PER_GPU = (
     ("P100 (NVLink 1.0 x 4)", "1.0", 4, None),
     ("V100 (NVLink 2.0 x 6)", "2.0", 6, None),

@@ -6,8 +6,8 @@ a threshold's parts is ``core.judgement.threshold``; the published per-SKU floor
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .spec import Figure
 

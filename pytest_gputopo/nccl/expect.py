@@ -37,8 +37,8 @@ share ``/dev/shm``, ``NCCL_TOPO_FILE``, and multi-node NVLink.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from ..core.model import Link, LinkClass, P2PStatus, Topology
 from .nccl_settings import PATH_TYPES, NcclSettings

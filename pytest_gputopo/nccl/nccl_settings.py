@@ -4,8 +4,8 @@ parses them. Pure: the caller passes the environment mapping and the files' text
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 __all__ = ["PATH_TYPES", "NcclSettings", "conf_file_paths", "read_settings"]
 

@@ -4,8 +4,8 @@ printed. Units as printed: GB/s (1e9 B/s) and µs."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from .cells import INT_RE, BadCell, cell_float
 

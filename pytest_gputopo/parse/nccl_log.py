@@ -17,7 +17,13 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from .nccl_transports import (
-    INTERNAL_NETS, TRANSPORT_LINE, Connection, connection, cut_transport, ring_ranks, transport_family,
+    INTERNAL_NETS,
+    TRANSPORT_LINE,
+    Connection,
+    connection,
+    cut_transport,
+    ring_ranks,
+    transport_family,
 )
 
 __all__ = [

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..core.units import counted
 from .cells import IDENT_RE, INT_RE, NA, NAN_RE, BadCell, cell_count, cell_float, cell_ident, cell_int

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+
 class NcclTopoXmlError(ValueError):
     """The text is not an NCCL topology XML; the message is a one-line reason."""
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Optional, Tuple
-
+from collections.abc import Iterable
 
 # One line per collective on rank 0 (src/enqueue.cc), in three forms: NCCL 2.20-2.22
 # ``67108864 Bytes -> Algo 4 proto 2 time 1234.5`` (no collective, numbers), 2.23
@@ -18,11 +17,11 @@ _ALGO_NAMES = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_
 _PROTO_NAMES = ("LL", "LL128", "SIMPLE")
 
 
-def _named(token: str, names: Tuple[str, ...]) -> str:
+def _named(token: str, names: tuple[str, ...]) -> str:
     return names[int(token)] if token.isdigit() and int(token) < len(names) else token
 
 
-def parse_nccl_tuning(text: str) -> List[Tuple[Optional[str], int, str, str]]:
+def parse_nccl_tuning(text: str) -> list[tuple[str | None, int, str, str]]:
     """``(collective, bytes, algo, proto)`` for every NCCL_DEBUG_SUBSYS=TUNING dispatch line, e.g.
     ``NCCL INFO AllReduce: 67108864 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..15}``;
     ``collective`` is None where the line does not name it (NCCL 2.20-2.22), numbers are named."""
@@ -30,10 +29,10 @@ def parse_nccl_tuning(text: str) -> List[Tuple[Optional[str], int, str, str]]:
             for m in _TUNING_RE.finditer(text)]
 
 
-def algo_by_size(lines: Iterable[Tuple[Optional[str], int, str, str]]) -> Dict[int, str]:
+def algo_by_size(lines: Iterable[tuple[str | None, int, str, str]]) -> dict[int, str]:
     # A line without the collective's name is an all-reduce too: the workers run nothing else
     # (torch's NCCL barrier is an all-reduce of one element, ProcessGroupNCCL::barrier).
-    counts: Dict[int, Dict[str, int]] = {}
+    counts: dict[int, dict[str, int]] = {}
     for coll, nbytes, algo, _proto in lines:
         if coll in ("AllReduce", None):
             per = counts.setdefault(nbytes, {})

@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 
 from ..core import model
-from .smi_topo import (GPU_RE, P2P_VALUES, ROCM_RE, UNKNOWN, SmiParseError, SmiTopo, read_table,
-                       require_gpu_rows)
+from .smi_topo import GPU_RE, P2P_VALUES, ROCM_RE, UNKNOWN, SmiParseError, SmiTopo, read_table, require_gpu_rows
 
 
 def parse_p2p_matrix(text: str) -> tuple[tuple[str, ...], ...]:

@@ -57,7 +57,7 @@ class _Section:
     name: str
     line: int
     facts: list[tuple[str, str, int]] = field(default_factory=list)
-    sections: list["_Section"] = field(default_factory=list)
+    sections: list[_Section] = field(default_factory=list)
 
     def find(self, path: str) -> tuple[str, int] | None:
         """The value and line of ``Section/.../Key``: the first one, where a section repeats."""
@@ -69,7 +69,7 @@ class _Section:
                 return None
         return next(((value, line) for name, value, line in node.facts if name == key), None)
 
-    def all(self, path: str) -> list["_Section"]:
+    def all(self, path: str) -> list[_Section]:
         """Every section at ``A/B`` (a repeated one, as MIG Device)."""
         *heads, last = path.split("/")
         nodes = [self]

@@ -27,9 +27,7 @@ from .nvlink_status import NvlinkStatus
 from .smi_gpus import FACTS, SmiGpu, SmiGpus, bus_key
 from .smi_list import SmiListParseError, parse_smi_list
 from .smi_machine import to_topology
-from .smi_q import BANNER as SMI_Q_BANNER
-from .smi_q import GPU_RE as SMI_Q_GPU_RE
-from .smi_q import SmiQParseError, parse_smi_q
+from .smi_q import BANNER as SMI_Q_BANNER, GPU_RE as SMI_Q_GPU_RE, SmiQParseError, parse_smi_q
 from .smi_query import SmiQueryParseError, parse_smi_query
 from .smi_topo import SmiTopo
 from .smi_xml import SmiXmlParseError, parse_smi_xml

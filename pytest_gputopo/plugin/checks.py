@@ -10,9 +10,9 @@ import re
 import pytest
 
 from ..core import faults, judgement, keys, spec, thresholds
-from ..core.requirements import mig_enabled
 from ..core.model import P2PStatus, Topology
 from ..core.nvlinks import nvlink_lost
+from ..core.requirements import mig_enabled
 from ..render import report
 from . import measurements, verdicts
 from .check_report import CHECK_PROPERTY, FINDING_PROPERTY, NODEID, WHY_PROPERTY

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

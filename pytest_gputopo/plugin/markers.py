@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _requires_gpus(n=1, *, min_memory_gb=None, compute_capability=None, arch=None, model=None, bf16=None,

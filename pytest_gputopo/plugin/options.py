@@ -12,9 +12,9 @@ from typing import NamedTuple
 import pytest
 
 from ..core import numtext
-from ..runtime import environ as runtime
 from ..core.limits import MAX_BYTES
 from ..core.units import read_size
+from ..runtime import environ as runtime
 
 
 class Option(NamedTuple):  # not a dataclass: cheaper to define, and this module loads with the plugin

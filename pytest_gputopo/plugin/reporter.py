@@ -154,7 +154,7 @@ def gate_lines(run: GputopoRun, causes: list, as_tests: bool = True) -> list[str
     for cause in causes:
         first, *evidence = cause.lines(indent="    ")
         lines += [f"  - {first}"] + [f"  {line}" for line in evidence]
-    lines.append(f"gputopo: the run's tests are not collected" + (f"; {counted(len(causes), 'cause')}, each a "
+    lines.append("gputopo: the run's tests are not collected" + (f"; {counted(len(causes), 'cause')}, each a "
                                                                    f"failed test {NODEID}::<cause>" if as_tests else ""))
     return terminal_lines(lines)
 
@@ -254,9 +254,8 @@ def report_document(run: GputopoRun) -> dict:
     ``state`` and what it should give (``verdicts.judgement_of``: nothing is measured for it; a P2P
     copy beside its staged twin where that was measured) -- the tests not run for an unmet
     requirement, NCCL's view, and every node of a distributed run."""
-    from ..render import report  # the renderers, when there is something to say
-
     from ..bench.suite import SharedFolder
+    from ..render import report  # the renderers, when there is something to say
     from ..runtime.software import software
     from .check_report import CHECK_PROPERTY, document_causes
     from .verdicts import judgement_of

@@ -88,7 +88,7 @@ class GputopoRun:
         """Whether this process prints for the run: not an xdist worker; rank 0 under a launcher."""
         return not self.worker and (self.ranks is None or self.ranks.rank == 0)
 
-    def with_ranks(self, ranks: Ranks) -> "GputopoRun":
+    def with_ranks(self, ranks: Ranks) -> GputopoRun:
         return dataclasses.replace(self, ranks=ranks)  # the same state: what was learned stays learned
 
     def nodes(self) -> list[tuple[Any, Topology]]:

@@ -4,8 +4,9 @@ runs. The benchmarks themselves start only when something selected needs them.""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
 
 import pytest
 

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..core import requirements as reqs
-from ..core import judgement, keys
+from ..core import judgement, keys, requirements as reqs
+from ..core.causes import MACHINE, Finding, Group, causes
 from ..core.expressions import parse_expression
 from ..core.judgement import MET, Judgement, Measured, Threshold
-from ..core.requirements import Outcome
-from ..core.causes import MACHINE, Finding, Group, causes
 from ..core.regressions import compared
+from ..core.requirements import Outcome
 from ..probe import MachineError, reference
 from ..render import report
 from ..runtime import environ
 from . import measurements
 from .nccl_view import nccl_view
 from .run import GputopoRun
-
 
 # What a test's gputopo requirements make of it: ``hooks.pytest_runtest_setup`` acts on it, a plan
 # (``plan``) shows it. The first unmet requirement, in the order they are read, decides.

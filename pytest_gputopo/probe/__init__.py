@@ -15,7 +15,12 @@ each source lives in its own: ``named_machine`` (a recorded profile, ``nvidia-sm
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..core import model
+
+if TYPE_CHECKING:  # annotations only: the public face loads its parts when first used
+    from .learned import BootRecord, Learned
 
 __all__ = ["BootRecord", "Learned", "MachineError", "learn", "probe", "probe_recorded", "reference"]
 

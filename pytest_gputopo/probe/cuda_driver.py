@@ -45,7 +45,7 @@ class CudaView:
                 "multicast": dict(sorted(self.multicast.items())), "uuids": list(self.uuids)}
 
     @classmethod
-    def from_json(cls, data) -> "CudaView":
+    def from_json(cls, data) -> CudaView:
         """The view a child printed or a boot record kept; ValueError when it is not one (a record in
         pytest's cache is a file anyone could have written)."""
         try:

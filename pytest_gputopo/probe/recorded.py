@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..runtime import files
 from ..core import limits, model, schema
+from ..runtime import files
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "machines"
 

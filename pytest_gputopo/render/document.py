@@ -12,7 +12,8 @@ numbers, at most ``untrusted.MAX_DEPTH`` levels). Whatever passes, ``html.html_r
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..bench.untrusted import ORIGINS, detail_problem, json_problem
 from ..core import keys, schema

@@ -270,8 +270,8 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
 def _sweeps(doc: dict) -> str:
     """Each all-reduce sweep (``gputopo bench allreduce``): busbw against size with the expected line,
     and its nccl-tests table."""
-    from .chart import busbw_chart
     from ..core.units import size_text
+    from .chart import busbw_chart
 
     parts = []
     for sweep in doc["sweeps"]:
@@ -370,7 +370,6 @@ def _nodes(doc: dict) -> str:
 
 # The document's one schema, checked whole before it is drawn (``gputopo report``): render/document.py.
 from .document import ReportError, check_document  # noqa: E402,F401
-
 
 # The verdict's banner: its colour by word (a class the stylesheet knows), the word itself always written.
 _VERDICT_CLASS = {"FAILED": "failed", "PASSED": "passed", "INCOMPLETE": "skipped"}

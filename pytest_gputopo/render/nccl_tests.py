@@ -3,11 +3,10 @@ its table shows."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..parse.cells import NA
 from ..parse.nccl_tests import NcclTestsResult, NcclTestsRow, Result
-
 
 # nccl-tests prints its figures with getFloatStr from v2.17.3 (commit 00f5281, src/util.cu); up to
 # v2.17.2, src/common.cu BenchTime's fixed formats. ``version=None`` renders the current ones.

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from ..core import model
 from ..core.units import counted
+from ..parse.cuda_samples import P2PBandwidthLatency
 from ..parse.nccl_log import NcclLog, transport_family
 from ..parse.nccl_tests import NcclTestsResult
-from ..parse.smi_topo import SmiTopo
-from ..parse.cuda_samples import P2PBandwidthLatency
 from ..parse.nvbandwidth import Nvbandwidth
 from ..parse.nvlink_status import NvlinkStatus
+from ..parse.smi_topo import SmiTopo
 from .report import aligned, link_matrix
 
 

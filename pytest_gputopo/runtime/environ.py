@@ -11,10 +11,11 @@ import json
 import os
 import re
 import shutil
-from typing import TYPE_CHECKING, Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
-from . import files
 from ..core import numtext
+from . import files
 
 if TYPE_CHECKING:
     from ..core.model import Gpu

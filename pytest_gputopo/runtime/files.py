@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 
-
 MAX_INPUT_BYTES = 64 * 2**20  # 64 MiB: far above any profile, nvidia-smi output or NCCL log of one node
 
 

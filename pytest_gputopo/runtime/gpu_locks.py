@@ -140,7 +140,7 @@ class Waiter(NamedTuple):
     since: float  # time.time() when it began to wait: who came first is served first
     reserved: tuple  # UUIDs of the GPUs it waits for
 
-    def before(self, other: "Waiter") -> bool:
+    def before(self, other: Waiter) -> bool:
         return (self.since, self.pid) < (other.since, other.pid)
 
 

@@ -17,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import IO, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import IO
 
 KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL: time for a child to end what it started
 POLL_S = 0.02
@@ -85,7 +86,7 @@ class Children:
             except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
                 pass
 
-    def __enter__(self) -> "Children":
+    def __enter__(self) -> Children:
         return self
 
     def __exit__(self, *exc) -> None:

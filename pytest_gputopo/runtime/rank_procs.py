@@ -22,8 +22,8 @@ import multiprocessing.connection
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .procs import KILL_GRACE_S
 

@@ -17,8 +17,7 @@ import json
 from dataclasses import dataclass
 
 from ..core import limits, model, schema
-from . import environ as runtime
-from . import listener
+from . import environ as runtime, listener
 from .signing import Signer
 
 
@@ -56,7 +55,7 @@ class Exchange:
         self.loopback_only = loopback_only  # no other host can reach the store (torchrun's listens everywhere)
 
     @classmethod
-    def connect(cls, launch: runtime.Launch, timeout_s: float, secret: tuple[bytes, str] | None = None) -> "Exchange":
+    def connect(cls, launch: runtime.Launch, timeout_s: float, secret: tuple[bytes, str] | None = None) -> Exchange:
         """Join the store: torchrun's agent store, else the one rank 0 serves on MASTER_PORT + 1,
         listening on MASTER_ADDR's address only (``listener.bind_store``). ``secret``: (the secret, the
         variable it came from), from ``environ.store_secret``."""

@@ -26,6 +26,7 @@ if os.environ.get("GPUTOPO_EMU_NVML_HANG"):
 import dataclasses  # noqa: E402
 
 import nvml_drivers  # noqa: E402  (next to this file)
+
 from pytest_gputopo.core import model  # noqa: E402
 from pytest_gputopo.probe.fake_nvml import make_fake_pynvml  # noqa: E402
 from pytest_gputopo.probe.recorded import load_profile  # noqa: E402

@@ -3,9 +3,7 @@ the range the documents' table expects. Skipped with a reason where there is no 
 
 import pytest
 
-from pytest_gputopo.core import keys
-
-from pytest_gputopo.core import collectives, spec
+from pytest_gputopo.core import collectives, keys, spec
 from pytest_gputopo.probe import probe
 
 HOST = probe(None, needs={"nvml"})

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from pytest_gputopo.probe import probe
 from pytest_gputopo.parse import smi_topo as smi_text
+from pytest_gputopo.probe import probe
 
 HOST = probe(None, needs={"nvml"})
 pytestmark = pytest.mark.skipif(not HOST.gpus, reason=f"no GPU on this host: {HOST.problem or 'NVML lists none'}")

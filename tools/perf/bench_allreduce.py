@@ -35,8 +35,8 @@ import time
 from datetime import timedelta
 
 from pytest_gputopo.bench.allreduce_worker import apply_sched, measure_allreduce
-from pytest_gputopo.core.collectives import allreduce_factor
 from pytest_gputopo.bench.harness import MIN_SAMPLE_S
+from pytest_gputopo.core.collectives import allreduce_factor
 
 DEFAULT_SIZES = [256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 

@@ -41,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fleet_docs import FAULTS, measurements, write_fleet  # noqa: E402
-
 from pytest_gputopo.core import fleet, keys  # noqa: E402
 from pytest_gputopo.core.fleet_facts import node_of  # noqa: E402
 from pytest_gputopo.core.schema import to_dict  # noqa: E402
@@ -147,7 +146,6 @@ _READ_ONE = ("import sys, time\nfrom pytest_gputopo.cli.fleet_documents import r
 def bounds() -> None:
     """One document at a time, each near a bound, read in a fresh process (RSS of an empty read: about 22 MB)."""
     import fleet_docs
-
     from pytest_gputopo.core import limits
 
     random.seed(1)

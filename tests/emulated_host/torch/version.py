@@ -1,1 +1,1 @@
-from ._emu import CUDA as cuda, RELEASE as __version__  # noqa: F401
+from ._emu import CUDA as cuda  # noqa: F401
