@@ -40,7 +40,8 @@ class Host:
         """(pid, call) of every emulated library call so far."""
         if not self.calls_log.exists():
             return []
-        return [(int(pid), call) for pid, call in (line.split(" ", 1) for line in self.calls_log.read_text().splitlines())]
+        lines = self.calls_log.read_text().splitlines()
+        return [(int(pid), call) for pid, call in (line.split(" ", 1) for line in lines)]
 
     def forget_calls(self) -> None:
         self.calls_log.unlink(missing_ok=True)

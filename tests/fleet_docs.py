@@ -73,7 +73,8 @@ def full_check(machine: str) -> str:
         done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "--machine", machine, "--level",
                                "full", "--json", out], capture_output=True, text=True, cwd=tmp, timeout=300)
         if done.returncode not in (0, 1):
-            raise RuntimeError(f"gputopo check --machine {machine} --level full: {done.returncode}\n{done.stdout[-2000:]}")
+            raise RuntimeError(f"gputopo check --machine {machine} --level full: {done.returncode}\n"
+                               f"{done.stdout[-2000:]}")
         return Path(out).read_text()
 
 

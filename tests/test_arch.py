@@ -28,7 +28,7 @@ def meets(cc, arch):
 def test_the_table_lists_architectures_in_the_order_of_their_capabilities():
     """Comparing by a capability's place assumes NVIDIA numbers capabilities in architecture order."""
     spans = [(min(ccs), max(ccs)) for _, ccs in hardware.ARCHITECTURES]
-    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+    assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False))
 
 
 # TensorRT-LLM's architecture skips compare GPU0's SM number, major * 10 + minor (which orders as the
@@ -267,6 +267,6 @@ def test_the_documented_table_of_newer_capabilities_is_what_the_plugin_judges():
         cells = [c.strip() for c in row.strip("|").split("|")]
         cc = cells[0].split("(")[1].split(",")[0].split(")")[0]
         assert hardware.arch_text(cc).lower() in cells[1].lower().replace(" a newer architecture", " newer")
-        for column, verdict in zip(cells[2:], (True, False, None)):
+        for column, verdict in zip(cells[2:], (True, False, None), strict=True):
             for arch in column.split("`")[1::2]:
                 assert meets(cc, json.loads(arch)) is verdict, (cc, arch)

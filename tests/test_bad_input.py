@@ -214,7 +214,8 @@ def test_require_numbers_are_ascii_and_in_range(pytester, term, says):
 
 
 @pytest.mark.parametrize("env, says", [
-    ({"MASTER_PORT": "65535"}, "MASTER_PORT='65535' is not a port from 1 to 65534 (pytest-gputopo's store listens on MASTER_PORT+1)"),
+    ({"MASTER_PORT": "65535"}, "MASTER_PORT='65535' is not a port from 1 to 65534 "
+                               "(pytest-gputopo's store listens on MASTER_PORT+1)"),
     ({"MASTER_PORT": "-5"}, "MASTER_PORT='-5' is not a port from 1 to 65534"),
     ({"MASTER_PORT": "65535", "TORCHELASTIC_USE_AGENT_STORE": "True"}, None),
     ({"RANK": "١"}, "RANK='١' is not an integer from 0 to 2147483647"),
@@ -297,7 +298,8 @@ def test_a_small_threshold_is_not_printed_as_needed_0_0():
     from pytest_gputopo.probe import probe
 
     requirement = reqs.BandwidthRequirement(metric="allreduce", gbps=0.001)
-    judged = Judgement(Measured(0.0005, "measured", "all-reduce"), Threshold(None, "gloo", 0.8, Figure(0.001, "the marker")))
+    judged = Judgement(Measured(0.0005, "measured", "all-reduce"),
+                       Threshold(None, "gloo", 0.8, Figure(0.001, "the marker")))
     verdict = requirement.judge(probe("hgx-h100"), [judged])
     assert "needed 0.001" in verdict.reason and "needed 0.0 " not in verdict.reason
 

@@ -260,9 +260,9 @@ if os.environ.get("GPUTOPO_TEST_ENV_DIR"):
 def test_timed_nccl_workers_log_warnings_only(tmp_path, monkeypatch, private_tmp, log_nccl):
     """At NCCL_DEBUG=INFO, NCCL >= 2.20 writes a TUNING line per collective on rank 0 (src/enqueue.cc)
     to NCCL_DEBUG_FILE, a write per line (src/debug.cc ncclDebugInit: ``setbuf(file, nullptr)`` in
-    2.24.3-1, ``setlinebuf(file)`` in 2.30.7-1): inside the timed loop. A timed run's workers get NCCL_DEBUG=WARN whatever the caller set; only a logged run (for
-    NCCL's account) logs at INFO, to its own files. No GPU here: NCCL cannot start, but the workers'
-    environment is what they were given."""
+    2.24.3-1, ``setlinebuf(file)`` in 2.30.7-1): inside the timed loop. A timed run's workers get
+    NCCL_DEBUG=WARN whatever the caller set; only a logged run (for NCCL's account) logs at INFO, to its
+    own files. No GPU here: NCCL cannot start, but the workers' environment is what they were given."""
     stub = tmp_path / "stub"
     stub.mkdir()
     (stub / "sitecustomize.py").write_text(_RECORD_ENV)

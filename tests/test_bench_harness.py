@@ -191,7 +191,7 @@ def _copy_benchmark(corrupt: bool):
             dst[123_457] ^= 0x01  # one flipped bit, on purpose
 
     def verify():
-        bad = sum(1 for a, b in zip(src, dst) if a != b)
+        bad = sum(1 for a, b in zip(src, dst, strict=True) if a != b)
         return f"{bad} byte(s) differ after the copy" if bad else None
 
     return src, run, verify
@@ -267,7 +267,7 @@ def test_agree_makes_every_rank_take_the_same_decisions():
         def agree(values):
             slots[rank] = tuple(values)
             barrier.wait()
-            out = tuple(max(a, b) for a, b in zip(slots[0], slots[1]))
+            out = tuple(max(a, b) for a, b in zip(slots[0], slots[1], strict=True))
             barrier.wait()
             return out
         return agree

@@ -100,7 +100,8 @@ def test_bad_benchmark_options(pytester, args, message):
     ("min_p2p_bw(floor=5)", "floor must be a fraction"),
 ])
 def test_bad_bandwidth_marker_arguments(pytester, args, message):
-    result = run(pytester, "--gputopo-machine", "dgx-a100", src=f"import pytest\n@pytest.mark.{args}\ndef test_x(): pass\n")
+    src = f"import pytest\n@pytest.mark.{args}\ndef test_x(): pass\n"
+    result = run(pytester, "--gputopo-machine", "dgx-a100", src=src)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*test_x: @pytest.mark.{args.split('(')[0]}: {message}*"])
 
@@ -111,7 +112,8 @@ def test_bad_bandwidth_marker_arguments(pytester, args, message):
 def test_quick_check_on_a_healthy_box(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "hgx-h100", "-v")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*gputopo-check::p2p_status[[]GPU0-GPU1] PASSED (GPU0-GPU1 (NV18): P2P read and write OK)*",
+    result.stdout.fnmatch_lines(["*gputopo-check::p2p_status[[]GPU0-GPU1] PASSED "
+                                 "(GPU0-GPU1 (NV18): P2P read and write OK)*",
                                  f"gputopo check: {1 + 8 + 8 + 28} passed"])
 
 

@@ -20,9 +20,9 @@ from pytest_gputopo.probe import recorded
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "build_machines.py"
 
-MACHINES = ("dgx-a100", "hgx-h100", "dgx1-v100", "2x-rtx3090-nvlink", "4x-a100-40gb", "gb200-tray", "4x-rtx4090", "8x-l40s",
-            "4x-a30", "8x-rtx4090", "2x-rtx-pro-6000", "single-gpu", "no-gpu", "hgx-h100-nvlink-down", "hgx-h100-pcie-x8",
-            "8x-l40s-p2p-disabled")
+MACHINES = ("dgx-a100", "hgx-h100", "dgx1-v100", "2x-rtx3090-nvlink", "4x-a100-40gb", "gb200-tray", "4x-rtx4090",
+            "8x-l40s", "4x-a30", "8x-rtx4090", "2x-rtx-pro-6000", "single-gpu", "no-gpu", "hgx-h100-nvlink-down",
+            "hgx-h100-pcie-x8", "8x-l40s-p2p-disabled")
 
 OK, NS = P2PStatus.OK, P2PStatus.NOT_SUPPORTED
 BUS_RE = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
@@ -246,7 +246,7 @@ def test_2x_rtx3090_nvlink():
     t = topo("2x-rtx3090-nvlink")
     (ln,) = t.links
     assert str(ln.label) == "NV4" and ln.p2p.read_write is True and ln.p2p.nvlink is OK
-    for g, peer in zip(t.gpus, reversed(t.gpus)):
+    for g, peer in zip(t.gpus, reversed(t.gpus), strict=True):
         assert g.compute_capability == "8.6" and g.active_nvlinks == 4
         assert {(n.remote_type, n.remote_bus_id, n.version) for n in g.nvlinks} == {("GPU", peer.pci_bus_id, "3.1")}
 
@@ -300,7 +300,7 @@ def test_hgx_h100_nvlink_down():
     base, t = topo("hgx-h100"), topo("hgx-h100-nvlink-down")
     assert t.gpus[5].active_nvlinks == 0 and len(t.gpus[5].nvlinks) == 18
     assert [g for i, g in enumerate(t.gpus) if i != 5] == [g for i, g in enumerate(base.gpus) if i != 5]
-    for ln, ref in zip(t.links, base.links):
+    for ln, ref in zip(t.links, base.links, strict=True):
         if 5 in (ln.a, ln.b):
             assert ln.nvlinks == 0 and ln.label.cls is not LinkClass.NV
             assert ln.pcie is ref.pcie is (LinkClass.SYS if min(ln.a, ln.b) < 4 else LinkClass.NODE)
@@ -320,7 +320,7 @@ def test_hgx_h100_pcie_x8():
 def test_8x_l40s_p2p_disabled():
     base, t = topo("8x-l40s"), topo("8x-l40s-p2p-disabled")
     assert t.gpus == base.gpus
-    for ln, ref in zip(t.links, base.links):
+    for ln, ref in zip(t.links, base.links, strict=True):
         assert ln.p2p.read is ln.p2p.write is P2PStatus.TOPOLOGY_NOT_SUPPORTED
         assert t.p2p(ln.a, ln.b) is False
         assert (ln.a, ln.b, ln.pcie, ln.nvlinks) == (ref.a, ref.b, ref.pcie, ref.nvlinks)

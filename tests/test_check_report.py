@@ -244,12 +244,14 @@ def test_one_gpus_failures_are_one_line_naming_the_gpu(pytester, profile, line):
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "full", "--gputopo-machine", str(path))
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert failed_lines(result.stdout.lines) == [line]
-    assert re.fullmatch(r"gputopo check: \d+ failed \(1 cause\), \d+ passed, \d+ skipped", section(result.stdout.lines)[-1])
+    assert re.fullmatch(r"gputopo check: \d+ failed \(1 cause\), \d+ passed, \d+ skipped",
+                        section(result.stdout.lines)[-1])
 
 
 def test_a_cause_of_one_item_keeps_the_items_line_and_causes_apart_are_lines_apart(pytester):
     """nvlink[GPU5] alone is its own line (what it checks, its message); two GPUs' causes are two."""
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "hgx-h100-nvlink-down")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check",
+                                "--gputopo-machine", "hgx-h100-nvlink-down")
     assert failed_lines(result.stdout.lines) == [
         "FAILED nvlink[GPU5] (every NVLink of a GPU that has NVLink is up): GPU5: NVLinks [0, 1, 2, 3, 4, 5, 6, 7, 8, "
         "9, 10, 11, 12, 13, 14, 15, 16, 17] are down (0/18 up)"]

@@ -23,7 +23,8 @@ def _mixed_box(gpus: int = 4) -> model.Topology:
     def links(i):
         if i > 1:
             return tuple(model.NvLink(k, False) for k in range(4))
-        return tuple(model.NvLink(k, True, remote_bus_id=_bus(1 - i), remote_type="GPU", version="3.1") for k in range(4))
+        return tuple(model.NvLink(k, True, remote_bus_id=_bus(1 - i), remote_type="GPU", version="3.1")
+                     for k in range(4))
     cards = tuple(model.Gpu(i, name=A6000, pci_bus_id=_bus(i), nvml_index=i, compute_capability="8.6",
                             nvlinks=links(i)) for i in range(gpus))
     pairs = tuple(model.Link(a, b, pcie=model.LinkClass.NODE, nvlinks=4 if (a, b) == (0, 1) else 0)

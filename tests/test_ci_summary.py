@@ -22,11 +22,13 @@ def summary(tmp_path, monkeypatch):
 def test_a_failed_check_is_summarised_and_annotated(pytester, summary):
     pytester.makepyfile(test_x="import pytest\n@pytest.mark.requires_nvlink\ndef test_nv(): pass\n")
     result = pytester.runpytest("--gputopo-machine", "hgx-h100-nvlink-down", "--gputopo-check", "quick")
-    result.stdout.fnmatch_lines(["::error title=gputopo check nvlink[[]GPU5[]]::GPU5: NVLinks [[]0, 1, *] are down (0/18 up)"])
+    result.stdout.fnmatch_lines(["::error title=gputopo check nvlink[[]GPU5[]]::"
+                                 "GPU5: NVLinks [[]0, 1, *] are down (0/18 up)"])
     text = summary.read_text()
     assert text.startswith("earlier step\n## gputopo\n")
     assert "**Failed checks:**" in text and "- **nvlink\\[GPU5\\]**: GPU5: NVLinks" in text
-    assert "| test\\_x.py::test\\_nv | skipped | requires\\_nvlink | requires\\_nvlink: GPU0-GPU5 are linked by SYS" in text
+    assert ("| test\\_x.py::test\\_nv | skipped | requires\\_nvlink | "
+            "requires\\_nvlink: GPU0-GPU5 are linked by SYS") in text
     assert "| **GPU5** | SYS | SYS | SYS | SYS | NODE | X | NODE | NODE |" in text
     assert "recorded:hgx-h100-nvlink-down (a recorded machine, not this host)" in text
 
@@ -36,8 +38,8 @@ def test_an_unmet_run_gate_is_summarised_and_annotated(pytester, summary):
     result = pytester.runpytest("--gputopo-machine", "4x-rtx4090", "--gputopo-require", "gpus>=8")
     assert result.ret == GATE_EXIT_STATUS
     result.stdout.fnmatch_lines(["::error title=gputopo run gate requires_gpus(8)::requires_gpus(8): 4 visible"])
-    assert "**Run gate unmet** \\[recorded:4x-rtx4090 (a recorded machine, not this host)\\]:\n\n- requires\\_gpus(8): 4 visible" \
-        in summary.read_text()
+    assert ("**Run gate unmet** \\[recorded:4x-rtx4090 (a recorded machine, not this host)\\]:\n\n"
+            "- requires\\_gpus(8): 4 visible") in summary.read_text()
 
 
 def test_measured_figures_are_in_the_summary_with_their_origin(pytester, summary):
@@ -70,7 +72,8 @@ def test_a_measurement_without_a_figure_is_said_once_per_reason_with_no_origin(p
     assert ("- No figure for 56 copies staged through the host, 28 P2P copies both ways at once, "
             "8 device -\\> host copies: none published for recorded:dgx-a100, which is not this host and cannot be "
             "measured") in text
-    assert len([line for line in text.splitlines() if line.endswith("| recorded |  |")]) == 2 * 28 + 16 + 1  # the figures
+    figures = [line for line in text.splitlines() if line.endswith("| recorded |  |")]
+    assert len(figures) == 2 * 28 + 16 + 1
 
 
 def test_a_p2p_refused_node_is_one_annotation_one_row_and_one_banner_row(pytester, summary):

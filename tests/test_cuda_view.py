@@ -96,7 +96,8 @@ def test_where_cuda_cannot_start_p2p_is_unknown_and_the_check_names_the_error(py
     result = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     said = "cuInit returned CUDA_ERROR_SYSTEM_NOT_READY (802): system not yet initialized"
-    result.stdout.fnmatch_lines([f"gputopo warning: *{said}", f"*requires_p2p*P2P unknown: CUDA cannot start here ({said})*"])
+    result.stdout.fnmatch_lines([f"gputopo warning: *{said}",
+                                 f"*requires_p2p*P2P unknown: CUDA cannot start here ({said})*"])
     check = pytester.runpytest_subprocess("--gputopo-check", "quick", "-p", "no:cacheprovider", "-v")
     check.stdout.fnmatch_lines(["*gputopo-check::cuda FAILED*", f"FAILED cuda (*): CUDA cannot start: {said}"])
     assert "topology FAILED" not in check.stdout.str()  # the one cause said once, by the cuda item

@@ -221,7 +221,8 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
     assert "min_allreduce_bw(100000): all-reduce busbw, 2 ranks, 64 KiB: measured" in out.stdout
     # Progress is said once, by rank 0, though both ranks took part in the measurement.
     assert out.stdout.count("gputopo: measuring all-reduce busbw, 2 ranks, 64 KiB ...") == 1
-    assert len([ln for ln in out.stdout.splitlines() if ln.startswith("gputopo: all-reduce busbw, 2 ranks, 64 KiB: ")]) == 1
+    said = [ln for ln in out.stdout.splitlines() if ln.startswith("gputopo: all-reduce busbw, 2 ranks, 64 KiB: ")]
+    assert len(said) == 1
 
 
 @pytest.mark.slow
@@ -314,7 +315,8 @@ def test_a_custom_condition_is_one_decision_across_ranks(suite_dir):
                                                       "test_the_combined_view")]
     for ranked in (rank0, rank1):
         assert "test_custom.py::test_every_rank_ampere" in ranked["skipped"]
-        assert {"test_custom.py::test_every_rank_has_gpus", "test_custom.py::test_the_combined_view"} <= set(ranked["passed"])
+        assert {"test_custom.py::test_every_rank_has_gpus",
+                "test_custom.py::test_the_combined_view"} <= set(ranked["passed"])
     assert [t for t in rank0["passed"] if t in custom] == [t for t in rank1["passed"] if t in custom]
     lone = "test_custom.py::test_this_rank_alone_would_disagree"
     assert lone in rank0["passed"] and lone in rank1["skipped"]

@@ -34,8 +34,8 @@ def test_every_recipe_that_starts_ranks_gives_them_a_secret():
 def test_the_recipes_secret_is_one_the_ranks_take(block, tmp_path):
     script = LAUNCH.sub(READ, block.text)
     done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path), "SLURM_JOB_ID": "42",
-                               "SLURM_JOB_NODELIST": "node-001"})
+                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+                               "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node-001"})
     taken = re.findall(r"^taken from (\S+)$", done.stdout, re.M)
     assert taken and set(taken) <= {"PYTEST_GPUTOPO_STORE_SECRET", "PYTEST_GPUTOPO_STORE_SECRET_FILE"}, \
         done.stdout + done.stderr

@@ -171,10 +171,13 @@ def _checks(pytester, topology: model.Topology) -> dict:
 
 @pytest.mark.parametrize("state, outcome, says", [
     ("up", "passed", "GPU1: NVLink fabric up (Completed, Success; clique 4026 of cluster " + CLUSTER + ")"),
-    ("not started", "failed", "GPU1: NVLink fabric not up (state Not Started: the fabric manager has not registered it)"),
-    ("in progress", "failed", "GPU1: NVLink fabric not up (state In Progress: the fabric manager has not registered it)"),
+    ("not started", "failed",
+     "GPU1: NVLink fabric not up (state Not Started: the fabric manager has not registered it)"),
+    ("in progress", "failed",
+     "GPU1: NVLink fabric not up (state In Progress: the fabric manager has not registered it)"),
     ("failed", "failed", "GPU1: NVLink fabric registration failed (Unknown Error)"),
-    ("not supported", "skipped", "GPU1: NVLink fabric state not reported (NVML: the GPU has no GPU fabric, not supported)"),
+    ("not supported", "skipped",
+     "GPU1: NVLink fabric state not reported (NVML: the GPU has no GPU fabric, not supported)"),
 ])
 def test_the_fabric_item_says_whether_the_fabric_is_up(pytester, state, outcome, says):
     checks = _checks(pytester, _tray(STATES[state]))
@@ -199,7 +202,8 @@ def test_p2p_and_nvlink_are_unknown_not_met_where_the_fabric_is_down(state):
     """An NVSwitch / GB200 node whose fabric manager is down: NVML lists NV18 and reports P2P OK on every
     pair; the pairs with the GPU whose fabric is not up are unknown (skipped with the reason), the others met."""
     t = _tray(STATES[state])
-    for req, noun in ((P2PRequirement(), "P2P"), (NvLinkRequirement(), "NVLink"), (LinkRequirement(need="NV18"), "NVLink")):
+    for req, noun in ((P2PRequirement(), "P2P"), (NvLinkRequirement(), "NVLink"),
+                      (LinkRequirement(need="NV18"), "NVLink")):
         verdict = req.evaluate(t, max_pairs=None)
         assert not verdict.ok and verdict.unknown, (req, verdict)
         assert [f.split(" ")[0] for f in verdict.failures] == ["GPU0-GPU1", "GPU1-GPU2", "GPU1-GPU3"]

@@ -83,7 +83,8 @@ def test_a_large_fleets_own_document_over_the_bound_is_set_aside_by_how_it_start
     read = read_nodes([str(docs)])
     assert sorted(read.set_aside) == [(str(docs / "big-fleet.json"), fleet_documents.FLEET_DOCUMENT),
                                       (str(docs / "big-old-fleet.json"), fleet_documents.FLEET_DOCUMENT)]
-    assert read.unread == [(str(docs / "big-node.json"), "larger than 16 MiB, the most gputopo fleet reads of one document")]
+    assert read.unread == [(str(docs / "big-node.json"),
+                            "larger than 16 MiB, the most gputopo fleet reads of one document")]
 
 
 def test_a_link_inside_a_folder_is_neither_followed_nor_read(docs, tmp_path, capsys):
@@ -198,7 +199,8 @@ def test_a_folder_that_cannot_be_listed_is_not_read_saying_why(docs, capsys):
 
 
 def test_folders_are_searched_depth_first_in_name_order(tmp_path):
-    for folder, names in (("b", ["2.json", "1.json"]), ("a/z", ["x.json"]), ("a", ["y.json", "note.txt"]), ("", ["c.json"])):
+    for folder, names in (("b", ["2.json", "1.json"]), ("a/z", ["x.json"]), ("a", ["y.json", "note.txt"]),
+                          ("", ["c.json"])):
         (tmp_path / folder).mkdir(parents=True, exist_ok=True)
         for name in names:
             (tmp_path / folder / name).write_text("{}")

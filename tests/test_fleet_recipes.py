@@ -90,8 +90,8 @@ def test_the_slurm_recipe_collects_one_report_per_node(tmp_path):
     block = recipe("srun --nodes=64")
     env = environment(FAKE_SRUN_NODES=",".join(n for n, _, _ in SLURM_NODES),
                       FAKE_SRUN_TASK_ENV=json.dumps(slurm_nodes(tmp_path)))
-    block = type(block)(block.path, block.line, block.info, block.text.replace("--nodes=64", f"--nodes={len(SLURM_NODES)}"),
-                        block.note)
+    text = block.text.replace("--nodes=64", f"--nodes={len(SLURM_NODES)}")
+    block = type(block)(block.path, block.line, block.info, text, block.note)
     steps = run_shell(block, tmp_path, env, timeout=300)
     assert [s.status for s in steps] == [0, 1, 1], [(s.command, s.printed[-2000:]) for s in steps]
     out = tmp_path / "out"
@@ -334,7 +334,7 @@ def simulate_workflow(workflow: dict, root: Path, runners: dict[str, dict[str, s
             (key, values), = matrix.items()
             results = [run_job(name, job, {f"matrix.{key}": v}, root / name / v, environment(**runners.get(v, {})))
                        for v in values]
-            jobs[name] = {"failed": any(r["failed"] for r in results), "runs": dict(zip(values, results))}
+            jobs[name] = {"failed": any(r["failed"] for r in results), "runs": dict(zip(values, results, strict=True))}
         else:
             jobs[name] = run_job(name, job, {}, root / name, environment())
     return {"jobs": jobs, "artifacts": artifacts}
@@ -373,7 +373,8 @@ def test_the_actions_recipe_uploads_every_nodes_report_and_the_fleet_reads_them(
     fleet = result["jobs"]["fleet"]
     statuses = [status for _, ran, status in fleet["steps"] if ran]
     assert statuses == [0, 1, 0], fleet["steps"]  # download, fleet (names a node: 1), upload of the page
-    downloaded = sorted(str(p.relative_to(fleet["folder"] / "docs")) for p in (fleet["folder"] / "docs").rglob("*.json"))
+    docs = fleet["folder"] / "docs"
+    downloaded = sorted(str(p.relative_to(docs)) for p in docs.rglob("*.json"))
     assert [p.split("/")[0] for p in downloaded] == sorted(f"gputopo-{n}" for n in names)
     summary = (fleet["folder"] / "step_summary.md").read_text()
     assert names[1] in summary and "fleet.html" in result["artifacts"]["gputopo-fleet"]

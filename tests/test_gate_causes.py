@@ -246,5 +246,6 @@ def test_the_documented_gate_output_is_what_it_prints(pytester):
     assert result.ret == GATE_EXIT_STATUS
     _shown_in_order(shown[1:-2], result.stdout.lines)
     l40s = _block(doc, "  - the machine: all 28 pairs")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "8x-l40s", "--gputopo-require", "link>=NV12")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "8x-l40s",
+                                "--gputopo-require", "link>=NV12")
     _shown_in_order(l40s, result.stdout.lines)

@@ -197,7 +197,8 @@ def test_gate_terms_build_the_markers_requirements(text, built):
 
 
 @pytest.mark.parametrize("text, says", [
-    ("memory>40", "memory takes '>='"), ("arch>=hoper", "arch must be one of"), ("nccl", "nccl takes an operator and a version"), ("cc>=", "nothing after"),
+    ("memory>40", "memory takes '>='"), ("arch>=hoper", "arch must be one of"),
+    ("nccl", "nccl takes an operator and a version"), ("cc>=", "nothing after"),
     ("nccl>=2.18@2", "'@N' does not apply to nccl"), ("bf16>=1", "bf16 takes no operator"),
     ("gpus", "gpus takes '>='"), ("speed>=9", "unknown term 'speed'"),
 ])
@@ -260,7 +261,8 @@ def test_a_closer_marker_of_another_kind_keeps_the_farther_ones_arguments(pytest
            "    @pytest.mark.min_p2p_bw(gpus=2)\n"
            "    def test_pair(self): pass\n")
     result = run(pytester, "dgx-a100", src, "-rA")
-    result.assert_outcomes(errors=1)  # the class's 10000 GB/s and strict=True (a failed setup), on the method's two GPUs
+    # the class's 10000 GB/s and strict=True (a failed setup), on the method's two GPUs
+    result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*min_p2p_bw(10000, gpus=2)*"])
 
 

@@ -178,7 +178,8 @@ def test_the_health_check_does_not_judge_a_mig_gpus_nvlinks_or_p2p(pytester):
     path = pytester.path / "a100-mig.json"
     path.write_text(json.dumps(profile_dict("a100-mig", box)))
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", str(path), "--gputopo-check")
-    result.stdout.fnmatch_lines(["SKIPPED nvlink[[]GPU0]: MIG enabled: its NVLinks are not used by a MIG instance, not judged",
+    result.stdout.fnmatch_lines(["SKIPPED nvlink[[]GPU0]: MIG enabled: its NVLinks are not used by a MIG instance, "
+                                 "not judged",
                                  "SKIPPED p2p_status[[]GPU0-GPU1]: MIG enabled: no P2P under MIG, not judged"])
     assert result.ret == 0
 
@@ -221,7 +222,8 @@ def test_a_bandwidth_marker_on_a_prohibited_gpu_is_never_met(monkeypatch):
     from pytest_gputopo.core.requirements import BandwidthRequirement
 
     result = _suite(_box(modes=("Prohibited", "Prohibited"), source="nvml"), monkeypatch).get(keys.Copy("p2p", 0, 1))
-    judged = Judgement(Measured(result.gbps, result.origin, result.what, result.source, result.error), Threshold(None, "", 0.8))
+    judged = Judgement(Measured(result.gbps, result.origin, result.what, result.source, result.error),
+                       Threshold(None, "", 0.8))
     assert judged.state == ABSENT
     verdict = BandwidthRequirement(metric="p2p", gbps=10).judge(_box(), [judged])
     assert not verdict.ok and "compute mode Prohibited" in verdict.reason

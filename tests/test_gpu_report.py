@@ -136,12 +136,14 @@ def test_the_reference_tools_are_found_on_path_or_in_the_folder_and_missing_ones
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv(tools.TOOLS_ENV, raising=False)
     with pytest.raises(pytest.skip.Exception, match=r"all_reduce_perf is not installed: put it on PATH or in a "
-                                                    r"folder named by \$GPUTOPO_TOOLS \(build it from NVIDIA/nccl-tests\)"):
+                                                    r"folder named by \$GPUTOPO_TOOLS "
+                                                    r"\(build it from NVIDIA/nccl-tests\)"):
         tools.tool("all_reduce_perf")
     folder = tmp_path / "tools"
     folder.mkdir()
     monkeypatch.setenv(tools.TOOLS_ENV, str(folder))
-    with pytest.raises(pytest.skip.Exception, match=rf"nvbandwidth is not installed: \$GPUTOPO_TOOLS={folder} has none"):
+    with pytest.raises(pytest.skip.Exception,
+                       match=rf"nvbandwidth is not installed: \$GPUTOPO_TOOLS={folder} has none"):
         tools.tool("nvbandwidth")
     (folder / "nvbandwidth").write_text("#!/bin/sh\n")
     (folder / "nvbandwidth").chmod(0o755)

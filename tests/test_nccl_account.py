@@ -171,7 +171,8 @@ def test_allreduce(): pass
 
 def test_unknown_p2p_status_is_an_unknown_transport_not_p2p(tmp_path):
     """NCCL takes P2P within its level only when NVML's P2P status allows it
-    (src/transport/p2p.cc p2pCanConnect -> ncclTopoCheckP2p, which reads NVML's status); where the source did not give the status, the transport is unknown."""
+    (src/transport/p2p.cc p2pCanConnect -> ncclTopoCheckP2p, which reads NVML's status); where the
+    source did not give the status, the transport is unknown."""
     from pytest_gputopo.nccl.expect import expected_transports
     from pytest_gputopo.nccl.nccl_settings import NcclSettings
     from pytest_gputopo.probe import probe

@@ -194,7 +194,7 @@ HEADER_2X = """\
 #                                                              out-of-place                       in-place
 #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
 #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
-"""
+"""  # noqa: E501 (the tool's own lines, verbatim)
 ROWS_2X = """\
      1048576        262144     float     sum      -1    30.12   34.81   34.81      0    29.90   35.07   35.07      0
      2097152        524288     float     sum      -1    45.50   46.09   46.09      0    45.10   46.50   46.50      0
@@ -297,7 +297,7 @@ def test_new_columns_bitdiff_per_iteration_and_timestamp_are_skipped():
         # Avg bus bandwidth    : 73.4 
         #
         # Collective test concluded: reduce_scatter_perf_mpi
-        """)
+        """)  # noqa: E501 (the tool's own lines, verbatim)
     result = parse_nccl_tests(text)
     assert result.collective == "reduce_scatter"
     assert result.rows[0].out_of_place == Result(100.10, 83.80, 73.33, 0)
@@ -537,8 +537,8 @@ _FIGURES = NcclTestsResult("all_reduce", (NcclTestsRow(
 
 def test_render_prints_the_current_get_float_str_by_default():
     """The renderer prints today's nccl-tests format, not that of nccl-tests <= 2.16 (src/common.cu
-    BenchTime: "%7.1f" from 100 us, "%7.0f" from 10^4 us). From v2.17.3 (commit 00f5281) nccl-tests prints every figure with
-    getFloatStr (src/util.cu at v2.19.6: the most decimals, 2 then 1 then 0, that fit the column,
+    BenchTime: "%7.1f" from 100 us, "%7.0f" from 10^4 us). From v2.17.3 (commit 00f5281) nccl-tests
+    prints every figure with getFloatStr (src/util.cu at v2.19.6: the most decimals, 2 then 1 then 0, that fit the column,
     time 7, bandwidths 6) and #wrong with "%6g" (writeBenchmarkLineBody); the header widens #wrong
     to "%6s" (writeResultHeader). Lines below: those formats applied by hand."""
     lines = render_nccl_tests(_FIGURES).splitlines()
@@ -726,7 +726,7 @@ WRONG_V2_13_9 = """\
 # Avg bus bandwidth    : 8.495 
 #
 
-"""
+"""  # noqa: E501 (the tool's own lines, verbatim)
 # nccl-tests tag v2.19.6 (since v2.17.3, commit 00f5281): src/util.cu writeResultFooter, finalizeFooter
 # and writeErrors, then run() returns testNumResults and main's TESTCHECK prints "Test failure" and
 # returns it: status 7.
@@ -750,7 +750,7 @@ WRONG_V2_19_6 = """\
 #
 
  .. node1 pid 4242: Test failure common.cu:1454
-"""
+"""  # noqa: E501 (the tool's own lines, verbatim)
 _EXITING = """\
     import os, sys
     sys.stdout.write(open(os.environ["FAKE_TEXT"]).read())

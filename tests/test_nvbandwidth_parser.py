@@ -115,18 +115,18 @@ def _assert_prefix(part: Nvbandwidth, full: Nvbandwidth, where) -> None:
         assert getattr(part, name) in (None, getattr(full, name)), (where, name)
     assert part.devices == full.devices[:len(part.devices)], where
     assert len(part.testcases) <= len(full.testcases), where
-    for got, real in zip(part.testcases, full.testcases):
+    for got, real in zip(part.testcases, full.testcases, strict=False):  # here and below: the cut's prefix
         assert got.name == real.name, where
         assert got.status in (real.status, "ran"), where
         assert len(got.matrices) <= len(real.matrices), where
-        for m, r in zip(got.matrices, real.matrices):
+        for m, r in zip(got.matrices, real.matrices, strict=False):
             assert m.key in (r.key, got.name), where
             assert m.title in (r.title, ""), where
             assert m.columns == r.columns[:len(m.columns)], where
             assert m.rows == r.rows[:len(m.rows)], where
-            for row, real_row in zip(m.cells, r.cells):
+            for row, real_row in zip(m.cells, r.cells, strict=False):
                 assert len(row) == len(m.columns), where
-                assert all(v is None or v == w for v, w in zip(row, real_row)), where
+                assert all(v is None or v == w for v, w in zip(row, real_row, strict=False)), where
             assert m.sum in (None, r.sum), where
     # A cut that lost figures of a testcase it shows says so.
     if _figures(part.testcases) < _figures(full.testcases[:len(part.testcases)]):

@@ -87,7 +87,7 @@ def test_corpus_sample_meets_its_meta(path: Path):
     _check(status)
     want = meta["expected"]["gpus"]
     assert len(status.gpus) == len(want)
-    for gpu, expect in zip(status.gpus, want):
+    for gpu, expect in zip(status.gpus, want, strict=True):
         assert (gpu.index, gpu.name, gpu.uuid) == (expect["index"], expect["name"], expect["uuid"])
         assert len(gpu.links) == expect["n_links"]
         assert sorted({link.gbps for link in gpu.links if link.active}) == pytest.approx(
@@ -434,7 +434,7 @@ def test_render_then_parse_round_trips(status):
 def test_to_json_is_strict_json(status):
     data = status.to_json()
     assert json.loads(json.dumps(data, allow_nan=False)) == data
-    for gpu, got in zip(status.gpus, data["gpus"]):
+    for gpu, got in zip(status.gpus, data["gpus"], strict=True):
         assert got["index"] == gpu.index and len(got["links"]) == len(gpu.links)
         assert (got["active_links"], got["inactive_links"]) == (gpu.active_links, gpu.inactive_links)
 

@@ -94,7 +94,7 @@ def topologies(draw):
             memory_total_bytes=draw(_maybe(st.integers(1, 2**40))),
             compute_capability=draw(_maybe(st.builds("{}.{}".format, st.integers(3, 12), st.integers(0, 9)))),
             mig=draw(_maybe(st.booleans())), compute_mode=draw(_maybe(st.sampled_from(model.COMPUTE_MODES))),
-            nvlinks=tuple(model.NvLink(k, *link) for k, link in zip(numbers, found))))
+            nvlinks=tuple(model.NvLink(k, *link) for k, link in zip(numbers, found, strict=True))))
     links = tuple(model.Link(
         a, b, pcie=draw(st.sampled_from([None, *PCIE_CLASSES])),
         nvlinks=None if {a, b} & mystery else c,
@@ -172,7 +172,7 @@ def test_a_nvswitch_box_without_per_link_data_gets_switch_links():
     t = dataclasses.replace(t, gpus=tuple(dataclasses.replace(g, pci_bus_id=None, nvml_index=None) for g in t.gpus))
     got = nvml.probe(make_fake_pynvml(t))
     assert got.links == t.links
-    for g, want in zip(got.gpus, t.gpus):
+    for g, want in zip(got.gpus, t.gpus, strict=True):
         assert g.nvlinks == tuple(model.NvLink(k, True, None, "SWITCH") for k in range(12))
         assert dataclasses.replace(g, nvlinks=(), nvml_index=None) == want  # bus id: unknown, as recorded
 
@@ -474,7 +474,8 @@ def test_a_geforce_pair_reporting_cns_is_a_card_without_p2p(pytester):
     from pytest_gputopo.probe.recorded import profile_dict
 
     cns = model.P2P(read=model.P2PStatus.CHIPSET_NOT_SUPPORTED, write=model.P2PStatus.CHIPSET_NOT_SUPPORTED)
-    t = model.Topology(gpus=(model.Gpu(0, name="NVIDIA GeForce RTX 4090"), model.Gpu(1, name="NVIDIA GeForce RTX 4090")),
+    t = model.Topology(gpus=(model.Gpu(0, name="NVIDIA GeForce RTX 4090"),
+                             model.Gpu(1, name="NVIDIA GeForce RTX 4090")),
                        links=(model.Link(0, 1, pcie=model.LinkClass.NODE, nvlinks=0, p2p=cns),))
     path = pytester.path / "geforce.json"
     path.write_text(json.dumps(profile_dict("geforce", t)))

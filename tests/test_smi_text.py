@@ -427,8 +427,8 @@ def test_rocm_smi_one_gpu_link_type_is_no_nvidia_matrix(title):
 
 
 def test_rocm_smi_diagonal_under_a_gpu_row_is_no_nvidia_matrix():
-    """A one-GPU matrix says it is nvidia-smi's only by its own cell: X (nvidia-smi prints X there in topo -m and topo -p2p), where
-    rocm-smi prints 0 (corpus rocm/001)."""
+    """A one-GPU matrix says it is nvidia-smi's only by its own cell: X (nvidia-smi prints X there in
+    topo -m and topo -p2p), where rocm-smi prints 0 (corpus rocm/001)."""
     for parse, header in ((parse_topo_matrix, "\tGPU0\tCPU Affinity\n"), (parse_p2p_matrix, " \tGPU0\t\n")):
         with pytest.raises(SmiParseError, match="line 2: .*GPU0's .*own"):
             parse(header + "GPU0\t0\t0-7\n")
@@ -504,7 +504,7 @@ def test_parse_reads_what_was_written_and_render_round_trips(case):
     if "\t" in text or "GPU NUMA ID" in text or all(numa):
         assert (cpu_read, numa_read) == (cpu_written, numa_written)
     else:  # pasted, and a row's last values blank: where the others belong is unknown, never guessed
-        assert all(r in (w, None) for r, w in zip(cpu_read + numa_read, cpu_written + numa_written))
+        assert all(r in (w, None) for r, w in zip(cpu_read + numa_read, cpu_written + numa_written, strict=True))
     again = to_topology(parse_topo_matrix(render_topo_matrix(topo)))
     assert again.gpus == topo.gpus and again.links == topo.links
 

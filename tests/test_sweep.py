@@ -62,7 +62,7 @@ def test_busbw_follows_the_nccl_tests_definition_on_gloo(ranks, tmp_path):
         assert r["wrong"] == 0 and r["count"] == r["size_bytes"] // 4
     table = parse_nccl_tests(out.stdout)  # nccl-tests' format: what reads nccl-tests reads it
     assert table.nranks == ranks and table.collective == "all_reduce" and table.data_ok is True
-    for printed, r in zip(table.rows, rows):
+    for printed, r in zip(table.rows, rows, strict=True):
         assert printed.out_of_place is None or printed.out_of_place.busbw_gbps is None  # not run: in place only
         assert printed.in_place.busbw_gbps == pytest.approx(r["busbw_gbps"], abs=0.006)  # %.2f, as nccl-tests
         assert (printed.type, printed.redop, printed.in_place.wrong) == ("float", "sum", 0)

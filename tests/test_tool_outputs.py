@@ -432,7 +432,8 @@ P2P_TWO = " \tGPU0\tGPU1\t\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n\nLegend:\n\n  X  
 @pytest.mark.parametrize("p2p", ["club-3090#1229 (2 GPUs)", "corpus p2pmatrix/001 (8 GPUs)"])
 def test_record_refuses_p2p_text_of_another_gpu_count(tmp_path, capsys, h100_topo, p2p):
     """--p2p of a machine with another GPU count is refused, as nvbandwidth's and p2pBandwidthLatencyTest's
-    are, not recorded with a warning as statuses for pairs it never saw (or onto other GPUs). The 2-GPU text against an 8-GPU machine; the real 8x H100 matrix against a 4-GPU one."""
+    are, not recorded with a warning as statuses for pairs it never saw (or onto other GPUs). The 2-GPU
+    text against an 8-GPU machine; the real 8x H100 matrix against a 4-GPU one."""
     if p2p.startswith("corpus"):
         if not CORPUS.is_dir():
             pytest.skip(NO_CORPUS)

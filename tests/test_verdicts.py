@@ -222,7 +222,7 @@ NCCL_TESTS = """\
 # Out of bounds values : {oob} {verdict}
 # Avg bus bandwidth    : 390.67
 #
-"""
+"""  # noqa: E501 (the tool's own lines, verbatim)
 
 
 @pytest.mark.parametrize("ip_wrong,oob,verdict,error", [
@@ -317,7 +317,8 @@ def test_wrong_data_fails_the_run_gate(gpu_host):
     ("0,1,2,3", "hgx-h100", 0, []),
     # GPUs 4-7 of the node whose GPU5 lost its NVLinks: named GPU5, as nvidia-smi numbers it
     ("4,5,6,7", "hgx-h100-nvlink-down", 8, ["*expected as hgx-h100: GPU5 has 0 active NVLinks, the reference 18*",
-                                            "*expected as hgx-h100: GPU4-GPU5 are linked by NODE, the reference by NV18*"]),
+                                            "*expected as hgx-h100: GPU4-GPU5 are linked by NODE, "
+                                            "the reference by NV18*"]),
 ])
 def test_expect_compares_the_physical_gpus_the_job_sees(pytester, monkeypatch, visible, machine, ret, lines):
     """A job seeing GPUs 0-3 of a healthy node passes against the node's own reference (fewer GPUs

@@ -264,20 +264,21 @@ def _launch(plan: AllReducePlan, workdir: str, children: Children, logs: list) -
     for rank in plan.ranks:
         log = open(os.path.join(workdir, f"rank{rank}.log"), "wb")
         logs.append(log)
-        children.start([sys.executable, "-m", "pytest_gputopo.bench.allreduce_worker", "--worker", config_path, str(rank)],
-                       output=log, env=child_env)
+        argv = [sys.executable, "-m", "pytest_gputopo.bench.allreduce_worker", "--worker", config_path, str(rank)]
+        children.start(argv, output=log, env=child_env)
     return children.pids
 
 
 def _wait(plan: AllReducePlan, workdir: str, children: Children, deadline: float) -> None:
     """Wait for every worker to end well; a :class:`BenchError` names a failed or hung rank."""
     ranks = plan.ranks
-    codes = dict(zip(ranks, children.wait(deadline)))
+    codes = dict(zip(ranks, children.wait(deadline), strict=True))
     failed = [r for r, c in codes.items() if c not in (None, 0)]
     if failed:
         # Let the consequences (peers losing their connection) land, then name the culprit: the
         # first to fail, as polled, else the lowest rank.
-        later = dict(zip(ranks, children.wait(min(deadline, time.monotonic() + 0.5), stop_on_failure=False)))
+        codes_now = children.wait(min(deadline, time.monotonic() + 0.5), stop_on_failure=False)
+        later = dict(zip(ranks, codes_now, strict=True))
         failed += sorted(r for r, c in later.items() if c not in (None, 0) and r not in failed)
         reason, tail = _failure_reason(workdir, {r: later[r] for r in failed}, failed)
         raise BenchError(reason, pids=children.pids, logs=tail)

@@ -234,7 +234,8 @@ class _Verification:
         m_mod, offsets = _pattern(n, self.dtype)
         # (i mod m) built by repeating a block of m small integers: exact in every supported dtype,
         # and a copy rather than an integer modulo over the whole buffer (0.5 s for 64 MiB on a CPU).
-        pattern = torch.arange(m_mod, dtype=getattr(torch, self.dtype), device=device).repeat(-(-count // m_mod))[:count]
+        residues = torch.arange(m_mod, dtype=getattr(torch, self.dtype), device=device)
+        pattern = residues.repeat(-(-count // m_mod))[:count]
         x = pattern + offsets[rank]
         dist.all_reduce(x)
         if _FAULTS.get("corrupt") and rank == n - 1:
@@ -245,7 +246,8 @@ class _Verification:
         dist.all_reduce(w)
         self.wrong = int(w.item())
         if self.wrong:
-            return f"{self.wrong} wrong element(s) of {count} after all_reduce of {size_text(count * ITEMSIZE[self.dtype])}"
+            return (f"{self.wrong} wrong element(s) of {count} after all_reduce of "
+                    f"{size_text(count * ITEMSIZE[self.dtype])}")
         return None
 
 

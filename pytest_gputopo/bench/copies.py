@@ -61,12 +61,12 @@ class EachWayTimer:
         self._events = [(cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)) for _ in self._streams]
         first = self._events[0][0]
         first.record(self._streams[0])
-        for (begin, _), stream in zip(self._events[1:], self._streams[1:]):
+        for (begin, _), stream in zip(self._events[1:], self._streams[1:], strict=True):
             stream.wait_event(first)  # as nvbandwidth: cuStreamWaitEvent(streams[i], startEvents[0])
             begin.record(stream)
 
     def stop(self) -> float:
-        for (_, end), stream in zip(self._events, self._streams):
+        for (_, end), stream in zip(self._events, self._streams, strict=True):
             end.record(stream)
         for _, end in self._events:
             end.synchronize()

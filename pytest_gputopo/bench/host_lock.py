@@ -66,7 +66,8 @@ def host_lock(timeout_s: float):
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"another process held the benchmark lock {path} for {timeout_s:.0f} s") from None
+                    raise TimeoutError(f"another process held the benchmark lock {path} "
+                                       f"for {timeout_s:.0f} s") from None
                 time.sleep(0.05)
         try:
             yield

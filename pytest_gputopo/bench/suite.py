@@ -6,7 +6,8 @@ figures published for it are served instead, labelled ``recorded`` with their so
 be measured on a machine that is not this host (a recorded profile or ``nvidia-smi`` text), and
 this host's figures (gloo's CPU all-reduce included) are never served as that machine's. Measurements
 take the host's benchmark lock (``bench.host_lock``) so that two pytest processes (xdist workers,
-parallel jobs) never benchmark the same host at once, and may be kept in pytest's cache across runs (``--gputopo-cache``). torch is imported only by the benchmarks.
+parallel jobs) never benchmark the same host at once, and may be kept in pytest's cache across runs
+(``--gputopo-cache``). torch is imported only by the benchmarks.
 """
 
 from __future__ import annotations

@@ -99,4 +99,5 @@ def result_problem(data: Any) -> str | None:
     for name in ("source", "error"):
         if not isinstance(data.get(name), (str, type(None))):
             return f"{name} is not a string"
-    return (gbps_problem(data["gbps"]) if data.get("gbps") is not None else None) or detail_problem(data.get("detail", {}))
+    gbps = gbps_problem(data["gbps"]) if data.get("gbps") is not None else None
+    return gbps or detail_problem(data.get("detail", {}))

@@ -57,8 +57,8 @@ def cmd_bench(args) -> int:
                 files.write_text(path, text())
             except OSError as exc:
                 raise CliError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
-    print(f"gputopo: done in {result.wall_s:.1f} s" + ("" if result.ok else f"; data wrong: {'; '.join(result.errors)}"),
-          file=sys.stderr)
+    wrong = "" if result.ok else f"; data wrong: {'; '.join(result.errors)}"
+    print(f"gputopo: done in {result.wall_s:.1f} s" + wrong, file=sys.stderr)
     return 0 if result.ok else 1
 
 
@@ -148,7 +148,8 @@ def add_bench(sub) -> None:
     p.add_argument("-w", "--warmup_iters", type=int, default=5, metavar="N",
                    help="untimed all-reduces before each size is timed (default 5)")
     p.add_argument("--budget", type=float, default=1.0, metavar="S", help="seconds of timing per size (default 1)")
-    p.add_argument("--timeout", type=float, metavar="S", help="bound on the whole sweep (default 60 + 4 x budget x sizes)")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="bound on the whole sweep (default 60 + 4 x budget x sizes)")
     p.add_argument("--json", metavar="PATH",
                    help="write the sweep as a report document (gputopo report reads it; default: none)")
     p.add_argument("--html", metavar="PATH",

@@ -120,7 +120,8 @@ def add_record(sub) -> None:
                     "--from-smi, from nvidia-smi text captured on any machine (every fact the text does not give\n"
                     "is recorded as unknown). nvbandwidth and p2pBandwidthLatencyTest output run on that machine\n"
                     "add its figures, labelled recorded. The profile works wherever a machine is named.",
-                    "  nvidia-smi topo -m > topo.txt; nvidia-smi topo -p2p r > p2p_r.txt; nvidia-smi topo -p2p w > p2p_w.txt\n"
+                    "  nvidia-smi topo -m > topo.txt; nvidia-smi topo -p2p r > p2p_r.txt; "
+                    "nvidia-smi topo -p2p w > p2p_w.txt\n"
                     "  gputopo record --from-smi topo.txt --p2p r:p2p_r.txt --p2p w:p2p_w.txt -o node.json\n"
                     "  pytest --gputopo-machine node.json",
                     "  0    written, and what each file gave printed\n"

@@ -54,13 +54,14 @@ class P2PBandwidthLatency:
 
     def to_json(self) -> dict:
         return {"n_gpus": self.n_gpus, "devices": [{"index": i, "name": n, "bus_id": b} for i, n, b in self.devices],
-                "matrices": {k: [list(r) for r in m] for k, m in self.matrices.items()}, "warnings": list(self.warnings)}
+                "matrices": {k: [list(r) for r in m] for k, m in self.matrices.items()},
+                "warnings": list(self.warnings)}
 
 
 _P2P_HEAD = {"D\\D": "", "GPU": "", "CPU": " [CPU]"}
 # printf("Device: %d, %s, pciBusID: %x, pciDeviceID: %x, pciDomainID:%x\n", ...) in its main()
-_DEVICE_RE = re.compile(r"Device: (\d{1,4}), (.{0,200}), pciBusID: ([0-9a-fA-F]{1,2}), pciDeviceID: ([0-9a-fA-F]{1,2}), "
-                        r"pciDomainID:([0-9a-fA-F]{1,8})")
+_DEVICE_RE = re.compile(r"Device: (\d{1,4}), (.{0,200}), pciBusID: ([0-9a-fA-F]{1,2}), "
+                        r"pciDeviceID: ([0-9a-fA-F]{1,2}), pciDomainID:([0-9a-fA-F]{1,8})")
 
 
 def parse_p2p_bandwidth_latency(text: str) -> P2PBandwidthLatency:

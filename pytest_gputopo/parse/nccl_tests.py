@@ -185,7 +185,7 @@ def _parse_row(tokens: Sequence[str], layout: _Layout, notes: list[str]) -> Nccl
         return None
     fields: dict = {}
     try:
-        for name, tok in zip(layout.prefix, tokens):
+        for name, tok in zip(layout.prefix, tokens, strict=False):  # the tokens after the prefix are figures
             fields[name] = cell_ident(tok) if name in ("type", "redop") else cell_int(tok)
     except BadCell:
         return None

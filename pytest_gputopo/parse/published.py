@@ -84,8 +84,8 @@ def _same_gpus(tool: str, file: str, count: int, topology: model.Topology, buses
     GPUs from that tool (nvidia-smi ignores CUDA_VISIBLE_DEVICES; a container's NVIDIA_VISIBLE_DEVICES
     is what it sees)."""
     if count != len(topology.gpus):
-        raise ToolOutputError(f"{file}: {tool} saw {counted(count, 'GPU')} and the machine has {len(topology.gpus)}: another "
-                              f"machine, or another {visible} (run it with every GPU visible)")
+        raise ToolOutputError(f"{file}: {tool} saw {counted(count, 'GPU')} and the machine has {len(topology.gpus)}: "
+                              f"another machine, or another {visible} (run it with every GPU visible)")
     for index, bus in buses:
         known = topology.gpus[index].pci_bus_id if index < count else None
         if bus and known and not known.upper().startswith(bus.upper()):

@@ -2,10 +2,11 @@
 under a GPU in MIG mode one line per MIG device, ``  MIG <profile> Device <n>: (UUID: MIG-…)`` (the
 forms of NVIDIA's nvidia-smi manual page and MIG user guide; the first MIG drivers printed no profile,
 ``  MIG Device <n>: (UUID: MIG-GPU-…/<gi>/<ci>)``, as NVIDIA/nvidia-container-toolkit
-cmd/nvidia-container-runtime.experimental/README.md @ cf192169a8982fccf168ada86acfce54dc0984eb shows). A MIG device listed under a GPU says its
-MIG mode is enabled, and each is kept (``model.MigDevice``: its profile, number and UUID, and the early
-UUID's instance ids); none listed says nothing (MIG may be on with no instance made). A line of no
-such form is a warning naming its line; text with no GPU line is refused."""
+cmd/nvidia-container-runtime.experimental/README.md @ cf192169a8982fccf168ada86acfce54dc0984eb shows).
+A MIG device listed under a GPU says its MIG mode is enabled, and each is kept (``model.MigDevice``:
+its profile, number and UUID, and the early UUID's instance ids); none listed says nothing (MIG may be
+on with no instance made). A line of no such form is a warning naming its line; text with no GPU line
+is refused."""
 
 from __future__ import annotations
 

@@ -135,7 +135,8 @@ def parse_smi_query(text: str) -> SmiGpus:
             skipped = True
             continue
         facts: dict = {}
-        bad = [why for (field, unit), raw in zip(columns, cells) if (why := _value(field, unit, raw, facts))]
+        bad = [why for (field, unit), raw in zip(columns, cells, strict=True)
+               if (why := _value(field, unit, raw, facts))]
         notes += [f"line {number}: {why}; not read" for why in bad]
         if facts.get("index") in indices:
             raise SmiQueryParseError(f"line {number}: GPU {facts['index']} is listed twice (line "
@@ -150,7 +151,7 @@ def parse_smi_query(text: str) -> SmiGpus:
     if not gpus:
         raise SmiQueryParseError(f"a {TOOL} header and no GPU row under it")
     if len(set(drivers)) > 1:
-        notes.append(f"the rows name {counted(len(set(drivers)), 'driver version')} ({', '.join(sorted(set(drivers)))}); "
-                     f"the first is kept")
-    return SmiGpus(TOOL, tuple(gpus), attached=None if skipped else len(gpus), driver_version=drivers[0] if drivers else None,
-                   warnings=tuple(dict.fromkeys(notes)))
+        notes.append(f"the rows name {counted(len(set(drivers)), 'driver version')} "
+                     f"({', '.join(sorted(set(drivers)))}); the first is kept")
+    return SmiGpus(TOOL, tuple(gpus), attached=None if skipped else len(gpus),
+                   driver_version=drivers[0] if drivers else None, warnings=tuple(dict.fromkeys(notes)))

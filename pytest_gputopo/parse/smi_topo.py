@@ -397,7 +397,7 @@ def parse_topo_matrix(text: str) -> SmiTopo:
         present = sum(1 for f in row if f)  # an empty cell is a missing one (a cut tab row)
         if present < n and trailing is not None:
             warnings.append(f"{d} row has {present} of {counted(n, 'cell')}")
-        for other, raw in zip(devices, row):
+        for other, raw in zip(devices, row, strict=False):  # a cut row is shorter: its missing cells stay absent
             if not raw:
                 continue
             if other == d:

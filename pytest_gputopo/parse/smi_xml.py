@@ -7,11 +7,11 @@ one ``<gpu id="<bus id>">`` per GPU in NVML index order, each with ``product_nam
 ``pci/pci_bus_id``, ``pci/pci_gpu_link_info/pcie_gen/{current,max}_link_gen``,
 ``.../link_widths/{current,max}_link_width`` (``16x``), ``fb_memory_usage/total`` (``81559 MiB``),
 ``mig_mode/current_mig``, each ``mig_devices/mig_device`` (``index``, ``gpu_instance_id``,
-``compute_instance_id``, ``fb_memory_usage/total``), ``compute_mode`` and, from drivers that print it, ``fabric`` (``state``,
-``status``, ``cliqueId``, ``clusterUuid``: the GPU's registration with a multi-node NVLink fabric, as
-NVML's ``nvmlGpuFabricInfo`` gives it, NVML API Reference "Fabric definitions"). ``N/A`` and the like
-are unknown. With ``-i`` some GPUs
-are listed and ``attached_gpus`` still counts every one: such GPUs are told by UUID or bus id only.
+``compute_instance_id``, ``fb_memory_usage/total``), ``compute_mode`` and, from drivers that print it,
+``fabric`` (``state``, ``status``, ``cliqueId``, ``clusterUuid``: the GPU's registration with a
+multi-node NVLink fabric, as NVML's ``nvmlGpuFabricInfo`` gives it, NVML API Reference "Fabric
+definitions"). ``N/A`` and the like are unknown. With ``-i`` some GPUs are listed and ``attached_gpus``
+still counts every one: such GPUs are told by UUID or bus id only.
 
 The text is untrusted: it is read by expat with no entity of its own. nvidia-smi's external
 ``<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">`` is allowed (expat never fetches it); an

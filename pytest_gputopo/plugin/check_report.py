@@ -98,7 +98,7 @@ def summary(reports, causes: list) -> list[tuple[str, str | None]]:
     line per reason items were not judged, and the counts."""
     names = [_name(rep) for rep in reports]
     kinds = Counter(_kind(name) for name in names)  # how many items of each kind the check has
-    by_name = dict(zip(names, reports))
+    by_name = dict(zip(names, reports, strict=True))
     lines = []
     for cause in causes:  # a cause of one item: that item's own line; of several: the cause, once
         if len(cause.findings) == 1 and cause.findings[0] in by_name:
@@ -107,7 +107,7 @@ def summary(reports, causes: list) -> list[tuple[str, str | None]]:
         else:
             lines.append((f"FAILED {cause.headline}", "red"))
     by_why: dict[str, list[str]] = {}
-    for rep, name in zip(reports, names):
+    for rep, name in zip(reports, names, strict=True):
         if rep.outcome == "skipped":
             by_why.setdefault(_why(rep), []).append(name)
     for why, skipped in by_why.items():

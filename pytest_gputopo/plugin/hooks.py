@@ -274,7 +274,8 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     if run is None or not run.state.gate_causes or session.config.option.collectonly:
         return None
     for i, item in enumerate(session.items):
-        item.ihook.pytest_runtest_protocol(item=item, nextitem=session.items[i + 1] if i + 1 < len(session.items) else None)
+        nextitem = session.items[i + 1] if i + 1 < len(session.items) else None
+        item.ihook.pytest_runtest_protocol(item=item, nextitem=nextitem)
     return True
 
 

@@ -133,7 +133,7 @@ class Leases:
         slots = [i for i, size in enumerate(sizes) if size]
         ordered = sorted(slots, key=lambda i: -sizes[i])  # stable: equals keep their order
         moved = [items[i] for i in ordered]
-        for slot, item in zip(slots, moved):
+        for slot, item in zip(slots, moved, strict=True):
             items[slot] = item
 
     def take(self, item: pytest.Item, placer: placement.Placer) -> Lease | None:

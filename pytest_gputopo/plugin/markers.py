@@ -85,11 +85,13 @@ MARKER_HELP = {
                      "compute_capability ('>=9.0'), arch ('hopper', '>=ampere', '<blackwell', '!=hopper', a list: "
                      "any), model (a substring of the name, or a list: any), bf16 (native), multicast (NVLS)",
     "requires_versions": "each version given is met, as a specifier ('>=2.18'): driver (NVIDIA driver), cuda "
-                         "(CUDA the driver supports), cuda_runtime (CUDA torch was built with), nccl (NCCL torch loads)",
+                         "(CUDA the driver supports), cuda_runtime (CUDA torch was built with), "
+                         "nccl (NCCL torch loads)",
     "requires_p2p": "every pair among the GPUs the test uses (cuda:0..gpus-1, or gpus=[0, 5], default all) can do "
                     "P2P read and write",
     "requires_nvlink": "every such pair is connected by at least min_links NVLinks",
-    "requires_link": "every such pair is linked at cls or better: NV# > PIX > PXB > PHB > NODE > SYS ('NV' = any NVLink)",
+    "requires_link": "every such pair is linked at cls or better: NV# > PIX > PXB > PHB > NODE > SYS "
+                     "('NV' = any NVLink)",
     "min_allreduce_bw": "all-reduce bus bandwidth among the GPUs the test uses, at one large size, is at least "
                         "gbps GB/s (None: floor x what the links should give)",
     "min_p2p_bw": "P2P copy bandwidth of every such pair is at least gbps GB/s (None: floor x the link's)",

@@ -206,7 +206,7 @@ def floor_overrides(config: pytest.Config) -> dict[str, float]:
     from ..core import thresholds  # its ratio rule, only when a floor is set
 
     found = {}
-    for key, name in zip(FLOOR_KEYS, names):
+    for key, name in zip(FLOOR_KEYS, names, strict=True):
         raw, where = value(config, name)
         if raw is not None:
             try:

@@ -109,7 +109,7 @@ def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results
     n = requirement.n
     first_failed = next((e.rank for e in ended.exits if e.status not in (0, None)), None)
     problems = []  # (rank, outcome, headline, details)
-    for end, result in zip(ended.exits, results):
+    for end, result in zip(ended.exits, results, strict=True):
         outcome = (result or {}).get("outcome")
         if end.status is None:
             cause = (f"still running after {requirement.timeout_s:g} s (the test's timeout)" if ended.timed_out else

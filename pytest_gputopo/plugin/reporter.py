@@ -154,8 +154,8 @@ def gate_lines(run: GputopoRun, causes: list, as_tests: bool = True) -> list[str
     for cause in causes:
         first, *evidence = cause.lines(indent="    ")
         lines += [f"  - {first}"] + [f"  {line}" for line in evidence]
-    lines.append("gputopo: the run's tests are not collected" + (f"; {counted(len(causes), 'cause')}, each a "
-                                                                   f"failed test {NODEID}::<cause>" if as_tests else ""))
+    each = f"; {counted(len(causes), 'cause')}, each a failed test {NODEID}::<cause>" if as_tests else ""
+    lines.append("gputopo: the run's tests are not collected" + each)
     return terminal_lines(lines)
 
 
@@ -236,7 +236,8 @@ def write_reports(run: GputopoRun, complete: bool, changed: bool = False) -> Non
             continue
         try:  # strict JSON: a NaN would be a figure no strict reader takes
             files.write_text(path, text())
-        except (OSError, ValueError) as exc:  # checked at start; a disk that filled since loses the report, not the outcome
+        except (OSError, ValueError) as exc:
+            # checked at start; a disk that filled since loses the report, not the outcome
             if complete:
                 run.state.report_errors.append(
                     f"ERROR: {where}: cannot write {path}: {getattr(exc, 'strerror', None) or exc}")
@@ -267,7 +268,7 @@ def report_document(run: GputopoRun) -> dict:
     results = list(by_key.values())
     document = report.json_document(run.topology, results, _from_reports(run.config, CHECK_PROPERTY),
                                     _from_reports(run.config, OWN_PROPERTY), lost)
-    for entry, result in zip(document["measurements"], results):
+    for entry, result in zip(document["measurements"], results, strict=True):
         key = result.key
         if key.kind in ("p2p", "p2p_staged", "p2p_bidir", "h2d", "d2h", "allreduce"):
             staged = by_key.get(key.staged()) if key.kind == "p2p" else None

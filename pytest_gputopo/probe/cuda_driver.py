@@ -146,7 +146,7 @@ def _multicast(lib, devices: list, buses: list) -> dict[str, bool]:
     # NCCL's rule too: a driver without cuMulticastCreate (before CUDA 12.1) has no multicast.
     creates = hasattr(lib, "cuMulticastCreate")
     found = {}
-    for device, bus_id in zip(devices, buses):
+    for device, bus_id in zip(devices, buses, strict=True):
         value = ctypes.c_int(0)
         if not creates:
             found[bus_id] = False

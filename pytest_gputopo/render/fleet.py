@@ -26,8 +26,8 @@ def _not_compared(fleet: Fleet) -> str:
 def _verdict(fleet: Fleet, unread: list) -> str:
     nodes = sum(len(g.nodes) for g in fleet.groups)
     own = [n.name for g in fleet.groups for n in g.nodes if any(f.kind in (FAULT, IDENTITY) for f in g.of(n.name))]
-    said = [f"{counted(len(fleet.named), 'node')} named" + (f" ({len(own)} for {'a fault of its own' if len(own) == 1 else 'faults of their own'})"
-                                                           if own else "")
+    whose = "a fault of its own" if len(own) == 1 else "faults of their own"
+    said = [f"{counted(len(fleet.named), 'node')} named" + (f" ({len(own)} for {whose})" if own else "")
             if fleet.named else "",
             f"{counted(len(fleet.splits), 'group finding')} (a group split)" if fleet.splits else "",
             f"{counted(sum(len(g.nodes) for g in fleet.not_compared), 'node')} not judged by its peers "
@@ -90,7 +90,8 @@ def _finding(f: Finding) -> dict:
     out = {"kind": f.kind, "fact": f.fact, "says": f.says, "node": f.node, "column": f.column,
            "items": list(f.items), "evidence": list(f.evidence)}
     if f.kind == SPLIT:
-        out["sides"] = [{"nodes": list(nodes), "values": dict(zip(f.items, values)) if len(values) == len(f.items)
+        out["sides"] = [{"nodes": list(nodes),
+                         "values": dict(zip(f.items, values, strict=True)) if len(values) == len(f.items)
                          else {f.fact: values[0]}} for values, nodes in f.sides]
         out["disagreeing"] = list(f.disagreeing)
     return out
@@ -169,7 +170,8 @@ def _cell(group: Group, node, column: str) -> str:
         value = node.facts.get(column)
         reference = group.reference.get(column)
         value, evidence = (value or "as its peers", f"as the group: {reference}" if reference else "")
-    return f'<td class="{"unknown" if value == "?" else "same"}" title="{html_attribute(evidence)}">{html_text(value)}</td>'
+    css = "unknown" if value == "?" else "same"
+    return f'<td class="{css}" title="{html_attribute(evidence)}">{html_text(value)}</td>'
 
 
 def _state(group: Group, node) -> tuple[str, str]:

@@ -131,7 +131,8 @@ def _legends() -> str:
     links = _table([[_cell("NV#", "nv"), _cell("a bonded set of # NVLinks", "text")],
                     [_cell("PIX / PXB", "pix"), _cell("one / several PCIe bridges", "text")],
                     [_cell("PHB", "phb"), _cell("PCIe and a host bridge (the CPU)", "text")],
-                    [_cell("NODE", "node"), _cell("PCIe and the interconnect between host bridges of one NUMA node", "text")],
+                    [_cell("NODE", "node"),
+                     _cell("PCIe and the interconnect between host bridges of one NUMA node", "text")],
                     [_cell("SYS", "sys"), _cell("PCIe and the SMP interconnect between NUMA nodes", "text")],
                     [_cell("?", "unknown"), _cell("not known: the source did not say", "text")]], ["link", "meaning"],
                    "legend")
@@ -252,13 +253,15 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
         return ("<p>Nothing was measured in this run.</p>" if doc.get("complete", True) is not False
                 else "<p>Nothing had been measured when this was written.</p>")
     legend = _table([[_cell("1.00", "above"), _cell("at or above what the link should give", "text")],
-                     [_cell("0.81", "met"), _cell("meets the threshold (the floor x expected, or a published floor)", "text")],
+                     [_cell("0.81", "met"),
+                      _cell("meets the threshold (the floor x expected, or a published floor)", "text")],
                      [_cell("0.40", "below"), _cell("below the threshold: a slow link", "text")],
                      [_cell("0.89", "staged"), _cell("a P2P copy slower than the same copy staged through the host: "
                                                      "not getting P2P", "text")],
                      [_cell("/ ?", "unknown"), _cell("nothing says what it should reach: unknown, not OK", "text")],
                      [_cell("—", "absent"), _cell("no figure (none published, or the run failed)", "text")],
-                     [_cell("data wrong", "broken"), _cell("the benchmark's data came back wrong: a broken node", "text")]],
+                     [_cell("data wrong", "broken"),
+                      _cell("the benchmark's data came back wrong: a broken node", "text")]],
                     ["cell", "meaning"], "legend")
     return "\n".join(([absent] if absent else []) + parts + [legend])
 
@@ -293,6 +296,11 @@ def _outcome_class(outcome) -> str:
     return outcome if outcome in ("passed", "failed", "skipped", "error") else "unknown"
 
 
+def _outcome_cell(entry: dict) -> str:
+    """An entry's outcome in capitals, in the cell of its class."""
+    return _cell(str(entry.get("outcome", "")).upper(), _outcome_class(entry.get("outcome")))
+
+
 _GATED = "<p>No test ran: the run gate stopped the run (see above).</p>"
 
 
@@ -306,8 +314,7 @@ def _checks(doc: dict) -> str:
     from .verdict import check_kinds, verdict
 
     def row(c):
-        return [_cell(c.get("check", ""), "text"), _cell(str(c.get("outcome", "")).upper(), _outcome_class(c.get("outcome"))),
-                _cell(c.get("message", ""), "text")]
+        return [_cell(c.get("check", ""), "text"), _outcome_cell(c), _cell(c.get("message", ""), "text")]
 
     ordered = sorted(checks, key=lambda c: _FIRST.get(c.get("outcome"), 2))  # failures first; stable within
     rows = [row(c) for c in ordered if c.get("outcome") in ("failed", "error")]
@@ -334,8 +341,8 @@ def _unmet(doc: dict) -> str:
                 else "<p>No test had been skipped for an unmet requirement when this was written "
                      "(the run had not finished).</p>")
     unmet = sorted(unmet, key=lambda u: _FIRST.get(u.get("outcome"), 2))
-    rows = [[_cell(u.get("test", ""), "text"), _cell(str(u.get("outcome", "")).upper(), _outcome_class(u.get("outcome"))),
-             _cell(u.get("requirement", "")), _cell(u.get("reason", ""), "text")] for u in unmet]
+    rows = [[_cell(u.get("test", ""), "text"), _outcome_cell(u), _cell(u.get("requirement", "")),
+             _cell(u.get("reason", ""), "text")] for u in unmet]
     return _table(rows, ["test", "outcome", "requirement", "reason"])
 
 

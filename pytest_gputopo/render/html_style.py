@@ -22,8 +22,10 @@ td.text, th.text { text-align: left; }
 .passed { background: #9fd3a8; } .failed, .error { background: #e06666; color: #fff; } .skipped { background: #fbe38a; }
 .self { background: #f4f4f4; color: #888; }
 .differs { color: #b00; font-weight: 700; }
-#verdict { border: 3px solid #888; border-radius: 6px; padding: .2em 1em .6em; margin-bottom: 1.2em; background: #fafafa; color: #111; }
-#verdict.failed { border-color: #c62828; background: #fdecea; } #verdict.passed { border-color: #1a7f37; background: #eef8f0; }
+#verdict { border: 3px solid #888; border-radius: 6px; padding: .2em 1em .6em; margin-bottom: 1.2em; \
+background: #fafafa; color: #111; }
+#verdict.failed { border-color: #c62828; background: #fdecea; } \
+#verdict.passed { border-color: #1a7f37; background: #eef8f0; }
 #verdict.skipped { border-color: #c9a400; background: #fffbe6; }
 #verdict h1 { font-size: 1.6em; margin: .4em 0; } #verdict h1 span { padding: 1px 12px; border-radius: 4px; }
 #verdict td.text { background: #fff; max-width: 60em; }

@@ -46,7 +46,8 @@ def _figures(doc: dict) -> list[str]:
         exp = m.get("expected") or {}
         expected = "?" if exp.get("gbps") is None else f"{exp['gbps']:.3g}"
         needed = "?" if exp.get("needed_gbps") is None else f"{exp['needed_gbps']:.3g}"
-        rows.append([m.get("what", ""), f"{m['gbps']:.3g}", expected, needed, m.get("origin", ""), m.get("error") or ""])
+        rows.append([m.get("what", ""), f"{m['gbps']:.3g}", expected, needed, m.get("origin", ""),
+                     m.get("error") or ""])
     lines = _table(["measurement", "GB/s", "expected", "needed", "origin", "error"], rows) if rows else []
     absent = [f"- No figure for {_cell(what)}: {_cell(reason)}" for what, reason in no_figures(doc)]
     return lines + ([""] if lines and absent else []) + absent
@@ -77,7 +78,8 @@ def summary(doc: dict, gate_causes: list | None = None) -> str:
         lines += ["<details><summary>Link classes</summary>", ""] + _matrix(topology) + ["", "</details>", ""]
     figures = _figures(doc)
     if figures:
-        lines += ["<details><summary>Bandwidth: measured, cached or recorded</summary>", ""] + figures + ["", "</details>", ""]
+        lines += (["<details><summary>Bandwidth: measured, cached or recorded</summary>", ""] + figures
+                  + ["", "</details>", ""])
     return "\n".join(lines) + "\n"
 
 

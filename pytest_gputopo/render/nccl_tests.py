@@ -100,7 +100,7 @@ def sweep_table(sweep: dict) -> str:
     pids = sweep.get("worker_pids") or [0] * result["world_size"]
     where = [f"device {d:2d} [{result['backend']}] cuda:{d}" for d in devices] if devices else \
         [f"device cpu [{result['backend']}] CPU process" for _ in range(result["world_size"])]
-    rank_lines = [f"Pid {pid:6d} on {host:>10} {place}" for pid, place in zip(pids, where)]
+    rank_lines = [f"Pid {pid:6d} on {host:>10} {place}" for pid, place in zip(pids, where, strict=True)]
     preamble = [f"# gputopo bench allreduce: minBytes {sizes['begin']} maxBytes {sizes['end']} step: "
                 f"{sizes['factor']}(factor) backend {result['backend']} ({sweep.get('origin')} on {host})",
                 "# in-place only: torch.distributed.all_reduce reduces in place (out-of-place: N/A)"]

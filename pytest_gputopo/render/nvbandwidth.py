@@ -41,7 +41,7 @@ def render_matrix(matrix: NvbMatrix, perf_formatter: bool = False) -> list[str]:
     numbered = matrix.rows == tuple(str(i) for i in range(len(matrix.rows)))
     width = 2 if numbered else max([2] + [len(label) for label in matrix.rows])
     lines = [matrix.title, " " * width + "".join(f"{c:>10}" for c in matrix.columns)]
-    for label, row in zip(matrix.rows, matrix.cells):
+    for label, row in zip(matrix.rows, matrix.cells, strict=True):
         lines.append(f"{label:>{width}}" + "".join(f"{NA:>10}" if v is None else f"{v:10.2f}" for v in row))
     lines.append("")
     if matrix.sum is not None:

@@ -67,7 +67,7 @@ def header_line(topology: Topology) -> str:
 def aligned(rows: list[list[str]]) -> list[str]:
     """Rows of cells as left-aligned columns, two spaces apart."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
 def link_matrix(topology: Topology) -> list[str]:

@@ -24,7 +24,8 @@ def spec_lines(rows: list, floors: dict) -> list[str]:
     """``gputopo spec``: every figure the rules use, with its source, and the default floors."""
     width = max(len(f"{c}: {i}") for c, i, _ in rows)
     lines = [f"{(c + ': ' + i).ljust(width)}  {f.gbps:8.2f} GB/s  [{f.source}]" for c, i, f in rows]
-    return lines + ["", "efficiency floors (fraction of expected): " + ", ".join(f"{k}={v:g}" for k, v in floors.items())]
+    floors_text = ", ".join(f"{k}={v:g}" for k, v in floors.items())
+    return lines + ["", "efficiency floors (fraction of expected): " + floors_text]
 
 
 def smi_topo_lines(smi: SmiTopo, topology: model.Topology) -> list[str]:

@@ -68,7 +68,7 @@ class Children:
             now = time.monotonic()
             if now >= deadline:
                 return codes
-            _until_one_exits([p for p, c in zip(self.procs, codes) if c is None], deadline - now)
+            _until_one_exits([p for p, c in zip(self.procs, codes, strict=True) if c is None], deadline - now)
 
     def close(self) -> None:
         """SIGTERM to every child's process group, SIGKILL to what is left after the grace period

@@ -128,7 +128,7 @@ def _wait(procs: list, deadline: float, grace_s: float) -> bool:
         stop = deadline if failed_by is None else failed_by
         if now >= stop:
             return failed_by is None
-        multiprocessing.connection.wait([p.sentinel for p, c in zip(procs, codes) if c is None],
+        multiprocessing.connection.wait([p.sentinel for p, c in zip(procs, codes, strict=True) if c is None],
                                         timeout=stop - now)
 
 

@@ -193,7 +193,7 @@ def main(argv=None):
         p_med, r_med = statistics.median(p_bw), statistics.median(r_bw)
         agree = p_med / r_med - 1
         # Estimates i of both loops were taken back to back: their ratio cancels the machine's slow drift.
-        paired = statistics.median(p / r for p, r in zip(p_bw, r_bw)) - 1
+        paired = statistics.median(p / r for p, r in zip(p_bw, r_bw, strict=True)) - 1
         p_spread, r_spread = max(p_bw) / min(p_bw), max(r_bw) / min(r_bw)
         p_wall = statistics.median(e["wall_s"] for e in row["plugin"])
         r_wall = statistics.median(e["wall_s"] for e in row["reference"])
@@ -205,8 +205,9 @@ def main(argv=None):
         met["spread"] += p_spread < 1.10
         met["wall"] += p_wall < r_wall
         label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
-        print(f"{label:>9} | {p_med:>8.3f} GB/s {r_med:>5.3f} GB/s {agree:>+6.1%} {paired:>+6.1%} | {p_spread - 1:>12.1%} "
-              f"{r_spread - 1:>10.1%} | {p_wall:>9.3f} s {r_wall:>7.3f} s | {ks:>11.0f} {stable:>4}/{len(p_bw)} {wrong:>5}")
+        print(f"{label:>9} | {p_med:>8.3f} GB/s {r_med:>5.3f} GB/s {agree:>+6.1%} {paired:>+6.1%} | "
+              f"{p_spread - 1:>12.1%} {r_spread - 1:>10.1%} | {p_wall:>9.3f} s {r_wall:>7.3f} s | "
+              f"{ks:>11.0f} {stable:>4}/{len(p_bw)} {wrong:>5}")
     n = len(rows)
     verify = [e["verify_s"] for row in rows for e in row["plugin"]]
     print(f"plugin wall = warm-up, calibration and samples; the verifiable all-reduce after them took "

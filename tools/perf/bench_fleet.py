@@ -109,7 +109,8 @@ def run_fleet(folder: Path, tree: str | None = None) -> tuple[float, float, int,
     peak_mb = float(done.stderr.rsplit("MAXRSS_KB ", 1)[-1]) / 1024
     if done.returncode not in (0, 1):
         raise SystemExit(f"gputopo fleet failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return wall, peak_mb, (out / "fleet.html").stat().st_size, json.loads((out / "fleet.json").read_text()), done.returncode
+    document = json.loads((out / "fleet.json").read_text())
+    return wall, peak_mb, (out / "fleet.html").stat().st_size, document, done.returncode
 
 
 def accuracy(doc: dict) -> str:
@@ -134,7 +135,8 @@ def false_positives(fleets: int = 300) -> str:
             nodes.append(node_of(base, name=f"n{i}", path="-", figures=figures))
         judged = fleet.judge(nodes)
         named, total, splits = named + len(judged.named), total + n, splits + len(judged.splits)
-    return f"{named} of {total} healthy nodes named, {splits} group splits, over {fleets} noisy fleets of 5 to 200 nodes"
+    return (f"{named} of {total} healthy nodes named, {splits} group splits, "
+            f"over {fleets} noisy fleets of 5 to 200 nodes")
 
 
 _READ_ONE = ("import sys, time\nfrom pytest_gputopo.cli.fleet_documents import read_nodes\n"

@@ -43,13 +43,14 @@ from emulated import build_libs, make_host  # noqa: E402
 PLAIN = "".join(f"def test_{i}():\n    assert {i} + 1 > {i}\n" for i in range(19))
 CASES = {
     "nothing asked": ("def test_19():\n    pass\n", []),
-    "NVML facts (every run)": ("import pytest\n@pytest.mark.requires_gpus(8, min_memory_gb=80)\ndef test_19():\n    pass\n",
-                               []),
+    "NVML facts (every run)": (
+        "import pytest\n@pytest.mark.requires_gpus(8, min_memory_gb=80)\ndef test_19():\n    pass\n", []),
     "CUDA facts, first run of the boot": ("import pytest\n@pytest.mark.requires_p2p\ndef test_19():\n    pass\n",
                                           ["--gputopo-reprobe"]),
     "CUDA facts, repeat": ("import pytest\n@pytest.mark.requires_p2p\ndef test_19():\n    pass\n", []),
     "torch's versions, first run of the boot": (
-        "import pytest\n@pytest.mark.requires_versions(nccl='>=2.18')\ndef test_19():\n    pass\n", ["--gputopo-reprobe"]),
+        "import pytest\n@pytest.mark.requires_versions(nccl='>=2.18')\ndef test_19():\n    pass\n",
+        ["--gputopo-reprobe"]),
     "torch's versions, repeat": (
         "import pytest\n@pytest.mark.requires_versions(nccl='>=2.18')\ndef test_19():\n    pass\n", []),
 }
@@ -59,7 +60,8 @@ def timed(args: list, cwd: Path, env: dict) -> tuple[float, float]:
     """(wall, CPU) seconds of one pytest run and its children: CPU time (user + system) moves less
     than wall time where other work shares the cores."""
     start, cpu = time.perf_counter(), _children_cpu()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True)
     took = time.perf_counter() - start, _children_cpu() - cpu
     if done.returncode != 0:
         raise SystemExit(f"pytest failed in {cwd}:\n{done.stdout[-2000:]}")
@@ -118,7 +120,7 @@ def main(pairs: int = 10, here: bool = False, only: str = "", before: str | None
 
 def _added(runs: list, alone: list) -> str:
     """The median of the paired differences, with their interquartile range."""
-    q1, med, q3 = statistics.quantiles([a - b for a, b in zip(runs, alone)], n=4)
+    q1, med, q3 = statistics.quantiles([a - b for a, b in zip(runs, alone, strict=True)], n=4)
     return f"+{med * 1e3:.0f} ms (interquartile {q1 * 1e3:.0f} to {q3 * 1e3:.0f})"
 
 

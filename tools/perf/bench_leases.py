@@ -101,7 +101,8 @@ def main() -> None:
             nvlink = sum(1 for e in pairs if topology.link(*(by_uuid[u] for u in e["uuid"])).nvlinks)
             name = "gputopo leases (-n auto)" if leased else "round robin (-n 8)    "
             print(f"{name}: {len(entries)} tests, {shared(entries)} shared a GPU with a running test, "
-                  f"{nvlink}/{len(pairs)} two-GPU tests on an NVLink pair, wall {wall:.1f} s = {wall / ideal:.2f}x ideal")
+                  f"{nvlink}/{len(pairs)} two-GPU tests on an NVLink pair, "
+                  f"wall {wall:.1f} s = {wall / ideal:.2f}x ideal")
 
 
 if __name__ == "__main__":

@@ -85,7 +85,8 @@ def main(pairs: int = 40) -> None:
         suite.mkdir()
         (suite / "test_one.py").write_text("def test_one():\n    pass\n")
         base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        for setting, env in (("bytecode cached", base), ("PYTHONDONTWRITEBYTECODE=1", {**base, "PYTHONDONTWRITEBYTECODE": "1"})):
+        no_bytecode = {**base, "PYTHONDONTWRITEBYTECODE": "1"}
+        for setting, env in (("bytecode cached", base), ("PYTHONDONTWRITEBYTECODE=1", no_bytecode)):
             for _ in range(2):  # warm the file cache (and, when allowed, pytest's rewritten bytecode)
                 timed(python, [], str(suite), env)
             for plugin in ("gputopo", "timeout", "xdist"):

@@ -92,7 +92,7 @@ def main() -> None:
             for name, measure in pair if i % 2 == 0 else reversed(pair):
                 (ours if name == "plugin" else theirs).append(measure(folder))
             print(f"round {i + 1}: ranks(2) {ours[-1]:.2f} s, mp.spawn {theirs[-1]:.2f} s", flush=True)
-    diffs = [a - b for a, b in zip(ours, theirs)]
+    diffs = [a - b for a, b in zip(ours, theirs, strict=True)]
     print(f"time to the first line of the body on the last of 2 gloo ranks, median of {rounds}: "
           f"@pytest.mark.ranks(2) {statistics.median(ours):.2f} s, torch.multiprocessing.spawn "
           f"{statistics.median(theirs):.2f} s; the plugin adds {statistics.median(diffs):+.2f} s (median of the "
