@@ -1,7 +1,7 @@
 """Learn the machine once: an ordered chain of sources, then the CUDA view of it.
 
-Sources: a machine the user named (a recorded profile driving the fake ``pynvml``, or
-``nvidia-smi topo -m`` text), else this host: NVML through ``nvidia-ml-py``, then, only where a
+Sources: a machine the user named (a recorded profile or ``nvidia-smi topo -m`` text, read straight
+into the model, no ``pynvml`` needed), else this host: NVML through ``nvidia-ml-py``, then, only where a
 question needs them, CUDA's view (libcuda) and torch's versions, each in a child process and kept
 for the rest of the boot. The result is restricted and renumbered to the GPUs this process sees as
 ``cuda:0..n-1``. Backends are imported lazily: loading the plugin must not import ``pynvml`` or
@@ -15,6 +15,7 @@ each source lives in its own: ``named_machine`` (a recorded profile, ``nvidia-sm
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from ..core import model
@@ -29,9 +30,9 @@ def __getattr__(name: str):
     """The rest of the public face, imported when first used: the probe's child (``host``) imports this
     package, and must not pay for the readers of named machines nor CUDA's numbering."""
     if name in ("BootRecord", "Learned", "MachineError"):
-        from . import learned
-
-        return getattr(learned, name)
+        # Through sys.modules, as ``named_machine``'s own import: the package's attribute may be a module
+        # an in-process pytest run (pytester) dropped from sys.modules, whose MachineError is another class.
+        return getattr(importlib.import_module(f"{__name__}.learned"), name)
     if name == "probe_recorded":
         from .named_machine import probe_recorded
 

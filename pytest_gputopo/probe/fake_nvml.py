@@ -1,4 +1,7 @@
-"""A fake ``pynvml`` module that serves a recorded machine (a ``model.Topology``).
+"""A fake ``pynvml`` module that serves a recorded machine (a ``model.Topology``): the test double of
+``nvml`` (the contract tests, the emulated GPU host of ``tests/emulated_host``, and the tests that hold
+``named_machine.as_nvml_reads`` to what NVML's code path reads of a profile). No named machine is read
+through it: that needs no ``pynvml``.
 
 ``make_fake_pynvml(topology)`` returns a module that code written against nvidia-ml-py can use as is.
 It reuses the real ``pynvml``'s constants, ``NVMLError`` hierarchy and ctypes types (so
@@ -47,7 +50,7 @@ without one keeps its place by ``index``). Three things a recording may lack are
   NVSwitches: each GPU gets as many switch links as its best pair's count, which gives every pair
   min(a, b) -- when that fits every pair's count (a box whose GPU lost its links included); when it
   does not, those GPUs' NVLink states fail, leaving their counts unknown. These links show in the
-  probed GPUs' ``nvlinks``; ``probe.probe_recorded`` gives the recording's (none) back;
+  probed GPUs' ``nvlinks`` (``named_machine.as_nvml_reads`` keeps the recording's: none);
 * a GPU that lists no NVLinks but is in a pair whose count is unknown gets an NVLink state that fails
   (``NVMLError_Unknown``), which makes all of its pairs' counts unknown in a probe (chosen to cover
   the unknown pairs with as few GPUs as it can).

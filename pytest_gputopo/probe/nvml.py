@@ -24,6 +24,7 @@ import ctypes
 import os
 import re
 import uuid as uuids
+from collections.abc import Sequence
 from typing import Any
 
 from ..core import limits, model
@@ -168,6 +169,24 @@ def counts_unknown(nvlinks: tuple[model.NvLink, ...], gpu_bus_ids) -> bool:
         summary.add(link, link.remote_bus_id)
     summary.resolve({b.lower() for b in gpu_bus_ids if b})
     return summary.ambiguous
+
+
+def nvlink_counts(nvlinks: Sequence[Sequence[tuple[model.NvLink, str | None]]],
+                  bus_ids: Sequence[str]) -> dict[tuple[int, int], int | None]:
+    """Every pair's NVLink count (``a < b``) as ``probe`` makes it from its GPUs' links: ``nvlinks[k]``
+    lists GPU k's links as read, each with its remote bus id as NVML gave it (synthetic ones too);
+    ``bus_ids[k]`` is GPU k's own (synthetic where unknown). A recorded machine's links are counted
+    here, so that its pairs say what NVML would say of those links."""
+    gpu_buses = {b.lower() for b in bus_ids if b}
+    summaries = []
+    for links in nvlinks:
+        summary = _GpuLinks()
+        for link, remote in links:
+            summary.add(link, remote)
+        summary.resolve(gpu_buses)
+        summaries.append(summary)
+    n = len(summaries)
+    return {(a, b): _count(summaries[a], summaries[b], bus_ids[b]) for a in range(n) for b in range(a + 1, n)}
 
 
 class _Reader:

@@ -1,4 +1,4 @@
-"""How long probing a recorded machine takes (profile load + the NVML code path over the fake pynvml).
+"""How long probing a recorded machine takes (profile load + the model read straight: as_nvml_reads).
 
     .venv/bin/python tools/perf/bench_probe.py
 
