@@ -39,6 +39,30 @@ def test_a_run_that_asks_nothing_probes_nothing(pytester, emulated_host):
     assert host.calls() == []  # no torch import, no nvmlInit, no cuInit: in no process at all
 
 
+def test_a_run_judged_on_nvmls_facts_imports_only_what_its_verdicts_need(pytester, emulated_host):
+    """Issue 32: a run whose markers are judged on NVML's facts (the header, ``requires_gpus`` met and
+    unmet) loads none of the judges, the benchmarks and their keys, the run gates, CUDA's view or
+    ``packaging`` in the pytest process: each is imported where a run asks for it (docs/performance.md)."""
+    emulated_host("dgx-a100")
+    pytester.makeconftest("""
+import sys
+def pytest_sessionfinish(session):
+    with open("modules.txt", "w") as f:
+        f.write("\\n".join(sorted(m for m in sys.modules if m.startswith(("pytest_gputopo", "packaging")))))
+""")
+    pytester.makepyfile(test_gpus="import pytest\n@pytest.mark.requires_gpus(8, min_memory_gb=80)\n"
+                                  "def test_met(): pass\n@pytest.mark.requires_gpus(16)\ndef test_unmet(): pass\n")
+    result = pytester.runpytest_subprocess("-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["gputopo: 8x NVIDIA A100-SXM4-80GB, *(NVML probed)", "*requires_gpus(16): 8 visible*"])
+    imported = set((pytester.path / "modules.txt").read_text().split())
+    assert {"pytest_gputopo.core.gpu_requirements", "pytest_gputopo.plugin.verdicts"} <= imported  # judged here
+    deferred = {f"pytest_gputopo.{m}" for m in (
+        "core.judgement", "core.keys", "core.thresholds", "core.collectives", "core.spec", "core.expressions",
+        "core.regressions", "bench.suite", "plugin.measurements", "probe.cuda_driver")} | {"packaging"}
+    assert not deferred & imported
+
+
 @pytest.mark.slow
 def test_a_p2p_suite_asks_cuda_once_per_boot_and_never_in_the_pytest_process(pytester, emulated_host):
     host = emulated_host("dgx-a100", torch_import_s=0.5)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import functools
 import operator
 import re
+from typing import TYPE_CHECKING
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
 
 # Architectures by compute capability (major, minor), oldest first; the names NVIDIA's CUDA GPU table
 # gives. A capability not listed (a newer GPU than this table) has no name: unknown, never a guess.
@@ -90,8 +92,12 @@ def _model_pattern(model: str) -> str:
     return words if model in _WHOLE_NAMES else words + r"(?:[\s-].*)?"
 
 
-_MODEL_RES = tuple((re.compile(_model_pattern(model)), cc)
-                   for cc, models in _CAPABILITY_OF_MODEL.items() for model in models)
+@functools.cache
+def _model_res() -> tuple:
+    """The table's names as patterns, compiled on first use: a run that reads no nvidia-smi text (every
+    marked run) never pays for them."""
+    return tuple((re.compile(_model_pattern(model)), cc)
+                 for cc, models in _CAPABILITY_OF_MODEL.items() for model in models)
 
 
 def capability_of_name(name: str | None) -> str | None:
@@ -101,7 +107,7 @@ def capability_of_name(name: str | None) -> str | None:
         return None
     text = name.strip().lower()
     text = text[_NAME_PREFIX.match(text).end():]
-    found = {cc for pattern, cc in _MODEL_RES if pattern.fullmatch(text)}
+    found = {cc for pattern, cc in _model_res() if pattern.fullmatch(text)}
     return found.pop() if len(found) == 1 else None  # two capabilities would be a table error: unknown
 
 
@@ -121,6 +127,10 @@ def version(text: str | None) -> Version | None:
     """A fact's version (``"570.124.06"``, ``"12.8"``, ``"2.21.5"``); None for unknown or unreadable."""
     if not text:
         return None
+    # packaging is imported where a version is read (a boundary of the load budget, docs/performance.md):
+    # a marked run whose requirements name no version or capability specifier never imports it
+    from packaging.version import InvalidVersion, Version
+
     try:
         return Version(text)
     except InvalidVersion:
@@ -137,6 +147,8 @@ def specifier(text: str) -> SpecifierSet:
 
 @functools.lru_cache(maxsize=256)
 def _specifier(text: str) -> SpecifierSet:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet  # where a specifier is read, as in ``version``
+
     try:
         spec = SpecifierSet(text)
     except InvalidSpecifier:

@@ -12,13 +12,15 @@ unknown fact is never met.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from . import judgement, keys
 from .causes import Finding, Unknown
 from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, is_bandwidth, show_value
 from .model import ALL_FACTS, CUDA, NVML, Link, LinkClass, LinkLabel, Topology, link_satisfies
-from .thresholds import gbps_text
 from .units import counted
+
+if TYPE_CHECKING:
+    from . import judgement, keys
 
 # How many failing pairs a test's skip reason names before "and N more" (a run gate lists all).
 REASON_PAIRS = 3
@@ -374,6 +376,8 @@ class BandwidthRequirement(FactRequirement):
     def measurements(self, topology: Topology, allreduce_key) -> list[keys.Key]:
         """The measurements this needs (``allreduce_key(gpus, size)`` names the all-reduce); none
         when the GPUs ``gpus`` names are not all there (whatever the backend: gloo included)."""
+        from . import keys  # the benchmarks' keys, with the judges (the load budget: docs/performance.md)
+
         if shortfall(topology, self.gpus):
             return []
         if self.metric == "allreduce":
@@ -387,6 +391,11 @@ class BandwidthRequirement(FactRequirement):
               max_items: int | None = REASON_PAIRS) -> Verdict:
         """``judgements``: each measurement behind this against its threshold, resolved by the one
         threshold rule (``plugin.verdicts.judge_figure``, ``core.judgement``)."""
+        # The judges, imported by the bandwidth markers that use them (the load budget: docs/performance.md):
+        # a run whose markers are judged on the topology alone never loads them
+        from . import judgement
+        from .thresholds import gbps_text
+
         missing = shortfall(topology, self.gpus)
         if missing:
             return unmet(self, [missing], max_items, "measurement")
@@ -430,6 +439,8 @@ class BandwidthRequirement(FactRequirement):
 
 def _against(j: judgement.Judgement) -> str:
     """A figure against its threshold: what, the figure, what it needed and what the link should give."""
+    from .thresholds import gbps_text  # with the judges (above)
+
     fig, th = j.measured, j.threshold
     exp = f", expected {gbps_text(th.expected.gbps)} from {th.basis}" if th.expected is not None else f" ({th.basis})"
     by = f" ({th.set_by})" if th.set_by else ""

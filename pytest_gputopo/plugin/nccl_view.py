@@ -5,12 +5,9 @@ from the benchmark suite (``measurements``)."""
 
 from __future__ import annotations
 
-from ..bench.suite import PLANNED
-from ..core import keys
 from ..nccl.expect import NcclView, expected_transports, fallback_summary
 from ..nccl.nccl_settings import read_settings
 from ..runtime import environ
-from .measurements import suite
 from .run import GputopoRun
 
 
@@ -25,8 +22,15 @@ def nccl_view(run: GputopoRun, observe: bool = False) -> NcclView:
     vendor = environ.cpu_vendor() if topology.is_this_host else None
     expectations = expected_transports(topology, settings, vendor)
     account, origin, planned = None, "predicted from NCCL's settings and NVML", False
-    s = suite(run) if observe else None
+    s = None
+    if observe:  # NCCL's own run, a benchmark: imported when asked, never for the header's prediction
+        from .measurements import suite  # (the benchmarks: a boundary of the load budget, docs/performance.md)
+
+        s = suite(run)
     if observe and topology.is_this_host and (len(topology.gpus) >= 2 or s.world_size):
+        from ..bench.suite import PLANNED
+        from ..core import keys
+
         across = s.world_size is not None  # one GPU per rank, across nodes: pairs are ranks, not GPUs
         result = s.get(keys.NcclTransports(s.world_size or len(topology.gpus)))
         planned = result.origin == PLANNED

@@ -11,19 +11,22 @@ are judged.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
-from ..core import judgement, keys, requirements as reqs
+from ..core import requirements as reqs
 from ..core.causes import MACHINE, Finding, Group, causes
-from ..core.expressions import parse_expression
-from ..core.judgement import MET, Judgement, Measured, Threshold
-from ..core.regressions import compared
 from ..core.requirements import Outcome
-from ..probe import MachineError, reference
 from ..render import report
 from ..runtime import environ
-from . import measurements
-from .nccl_view import nccl_view
 from .run import GputopoRun
+
+if TYPE_CHECKING:
+    from ..core import keys
+    from ..core.judgement import Judgement, Threshold
+
+# A marker judged on the topology (``requires_gpus``, ``requires_p2p``, ...) needs none of the
+# judges, the benchmarks, NCCL's view or the run gates: each function below imports those it uses,
+# the boundaries the load budget names (docs/performance.md, docs/architecture.md).
 
 # What a test's gputopo requirements make of it: ``hooks.pytest_runtest_setup`` acts on it, a plan
 # (``plan``) shows it. The first unmet requirement, in the order they are read, decides.
@@ -80,6 +83,9 @@ def judge(run: GputopoRun, requirement: reqs.FactRequirement,
     source (``max_items=None``: name every failing pair, as a run gate does)."""
     if isinstance(requirement, reqs.BandwidthRequirement):
         return judge_bandwidth(run, requirement, max_items)
+    from . import measurements  # the benchmarks and NCCL's view, for requirements on facts
+    from .nccl_view import nccl_view
+
     topology = run.topology
     view = nccl_view(run, observe=True)
     # What the verdict rests on: NCCL's run, and for no-fallback the P2P copies measured so far.
@@ -102,6 +108,9 @@ def threshold(run: GputopoRun, key: keys.Key, size_bytes: int | None = None, gbp
     """A figure's threshold under the one rule (``core.judgement.threshold``), with the run's lookups
     it needs: what the link should give, the run's floors (option / ini / env, else the defaults) and
     the GPU model; ``gbps`` and ``floor`` are a marker's own arguments (None for a check item)."""
+    from ..core import judgement  # the judges and the benchmarks (see above)
+    from . import measurements
+
     expected, basis = measurements.expected(run, key)
     floors, explicit = run.settings.floors()
     gpus = run.topology.gpus
@@ -111,6 +120,8 @@ def threshold(run: GputopoRun, key: keys.Key, size_bytes: int | None = None, gbp
 
 def taken_at(result) -> int | None:
     """The size an all-reduce figure was taken at (a recorded figure says; else the key's)."""
+    from ..core import keys  # the benchmarks' (see above)
+
     key = result.key
     return result.detail.get("size_bytes", key.size_bytes) if isinstance(key, keys.AllReduce) else None
 
@@ -120,6 +131,8 @@ def judgement_of(run: GputopoRun, result, staged=None, gbps: float | None = None
     """A benchmark's result at hand against its threshold (nothing is measured for it); ``staged``:
     the same P2P copy staged through the host, where it was measured (a copy slower than staging is
     no P2P)."""
+    from ..core.judgement import Judgement, Measured  # the judges (see above)
+
     th = threshold(run, result.key, taken_at(result), gbps, floor, result.detail.get("nvls"))
     measured = Measured(result.gbps, result.origin, result.what, result.source, result.error, result.interval_gbps)
     twin = staged.gbps if staged is not None and staged.error is None else None
@@ -131,6 +144,9 @@ def judge_figure(run: GputopoRun, key: keys.Key, gbps: float | None = None, floo
     one threshold rule: the same for a marker (``gbps``, ``floor``: its own arguments), a health-check
     item and the run's report. A P2P copy that meets its threshold is set beside the same copy staged
     through the host (measured for it): slower than staging is no P2P."""
+    from ..core.judgement import MET  # the judges and the benchmarks (see above)
+    from . import measurements
+
     s = measurements.suite(run)
     result = s.get(key)
     verdict = judgement_of(run, result, None, gbps, floor)
@@ -142,6 +158,8 @@ def judge_figure(run: GputopoRun, key: keys.Key, gbps: float | None = None, floo
 def judge_bandwidth(run: GputopoRun, requirement: reqs.BandwidthRequirement,
                     max_items: int | None = reqs.REASON_PAIRS) -> reqs.Verdict:
     """The verdict of a ``min_*_bw`` marker, its reason naming the source."""
+    from . import measurements  # the benchmarks (see above)
+
     topology = run.topology
     needed = requirement.measurements(topology, measurements.suite(run).allreduce_key)
     judgements = [judge_figure(run, key, requirement.gbps, requirement.floor)[1] for key in needed]
@@ -166,6 +184,10 @@ def gate_causes(run: GputopoRun) -> tuple[list[str], list]:
     """Everything ``--gputopo-require`` and ``--gputopo-expect`` find unmet, on every node (the same
     on every rank): each finding's line, every failing pair named, and their causes
     (``core.causes``: a GPU in all its pairs' failures, the machine itself, or a finding alone)."""
+    from ..core.expressions import parse_expression  # the run gates (see above)
+    from ..core.regressions import compared
+    from ..probe import MachineError, reference
+
     settings = run.settings
     groups, loose = [], []
     nodes = run.nodes()

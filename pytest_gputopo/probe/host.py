@@ -58,7 +58,6 @@ def ask_child(facts, timeout_s: float = PROBE_TIMEOUT_S) -> Answer:
     was asked, a topology whose ``problem`` says why (no GPU facts: unknown, never assumed), and a
     warning for the rest."""
     from ..runtime.procs import BenchTimeout, run_child, tail
-    from .cuda_driver import CudaView
 
     asked = [f for f in FACTS if f in facts]
     try:
@@ -78,7 +77,11 @@ def ask_child(facts, timeout_s: float = PROBE_TIMEOUT_S) -> Answer:
                               f"{tail(output, 3)}")
     try:
         topology = schema.from_dict(answer["topology"]) if model.NVML in asked else None
-        cuda = CudaView.from_json(answer["cuda"]) if answer.get("cuda") is not None else None
+        cuda = None
+        if answer.get("cuda") is not None:  # CUDA's view, where the child was asked it: not on NVML's facts alone
+            from .cuda_driver import CudaView
+
+            cuda = CudaView.from_json(answer["cuda"])
         versions = answer.get("torch")
         if versions is not None and not (isinstance(versions, dict) and all(
                 k in ("cuda_runtime_version", "nccl_version") and (v is None or isinstance(v, str))

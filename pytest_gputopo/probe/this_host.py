@@ -35,7 +35,6 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
     if _nvml_library_missing():
         return Learned(model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
                                       problem="NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"))
-    from .cuda_driver import CUDA_UNKNOWN, CudaView
     from .host import ask_child
 
     topology = ask_child({model.NVML}).topology
@@ -53,6 +52,8 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
         wanted.add(model.CUDA)
     view, versions, warnings = None, None, list(topology.warnings)
     if model.CUDA in wanted and isinstance(kept.get("cuda"), dict):
+        from .cuda_driver import CudaView  # CUDA's view, where the run needs it: not on NVML's facts alone
+
         try:
             view = CudaView.from_json(kept["cuda"])
         except ValueError:
@@ -70,6 +71,8 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
         versions = versions if versions is not None else answer.torch
         warnings += answer.warnings
         if model.CUDA in missing and view is None:  # CUDA did not start, or its child failed: why, in words
+            from .cuda_driver import CUDA_UNKNOWN
+
             why = [w for w in answer.warnings if w.startswith((CUDA_UNKNOWN, "the probe of this host"))]
             cuda_problem = why[0].removeprefix(CUDA_UNKNOWN) if why else "CUDA's view could not be had"
         if key and (answer.cuda is not None or answer.torch is not None):
