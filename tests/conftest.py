@@ -116,10 +116,23 @@ def _loopback_only():
                     pytrace=False)
 
 
-# pytester's in-process runs drop the modules they imported when they end; the plugin imports some
-# lazily, so import them once here and every run shares one copy (as a real process would).
-import pytest_gputopo.core.requirements  # noqa: E402,F401
-import pytest_gputopo.plugin.checks  # noqa: E402,F401
+# pytester's in-process runs drop the modules they imported when they end, and the plugin imports
+# many lazily (its load budget): a test that patched a module the run then dropped and imported anew
+# would patch a copy nobody calls (seen: bench.allreduce after test_bench_plugin's runs). So every
+# module of the package is imported once here (none imports torch or pynvml at its top; about 0.5 s),
+# and every run shares one copy, as a real process would. What a run imports is tested in subprocesses.
+def _import_the_package() -> None:
+    import importlib
+    import pkgutil
+
+    import pytest_gputopo
+
+    for module in pkgutil.walk_packages(pytest_gputopo.__path__, "pytest_gputopo."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+
+
+_import_the_package()
 
 
 def copy_children() -> list[int]:
