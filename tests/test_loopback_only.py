@@ -170,4 +170,6 @@ def test_the_audit_tool_fails_a_command_that_leaves_loopback(tmp_path):
     for code, status, says in ((leaves, 3, "192.0.2.77 port 9"), (stays, 0, "no traffic beyond loopback")):
         done = subprocess.run([sys.executable, str(ROOT / "dev" / "loopback-audit"), "--", sys.executable, "-c", code],
                               capture_output=True, text=True, timeout=120)  # UDP connect(): nothing is sent
+        if done.returncode == 2 and "could not trace" in done.stderr:  # e.g. this suite run under the tool
+            pytest.skip(f"strace cannot trace here: {done.stderr.strip()[:200]}")
         assert done.returncode == status and says in done.stdout, done.stdout + done.stderr
