@@ -40,8 +40,8 @@ def browser_render(page: Path, tmp_path: Path, size: str = "1400,2000"):
     as its DOM (after the page's scripts ran), with the browser's log (console errors show there as
     CONSOLE / Uncaught)."""
     common = [*PRIVATE_NETWORK, CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
-              "--v=0", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-              "--user-data-dir=" + str(tmp_path / "profile")]
+              "--v=0", "--no-first-run", "--disable-background-networking", "--disable-component-update",
+              "--disable-sync", "--user-data-dir=" + str(tmp_path / "profile")]
     shot = subprocess.run(common + [f"--window-size={size}", f"--screenshot={tmp_path / 'page.png'}",
                                     page.as_uri()], capture_output=True, text=True, timeout=120)
     png = (tmp_path / "page.png").stat().st_size if (tmp_path / "page.png").exists() else 0
