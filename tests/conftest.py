@@ -149,6 +149,11 @@ def _import_the_package() -> None:
     for module in pkgutil.walk_packages(pytest_gputopo.__path__, "pytest_gputopo."):
         if not module.name.endswith("__main__"):
             importlib.import_module(module.name)
+    # And packaging, which core.hardware imports where a version is read and caches specifiers of: a
+    # run that imported it anew compared a cached SpecifierSet with another copy's Version ("compute
+    # capability 9.0, needs >=9.0", in test_doc_examples' in-process runs only).
+    for name in ("packaging.version", "packaging.specifiers"):
+        importlib.import_module(name)
 
 
 _import_the_package()

@@ -737,7 +737,7 @@ def test_ported_markers(pytester):
     saying what the GPU lacks."""
     files = {"test_lightning.py": PORTING_LIGHTNING.text, "test_trtllm.py": PORTING_TRTLLM.text}
     status, printed, verdicts = run_files(pytester, files, "--gputopo-machine", "hgx-h100")
-    assert outcomes(verdicts) == {"test_ddp_bf16": "passed", "test_llama_70b_tp4": "passed"}
+    assert outcomes(verdicts) == {"test_ddp_bf16": "passed", "test_llama_70b_tp4": "passed"}, printed
     status, printed, verdicts = run_files(pytester, files, "--gputopo-machine", "4x-a100-40gb")
     assert outcomes(verdicts) == {"test_ddp_bf16": "passed", "test_llama_70b_tp4": "skipped"}
     assert "needs 80 GB" in verdicts["test_llama_70b_tp4"].message
