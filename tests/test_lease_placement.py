@@ -109,4 +109,15 @@ def test_a_waiting_test_reserves_the_meeting_set_most_free_now_among_those_no_ea
     four = Placer(machine("dgx-a100"), [GpuRequirement(gpus=4)], 4)  # every pair NV12: ties broken by GPU
     assert four.reserve(range(8), free=[0, 5, 6, 7]) == (0, 5, 6, 7)  # the set it can take soonest
     assert four.reserve(range(4, 8), free=[]) == (4, 5, 6, 7)  # GPUs 0-3 reserved by an earlier waiter
-    assert four.reserve(range(3), free=range(3)) is None  # no four left to reserve: it waits, reserving none
+    # Fewer than four left: it reserves those (of its best set), so later comers cannot take them
+    # one by one while it waits behind the earlier waiter.
+    assert four.reserve(range(3), free=range(3)) == (0, 1, 2)
+    assert four.reserve((), free=range(8)) == ()
+
+
+def test_a_large_test_behind_an_earlier_waiter_still_reserves_what_it_can():
+    """The eight-GPU test found waiting behind a four-GPU waiter: it reserves the four GPUs the
+    other left (before, it reserved none, and the one-GPU tests that came later took them turn by
+    turn: bench_leases ran it last)."""
+    eight = Placer(machine("dgx-a100"), [GpuRequirement(gpus=8)], 8)
+    assert eight.reserve(range(4, 8), free=[6]) == (4, 5, 6, 7)

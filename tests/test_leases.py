@@ -125,6 +125,8 @@ def test_a_test_no_free_set_meets_waits_then_fails_naming_who_holds_what(pyteste
     folder = str(tmp_path / "locks")
     gpu_locks.lock_folder(folder)
     other = hold(folder, uuids("4x-a100-40gb")[1:], "other/test_run.py::test_big")
+    waiter = gpu_locks.Ticket(folder, os.getpid(), "other/test_wait.py::test_all", time.time())
+    waiter.reserve(uuids("4x-a100-40gb")[2:3])  # a test of another run waiting for GPU2
     try:
         pytester.makepyfile(test_it="""
 import pytest
@@ -138,12 +140,14 @@ def test_two():
 """)
         result = pytester.runpytest_subprocess(*args, "--gputopo-lease-timeout=0.5")
     finally:
+        waiter.close()
         other.kill()
         other.wait()
     result.assert_outcomes(passed=1, errors=1)  # failed at setup, as a strict marker fails
     result.stdout.fnmatch_lines([f"*no free set of 2 GPUs meeting requires_gpus(2) within 0.5 s (--gputopo-lease-timeout); "
                                  f"held: GPU1 ({uuids('4x-a100-40gb')[1]}) by pid {other.pid} "
-                                 f"(other/test_run.py::test_big, since *"])
+                                 f"(other/test_run.py::test_big, since *; reserved by tests waiting: pid {os.getpid()} "
+                                 f"(other/test_wait.py::test_all, since *) for GPU2"])
     (entry,) = lease_log(pytester)
     assert entry["uuid"] == uuids("4x-a100-40gb")[:1]  # the one GPU left free
     assert gpu_locks.holder(folder, uuids("4x-a100-40gb")[1]) is None  # the holder killed: its locks went with it

@@ -248,6 +248,25 @@ def test_a_ranks_test_on_cpus_needs_nothing_of_the_machine(pytester):
     assert not from_marker("ranks", (16,), {})[0].evaluate(dgx).ok
 
 
+@pytest.mark.parametrize("problem", ["NVIDIA driver not loaded", "no permission to use NVML",
+                                     "nvidia-ml-py (module pynvml) is not installed"])
+def test_ranks_never_fall_back_to_the_cpus_where_nvml_failed_on_a_host_that_may_have_gpus(problem):
+    """Only a host with no NVIDIA driver has no GPU for certain: where NVML failed, the GPUs may be
+    there, and ranks run on gloo would pass a test on a GPU node that cannot run it. Unknown, then
+    (skipped, or failed under strict), unless the test names its backend."""
+    from pytest_gputopo.core.model import NO_DRIVER, Source, Topology
+    from pytest_gputopo.plugin.markers import from_marker
+
+    failed = Topology(source=Source("nvml"), problem=problem)
+    verdict = from_marker("ranks", (2,), {})[0].evaluate(failed)
+    assert not verdict.ok and verdict.unknown
+    assert verdict.reason == (f"ranks(2): whether this host has GPUs for the ranks is unknown ({problem}); "
+                              f"backend='gloo' runs them on the CPUs")
+    assert from_marker("ranks", (2,), {"backend": "gloo"})[0].evaluate(failed).ok
+    assert not from_marker("ranks", (2,), {"backend": "nccl"})[0].evaluate(failed).ok
+    assert from_marker("ranks", (2,), {})[0].evaluate(Topology(source=Source("nvml"), problem=NO_DRIVER)).ok
+
+
 @pytest.mark.parametrize("marker, says", [
     ("ranks(0)", "n (ranks) must be an integer from 1 to 1024, got 0"),
     ("ranks(2, timeout=0)", "timeout must be a number of seconds above 0 and at most 86400, got 0"),

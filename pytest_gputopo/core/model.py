@@ -289,6 +289,10 @@ class Source:
         return self.kind.upper() if self.kind == "nvml" else self.kind
 
 
+# The one problem that says a host has no GPU to use, rather than that its GPUs are unknown.
+NO_DRIVER = "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"
+
+
 @dataclass(frozen=True)
 class Topology:
     gpus: tuple[Gpu, ...] = ()
@@ -314,6 +318,13 @@ class Topology:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_pair", {(ln.a, ln.b): ln for ln in self.links})
+
+    @property
+    def gpus_known(self) -> bool:
+        """Whether ``gpus`` is every GPU there is: the facts were had, or no NVIDIA driver is
+        installed. False where NVML failed (not loaded, no permission, an error) on a host whose
+        GPUs may be there all the same."""
+        return self.problem is None or bool(self.gpus) or self.problem == NO_DRIVER
 
     @property
     def recorded(self) -> bool:

@@ -132,15 +132,19 @@ class Placer:
         equals = [gpus for gpus in fitting if self._scores[gpus] == top]
         return max(equals, key=lambda gpus: (-self._spoiled(gpus, free - set(gpus)), [-g for g in gpus]))
 
-    def reserve(self, open_: Iterable[int], free: Iterable[int]) -> tuple[int, ...] | None:
-        """The set a waiting test reserves among the GPUs no earlier waiter reserved (``open_``): the
-        meeting set with the most GPUs ``free`` now (it is served soonest), best-linked between those;
-        None when none fits there."""
+    def reserve(self, open_: Iterable[int], free: Iterable[int]) -> tuple[int, ...]:
+        """The GPUs a waiting test reserves: of its meeting sets, the one with the most GPUs no earlier
+        waiter reserved (``open_``), then the most ``free`` now (it is served soonest), best-linked
+        between those; of that set, the GPUs in ``open_`` (an earlier waiter keeps the others and the
+        test takes them after it). Reserving part of a set is what keeps a large test from being
+        starved: without it, an eight-GPU test behind a waiting four-GPU test would reserve nothing,
+        and one-GPU tests arriving later would take its GPUs one by one for as long as they come."""
         open_, free = set(open_), set(free)
-        fitting = [gpus for gpus in self.meeting if open_.issuperset(gpus)]
-        if not fitting:
-            return None
-        return max(fitting, key=lambda gpus: (len(free.intersection(gpus)), self._scores[gpus], [-g for g in gpus]))
+        if not self.meeting:
+            return ()
+        best = max(self.meeting, key=lambda gpus: (len(open_.intersection(gpus)), len(free.intersection(gpus)),
+                                                   self._scores[gpus], [-g for g in gpus]))
+        return tuple(g for g in best if g in open_)
 
     def _spoiled(self, gpus: tuple[int, ...], rest: set[int]) -> int:
         """How good the links are that taking ``gpus`` denies the GPUs ``rest`` left free."""

@@ -573,6 +573,11 @@ class RanksRequirement(Requirement):
         return self.backend or ("nccl" if self.on_gpus(topology) else "gloo")
 
     def findings(self, topology: Topology) -> list[Finding]:
+        if not topology.gpus_known and (self.backend or "").lower() not in ("nccl", "gloo"):
+            # Never gloo on the CPUs for a host whose GPUs NVML could not list: the test would pass
+            # on a GPU node that cannot run it.
+            return [Finding(Unknown(f"whether this host has GPUs for the ranks is unknown ({topology.problem}); "
+                                    f"backend='gloo' runs them on the CPUs"))]
         if not self.on_gpus(topology):
             return []
         missing = shortfall(topology, self.n)

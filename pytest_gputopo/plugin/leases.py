@@ -169,8 +169,7 @@ class Leases:
                     return None
                 if ticket is None:
                     ticket = gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, time.time())
-                wanted = placer.reserve(open_, free)
-                ticket.reserve(() if wanted is None else (allowed.gpus[i].uuid for i in wanted))
+                ticket.reserve(allowed.gpus[i].uuid for i in placer.reserve(open_, free))
                 time.sleep(POLL_S)
         finally:
             if ticket is not None:
@@ -184,9 +183,14 @@ class Leases:
             if found is not None:
                 who = str(found) if found is not True else "a process that has not said who it is"
                 held_by.append(f"GPU{i} ({gpu.uuid}) by {who}")
+        index = {gpu.uuid: i for i, gpu in enumerate(allowed.gpus)}
+        waiting = [f"{gpu_locks.Holder(w.pid, w.test, w.since)} for "
+                   f"{', '.join(f'GPU{index[u]}' for u in w.reserved if u in index) or 'none yet'}"
+                   for _, w in gpu_locks.waiters(self.folder)]
         asked = ", ".join(map(str, requirements))
         return (f"no free set of {placer.k} GPUs meeting {asked} within {self.timeout_s:g} s "
-                f"(--gputopo-lease-timeout); held: {'; '.join(held_by) or 'none now'}")
+                f"(--gputopo-lease-timeout); held: {'; '.join(held_by) or 'none now'}"
+                + (f"; reserved by tests waiting: {'; '.join(waiting)}" if waiting else ""))
 
 
 class InOwnProcess:

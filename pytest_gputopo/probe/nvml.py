@@ -70,7 +70,7 @@ def unavailable_reason(exc: BaseException) -> str:
     """Why NVML cannot be used, for a header line (``exc``: what ``nvmlInit`` raised)."""
     code = getattr(exc, "value", None)
     if code == _LIBRARY_NOT_FOUND:
-        return "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"
+        return model.NO_DRIVER
     if code == _DRIVER_NOT_LOADED:
         return "NVIDIA driver not loaded"
     if code == _NO_PERMISSION:

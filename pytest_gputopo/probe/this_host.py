@@ -10,6 +10,7 @@ from ..core import model
 from ..runtime import environ as runtime
 from .cuda_numbering import as_cuda_sees_it
 from .learned import BootRecord, Learned
+from .libcuda_file import loaded_identity
 
 
 def _nvml_library_missing() -> bool:
@@ -34,7 +35,7 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
     unknown, with a warning; NVML's GPUs stay."""
     if _nvml_library_missing():
         return Learned(model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
-                                      problem="NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"))
+                                      problem=model.NO_DRIVER))
     from .host import ask_child
 
     topology = ask_child({model.NVML}).topology
@@ -117,8 +118,8 @@ def _cuda_order_known(topology: model.Topology) -> bool:
 
 def _boot_key(topology: model.Topology) -> str | None:
     """What can change CUDA's view or torch's versions within a boot: the driver and this load of it,
-    the GPUs (UUIDs, MIG modes), the CUDA environment and library path, torch's and this plugin's
-    versions. None without a boot id."""
+    the GPUs (UUIDs, MIG modes), the CUDA environment, the ``libcuda.so.1`` a child would load (the
+    file itself, not only its path), torch's and this plugin's versions. None without a boot id."""
     import hashlib
     import json
 
@@ -129,9 +130,10 @@ def _boot_key(topology: model.Topology) -> str | None:
         return None
     # Within a boot CUDA's view changes with the driver loaded (a reload at the same version, other
     # module parameters), the GPUs and their MIG modes, the CUDA environment, and which libcuda.so.1
-    # the loader finds first (LD_LIBRARY_PATH).
+    # the loader finds first (LD_LIBRARY_PATH) and which file that is (a driver updated in place).
     facts = [boot, topology.driver_version, runtime.nvidia_driver_load(), [(g.uuid, g.mig) for g in topology.gpus],
-             runtime.cuda_environment(), runtime.library_path(), installed("torch"), installed("pytest-gputopo")]
+             runtime.cuda_environment(), runtime.library_path(), loaded_identity(), installed("torch"),
+             installed("pytest-gputopo")]
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
 
 
