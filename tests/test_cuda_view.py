@@ -219,3 +219,82 @@ def test_cudas_order_of_identical_gpus_is_taken_from_this_boots_record(pytester,
     again.stdout.fnmatch_lines(["*(NVML probed; CUDA's view from this boot's record)"])
     order = (pytester.path / "order.txt").read_text().split()
     assert order == sorted(order, reverse=True)  # CUDA's order, not the bus order
+
+
+def test_the_boot_key_covers_the_libcuda_file_itself(monkeypatch, tmp_path):
+    """G4: a driver updated in place (another libcuda.so.1 at the same path, or the same link pointed at
+    another file) is another key, though LD_LIBRARY_PATH and NVML's facts are the same."""
+    from pytest_gputopo.probe import this_host
+    from pytest_gputopo.runtime import environ
+
+    monkeypatch.setattr(environ, "boot_id", lambda: "boot")
+    monkeypatch.setattr(environ, "nvidia_driver_load", lambda: [4711, "EnableMSI: 0\n"])
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"{tmp_path / 'empty'}:{lib}")
+    (lib / "libcuda.so.580.65.06").write_bytes(b"\x7fELF stub 580.65.06")
+    (lib / "libcuda.so.1").symlink_to("libcuda.so.580.65.06")
+    topology = load_profile("dgx-a100").topology
+    key = this_host._boot_key(topology)
+    assert this_host._boot_key(topology) == key  # the same file: the same key
+    (lib / "libcuda.so.580.82.07").write_bytes(b"\x7fELF stub 580.82.07")
+    (lib / "libcuda.so.1").unlink()
+    (lib / "libcuda.so.1").symlink_to("libcuda.so.580.82.07")  # the installer repoints the link
+    repointed = this_host._boot_key(topology)
+    replaced = lib / "new"
+    replaced.write_bytes(b"\x7fELF stub 580.82.07, rebuilt")
+    os.replace(replaced, lib / "libcuda.so.580.82.07")  # the same name, another file
+    assert len({key, repointed, this_host._boot_key(topology)}) == 3
+    before = this_host._boot_key(topology)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "libcuda.so.1").write_bytes(b"\x7fELF stub, earlier on the path")
+    assert this_host._boot_key(topology) != before  # one that appears earlier on the path is loaded instead
+
+
+def test_ld_so_cache_is_read_as_glibc_writes_it(tmp_path):
+    """glibc sysdeps/generic/dl-cache.h: the new format's 48-byte header, 24-byte entries whose key and
+    value are offsets from that header; checked against this machine's own cache where ldconfig -p
+    lists the same."""
+    import struct
+
+    from pytest_gputopo.probe.libcuda_file import cache_paths
+
+    texts = [b"libcuda.so.1", b"/usr/lib/x86_64-linux-gnu/libcuda.so.1", b"/usr/lib/i386-linux-gnu/libcuda.so.1"]
+    strings = b"".join(t + b"\0" for t in texts)
+    at = [48 + 3 * 24 + strings.index(t + b"\0") for t in texts]  # offsets from the new header's start
+    entries = [(0x303, at[0], at[1]), (0x003, at[0], at[2]), (0x303, at[0], at[0] + 4096)]  # the last: past the end
+    cache = b"glibc-ld.so.cache1.1" + struct.pack("=II", 3, len(strings)) + bytes(20)
+    cache += b"".join(struct.pack("=iIIIQ", f, k, v, 0, 0) for f, k, v in entries) + strings
+    (tmp_path / "ld.so.cache").write_bytes(b"ld.so-1.7.0\0" + bytes(4) + cache)  # after an old-format table
+    assert cache_paths(cache=str(tmp_path / "ld.so.cache")) == [
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/i386-linux-gnu/libcuda.so.1", ""]
+    (tmp_path / "other").write_bytes(b"not a cache")
+    assert cache_paths(cache=str(tmp_path / "other")) is None
+    import shutil
+    import subprocess
+
+    ldconfig = shutil.which("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig") else None)
+    if ldconfig is None or not os.path.exists("/etc/ld.so.cache"):
+        return
+    listed = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout.splitlines()[1:]
+    name = listed[0].split()[0]
+    assert cache_paths(name) == [ln.split(" => ")[1] for ln in listed if ln.split()[0] == name]
+
+
+def test_a_libcuda_replaced_in_place_is_asked_again(pytester, emulated_host, emulated_libs, tmp_path, monkeypatch):
+    """G4, end to end: the same LD_LIBRARY_PATH, the same NVML, another libcuda.so.1 file there (a driver
+    updated in place): CUDA is asked again, not taken from this boot's record."""
+    import shutil
+
+    emulated_host("dgx-a100")
+    libs = shutil.copytree(emulated_libs, tmp_path / "private-libs")
+    monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join([str(libs), *os.environ["LD_LIBRARY_PATH"].split(
+        os.pathsep)[1:]]))
+    pytester.makepyfile(test_p2p=REPEAT)
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+    pytester.runpytest_subprocess().stdout.fnmatch_lines(["*(NVML probed; CUDA's view from this boot's record)"])
+    shutil.copy(libs / "libcuda.so.1", libs / "libcuda.new")
+    os.replace(libs / "libcuda.new", libs / "libcuda.so.1")
+    again = pytester.runpytest_subprocess()
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines(["*(NVML probed; CUDA's view probed)"])
