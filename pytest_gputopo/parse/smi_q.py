@@ -6,7 +6,9 @@ section per GPU headed ``GPU <bus id>`` (in NVML index order, as ``-q -x``'s ``<
 Inside it, nesting is indentation, four spaces a level: a line with no ``:`` opens a section (``PCI``,
 ``GPU Link Info``), a ``Key : Value`` line is a fact of the section it is in (the key padded with spaces
 to one column). The facts read: ``Product Name``, ``GPU UUID``, ``PCI/Bus Id``,
-``PCI/GPU Link Info/PCIe Generation/{Max,Current}``, ``.../Link Width/{Max,Current}`` (``16x``),
+``PCI/GPU Link Info/PCIe Generation/{Max,Current}`` (``Max`` is NVML's max link generation, the
+link's; drivers 550+ also print the GPU's ``Device Max`` and the slot's ``Host Max``, not read),
+``.../Link Width/{Max,Current}`` (``16x``),
 ``FB Memory Usage/Total`` (``81559 MiB``), ``MIG Mode/Current``, each ``MIG Devices/MIG Device``
 (``Index``, ``GPU Instance ID``, ``Compute Instance ID``, ``FB Memory Usage/Total``: the text form of
 ``-q -x``'s ``<mig_device>``, nvidia-ml-py's ``nvidia_smi.py`` sample) and ``Compute Mode``. A
@@ -16,8 +18,11 @@ so ``vGPU Software Licensed Product/Product Name`` is never the GPU's name.
 
 With ``-i`` nvidia-smi prints some GPUs and ``Attached GPUs`` still counts every one (as in
 ``tests/smi_q/a16-vgpu-host-470-i0.txt``): such GPUs are read without an index, told apart by UUID or
-bus id where they join a machine, and the listing says so in a warning. A paste cut short gives the
-facts before the cut. Real samples, with their sources: ``tests/smi_q/SOURCES.md``."""
+bus id where they join a machine, and the listing says so in a warning (``Minor Number`` is the
+``/dev/nvidia`` node, not the index). A paste cut short gives the facts before the cut; a line a paste
+put for lines it left out (``...``, ``[...]``) is a warning, and nothing after it is read until the
+next GPU section: the lines left out may have held a section's title or the next GPU's header, so a
+fact after it could be another GPU's. Real samples, with their sources: ``tests/smi_q/SOURCES.md``."""
 
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ GPU_RE = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]
 _FACT_RE = re.compile(r"([^:]*?\S) *: ?(.*)")  # the first colon ends the key: values hold colons (times, bus ids)
 _UUID_RE = re.compile(r"GPU-[0-9A-Fa-f-]{8,64}")
 _VERSION_RE = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}")
+# A line a paste put for lines it left out ("...", "[...]", "…"): nvidia-smi prints none of these.
+_ELISION_RE = re.compile(r"\[?(?:\.{3,}|\u2026)\]?")
 _UNKNOWN_RE = re.compile(r"N/A|\[N/A\]|Not Found|Not Supported|Not Available|Unknown.*|Requested functionality.*")
 # Other tools' text, told by a line of their own, and where to give it instead.
 _OTHERS = ((re.compile(r"<\?xml|<nvidia_smi_log"), "nvidia-smi -q -x output (XML): read it with gputopo parse smi-xml"),
@@ -84,9 +91,18 @@ def _tree(lines: list[str], first: int, base: int) -> tuple[_Section, list[_Sect
     gpus: list[_Section] = []
     notes: list[str] = []
     stack: list[tuple[int, _Section]] = [(-1, top)]
+    elided = False  # after an elision, until the next GPU section: which section a line is in is unknown
     for number in range(first, len(lines) + 1):
         raw = lines[number - 1].rstrip()
         if not raw.strip() or raw.strip() == BANNER:
+            continue
+        if _ELISION_RE.fullmatch(raw.strip()):
+            # The lines left out may hold a section's title or another GPU's header: a fact after the
+            # elision could land on the wrong GPU or section, so none is read until the next GPU header.
+            where = f"GPU {gpus[-1].name}" if gpus else "the report's header"
+            notes.append(f"line {number}: {raw.strip()!r}: the paste leaves lines out here; the rest of "
+                         f"{where} is not read (unknown)")
+            elided = True
             continue
         if "\t" in raw[:len(raw) - len(raw.lstrip())]:
             notes.append(f"line {number}: indented with a tab (nvidia-smi indents with spaces); not read")
@@ -102,6 +118,9 @@ def _tree(lines: list[str], first: int, base: int) -> tuple[_Section, list[_Sect
             stack = [(-1, top), (0, gpu)]
             if len(gpus) > MAX_GPUS:
                 raise SmiQParseError(f"line {number}: more than {MAX_GPUS} GPU sections: more than any machine has")
+            elided = False
+            continue
+        if elided:
             continue
         while stack[-1][0] >= indent:
             stack.pop()

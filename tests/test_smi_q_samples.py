@@ -1,0 +1,148 @@
+"""``nvidia-smi -q`` reports of the kinds issue 32 names, each a real output (tests/smi_q, its source
+and what it must yield in tests/smi_q/SOURCES.md): the facts below were read off each text by hand,
+not by the reader. A whole HGX H100 node, an A10 and eight RTX 4090 idling at Gen1, a V100 block of
+``-i 1`` joined to its 8-GPU host by the host's own ``-L``, and an elided TITAN V paste."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli as run
+from pytest_gputopo.core import schema
+from pytest_gputopo.parse.smi_q import parse_smi_q
+
+HERE = Path(__file__).parent / "smi_q"
+MIB = 2**20
+
+
+def sample(name: str) -> str:
+    return (HERE / name).read_text(encoding="utf-8")
+
+
+def facts(gpu) -> tuple:
+    return (gpu.index, gpu.name, gpu.uuid, gpu.pci_bus_id, gpu.memory_total_bytes, gpu.pcie_gen_current,
+            gpu.pcie_gen_max, gpu.pcie_width_current, gpu.pcie_width_max, gpu.mig, gpu.compute_mode)
+
+
+# (file, driver, CUDA, Attached GPUs, [(bus, UUID)], name, MiB, gen current/max, width current/max, MIG)
+WHOLE = [
+    ("hgx-h100-x8-565.txt", "565.57.01", "12.7", 8, [
+        ("18", "GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1"), ("2A", "GPU-7c3cadbd-17e5-0913-f69b-c618122ea0cd"),
+        ("3A", "GPU-2d50cdf6-dd67-9f2e-855e-0d4d6d395a2f"), ("5D", "GPU-d1838e76-90e6-4408-711d-aeeaa2e1fd14"),
+        ("9A", "GPU-72be6e5d-3c1b-0d37-98ac-d3ef159f2589"), ("AB", "GPU-52378fbc-3124-3895-13b6-1dd179563e0f"),
+        ("BA", "GPU-83a5aebb-b71c-c570-aa83-185e1233fe97"), ("DB", "GPU-33135771-a848-ece1-b61e-489e221d663c")],
+     "NVIDIA H100 80GB HBM3", 81559, (5, 5), (16, 16), False),
+    ("a10-550-passthrough.txt", "550.90.12", "12.4", 1, [("08", "GPU-14705cc6-2e5b-ae28-e00a-0f87622e4299")],
+     "NVIDIA A10", 23028, (1, 4), (16, 16), None),
+    ("rtx4090-x8-550.txt", "550.127.05", "12.4", 8, [
+        ("01", "GPU-8ee5f1e0-e705-aac5-6d6e-b97ad59601ef"), ("25", "GPU-a4ac0a07-7668-e715-6e6d-d0dea1c5738b"),
+        ("41", "GPU-6a54aeb0-27c1-e4c3-33fd-394674fbf918"), ("61", "GPU-28895719-adab-e2f7-9416-5b9321ff04aa"),
+        ("81", "GPU-74e37e99-e298-2478-8866-46035fa6b0cc"), ("A1", "GPU-0097a8d1-9b40-0267-a960-13fb288944bd"),
+        ("C1", "GPU-13f50fdd-d36e-2c8e-57ac-68634232e19e"), ("E1", "GPU-78ae265e-d539-389c-f1b8-41b35aa0adb6")],
+     "NVIDIA GeForce RTX 4090", 24564, (1, 4), (16, 16), None),
+]
+
+
+@pytest.mark.parametrize("name, driver, cuda, attached, gpus, model, mib, gen, width, mig", WHOLE,
+                         ids=[w[0] for w in WHOLE])
+def test_a_whole_report_gives_every_gpu_in_index_order(name, driver, cuda, attached, gpus, model, mib, gen, width,
+                                                        mig):
+    """Every GPU listed (``Attached GPUs`` equals the sections): each section's place is its NVML index.
+    The PCIe maximum is ``Max`` (NVML's max link generation), not the ``Device Max``/``Host Max`` lines of
+    drivers 550+; an idle link's Gen1 is read as printed (A10, RTX 4090), never as the maximum."""
+    listing = parse_smi_q(sample(name))
+    assert (listing.driver_version, listing.cuda_driver_version, listing.attached) == (driver, cuda, attached)
+    assert [facts(g) for g in listing.gpus] == [
+        (i, model, uuid, f"00000000:{bus}:00.0", mib * MIB, *gen, *width, mig, "Default")
+        for i, (bus, uuid) in enumerate(gpus)]
+    assert listing.warnings == () and all(g.mig_devices == () for g in listing.gpus)
+
+
+def test_a_v100_block_of_i_1_is_one_gpu_of_eight_with_no_index():
+    """``nvidia-smi -q -i 1`` on an 8-GPU host: ``Attached GPUs : 8`` over one section. Which index it has
+    the report does not say (``Minor Number`` is the /dev/nvidia node, not NVML's index): unknown, warned."""
+    listing = parse_smi_q(sample("v100-pcie-470-i1.txt"))
+    (gpu,) = listing.gpus
+    assert (listing.driver_version, listing.cuda_driver_version, listing.attached) == ("470.129.06", "11.4", 8)
+    assert facts(gpu) == (None, "Tesla V100-PCIE-32GB", "GPU-06e3d8e6-3f54-374a-8142-9752ca1f2316",
+                          "00000000:1C:00.0", 32510 * MIB, 3, 3, 16, 16, None, "Default")
+    assert listing.warnings == ("Attached GPUs 8 and 1 GPU section: some GPUs only (nvidia-smi -i, or a cut "
+                                "paste); which index each has, and the others, are unknown",)
+
+
+def eight_gpu_topo() -> str:
+    """A ``topo -m`` of eight PCIe GPUs as nvidia-smi lays it out (the post gives none of that host)."""
+    rows = ["\t" + "\t".join(f"GPU{i}" for i in range(8)) + "\tCPU Affinity\tNUMA Affinity"]
+    for i in range(8):
+        cells = ["X" if i == j else ("NODE" if i // 4 == j // 4 else "SYS") for j in range(8)]
+        rows.append(f"GPU{i}\t" + "\t".join(f" {c} " if c == "X" else c for c in cells) + f"\t0-15\t{i // 4}")
+    return "\n".join(rows) + "\n\nLegend:\n\n  X    = Self\n"
+
+
+def test_the_i_1_block_joins_its_host_at_gpu1_by_the_hosts_own_l(tmp_path, capsys):
+    """The same post's ``nvidia-smi -L`` places the ``-i 1`` block: its UUID is GPU 1's. Its facts land on
+    GPU1 only, the others stay unknown, and the warning is in the output and the profile's sources."""
+    (tmp_path / "topo.txt").write_text(eight_gpu_topo())
+    code, out, err = run(capsys, "record", "--from-smi", tmp_path / "topo.txt",
+                         "--smi-query", HERE / "v100-pcie-470-L.txt", "--smi-query", HERE / "v100-pcie-470-i1.txt",
+                         "-o", tmp_path / "node.json")
+    assert code == 0, err
+    data = json.loads((tmp_path / "node.json").read_text())
+    machine = schema.from_dict(data["topology"])
+    assert [g.pci_bus_id for g in machine.gpus] == [None, "00000000:1C:00.0"] + [None] * 6
+    assert (machine.gpus[1].memory_total_bytes, machine.gpus[1].pcie_gen_max) == (32510 * MIB, 3)
+    assert all(g.memory_total_bytes is None for i, g in enumerate(machine.gpus) if i != 1)
+    assert (machine.driver_version, machine.cuda_driver_version) == ("470.129.06", "11.4")
+    assert "some GPUs only" in out and any("some GPUs only" in n for s in data["sources"] for n in s.get("notes", []))
+
+
+def test_the_i_1_block_alone_cannot_be_placed_on_an_eight_gpu_machine(tmp_path, capsys):
+    """Without a source giving GPU1's UUID or bus id, the block's index is unknown: refused, never put on
+    GPU0 by its position."""
+    (tmp_path / "topo.txt").write_text(eight_gpu_topo())
+    code, out, err = run(capsys, "record", "--from-smi", tmp_path / "topo.txt",
+                         "--smi-query", HERE / "v100-pcie-470-i1.txt", "-o", tmp_path / "node.json")
+    assert code == 2 and "which GPU it is is unknown" in err, err
+    assert not (tmp_path / "node.json").exists()
+
+
+def test_an_elided_titan_v_paste_gives_what_is_before_each_cut():
+    """A TITAN RTX + TITAN V report pasted indented, the first GPU elided with ``...``: both GPUs by
+    name, UUID and bus id, in index order (two sections of ``Attached GPUs : 2``); nothing after the
+    elision is read, and the warning names its line."""
+    listing = parse_smi_q(sample("titan-rtx-titan-v-418-elided.txt"))
+    assert (listing.driver_version, listing.cuda_driver_version, listing.attached) == ("418.56", "10.1", 2)
+    assert [(g.index, g.name, g.uuid, g.pci_bus_id) for g in listing.gpus] == [
+        (0, "TITAN RTX", "GPU-9b4994a5-1105-10a5-079a-57a494c351bc", "00000000:73:00.0"),
+        (1, "TITAN V", "GPU-50208d32-6612-fcb5-ea38-28ef96349934", "00000000:A6:00.0")]
+    assert all(g.memory_total_bytes is None and g.pcie_gen_max is None for g in listing.gpus)
+    assert listing.warnings == ("line 22: '...': the paste leaves lines out here; the rest of GPU "
+                                "00000000:73:00.0 is not read (unknown)",)
+
+
+@pytest.mark.parametrize("mark", ["...", "[...]", "\u2026", "    ..."])
+def test_no_fact_after_an_elision_lands_on_the_gpu_before_it(mark):
+    """What an elision left out may be the next GPU's header: a UUID after it could be another GPU's.
+    Until the next ``GPU <bus id>`` line nothing is read; that GPU's own facts are."""
+    text = sample("titan-rtx-titan-v-418-elided.txt").replace(
+        "        Minor Number                    : 0\n    ...\n",
+        f"        Minor Number                    : 0\n{mark}\n        FB Memory Usage\n"
+        "            Total                       : 12066 MiB\n")
+    text = text.replace("        GPU UUID                        : GPU-9b4994a5-1105-10a5-079a-57a494c351bc\n", "")
+    first, second = parse_smi_q(text).gpus
+    assert first.uuid is None and first.memory_total_bytes is None
+    assert second.uuid == "GPU-50208d32-6612-fcb5-ea38-28ef96349934"
+
+
+def test_gputopo_parse_smi_q_on_eight_4090s_at_gen1(capsys):
+    code, out, err = run(capsys, "parse", "smi-q", HERE / "rtx4090-x8-550.txt", "--json")
+    data = json.loads(out)
+    assert code == 0, err
+    gens = [(g["index"], g["pcie_gen_current"], g["pcie_gen_max"]) for g in data["gpus"]]
+    assert gens == [(i, 1, 4) for i in range(8)]
+    code, out, err = run(capsys, "parse", "smi-q", HERE / "titan-rtx-titan-v-418-elided.txt")
+    assert code == 0 and "GPU1: TITAN V (GPU-50208d32-6612-fcb5-ea38-28ef96349934)" in out
+    assert "warning: line 22: '...'" in out
