@@ -146,3 +146,26 @@ def test_gputopo_parse_smi_q_on_eight_4090s_at_gen1(capsys):
     code, out, err = run(capsys, "parse", "smi-q", HERE / "titan-rtx-titan-v-418-elided.txt")
     assert code == 0 and "GPU1: TITAN V (GPU-50208d32-6612-fcb5-ea38-28ef96349934)" in out
     assert "warning: line 22: '...'" in out
+
+
+def test_the_code_block_as_published_prompt_line_included_is_read_as_q(tmp_path, capsys):
+    """The post's code block opens with its prompt line, ``$ nvidia-smi -q -i 1``: ``record --smi-query``
+    tells the format by the NVSMI LOG banner below it, not by the first line (it took it for CSV)."""
+    (tmp_path / "topo.txt").write_text(eight_gpu_topo())
+    (tmp_path / "q.txt").write_text("$ nvidia-smi -q -i 1\n" + sample("v100-pcie-470-i1.txt"))
+    code, out, err = run(capsys, "record", "--from-smi", tmp_path / "topo.txt", "--smi-query",
+                         HERE / "v100-pcie-470-L.txt", "--smi-query", tmp_path / "q.txt", "-o", tmp_path / "node.json")
+    assert code == 0, err
+    gpu = json.loads((tmp_path / "node.json").read_text())["topology"]["gpus"][1]
+    assert (gpu["pci_bus_id"], gpu["pcie_width_max"]) == ("00000000:1C:00.0", 16)
+
+
+def test_a_paste_without_the_header_gives_no_index_and_says_why():
+    """Pasted from its ``GPU <bus id>`` line, a report has no ``Attached GPUs``: whether it lists every
+    GPU is unknown, so no section's place is taken for its index."""
+    text = sample("hgx-h100-545.txt")
+    listing = parse_smi_q(text[text.index("GPU 00000000:19:00.0"):])
+    (gpu,) = listing.gpus
+    assert (gpu.index, gpu.uuid, listing.attached, listing.driver_version) == (
+        None, "GPU-10f35015-e921-bfab-2eb8-4e9b6664d5f1", None, None)
+    assert any(w.startswith("no 'Attached GPUs' line") for w in listing.warnings)

@@ -246,6 +246,9 @@ def parse_smi_q(text: str) -> SmiGpus:
     attached = reader.int("Attached GPUs", 1, MAX_GPUS)
     if attached is not None and attached < len(nodes):
         raise SmiQParseError(f"{len(nodes)} GPU sections and Attached GPUs {attached}: not one {TOOL} output")
+    if top.find("Attached GPUs") is None:
+        notes.append("no 'Attached GPUs' line (a paste without the report's header?): whether every GPU is "
+                     "listed, and which index each has, are unknown")
     if attached is not None and attached > len(nodes):
         notes.append(f"Attached GPUs {attached} and {len(nodes)} GPU section{'s' if len(nodes) != 1 else ''}: some "
                      f"GPUs only (nvidia-smi -i, or a cut paste); which index each has, and the others, are unknown")

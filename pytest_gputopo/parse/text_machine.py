@@ -47,10 +47,12 @@ def read_listing(text: str) -> SmiGpus:
     """A GPU listing, its format told by its text: XML (``nvidia-smi -q -x``), the NVSMI LOG report
     (``nvidia-smi -q``), ``GPU 0: ...`` lines (``nvidia-smi -L``), else ``--query-gpu`` CSV. Raises
     that format's parse error."""
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "").lstrip("\ufeff")
+    opening = [line.strip().lstrip("\ufeff") for line in text.splitlines()[:50] if line.strip()][:10]
+    first = opening[0] if opening else ""
     if first.startswith("<"):
         return parse_smi_xml(text)
-    if first == SMI_Q_BANNER or first.startswith(("Timestamp ", "Attached GPUs ")) or SMI_Q_GPU_RE.fullmatch(first):
+    # -q's banner may follow a line the paste kept (its shell prompt, a title): smi_q reads from the banner
+    if SMI_Q_BANNER in opening or first.startswith(("Timestamp ", "Attached GPUs ")) or SMI_Q_GPU_RE.fullmatch(first):
         return parse_smi_q(text)
     if first.startswith("GPU "):
         return parse_smi_list(text)
