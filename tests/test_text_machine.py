@@ -1,8 +1,8 @@
 """A machine recorded from nvidia-smi text (``gputopo record --from-smi``) fills each fact once, from
 the first output that gives it, says where two outputs disagree (naming both, and both values), knows a
 GPU's compute capability from its name where no output gives one (``-q -x`` has no such field) and
-leaves a name NVIDIA's CUDA GPU list does not give unknown. ``-q -x``'s fabric registration (GB200) is
-read and shown by ``gputopo parse smi-xml``.
+leaves a name NVIDIA's CUDA GPU list does not give unknown. ``-q -x``'s fabric registration (NVSwitch,
+GB200) is read, shown by ``gputopo parse smi-xml`` and recorded as NVML's answer would be held.
 
 The outputs are written in nvidia-smi's forms by the helpers of tests/test_smi_listings.py."""
 
@@ -223,6 +223,99 @@ def test_q_x_fabric_of_no_known_form_is_a_warning_not_a_fact():
     assert listing.gpus[0].fabric is None
     assert any("fabric state 'Sideways' is not one of" in w for w in listing.warnings)
     assert any("fabric cliqueId '-1' is not a number" in w for w in listing.warnings)
+
+
+# The values a real HGX H100's nvidia-smi (driver 565) prints under -q's "Fabric" title for each of its
+# eight GPUs (tests/smi_q/hgx-h100-x8-565.txt, l.221-225: State Completed, Status Success, CliqueId 0,
+# ClusterUUID 00000000-0000-0000-0000-000000000000), put in the <fabric> element of the real H200's
+# -q -x (tests/captured/h200-driver-580/query.xml l.298-302, whose driver prints the same four fields,
+# all N/A in its VM): no real -q -x of a GPU with a fabric state is at hand here or in the shared corpus.
+HGX_FABRIC = {"state": "Completed", "status": "Success", "cliqueId": "0",
+              "clusterUuid": "00000000-0000-0000-0000-000000000000"}
+
+
+def _h200_with_fabric(tmp_path, fields: dict) -> Path:
+    import re
+
+    text = (H200_CAPTURE / "query.xml").read_text()
+    block = re.search(r"<fabric>.*?</fabric>", text, re.S).group(0)
+    for tag, value in fields.items():
+        block = re.sub(rf"<{tag}>N/A</{tag}>", f"<{tag}>{value}</{tag}>", block, count=1)
+    (tmp_path / "query.xml").write_text(text.replace(re.search(r"<fabric>.*?</fabric>", text, re.S).group(0), block))
+    return tmp_path / "query.xml"
+
+
+def _record(capsys, tmp_path, query) -> dict:
+    code, out, err = run(capsys, "record", "-o", tmp_path / "node.json", "--from-smi", H200_CAPTURE / "topo-m.txt",
+                         "--smi-query", query)
+    assert code == 0, err
+    return json.loads((tmp_path / "node.json").read_text())["topology"]
+
+
+@pytest.mark.skipif(not (H200_CAPTURE / "query.xml").exists(), reason="tests/captured/h200-driver-580 is absent")
+def test_a_fabric_all_n_a_in_a_real_q_x_records_none(tmp_path, capsys):
+    """The real H200's -q -x prints <fabric> with every field N/A (NVML gave none): the profile has no
+    fabric, as a probe of that host would have none, and no fabric item or fault comes of it."""
+    from pytest_gputopo.core.faults import topology_faults
+
+    profile = _record(capsys, tmp_path, H200_CAPTURE / "query.xml")
+    assert "fabric" not in profile["gpus"][0]
+    assert recorded(tmp_path).gpus[0].fabric is None and not topology_faults(recorded(tmp_path))
+
+
+@pytest.mark.skipif(not (H200_CAPTURE / "query.xml").exists(), reason="tests/captured/h200-driver-580 is absent")
+def test_a_q_x_fabric_is_recorded_as_nvml_gives_it(tmp_path, capsys):
+    """Registered (HGX_FABRIC): recorded as the NVML reader holds it (Completed, Success, clique 0, the
+    all-zero cluster none) and read back so: the GPU's fabric is up, no fault."""
+    from pytest_gputopo.core import model
+    from pytest_gputopo.core.faults import topology_faults
+
+    profile = _record(capsys, tmp_path, _h200_with_fabric(tmp_path, HGX_FABRIC))
+    assert profile["gpus"][0]["fabric"] == {"state": "Completed", "status": "Success", "clique_id": 0,
+                                            "cluster_uuid": None}
+    (gpu,) = recorded(tmp_path).gpus
+    assert gpu.fabric == model.Fabric("Completed", "Success", 0, None) and gpu.fabric.up is True
+    assert not topology_faults(recorded(tmp_path))
+
+
+@pytest.mark.skipif(not (H200_CAPTURE / "query.xml").exists(), reason="tests/captured/h200-driver-580 is absent")
+@pytest.mark.parametrize("fields, problem", [
+    ({"state": "Not Started"}, "NVLink fabric not up (state Not Started: the fabric manager has not registered it)"),
+    ({"state": "In Progress"}, "NVLink fabric not up (state In Progress: the fabric manager has not registered it)"),
+    ({**HGX_FABRIC, "status": "Insufficient Resources"}, "NVLink fabric registration failed (Insufficient Resources)"),
+])
+def test_a_fabric_not_up_in_q_x_is_the_same_fault_from_a_recording(tmp_path, capsys, fields, problem):
+    """A -q -x whose GPU the fabric manager has not registered (or failed to): the recording holds it,
+    so the fleet's fault and the health check's fabric item say what a probe of that host would."""
+    from pytest_gputopo.core.faults import topology_faults
+
+    profile = _record(capsys, tmp_path, _h200_with_fabric(tmp_path, fields))
+    assert profile["gpus"][0]["fabric"]["state"] == fields["state"]
+    seen = recorded(tmp_path)
+    assert [(f.name, f.line) for f in topology_faults(seen)] == [("fabric[GPU0]", f"GPU0: {problem}")]
+
+
+def test_a_completed_fabric_of_no_readable_status_is_not_recorded():
+    """Completed with its status unreadable: NVML's struct always has a status, and a recording would
+    read a missing one as Success, so none is recorded (unknown, not up); Not Supported is a state."""
+    from pytest_gputopo.parse.smi_gpus import SmiFabric
+
+    assert SmiFabric("Completed", None, 4, None).fact() is None
+    assert SmiFabric("Not Supported").fact().state == "Not Supported"
+    assert SmiFabric(None, "Success").fact() is None
+    assert SmiFabric("Completed", "Success", 4026, "9C6F5AF3-53BF-49B5-A436-B66766C413C3").fact().cluster_uuid == (
+        "9c6f5af3-53bf-49b5-a436-b66766c413c3")  # NVML's reader writes the 16 bytes so
+
+
+def test_a_later_listing_disagreeing_on_the_fabric_is_said():
+    m = machine()
+    m.add_listing(read_listing(smi_xml().replace("<compute_mode>", FABRIC, 1)), "a.xml")
+    m.add_listing(read_listing(smi_xml().replace("<compute_mode>", FABRIC.replace("Completed", "Not Started"), 1)),
+                  "b.xml")
+    seen = m.finish()
+    assert seen.gpus[0].fabric.state == "Completed"
+    assert ("GPU0: nvidia-smi -q -x (b.xml) says NVLink fabric Not Started, an earlier source Completed, Success, "
+            "from nvidia-smi -q -x (a.xml); the earlier is kept") in seen.warnings
 
 
 # ------------------------------------------------------------------------------ any listing

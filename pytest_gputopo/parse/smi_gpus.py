@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from ..core.limits import MAX_MEMORY_BYTES
-from ..core.model import MigDevice
+from ..core.model import Fabric, MigDevice
 
 # The per-GPU facts a listing can give, as ``model.Gpu`` names them, and how a warning says them.
 FACTS = {"name": "name", "uuid": "UUID", "pci_bus_id": "PCI bus id", "memory_total_bytes": "memory",
@@ -23,13 +25,36 @@ class SmiFabric:
     """A GPU's registration with its NVLink fabric as ``nvidia-smi -q -x`` prints it (``<fabric>``: GB200
     and other multi-node NVLink systems; NVML's ``nvmlGpuFabricInfo``): ``state`` Not Supported, Not
     Started, In Progress or Completed; ``status`` (meaningful once Completed) Success or the error;
-    the clique and cluster a completed GPU belongs to. Shown by ``gputopo parse smi-xml``, not recorded:
-    the model's ``Fabric`` is NVML's, read by the probe."""
+    the clique and cluster a completed GPU belongs to. Shown by ``gputopo parse smi-xml`` and, as the
+    model holds NVML's answer (``fact``), recorded."""
 
     state: str | None = None
     status: str | None = None
     clique_id: int | None = None
     cluster_uuid: str | None = None
+
+    def fact(self) -> Fabric | None:
+        """The model's ``Fabric`` as the NVML reader (``probe.nvml._fabric``) makes it of the struct
+        nvidia-smi printed (nvidia-ml-py 13.615.71 ``c_nvmlGpuFabricInfo_v2_t``: clusterUuid, status,
+        cliqueId, state): the state alone before Completed (nvml.h: the status is read only once
+        Completed); once Completed its status, clique and cluster, the all-zero cluster (what a GPU of
+        no multi-node fabric prints) being none. None where the state is unknown, or Completed with no
+        status read: NVML's struct always has one, and a recording would read a missing one as
+        Success (``probe.named_machine``), so it is not recorded."""
+        if self.state is None:
+            return None
+        if self.state != "Completed":
+            return Fabric(self.state)
+        if self.status is None:
+            return None
+        cluster = None
+        if self.cluster_uuid is not None:
+            try:
+                cluster = uuid.UUID(self.cluster_uuid)
+            except ValueError:
+                cluster = None
+        return Fabric(self.state, self.status, self.clique_id,
+                      str(cluster) if cluster is not None and cluster.int else None)
 
     def text(self) -> str:
         said = [self.state or "state ?"] + ([self.status] if self.status else [])
@@ -58,7 +83,7 @@ class SmiGpu:
     fabric: SmiFabric | None = None  # -q -x only; None where it says nothing (N/A) of a fabric
     mig_devices: tuple[MigDevice, ...] = ()  # the MIG devices listed under it (-L, -q -x, -q)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if (v is not None and v != ()) or k == "index"}
 
 
@@ -74,7 +99,7 @@ class SmiGpus:
     cuda_driver_version: str | None = None
     warnings: tuple[str, ...] = ()
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"tool": self.tool, "attached_gpus": self.attached, "driver_version": self.driver_version,
                 "cuda_driver_version": self.cuda_driver_version, "gpus": [g.to_json() for g in self.gpus],
                 "warnings": list(self.warnings)}
@@ -105,8 +130,8 @@ def _mig_text(devices: tuple[MigDevice, ...]) -> str:
         said = [d.profile, None if d.gpu_instance_id is None else f"GI {d.gpu_instance_id}",
                 None if d.compute_instance_id is None else f"CI {d.compute_instance_id}",
                 None if d.memory_total_bytes is None else f"{d.memory_total_bytes / 2**20:g} MiB"]
-        said = [s for s in said if s]
-        return ("?" if d.index is None else str(d.index)) + (f" ({', '.join(said)})" if said else "")
+        shown = [s for s in said if s]
+        return ("?" if d.index is None else str(d.index)) + (f" ({', '.join(shown)})" if shown else "")
     return f", MIG devices {', '.join(one(d) for d in devices)}" if devices else ""
 
 

@@ -63,6 +63,8 @@ def _shown(key: str, value) -> str:
     """A fact as nvidia-smi prints it (memory in MiB, its unit), cut to a line's share."""
     if key == "memory_total_bytes" and isinstance(value, int):
         return f"{value / 2**20:g} MiB"
+    if isinstance(value, model.Fabric):
+        return ", ".join(filter(None, (value.state, value.status)))[:60]
     return str(value)[:60]
 
 
@@ -167,6 +169,8 @@ class TextMachine:
             self._fill(gpu, key, getattr(row, key), source, what, f"GPU{gpu.index}: ", changes)
         if row.mig_devices:
             changes["mig_devices"] = self._mig_devices(gpu, row.mig_devices, source)
+        fabric = row.fabric.fact() if row.fabric is not None else None  # as NVML's answer would be held
+        self._fill(gpu, "fabric", fabric, source, "NVLink fabric", f"GPU{gpu.index}: ", changes)
         return dataclasses.replace(gpu, **changes) if changes else gpu
 
     def _mig_devices(self, gpu: model.Gpu, said: tuple[model.MigDevice, ...], source: str):
