@@ -169,3 +169,35 @@ def test_a_paste_without_the_header_gives_no_index_and_says_why():
     assert (gpu.index, gpu.uuid, listing.attached, listing.driver_version) == (
         None, "GPU-10f35015-e921-bfab-2eb8-4e9b6664d5f1", None, None)
     assert any(w.startswith("no 'Attached GPUs' line") for w in listing.warnings)
+
+
+def test_the_fabric_section_of_q_is_read_and_recorded_as_q_x_s():
+    """``Fabric`` (``State``, ``Status``, ``CliqueId``, ``ClusterUUID``) is the text form of ``-q -x``'s
+    ``<fabric>``: read alike, so a ``-q`` recording holds what a ``-q -x`` one does. Driver 545 prints
+    State and Status only; 565 the clique and the all-zero cluster of a single-node fabric (none once
+    recorded, as NVML's answer is held); an A10's all-N/A section says nothing."""
+    h545 = parse_smi_q(sample("hgx-h100-545.txt")).gpus[0].fabric
+    h565 = parse_smi_q(sample("hgx-h100-x8-565.txt")).gpus
+    assert (h545.state, h545.status, h545.clique_id, h545.cluster_uuid) == ("Completed", "Success", None, None)
+    assert {(f.state, f.status, f.clique_id, f.cluster_uuid) for f in (g.fabric for g in h565)} == {
+        ("Completed", "Success", 0, "00000000-0000-0000-0000-000000000000")}
+    assert parse_smi_q(sample("a10-550-passthrough.txt")).gpus[0].fabric is None
+    text = sample("hgx-h100-545.txt").replace("State                             : Completed",
+                                              "State                             : Registered")
+    listing = parse_smi_q(text)
+    assert listing.gpus[0].fabric.state is None and any("Fabric/State 'Registered' is not one of" in w
+                                                        for w in listing.warnings)
+
+
+def test_a_q_recording_of_an_hgx_node_keeps_each_gpus_fabric(tmp_path, capsys):
+    topo = ["\t" + "\t".join(f"GPU{i}" for i in range(8)) + "\tCPU Affinity\tNUMA Affinity"]
+    topo += [f"GPU{i}\t" + "\t".join(" X " if i == j else "NV18" for j in range(8)) + f"\t0-15\t{i // 4}"
+             for i in range(8)]
+    (tmp_path / "topo.txt").write_text("\n".join(topo) + "\n\nLegend:\n\n  X    = Self\n")
+    code, out, err = run(capsys, "record", "--from-smi", tmp_path / "topo.txt", "--smi-query",
+                         HERE / "hgx-h100-x8-565.txt", "-o", tmp_path / "node.json")
+    assert code == 0, err
+    gpus = json.loads((tmp_path / "node.json").read_text())["topology"]["gpus"]
+    assert [g["fabric"] for g in gpus] == [{"state": "Completed", "status": "Success", "clique_id": 0,
+                                            "cluster_uuid": None}] * 8
+    assert [g["pci_bus_id"][9:11] for g in gpus] == ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]

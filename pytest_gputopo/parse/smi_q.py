@@ -11,7 +11,8 @@ link's; drivers 550+ also print the GPU's ``Device Max`` and the slot's ``Host M
 ``.../Link Width/{Max,Current}`` (``16x``),
 ``FB Memory Usage/Total`` (``81559 MiB``), ``MIG Mode/Current``, each ``MIG Devices/MIG Device``
 (``Index``, ``GPU Instance ID``, ``Compute Instance ID``, ``FB Memory Usage/Total``: the text form of
-``-q -x``'s ``<mig_device>``, nvidia-ml-py's ``nvidia_smi.py`` sample) and ``Compute Mode``. A
+``-q -x``'s ``<mig_device>``, nvidia-ml-py's ``nvidia_smi.py`` sample), ``Compute Mode`` and
+``Fabric/{State,Status,CliqueId,ClusterUUID}`` (``-q -x``'s ``<fabric>``, recorded alike). A
 value nvidia-smi prints for "not known" (``N/A``, ``Not Found``, ``Not Supported``, ...) is unknown:
 ``CUDA Version : Not Found`` on a vGPU host driver is no error. A fact is looked up by its full path,
 so ``vGPU Software Licensed Product/Product Name`` is never the GPU's name.
@@ -32,7 +33,8 @@ from dataclasses import dataclass, field
 from ..core.limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
 from ..core.model import COMPUTE_MODES, MigDevice
 from .cells import BadCell, cell_int
-from .smi_gpus import SmiGpu, SmiGpus, bus_key, mib_bytes
+from .smi_gpus import SmiFabric, SmiGpu, SmiGpus, bus_key, mib_bytes
+from .smi_xml import FABRIC_STATES
 
 TOOL = "nvidia-smi -q"
 BANNER = "==============NVSMI LOG=============="
@@ -43,6 +45,9 @@ _UUID_RE = re.compile(r"GPU-[0-9A-Fa-f-]{8,64}")
 _VERSION_RE = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}")
 # A line a paste put for lines it left out ("...", "[...]", "…"): nvidia-smi prints none of these.
 _ELISION_RE = re.compile(r"\[?(?:\.{3,}|\u2026)\]?")
+# A fabric's status and cluster as -q -x's <fabric> is read (parse.smi_xml): "Success", "Insufficient Resources".
+_FABRIC_STATUS_RE = re.compile(r"[A-Za-z][A-Za-z0-9 ,._'-]{0,79}")
+_CLUSTER_UUID_RE = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 _UNKNOWN_RE = re.compile(r"N/A|\[N/A\]|Not Found|Not Supported|Not Available|Unknown.*|Requested functionality.*")
 # Other tools' text, told by a line of their own, and where to give it instead.
 _OTHERS = ((re.compile(r"<\?xml|<nvidia_smi_log"), "nvidia-smi -q -x output (XML): read it with gputopo parse smi-xml"),
@@ -194,6 +199,19 @@ def _mig_devices(gpu: _Section, notes: list[str]) -> tuple[MigDevice, ...]:
     return tuple(devices)
 
 
+def _fabric(gpu: _Section, notes: list[str]) -> SmiFabric | None:
+    """``Fabric``'s ``State``, ``Status``, ``CliqueId`` and ``ClusterUUID``, the text form of -q -x's
+    ``<fabric>`` (read alike); None where it says nothing (all N/A: a GPU on no multi-node fabric)."""
+    r = _Reader(gpu, notes)
+    state = r.checked("Fabric/State", FABRIC_STATES.__contains__, f"one of {', '.join(FABRIC_STATES)}")
+    status = r.checked("Fabric/Status", _FABRIC_STATUS_RE.fullmatch, "a status nvidia-smi prints")
+    clique = r.int("Fabric/CliqueId", 0, 2**32 - 1)
+    cluster = r.checked("Fabric/ClusterUUID", _CLUSTER_UUID_RE.fullmatch, "a UUID")
+    if (state, status, clique, cluster) == (None, None, None, None):
+        return None
+    return SmiFabric(state, status, clique, cluster)
+
+
 def _gpu(node: _Section, index: int | None, notes: list[str]) -> SmiGpu:
     r = _Reader(node, notes)
     bus = r.checked("PCI/Bus Id", lambda v: bus_key(v) is not None, "a PCI bus id") or node.name
@@ -212,7 +230,7 @@ def _gpu(node: _Section, index: int | None, notes: list[str]) -> SmiGpu:
                   mig=None if mig is None else mig == "Enabled",
                   compute_mode=r.checked("Compute Mode", lambda v: v in COMPUTE_MODES,
                                          f"one of {', '.join(COMPUTE_MODES)}"),
-                  mig_devices=_mig_devices(node, notes))
+                  mig_devices=_mig_devices(node, notes), fabric=_fabric(node, notes))
 
 
 def _refuse_other_tools(lines: list[str]) -> None:
