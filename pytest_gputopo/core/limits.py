@@ -5,7 +5,7 @@ anything is allocated or compared by its figures."""
 from __future__ import annotations
 
 import reprlib
-from typing import Any
+from typing import Any, TypeGuard
 
 # NVML_NVLINK_MAX_LINKS of the newest nvml.h (pynvml.py of nvidia-ml-py 13: 36; H100 and B200 use 18):
 # no GPU has more NVLinks, so no pair of GPUs is joined by more.
@@ -40,7 +40,7 @@ _SHORT.maxstring = _SHORT.maxother = 40
 _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 3, 6, 4
 
 
-def is_bandwidth(value: Any) -> bool:
+def is_bandwidth(value: Any) -> TypeGuard[float]:
     """A figure in GB/s a verdict may compare: a number above 0 and at most MAX_GBPS. Written as a
     comparison, which is False for NaN and needs no float() of 10**400."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_GBPS

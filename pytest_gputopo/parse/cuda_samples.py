@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .cells import INT_RE, BadCell, cell_float
 
@@ -52,7 +53,7 @@ class P2PBandwidthLatency:
     def diag_max(self, title: str) -> float | None:
         return max(self._cells(title, True), default=None)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"n_gpus": self.n_gpus, "devices": [{"index": i, "name": n, "bus_id": b} for i, n, b in self.devices],
                 "matrices": {k: [list(r) for r in m] for k, m in self.matrices.items()},
                 "warnings": list(self.warnings)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from .nccl_transports import (
     INTERNAL_NETS,
@@ -29,6 +30,8 @@ from .nccl_transports import (
 __all__ = [
     "Connection", "NcclLog", "parse_nccl_log", "transport_family",
 ]
+
+RankSeat = tuple[str | None, int, str | None]  # a rank's (host, cudaDev, busId) as its comm line prints them
 
 _MAX_TEXT = 160  # warnings keep this many characters of a message
 
@@ -78,28 +81,28 @@ class NcclLog:
     nccl_version: str | None = None
     cuda_version: str | None = None
     cuda_driver_version: int | None = None
-    transports: frozenset = frozenset()
-    families: frozenset = frozenset()
-    connections: tuple = ()
+    transports: frozenset[str] = frozenset()
+    families: frozenset[str] = frozenset()
+    connections: tuple[Connection, ...] = ()
     gdrdma: bool = False
-    net_devices: tuple = ()
+    net_devices: tuple[str, ...] = ()
     network: str | None = None
     net_plugin: str | None = None
     nvls: bool = False
     nvls_available: bool = False
     collnet: bool = False
-    ranks: dict = field(default_factory=dict)
+    ranks: dict[int, RankSeat] = field(default_factory=dict)
     n_ranks: int | None = None
     n_nodes: int | None = None
     n_channels: int | None = None
-    hosts: tuple = ()
-    processes: tuple = ()
+    hosts: tuple[str, ...] = ()
+    processes: tuple[tuple[str, int, tuple[int, ...]], ...] = ()
     rings_connected: bool = False
     trees_connected: bool = False
-    p2p_disabled: tuple = ()
-    p2p_disabled_pairs: tuple = ()
-    env_settings: dict = field(default_factory=dict)
-    warnings: tuple = ()
+    p2p_disabled: tuple[str, ...] = ()
+    p2p_disabled_pairs: tuple[tuple[int, int], ...] = ()
+    env_settings: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
     nccl_lines: int = 0  # lines NCCL wrote (``NCCL INFO``/``WARN``...): none, and the text is no NCCL log
 
     @property
@@ -112,7 +115,7 @@ class NcclLog:
             return True
         if any(c.transport.startswith("NET/") or c.transport == "COLLNET" for c in self.connections):
             return True
-        users: dict = {}
+        users: dict[tuple[str | None, str], set[int]] = {}
         for c in self.connections:
             # The rank that printed the line owns its device: the receiver for NET receive lines.
             dev = c.dst_dev if c.direction == "receive" else c.src_dev
@@ -120,14 +123,14 @@ class NcclLog:
                 users.setdefault((c.host, dev), set()).add(c.pid)
         return any(len(pids) > 1 for pids in users.values())
 
-    def pair_transports(self) -> dict:
+    def pair_transports(self) -> dict[tuple[int, int], tuple[str, ...]]:
         """(src_rank, dst_rank) -> sorted transports seen between them (CollNet: dst -1)."""
-        pairs: dict = {}
+        pairs: dict[tuple[int, int], set[str]] = {}
         for c in self.connections:
             pairs.setdefault((c.src_rank, c.dst_rank), set()).add(c.transport)
         return {k: tuple(sorted(v)) for k, v in sorted(pairs.items())}
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["transports"] = sorted(self.transports)
         out["families"] = sorted(self.families)
@@ -156,25 +159,25 @@ class _Reader:
     """Accumulates facts line by line; :meth:`result` freezes them."""
 
     def __init__(self) -> None:
-        self.versions: list = []          # (version, cuda) in order of appearance
+        self.versions: list[tuple[str, str | None]] = []  # (version, cuda) in order of appearance
         self.driver: int | None = None
-        self.conns: dict = {}             # Connection -> None: ordered set (ranks print twice)
-        self.net_devices: dict = {}
+        self.conns: dict[Connection, None] = {}  # an ordered set (ranks print twice)
+        self.net_devices: dict[str, None] = {}
         self.network: str | None = None
         self.nvls = self.nvls_available = False
-        self.ranks: dict = {}
+        self.ranks: dict[int, RankSeat] = {}
         self.ranks_size = 0               # nranks of the communicator ``ranks`` comes from
         self.n_ranks: int | None = None
         self.max_rank = -1
         self.n_nodes: int | None = None
         self.n_channels: int | None = None
-        self.hosts: dict = {}
-        self.procs: dict = {}             # (host, pid) -> ordered set of the cudaDevs it printed
+        self.hosts: dict[str, None] = {}
+        self.procs: dict[tuple[str, int], dict[int, None]] = {}  # (host, pid) -> the cudaDevs it printed
         self.rings = self.trees = False
-        self.p2p_off: dict = {}
-        self.p2p_pairs: dict = {}
-        self.env: dict = {}
-        self.warnings: dict = {}
+        self.p2p_off: dict[str, None] = {}
+        self.p2p_pairs: dict[tuple[int, int], None] = {}
+        self.env: dict[str, str] = {}
+        self.warnings: dict[str, None] = {}
         self.nccl_lines = 0
 
     def warn(self, text: str) -> None:
@@ -283,7 +286,7 @@ class _Reader:
         elif msg.startswith("Connected all trees"):
             self.trees = True
 
-    def connection(self, m: re.Match, host: str | None, pid: int | None) -> None:
+    def connection(self, m: re.Match[str], host: str | None, pid: int | None) -> None:
         conn = connection(m, host, pid)
         if conn is None:
             self.warn(f"transport line without a peer rank ignored: {m.group(0)!r}")
@@ -291,7 +294,7 @@ class _Reader:
         self.conns.setdefault(conn, None)
         self.max_rank = max(self.max_rank, conn.src_rank, conn.dst_rank)
 
-    def comm(self, m: re.Match, host: str | None) -> None:
+    def comm(self, m: re.Match[str], host: str | None) -> None:
         rank, nranks = int(m.group("rank")), int(m.group("nranks"))
         self.n_ranks = max(self.n_ranks or 0, nranks)
         self.max_rank = max(self.max_rank, rank)
@@ -338,7 +341,7 @@ class _Reader:
             env_settings=dict(self.env), warnings=tuple(self.warnings), nccl_lines=self.nccl_lines)
 
 
-def parse_nccl_log(text) -> NcclLog:
+def parse_nccl_log(text: object) -> NcclLog:
     """Read an NCCL_DEBUG=INFO log, whatever surrounds it. Never raises: a line that cannot be read
     becomes a warning (the promise matters more than any one line: this runs on user logs in CI)."""
     if isinstance(text, (bytes, bytearray)):

@@ -21,6 +21,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..core.units import counted
 from .cells import IDENT_RE, INT_RE, NA, NAN_RE, BadCell, cell_count, cell_float, cell_ident, cell_int
@@ -51,7 +52,7 @@ class Result:
     wrong: int | None = None
     error: float | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"time_us": self.time_us, "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps,
                 "wrong": self.wrong, "error": self.error}
 
@@ -69,7 +70,7 @@ class NcclTestsRow:
     def results(self) -> tuple[Result, ...]:
         return tuple(r for r in (self.out_of_place, self.in_place) if r is not None)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"size_bytes": self.size_bytes, "count": self.count, "type": self.type, "redop": self.redop,
                 "root": self.root,
                 "out_of_place": self.out_of_place.to_json() if self.out_of_place else None,
@@ -113,7 +114,7 @@ class NcclTestsResult:
         values = [r.busbw_gbps for row in self.rows for r in row.results() if r.busbw_gbps is not None]
         return max(values) if values else None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"collective": self.collective, "nranks": self.nranks,
                 "rows": [row.to_json() for row in self.rows],
                 "avg_busbw_gbps": self.avg_busbw_gbps, "max_busbw_gbps": self.max_busbw_gbps(),
@@ -183,7 +184,7 @@ def _parse_row(tokens: Sequence[str], layout: _Layout, notes: list[str]) -> Nccl
     interrupted by other output, keeps the cells before the break (and says so in ``notes``)."""
     if len(tokens) < len(layout.prefix):
         return None
-    fields: dict = {}
+    fields: dict[str, Any] = {}
     try:
         for name, tok in zip(layout.prefix, tokens, strict=False):  # the tokens after the prefix are figures
             fields[name] = cell_ident(tok) if name in ("type", "redop") else cell_int(tok)
@@ -195,7 +196,7 @@ def _parse_row(tokens: Sequence[str], layout: _Layout, notes: list[str]) -> Nccl
     results: list[Result | None] = []
     broken = False
     for group in layout.groups:
-        values: dict = {}
+        values: dict[str, Any] = {}
         for name in group:
             if broken or not cells:
                 broken = True

@@ -4,6 +4,7 @@ switches), read strictly: text that is not such XML is a ``NcclTopoXmlError`` wi
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from typing import Any
 
 
 class NcclTopoXmlError(ValueError):
@@ -13,7 +14,7 @@ class NcclTopoXmlError(ValueError):
 _NVSWITCH_CLASS = "0x068000"
 
 
-def _num(attrs: dict, key: str, where: str, warnings: list):
+def _num(attrs: dict[str, str], key: str, where: str, warnings: list[str]) -> int | str | None:
     """The attribute as an int; absent -> None; unreadable -> the raw string and a warning."""
     raw = attrs.get(key)
     if raw is None:
@@ -25,7 +26,7 @@ def _num(attrs: dict, key: str, where: str, warnings: list):
         return raw
 
 
-def parse_topo_xml(text) -> dict:
+def parse_topo_xml(text: object) -> dict[str, Any]:
     """``NCCL_TOPO_DUMP_FILE`` XML -> cpus, gpus (with their NVLinks), nics.
     Every element's attributes are kept; numbers become ints, ``gdr`` a bool. A GPU or NIC takes the
     busid of the ``<pci>`` it sits in and the numaid of its ``<cpu>``."""
@@ -39,12 +40,12 @@ def parse_topo_xml(text) -> dict:
         raise NcclTopoXmlError(f"not well-formed XML: {exc}") from None
     if root.tag != "system":
         raise NcclTopoXmlError(f"root element is <{root.tag}>, expected <system>")
-    out: dict = {"version": root.get("version"), "cpus": [], "gpus": [], "nics": [], "warnings": []}
-    warnings = out["warnings"]
+    out: dict[str, Any] = {"version": root.get("version"), "cpus": [], "gpus": [], "nics": [], "warnings": []}
+    warnings: list[str] = out["warnings"]
     if root.get("version") != "1":
         warnings.append(f"<system version={root.get('version')!r}>: NCCL writes version 1")
 
-    def walk(node, numaid, pci):
+    def walk(node: ET.Element, numaid: int | str | None, pci: dict[str, str] | None) -> None:
         for child in node:
             attrs = dict(child.attrib)
             if child.tag == "cpu":
@@ -61,13 +62,14 @@ def parse_topo_xml(text) -> dict:
             else:
                 walk(child, numaid, pci)
 
-    def gpu(node, attrs, numaid, pci):
+    def gpu(node: ET.Element, attrs: dict[str, str], numaid: int | str | None,
+            pci: dict[str, str] | None) -> dict[str, Any]:
         where = f"<gpu dev={attrs.get('dev')!r}>"
         for key in ("dev", "sm", "rank"):
             if key not in attrs:
                 warnings.append(f"{where}: no {key} attribute")
         pci = pci or {}
-        entry = dict(attrs, busid=pci.get("busid"), numaid=numaid,
+        entry: dict[str, Any] = dict(attrs, busid=pci.get("busid"), numaid=numaid,
                      link_speed=pci.get("link_speed"), link_width=_num(pci, "link_width", where, warnings),
                      dev=_num(attrs, "dev", where, warnings), sm=_num(attrs, "sm", where, warnings),
                      rank=_num(attrs, "rank", where, warnings), gdr=attrs.get("gdr") == "1",
@@ -81,7 +83,7 @@ def parse_topo_xml(text) -> dict:
             entry["c2c"].append({"bw": la.get("bw"), "count": _num(la, "count", where, warnings)})
         return entry
 
-    def nic(attrs, numaid, pci):
+    def nic(attrs: dict[str, str], numaid: int | str | None, pci: dict[str, str] | None) -> dict[str, Any]:
         where = f"<net name={attrs.get('name')!r}>"
         if "name" not in attrs:
             warnings.append(f"{where}: no name attribute")

@@ -22,6 +22,7 @@ The per-version line shapes are held by tests/test_nccl_log_versions.py (stub lo
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = ["INTERNAL_NETS", "TRANSPORT_LINE", "Connection", "connection", "cut_transport", "ring_ranks",
@@ -54,7 +55,7 @@ _UCX = re.compile(r"^ucx(?:[-_].*)?$", re.IGNORECASE)
 _VERBS_DEVICE = re.compile(r"^[^\s:/]+:\d+/(?:IB|RoCE)\b")
 
 
-def transport_family(transport: str, net_devices=()) -> str:
+def transport_family(transport: str, net_devices: Iterable[str] = ()) -> str:
     """``NET/IBext_v8`` and ``NET/NCCL RDMA Plugin v9`` -> ``NET/IB`` (nccl-rdma-sharp-plugins),
     ``NET/AWS Libfabric`` -> ``NET/OFI`` (aws-ofi-nccl); everything else is returned unchanged.
 
@@ -108,7 +109,7 @@ class Connection:
         return transport_family(self.transport)
 
 
-def connection(m: re.Match, host: str | None, pid: int | None) -> Connection | None:
+def connection(m: re.Match[str], host: str | None, pid: int | None) -> Connection | None:
     """The connection a ``TRANSPORT_LINE`` match names, printed by ``host``'s process ``pid``; None when
     it names no peer rank (only CollNet's have none: its peer is the network)."""
     via = _COMM_SUFFIX.sub("", m.group("via"))

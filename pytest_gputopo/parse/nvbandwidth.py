@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..core.units import counted
 from .cuda_samples import looks_like_p2p
@@ -51,7 +52,7 @@ class NvbandwidthParseError(ValueError):
     """The text holds no nvbandwidth output; the message is one line saying why."""
 
 
-def _finite(value) -> float | None:
+def _finite(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
@@ -68,7 +69,7 @@ class NvbMatrix:
     cells: tuple[tuple[float | None, ...], ...]
     sum: float | None  # from the SUM (or &&&& PERF) line; None when absent
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "title": self.title, "unit": self.unit, "rows": list(self.rows),
                 "columns": list(self.columns), "cells": [[_finite(v) for v in row] for row in self.cells],
                 "sum": _finite(self.sum)}
@@ -81,7 +82,7 @@ class NvbTestcase:
     message: str | None
     matrices: tuple[NvbMatrix, ...]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "message": self.message,
                 "matrices": [m.to_json() for m in self.matrices]}
 
@@ -95,7 +96,7 @@ class Nvbandwidth:
     testcases: tuple[NvbTestcase, ...]
     warnings: tuple[str, ...]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "driver_version": self.driver_version,
                 "cuda_runtime_version": self.cuda_runtime_version,
                 "devices": [{"index": i, "name": name, "bus_id": bus} for i, name, bus in self.devices],

@@ -361,7 +361,7 @@ class LineReader:
             target = ReadMatrix(f"{tc.name}: matrix {len(tc.matrices) + 1}", "", ())
             tc.matrices.append(target)
             self.notes.append(f"the {name} line for {_short(key)} has no matrix before it; its sum is kept")
-        if not key.startswith(tc.name):
+        if tc is not None and not key.startswith(tc.name):  # a target is always one of tc's matrices
             self.notes.append(f"the {name} line for {_short(key)} is under testcase {tc.name}")
         target.key, target.sum, target.has_sum = key, value, True
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..core.units import counted
 from .cells import INT_RE, BadCell, cell_float
@@ -53,7 +54,7 @@ class LinkState:
     active: bool  # False for "<inactive>"
     gbps: float | None  # the printed speed (GB/s as nvidia-smi prints it); None when inactive
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         gbps = self.gbps if isinstance(self.gbps, (int, float)) and math.isfinite(self.gbps) else None
         return {"link": self.link, "active": self.active, "gbps": gbps}
 
@@ -75,7 +76,7 @@ class GpuLinks:
         """Links printed ``<inactive>``; a GPU with the all-inactive line has none printed (0)."""
         return sum(1 for link in self.links if not link.active)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "name": self.name, "uuid": self.uuid, "all_inactive": self.all_inactive,
                 "active_links": self.active_links, "inactive_links": self.inactive_links,
                 "links": [link.to_json() for link in self.links]}
@@ -87,7 +88,7 @@ class NvlinkStatus:
     # Lines that could not be read ("line 7: ..."), a link or GPU listed twice; deduplicated.
     warnings: tuple[str, ...] = ()
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"gpus": [gpu.to_json() for gpu in self.gpus], "warnings": list(self.warnings)}
 
 
@@ -108,7 +109,7 @@ class _Gpu:
     index: int
     name: str | None
     uuid: str | None
-    links: dict  # link number -> LinkState, first-seen order
+    links: dict[int, LinkState]  # link number -> LinkState, first-seen order
     all_inactive: bool = False
 
     def freeze(self) -> GpuLinks:
@@ -189,7 +190,7 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
                 continue
             name, uuid = _header_rest(line[m.end():], where, notes)
             other, at = uuid_at.get(uuid, (index, 0)) if uuid else (index, 0)
-            if other != index and other in gpus and gpus[other].uuid == uuid:
+            if uuid and other != index and other in gpus and gpus[other].uuid == uuid:
                 raise NvlinkStatusParseError(
                     f"{where}: GPU {index} has the UUID of GPU {other} (line {at}), {uuid[:48]}: a UUID names one "
                     f"GPU, so this is not one nvidia-smi nvlink -s capture (outputs numbered otherwise joined?)")

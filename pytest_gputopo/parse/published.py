@@ -25,6 +25,9 @@ and is refused."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
 from ..core import model
 from ..core.limits import is_bandwidth
 from ..core.units import counted
@@ -71,14 +74,15 @@ _P2P_TEST = {
 }
 
 
-def _gpus_of(where: str, r: int, c: int) -> dict:
+def _gpus_of(where: str, r: int, c: int) -> dict[str, int]:
     if where == "col":
         return {"gpu": c}
     src, dst = (r, c) if where == "row->col" else (c, r)
     return {"src": src, "dst": dst}
 
 
-def _same_gpus(tool: str, file: str, count: int, topology: model.Topology, buses=(),
+def _same_gpus(tool: str, file: str, count: int, topology: model.Topology,
+               buses: Iterable[tuple[int, str | None]] = (),
                visible: str = "CUDA_VISIBLE_DEVICES") -> None:
     """Refuse a tool's output of another GPU count (or other PCI addresses); ``visible`` is what hides
     GPUs from that tool (nvidia-smi ignores CUDA_VISIBLE_DEVICES; a container's NVIDIA_VISIBLE_DEVICES
@@ -93,7 +97,7 @@ def _same_gpus(tool: str, file: str, count: int, topology: model.Topology, buses
                                   f"{known}: another machine, or GPUs numbered otherwise (CUDA_DEVICE_ORDER)")
 
 
-def _cells(matrix, count: int):
+def _cells(matrix: Sequence[Sequence[float | None]], count: int) -> Iterator[tuple[int, int, float]]:
     """(row, column, value) of every printed off-diagonal figure inside the machine's GPUs (a figure
     no link could give, 0 or above ``MAX_GBPS``, is no figure: a profile would refuse it)."""
     for r, row in enumerate(matrix):
@@ -102,14 +106,14 @@ def _cells(matrix, count: int):
                 yield r, c, value
 
 
-def _host_cells(matrix, count: int):
+def _host_cells(matrix: Sequence[Sequence[float | None]], count: int) -> Iterator[tuple[int, int, float]]:
     """(0, GPU, value) of a one-row matrix of host <-> GPU figures (nvbandwidth's CPU(row))."""
     for c, value in enumerate(matrix[0] if matrix else ()):
         if is_bandwidth(value) and c < count:
             yield 0, c, value
 
 
-def _cell(matrix, r: int, c: int):
+def _cell(matrix: Sequence[Sequence[float | None]], r: int, c: int) -> float | None:
     try:
         return matrix[r][c]
     except IndexError:
@@ -122,11 +126,11 @@ class RecordedFigures:
 
     def __init__(self, topology: model.Topology) -> None:
         self.topology = topology
-        self._found: dict[tuple, dict] = {}
+        self._found: dict[tuple[str, tuple[tuple[str, int], ...]], dict[str, Any]] = {}
         self.notes: list[str] = []
 
     @property
-    def published(self) -> list[dict]:
+    def published(self) -> list[dict[str, Any]]:
         return list(self._found.values())
 
     def _add(self, kind: str, where: str, r: int, c: int, gbps: float, source: str) -> bool:
@@ -171,7 +175,7 @@ class RecordedFigures:
                    [(i, bus) for i, _, bus in result.devices])
         access = result.matrices.get(CONNECTIVITY)
         for title, matrix in result.matrices.items():
-            kind, where, peer = _P2P_TEST.get(title, (None, None, None))
+            kind, where, peer = _P2P_TEST.get(title, (None, "", None))  # "": where is read only for a kind
             if kind is None:
                 if title == _P2P_READS:
                     self.notes.append(f"{file}: {title}: not recorded (a read: GPU(row) pulls from GPU(column) on its "
@@ -184,5 +188,5 @@ class RecordedFigures:
             else:
                 # Without peer access CUDA staged the "P2P=Enabled" copy through the host: not a P2P figure.
                 kept = sum(self._add(kind, where, r, c, gbps, f"cuda-samples p2pBandwidthLatencyTest {title}, {file}")
-                           for r, c, gbps in _cells(matrix, count) if not peer or _cell(access, r, c) == 1)
+                           for r, c, gbps in _cells(matrix, count) if not peer or _cell(access, r, c) == 1)  # type: ignore[arg-type]  # access: read where peer, so not None
                 self.notes.append(f"{file}: {title}: {kept} {kind} figure(s) recorded")

@@ -11,6 +11,7 @@ is refused."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ..core.limits import MAX_GPUS, MAX_MIG_DEVICES
 from ..core.model import MigDevice
@@ -45,9 +46,9 @@ def parse_smi_list(text: str) -> SmiGpus:
     if not isinstance(text, str):
         raise SmiListParseError(f"expected the text of {TOOL}, got {type(text).__name__}")
     notes: list[str] = []
-    gpus: dict[int, dict] = {}
+    gpus: dict[int, dict[str, Any]] = {}
     uuids: dict[str, int] = {}
-    current: dict | None = None
+    current: dict[str, Any] | None = None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line:

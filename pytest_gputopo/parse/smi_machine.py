@@ -8,8 +8,10 @@ import re
 from ..core import model
 from .smi_topo import GPU_RE, P2P_VALUES, ROCM_RE, UNKNOWN, SmiParseError, SmiTopo, read_table, require_gpu_rows
 
+Matrix = tuple[tuple[str, ...], ...]  # a topo -p2p matrix: GPU x GPU status abbreviations
 
-def parse_p2p_matrix(text: str) -> tuple[tuple[str, ...], ...]:
+
+def parse_p2p_matrix(text: str) -> Matrix:
     """One ``nvidia-smi topo -p2p <r|w|n|a>`` matrix: GPU x GPU status abbreviations ("OK",
     "GNS", ...), "X" on the diagonal, "U" where a cell is missing or unreadable.
 
@@ -81,7 +83,7 @@ def _worse_label(x: str, y: str) -> str:
 _P2P_RANK = {model.P2PStatus.OK: 2, model.P2PStatus.UNKNOWN: 1}  # any refusal ranks 0
 
 
-def _p2p_status(matrix, a: int, b: int, warnings: list, cap: str) -> model.P2PStatus:
+def _p2p_status(matrix: Matrix, a: int, b: int, warnings: list[str], cap: str) -> model.P2PStatus:
     """The pair's status: the worse direction (a refusal, then unknown, then OK)."""
     statuses = []
     for i, j in ((a, b), (b, a)):
@@ -94,7 +96,7 @@ def _p2p_status(matrix, a: int, b: int, warnings: list, cap: str) -> model.P2PSt
     return min(statuses, key=lambda s: _P2P_RANK.get(s, 0))
 
 
-def to_topology(smi: SmiTopo, p2p: dict | None = None, name: str | None = None) -> model.Topology:
+def to_topology(smi: SmiTopo, p2p: dict[str, Matrix] | None = None, name: str | None = None) -> model.Topology:
     """The model of what the text says; everything it does not say is None (unknown)."""
     p2p = p2p or {}
     bad = set(p2p) - set(model.P2P_CAPS)
@@ -103,8 +105,8 @@ def to_topology(smi: SmiTopo, p2p: dict | None = None, name: str | None = None) 
     warnings = list(smi.warnings)
     # nvidia-smi numbers GPUs by their NVML index: GPU<i> of the text is NVML index i.
     gpus = tuple(model.Gpu(index=i, nvml_index=i, cpu_affinity=g.cpu_affinity,
-                           numa_node=int(g.numa_affinity) if re.fullmatch(r"[0-9]+", g.numa_affinity or "")
-                           else None)
+                           numa_node=int(g.numa_affinity)
+                           if g.numa_affinity and re.fullmatch(r"[0-9]+", g.numa_affinity) else None)
                  for i, g in enumerate(smi.gpus))
     links = []
     for a in range(len(gpus)):

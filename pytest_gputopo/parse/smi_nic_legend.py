@@ -8,15 +8,15 @@ import re
 _NIC_ENTRY_RE = re.compile(r"(NIC[0-9]+)\s*:\s*(\S+?)(?=\s|NIC[0-9]+\s*:|$)")
 
 
-def nic_legend(lines: list, nics: list, warnings: list) -> dict:
+def nic_legend(lines: list[str], nics: list[str], warnings: list[str]) -> dict[str, str]:
     """NIC label -> device name from the NIC Legend. Past about 40 NICs nvidia-smi's legend is
     corrupted (entries run together, a label given twice): an entry that contradicts another, or
     names a NIC the matrix does not have, is dropped with a warning; the NIC keeps its label."""
-    entries: dict = {}
+    entries: dict[str, list[str]] = {}
     for line in lines:
         for m in _NIC_ENTRY_RE.finditer(line):
             entries.setdefault(m.group(1), []).append(m.group(2))
-    owners: dict = {}
+    owners: dict[str, list[str]] = {}
     for label, names in entries.items():
         owners.setdefault(names[0], []).append(label)
     legend = {}

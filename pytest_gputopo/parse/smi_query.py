@@ -13,6 +13,7 @@ which column is which is unknown. A row that cannot be read is a warning naming 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ..core.limits import MAX_GPUS, MAX_MEMORY_BYTES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
 from ..core.model import COMPUTE_MODES
@@ -54,7 +55,7 @@ def _header(line: str) -> list[tuple[str, str | None]] | None:
     return out
 
 
-def _value(field: str, unit: str | None, raw: str, facts: dict) -> str | None:
+def _value(field: str, unit: str | None, raw: str, facts: dict[str, Any]) -> str | None:
     """Put the cell's fact in ``facts``; a note where the cell is not of its field's kind."""
     if _NOT_SAID.fullmatch(raw) or not raw:
         return None
@@ -134,7 +135,7 @@ def parse_smi_query(text: str) -> SmiGpus:
             notes.append(f"line {number}: {len(cells)} cells for {len(columns)} fields; not read")
             skipped = True
             continue
-        facts: dict = {}
+        facts: dict[str, Any] = {}
         bad = [why for (field, unit), raw in zip(columns, cells, strict=True)
                if (why := _value(field, unit, raw, facts))]
         notes += [f"line {number}: {why}; not read" for why in bad]

@@ -13,6 +13,7 @@ import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from ..core import model
 from ..core.units import counted
@@ -54,7 +55,7 @@ class SmiTopo:
     columns: tuple[str, ...] = ()  # trailing columns the header names
     warnings: tuple[str, ...] = ()
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"gpus": [{"name": g.name, "cpu_affinity": g.cpu_affinity, "numa_affinity": g.numa_affinity,
                           "gpu_numa_id": g.gpu_numa_id} for g in self.gpus],
                 "nics": list(self.nics), "matrix": [list(r) for r in self.matrix],
@@ -67,27 +68,28 @@ class SmiTopo:
 
 @dataclass
 class _Table:
-    devices: list
-    columns: tuple
-    rows: dict  # label -> (cells, tab_separated)
-    rest: list  # the lines after the matrix (for the NIC Legend)
-    warnings: list
+    devices: list[str]
+    columns: tuple[str, ...]
+    rows: dict[str, tuple[list[str], str]]  # label -> (cells, layout: TABS, STOPS or SPACES)
+    rest: list[str]  # the lines after the matrix (for the NIC Legend)
+    warnings: list[str]
     header_line: int | None = None  # 1-based; None where the header was lost
-    row_lines: dict = dataclasses.field(default_factory=dict)  # label -> its row's line (1-based)
-    duplicates: list = dataclasses.field(default_factory=list)  # (label, line, the first row's line)
+    row_lines: dict[str, int] = dataclasses.field(default_factory=dict)  # label -> its row's line (1-based)
+    # (label, line, the first row's line)
+    duplicates: list[tuple[str, int, int]] = dataclasses.field(default_factory=list)
 
 
 def _short(line: str) -> str:
     return repr(line.strip()[:40])
 
 
-def _header_tokens(line: str) -> tuple[list, tuple]:
+def _header_tokens(line: str) -> tuple[list[str], tuple[str, ...]]:
     """Device names and trailing column names of a header line. A mangled header may have lost
     its tabs ("GPU0GPU1...GPU7mlx5_0"), so GPU names are split apart wherever they touch."""
     found = {c: m.start() for c, r in _COLUMN_RES.items() if (m := r.search(line))}
     devices_part = line[:min(found.values())] if found else line
-    columns = tuple(sorted(found, key=found.get))
-    tokens = []
+    columns = tuple(sorted(found, key=found.__getitem__))
+    tokens: list[str] = []
     for word in devices_part.split():
         tokens += [t for t in re.split(r"(GPU[0-9]+)", word) if t]
     return tokens, columns
@@ -104,7 +106,7 @@ def _is_header(line: str) -> bool:
     return bool(columns) or tokens[:1] == ["GPU0"]
 
 
-def _row_of(line: str, devices: list) -> bool:
+def _row_of(line: str, devices: list[str]) -> bool:
     """Whether a line that starts as a header does (``GPU0``) is a row of the matrix whose header named
     ``devices``: its label a device, then a value that is no device name (rocm-smi's ``0``, cells run
     together), where a repeated header names devices only."""
@@ -116,7 +118,7 @@ def _row_of(line: str, devices: list) -> bool:
 TABS, STOPS, SPACES = "tabs", "tab stops", "spaces"  # how a row's cells are separated
 
 
-def _split_row(line: str) -> tuple[str, list, str]:
+def _split_row(line: str) -> tuple[str, list[str], str]:
     """Row label, its cells, and how they were separated: TABS and STOPS (spaces that are expanded
     tabs) keep empty cells in their places, though STOPS lose those at the end of the line; in
     other space-aligned text (SPACES) empty cells vanish."""
@@ -127,16 +129,16 @@ def _split_row(line: str) -> tuple[str, list, str]:
         # No value nvidia-smi writes in a row holds a space: " X NV12" is two cells whose tab was lost.
         fields = [part for f in rest.split("\t") for part in (f.split() or [""])]
         return label, fields[1:] if not fields[0] else fields, TABS
-    fields = _fields_at_tab_stops(raw.rstrip())
-    if fields is not None:
-        return label, fields[1:], STOPS
+    stops = _fields_at_tab_stops(raw.rstrip())
+    if stops is not None:
+        return label, stops[1:], STOPS
     return label, rest.split(), SPACES
 
 
 TAB_STOP = 8  # where a terminal, ``expand`` and Python's expandtabs() put tab stops
 
 
-def _fields_at_tab_stops(line: str) -> list | None:
+def _fields_at_tab_stops(line: str) -> list[str] | None:
     """The tab-separated fields of a line whose tabs were expanded to spaces, empty fields
     included, or None when its fields do not start at tab stops (then the spaces are no tabs).
     A tab ends a field at the next stop, so a field that starts a stop further on had an empty
@@ -144,7 +146,7 @@ def _fields_at_tab_stops(line: str) -> list | None:
     past its stop), and writes no row value with a space in it. A line indented before or after
     its tabs were expanded has its stops counted from its first column or from its label."""
     for origin in dict.fromkeys((0, len(line) - len(line.lstrip(" ")))):
-        fields: list = []
+        fields: list[str] = []
         stop = 0  # the first stop the next field may start at
         for m in re.finditer(r"\S+", line[origin:]):
             if m.start() < stop * TAB_STOP or (fields and m.start() % TAB_STOP > 1):
@@ -159,7 +161,9 @@ def _fields_at_tab_stops(line: str) -> list | None:
 def read_table(text: str) -> _Table:
     lines = _TERMINAL_CODES_RE.sub("", text).splitlines()
     start = next((i for i, ln in enumerate(lines) if _is_header(ln)), None)
-    warnings = []
+    warnings: list[str] = []
+    header_devs: list[str]
+    columns: tuple[str, ...]
     if start is None:
         # No header: a matrix whose header was lost still names its devices in the row labels.
         start = next((i for i, ln in enumerate(lines)
@@ -172,7 +176,10 @@ def read_table(text: str) -> _Table:
     else:
         header_devs, columns = _header_tokens(lines[start])
         body_start, header_line = start + 1, start + 1
-    rows, order, row_lines, duplicates = {}, [], {}, []
+    rows: dict[str, tuple[list[str], str]] = {}
+    order: list[str] = []
+    row_lines: dict[str, int] = {}
+    duplicates: list[tuple[str, int, int]] = []
     end = len(lines)
     for i in range(body_start, len(lines)):
         line = lines[i]
@@ -214,11 +221,12 @@ def read_table(text: str) -> _Table:
     return _Table(devices, columns, rows, lines[end:], warnings, header_line, row_lines, duplicates)
 
 
-def _repair_header(tokens: list, labels: list) -> list:
+def _repair_header(tokens: list[str], labels: list[str]) -> list[str]:
     """Split header tokens that are several row labels run together ("mlx5_0mlx5_1")."""
-    out = []
+    out: list[str] = []
     for tok in tokens:
-        parts, rest = [], tok
+        parts: list[str] = []
+        rest = tok
         while rest:
             match = max((lb for lb in labels if rest.startswith(lb)), key=len, default=None)
             if match is None:
@@ -245,15 +253,15 @@ _CELL_NAMES = ("X", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC")
 _AFFINITY_RE = re.compile(r"[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*|N/A")
 
 
-def _unfused(field: str, room: int) -> list | None:
+def _unfused(field: str, room: int) -> list[tuple[list[str], str | None]] | None:
     """Every way ``field`` reads as 2 to ``room`` cells run together (``NODENODE``), the last
     possibly followed by the value after the matrix (``SYS0-23``) when they fill the row; None
     for a field too long to be a few cells and a CPU list, which is not read."""
     if len(field) > 512:
         return None
-    out: list = []
+    out: list[tuple[list[str], str | None]] = []
 
-    def walk(rest: str, cells: list) -> None:
+    def walk(rest: str, cells: list[str]) -> None:
         if len(cells) == room or not rest:
             if len(cells) > 1 - bool(rest) and (not rest or _AFFINITY_RE.fullmatch(rest)):
                 out.append((cells, rest or None))
@@ -269,12 +277,14 @@ def _unfused(field: str, room: int) -> list | None:
     return out
 
 
-def _row_cells(d: str, fields: list, devices: list, warnings: list) -> tuple[list, list | None]:
+def _row_cells(d: str, fields: list[str], devices: list[str],
+               warnings: list[str]) -> tuple[list[str], list[str] | None]:
     """The row's matrix cells in column order, and the fields after them (None when they cannot be
     placed). Past about 32 NICs nvidia-smi runs cells together ("NODENODE", an affinity fused to
     the last cell): such a field is split when it reads one way only. Otherwise every cell after
     it is left unknown, with a warning: a cell read one column off would be a wrong fact."""
-    n, row = len(devices), []
+    n = len(devices)
+    row: list[str] = []
     for i, raw in enumerate(fields):
         if len(row) == n:
             return row, fields[i:]
@@ -297,7 +307,7 @@ def _row_cells(d: str, fields: list, devices: list, warnings: list) -> tuple[lis
     return row, []
 
 
-def _width(fields: list, layout: str) -> int:
+def _width(fields: list[str], layout: str) -> int:
     """How many fields a row has after its matrix cells: all of them in TABS, up to the last value
     in STOPS (whose empty fields at the end of a line left no trace)."""
     if layout == STOPS:
@@ -306,7 +316,7 @@ def _width(fields: list, layout: str) -> int:
     return len(fields)
 
 
-def _lost_a_tab(fields: list, layout: str, widths: dict, columns: tuple) -> bool:
+def _lost_a_tab(fields: list[str], layout: str, widths: dict[str, list[int]], columns: tuple[str, ...]) -> bool:
     """Whether a GPU row lost a tab next to an empty value (a blank CPU Affinity run into its
     neighbour), which moves every value after it one column left. nvidia-smi writes a field per
     header column after the matrix, and an empty one before GPU NUMA ID: in TABS a row with fewer
@@ -323,7 +333,8 @@ def _lost_a_tab(fields: list, layout: str, widths: dict, columns: tuple) -> bool
     return 0 < width < max([full] + widths[STOPS])
 
 
-def _trailing(label: str, fields: list, layout: str, columns: tuple, warnings: list) -> dict:
+def _trailing(label: str, fields: list[str], layout: str, columns: tuple[str, ...],
+              warnings: list[str]) -> dict[str, str | None]:
     """Map the fields after the matrix cells onto the header's trailing columns. nvidia-smi
     writes an extra empty field before GPU NUMA ID, so that column takes the last value."""
     if layout == SPACES and fields and len(fields) != len(columns):
@@ -331,7 +342,7 @@ def _trailing(label: str, fields: list, layout: str, columns: tuple, warnings: l
         warnings.append(f"{label}: {counted(len(fields), 'value')} for {counted(len(columns), 'trailing column')} in "
                         f"space-aligned text; they are left unknown")
         return {}
-    values = {}
+    values: dict[str, str | None] = {}
     for i, col in enumerate(columns):
         if col == "GPU NUMA ID":
             present = [f for f in fields[i:] if f]
@@ -341,7 +352,7 @@ def _trailing(label: str, fields: list, layout: str, columns: tuple, warnings: l
     return values
 
 
-def require_gpu_rows(table: _Table, gpu_names: list, what: str) -> None:
+def require_gpu_rows(table: _Table, gpu_names: list[str], what: str) -> None:
     """Refuse a matrix with no GPU, or whose GPUs have no row: nvidia-smi writes a row per GPU under
     its header, so a header alone (a capture cut after it) says nothing of any link."""
     where = f"line {table.header_line}: " if table.header_line else ""
@@ -375,7 +386,7 @@ def parse_topo_matrix(text: str) -> SmiTopo:
         if own.upper() != "X":
             raise SmiParseError(f"line {table.row_lines[only]}: no nvidia-smi topology matrix: {only}'s own cell is "
                                 f"{own[:20]!r}, where nvidia-smi topo -m prints X")
-    widths = {layout: [_width(read[d][1], layout) for d in gpu_names if d in read and read[d][1] is not None
+    widths = {layout: [_width(after, layout) for d in gpu_names if d in read and (after := read[d][1]) is not None
                        and table.rows[d][1] == layout] for layout in (TABS, STOPS)}
     cells, gpus = {}, []  # (row, col) -> canonical label; a missing cell stays absent
     for d in devices:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from typing import Any, NoReturn
 from xml.parsers import expat
 
 from ..core.limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
@@ -46,7 +47,7 @@ class SmiXmlParseError(ValueError):
     """Text that is not nvidia-smi -q -x output, or XML refused as unsafe; the message says why."""
 
 
-def _refuse(why: str):
+def _refuse(why: str) -> NoReturn:
     raise SmiXmlParseError(why)
 
 
@@ -56,19 +57,20 @@ def _tree(text: str) -> ET.Element:
     parser = expat.ParserCreate("utf-8")  # the text is already decoded: its declared encoding is moot
     depth = count = 0
 
-    def start(tag, attrs):
+    def start(tag: str, attrs: dict[str, str]) -> None:
         nonlocal depth, count
         depth, count = depth + 1, count + 1
         if depth > MAX_DEPTH or count > MAX_ELEMENTS:
             _refuse(f"elements nested deeper than {MAX_DEPTH} or more than {MAX_ELEMENTS}: not an nvidia-smi document")
         builder.start(tag, attrs)
 
-    def end(tag):
+    def end(tag: str) -> None:
         nonlocal depth
         depth -= 1
         builder.end(tag)
 
-    def doctype(name, system_id, public_id, has_internal_subset):
+    def doctype(name: str, system_id: str | None, public_id: str | None,
+                has_internal_subset: bool) -> None:
         if has_internal_subset:
             _refuse("a DOCTYPE with declarations of its own (nvidia-smi writes none): refused, as entities could "
                     "expand without bound")
@@ -94,7 +96,8 @@ def _text(node: ET.Element, path: str) -> str | None:
         else value
 
 
-def _int(node, path: str, high: int, notes: list[str], where: str, suffix: str = "", zero=False) -> int | None:
+def _int(node: ET.Element, path: str, high: int, notes: list[str], where: str, suffix: str = "",
+         zero: bool = False) -> int | None:
     raw = _text(node, path)
     if raw is None:
         return None
@@ -108,7 +111,7 @@ def _int(node, path: str, high: int, notes: list[str], where: str, suffix: str =
 
 def _gpu(node: ET.Element, index: int | None, notes: list[str]) -> SmiGpu:
     where = f"<gpu id={node.get('id', '?')[:20]!r}>"
-    facts: dict = {"index": index, "name": _text(node, "product_name")}
+    facts: dict[str, Any] = {"index": index, "name": _text(node, "product_name")}
     uuid = _text(node, "uuid")
     if uuid is not None and not _UUID_RE.fullmatch(uuid):
         notes.append(f"{where}: uuid {uuid[:48]!r} is not a GPU UUID; not read")
@@ -164,7 +167,8 @@ def _fabric(node: ET.Element, notes: list[str], where: str) -> SmiFabric | None:
     fabric = node.find("fabric")
     if fabric is None:
         return None
-    raw = {tag: (fabric.findtext(tag) or "").strip() for tag in ("state", "status", "cliqueId", "clusterUuid")}
+    raw: dict[str, str | None] = {tag: (fabric.findtext(tag) or "").strip()
+                                  for tag in ("state", "status", "cliqueId", "clusterUuid")}
     raw = {tag: None if value in ("", "N/A", "[N/A]") else value for tag, value in raw.items()}
     state, status, clique, cluster = raw["state"], raw["status"], raw["cliqueId"], raw["clusterUuid"]
     if state is not None and state not in FABRIC_STATES:

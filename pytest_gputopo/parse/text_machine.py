@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from ..core import model
 from ..core.hardware import capability_of_name
@@ -26,7 +28,7 @@ from ..core.units import counted
 from .nvlink_status import NvlinkStatus
 from .smi_gpus import FACTS, SmiGpu, SmiGpus, bus_key
 from .smi_list import SmiListParseError, parse_smi_list
-from .smi_machine import to_topology
+from .smi_machine import Matrix, to_topology
 from .smi_q import BANNER as SMI_Q_BANNER, GPU_RE as SMI_Q_GPU_RE, SmiQParseError, parse_smi_q
 from .smi_query import SmiQueryParseError, parse_smi_query
 from .smi_topo import SmiTopo
@@ -59,7 +61,7 @@ def read_listing(text: str) -> SmiGpus:
     return parse_smi_query(text)
 
 
-def _shown(key: str, value) -> str:
+def _shown(key: str, value: object) -> str:
     """A fact as nvidia-smi prints it (memory in MiB, its unit), cut to a line's share."""
     if key == "memory_total_bytes" and isinstance(value, int):
         return f"{value / 2**20:g} MiB"
@@ -90,13 +92,14 @@ class TextMachine:
     read with what it said (``notes``), as a profile records them; ``inferred`` the facts not read
     from any file; ``topology`` the machine so far."""
 
-    def __init__(self, smi: SmiTopo, p2p: dict[str, tuple[str, tuple]] | None = None, name: str | None = None):
+    def __init__(self, smi: SmiTopo, p2p: dict[str, tuple[str, Matrix]] | None = None,
+                 name: str | None = None) -> None:
         """``p2p``: {capability: (file, matrix)} of ``topo -p2p``; ``name``: the topo -m file."""
         p2p = p2p or {}
         self.topology = to_topology(smi, {cap: matrix for cap, (_, matrix) in p2p.items()}, name=name)
         for file, matrix in p2p.values():  # its statuses would land on other GPUs, or on pairs it never saw
             _same_count("nvidia-smi topo -p2p", file, len(matrix), len(self.topology.gpus))
-        self.sources: list[dict] = [{"what": "nvidia-smi topo -m", "file": name}]
+        self.sources: list[dict[str, Any]] = [{"what": "nvidia-smi topo -m", "file": name}]
         self.sources += [{"what": f"nvidia-smi topo -p2p ({cap})", "file": file} for cap, (file, _) in p2p.items()]
         self.inferred: list[str] = ["every fact the text does not give is recorded as null (unknown)"]
         self._said: dict[tuple[int | None, str], str] = {}  # (GPU index or None, fact) -> the source that gave it
@@ -105,7 +108,7 @@ class TextMachine:
     # -- joining a source ------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _all_or_nothing(self):
+    def _all_or_nothing(self) -> Iterator[None]:
         """A source refused leaves the machine as it was before it (none of its facts kept)."""
         saved = self.topology, dict(self._said), list(self._warnings)
         try:
@@ -130,6 +133,7 @@ class TextMachine:
             raise TextMachineError(f"{label} ({row.uuid or row.pci_bus_id or 'no UUID'}) has no UUID or bus id the "
                                    f"machine knows, and the listing prints no index and lists some GPUs only: which "
                                    f"GPU it is is unknown")
+        gpu: model.Gpu | None
         if by is not None:
             if row.index is not None and by.nvml_index is not None and by.nvml_index != row.index:
                 raise TextMachineError(f"{label} ({row.uuid or row.pci_bus_id}) is the machine's GPU{by.index} (NVML "
@@ -148,7 +152,8 @@ class TextMachine:
                                        f"{have[:48]}: another machine's output")
         return gpu
 
-    def _fill(self, holder, key: str, said, source: str, what: str, where: str, changes: dict) -> None:
+    def _fill(self, holder: model.Gpu | model.Topology, key: str, said: object, source: str, what: str, where: str,
+              changes: dict[str, Any]) -> None:
         """Put ``said`` in ``changes`` where ``holder`` (a GPU or the machine) lacks ``key``; warn,
         naming both sources, where it has another value."""
         if said is None:
@@ -164,7 +169,7 @@ class TextMachine:
                                   f"{_shown(key, have)}, from {earlier}; the earlier is kept")
 
     def _fill_gpu(self, gpu: model.Gpu, row: SmiGpu, source: str) -> model.Gpu:
-        changes: dict = {}
+        changes: dict[str, Any] = {}
         for key, what in FACTS.items():
             self._fill(gpu, key, getattr(row, key), source, what, f"GPU{gpu.index}: ", changes)
         if row.mig_devices:
@@ -173,7 +178,8 @@ class TextMachine:
         self._fill(gpu, "fabric", fabric, source, "NVLink fabric", f"GPU{gpu.index}: ", changes)
         return dataclasses.replace(gpu, **changes) if changes else gpu
 
-    def _mig_devices(self, gpu: model.Gpu, said: tuple[model.MigDevice, ...], source: str):
+    def _mig_devices(self, gpu: model.Gpu, said: tuple[model.MigDevice, ...],
+                     source: str) -> tuple[model.MigDevice, ...]:
         """The GPU's MIG devices with a listing's joined, device by index: each fact filled once (-L
         gives UUIDs and profiles, -q and -q -x instance ids and memory); another set of devices is a
         warning, the earlier kept."""
@@ -193,7 +199,8 @@ class TextMachine:
                 if getattr(known, f.name) is None and getattr(device, f.name) is not None}))
         return tuple(merged)
 
-    def _joined(self, gpus: list[model.Gpu], what: str, file: str, before: set[str], notes=()) -> None:
+    def _joined(self, gpus: list[model.Gpu], what: str, file: str, before: set[str],
+                notes: Iterable[str] = ()) -> None:
         self.topology = dataclasses.replace(self.topology, gpus=tuple(gpus),
                                             warnings=tuple(dict.fromkeys(self._warnings)))
         self.sources.append({"what": what, "file": file,
@@ -220,7 +227,7 @@ class TextMachine:
             seen[gpu.index] = position
             gpus[gpu.index] = self._fill_gpu(gpu, row, source)
             self.topology = dataclasses.replace(self.topology, gpus=tuple(gpus))
-        versions: dict = {}
+        versions: dict[str, Any] = {}
         for key, what in _VERSIONS.items():
             self._fill(self.topology, key, getattr(listing, key), source, what, "", versions)
         self.topology = dataclasses.replace(self.topology, **versions)
@@ -261,7 +268,7 @@ class TextMachine:
         """The machine, each GPU's compute capability from its name where no source gave one (and a
         warning where a source's disagrees with the name's)."""
         gpus = list(self.topology.gpus)
-        by_name: dict[tuple[str, str], list[int]] = {}
+        by_name: dict[tuple[str | None, str], list[int]] = {}
         for gpu in gpus:
             listed = capability_of_name(gpu.name)
             if listed is None:
