@@ -337,5 +337,7 @@ def test_a_waiting_test_reserves_its_gpus_for_itself_against_later_comers_while_
         later.kill()
         later.wait()
     assert gpu_locks.reserved_before(folder, None) == {"GPU-a", "GPU-b"}  # its ticket went with it
+    mine.reserve(uuid for uuid in ("GPU-c",))  # as the lease writes it: from a generator
+    assert gpu_locks.reserved_before(folder, None) == {"GPU-c"}  # (read twice, it once reserved nothing)
     mine.close()
     assert gpu_locks.reserved_before(folder, None) == set() and not gpu_locks.waiters(folder)

@@ -157,9 +157,10 @@ class Ticket:
 
     def reserve(self, uuids) -> None:
         """Say which GPUs this test waits for (written only when they change)."""
-        if tuple(uuids) == self.me.reserved:
+        uuids = tuple(uuids)  # once: a generator read twice is empty the second time
+        if uuids == self.me.reserved:
             return
-        self.me = self.me._replace(reserved=tuple(uuids))
+        self.me = self.me._replace(reserved=uuids)
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, json.dumps(self.me._asdict()).encode()[:MAX_HOLDER_BYTES], 0)
 
