@@ -89,6 +89,27 @@ def test_plain():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_a_leased_tests_warnings_reach_the_runs_summary(pytester, leased, workers):
+    """Raised in the test's own process, summarised by the run (and through an xdist worker to its
+    controller); a category of a module the run never imported is named, not imported."""
+    args = leased("dgx-a100")
+    pytester.makepyfile(helper_warnings="class OwnWarning(Warning):\n    pass\n", test_it="""
+import warnings, pytest
+
+@pytest.mark.requires_gpus(1)
+def test_warns():
+    from helper_warnings import OwnWarning
+    warnings.warn("old api", DeprecationWarning)
+    warnings.warn("own kind", OwnWarning)
+""")
+    result = pytester.runpytest_subprocess(*args, *workers, "-W", "always")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*warnings summary*", "test_it.py::test_warns", "*DeprecationWarning: old api",
+                                 "*UserWarning: helper_warnings.OwnWarning: own kind", "*2 warnings*"])
+
+
+@pytest.mark.slow
 def test_a_test_no_set_could_ever_meet_skips_with_its_reason_and_starts_nothing(pytester, leased):
     args = leased("4x-rtx4090")  # P2P refused on every pair
     pytester.makepyfile(test_it="""

@@ -11,12 +11,14 @@ terminal, JUnit, JSON and an xdist controller see the test as if it had run here
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 
 import pytest
 
@@ -97,7 +99,11 @@ def _relay(item: pytest.Item, path: str, status: int, output: str) -> None:
     except FileNotFoundError:
         lines = []
     for line in lines:
-        report = config.hook.pytest_report_from_serializable(config=config, data=json.loads(line))
+        data = json.loads(line)
+        if "warning" in data:
+            config.hook.pytest_warning_recorded.call_historic(kwargs=_warning_from(data["warning"], item))
+            continue
+        report = config.hook.pytest_report_from_serializable(config=config, data=data)
         if report is None or getattr(report, "nodeid", None) != item.nodeid:
             continue
         seen.add(report.when)
@@ -117,6 +123,22 @@ def _relay(item: pytest.Item, path: str, status: int, output: str) -> None:
         item.ihook.pytest_runtest_logreport(report=pytest.TestReport(
             item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, why if outcome == "failed" else None,
             when, user_properties=list(item.user_properties)))
+
+
+def _warning_from(data: dict, item: pytest.Item) -> dict:
+    """``pytest_warning_recorded``'s arguments for a warning the child recorded, for the run's
+    warnings summary (as xdist relays its workers' warnings). Its category is rebuilt only where it
+    needs no import (a builtin, or a class of a module this process already has): the child's record
+    names modules, and importing one here would run code the test never ran in this process."""
+    module, name = data.get("module") or "", data.get("category") or ""
+    found = getattr(builtins if module == "builtins" else sys.modules.get(module), name, None)
+    category = found if isinstance(found, type) and issubclass(found, Warning) else UserWarning
+    text = str(data.get("message", ""))
+    if category is UserWarning and name != "UserWarning":
+        text = f"{module}.{name}: {text}" if name else text
+    message = warnings.WarningMessage(category(text), category, str(data.get("filename", "")),
+                                      int(data.get("lineno") or 0))
+    return {"warning_message": message, "when": "runtest", "nodeid": item.nodeid, "location": None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,8 +173,19 @@ class Child:
         config.hook.pytest_deselected(items=[i for i in items if i.nodeid != self.nodeid])
         items[:] = keep
 
+    def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str) -> None:
+        """The test's own warnings, for the run's summary (collection's were the run's own already)."""
+        if when != "runtest" or nodeid != self.nodeid:
+            return
+        category = warning_message.category or UserWarning
+        self._write({"warning": {"module": category.__module__, "category": category.__name__,
+                                 "message": str(warning_message.message), "filename": str(warning_message.filename),
+                                 "lineno": warning_message.lineno}})
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
+        self._write(self.config.hook.pytest_report_to_serializable(config=self.config, report=report))
+
+    def _write(self, data: dict) -> None:
         self.out.write(json.dumps(data) + "\n")
         self.out.flush()
 
