@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_cli as run
 from pytest_gputopo.core import schema
-from pytest_gputopo.parse.smi_q import parse_smi_q
+from pytest_gputopo.parse.smi_q import SmiQParseError, parse_smi_q
 
 HERE = Path(__file__).parent / "smi_q"
 MIB = 2**20
@@ -201,3 +201,52 @@ def test_a_q_recording_of_an_hgx_node_keeps_each_gpus_fabric(tmp_path, capsys):
     assert [g["fabric"] for g in gpus] == [{"state": "Completed", "status": "Success", "clique_id": 0,
                                             "cluster_uuid": None}] * 8
     assert [g["pci_bus_id"][9:11] for g in gpus] == ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+
+
+def test_a_gpu_nvidia_smi_cannot_reach_is_refused_saying_so_not_as_another_tool():
+    """``nvidia-smi -a -i 0`` on a GPU NVML cannot reach prints one line and no report (NVIDIA/nvidia-docker
+    #1553): refused naming the GPU and what the line means, not as text of no known kind."""
+    with pytest.raises(SmiQParseError, match=r"line 1: nvidia-smi printed no report, only 'Unable to determine the "
+                                             r"device handle for GPU 0000:09:00.0: Unknown Error': a GPU NVML cannot"):
+        parse_smi_q(sample("lost-gpu-a-i0.txt"))
+
+
+def test_record_says_what_a_lost_gpus_line_means(tmp_path, capsys):
+    (tmp_path / "topo.txt").write_text(eight_gpu_topo())
+    code, out, err = run(capsys, "record", "--from-smi", tmp_path / "topo.txt", "--smi-query",
+                         HERE / "lost-gpu-a-i0.txt", "-o", tmp_path / "node.json")
+    assert code == 2 and "nvidia-smi printed no report" in err and "GPU 0000:09:00.0" in err, err
+
+
+def h100_node_with_a_lost_gpu() -> str:
+    """The real 8x H100 report with GPU 00000000:5D:00.0's section replaced by the line nvidia-smi prints
+    (on stderr, so in place in a ``2>&1`` capture) for a GPU it cannot reach."""
+    text = sample("hgx-h100-x8-565.txt")
+    start, end = text.index("GPU 00000000:5D:00.0\n"), text.index("GPU 00000000:9A:00.0\n")
+    return text[:start] + "Unable to determine the device handle for GPU 00000000:5D:00.0: Unknown Error\n" + text[end:]
+
+
+def test_a_report_with_a_lost_gpu_gives_the_others_with_no_index():
+    """Seven sections and a lost GPU's line: the seven are read, none given an index by its place (is the
+    lost one counted in Attached GPUs? which place is which index?), and the line is a warning."""
+    listing = parse_smi_q(h100_node_with_a_lost_gpu())
+    assert [g.pci_bus_id[9:11] for g in listing.gpus] == ["18", "2A", "3A", "9A", "AB", "BA", "DB"]
+    assert all(g.index is None for g in listing.gpus) and listing.attached is None
+    assert any("nvidia-smi says 'Unable to determine the device handle for GPU 00000000:5D:00.0" in w
+               for w in listing.warnings)
+    text = h100_node_with_a_lost_gpu().replace("Attached GPUs                             : 8",
+                                               "Attached GPUs                             : 7")
+    assert all(g.index is None for g in parse_smi_q(text).gpus)
+
+
+def test_a_lost_gpus_line_above_another_listing_does_not_hide_its_format(tmp_path, capsys):
+    """The line comes on stderr, so first in a ``2>&1`` capture of ``-L``: the listing is still told
+    by its own lines."""
+    (tmp_path / "topo.txt").write_text(eight_gpu_topo())
+    (tmp_path / "l.txt").write_text("Unable to determine the device handle for GPU 0000:1B:00.0: Unknown Error\n"
+                                    + sample("v100-pcie-470-L.txt"))
+    code, out, err = run(capsys, "record", "--from-smi", tmp_path / "topo.txt", "--smi-query", tmp_path / "l.txt",
+                         "-o", tmp_path / "node.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "node.json").read_text())["topology"]["gpus"][1]["uuid"] == \
+        "GPU-06e3d8e6-3f54-374a-8142-9752ca1f2316"

@@ -23,7 +23,10 @@ bus id where they join a machine, and the listing says so in a warning (``Minor 
 ``/dev/nvidia`` node, not the index). A paste cut short gives the facts before the cut; a line a paste
 put for lines it left out (``...``, ``[...]``) is a warning, and nothing after it is read until the
 next GPU section: the lines left out may have held a section's title or the next GPU's header, so a
-fact after it could be another GPU's. Real samples, with their sources: ``tests/smi_q/SOURCES.md``."""
+fact after it could be another GPU's. nvidia-smi's line for a GPU NVML cannot reach ("Unable to
+determine the device handle for GPU ...", on stderr) is a warning where a report comes with it, and
+then no GPU is given an index by its place; alone, it is refused saying what it means. Real samples,
+with their sources: ``tests/smi_q/SOURCES.md``."""
 
 from __future__ import annotations
 
@@ -43,6 +46,11 @@ GPU_RE = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]
 _FACT_RE = re.compile(r"([^:]*?\S) *: ?(.*)")  # the first colon ends the key: values hold colons (times, bus ids)
 _UUID_RE = re.compile(r"GPU-[0-9A-Fa-f-]{8,64}")
 _VERSION_RE = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}")
+# What nvidia-smi prints, in place of a report, for a GPU NVML cannot reach (fallen off the bus, lost,
+# or NVML failing): "Unable to determine the device handle for GPU 0000:09:00.0: Unknown Error" (the
+# whole output of `nvidia-smi -a -i 0` in NVIDIA/nvidia-docker#1553), "... for GPU0000:07:00.0: ...",
+# "... for GPU1: 0000:34:00.0: ...", "...: GPU is lost.  Reboot the system to recover this GPU".
+LOST_RE = re.compile(r"Unable to (?:determine|detect) the device handle for .{1,200}")
 # A line a paste put for lines it left out ("...", "[...]", "…"): nvidia-smi prints none of these.
 _ELISION_RE = re.compile(r"\[?(?:\.{3,}|\u2026)\]?")
 # A fabric's status and cluster as -q -x's <fabric> is read (parse.smi_xml): "Success", "Insufficient Resources".
@@ -100,6 +108,10 @@ def _tree(lines: list[str], first: int, base: int) -> tuple[_Section, list[_Sect
     for number in range(first, len(lines) + 1):
         raw = lines[number - 1].rstrip()
         if not raw.strip() or raw.strip() == BANNER:
+            continue
+        if LOST_RE.fullmatch(raw.strip()):  # on stderr, so anywhere in a `2>&1` capture: no section's line
+            notes.append(f"line {number}: nvidia-smi says {raw.strip()[:160]!r}: that GPU is not in the report "
+                         f"(lost, or NVML failed on it)")
             continue
         if _ELISION_RE.fullmatch(raw.strip()):
             # The lines left out may hold a section's title or another GPU's header: a fact after the
@@ -255,6 +267,10 @@ def parse_smi_q(text: str) -> SmiGpus:
         first = next((n for n, line in enumerate(lines, 1)
                       if GPU_RE.fullmatch(line.strip()) or line.strip().startswith("Attached GPUs")), None)
     if first is None:
+        lost = next(((n, line.strip()) for n, line in enumerate(lines, 1) if LOST_RE.fullmatch(line.strip())), None)
+        if lost is not None:
+            raise SmiQParseError(f"line {lost[0]}: nvidia-smi printed no report, only {lost[1][:160]!r}: a GPU NVML "
+                                 f"cannot reach (fallen off the bus, lost, or NVML failing): nothing to read")
         raise SmiQParseError(f"no '{BANNER}' banner and no 'GPU <bus id>' section: not {TOOL} output")
     base = len(lines[first - 1]) - len(lines[first - 1].lstrip(" "))
     top, nodes, notes = _tree(lines, first, base)
@@ -270,6 +286,12 @@ def parse_smi_q(text: str) -> SmiGpus:
     if attached is not None and attached > len(nodes):
         notes.append(f"Attached GPUs {attached} and {len(nodes)} GPU section{'s' if len(nodes) != 1 else ''}: some "
                      f"GPUs only (nvidia-smi -i, or a cut paste); which index each has, and the others, are unknown")
+    if attached is not None and any(LOST_RE.fullmatch(line.strip()) for line in lines):
+        # Whether Attached GPUs counts a GPU nvidia-smi could not reach, and so which section is which
+        # index, is unknown: the listing is one that may list some GPUs only (attached None).
+        notes.append(f"Attached GPUs {attached}, and a GPU nvidia-smi could not reach: which index each GPU "
+                     f"listed has is unknown")
+        attached = None
     every = attached == len(nodes)  # every GPU listed, in NVML index order: its place is its index
     gpus = tuple(_gpu(node, i if every else None, notes) for i, node in enumerate(nodes))
     for key in ("uuid", "pci_bus_id"):

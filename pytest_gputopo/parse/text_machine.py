@@ -29,7 +29,7 @@ from .nvlink_status import NvlinkStatus
 from .smi_gpus import FACTS, SmiGpu, SmiGpus, bus_key
 from .smi_list import SmiListParseError, parse_smi_list
 from .smi_machine import Matrix, to_topology
-from .smi_q import BANNER as SMI_Q_BANNER, GPU_RE as SMI_Q_GPU_RE, SmiQParseError, parse_smi_q
+from .smi_q import BANNER as SMI_Q_BANNER, GPU_RE as SMI_Q_GPU_RE, LOST_RE, SmiQParseError, parse_smi_q
 from .smi_query import SmiQueryParseError, parse_smi_query
 from .smi_topo import SmiTopo
 from .smi_xml import SmiXmlParseError, parse_smi_xml
@@ -49,8 +49,12 @@ def read_listing(text: str) -> SmiGpus:
     """A GPU listing, its format told by its text: XML (``nvidia-smi -q -x``), the NVSMI LOG report
     (``nvidia-smi -q``), ``GPU 0: ...`` lines (``nvidia-smi -L``), else ``--query-gpu`` CSV. Raises
     that format's parse error."""
-    opening = [line.strip().lstrip("\ufeff") for line in text.splitlines()[:50] if line.strip()][:10]
+    # A GPU nvidia-smi could not reach is a line on stderr, above any tool's output in a `2>&1` capture.
+    opening = [line.strip().lstrip("\ufeff") for line in text.splitlines()[:50]
+               if line.strip() and not LOST_RE.fullmatch(line.strip())][:10]
     first = opening[0] if opening else ""
+    if not opening and any(LOST_RE.fullmatch(line.strip()) for line in text.splitlines()[:50]):
+        return parse_smi_q(text)  # nothing but such lines: -q's reader says what they mean
     if first.startswith("<"):
         return parse_smi_xml(text)
     # -q's banner may follow a line the paste kept (its shell prompt, a title): smi_q reads from the banner
