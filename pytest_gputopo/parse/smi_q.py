@@ -31,6 +31,7 @@ with their sources: ``tests/smi_q/SOURCES.md``."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..core.limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
@@ -82,11 +83,12 @@ class _Section:
     def find(self, path: str) -> tuple[str, int] | None:
         """The value and line of ``Section/.../Key``: the first one, where a section repeats."""
         *heads, key = path.split("/")
-        node: _Section | None = self
+        node = self
         for head in heads:
-            node = next((s for s in node.sections if s.name == head), None)
-            if node is None:
+            found = next((s for s in node.sections if s.name == head), None)
+            if found is None:
                 return None
+            node = found
         return next(((value, line) for name, value, line in node.facts if name == key), None)
 
     def all(self, path: str) -> list[_Section]:
@@ -166,13 +168,13 @@ def _value(node: _Section, path: str) -> tuple[str | None, int]:
 class _Reader:
     """Facts of one section, each read strictly: a value of another kind is a note naming its line."""
 
-    def __init__(self, node: _Section, notes: list[str]):
+    def __init__(self, node: _Section, notes: list[str]) -> None:
         self.node, self.notes = node, notes
 
     def text(self, path: str) -> str | None:
         return _value(self.node, path)[0]
 
-    def int(self, path: str, low: int, high: int, suffix: str = "") -> int | None:
+    def number(self, path: str, low: int, high: int, suffix: str = "") -> int | None:
         raw, line = _value(self.node, path)
         if raw is None:
             return None
@@ -185,7 +187,7 @@ class _Reader:
             return None
         return value
 
-    def checked(self, path: str, ok, what: str) -> str | None:
+    def checked(self, path: str, ok: Callable[[str], object], what: str) -> str | None:
         raw, line = _value(self.node, path)
         if raw is not None and not ok(raw):
             self.notes.append(f"line {line}: {path} {raw[:48]!r} is not {what}; not read")
@@ -204,9 +206,9 @@ def _mig_devices(gpu: _Section, notes: list[str]) -> tuple[MigDevice, ...]:
     devices = []
     for node in found:
         r = _Reader(node, notes)
-        devices.append(MigDevice(index=r.int("Index", 0, MAX_MIG_DEVICES - 1),
-                                 gpu_instance_id=r.int("GPU Instance ID", 0, 2**31 - 1),
-                                 compute_instance_id=r.int("Compute Instance ID", 0, 2**31 - 1),
+        devices.append(MigDevice(index=r.number("Index", 0, MAX_MIG_DEVICES - 1),
+                                 gpu_instance_id=r.number("GPU Instance ID", 0, 2**31 - 1),
+                                 compute_instance_id=r.number("Compute Instance ID", 0, 2**31 - 1),
                                  memory_total_bytes=r.mib("FB Memory Usage/Total")))
     return tuple(devices)
 
@@ -217,7 +219,7 @@ def _fabric(gpu: _Section, notes: list[str]) -> SmiFabric | None:
     r = _Reader(gpu, notes)
     state = r.checked("Fabric/State", FABRIC_STATES.__contains__, f"one of {', '.join(FABRIC_STATES)}")
     status = r.checked("Fabric/Status", _FABRIC_STATUS_RE.fullmatch, "a status nvidia-smi prints")
-    clique = r.int("Fabric/CliqueId", 0, 2**32 - 1)
+    clique = r.number("Fabric/CliqueId", 0, 2**32 - 1)
     cluster = r.checked("Fabric/ClusterUUID", _CLUSTER_UUID_RE.fullmatch, "a UUID")
     if (state, status, clique, cluster) == (None, None, None, None):
         return None
@@ -235,10 +237,10 @@ def _gpu(node: _Section, index: int | None, notes: list[str]) -> SmiGpu:
     return SmiGpu(index=index, name=r.text("Product Name"),
                   uuid=r.checked("GPU UUID", _UUID_RE.fullmatch, "a GPU UUID"), pci_bus_id=bus,
                   memory_total_bytes=r.mib("FB Memory Usage/Total"),
-                  pcie_gen_current=r.int(link + "PCIe Generation/Current", 1, MAX_PCIE_GEN),
-                  pcie_gen_max=r.int(link + "PCIe Generation/Max", 1, MAX_PCIE_GEN),
-                  pcie_width_current=r.int(link + "Link Width/Current", 1, MAX_PCIE_WIDTH, "x"),
-                  pcie_width_max=r.int(link + "Link Width/Max", 1, MAX_PCIE_WIDTH, "x"),
+                  pcie_gen_current=r.number(link + "PCIe Generation/Current", 1, MAX_PCIE_GEN),
+                  pcie_gen_max=r.number(link + "PCIe Generation/Max", 1, MAX_PCIE_GEN),
+                  pcie_width_current=r.number(link + "Link Width/Current", 1, MAX_PCIE_WIDTH, "x"),
+                  pcie_width_max=r.number(link + "Link Width/Max", 1, MAX_PCIE_WIDTH, "x"),
                   mig=None if mig is None else mig == "Enabled",
                   compute_mode=r.checked("Compute Mode", lambda v: v in COMPUTE_MODES,
                                          f"one of {', '.join(COMPUTE_MODES)}"),
@@ -277,7 +279,7 @@ def parse_smi_q(text: str) -> SmiGpus:
     if not nodes:
         raise SmiQParseError(f"no 'GPU <bus id>' section: {TOOL} of no GPU (or a paste cut before the first GPU)")
     reader = _Reader(top, notes)
-    attached = reader.int("Attached GPUs", 1, MAX_GPUS)
+    attached = reader.number("Attached GPUs", 1, MAX_GPUS)
     if attached is not None and attached < len(nodes):
         raise SmiQParseError(f"{len(nodes)} GPU sections and Attached GPUs {attached}: not one {TOOL} output")
     if top.find("Attached GPUs") is None:
