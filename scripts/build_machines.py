@@ -240,6 +240,20 @@ def degrade(base: Machine, name: str, description: str, *, nvlinks_down: int | N
                    base.inferred + twin + tuple(inferred))
 
 
+def driver_cuda(driver: str, cuda: str, ids: Sequence[str], shown: str) -> tuple[str, str]:
+    """The source and the inferred line of the CUDA version a driver reports (nvidia-smi's "CUDA
+    Version", NVML's ``nvmlSystemGetCudaDriverVersion``: the CUDA of the driver's own libcuda, fixed by
+    the driver build, the same on every host of that driver), taken from public nvidia-smi tables of
+    that driver version where the machine's own capture prints the driver only. ``shown``: the line as
+    those tables print it."""
+    source = (f"public nvidia-smi tables of hosts on driver {driver} (find_string ids {', '.join(ids)}): "
+              f"'{shown}'")
+    inferred = (f"cuda_driver_version: '{cuda}', the CUDA version driver {driver} reports on every host (the "
+                f"driver's own libcuda, fixed by its build), as public nvidia-smi tables of that driver print "
+                f"it; the machine's capture prints the driver version only")
+    return source, inferred
+
+
 # ---------------------------------------------------------------------------------------------
 # The machines
 
@@ -339,7 +353,9 @@ def hgx_h100() -> Machine:
         driver_version="570.124.06",
     )
     topology = replace(topology, gpus=tuple(replace(g, multicast=True) for g in topology.gpus),
-                       cuda_runtime_version="12.9")
+                       cuda_runtime_version="12.9", cuda_driver_version="12.8")
+    cuda_source, cuda_inferred = driver_cuda("570.124.06", "12.8", ("56151895528", "52367432882"),
+                                             "Driver Version: 570.124.06     CUDA Version: 12.8")
     return Machine(
         name,
         "HGX H100: 8x NVIDIA H100 80GB HBM3 (SXM) on NVSwitches (NV18 between every pair, 18 NVLinks 4.0 "
@@ -370,15 +386,20 @@ def hgx_h100() -> Machine:
             "https://github.com/sgl-project/sglang/issues/20855 (`python3 -m sglang.check_env` of the node of the "
             "SGLang/Mooncake guide: the same 8x NVIDIA H100 80GB HBM3 matrix, driver 570.124.06, sglang 0.5.9): "
             "'PyTorch: 2.9.1+cu129', torch built with CUDA 12.9; it prints no NCCL version",
+            cuda_source,
+            "a Korean burn-in report of an 8x NVIDIA H100 80GB HBM3 node (2x Xeon Platinum 8462Y+), a Markdown "
+            "file on GitHub (find_string id 62193952648): nvbandwidth v0.10.0 (driver 595.71.05) "
+            "host_to_device_memcpy_ce 55.33-55.37 GB/s and device_to_host_memcpy_ce 55.18-55.26 GB/s on every "
+            "GPU",
         ),
         inferred=(
             UUIDS,
             "cuda_runtime_version: '12.9', read off the torch wheel tag 2.9.1+cu129 of sglang#20855 (check_env "
             "prints the torch version, not torch.version.cuda itself); nccl_version: unknown (check_env prints no "
             "NCCL version and the issue shows no NCCL log line; the Inspur H800 log's 'NCCL version 2.18.3' is "
-            "another node's, with another torch); cuda_driver_version: unknown (check_env's 'CUDA Driver Version: "
-            "570.124.06' is the driver's version, not the CUDA version nvidia-smi prints beside it; the CUDA 12.7 "
-            "of thamada/nvidia-smi belongs to that node's driver 565.57.01)",
+            "another node's, with another torch)",
+            cuda_inferred + " (check_env's 'CUDA Driver Version: 570.124.06' is the driver's version; the CUDA "
+            "12.7 of thamada/nvidia-smi belongs to that node's driver 565.57.01)",
             "gpus[*].pci_bus_id: a typical HGX H100 layout read on another node (thamada/nvidia-smi), not on "
             "the node of the SGLang/Mooncake guide whose matrix this profile uses",
             "gpus[*].nvlinks[*].remote_bus_id: GPU0's link-to-NVSwitch mapping from nccl#1182 given to every "
@@ -402,6 +423,18 @@ def hgx_h100() -> Machine:
             {"kind": "p2p", "gbps": 364.0,
              "source": "ml-engineering network/README.md (https://github.com/stas00/ml-engineering; 8x H100 SXM "
                        "unidirectional P2P 364-393 GB/s, typical 376); the low end of the range"},
+            {"kind": "h2d", "gbps": 55.33, "pinned": True,
+             "source": "a Korean burn-in report of an 8x H100 80GB HBM3 node, a Markdown file on GitHub (find_string "
+                       "id 62193952648): nvbandwidth v0.10.0 host_to_device_memcpy_ce, 55.33-55.37 GB/s on all 8 "
+                       "GPUs; the lowest cell",
+             "note": "each GPU's own PCIe 5.0 x16 link to the host; ml-engineering network/README.md "
+                     "(https://github.com/stas00/ml-engineering) measures the same testcase at 55.43 GB/s on an "
+                     "8x H200 node of the same links"},
+            {"kind": "d2h", "gbps": 55.18, "pinned": True,
+             "source": "the same burn-in report (find_string id 62193952648): nvbandwidth v0.10.0 "
+                       "device_to_host_memcpy_ce, 55.18-55.26 GB/s on all 8 GPUs; the lowest cell",
+             "note": "ml-engineering network/README.md (https://github.com/stas00/ml-engineering): 55.06 GB/s on "
+                     "an 8x H200 node of the same PCIe 5.0 x16 links"},
         ),
     )
 
@@ -453,7 +486,25 @@ def dgx1_v100() -> Machine:
             "session and nccl#671's topology dump print no version)",
             PCIE_PAIR_CAPS,
         ),
+        published=tuple(
+            {"kind": "p2p_bidir", "gbps": DGX1_BIDIR[nv], "src": a, "dst": b,
+             "source": f"{DGX1_BIDIR_SOURCE}: GPU0's row, {DGX1_BIDIR_CELLS[nv]}",
+             "note": f"an NV{nv} pair of another DGX-1 V100, given to this machine's NV{nv} pairs (the two "
+                     f"number their GPUs otherwise); both directions' bytes, as p2pBandwidthLatencyTest counts "
+                     f"them; pairs without NVLink have none (the notebook's DGX-1 is dual-socket, this VM one node)"}
+            for (a, b), nv in sorted(DGX1_WIRING.items())),
     )
+
+
+# Bidirectional P2P=Enabled of p2pBandwidthLatencyTest on "a DGX system with 8 Tesla V100s" (GPU0's row only),
+# the lowest cell of each NVLink count.
+DGX1_BIDIR = {1: 48.49, 2: 96.85}
+DGX1_BIDIR_CELLS = {1: "48.49 GB/s to its NV1 peers GPU1 and GPU2",
+                    2: "96.85 and 96.90 GB/s to its NV2 peers GPU3 and GPU4; the lowest"}
+DGX1_BIDIR_SOURCE = (
+    "https://github.com/openhackathons-org/gpubootcamp hpc/multi_gpu_nways/labs/CFD/English/C/jupyter_notebook/"
+    "advanced_concepts/single_node_topology.ipynb (NVIDIA's GPU bootcamp, 'Partial results obtained from a DGX "
+    "system with 8 Tesla V100s': p2pBandwidthLatencyTest 'Bidirectional P2P=Enabled Bandwidth Matrix')")
 
 
 def rtx3090_nvlink() -> Machine:
@@ -665,7 +716,9 @@ def rtx4090_x8() -> Machine:
         name, RTX_4090, (0x18, 0x19, 0x1A, 0x1B, 0x98, 0x99, 0x9A, 0x9B), numa=numa, affinity=affinity,
         pcie=pcie, read_write=P2PStatus.UNKNOWN, driver_version="525.147.05",
     )
-    topology = replace(topology, cuda_runtime_version="12.1", nccl_version="2.20.5")
+    topology = replace(topology, cuda_runtime_version="12.1", nccl_version="2.20.5", cuda_driver_version="12.0")
+    cuda_source, cuda_inferred = driver_cuda("525.147.05", "12.0", ("67199173169", "23127717072"),
+                                             "Driver Version: 525.147.05   CUDA Version: 12.0")
     return Machine(
         name,
         "8x NVIDIA GeForce RTX 4090 on PCIe (no NVLink) in a two-NUMA-node server: GPU0-3 PIX to each "
@@ -685,9 +738,11 @@ def rtx4090_x8() -> Machine:
             "wheel ('As PyTorch is not purelib, but nvidia-*-cu12 is')",
             "https://github.com/thamada/nvidia-smi package/RTX4090_smi.py (`nvidia-smi -a` of an 8x RTX 4090 "
             "node, driver 550.127.05): FB memory total 24564 MiB; PCIe generation max 4, width max 16x",
+            cuda_source,
         ),
         inferred=(
             UUIDS,
+            cuda_inferred,
             "gpus[*].pci_bus_id: synthetic (collect_env does not print them)",
             "gpus[*].pcie_*, gpus[*].memory_total_bytes, gpus[*].compute_capability: the RTX 4090's (another "
             "node's `nvidia-smi -a`, thamada/nvidia-smi); collect_env prints the model name only",
@@ -721,7 +776,9 @@ def a30_x4() -> Machine:
         numa=numa, affinity=affinity, pcie=pcie, read_write=P2PStatus.UNKNOWN, nics=("mlx5_0",),
         driver_version="535.274.02",
     )
-    topology = replace(topology, cuda_runtime_version="12.8", nccl_version="2.27.3")
+    topology = replace(topology, cuda_runtime_version="12.8", nccl_version="2.27.3", cuda_driver_version="12.2")
+    cuda_source, cuda_inferred = driver_cuda("535.274.02", "12.2", ("70145323771", "12303270769"),
+                                             "Driver Version: 535.274.02   CUDA Version: 12.2")
     return Machine(
         name,
         "4x NVIDIA A30 (24 GB, Ampere GA100) in a dual-socket server: two pairs joined by NVLink bridges "
@@ -743,9 +800,11 @@ def a30_x4() -> Machine:
             "NVIDIA BioNeMo's supported-GPU table (find_string id 2923014687): 'A30 | 8.0'",
             "https://github.com/open-mpi/hwloc/issues/658 with NVIDIA's nvml.h (NVML_NVLINK_VERSION_3_1 = 5): A100 "
             "(GA100, the A30's GPU) reports NVLink version 3.1",
+            cuda_source,
         ),
         inferred=(
             UUIDS,
+            cuda_inferred,
             "gpus[*].pci_bus_id: synthetic (collect_env does not print them)",
             "gpus[*].pcie_*: unknown (collect_env does not print them)",
             "gpus[*].nvlinks[*].version: 3.1, what A100 (GA100, as the A30) reports (hwloc#658); the four "
@@ -817,8 +876,10 @@ def rtx_pro_6000_x2() -> Machine:
     name = "2x-rtx-pro-6000"
     topology = pcie_box(
         name, RTX_PRO_6000, (0x01, 0x02), numa=(0, 0), affinity=("0-13", "0-13"),
-        pcie=uniform(PHB), read_write=OK, driver_version="595.71.05",
+        pcie=uniform(PHB), read_write=OK, driver_version="595.71.05", cuda_driver_version="13.2",
     )
+    cuda_source, cuda_inferred = driver_cuda("595.71.05", "13.2", ("54789608385", "52951295611"),
+                                             "Driver Version: 595.71.05      CUDA Version: 13.2")
     return Machine(
         name,
         "2x NVIDIA RTX PRO 6000 Blackwell Workstation Edition (96 GB, sm_120) on PCIe 5.0 only, no NVLink, "
@@ -839,6 +900,7 @@ def rtx_pro_6000_x2() -> Machine:
             "https://github.com/vllm-project/vllm/issues/56128 (4x RTX PRO 6000 Blackwell Server Edition, "
             "driver 580.126.09): GB202, sm_120, PCIe peer-to-peer with the stock driver",
             "public nvidia-smi tables of NVIDIA RTX PRO 6000 Blackwell (find_string id 59293944018): 97887 MiB",
+            cuda_source,
         ),
         inferred=(
             UUIDS,
@@ -846,9 +908,10 @@ def rtx_pro_6000_x2() -> Machine:
             "gpus[*].pcie_*: PCIe 5.0 x16 (the product, per MantraVid's analysis); the desktop of rtx6kpro#15 "
             "ran each GPU at Gen5 x8",
             "gpus[*].name: 'Workstation Edition' as rtx6kpro#15 names the cards",
-            "nccl_version, cuda_runtime_version, cuda_driver_version: unknown. rtx6kpro#15 names NCCL 2.30.4 as the "
+            "nccl_version, cuda_runtime_version: unknown. rtx6kpro#15 names NCCL 2.30.4 as the "
             "runtime of the image whose PyTorch all_reduce hung, but prints neither torch.cuda.nccl.version() nor "
-            "the CUDA torch was built with, so the NCCL torch loads is not shown; the issue prints no CUDA version",
+            "the CUDA torch was built with, so the NCCL torch loads is not shown",
+            cuda_inferred + " (rtx6kpro#15 prints no CUDA version)",
             PCIE_PAIR_CAPS,
         ),
     )

@@ -26,6 +26,13 @@ RECORDED = {
     ("4x-rtx4090", "cuda_driver_version"): ("12.4", "'CUDA Version : 12.4'"),
     ("8x-l40s", "cuda_driver_version"): ("12.4", "'CUDA Version : 12.4'"),
     ("8x-l40s-p2p-disabled", "cuda_driver_version"): ("12.4", "'CUDA Version : 12.4'"),
+    # the CUDA version of the driver the machine's capture names, as public nvidia-smi tables of that driver print it
+    ("hgx-h100", "cuda_driver_version"): ("12.8", "'Driver Version: 570.124.06     CUDA Version: 12.8'"),
+    ("hgx-h100-nvlink-down", "cuda_driver_version"): ("12.8", "'Driver Version: 570.124.06     CUDA Version: 12.8'"),
+    ("hgx-h100-pcie-x8", "cuda_driver_version"): ("12.8", "'Driver Version: 570.124.06     CUDA Version: 12.8'"),
+    ("4x-a30", "cuda_driver_version"): ("12.2", "'Driver Version: 535.274.02   CUDA Version: 12.2'"),
+    ("8x-rtx4090", "cuda_driver_version"): ("12.0", "'Driver Version: 525.147.05   CUDA Version: 12.0'"),
+    ("2x-rtx-pro-6000", "cuda_driver_version"): ("13.2", "'Driver Version: 595.71.05      CUDA Version: 13.2'"),
 }
 VERSION_FIELDS = ("cuda_driver_version", "cuda_runtime_version", "nccl_version")
 
