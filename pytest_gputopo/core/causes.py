@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .units import counted
@@ -135,7 +136,7 @@ def _of_group(group: Group) -> tuple[list[tuple[str, str, list[Finding]]], list[
     if machine:
         return [(group.whole, "; ".join(machine), singles + pairs)], alone
     found = []
-    explained = set()
+    explained: set[int] = set()
     for g in group.gpus:
         mine = [f for f in singles if f.gpus[0] == g]
         parts = [f.what or f.line for f in mine]
@@ -157,11 +158,11 @@ def _of_group(group: Group) -> tuple[list[tuple[str, str, list[Finding]]], list[
     return found, alone
 
 
-def _pairs(gpus: tuple[str, ...]):
+def _pairs(gpus: tuple[str, ...]) -> list[tuple[str, str]]:
     return [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
 
 
-def causes(groups: list[Group], loose: list[Finding] = ()) -> list[Cause]:
+def causes(groups: list[Group], loose: Sequence[Finding] = ()) -> list[Cause]:
     """The causes of everything the ``groups`` (and the ``loose`` findings, judged over no set of
     GPUs) found: the machine and GPUs first, merged across checks, then each finding that stands
     alone, in the order found."""

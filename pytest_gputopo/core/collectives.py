@@ -69,7 +69,7 @@ def allreduce_expected_time_s(nbytes: float, n: int, link_gbps: float) -> float:
 _HAMILTON_MAX = 12  # exact ring search up to this many GPUs; beyond, only uniform or complete graphs
 
 
-def _has_ring(n: int, ok: set) -> bool:
+def _has_ring(n: int, ok: set[tuple[int, int]]) -> bool:
     """Is there a cycle through all of 0..n-1 using only pairs in ``ok``? Beyond ``_HAMILTON_MAX`` GPUs
     only a complete set of pairs counts (False otherwise), so the caller falls back to a lower rate."""
     if len(ok) == n * (n - 1) // 2:
@@ -157,7 +157,7 @@ LARGE_ALLREDUCE_BYTES = 8 * 2**30  # peak busbw needs >= 8G (sjeaugey, nccl-test
 
 @dataclass(frozen=True)
 class _SkuFloor:
-    pattern: re.Pattern
+    pattern: re.Pattern[str]
     gbps: float
     nvls: bool  # the floor is above what a ring reaches: it assumes NCCL's default NVLink SHARP algorithm
     label: str

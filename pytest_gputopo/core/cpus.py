@@ -22,9 +22,9 @@ def cpu_ranges(text: str | None) -> list[tuple[int, int]] | None:
     ranges = []
     for part in text.split(","):
         m = _RANGE_RE.fullmatch(part)
-        if max(len(m.group(1)), len(m.group(2) or "")) > 9:
+        if max(len(m.group(1)), len(m.group(2) or "")) > 9:  # type: ignore[union-attr]  # every part matched above
             return None  # never int() of a 5,000-digit string
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))  # type: ignore[union-attr]  # as above
         if not lo <= hi < MAX_CPUS:
             return None
         ranges.append((lo, hi))

@@ -60,7 +60,7 @@ def _gb(text: str) -> float:
 
 
 def _term(name: str, op: str | None, value: str | None, at: int | None) -> Requirement:
-    def needs(*ops: str) -> None:
+    def needs(*ops: str | None) -> None:
         if op not in ops:
             raise RequirementError(f"{name} takes {' or '.join(repr(o) for o in ops if o) or 'no operator'}")
 
@@ -68,33 +68,33 @@ def _term(name: str, op: str | None, value: str | None, at: int | None) -> Requi
         needs(">=")
         if at is not None:
             raise RequirementError("'@N' does not apply to gpus>=")
-        return GpuRequirement(gpus=_number(value, "gpus>=", 0, MAX_GPUS))
+        return GpuRequirement(gpus=_number(value, "gpus>=", 0, MAX_GPUS))  # type: ignore[arg-type]  # a value wherever an operator is (parse_expression)
     if name in _FLAGS or name in _GPU_FLAGS:
         needs(None)
-        return _FLAGS[name](gpus=at) if name in _FLAGS else GpuRequirement(gpus=at, **{name: True})
+        return _FLAGS[name](gpus=at) if name in _FLAGS else GpuRequirement(gpus=at, **{name: True})  # type: ignore[arg-type]  # the flag's own keyword
     if name == "nvlink":
         needs(None, ">=")
         return NvLinkRequirement(gpus=at, min_links=_number(value or "1", "nvlink>=", 1, MAX_NVLINKS))
     if name == "link":
         needs(">=")
-        return LinkRequirement(gpus=at, need=value)
+        return LinkRequirement(gpus=at, need=value)  # type: ignore[arg-type]  # a value wherever an operator is (parse_expression)
     if name == "memory":
         needs(">=")
-        return GpuRequirement(gpus=at, min_memory_gb=_gb(value))
+        return GpuRequirement(gpus=at, min_memory_gb=_gb(value))  # type: ignore[arg-type]  # a value wherever an operator is (parse_expression)
     if name == "cc":
         return GpuRequirement(gpus=at, compute_capability=f"{op}{value}")
     if name == "arch":
         needs("=", ">=")
-        return GpuRequirement(gpus=at, arch=value if op == "=" else f">={value}")
+        return GpuRequirement(gpus=at, arch=value if op == "=" else f">={value}")  # type: ignore[arg-type]  # a value: see parse_expression; a str normalized by the requirement
     if name == "model":
         needs("=")
-        return GpuRequirement(gpus=at, model=value)
+        return GpuRequirement(gpus=at, model=value)  # type: ignore[arg-type]  # a value wherever an operator is (parse_expression)
     if name in VERSIONS:
         if at is not None:
             raise RequirementError(f"'@N' does not apply to {name}")
         if op is None:
             raise RequirementError(f"{name} takes an operator and a version, e.g. {name}>=2.18")
-        return VersionRequirement(**{name: f"{op}{value}"})
+        return VersionRequirement(**{name: f"{op}{value}"})  # type: ignore[arg-type]  # name is one of VERSIONS
     raise RequirementError(f"unknown term {name!r}")
 
 

@@ -33,12 +33,13 @@ import hashlib
 import re
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from . import causes as causes_
 from .faults import Fault
-from .fleet_facts import Node
+from .fleet_facts import Figure, Node
 from .units import counted
 
 MAJORITY = 0.75
@@ -52,6 +53,9 @@ VERSION_FACTS = frozenset({"driver", "CUDA (driver)", "CUDA runtime (torch)", "N
 LISTED = 5  # node names a line lists before "and N more" (the JSON lists them all)
 DIGEST = 8  # hex digits of a node's GPU-set digest shown beside a host name other nodes share
 FAULT, SPLIT, IDENTITY = "fault", "split", "identity"
+# A fact's split: (fact, sides), each side (its values, its nodes), as Finding.sides holds them.
+Split = tuple[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]]
+
 _SUBJECT = re.compile(r"(GPU\d+-GPU\d+|GPU\d+) ")
 
 
@@ -106,11 +110,11 @@ class Group:
         object.__setattr__(self, "_split", split)
 
     def of(self, node: str) -> list[Finding]:
-        return self._by_node.get(node, [])
+        return self._by_node.get(node, [])  # type: ignore[attr-defined, no-any-return]  # set in __post_init__
 
     def disagreeing(self, node: str) -> list[Finding]:
         """The splits that put ``node`` outside their largest side."""
-        return self._split.get(node, [])
+        return self._split.get(node, [])  # type: ignore[attr-defined, no-any-return]  # set in __post_init__
 
     def unjudged_of(self, node: Node) -> list[str]:
         """What this node's document does not let the group judge, and why."""
@@ -163,7 +167,7 @@ class Fleet:
         return bool(self.groups) and not self.named and not self.splits and not self.not_compared
 
 
-def _listed(names) -> str:
+def _listed(names: Iterable[str]) -> str:
     names = list(names)
     more = len(names) - LISTED
     return ", ".join(names[:LISTED]) + (f" and {more} more" if more > 0 else "")
@@ -181,7 +185,7 @@ def _stamp(when: str | None) -> float | None:
     return None if t is None else (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
 
 
-def digest(uuids) -> str:
+def digest(uuids: Iterable[str]) -> str:
     """A short digest of a set of GPU UUIDs: what tells apart nodes that share a host name."""
     return hashlib.sha256("\n".join(sorted(uuids)).encode()).hexdigest()
 
@@ -202,7 +206,7 @@ def roster(nodes: list[Node]) -> tuple[list[Node], list[Superseded]]:
             i = parent[i]
         return i
 
-    owner: dict[str, int] = {}
+    owner: dict[str | None, int] = {}  # the UUIDs of known nodes only: strings
     for i, node in enumerate(nodes):
         if not _known(node):
             continue
@@ -238,7 +242,7 @@ def roster(nodes: list[Node]) -> tuple[list[Node], list[Superseded]]:
             if len(biggest.uuids) > len(newest.uuids):
                 line = (f"GPUs: {len(newest.uuids)}, where its older document {biggest.path} (written "
                         f"{biggest.when or 'when it does not say'}) had {len(biggest.uuids)}: "
-                        f"{_listed(sorted(lost))} no longer seen")
+                        f"{_listed(sorted(lost))} no longer seen")  # type: ignore[arg-type]  # older: known nodes
                 faults.append(Fault("gpus", line, (), "GPUs missing", ("GPUs",)))
             for o in older:
                 superseded.append(Superseded(o.path, newest.name, newest.path,
@@ -251,7 +255,8 @@ def roster(nodes: list[Node]) -> tuple[list[Node], list[Superseded]]:
     out = []
     for node in judged:
         if count[node.name] > 1:  # every node of a shared name gets its digest: no one keeps it bare
-            tag = digest(node.uuids)[:DIGEST] if _known(node) else f"document {node.path}"
+            tag = (digest(node.uuids)[:DIGEST]  # type: ignore[arg-type]  # a known node's UUIDs are strings
+                   if _known(node) else f"document {node.path}")
             node = replace(node, name=f"{node.name} [{tag}]")
         out.append(node)
     seen = Counter(n.name for n in out)
@@ -284,12 +289,12 @@ def _label(name: str) -> str:
     return _FAULT_LABEL.get(base, f"check {base}")
 
 
-def _merged(node: Node, findings: list[tuple[causes_.Finding, str, Finding | None]], kind: str,
-            label_of) -> list[Finding]:
+def _merged(node: Node, findings: Sequence[tuple[causes_.Finding, str, Finding | None]], kind: str,
+            label_of: Callable[[causes_.Finding], str]) -> list[Finding]:
     """The node's findings of one kind, one per cause (``core.causes``: the machine, a GPU in all its
     pairs' failures, else each on its own). ``findings``: (the finding as causes reads it, its column,
     the fleet finding it stands for where it is one)."""
-    gpus = tuple(f"GPU{i}" for i in range(int(node.facts["GPUs"])))
+    gpus = tuple(f"GPU{i}" for i in range(int(node.facts["GPUs"])))  # type: ignore[arg-type]  # always given
     by_label: dict[str, list[causes_.Finding]] = {}
     for f, _, _ in findings:
         by_label.setdefault(label_of(f), []).append(f)
@@ -345,8 +350,8 @@ def _peer_findings(node: Node, findings: list[Finding]) -> list[Finding]:
 # --- a group judged by its peers ---------------------------------------------------------------------
 
 
-def _judge_fact(fact: str, values: dict[str, str], findings: list, reference: dict, unjudged: list,
-                splits: list) -> None:
+def _judge_fact(fact: str, values: dict[str, str], findings: list[Finding], reference: dict[str, str],
+                unjudged: list[str], splits: list[Split]) -> None:
     if len(values) < MIN_FACT_PEERS:
         unjudged.append(f"{fact}: said by {counted(len(values), 'node')}; {MIN_FACT_PEERS} needed to compare")
         return
@@ -365,10 +370,10 @@ def _judge_fact(fact: str, values: dict[str, str], findings: list, reference: di
     splits.append((fact, sides))
 
 
-def _split_findings(splits: list) -> list[Finding]:
+def _split_findings(splits: list[Split]) -> list[Finding]:
     """The group's splits, one finding per way of splitting it: the facts split with the same sides
     (a GPU's NVLinks and all its pairs' links) are one finding."""
-    by_sides: dict[tuple, list] = {}
+    by_sides: dict[tuple[frozenset[str], ...], list[Split]] = {}
     for fact, sides in splits:
         by_sides.setdefault(tuple(frozenset(nodes) for _, nodes in sides), []).append((fact, sides))
     out = []
@@ -390,8 +395,8 @@ def _split_findings(splits: list) -> list[Finding]:
     return out
 
 
-def _judge_class(cls: str, figures: dict[str, list], findings: list, medians: dict, unjudged: list,
-                 splits: list) -> None:
+def _judge_class(cls: str, figures: dict[str, list[Figure]], findings: list[Finding],
+                 medians: dict[str, tuple[float, float, int]], unjudged: list[str], splits: list[Split]) -> None:
     """``figures``: node -> its figures of the class (``fleet_facts.Figure``)."""
     if len(figures) < MIN_FIGURE_PEERS:
         unjudged.append(f"{cls}: figures from {counted(len(figures), 'node')}; {MIN_FIGURE_PEERS} needed")
@@ -428,16 +433,17 @@ def judge_group(kind: str, nodes: list[Node]) -> Group:
     """Each node's faults, whatever its peers hold; then, with enough peers, what sets it apart."""
     peer: list[Finding] = []
     reference: dict[str, str] = {}
-    medians: dict = {}
+    medians: dict[str, tuple[float, float, int]] = {}
     unjudged: list[str] = []
-    splits: list = []
+    splits: list[Split] = []
     explained = {n.name: {e for f in n.faults for e in f.explains} for n in nodes}
     compared = len(nodes) >= MIN_FACT_PEERS
     if not compared:
         unjudged.append(f"{counted(len(nodes), 'node')} of this kind: too few to judge by its peers "
                         f"({MIN_FACT_PEERS} needed); each node's own faults are still named")
     else:
-        counts = {n.name: n.facts["GPUs"] for n in nodes if "GPUs" not in explained[n.name]}
+        counts = {n.name: count for n in nodes if "GPUs" not in explained[n.name]
+                  and (count := n.facts["GPUs"]) is not None}  # node_of always gives a count
         _judge_fact("GPUs", counts, peer, reference, unjudged, splits)
         # A node with another GPU count cannot have its GPUs matched to its peers': only the count is named.
         comparable = [n for n in nodes if n.facts["GPUs"] == reference.get("GPUs", n.facts["GPUs"])]
@@ -445,11 +451,11 @@ def judge_group(kind: str, nodes: list[Node]) -> Group:
         per_gpu = frozenset().union(*(n.per_gpu for n in nodes))
         for fact in facts:
             among = comparable if fact in per_gpu else nodes
-            values = {n.name: n.facts[fact] for n in among
-                      if n.facts.get(fact) is not None and fact not in explained[n.name]}
+            values = {n.name: said for n in among
+                      if (said := n.facts.get(fact)) is not None and fact not in explained[n.name]}
             if values:
                 _judge_fact(fact, values, peer, reference, unjudged, splits)
-        by_class: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        by_class: dict[str, dict[str, list[Figure]]] = defaultdict(lambda: defaultdict(list))
         for n in nodes:
             for fig in n.figures:
                 if fig.what not in explained[n.name]:  # a figure under its floor is a fault already

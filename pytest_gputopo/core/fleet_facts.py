@@ -9,7 +9,9 @@ classes repeat from node to node: each is kept once (``_shared``), so a node of 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, overload
 
 from . import keys, model
 from .faults import Fault, check_fault, figure_fault, topology_faults
@@ -17,9 +19,13 @@ from .units import counted, size_text
 
 UNKNOWN_MODEL = "unknown GPU"
 
-_SETS: dict[frozenset, frozenset] = {}
+_SETS: dict[frozenset[str], frozenset[str]] = {}
 
 
+@overload
+def _shared(text: str) -> str: ...
+@overload
+def _shared(text: str | None) -> str | None: ...
 def _shared(text: str | None) -> str | None:
     """One copy of a string that repeats across nodes (a fact's name or value, a figure's class)."""
     return sys.intern(text) if type(text) is str else text
@@ -98,8 +104,9 @@ def _figure_class(key: keys.Key, topology: model.Topology) -> str | None:
     return None
 
 
-def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when: str | None = None,
-            notes: tuple[str, ...] = (), software: dict | None = None, failed_checks=(),
+def node_of(topology: model.Topology, *, name: str, path: str, figures: Iterable[tuple[Any, ...]] = (),
+            when: str | None = None, notes: tuple[str, ...] = (), software: dict[str, Any] | None = None,
+            failed_checks: Iterable[tuple[str, str]] = (),
             identified: bool = True) -> Node:
     """``figures``: (key, GB/s, origin[, how[, error[, nvls]]]) of the document's measurements, ``how``
     the backend of an all-reduce, ``error`` what was wrong with its data, ``nvls`` whether NCCL took
@@ -110,7 +117,7 @@ def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when:
     node a document is of."""
     models = sorted({g.name or UNKNOWN_MODEL for g in topology.gpus})
     facts: dict[str, str | None] = {"GPUs": _shared(str(len(topology.gpus)))}
-    per_gpu = set()
+    per_gpu: set[str] = set()
     for gpu in topology.gpus:
         for fact, value in _gpu_facts(gpu).items():
             facts[_shared(fact)] = _shared(value)
@@ -128,7 +135,7 @@ def node_of(topology: model.Topology, *, name: str, path: str, figures=(), when:
         facts[fact] = _shared(value) if isinstance(value, str) or value is None else None
     read, skipped = [], list(notes)
     faults = {f.name: f for f in topology_faults(topology)}
-    pairs: dict = {}  # each pair's expected copy figure, looked up once
+    pairs: dict[Any, Any] = {}  # each pair's expected copy figure, looked up once
     for key, gbps, origin, *how in figures:
         how = (list(how) + [None, None, None])[:3]
         cls = _figure_class(key, topology)

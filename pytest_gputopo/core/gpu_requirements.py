@@ -29,7 +29,7 @@ from .requirements import (
 UNKNOWN = "is unknown (no source reported it)"
 
 
-def _names(value, what: str) -> tuple[str, ...]:
+def _names(value: object, what: str) -> tuple[str, ...]:
     """A name or a list of names, as a non-empty tuple of non-empty strings."""
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items or not all(isinstance(v, str) and v.strip() for v in items):
@@ -37,7 +37,7 @@ def _names(value, what: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in items)
 
 
-def _bool_arg(value, what: str) -> bool | None:
+def _bool_arg(value: object, what: str) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise RequirementError(f"{what} must be True, False or None, got {show_value(value)}")
     return value
@@ -90,7 +90,7 @@ class GpuRequirement(Requirement):
                                            self.bf16, self.multicast))
 
     @property
-    def facts(self) -> frozenset:
+    def facts(self) -> frozenset[str]:
         return frozenset((NVML, CUDA)) if self.multicast is not None else frozenset((NVML,))  # multicast: CUDA's
 
     def __str__(self) -> str:
@@ -131,7 +131,7 @@ class GpuRequirement(Requirement):
 
     def check_gpu(self, gpu: Gpu) -> list[str]:
         """What is wrong with ``gpu`` for each condition (empty when it meets them all)."""
-        problems = []
+        problems: list[str] = []
         cc = gpu.compute_capability
         if self.min_memory_gb is not None:
             have = gpu.memory_total_bytes
@@ -216,7 +216,7 @@ class VersionRequirement(Requirement):
             object.__setattr__(self, name, getattr(self, name).strip())
 
     @property
-    def facts(self) -> frozenset:
+    def facts(self) -> frozenset[str]:
         """NVML knows the driver and the CUDA it supports; only torch knows what it was built with."""
         return frozenset((NVML, TORCH)) if self.cuda_runtime or self.nccl else frozenset((NVML,))
 

@@ -93,7 +93,7 @@ def _model_pattern(model: str) -> str:
 
 
 @functools.cache
-def _model_res() -> tuple:
+def _model_res() -> tuple[tuple[re.Pattern[str], str], ...]:
     """The table's names as patterns, compiled on first use: a run that reads no nvidia-smi text (every
     marked run) never pays for them."""
     return tuple((re.compile(_model_pattern(model)), cc)
@@ -106,7 +106,7 @@ def capability_of_name(name: str | None) -> str | None:
     if not isinstance(name, str):
         return None
     text = name.strip().lower()
-    text = text[_NAME_PREFIX.match(text).end():]
+    text = text[_NAME_PREFIX.match(text).end():]  # type: ignore[union-attr]  # an optional prefix: always matches
     found = {cc for pattern, cc in _model_res() if pattern.fullmatch(text)}
     return found.pop() if len(found) == 1 else None  # two capabilities would be a table error: unknown
 
@@ -175,7 +175,7 @@ ARCH_HOW = (f"one of {', '.join(ARCH_NAMES)}, with an optional comparison (<, <=
             "'<blackwell'), several joined by ',' (all must hold: '>=ampere,<=ada'), or a list of those (any)")
 
 
-def arch_spec(value) -> tuple[str, ...]:
+def arch_spec(value: object) -> tuple[str, ...]:
     """An ``arch=`` argument as a tuple of conditions, any of which may hold, each lowercase without
     spaces (``"hopper"``, ``">=ampere,<=ada"``); raises ValueError saying how to write one."""
     items = [value] if isinstance(value, str) else value
@@ -219,7 +219,8 @@ def arch_meets(cc: str | None, spec: tuple[str, ...]) -> bool | None:
     places = arch_places(cc)
     if places is None:
         return None
-    items = [[(_ARCH_OPS[m[1] or "=="], _place(m[2])) for m in map(_CLAUSE.fullmatch, item.split(","))]
+    # arch_spec wrote each clause: every one matches.
+    items = [[(_ARCH_OPS[m[1] or "=="], _place(m[2])) for m in map(_CLAUSE.fullmatch, item.split(","))]  # type: ignore[index]
              for item in spec]
     verdicts = {any(all(op(p, a) for op, a in item) for item in items) for p in places}
     return verdicts.pop() if len(verdicts) == 1 else None

@@ -42,7 +42,7 @@ class Copy:
         """The same copy through the host, P2P off: what a P2P copy must beat."""
         return Copy("p2p_staged", self.src, self.dst)
 
-    def to_list(self) -> list:
+    def to_list(self) -> list[Any]:
         return [self.kind, self.src, self.dst]
 
 
@@ -60,7 +60,7 @@ class HostCopy:
     def floor(self) -> str:
         return "h2d_pinned" if self.pinned else "h2d_pageable"
 
-    def to_list(self) -> list:
+    def to_list(self) -> list[Any]:
         return [self.kind, self.gpu, self.pinned]
 
 
@@ -79,7 +79,7 @@ class AllReduce:
     def floor(self) -> str:
         return "allreduce"
 
-    def to_list(self) -> list:
+    def to_list(self) -> list[Any]:
         return [self.kind, self.ranks, self.size_bytes] + ([list(self.devices)] if self.devices else [])
 
 
@@ -91,7 +91,7 @@ class NcclTransports:
     def describe(self) -> str:
         return f"NCCL's transports among {counted(self.ranks, 'GPU')} (a small all-reduce with NCCL_DEBUG=INFO)"
 
-    def to_list(self) -> list:
+    def to_list(self) -> list[Any]:
         return [self.kind, self.ranks]
 
 

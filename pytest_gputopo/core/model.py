@@ -11,6 +11,7 @@ import enum
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from .limits import MAX_NVLINKS
 from .units import counted
@@ -313,8 +314,9 @@ class Topology:
     # Benchmark figures published for a recorded machine (never measured here): dicts with kind
     # ("allreduce", "p2p", "h2d", ...), gbps, source, and what they were measured on (see docs):
     # ``src``/``dst`` or ``gpu`` name GPUs by index, renumbered with the GPUs (``restrict``).
-    published: tuple[dict, ...] = ()
-    _by_pair: dict = field(default=None, init=False, repr=False, compare=False)
+    published: tuple[dict[str, Any], ...] = ()
+    _by_pair: dict[tuple[int, int], Link] = field(default=None, init=False, repr=False,  # type: ignore[arg-type]
+                                                  compare=False)  # set in __post_init__
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_pair", {(ln.a, ln.b): ln for ln in self.links})
@@ -377,7 +379,7 @@ class Topology:
         unknown = [ln for ln in self.links if ln.label is None]
         if unknown:
             return unknown[0]
-        return min(known, key=lambda ln: ln.label, default=None)
+        return min(known, key=lambda ln: ln.label, default=None)  # type: ignore[arg-type, return-value]  # known labels
 
     def restrict(self, order: Iterable[int]) -> Topology:
         """The machine as a process sees it: the GPUs at ``order`` (current indices), renumbered 0..n-1."""
@@ -397,7 +399,7 @@ class Topology:
 _FIGURE_GPUS = ("src", "dst", "gpu")
 
 
-def renumber_figures(figures: Iterable[dict], new_index: dict[int, int]) -> tuple[dict, ...]:
+def renumber_figures(figures: Iterable[dict[str, Any]], new_index: dict[int, int]) -> tuple[dict[str, Any], ...]:
     """Published figures with the GPUs they name renumbered by ``new_index`` (old -> new); a figure
     naming a GPU not in it is dropped (it was measured on a GPU this view does not have)."""
     out = []

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from .causes import Finding
-from .model import Topology
+from .model import Gpu, Topology
 from .requirements import link_text
 from .units import counted
 
 
-def pcie_trained_down(gpu, full: int, against: str) -> str:
+def pcie_trained_down(gpu: Gpu, full: int, against: str) -> str:
     """The one wording of a GPU's PCIe link running below its width, whatever it is held against
     (``--gputopo-expect``: the reference's; the check's ``pcie`` item: the GPU's own maximum), e.g.
     ``PCIe link trained down: x8 of x16 (the reference's width; Gen3 of Gen5)``. The generation is
@@ -17,7 +17,7 @@ def pcie_trained_down(gpu, full: int, against: str) -> str:
             f"Gen{gpu.pcie_gen_current or '?'} of Gen{gpu.pcie_gen_max or '?'})")
 
 
-def _physical_match(reference: Topology, gpu) -> int | None:
+def _physical_match(reference: Topology, gpu: Gpu) -> int | None:
     """The reference GPU that is physically ``gpu``: the same UUID, else the same PCI bus id, else
     the same NVML index (nvidia-smi's number), whatever CUDA_VISIBLE_DEVICES made of its CUDA index."""
     keys = ("uuid", "pci_bus_id", "nvml_index")
@@ -84,15 +84,15 @@ def compared(reference: Topology, actual: Topology, all_visible: bool = True) ->
         if link.a not in ref_of or link.b not in ref_of:
             continue
         (ra, wa), (rb, wb) = ref_of[link.a], ref_of[link.b]
-        ref = reference.link(ra, rb)
+        ref_link = reference.link(ra, rb)
         name, pair = f"{wa}-{wb}", (wa, wb)
-        if ref.label is not None and (link.label is None or link.label < ref.label):
-            what = f"are linked by {link_text(link)}, the reference by {ref.label}"
+        if ref_link.label is not None and (link.label is None or link.label < ref_link.label):
+            what = f"are linked by {link_text(link)}, the reference by {ref_link.label}"
             add(f"{name} {what}", pair, what)
-        elif (ref.nvlinks or 0) > (link.nvlinks or 0):
-            what = f"have {counted(link.nvlinks or 0, 'NVLink')}, the reference {ref.nvlinks}"
+        elif (ref_link.nvlinks or 0) > (link.nvlinks or 0):
+            what = f"have {counted(link.nvlinks or 0, 'NVLink')}, the reference {ref_link.nvlinks}"
             add(f"{name} {what}", pair, what)
-        if ref.p2p_works and not link.p2p_works:
+        if ref_link.p2p_works and not link.p2p_works:
             what = f"P2P {'unknown' if link.p2p_works is None else 'lost'} (the reference can do P2P)"
             add(f"{name} {what}", pair, what)
     return tuple(where for _, where in ref_of.values()), found

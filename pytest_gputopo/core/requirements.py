@@ -11,8 +11,9 @@ unknown fact is never met.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .causes import Finding, Unknown
 from .limits import MAX_BYTES, MAX_GBPS, MAX_GPUS, MAX_NVLINKS, is_bandwidth, show_value
@@ -28,17 +29,20 @@ TRANSPORT_KINDS = ("P2P", "SHM", "NET", "NET/IB", "NET/Socket", "NVLS", "COLLNET
 METRICS = ("allreduce", "p2p", "h2d")
 
 
+Gpus = int | tuple[int, ...] | None  # a requirement's ``gpus``: a number, listed indices, or every GPU
+
+
 class RequirementError(ValueError):
     """A marker argument or a ``--gputopo-require`` term is malformed."""
 
 
-def _int_arg(value, what: str, low: int, high: int) -> int:
+def _int_arg(value: object, what: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise RequirementError(f"{what} must be an integer from {low} to {high}, got {show_value(value)}")
     return value
 
 
-def gpus_arg(value, low: int = 1, what: str = "gpus"):
+def gpus_arg(value: object, low: int = 1, what: str = "gpus") -> Gpus:
     """``gpus`` as a requirement holds it: None, a number, or a sorted tuple of GPU indices."""
     if value is None:
         return None
@@ -57,16 +61,16 @@ def gpus_arg(value, low: int = 1, what: str = "gpus"):
     return value
 
 
-def gpus_text(gpus) -> str:
+def gpus_text(gpus: Gpus) -> str:
     """``gpus`` as the user wrote it: ``4`` or ``[0, 5]``."""
     return str(list(gpus)) if isinstance(gpus, tuple) else str(gpus)
 
 
-def _gpus_kw(gpus) -> list[str]:
+def _gpus_kw(gpus: Gpus) -> list[str]:
     return [] if gpus is None else [f"gpus={gpus_text(gpus)}"]
 
 
-def shortfall(topology: Topology, gpus, need_pair: bool = False) -> str | None:
+def shortfall(topology: Topology, gpus: Gpus, need_pair: bool = False) -> str | None:
     """Why the GPUs named are not all there (None when they are): fewer visible than the number, a
     listed index this machine does not have, or (``need_pair``, all GPUs) fewer than two."""
     if isinstance(gpus, tuple):
@@ -125,7 +129,7 @@ class Requirement:
         object.__setattr__(self, "gpus", gpus_arg(self.gpus))
 
     @property
-    def facts(self) -> frozenset:
+    def facts(self) -> frozenset[str]:
         """What must be learned about the host to judge it (``model.NVML``, ``CUDA``, ``TORCH``):
         the probe asks nothing more, so that a run pays only for the questions its tests ask."""
         return frozenset((NVML,))
@@ -172,7 +176,7 @@ class Requirement:
 MIG_INSTANCE = "a process sees a MIG instance, never the whole GPU"
 
 
-def mig_enabled(topology: Topology, gpus) -> str | None:
+def mig_enabled(topology: Topology, gpus: Iterable[int]) -> str | None:
     """Which of ``gpus`` (indices) have MIG enabled, as a reason's subject ("GPU0 has MIG enabled"), or
     None. The whole GPU's facts (memory, NVLinks, P2P, figures) are then no fact of what a process
     sees: CUDA cannot use a MIG-enabled GPU as a whole, and NVIDIA's MIG guide supports no P2P
@@ -194,7 +198,7 @@ def visible_text(topology: Topology) -> str:
     return f"{n} visible ({topology.problem})" if topology.problem and not n else f"{n} visible"
 
 
-def unmet(req: Requirement, failures: list, max_pairs: int | None, noun: str = "pair") -> Verdict:
+def unmet(req: Requirement, failures: Sequence[str | Finding], max_pairs: int | None, noun: str = "pair") -> Verdict:
     """Unmet for ``failures`` (problems, or ``Finding``s), unknown when every one is a fact no source
     reported (``Unknown``, ``Finding.unknown``)."""
     unknown = bool(failures) and all(f.unknown if isinstance(f, Finding) else isinstance(f, Unknown) for f in failures)
@@ -307,13 +311,14 @@ class LinkRequirement(Requirement):
         return f"requires_link('{self.spelled or self.need}'{gpus})"
 
     @property
-    def over_fabric(self) -> str:  # a PCIe class is met by the PCIe path, fabric or not
-        return "NVLink" if self.need.cls is LinkClass.NV else ""
+    def over_fabric(self) -> str:  # type: ignore[override]  # the base's class attribute, read from ``need``
+        # a PCIe class is met by the PCIe path, fabric or not
+        return "NVLink" if self.need.cls is LinkClass.NV else ""  # type: ignore[union-attr]  # a LinkLabel by now
 
     def check_pair(self, link: Link) -> str | None:
         if link.label is None:
             return Unknown("are linked by an unknown link")
-        if link_satisfies(link.label, self.need):
+        if link_satisfies(link.label, self.need):  # type: ignore[arg-type]  # parsed in __post_init__
             return None
         return f"are linked by {link.label}"
 
@@ -373,7 +378,8 @@ class BandwidthRequirement(FactRequirement):
         args += [f"floor={self.floor:g}"] if self.floor is not None else []
         return f"min_{self.metric}_bw({', '.join(args)})"
 
-    def measurements(self, topology: Topology, allreduce_key) -> list[keys.Key]:
+    def measurements(self, topology: Topology,
+                     allreduce_key: Callable[[Gpus, int | None], keys.AllReduce]) -> list[keys.Key]:
         """The measurements this needs (``allreduce_key(gpus, size)`` names the all-reduce); none
         when the GPUs ``gpus`` names are not all there (whatever the backend: gloo included)."""
         from . import keys  # the benchmarks' keys, with the judges (the load budget: docs/performance.md)
@@ -401,6 +407,8 @@ class BandwidthRequirement(FactRequirement):
             return unmet(self, [missing], max_items, "measurement")
         if not judgements:
             return unmet(self, [f"nothing to measure: {visible_text(topology)}"], max_items, "measurement")
+        failures: list[str]
+        sources: list[str]
         failures, sources, broken = [], [], False
         for j in judgements:
             fig, state = j.measured, j.state
@@ -414,7 +422,7 @@ class BandwidthRequirement(FactRequirement):
                                         f"known for {j.threshold.basis} to judge it against"))
             elif state == judgement.STAGED:
                 failures.append(f"{fig.what}: {fig.text()}, slower than the same copy staged through the host "
-                                f"({gbps_text(j.staged_gbps)} GB/s): not P2P")
+                                f"({gbps_text(j.staged_gbps)} GB/s): not P2P")  # type: ignore[arg-type]  # STAGED: set
             elif state == judgement.BELOW:
                 failures.append(_against(j))
                 if fig.source and fig.source not in sources:
@@ -444,10 +452,10 @@ def _against(j: judgement.Judgement) -> str:
     fig, th = j.measured, j.threshold
     exp = f", expected {gbps_text(th.expected.gbps)} from {th.basis}" if th.expected is not None else f" ({th.basis})"
     by = f" ({th.set_by})" if th.set_by else ""
-    return f"{fig.what}: {fig.text()}, needed {gbps_text(j.needed_gbps)}{by}{exp}"
+    return f"{fig.what}: {fig.text()}, needed {gbps_text(j.needed_gbps)}{by}{exp}"  # type: ignore[arg-type]  # BELOW: set
 
 
-def _among(gpus, index: int) -> bool:
+def _among(gpus: Gpus, index: int) -> bool:
     """Whether GPU ``index`` is one of the GPUs ``gpus`` names (without knowing how many there are)."""
     return gpus is None or (index in gpus if isinstance(gpus, tuple) else index < gpus)
 
@@ -476,7 +484,8 @@ class TransportRequirement(FactRequirement):
         args += [f"gdrdma={self.gdrdma}"] if self.gdrdma is not None else []
         return f"requires_nccl_transport({', '.join(args)})"
 
-    def judge(self, topology: Topology, pairs: dict, account: dict | None,
+    def judge(self, topology: Topology, pairs: dict[tuple[int, int], tuple[Sequence[str], str]],
+              account: dict[str, Any] | None,
               max_pairs: int | None = REASON_PAIRS) -> Verdict:
         """``pairs``: (a, b) -> (transports, why) as observed or predicted; ``account``: NCCL's own
         log of a run (``{"transports": [...], "gdrdma": bool}``) or None when there is none."""
@@ -484,7 +493,7 @@ class TransportRequirement(FactRequirement):
             missing = shortfall(topology, self.gpus, need_pair=True)
             if missing:
                 return unmet(self, [missing], max_pairs)
-            failures = []
+            failures: list[str] = []
             for ln in topology.pairs(self.gpus):
                 mig = mig_pair(topology, ln)  # NCCL's view of the whole GPUs is not the instances'
                 transports, why = pairs.get((ln.a, ln.b), (None, None))
@@ -514,7 +523,7 @@ class NoFallbackRequirement(FactRequirement):
     def __str__(self) -> str:
         return "no-fallback" + (f"@{gpus_text(self.gpus)}" if self.gpus else "")
 
-    def judge(self, fallbacks: list, max_pairs: int | None = REASON_PAIRS) -> Verdict:
+    def judge(self, fallbacks: list[Any], max_pairs: int | None = REASON_PAIRS) -> Verdict:
         failures = [f"{f.name} {f.label} uses {f.actual} instead of {f.expected} ({'; '.join(f.causes)})"
                     for f in fallbacks if _among(self.gpus, f.a) and _among(self.gpus, f.b)]
         return unmet(self, failures, max_pairs) if failures else Verdict(True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from .cpus import cpu_ranges, looks_like_cpu_list
 from .limits import (
@@ -65,7 +65,7 @@ def _enc(value: Any) -> Any:
     return value
 
 
-def to_dict(topology: Topology) -> dict:
+def to_dict(topology: Topology) -> dict[str, Any]:
     data = {"schema": SCHEMA_VERSION, **_enc(topology)}
     for gpu in data["gpus"]:  # written only where a listing named some, as profiles before them were
         if not gpu["mig_devices"]:
@@ -78,7 +78,8 @@ def to_dict(topology: Topology) -> dict:
     return data
 
 
-def _get(d: Mapping, key: str, path: str, types: tuple, default: Any = ..., allow_none=True) -> Any:
+def _get(d: Mapping[str, Any], key: str, path: str, types: tuple[type, ...], default: Any = ...,
+         allow_none: bool = True) -> Any:
     if key not in d:
         if default is ...:
             raise SchemaError(f"{path}{key}", "missing")
@@ -91,14 +92,15 @@ def _get(d: Mapping, key: str, path: str, types: tuple, default: Any = ..., allo
     return value
 
 
-def _int(d: Mapping, key: str, path: str, low: int, high: int, default: Any = None, allow_none=True) -> Any:
+def _int(d: Mapping[str, Any], key: str, path: str, low: int, high: int, default: Any = None,
+         allow_none: bool = True) -> Any:
     value = _get(d, key, path, (int,), default, allow_none)
     if value is not None and not low <= value <= high:
         raise SchemaError(f"{path}{key}", f"{show_value(value)} is not from {low} to {high}")
     return value
 
 
-def _strings(d: Mapping, key: str, path: str, limit: int) -> tuple[str, ...]:
+def _strings(d: Mapping[str, Any], key: str, path: str, limit: int) -> tuple[str, ...]:
     items = _list(d, key, path)
     if len(items) > limit:
         raise SchemaError(f"{path}{key}", f"{len(items)} entries; at most {limit} are read")
@@ -108,17 +110,20 @@ def _strings(d: Mapping, key: str, path: str, limit: int) -> tuple[str, ...]:
     return tuple(items)
 
 
-def _mapping(value: Any, path: str) -> Mapping:
+def _mapping(value: Any, path: str) -> Mapping[str, Any]:
     if type(value) is not dict and not isinstance(value, Mapping):  # dict first: the ABC check is slow
         raise SchemaError(path, f"expected an object, got {type(value).__name__}")
     return value
 
 
-def _list(d: Mapping, key: str, path: str) -> list:
-    return _get(d, key, path, (list,), default=[], allow_none=False)
+def _list(d: Mapping[str, Any], key: str, path: str) -> list[Any]:
+    return _get(d, key, path, (list,), default=[], allow_none=False)  # type: ignore[no-any-return]  # a list
 
 
-def _enum(enum_cls, text: Any, path: str, by_name=False):
+E = TypeVar("E", bound=enum.Enum)
+
+
+def _enum(enum_cls: type[E], text: Any, path: str, by_name: bool = False) -> E:
     try:
         return enum_cls[text] if by_name else enum_cls(text)
     except (KeyError, ValueError):
@@ -235,7 +240,7 @@ def _link_from(d: Any, path: str, n_gpus: int) -> Link:
                 cuda_peer=_get(d, "cuda_peer", p, (bool,), None))
 
 
-def _published_from(d: Any, path: str, n_gpus: int) -> dict:
+def _published_from(d: Any, path: str, n_gpus: int) -> dict[str, Any]:
     # The benchmarks' keys (a boundary of the load budget, docs/performance.md): a figure published for a
     # recorded machine is read with them; NVML's facts of this host, in the probe's child and the run, never are
     from .keys import COPY_KINDS, HOST_KINDS
@@ -287,7 +292,7 @@ def from_dict(d: Any, path: str = "") -> Topology:
     if len(listed) > MAX_GPUS:
         raise SchemaError(f"{p}gpus", f"{len(listed)} GPUs; at most {MAX_GPUS} are read")
     gpus = tuple(_gpu_from(g, f"{p}gpus[{i}]") for i, g in enumerate(listed))
-    seen: dict = {}
+    seen: dict[tuple[str, Any], int] = {}
     for i, g in enumerate(gpus):
         if g.index != i:
             raise SchemaError(f"{p}gpus[{i}].index", f"expected {i} (GPUs are listed in index order)")

@@ -37,9 +37,9 @@ def table_rows() -> list[tuple[str, str, Figure]]:
         rows.append(("NVLink, per GPU, per direction", item, nvlink_gbps(version, links, cc)))
     rows.append(("Host<->device", "pageable staging ceiling", PAGEABLE_CEILING))
     for name, item in _SKU_EXAMPLES:
-        fig = sku_allreduce_floor(name, 8)
-        assert fig is not None, name
-        rows.append(("All-reduce busbw floor, 8 GPUs, >= 8 GiB", f"{item} ({name})", fig))
+        floor = sku_allreduce_floor(name, 8)
+        assert floor is not None, name
+        rows.append(("All-reduce busbw floor, 8 GPUs, >= 8 GiB", f"{item} ({name})", floor))
     return rows
 
 
