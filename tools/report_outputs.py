@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import os
 import re
 import shutil
@@ -83,8 +84,8 @@ _VARYING = [
 ]
 
 
-def _steady(text: str, work: str) -> str:
-    text = text.replace(work, "WORK")
+def _steady(text: str, work: str, tree: Path) -> str:
+    text = text.replace(work, "WORK").replace(str(tree), "TREE")  # where the bundled profiles were read
     for pattern, word in _VARYING:
         text = pattern.sub(word, text)
     return text
@@ -109,25 +110,45 @@ def outputs(machine: str, into: Path, tree: Path | None = None) -> None:
         done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
         target = into / machine
         target.mkdir(parents=True, exist_ok=True)
-        (target / "terminal.txt").write_text(_steady(f"exit {done.returncode}\n{done.stdout}{done.stderr}", work))
+        said = f"exit {done.returncode}\n{done.stdout}{done.stderr}"
+        (target / "terminal.txt").write_text(_steady(said, work, tree or ROOT))
         for name in ("report.json", "report.html", "junit.xml", "summary.md"):
             path = out / name
             text = path.read_text() if path.exists() else "(not written)\n"
-            (target / name).write_text(_steady(text, work))
+            (target / name).write_text(_steady(text, work, tree or ROOT))
 
 
-def compare(before: Path, after: Path) -> int:
-    """Each output that differs, as a unified diff; the exit status is the number of them."""
+_JUNIT_FIGURES = re.compile(r", &quot;figures&quot;: \[.*?\]\}\" />")
+
+
+def _without_figures(path: Path, text: str) -> str:
+    """The output less what a verdict's figures add (``--figures``): the JSON report's
+    ``verdicts[].figures`` and the same in JUnit's ``gputopo_verdict`` properties."""
+    if path.name == "report.json" and text.startswith("{"):
+        doc = json.loads(text)
+        for verdict in doc.get("verdicts") or []:
+            verdict.pop("figures", None)
+        return json.dumps(doc, indent=1) + "\n"
+    if path.name == "junit.xml":
+        return _JUNIT_FIGURES.sub('}" />', text)
+    return text
+
+
+def compare(before: Path, after: Path, figures: bool = False) -> int:
+    """Each output that differs, as a unified diff (``figures``: leaving out the verdicts' figures);
+    the exit status is the number of them."""
     differ = 0
     for old in sorted(before.rglob("*")):
         if not old.is_file():
             continue
         new = after / old.relative_to(before)
-        a = old.read_text().splitlines(keepends=True)
-        b = new.read_text().splitlines(keepends=True) if new.exists() else []
+        a, b = old.read_text(), new.read_text() if new.exists() else ""
+        if figures:
+            a, b = _without_figures(old, a), _without_figures(new, b)
         if a != b:
             differ += 1
-            sys.stdout.writelines(difflib.unified_diff(a, b, str(old), str(new), n=1))
+            sys.stdout.writelines(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
+                                                       str(old), str(new), n=1))
     print(f"{differ} output(s) differ")
     return min(differ, 100)
 
@@ -136,11 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, nargs="+", help="where to write (or, with --compare, two folders)")
     parser.add_argument("--compare", action="store_true")
+    parser.add_argument("--figures", action="store_true",
+                        help="with --compare: leave out the verdicts' figures (JSON, JUnit), which a record adds")
     parser.add_argument("--machine", action="append", help="only these bundled machines")
     parser.add_argument("--tree", type=Path, help="the package's folder's parent to run instead of this checkout")
     args = parser.parse_args(argv)
     if args.compare:
-        return compare(*args.folder)
+        return compare(*args.folder, figures=args.figures)
     names = args.machine or sorted(p.stem for p in MACHINES.glob("*.json"))
     for name in names:
         outputs(name, args.folder[0], args.tree)

@@ -99,11 +99,16 @@ def expected(run: GputopoRun, key: keys.Key):
         return fig, (fig.label if fig else "an unknown PCIe link")
     if run.settings.bench.allreduce_backend == "gloo":
         return None, "gloo on CPUs (no link to judge it by)"
-    if suite(run).world_size is not None:
+    if run.ranks is not None:  # under a launcher the suite's all-reduce spans the ranks (``suite``'s ``across``)
         return None, "an all-reduce across the ranks of the run (no single link to judge it by)"
     fig = collectives.allreduce_expected_busbw(topology, key.ranks, key.devices)
     among = ", ".join(f"GPU{d}" for d in key.devices) if key.devices else counted(key.ranks, "GPU")
     return fig, (fig.label if fig else f"links among {among} (unknown)")
+
+
+def expectations(run: GputopoRun, wanted: list) -> dict:
+    """``expected`` of each key of ``wanted``, by key."""
+    return {key: expected(run, key) for key in wanted}
 
 
 def wrong_data(run: GputopoRun, kinds: tuple) -> list[str]:

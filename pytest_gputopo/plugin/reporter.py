@@ -7,21 +7,31 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import pytest
 
+from ..core.units import counted
 from ..runtime import files
-from .run import GputopoRun, run_of
+from .properties import (
+    CAUSE_PROPERTY,
+    OWN_PROPERTY,
+    RANKS_PROPERTY,
+    RECORDED_PROPERTY,
+    UNMET_PROPERTY,
+    VERDICT_PROPERTY,
+)
+from .run import GATE_EXIT_STATUS, GputopoRun, run_of
 
-# What travels in user_properties, so that it reaches the controller (and JUnit XML) from xdist
-# workers too: a test's own measurement (``gputopo_bench``); a health-check item's outcome is
-# ``check_report.CHECK_PROPERTY``, beside the check's other properties.
-OWN_PROPERTY = "gputopo_test_measurement"
-UNMET_PROPERTY = "gputopo_unmet"  # the requirement a test did not run for
-CAUSE_PROPERTY = "gputopo_cause"  # what made it unmet, where one GPU or the machine did (``core.causes``)
-RECORDED_PROPERTY = "gputopo_recorded"  # a met requirement that rests on recorded figures, not measured here
-RANKS_PROPERTY = "gputopo_rank_failed"  # a rank of a ranks(n) test that did not pass: which, how, why (JSON)
-VERDICT_PROPERTY = "gputopo_verdict"  # each requirement of a gated test with its verdict (JSON), met ones too
+if TYPE_CHECKING:
+    from .run_record import RunRecord
+
+# Loaded with the plugin: the renderers (``render``, never loaded with it) and the run's record
+# (``run_record``: the judges, the benchmarks' results, NCCL's view) are imported by the functions
+# that have something to say, the boundary docs/performance.md names.
+
+__all__ = ["CAUSE_PROPERTY", "OWN_PROPERTY", "RANKS_PROPERTY", "RECORDED_PROPERTY", "UNMET_PROPERTY",
+           "VERDICT_PROPERTY"]  # the tests' properties, named here for the hooks and fixtures too
 RECORDED_WORD = "PASSED (recorded, not measured)"  # the passed line of such a test (-v, -rA)
 
 
@@ -90,6 +100,7 @@ def say_verdicts(run: GputopoRun, item: pytest.Item, found: list, stop: int) -> 
     if run.settings.json is None and run.settings.html is None:
         return  # only a report reads them (each is a JUnit property too)
     from ..core.requirements import FactRequirement
+    from .run_record import judged_figures
     from .verdicts import evaluate
 
     for index, (requirement, _) in enumerate(found):
@@ -98,8 +109,9 @@ def say_verdicts(run: GputopoRun, item: pytest.Item, found: list, stop: int) -> 
                      "recorded": False}
         else:
             outcome = evaluate(run, requirement)  # judged once per run: this is the verdict the test had
+            judged = run.state.judged.get(requirement, ())  # the figures, at this requirement's own threshold
             entry = {"verdict": outcome.word, "reason": outcome.reason or outcome.recorded or None,
-                     "recorded": bool(outcome.recorded)}
+                     "recorded": bool(outcome.recorded), **({"figures": judged_figures(judged)} if judged else {})}
         item.user_properties.append((VERDICT_PROPERTY, json.dumps({"requirement": str(requirement), **entry})))
 
 
@@ -113,28 +125,29 @@ def recorded_status(report: pytest.TestReport):
 
 
 def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
-    """One line counting the tests not run per unmet requirement (from the reports themselves, so
-    that outcomes of xdist workers are counted too), one counting the tests that passed on recorded
-    figures, and what NCCL itself used when it ran."""
+    """One line counting the tests not run per unmet requirement, one counting the tests that passed
+    on recorded figures, and what NCCL itself used when it ran: read from the run's record (its
+    tests' parts from their reports, so that outcomes of xdist workers are counted too). ``stats``:
+    the terminal reporter's, which the record reads."""
+    if not run.machine.learned:  # a run that used nothing of the plugin has nothing to say here
+        return []
+    from .run_record import finished
+
+    record = finished(run)
     skipped, failed = Counter(), Counter()
-    for outcome, counter in (("skipped", skipped), ("failed", failed), ("error", failed)):
-        for rep in stats.get(outcome, []):
-            for key, value in getattr(rep, "user_properties", ()):
-                if key == UNMET_PROPERTY and getattr(rep, "when", None) == "setup":
-                    counter[value] += 1
-    # A recorded note starts with its requirement: "min_allreduce_bw(100): met on recorded figures, ..."
-    recorded = Counter(value.split(":", 1)[0] for rep in stats.get("passed", []) if rep.when == "call"
-                       for key, value in getattr(rep, "user_properties", ()) if key == RECORDED_PROPERTY)
-    view = run.state.nccl_view  # there only if this run needed NCCL's view
-    lines = [view.account_line() if view is not None else None]
-    lines[:0] = _common_causes(stats) + _gate_summary(run)
+    for unmet in record.unmet:
+        if unmet.at_setup:
+            (skipped if unmet.outcome == "skipped" else failed)[unmet.requirement] += 1
+    recorded = Counter(record.recorded)
+    lines = [record.nccl.account_line if record.nccl is not None else None]
+    lines[:0] = _common_causes(record) + _gate_summary(record)
     if skipped or failed or recorded:
         from ..render import report
 
         topologies = [topology for _, topology in run.nodes()]
         lines[:0] = [report.skip_summary(skipped, failed, topologies), report.recorded_summary(recorded, topologies)]
     lines = [line for line in lines if line]
-    if not lines:  # a run that used nothing of the plugin loads no renderer for its summary
+    if not lines:  # a run that has nothing to say loads no renderer for its summary
         return []
     from ..render.escape import terminal_lines
 
@@ -145,7 +158,6 @@ def gate_lines(run: GputopoRun, causes: list, as_tests: bool = True) -> list[str
     """An unmet run gate, as it stops the run: the verdict, then each cause (``core.causes``: a GPU,
     the machine, or a finding alone) and the findings that show it, each a terminal line;
     ``as_tests``: each cause is then a failed test (not in a plan, which runs nothing)."""
-    from ..core.units import counted
     from ..render.escape import terminal_lines
     from ..render.report import source_text
     from .gate import NODEID
@@ -159,32 +171,23 @@ def gate_lines(run: GputopoRun, causes: list, as_tests: bool = True) -> list[str
     return terminal_lines(lines)
 
 
-def _gate_summary(run: GputopoRun) -> list[str]:
+def _gate_summary(record: RunRecord) -> list[str]:
     """The last word of a run an unmet gate stopped: its causes and exit status."""
-    causes = run.state.gate_causes
+    causes = record.gate_causes
     if not causes:
         return []
-    from ..core.units import counted
-    from .run import GATE_EXIT_STATUS
-
     return [f"gputopo: run gate unmet: {counted(len(causes), 'cause')} ({', '.join(c.name for c in causes)}); "
             f"exit status {GATE_EXIT_STATUS}"]
 
 
-def _common_causes(stats: dict) -> list[str]:
+def _common_causes(record: RunRecord) -> list[str]:
     """One line per GPU (or machine) that made the requirements of several tests unmet."""
-    tests, unmet = {}, {}
-    for outcome in ("skipped", "failed", "error"):
-        for rep in stats.get(outcome, []):
-            props = getattr(rep, "user_properties", ())
-            for key, value in props:
-                if key == CAUSE_PROPERTY and getattr(rep, "when", None) == "setup":
-                    tests.setdefault(value, set()).add(rep.nodeid)
-                    unmet.setdefault(value, Counter()).update(v for k, v in props if k == UNMET_PROPERTY)
-    if not any(len(nodeids) > 1 for nodeids in tests.values()):
-        return []
-    from ..core.units import counted
-
+    tests: dict[str, set] = {}
+    unmet: dict[str, Counter] = {}
+    for entry in record.unmet:
+        for cause in entry.causes if entry.at_setup else ():
+            tests.setdefault(cause, set()).add(entry.test)
+            unmet.setdefault(cause, Counter())[entry.requirement] += 1
     return [f"gputopo: {subject} is the common cause of {counted(len(nodeids), 'test')} not run: "
             + ", ".join(f"{req} x{n}" for req, n in sorted(unmet[subject].items()))
             for subject, nodeids in tests.items() if len(nodeids) > 1]
@@ -192,19 +195,6 @@ def _common_causes(stats: dict) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 # --gputopo-json
-
-
-def _from_reports(config: pytest.Config, name: str) -> list:
-    """The JSON values that tests left under ``name`` in their user_properties (xdist workers' too)."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    found, seen = [], set()
-    for reports in (reporter.stats.values() if reporter else ()):
-        for rep in reports:
-            for key, value in getattr(rep, "user_properties", ()):
-                if key == name and (rep.nodeid, value) not in seen:
-                    seen.add((rep.nodeid, value))
-                    found.append(json.loads(value))
-    return found
 
 
 def write_reports(run: GputopoRun, complete: bool, changed: bool = False) -> None:
@@ -227,7 +217,10 @@ def write_reports(run: GputopoRun, complete: bool, changed: bool = False) -> Non
         if run.state.json_seen == seen and not changed:
             return  # nothing new since the last write
         run.state.json_seen = seen
-    document = {**report_document(run), "complete": complete}
+    from .run_record import build, finished
+
+    record = finished(run) if complete else build(run, complete=False)
+    document = {**report_document(record), "complete": complete}
     outputs = [(settings.json, settings.json_from, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n")]
     if run.speaks:  # one report for the run, drawn by the process that speaks for it
         outputs.append((settings.html, settings.html_from, lambda: _html(document)))
@@ -249,103 +242,32 @@ def _html(document: dict) -> str:
     return html_report(document)
 
 
-def report_document(run: GputopoRun) -> dict:
-    """What the JSON report holds: ``render.report.json_document`` over every result of the run
-    (xdist workers' too), each measurement with its verdict by the check items' rule -- its
-    ``state`` and what it should give (``verdicts.judgement_of``: nothing is measured for it; a P2P
-    copy beside its staged twin where that was measured) -- the tests not run for an unmet
-    requirement, NCCL's view, and every node of a distributed run."""
-    from ..bench.suite import SharedFolder
+def report_document(record: RunRecord) -> dict:
+    """What the JSON report holds, read from the run's record: ``render.report.json_document`` over
+    every measurement of the run (xdist workers' too) with the run's own verdict of it (``state``,
+    what it should give), the tests not run for an unmet requirement, each test's verdicts with the
+    figures it was judged on at its own threshold, NCCL's view, and every node of a distributed run;
+    when it was written and by what software."""
     from ..render import report  # the renderers, when there is something to say
     from ..runtime.software import software
-    from .check_report import CHECK_PROPERTY, document_causes
-    from .verdicts import judgement_of
 
-    suite = run.state.suite
-    results, lost = SharedFolder(run.shared_dir).results() if run.shared_dir else ([], [])  # the workers'
-    by_key = {r.key: r for r in results}
-    by_key.update({r.key: r for r in (suite.results if suite else [])})
-    results = list(by_key.values())
-    document = report.json_document(run.topology, results, _from_reports(run.config, CHECK_PROPERTY),
-                                    _from_reports(run.config, OWN_PROPERTY), lost)
-    for entry, result in zip(document["measurements"], results, strict=True):
-        key = result.key
-        if key.kind in ("p2p", "p2p_staged", "p2p_bidir", "h2d", "d2h", "allreduce"):
-            staged = by_key.get(key.staged()) if key.kind == "p2p" else None
-            entry.update(judgement_of(run, result, staged).document())
-    document["unmet"] = _unmet_tests(run.config)
-    document["verdicts"] = _verdicts(run.config)
-    document["ranks_failed"] = _from_reports(run.config, RANKS_PROPERTY)
-    document["gate"] = list(run.state.gate_problems)  # the run gate that stopped the run, if one did
+    document = report.json_document(record.topology, [m.document() for m in record.measurements.values()],
+                                    list(record.checks), list(record.own), list(record.lost))
+    document["unmet"] = [u.document() for u in record.unmet]
+    document["verdicts"] = [v.document() for v in record.verdicts]
+    document["ranks_failed"] = list(record.ranks_failed)
+    document["gate"] = list(record.gate_problems)  # the run gate that stopped the run, if one did
     document["gate_causes"] = [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)}
-                               for c in run.state.gate_causes]  # the same, cause by cause
-    if run.settings.check is not None:  # the failed check items by cause (check_report.check_causes)
-        document["check_causes"] = document_causes(run.config)
-    document["nccl"] = _nccl(run)
+                               for c in record.gate_causes]  # the same, cause by cause
+    if record.check_causes is not None:  # the failed check items by cause (check_report.check_causes)
+        document["check_causes"] = list(record.check_causes)
+    document["nccl"] = record.nccl.document() if record.nccl is not None else None
     document["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    document["settings"] = _settings(run)
+    document["settings"] = dict(record.settings)
     document["software"] = dict(software())
-    if run.ranks is not None:
-        from ..core.schema import to_dict
-
-        first = to_dict(run.ranks.views[0].topology)
-        document["nodes"] = [{"where": view.where, "differs": to_dict(view.topology) != first,
-                              "topology": to_dict(view.topology)} for view in run.ranks.distinct]
+    if record.nodes is not None:
+        document["nodes"] = list(record.nodes)
     return document
-
-
-def _settings(run: GputopoRun) -> dict:
-    """What the run was asked to judge by, so that a document read months later (``gputopo fleet``)
-    says how its figures were taken: the gate, the reference, the check level, the floors and how the
-    benchmarks measure (the store's secret is no setting: it is never written)."""
-    s, bench = run.settings, run.settings.bench
-    return {"strict": s.strict, "require": s.require, "expect": s.expect, "check": s.check,
-            "floors": dict(s.floor_overrides), "allreduce_backend": bench.allreduce_backend,
-            "allreduce_engine": bench.allreduce_engine, "size_bytes": bench.size_bytes,
-            "budget_s": bench.budget_s, "timeout_s": bench.timeout_s, "cache": s.cache}
-
-
-def _unmet_tests(config: pytest.Config) -> list[dict]:
-    """Each test not run (skipped, or failed under strict) for an unmet requirement, with the reason."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    out = []
-    for outcome in ("skipped", "failed", "error"):
-        for rep in (reporter.stats.get(outcome, []) if reporter else []):
-            for key, value in getattr(rep, "user_properties", ()):
-                if key == UNMET_PROPERTY:
-                    longrepr = rep.longrepr
-                    reason = longrepr[2] if isinstance(longrepr, tuple) else getattr(rep, "longreprtext", "")
-                    out.append({"test": rep.nodeid, "outcome": "failed" if outcome == "error" else outcome,
-                                "requirement": value, "reason": str(reason).removeprefix("Skipped: ")})
-    return out
-
-
-def _verdicts(config: pytest.Config) -> list[dict]:
-    """Each requirement of each gated test that reached its setup, with its verdict and why (``say_verdicts``)."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    out, seen = [], set()
-    for reports in (reporter.stats.values() if reporter else ()):
-        for rep in reports:
-            for key, value in getattr(rep, "user_properties", ()):
-                if key == VERDICT_PROPERTY and (rep.nodeid, value) not in seen:  # each phase repeats them
-                    seen.add((rep.nodeid, value))
-                    out.append({"test": rep.nodeid, **json.loads(value)})
-    return out
-
-
-def _nccl(run: GputopoRun) -> dict | None:
-    """NCCL's view as the run has it (observed, or predicted from its settings and NVML)."""
-    if len(run.topology.gpus) < 2 and run.state.nccl_view is None:
-        return None
-    from .measurements import measured_p2p
-    from .nccl_view import nccl_view
-
-    view = nccl_view(run)
-    pairs = [{"pair": f"GPU{a}-GPU{b}", "transports": sorted(t), "why": why}
-             for (a, b), (t, why) in sorted(view.pairs().items())]
-    fallbacks = [{"pair": f.name, "label": str(f.label), "actual": f.actual, "expected": f.expected,
-                  "causes": list(f.causes)} for f in view.fallbacks(measured_p2p(run))]
-    return {"origin": view.origin, "account_line": view.account_line(), "pairs": pairs, "fallbacks": fallbacks}
 
 
 def write_github_summary(run: GputopoRun, write_line) -> None:
@@ -357,9 +279,11 @@ def write_github_summary(run: GputopoRun, write_line) -> None:
     if path is None or not run.speaks or not run.machine.learned:  # a run that never asked says nothing
         return
     from ..render import markdown
+    from .run_record import finished
 
-    document = report_document(run)
-    gate = run.state.gate_causes
+    record = finished(run)
+    document = report_document(record)
+    gate = list(record.gate_causes)
     for line in markdown.annotations(document, gate):  # one per cause (the check's: ``check_causes``)
         write_line(line)
     try:
@@ -376,7 +300,7 @@ class JsonProgress:
     reporter (whose stats the document is read from) has the report already."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from .check_report import CHECK_PROPERTY
+        from .check_report import CHECK_PROPERTY  # registered with a report: the record reads it anyway
 
         self.config = config
         # What a report of a test adds to the document.

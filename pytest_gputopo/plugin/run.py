@@ -17,6 +17,8 @@ from .run_settings import RunSettings
 if TYPE_CHECKING:  # annotations only: these load when the run first needs them, not with the plugin
     from ..bench.suite import BenchSuite
     from ..core.causes import Cause
+    from ..core.judgement import Judgement
+    from ..core.keys import Key
     from ..core.model import Topology
     from ..core.requirements import Outcome, Requirement
     from ..nccl.expect import NcclView
@@ -45,7 +47,7 @@ class RunState:  # not a dataclass: defining one costs 0.36 ms, this class 0.01 
     """What a run learns as it goes, one field per thing, each written in one place (named below) and
     empty until then. The run (``GputopoRun.state``) and the same run with its ranks share one."""
 
-    __slots__ = ("suite", "nccl_view", "verdicts", "gate_problems", "gate_causes", "progress", "json_seen",
+    __slots__ = ("suite", "nccl_view", "verdicts", "judged", "gate_problems", "gate_causes", "progress", "json_seen",
                  "report_errors")
 
     def __init__(self) -> None:
@@ -55,6 +57,9 @@ class RunState:  # not a dataclass: defining one costs 0.36 ms, this class 0.01 
         self.nccl_view: NcclView | None = None
         # Each requirement's verdict, judged once per run (``verdicts.evaluate``).
         self.verdicts: dict[Requirement, Outcome] = {}
+        # The figures each requirement on measurements was judged on, at its own threshold
+        # (``verdicts.judge_bandwidth``), for the reports' verdicts.
+        self.judged: dict[Requirement, tuple[tuple[Key, Judgement], ...]] = {}
         # An unmet run gate (``hooks.pytest_collection``): its problems, and the same grouped by cause;
         # empty when no gate stopped the run.
         self.gate_problems: list[str] = []

@@ -108,14 +108,36 @@ def threshold(run: GputopoRun, key: keys.Key, size_bytes: int | None = None, gbp
     """A figure's threshold under the one rule (``core.judgement.threshold``), with the run's lookups
     it needs: what the link should give, the run's floors (option / ini / env, else the defaults) and
     the GPU model; ``gbps`` and ``floor`` are a marker's own arguments (None for a check item)."""
-    from ..core import judgement  # the judges and the benchmarks (see above)
-    from . import measurements
+    from . import measurements  # the benchmarks (see above)
 
-    expected, basis = measurements.expected(run, key)
-    floors, explicit = run.settings.floors()
-    gpus = run.topology.gpus
-    return judgement.threshold(key, expected, basis, floors, explicit, gpus[0].name if gpus else None,
-                               size_bytes=size_bytes, nvls=nvls, gbps=gbps, floor=floor)
+    return _Rule(run)(key, measurements.expected(run, key), size_bytes, gbps, floor, nvls)
+
+
+class _Rule:
+    """The one threshold rule with the run's floors and GPU model looked up once; what the link should
+    give is its caller's (``measurements.expected``), so that judging figures calls no run back."""
+
+    def __init__(self, run: GputopoRun) -> None:
+        self.floors, self.explicit = run.settings.floors()
+        gpus = run.topology.gpus
+        self.gpu_name = gpus[0].name if gpus else None
+
+    def __call__(self, key: keys.Key, expected: tuple, size_bytes: int | None, gbps: float | None,
+                 floor: float | None, nvls: bool | None) -> Threshold:
+        from ..core import judgement  # the judges (see above)
+
+        return judgement.threshold(key, *expected, self.floors, self.explicit, self.gpu_name,
+                                   size_bytes=size_bytes, nvls=nvls, gbps=gbps, floor=floor)
+
+    def judgement(self, result, expected: tuple, staged=None, gbps: float | None = None,
+                  floor: float | None = None) -> Judgement:
+        """A result at hand against its threshold; ``staged``: its P2P copy's twin through the host."""
+        from ..core.judgement import Judgement, Measured  # the judges (see above)
+
+        th = self(result.key, expected, taken_at(result), gbps, floor, result.detail.get("nvls"))
+        measured = Measured(result.gbps, result.origin, result.what, result.source, result.error, result.interval_gbps)
+        twin = staged.gbps if staged is not None and staged.error is None else None
+        return Judgement(measured, th, twin)
 
 
 def taken_at(result) -> int | None:
@@ -131,12 +153,23 @@ def judgement_of(run: GputopoRun, result, staged=None, gbps: float | None = None
     """A benchmark's result at hand against its threshold (nothing is measured for it); ``staged``:
     the same P2P copy staged through the host, where it was measured (a copy slower than staging is
     no P2P)."""
-    from ..core.judgement import Judgement, Measured  # the judges (see above)
+    from . import measurements  # the benchmarks (see above)
 
-    th = threshold(run, result.key, taken_at(result), gbps, floor, result.detail.get("nvls"))
-    measured = Measured(result.gbps, result.origin, result.what, result.source, result.error, result.interval_gbps)
-    twin = staged.gbps if staged is not None and staged.error is None else None
-    return Judgement(measured, th, twin)
+    return _Rule(run).judgement(result, measurements.expected(run, result.key), staged, gbps, floor)
+
+
+def run_judgements(run: GputopoRun, results: dict) -> dict:
+    """Each figure of ``results`` (key -> result) against the run's own threshold -- the check
+    items' rule, no marker's arguments -- as the report shows it: a P2P copy beside its staged twin
+    where that was measured. A key is judged where the threshold rule has a floor for it (NCCL's
+    account is no bandwidth). Nothing is measured for it."""
+    from . import measurements  # the benchmarks (see above)
+
+    judged = [key for key in results if getattr(key, "floor", None) is not None]
+    rule = _Rule(run)
+    expected = measurements.expectations(run, judged)  # one call for all: nothing after it calls the run back
+    return {key: rule.judgement(results[key], expected[key], results.get(key.staged()) if key.kind == "p2p" else None)
+            for key in judged}
 
 
 def judge_figure(run: GputopoRun, key: keys.Key, gbps: float | None = None, floor: float | None = None):
@@ -163,6 +196,8 @@ def judge_bandwidth(run: GputopoRun, requirement: reqs.BandwidthRequirement,
     topology = run.topology
     needed = requirement.measurements(topology, measurements.suite(run).allreduce_key)
     judgements = [judge_figure(run, key, requirement.gbps, requirement.floor)[1] for key in needed]
+    # Each figure as this requirement judged it, at its own threshold: the report's verdicts carry it.
+    run.state.judged[requirement] = tuple(zip(needed, judgements, strict=True))
     verdict = requirement.judge(topology, judgements, max_items)
     if verdict.ok:
         if verdict.recorded:

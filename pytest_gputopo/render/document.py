@@ -151,6 +151,10 @@ SWEEP = obj({"what": text, "origin": text,
 
 STRINGS = list_of(text)
 
+# A figure a test's requirement was judged on: the state it gave it and what it needed there (its own
+# threshold: the marker's gbps or floor), which the HTML report marks on the figure's cell.
+JUDGED = obj({"key": _key, "state": one_of(*STATES)}, {"needed_gbps": GBPS_OR_NULL})
+
 NCCL = obj({}, {"origin": text, "account_line": null_or(text),
                 "pairs": null_or(list_of(obj({"pair": text, "transports": STRINGS, "why": text}))),
                 "fallbacks": null_or(list_of(obj({"pair": text, "label": text, "actual": text, "expected": text,
@@ -166,7 +170,7 @@ DOCUMENT = obj(
      "unmet": null_or(list_of(obj({}, {"test": text, "outcome": text, "requirement": text, "reason": text}))),
      "verdicts": null_or(list_of(obj({"test": text, "requirement": text,
                                       "verdict": one_of("met", "unmet", "unknown", "broken")},
-                                     {"reason": null_or(text), "recorded": flag}))),
+                                     {"reason": null_or(text), "recorded": flag, "figures": list_of(JUDGED)}))),
      "gate": null_or(STRINGS),  # the unmet run-gate terms of a run stopped before its tests
      "gate_causes": null_or(list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS}))),
      # the failed check items by cause (a GPU, the machine, or one item alone), each with its items' names

@@ -10,12 +10,21 @@ colour means.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from ..core import schema
+from ..core.hardware import GB, architecture
 from ..core.model import Topology
+from ..core.nvlinks import nvlink_lost
+from ..core.units import size_text
+from .chart import busbw_chart
+from .document import ReportError, check_document  # the document's one schema, checked before it is drawn
 from .escape import html_attribute, html_text
 from .html_style import CELL_CLASSES, LINK_CLASSES, STYLESHEET
 from .report import header_line, source_text
+from .verdict import FAILED, check_kinds, has_verdict, no_figures, verdict
+
+__all__ = ["ReportError", "check_document", "html_report"]  # ``gputopo report`` checks, then draws
 
 _URL = re.compile(r"\b(?:https?|ftp)://", re.IGNORECASE)
 
@@ -54,8 +63,6 @@ def _cell(text: str, cls: str = "", title: str = "", attrs: str = "") -> str:
 
 
 def _gpu_table(topology: Topology) -> str:
-    from ..core.hardware import GB, architecture
-
     rows = []
     for g in topology.gpus:
         arch = architecture(g.compute_capability)
@@ -81,8 +88,6 @@ def _pcie_cell(g) -> str:
 def _nvlinks_cell(topology: Topology, g) -> str:
     """NVLinks up of listed; red, and said, where the links down are a fault (the ``nvlink`` check's rule:
     a PCIe card without a bridge lists links that are all down, and is no fault)."""
-    from ..core.nvlinks import nvlink_lost
-
     if not g.nvlinks:
         return _cell("none listed")
     text = f"{g.active_nvlinks}/{len(g.nvlinks)}"
@@ -203,14 +208,56 @@ def _tip(m: dict) -> str:
     return "; ".join(parts)
 
 
-def _measured_cell(m: dict | None) -> str:
-    """The figure, its expectation and ratio, and its origin (measured, cached, recorded) in words."""
+def _measured_cell(m: dict | None, judged: list[dict] = ()) -> str:
+    """The figure, its expectation and ratio, and its origin (measured, cached, recorded) in words;
+    ``judged``: the tests' verdicts that rest on it (``_judged``), each with its own need."""
     if m is None:
         return _cell("", "absent", "not measured in this run")
     cls, words = _state(m)
     origin = f'<br><small>{_t(m.get("origin", ""))}</small>' if m.get("gbps") is not None else ""
-    return (f'<td class="{_a(cls)}" title="{_a(_tip(m))} ({_a(words)})" data-state="{_a(cls)}">{_t(_ratio_text(m))}'
+    tip = _tip(m)
+    if judged:
+        cls, words, needs = _as_judged(cls, words, judged)
+        origin += f"<br><small>{_t(needs)}</small>"
+        tip += "".join(f"; {j['test']}: {j['requirement']} needed {_gbps(j['needed_gbps'])}, {j['state']}"
+                       for j in judged)
+    return (f'<td class="{_a(cls)}" title="{_a(tip)} ({_a(words)})" data-state="{_a(cls)}">{_t(_ratio_text(m))}'
             f'{origin}</td>')
+
+
+# A test's state of a figure, worst first: a cell takes the worst any test judged it, so that no cell
+# is green where a test's own threshold was not met, whatever the run's own threshold says.
+_WORST_FIRST = ("broken", "below", "staged", "unknown", "absent", "met")
+
+
+def _gbps(needed) -> str:
+    return "nothing known" if needed is None else f"{needed:.1f} GB/s"
+
+
+def _as_judged(cls: str, words: str, judged: list[dict]) -> tuple[str, str, str]:
+    """(css class, words, the needs in a line) of a figure tests were judged on: the worst state a
+    test gave it where one was not met, else the run's own; and each need with its state, once."""
+    states = [j["state"] for j in judged if j.get("state") in _WORST_FIRST]
+    worst = min(states, key=_WORST_FIRST.index, default="met")
+    tests = [j for j in judged if j.get("state") == worst]
+    if worst != "met":
+        cls, words = worst, f"{_STATE_WORDS[worst]} of {len(tests)} test{'' if len(tests) == 1 else 's'}"
+    needs = Counter((j.get("needed_gbps"), j.get("state")) for j in judged)  # each need once, its tests counted
+    parts = [f"{'?' if n is None else f'{n:.1f}'} ({state}{f', {count} tests' if count > 1 else ''})"
+             for (n, state), count in sorted(needs.items(), key=lambda e: (e[0][0] is None, e[0][0] or 0))]
+    return cls, words, "tests needed " + ", ".join(parts)
+
+
+def _judged(doc: dict) -> dict[str, list[dict]]:
+    """Each figure a test's requirement was judged on (the document's ``verdicts[].figures``), by its
+    key: the test, the requirement, the state it gave the figure and what it needed there."""
+    out: dict[str, list[dict]] = {}
+    for v in doc.get("verdicts") or []:
+        for f in v.get("figures") or []:
+            out.setdefault(repr(f["key"]), []).append({"test": v.get("test", ""), "state": f["state"],
+                                                       "requirement": v.get("requirement", ""),
+                                                       "needed_gbps": f.get("needed_gbps")})
+    return out
 
 
 # Copies between GPUs, one grid per kind a run has (core.keys.COPY_KINDS).
@@ -220,8 +267,6 @@ _COPY_GRIDS = (("p2p", "P2P copy"), ("p2p_bidir", "P2P copies both ways at once 
 
 def _absent(doc: dict) -> str:
     """The measurements without a figure, each reason said once with what it left without one."""
-    from .verdict import no_figures
-
     return "\n".join(f"<p>No figure for {_t(what)}: {_t(reason)}.</p>" for what, reason in no_figures(doc))
 
 
@@ -232,20 +277,25 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
     measured = [m for m in measured if m["key"][0] in measured_kinds]  # a kind without any figure: said once, above
     parts = []
     n = len(topology.gpus)
+    judged = _judged(doc)
+
+    def cell(m: dict | None) -> str:
+        return _measured_cell(m, judged.get(repr(m["key"]), []) if m is not None else [])
+
     for kind, title in _COPY_GRIDS:
         copies = {(m["key"][1], m["key"][2]): m for m in measured if m["key"][0] == kind}
         if copies and n:
-            rows = [[f"<th>GPU{a}</th>"] + [_cell("X", "self") if a == b else _measured_cell(copies.get((a, b)))
+            rows = [[f"<th>GPU{a}</th>"] + [_cell("X", "self") if a == b else cell(copies.get((a, b)))
                                             for b in range(n)] for a in range(n)]
             parts += [f"<h3>{title}, GB/s / expected = ratio, origin under each (row: from, column: to)</h3>",
                       _table(rows, [""] + [f"GPU{b}" for b in range(n)], "matrix")]
     host = [m for m in measured if m["key"][0] in ("h2d", "d2h") and m.get("gbps") is not None]
     if host:
-        rows = [[_cell(m.get("what", "")), _measured_cell(m)] for m in host]
+        rows = [[_cell(m.get("what", "")), cell(m)] for m in host]
         parts += ["<h3>Host &lt;-&gt; device copies</h3>", _table(rows, ["copy", "GB/s / expected = ratio, origin"])]
     reduce = [m for m in measured if m["key"][0] == "allreduce" and m.get("gbps") is not None]
     if reduce:
-        rows = [[_cell(m.get("what", ""), "text"), _measured_cell(m), _cell(m.get("origin", ""))] for m in reduce]
+        rows = [[_cell(m.get("what", ""), "text"), cell(m), _cell(m.get("origin", ""))] for m in reduce]
         parts += ["<h3>All-reduce bus bandwidth</h3>", _table(rows, ["all-reduce", "GB/s / expected", "origin"])]
     if not parts:
         if absent:
@@ -261,7 +311,11 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
                      [_cell("/ ?", "unknown"), _cell("nothing says what it should reach: unknown, not OK", "text")],
                      [_cell("—", "absent"), _cell("no figure (none published, or the run failed)", "text")],
                      [_cell("data wrong", "broken"),
-                      _cell("the benchmark's data came back wrong: a broken node", "text")]],
+                      _cell("the benchmark's data came back wrong: a broken node", "text")]]
+                    + ([[_cell("tests needed 445.5 (below)", "below"),
+                         _cell("what the tests judged on the figure needed, each at its own threshold (its marker's "
+                               "gbps or floor); coloured by the worst verdict a test gave it", "text")]]
+                       if any(repr(m["key"]) in judged for m in measured) else []),
                     ["cell", "meaning"], "legend")
     return "\n".join(([absent] if absent else []) + parts + [legend])
 
@@ -273,9 +327,6 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
 def _sweeps(doc: dict) -> str:
     """Each all-reduce sweep (``gputopo bench allreduce``): busbw against size with the expected line,
     and its nccl-tests table."""
-    from ..core.units import size_text
-    from .chart import busbw_chart
-
     parts = []
     for sweep in doc["sweeps"]:
         rows, exp = sweep["result"]["rows"], sweep["expected"]
@@ -311,8 +362,6 @@ def _checks(doc: dict) -> str:
     if not checks:
         return ("<p>No health-check items ran (--gputopo-check).</p>" if doc.get("complete", True) is not False
                 else "<p>No health-check item had an outcome when this was written.</p>")
-    from .verdict import check_kinds, verdict
-
     def row(c):
         return [_cell(c.get("check", ""), "text"), _outcome_cell(c), _cell(c.get("message", ""), "text")]
 
@@ -375,8 +424,6 @@ def _nodes(doc: dict) -> str:
     return "\n".join(parts)
 
 
-# The document's one schema, checked whole before it is drawn (``gputopo report``): render/document.py.
-from .document import ReportError, check_document  # noqa: E402,F401
 
 # The verdict's banner: its colour by word (a class the stylesheet knows), the word itself always written.
 _VERDICT_CLASS = {"FAILED": "failed", "PASSED": "passed", "INCOMPLETE": "skipped"}
@@ -387,8 +434,6 @@ def _banner(doc: dict, origin: str, state: str) -> tuple[str, str]:
     """The verdict first: PASSED, FAILED or INCOMPLETE, what was judged, and each cause (what failed,
     where, what was found against what was wanted), then the tests not run and what could not be
     judged, each shared reason once. Returns the banner and the page's title."""
-    from .verdict import FAILED, check_kinds, verdict
-
     v = verdict(doc)
     cls = _VERDICT_CLASS[v.word]
     counts = "; ".join(v.counts) or "no health check ran (--gputopo-check) and no test was held back by a requirement"
@@ -419,8 +464,6 @@ def _banner(doc: dict, origin: str, state: str) -> tuple[str, str]:
 def html_report(doc: dict) -> str:
     """The whole report, from a ``--gputopo-json`` document (``check_document`` holds for it): a run's
     verdict first, then its evidence (the checks and requirements, failures first), then the machine."""
-    from .verdict import has_verdict
-
     topology = schema.from_dict(doc["topology"])
     origin = source_text(topology)
     state = "" if doc.get("complete", True) else " (incomplete: the run had not finished)"

@@ -181,11 +181,12 @@ def recorded_summary(counts: Counter, topologies: list) -> str | None:
                     f"not measured here: {parts} [{sources}]")
 
 
-def json_document(topology: Topology, results: list, checks: list, own: list = (), lost: list = ()) -> dict:
-    """What ``--gputopo-json`` writes. Every measurement keeps its origin: ``measured`` here,
-    ``cached`` (measured here earlier), or ``recorded`` (published for a recorded machine);
-    ``lost`` names the results another process left that could not be read back."""
-    return {**machine_document(topology), "measurements": [r.to_json() for r in results],
+def json_document(topology: Topology, measurements: list, checks: list, own: list = (), lost: list = ()) -> dict:
+    """What ``--gputopo-json`` writes. Every measurement (an entry of the run's record, its verdict
+    in it) keeps its origin: ``measured`` here, ``cached`` (measured here earlier), or ``recorded``
+    (published for a recorded machine); ``lost`` names the results another process left that could
+    not be read back."""
+    return {**machine_document(topology), "measurements": list(measurements),
             "lost_measurements": list(lost), "test_measurements": list(own), "checks": checks}
 
 
