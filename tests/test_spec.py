@@ -15,13 +15,23 @@ import pytest
 from hypothesis import given, strategies as st
 
 from pytest_gputopo.core import collectives, spec, spec_table, thresholds
+from pytest_gputopo.core.judgement import BELOW, MET, UNKNOWN, Judgement, Measured, Threshold
 from pytest_gputopo.core.model import Gpu, Link, LinkClass, NvLink, Topology
 from pytest_gputopo.core.spec import Figure
-from pytest_gputopo.core.thresholds import Check
 from pytest_gputopo.probe.recorded import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 GiB = 2**30
+
+
+def judged(measured: float, expected: Figure | None, floor: float, absolute: Figure | None = None) -> Judgement:
+    """A measured figure against a threshold as ``core.judgement.threshold`` makes one."""
+    return Judgement(Measured(measured, "measured"), Threshold(expected, "", floor, absolute))
+
+
+def passes(measured: float, expected: Figure | None, floor: float, absolute: Figure | None = None) -> bool | None:
+    """Met (True), below (False), or nothing to judge by (None)."""
+    return {MET: True, BELOW: False, UNKNOWN: None}[judged(measured, expected, floor, absolute).state]
 
 
 def machine(name: str) -> Topology:
@@ -406,7 +416,7 @@ def test_h2d_of_a_link_trained_down_expects_what_the_link_can_carry():
     assert (gpu.pcie_gen_current, gpu.pcie_width_current) == (3, 8)
     pinned = spec.h2d_expected(gpu, pinned=True)
     assert pinned.label == "pinned, PCIe Gen5 x16 line rate"
-    assert not Check(7.0, pinned, thresholds.DEFAULT_FLOORS["h2d_pinned"]).passed()
+    assert passes(7.0, pinned, thresholds.DEFAULT_FLOORS["h2d_pinned"]) is False
     slot = spec.h2d_expected(dataclasses.replace(gpu, pcie_gen_max=3, pcie_width_max=8), pinned=True)
     assert slot.gbps == pytest.approx(7.9, abs=0.05)  # a slot that allows no more: Gen3 x8 is what it can carry
     pageable = spec.h2d_expected(gpu, pinned=False)
@@ -431,12 +441,12 @@ def test_h2d_public_measurements_pass_the_default_floors():
     a100 = machine("dgx-a100").gpus[0]
     floors = thresholds.DEFAULT_FLOORS
     for measured in (25.7, 25.8):  # DGX A100 pinned, bandwidthTest
-        assert Check(measured, spec.h2d_expected(a100), floors["h2d_pinned"]).passed()
+        assert passes(measured, spec.h2d_expected(a100), floors["h2d_pinned"])
     for measured in (10.0, 10.8):  # DGX A100 pageable
-        assert Check(measured, spec.h2d_expected(a100, False), floors["h2d_pageable"]).passed()
+        assert passes(measured, spec.h2d_expected(a100, False), floors["h2d_pageable"])
     p100 = Gpu(0, pcie_gen_max=3, pcie_width_max=16)
-    assert Check(12.15, spec.h2d_expected(p100), floors["h2d_pinned"]).passed()
-    assert not Check(3.78, spec.h2d_expected(p100), floors["h2d_pinned"]).passed()  # NUMA-remote
+    assert passes(12.15, spec.h2d_expected(p100), floors["h2d_pinned"])
+    assert passes(3.78, spec.h2d_expected(p100), floors["h2d_pinned"]) is False  # NUMA-remote
 
 
 def test_h2d_unknown_link_gives_none():
@@ -564,55 +574,55 @@ def test_sku_floor_keeps_the_more_lenient_operator_and_says_so():
 
 
 # ---------------------------------------------------------------------------------------------
-# Check
+# A figure against its threshold (core.judgement)
 
 
-def test_check_relative_floor():
+def test_a_figure_against_a_relative_floor():
     expected = Figure(225.0, "test", "NV12 NVLink 3.0")
-    check = Check(231.4, expected, 0.8)
-    assert check.needed_gbps() == pytest.approx(180.0)
-    assert check.passed() is True
-    assert check.ratio() == pytest.approx(231.4 / 225.0)
-    assert check.describe() == ("measured 231.4 GB/s, needed 180.0 (0.80 x expected 225.0 GB/s from "
-                                "NV12 NVLink 3.0), ratio 1.03")
-    low = Check(150.0, expected, 0.8)
-    assert low.passed() is False
+    judgement = judged(231.4, expected, 0.8)
+    assert judgement.needed_gbps == pytest.approx(180.0)
+    assert judgement.state == MET
+    assert judgement.ratio() == pytest.approx(231.4 / 225.0)
+    assert judgement.describe() == ("measured 231.4 GB/s, needed 180.0 (0.80 x expected 225.0 GB/s from "
+                                    "NV12 NVLink 3.0), ratio 1.03")
+    low = judged(150.0, expected, 0.8)
+    assert low.state == BELOW
     assert low.describe().endswith("ratio 0.67")
 
 
-def test_check_passes_at_exactly_the_floor():
-    assert Check(180.0, Figure(225.0, "t"), 0.8).passed() is True
+def test_a_figure_exactly_at_the_floor_meets_it():
+    assert passes(180.0, Figure(225.0, "t"), 0.8) is True
 
 
-def test_check_absolute_floor_wins_both_ways():
+def test_an_absolute_floor_wins_both_ways():
     h100 = collectives.sku_allreduce_floor("NVIDIA H100 80GB HBM3", 8)
     expected = spec.nvlink_gbps("4.0", 18)
-    ring_only = Check(370.0, expected, thresholds.DEFAULT_FLOORS["allreduce"], h100)
+    ring_only = judged(370.0, expected, thresholds.DEFAULT_FLOORS["allreduce"], h100)
     assert 370.0 >= thresholds.DEFAULT_FLOORS["allreduce"] * expected.gbps  # the relative floor alone would pass
-    assert ring_only.needed_gbps() == 440.0 and ring_only.passed() is False
+    assert ring_only.needed_gbps == 440.0 and ring_only.state == BELOW
     text = ring_only.describe()
     assert text.startswith("measured 370.0 GB/s, needed 440.0 (published H100 SXM 8-GPU all-reduce floor)")
     assert "expected 450.0 GB/s from NV18 NVLink 4.0, ratio 0.82" in text
     a100 = collectives.sku_allreduce_floor("NVIDIA A100-SXM4-80GB", 8)
-    lenient = Check(200.0, spec.nvlink_gbps("3.1", 12), 0.75, a100)
     assert 200.0 < 0.75 * 300  # the relative floor alone would fail
-    assert lenient.passed() is True
+    assert passes(200.0, spec.nvlink_gbps("3.1", 12), 0.75, a100) is True
 
 
-def test_check_without_any_threshold_has_no_verdict():
-    check = Check(12.3, None, 0.7)
-    assert check.needed_gbps() is None and check.passed() is None and check.ratio() is None
-    assert check.describe() == "measured 12.3 GB/s, no expected figure for this link (not judged)"
-    only_floor = Check(500.0, None, 0.7, collectives.sku_allreduce_floor("NVIDIA B200", 8))
-    assert only_floor.passed() is True and only_floor.ratio() is None
+def test_a_figure_without_any_threshold_is_unknown():
+    judgement = judged(12.3, None, 0.7)
+    assert judgement.needed_gbps is None and judgement.state == UNKNOWN and judgement.ratio() is None
+    assert judgement.describe() == "measured 12.3 GB/s, no expected figure for this link (not judged)"
+    only_floor = judged(500.0, None, 0.7, collectives.sku_allreduce_floor("NVIDIA B200", 8))
+    assert only_floor.state == MET and only_floor.ratio() is None
     assert only_floor.describe() == "measured 500.0 GB/s, needed 440.0 (published B200 8-GPU all-reduce floor)"
 
 
 @pytest.mark.parametrize("measured, floor", [(-1.0, 0.7), (math.nan, 0.7), (True, 0.7), (10.0, 0.0),
                                              (10.0, -0.5), (10.0, 2.5), (10.0, math.nan)])
-def test_check_rejects_bad_values(measured, floor):
+def test_a_judgement_rejects_bad_values(measured, floor):
+    """A floor out of (0, 2] is no threshold; a figure that is no bandwidth cannot be judged."""
     with pytest.raises(ValueError):
-        Check(measured, Figure(10.0, "t"), floor)
+        judged(measured, Figure(10.0, "t"), floor).state  # noqa: B018 (the property judges)
 
 
 def test_public_measurements_against_the_default_floors():
@@ -620,17 +630,17 @@ def test_public_measurements_against_the_default_floors():
     f = thresholds.DEFAULT_FLOORS
     nv4, nv3 = spec.nvlink_gbps("4.0", 18), spec.nvlink_gbps("3.1", 12)
     for measured in (364, 376, 393, 396.4):  # H100/H200 unidirectional P2P
-        assert Check(measured, nv4, f["p2p"]).passed()
+        assert passes(measured, nv4, f["p2p"])
     for measured in (272, 277):  # A100 P2P
-        assert Check(measured, nv3, f["p2p"]).passed()
-    assert Check(335, nv4, f["p2p"]).passed()  # Azure's H100 floor passes here too
-    assert not Check(spec.pcie_gbps(5).gbps, nv4, f["p2p"]).passed()  # NVLink pair copying at PCIe speed
+        assert passes(measured, nv3, f["p2p"])
+    assert passes(335, nv4, f["p2p"])  # Azure's H100 floor passes here too
+    assert passes(spec.pcie_gbps(5).gbps, nv4, f["p2p"]) is False  # NVLink pair copying at PCIe speed
     for measured in (220, 230, 235):  # A100 8-GPU ring all-reduce
-        assert Check(measured, nv3, f["allreduce"]).passed()
+        assert passes(measured, nv3, f["allreduce"])
     for measured in (367.61, 370):  # H100/H200 ring
-        assert Check(measured, nv4, f["allreduce"]).passed()
-    assert Check(682.2, spec.nvlink_gbps("5.0", 18), f["allreduce"]).passed()  # B200 ring
-    assert not Check(20, nv3, f["allreduce"]).passed()  # A100 falling back to SYS (nccl-tests#178)
+        assert passes(measured, nv4, f["allreduce"])
+    assert passes(682.2, spec.nvlink_gbps("5.0", 18), f["allreduce"])  # B200 ring
+    assert passes(20, nv3, f["allreduce"]) is False  # A100 falling back to SYS (nccl-tests#178)
 
 
 # ---------------------------------------------------------------------------------------------

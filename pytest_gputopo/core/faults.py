@@ -164,7 +164,7 @@ def figure_fault(topology: Topology, key: keys.Key, gbps: float, what: str, *, e
     if state == BROKEN:
         problem = f"data came back wrong ({error})"
     elif state == BELOW:
-        problem = judged.check().describe()
+        problem = judged.describe()
     else:
         return None
     return Fault(_item(key), f"{what}: {problem}", _gpus_of(key), "under its floor" if state == BELOW

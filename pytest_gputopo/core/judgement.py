@@ -20,13 +20,14 @@ A figure is:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from . import keys
 from .collectives import sku_allreduce_floor
 from .spec import Figure
-from .thresholds import Check, gbps_text, interval_text, needed_gbps
+from .thresholds import gbps_text, interval_text, parse_floor_ratio
 
 ABSENT, BROKEN, UNKNOWN, BELOW, STAGED, MET = "absent", "broken", "unknown", "below", "staged", "met"
 STATES = (ABSENT, BROKEN, UNKNOWN, BELOW, STAGED, MET)
@@ -44,9 +45,17 @@ class Threshold:
     absolute: Figure | None = None
     set_by: str = ""
 
+    def __post_init__(self) -> None:
+        parse_floor_ratio(self.floor_ratio, "Threshold.floor_ratio")
+
     @property
     def needed_gbps(self) -> float | None:
-        return needed_gbps(self.expected, self.floor_ratio, self.absolute)
+        """``absolute`` where there is one (the ratio is then not applied), else ``floor_ratio`` x
+        ``expected``; None when neither is known (nothing to judge by). A caller whose user set the
+        floor passes no published ``absolute``, so that the user's ratio rules (``threshold``)."""
+        if self.absolute is not None:
+            return self.absolute.gbps
+        return None if self.expected is None else self.floor_ratio * self.expected.gbps
 
 
 def threshold(key: keys.Key, expected: Figure | None, basis: str, floors: Mapping[str, float],
@@ -93,12 +102,36 @@ class Judgement:
     def needed_gbps(self) -> float | None:
         return self.threshold.needed_gbps
 
-    def check(self) -> Check | None:
-        """The figure as ``thresholds.Check`` compares and describes it (None without a figure)."""
-        if self.measured.gbps is None:
-            return None
+    def _gbps(self) -> float:
+        """The figure, which must be a bandwidth to be judged or described (a broken one is neither)."""
+        m = self.measured.gbps
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0:
+            raise ValueError(f"a measurement must be a finite bandwidth >= 0 GB/s, got {m!r}")
+        return m
+
+    def ratio(self) -> float | None:
+        """Measured / expected (None without an expectation, or for an expectation of 0)."""
+        exp = self.threshold.expected
+        return None if exp is None or exp.gbps == 0 else self._gbps() / exp.gbps
+
+    def describe(self) -> str:
+        """The figure against its threshold in one line, e.g. "measured 231.4 GB/s, needed 180.0 (0.80 x
+        expected 225.0 GB/s from NV12 NVLink 3.1), ratio 1.03" (for a figure there is)."""
         th = self.threshold
-        return Check(self.measured.gbps, th.expected, th.floor_ratio, th.absolute)
+        text = f"measured {gbps_text(self._gbps())} GB/s"
+        exp = th.expected
+        exp_text = f"expected {gbps_text(exp.gbps)} GB/s from {exp.label or exp.source}" if exp is not None else None
+        ratio = self.ratio()
+        if th.absolute is not None:
+            floor = th.absolute
+            text += f", needed {gbps_text(floor.gbps)} (published {floor.label or floor.source})"
+            if exp_text:
+                text += f", {exp_text}, ratio {ratio:.2f}" if ratio is not None else f", {exp_text}"
+            return text
+        if exp is None:
+            return text + ", no expected figure for this link (not judged)"
+        text += f", needed {gbps_text(self.needed_gbps)} ({th.floor_ratio:.2f} x {exp_text})"
+        return text + (f", ratio {ratio:.2f}" if ratio is not None else "")
 
     @property
     def state(self) -> str:
@@ -106,7 +139,8 @@ class Judgement:
             return ABSENT
         if self.measured.error:
             return BROKEN
-        passed = self.check().passed()
+        gbps, needed = self._gbps(), self.needed_gbps
+        passed = None if needed is None else gbps >= needed
         if passed is None:
             return UNKNOWN
         if not passed:

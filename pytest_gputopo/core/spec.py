@@ -14,7 +14,7 @@ The rules (docs/thresholds.md explains them and their justification):
 - a measurement passes when it reaches ``floor_ratio x expected`` (``thresholds.DEFAULT_FLOORS``), or,
   where a public operator publishes an absolute floor for the SKU (``collectives.sku_allreduce_floor``), that floor
   instead: the published floor wins over the default ratio when known (a floor the user set
-  explicitly wins over both: the caller then passes no absolute floor);
+  explicitly wins over both: ``judgement.threshold``, the one rule, then sets no absolute floor);
 - unknown facts give ``None`` (no expectation, no verdict), never a guess.
 """
 
@@ -39,7 +39,7 @@ class Figure:
 
     gbps: float
     source: str
-    label: str = ""  # what the figure is, e.g. "NV12 NVLink 3.1"; used by Check.describe
+    label: str = ""  # what the figure is, e.g. "NV12 NVLink 3.1"; used by judgement.Judgement.describe
 
     def __post_init__(self) -> None:
         if not (isinstance(self.gbps, (int, float)) and math.isfinite(self.gbps) and self.gbps >= 0):

@@ -1,15 +1,12 @@
-"""The share of the expected figure a healthy machine must reach (the efficiency floors), the
-threshold those make (``needed_gbps``), and a measurement against it (``Check``). The rule that picks
-a threshold's parts is ``core.judgement.threshold``; the published per-SKU floors are in
+"""The share of the expected figure a healthy machine must reach (the efficiency floors) and how a
+figure is written in messages. A threshold and a figure against it are ``core.judgement``'s
+(``Threshold``, ``Judgement``, the rule ``threshold``); the published per-SKU floors are in
 ``core.collectives``."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-
-from .spec import Figure
 
 # ---------------------------------------------------------------------------------------------
 # Efficiency floors: the share of the expected figure a healthy machine must reach. Each is set below
@@ -52,15 +49,6 @@ def parse_floor_ratio(value: object, where: str) -> float:
     return ratio
 
 
-def needed_gbps(expected: Figure | None, floor_ratio: float, absolute: Figure | None) -> float | None:
-    """The figure a measurement must reach: the absolute one where there is one (a marker's ``gbps``,
-    a published per-SKU floor; the ratio is then not applied), else ``floor_ratio`` x what the link
-    should give; None when neither is known (nothing to judge by)."""
-    if absolute is not None:
-        return absolute.gbps
-    return None if expected is None else floor_ratio * expected.gbps
-
-
 def gbps_text(gbps: float) -> str:
     """One decimal for GPU-sized figures, three significant digits for the small ones of CPUs."""
     return f"{gbps:.1f}" if gbps >= 10 else f"{gbps:.3g}"
@@ -69,58 +57,6 @@ def gbps_text(gbps: float) -> str:
 def interval_text(interval: tuple[float, float]) -> str:
     """A measured figure's 95% interval, as messages print it."""
     return f"95% interval {gbps_text(interval[0])}-{gbps_text(interval[1])}"
-
-
-@dataclass(frozen=True)
-class Check:
-    """A measurement against its expectation.
-
-    Rule: with an ``absolute_floor`` (a published operator floor for the SKU) the measurement must
-    reach that floor, and the relative floor is not applied; otherwise it must reach
-    ``floor_ratio x expected``. With neither there is no verdict (``passed()`` is None). A caller
-    whose user set the floor explicitly passes ``absolute_floor=None`` so that the user's ratio rules."""
-
-    measured_gbps: float
-    expected: Figure | None
-    floor_ratio: float
-    absolute_floor: Figure | None = None
-
-    def __post_init__(self) -> None:
-        m = self.measured_gbps
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0:
-            raise ValueError(f"a measurement must be a finite bandwidth >= 0 GB/s, got {m!r}")
-        parse_floor_ratio(self.floor_ratio, "Check.floor_ratio")
-
-    def needed_gbps(self) -> float | None:
-        return needed_gbps(self.expected, self.floor_ratio, self.absolute_floor)
-
-    def passed(self) -> bool | None:
-        needed = self.needed_gbps()
-        return None if needed is None else self.measured_gbps >= needed
-
-    def ratio(self) -> float | None:
-        """Measured / expected (None without an expectation, or for an expectation of 0)."""
-        if self.expected is None or self.expected.gbps == 0:
-            return None
-        return self.measured_gbps / self.expected.gbps
-
-    def describe(self) -> str:
-        """One line, e.g. "measured 231.4 GB/s, needed 180.0 (0.80 x expected 225.0 GB/s from NV12
-        NVLink 3.1), ratio 1.03"."""
-        text = f"measured {gbps_text(self.measured_gbps)} GB/s"
-        exp = self.expected
-        exp_text = f"expected {gbps_text(exp.gbps)} GB/s from {exp.label or exp.source}" if exp is not None else None
-        ratio = self.ratio()
-        if self.absolute_floor is not None:
-            floor = self.absolute_floor
-            text += f", needed {gbps_text(floor.gbps)} (published {floor.label or floor.source})"
-            if exp_text:
-                text += f", {exp_text}, ratio {ratio:.2f}" if ratio is not None else f", {exp_text}"
-            return text
-        if exp is None:
-            return text + ", no expected figure for this link (not judged)"
-        text += f", needed {gbps_text(self.needed_gbps())} ({self.floor_ratio:.2f} x {exp_text})"
-        return text + (f", ratio {ratio:.2f}" if ratio is not None else "")
 
 
 def merged_floors(overrides: Mapping[str, object] | None = None, where: str = "floors") -> dict[str, float]:

@@ -234,7 +234,7 @@ def _bandwidth_check(run: GputopoRun, key: keys.Key):
         if state == judgement.BROKEN:
             return _failed(f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", gpus,
                            f"{measured}: data wrong: {result.error}", props)
-        text = f"{result.what}: {judged.check().describe()} ({origin})"
+        text = f"{result.what}: {judged.describe()} ({origin})"
         if state == judgement.UNKNOWN:  # nothing says what it should reach: unknown, never "assumed OK"
             # the figures' origin stays in the reason shared by the items skipped alike
             basis = judged.threshold.basis
