@@ -280,7 +280,7 @@ def _wait(plan: AllReducePlan, workdir: str, children: Children, deadline: float
         codes_now = children.wait(min(deadline, time.monotonic() + 0.5), stop_on_failure=False)
         later = dict(zip(ranks, codes_now, strict=True))
         failed += sorted(r for r, c in later.items() if c not in (None, 0) and r not in failed)
-        reason, tail = _failure_reason(workdir, {r: later[r] for r in failed}, failed)
+        reason, tail = _failure_reason(workdir, {r: later[r] for r in failed}, failed)  # type: ignore[misc]  # ended
         raise BenchError(reason, pids=children.pids, logs=tail)
     running = [r for r, c in codes.items() if c is None]
     if running:

@@ -44,7 +44,7 @@ class CopyWorker:
         if self._proc is None or self._proc.poll() is not None or time.monotonic() - self._last > REUSE_S:
             self._start()
         try:
-            os.write(self._proc.stdin.fileno(), request.encode())
+            os.write(self._proc.stdin.fileno(), request.encode())  # type: ignore[union-attr]  # started, piped
             answer = self._answer(time.monotonic() + timeout_s, timeout_s)
         except BaseException:
             self.close()  # hung, dead or interrupted: no child is left behind
@@ -63,8 +63,9 @@ class CopyWorker:
 
     def _answer(self, deadline: float, timeout_s: float) -> dict:
         """Read the child's output until its answer line; what else it printed is kept for a reason."""
+        out: list[str]
         out, pending = [], b""
-        fd = self._proc.stdout.fileno()
+        fd = self._proc.stdout.fileno()  # type: ignore[union-attr]  # started, piped
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
@@ -72,7 +73,7 @@ class CopyWorker:
                                    + (f". Last output:\n{tail(''.join(out))}" if out else ""))
             chunk = os.read(fd, 65536)
             if not chunk:  # it ended without answering
-                code = self._proc.wait()
+                code = self._proc.wait()  # type: ignore[union-attr]  # started
                 raise RuntimeError(f"the copy benchmark exited with status {code}: {tail(''.join(out), 3)}")
             pending += chunk
             *lines, pending = pending.split(b"\n")
@@ -85,11 +86,11 @@ class CopyWorker:
     def close(self) -> None:
         """End the child (its stdin closed first: a child between requests exits at once) and reap it."""
         if self._proc is not None:
-            self._proc.stdin.close()
+            self._proc.stdin.close()  # type: ignore[union-attr]  # started with both pipes
         if self._children is not None:
             self._children.close()
         if self._proc is not None:
-            self._proc.stdout.close()
+            self._proc.stdout.close()  # type: ignore[union-attr]  # as above
         self._children = self._proc = None
 
 

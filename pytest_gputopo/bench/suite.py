@@ -126,7 +126,7 @@ class BenchSuite:
                  shared: Any = None, across_ranks: Callable[[tuple], tuple] | None = None):
         self.topology = topology
         self.settings = settings
-        self._results: dict[tuple, BenchResult] = {}
+        self._results: dict[keys.Key, BenchResult] = {}
         self._cache_get, self._cache_set = cache_get, cache_set
         # Where the processes of this run on this host share results: a SharedFolder (xdist workers)
         # or a ranks.NodeShare (torchrun ranks on one node); anything with get(name) and put(name, dict).
@@ -242,6 +242,7 @@ class BenchSuite:
 
     def _gpus_of(self, key: keys.Key) -> tuple[int, ...]:
         """The GPUs (indices here) a measurement runs on; none known for gloo or across ranks."""
+        gpus: tuple[int, ...]
         if isinstance(key, keys.Copy):
             gpus = (key.src, key.dst)
         elif isinstance(key, keys.HostCopy):
@@ -351,20 +352,20 @@ class BenchSuite:
                 return res.avg_busbw_gbps, {"engine": "nccl-tests", **res.to_json()}, error
             from .allreduce import run_allreduce
 
-            res = run_allreduce(key.ranks, [key.size_bytes], backend=s.allreduce_backend, judge_size=key.size_bytes,
+            ran = run_allreduce(key.ranks, [key.size_bytes], backend=s.allreduce_backend, judge_size=key.size_bytes,
                                 timeout_s=s.timeout_s, budget_s_per_size=s.budget_s, peer=peer, devices=devices,
                                 sched=s.allreduce_sched)
-            row = res.judged
+            row = ran.judged
             error = f"{row.wrong} wrong elements after the all-reduce" if row.wrong else None
-            detail = {"engine": "torch.distributed", **res.to_json()}
+            detail = {"engine": "torch.distributed", **ran.to_json()}
             if s.allreduce_backend == "nccl":  # the timed run logged nothing: NCCL's choice from its own run
                 if peer is not None:
-                    peer = (peer[0], self._across_ranks(("nccl_algorithm", key.ranks, key.size_bytes))[2])
+                    peer = (peer[0], self._across_ranks(("nccl_algorithm", key.ranks, key.size_bytes))[2])  # type: ignore[misc]  # a peer: across ranks
                 detail.update(nccl_algorithm(key.ranks, row.size_bytes, s.timeout_s, peer=peer, devices=devices))
             return row.busbw_gbps, detail, error
         data = self._copies.measure(key, self.topology, budget_s=s.budget_s, timeout_s=s.timeout_s)
         if data.get("peer_access") is False:
-            return None, data, (f"no CUDA peer access between GPU{key.src} and GPU{key.dst}: a copy goes "
+            return None, data, (f"no CUDA peer access between GPU{key.src} and GPU{key.dst}: a copy goes "  # type: ignore[union-attr]  # a Copy
                                 f"through the host (staged), not P2P")
         return data["bw_gbps"], data, data.get("error")
 

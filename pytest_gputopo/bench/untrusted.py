@@ -79,9 +79,9 @@ def cache_entry_problem(entry: Any, now: float) -> str | None:
     if extra:
         return f"unknown field {extra[0]!r}"
     stamp = entry.get("time")
-    if type(stamp) not in (int, float) or not 0 < stamp < float("inf"):
+    if type(stamp) not in (int, float) or not 0 < stamp < float("inf"):  # type: ignore[operator]  # a number
         return f"time {limits.show_value(stamp)} is not a time"
-    if stamp > now + FUTURE_SLACK_S:
+    if stamp > now + FUTURE_SLACK_S:  # type: ignore[operator]  # a number (above)
         return "its time lies in the future (it would never expire)"
     return gbps_problem(entry.get("gbps")) or detail_problem(entry.get("detail", {}))
 

@@ -82,9 +82,10 @@ def document_name(document: dict) -> str:
     import re
 
     topology = document.get("topology") if isinstance(document.get("topology"), dict) else {}
-    host = re.sub(r"[^A-Za-z0-9._-]", "_", str(topology.get("hostname") or ""))[:64].lstrip(".-") or "unnamed"
-    gpus = topology.get("gpus") if isinstance(topology.get("gpus"), list) else []
-    uuids = sorted(str(g["uuid"]) for g in gpus if isinstance(g, dict) and g.get("uuid"))
+    # topology and gpus: checked to be a dict and a list (mypy does not narrow a repeated get())
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", str(topology.get("hostname") or ""))[:64].lstrip(".-") or "unnamed"  # type: ignore[union-attr]
+    gpus = topology.get("gpus") if isinstance(topology.get("gpus"), list) else []  # type: ignore[union-attr]
+    uuids = sorted(str(g["uuid"]) for g in gpus if isinstance(g, dict) and g.get("uuid"))  # type: ignore[union-attr]
     digest = hashlib.sha256("\n".join(uuids).encode("utf-8")).hexdigest()[:12] if uuids else "no-gpu-uuid"
     return f"{host}-{digest}.json"
 

@@ -83,7 +83,7 @@ def documents(paths: list[str], outputs: dict[str, str | None] | None = None) ->
     mine: dict[tuple[int, int], list[str]] = {}
     for flag, path in (outputs or {}).items():
         if path and _identity(path) is not None:
-            mine.setdefault(_identity(path), []).append(flag)
+            mine.setdefault(_identity(path), []).append(flag)  # type: ignore[arg-type]  # not None (above)
 
     def add(path: str, seen: os.stat_result | None) -> None:
         flags = mine.get((seen.st_dev, seen.st_ino)) if seen is not None else None
@@ -194,8 +194,9 @@ def _failed_checks(doc: dict) -> list[tuple[str, str]]:
     """(item, message) of each check item the document marks failed (``gputopo check``, a run's
     ``--gputopo-check``)."""
     items = doc.get("checks") if isinstance(doc.get("checks"), list) else []
-    return [(c["check"], c.get("message") if isinstance(c.get("message"), str) else "")
-            for c in items if isinstance(c, dict) and isinstance(c.get("check"), str)
+    # checked: a list, and a message that is a str (mypy does not narrow a repeated get())
+    return [(c["check"], c.get("message") if isinstance(c.get("message"), str) else "")  # type: ignore[misc]
+            for c in items if isinstance(c, dict) and isinstance(c.get("check"), str)  # type: ignore[union-attr]
             and c.get("outcome") in ("failed", "error")]
 
 
@@ -233,7 +234,7 @@ def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
     topology = schema.from_dict(doc["topology"], "topology")
     _measurements(doc.get("measurements"))  # only what the fleet view reads is checked
     own = doc.get("source") == "NVML"  # facts (and GPU UUIDs) of the node itself, not a recording's
-    notes = () if own else (f"facts from {doc.get('source')}, not NVML on the node",)
+    notes: tuple[str, ...] = () if own else (f"facts from {doc.get('source')}, not NVML on the node",)
     across = doc.get("nodes") or []
     if len(across) > 1:  # a run under a launcher: each node's facts; its figures are the run's, no node's
         notes += (f"one of the {len(across)} nodes of a run: its figures are the run's, not compared",)

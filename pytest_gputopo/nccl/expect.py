@@ -91,7 +91,7 @@ def link_path(topology: Topology, a: int, b: int, nvb_disable: bool = False) -> 
                 continue
             ac, cb = topology.link(a, c), topology.link(c, b)
             if _nvlinked(ac) and _nvlinked(cb):
-                key = (min(ac.nvlinks, cb.nvlinks), -c)
+                key = (min(ac.nvlinks, cb.nvlinks), -c)  # type: ignore[type-var]  # _nvlinked: counted
                 best = max(best, key) if best else key
         if best is not None:
             return "NVB", -best[1]
@@ -280,6 +280,7 @@ def _refused_by_nvml(pair: _Pair) -> Expectation | None:
             n1, n2 = _nvml_index(topology, x), _nvml_index(topology, y)
             break
     what = "; ".join(nvml_refused)
+    message: str | None
     if path in _NVLINK_PATHS and settings.ignore_disabled_p2p == 0:
         message = (f"P2P is disabled between NVLINK connected GPUs {n1} and {n2}. This should not be the "
                    f"case given their connectivity, and is probably due to a hardware issue. If you still "

@@ -39,7 +39,7 @@ class Visibility(NamedTuple):  # not a dataclass: cheaper to define, and this mo
 
 def _cuda_order(gpus: Sequence[Gpu], device_order: str) -> list[int]:
     # Where a GPU's bus id is unknown (text listing some GPUs), no bus order is known: NVML's stands.
-    by_bus = (sorted(range(len(gpus)), key=lambda i: (gpus[i].pci_bus_id.upper(), i))
+    by_bus = (sorted(range(len(gpus)), key=lambda i: (gpus[i].pci_bus_id.upper(), i))  # type: ignore[union-attr]  # each has one (below)
               if all(g.pci_bus_id for g in gpus) else list(range(len(gpus))))
     if device_order == "PCI_BUS_ID":
         return by_bus
@@ -201,12 +201,12 @@ def boot_id() -> str | None:
         return None
 
 
-def nvidia_driver_load() -> list | None:
+def nvidia_driver_load() -> list[int | str | None] | None:
     """This load of the NVIDIA kernel module, so that a reload within a boot (at the same version, with
     other parameters) is told apart: its sysfs folder's inode number (kernfs numbers a new node
     cyclically, fs/kernfs/dir.c ``__kernfs_new_node``: a reloaded module's folder gets a new one) and
     its parameters as the driver prints them (``/proc/driver/nvidia/params``); None where neither is."""
-    found = []
+    found: list[int | str | None] = []
     try:
         found.append(os.stat("/sys/module/nvidia").st_ino)
     except OSError:
@@ -336,7 +336,8 @@ def store_secret() -> tuple[bytes, str] | None:
         except OSError as exc:
             raise ValueError(f"{source}: {exc.strerror or exc}") from None
     else:
-        secret, source = value.strip().encode("utf-8", errors="surrogateescape"), STORE_SECRET
+        # value: one of the two is set
+        secret, source = value.strip().encode("utf-8", errors="surrogateescape"), STORE_SECRET  # type: ignore[union-attr]
     if len(secret) < MIN_SECRET_CHARS:
         raise ValueError(f"{source}: the secret has {len(secret)} characters, fewer than {MIN_SECRET_CHARS} "
                          f"(make one with: python -c 'import secrets; print(secrets.token_hex(32))')")

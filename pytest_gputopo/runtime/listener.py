@@ -41,7 +41,8 @@ def bind_store(master_addr: str, port: int, nodes: int | None) -> Listener:
         return Listener(None, f"every interface: MASTER_ADDR={master_addr!r} does not resolve here ({exc})")
     why = f"every interface: MASTER_ADDR={master_addr!r} is not an address of this host"
     for family, kind, proto, _, address in found:
-        ip = ipaddress.ip_address(address[0].partition("%")[0])  # an IPv6 scope ("%eth0") is not part of it
+        # An IPv6 scope ("%eth0") is not part of it. An INET or INET6 address starts with its text:
+        ip = ipaddress.ip_address(address[0].partition("%")[0])  # type: ignore[union-attr]
         if ip.is_unspecified:
             return Listener(None, f"every interface: MASTER_ADDR={master_addr!r} names them all")
         if ip.is_loopback and nodes != 1:
