@@ -208,7 +208,7 @@ def _tip(m: dict) -> str:
     return "; ".join(parts)
 
 
-def _measured_cell(m: dict | None, judged: list[dict] = ()) -> str:
+def _measured_cell(m: dict | None, judged: list[dict] | None = None) -> str:
     """The figure, its expectation and ratio, and its origin (measured, cached, recorded) in words;
     ``judged``: the tests' verdicts that rest on it (``_judged``), each with its own need."""
     if m is None:
