@@ -99,7 +99,7 @@ def summary(reports, causes: list) -> list[tuple[str, str | None]]:
     names = [_name(rep) for rep in reports]
     kinds = Counter(_kind(name) for name in names)  # how many items of each kind the check has
     by_name = dict(zip(names, reports, strict=True))
-    lines = []
+    lines: list[tuple[str, str | None]] = []
     for cause in causes:  # a cause of one item: that item's own line; of several: the cause, once
         if len(cause.findings) == 1 and cause.findings[0] in by_name:
             name = cause.findings[0]
@@ -151,7 +151,7 @@ def check_causes(config: pytest.Config, reports=None) -> list:
     from ..core.causes import Finding, Group, causes
 
     groups: dict[str, list] = {}
-    loose = []
+    loose: list[Finding] = []
     for name, rep in failed:
         found = json.loads(_properties(rep).get(FINDING_PROPERTY) or "{}")  # none: an item that raised
         finding = Finding(_message(rep), tuple(found.get("gpus", ())), found.get("what", ""), name)
@@ -169,6 +169,7 @@ def document_causes(config: pytest.Config) -> list[dict]:
 
 def _items(names: list[str], kinds: Counter) -> str:
     """The items of one reason: named where few of a kind, else counted against the kind's items."""
+    of_kind: dict[str, list[str]]
     parts, of_kind = [], {}
     for name in names:
         of_kind.setdefault(_kind(name), []).append(name)

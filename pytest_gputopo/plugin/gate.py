@@ -40,7 +40,7 @@ class GateCollector(pytest.Collector):
                                        text="\n".join(terminal_lines(cause.lines(limit=None))))
 
 
-def gate_items(session: pytest.Session, causes: list) -> list[GateItem]:
+def gate_items(session: pytest.Session, causes: list) -> list[pytest.Item]:
     """One item per cause (``core.causes.Cause``), named by it, its message the cause's headline and
     all its evidence."""
     collector = GateCollector.from_parent(session, name=NODEID, nodeid=NODEID, causes=causes)

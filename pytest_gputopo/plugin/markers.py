@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -112,7 +112,7 @@ def registration_lines() -> tuple[str, ...]:
                  f"unmet -> skip (fail when strict)" for name, text in MARKER_HELP.items())
 
 
-def registered_by_others(lines: list[str], ours: list[str]) -> list[str]:
+def registered_by_others(lines: list[str], ours: Sequence[str]) -> list[str]:
     """The gputopo marker names that a ``markers`` line other than ours registers (the project's ini
     file or conftest): those marks mean what the project says, and the plugin leaves them alone."""
     taken = set()
@@ -154,9 +154,12 @@ def read_markers(items: list, leave: frozenset = frozenset()) -> tuple[list[tupl
     method's, as ``get_closest_marker`` and DeepSpeed's ``world_size`` have it, and no condition is
     dropped for not being said again. Several marks of one name on that node each apply; markers of
     different names all apply."""
+    parsed: dict[Any, Any]
     marked, errors, parsed = [], [], {}
     for item in items:
-        found, by_name = [], {}  # name -> (the closest node carrying it, its marks there, farther marks)
+        # name -> (the closest node carrying it, its marks there, farther marks)
+        by_name: dict[str, tuple[Any, list[Any], list[Any]]]
+        found, by_name = [], {}
         for node, mark in item.iter_markers_with_node():  # one walk over the node chain, closest first
             if mark.name in MARKERS and mark.name not in leave:
                 closest, here, farther = by_name.setdefault(mark.name, (node, [], []))

@@ -27,12 +27,13 @@ def nccl_view(run: GputopoRun, observe: bool = False) -> NcclView:
         from .measurements import suite  # (the benchmarks: a boundary of the load budget, docs/performance.md)
 
         s = suite(run)
-    if observe and topology.is_this_host and (len(topology.gpus) >= 2 or s.world_size):
+    # s: the suite wherever observe is
+    if observe and topology.is_this_host and (len(topology.gpus) >= 2 or s.world_size):  # type: ignore[union-attr]
         from ..bench.suite import PLANNED
         from ..core import keys
 
-        across = s.world_size is not None  # one GPU per rank, across nodes: pairs are ranks, not GPUs
-        result = s.get(keys.NcclTransports(s.world_size or len(topology.gpus)))
+        across = s.world_size is not None  # type: ignore[union-attr]  # one GPU per rank, across nodes: pairs are ranks, not GPUs
+        result = s.get(keys.NcclTransports(s.world_size or len(topology.gpus)))  # type: ignore[union-attr]
         planned = result.origin == PLANNED
         if result.error is None and result.detail:
             log = result.detail["log"]

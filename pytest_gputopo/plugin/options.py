@@ -7,7 +7,7 @@ value is returned with where it came from, so that an error names its source.
 from __future__ import annotations
 
 import argparse
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import pytest
 
@@ -179,6 +179,10 @@ def parse_number(raw: str, where: str, *, integer: bool = False, maximum: float)
     return parsed
 
 
+@overload
+def number(config: pytest.Config, name: str, default: float, *, integer: bool = False) -> float: ...
+@overload
+def number(config: pytest.Config, name: str, default: None, *, integer: bool = False) -> float | None: ...
 def number(config: pytest.Config, name: str, default: float | None, *, integer: bool = False) -> float | None:
     raw, where = value(config, name)
     if raw is None:

@@ -95,7 +95,7 @@ def plan(run: GputopoRun, items: list, item_reqs: pytest.StashKey) -> list[Entry
         run.machine.need(item_facts(item, reqs))
     checks = None
     if run.settings.check is not None:
-        from .checks import CheckItem as checks
+        from .checks import CheckItem as checks  # type: ignore[assignment]  # None where no check runs
     memo: dict = {}
     return [_entry(run, item, reqs, memo, checks) for item, reqs in found]
 

@@ -66,6 +66,7 @@ class Relayed:
     on each of its reports, setup, call and teardown)."""
 
     def __init__(self, config: pytest.Config) -> None:
+        self.seen: set[tuple[str, str]]  # (test, line) written
         self.config, self.seen = config, set()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

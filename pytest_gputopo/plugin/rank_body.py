@@ -108,7 +108,7 @@ def _load(name: str, path: str, rewrite: bool):
 
         rewrite_asserts(tree, source, path, None)
     spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]  # a .py file's path: a spec
     sys.modules[name] = module
     exec(compile(tree, path, "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - the user's test
     return module

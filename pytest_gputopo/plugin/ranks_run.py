@@ -47,6 +47,7 @@ def call(item: pytest.Function, requirement) -> None:
 
 def _refuse_inside_a_launch(requirement) -> None:
     """Under torchrun or srun this process is already a rank: it does not start ranks of its own."""
+    launch: environ.Launch | bool | None
     try:
         launch = environ.launch()
     except ValueError as exc:
@@ -97,7 +98,7 @@ def _placed(item: pytest.Function, requirement, topology) -> tuple[tuple | None,
     try:
         from . import leases  # GPU leases (--gputopo-lease), a room of their own
     except ImportError:  # pragma: no cover - a checkout without leases yet
-        leases = None
+        leases = None  # type: ignore[assignment]  # a checkout without leases: none held
     held = leases.held(item) if leases is not None else None
     if held is None:
         return tuple(topology.gpus[:requirement.n]), None

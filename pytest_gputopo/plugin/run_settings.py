@@ -67,7 +67,7 @@ def read_run_settings(config: pytest.Config) -> RunSettings:
         allreduce_backend=options.choice(config, "allreduce-backend", ("nccl", "gloo"), "nccl"),
         allreduce_engine=engine,
         allreduce_sched=options.choice(config, "allreduce-sched", ("fair", "fifo"), "fair"),
-        world_size=options.number(config, "allreduce-world-size", None, integer=True),
+        world_size=options.number(config, "allreduce-world-size", None, integer=True),  # type: ignore[arg-type]  # an int
         size_bytes=options.size(config, "allreduce-size"),
         timeout_s=options.number(config, "bench-timeout", 300.0),
         cache_max_age_s=options.number(config, "cache-max-age", 24.0) * 3600,

@@ -6,6 +6,8 @@ peers) said apart. Every string from a document is escaped for the medium it lan
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..core.fleet import FAULT, IDENTITY, SPLIT, Finding, Fleet, Group
 from ..core.units import counted
 from .escape import html_attribute, html_text, markdown, terminal_lines
@@ -87,7 +89,7 @@ def summary_markdown(fleet: Fleet, unread: list) -> str:
 
 
 def _finding(f: Finding) -> dict:
-    out = {"kind": f.kind, "fact": f.fact, "says": f.says, "node": f.node, "column": f.column,
+    out: dict[str, Any] = {"kind": f.kind, "fact": f.fact, "says": f.says, "node": f.node, "column": f.column,
            "items": list(f.items), "evidence": list(f.evidence)}
     if f.kind == SPLIT:
         out["sides"] = [{"nodes": list(nodes),
@@ -152,10 +154,10 @@ def _cell(group: Group, node, column: str) -> str:
             "fault" if all(f.kind in (FAULT, IDENTITY) for f in mine) else "differs")
         if items > 1:
             value = f"{value} ({counted(items, 'fact')})"
-        evidence = [e for f in mine for e in f.evidence]
-        body = html_text(value) + (f"<details><summary>{len(evidence)}</summary><ul>"
-                                   + "".join(f"<li>{html_text(e)}</li>" for e in evidence) + "</ul></details>"
-                                   if evidence else "")
+        said = [e for f in mine for e in f.evidence]
+        body = html_text(value) + (f"<details><summary>{len(said)}</summary><ul>"
+                                   + "".join(f"<li>{html_text(e)}</li>" for e in said) + "</ul></details>"
+                                   if said else "")
         return f'<td class="named" title="{html_attribute(text)}">{body}</td>'
     if split:
         side = [values for f in split for values, nodes in f.sides if node.name in nodes]
