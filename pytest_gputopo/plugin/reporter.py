@@ -1,18 +1,18 @@
-"""What pytest-gputopo says about a run: the header, the summary beside pytest's own, and the
-``--gputopo-json`` report (rewritten as the run goes, so that a run ended by SIGTERM leaves what it
-measured). Text comes from ``render.report``; only the process that speaks for the run writes."""
+"""What pytest-gputopo says about a run: the header, what each gated test's report carries (its
+verdicts, what it rested on), the summary beside pytest's own, read from the run's record
+(``run_record``), and when the report documents are written (``report_writer``: rewritten as the run
+goes, so that a run ended by SIGTERM leaves what it measured). Text comes from ``render``; only the
+process that speaks for the run writes."""
 
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
 import pytest
 
 from ..core.units import counted
-from ..runtime import files
 from .properties import (
     CAUSE_PROPERTY,
     OWN_PROPERTY,
@@ -26,9 +26,10 @@ from .run import GATE_EXIT_STATUS, GputopoRun, run_of
 if TYPE_CHECKING:
     from .run_record import RunRecord
 
-# Loaded with the plugin: the renderers (``render``, never loaded with it) and the run's record
-# (``run_record``: the judges, the benchmarks' results, NCCL's view) are imported by the functions
-# that have something to say, the boundary docs/performance.md names.
+# Loaded with the plugin: the renderers (``render``, never loaded with it), the run's record
+# (``run_record``: the judges, the benchmarks' results, NCCL's view) and the report writers
+# (``report_writer``) are imported by the functions that have something to say, the boundary
+# docs/performance.md names.
 
 __all__ = ["CAUSE_PROPERTY", "OWN_PROPERTY", "RANKS_PROPERTY", "RECORDED_PROPERTY", "UNMET_PROPERTY",
            "VERDICT_PROPERTY"]  # the tests' properties, named here for the hooks and fixtures too
@@ -194,102 +195,27 @@ def _common_causes(record: RunRecord) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# --gputopo-json
+# --gputopo-json, --gputopo-html, GITHUB_STEP_SUMMARY
 
 
 def write_reports(run: GputopoRun, complete: bool, changed: bool = False) -> None:
-    """--gputopo-json and --gputopo-html: the topology, every measurement against what it should give,
-    every check, every unmet requirement and NCCL's view, as one document (and the report drawn from
-    it). Written again (``"complete": false``) whenever a test changes what is known -- a measurement,
-    a check's outcome, a test's own figure, a test not run for an unmet requirement (``changed``) --
-    and once at the end, so that a run ended by SIGTERM (a CI cancel, ``timeout``) leaves what it knew
-    -- without a signal handler in the user's process. A report lost at the end is said beside
-    pytest's own summary (``report_errors``), never in its place."""
-    settings = run.settings
-    if (settings.json is None and settings.html is None) or run.worker:
+    """--gputopo-json and --gputopo-html (``report_writer.write``), where one is asked for and this
+    process writes them (never an xdist worker); called at the end (``complete``) and as the run goes."""
+    if (run.settings.json is None and run.settings.html is None) or run.worker:
         return
-    from ..bench.suite import SharedFolder
+    from .report_writer import write  # the writers load when a report is asked for
 
-    suite = run.state.suite
-    shared = run.shared_dir
-    if not complete:  # cheap: the measurements there are, by count (the rest comes as ``changed``)
-        seen = (len(suite.results) if suite else 0, len(SharedFolder(shared).names()) if shared else 0)
-        if run.state.json_seen == seen and not changed:
-            return  # nothing new since the last write
-        run.state.json_seen = seen
-    from .run_record import build, finished
-
-    record = finished(run) if complete else build(run, complete=False)
-    document = {**report_document(record), "complete": complete}
-    outputs = [(settings.json, settings.json_from, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n")]
-    if run.speaks:  # one report for the run, drawn by the process that speaks for it
-        outputs.append((settings.html, settings.html_from, lambda: _html(document)))
-    for path, where, text in outputs:
-        if path is None:
-            continue
-        try:  # strict JSON: a NaN would be a figure no strict reader takes
-            files.write_text(path, text())
-        except (OSError, ValueError) as exc:
-            # checked at start; a disk that filled since loses the report, not the outcome
-            if complete:
-                run.state.report_errors.append(
-                    f"ERROR: {where}: cannot write {path}: {getattr(exc, 'strerror', None) or exc}")
-
-
-def _html(document: dict) -> str:
-    from ..render.html import html_report  # drawn only when asked for
-
-    return html_report(document)
-
-
-def report_document(record: RunRecord) -> dict:
-    """What the JSON report holds, read from the run's record: ``render.report.json_document`` over
-    every measurement of the run (xdist workers' too) with the run's own verdict of it (``state``,
-    what it should give), the tests not run for an unmet requirement, each test's verdicts with the
-    figures it was judged on at its own threshold, NCCL's view, and every node of a distributed run;
-    when it was written and by what software."""
-    from ..render import report  # the renderers, when there is something to say
-    from ..runtime.software import software
-
-    document = report.json_document(record.topology, [m.document() for m in record.measurements.values()],
-                                    list(record.checks), list(record.own), list(record.lost))
-    document["unmet"] = [u.document() for u in record.unmet]
-    document["verdicts"] = [v.document() for v in record.verdicts]
-    document["ranks_failed"] = list(record.ranks_failed)
-    document["gate"] = list(record.gate_problems)  # the run gate that stopped the run, if one did
-    document["gate_causes"] = [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)}
-                               for c in record.gate_causes]  # the same, cause by cause
-    if record.check_causes is not None:  # the failed check items by cause (check_report.check_causes)
-        document["check_causes"] = list(record.check_causes)
-    document["nccl"] = record.nccl.document() if record.nccl is not None else None
-    document["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    document["settings"] = dict(record.settings)
-    document["software"] = dict(software())
-    if record.nodes is not None:
-        document["nodes"] = list(record.nodes)
-    return document
+    write(run, complete, changed)
 
 
 def write_github_summary(run: GputopoRun, write_line) -> None:
-    """Under GitHub Actions (``GITHUB_STEP_SUMMARY``): append the run's Markdown summary to the job
-    summary, and write an error annotation per cause of an unmet run gate (its evidence in the
-    message) and per cause of the failed checks through pytest's terminal writer (``write_line``). Only the process
-    that speaks for the run does it."""
-    path = run.settings.github_summary
-    if path is None or not run.speaks or not run.machine.learned:  # a run that never asked says nothing
+    """Under GitHub Actions (``GITHUB_STEP_SUMMARY``): the job summary and the annotations
+    (``report_writer.github_summary``), by the process that speaks for a run that asked something."""
+    if run.settings.github_summary is None or not run.speaks or not run.machine.learned:
         return
-    from ..render import markdown
-    from .run_record import finished
+    from .report_writer import github_summary  # the writers load when a report is asked for
 
-    record = finished(run)
-    document = report_document(record)
-    gate = list(record.gate_causes)
-    for line in markdown.annotations(document, gate):  # one per cause (the check's: ``check_causes``)
-        write_line(line)
-    try:
-        files.append_text(path, markdown.summary(document, gate))
-    except OSError as exc:
-        write_line(f"ERROR: GITHUB_STEP_SUMMARY: cannot append to {path}: {exc.strerror or exc}")
+    github_summary(run, write_line)
 
 
 class JsonProgress:

@@ -1,6 +1,6 @@
 """The run's record: what the run decided, gathered once when it ends (``finished``) and only read
-after that -- by the terminal summary, the JSON report, the HTML report and the step summary
-(``reporter``). Nothing here judges a requirement again: each test's verdict is the one it had,
+after that -- by the terminal summary (``reporter``), the JSON report, the HTML report and the
+step summary (``report_writer``). Nothing here judges a requirement again: each test's verdict is the one it had,
 with the figures it was judged on at its own threshold (``verdicts.judge_bandwidth`` kept them);
 each measurement's verdict is the run's own (``verdicts.run_judgements``: the check items' rule),
 taken here once for all. A report written while the run goes (``"complete": false``) is drawn
@@ -13,7 +13,6 @@ the controller's; the rest from the run's state.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -147,8 +146,6 @@ class RunRecord:
     check_causes: tuple[dict, ...] | None  # None: no health check was asked for
     nccl: NcclAccount | None
     settings: Mapping[str, Any]
-    software: Mapping[str, str | None]
-    written: str  # when, UTC, ISO 8601
     nodes: tuple[dict, ...] | None  # every distinct node of a launch (None: not under one)
 
 
@@ -161,9 +158,12 @@ def finished(run: GputopoRun) -> RunRecord:
 
 
 def build(run: GputopoRun, complete: bool) -> RunRecord:
-    """The record of the run so far (``complete``: the run has ended)."""
+    """The record of the run so far (``complete``: the run has ended). What the run holds is read
+    first; then NCCL's account and the figures' verdicts, each in one call down."""
     reports = _reports(run.config)
     results, lost = _results(run)
+    settings, nodes, check_causes = _settings(run), _nodes(run), _check_causes(run)
+    nccl = _nccl(run)
     judged = run_judgements(run, results) if results else {}
     return RunRecord(
         complete=complete, topology=run.topology,
@@ -171,9 +171,8 @@ def build(run: GputopoRun, complete: bool) -> RunRecord:
         lost=tuple(lost), checks=tuple(_values(reports, CHECK_PROPERTY)), own=tuple(_values(reports, OWN_PROPERTY)),
         unmet=tuple(_unmet(reports)), verdicts=tuple(_verdicts(reports)), recorded=tuple(_recorded(reports)),
         ranks_failed=tuple(_values(reports, RANKS_PROPERTY)), gate_problems=tuple(run.state.gate_problems),
-        gate_causes=tuple(run.state.gate_causes), check_causes=_check_causes(run), nccl=_nccl(run),
-        settings=_settings(run), software=_software(),
-        written=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), nodes=_nodes(run))
+        gate_causes=tuple(run.state.gate_causes), check_causes=check_causes, nccl=nccl, settings=settings,
+        nodes=nodes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,12 +285,6 @@ def _settings(run: GputopoRun) -> dict[str, Any]:
             "floors": dict(s.floor_overrides), "allreduce_backend": bench.allreduce_backend,
             "allreduce_engine": bench.allreduce_engine, "size_bytes": bench.size_bytes,
             "budget_s": bench.budget_s, "timeout_s": bench.timeout_s, "cache": s.cache}
-
-
-def _software() -> dict[str, str | None]:
-    from ..runtime.software import software  # the distributions' metadata, read for a report
-
-    return dict(software())
 
 
 def _nodes(run: GputopoRun) -> tuple[dict, ...] | None:
