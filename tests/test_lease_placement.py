@@ -121,3 +121,16 @@ def test_a_large_test_behind_an_earlier_waiter_still_reserves_what_it_can():
     turn: bench_leases ran it last)."""
     eight = Placer(machine("dgx-a100"), [GpuRequirement(gpus=8)], 8)
     assert eight.reserve(range(4, 8), free=[6]) == (4, 5, 6, 7)
+
+
+def test_a_test_keeps_the_set_of_the_test_before_only_where_it_meets_it_and_nothing_better_is_free():
+    dgx1 = machine("dgx1-v100")  # hybrid cube mesh: pairs with two NVLinks, pairs with one, pairs with none
+    pair = Placer(dgx1, [reqs.P2PRequirement(gpus=2)], 2)
+    best = pair.choose(range(8))
+    assert pair.accepts(best, free=range(8))
+    worse = next(s for s in pair.meeting if pair._scores[s] < pair._scores[best])
+    assert not pair.accepts(worse, free=best)  # a better pair is free: the test gets that one
+    assert pair.accepts(worse, free=())  # nothing better free: it keeps what it has
+    assert not pair.accepts((1, 0), free=()) or (0, 1) in pair.meeting  # held sets are compared sorted
+    one = Placer(dgx1, [GpuRequirement(gpus=1)], 1)
+    assert one.accepts((3,), free=range(8)) and not Placer(dgx1, [GpuRequirement(gpus=2)], 2).accepts((3,), free=())

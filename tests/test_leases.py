@@ -89,6 +89,93 @@ def test_plain():
 
 
 @pytest.mark.slow
+def test_consecutive_tests_of_a_module_on_one_lease_share_its_process_and_others_get_their_own(pytester, leased):
+    """One process per run of consecutive tests of one module that fit one lease: its fixtures live
+    as in any pytest run (a module fixture set up once for the tests it kept), its start paid once;
+    a test asking for another count of GPUs, or of another module, gets a process of its own."""
+    args = leased("dgx-a100")
+    body = """
+import os, pytest
+from record import record
+
+@pytest.fixture(scope="module")
+def made():
+    with open(os.environ["LEASE_LOG"] + ".fixture", "a") as log:
+        log.write(f"{{os.getpid()}}\\n")
+    return 1
+
+@pytest.mark.requires_gpus(1)
+def test_one_a(gputopo_gpus, made):
+    record(gputopo_gpus)
+
+@pytest.mark.requires_gpus(1)
+def test_one_b(gputopo_gpus, made):
+    record(gputopo_gpus)
+
+@pytest.mark.requires_gpus(1)
+def test_one_dies(gputopo_gpus):
+    record(gputopo_gpus)
+    os._exit(3)
+
+@pytest.mark.requires_gpus(1)
+def test_one_after(gputopo_gpus, made):
+    record(gputopo_gpus)
+
+@pytest.mark.requires_p2p(gpus=2)
+def test_two(gputopo_gpus, made):
+    record(gputopo_gpus)
+"""
+    pytester.makepyfile(test_a=body.format(), test_b=body.format())
+    result = pytester.runpytest_subprocess(*args, "-v")
+    result.assert_outcomes(passed=8, failed=2)
+    result.stdout.fnmatch_lines(["*test_a.py::test_one_dies FAILED*", "*ended with status 3 before the test finished*"])
+    pids = [e["pid"] for e in lease_log(pytester)]
+    assert len(pids) == 10
+    a, b = pids[:5], pids[5:]
+    assert a[0] == a[1] == a[2] != a[3] != a[4] and b[0] == b[1] == b[2] != b[3] != b[4]  # the dead one's successor: new
+    assert not set(a) & set(b)  # another module: another process
+    fixture_pids = (pytester.path / "lease.log.fixture").read_text().split()
+    assert len(fixture_pids) == len(set(fixture_pids)) == 6  # once per process that used it
+    for pid in set(pids):  # every process ended with its tests
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.slow
+def test_a_kept_lease_goes_back_when_a_waiting_test_reserved_its_gpus(pytester, leased, tmp_path, monkeypatch):
+    """Waiting in turn holds for kept leases too: a test is not kept on GPUs another test waits for;
+    it takes its turn like any test (here: after the waiter, gone with its process). Whether a test
+    keeps the lease is decided before the test before it runs (its fixtures' teardown needs to know),
+    so a waiter that comes during that test gets the GPUs one test later."""
+    args = leased("dgx-a100")
+    monkeypatch.setenv("LOCKS", str(tmp_path / "locks"))
+    pytester.makepyfile(test_it="""
+import os, time
+import pytest
+from record import record
+from pytest_gputopo.runtime import gpu_locks
+
+@pytest.mark.requires_gpus(1)
+def test_first(gputopo_gpus):
+    record(gputopo_gpus)
+    ticket = gpu_locks.Ticket(os.environ["LOCKS"], os.getpid(), "other.py::test_all", time.time())
+    ticket.reserve([gputopo_gpus[0].uuid])  # kept open: it lives as long as this process
+
+@pytest.mark.requires_gpus(1)
+def test_second(gputopo_gpus):
+    record(gputopo_gpus)
+
+@pytest.mark.requires_gpus(1)
+def test_third(gputopo_gpus):
+    record(gputopo_gpus)
+""")
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=3)
+    first, second, third = lease_log(pytester)
+    assert first["pid"] == second["pid"] != third["pid"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]])
 def test_a_leased_tests_warnings_reach_the_runs_summary(pytester, leased, workers):
     """Raised in the test's own process, summarised by the run (and through an xdist worker to its

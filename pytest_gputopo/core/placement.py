@@ -132,6 +132,16 @@ class Placer:
         equals = [gpus for gpus in fitting if self._scores[gpus] == top]
         return max(equals, key=lambda gpus: (-self._spoiled(gpus, free - set(gpus)), [-g for g in gpus]))
 
+    def accepts(self, held: Sequence[int], free: Iterable[int]) -> bool:
+        """Whether a test may run on ``held``, a set it would keep from the test before: it meets the
+        requirements and no better-linked meeting set is among ``held`` and the ``free`` GPUs (the
+        set ``choose`` would give it, or one as good)."""
+        held = tuple(sorted(held))
+        if held not in self._scores or held not in self.meeting:
+            return False
+        best = self.choose(set(free) | set(held))
+        return best is not None and self._scores[best] == self._scores[held]
+
     def reserve(self, open_: Iterable[int], free: Iterable[int]) -> tuple[int, ...]:
         """The GPUs a waiting test reserves: of its meeting sets, the one with the most GPUs no earlier
         waiter reserved (``open_``), then the most ``free`` now (it is served soonest), best-linked

@@ -1,12 +1,14 @@
-"""A leased test run in a fresh process that sees only its GPUs, its reports relayed to this one.
+"""Leased tests run in a process that sees only the lease's GPUs, their reports relayed to this one.
 
 CUDA fixes the devices a process sees when it starts (cuInit reads ``CUDA_VISIBLE_DEVICES``), and a
 conftest or test module may start it at import: only a process started with the variable set sees
 just the lease. The child is pytest again, with the run's own arguments (its options, ini, plugins)
-and the one test, marked as a worker of this run (``workerinput``, as xdist marks its workers) so
-that report writers (JUnit, gputopo's JSON) leave the writing to this process, which receives every
-report through ``pytest_report_to_serializable``/``from_serializable`` and logs it as its own:
-terminal, JUnit, JSON and an xdist controller see the test as if it had run here.
+and the leased test's module, marked as a worker of this run (``workerinput``, as xdist marks its
+workers) so that report writers (JUnit, gputopo's JSON) leave the writing to this process. It
+collects the module, then runs the tests it is sent one at a time, as an xdist worker does: the
+tests of one module that fit one lease run in one process, paying its start once. Each report comes
+back through ``pytest_report_to_serializable``/``from_serializable`` as it is made, and this process
+logs it as its own: terminal, JUnit, JSON and an xdist controller see the test as if it ran here.
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ import warnings
 
 import pytest
 
+from ..core.schema import to_dict
+from ..runtime.procs import tail
+
 CHILD_OPTION = "--gputopo-lease-child"  # the child's spec file; not a user setting (no ini or env)
-REPORTS = "reports.jsonl"
 OUTPUT = "output.txt"
 SPEC = "spec.json"
+STOP_S = 10.0  # a child told to stop gets this long to tear down before it is terminated
 
 
-def child_args(config: pytest.Config, item: pytest.Item, spec: str, folder: str) -> list[str]:
-    """The run's own arguments without the tests it named, then this test alone, by its file's full
+def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> list[str]:
+    """The run's own arguments without the tests it named, then the leased test's module by its full
     path (the child starts where the run started), its cache and temporary folders its own (it must
     neither rotate the run's ``pytest-of-<user>`` folders nor write its ``--lf`` record)."""
     args = [str(a) for a in config.invocation_params.args]
@@ -37,49 +42,141 @@ def child_args(config: pytest.Config, item: pytest.Item, spec: str, folder: str)
         for named in config.args:
             if named in args:
                 args.remove(named)
-    test = str(item.path) + ("::" + item.nodeid.split("::", 1)[1] if "::" in item.nodeid else "")
     extra = ["-n", "0"] if config.pluginmanager.hasplugin("xdist") else []  # the last -n wins: no workers
     if config.pluginmanager.hasplugin("cacheprovider"):
         extra += ["-o", f"cache_dir={os.path.join(folder, 'cache')}"]
     # One argument each: pytest finds the rootdir from the arguments that are paths, option values too.
     return [*args, *extra, f"--rootdir={config.rootpath}", f"--basetemp={os.path.join(folder, 'tmp')}",
-            f"{CHILD_OPTION}={spec}", test]
+            f"{CHILD_OPTION}={spec}", module]
 
 
-def run_in_child(item: pytest.Item, lease, environ_for) -> None:
-    """Run ``item`` in a child that sees the ``lease``'s GPUs alone (``environ_for(gpus)``: the child's
-    environment), logging its reports here; a child that ends without them fails the test, with its
-    exit status and output."""
-    from ..core.schema import to_dict
+class LeaseProcess:
+    """A pytest process that sees the ``lease``'s GPUs alone (``environ``: its environment) and runs
+    the tests of ``item``'s module it is sent. It holds the lease's lock descriptors too, so that the
+    GPUs stay locked while it lives even if this process is killed."""
 
-    config = item.config
-    folder = tempfile.mkdtemp(prefix="pytest-gputopo-lease-")
-    try:
-        spec = os.path.join(folder, SPEC)
-        workerinput = dict(getattr(config, "workerinput", None) or {"workerid": "master"})
-        with open(spec, "w", encoding="utf-8") as handle:
-            json.dump({"nodeid": item.nodeid, "topology": to_dict(lease.view), "reports": os.path.join(folder, REPORTS),
-                       "workerinput": {k: v for k, v in workerinput.items() if _plain(v)}}, handle)
-        argv = [sys.executable, "-m", "pytest", *child_args(config, item, spec, folder)]
+    def __init__(self, item: pytest.Item, lease, environ: dict):
+        config = item.config
+        self.module, self.lease = str(item.path), lease
+        self.folder = tempfile.mkdtemp(prefix="pytest-gputopo-lease-")
+        commands_in, self._commands_out = os.pipe()
+        self._reports_in, reports_out = os.pipe()
+        try:
+            spec = os.path.join(self.folder, SPEC)
+            workerinput = dict(getattr(config, "workerinput", None) or {"workerid": "master"})
+            with open(spec, "w", encoding="utf-8") as handle:
+                json.dump({"topology": to_dict(lease.view), "commands": commands_in, "reports": reports_out,
+                           "workerinput": {k: v for k, v in workerinput.items() if _plain(v)}}, handle)
+            argv = [sys.executable, "-m", "pytest", *child_args(config, self.module, spec, self.folder)]
+            with open(os.path.join(self.folder, OUTPUT), "wb") as output:
+                self.process = subprocess.Popen(
+                    argv, cwd=config.invocation_params.dir, env=environ, stdin=subprocess.DEVNULL, stdout=output,
+                    stderr=subprocess.STDOUT, pass_fds=[*(lock.fd for lock in lease.locks), commands_in, reports_out])
+        except BaseException:
+            os.close(self._commands_out)
+            os.close(self._reports_in)
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+        finally:
+            os.close(commands_in)
+            os.close(reports_out)
+        self.commands = os.fdopen(self._commands_out, "w", encoding="utf-8")
+        self.reports = os.fdopen(self._reports_in, encoding="utf-8")
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None and not self.commands.closed
+
+    def run(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Run ``item`` there (``nextitem``: the test it runs next, for its fixtures' teardown, or
+        None), logging its reports here as they come; a child that ends before the test finished
+        fails it, with its exit status and last output."""
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        with open(os.path.join(folder, OUTPUT), "wb") as output:
-            child = subprocess.Popen(argv, cwd=config.invocation_params.dir, env=environ_for(lease.gpus),
-                                     stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                     pass_fds=[lock.fd for lock in lease.locks])  # the child holds the GPUs too
+        seen: set[str] = set()
+        try:
             try:
-                status = child.wait()
-            finally:
-                if child.poll() is None:  # Ctrl-C here: the child got it too; it does not outlive the test
-                    child.terminate()
-                    try:
-                        child.wait(10)
-                    except subprocess.TimeoutExpired:
-                        child.kill()
-                        child.wait()
-        _relay(item, os.path.join(folder, REPORTS), status, os.path.join(folder, OUTPUT))
+                self.commands.write(json.dumps({"run": item.nodeid, "next": nextitem and nextitem.nodeid}) + "\n")
+                self.commands.flush()
+            except BrokenPipeError:  # it has ended: the reports below are none, and the failure says why
+                pass
+            for line in self.reports:
+                data = json.loads(line)
+                if data.get("done") == item.nodeid:
+                    break
+                self._relay(item, data, seen)
+            else:  # its reports ended: so did it (or it closed them), before the test finished
+                self._end()
+                self._finish_unfinished(item, seen, f"ended with status {self.process.returncode} before the test "
+                                                    f"finished; its last output:\n{self.output_tail()}")
+                self._close()
+        except BaseException:  # Ctrl-C here: the child got it too; it does not outlive the test
+            self.kill()
+            raise
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+
+    def _relay(self, item: pytest.Item, data: dict, seen: set[str]) -> None:
+        config = item.config
+        if "warning" in data:
+            config.hook.pytest_warning_recorded.call_historic(kwargs=_warning_from(data["warning"], item))
+        elif "missing" in data:  # its collection differs from the run's (ids made of random values, say)
+            self._finish_unfinished(item, seen, f"did not collect it; its last output:\n{self.output_tail()}")
+        else:
+            report = config.hook.pytest_report_from_serializable(config=config, data=data)
+            if report is not None and getattr(report, "nodeid", None) == item.nodeid:
+                seen.add(report.when)
+                item.ihook.pytest_runtest_logreport(report=report)
+
+    def _finish_unfinished(self, item: pytest.Item, seen: set[str], what: str) -> None:
+        """Fail the phases the child never reported (a teardown after a failed call passes)."""
+        if "teardown" in seen:
+            return
+        why = f"the test's own process (CUDA_VISIBLE_DEVICES set to its leased GPUs) {what}"
+        for when in ("setup", "call", "teardown"):
+            if when in seen or (when == "call" and "setup" not in seen):
+                continue
+            outcome = "passed" if when == "teardown" else "failed"
+            seen.add(when)
+            item.ihook.pytest_runtest_logreport(report=pytest.TestReport(
+                item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome,
+                why if outcome == "failed" else None, when, user_properties=list(item.user_properties)))
+
+    def output_tail(self) -> str:
+        with open(os.path.join(self.folder, OUTPUT), encoding="utf-8", errors="replace") as handle:
+            return tail(handle.read(), 30)
+
+    def stop(self) -> None:
+        """Tell it to end (its session finishes, tearing down what is left), and wait for it; one
+        that does not end in ``STOP_S`` is terminated, then killed."""
+        if not self.commands.closed:
+            try:
+                self.commands.close()  # end of commands: its loop ends
+            except BrokenPipeError:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """End it (``_end``) and remove what it left."""
+        self._end()
+        self._close()
+
+    def _end(self) -> None:
+        """Wait briefly for it to end, then terminate it, then kill it."""
+        for end in (None, self.process.terminate, self.process.kill):
+            if end is not None and self.process.poll() is None:
+                end()
+            try:
+                self.process.wait(STOP_S if end is not self.process.kill else None)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def _close(self) -> None:
+        for stream in (self.commands, self.reports):
+            try:
+                stream.close()
+            except OSError:  # a write the child never read: it is gone
+                pass
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _plain(value) -> bool:
@@ -88,41 +185,6 @@ def _plain(value) -> bool:
         return True
     except (TypeError, ValueError):
         return False
-
-
-def _relay(item: pytest.Item, path: str, status: int, output: str) -> None:
-    config = item.config
-    seen = set()
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except FileNotFoundError:
-        lines = []
-    for line in lines:
-        data = json.loads(line)
-        if "warning" in data:
-            config.hook.pytest_warning_recorded.call_historic(kwargs=_warning_from(data["warning"], item))
-            continue
-        report = config.hook.pytest_report_from_serializable(config=config, data=data)
-        if report is None or getattr(report, "nodeid", None) != item.nodeid:
-            continue
-        seen.add(report.when)
-        item.ihook.pytest_runtest_logreport(report=report)
-    if "teardown" in seen:
-        return
-    from ..runtime.procs import tail
-
-    with open(output, encoding="utf-8", errors="replace") as handle:
-        said = tail(handle.read(), 30)
-    why = (f"the test's own process (CUDA_VISIBLE_DEVICES set to its leased GPUs) ended with status {status} "
-           f"before the test finished; its last output:\n{said}")
-    for when in ("setup", "call", "teardown"):
-        if when in seen or (when == "call" and "setup" not in seen):
-            continue
-        outcome = "passed" if when == "teardown" else "failed"
-        item.ihook.pytest_runtest_logreport(report=pytest.TestReport(
-            item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, why if outcome == "failed" else None,
-            when, user_properties=list(item.user_properties)))
 
 
 def _warning_from(data: dict, item: pytest.Item) -> dict:
@@ -159,23 +221,34 @@ def enter_child(config: pytest.Config, topology_key: str) -> None:
 
 
 class Child:
-    """The child's plugin: runs the one test it was given, and writes each of its reports for the
-    parent (one JSON line each, flushed: a child killed mid-test keeps what it said)."""
+    """The child's plugin: runs the tests it is sent, one per command line, and writes each of their
+    reports for the parent (one JSON line each, flushed: a child killed mid-test keeps what it said),
+    then ``done``. Its commands ending (the parent closed them, or died) end its session."""
 
     def __init__(self, config: pytest.Config):
         spec = read_spec(config.getoption("gputopo_lease_child"))
-        self.config, self.nodeid = config, spec["nodeid"]
-        self.out = open(spec["reports"], "a", encoding="utf-8")  # noqa: SIM115 (open for the session)
+        self.config, self.running = config, None
+        self.commands = os.fdopen(spec["commands"], encoding="utf-8")
+        self.out = os.fdopen(spec["reports"], "w", encoding="utf-8")
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config: pytest.Config, items: list) -> None:
-        keep = [i for i in items if i.nodeid == self.nodeid]  # not the run's check items, say
-        config.hook.pytest_deselected(items=[i for i in items if i.nodeid != self.nodeid])
-        items[:] = keep
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        items = {item.nodeid: item for item in session.items}
+        for line in self.commands:
+            command = json.loads(line)
+            item = items.get(command["run"])
+            if item is None:
+                self._write({"missing": command["run"]})
+            else:
+                self.running = item.nodeid
+                item.config.hook.pytest_runtest_protocol(item=item, nextitem=items.get(command["next"] or ""))
+                self.running = None
+            self._write({"done": command["run"]})
+        return True
 
     def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str) -> None:
-        """The test's own warnings, for the run's summary (collection's were the run's own already)."""
-        if when != "runtest" or nodeid != self.nodeid:
+        """The tests' own warnings, for the run's summary (collection's were the run's own already)."""
+        if when != "runtest" or nodeid != self.running:
             return
         category = warning_message.category or UserWarning
         self._write({"warning": {"module": category.__module__, "category": category.__name__,
@@ -191,3 +264,4 @@ class Child:
 
     def pytest_unconfigure(self) -> None:
         self.out.close()
+        self.commands.close()

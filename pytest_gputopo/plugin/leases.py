@@ -32,6 +32,19 @@ class Lease(NamedTuple):
     gpus: tuple[Gpu, ...]  # as the test sees them: index i is cuda:<i>
     view: Topology  # the machine as the test sees it (the leased GPUs, renumbered)
     locks: tuple
+    indices: tuple[int, ...]  # the GPUs among those a lease may hold (``leasable``)
+
+    def release(self) -> None:
+        for lock in self.locks:
+            lock.release()
+
+
+class Kept(NamedTuple):
+    """A lease, and the process that runs its tests, kept from one test for the next (``nodeid``)."""
+
+    lease: Lease
+    process: object  # lease_child.LeaseProcess
+    nodeid: str
 
 
 def held(item: pytest.Item) -> tuple[Gpu, ...] | None:
@@ -71,6 +84,7 @@ class Leases:
         self.run, self.reqs_key, self.folder, self.timeout_s = run, reqs_key, folder, timeout_s
         self._placers: dict = {}
         self._allowed: tuple | None = None
+        self.kept: Kept | None = None
 
     def allowed(self) -> tuple[Topology, list[str]]:
         if self._allowed is None:
@@ -88,12 +102,21 @@ class Leases:
             self._placers[requirements] = placer
         return self._placers[requirements]
 
+    def placer_of(self, item: pytest.Item) -> tuple[placement.Placer | None, tuple]:
+        requirements = tuple(r for r, _ in item.stash.get(self.reqs_key, ()))
+        return (self.placer(requirements) if requirements else None), requirements
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
-        requirements = tuple(r for r, _ in item.stash.get(self.reqs_key, ()))
-        placer = self.placer(requirements) if requirements else None
+        placer, requirements = self.placer_of(item)
+        kept = self.kept if self.kept is not None and self.kept.nodeid == item.nodeid else None
+        if kept is None:
+            self.end_kept()
         lease = None
-        if placer is not None and placer.never:
+        if kept is not None:
+            lease = kept.lease
+            item.stash[LEASE] = lease
+        elif placer is not None and placer.never:
             item.stash[NOT_PLACED] = (placer.never, False)
         elif placer is not None:
             lease = self.take(item, placer)
@@ -106,8 +129,37 @@ class Leases:
         finally:
             if lease is not None:
                 del item.stash[LEASE]
-                for lock in lease.locks:
-                    lock.release()
+                if self.kept is None or self.kept.lease is not lease:
+                    lease.release()
+
+    def keeps(self, lease: Lease, nextitem: pytest.Item | None, module: str) -> bool:
+        """Whether ``nextitem`` runs on the same ``lease`` in the same process (``module``: the one
+        that process collected): a test of that module, run in a process of its own (not ranks),
+        that asks for as many GPUs, whose markers these GPUs meet and no better-linked free set
+        would, and whose GPUs no test waiting (in this run or another) reserved. Decided before
+        the test before it runs, which must know what runs next for its fixtures' teardown."""
+        if nextitem is None or str(nextitem.path) != module or nextitem.get_closest_marker("ranks") is not None:
+            return False
+        placer, _ = self.placer_of(nextitem)
+        if placer is None or placer.never or placer.k != len(lease.gpus):
+            return False
+        allowed = self.allowed()[0]
+        reserved = gpu_locks.reserved_before(self.folder, None)
+        if any(gpu.uuid in reserved for gpu in lease.gpus):
+            return False  # a waiting test's turn: the GPUs go back
+        free = [i for i, g in enumerate(allowed.gpus)
+                if g.uuid not in reserved and gpu_locks.holder(self.folder, g.uuid) is None]
+        return placer.accepts(lease.indices, free)
+
+    def end_kept(self) -> None:
+        """Stop the process kept for a test that did not come next, and give its GPUs back."""
+        kept, self.kept = self.kept, None
+        if kept is not None:
+            kept.process.stop()
+            kept.lease.release()
+
+    def pytest_sessionfinish(self) -> None:
+        self.end_kept()
 
     @pytest.hookimpl(tryfirst=True)  # before the markers are judged: they would be judged on every GPU
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -162,7 +214,7 @@ class Leases:
                         locks.append(lock)
                     if len(locks) == len(chosen):
                         view = allowed.restrict(chosen)
-                        return Lease(view.gpus, view, tuple(locks))
+                        return Lease(view.gpus, view, tuple(locks), tuple(chosen))
                     for lock in locks:  # another process was quicker: all or nothing, never hold and wait
                         lock.release()
                 if time.monotonic() > deadline:
@@ -194,9 +246,13 @@ class Leases:
 
 
 class InOwnProcess:
-    """Runs a leased test in a process of its own that sees its GPUs alone (``lease_child``). A
-    ``ranks(n)`` test stays here: its ranks are processes of their own, started with the lease's
-    ``visible_devices``."""
+    """Runs a leased test in a process that sees its GPUs alone (``lease_child``): the one kept for
+    it by the test before, or a new one; kept for the next test where that fits (``Leases.keeps``),
+    so that consecutive tests of one module on one lease pay one process start. A ``ranks(n)`` test
+    stays here: its ranks are processes of their own, started with the lease's ``visible_devices``."""
+
+    def __init__(self, leases: Leases):
+        self.leases = leases
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem) -> bool | None:
@@ -204,9 +260,20 @@ class InOwnProcess:
         if lease is None or item.get_closest_marker("ranks") is not None:
             return None
         from ..runtime.environ import seeing_only
-        from .lease_child import run_in_child
+        from .lease_child import LeaseProcess
 
-        run_in_child(item, lease, lambda gpus: seeing_only(visible_devices(gpus)))
+        leases, kept = self.leases, self.leases.kept
+        leases.kept = None
+        if kept is not None and kept.lease is lease and kept.process.alive:
+            process = kept.process
+        else:
+            process = LeaseProcess(item, lease, seeing_only(visible_devices(lease.gpus)))
+        keep = leases.keeps(lease, nextitem, process.module)
+        process.run(item, nextitem if keep else None)
+        if keep and process.alive:
+            leases.kept = Kept(lease, process, nextitem.nodeid)
+        else:
+            process.stop()
         return True
 
 
@@ -225,8 +292,9 @@ def register(config: pytest.Config, run: GputopoRun, reqs_key) -> None:
         raise pytest.UsageError(f"{exc} ({where}): GPU leases are not taken there; remove it, or point "
                                 f"--gputopo-lease-dir (ini gputopo_lease_dir, env PYTEST_GPUTOPO_LEASE_DIR) at a "
                                 f"folder only you can write") from None
-    config.pluginmanager.register(Leases(run, reqs_key, folder, settings.lease_timeout_s), "gputopo-leases")
-    config.pluginmanager.register(InOwnProcess(), "gputopo-lease-runner")
+    leases = Leases(run, reqs_key, folder, settings.lease_timeout_s)
+    config.pluginmanager.register(leases, "gputopo-leases")
+    config.pluginmanager.register(InOwnProcess(leases), "gputopo-lease-runner")
 
 
 def auto_workers(config: pytest.Config) -> int | None:
