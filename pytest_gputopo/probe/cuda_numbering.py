@@ -62,9 +62,10 @@ def _numbered(topology: model.Topology, placed: list, view) -> model.Topology:
     for c, at in enumerate(placed):
         if at is None:
             gpus[c] = model.Gpu(c, uuid=view.uuids[c] if view.uuids else None, pci_bus_id=view.bus_ids[c])
-    links = {(ordinal[ln.a], ordinal[ln.b]): dataclasses.replace(ln, a=ordinal[ln.a], b=ordinal[ln.b])
+    by_pair = {(ordinal[ln.a], ordinal[ln.b]): dataclasses.replace(ln, a=ordinal[ln.a], b=ordinal[ln.b])
              for ln in known.links}
     n = len(placed)
-    links = [links.get((a, b)) or model.Link(a, b, pcie=None, nvlinks=None) for a in range(n) for b in range(a + 1, n)]
+    links = [by_pair.get((a, b)) or model.Link(a, b, pcie=None, nvlinks=None)
+             for a in range(n) for b in range(a + 1, n)]
     return dataclasses.replace(known, gpus=tuple(gpus[c] for c in range(n)), links=tuple(links),
                                published=model.renumber_figures(known.published, dict(enumerate(ordinal))))

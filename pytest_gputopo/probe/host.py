@@ -21,8 +21,12 @@ import json
 import os
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..core import model, schema
+
+if TYPE_CHECKING:
+    from .cuda_driver import CudaView
 
 # A healthy probe takes well under a second for NVML and a few seconds for CUDA's start-up; a
 # minute is far beyond both, and short enough that a hung driver is noticed at once.
@@ -48,7 +52,7 @@ class Answer:
     """What the child learned: each part None where it was not asked or could not be had."""
 
     topology: model.Topology | None = None
-    cuda: object = None  # a cuda_driver.CudaView
+    cuda: CudaView | None = None
     torch: dict | None = None
     warnings: tuple[str, ...] = ()
 

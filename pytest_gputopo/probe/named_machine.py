@@ -16,6 +16,7 @@ import os
 import re
 import uuid
 from pathlib import Path
+from typing import Any
 
 from ..core import model
 from ..core.cpus import cpu_mask
@@ -53,7 +54,7 @@ def as_nvml_reads(recorded: model.Topology, source: model.Source) -> model.Topol
     without GPUs keeps the recording's ``problem`` (why it had none); the recording's warnings and
     CUDA device count were its host's, and are not this machine's facts."""
     listed = recorded.restrict(_nvml_order(recorded))
-    base = dict(source=source, driver_version=recorded.driver_version,
+    base: dict[str, Any] = dict(source=source, driver_version=recorded.driver_version,
                 cuda_driver_version=recorded.cuda_driver_version,
                 cuda_runtime_version=recorded.cuda_runtime_version, nccl_version=recorded.nccl_version,
                 hostname=recorded.hostname, nics=recorded.nics, published=listed.published)

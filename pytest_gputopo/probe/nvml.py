@@ -241,11 +241,11 @@ class _Reader:
         handles, raw_bus, gpus, nvlinks = [], [], [], []
         for i in range(count or 0):
             handle = self.fact(f"GPU{i}", "nvmlDeviceGetHandleByIndex", i)
-            gpu, bus, links = self.gpu(i, handle) if handle is not None else (model.Gpu(i, nvml_index=i), None, None)
+            gpu, bus, own = self.gpu(i, handle) if handle is not None else (model.Gpu(i, nvml_index=i), None, None)
             handles.append(handle)
             raw_bus.append(bus)
             gpus.append(gpu)
-            nvlinks.append(links)
+            nvlinks.append(own)
         links = self.pairs(handles, raw_bus, nvlinks)
         return model.Topology(
             gpus=tuple(gpus), links=tuple(links), source=source or model.Source("nvml"),

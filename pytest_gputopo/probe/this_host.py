@@ -38,7 +38,7 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
                                       problem=model.NO_DRIVER))
     from .host import ask_child
 
-    topology = ask_child({model.NVML}).topology
+    topology: model.Topology = ask_child({model.NVML}).topology  # type: ignore[assignment]  # NVML asked: one
     notes = ["NVML probed"]
     if not topology.gpus:
         return Learned(as_cuda_sees_it(topology, None), tuple(notes))
@@ -46,7 +46,7 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
     if not _cuda_order_known(topology):  # which GPU is cuda:0 only CUDA can say
         wanted.add(model.CUDA)
     key = _boot_key(topology) if boot_record is not None else None
-    kept = (boot_record.get(key) if key else None) or {}
+    kept = (boot_record.get(key) if key else None) or {}  # type: ignore[union-attr]  # a key: a record
     if isinstance(kept.get("cuda"), dict):
         # CUDA's own order where this boot's record has it, even where NVML's alone would do: no CUDA
         # document says how FASTEST_FIRST orders identical GPUs (_cuda_order_known)
@@ -77,7 +77,7 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
             why = [w for w in answer.warnings if w.startswith((CUDA_UNKNOWN, "the probe of this host"))]
             cuda_problem = why[0].removeprefix(CUDA_UNKNOWN) if why else "CUDA's view could not be had"
         if key and (answer.cuda is not None or answer.torch is not None):
-            boot_record.put(key, {**kept, **({"cuda": answer.cuda.to_json()} if answer.cuda is not None else {}),
+            boot_record.put(key, {**kept,  # type: ignore[union-attr]  # a key: a record **({"cuda": answer.cuda.to_json()} if answer.cuda is not None else {}),
                                   **({"torch": answer.torch} if answer.torch is not None else {})})
     words = {model.CUDA: "CUDA's view", model.TORCH: "torch's versions"}
     notes += [f"{words[f]} probed" for f in sorted(missing)] + [f"{words[f]} from this boot's record" for f in sorted(had)]
