@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from pytest_gputopo.plugin import run_record
+from pytest_gputopo.plugin import report_writer, run_record
 from pytest_gputopo.render.document import check_document
 
 # On hgx-h100 the recorded GPU0->GPU1 copy is 364 GB/s against NV18's 450: the run's threshold (the
@@ -77,7 +77,8 @@ def test_the_record_is_built_once_and_every_output_reads_it(pytester, monkeypatc
         built.append(complete)
         return real(run, complete)
 
-    monkeypatch.setattr(run_record, "build", build)
+    monkeypatch.setattr(run_record, "build", build)  # the finished record's
+    monkeypatch.setattr(report_writer, "build", build)  # the reports' while the run goes
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary.md"))
     pytester.makepyfile(test_f=PAIR)
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100",

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
@@ -45,8 +44,7 @@ if TYPE_CHECKING:
 RECORD = pytest.StashKey["RunRecord"]()  # the finished record, once made (``finished``)
 
 
-@dataclass(frozen=True)
-class Measurement:
+class Measurement(NamedTuple):
     """A benchmark result of the run with the run's own verdict of it (None: not a bandwidth)."""
 
     result: BenchResult
@@ -57,8 +55,7 @@ class Measurement:
         return {**self.result.to_json(), **(self.judgement.document() if self.judgement is not None else {})}
 
 
-@dataclass(frozen=True)
-class JudgedFigure:
+class JudgedFigure(NamedTuple):
     """A figure a test's requirement was judged on, as that requirement judged it: its state and
     the threshold it had to reach there (the marker's ``gbps``, its ``floor``, else the run's)."""
 
@@ -74,8 +71,7 @@ class JudgedFigure:
         return cls(key, judgement.state, judgement.needed_gbps)
 
 
-@dataclass(frozen=True)
-class TestVerdict:
+class TestVerdict(NamedTuple):
     """One requirement of one gated test with its verdict (met, unmet, unknown, broken), why, and the
     figures it was judged on (none for a requirement on the topology, or one not judged)."""
 
@@ -94,8 +90,7 @@ class TestVerdict:
                 "reason": self.reason, "recorded": self.recorded, **figures}
 
 
-@dataclass(frozen=True)
-class Unmet:
+class Unmet(NamedTuple):
     """A test not run (skipped, or failed under strict) for an unmet requirement: ``outcome`` as
     pytest counts its report (``skipped``, ``failed``, ``error``), ``at_setup`` whether that report is
     its setup's, and what made it unmet where one GPU or the machine did (``causes``)."""
@@ -112,8 +107,7 @@ class Unmet:
                 "requirement": self.requirement, "reason": self.reason}
 
 
-@dataclass(frozen=True)
-class NcclAccount:
+class NcclAccount(NamedTuple):
     """NCCL's view as the run has it: where it comes from, NCCL's own line (None: not observed),
     the transport per pair and the fallbacks with their causes."""
 
@@ -127,9 +121,10 @@ class NcclAccount:
                 "fallbacks": list(self.fallbacks)}
 
 
-@dataclass(frozen=True)
-class RunRecord:
-    """Everything the reports say of a run; see the module's docstring."""
+class RunRecord(NamedTuple):
+    """Everything the reports say of a run; see the module's docstring. The record and its parts are
+    ``NamedTuple``s, immutable and typed: cheaper to define than frozen dataclasses, for a module a
+    marked run loads at its summary (docs/performance.md)."""
 
     complete: bool
     topology: Topology
@@ -265,14 +260,18 @@ def _nccl(run: GputopoRun) -> NcclAccount | None:
     machine has a pair or the run took the view."""
     if len(run.topology.gpus) < 2 and run.state.nccl_view is None:
         return None
-    from .measurements import measured_p2p  # NCCL's view (loaded by the header of a machine with a pair)
-    from .nccl_view import nccl_view
+    from .nccl_view import nccl_view  # NCCL's view (loaded by the header of a machine with a pair)
 
     view = nccl_view(run)
+    measured = {}
+    if run.state.suite is not None:  # P2P copies this run measured: a fallback's cause
+        from .measurements import measured_p2p  # (loaded with the suite)
+
+        measured = measured_p2p(run)
     pairs = tuple({"pair": f"GPU{a}-GPU{b}", "transports": sorted(t), "why": why}
                   for (a, b), (t, why) in sorted(view.pairs().items()))
     fallbacks = tuple({"pair": f.name, "label": str(f.label), "actual": f.actual, "expected": f.expected,
-                       "causes": list(f.causes)} for f in view.fallbacks(measured_p2p(run)))
+                       "causes": list(f.causes)} for f in view.fallbacks(measured))
     return NcclAccount(view.origin, view.account_line(), pairs, fallbacks)
 
 
