@@ -295,6 +295,26 @@ def test_a_fabric_not_up_in_q_x_is_the_same_fault_from_a_recording(tmp_path, cap
     assert [(f.name, f.line) for f in topology_faults(seen)] == [("fabric[GPU0]", f"GPU0: {problem}")]
 
 
+def test_a_fabric_not_up_in_q_x_leaves_nvlink_unknown_on_the_recording(tmp_path, h100_topo, capsys):
+    """requires_nvlink on a machine recorded from topo -m (NV18 every pair) and a -q -x whose GPU0 the
+    fabric manager has not registered: unknown on GPU0's pairs, naming the fabric, as on a probed host;
+    met elsewhere, and met on GPU0's pairs where the -q -x says it registered."""
+    from pytest_gputopo.core.requirements import NvLinkRequirement
+
+    def record(state: str):
+        (tmp_path / "q.xml").write_text(smi_xml().replace("<compute_mode>", FABRIC.replace("Completed", state), 1))
+        code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml",
+                             "-o", tmp_path / "node.json")
+        assert code == 0, err
+        return recorded(tmp_path)
+
+    seen = record("Not Started")
+    verdict = NvLinkRequirement(gpus=(0, 1)).evaluate(seen)
+    assert not verdict.ok and "NVLink fabric not up" in verdict.reason and "GPU0" in verdict.reason
+    assert NvLinkRequirement(gpus=(2, 3)).evaluate(seen).ok
+    assert NvLinkRequirement(gpus=(0, 1)).evaluate(record("Completed")).ok
+
+
 def test_a_completed_fabric_of_no_readable_status_is_not_recorded():
     """Completed with its status unreadable: NVML's struct always has a status, and a recording would
     read a missing one as Success, so none is recorded (unknown, not up); Not Supported is a state."""
