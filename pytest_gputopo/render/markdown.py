@@ -2,8 +2,6 @@
 ``--gputopo-json`` document as the HTML report is, and GitHub's error annotations
 (``::error title=...::message`` workflow commands) for a failed run gate or check."""
 
-from __future__ import annotations
-
 from ..core import schema
 from ..core.causes import EVIDENCE_LINES
 from ..core.model import Topology

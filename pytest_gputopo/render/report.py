@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..core.units import counted
@@ -181,7 +182,8 @@ def recorded_summary(counts: Counter, topologies: list) -> str | None:
                     f"not measured here: {parts} [{sources}]")
 
 
-def json_document(topology: Topology, measurements: list, checks: list, own: list = (), lost: list = ()) -> dict:
+def json_document(topology: Topology, measurements: list, checks: list, own: Sequence = (),
+                  lost: Sequence = ()) -> dict:
     """What ``--gputopo-json`` writes. Every measurement (an entry of the run's record, its verdict
     in it) keeps its origin: ``measured`` here, ``cached`` (measured here earlier), or ``recorded``
     (published for a recorded machine); ``lost`` names the results another process left that could
