@@ -79,13 +79,15 @@ def github_summary(run: GputopoRun, write_line) -> None:
     """Append the run's Markdown summary to the job summary (``GITHUB_STEP_SUMMARY``), and write an
     error annotation per cause of an unmet run gate (its evidence in the message) and per cause of the
     failed checks through pytest's terminal writer (``write_line``)."""
+    path = run.settings.github_summary
+    if path is None:  # (``reporter.write_github_summary`` asks first)
+        return
     record = finished(run)
     document = report_document(record)
     gate = list(record.gate_causes)
     for line in markdown.annotations(document, gate):  # one per cause (the check's: ``check_causes``)
         write_line(line)
     try:
-        files.append_text(run.settings.github_summary, markdown.summary(document, gate))
+        files.append_text(path, markdown.summary(document, gate))
     except OSError as exc:
-        write_line(f"ERROR: GITHUB_STEP_SUMMARY: cannot append to {run.settings.github_summary}: "
-                   f"{exc.strerror or exc}")
+        write_line(f"ERROR: GITHUB_STEP_SUMMARY: cannot append to {path}: {exc.strerror or exc}")

@@ -71,11 +71,9 @@ class JudgedFigure(NamedTuple):
         return cls(key, judgement.state, judgement.needed_gbps)
 
 
-class TestVerdict(NamedTuple):
+class RequirementVerdict(NamedTuple):
     """One requirement of one gated test with its verdict (met, unmet, unknown, broken), why, and the
     figures it was judged on (none for a requirement on the topology, or one not judged)."""
-
-    __test__ = False  # not a pytest test class, whatever its name
 
     test: str
     requirement: str
@@ -133,7 +131,7 @@ class RunRecord(NamedTuple):
     checks: tuple[dict, ...]  # each health-check item's outcome (``check_report.CHECK_PROPERTY``)
     own: tuple[dict, ...]  # the tests' own measurements (``gputopo_bench``)
     unmet: tuple[Unmet, ...]
-    verdicts: tuple[TestVerdict, ...]
+    verdicts: tuple[RequirementVerdict, ...]
     recorded: tuple[str, ...]  # the requirement of each passed test that rested on recorded figures
     ranks_failed: tuple[dict, ...]
     gate_problems: tuple[str, ...]
@@ -208,12 +206,12 @@ def _unmet(reports: dict[str, list]) -> list[Unmet]:
     return out
 
 
-def _verdicts(reports: dict[str, list]) -> list[TestVerdict]:
+def _verdicts(reports: dict[str, list]) -> list[RequirementVerdict]:
     out = []
     for found in _values(reports, VERDICT_PROPERTY, with_test=True):
         figures = tuple(JudgedFigure(keys.from_list(f["key"]), f["state"], f["needed_gbps"])
                         for f in found.get("figures", ()))
-        out.append(TestVerdict(found["test"], found["requirement"], found["verdict"], found["reason"],
+        out.append(RequirementVerdict(found["test"], found["requirement"], found["verdict"], found["reason"],
                                found["recorded"], figures))
     return out
 
