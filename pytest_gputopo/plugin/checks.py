@@ -1,5 +1,5 @@
 """``--gputopo-check``: health-check items collected beside the user's tests, each passing or failing
-with measured, expected, floor and ratio in its message (judged by ``verdicts.threshold``, the rule
+with measured, expected, floor and ratio in its message (judged by ``verdicts.judge_figure``, the rule
 a ``min_*_bw`` marker uses)."""
 
 from __future__ import annotations

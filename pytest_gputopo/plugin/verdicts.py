@@ -3,8 +3,9 @@ are judged.
 
 - ``evaluate``: a marker's requirement, once per run, the same on every rank.
 - ``judge``: a requirement on facts beyond the topology (measurements, NCCL's account).
-- ``judge_figure``: a figure, measured once, against the one threshold rule (``core.judgement``;
-  ``threshold`` does the run's lookups for it); ``judgement_of``: a figure at hand, as the report shows it.
+- ``judge_figure``: a figure, measured once, against the one threshold rule (``core.judgement``; the
+  run's lookups for it are ``_Rule``'s); ``judgement_of``: a figure at hand; ``run_judgements``: every
+  figure of the run at the run's own threshold, as the report shows it.
 - ``gate_causes``: what ``--gputopo-require`` and ``--gputopo-expect`` find unmet, and why.
 """
 
@@ -103,19 +104,11 @@ def judge(run: GputopoRun, requirement: reqs.FactRequirement,
     return dataclasses.replace(verdict, reason=f"{verdict.reason} [{report.source_text(topology)}; {view.origin}]")
 
 
-def threshold(run: GputopoRun, key: keys.Key, size_bytes: int | None = None, gbps: float | None = None,
-              floor: float | None = None, nvls: bool | None = None) -> Threshold:
-    """A figure's threshold under the one rule (``core.judgement.threshold``), with the run's lookups
-    it needs: what the link should give, the run's floors (option / ini / env, else the defaults) and
-    the GPU model; ``gbps`` and ``floor`` are a marker's own arguments (None for a check item)."""
-    from . import measurements  # the benchmarks (see above)
-
-    return _Rule(run)(key, measurements.expected(run, key), size_bytes, gbps, floor, nvls)
-
-
 class _Rule:
-    """The one threshold rule with the run's floors and GPU model looked up once; what the link should
-    give is its caller's (``measurements.expected``), so that judging figures calls no run back."""
+    """The one threshold rule (``core.judgement.threshold``) with the run's lookups it needs: the run's
+    floors (option / ini / env, else the defaults) and the GPU model, looked up once; what the link
+    should give is its caller's (``measurements.expected``), so that judging figures calls no run back.
+    ``gbps`` and ``floor`` are a marker's own arguments (None for a check item and the report)."""
 
     def __init__(self, run: GputopoRun) -> None:
         self.floors, self.explicit = run.settings.floors()
