@@ -119,6 +119,7 @@ def make_host(root: Path, libs: Path, machine: str, *, torch: str | None = "2.13
     py.mkdir(parents=True)
     shutil.copy(SOURCES / "pynvml.py", py / "pynvml.py")
     shutil.copy(SOURCES / "nvml_drivers.py", py / "nvml_drivers.py")
+    shutil.copy(SOURCES.parent / "fake_nvml.py", py / "fake_nvml.py")
     if torch == INSTALLED_TORCH:  # the environment's own torch (a CPU build here): ranks spawned for real
         pass
     elif torch is not None:

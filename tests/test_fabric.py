@@ -29,7 +29,7 @@ import pytest
 from pytest_gputopo.core import faults, model, schema
 from pytest_gputopo.core.requirements import LinkRequirement, NvLinkRequirement, P2PRequirement
 from pytest_gputopo.probe import nvml
-from pytest_gputopo.probe.fake_nvml import make_fake_pynvml
+from fake_nvml import make_fake_pynvml
 from pytest_gputopo.probe.recorded import load_profile, profile_dict
 
 CLUSTER = "9c6f5af3-53bf-49b5-a436-b66766c413c3"

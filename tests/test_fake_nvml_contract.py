@@ -13,7 +13,7 @@ import pynvml
 import pytest
 
 from pytest_gputopo.core import model
-from pytest_gputopo.probe.fake_nvml import make_fake_pynvml
+from fake_nvml import make_fake_pynvml
 
 BUS = "00000000:19:00.0"
 

@@ -27,7 +27,7 @@ from pytest_gputopo.core import keys, model, schema
 from pytest_gputopo.core.gpu_requirements import GpuRequirement
 from pytest_gputopo.core.requirements import LinkRequirement, NvLinkRequirement, P2PRequirement, TransportRequirement
 from pytest_gputopo.probe import nvml
-from pytest_gputopo.probe.fake_nvml import make_fake_pynvml
+from fake_nvml import make_fake_pynvml
 
 OK = model.P2PStatus.OK
 A100 = "NVIDIA A100-SXM4-80GB"

@@ -8,8 +8,10 @@ serving a recorded machine, built on the real module).
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pynvml as real_pynvml
 import pytest
@@ -25,7 +27,7 @@ spec.loader.exec_module(real)
 if os.environ.get("GPUTOPO_TEST_HANG"):
     open(os.environ["GPUTOPO_TEST_HANG"], "w").write(str(os.getpid()))
     time.sleep(600)  # a driver that never answers
-from pytest_gputopo.probe.fake_nvml import make_fake_pynvml
+from fake_nvml import make_fake_pynvml
 from pytest_gputopo.probe.recorded import load_profile
 sys.modules["pynvml"] = make_fake_pynvml(load_profile(os.environ["GPUTOPO_TEST_MACHINE"]).topology)
 """
@@ -42,6 +44,7 @@ def gpu_stubs(tmp_path, monkeypatch):
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     (stubs / "pynvml.py").write_text(STUB_PYNVML)
+    shutil.copy(Path(__file__).with_name("fake_nvml.py"), stubs)  # the stub's double, beside it
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(stubs), *filter(None, [os.environ.get("PYTHONPATH")])]))
     _parent_finds_pynvml_in(stubs, monkeypatch)
     monkeypatch.setenv("GPUTOPO_TEST_REAL_PYNVML", real_pynvml.__file__)
@@ -94,7 +97,7 @@ def test_the_nvml_child_starts_without_site_and_imports_only_what_it_asks(tmp_pa
     assert {"pynvml", "pytest_gputopo.probe.nvml", "pytest_gputopo.core.model"} <= imported
     assert "site" not in imported
     unused = {f"pytest_gputopo.probe.{m}" for m in ("named_machine", "recorded", "cuda_numbering", "learned",
-                                                     "this_host", "cuda_driver", "torch_cuda", "fake_nvml")}
+                                                     "this_host", "cuda_driver", "torch_cuda")}
     assert not unused & imported and not any(m == "torch" or m.startswith("pytest_gputopo.plugin") for m in imported)
 
 

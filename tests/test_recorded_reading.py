@@ -18,7 +18,7 @@ from pytest_gputopo.core import model
 from pytest_gputopo.parse import smi_topo
 from pytest_gputopo.parse.text_machine import TextMachine
 from pytest_gputopo.probe import nvml, probe_recorded
-from pytest_gputopo.probe.fake_nvml import make_fake_pynvml
+from fake_nvml import make_fake_pynvml
 from pytest_gputopo.probe.named_machine import as_nvml_reads
 from pytest_gputopo.probe.recorded import bundled_names, load_profile, profile_dict
 

@@ -6,7 +6,7 @@ A profile's machine is the one NVML would report of it (``as_nvml_reads``): its 
 each fact in the form NVML gives it, a pair's NVLink count as NVML counts the links its GPUs list,
 and the recording's own answers where NVML has none (CUDA's ``cuda_peer``, ``multicast``, the versions,
 the host name, the NICs, published figures). ``tests/test_recorded_reading.py`` holds it to the same
-machine the NVML code path reads from the fake ``pynvml`` serving the profile (``fake_nvml``, the test
+machine the NVML code path reads from the fake ``pynvml`` serving the profile (``tests/fake_nvml.py``, the test
 double of ``nvml``)."""
 
 from __future__ import annotations

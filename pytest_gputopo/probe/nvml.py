@@ -1,12 +1,12 @@
 """The NVML backend: read the machine through a ``pynvml``-like module.
 
 ``probe(nvml)`` takes the module as a parameter, so the same code reads real NVML (``import pynvml``)
-and a recorded machine (``fake_nvml.make_fake_pynvml(topology)``). Every NVML call goes through one
-choke point (``_Reader.call``) that turns "not supported" (``NVMLError_NotSupported``,
-``NVMLError_FunctionNotFound``, a function an older nvidia-ml-py lacks) into the sentinel ``NA`` and
-returns other ``NVMLError``s instead of raising them: a fact NVML cannot give becomes ``None`` (other
-errors also leave a warning), never a crash. Only ``nvmlInit`` errors propagate; ``unavailable_reason``
-words them for a human.
+and its test double (``tests/fake_nvml.py``: ``make_fake_pynvml(topology)`` serving a recorded
+machine). Every NVML call goes through one choke point (``_Reader.call``) that turns "not
+supported" (``NVMLError_NotSupported``, ``NVMLError_FunctionNotFound``, a function an older
+nvidia-ml-py lacks) into the sentinel ``NA`` and returns other ``NVMLError``s instead of raising
+them: a fact NVML cannot give becomes ``None`` (other errors also leave a warning), never a crash.
+Only ``nvmlInit`` errors propagate; ``unavailable_reason`` words them for a human.
 
 GPUs come back in NVML index order with ``index == nvml_index``; the caller reorders them into CUDA
 order. NVLink pair counts follow nvidia-smi ``topo -m``: links of GPU a whose remote

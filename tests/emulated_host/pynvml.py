@@ -1,4 +1,4 @@
-"""An emulated host's ``pynvml``: the project's fake NVML (``probe/fake_nvml.py``, built on the real
+"""An emulated host's ``pynvml``: the project's fake NVML (``tests/fake_nvml.py``, built on the real
 nvidia-ml-py module and its quirks) serving the recorded machine $GPUTOPO_EMU_MACHINE.
 
 $GPUTOPO_EMU_DRIVER: a driver branch of ``nvml_drivers.BRANCHES`` ("470", "535", ...): the driver and
@@ -27,8 +27,8 @@ import dataclasses  # noqa: E402
 
 import nvml_drivers  # noqa: E402  (next to this file)
 
+from fake_nvml import make_fake_pynvml  # noqa: E402  (next to this file too)
 from pytest_gputopo.core import model  # noqa: E402
-from pytest_gputopo.probe.fake_nvml import make_fake_pynvml  # noqa: E402
 from pytest_gputopo.probe.recorded import load_profile  # noqa: E402
 
 _topology = load_profile(os.environ["GPUTOPO_EMU_MACHINE"]).topology
