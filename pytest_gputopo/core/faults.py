@@ -106,7 +106,8 @@ def topology_faults(topology: Topology) -> list[Fault]:
     return out
 
 
-def expected(topology: Topology, key: keys.Key, backend: str | None = None, pairs: dict | None = None):
+def expected(topology: Topology, key: keys.Key, backend: str | None = None,
+             pairs: dict[tuple[int, int], spec.Figure | None] | None = None) -> tuple[spec.Figure | None, str]:
     """What the link should give for a figure (a ``spec.Figure`` or None) and what that rests on, as a
     run looks it up for its own figures; ``backend``: an all-reduce's ("gloo": CPUs, no link);
     ``pairs``: a pair's figure already looked up on this topology, by (src, dst), filled as it goes."""
@@ -149,7 +150,8 @@ def _item(key: keys.Key) -> str:
 
 
 def figure_fault(topology: Topology, key: keys.Key, gbps: float, what: str, *, error: str | None = None,
-                 backend: str | None = None, nvls: bool | None = None, pairs: dict | None = None) -> Fault | None:
+                 backend: str | None = None, nvls: bool | None = None,
+                 pairs: dict[tuple[int, int], spec.Figure | None] | None = None) -> Fault | None:
     """A measured figure under the floor the one threshold rule sets for its GPU and link (the default
     floors: the fleet has no run's settings), or whose data came back wrong; None otherwise, and for a
     figure nothing says what it should reach (unknown is never a fault, nor "assumed OK")."""
@@ -171,7 +173,7 @@ def figure_fault(topology: Topology, key: keys.Key, gbps: float, what: str, *, e
                  else "data came back wrong", (what,))
 
 
-def _gpus_index(key) -> tuple[int, ...]:
+def _gpus_index(key: keys.Copy | keys.HostCopy) -> tuple[int, ...]:
     return (key.src, key.dst) if isinstance(key, keys.Copy) else (key.gpu,)
 
 
