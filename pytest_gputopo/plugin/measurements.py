@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
+from typing import Any
 
 from ..bench.suite import BenchSuite, SharedFolder
 from ..core import collectives, keys, spec
@@ -36,6 +38,7 @@ def suite(run: GputopoRun) -> BenchSuite:
     found = run.state.suite
     if found is not None:
         return found
+    shared: Any  # a NodeShare or a SharedFolder: anything with get(name) and put(name, dict)
     across = shared = None
     if run.ranks is not None:
         from ..runtime.ranks import NodeShare, rendezvous
@@ -53,7 +56,7 @@ def suite(run: GputopoRun) -> BenchSuite:
     return found
 
 
-def _cache(run: GputopoRun) -> tuple:
+def _cache(run: GputopoRun) -> tuple[Callable[[str], Any] | None, Callable[[str, Any], None] | None]:
     """(get, set) of benchmark results in pytest's cache under this setup's fingerprint, or (None,
     None) without ``--gputopo-cache``."""
     config = run.config
@@ -101,8 +104,9 @@ def expected(run: GputopoRun, key: keys.Key):
         return None, "gloo on CPUs (no link to judge it by)"
     if run.ranks is not None:  # under a launcher the suite's all-reduce spans the ranks (``suite``'s ``across``)
         return None, "an all-reduce across the ranks of the run (no single link to judge it by)"
-    fig = collectives.allreduce_expected_busbw(topology, key.ranks, key.devices)
-    among = ", ".join(f"GPU{d}" for d in key.devices) if key.devices else counted(key.ranks, "GPU")
+    # An all-reduce by now (no figure is expected of NCCL's transports):
+    fig = collectives.allreduce_expected_busbw(topology, key.ranks, key.devices)  # type: ignore[union-attr]
+    among = ", ".join(f"GPU{d}" for d in key.devices) if key.devices else counted(key.ranks, "GPU")  # type: ignore[union-attr]
     return fig, (fig.label if fig else f"links among {among} (unknown)")
 
 

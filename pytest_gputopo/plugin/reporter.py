@@ -135,7 +135,8 @@ def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
     from .run_record import finished
 
     record = finished(run)
-    skipped, failed = Counter(), Counter()
+    skipped: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
     for unmet in record.unmet:
         if unmet.at_setup:
             (skipped if unmet.outcome == "skipped" else failed)[unmet.requirement] += 1
