@@ -54,6 +54,8 @@ def cache_paths(name: str = NAME, cache: str = LD_SO_CACHE) -> list[str] | None:
     (nlibs,) = struct.unpack_from("=I", data, start + len(_NEW_MAGIC))
     first = start + _HEADER_BYTES
     wanted = name.encode()
+    if wanted + b"\0" not in data:  # not listed at all: spare the walk over every entry
+        return []
     found = []
     for n in range(min(nlibs, (len(data) - first) // _ENTRY_BYTES)):
         _flags, key, value = struct.unpack_from("=iII", data, first + n * _ENTRY_BYTES)

@@ -77,7 +77,8 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
             why = [w for w in answer.warnings if w.startswith((CUDA_UNKNOWN, "the probe of this host"))]
             cuda_problem = why[0].removeprefix(CUDA_UNKNOWN) if why else "CUDA's view could not be had"
         if key and (answer.cuda is not None or answer.torch is not None):
-            boot_record.put(key, {**kept,  # type: ignore[union-attr]  # a key: a record **({"cuda": answer.cuda.to_json()} if answer.cuda is not None else {}),
+            boot_record.put(key, {**kept,  # type: ignore[union-attr]  # a key: a record
+                                  **({"cuda": answer.cuda.to_json()} if answer.cuda is not None else {}),
                                   **({"torch": answer.torch} if answer.torch is not None else {})})
     words = {model.CUDA: "CUDA's view", model.TORCH: "torch's versions"}
     notes += [f"{words[f]} probed" for f in sorted(missing)] + [f"{words[f]} from this boot's record" for f in sorted(had)]
