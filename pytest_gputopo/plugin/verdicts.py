@@ -12,7 +12,7 @@ are judged.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core import requirements as reqs
 from ..core.causes import MACHINE, Finding, Group, causes
@@ -24,6 +24,7 @@ from .run import GputopoRun
 if TYPE_CHECKING:
     from ..core import keys
     from ..core.judgement import Judgement, Threshold
+    from ..core.spec import Figure
 
 # A marker judged on the topology (``requires_gpus``, ``requires_p2p``, ...) needs none of the
 # judges, the benchmarks, NCCL's view or the run gates: each function below imports those it uses,
@@ -55,7 +56,7 @@ def evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
 def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
     if isinstance(requirement, reqs.FactRequirement):
         verdict = judge(run, requirement)  # measures lazily, once per run
-        mine = {"reason": None if verdict.ok else verdict.reason, "broken": verdict.broken,
+        mine: dict[str, Any] = {"reason": None if verdict.ok else verdict.reason, "broken": verdict.broken,
                 "unknown": not verdict.ok and verdict.unknown}
         gathered = run.all_ranks(f"verdict/{requirement}", mine)
         if len(gathered) == 1:
@@ -66,16 +67,17 @@ def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
         rank, first = unmet[0]  # unknown only where no rank knows it falls short
         return Outcome(f"rank {rank}: {first['reason']}", any(d["broken"] for _, d in unmet),
                        unknown=all(d.get("unknown", False) for _, d in unmet))
-    unmet = [(view, topology, verdict) for view, topology in run.nodes()
+    short = [(view, topology, verdict) for view, topology in run.nodes()
              if not (verdict := requirement.evaluate(topology)).ok]
-    if not unmet:
+    if not short:
         return Outcome(None)
-    view, topology, verdict = unmet[0]  # the first node's reason; unknown only where no node falls short
-    where = f"on {view.where}: " if view is not None and len(run.ranks.views) > 1 else ""
+    view, topology, verdict = short[0]  # the first node's reason; unknown only where no node falls short
+    # A node's view comes with ranks (a launch)
+    where = f"on {view.where}: " if view is not None and len(run.ranks.views) > 1 else ""  # type: ignore[union-attr]
     group = _group(requirement, topology, view.where if where else "", str(requirement))
     blamed = tuple(c.subject for c in causes([group]) if c.evidence)  # not a finding alone
     return Outcome(f"{where}{verdict.reason} [{report.source_text(topology)}]", causes=blamed,
-                   unknown=all(v.unknown for _, _, v in unmet))
+                   unknown=all(v.unknown for _, _, v in short))
 
 
 def judge(run: GputopoRun, requirement: reqs.FactRequirement,
@@ -95,10 +97,11 @@ def judge(run: GputopoRun, requirement: reqs.FactRequirement,
     if wrong:  # the facts rest on runs whose data came back wrong: a broken node, never a skip
         reason = f"{requirement}: {'; '.join(wrong)} [{report.source_text(topology)}; {view.origin}]"
         return reqs.Verdict(False, reason, tuple(wrong), broken=True)
+    # judge() is a TransportRequirement's (transport) or a NoFallbackRequirement's, not FactRequirement's
     if transport:
-        verdict = requirement.judge(topology, view.pairs(), view.account, max_items)
+        verdict = requirement.judge(topology, view.pairs(), view.account, max_items)  # type: ignore[attr-defined]
     else:
-        verdict = requirement.judge(view.fallbacks(measurements.measured_p2p(run)), max_items)
+        verdict = requirement.judge(view.fallbacks(measurements.measured_p2p(run)), max_items)  # type: ignore[attr-defined]
     if verdict.ok:
         return verdict
     return dataclasses.replace(verdict, reason=f"{verdict.reason} [{report.source_text(topology)}; {view.origin}]")
@@ -115,14 +118,14 @@ class _Rule:
         gpus = run.topology.gpus
         self.gpu_name = gpus[0].name if gpus else None
 
-    def __call__(self, key: keys.Key, expected: tuple, size_bytes: int | None, gbps: float | None,
+    def __call__(self, key: keys.Key, expected: tuple[Figure | None, str], size_bytes: int | None, gbps: float | None,
                  floor: float | None, nvls: bool | None) -> Threshold:
         from ..core import judgement  # the judges (see above)
 
         return judgement.threshold(key, *expected, self.floors, self.explicit, self.gpu_name,
                                    size_bytes=size_bytes, nvls=nvls, gbps=gbps, floor=floor)
 
-    def judgement(self, result, expected: tuple, staged=None, gbps: float | None = None,
+    def judgement(self, result, expected: tuple[Figure | None, str], staged=None, gbps: float | None = None,
                   floor: float | None = None) -> Judgement:
         """A result at hand against its threshold; ``staged``: its P2P copy's twin through the host."""
         from ..core.judgement import Judgement, Measured  # the judges (see above)
@@ -177,7 +180,7 @@ def judge_figure(run: GputopoRun, key: keys.Key, gbps: float | None = None, floo
     result = s.get(key)
     verdict = judgement_of(run, result, None, gbps, floor)
     if key.kind == "p2p" and verdict.state == MET:
-        verdict = judgement_of(run, result, s.get(key.staged()), gbps, floor)
+        verdict = judgement_of(run, result, s.get(key.staged()), gbps, floor)  # type: ignore[union-attr]  # a Copy
     return result, verdict
 
 
