@@ -159,8 +159,10 @@ def test_budget_is_respected_on_the_real_clock():
 
     m = measure("sleepy", run, size_bytes=1, timer=WallTimer(), warmup=1, iterations=3,
                 min_samples=5, max_samples=10_000, target_ci=1.0001, budget_s=0.3)
-    assert m.wall_s <= 0.3 + 0.05
-    assert len(m.samples_s) >= 5
+    # The budget ended it, not max_samples: a sample sleeps 5 ms at least (1 + 3 + 1 or 3 + 1 + 3), so
+    # 0.3 s holds 60 at most. Counted, not timed: a loaded machine stretches the sleeps, never shortens them.
+    assert not m.stable
+    assert 1 <= len(m.samples_s) <= 0.3 / 0.005
 
 
 def test_max_samples_bounds_the_run():

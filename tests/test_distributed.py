@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -135,11 +134,10 @@ def test_srun_starting_every_rank_takes_one_decision(suite_dir):
 @pytest.mark.slow
 def test_a_rank_that_never_reports_ends_the_run_with_a_reason(suite_dir):
     port = launcher_port()
-    start = time.monotonic()
     out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                    "-m", "pytest", "-p", "no:cacheprovider", "--gputopo-rank-timeout", "5",
                    env={"GPUTOPO_TEST_HANG_RANK": "1"})
-    assert time.monotonic() - start < 60
+    # The rank timeout ended it (the reason names it), not the seconds a loaded machine takes
     assert out.returncode != 0
     assert "the ranks cannot agree: rank(s) 1 did not report 'topology' within 5 s" in out.stdout + out.stderr
     assert processes_in(suite_dir) == []  # no rank outlived the run

@@ -622,7 +622,7 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-def _wait_gone(pids, within_s: float = 5.0) -> list[int]:
+def _wait_gone(pids, within_s: float = 30.0) -> list[int]:  # returns as soon as they are gone
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         alive = [p for p in pids if _running(p)]
@@ -820,15 +820,13 @@ def _started_pids(pids_file: Path) -> list[int]:
 @pytest.mark.parametrize("ignore_term", [False, True], ids=["sigterm", "sigkill-after-grace"])
 def test_runner_timeout_kills_the_whole_group(tmp_path, ignore_term):
     binary, pids_file = _spawning_sleeper(tmp_path, ignore_term)
-    started = time.monotonic()
     try:
+        # the timeout ended it (not the fake's 600 s sleep) and killed both: the events, not the seconds
         with pytest.raises(BenchTimeout, match=r"did not finish within 1 s(?s:.*)# nThread"):
             nt.run_all_reduce_perf(binary, 2, 8, timeout_s=1, grace_s=0.5)
-        elapsed = time.monotonic() - started
         pids = _started_pids(pids_file)
         assert len(pids) == 2  # the fake and the child it started
         assert _wait_gone(pids) == []
-        assert elapsed < 1 + 2 * 0.5 + 30  # timeout + grace + a busy machine's slack, not the 600 s sleep
     finally:
         for pid in _started_pids(pids_file):  # never leave our own fakes running
             if _running(pid):

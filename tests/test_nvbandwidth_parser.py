@@ -453,14 +453,14 @@ def test_work_is_linear_in_the_text():
         "nvbandwidth Version: v0.8\nRunning a.\nt (GB/s)\n" + "0 1\n0\n" * 100_000,  # a matrix per 6 bytes
     ]
     for text in texts:
-        started = time.monotonic()
+        started = time.process_time()  # this process's CPU: other processes' load stretches the wall clock only
         try:
             result = parse_nvbandwidth(text)
             json.dumps(result.to_json(), allow_nan=False)
             assert len(result.warnings) <= 200
         except NvbandwidthParseError:
             pass
-        assert time.monotonic() - started < 20, text[:40]
+        assert time.process_time() - started < 20, text[:40]
 
 
 # ------------------------------------------------------------------------------ properties

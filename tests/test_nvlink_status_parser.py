@@ -350,9 +350,9 @@ def test_long_lines_and_many_lines_stay_fast_and_bounded():
     hostile = ["GPU 1: " + "(UUID:" * 20000, "Link 0:" + " " * 100000 + "x", "all " * 50000,
                "MIG " + "Device 1" * 20000, "Link 0: " + "9" * 100000 + " GB/s", "GPU " + "9" * 100000 + ":"]
     text = "\n".join(["GPU 0: X", "\t Link 0: 25 GB/s"] + hostile + ["junk"] * 5000)
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU: other processes' load stretches the wall clock only
     status = parse_nvlink_status(text)
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 5
     _check(status)
     assert len(status.warnings) <= 101 and status.warnings[-1].endswith("more warnings")
 

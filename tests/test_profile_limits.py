@@ -31,6 +31,12 @@ def mutated(path: str, value) -> dict:
     return data
 
 
+def children_cpu_s() -> float:
+    """CPU seconds used so far by this process's children that ended (show's, below)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def show(tmp_path, data, text=None):
     path = tmp_path / "m.json"
     path.write_text(text if text is not None else json.dumps(data))
@@ -60,13 +66,13 @@ def test_an_impossible_field_is_refused_with_its_path(tmp_path, path, value, say
     MemoryError), huge nvlinks (44 s, gigabytes), a 5,000-digit schema, non-string nics (TypeError
     in report.py) were "internal error" exits; 9.4/9.11: NaN or inf published gbps, negative
     memory, duplicate uuid or bus id were accepted."""
-    start = time.monotonic()
+    start = children_cpu_s()
     text = json.dumps(mutated(path, value)).replace('"<5000 digits>"', "1" * 5000)  # json.dumps refuses to
     result = show(tmp_path, None, text)
     assert result.returncode == 2, result.stderr
     assert says in result.stderr and str(tmp_path / "m.json") in result.stderr
     assert "internal error" not in result.stderr
-    assert time.monotonic() - start < 30
+    assert children_cpu_s() - start < 30  # the CPU it used: a loaded machine stretches the wall clock only
 
 
 @pytest.mark.parametrize("text, says", [
@@ -160,11 +166,12 @@ def _load(tmp_path, data) -> None:
 @settings(max_examples=300)
 @given(mutated_profiles())
 def test_a_mutated_bundled_profile_is_used_or_refused_by_field(tmp_path_factory, data):
-    start, rss = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start, rss = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     _load(tmp_path_factory.mktemp("p"), data)
-    # Bounded, with a busy shared machine's slack: tools/perf/bench_profile_refusal.py measures the
-    # figure (tens of milliseconds) for docs/performance.md.
-    assert time.monotonic() - start < 10.0
+    # Bounded in this process's CPU time (other processes' load stretches the wall clock only):
+    # tools/perf/bench_profile_refusal.py measures the figure (tens of milliseconds) for
+    # docs/performance.md.
+    assert time.process_time() - start < 10.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 100 * 1024  # KiB: under 100 MB
 
 

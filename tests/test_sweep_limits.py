@@ -46,13 +46,11 @@ def test_the_rank_limit_is_two_per_cpu_and_what_the_memory_holds():
 
 def test_more_ranks_than_the_cpus_run_are_refused_before_anything_runs():
     ranks = RANKS_PER_CPU * usable_cpus() + 1
-    started = time.monotonic()
     out = gputopo("bench", "allreduce", "--backend", "gloo", "--ranks", str(ranks), "-b", "8", "-e", "8")
     assert out.returncode == 2 and "measuring" not in out.stderr, out.stderr
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert f"--ranks {ranks}: at most {ranks - 1} gloo ranks on this host" in out.stderr
     assert f"{usable_cpus()} usable CPU" in out.stderr and "the scheduler" in out.stderr
-    assert time.monotonic() - started < 60
 
 
 def test_ranks_the_memory_cannot_hold_are_refused_naming_the_largest_size():
