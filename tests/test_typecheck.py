@@ -1,6 +1,7 @@
 """The package passes mypy (pyproject.toml's ``[tool.mypy]``: strict on ``core/`` and ``parse/``, mypy's
 defaults elsewhere), so the README's test command, and CI with it, type-checks it. mypy keeps its cache
-in .mypy_cache: a run over an unchanged tree reads it and takes under a second (docs/testing.md)."""
+in .mypy_cache: a run over an unchanged tree reads it and takes about a second, one without it about
+ten (docs/testing.md)."""
 
 import importlib.util
 import subprocess

@@ -74,8 +74,7 @@ class Exchange:
             # torch takes the descriptor over (uv_tcp_open) and closes it with the store: hand it a copy
             given = {"master_listen_fd": os.dup(bound.fileno())} if bound is not None else {}
             store = dist.TCPStore(launch.master_addr, port, launch.world_size, is_master,
-                                  timeout=timedelta(seconds=timeout_s), wait_for_workers=False,
-                                  **given)  # type: ignore[arg-type]  # master_listen_fd: an int
+                                  timeout=timedelta(seconds=timeout_s), wait_for_workers=False, **given)
         except Exception as exc:  # OSError (port taken), RuntimeError / DistStoreError: name the address
             raise RankError(f"rank {launch.rank}: cannot reach the launcher's store at "
                             f"{launch.master_addr}:{port}: {exc}") from None
