@@ -941,6 +941,13 @@ def single_gpu() -> Machine:
             "cuda_runtime_version, nccl_version: unknown (the page shows no torch; its nvcc 12.1 is the toolkit on "
             "PATH, not torch.version.cuda)",
         ),
+        published=tuple(
+            {"kind": kind, "gbps": 25.4, "pinned": True,
+             "source": f"https://github.com/jdh4/della-gpu-A100 README.md @ 4b00d9e7dc064ba88d9451caf9f44f049dd916f0 "
+                       f"(CUDA 11.3 bandwidthTest --memory=pinned --mode=range, 'Device 0: NVIDIA A100-PCIE-40GB' "
+                       f"of Princeton's Della): {what}; the lowest of the 200 MB to 1 GB transfers",
+             "note": "another host's A100 PCIe (40 GB) on its own PCIe Gen4 x16 link, the link this machine's GPU has"}
+            for kind, what in (("h2d", "Host to Device 25.4-26.2 GB/s"), ("d2h", "Device to Host 25.4-26.3 GB/s"))),
     )
 
 
