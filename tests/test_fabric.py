@@ -26,10 +26,10 @@ import json
 import pynvml
 import pytest
 
+from fake_nvml import make_fake_pynvml
 from pytest_gputopo.core import faults, model, schema
 from pytest_gputopo.core.requirements import LinkRequirement, NvLinkRequirement, P2PRequirement
 from pytest_gputopo.probe import nvml
-from fake_nvml import make_fake_pynvml
 from pytest_gputopo.probe.recorded import load_profile, profile_dict
 
 CLUSTER = "9c6f5af3-53bf-49b5-a436-b66766c413c3"

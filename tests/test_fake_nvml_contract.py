@@ -12,8 +12,8 @@ import dataclasses
 import pynvml
 import pytest
 
-from pytest_gputopo.core import model
 from fake_nvml import make_fake_pynvml
+from pytest_gputopo.core import model
 
 BUS = "00000000:19:00.0"
 

@@ -23,11 +23,11 @@ import pynvml
 import pytest
 
 from conftest import copy_children as _copy_children
+from fake_nvml import make_fake_pynvml
 from pytest_gputopo.core import keys, model, schema
 from pytest_gputopo.core.gpu_requirements import GpuRequirement
 from pytest_gputopo.core.requirements import LinkRequirement, NvLinkRequirement, P2PRequirement, TransportRequirement
 from pytest_gputopo.probe import nvml
-from fake_nvml import make_fake_pynvml
 
 OK = model.P2PStatus.OK
 A100 = "NVIDIA A100-SXM4-80GB"

@@ -11,9 +11,9 @@ import pynvml
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from fake_nvml import make_fake_pynvml
 from pytest_gputopo.core import model, schema
 from pytest_gputopo.probe import nvml, recorded
-from fake_nvml import make_fake_pynvml
 
 OK = model.P2PStatus.OK
 PCIE_CLASSES = [c for c in model.LinkClass if c is not model.LinkClass.NV]

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, NO_CORPUS
+from fake_nvml import make_fake_pynvml
 from pytest_gputopo.core import model
 from pytest_gputopo.parse import smi_topo
 from pytest_gputopo.parse.text_machine import TextMachine
 from pytest_gputopo.probe import nvml, probe_recorded
-from fake_nvml import make_fake_pynvml
 from pytest_gputopo.probe.named_machine import as_nvml_reads
 from pytest_gputopo.probe.recorded import bundled_names, load_profile, profile_dict
 
