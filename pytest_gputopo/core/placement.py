@@ -18,7 +18,7 @@ from math import comb
 
 from .gpu_requirements import VersionRequirement
 from .model import Topology
-from .requirements import FactRequirement, Requirement
+from .requirements import FactRequirement, RanksRequirement, Requirement
 from .units import counted
 
 # Above this many k-sets every one is not judged: sets grown greedily from each GPU are (and the
@@ -35,7 +35,7 @@ def gpus_needed(requirements: Iterable[Requirement], topology: Topology) -> int:
     for req in requirements:
         if isinstance(req, VersionRequirement):
             continue
-        if hasattr(req, "on_gpus"):  # core.requirements.RanksRequirement: one GPU per rank, or none
+        if isinstance(req, RanksRequirement):  # one GPU per rank, or none
             need = max(need, req.n if req.on_gpus(topology) else 0)
             continue
         gpus = req.gpus
@@ -51,7 +51,7 @@ def lease_size(requirements: Iterable[Requirement]) -> float:
     for req in requirements:
         if isinstance(req, VersionRequirement):
             continue
-        if hasattr(req, "on_gpus"):
+        if isinstance(req, RanksRequirement):
             need = max(need, 0 if (req.backend or "").lower() == "gloo" else req.n)
             continue
         gpus = req.gpus
@@ -64,7 +64,7 @@ def _pair_score(topology: Topology, a: int, b: int) -> tuple[int, int]:
     return (0, 0) if label is None else (int(label.cls), label.nvlinks)  # unknown: the worst
 
 
-def _set_score(topology: Topology, gpus: Sequence[int]) -> tuple:
+def _set_score(topology: Topology, gpus: Sequence[int]) -> tuple[tuple[int, int], int]:
     """Best-linked first: the worst pair's link, then the sum of every pair's (NVLinks counted)."""
     scores = [_pair_score(topology, a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
     if not scores:
@@ -88,7 +88,7 @@ class Placer:
             self.never = f"{asked + ': ' if asked else ''}needs {counted(k, 'GPU')}, {n} may be leased here"
             return
         self._scores = {s: _set_score(topology, s) for s in self._candidates(n)}
-        self.meeting = sorted((s for s in self._scores if self._meets(s)), key=self._scores.get, reverse=True)
+        self.meeting = sorted((s for s in self._scores if self._meets(s)), key=self._scores.__getitem__, reverse=True)
         if not self.meeting:
             self._why_never(n)
 

@@ -134,11 +134,10 @@ class LeaseProcess:
         for when in ("setup", "call", "teardown"):
             if when in seen or (when == "call" and "setup" not in seen):
                 continue
-            outcome = "passed" if when == "teardown" else "failed"
             seen.add(when)
             item.ihook.pytest_runtest_logreport(report=pytest.TestReport(
-                item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome,
-                why if outcome == "failed" else None, when, user_properties=list(item.user_properties)))
+                item.nodeid, item.location, {k: 1 for k in item.keywords}, "passed" if when == "teardown" else "failed",
+                None if when == "teardown" else why, when, user_properties=list(item.user_properties)))
 
     def output_tail(self) -> str:
         with open(os.path.join(self.folder, OUTPUT), encoding="utf-8", errors="replace") as handle:
@@ -216,8 +215,9 @@ def enter_child(config: pytest.Config, topology_key: str) -> None:
     """Make this process a worker of the run that started it, holding the leased GPUs' machine
     (never probed again: NVML would list every GPU, and this process sees the lease's alone)."""
     spec = read_spec(config.getoption("gputopo_lease_child"))
-    config.workerinput = {**spec["workerinput"], topology_key: spec["topology"]}
-    config.workeroutput = {}
+    # xdist's own attributes, set as its workers have them (pytest's Config does not declare them)
+    config.workerinput = {**spec["workerinput"], topology_key: spec["topology"]}  # type: ignore[attr-defined]
+    config.workeroutput = {}  # type: ignore[attr-defined]
 
 
 class Child:
@@ -227,7 +227,8 @@ class Child:
 
     def __init__(self, config: pytest.Config):
         spec = read_spec(config.getoption("gputopo_lease_child"))
-        self.config, self.running = config, None
+        self.config = config
+        self.running: str | None = None
         self.commands = os.fdopen(spec["commands"], encoding="utf-8")
         self.out = os.fdopen(spec["reports"], "w", encoding="utf-8")
 

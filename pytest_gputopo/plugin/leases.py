@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
@@ -22,6 +22,9 @@ from ..core import placement
 from ..core.model import Gpu, Topology
 from ..runtime import gpu_locks
 from .run import GputopoRun
+
+if TYPE_CHECKING:
+    from .lease_child import LeaseProcess
 
 LEASE = pytest.StashKey["Lease"]()
 NOT_PLACED = pytest.StashKey[tuple]()  # (why the item holds no lease, whether it waited in vain): it skips or fails
@@ -43,7 +46,7 @@ class Kept(NamedTuple):
     """A lease, and the process that runs its tests, kept from one test for the next (``nodeid``)."""
 
     lease: Lease
-    process: object  # lease_child.LeaseProcess
+    process: LeaseProcess
     nodeid: str
 
 
@@ -83,13 +86,23 @@ class Leases:
     def __init__(self, run: GputopoRun, reqs_key, folder: str, timeout_s: float):
         self.run, self.reqs_key, self.folder, self.timeout_s = run, reqs_key, folder, timeout_s
         self._placers: dict = {}
-        self._allowed: tuple | None = None
+        self._allowed: tuple[Topology, list[str]] | None = None
         self.kept: Kept | None = None
 
     def allowed(self) -> tuple[Topology, list[str]]:
         if self._allowed is None:
             self._allowed = leasable(self.run.topology)
         return self._allowed
+
+    def uuids(self) -> list[str]:
+        """The UUIDs of the GPUs a lease may hold (``leasable`` keeps only GPUs that have one)."""
+        return [str(gpu.uuid) for gpu in self.allowed()[0].gpus]
+
+    def open_and_free(self, reserved: set[str]) -> tuple[list[int], list[int]]:
+        """The GPUs no waiter reserved (``reserved``), and those of them no process holds now."""
+        uuids = self.uuids()
+        open_ = [i for i, uuid in enumerate(uuids) if uuid not in reserved]
+        return open_, [i for i in open_ if gpu_locks.holder(self.folder, uuids[i]) is None]
 
     def placer(self, requirements: tuple) -> placement.Placer | None:
         """The item's placer (one per distinct set of requirements), or None: it asks for no GPU."""
@@ -143,13 +156,10 @@ class Leases:
         placer, _ = self.placer_of(nextitem)
         if placer is None or placer.never or placer.k != len(lease.gpus):
             return False
-        allowed = self.allowed()[0]
         reserved = gpu_locks.reserved_before(self.folder, None)
         if any(gpu.uuid in reserved for gpu in lease.gpus):
             return False  # a waiting test's turn: the GPUs go back
-        free = [i for i, g in enumerate(allowed.gpus)
-                if g.uuid not in reserved and gpu_locks.holder(self.folder, g.uuid) is None]
-        return placer.accepts(lease.indices, free)
+        return placer.accepts(lease.indices, self.open_and_free(reserved)[1])
 
     def end_kept(self) -> None:
         """Stop the process kept for a test that did not come next, and give its GPUs back."""
@@ -195,20 +205,18 @@ class Leases:
         (``gpu_locks.Ticket``), and a test that came later takes none of those GPUs, so a large set
         is not starved by small tests taking its GPUs one by one; the GPUs no waiter reserved stay
         free for the others."""
-        allowed = self.allowed()[0]
+        allowed, uuids = self.allowed()[0], self.uuids()
         holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())
         deadline = time.monotonic() + self.timeout_s
         ticket = None
         try:
             while True:
-                taken = gpu_locks.reserved_before(self.folder, ticket)
-                open_ = [i for i, g in enumerate(allowed.gpus) if g.uuid not in taken]
-                free = [i for i in open_ if gpu_locks.holder(self.folder, allowed.gpus[i].uuid) is None]
+                open_, free = self.open_and_free(gpu_locks.reserved_before(self.folder, ticket))
                 chosen = placer.choose(free)
                 if chosen is not None:
                     locks = []
                     for i in chosen:
-                        lock = gpu_locks.GpuLock(self.folder, allowed.gpus[i].uuid)
+                        lock = gpu_locks.GpuLock(self.folder, uuids[i])
                         if not lock.take(holder):
                             break
                         locks.append(lock)
@@ -221,21 +229,21 @@ class Leases:
                     return None
                 if ticket is None:
                     ticket = gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, time.time())
-                ticket.reserve(allowed.gpus[i].uuid for i in placer.reserve(open_, free))
+                ticket.reserve(uuids[i] for i in placer.reserve(open_, free))
                 time.sleep(POLL_S)
         finally:
             if ticket is not None:
                 ticket.close()
 
     def who_holds_what(self, placer: placement.Placer, requirements: tuple) -> str:
-        allowed = self.allowed()[0]
+        uuids = self.uuids()
         held_by = []
-        for i, gpu in enumerate(allowed.gpus):
-            found = gpu_locks.holder(self.folder, gpu.uuid)
+        for i, uuid in enumerate(uuids):
+            found = gpu_locks.holder(self.folder, uuid)
             if found is not None:
                 who = str(found) if found is not True else "a process that has not said who it is"
-                held_by.append(f"GPU{i} ({gpu.uuid}) by {who}")
-        index = {gpu.uuid: i for i, gpu in enumerate(allowed.gpus)}
+                held_by.append(f"GPU{i} ({uuid}) by {who}")
+        index = {uuid: i for i, uuid in enumerate(uuids)}
         waiting = [f"{gpu_locks.Holder(w.pid, w.test, w.since)} for "
                    f"{', '.join(f'GPU{index[u]}' for u in w.reserved if u in index) or 'none yet'}"
                    for _, w in gpu_locks.waiters(self.folder)]
