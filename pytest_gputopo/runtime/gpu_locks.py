@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Iterable
 from typing import NamedTuple
 
 # Not $TMPDIR: two runs on one host must find the same locks whatever temporary folder each job sets.
@@ -138,7 +139,7 @@ class Waiter(NamedTuple):
     pid: int
     test: str
     since: float  # time.time() when it began to wait: who came first is served first
-    reserved: tuple  # UUIDs of the GPUs it waits for
+    reserved: tuple[str, ...]  # UUIDs of the GPUs it waits for
 
     def before(self, other: Waiter) -> bool:
         return (self.since, self.pid) < (other.since, other.pid)
@@ -149,20 +150,22 @@ class Ticket:
 
     def __init__(self, folder: str, pid: int, test: str, since: float):
         self.path = os.path.join(folder, f"{TICKET_PREFIX}{pid}-{os.urandom(4).hex()}")  # unique across pid namespaces
-        self.me = Waiter(pid, test, since, None)
+        self.me = Waiter(pid, test, since, ())
         fd = _open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         fcntl.flock(fd, fcntl.LOCK_EX)  # a new file of its own: nobody else holds it
         self.fd: int | None = fd
-        self.reserve(())
+        self._write(fd)
 
-    def reserve(self, uuids) -> None:
+    def reserve(self, uuids: Iterable[str]) -> None:
         """Say which GPUs this test waits for (written only when they change)."""
-        uuids = tuple(uuids)  # once: a generator read twice is empty the second time
-        if uuids == self.me.reserved:
-            return
-        self.me = self.me._replace(reserved=uuids)
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, json.dumps(self.me._asdict()).encode()[:MAX_HOLDER_BYTES], 0)
+        reserved = tuple(uuids)  # once: a generator read twice is empty the second time
+        if reserved != self.me.reserved and self.fd is not None:
+            self.me = self.me._replace(reserved=reserved)
+            self._write(self.fd)
+
+    def _write(self, fd: int) -> None:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(self.me._asdict()).encode()[:MAX_HOLDER_BYTES], 0)
 
     def close(self) -> None:
         if self.fd is not None:
