@@ -5,7 +5,10 @@
 - every module of ``parse/`` is reached from ``gputopo parse`` (``cli/parse.py``), or is named here
   with what it is instead (a helper, or a format read elsewhere);
 - every option (``plugin/options.py``), set in an ini file, changes the run's settings
-  (``plugin/run_settings.py``), and every ini key pytest or the docs show is one of them.
+  (``plugin/run_settings.py``), and every ini key pytest or the docs show is one of them;
+- the docs say each of them: every marker's signature is a row of docs/markers.md's table, the gate's
+  grammar in docs/options.md is the one it prints, every format has its `gputopo parse` heading in
+  docs/cli.md.
 
 Each check is a function that returns its problems; the tests below assert that there are none, and
 that each one bites (a twin-less marker, keyword, format or option, patched in, is named).
@@ -114,6 +117,54 @@ def test_the_marker_parity_bites(monkeypatch):
     assert [w.split(":")[0] for w in twins_that_differ()] == ["requires_p2p", "requires_p2p"]
 
 
+def fenced(text: str) -> list[str]:
+    """The fenced blocks of a Markdown page, each without its fences."""
+    blocks, current = [], None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if current is None:
+                current = []
+            else:
+                blocks.append("\n".join(current))
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def markers_undocumented(page: str) -> list[str]:
+    """Markers whose signature, as ``pytest --markers`` registers it, is no row of the page's table."""
+    signatures = [line.split(": ", 1)[0] for line in markers.registration_lines()]
+    return [sig for sig in signatures if f"| `{sig}` |" not in page]
+
+
+def grammar_differs(page: str) -> list[str]:
+    """The gate's grammar as the page shows it, where it is not the one a malformed gate prints."""
+    shown = [block for block in fenced(page) if block.startswith("  EXPR  :=")]
+    return [] if shown == [expressions.REQUIRE_GRAMMAR] else [f"{len(shown)} grammar block(s), not REQUIRE_GRAMMAR"]
+
+
+def test_the_docs_show_every_marker_and_the_grammar_the_gate_prints():
+    assert markers_undocumented((ROOT / "docs" / "markers.md").read_text(encoding="utf-8")) == []
+    assert grammar_differs((ROOT / "docs" / "options.md").read_text(encoding="utf-8")) == []
+
+
+def test_the_marker_docs_parity_bites(monkeypatch):
+    page = (ROOT / "docs" / "markers.md").read_text(encoding="utf-8")
+    monkeypatch.setitem(markers.MARKERS, "requires_widget", lambda n=1, *, strict=None: None)
+    monkeypatch.setitem(markers.MARKER_HELP, "requires_widget", "a widget")
+    markers.registration_lines.cache_clear()
+    try:
+        assert markers_undocumented(page) == ["requires_widget(n=1, strict=False)"]
+    finally:
+        monkeypatch.undo()
+        markers.registration_lines.cache_clear()
+    grammar = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
+    monkeypatch.setattr(expressions, "REQUIRE_GRAMMAR", expressions.REQUIRE_GRAMMAR.replace(
+        '"bf16" [@N]', '"bf16" [@N]\n         | "ecc" [@N]'))
+    assert grammar_differs(grammar) == ["1 grammar block(s), not REQUIRE_GRAMMAR"]
+
+
 # ---------------------------------------------------------------------------------------------
 # parse/ modules and `gputopo parse`
 
@@ -182,10 +233,23 @@ def test_every_parse_module_is_reached_from_gputopo_parse_or_says_why_not():
     assert set(PARSE_EXEMPT) <= set(parse_modules())
 
 
+def formats_undocumented(page: str) -> list[str]:
+    """`gputopo parse` formats that no ``## `gputopo parse ...``` heading of docs/cli.md names."""
+    named = {word for heading in re.findall(r"^## `gputopo parse (.*?)`", page, re.M)
+             for word in re.split(r"[\s|]+", heading)}
+    return [fmt for fmt in cli_parse._PARSERS if fmt not in named]
+
+
+def test_docs_cli_names_every_format():
+    assert formats_undocumented((ROOT / "docs" / "cli.md").read_text(encoding="utf-8")) == []
+
+
 def test_the_parse_parity_bites(monkeypatch):
     assert formats_unreached([*parse_modules(), "widget_log"]) == ["widget_log"]  # a new format, not wired
     monkeypatch.delitem(cli_parse._PARSERS, "nvbandwidth")  # a format whose `gputopo parse` entry is forgotten
     assert formats_unreached(parse_modules()) == ["nvbandwidth", "nvbandwidth_lines"]
+    monkeypatch.setitem(cli_parse._PARSERS, "gpu-burn", cli_parse._PARSERS["smi-q"])  # wired, not documented
+    assert formats_undocumented((ROOT / "docs" / "cli.md").read_text(encoding="utf-8")) == ["gpu-burn"]
 
 
 # ---------------------------------------------------------------------------------------------
