@@ -176,6 +176,33 @@ def test_third(gputopo_gpus):
 
 
 @pytest.mark.slow
+def test_s_and_pdb_reach_a_leased_test(pytester, leased):
+    """``-s``: the test's output on the run's terminal, live, and the test reported once (its own
+    process's report lines kept apart); ``--pdb``: the debugger opens there, reading the run's input."""
+    args = leased("dgx-a100")
+    pytester.makepyfile(test_it="""
+import pytest
+
+@pytest.mark.requires_gpus(1)
+def test_prints():
+    print("said live by the test")
+
+@pytest.mark.requires_gpus(1)
+def test_fails():
+    answer = 41
+    assert answer == 42
+""")
+    result = pytester.runpytest_subprocess(*args, "-s", "-k", "prints")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*said live by the test*"])
+    assert result.stdout.str().count("test session starts") == 1
+    result = pytester.run(sys.executable, "-m", "pytest", *args, "--pdb", "-k", "fails",
+                          stdin=b"p answer + 1000\nc\n", timeout=120)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*(Pdb) 1041*"])
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]])
 def test_a_leased_tests_warnings_reach_the_runs_summary(pytester, leased, workers):
     """Raised in the test's own process, summarised by the run (and through an xdist worker to its

@@ -14,6 +14,7 @@ logs it as its own: terminal, JUnit, JSON and an xdist controller see the test a
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 
 import pytest
 
@@ -58,6 +60,10 @@ class LeaseProcess:
     def __init__(self, item: pytest.Item, lease, environ: dict):
         config = item.config
         self.module, self.lease = str(item.path), lease
+        # -s and --pdb reach the test: its output (and pdb's prompt) on this process's terminal, live,
+        # the child's own report lines in its output file; pdb reads this process's input.
+        debugging = bool(config.getoption("usepdb", False))
+        live = debugging or config.getoption("capture", None) == "no"
         self.folder = tempfile.mkdtemp(prefix="pytest-gputopo-lease-")
         commands_in, self._commands_out = os.pipe()
         self._reports_in, reports_out = os.pipe()
@@ -66,12 +72,15 @@ class LeaseProcess:
             workerinput = dict(getattr(config, "workerinput", None) or {"workerid": "master"})
             with open(spec, "w", encoding="utf-8") as handle:
                 json.dump({"topology": to_dict(lease.view), "commands": commands_in, "reports": reports_out,
-                           "workerinput": {k: v for k, v in workerinput.items() if _plain(v)}}, handle)
+                           "workerinput": {k: v for k, v in workerinput.items() if _plain(v)},
+                           "terminal": os.path.join(self.folder, OUTPUT) if live else None}, handle)
             argv = [sys.executable, "-m", "pytest", *child_args(config, self.module, spec, self.folder)]
-            with open(os.path.join(self.folder, OUTPUT), "wb") as output:
+            stdin = None if debugging else subprocess.DEVNULL
+            with open(os.path.join(self.folder, OUTPUT), "wb") as output, _own_input(config, debugging):
                 self.process = subprocess.Popen(
-                    argv, cwd=config.invocation_params.dir, env=environ, stdin=subprocess.DEVNULL, stdout=output,
-                    stderr=subprocess.STDOUT, pass_fds=[*(lock.fd for lock in lease.locks), commands_in, reports_out])
+                    argv, cwd=config.invocation_params.dir, env=environ, stdin=stdin,
+                    stdout=None if live else output, stderr=None if live else subprocess.STDOUT,
+                    pass_fds=[*(lock.fd for lock in lease.locks), commands_in, reports_out])
         except BaseException:
             os.close(self._commands_out)
             os.close(self._reports_in)
@@ -178,6 +187,22 @@ class LeaseProcess:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _own_input(config: pytest.Config, debugging: bool) -> Iterator[None]:
+    """The run's own standard input while a child that may debug starts: between tests pytest keeps
+    it captured (``/dev/null``) whatever the output's state, as its debugger's own entry undoes."""
+    capture = config.pluginmanager.getplugin("capturemanager") if debugging else None
+    if capture is None:
+        yield
+        return
+    capture.suspend_global_capture(in_=True)
+    try:
+        yield
+    finally:
+        capture.resume_global_capture()
+        capture.suspend_global_capture()  # as between tests: output and input captured again when a test runs
+
+
 def _plain(value) -> bool:
     try:
         json.dumps(value)
@@ -231,6 +256,19 @@ class Child:
         self.running: str | None = None
         self.commands = os.fdopen(spec["commands"], encoding="utf-8")
         self.out = os.fdopen(spec["reports"], "w", encoding="utf-8")
+        # Where the test's output goes to the run's terminal (-s, --pdb), this process's own report
+        # lines go to its output file, by a terminal reporter of its own there: the run reports the test.
+        self.terminal = None if spec.get("terminal") is None else open(spec["terminal"], "a", encoding="utf-8")  # noqa: SIM115
+        self.reporter: pytest.TerminalReporter | None = None
+
+    def pytest_plugin_registered(self, plugin: object, plugin_name: str, manager: pytest.PytestPluginManager) -> None:
+        """pytest's terminal reporter, replaced as soon as it is registered (before it writes) by one
+        writing to the output file, the way plugins such as pytest-sugar replace it."""
+        if self.terminal is None or plugin_name != "terminalreporter" or plugin is self.reporter:
+            return
+        manager.unregister(plugin)
+        self.reporter = pytest.TerminalReporter(self.config, self.terminal)
+        manager.register(self.reporter, "terminalreporter")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
@@ -266,3 +304,5 @@ class Child:
     def pytest_unconfigure(self) -> None:
         self.out.close()
         self.commands.close()
+        if self.terminal is not None:
+            self.terminal.close()
