@@ -128,9 +128,10 @@ class Judgement:
             if exp_text:
                 text += f", {exp_text}, ratio {ratio:.2f}" if ratio is not None else f", {exp_text}"
             return text
-        if exp is None:
+        needed = self.needed_gbps  # floor x expected here: None only without an expected figure
+        if needed is None:
             return text + ", no expected figure for this link (not judged)"
-        text += f", needed {gbps_text(self.needed_gbps)} ({th.floor_ratio:.2f} x {exp_text})"
+        text += f", needed {gbps_text(needed)} ({th.floor_ratio:.2f} x {exp_text})"
         return text + (f", ratio {ratio:.2f}" if ratio is not None else "")
 
     @property
