@@ -6,21 +6,23 @@ from __future__ import annotations
 import json
 import sys
 
+from ..bench import allreduce
+from ..bench.allreduce import BenchError
+from ..bench.sweep import element_sizes, gloo_rank_limit, sweep_entry, sweep_sizes
 from ..core import model
-from ..core.units import counted
+from ..core.collectives import NCCL_TESTS_TYPES, allreduce_expected_busbw
+from ..core.limits import MAX_BYTES
+from ..core.units import counted, read_size, size_text
 from ..probe import probe
 from ..render import report
+from ..render.html import html_report
+from ..render.nccl_tests import sweep_table
 from ..runtime import files
 from .common import CliError, add_command, check_writable
 
 
 def cmd_bench(args) -> int:
     """The all-reduce sweep: nccl-tests' table on stdout, JSON and HTML on request."""
-    from ..bench.allreduce import BenchError, run_allreduce
-    from ..bench.sweep import element_sizes, sweep_entry, sweep_sizes
-    from ..core.collectives import NCCL_TESTS_TYPES
-    from ..render.nccl_tests import sweep_table
-
     for flag, value, low in (("--ranks", args.ranks, 1), ("-w", args.warmup_iters, 0), ("--budget", args.budget, 1e-3),
                              ("--timeout", args.timeout, 1.0)):
         if value is not None and not (low <= value <= 1e6):
@@ -40,9 +42,9 @@ def cmd_bench(args) -> int:
     print(f"gputopo: measuring an all-reduce sweep: {counted(ranks, 'rank')}, {backend}, {counted(len(sizes), 'size')} "
           f"(up to {timeout:g} s) ...", file=sys.stderr, flush=True)
     try:
-        result = run_allreduce(ranks, sizes, backend=backend, dtype=NCCL_TESTS_TYPES[args.datatype],
-                               devices=devices, budget_s_per_size=args.budget, timeout_s=timeout,
-                               warmup=args.warmup_iters)
+        result = allreduce.run_allreduce(ranks, sizes, backend=backend, dtype=NCCL_TESTS_TYPES[args.datatype],
+                                         devices=devices, budget_s_per_size=args.budget, timeout_s=timeout,
+                                         warmup=args.warmup_iters)
     except BenchError as exc:
         print(f"gputopo: the sweep gave no figures: {exc.reason}", file=sys.stderr)
         return 1
@@ -63,9 +65,6 @@ def cmd_bench(args) -> int:
 
 
 def _size_arg(flag: str, text: str) -> int:
-    from ..core.limits import MAX_BYTES
-    from ..core.units import read_size
-
     found = read_size(text, 1, MAX_BYTES)
     if found is None:
         raise CliError(f"{flag} {text[:40]!r}: not a size in bytes from 1 to 1T, such as 8, 64K, 256M or 1G")
@@ -75,8 +74,6 @@ def _size_arg(flag: str, text: str) -> int:
 def sweep_plan(args, topology: model.Topology):
     """(backend, the GPU of each rank or None for gloo's CPU processes, ranks, the busbw the links
     should give or None, what that rests on) for ``gputopo bench allreduce``; each refusal names the option."""
-    from ..core.collectives import allreduce_expected_busbw
-
     backend = args.backend or ("nccl" if topology.gpus else "gloo")
     if backend == "gloo":
         if args.gpus is not None:
@@ -106,9 +103,6 @@ def sweep_plan(args, topology: model.Topology):
 def _check_gloo_ranks(args, ranks: int, max_bytes: int) -> None:
     """Refuse more gloo ranks than this machine runs (``bench.sweep.gloo_rank_limit``: its CPUs, and
     its memory for the largest size), naming the option and why."""
-    from ..bench.sweep import gloo_rank_limit
-    from ..core.units import size_text
-
     limit, why = gloo_rank_limit(max_bytes)
     if ranks <= limit:
         return
@@ -120,14 +114,10 @@ def _check_gloo_ranks(args, ranks: int, max_bytes: int) -> None:
 
 
 def _html_report(document: dict) -> str:
-    from ..render.html import html_report
-
     return html_report(document)
 
 
 def add_bench(sub) -> None:
-    from ..core.collectives import NCCL_TESTS_TYPES
-
     p = add_command(sub, "bench", "benchmarks for people: the all-reduce sweep (nccl-tests' table, JSON, HTML)",
                     "The all-reduce sweep: sizes stepped as nccl-tests' -b -e -f step them, each timed for\n"
                     "--budget seconds with torch.distributed (nccl with one rank per GPU, else gloo CPU\n"

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import re
+import sys
+import tempfile
 
-from .common import add_command
+from ..render.escape import terminal
+from ..runtime import files
+from ..runtime.environ import SRUN_VARS, TORCHRUN_VARS
+from .common import CliError, add_command
 
 
 def cmd_check(args) -> int:
     """A node health check: pytest with only the generated --gputopo-check items."""
-    import tempfile
-
     if args.json_dir is not None:
         folder = _json_dir(args.json_dir)  # refused before anything runs
         with tempfile.TemporaryDirectory(prefix="gputopo-check-doc-") as private:
@@ -21,9 +27,7 @@ def cmd_check(args) -> int:
 
 
 def _run_check(args, json_path: str | None) -> int:
-    import tempfile
-
-    import pytest
+    import pytest  # only when the check runs: the other commands never load pytest
 
     # --assert=plain: no test of the user's runs here, and rewriting would warn that this package,
     # imported already by this command, cannot be rewritten.
@@ -48,8 +52,6 @@ def _alone():
     plugin join the ranks of a distributed run (a store on rank 0, an all-reduce across the nodes that
     is no node's own figure). The launcher's rank variables are hidden from the check's pytest and
     given back after it."""
-    from ..runtime.environ import SRUN_VARS, TORCHRUN_VARS
-
     hidden = {name: os.environ.pop(name) for name in TORCHRUN_VARS + SRUN_VARS if name in os.environ}
     try:
         yield
@@ -60,9 +62,6 @@ def _alone():
 def _json_dir(path: str) -> str:
     """The folder --json-dir names, made if missing (with its parents, as ``mkdir -p``: every node of a
     job may make it at once), or a CliError saying why no document can be written there."""
-    from ..runtime import files
-    from .common import CliError
-
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
@@ -78,9 +77,6 @@ def document_name(document: dict) -> str:
     digits, ``.``, ``_`` and ``-`` kept, anything else ``_``) and a digest of its GPUs' UUIDs, so that
     hosts that share a name (VMs, containers) but not their GPUs never overwrite each other's
     document, and a node checked again replaces its own: ``gpu-node-07-3f2a9c81d0e4.json``."""
-    import hashlib
-    import re
-
     topology = document.get("topology") if isinstance(document.get("topology"), dict) else {}
     # topology and gpus: checked to be a dict and a list (mypy does not narrow a repeated get())
     host = re.sub(r"[^A-Za-z0-9._-]", "_", str(topology.get("hostname") or ""))[:64].lstrip(".-") or "unnamed"  # type: ignore[union-attr]
@@ -94,12 +90,6 @@ def _keep(written: str, folder: str, code: int) -> int:
     """Copy the report the check wrote privately into ``folder`` under its node's name (atomically,
     replacing only a regular file: ``files.write_named``); the check's status, or 4 where the report
     cannot be kept (as pytest's for a report path it cannot write)."""
-    import json
-    import sys
-
-    from ..render.escape import terminal
-    from ..runtime import files
-
     if not os.path.exists(written):  # the check stopped before its report (a usage error): said already
         return code
     try:

@@ -15,6 +15,7 @@ from ..parse import smi_machine, smi_topo as smi_text
 from ..parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
 from ..parse.nvbandwidth import NvbandwidthParseError, parse_nvbandwidth
 from ..parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status
+from ..parse.published import RecordedFigures, ToolOutputError
 from ..parse.text_machine import LISTING_ERRORS, TextMachine, TextMachineError, read_listing
 from ..probe import probe
 from ..probe.recorded import profile_dict
@@ -94,8 +95,6 @@ def _text_machine(args):
 def _with_figures(args, topology: model.Topology, sources: list):
     """The machine with the nvbandwidth and p2pBandwidthLatencyTest figures run on it (recorded, with
     their source); each file is a source."""
-    from ..parse.published import RecordedFigures, ToolOutputError
-
     sources = list(sources)
     try:
         figures = RecordedFigures(topology)

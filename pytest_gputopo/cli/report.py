@@ -7,14 +7,13 @@ import json
 from ..core import schema
 from ..render import report
 from ..render.escape import terminal
+from ..render.html import check_document, html_report
 from ..runtime import files
 from .common import CliError, add_command, check_writable, read_file
 
 
 def cmd_report(args) -> int:
     """An HTML report drawn from a saved --gputopo-json document."""
-    from ..render.html import check_document, html_report
-
     def refuse(token):
         raise ValueError(f"{token} is not a number strict JSON allows")
 

@@ -8,6 +8,8 @@ import signal
 import sys
 import threading
 
+from ..bench.allreduce import remove_workdirs_of
+
 
 class Stopped(BaseException):
     """SIGINT or SIGTERM reached the command: a BaseException, so that no ``except Exception`` takes
@@ -48,8 +50,6 @@ def stopped(signum: int, bench: bool) -> int:
             signal.signal(sig, signal.SIG_IGN)
     said = ""
     if bench:
-        from ..bench.allreduce import remove_workdirs_of
-
         remove_workdirs_of(os.getpid())  # a signal inside run_allreduce's own cleanup cut it short
         said = "; the sweep's workers were ended and its temporary folder removed"
     print(f"gputopo: interrupted by {signal.Signals(signum).name}{said}", file=sys.stderr)
