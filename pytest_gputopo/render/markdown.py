@@ -7,6 +7,7 @@ from ..core.causes import EVIDENCE_LINES
 from ..core.model import Topology
 from .escape import markdown, workflow_data, workflow_property
 from .report import header_line, source_text
+from .verdict import check_kinds, no_figures
 
 
 def _cell(text) -> str:
@@ -35,8 +36,6 @@ def _matrix(topology: Topology) -> list[str]:
 def _figures(doc: dict) -> list[str]:
     """A row per figure, with its origin (measured, cached, recorded); then the measurements without a
     figure, each reason once with what it left without one: no row and no origin where nothing was had."""
-    from .verdict import no_figures
-
     rows = []
     for m in doc.get("measurements") or []:
         if m.get("gbps") is None:
@@ -85,8 +84,6 @@ def _failed_checks(doc: dict) -> list[tuple[str, str, str, str]]:
     """(cause, items, line, evidence) per cause of the failed checks, as the run decided them (the document's
     ``check_causes``): a cause of one item is that item and its message; of several, its items by kind
     and its headline, its items' messages the evidence. A document without causes: each failed check."""
-    from .verdict import check_kinds
-
     failed = {c.get("check"): c for c in doc.get("checks") or [] if c.get("outcome") == "failed"}
     decided = doc.get("check_causes") or [{"checks": [name]} for name in failed]
     out = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..core.collectives import NCCL_TESTS_TYPES
 from ..parse.cells import NA
 from ..parse.nccl_tests import NcclTestsResult, NcclTestsRow, Result
 
@@ -82,8 +83,6 @@ def sweep_table(sweep: dict) -> str:
     all_reduce_perf run, so that what reads nccl-tests output reads it (``gputopo parse nccl-tests``).
     Only the in-place columns hold figures: ``torch.distributed.all_reduce`` reduces in place, and an
     out-of-place run was not made (N/A, as nccl-tests prints a placement it did not run)."""
-    from ..core.collectives import NCCL_TESTS_TYPES
-
     result, sizes, expected = sweep["result"], sweep["sizes"], sweep["expected"]
     type_name = {v: k for k, v in NCCL_TESTS_TYPES.items()}.get(result["dtype"], result["dtype"])
     rows = tuple(NcclTestsRow(r["size_bytes"], r["count"], type_name, "sum", -1, None,

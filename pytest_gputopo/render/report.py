@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..core.schema import to_dict
 from ..core.units import counted
 from .escape import terminal, terminal_lines
 
@@ -128,7 +130,7 @@ def p2p_lines(topology: Topology) -> list[str]:
 def gpu_lines(topology: Topology) -> list[str]:
     """One line per GPU (the facts ``requires_gpus`` judges among them), then the versions
     ``requires_versions`` judges; ``?`` where the source did not say."""
-    from ..core.hardware import GB, architecture
+    from ..core.hardware import GB, architecture  # load budget: a run's header loads the GPU tables only at -v
 
     lines = []
     for g in topology.gpus:
@@ -194,18 +196,12 @@ def json_document(topology: Topology, measurements: list, checks: list, own: Seq
 
 def machine_document(topology: Topology) -> dict:
     """What every JSON document of gputopo starts with: the machine and where its facts came from."""
-    from ..core.schema import to_dict
-
     return {"schema": 1, "source": source_text(topology), "recorded": topology.recorded, "topology": to_dict(topology)}
 
 
 def rank_lines(views: list) -> list[str]:
     """One header line per node (and per distinct machine seen there) of a distributed run,
     flagging any unlike rank 0's."""
-    import json
-
-    from ..core.schema import to_dict
-
     groups: dict = {}
     for view in views:
         machine = json.dumps(to_dict(view.topology), sort_keys=True)
