@@ -9,7 +9,10 @@ up front (``unwritable``). No environment is read here.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+import tempfile
 
 MAX_INPUT_BYTES = 64 * 2**20  # 64 MiB: far above any profile, nvidia-smi output or NCCL log of one node
 
@@ -24,8 +27,6 @@ def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True,
     folder of other people's files, where a link may lead anywhere). ``bound`` says what ``limit`` is in
     the refusal of a file too large ("larger than 16 MiB, the most gputopo fleet reads of one document").
     ``head=True``: its first ``limit`` bytes, however large the file (what a file says it is)."""
-    import stat
-
     try:
         seen = os.stat(path) if follow else os.lstat(path)
     except OSError as exc:
@@ -56,8 +57,6 @@ def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True,
 
 
 def _what_is(mode: int) -> str:
-    import stat
-
     return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
             else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
 
@@ -93,8 +92,6 @@ def write_text(path: str, text: str) -> None:
 def _replace(target: str, text: str) -> None:
     """``text`` into a temporary file beside ``target``, renamed over it: the path holds the old file
     or the new one, never half of one."""
-    import tempfile
-
     fd, temp = tempfile.mkstemp(prefix=".gputopo-", dir=os.path.dirname(target) or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -116,9 +113,6 @@ def write_named(folder: str, name: str, text: str) -> str:
     there is refused, not followed (a link planted under the name would send the file elsewhere), as
     is anything else. The rename replaces the path itself, so a link made there meanwhile is replaced,
     never written through. Returns the path written; an ``OSError`` says why it was refused."""
-    import errno
-    import stat
-
     if not name or name in (".", "..") or os.sep in name or (os.altsep and os.altsep in name):
         raise OSError(errno.EINVAL, f"{name!r}: not a file name")
     path = os.path.join(folder, name)
@@ -136,9 +130,6 @@ def write_named(folder: str, name: str, text: str) -> str:
 def _target(path: str) -> tuple[str, bool]:
     """(the path to write, whether it is written through in place rather than replaced) for
     ``path`` by ``write_text``'s rule, or an ``OSError`` whose message says why it is refused."""
-    import errno
-    import stat
-
     try:
         found = os.stat(path)  # follows every symlink
     except (FileNotFoundError, NotADirectoryError):
@@ -190,8 +181,6 @@ def _via_proc(path: str) -> bool:
 
 
 def _kind(mode: int) -> str:
-    import stat
-
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):
@@ -207,8 +196,6 @@ def _kind(mode: int) -> str:
 
 def _discards(found: os.stat_result) -> bool:
     """Whether ``found`` is the null device (``/dev/null``, or a node made with its numbers)."""
-    import stat
-
     if not stat.S_ISCHR(found.st_mode):
         return False
     try:
@@ -224,8 +211,6 @@ def _write_through(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NONBLOCK", 0))
     try:
         if not _discards(os.fstat(fd)):
-            import errno
-
             raise OSError(errno.EINVAL, "no longer the null device")
         data = text.encode("utf-8")
         while data:
@@ -237,8 +222,6 @@ def _write_through(path: str, text: str) -> None:
 def append_text(path: str, text: str) -> None:
     """Append ``text`` to a regular file (created if missing), as a file other steps also append to
     (GitHub's job summary) is written: never to a FIFO or a device, which could block the run."""
-    import stat
-
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -254,8 +237,6 @@ def unwritable(path: str) -> str | None:
     None: asked by every writer before its work starts, so that a bad path is refused before it, not a
     result lost after it. A file is really made (and removed) in the folder the report will land in,
     as root's ``access()`` says yes to /proc or a read-only bind mount."""
-    import tempfile
-
     try:
         target, through = _target(path)
     except OSError as exc:
@@ -297,8 +278,6 @@ def read_private(path: str, limit: int = 4096) -> bytes:
     """The bytes of a secret kept in a file, as ssh takes a private key: a regular file of at most
     ``limit`` bytes, owned by this user, that nobody else may read or write (no group or other bits
     in its mode, as ``umask 077`` makes it). Anything else is an ``OSError`` saying what is wrong."""
-    import stat
-
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:

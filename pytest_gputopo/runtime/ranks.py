@@ -13,8 +13,12 @@ run with a reason instead of a hang. torch is imported only here, only under a l
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import socket
 from dataclasses import dataclass
+from datetime import timedelta
 
 from ..core import limits, model, schema
 from . import environ as runtime, listener
@@ -59,9 +63,6 @@ class Exchange:
         """Join the store: torchrun's agent store, else the one rank 0 serves on MASTER_PORT + 1,
         listening on MASTER_ADDR's address only (``listener.bind_store``). ``secret``: (the secret, the
         variable it came from), from ``environ.store_secret``."""
-        import os
-        from datetime import timedelta
-
         import torch.distributed as dist
 
         port = launch.master_port if launch.agent_store else launch.master_port + 1
@@ -109,8 +110,6 @@ class Exchange:
 
     def all_gather(self, name: str, value: dict) -> list[dict]:
         """Every rank's ``value`` for ``name``, in rank order; raises RankError naming the missing ranks."""
-        from datetime import timedelta
-
         check_of(name)  # a record kind without a validator is refused before anything is sent
         key = f"{self.prefix}{name}/"
         self.put(f"{key}{self.launch.rank}", value)
@@ -267,8 +266,6 @@ class NodeShare:
     see different GPUs, or hosts that share a name, never share figures keyed by GPU index."""
 
     def __init__(self, exchange: Exchange, topology: model.Topology) -> None:
-        import hashlib
-
         sees = [topology.hostname or runtime.hostname(), [gpu.uuid for gpu in topology.gpus]]
         node = hashlib.sha256(json.dumps(sees).encode()).hexdigest()[:16]
         self.exchange = exchange
@@ -310,8 +307,6 @@ def rendezvous(exchange: Exchange):
         if key not in agreed:
             port = None
             if launch.rank == 0 and key != ("world",):
-                import socket
-
                 with socket.socket() as s:
                     s.bind(("", 0))
                     port = s.getsockname()[1]

@@ -12,6 +12,7 @@ no signal handler.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -58,8 +59,6 @@ def end_descendants() -> None:
 
 def main(argv: list[str]) -> int:
     if sys.platform.startswith("linux"):
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
     def stop(signum, frame):  # the deadline's SIGTERM to our group: take the escaped ones along

@@ -16,6 +16,11 @@ import stat
 import tempfile
 import time
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock, and nothing judged abandoned
+    fcntl = None  # type: ignore[assignment]
+
 PREFIX = "pytest-gputopo-run-"
 OWNER = ".owner"
 # Between making a folder and locking it its owner takes microseconds; a folder younger than this is
@@ -29,9 +34,7 @@ def make() -> str:
     user (their run was killed) are removed first."""
     remove_abandoned(tempfile.gettempdir())
     folder = tempfile.mkdtemp(prefix=PREFIX)
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock, and nothing judged abandoned
+    if fcntl is None:
         return folder
     fd = os.open(os.path.join(folder, OWNER), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -51,11 +54,11 @@ def remove_abandoned(parent: str) -> list[str]:
     """Remove the run folders in ``parent`` that are this user's and whose run no longer holds them
     (their ``.owner`` lock is free); the paths removed. Another user's folder, a link, a folder
     without its lock file (not made this way) or a young one is left alone."""
+    if fcntl is None:
+        return []
     try:
-        import fcntl
-
         names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
-    except (ImportError, OSError):
+    except OSError:
         return []
     removed = []
     for name in names:
