@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import urlparse
 
 from ..core.units import counted
 from ..runtime import environ
@@ -199,8 +200,6 @@ def _nccl_env(workdir: str, logged: bool) -> dict[str, str]:
 
 
 def _is_loopback_url(url: str | None) -> bool:
-    from urllib.parse import urlparse
-
     try:
         host = urlparse(url or "").hostname or ""
     except ValueError:

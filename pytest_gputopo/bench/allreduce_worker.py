@@ -7,6 +7,7 @@ disappears or a hard deadline passes. ``torch`` is imported here only, inside th
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -14,11 +15,13 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlparse
 
 from ..core.units import size_text
 from ..runtime import environ
-from .harness import MIN_SAMPLE_S
+from .harness import MIN_SAMPLE_S, CudaEventTimer, WallTimer, measure
 
 #: Largest integer each dtype holds exactly (so a sum of small integers stays exact).
 _EXACT_LIMIT = {
@@ -106,8 +109,6 @@ def _guard_worker(parent_pid: int, deadline_epoch: float) -> None:
     """End this worker if the parent disappears or the hard deadline passes."""
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
-
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except Exception:  # pragma: no cover
@@ -165,8 +166,6 @@ def measure_allreduce(
     import torch
     import torch.distributed as dist
 
-    from .harness import measure
-
     n = dist.get_world_size()
     tdtype = getattr(torch, dtype)
     device = torch.device("cpu") if device is None else torch.device(device)
@@ -202,8 +201,6 @@ def _timer_for(device: Any) -> Any:
     a barrier and stopped when this rank's own all-reduce returns."""
     import torch
     import torch.distributed as dist
-
-    from .harness import CudaEventTimer, WallTimer
 
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
@@ -252,8 +249,6 @@ class _Verification:
 
 
 def _worker(cfg: dict, rank: int, status: _Status) -> None:
-    from datetime import timedelta
-
     import torch
     import torch.distributed as dist
 
@@ -316,8 +311,6 @@ def _worker(cfg: dict, rank: int, status: _Status) -> None:
 def _join(url: str, rank: int, n: int, timeout: Any, status: _Status) -> Any:
     """Rendezvous at ``tcp://host:port`` (rank 0 hosts the store) keeping a record of who has joined,
     so that a peer that never comes is named: ``missing`` in the status file."""
-    from urllib.parse import urlparse
-
     import torch.distributed as dist
 
     u = urlparse(url)

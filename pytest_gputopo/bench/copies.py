@@ -9,12 +9,16 @@ torch is imported inside the functions: loading the plugin never imports it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
+import sys
 import time
 
 from ..core.cpus import cpu_set
 from ..runtime import environ
 from .harness import Measurement, WallTimer, measure
+from .subproc import RESULT
 
 DEFAULT_COPY_BYTES = 256 * 2**20  # nvbandwidth uses 512 MiB; 256 MiB reaches line rate on every link we know
 
@@ -212,12 +216,6 @@ def answer(request: dict) -> dict:
 def serve(idle_s: float) -> int:
     """Child-process entry: a request per line on stdin, an answer line each (``subproc.RESULT``
     and JSON) on stdout; ends at the end of its input or after ``idle_s`` without a request."""
-    import json
-    import select
-    import sys
-
-    from .subproc import RESULT
-
     stdin = sys.stdin.fileno()
     pending = b""
     while True:

@@ -12,6 +12,11 @@ import stat
 import tempfile
 import time
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock
+    fcntl = None  # type: ignore[assignment]
+
 
 class LockRefused(PermissionError):
     """The benchmark lock's folder is not this user's own: another user could make every benchmark of
@@ -46,9 +51,7 @@ def lock_path() -> str:
 def host_lock(timeout_s: float):
     """One benchmark at a time on this host for this user, across processes (an advisory file lock).
     A lock that cannot be taken safely is ``LockRefused`` naming the path, never a file made elsewhere."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
+    if fcntl is None:
         yield
         return
     path = lock_path()
