@@ -74,6 +74,34 @@ def test_nvlink_collective():
 """
 
 
+CUSTOM_TESTS = """
+import pytest
+import torch
+import torch.distributed as dist
+from test_dist import all_reduce_ones
+
+def ampere(topology):
+    return all(g.compute_capability == "8.0" for g in topology.gpus)
+
+def test_every_rank_ampere(gputopo_ranks):
+    gputopo_ranks.require(ampere, "every GPU is an A100 (compute capability 8.0)")
+    all_reduce_ones()  # would hang if only the A100 rank ran it
+
+def test_every_rank_has_gpus(gputopo_ranks):
+    gputopo_ranks.require(lambda t: len(t.gpus) >= 4, "at least 4 GPUs")
+    all_reduce_ones()
+
+def test_this_rank_alone_would_disagree(gputopo):
+    # The hazard: each rank deciding from its own facts. Kept out of collectives.
+    if gputopo.gpus[0].compute_capability != "8.0":
+        pytest.skip("this rank's GPU is not an A100")
+
+def test_the_combined_view(gputopo_ranks):
+    assert [v.rank for v in gputopo_ranks.views] == [0, 1]
+    assert [len(v.topology.gpus) for v in gputopo_ranks.nodes] == [8, 4]
+"""
+
+
 @pytest.fixture
 def suite_dir(tmp_path):
     (tmp_path / "conftest.py").write_text(CONFTEST)
@@ -93,13 +121,26 @@ def outcomes(cwd: Path, ranks: int) -> list[dict]:
     return [json.loads((cwd / f"outcomes.{r}.json").read_text()) for r in range(ranks)]
 
 
+def only(outcome: dict, module: str) -> dict:
+    """A rank's outcomes of one test module of the run."""
+    return {k: [t for t in v if t.startswith(module + "::")] for k, v in outcome.items()}
+
+
 @pytest.mark.slow
 def test_every_rank_takes_the_same_decisions(suite_dir):
+    """One torchrun of two ranks (rank 0 on dgx-a100, rank 1 on 4x-rtx4090) for two suites, each
+    asserted on its own: the markers' decisions (test_dist.py), and a custom condition (test_custom.py).
+    Rank 0 meets a custom condition, rank 1 does not; both ranks skip the test, the reason names rank 1,
+    and the collectives of the tests that run do not hang. Deciding from this rank's own ``gputopo``
+    alone gives different outcomes per rank. (One run for both: each torchrun starts two pytest
+    processes that import torch.)"""
+    (suite_dir / "test_custom.py").write_text(CUSTOM_TESTS)
     port = launcher_port()
     out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                    "-m", "pytest", "-p", "no:cacheprovider", "-rs")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    rank0, rank1 = outcomes(suite_dir, 2)
+    both = outcomes(suite_dir, 2)
+    rank0, rank1 = (only(o, "test_dist.py") for o in both)
     assert rank0 == rank1
     assert rank0["passed"] == ["test_dist.py::test_four_gpus_collective"]
     assert sorted(rank0["skipped"]) == ["test_dist.py::test_nvlink_collective", "test_dist.py::test_p2p_collective"]
@@ -107,7 +148,21 @@ def test_every_rank_takes_the_same_decisions(suite_dir):
     assert "(rank 0): 8x NVIDIA A100-SXM4-80GB" in out.stdout
     assert "(rank 1): 4x NVIDIA GeForce RTX 4090" in out.stdout and "[DIFFERS from rank 0's]" in out.stdout
     assert out.stdout.count("[DIFFERS from rank 0's]") == 1
-    assert "on rank 1 (" in out.stdout  # the skip reason names the rank whose node lacks it
+    # the skip reason of a marker names the rank whose node lacks it
+    assert any("test_dist.py" in ln and "on rank 1 (" in ln for ln in out.stdout.splitlines()), out.stdout[-3000:]
+
+    rank0, rank1 = (only(o, "test_custom.py") for o in both)
+    custom = [f"test_custom.py::{name}" for name in ("test_every_rank_ampere", "test_every_rank_has_gpus",
+                                                      "test_the_combined_view")]
+    for ranked in (rank0, rank1):
+        assert "test_custom.py::test_every_rank_ampere" in ranked["skipped"]
+        assert {"test_custom.py::test_every_rank_has_gpus",
+                "test_custom.py::test_the_combined_view"} <= set(ranked["passed"])
+    assert [t for t in rank0["passed"] if t in custom] == [t for t in rank1["passed"] if t in custom]
+    lone = "test_custom.py::test_this_rank_alone_would_disagree"
+    assert lone in rank0["passed"] and lone in rank1["skipped"]
+    assert ("every GPU is an A100 (compute capability 8.0): unmet on rank 1 (" in out.stdout
+            and "[recorded:4x-rtx4090" in out.stdout)
 
 
 @pytest.mark.slow
@@ -268,55 +323,3 @@ def test_ranks_on_one_node_share_a_copy_benchmark_and_other_gpus_do_not(monkeypa
     other_gpus = dataclasses.replace(here, gpus=here.gpus[4:])
     other_host = dataclasses.replace(here, hostname="node-b")
     assert rank(other_gpus).get(key).gbps == 102.0 and rank(other_host).get(key).gbps == 103.0
-
-
-CUSTOM_TESTS = """
-import pytest
-import torch
-import torch.distributed as dist
-from test_dist import all_reduce_ones
-
-def ampere(topology):
-    return all(g.compute_capability == "8.0" for g in topology.gpus)
-
-def test_every_rank_ampere(gputopo_ranks):
-    gputopo_ranks.require(ampere, "every GPU is an A100 (compute capability 8.0)")
-    all_reduce_ones()  # would hang if only the A100 rank ran it
-
-def test_every_rank_has_gpus(gputopo_ranks):
-    gputopo_ranks.require(lambda t: len(t.gpus) >= 4, "at least 4 GPUs")
-    all_reduce_ones()
-
-def test_this_rank_alone_would_disagree(gputopo):
-    # The hazard: each rank deciding from its own facts. Kept out of collectives.
-    if gputopo.gpus[0].compute_capability != "8.0":
-        pytest.skip("this rank's GPU is not an A100")
-
-def test_the_combined_view(gputopo_ranks):
-    assert [v.rank for v in gputopo_ranks.views] == [0, 1]
-    assert [len(v.topology.gpus) for v in gputopo_ranks.nodes] == [8, 4]
-"""
-
-
-@pytest.mark.slow
-def test_a_custom_condition_is_one_decision_across_ranks(suite_dir):
-    """Rank 0 (dgx-a100) meets a custom condition, rank 1 (4x RTX 4090) does not; both
-    ranks skip the test, the reason names rank 1, and the collectives of the tests that run do not
-    hang. Deciding from this rank's own ``gputopo`` alone gives different outcomes per rank."""
-    (suite_dir / "test_custom.py").write_text(CUSTOM_TESTS)
-    port = launcher_port()
-    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                   "-m", "pytest", "-p", "no:cacheprovider", "-rs", "test_custom.py")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    rank0, rank1 = outcomes(suite_dir, 2)
-    custom = [f"test_custom.py::{name}" for name in ("test_every_rank_ampere", "test_every_rank_has_gpus",
-                                                      "test_the_combined_view")]
-    for ranked in (rank0, rank1):
-        assert "test_custom.py::test_every_rank_ampere" in ranked["skipped"]
-        assert {"test_custom.py::test_every_rank_has_gpus",
-                "test_custom.py::test_the_combined_view"} <= set(ranked["passed"])
-    assert [t for t in rank0["passed"] if t in custom] == [t for t in rank1["passed"] if t in custom]
-    lone = "test_custom.py::test_this_rank_alone_would_disagree"
-    assert lone in rank0["passed"] and lone in rank1["skipped"]
-    assert ("every GPU is an A100 (compute capability 8.0): unmet on rank 1 (" in out.stdout
-            and "[recorded:4x-rtx4090" in out.stdout)
