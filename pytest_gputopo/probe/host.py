@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core import model, schema
+from ..runtime import environ as runtime
 
 if TYPE_CHECKING:
     from .cuda_driver import CudaView
@@ -127,7 +128,6 @@ def _folder_of(name: str) -> str:
 def _failed(asked: list, problem: str) -> Answer:
     if model.NVML not in asked:
         return Answer(warnings=(problem,))
-    from ..runtime import environ as runtime
 
     return Answer(model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(), problem=problem))
 
@@ -168,9 +168,8 @@ def _nvml_facts() -> model.Topology:
     try:
         return nvml.probe(pynvml)
     except pynvml.NVMLError as exc:
-        from ..runtime.environ import hostname
-
-        return model.Topology(source=model.Source("nvml"), hostname=hostname(), problem=nvml.unavailable_reason(exc))
+        return model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
+                              problem=nvml.unavailable_reason(exc))
 
 
 if __name__ == "__main__":

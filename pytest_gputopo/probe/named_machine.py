@@ -23,12 +23,11 @@ from ..core.cpus import cpu_mask
 from ..runtime import files
 from . import nvml
 from .learned import MachineError
+from .recorded import ProfileError, load_profile
 
 
 def probe_recorded(name_or_path: str) -> model.Topology:
     """A recorded machine (a bundled name or a profile's path), as NVML would report it."""
-    from .recorded import ProfileError, load_profile
-
     try:
         profile = load_profile(name_or_path)
     except ProfileError as exc:

@@ -4,7 +4,11 @@ them for this very setup, else from a child that asks (and the record keeps them
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import hashlib
+import json
+import sys
 
 from ..core import model
 from ..runtime import environ as runtime
@@ -16,9 +20,6 @@ from .libcuda_file import loaded_identity
 def _nvml_library_missing() -> bool:
     """Whether libnvidia-ml cannot be loaded: the check ``pynvml.nvmlInit`` starts with, done here
     first so that a host without a driver does not pay for importing pynvml."""
-    import ctypes
-    import sys
-
     if not sys.platform.startswith("linux"):
         return False  # pynvml searches other places on Windows; let it
     try:
@@ -121,9 +122,6 @@ def _boot_key(topology: model.Topology) -> str | None:
     """What can change CUDA's view or torch's versions within a boot: the driver and this load of it,
     the GPUs (UUIDs, MIG modes), the CUDA environment, the ``libcuda.so.1`` a child would load (the
     file itself, not only its path), torch's and this plugin's versions. None without a boot id."""
-    import hashlib
-    import json
-
     from ..runtime.software import installed
 
     boot = runtime.boot_id()
