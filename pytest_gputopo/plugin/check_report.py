@@ -19,6 +19,9 @@ from collections import Counter
 
 import pytest
 
+from ..core.causes import Finding, Group, causes
+from ..core.units import counted
+from ..render.escape import terminal
 from .run import run_of
 
 NODEID = "gputopo-check"  # the collector's node id: every check item's id starts with it
@@ -72,8 +75,6 @@ class CheckReport:
             return None
         word = report.outcome.upper()
         if report.outcome != "skipped":
-            from ..render.escape import terminal
-
             word += f" ({terminal(_message(report))})"
         return CATEGORIES[report.outcome], _LETTER[report.outcome], (word, {_COLOUR[report.outcome]: True})
 
@@ -82,7 +83,6 @@ class CheckReport:
         reports = [rep for category in CATEGORIES.values() for rep in terminalreporter.stats.get(category, ())]
         if not reports or not run_of(self.config).speaks:
             return
-        from ..render.escape import terminal
 
         terminalreporter.write_sep("-", "gputopo check")
         for text, colour in summary(reports, check_causes(self.config, reports)):
@@ -115,7 +115,6 @@ def summary(reports, causes: list) -> list[tuple[str, str | None]]:
     counts = Counter(rep.outcome for rep in reports)
     said = ", ".join(f"{counts[o]} {o}" for o in ("failed", "passed", "skipped") if counts[o])
     if len(causes) < counts["failed"]:  # the failed items are fewer causes: "28 failed (1 cause)"
-        from ..core.units import counted
 
         n = counts["failed"]
         said = said.replace(f"{n} failed", f"{n} failed ({counted(len(causes), 'cause')})", 1)
@@ -148,7 +147,6 @@ def check_causes(config: pytest.Config, reports=None) -> list:
                     key=lambda nr: _in_order(nr[0]))
     if not failed:
         return []
-    from ..core.causes import Finding, Group, causes
 
     groups: dict[str, list] = {}
     loose: list[Finding] = []

@@ -12,8 +12,11 @@ import pytest
 from ..core import faults, judgement, keys, spec, thresholds
 from ..core.model import P2PStatus, Topology
 from ..core.nvlinks import nvlink_lost
+from ..core.regressions import pcie_trained_down  # a link trained down, worded as --gputopo-expect words it
 from ..core.requirements import mig_enabled
+from ..core.units import counted
 from ..render import report
+from ..render.escape import terminal
 from . import measurements, verdicts
 from .check_report import CHECK_PROPERTY, FINDING_PROPERTY, NODEID, WHY_PROPERTY
 from .run import GputopoRun, run_of
@@ -32,7 +35,6 @@ class CheckItem(pytest.Item):
             self.user_properties.append((key, value))
         self.user_properties.append((CHECK_PROPERTY, json.dumps({"check": self.name, "outcome": outcome,
                                                                  "message": message})))
-        from ..render.escape import terminal
 
         if outcome == "failed":
             pytest.fail(terminal(message), pytrace=False)
@@ -102,7 +104,6 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
                 return _failed(what, (), what)
             if topology.cuda_devices is None:
                 return _skipped("CUDA not asked", "CUDA not asked")
-            from ..core.units import counted
 
             return "passed", f"CUDA starts and lists {counted(topology.cuda_devices, 'device')}", {}
         yield "cuda", cuda
@@ -116,8 +117,6 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
             # judged, as an idle GPU drops to Gen1 to save power (a slow link shows in the copies).
             now = f"Gen{gpu.pcie_gen_current or '?'} x{gpu.pcie_width_current} now"
             if gpu.pcie_width_current < gpu.pcie_width_max:
-                from ..core.regressions import pcie_trained_down  # worded as --gputopo-expect words it
-
                 down = pcie_trained_down(gpu, gpu.pcie_width_max, "its maximum width")
                 return _failed(f"GPU{gpu.index} {down}", (gpu.index,), down)
             return "passed", (f"GPU{gpu.index} PCIe {now}, max Gen{gpu.pcie_gen_max or '?'} "

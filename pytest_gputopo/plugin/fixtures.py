@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from ..core.units import counted
 from .reporter import OWN_PROPERTY, UNMET_PROPERTY
 from .run import RANKS_TEST, GputopoRun, run_of
 
@@ -63,7 +64,6 @@ class RankFacts:
         from ..render.report import source_text
 
         first = unmet[0]
-        from ..core.units import counted
 
         others = f" and {counted(len(unmet) - 1, 'more rank')}" if len(unmet) > 1 else ""
         message = terminal(f"{reason}: unmet on {first.where}{others} [{source_text(first.topology)}]")

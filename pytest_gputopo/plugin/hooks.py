@@ -8,12 +8,14 @@ checks it); the core's judges and the benchmarks are imported when something nee
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from ..runtime import environ
 from . import hookspecs, markers, options, reporter
 from .fixtures import gputopo, gputopo_bench, gputopo_gpus, gputopo_rank, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
-from .machine import Machine, item_facts, shared
+from .machine import Machine, boot_record, item_facts, learned_by_others, shared
 from .run import GATE_EXIT_STATUS, RANKS_EXIT_STATUS, RANKS_TEST, RUN, GputopoRun, Ranks, run_of
 from .run_settings import read_run_settings
 
@@ -150,8 +152,6 @@ def _shared_dir(config: pytest.Config) -> str | None:
 def _join_ranks(run: GputopoRun, launch, secret) -> Ranks | None:
     """Exchange every rank's topology before any decision. Without torch (whose store the ranks
     meet at) this process is judged alone, and the header says so."""
-    import importlib.util
-
     if importlib.util.find_spec("torch") is None:
         run.machine.warnings.append(f"a launcher's variables say this is rank {launch.rank} of {launch.world_size}, "
                                     f"but torch is not installed: this process is judged alone")
@@ -174,7 +174,6 @@ def _join_ranks(run: GputopoRun, launch, secret) -> Ranks | None:
 @pytest.hookimpl(trylast=True)
 def pytest_gputopo_probe(config: pytest.Config, needs: frozenset):
     from ..probe import MachineError, learn
-    from .machine import boot_record
 
     settings = run_of(config).settings  # read once, in pytest_configure
     try:
@@ -385,7 +384,6 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         return
     header = []
     if not run.machine.header_shown and run.shared_dir is not None:  # xdist: the workers learned it, if any did
-        from .machine import learned_by_others
 
         known = learned_by_others(run.shared_dir)
         if known is not None:

@@ -13,9 +13,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from collections.abc import Callable
 
 import pytest
+
+from ..runtime import files
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: each process learns for itself
+    fcntl = None  # type: ignore[assignment]
 
 FIXTURES = ("gputopo", "gputopo_bench", "gputopo_ranks", "gputopo_gpus")  # each hands a test the machine's facts
 RECORD_PREFIX = "gputopo/boot"
@@ -101,8 +109,6 @@ class BootRecord:
         user one, with a umask of 002, so pytest's own folders are group-writable there). pytest's cache
         lives in the checkout, which others may share: a record planted there would decide
         ``requires_p2p`` either way (nothing is read, and the question is asked again, otherwise)."""
-        import stat
-
         parts = self._parts(key)
         if not parts:
             return False
@@ -176,7 +182,6 @@ def shared(folder: str, learn: Callable[[frozenset], tuple]) -> Callable[[frozen
             except (OSError, ValueError, KeyError, TypeError, schema.SchemaError):
                 pass  # none yet (or unreadable): learn it here
             topology, notes = learn(needs)
-            from ..runtime import files
 
             files.write_text(path, json.dumps({"needs": sorted(needs), "topology": schema.to_dict(topology),
                                                "notes": list(notes)}))
@@ -198,9 +203,7 @@ def learned_by_others(folder: str) -> tuple | None:
 
 @contextlib.contextmanager
 def _locked(path: str):
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: each process learns for itself
+    if fcntl is None:
         yield
         return
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

@@ -15,6 +15,7 @@ from ..core import numtext
 from ..core.limits import MAX_BYTES
 from ..core.units import read_size
 from ..runtime import environ as runtime
+from ..runtime.files import unwritable
 
 
 class Option(NamedTuple):  # not a dataclass: cheaper to define, and this module loads with the plugin
@@ -228,7 +229,6 @@ def writable_path(config: pytest.Config, name: str) -> str | None:
     raw, where = value(config, name)
     if raw is None:
         return None
-    from ..runtime.files import unwritable
 
     problem = unwritable(raw)
     if problem is None:

@@ -19,8 +19,13 @@ from typing import NamedTuple
 
 import pytest
 
+from ..core.requirements import FactRequirement
 from ..core.units import counted
+from ..render.escape import terminal
+from ..render.report import source_text
 from ..runtime import environ
+from ..runtime.files import write_text
+from .machine import item_facts
 from .run import GATE_EXIT_STATUS, GputopoRun, run_of
 from .verdicts import BROKEN, FAIL, RUN, SKIP, evaluate, unmet_verdict
 
@@ -74,8 +79,6 @@ class Plan:
             show(run, entries, reporter)
         path = run.settings.plan_json
         if path is not None:  # checked writable at start; a disk that filled since is a usage error too
-            from ..render.escape import terminal
-            from ..runtime.files import write_text
 
             try:
                 write_text(path, json.dumps(document(run, entries), indent=2) + "\n")
@@ -88,8 +91,6 @@ class Plan:
 
 def plan(run: GputopoRun, items: list, item_reqs: pytest.StashKey) -> list[Entry]:
     """Each item's entry, in the order the run would take them."""
-    from .machine import item_facts
-
     found = [(item, item.stash.get(item_reqs, ())) for item in items]
     for item, reqs in found:  # what the run would learn (--collect-only learns nothing before this)
         run.machine.need(item_facts(item, reqs))
@@ -109,8 +110,6 @@ def _entry(run: GputopoRun, item, reqs, memo: dict, checks) -> Entry:
     for requirement, strict in reqs:  # as the run's setup: the first unmet requirement decides
         outcome, measure = _judged(run, requirement, memo)
         if measure:
-            from ..render.report import source_text
-
             there = "" if run.topology.is_this_host else _THERE.format(source_text(run.topology))
             return Entry(item.nodeid, UNKNOWN, f"{requirement}: would measure {'; '.join(measure)}{there}",
                          str(requirement), measure, UNKNOWN)
@@ -135,8 +134,6 @@ def _judged(run: GputopoRun, requirement, memo: dict) -> tuple:
     the plan previews the run on that node, where a bandwidth test is measured, not skipped. A
     figure it asks for but does not need (one it compares with, when recorded) leaves a met verdict met."""
     if requirement not in memo:
-        from ..core.requirements import FactRequirement
-
         planned = unrecorded = None
         if isinstance(requirement, FactRequirement):  # judged on measurements: the suite lists them
             from .measurements import suite
@@ -157,7 +154,6 @@ def where(run: GputopoRun) -> str:
     """The machine the plan is for, as the header names it."""
     if not run.machine.learned:
         return "this host (nothing probed: no selected test asks about the machine)"
-    from ..render.report import source_text
 
     topology = run.topology
     return f"this host ({source_text(topology)})" if topology.is_this_host else source_text(topology)
@@ -169,8 +165,6 @@ def counts(entries: list[Entry]) -> dict[str, int]:
 
 def show(run: GputopoRun, entries: list[Entry], reporter) -> None:
     """One line per test, as pytest's short summary writes them, and one line of counts."""
-    from ..render.escape import terminal
-
     reporter.write_sep("=", "gputopo plan")
     for e in entries:
         if e.reason != CHECK:

@@ -6,6 +6,8 @@ only the line that ends a measurement is written."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from .run import GputopoRun
@@ -45,8 +47,6 @@ def tell(run: GputopoRun, line: str, live_only: bool = False) -> None:
 def write(config: pytest.Config, line: str) -> None:
     """Through the terminal reporter, with output capture suspended as pytest's own live logging
     does (``capturemanager.global_and_fixture_disabled``): during a test, fd 1 is captured."""
-    import contextlib
-
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
         return

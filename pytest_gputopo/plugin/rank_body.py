@@ -9,7 +9,9 @@ The test module is loaded again here from its file, with pytest's assertion rewr
 
 from __future__ import annotations
 
+import ast
 import faulthandler
+import importlib.util
 import os
 import pickle
 import sys
@@ -97,8 +99,6 @@ def _load(name: str, path: str, rewrite: bool):
     pickled by reference to its classes, find them)."""
     if name in sys.modules:
         return sys.modules[name]
-    import ast
-    import importlib.util
 
     with open(path, "rb") as f:
         source = f.read()

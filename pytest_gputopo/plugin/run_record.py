@@ -21,6 +21,7 @@ import pytest
 from ..core import keys
 from ..core.causes import Cause
 from ..core.model import Topology
+from ..core.schema import to_dict
 from .check_report import CHECK_PROPERTY, document_causes
 from .properties import (
     CAUSE_PROPERTY,
@@ -287,7 +288,6 @@ def _settings(run: GputopoRun) -> dict[str, Any]:
 def _nodes(run: GputopoRun) -> tuple[dict, ...] | None:
     if run.ranks is None:
         return None
-    from ..core.schema import to_dict  # a launch's nodes
 
     first = to_dict(run.ranks.views[0].topology)
     return tuple({"where": view.where, "differs": to_dict(view.topology) != first, "topology": to_dict(view.topology)}
