@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..bench.suite import BenchSuite, SharedFolder
-from ..core import collectives, keys, spec
+from ..core import faults, keys, spec
 from ..core.model import Topology
 from ..core.units import counted
 from .run import GputopoRun
@@ -87,27 +87,27 @@ def results(run: GputopoRun) -> list:
 # Expectations from the documents' table
 
 
-def expected(run: GputopoRun, key: keys.Key):
+def expected(run: GputopoRun, key: keys.Key) -> tuple[spec.Figure | None, str]:
     """What the link should give for a measurement (a ``spec.Figure``, or None), and in words what
-    that rests on (the figure's label, or why there is none)."""
+    that rests on (the figure's label, or why there is none): the figure ``core.faults.expected``
+    looks up for the health check's judgement too, so that a figure gets one verdict everywhere."""
     topology = run.topology
+    if not isinstance(key, (keys.Copy, keys.HostCopy)):  # an all-reduce
+        if run.settings.bench.allreduce_backend == "gloo":
+            return None, "gloo on CPUs (no link to judge it by)"
+        if run.ranks is not None:  # under a launcher the suite's all-reduce spans the ranks (``suite``'s ``across``)
+            return None, "an all-reduce across the ranks of the run (no single link to judge it by)"
+    fig, _ = faults.expected(topology, key)
+    if fig is not None:
+        return fig, fig.label
     if isinstance(key, keys.Copy):
-        fig = spec.p2p_expected(topology, key.src, key.dst)
-        if fig is not None and key.kind == "p2p_bidir":  # both directions at once: twice the per-direction rate
-            fig = spec.Figure(2 * fig.gbps, fig.source, f"2 x {fig.label or 'the link'} (both directions)")
-        link = topology.link(key.src, key.dst)
-        return fig, (fig.label if fig else f"{link.label or 'an unknown link'} (no figure for it)")
+        return None, f"{topology.link(key.src, key.dst).label or 'an unknown link'} (no figure for it)"
     if isinstance(key, keys.HostCopy):
-        fig = spec.h2d_expected(topology.gpus[key.gpu], key.pinned)
-        return fig, (fig.label if fig else "an unknown PCIe link")
-    if run.settings.bench.allreduce_backend == "gloo":
-        return None, "gloo on CPUs (no link to judge it by)"
-    if run.ranks is not None:  # under a launcher the suite's all-reduce spans the ranks (``suite``'s ``across``)
-        return None, "an all-reduce across the ranks of the run (no single link to judge it by)"
-    # An all-reduce by now (no figure is expected of NCCL's transports):
-    fig = collectives.allreduce_expected_busbw(topology, key.ranks, key.devices)  # type: ignore[union-attr]
-    among = ", ".join(f"GPU{d}" for d in key.devices) if key.devices else counted(key.ranks, "GPU")  # type: ignore[union-attr]
-    return fig, (fig.label if fig else f"links among {among} (unknown)")
+        return None, "an unknown PCIe link"
+    if isinstance(key, keys.AllReduce):
+        among = ", ".join(f"GPU{d}" for d in key.devices) if key.devices else counted(key.ranks, "GPU")
+        return None, f"links among {among} (unknown)"
+    return None, "no link to judge it by"  # NCCL's transports: no figure is expected of them
 
 
 def expectations(run: GputopoRun, wanted: list) -> dict:
