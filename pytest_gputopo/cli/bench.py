@@ -53,7 +53,7 @@ def cmd_bench(args) -> int:
     sys.stdout.write(sweep_table(sweep))
     document = {**report.machine_document(topology), "sweeps": [sweep], "complete": True}
     for flag, path, text in (("--json", args.json, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n"),
-                             ("--html", args.html, lambda: _html_report(document))):
+                             ("--html", args.html, lambda: html_report(document))):
         if path is not None:
             try:
                 files.write_text(path, text())
@@ -111,10 +111,6 @@ def _check_gloo_ranks(args, ranks: int, max_bytes: int) -> None:
                        f"{size_text(max_bytes)} ({why})")
     raise CliError(f"--ranks {ranks}: at most {counted(limit, 'gloo rank')} on this host for "
                    f"sizes up to {size_text(max_bytes)} ({why})")
-
-
-def _html_report(document: dict) -> str:
-    return html_report(document)
 
 
 def add_bench(sub) -> None:
