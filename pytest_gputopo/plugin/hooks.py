@@ -63,7 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from ..core.model import ALL_FACTS
 
         _use(config, ALL_FACTS).machine.learn()
-    if settings.json is not None or settings.html is not None:
+    if settings.writes_report:
         config.pluginmanager.register(reporter.JsonProgress(config), "gputopo-json-progress")
     if settings.check is not None:  # the check counted and shown apart from the user's tests
         from .check_report import CheckReport

@@ -98,7 +98,7 @@ def say_verdicts(run: GputopoRun, item: pytest.Item, found: list, stop: int) -> 
     ``found``: the test's (requirement, strict) pairs; ``stop``: the index of the first unmet one,
     which decided (``len(found)``: none). A requirement after it is judged where that is pure (on
     the topology); one judged on measurements is ``unknown``: nothing is measured for a test not run."""
-    if run.settings.json is None and run.settings.html is None:
+    if not run.settings.writes_report:
         return  # only a report reads them (each is a JUnit property too)
     from ..core.requirements import FactRequirement
     from .run_record import judged_figures
@@ -202,7 +202,7 @@ def _common_causes(record: RunRecord) -> list[str]:
 def write_reports(run: GputopoRun, complete: bool, changed: bool = False) -> None:
     """--gputopo-json and --gputopo-html (``report_writer.write``), where one is asked for and this
     process writes them (never an xdist worker); called at the end (``complete``) and as the run goes."""
-    if (run.settings.json is None and run.settings.html is None) or run.worker:
+    if not run.settings.writes_report or run.worker:
         return
     from .report_writer import write  # the writers load when a report is asked for
 

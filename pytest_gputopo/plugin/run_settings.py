@@ -45,6 +45,11 @@ class RunSettings(NamedTuple):  # not a dataclass: cheaper to define, and this m
     lease_dir_from: str = ""
 
     @property
+    def writes_report(self) -> bool:
+        """A document of the run is asked for (--gputopo-json, --gputopo-html)."""
+        return self.json is not None or self.html is not None
+
+    @property
     def asks_machine(self) -> bool:
         """Whether an option needs the machine whatever the tests ask: a machine named, a run gate, a
         health check, a report of the machine."""
