@@ -7,7 +7,7 @@ An ``import`` or ``from`` statement anywhere inside a ``def`` counts (an import 
 TYPE_CHECKING:`` at module level does not). A new one fails here until it moves to the top or its
 module's allowance is raised with its reason written down; one moved to the top fails here too, until
 the allowance is lowered. Counted so: 245 statements in 47 modules before issue 33 item 5 (commit
-caf29cc), 149 in 33 after, each kept one named below (render/ and cli/ keep three between them).
+caf29cc), 151 in 33 after, each kept one named below (render/ and cli/ keep three between them).
 Every move was checked against the modules 18 kinds of run import (plain, xdist, recorded with each
 kind of marker, -v, a JSON report, the check, a run gate, a plan, this host, an emulated GPU host and
 NVML's child): none imports more; where one would, the import stayed inside its function.
@@ -64,8 +64,8 @@ ALLOWED: dict[str, tuple[int, str]] = {
                                "reference load only for the requirements that need them"),
     "probe/__init__.py": (6, "load budget: the probe's sources load by what the run names (a recorded "
                              "machine, nvidia-smi text, this host, CUDA's numbering)"),
-    "probe/host.py": (7, "pynvml; load budget: CUDA's view, torch's versions, the process runner and NVML's "
-                         "reader load only in the child that asks them"),
+    "probe/host.py": (9, "pynvml; load budget: CUDA's view, torch's versions, the process runner, NVML's "
+                         "reader and the environment's (files, tempfile) load only in the child that asks them"),
     "probe/named_machine.py": (2, "load budget: the nvidia-smi text readers (parse/) load only for a named "
                                   "text file"),
     "probe/this_host.py": (4, "load budget: CUDA's view, NVML's child and the installed versions load only "
@@ -78,7 +78,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "runtime/rank_procs.py": (1, "torch: torch.multiprocessing spawns a ranks(n) test's processes"),
     "runtime/ranks.py": (1, "torch: torch.distributed's store, for a launch"),
 }
-TOTAL = 149  # the allowances' sum, said in docs/architecture.md
+TOTAL = 151  # the allowances' sum, said in docs/architecture.md
 
 
 def imports_inside_functions(source: str) -> list[int]:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core import model, schema
-from ..runtime import environ as runtime
 
 if TYPE_CHECKING:
     from .cuda_driver import CudaView
@@ -128,6 +127,7 @@ def _folder_of(name: str) -> str:
 def _failed(asked: list, problem: str) -> Answer:
     if model.NVML not in asked:
         return Answer(warnings=(problem,))
+    from ..runtime import environ as runtime  # NVML's answer only: CUDA's child never loads the environment's reader
 
     return Answer(model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(), problem=problem))
 
@@ -168,8 +168,9 @@ def _nvml_facts() -> model.Topology:
     try:
         return nvml.probe(pynvml)
     except pynvml.NVMLError as exc:
-        return model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
-                              problem=nvml.unavailable_reason(exc))
+        from ..runtime.environ import hostname  # (as in _failed)
+
+        return model.Topology(source=model.Source("nvml"), hostname=hostname(), problem=nvml.unavailable_reason(exc))
 
 
 if __name__ == "__main__":
