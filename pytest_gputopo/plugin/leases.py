@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, NamedTuple
 import pytest
 
 from ..core import placement
-from ..core.model import Gpu, Topology
+from ..core.model import NVML, Gpu, Topology
+from ..render.escape import terminal
 from ..runtime import gpu_locks
-from .run import GputopoRun
+from ..runtime.environ import seeing_only
+from .run import GputopoRun, run_of
 
 if TYPE_CHECKING:
     from .lease_child import LeaseProcess
@@ -176,8 +178,6 @@ class Leases:
         reason, waited = item.stash.get(NOT_PLACED, (None, False))
         if reason is None:
             return
-        from ..render.escape import terminal
-
         strict = any(s for _, s in item.stash.get(self.reqs_key, ())) or self.run.settings.strict
         if strict or waited:  # a test that could run here, but found no GPUs free in time, failed
             pytest.fail(terminal(reason), pytrace=False)
@@ -267,8 +267,7 @@ class InOwnProcess:
         lease = item.stash.get(LEASE, None)
         if lease is None or item.get_closest_marker("ranks") is not None:
             return None
-        from ..runtime.environ import seeing_only
-        from .lease_child import LeaseProcess
+        from .lease_child import LeaseProcess  # a leased test's own process: loaded when one runs
 
         leases, kept = self.leases, self.leases.kept
         leases.kept = None
@@ -308,8 +307,7 @@ def register(config: pytest.Config, run: GputopoRun, reqs_key) -> None:
 def auto_workers(config: pytest.Config) -> int | None:
     """xdist's worker count under ``-n auto`` with leases: the GPUs a lease may hold (NVML's facts,
     learned now: xdist asks before the run is configured); None (xdist's own count) where none."""
-    from ..core.model import NVML
-    from ..probe import learn
+    from ..probe import learn  # under -n auto alone
 
     allowed, _ = leasable(learn(None, needs=frozenset((NVML,))).topology)
     return len(allowed.gpus) or None
@@ -318,7 +316,5 @@ def auto_workers(config: pytest.Config) -> int | None:
 def gpus_of(item: pytest.Item) -> tuple[Gpu, ...]:
     """``gputopo_gpus``: the GPUs the test holds (in its own process, the machine it sees is the
     lease); without a lease it holds none of its own: every GPU it sees."""
-    from .run import run_of
-
     found = held(item)
     return found if found is not None else run_of(item.config).topology.gpus
