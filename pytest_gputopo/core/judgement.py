@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from . import keys
 from .collectives import sku_allreduce_floor
@@ -65,7 +66,7 @@ def threshold(key: keys.Key, expected: Figure | None, basis: str, floors: Mappin
     run's floor ratios by kind, ``explicit`` the ones the user set; ``gpu_name``: the first GPU's
     model (None: none known); ``size_bytes``: the size an all-reduce was taken at; ``nvls``: whether
     NCCL took NVLink SHARP (None: not known); ``gbps``, ``floor``: the marker's own arguments."""
-    ratio = floor if floor is not None else floors[key.floor]
+    ratio = floor if floor is not None else floors[key.floor]  # type: ignore[union-attr]  # a figure's key
     if gbps is not None:
         return Threshold(expected, basis, ratio, Figure(gbps, "the marker", f"the marker's {gbps:g} GB/s"))
     published = None
@@ -88,7 +89,7 @@ class Measured:
 
     def text(self) -> str:
         """E.g. ``measured 1.2 GB/s (95% interval 1.15-1.27)``, ``recorded 234.9 GB/s``."""
-        text = f"{self.origin} {gbps_text(self.gbps)} GB/s"
+        text = f"{self.origin} {gbps_text(self.gbps)} GB/s"  # type: ignore[arg-type]  # asked of a figure there is
         return text + (f" ({interval_text(self.interval)})" if self.interval else "")
 
 
@@ -150,7 +151,7 @@ class Judgement:
             return STAGED
         return MET
 
-    def document(self) -> dict:
+    def document(self) -> dict[str, Any]:
         """The verdict as the report's measurement entry holds it, for renderers to read: ``state``,
         the staged twin's figure where it decided, and ``expected`` (``gbps``, ``basis``, ``floor``,
         ``needed_gbps``)."""

@@ -311,7 +311,7 @@ def p2p_expected(topology: Topology, a: int, b: int) -> Figure | None:
         rates = [_gpu_per_link(g) for g in (ga, gb)]
         if any(r is None for r in rates):
             return None
-        one = min(rates, key=lambda r: r.gbps)
+        one: Figure = min(rates, key=lambda r: r.gbps)  # type: ignore[union-attr, assignment]  # no None (above)
         if _switched(ga) and _switched(gb):
             links = min(ga.active_nvlinks, gb.active_nvlinks)
             how = f"NVSwitch: {links} active links per GPU"
@@ -324,7 +324,7 @@ def p2p_expected(topology: Topology, a: int, b: int) -> Figure | None:
     lines = [pcie_line_rate(g) for g in (ga, gb)]
     if any(x is None for x in lines):
         return None
-    line = min(lines, key=lambda x: x.gbps)
+    line: Figure = min(lines, key=lambda x: x.gbps)  # type: ignore[union-attr, assignment]  # no None (above)
     if link.pcie in _VIA_CPU:
         return _scaled(line, PCIE_VIA_CPU_FACTOR, f"{line.label} via CPU ({link.pcie.name})", _VIA_CPU_NOTE)
     return Figure(line.gbps, line.source, f"{line.label} ({link.pcie.name})")

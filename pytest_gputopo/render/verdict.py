@@ -65,7 +65,7 @@ def _named(text: str) -> str:
 
 def check_kinds(names: list[str]) -> str:
     """Check items by kind, counted: "p2p_bw x28, h2d_bw x8, allreduce_bw"."""
-    kinds = Counter(_SUBJECT.match(n)["what"] if _SUBJECT.match(n) else n for n in names)
+    kinds = Counter(_SUBJECT.match(n)["what"] if _SUBJECT.match(n) else n for n in names)  # type: ignore[index]  # matched
     return ", ".join(k if n == 1 else f"{k} x{n}" for k, n in kinds.items())
 
 
