@@ -31,29 +31,49 @@ def _private_network() -> list[str] | None:
 PRIVATE_NETWORK = _private_network() if CHROMIUM else None
 needs_browser = pytest.mark.skipif(
     CHROMIUM is None or PRIVATE_NETWORK is None,
-    reason="no chromium here (dev/setup installs Debian's package where it can)" if CHROMIUM is None else
-    "no network namespace of its own for chromium here (unshare -rn): it would reach beyond loopback")
+    reason="no chromium here (dev/setup installs Debian's package where it can)"
+    if CHROMIUM is None
+    else "no network namespace of its own for chromium here (unshare -rn): it would reach beyond loopback",
+)
 
 
 def browser_render(page: Path, tmp_path: Path, size: str = "1400,2000"):
     """Debian's chromium, headless, in a window of ``size``: the page as a PNG (its size in bytes) and
     as its DOM (after the page's scripts ran), with the browser's log (console errors show there as
     CONSOLE / Uncaught)."""
-    common = [*PRIVATE_NETWORK, CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
-              "--v=0", "--no-first-run", "--disable-background-networking", "--disable-component-update",
-              "--disable-sync", "--user-data-dir=" + str(tmp_path / "profile")]
-    shot = subprocess.run(common + [f"--window-size={size}", f"--screenshot={tmp_path / 'page.png'}",
-                                    page.as_uri()], capture_output=True, text=True, timeout=120)
+    common = [
+        *PRIVATE_NETWORK,
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--user-data-dir=" + str(tmp_path / "profile"),
+    ]
+    shot = subprocess.run(
+        common + [f"--window-size={size}", f"--screenshot={tmp_path / 'page.png'}", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     png = (tmp_path / "page.png").stat().st_size if (tmp_path / "page.png").exists() else 0
-    dom = subprocess.run(common + [f"--window-size={size}", "--dump-dom", page.as_uri()], capture_output=True,
-                         text=True, timeout=120)
+    dom = subprocess.run(
+        common + [f"--window-size={size}", "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
     return png, dom.stdout, shot.stderr + dom.stderr
 
 
 # Tests that run a real benchmark (gloo on this host's CPUs) need torch; on a Python whose torch is
 # not installed (dev/test-python), they skip saying so.
-needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                                 reason="torch is not installed in this environment (dev/setup installs it)")
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch is not installed in this environment (dev/setup installs it)",
+)
 
 # The shared corpus of real tool outputs (../shared/corpus): beside the repository, not in it, so a
 # clone alone skips the tests that read it, with this reason.
@@ -85,8 +105,11 @@ def pytest_cmdline_main(config):
     """This suite runs in parallel, one xdist worker per CPU, unless the run gives -n (-n 0: in this
     process), is a worker itself, or measures this host's GPUs; worksteal hands an idle worker some of
     a busy one's tests, so that one long test does not leave the other CPUs idle at the end."""
-    if (getattr(config.option, "numprocesses", 0) is None and not hasattr(config, "workerinput")
-            and not _measures_gpus_here(config)):
+    if (
+        getattr(config.option, "numprocesses", 0) is None
+        and not hasattr(config, "workerinput")
+        and not _measures_gpus_here(config)
+    ):
         config.option.numprocesses = "auto"
         if config.option.dist == "no":
             config.option.dist = "worksteal"
@@ -97,14 +120,16 @@ def pytest_cmdline_main(config):
 # minutes at most; --with-slow runs them too (the whole suite: the README's command, .ci/run). A run
 # that names its files or tests, or selects with -m, runs what it names (-m slow: only them).
 def pytest_addoption(parser):
-    parser.addoption("--with-slow", action="store_true",
-                     help="also run the tests marked slow (the whole suite, as .ci/run runs it)")
+    parser.addoption(
+        "--with-slow", action="store_true", help="also run the tests marked slow (the whole suite, as .ci/run runs it)"
+    )
 
 
 def _slow_left_out(config) -> bool:
     # xdist's workers get the run's own arguments, so each takes the controller's decision
-    return (config.args_source == pytest.Config.ArgsSource.TESTPATHS
-            and not (config.getoption("--with-slow") or config.getoption("markexpr")))
+    return config.args_source == pytest.Config.ArgsSource.TESTPATHS and not (
+        config.getoption("--with-slow") or config.getoption("markexpr")
+    )
 
 
 def pytest_report_header(config):
@@ -131,8 +156,7 @@ def _loopback_only():
     before = len(loopback.refused)
     yield
     if len(loopback.refused) > before:
-        pytest.fail("traffic beyond loopback (docs/testing.md): " + "; ".join(loopback.refused[before:]),
-                    pytrace=False)
+        pytest.fail("traffic beyond loopback (docs/testing.md): " + "; ".join(loopback.refused[before:]), pytrace=False)
 
 
 # pytester's in-process runs drop the modules they imported when they end, and the plugin imports
@@ -211,18 +235,48 @@ def srun_ranks(folder, port: int, rank_timeout_s: int, extra_env: dict | None = 
     import subprocess
     import sys
 
-    base = {k: v for k, v in os.environ.items()
-            if k not in LAUNCHER_VARS and not k.startswith(("SLURM_", "TORCHELASTIC_", "PYTEST_GPUTOPO_"))}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in LAUNCHER_VARS and not k.startswith(("SLURM_", "TORCHELASTIC_", "PYTEST_GPUTOPO_"))
+    }
     procs = []
     for rank in range(ranks):
-        env = {**base, "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank),
-               "SLURM_NTASKS": str(ranks), "SLURM_STEP_NUM_TASKS": str(ranks), "SLURM_STEP_NUM_NODES": "1",
-               "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(port), "PYTHONWARNINGS": "ignore", "GLOO_SOCKET_IFNAME": "lo",  # loopback only
-               **(extra_env or {})}
-        procs.append(subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
-                                       "--gputopo-rank-timeout", str(rank_timeout_s)], cwd=folder, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        env = {
+            **base,
+            "SLURM_JOB_ID": "42",
+            "SLURM_STEP_ID": "0",
+            "SLURM_PROCID": str(rank),
+            "SLURM_NTASKS": str(ranks),
+            "SLURM_STEP_NUM_TASKS": str(ranks),
+            "SLURM_STEP_NUM_NODES": "1",
+            "SLURM_LOCALID": str(rank),
+            "SLURM_NODEID": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "PYTHONWARNINGS": "ignore",
+            "GLOO_SOCKET_IFNAME": "lo",  # loopback only
+            **(extra_env or {}),
+        }
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-p",
+                    "no:cacheprovider",
+                    "-rs",
+                    "--gputopo-rank-timeout",
+                    str(rank_timeout_s),
+                ],
+                cwd=folder,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     return procs
 
 

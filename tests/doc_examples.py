@@ -27,8 +27,10 @@ NOT_RUN = re.compile(r"^not run(?::\s*(?P<commands>[^()]+?))?\s+\((?P<reason>.+)
 # A shell line that is a command (after a "$ " prompt): the tools these docs tell a reader to run. A
 # line "gputopo: ..." or "gputopo node-a ..." is output; "gputopo <subcommand>" is a command.
 _SUBCOMMANDS = "show|machines|record|parse|spec|report|check|bench|fleet"
-_COMMAND = re.compile(rf"^(\$ )?(pytest\b|gputopo ({_SUBCOMMANDS})\b|\.venv/bin/|dev/|pip |python |torchrun |srun "
-                      rf"|sbatch |nvidia-smi |nvbandwidth |export |#!)")
+_COMMAND = re.compile(
+    rf"^(\$ )?(pytest\b|gputopo ({_SUBCOMMANDS})\b|\.venv/bin/|dev/|pip |python |torchrun |srun "
+    rf"|sbatch |nvidia-smi |nvbandwidth |export |#!)"
+)
 
 
 @dataclass(frozen=True)
@@ -88,14 +90,22 @@ def blocks() -> tuple[Block, ...]:
                 continue
             fence, indent = opening["fence"], len(opening["indent"]) or len(lines[i]) - len(lines[i].lstrip())
             body, j = [], i + 1
-            while j < len(lines) and not (lines[j].strip().startswith(fence[0] * len(fence))
-                                          and set(lines[j].strip()) == {fence[0]}):
+            while j < len(lines) and not (
+                lines[j].strip().startswith(fence[0] * len(fence)) and set(lines[j].strip()) == {fence[0]}
+            ):
                 body.append(lines[j][indent:] if lines[j][:indent].isspace() else lines[j])
                 j += 1
             before = next((ln for ln in reversed(lines[:i]) if ln.strip()), "")
             note = _NOTE.match(before)
-            found.append(Block(str(doc.relative_to(ROOT)), i + 1, opening["info"], "\n".join(body) + "\n",
-                               note["note"] if note else None))
+            found.append(
+                Block(
+                    str(doc.relative_to(ROOT)),
+                    i + 1,
+                    opening["info"],
+                    "\n".join(body) + "\n",
+                    note["note"] if note else None,
+                )
+            )
             i = j + 1
     return tuple(found)
 
@@ -177,10 +187,18 @@ def run_shell(block: Block, cwd: Path, env: dict[str, str], timeout: float = 120
     steps, _ = commands(block)
     script = ["__status=0"]
     for i, (command, _) in enumerate(steps):
-        script += [f"printf '\\n@@step {i}@@\\n'", "(exit $__status)", "{", command, "} 2>&1", "__status=$?",
-                   f"printf '\\n@@status {i} %d@@\\n' $__status"]
-    done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+        script += [
+            f"printf '\\n@@step {i}@@\\n'",
+            "(exit $__status)",
+            "{",
+            command,
+            "} 2>&1",
+            "__status=$?",
+            f"printf '\\n@@status {i} %d@@\\n' $__status",
+        ]
+    done = subprocess.run(
+        ["bash", "-c", "\n".join(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     found = re.split(r"\n@@step (\d+)@@\n", done.stdout)
     results = []
     for i, (command, shown) in enumerate(steps):
@@ -235,8 +253,10 @@ def workflow_plan(block: Block) -> tuple[list[tuple[str, str]], list[str]]:
     the doc's note says they are not run here."""
     skip = block.not_run[0] if block.not_run else ()
     steps = workflow_steps(block.text)
-    return ([(job, c) for job, c in steps if not (skip and c.startswith(skip))],
-            [c for _, c in steps if skip and c.startswith(skip)])
+    return (
+        [(job, c) for job, c in steps if not (skip and c.startswith(skip))],
+        [c for _, c in steps if skip and c.startswith(skip)],
+    )
 
 
 def _pattern(shown: str) -> re.Pattern:
@@ -259,5 +279,7 @@ def assert_shows(shown: list[str] | str, printed: str) -> None:
                 at = k + 1
                 break
         else:
-            raise AssertionError(f"the doc shows\n  {line}\nbut the command printed (from line {at + 1})\n"
-                                 + "\n".join("  " + ln for ln in real[at:][:60]))
+            raise AssertionError(
+                f"the doc shows\n  {line}\nbut the command printed (from line {at + 1})\n"
+                + "\n".join("  " + ln for ln in real[at:][:60])
+            )

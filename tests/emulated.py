@@ -69,8 +69,10 @@ def build_libs(folder: Path, multicast_create: bool = True) -> Path:
     lib = folder / "lib"
     lib.mkdir(parents=True, exist_ok=True)
     flags = [] if multicast_create else ["-DNO_MULTICAST_CREATE"]
-    subprocess.run([GCC, "-shared", "-fPIC", "-O1", *flags, "-o", str(lib / "libcuda.so.1"),
-                    str(SOURCES / "libcuda.c")], check=True)
+    subprocess.run(
+        [GCC, "-shared", "-fPIC", "-O1", *flags, "-o", str(lib / "libcuda.so.1"), str(SOURCES / "libcuda.c")],
+        check=True,
+    )
     empty = folder / "empty.c"
     empty.write_text("int gputopo_emulated_nvml;\n")
     subprocess.run([GCC, "-shared", "-fPIC", "-o", str(lib / "libnvidia-ml.so.1"), str(empty)], check=True)
@@ -99,8 +101,17 @@ nvml_drivers = _drivers()
 INSTALLED_TORCH = "installed"
 
 
-def make_host(root: Path, libs: Path, machine: str, *, torch: str | None = "2.13.0", torch_import_s: float = 0.0,
-              nvml_missing=(), driver: str | None = None, vm: bool = False) -> tuple[Host, dict]:
+def make_host(
+    root: Path,
+    libs: Path,
+    machine: str,
+    *,
+    torch: str | None = "2.13.0",
+    torch_import_s: float = 0.0,
+    nvml_missing=(),
+    driver: str | None = None,
+    vm: bool = False,
+) -> tuple[Host, dict]:
     """An emulated host under ``root`` serving a bundled machine, and the environment variables that
     enter it (to be laid over the caller's). ``torch``: the emulated release's personality, None (torch
     not installed) or ``INSTALLED_TORCH`` (the environment's own). ``driver``: a branch of
@@ -111,8 +122,11 @@ def make_host(root: Path, libs: Path, machine: str, *, torch: str | None = "2.13
 
         if driver not in nvml_drivers.BRANCHES:
             raise ValueError(f"driver {driver!r}: no such branch here ({', '.join(nvml_drivers.BRANCHES)})")
-        too_new = {g.compute_capability for g in load_profile(machine).topology.gpus
-                   if not nvml_drivers.drives(driver, g.compute_capability)}
+        too_new = {
+            g.compute_capability
+            for g in load_profile(machine).topology.gpus
+            if not nvml_drivers.drives(driver, g.compute_capability)
+        }
         if too_new:
             raise ValueError(f"driver {driver} predates {machine}'s GPUs (compute capability {', '.join(too_new)})")
     py = root / "python"
@@ -132,18 +146,22 @@ def make_host(root: Path, libs: Path, machine: str, *, torch: str | None = "2.13
             "import sys\nclass _NoTorch:\n    def find_spec(self, name, path=None, target=None):\n"
             "        if name == 'torch' or name.startswith('torch.'):\n"
             "            raise ModuleNotFoundError(\"No module named 'torch'\", name=name)\n"
-            "sys.meta_path.insert(0, _NoTorch())\n")
+            "sys.meta_path.insert(0, _NoTorch())\n"
+        )
     host = Host(root, machine, vm=vm)
     host.cuda()
     env = {
         "LD_LIBRARY_PATH": os.pathsep.join([str(libs), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]),
         "PYTHONPATH": os.pathsep.join([str(py), *filter(None, [os.environ.get("PYTHONPATH")])]),
-        "GPUTOPO_EMU_REAL_PYNVML": real_pynvml.__file__, "GPUTOPO_EMU_MACHINE": machine,
-        "GPUTOPO_EMU_CUDA": str(root / "cuda.txt"), "GPUTOPO_EMU_CALLS": str(host.calls_log),
+        "GPUTOPO_EMU_REAL_PYNVML": real_pynvml.__file__,
+        "GPUTOPO_EMU_MACHINE": machine,
+        "GPUTOPO_EMU_CUDA": str(root / "cuda.txt"),
+        "GPUTOPO_EMU_CALLS": str(host.calls_log),
         "GPUTOPO_EMU_TORCH": "" if torch in (None, INSTALLED_TORCH) else torch,
         "GPUTOPO_EMU_TORCH_IMPORT_S": str(torch_import_s),
         "GPUTOPO_EMU_NVML_MISSING": ",".join(nvml_missing),
-        "GPUTOPO_EMU_DRIVER": driver or "", "GPUTOPO_EMU_VM": "1" if vm else "",
+        "GPUTOPO_EMU_DRIVER": driver or "",
+        "GPUTOPO_EMU_VM": "1" if vm else "",
     }
     return host, env
 
@@ -153,6 +171,7 @@ def emulated_host(emulated_libs, tmp_path, monkeypatch):
     """``enter(machine, torch=release, torch_import_s=..., nvml_missing=..., driver=branch, vm=...)``
     sets this test's environment to an emulated host serving a bundled machine; pytester's subprocess
     runs enter it."""
+
     def enter(machine: str, **personality) -> Host:
         host, env = make_host(tmp_path / "host", emulated_libs, machine, **personality)
         for name, value in env.items():
@@ -160,4 +179,5 @@ def emulated_host(emulated_libs, tmp_path, monkeypatch):
         for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "RANK", "WORLD_SIZE", "SLURM_PROCID"):
             monkeypatch.delenv(name, raising=False)
         return host
+
     return enter

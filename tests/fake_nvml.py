@@ -78,8 +78,9 @@ _UNKNOWN_NVLINK = "unknown"  # a GPU's NVLink state fails with NVMLError_Unknown
 _MOST_NVLINKS = 18  # the most NVLinks one GPU has (Hopper, Blackwell): a GPU needing more sits on NVSwitches
 
 
-def make_fake_pynvml(topology: model.Topology, *, binding_version: str = "13.615.71",
-                     init_error: str | None = None) -> types.ModuleType:
+def make_fake_pynvml(
+    topology: model.Topology, *, binding_version: str = "13.615.71", init_error: str | None = None
+) -> types.ModuleType:
     """A ``pynvml``-like module serving ``topology``; ``init_error`` names an NVMLError class suffix
     (``"LibraryNotFound"``, ``"DriverNotLoaded"``, ``"NoPermission"``) that ``nvmlInit`` raises."""
     import pynvml as real  # a runtime dependency; imported here so loading the plugin stays light
@@ -89,9 +90,20 @@ def make_fake_pynvml(topology: model.Topology, *, binding_version: str = "13.615
     mod.__file__ = __file__
     for name, value in vars(real).items():
         if name.startswith(("NVML_", "NVMLError")) or name in (
-                "nvmlExceptionClass", "NVMLLibraryMismatchError", "struct_c_nvmlDevice_t", "c_nvmlDevice_t",
-                "nvmlPciInfo_t", "c_nvmlMemory_t", "c_nvmlMemory_v2_t", "nvmlMemory_v2", "c_nvmlGpuFabricInfo_t",
-                "c_nvmlGpuFabricInfoV_t", "c_nvmlGpuFabricInfo_v2_t", "nvmlGpuFabricInfo_v2", "nvmlGpuFabricInfo_v3"):
+            "nvmlExceptionClass",
+            "NVMLLibraryMismatchError",
+            "struct_c_nvmlDevice_t",
+            "c_nvmlDevice_t",
+            "nvmlPciInfo_t",
+            "c_nvmlMemory_t",
+            "c_nvmlMemory_v2_t",
+            "nvmlMemory_v2",
+            "c_nvmlGpuFabricInfo_t",
+            "c_nvmlGpuFabricInfoV_t",
+            "c_nvmlGpuFabricInfo_v2_t",
+            "nvmlGpuFabricInfo_v2",
+            "nvmlGpuFabricInfo_v3",
+        ):
             setattr(mod, name, value)
     if version < (12, 535):
         for name in ("c_nvmlGpuFabricInfo_t", "c_nvmlGpuFabricInfoV_t", "c_nvmlGpuFabricInfo_v2_t"):
@@ -133,13 +145,23 @@ def make_fake_pynvml(topology: model.Topology, *, binding_version: str = "13.615
 
 # The fabric structs as the C library fills them (nvml.h: clusterUuid[NVML_GPU_FABRIC_UUID_LEN = 16]).
 class _CFabricInfo(ctypes.Structure):
-    _fields_ = [("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint),
-                ("state", ctypes.c_uint)]
+    _fields_ = [
+        ("clusterUuid", ctypes.c_uint8 * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_uint),
+    ]
 
 
 class _CFabricInfoV(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint),
-                ("cliqueId", ctypes.c_uint), ("state", ctypes.c_uint), ("healthMask", ctypes.c_uint)]
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_uint8 * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_uint),
+        ("healthMask", ctypes.c_uint),
+    ]
 
 
 _FABRIC_V2, _FABRIC_V3 = 0x02000024, 0x3000028  # nvmlGpuFabricInfo_v2 / _v3
@@ -147,16 +169,31 @@ _FABRIC_V2, _FABRIC_V3 = 0x02000024, 0x3000028  # nvmlGpuFabricInfo_v2 / _v3
 
 def _old_fabric_struct(clique: str) -> type:
     """``c_nvmlGpuFabricInfo_t`` as nvidia-ml-py 12.535 (``partitionId``) and 12.575 (``cliqueId``) define it."""
-    return type("c_nvmlGpuFabricInfo_t", (ctypes.Structure,), {"_fields_": [
-        ("clusterUuid", ctypes.c_char * 80), ("status", ctypes.c_uint), (clique, ctypes.c_uint),
-        ("state", ctypes.c_uint)]})
+    return type(
+        "c_nvmlGpuFabricInfo_t",
+        (ctypes.Structure,),
+        {
+            "_fields_": [
+                ("clusterUuid", ctypes.c_char * 80),
+                ("status", ctypes.c_uint),
+                (clique, ctypes.c_uint),
+                ("state", ctypes.c_uint),
+            ]
+        },
+    )
 
 
 class _FabricInfoV12(ctypes.Structure):
     """nvidia-ml-py 12.575's ``c_nvmlGpuFabricInfoV_t``: a ``c_char`` clusterUuid, version preset."""
 
-    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_char * 16), ("status", ctypes.c_uint),
-                ("cliqueId", ctypes.c_uint), ("state", ctypes.c_uint), ("healthMask", ctypes.c_uint)]
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("clusterUuid", ctypes.c_char * 16),
+        ("status", ctypes.c_uint),
+        ("cliqueId", ctypes.c_uint),
+        ("state", ctypes.c_uint),
+        ("healthMask", ctypes.c_uint),
+    ]
 
     def __init__(self) -> None:
         super().__init__(version=_FABRIC_V2)
@@ -212,8 +249,10 @@ class _FakeNvml:
         self.max_links = mod.NVML_NVLINK_MAX_LINKS
 
         # NVML order: by nvml_index, a GPU without one keeps its place by index
-        order = sorted(range(len(t.gpus)), key=lambda p: (t.gpus[p].nvml_index if t.gpus[p].nvml_index is not None
-                                                          else t.gpus[p].index, p))
+        order = sorted(
+            range(len(t.gpus)),
+            key=lambda p: (t.gpus[p].nvml_index if t.gpus[p].nvml_index is not None else t.gpus[p].index, p),
+        )
         self.gpus = [t.gpus[p] for p in order]
         nvml_of = {t.gpus[p].index: k for k, p in enumerate(order)}  # topology index -> NVML index
         self.bus = [g.pci_bus_id or synthetic_bus_id(k) for k, g in enumerate(self.gpus)]
@@ -267,11 +306,15 @@ class _FakeNvml:
             # its best pair has, which gives every pair min(a, b) -- when that is what the counts say
             # (a box whose GPU lost its links included); otherwise the counts are left unknown.
             switch = {k: max((c for _, c in wanted), default=0) for k, wanted in peers.items()}
-            fits = all(min(switch[a], switch[b]) == (c or 0) for (a, b), c in counts.items()
-                       if a in switch and b in switch and c is not None)
+            fits = all(
+                min(switch[a], switch[b]) == (c or 0)
+                for (a, b), c in counts.items()
+                if a in switch and b in switch and c is not None
+            )
             for k in peers:
-                links[k] = [model.NvLink(i, True, None, "SWITCH") for i in range(switch[k])] if fits \
-                    else _UNKNOWN_NVLINK
+                links[k] = (
+                    [model.NvLink(i, True, None, "SWITCH") for i in range(switch[k])] if fits else _UNKNOWN_NVLINK
+                )
             return links
         for k, wanted in peers.items():
             if wanted:
@@ -482,8 +525,9 @@ class _FakeNvml:
                 ctypes.memmove(out.clusterUuid, uuid.UUID(fabric.cluster_uuid).bytes, 16)
 
     def _write(self, c_struct: Any, target: Any) -> None:
-        ctypes.memmove(ctypes.addressof(target), ctypes.addressof(c_struct),
-                       min(ctypes.sizeof(c_struct), ctypes.sizeof(target)))
+        ctypes.memmove(
+            ctypes.addressof(target), ctypes.addressof(c_struct), min(ctypes.sizeof(c_struct), ctypes.sizeof(target))
+        )
 
     def nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
         fabric, target = self._fabric_target(device, gpuFabricInfo)

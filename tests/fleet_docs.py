@@ -39,12 +39,33 @@ def noisy(value: float) -> float:
 
 def measurements(topo: dict, slow_p2p: float) -> list:
     n = len(topo["gpus"])
-    out = [{"key": ["p2p", a, b], "what": f"GPU{a}->GPU{b} copy, P2P", "gbps": noisy(BASE["p2p"] * slow_p2p),
-            "origin": "measured"} for a in range(n) for b in range(a + 1, n)]
-    out += [{"key": ["h2d", g, True], "what": f"GPU{g} host->device copy, pinned", "gbps": noisy(BASE["h2d"]),
-             "origin": "measured"} for g in range(n)]
-    return out + [{"key": ["allreduce", n, 2**30], "what": f"all-reduce busbw, {n} ranks, 1 GiB",
-                   "gbps": noisy(BASE["allreduce"]), "origin": "measured"}]
+    out = [
+        {
+            "key": ["p2p", a, b],
+            "what": f"GPU{a}->GPU{b} copy, P2P",
+            "gbps": noisy(BASE["p2p"] * slow_p2p),
+            "origin": "measured",
+        }
+        for a in range(n)
+        for b in range(a + 1, n)
+    ]
+    out += [
+        {
+            "key": ["h2d", g, True],
+            "what": f"GPU{g} host->device copy, pinned",
+            "gbps": noisy(BASE["h2d"]),
+            "origin": "measured",
+        }
+        for g in range(n)
+    ]
+    return out + [
+        {
+            "key": ["allreduce", n, 2**30],
+            "what": f"all-reduce busbw, {n} ranks, 1 GiB",
+            "gbps": noisy(BASE["allreduce"]),
+            "origin": "measured",
+        }
+    ]
 
 
 def inject(topo: dict, fault: str) -> None:
@@ -70,11 +91,28 @@ def full_check(machine: str) -> str:
     """The document ``gputopo check --machine MACHINE --level full --json`` writes, as its text."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "check.json")
-        done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "--machine", machine, "--level",
-                               "full", "--json", out], capture_output=True, text=True, cwd=tmp, timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest_gputopo.cli",
+                "check",
+                "--machine",
+                machine,
+                "--level",
+                "full",
+                "--json",
+                out,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+            timeout=300,
+        )
         if done.returncode not in (0, 1):
-            raise RuntimeError(f"gputopo check --machine {machine} --level full: {done.returncode}\n"
-                               f"{done.stdout[-2000:]}")
+            raise RuntimeError(
+                f"gputopo check --machine {machine} --level full: {done.returncode}\n{done.stdout[-2000:]}"
+            )
         return Path(out).read_text()
 
 
@@ -88,12 +126,27 @@ def _measured(m: dict, slow_p2p: float) -> dict:
     gbps = noisy((m["gbps"] or 0.85 * m["expected"]["gbps"]) * (slow_p2p if kind == "p2p" else 1.0))
     size = 2**28
     samples = [size / (gbps * 1e9) * random.uniform(0.99, 1.01) for _ in range(SAMPLES)]
-    detail = {"name": m["what"], "size_bytes": size, "bytes_per_iteration": size, "iterations_per_sample": 4,
-              "samples_s": samples, "median_s": sorted(samples)[SAMPLES // 2],
-              "median_ci95_s": [min(samples), max(samples)], "min_s": min(samples), "max_s": max(samples),
-              "spread": max(samples) / min(samples), "target_ci": 1.1, "stable": True, "bw_gbps": gbps,
-              "bw_ci95_gbps": [gbps * 0.99, gbps * 1.01], "verified": True, "error": None, "warmup_iterations": 5,
-              "wall_s": 0.5, "verify_s": 0.01}
+    detail = {
+        "name": m["what"],
+        "size_bytes": size,
+        "bytes_per_iteration": size,
+        "iterations_per_sample": 4,
+        "samples_s": samples,
+        "median_s": sorted(samples)[SAMPLES // 2],
+        "median_ci95_s": [min(samples), max(samples)],
+        "min_s": min(samples),
+        "max_s": max(samples),
+        "spread": max(samples) / min(samples),
+        "target_ci": 1.1,
+        "stable": True,
+        "bw_gbps": gbps,
+        "bw_ci95_gbps": [gbps * 0.99, gbps * 1.01],
+        "verified": True,
+        "error": None,
+        "warmup_iterations": 5,
+        "wall_s": 0.5,
+        "verify_s": 0.01,
+    }
     if m["key"][0] == "allreduce":
         detail["backend"] = "nccl"
     return dict(m, gbps=gbps, origin="measured", source=None, error=None, state="met", detail=detail)
@@ -107,8 +160,15 @@ def _passed(check: dict) -> dict:
     return dict(check, outcome="passed", message=f"{what}: measured, above its floor")
 
 
-def write_fleet(folder: Path, n: int, shared_fault: bool = False, machine: str = "hgx-h100", prefix: str = "node",
-                faults: bool = True, full: bool = False) -> None:
+def write_fleet(
+    folder: Path,
+    n: int,
+    shared_fault: bool = False,
+    machine: str = "hgx-h100",
+    prefix: str = "node",
+    faults: bool = True,
+    full: bool = False,
+) -> None:
     base = to_dict(probe_recorded(machine))
     template = json.loads(full_check(machine)) if full else None
     for i in range(n):
@@ -123,10 +183,21 @@ def write_fleet(folder: Path, n: int, shared_fault: bool = False, machine: str =
             inject(topo, fault)
         slow = 0.75 if fault == "25 % slow on P2P" else 1.0
         if template is not None:
-            doc = dict(template, source="NVML", recorded=False, topology=topo,
-                       measurements=[_measured(m, slow) for m in template["measurements"]],
-                       checks=[_passed(c) for c in template["checks"]])
+            doc = dict(
+                template,
+                source="NVML",
+                recorded=False,
+                topology=topo,
+                measurements=[_measured(m, slow) for m in template["measurements"]],
+                checks=[_passed(c) for c in template["checks"]],
+            )
         else:
-            doc = {"schema": 1, "source": "NVML", "recorded": False, "topology": topo, "complete": True,
-                   "measurements": measurements(topo, slow)}
+            doc = {
+                "schema": 1,
+                "source": "NVML",
+                "recorded": False,
+                "topology": topo,
+                "complete": True,
+                "measurements": measurements(topo, slow),
+            }
         (folder / f"{prefix}{i:05d}.json").write_text(json.dumps(doc))

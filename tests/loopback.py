@@ -17,8 +17,15 @@ import sys
 
 LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 _ADDRESSED = frozenset({"socket.connect", "socket.sendto", "socket.sendmsg"})
-_LOOKUPS = frozenset({"socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyname_ex",
-                      "socket.gethostbyaddr", "socket.getnameinfo"})
+_LOOKUPS = frozenset(
+    {
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyname_ex",
+        "socket.gethostbyaddr",
+        "socket.getnameinfo",
+    }
+)
 
 refused: list[str] = []  # what the hook refused, in order: the autouse fixture fails the test that asked
 

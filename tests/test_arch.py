@@ -86,12 +86,26 @@ def test_tensorrt_llm_capability_skips_port_exactly_as_compute_capability(skip):
         assert hardware.satisfies(cc, spec) is runs(sm(cc)), (skip, cc)
 
 
-@pytest.mark.parametrize("arch, verdict", [
-    (">=hopper", True), (">=blackwell", True), (">ada", True), ("!=hopper", True), ("<=ampere", False),
-    ("<blackwell", False), ("==hopper", False), (">=ampere,<=ada", False),
-    ("blackwell", None), ("==blackwell", None), ("!=blackwell", None), (">blackwell", None), ("<=blackwell", None),
-    (["hopper", ">=blackwell"], True), (["hopper", "blackwell"], None),
-])
+@pytest.mark.parametrize(
+    "arch, verdict",
+    [
+        (">=hopper", True),
+        (">=blackwell", True),
+        (">ada", True),
+        ("!=hopper", True),
+        ("<=ampere", False),
+        ("<blackwell", False),
+        ("==hopper", False),
+        (">=ampere,<=ada", False),
+        ("blackwell", None),
+        ("==blackwell", None),
+        ("!=blackwell", None),
+        (">blackwell", None),
+        ("<=blackwell", None),
+        (["hopper", ">=blackwell"], True),
+        (["hopper", "blackwell"], None),
+    ],
+)
 def test_a_capability_newer_than_the_table_compares_where_its_number_decides(arch, verdict):
     """13.0 is Blackwell or a newer architecture: at least Hopper, not older than Blackwell, not Hopper;
     whether it is Blackwell cannot be known, so an equality with Blackwell is unknown (never met)."""
@@ -123,16 +137,39 @@ def test_a_list_is_any_and_a_comma_is_all():
     assert not meets("8.0", ">=hopper,<=ampere")  # a contradiction holds nowhere
 
 
-@pytest.mark.parametrize("arch, kept", [
-    ("Hopper", ("hopper",)), (" >= hopper ", (">=hopper",)), ("<Blackwell", ("<blackwell",)),
-    ([">=ampere, <= ada", "HOPPER"], (">=ampere,<=ada", "hopper")), (("ada", "==hopper"), ("ada", "==hopper")),
-])
+@pytest.mark.parametrize(
+    "arch, kept",
+    [
+        ("Hopper", ("hopper",)),
+        (" >= hopper ", (">=hopper",)),
+        ("<Blackwell", ("<blackwell",)),
+        ([">=ampere, <= ada", "HOPPER"], (">=ampere,<=ada", "hopper")),
+        (("ada", "==hopper"), ("ada", "==hopper")),
+    ],
+)
 def test_arch_is_kept_lowercase_without_spaces(arch, kept):
     assert GpuRequirement(arch=arch).arch == kept
 
 
-@pytest.mark.parametrize("arch", ["hoper", "~=hopper", "=hopper", "=>hopper", ">=", "", "hopper,", ",hopper",
-                                  "hopper blackwell", [], ["hopper", 9], 9.0, {"hopper"}, "sm90"])
+@pytest.mark.parametrize(
+    "arch",
+    [
+        "hoper",
+        "~=hopper",
+        "=hopper",
+        "=>hopper",
+        ">=",
+        "",
+        "hopper,",
+        ",hopper",
+        "hopper blackwell",
+        [],
+        ["hopper", 9],
+        9.0,
+        {"hopper"},
+        "sm90",
+    ],
+)
 def test_a_bad_arch_says_how_to_write_one(arch):
     with pytest.raises(RequirementError, match="arch must be one of kepler, .* with an optional comparison"):
         GpuRequirement(arch=arch)
@@ -141,12 +178,15 @@ def test_a_bad_arch_says_how_to_write_one(arch):
 def test_a_gpu_that_falls_short_is_named_with_what_it_is():
     req = GpuRequirement(arch="<blackwell")
     assert req.check_gpu(Gpu(0, compute_capability="10.0")) == [
-        "is Blackwell (compute capability 10.0), needs <blackwell"]
+        "is Blackwell (compute capability 10.0), needs <blackwell"
+    ]
     assert req.check_gpu(Gpu(0, compute_capability="13.0")) == [
-        "is Blackwell or newer (compute capability 13.0, not in the plugin's table), needs <blackwell"]
+        "is Blackwell or newer (compute capability 13.0, not in the plugin's table), needs <blackwell"
+    ]
     assert GpuRequirement(arch="blackwell").check_gpu(Gpu(0, compute_capability="13.0")) == [
         "architecture is unknown (compute capability 13.0, not in the plugin's table: Blackwell or newer), "
-        "needs blackwell"]
+        "needs blackwell"
+    ]
     assert req.check_gpu(Gpu(0, compute_capability="9.0")) == []
     assert str(GpuRequirement(arch=["<blackwell", "!=ada"])) == "requires_gpus(arch=['<blackwell', '!=ada'])"
 
@@ -172,26 +212,36 @@ def test_volta_or_hopper_on(): pass
 """
 
 
-@pytest.mark.parametrize("machine, passed", [
-    ("hgx-h100", {"test_pre_blackwell", "test_volta_or_hopper_on"}),
-    ("gb200-tray", {"test_not_hopper", "test_volta_or_hopper_on"}),
-    ("4x-a100-40gb", {"test_pre_blackwell", "test_not_hopper", "test_ampere_or_ada"}),
-    ("8x-l40s", {"test_pre_blackwell", "test_not_hopper", "test_ampere_or_ada"}),
-    ("dgx1-v100", {"test_pre_blackwell", "test_not_hopper", "test_volta_or_hopper_on"}),
-    ("2x-rtx-pro-6000", {"test_not_hopper", "test_volta_or_hopper_on"}),
-])
+@pytest.mark.parametrize(
+    "machine, passed",
+    [
+        ("hgx-h100", {"test_pre_blackwell", "test_volta_or_hopper_on"}),
+        ("gb200-tray", {"test_not_hopper", "test_volta_or_hopper_on"}),
+        ("4x-a100-40gb", {"test_pre_blackwell", "test_not_hopper", "test_ampere_or_ada"}),
+        ("8x-l40s", {"test_pre_blackwell", "test_not_hopper", "test_ampere_or_ada"}),
+        ("dgx1-v100", {"test_pre_blackwell", "test_not_hopper", "test_volta_or_hopper_on"}),
+        ("2x-rtx-pro-6000", {"test_not_hopper", "test_volta_or_hopper_on"}),
+    ],
+)
 def test_arch_comparisons_on_bundled_machines(pytester, machine, passed):
     result = run(pytester, machine, MARKED, "-v")
-    ran = {r.nodeid.split("::")[-1] for r in result.reprec.getreports("pytest_runtest_logreport")
-           if r.when == "call" and r.passed}
+    ran = {
+        r.nodeid.split("::")[-1]
+        for r in result.reprec.getreports("pytest_runtest_logreport")
+        if r.when == "call" and r.passed
+    }
     assert ran == passed
     result.assert_outcomes(passed=len(passed), skipped=4 - len(passed))
 
 
 def test_a_skipped_gpu_says_its_architecture(pytester):
     result = run(pytester, "hgx-h100", MARKED)
-    result.stdout.fnmatch_lines(["*requires_gpus(1, arch='!=hopper'): GPU0 (NVIDIA H100 80GB HBM3) is Hopper "
-                                 "(compute capability 9.0), needs !=hopper*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*requires_gpus(1, arch='!=hopper'): GPU0 (NVIDIA H100 80GB HBM3) is Hopper "
+            "(compute capability 9.0), needs !=hopper*"
+        ]
+    )
 
 
 def newer_machine(pytester, cc="13.0"):
@@ -208,26 +258,31 @@ def newer_machine(pytester, cc="13.0"):
 def test_a_gpu_newer_than_the_table_runs_at_least_tests_and_skips_older_than_tests(pytester):
     """A 13.0 GPU runs a test for Hopper or later, skips one for before Blackwell, and an equality with
     Blackwell is unknown: skipped (failed under --gputopo-strict, as every unmet one), never run on a guess."""
-    src = ("@pytest.mark.requires_gpus(4, arch='>=hopper')\ndef test_hopper_or_later(): pass\n"
-           "@pytest.mark.requires_gpus(arch='<blackwell')\ndef test_pre_blackwell(): pass\n"
-           "@pytest.mark.requires_gpus(arch='blackwell')\ndef test_blackwell(): pass\n")
+    src = (
+        "@pytest.mark.requires_gpus(4, arch='>=hopper')\ndef test_hopper_or_later(): pass\n"
+        "@pytest.mark.requires_gpus(arch='<blackwell')\ndef test_pre_blackwell(): pass\n"
+        "@pytest.mark.requires_gpus(arch='blackwell')\ndef test_blackwell(): pass\n"
+    )
     machine = newer_machine(pytester)
     result = run(pytester, machine, src)
     result.assert_outcomes(passed=1, skipped=2)
-    result.stdout.fnmatch_lines_random([
-        "*requires_gpus(1, arch='<blackwell'): GPU0 (NVIDIA GB200) is Blackwell or newer (compute capability "
-        "13.0, not in the plugin's table), needs <blackwell*",
-        "*requires_gpus(1, arch='blackwell'): GPU0 (NVIDIA GB200) architecture is unknown (compute capability "
-        "13.0, not in the plugin's table: Blackwell or newer), needs blackwell*",
-    ])
+    result.stdout.fnmatch_lines_random(
+        [
+            "*requires_gpus(1, arch='<blackwell'): GPU0 (NVIDIA GB200) is Blackwell or newer (compute capability "
+            "13.0, not in the plugin's table), needs <blackwell*",
+            "*requires_gpus(1, arch='blackwell'): GPU0 (NVIDIA GB200) architecture is unknown (compute capability "
+            "13.0, not in the plugin's table: Blackwell or newer), needs blackwell*",
+        ]
+    )
     run(pytester, machine, src, "--gputopo-strict").assert_outcomes(passed=1, errors=2)
 
 
 def test_a_bad_arch_is_a_usage_error_naming_the_test(pytester):
     result = run(pytester, "hgx-h100", "@pytest.mark.requires_gpus(arch='~=hopper')\ndef test_bad(): pass\n")
     assert result.ret != 0
-    result.stderr.fnmatch_lines(["*test_arch_marked.py::test_bad: @pytest.mark.requires_gpus: arch must be one "
-                                 "of kepler, *got '~=hopper'"])
+    result.stderr.fnmatch_lines(
+        ["*test_arch_marked.py::test_bad: @pytest.mark.requires_gpus: arch must be one of kepler, *got '~=hopper'"]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,24 +299,33 @@ def documented_block():
     return found[0].text
 
 
-@pytest.mark.parametrize("machine, passed", [
-    ("hgx-h100", {"test_fp8_gemm", "test_engine_build", "test_fp8_rowwise"}),
-    ("4x-a100-40gb", {"test_engine_build", "test_ampere_kernel"}),
-    ("gb200-tray", {"test_fp8_gemm"}),
-])
+@pytest.mark.parametrize(
+    "machine, passed",
+    [
+        ("hgx-h100", {"test_fp8_gemm", "test_engine_build", "test_fp8_rowwise"}),
+        ("4x-a100-40gb", {"test_engine_build", "test_ampere_kernel"}),
+        ("gb200-tray", {"test_fp8_gemm"}),
+    ],
+)
 def test_the_documented_arch_example_runs_where_the_doc_says(pytester, machine, passed):
     pytester.makepyfile(test_archdoc=documented_block())
     result = pytester.runpytest("--gputopo-machine", machine)
-    ran = {r.nodeid.split("::")[-1] for r in result.reprec.getreports("pytest_runtest_logreport")
-           if r.when == "call" and r.passed}
+    ran = {
+        r.nodeid.split("::")[-1]
+        for r in result.reprec.getreports("pytest_runtest_logreport")
+        if r.when == "call" and r.passed
+    }
     assert ran == passed
     assert f"On `{machine}`" in DOC.read_text() or f"on `{machine}`" in DOC.read_text()
 
 
 def test_the_documented_table_of_newer_capabilities_is_what_the_plugin_judges():
     """Each row of the doc's table (13.0, 10.2, 9.5): what holds, what does not, what is unknown."""
-    rows = [ln for ln in DOC.read_text().splitlines() if ln.startswith("| ") and "| Blackwell" in ln
-            or ln.startswith("| in a gap")]
+    rows = [
+        ln
+        for ln in DOC.read_text().splitlines()
+        if ln.startswith("| ") and "| Blackwell" in ln or ln.startswith("| in a gap")
+    ]
     assert len(rows) == 3
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]

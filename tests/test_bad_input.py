@@ -18,8 +18,9 @@ FAILING = "def test_fails():\n    assert False\n\ndef test_passes():\n    pass\n
 
 
 def gputopo(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_gputopo.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,8 +51,14 @@ def test_a_report_lost_at_the_end_keeps_pytests_summary_and_exit_status(pytester
     monkeypatch.setattr(files, "write_text", full_disk)
     result = pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-json", "x.json")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*FAILURES*", "*ERROR: --gputopo-json: cannot write x.json: No space left on device*",
-                                 "*short test summary info*", "*1 failed, 1 passed*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*FAILURES*",
+            "*ERROR: --gputopo-json: cannot write x.json: No space left on device*",
+            "*short test summary info*",
+            "*1 failed, 1 passed*",
+        ]
+    )
 
 
 def test_the_report_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
@@ -89,9 +96,16 @@ def odd_paths(tmp_path):
     return {"fifo": str(fifo), "loop": str(loop), "zero": "/dev/zero", "big": str(big), "folder": str(tmp_path)}
 
 
-@pytest.mark.parametrize("kind, says", [("fifo", "it is a FIFO"), ("zero", "it is a device"),
-                                        ("big", "larger than 64 MiB"), ("folder", "it is a folder"),
-                                        ("loop", "cannot read: Too many levels of symbolic links")])
+@pytest.mark.parametrize(
+    "kind, says",
+    [
+        ("fifo", "it is a FIFO"),
+        ("zero", "it is a device"),
+        ("big", "larger than 64 MiB"),
+        ("folder", "it is a folder"),
+        ("loop", "cannot read: Too many levels of symbolic links"),
+    ],
+)
 def test_only_regular_files_of_a_sane_size_are_read(odd_paths, kind, says):
     """/dev/zero, a FIFO or a symlink loop is refused for what it is, not a MemoryError ("internal
     error"), a read blocked forever, or "no such machine profile file"."""
@@ -116,13 +130,22 @@ def test_an_nccl_conf_file_that_is_a_fifo_does_not_hang_the_header(tmp_path, mon
 # Options
 
 
-@pytest.mark.parametrize("option, value", [
-    ("--gputopo-bench-timeout", "nan"), ("--gputopo-bench-timeout", "inf"), ("--gputopo-bench-timeout", "1e309"),
-    ("--gputopo-bench-timeout", "-5"), ("--gputopo-rank-timeout", "nan"), ("--gputopo-cache-max-age", "inf"),
-    ("--gputopo-allreduce-world-size", "1" + "0" * 26), ("--gputopo-allreduce-world-size", "²"),
-    ("--gputopo-allreduce-size", "1" + "0" * 26), ("--gputopo-allreduce-size", "²"),
-    ("--gputopo-bench-timeout", "١٢"),
-])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--gputopo-bench-timeout", "nan"),
+        ("--gputopo-bench-timeout", "inf"),
+        ("--gputopo-bench-timeout", "1e309"),
+        ("--gputopo-bench-timeout", "-5"),
+        ("--gputopo-rank-timeout", "nan"),
+        ("--gputopo-cache-max-age", "inf"),
+        ("--gputopo-allreduce-world-size", "1" + "0" * 26),
+        ("--gputopo-allreduce-world-size", "²"),
+        ("--gputopo-allreduce-size", "1" + "0" * 26),
+        ("--gputopo-allreduce-size", "²"),
+        ("--gputopo-bench-timeout", "١٢"),
+    ],
+)
 def test_every_numeric_option_is_finite_and_in_range_at_start(pytester, option, value):
     """Each is refused at start, not accepted to fail later inside a benchmark, or never."""
     pytester.makepyfile(test_f=FAILING)
@@ -162,14 +185,17 @@ def test_a_boolean_setting_is_checked_at_start_whatever_runs(pytester, monkeypat
 # Marker arguments
 
 
-@pytest.mark.parametrize("args, says", [
-    ("min_allreduce_bw(float('nan'))", "gbps must be a number above 0 and at most 1e+06"),
-    ("min_allreduce_bw(float('inf'))", "gbps must be a number above 0 and at most 1e+06"),
-    ("min_p2p_bw(10**400)", "gbps must be a number above 0 *got an integer of 1329 bits"),
-    ("min_allreduce_bw(50, size=10**400)", "size (bytes) must be an integer from 4 to 1099511627776"),
-    ("requires_gpus(10**400)", "n must be a number of GPUs from 0 to 1024"),
-    ("requires_nvlink(min_links=10**6)", "min_links must be an integer from 1 to 36"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        ("min_allreduce_bw(float('nan'))", "gbps must be a number above 0 and at most 1e+06"),
+        ("min_allreduce_bw(float('inf'))", "gbps must be a number above 0 and at most 1e+06"),
+        ("min_p2p_bw(10**400)", "gbps must be a number above 0 *got an integer of 1329 bits"),
+        ("min_allreduce_bw(50, size=10**400)", "size (bytes) must be an integer from 4 to 1099511627776"),
+        ("requires_gpus(10**400)", "n must be a number of GPUs from 0 to 1024"),
+        ("requires_nvlink(min_links=10**6)", "min_links must be an integer from 1 to 36"),
+    ],
+)
 def test_a_marker_argument_no_machine_can_meet_is_an_error_not_a_verdict(pytester, args, says):
     """``min_allreduce_bw(float("nan"))`` (every comparison with NaN is False, so it would pass on every
     machine) and ``10**400`` (an OverflowError in ``float()``) are usage errors."""
@@ -197,14 +223,17 @@ def test_cuda_visible_devices_that_names_no_device_stops_the_list_with_a_warning
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
-@pytest.mark.parametrize("term, says", [
-    ("gpus>=²", "gpus>= must be an integer from 0 to 1024, got ²"),
-    ("p2p@" + "9" * 5000, "@N must be an integer from 1 to 1024, got 99999999999999999999..."),
-    ("nvlink>=" + "1" * 401, "nvlink>= must be an integer from 1 to 36"),
-    ("gpus>=١٢", "gpus>= must be an integer from 0 to 1024"),
-    ("memory>=4e1", "min_memory_gb must be a number of GB"),
-    ("cc>=nine", "is not a version specifier"),
-])
+@pytest.mark.parametrize(
+    "term, says",
+    [
+        ("gpus>=²", "gpus>= must be an integer from 0 to 1024, got ²"),
+        ("p2p@" + "9" * 5000, "@N must be an integer from 1 to 1024, got 99999999999999999999..."),
+        ("nvlink>=" + "1" * 401, "nvlink>= must be an integer from 1 to 36"),
+        ("gpus>=١٢", "gpus>= must be an integer from 0 to 1024"),
+        ("memory>=4e1", "min_memory_gb must be a number of GB"),
+        ("cc>=nine", "is not a version specifier"),
+    ],
+)
 def test_require_numbers_are_ascii_and_in_range(pytester, term, says):
     pytester.makepyfile(test_f="def test_x(): pass\n")
     result = pytester.runpytest("--gputopo-machine", "hgx-h100", "--gputopo-require", term)
@@ -213,14 +242,19 @@ def test_require_numbers_are_ascii_and_in_range(pytester, term, says):
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
 
 
-@pytest.mark.parametrize("env, says", [
-    ({"MASTER_PORT": "65535"}, "MASTER_PORT='65535' is not a port from 1 to 65534 "
-                               "(pytest-gputopo's store listens on MASTER_PORT+1)"),
-    ({"MASTER_PORT": "-5"}, "MASTER_PORT='-5' is not a port from 1 to 65534"),
-    ({"MASTER_PORT": "65535", "TORCHELASTIC_USE_AGENT_STORE": "True"}, None),
-    ({"RANK": "١"}, "RANK='١' is not an integer from 0 to 2147483647"),
-    ({"WORLD_SIZE": "9" * 5000}, "WORLD_SIZE='9999999999999999999999999999999999999999' is not an integer"),
-])
+@pytest.mark.parametrize(
+    "env, says",
+    [
+        (
+            {"MASTER_PORT": "65535"},
+            "MASTER_PORT='65535' is not a port from 1 to 65534 (pytest-gputopo's store listens on MASTER_PORT+1)",
+        ),
+        ({"MASTER_PORT": "-5"}, "MASTER_PORT='-5' is not a port from 1 to 65534"),
+        ({"MASTER_PORT": "65535", "TORCHELASTIC_USE_AGENT_STORE": "True"}, None),
+        ({"RANK": "١"}, "RANK='١' is not an integer from 0 to 2147483647"),
+        ({"WORLD_SIZE": "9" * 5000}, "WORLD_SIZE='9999999999999999999999999999999999999999' is not an integer"),
+    ],
+)
 def test_launcher_variables_are_read_by_the_one_number_reader(monkeypatch, env, says):
     """``MASTER_PORT=65535`` or ``-5`` under torchrun is a usage error naming the variable, before any
     store is opened (not exit 9 with a pybind signature dump from TCPStore)."""
@@ -255,7 +289,8 @@ def test_sigterm_mid_run_leaves_the_report_so_far(pytester):
     import time
 
     started = pytester.path / "started"
-    pytester.makepyfile(test_f=f"""
+    pytester.makepyfile(
+        test_f=f"""
 import pathlib, time, pytest
 
 @pytest.mark.min_allreduce_bw(1)
@@ -264,10 +299,24 @@ def test_a(): pass
 def test_b():
     pathlib.Path({str(started)!r}).write_text("")
     time.sleep(120)
-""")
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gputopo-machine", "dgx-a100",
-                             "--gputopo-json", "out.json"], cwd=pytester.path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+"""
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--gputopo-machine",
+            "dgx-a100",
+            "--gputopo-json",
+            "out.json",
+        ],
+        cwd=pytester.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while not started.exists() and time.monotonic() < deadline:
@@ -298,8 +347,9 @@ def test_a_small_threshold_is_not_printed_as_needed_0_0():
     from pytest_gputopo.probe import probe
 
     requirement = reqs.BandwidthRequirement(metric="allreduce", gbps=0.001)
-    judged = Judgement(Measured(0.0005, "measured", "all-reduce"),
-                       Threshold(None, "gloo", 0.8, Figure(0.001, "the marker")))
+    judged = Judgement(
+        Measured(0.0005, "measured", "all-reduce"), Threshold(None, "gloo", 0.8, Figure(0.001, "the marker"))
+    )
     verdict = requirement.judge(probe("hgx-h100"), [judged])
     assert "needed 0.001" in verdict.reason and "needed 0.0 " not in verdict.reason
 
@@ -358,11 +408,44 @@ def test_the_number_reader_accepts_only_ascii_in_range(raw):
     assert number is None or 0 <= number <= 1e6
 
 
-@given(st.text(max_size=40) | st.lists(st.sampled_from(["gpus>=", "p2p", "@", "nvlink>=", "link>=", "NV", ",", "9",
-                                                       "0", "²", " ", "no-fallback", "SYS", "memory>=", "cc", "~=",
-                                                       "arch=", "hopper", "model=", "*", "bf16", "multicast",
-                                                       "nccl", "cuda_runtime", "==", "<", ".", "2.18"]),
-                                       max_size=8).map("".join))
+@given(
+    st.text(max_size=40)
+    | st.lists(
+        st.sampled_from(
+            [
+                "gpus>=",
+                "p2p",
+                "@",
+                "nvlink>=",
+                "link>=",
+                "NV",
+                ",",
+                "9",
+                "0",
+                "²",
+                " ",
+                "no-fallback",
+                "SYS",
+                "memory>=",
+                "cc",
+                "~=",
+                "arch=",
+                "hopper",
+                "model=",
+                "*",
+                "bf16",
+                "multicast",
+                "nccl",
+                "cuda_runtime",
+                "==",
+                "<",
+                ".",
+                "2.18",
+            ]
+        ),
+        max_size=8,
+    ).map("".join)
+)
 def test_any_require_expression_is_requirements_or_a_requirement_error(text):
     from pytest_gputopo.core.expressions import parse_expression
     from pytest_gputopo.core.requirements import RequirementError
@@ -373,15 +456,41 @@ def test_any_require_expression_is_requirements_or_a_requirement_error(text):
         pass
 
 
-anything = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
-                        lambda inner: st.lists(inner, max_size=3) | st.sets(st.integers(), max_size=3)
-                        | st.dictionaries(st.text(max_size=3), inner, max_size=2), max_leaves=6)
+anything = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.sets(st.integers(), max_size=3)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
 
 
-@given(st.sampled_from(["requires_gpus", "requires_versions", "requires_p2p", "min_p2p_bw"]),
-       st.dictionaries(st.sampled_from(["n", "gpus", "min_memory_gb", "compute_capability", "arch", "model", "bf16",
-                                        "multicast", "driver", "cuda", "cuda_runtime", "nccl", "strict"]),
-                       anything, max_size=3))
+@given(
+    st.sampled_from(["requires_gpus", "requires_versions", "requires_p2p", "min_p2p_bw"]),
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "n",
+                "gpus",
+                "min_memory_gb",
+                "compute_capability",
+                "arch",
+                "model",
+                "bf16",
+                "multicast",
+                "driver",
+                "cuda",
+                "cuda_runtime",
+                "nccl",
+                "strict",
+            ]
+        ),
+        anything,
+        max_size=3,
+    ),
+)
 def test_any_marker_argument_is_a_requirement_or_a_requirement_error(name, kwargs):
     """Whatever a user passes (lists, sets, NaN, dicts), collection says what is wrong with
     it, never crashes (an unhashable specifier once escaped as an INTERNALERROR)."""
@@ -396,9 +505,11 @@ def test_any_marker_argument_is_a_requirement_or_a_requirement_error(name, kwarg
 
 # What os.environ can hold: text without NUL or lone surrogates, and bytes that are not
 # UTF-8, which Python shows decoded with surrogateescape (os.fsdecode).
-@given(st.text(alphabet="0123456789,-GPUgpuMIa² ", max_size=20)
-       | st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
-       | st.binary(max_size=20).filter(lambda raw: b"\x00" not in raw).map(os.fsdecode))
+@given(
+    st.text(alphabet="0123456789,-GPUgpuMIa² ", max_size=20)
+    | st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20)
+    | st.binary(max_size=20).filter(lambda raw: b"\x00" not in raw).map(os.fsdecode)
+)
 def test_any_cuda_visible_devices_is_a_device_list(visible):
     from pytest_gputopo.core import model
 

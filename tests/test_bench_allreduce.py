@@ -33,6 +33,8 @@ SIZES = [4096, 64 * 1024]
 def faults(**plan) -> dict:
     """run_allreduce's arguments that inject ``plan`` into its workers (runtime.environ.test_faults)."""
     return {"env": {"PYTEST_GPUTOPO_TEST_FAULTS": json.dumps(plan)}}
+
+
 FAST = dict(timeout_s=60, budget_s_per_size=0.3, warmup=2, min_samples=3, min_sample_s=0.005)
 
 
@@ -91,8 +93,9 @@ def test_gloo_allreduce_runs_and_verifies(n, private_tmp):
     for row in result.rows:
         assert row.wrong == 0 and row.error is None and row.ok
         assert row.time_us > 0 and row.algbw_gbps > 0
-        assert row.algbw_gbps == row.size_bytes / (row.time_us / 1e6) / 1e9 or \
-            row.algbw_gbps == pytest.approx(row.size_bytes / (row.time_us / 1e6) / 1e9, rel=1e-12)
+        assert row.algbw_gbps == row.size_bytes / (row.time_us / 1e6) / 1e9 or row.algbw_gbps == pytest.approx(
+            row.size_bytes / (row.time_us / 1e6) / 1e9, rel=1e-12
+        )
         assert row.busbw_gbps == row.algbw_gbps * (2 * (n - 1) / n)
         assert row.iterations >= 1 and row.samples >= 1 and row.spread >= 1.0
         assert row.count == row.size_bytes // 4
@@ -174,13 +177,15 @@ fifo_only = pytest.mark.skipif(not _fifo_permitted(), reason="SCHED_FIFO needs r
 @fifo_only
 def test_fifo_reaches_the_threads_started_afterwards():
     # gloo and NCCL start their threads after apply_sched: each must run under SCHED_FIFO too
-    code = ("import os, threading\n"
-            "from pytest_gputopo.bench.allreduce_worker import apply_sched\n"
-            "apply_sched('fifo')\n"
-            "seen = []\n"
-            "t = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0)))\n"
-            "t.start(); t.join()\n"
-            "print(seen[0] == os.SCHED_FIFO, os.sched_getscheduler(0) == os.SCHED_FIFO)\n")
+    code = (
+        "import os, threading\n"
+        "from pytest_gputopo.bench.allreduce_worker import apply_sched\n"
+        "apply_sched('fifo')\n"
+        "seen = []\n"
+        "t = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0)))\n"
+        "t.start(); t.join()\n"
+        "print(seen[0] == os.SCHED_FIFO, os.sched_getscheduler(0) == os.SCHED_FIFO)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "True"]
 
@@ -232,12 +237,21 @@ def test_parse_nccl_tuning_reads_every_version_that_prints_the_line():
     NCCL_ALGO_* / NCCL_PROTO_* of src/include/nccl_common.h (NVLS 4, NVLS_TREE 5, SIMPLE 2). Before
     2.20 the line is commented out: no algorithm, never a guess."""
     pfx = "host:123:456 [0] NCCL INFO "
-    log = (pfx + "67108864 Bytes -> Algo 4 proto 2 time 1234.567890\n"  # 2.20-2.22
-           + pfx + "AllReduce: 4096 Bytes -> Algo 1 proto 0 time 12.000000\n"  # 2.23
-           + pfx + "AllReduce: 1024 Bytes -> Algo 5 proto 9 time 8.000000\n"
-           + pfx + "AllReduce [Symmetric]: 4096 Bytes -> Kernel AllReduce_ST nchannels 8 nthreads 512\n")
-    assert parse_nccl_tuning(log) == [(None, 67108864, "NVLS", "SIMPLE"), ("AllReduce", 4096, "RING", "LL"),
-                                      ("AllReduce", 1024, "NVLS_TREE", "9")]
+    log = (
+        pfx
+        + "67108864 Bytes -> Algo 4 proto 2 time 1234.567890\n"  # 2.20-2.22
+        + pfx
+        + "AllReduce: 4096 Bytes -> Algo 1 proto 0 time 12.000000\n"  # 2.23
+        + pfx
+        + "AllReduce: 1024 Bytes -> Algo 5 proto 9 time 8.000000\n"
+        + pfx
+        + "AllReduce [Symmetric]: 4096 Bytes -> Kernel AllReduce_ST nchannels 8 nthreads 512\n"
+    )
+    assert parse_nccl_tuning(log) == [
+        (None, 67108864, "NVLS", "SIMPLE"),
+        ("AllReduce", 4096, "RING", "LL"),
+        ("AllReduce", 1024, "NVLS_TREE", "9"),
+    ]
     # The workers run nothing but all-reduces: a line without the collective's name is one.
     assert algo_by_size(parse_nccl_tuning(log)) == {67108864: "NVLS", 4096: "RING", 1024: "NVLS_TREE"}
     assert algo_by_size(parse_nccl_tuning(pfx + "AllGather: 8 Bytes -> Algo RING proto LL")) == {}
@@ -332,7 +346,8 @@ def test_a_rank_killed_by_a_signal_is_named(private_tmp):
     err = box["exc"]
     assert isinstance(err, BenchError)
     assert err.reason.startswith(
-        "rank 1 exited with code -9 (SIGKILL) during test fault: sleeping instead of all_reduce of 4 KiB"), err.reason
+        "rank 1 exited with code -9 (SIGKILL) during test fault: sleeping instead of all_reduce of 4 KiB"
+    ), err.reason
     assert_no_debris(err.pids, private_tmp)
 
 
@@ -356,8 +371,7 @@ def test_workers_do_not_outlive_an_interrupted_or_killed_parent(sig, tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", PARENT], env=env)
     try:
         _wait_for_hook(tmp_path, 1)
-        workers = [pid for pid, _state, cmd in _children_of_me(parent.pid)
-                   if b"pytest_gputopo.bench.allreduce" in cmd]
+        workers = [pid for pid, _state, cmd in _children_of_me(parent.pid) if b"pytest_gputopo.bench.allreduce" in cmd]
         assert len(workers) == 2
         parent.send_signal(sig)
         code = parent.wait(timeout=15)
@@ -440,11 +454,25 @@ def _torchrun(tmp_path, mode, timeout):
     scratch = tmp_path / "scratch"  # the workers' private directories land here (TMPDIR)
     scratch.mkdir()
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, TMPDIR=str(scratch),
-               PYTHONPATH=os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-           "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-           str(driver), mode, str(out)]
+    env = dict(
+        os.environ,
+        TMPDIR=str(scratch),
+        PYTHONPATH=os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p),
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(_free_port()),
+        str(driver),
+        mode,
+        str(out),
+    ]
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     assert proc.returncode == 0, proc.stdout.decode(errors="replace")[-4000:]
     return out, scratch
@@ -522,15 +550,34 @@ def test_the_all_reduce_figure_is_timed_unlogged_and_nccls_algorithm_read_from_i
         calls.append((n, kw["judge_size"], log_nccl))
         if log_nccl and fail_logged:
             raise BenchError("rank 1 died")
-        row = AllReduceRow(size_bytes=kw["judge_size"], count=kw["judge_size"] // 4, time_us=1.0, algbw_gbps=200.0,
-                           busbw_gbps=350.0, wrong=0, iterations=1, samples=1, spread=1.0, stable=True,
-                           wall_s=0.1, algo="NVLS" if log_nccl else None)
-        return AllReduceResult("nccl", n, "float32", (row,), row, nvls=True if log_nccl else None,
-                               nvls_evidence=("NVLS comm 0x1 headRank 0",) if log_nccl else ())
+        row = AllReduceRow(
+            size_bytes=kw["judge_size"],
+            count=kw["judge_size"] // 4,
+            time_us=1.0,
+            algbw_gbps=200.0,
+            busbw_gbps=350.0,
+            wrong=0,
+            iterations=1,
+            samples=1,
+            spread=1.0,
+            stable=True,
+            wall_s=0.1,
+            algo="NVLS" if log_nccl else None,
+        )
+        return AllReduceResult(
+            "nccl",
+            n,
+            "float32",
+            (row,),
+            row,
+            nvls=True if log_nccl else None,
+            nvls_evidence=("NVLS comm 0x1 headRank 0",) if log_nccl else (),
+        )
 
     monkeypatch.setattr(allreduce, "run_allreduce", fake_run)
-    host = model.Topology(gpus=tuple(model.Gpu(i) for i in range(2)), links=(model.Link(0, 1),),
-                          source=model.Source("nvml"))
+    host = model.Topology(
+        gpus=tuple(model.Gpu(i) for i in range(2)), links=(model.Link(0, 1),), source=model.Source("nvml")
+    )
     fail_logged = False
     result = BenchSuite(host, BenchSettings()).get(keys.AllReduce(2, 2**30))
     assert calls == [(2, 2**30, False), (2, 2**30, True)], result
@@ -555,8 +602,12 @@ def test_the_next_run_sweeps_folders_a_killed_run_left_but_no_live_one(tmp_path,
     dead.wait()
     old = time.time() - 2 * allreduce.STALE_AFTER_S
     folders = {}
-    for name, pid, mtime in [("killed", dead.pid, old), ("live", os.getpid(), old), ("recent", dead.pid, time.time()),
-                             ("legacy", "x", old)]:
+    for name, pid, mtime in [
+        ("killed", dead.pid, old),
+        ("live", os.getpid(), old),
+        ("recent", dead.pid, time.time()),
+        ("legacy", "x", old),
+    ]:
         folder = tmp_path / f"{allreduce.WORKDIR_PREFIX}{pid}-{name}"
         folder.mkdir()
         (folder / "status.0.json").write_text("{}")

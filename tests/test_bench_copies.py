@@ -82,6 +82,7 @@ class FakeCuda:
 
 def cpu_torch(cuda: FakeCuda):
     """torch, with GPUs played by the CPU: device("cuda", i) names a GPU, its tensors live on the CPU."""
+
     def on_cpu(kwargs):
         kwargs.pop("pin_memory", None)
         if isinstance(kwargs.get("device"), FakeDevice):
@@ -134,7 +135,9 @@ def test_bidirectional_copy_verifies_both_directions(monkeypatch):
         def broken():
             buffers[1][7] ^= 0xFF  # the GPU1->GPU0 destination: one byte wrong
             return verify()
+
         return original(name, run, **{**kw, "verify": broken})
+
     monkeypatch.setattr(copies, "measure", measure)
     m = copies.p2p_copy(0, 1, bidirectional=True, size_bytes=4096, budget_s=0.05)
     assert not m.verified and "GPU1->GPU0: 1 of 4096 bytes differ" in m.error
@@ -202,8 +205,15 @@ def test_the_full_check_measures_every_copy_of_8_gpus_in_one_process(pytester, m
     # for seconds, and a wait beyond the child's idle time would start a second child, rightly.
     monkeypatch.setenv("TMPDIR", str(pytester.mkdir("tmp")))
     pytester.makeconftest(THIS_HOST)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--gputopo-check=full", "--gputopo-json",
-                                           "out.json", "-k", "p2p_bw or p2p_bidir_bw or h2d or d2h")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-check=full",
+        "--gputopo-json",
+        "out.json",
+        "-k",
+        "p2p_bw or p2p_bidir_bw or h2d or d2h",
+    )
     doc = json.loads((pytester.path / "out.json").read_text())
     copies = [m for m in doc["measurements"] if m["key"][0] != "allreduce"]
     assert len(copies) == 2 * 28 + 28 + 3 * 8, result.stdout.str()[-2000:]  # one way each way, both at once

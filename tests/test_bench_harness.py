@@ -44,8 +44,18 @@ def test_stops_when_the_interval_of_the_median_is_within_target():
     clock = FakeClock()
     ms = 1e-3
     op = ScriptedOp(clock, [1.0 * ms, 1.04 * ms, 1.08 * ms, 1.02 * ms, 1.06 * ms, 5 * ms])
-    m = measure("op", op, size_bytes=1_000_000, timer=WallTimer(clock=clock), warmup=0, iterations=4,
-                min_samples=5, target_ci=1.10, budget_s=100, clock=clock)
+    m = measure(
+        "op",
+        op,
+        size_bytes=1_000_000,
+        timer=WallTimer(clock=clock),
+        warmup=0,
+        iterations=4,
+        min_samples=5,
+        target_ci=1.10,
+        budget_s=100,
+        clock=clock,
+    )
     # 5 samples: the interval is (min, max) = (1.0, 1.08) ms, within 10%: stop before the 5 ms one
     assert op.calls == [4] * 5
     assert m.stable and (m.ci_low_s, m.ci_high_s) == pytest.approx((1.0e-3, 1.08e-3))
@@ -64,10 +74,21 @@ def test_one_outlier_costs_samples_not_accuracy():
     ms = 1e-3
     # a 2x outlier first: up to 8 samples the interval is (min, max) and spans it; from 9 samples the
     # interval is (2nd, 8th) of the sorted samples, which leaves it out
-    op = ScriptedOp(clock, [2.0 * ms, 1.0 * ms, 1.04 * ms, 1.08 * ms, 1.02 * ms, 1.06 * ms, 1.03 * ms,
-                            1.05 * ms, 1.01 * ms, 9 * ms])
-    m = measure("op", op, size_bytes=1, timer=WallTimer(clock=clock), warmup=0, iterations=1,
-                min_samples=5, target_ci=1.10, budget_s=100, clock=clock)
+    op = ScriptedOp(
+        clock, [2.0 * ms, 1.0 * ms, 1.04 * ms, 1.08 * ms, 1.02 * ms, 1.06 * ms, 1.03 * ms, 1.05 * ms, 1.01 * ms, 9 * ms]
+    )
+    m = measure(
+        "op",
+        op,
+        size_bytes=1,
+        timer=WallTimer(clock=clock),
+        warmup=0,
+        iterations=1,
+        min_samples=5,
+        target_ci=1.10,
+        budget_s=100,
+        clock=clock,
+    )
     assert len(m.samples_s) == 9 and m.stable
     assert (m.ci_low_s, m.ci_high_s) == pytest.approx((1.01e-3, 1.08e-3))
     assert m.median_s == pytest.approx(1.04e-3)
@@ -81,14 +102,24 @@ def test_verification_time_is_counted_apart():
         clock.now += 0.5
         return None
 
-    m = measure("op", ScriptedOp(clock, [1e-3]), size_bytes=1, timer=WallTimer(clock=clock), warmup=0,
-                iterations=1, verify=verify, clock=clock)
+    m = measure(
+        "op",
+        ScriptedOp(clock, [1e-3]),
+        size_bytes=1,
+        timer=WallTimer(clock=clock),
+        warmup=0,
+        iterations=1,
+        verify=verify,
+        clock=clock,
+    )
     assert m.verified and m.verify_s == pytest.approx(0.5)
     assert m.wall_s == pytest.approx(5e-3 + 0.5)
 
 
-@pytest.mark.parametrize("m, ranks", [(1, (1, 1)), (5, (1, 5)), (6, (1, 6)), (9, (2, 8)), (10, (2, 9)),
-                                      (20, (6, 15)), (50, (18, 33)), (100, (40, 61))])
+@pytest.mark.parametrize(
+    "m, ranks",
+    [(1, (1, 1)), (5, (1, 5)), (6, (1, 6)), (9, (2, 8)), (10, (2, 9)), (20, (6, 15)), (50, (18, 33)), (100, (40, 61))],
+)
 def test_median_ci_ranks(m, ranks):
     # the textbook ranks of the 95% distribution-free interval (exact binomial, at least 95%)
     assert median_ci([float(i) for i in range(m, 0, -1)]) == ranks
@@ -107,8 +138,16 @@ def test_median_ci_covers_95_percent_and_is_never_narrower_than_exact():
 def test_bytes_per_iteration_overrides_size():
     clock = FakeClock()
     op = ScriptedOp(clock, [1e-3])
-    m = measure("bidir", op, size_bytes=1000, bytes_per_iteration=2000, timer=WallTimer(clock=clock),
-                warmup=0, iterations=1, clock=clock)
+    m = measure(
+        "bidir",
+        op,
+        size_bytes=1000,
+        bytes_per_iteration=2000,
+        timer=WallTimer(clock=clock),
+        warmup=0,
+        iterations=1,
+        clock=clock,
+    )
     assert m.bw_gbps == pytest.approx(2000 / 1e-3 / 1e9)
     assert m.size_bytes == 1000 and m.bytes_per_iteration == 2000
 
@@ -116,8 +155,17 @@ def test_bytes_per_iteration_overrides_size():
 def test_calibration_and_early_stop_on_stable_samples():
     clock = FakeClock()
     op = ScriptedOp(clock, [1e-3])  # 1 ms per iteration, perfectly stable
-    m = measure("op", op, size_bytes=4096, timer=WallTimer(clock=clock), warmup=3, min_samples=5,
-                min_sample_s=0.02, budget_s=100, clock=clock)
+    m = measure(
+        "op",
+        op,
+        size_bytes=4096,
+        timer=WallTimer(clock=clock),
+        warmup=3,
+        min_samples=5,
+        min_sample_s=0.02,
+        budget_s=100,
+        clock=clock,
+    )
     # warm-up 3; calibration: k=1 reads 1 ms < 20 ms -> k = ceil(1 * 0.02 * 1.2 / 1e-3) = 24, which
     # reads 24 ms >= 20 ms and counts as the first sample; 4 more make the median's interval (1, 1) ms.
     assert op.calls == [3, 1, 24, 24, 24, 24, 24]
@@ -130,8 +178,18 @@ def test_calibration_and_early_stop_on_stable_samples():
 def test_calibration_grows_at_most_100x_per_step_and_honours_max_iterations():
     clock = FakeClock()
     op = ScriptedOp(clock, [1e-9])
-    m = measure("tiny", op, size_bytes=1, timer=WallTimer(clock=clock), warmup=0, min_samples=2,
-                max_iterations=50_000, min_sample_s=0.02, budget_s=100, clock=clock)
+    m = measure(
+        "tiny",
+        op,
+        size_bytes=1,
+        timer=WallTimer(clock=clock),
+        warmup=0,
+        min_samples=2,
+        max_iterations=50_000,
+        min_sample_s=0.02,
+        budget_s=100,
+        clock=clock,
+    )
     assert op.calls[:4] == [1, 100, 10_000, 50_000]
     assert m.iterations_per_sample == 50_000
 
@@ -139,8 +197,18 @@ def test_calibration_grows_at_most_100x_per_step_and_honours_max_iterations():
 def test_budget_is_respected_when_samples_never_agree():
     clock = FakeClock()
     op = ScriptedOp(clock, [1e-3, 2e-3])  # alternating: spread 2.0, never stable
-    m = measure("noisy", op, size_bytes=1, timer=WallTimer(clock=clock), warmup=0, iterations=10,
-                min_samples=5, max_samples=10_000, budget_s=0.2, clock=clock)
+    m = measure(
+        "noisy",
+        op,
+        size_bytes=1,
+        timer=WallTimer(clock=clock),
+        warmup=0,
+        iterations=10,
+        min_samples=5,
+        max_samples=10_000,
+        budget_s=0.2,
+        clock=clock,
+    )
     assert not m.stable
     assert m.wall_s <= 0.2
     assert m.wall_s > 0.2 - 0.02 - 1e-9  # it used the budget, stopping one (<= 20 ms) sample short
@@ -157,8 +225,18 @@ def test_budget_is_respected_on_the_real_clock():
             state["i"] += 1
             time.sleep(0.001 if state["i"] % 2 else 0.003)
 
-    m = measure("sleepy", run, size_bytes=1, timer=WallTimer(), warmup=1, iterations=3,
-                min_samples=5, max_samples=10_000, target_ci=1.0001, budget_s=0.3)
+    m = measure(
+        "sleepy",
+        run,
+        size_bytes=1,
+        timer=WallTimer(),
+        warmup=1,
+        iterations=3,
+        min_samples=5,
+        max_samples=10_000,
+        target_ci=1.0001,
+        budget_s=0.3,
+    )
     # The budget ended it, not max_samples: a sample sleeps 5 ms at least (1 + 3 + 1 or 3 + 1 + 3), so
     # 0.3 s holds 60 at most. Counted, not timed: a loaded machine stretches the sleeps, never shortens them.
     assert not m.stable
@@ -168,8 +246,18 @@ def test_budget_is_respected_on_the_real_clock():
 def test_max_samples_bounds_the_run():
     clock = FakeClock()
     op = ScriptedOp(clock, [1e-3, 2e-3])
-    m = measure("noisy", op, size_bytes=1, timer=WallTimer(clock=clock), warmup=0, iterations=1,
-                min_samples=3, max_samples=7, budget_s=100, clock=clock)
+    m = measure(
+        "noisy",
+        op,
+        size_bytes=1,
+        timer=WallTimer(clock=clock),
+        warmup=0,
+        iterations=1,
+        min_samples=3,
+        max_samples=7,
+        budget_s=100,
+        clock=clock,
+    )
     assert len(m.samples_s) == 7 and not m.stable
     assert m.median_s == pytest.approx(1e-3) and m.spread == pytest.approx(2.0)
 
@@ -177,8 +265,9 @@ def test_max_samples_bounds_the_run():
 def test_at_least_one_sample_even_when_the_budget_is_gone():
     clock = FakeClock()
     op = ScriptedOp(clock, [1.0])  # 1 s per iteration, budget 0.1 s
-    m = measure("slow", op, size_bytes=10, timer=WallTimer(clock=clock), warmup=1, iterations=1,
-                budget_s=0.1, clock=clock)
+    m = measure(
+        "slow", op, size_bytes=10, timer=WallTimer(clock=clock), warmup=1, iterations=1, budget_s=0.1, clock=clock
+    )
     assert len(m.samples_s) == 1 and m.median_s == pytest.approx(1.0) and m.spread == 1.0
 
 
@@ -228,8 +317,9 @@ def test_verification_runs_after_timing_and_a_crash_is_a_failure():
         events.append("verify")
         raise ValueError("buffer vanished")
 
-    m = measure("op", run, size_bytes=1, timer=WallTimer(clock=clock), warmup=0, iterations=1, clock=clock,
-                verify=verify)
+    m = measure(
+        "op", run, size_bytes=1, timer=WallTimer(clock=clock), warmup=0, iterations=1, clock=clock, verify=verify
+    )
     assert events[-1] == "verify" and events.count("verify") == 1
     assert m.error == "verification raised ValueError: buffer vanished" and not m.verified
 
@@ -272,14 +362,24 @@ def test_agree_makes_every_rank_take_the_same_decisions():
             out = tuple(max(a, b) for a, b in zip(slots[0], slots[1], strict=True))
             barrier.wait()
             return out
+
         return agree
 
     def rank_main(rank):
         clock = FakeClock()
         op = ScriptedOp(clock, [1e-3 * (1 + rank), 1.1e-3 * (1 + rank), 0.9e-3 * (1 + rank)])
-        results[rank] = measure("coll", op, size_bytes=1, timer=WallTimer(clock=clock), warmup=1,
-                                min_samples=4, target_ci=1.05, budget_s=0.5, clock=clock,
-                                agree=make_agree(rank))
+        results[rank] = measure(
+            "coll",
+            op,
+            size_bytes=1,
+            timer=WallTimer(clock=clock),
+            warmup=1,
+            min_samples=4,
+            target_ci=1.05,
+            budget_s=0.5,
+            clock=clock,
+            agree=make_agree(rank),
+        )
 
     threads = [threading.Thread(target=rank_main, args=(r,)) for r in (0, 1)]
     for t in threads:
@@ -294,17 +394,30 @@ def test_agree_makes_every_rank_take_the_same_decisions():
 
 def test_measurement_json_names_its_units():
     clock = FakeClock()
-    m = measure("op", ScriptedOp(clock, [1e-3]), size_bytes=8, timer=WallTimer(clock=clock), warmup=0,
-                iterations=1, clock=clock)
+    m = measure(
+        "op", ScriptedOp(clock, [1e-3]), size_bytes=8, timer=WallTimer(clock=clock), warmup=0, iterations=1, clock=clock
+    )
     j = m.to_json()
-    for key in ("size_bytes", "samples_s", "median_s", "median_ci95_s", "min_s", "max_s", "bw_gbps",
-                "bw_ci95_gbps", "wall_s", "verify_s", "warmup_iterations"):
+    for key in (
+        "size_bytes",
+        "samples_s",
+        "median_s",
+        "median_ci95_s",
+        "min_s",
+        "max_s",
+        "bw_gbps",
+        "bw_ci95_gbps",
+        "wall_s",
+        "verify_s",
+        "warmup_iterations",
+    ):
         assert key in j
     assert isinstance(m, Measurement)
 
 
-@pytest.mark.parametrize("kwargs", [{"min_samples": 0}, {"min_samples": 5, "max_samples": 4},
-                                    {"target_ci": 0.9}, {"iterations": 0}])
+@pytest.mark.parametrize(
+    "kwargs", [{"min_samples": 0}, {"min_samples": 5, "max_samples": 4}, {"target_ci": 0.9}, {"iterations": 0}]
+)
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         measure("x", lambda k: None, size_bytes=1, timer=WallTimer(), **kwargs)
@@ -317,6 +430,8 @@ def test_spread_of():
 
 
 def test_bench_modules_do_not_import_torch():
-    code = ("import sys; import pytest_gputopo.bench.harness, pytest_gputopo.bench.allreduce; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; import pytest_gputopo.bench.harness, pytest_gputopo.bench.allreduce; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

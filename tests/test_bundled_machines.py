@@ -20,9 +20,24 @@ from pytest_gputopo.probe import recorded
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "build_machines.py"
 
-MACHINES = ("dgx-a100", "hgx-h100", "dgx1-v100", "2x-rtx3090-nvlink", "4x-a100-40gb", "gb200-tray", "4x-rtx4090",
-            "8x-l40s", "4x-a30", "8x-rtx4090", "2x-rtx-pro-6000", "single-gpu", "no-gpu", "hgx-h100-nvlink-down",
-            "hgx-h100-pcie-x8", "8x-l40s-p2p-disabled")
+MACHINES = (
+    "dgx-a100",
+    "hgx-h100",
+    "dgx1-v100",
+    "2x-rtx3090-nvlink",
+    "4x-a100-40gb",
+    "gb200-tray",
+    "4x-rtx4090",
+    "8x-l40s",
+    "4x-a30",
+    "8x-rtx4090",
+    "2x-rtx-pro-6000",
+    "single-gpu",
+    "no-gpu",
+    "hgx-h100-nvlink-down",
+    "hgx-h100-pcie-x8",
+    "8x-l40s-p2p-disabled",
+)
 
 OK, NS = P2PStatus.OK, P2PStatus.NOT_SUPPORTED
 BUS_RE = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
@@ -326,11 +341,13 @@ def test_8x_l40s_p2p_disabled():
         assert (ln.a, ln.b, ln.pcie, ln.nvlinks) == (ref.a, ref.b, ref.pcie, ref.nvlinks)
 
 
-@pytest.mark.parametrize("twin,base", [("hgx-h100-nvlink-down", "hgx-h100"), ("hgx-h100-pcie-x8", "hgx-h100"),
-                                       ("8x-l40s-p2p-disabled", "8x-l40s")])
+@pytest.mark.parametrize(
+    "twin,base",
+    [("hgx-h100-nvlink-down", "hgx-h100"), ("hgx-h100-pcie-x8", "hgx-h100"), ("8x-l40s-p2p-disabled", "8x-l40s")],
+)
 def test_twins_keep_their_base_sources_and_say_they_are_constructed(twin, base):
     t, b = recorded.load_profile(twin), recorded.load_profile(base)
-    assert t.sources[:len(b.sources)] == b.sources and len(t.sources) > len(b.sources)
-    assert t.inferred[:len(b.inferred)] == b.inferred
+    assert t.sources[: len(b.sources)] == b.sources and len(t.sources) > len(b.sources)
+    assert t.inferred[: len(b.inferred)] == b.inferred
     assert any("degraded twin constructed" in s and f"'{base}'" in s for s in t.inferred)
     assert (t.topology.nics, t.topology.driver_version) == (b.topology.nics, b.topology.driver_version)

@@ -20,7 +20,7 @@ NONE = "none"  # no public figure of such a machine was found
 
 def _rows() -> dict[str, list[str]]:
     text = DOC.read_text(encoding="utf-8")
-    section = text[text.index(TITLE):]
+    section = text[text.index(TITLE) :]
     rows = {}
     for line in section.splitlines()[1:]:
         if line.startswith("#"):
@@ -39,8 +39,12 @@ def test_the_table_has_one_row_per_bundled_machine():
 def test_a_row_says_what_the_profile_records(name):
     driver, cuda, runtime, nccl, multicast, figures = _rows()[name]
     t = load_profile(name).topology
-    for cell, value in ((driver, t.driver_version), (cuda, t.cuda_driver_version),
-                        (runtime, t.cuda_runtime_version), (nccl, t.nccl_version)):
+    for cell, value in (
+        (driver, t.driver_version),
+        (cuda, t.cuda_driver_version),
+        (runtime, t.cuda_runtime_version),
+        (nccl, t.nccl_version),
+    ):
         assert cell == (value or UNKNOWN), (name, cell, value)
     flags = {g.multicast for g in t.gpus}
     if flags <= {None}:

@@ -36,8 +36,11 @@ def test_the_underlined_header_of_topo_m_is_read_as_a_terminal_shows_it():
 
 
 def test_the_listings_name_the_same_gpu():
-    xml, query, listed = (parse_smi_xml(text("query.xml")), parse_smi_query(text("query.csv")),
-                          parse_smi_list(text("list.txt")))
+    xml, query, listed = (
+        parse_smi_xml(text("query.xml")),
+        parse_smi_query(text("query.csv")),
+        parse_smi_list(text("list.txt")),
+    )
     for listing in (xml, query, listed):
         (gpu,) = listing.gpus
         assert (gpu.index, gpu.name, gpu.uuid) == (0, "NVIDIA H200", UUID)
@@ -61,8 +64,9 @@ def test_an_empty_nvlink_status_says_why_it_has_nothing_to_read():
 
 def test_a_machine_recorded_from_the_captures_is_that_host(tmp_path, capsys):
     profile = tmp_path / "h200.json"
-    code, out, err = run_cli(capsys, "record", "-o", profile, "--from-smi", HERE / "topo-m.txt",
-                             "--smi-query", HERE / "query.xml")
+    code, out, err = run_cli(
+        capsys, "record", "-o", profile, "--from-smi", HERE / "topo-m.txt", "--smi-query", HERE / "query.xml"
+    )
     assert code == 0, err
     code, out, err = run_cli(capsys, "show", "--machine", profile)
     assert code == 0, err

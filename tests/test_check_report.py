@@ -19,15 +19,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def gputopo_check(cwd, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_gputopo.cli", "check", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def section(lines: list[str]) -> list[str]:
     """The lines of the "gputopo check" section."""
     start = next(i for i, line in enumerate(lines) if line.strip("- ") == "gputopo check") + 1
     end = next(i for i in range(start, len(lines)) if lines[i].startswith("gputopo check: "))
-    return lines[start:end + 1]
+    return lines[start : end + 1]
 
 
 def documented(path: str, contains: str) -> list[str]:
@@ -56,14 +61,17 @@ def test_gputopo_check_on_a_degraded_node_fits_a_screen_and_leads_with_the_failu
     assert_no_plumbing(done.stdout)
     assert "rootdir" not in done.stdout  # pytest's header: the check is not about where it ran
     found = section(lines)
-    assert found[0] == ("FAILED nvlink[GPU5] (every NVLink of a GPU that has NVLink is up): GPU5: NVLinks "
-                        "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17] are down (0/18 up)")
+    assert found[0] == (
+        "FAILED nvlink[GPU5] (every NVLink of a GPU that has NVLink is up): GPU5: NVLinks "
+        "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17] are down (0/18 up)"
+    )
     # What could not be measured, and why, said once for all 109 items.
     assert found[1:] == [
         "SKIPPED p2p_bw (all 56), p2p_bidir_bw (all 28), h2d_bw (all 8), h2d_pageable_bw (all 8), d2h_bw (all 8), "
         "allreduce_bw: no figure: none published for recorded:hgx-h100-nvlink-down, which is not this host and "
         "cannot be measured",
-        "gputopo check: 1 failed, 44 passed, 109 skipped"]
+        "gputopo check: 1 failed, 44 passed, 109 skipped",
+    ]
     assert [same(line) for line in lines] == [same(line) for line in documented("docs/cli.md", "collected 154 items")]
 
 
@@ -81,16 +89,27 @@ def test_gputopo_check_verbose_says_each_item_in_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_a_users_suite_counts_its_tests_and_the_check_apart(pytester):
-    pytester.makepyfile(test_user="""
+    pytester.makepyfile(
+        test_user="""
         import pytest
         def test_a(): pass
         def test_b(): pass
         def test_c(): pass
         def test_d(): pass
         def test_e(): pytest.skip("the user's own reason")
-    """)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "full", "--gputopo-machine",
-                                "hgx-h100-nvlink-down", "-rs", "--junitxml=report.xml", "--gputopo-json=run.json")
+    """
+    )
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-check",
+        "full",
+        "--gputopo-machine",
+        "hgx-h100-nvlink-down",
+        "-rs",
+        "--junitxml=report.xml",
+        "--gputopo-json=run.json",
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # the check is a gate: a degraded node fails the run
     result.assert_outcomes(passed=4, skipped=1)  # the user's tests, and only them
     assert_no_plumbing(result.stdout.str())
@@ -105,7 +124,7 @@ def test_a_users_suite_counts_its_tests_and_the_check_apart(pytester):
     shown = [same(line) for line in documented("docs/benchmarks.md", "SKIPPED [1] test_user.py:6")]
     printed = [same(line) for line in again.stdout.lines]
     at = printed.index(shown[0])
-    assert printed[at:at + len(shown)] == shown
+    assert printed[at : at + len(shown)] == shown
 
     # JUnit XML: every item of the check, the unmeasurable ones as skipped test cases
     suite = ET.parse(pytester.path / "report.xml").getroot().find("testsuite")
@@ -124,8 +143,9 @@ def test_a_users_suite_counts_its_tests_and_the_check_apart(pytester):
 def test_under_xdist_the_check_is_counted_once_by_the_controller(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_user="def test_a(): pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--gputopo-check", "quick",
-                                           "--gputopo-machine", "hgx-h100-nvlink-down", "-n", "2")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--gputopo-check", "quick", "--gputopo-machine", "hgx-h100-nvlink-down", "-n", "2"
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=1)
     assert section(result.stdout.lines)[0].startswith("FAILED nvlink[GPU5] ")
@@ -164,8 +184,7 @@ def test_the_checks_lines_write_a_hostile_gpu_name_escaped(pytester):
     for gpu in doc["topology"]["gpus"]:
         gpu["name"] = "RTX\r\n::error::pwn"
     (pytester.path / "hostile.json").write_text(json.dumps(doc))
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "hostile.json",
-                                "-v")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "hostile.json", "-v")
     assert not [line for line in result.stdout.lines if line.startswith("::")]
     result.stdout.fnmatch_lines(["gputopo-check::topology PASSED (*RTX\\r\\n::error::pwn*"])
 
@@ -185,6 +204,7 @@ def test_one_gpu_has_no_all_reduce_to_measure(tmp_path):
 # (core.causes): every pair failing is the machine, a GPU in all its pairs' failures is that GPU, and
 # one GPU's failures across kinds of item (NVLink, PCIe, figures) are one cause.
 
+
 def failed_lines(lines: list[str]) -> list[str]:
     return [line for line in section(lines) if line.startswith("FAILED ")]
 
@@ -202,17 +222,27 @@ def degraded_profile(path: Path, name: str, base: str, published: list[dict]) ->
 
 def gpu5_slow(path: Path) -> Path:
     """hgx-h100-nvlink-down (GPU5 lost its 18 NVLinks) whose copies with GPU5 run at 20 GB/s."""
-    slow = [{"kind": "p2p", "gbps": 20.0, "source": "test: GPU5's pairs", "src": min(g, 5), "dst": max(g, 5)}
-            for g in range(8) if g != 5]
-    return degraded_profile(path, "gpu5-slow", "hgx-h100-nvlink-down",
-                            [{"kind": "p2p", "gbps": 364.0, "source": "test: every pair"}, *slow])
+    slow = [
+        {"kind": "p2p", "gbps": 20.0, "source": "test: GPU5's pairs", "src": min(g, 5), "dst": max(g, 5)}
+        for g in range(8)
+        if g != 5
+    ]
+    return degraded_profile(
+        path, "gpu5-slow", "hgx-h100-nvlink-down", [{"kind": "p2p", "gbps": 364.0, "source": "test: every pair"}, *slow]
+    )
 
 
 def gpu2_x8(path: Path) -> Path:
     """hgx-h100-pcie-x8 (GPU2's PCIe trained down to x8) whose host -> device copy to GPU2 is slow."""
-    return degraded_profile(path, "gpu2-x8", "hgx-h100-pcie-x8", [
-        {"kind": "h2d", "gbps": 50.0, "pinned": True, "source": "test: every GPU"},
-        {"kind": "h2d", "gbps": 10.0, "pinned": True, "source": "test: GPU2", "gpu": 2}])
+    return degraded_profile(
+        path,
+        "gpu2-x8",
+        "hgx-h100-pcie-x8",
+        [
+            {"kind": "h2d", "gbps": 50.0, "pinned": True, "source": "test: every GPU"},
+            {"kind": "h2d", "gbps": 10.0, "pinned": True, "source": "test: GPU2", "gpu": 2},
+        ],
+    )
 
 
 @pytest.mark.slow
@@ -222,8 +252,9 @@ def test_a_p2p_refused_node_is_one_failed_line_for_the_machine(tmp_path):
     done = gputopo_check(tmp_path, "--level", "full", "--machine", "8x-l40s-p2p-disabled", "--junitxml", "node.xml")
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert failed_lines(lines) == ["FAILED the machine: all 28 pairs of the 8 GPUs fail p2p_status: P2P refused: "
-                                   "topology not supported (28 pairs)"]
+    assert failed_lines(lines) == [
+        "FAILED the machine: all 28 pairs of the 8 GPUs fail p2p_status: P2P refused: topology not supported (28 pairs)"
+    ]
     assert section(lines)[-1] == "gputopo check: 28 failed (1 cause), 9 passed, 109 skipped"
     shown = [same(line) for line in lines if "generated xml file" not in line]  # the doc's command writes none
     assert shown == [same(line) for line in documented("docs/cli.md", "collected 146 items")]
@@ -231,12 +262,21 @@ def test_a_p2p_refused_node_is_one_failed_line_for_the_machine(tmp_path):
     assert (suite.get("tests"), suite.get("failures")) == ("146", "28")
 
 
-@pytest.mark.parametrize("profile, line", [
-    (gpu5_slow, "FAILED GPU5: NVLinks [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17] are down "
-                "(0/18 up); all 7 of its pairs fail p2p_bw; the 21 pairs without GPU5 pass"),
-    (gpu2_x8, "FAILED GPU2: PCIe link trained down: x8 of x16 (its maximum width; Gen3 of Gen5); host->device "
-              "copy, pinned: below the floor of the expected"),
-])
+@pytest.mark.parametrize(
+    "profile, line",
+    [
+        (
+            gpu5_slow,
+            "FAILED GPU5: NVLinks [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17] are down "
+            "(0/18 up); all 7 of its pairs fail p2p_bw; the 21 pairs without GPU5 pass",
+        ),
+        (
+            gpu2_x8,
+            "FAILED GPU2: PCIe link trained down: x8 of x16 (its maximum width; Gen3 of Gen5); host->device "
+            "copy, pinned: below the floor of the expected",
+        ),
+    ],
+)
 def test_one_gpus_failures_are_one_line_naming_the_gpu(pytester, profile, line):
     """A GPU whose NVLinks (or PCIe link) and copies failed: one line naming the GPU, its NVLink (PCIe)
     item and its pairs' (its own) figure items as one cause -- not a line per item."""
@@ -244,17 +284,20 @@ def test_one_gpus_failures_are_one_line_naming_the_gpu(pytester, profile, line):
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "full", "--gputopo-machine", str(path))
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert failed_lines(result.stdout.lines) == [line]
-    assert re.fullmatch(r"gputopo check: \d+ failed \(1 cause\), \d+ passed, \d+ skipped",
-                        section(result.stdout.lines)[-1])
+    assert re.fullmatch(
+        r"gputopo check: \d+ failed \(1 cause\), \d+ passed, \d+ skipped", section(result.stdout.lines)[-1]
+    )
 
 
 def test_a_cause_of_one_item_keeps_the_items_line_and_causes_apart_are_lines_apart(pytester):
     """nvlink[GPU5] alone is its own line (what it checks, its message); two GPUs' causes are two."""
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check",
-                                "--gputopo-machine", "hgx-h100-nvlink-down")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "hgx-h100-nvlink-down"
+    )
     assert failed_lines(result.stdout.lines) == [
         "FAILED nvlink[GPU5] (every NVLink of a GPU that has NVLink is up): GPU5: NVLinks [0, 1, 2, 3, 4, 5, 6, 7, 8, "
-        "9, 10, 11, 12, 13, 14, 15, 16, 17] are down (0/18 up)"]
+        "9, 10, 11, 12, 13, 14, 15, 16, 17] are down (0/18 up)"
+    ]
     assert section(result.stdout.lines)[-1] == "gputopo check: 1 failed, 44 passed"
 
 
@@ -271,12 +314,14 @@ def test_x_stops_after_the_whole_check_before_the_users_tests(pytester):
     """-x on a node with P2P refused: every item of the check runs (its cause is named from all 28 pairs),
     then the run stops, none of the user's tests run."""
     pytester.makepyfile(test_user="def test_a(): pass\ndef test_b(): pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine",
-                                "8x-l40s-p2p-disabled", "-x")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", "8x-l40s-p2p-disabled", "-x"
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes()  # none of the user's tests ran
-    assert failed_lines(result.stdout.lines) == ["FAILED the machine: all 28 pairs of the 8 GPUs fail p2p_status: "
-                                                 "P2P refused: topology not supported (28 pairs)"]
+    assert failed_lines(result.stdout.lines) == [
+        "FAILED the machine: all 28 pairs of the 8 GPUs fail p2p_status: P2P refused: topology not supported (28 pairs)"
+    ]
     assert section(result.stdout.lines)[-1] == "gputopo check: 28 failed (1 cause), 9 passed"
     result.stdout.fnmatch_lines(["*stopping after the gputopo check: 28 of its items failed*"])
     # A healthy node: -x lets the user's tests run after the check.
@@ -290,9 +335,11 @@ def test_under_xdist_the_controller_says_the_workers_failed_items_by_cause(pytes
     item's gputopo_check_finding property): still one line, the machine."""
     pytest.importorskip("xdist")
     pytester.makepyfile(test_user="def test_a(): pass\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--gputopo-check", "quick",
-                                           "--gputopo-machine", "8x-l40s-p2p-disabled", "-n", "2")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--gputopo-check", "quick", "--gputopo-machine", "8x-l40s-p2p-disabled", "-n", "2"
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=1)
-    assert failed_lines(result.stdout.lines) == ["FAILED the machine: all 28 pairs of the 8 GPUs fail p2p_status: "
-                                                 "P2P refused: topology not supported (28 pairs)"]
+    assert failed_lines(result.stdout.lines) == [
+        "FAILED the machine: all 28 pairs of the 8 GPUs fail p2p_status: P2P refused: topology not supported (28 pairs)"
+    ]

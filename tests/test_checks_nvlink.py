@@ -20,23 +20,38 @@ def _mixed_box(gpus: int = 4) -> model.Topology:
     """RTX A6000 cards (4 NVLinks each, NVLink 3.1): GPU0-GPU1 joined by a bridge; the others
     without one, so NVML lists their 4 links, all down (nvtop#469: an RTX 3090 bridge, 4 links;
     corpus topo/019: an A6000 without a working bridge reads 'all links are inActive')."""
+
     def links(i):
         if i > 1:
             return tuple(model.NvLink(k, False) for k in range(4))
-        return tuple(model.NvLink(k, True, remote_bus_id=_bus(1 - i), remote_type="GPU", version="3.1")
-                     for k in range(4))
-    cards = tuple(model.Gpu(i, name=A6000, pci_bus_id=_bus(i), nvml_index=i, compute_capability="8.6",
-                            nvlinks=links(i)) for i in range(gpus))
-    pairs = tuple(model.Link(a, b, pcie=model.LinkClass.NODE, nvlinks=4 if (a, b) == (0, 1) else 0)
-                  for a in range(gpus) for b in range(a + 1, gpus))
+        return tuple(
+            model.NvLink(k, True, remote_bus_id=_bus(1 - i), remote_type="GPU", version="3.1") for k in range(4)
+        )
+
+    cards = tuple(
+        model.Gpu(i, name=A6000, pci_bus_id=_bus(i), nvml_index=i, compute_capability="8.6", nvlinks=links(i))
+        for i in range(gpus)
+    )
+    pairs = tuple(
+        model.Link(a, b, pcie=model.LinkClass.NODE, nvlinks=4 if (a, b) == (0, 1) else 0)
+        for a in range(gpus)
+        for b in range(a + 1, gpus)
+    )
     return model.Topology(gpus=cards, links=pairs)
 
 
 def _checks(pytester, topology: model.Topology) -> dict:
     path = pytester.path / "node.json"
     path.write_text(json.dumps(profile_dict("node", topology)))
-    pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", str(path),
-                       "--gputopo-json", str(pytester.path / "run.json"))
+    pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-check",
+        "--gputopo-machine",
+        str(path),
+        "--gputopo-json",
+        str(pytester.path / "run.json"),
+    )
     return {c["check"]: c for c in json.loads((pytester.path / "run.json").read_text())["checks"]}
 
 
@@ -71,20 +86,28 @@ def test_what_tells_a_lost_gpu_from_one_without_nvlink():
     t = _mixed_box(3)
     assert nvlink_lost(t, t.gpus[2]) is None
     # A pair of the GPU shows NV# in the matrix (nvidia-smi topo -m counted links now down).
-    t2 = dataclasses.replace(t, links=tuple(dataclasses.replace(ln, nvlinks=4) if (ln.a, ln.b) == (0, 2) else ln
-                                            for ln in t.links))
+    t2 = dataclasses.replace(
+        t, links=tuple(dataclasses.replace(ln, nvlinks=4) if (ln.a, ln.b) == (0, 2) else ln for ln in t.links)
+    )
     assert nvlink_lost(t2, t2.gpus[2]) == "NVLinks [0, 1, 2, 3] are down (0/4 up)"
     # Peers of its model reach an NVSwitch (their link ends), or, where no source said where the links
     # lead, more than one GPU over NVLink in the matrix: a board or fabric, not a bridge.
     h100 = recorded.load_profile("hgx-h100-nvlink-down").topology
     assert nvlink_lost(h100, h100.gpus[5]) is not None
-    blind = dataclasses.replace(h100, gpus=tuple(
-        dataclasses.replace(g, nvlinks=tuple(dataclasses.replace(ln, remote_type="unknown", remote_bus_id=None)
-                                             for ln in g.nvlinks)) for g in h100.gpus))
+    blind = dataclasses.replace(
+        h100,
+        gpus=tuple(
+            dataclasses.replace(
+                g, nvlinks=tuple(dataclasses.replace(ln, remote_type="unknown", remote_bus_id=None) for ln in g.nvlinks)
+            )
+            for g in h100.gpus
+        ),
+    )
     assert nvlink_lost(blind, blind.gpus[5]) is not None
     # A GPU of another model on that board says nothing of it.
-    other = dataclasses.replace(h100, gpus=tuple(dataclasses.replace(g, name="NVIDIA H100 PCIe") if g.index == 5 else g
-                                                for g in h100.gpus))
+    other = dataclasses.replace(
+        h100, gpus=tuple(dataclasses.replace(g, name="NVIDIA H100 PCIe") if g.index == 5 else g for g in h100.gpus)
+    )
     assert nvlink_lost(other, other.gpus[5]) is None
 
 
@@ -92,9 +115,15 @@ def test_an_nvlink_version_the_architecture_cannot_have_is_warned_by_the_check(p
     """An H100 whose NVML answers NVLink 5.0 (7; public code reads it as NVLink 4,
     tests/test_spec.py cites it) is judged as 4.0, and the check says so."""
     h100 = recorded.load_profile("hgx-h100").topology
-    said_5 = dataclasses.replace(h100, gpus=tuple(dataclasses.replace(
-        g, nvlinks=tuple(dataclasses.replace(ln, version="5.0") for ln in g.nvlinks)) for g in h100.gpus))
+    said_5 = dataclasses.replace(
+        h100,
+        gpus=tuple(
+            dataclasses.replace(g, nvlinks=tuple(dataclasses.replace(ln, version="5.0") for ln in g.nvlinks))
+            for g in h100.gpus
+        ),
+    )
     check = _checks(pytester, said_5)["nvlink[GPU0]"]
     assert check["outcome"] == "passed"
-    assert check["message"] == ("GPU0: 18/18 NVLinks up; warning: NVML says NVLink 5.0, compute capability 9.0 "
-                                "has 4.0: 4.0 taken")
+    assert check["message"] == (
+        "GPU0: 18/18 NVLinks up; warning: NVML says NVLink 5.0, compute capability 9.0 has 4.0: 4.0 taken"
+    )

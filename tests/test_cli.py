@@ -45,16 +45,30 @@ def test_show_this_host_without_a_gpu_says_why(capsys):
 def test_machines_lists_the_bundled_ones():
     out = gputopo("machines")
     names = [line.split()[0] for line in out.stdout.splitlines()]
-    for name in ("dgx-a100", "hgx-h100", "dgx1-v100", "2x-rtx3090-nvlink", "4x-rtx4090", "8x-l40s",
-                 "2x-rtx-pro-6000", "single-gpu", "no-gpu", "hgx-h100-nvlink-down", "hgx-h100-pcie-x8",
-                 "8x-l40s-p2p-disabled"):
+    for name in (
+        "dgx-a100",
+        "hgx-h100",
+        "dgx1-v100",
+        "2x-rtx3090-nvlink",
+        "4x-rtx4090",
+        "8x-l40s",
+        "2x-rtx-pro-6000",
+        "single-gpu",
+        "no-gpu",
+        "hgx-h100-nvlink-down",
+        "hgx-h100-pcie-x8",
+        "8x-l40s-p2p-disabled",
+    ):
         assert name in names
 
 
 def test_record_from_smi_text_keeps_unknowns_unknown(tmp_path, pytester):
     topo = tmp_path / "topo.txt"
-    topo.write_text((TOPO / "021.txt").read_text() if TOPO.is_dir() else
-                    "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n")
+    topo.write_text(
+        (TOPO / "021.txt").read_text()
+        if TOPO.is_dir()
+        else "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tPHB\t0-63\t0\nGPU1\tPHB\t X \t0-63\t0\n"
+    )
     out = tmp_path / "node.json"
     assert cli.main(["record", "--from-smi", str(topo), "-o", str(out)]) == 0
     profile = json.loads(out.read_text())
@@ -104,11 +118,14 @@ def test_unreadable_text_exits_2_with_one_line(tmp_path, content):
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("args,message", [
-    (["parse", "smi-topo", "/nonexistent/topo.txt"], "cannot read"),
-    (["show", "--machine", "dgx-z900"], "unknown machine 'dgx-z900'; bundled machines:"),
-    (["record", "-o", "/tmp/x.json", "--p2p", "p.txt"], ""),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["parse", "smi-topo", "/nonexistent/topo.txt"], "cannot read"),
+        (["show", "--machine", "dgx-z900"], "unknown machine 'dgx-z900'; bundled machines:"),
+        (["record", "-o", "/tmp/x.json", "--p2p", "p.txt"], ""),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, message):
     out = gputopo(*args)
     assert out.returncode == 2 and "Traceback" not in out.stderr
@@ -128,8 +145,9 @@ def test_parse_nccl_log_json():
 
 @pytest.mark.parametrize("machine,status", [("hgx-h100", 0), ("8x-l40s-p2p-disabled", 1)])
 def test_check_command_reports_like_pytest(tmp_path, machine, status):
-    out = gputopo("check", "--machine", machine, "--json", str(tmp_path / "c.json"),
-                  "--junitxml", str(tmp_path / "c.xml"))
+    out = gputopo(
+        "check", "--machine", machine, "--json", str(tmp_path / "c.json"), "--junitxml", str(tmp_path / "c.xml")
+    )
     assert out.returncode == status, out.stdout[-2000:]
     doc = json.loads((tmp_path / "c.json").read_text())
     assert doc["source"].startswith(f"recorded:{machine}") and doc["checks"]
@@ -157,8 +175,9 @@ def test_a_reader_that_goes_away_is_not_an_error():
     """`gputopo spec --json | head` ends quietly, not with "internal error (BrokenPipeError)" (exit 3).
     Python ignores SIGPIPE, so a write to a closed pipe raises BrokenPipeError (Python docs, "Note
     on SIGPIPE" in the signal module): the command ends quietly, as a writer ended by SIGPIPE."""
-    proc = subprocess.Popen([sys.executable, "-m", "pytest_gputopo.cli", "spec", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_gputopo.cli", "spec", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     proc.stdout.close()  # the reader is gone before the first write
     err = proc.stderr.read().decode()
     assert (proc.wait(), err) == (141, "")
@@ -167,20 +186,25 @@ def test_a_reader_that_goes_away_is_not_an_error():
 def test_parse_nccl_tests_says_its_wrong_data(tmp_path):
     """nccl-tests' own verdict on the data (#wrong in-place, the FAILED out-of-bounds
     line, src/common.cu) is said, not only the figures."""
-    text = ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-            "     1048576        262144     float     sum      -1    30.12   34.81   34.81      0    29.90   35.07   35.07      3\n"
-            "# Out of bounds values : 1 FAILED\n# Avg bus bandwidth    : 34.94 \n#\n")
+    text = (
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"  # noqa: E501 (all_reduce_perf's own line)
+        "     1048576        262144     float     sum      -1    30.12   34.81   34.81      0    29.90   35.07   35.07      3\n"  # noqa: E501
+        "# Out of bounds values : 1 FAILED\n# Avg bus bandwidth    : 34.94 \n#\n"
+    )
     (tmp_path / "out.txt").write_text(text)
     out = gputopo("parse", "nccl-tests", str(tmp_path / "out.txt"))
     assert out.returncode == 0, out.stderr
     assert "wrong data: nccl-tests reported 3 wrong elements in-place, 'Out of bounds values : 1 FAILED'" in out.stdout
 
 
-@pytest.mark.parametrize("p2p_arg, says", [
-    ("w:{garbage}", "{garbage}: "),
-    ("z:{good}", "--p2p 'z:{good}': 'z' before ':' is no capability letter (r read, w write, n nvlink, a atomics)"),
-    ("rq:{good}", "'q' before ':' is no capability letter"),
-])
+@pytest.mark.parametrize(
+    "p2p_arg, says",
+    [
+        ("w:{garbage}", "{garbage}: "),
+        ("z:{good}", "--p2p 'z:{good}': 'z' before ':' is no capability letter (r read, w write, n nvlink, a atomics)"),
+        ("rq:{good}", "'q' before ':' is no capability letter"),
+    ],
+)
 def test_record_p2p_errors_name_the_letter_or_the_file_at_fault(tmp_path, p2p_arg, says):
     """A garbage --p2p file is blamed by its own name, not on the valid --from-smi file, and a bad
     capability letter is named, not a bare "cannot read"."""

@@ -34,15 +34,21 @@ def test_a_device_nvml_cannot_place_keeps_its_number_and_shifts_no_other(monkeyp
     nvml = load_profile("hgx-h100").topology
     cuda_order = _bus_order(nvml)
     lost = cuda_order[2].index
-    nvml = dataclasses.replace(nvml, gpus=tuple(dataclasses.replace(g, pci_bus_id=None, uuid=None, name=None)
-                                                if g.index == lost else g for g in nvml.gpus))
+    nvml = dataclasses.replace(
+        nvml,
+        gpus=tuple(
+            dataclasses.replace(g, pci_bus_id=None, uuid=None, name=None) if g.index == lost else g for g in nvml.gpus
+        ),
+    )
     view = CudaView(tuple(g.pci_bus_id for g in cuda_order), {}, {})
     seen = as_cuda_sees_it(nvml, view)
     assert len(seen.gpus) == 8
     assert [g.pci_bus_id for g in seen.gpus] == [g.pci_bus_id for g in cuda_order]  # each at its own ordinal
     assert seen.gpus[3].uuid == cuda_order[3].uuid and seen.gpus[2].name is None
-    assert seen.link(2, 3).label is None and seen.link(3, 4).label == nvml.link(cuda_order[3].index,
-                                                                               cuda_order[4].index).label
+    assert (
+        seen.link(2, 3).label is None
+        and seen.link(3, 4).label == nvml.link(cuda_order[3].index, cuda_order[4].index).label
+    )
     assert any("CUDA device 2 (PCI " in w and "not renumbered" in w for w in seen.warnings)
 
 
@@ -51,16 +57,18 @@ def test_cuda_and_nvml_are_joined_by_uuid_before_bus_id(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     nvml = load_profile("hgx-h100").topology
     cuda_order = _bus_order(nvml)
-    nvml = dataclasses.replace(nvml, gpus=tuple(dataclasses.replace(g, pci_bus_id=None) if g is cuda_order[5] else g
-                                                for g in nvml.gpus))
+    nvml = dataclasses.replace(
+        nvml, gpus=tuple(dataclasses.replace(g, pci_bus_id=None) if g is cuda_order[5] else g for g in nvml.gpus)
+    )
     view = CudaView(tuple(g.pci_bus_id for g in cuda_order), {}, {}, tuple(g.uuid for g in cuda_order))
     seen = as_cuda_sees_it(nvml, view)
     assert [g.uuid for g in seen.gpus] == [g.uuid for g in cuda_order] and not seen.warnings
 
 
 def test_a_view_with_uuids_round_trips_and_a_bad_uuid_is_refused():
-    good = CudaView(("00000000:18:00.0", "00000000:2A:00.0"), {(0, 1): True}, {},
-                    ("GPU-0123abcd-0000-1111-2222-333344445555", None))
+    good = CudaView(
+        ("00000000:18:00.0", "00000000:2A:00.0"), {(0, 1): True}, {}, ("GPU-0123abcd-0000-1111-2222-333344445555", None)
+    )
     assert CudaView.from_json(good.to_json()) == good
     with pytest.raises(ValueError):
         CudaView.from_json({**good.to_json(), "uuids": ["GPU-x", None]})
@@ -96,8 +104,9 @@ def test_where_cuda_cannot_start_p2p_is_unknown_and_the_check_names_the_error(py
     result = pytester.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     said = "cuInit returned CUDA_ERROR_SYSTEM_NOT_READY (802): system not yet initialized"
-    result.stdout.fnmatch_lines([f"gputopo warning: *{said}",
-                                 f"*requires_p2p*P2P unknown: CUDA cannot start here ({said})*"])
+    result.stdout.fnmatch_lines(
+        [f"gputopo warning: *{said}", f"*requires_p2p*P2P unknown: CUDA cannot start here ({said})*"]
+    )
     check = pytester.runpytest_subprocess("--gputopo-check", "quick", "-p", "no:cacheprovider", "-v")
     check.stdout.fnmatch_lines(["*gputopo-check::cuda FAILED*", f"FAILED cuda (*): CUDA cannot start: {said}"])
     assert "topology FAILED" not in check.stdout.str()  # the one cause said once, by the cuda item
@@ -208,13 +217,16 @@ def test_cudas_order_of_identical_gpus_is_taken_from_this_boots_record(pytester,
     devs = [ln for ln in lines if ln.startswith("dev ")]
     uuids = {int(ln.split()[1]): ln.split()[2] for ln in lines if ln.startswith("uuid ")}
     n = len(devs)
-    (host.root / "cuda.txt").write_text("\n".join(
-        [lines[0], *reversed(devs), *(f"uuid {n - 1 - i} {u}" for i, u in uuids.items())]) + "\n")
+    (host.root / "cuda.txt").write_text(
+        "\n".join([lines[0], *reversed(devs), *(f"uuid {n - 1 - i} {u}" for i, u in uuids.items())]) + "\n"
+    )
     pytester.makepyfile(test_p2p=REPEAT)
     pytester.runpytest_subprocess().assert_outcomes(passed=1)  # CUDA asked, its order kept for the boot
     pytester.makepyfile(test_p2p="import pytest\n@pytest.mark.requires_gpus(8)\ndef test_count(): pass\n")
-    pytester.makeconftest("def pytest_gputopo_topology(topology, config):\n"
-                          "    open('order.txt', 'w').write(' '.join(g.pci_bus_id for g in topology.gpus))\n")
+    pytester.makeconftest(
+        "def pytest_gputopo_topology(topology, config):\n"
+        "    open('order.txt', 'w').write(' '.join(g.pci_bus_id for g in topology.gpus))\n"
+    )
     again = pytester.runpytest_subprocess()
     again.stdout.fnmatch_lines(["*(NVML probed; CUDA's view from this boot's record)"])
     order = (pytester.path / "order.txt").read_text().split()
@@ -267,7 +279,10 @@ def test_ld_so_cache_is_read_as_glibc_writes_it(tmp_path):
     cache += b"".join(struct.pack("=iIIIQ", f, k, v, 0, 0) for f, k, v in entries) + strings
     (tmp_path / "ld.so.cache").write_bytes(b"ld.so-1.7.0\0" + bytes(4) + cache)  # after an old-format table
     assert cache_paths(cache=str(tmp_path / "ld.so.cache")) == [
-        "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/i386-linux-gnu/libcuda.so.1", ""]
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        "/usr/lib/i386-linux-gnu/libcuda.so.1",
+        "",
+    ]
     (tmp_path / "other").write_bytes(b"not a cache")
     assert cache_paths(cache=str(tmp_path / "other")) is None
     import shutil
@@ -288,8 +303,9 @@ def test_a_libcuda_replaced_in_place_is_asked_again(pytester, emulated_host, emu
 
     emulated_host("dgx-a100")
     libs = shutil.copytree(emulated_libs, tmp_path / "private-libs")
-    monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join([str(libs), *os.environ["LD_LIBRARY_PATH"].split(
-        os.pathsep)[1:]]))
+    monkeypatch.setenv(
+        "LD_LIBRARY_PATH", os.pathsep.join([str(libs), *os.environ["LD_LIBRARY_PATH"].split(os.pathsep)[1:]])
+    )
     pytester.makepyfile(test_p2p=REPEAT)
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
     pytester.runpytest_subprocess().stdout.fnmatch_lines(["*(NVML probed; CUDA's view from this boot's record)"])

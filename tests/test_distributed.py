@@ -113,8 +113,7 @@ def torchrun(cwd: Path, *args: str, env=None, timeout=120) -> subprocess.Complet
     # gloo's pairs on loopback: by default gloo takes the address the host name resolves to, which
     # may be an interface beyond loopback (tests send traffic to loopback only: docs/testing.md).
     full_env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", **(env or {}), "PYTHONWARNINGS": "ignore"}
-    return subprocess.run(TORCHRUN + list(args), cwd=cwd, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(TORCHRUN + list(args), cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
 def outcomes(cwd: Path, ranks: int) -> list[dict]:
@@ -136,8 +135,20 @@ def test_every_rank_takes_the_same_decisions(suite_dir):
     processes that import torch.)"""
     (suite_dir / "test_custom.py").write_text(CUSTOM_TESTS)
     port = launcher_port()
-    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                   "-m", "pytest", "-p", "no:cacheprovider", "-rs")
+    out = torchrun(
+        suite_dir,
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     both = outcomes(suite_dir, 2)
     rank0, rank1 = (only(o, "test_dist.py") for o in both)
@@ -152,17 +163,22 @@ def test_every_rank_takes_the_same_decisions(suite_dir):
     assert any("test_dist.py" in ln and "on rank 1 (" in ln for ln in out.stdout.splitlines()), out.stdout[-3000:]
 
     rank0, rank1 = (only(o, "test_custom.py") for o in both)
-    custom = [f"test_custom.py::{name}" for name in ("test_every_rank_ampere", "test_every_rank_has_gpus",
-                                                      "test_the_combined_view")]
+    custom = [
+        f"test_custom.py::{name}"
+        for name in ("test_every_rank_ampere", "test_every_rank_has_gpus", "test_the_combined_view")
+    ]
     for ranked in (rank0, rank1):
         assert "test_custom.py::test_every_rank_ampere" in ranked["skipped"]
-        assert {"test_custom.py::test_every_rank_has_gpus",
-                "test_custom.py::test_the_combined_view"} <= set(ranked["passed"])
+        assert {"test_custom.py::test_every_rank_has_gpus", "test_custom.py::test_the_combined_view"} <= set(
+            ranked["passed"]
+        )
     assert [t for t in rank0["passed"] if t in custom] == [t for t in rank1["passed"] if t in custom]
     lone = "test_custom.py::test_this_rank_alone_would_disagree"
     assert lone in rank0["passed"] and lone in rank1["skipped"]
-    assert ("every GPU is an A100 (compute capability 8.0): unmet on rank 1 (" in out.stdout
-            and "[recorded:4x-rtx4090" in out.stdout)
+    assert (
+        "every GPU is an A100 (compute capability 8.0): unmet on rank 1 (" in out.stdout
+        and "[recorded:4x-rtx4090" in out.stdout
+    )
 
 
 @pytest.mark.slow
@@ -189,9 +205,22 @@ def test_srun_starting_every_rank_takes_one_decision(suite_dir):
 @pytest.mark.slow
 def test_a_rank_that_never_reports_ends_the_run_with_a_reason(suite_dir):
     port = launcher_port()
-    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                   "-m", "pytest", "-p", "no:cacheprovider", "--gputopo-rank-timeout", "5",
-                   env={"GPUTOPO_TEST_HANG_RANK": "1"})
+    out = torchrun(
+        suite_dir,
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-rank-timeout",
+        "5",
+        env={"GPUTOPO_TEST_HANG_RANK": "1"},
+    )
     # The rank timeout ended it (the reason names it), not the seconds a loaded machine takes
     assert out.returncode != 0
     assert "the ranks cannot agree: rank(s) 1 did not report 'topology' within 5 s" in out.stdout + out.stderr
@@ -216,9 +245,17 @@ def test_two_nodes_on_loopback_show_a_header_per_node(suite_dir):
     port = launcher_port()
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "GPUTOPO_TEST_MACHINES": "hgx-h100,hgx-h100-nvlink-down"}
-    procs = [subprocess.Popen(TORCHRUN + common + ["--node-rank", str(n), "-m", "pytest", "-p", "no:cacheprovider"],
-                              cwd=suite_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for n in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            TORCHRUN + common + ["--node-rank", str(n), "-m", "pytest", "-p", "no:cacheprovider"],
+            cwd=suite_dir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for n in (0, 1)
+    ]
     try:
         texts = [p.communicate(timeout=120)[0] for p in procs]
     finally:
@@ -239,9 +276,22 @@ def test_an_unmet_gate_on_one_node_is_the_same_failed_cause_on_every_rank(suite_
     """The gate is judged on every node, once: each rank fails the same gate test, named by the node
     and GPU at fault, and ends with exit status 8; rank 0 alone prints the causes."""
     port = launcher_port()
-    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                   "-m", "pytest", "-p", "no:cacheprovider", "--gputopo-require", "link>=NV12",
-                   env={"GPUTOPO_TEST_MACHINES": "hgx-h100,hgx-h100-nvlink-down"})
+    out = torchrun(
+        suite_dir,
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-require",
+        "link>=NV12",
+        env={"GPUTOPO_TEST_MACHINES": "hgx-h100,hgx-h100-nvlink-down"},
+    )
     assert out.returncode != 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "exitcode: 8" in out.stderr or "exitcode  : 8" in out.stderr, out.stderr[-3000:]
     rank0, rank1 = outcomes(suite_dir, 2)
@@ -261,11 +311,28 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
         "@pytest.mark.min_allreduce_bw(0.0001)\ndef test_reachable(gputopo_bench):\n"
         "    r = gputopo_bench.allreduce()\n"
         "    open(f'busbw.{__import__(\"os\").environ[\"RANK\"]}', 'w').write(repr((r.gbps, r.detail['world_size'])))\n"
-        "@pytest.mark.min_allreduce_bw(100000)\ndef test_too_fast(): pass\n")
+        "@pytest.mark.min_allreduce_bw(100000)\ndef test_too_fast(): pass\n"
+    )
     port = launcher_port()
-    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                   "-m", "pytest", "-p", "no:cacheprovider", "-rs", "--gputopo-allreduce-backend", "gloo",
-                   "--gputopo-allreduce-size", "64K", env={"GPUTOPO_TEST_MACHINES": "host"})
+    out = torchrun(
+        suite_dir,
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        "--gputopo-allreduce-backend",
+        "gloo",
+        "--gputopo-allreduce-size",
+        "64K",
+        env={"GPUTOPO_TEST_MACHINES": "host"},
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rank0, rank1 = outcomes(suite_dir, 2)
     assert rank0 == rank1 and rank0["passed"] == ["test_dist.py::test_reachable"]
@@ -281,13 +348,26 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
 @pytest.mark.slow
 def test_rank_zero_names_each_nodes_fallback(suite_dir):
     port = launcher_port()
-    out = torchrun(suite_dir, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                   "-m", "pytest", "-p", "no:cacheprovider",
-                   env={"GPUTOPO_TEST_MACHINES": "dgx-a100", "NCCL_P2P_DISABLE": "1"})
+    out = torchrun(
+        suite_dir,
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        env={"GPUTOPO_TEST_MACHINES": "dgx-a100", "NCCL_P2P_DISABLE": "1"},
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "(rank 0,1): 8x NVIDIA A100-SXM4-80GB" in out.stdout
-    assert out.stdout.count("  fallback: GPU0-GPU1 NV12 uses SHM instead of P2P (NCCL_P2P_DISABLE=1 from "
-                            "environment)") == 1
+    assert (
+        out.stdout.count("  fallback: GPU0-GPU1 NV12 uses SHM instead of P2P (NCCL_P2P_DISABLE=1 from environment)")
+        == 1
+    )
 
 
 def test_ranks_on_one_node_share_a_copy_benchmark_and_other_gpus_do_not(monkeypatch):

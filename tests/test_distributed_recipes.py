@@ -13,14 +13,20 @@ import pytest
 
 from doc_examples import blocks
 
-READ = (f"{sys.executable} -c 'from pytest_gputopo.runtime.environ import store_secret; "
-        "print(\"taken from\", store_secret()[1].split(\"=\")[0])'")
+READ = (
+    f"{sys.executable} -c 'from pytest_gputopo.runtime.environ import store_secret; "
+    'print("taken from", store_secret()[1].split("=")[0])\''
+)
 LAUNCH = re.compile(r"\b(srun|torchrun)\b.*?(?<!\\)$", re.S | re.M)  # a launch, with its continued lines
 
 
 def launching_blocks():
-    return [b for b in blocks() if b.path == "docs/distributed.md" and re.search(r"\b(srun|torchrun)\b.*\bpytest\b",
-                                                                                b.text.replace("\\\n", " "))]
+    return [
+        b
+        for b in blocks()
+        if b.path == "docs/distributed.md"
+        and re.search(r"\b(srun|torchrun)\b.*\bpytest\b", b.text.replace("\\\n", " "))
+    ]
 
 
 def test_every_recipe_that_starts_ranks_gives_them_a_secret():
@@ -33,10 +39,21 @@ def test_every_recipe_that_starts_ranks_gives_them_a_secret():
 @pytest.mark.parametrize("block", launching_blocks(), ids=str)
 def test_the_recipes_secret_is_one_the_ranks_take(block, tmp_path):
     script = LAUNCH.sub(READ, block.text)
-    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
-                               "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node-001"})
+    done = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "SLURM_JOB_ID": "42",
+            "SLURM_JOB_NODELIST": "node-001",
+        },
+    )
     taken = re.findall(r"^taken from (\S+)$", done.stdout, re.M)
-    assert taken and set(taken) <= {"PYTEST_GPUTOPO_STORE_SECRET", "PYTEST_GPUTOPO_STORE_SECRET_FILE"}, \
+    assert taken and set(taken) <= {"PYTEST_GPUTOPO_STORE_SECRET", "PYTEST_GPUTOPO_STORE_SECRET_FILE"}, (
         done.stdout + done.stderr
+    )
     assert not list(tmp_path.glob(".gputopo-secret-42"))  # a secret file the job made is removed with the job

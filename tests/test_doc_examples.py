@@ -40,6 +40,7 @@ from emulated import GCC, build_libs, make_host
 class Claim:
     """A doc block a test here runs: the one block of ``path`` that contains ``contains`` (or a test
     elsewhere, ``by``: "tests/test_x.py::test_name", where the feature's own tests run it)."""
+
     path: str
     contains: str
     by: str | None = None
@@ -67,22 +68,51 @@ def doc(path: str, contains: str, by: str | None = None) -> Claim:
 # Examples the feature's own tests run as written, reading them from the doc.
 doc("docs/options.md", "# test_model.py", by="tests/test_plan.py::test_the_documented_plan_is_what_the_plan_prints")
 doc("docs/fleet.md", "--machine hgx-h100-pcie-x8", by="tests/test_fleet.py::test_the_documented_example")
-doc("docs/fleet.md", "srun --nodes=64",
-    by="tests/test_fleet_recipes.py::test_the_slurm_recipe_collects_one_report_per_node")
-doc("docs/fleet.md", "actions/upload-artifact@v4",
-    by="tests/test_fleet_recipes.py::test_the_actions_recipe_uploads_every_nodes_report_and_the_fleet_reads_them")
-doc("docs/fleet.md", "kind: Job",
-    by="tests/test_fleet_recipes.py::test_the_kubernetes_recipe_writes_every_report_and_does_not_retry_a_degraded_node")
-doc("docs/options.md", "$ pytest -q --gputopo-plan",
-    by="tests/test_plan.py::test_the_documented_plan_is_what_the_plan_prints")
-doc("docs/options.md", "for m in $(gputopo machines --json",
-    by="tests/test_plan.py::test_the_documented_preview_on_every_bundled_machine_runs")
-doc("docs/distributed.md", "--gputopo-plan-json",
-    by="tests/test_plan.py::test_the_documented_ci_routing_starts_jobs_only_where_tests_would_run")
-doc("docs/markers.md", "def test_ampere_kernel",
-    by="tests/test_arch.py::test_the_documented_arch_example_runs_where_the_doc_says")
-doc("docs/markers.md", "def test_all_reduce(gputopo_rank", by="tests/test_ranks.py::test_the_documented_example_runs_as_written")
-doc("docs/markers.md", "$ pytest test_ranks.py -v", by="tests/test_ranks.py::test_the_documented_example_runs_as_written")
+doc(
+    "docs/fleet.md",
+    "srun --nodes=64",
+    by="tests/test_fleet_recipes.py::test_the_slurm_recipe_collects_one_report_per_node",
+)
+doc(
+    "docs/fleet.md",
+    "actions/upload-artifact@v4",
+    by="tests/test_fleet_recipes.py::test_the_actions_recipe_uploads_every_nodes_report_and_the_fleet_reads_them",
+)
+doc(
+    "docs/fleet.md",
+    "kind: Job",
+    by="tests/test_fleet_recipes.py::test_the_kubernetes_recipe_writes_every_report_and_does_not_retry_a_degraded_node",
+)
+doc(
+    "docs/options.md",
+    "$ pytest -q --gputopo-plan",
+    by="tests/test_plan.py::test_the_documented_plan_is_what_the_plan_prints",
+)
+doc(
+    "docs/options.md",
+    "for m in $(gputopo machines --json",
+    by="tests/test_plan.py::test_the_documented_preview_on_every_bundled_machine_runs",
+)
+doc(
+    "docs/distributed.md",
+    "--gputopo-plan-json",
+    by="tests/test_plan.py::test_the_documented_ci_routing_starts_jobs_only_where_tests_would_run",
+)
+doc(
+    "docs/markers.md",
+    "def test_ampere_kernel",
+    by="tests/test_arch.py::test_the_documented_arch_example_runs_where_the_doc_says",
+)
+doc(
+    "docs/markers.md",
+    "def test_all_reduce(gputopo_rank",
+    by="tests/test_ranks.py::test_the_documented_example_runs_as_written",
+)
+doc(
+    "docs/markers.md",
+    "$ pytest test_ranks.py -v",
+    by="tests/test_ranks.py::test_the_documented_example_runs_as_written",
+)
 
 
 def test_every_runnable_example_is_run_here_or_says_why_not():
@@ -101,12 +131,16 @@ def test_every_runnable_example_is_run_here_or_says_why_not():
         if claim.by:
             file, name = claim.by.split("::")
             if f"def {name}(" not in (ROOT / file).read_text():
-                problems.append(f"{claim.path}: the block with {claim.contains!r} is said to be run by {claim.by}, "
-                                "which does not exist")
+                problems.append(
+                    f"{claim.path}: the block with {claim.contains!r} is said to be run by {claim.by}, "
+                    "which does not exist"
+                )
     for block in found:
         if any(re.match(r"^\s*`{3,}\s+\S", ln) for ln in block.lines):
-            problems.append(f"{block}: a line in it starts with ``` and goes on: it does not close the block "
-                            "(the page renders the text after it as code)")
+            problems.append(
+                f"{block}: a line in it starts with ``` and goes on: it does not close the block "
+                "(the page renders the text after it as code)"
+            )
         if block.note is not None and block.not_run is None:
             problems.append(f"{block}: the note {block.note!r} is not 'not run (why)' or 'not run: CMD, ... (why)'")
         if block.kind is None:
@@ -117,8 +151,10 @@ def test_every_runnable_example_is_run_here_or_says_why_not():
         if block in claimed and whole:
             problems.append(f"{block}: a test runs it, but the doc says it is not run")
         elif block not in claimed and not whole:
-            problems.append(f"{block}: a runnable {block.kind} example that no test runs and the doc does not mark "
-                            "'<!-- example: not run (why) -->'")
+            problems.append(
+                f"{block}: a runnable {block.kind} example that no test runs and the doc does not mark "
+                "'<!-- example: not run (why) -->'"
+            )
         if block.not_run and block.not_run[0]:
             if block.kind not in ("shell", "workflow"):
                 problems.append(f"{block}: 'not run: CMD' names commands of a shell or workflow block only")
@@ -154,8 +190,10 @@ def junit_verdicts(xml: Path) -> dict[str, Verdict]:
         for outcome in ("skipped", "failure", "error"):
             element = case.find(outcome)
             if element is not None:
-                verdicts[case.get("name")] = Verdict({"failure": "failed"}.get(outcome, outcome),
-                                                     (element.get("message") or "") + "\n" + (element.text or ""))
+                verdicts[case.get("name")] = Verdict(
+                    {"failure": "failed"}.get(outcome, outcome),
+                    (element.get("message") or "") + "\n" + (element.text or ""),
+                )
     return verdicts
 
 
@@ -173,8 +211,14 @@ def run_files_on(env: dict[str, str], folder: Path, files: dict[str, str], *args
     """The same, as a pytest process on a host (``gpu_host``'s environment) in ``folder``."""
     write(folder, files)
     xml = folder / "doc-example.xml"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--junitxml={xml}",
-                           *args], cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", f"--junitxml={xml}", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return done.returncode, done.stdout + "\n" + done.stderr, junit_verdicts(xml) if xml.exists() else {}
 
 
@@ -232,6 +276,7 @@ def gpu_host(tmp_path_factory):
         for name in ("LD_LIBRARY_PATH", "PYTHONPATH"):  # the emulated host's libraries first, as make_host lays them
             env[name] = env[name].replace(os.environ.get(name, ""), base.get(name, "")).rstrip(os.pathsep)
         return {**base, **env}
+
     return enter
 
 
@@ -254,11 +299,15 @@ def test_readme_main_job_runs_the_examples_on_a_recorded_machine_then_shows_it()
     [step] = run_shell(README_MAIN_JOB.block, ROOT, shell_env())
     assert step.status == 0, step.printed
     assert "4 passed, 2 skipped" in step.printed
-    assert_shows(["SKIPPED [1] examples/test_interconnect_examples.py:...: requires_nvlink: GPU0-GPU5 are ...",
-                  "SKIPPED [1] examples/test_interconnect_examples.py:...: requires_link('NV12', gpus=8): GPU0-GPU5...",
-                  "gputopo: 8x NVIDIA H100 80GB HBM3, worst link SYS (GPU0-GPU5), ...",
-                  "GPU5  SYS   SYS   SYS   SYS   NODE  X     NODE  NODE  ..."], step.printed)
-
+    assert_shows(
+        [
+            "SKIPPED [1] examples/test_interconnect_examples.py:...: requires_nvlink: GPU0-GPU5 are ...",
+            "SKIPPED [1] examples/test_interconnect_examples.py:...: requires_link('NV12', gpus=8): GPU0-GPU5...",
+            "gputopo: 8x NVIDIA H100 80GB HBM3, worst link SYS (GPU0-GPU5), ...",
+            "GPU5  SYS   SYS   SYS   SYS   NODE  X     NODE  NODE  ...",
+        ],
+        step.printed,
+    )
 
 
 def operators_files(folder: Path) -> None:
@@ -268,20 +317,38 @@ def operators_files(folder: Path) -> None:
     from pytest_gputopo.render.smi_topo import render_topo_matrix
     from test_tool_outputs import nvbandwidth_text, nvlink_text
 
-    p2p = "\t" + "\t".join(f"GPU{j}" for j in range(8)) + "\n" + "".join(
-        f" GPU{i}\t" + "\t".join("X" if i == j else "OK" for j in range(8)) + "\n" for i in range(8)) + \
-        "\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"
-    write(folder, {"topo.txt": render_topo_matrix(probe("hgx-h100")), "p2p_r.txt": p2p, "p2p_w.txt": p2p,
-                   "p2p.txt": p2p, "nvlink.txt": nvlink_text({}), "nvb.txt": nvbandwidth_text()})
+    p2p = (
+        "\t"
+        + "\t".join(f"GPU{j}" for j in range(8))
+        + "\n"
+        + "".join(f" GPU{i}\t" + "\t".join("X" if i == j else "OK" for j in range(8)) + "\n" for i in range(8))
+        + "\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"
+    )
+    write(
+        folder,
+        {
+            "topo.txt": render_topo_matrix(probe("hgx-h100")),
+            "p2p_r.txt": p2p,
+            "p2p_w.txt": p2p,
+            "p2p.txt": p2p,
+            "nvlink.txt": nvlink_text({}),
+            "nvb.txt": nvbandwidth_text(),
+        },
+    )
 
 
 def test_readme_test_file_on_the_machine_its_outputs_come_from(pytester):
     """The quickstart's test file on hgx-h100-nvlink-down: the pair tests run, the 8-GPU NV12 test is
     skipped with the line the README shows, under the header it shows."""
-    status, printed, verdicts = run_files(pytester, {"test_parallel.py": README_TEST_FILE.text},
-                                          "--gputopo-machine", "hgx-h100-nvlink-down")
-    assert outcomes(verdicts) == {"test_data_parallel": "passed", "test_tensor_parallel_pair": "passed",
-                                  "test_full_nvswitch_box": "skipped", "test_my_own_check": "passed"}
+    status, printed, verdicts = run_files(
+        pytester, {"test_parallel.py": README_TEST_FILE.text}, "--gputopo-machine", "hgx-h100-nvlink-down"
+    )
+    assert outcomes(verdicts) == {
+        "test_data_parallel": "passed",
+        "test_tensor_parallel_pair": "passed",
+        "test_full_nvswitch_box": "skipped",
+        "test_my_own_check": "passed",
+    }
     assert status == 0
     assert_shows(README_HEADER.text, printed)
     assert_shows(README_SKIPPED.text, printed)
@@ -308,8 +375,11 @@ def test_readme_commands_on_a_gpu_host_and_on_one_that_degraded(gpu_host, tmp_pa
     assert "hgx-h100-nvlink-down" in said["gputopo machines"]
     assert json.loads((tmp_path / "node.json").read_text())["topology"]["published"]  # nvbandwidth's figures
 
-    degraded = run_shell(only(block, "pytest --gputopo-require", "pytest --gputopo-expect"), tmp_path,
-                         gpu_host("hgx-h100-nvlink-down", driver="570"))
+    degraded = run_shell(
+        only(block, "pytest --gputopo-require", "pytest --gputopo-expect"),
+        tmp_path,
+        gpu_host("hgx-h100-nvlink-down", driver="570"),
+    )
     for step in degraded:
         assert step.status == 8, f"{step.command}\n{step.printed}"
         assert "GPU5" in step.printed
@@ -319,12 +389,14 @@ def test_readme_bandwidth_and_transport_markers(pytester):
     """On dgx-a100 the all-reduce floor is met on its published figure (and says it is recorded) and
     NCCL's P2P is predicted for the NVLink pair; with P2P refused by the platform, NCCL would take SHM
     and the marker says so."""
-    status, printed, verdicts = run_files(pytester, {"test_train.py": README_BENCH_MARKERS.text},
-                                          "--gputopo-machine", "dgx-a100")
+    status, printed, verdicts = run_files(
+        pytester, {"test_train.py": README_BENCH_MARKERS.text}, "--gputopo-machine", "dgx-a100"
+    )
     assert outcomes(verdicts) == {"test_training_step": "passed", "test_no_silent_fallback": "passed"}
     assert "PASSED (recorded, not measured) test_train.py::test_training_step" in printed
-    status, printed, verdicts = run_files(pytester, {"test_train.py": README_BENCH_MARKERS.text},
-                                          "--gputopo-machine", "8x-l40s-p2p-disabled")
+    status, printed, verdicts = run_files(
+        pytester, {"test_train.py": README_BENCH_MARKERS.text}, "--gputopo-machine", "8x-l40s-p2p-disabled"
+    )
     assert verdicts["test_no_silent_fallback"].outcome == "skipped"
     assert "would use SHM" in verdicts["test_no_silent_fallback"].message
 
@@ -343,10 +415,17 @@ def test_bandwidth_markers_on_a_machine_with_published_figures(pytester):
     4-GPU all-reduce has no published figure, so that test skips saying so. A min_p2p_bw(300) skips
     with the line the doc shows."""
     threshold = "import pytest\n" + "\n" * 7 + "@pytest.mark.min_p2p_bw(300)\ndef test_x(): ...\n"  # its line 9
-    status, printed, verdicts = run_files(pytester, {"test_bw.py": BENCH_MARKERS.text, "test_x.py": threshold},
-                                          "--gputopo-machine", "dgx-a100")
-    assert outcomes(verdicts) == {"test_training_step": "passed", "test_tp4": "skipped", "test_pipeline_pair": "passed",
-                                  "test_all_pairs_healthy": "passed", "test_dataloader": "passed", "test_x": "skipped"}
+    status, printed, verdicts = run_files(
+        pytester, {"test_bw.py": BENCH_MARKERS.text, "test_x.py": threshold}, "--gputopo-machine", "dgx-a100"
+    )
+    assert outcomes(verdicts) == {
+        "test_training_step": "passed",
+        "test_tp4": "skipped",
+        "test_pipeline_pair": "passed",
+        "test_all_pairs_healthy": "passed",
+        "test_dataloader": "passed",
+        "test_x": "skipped",
+    }
     for name in ("test_training_step", "test_pipeline_pair", "test_all_pairs_healthy", "test_dataloader"):
         assert f"PASSED (recorded, not measured) test_bw.py::{name}" in printed
     assert "4 ranks, 1 GiB: no figure (none published for recorded:dgx-a100" in verdicts["test_tp4"].message
@@ -357,8 +436,14 @@ def test_a_pass_on_recorded_figures_says_so(tmp_path):
     """The command the doc quotes, over the test it describes: a min_allreduce_bw(100) test on
     dgx-a100 passes on the published figure, and every output says it was recorded."""
     write(tmp_path, {"test_x.py": "import pytest\n\n@pytest.mark.min_allreduce_bw(100)\ndef test_ar(): ...\n"})
-    done = subprocess.run("pytest --gputopo-machine dgx-a100 -v -rA --junitxml=report.xml test_x.py", shell=True,
-                          cwd=tmp_path, env=shell_env(), capture_output=True, text=True)
+    done = subprocess.run(
+        "pytest --gputopo-machine dgx-a100 -v -rA --junitxml=report.xml test_x.py",
+        shell=True,
+        cwd=tmp_path,
+        env=shell_env(),
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert_shows(BENCH_RECORDED_PASS.text, done.stdout)
     assert 'name="gputopo_recorded"' in (tmp_path / "report.xml").read_text()
@@ -397,8 +482,11 @@ CLI_SHOW_LINES = doc("docs/cli.md", "GPU5: NVIDIA H100 80GB HBM3 bus 00000000:AB
 CLI_SHOW = doc("docs/cli.md", "$ gputopo show --machine 8x-l40s-p2p-disabled")
 CLI_RECORD = doc("docs/cli.md", "nvidia-smi topo -m > topo.txt")
 CLI_RECORD_SAYS = doc("docs/cli.md", "wrote node.json: 8 GPUs")
-doc("docs/cli.md", "--smi-query gpus.txt --smi-query gpus.csv -o listed.json\nwrote",
-    by="tests/test_smi_listings.py::test_the_documented_recording_of_listings")
+doc(
+    "docs/cli.md",
+    "--smi-query gpus.txt --smi-query gpus.csv -o listed.json\nwrote",
+    by="tests/test_smi_listings.py::test_the_documented_recording_of_listings",
+)
 CLI_PARSE = doc("docs/cli.md", "$ gputopo parse smi-p2p p2p_r.txt")
 CLI_PARSE_NCCL_TESTS = doc("docs/cli.md", "gputopo parse nccl-tests all_reduce_perf.log --json")
 CLI_REPORT = doc("docs/cli.md", "$ gputopo report run.json -o run.html")
@@ -409,8 +497,9 @@ def test_show_prints_a_recorded_machine(tmp_path):
     versions lines the doc quotes are hgx-h100-nvlink-down's GPU5 as show prints it."""
     [step] = run_shell(CLI_SHOW.block, tmp_path, shell_env())
     assert step.status == 0 and "TNS" in step.printed, step.printed
-    shown = subprocess.run(["gputopo", "show", "--machine", "hgx-h100-nvlink-down"], env=shell_env(),
-                           capture_output=True, text=True)
+    shown = subprocess.run(
+        ["gputopo", "show", "--machine", "hgx-h100-nvlink-down"], env=shell_env(), capture_output=True, text=True
+    )
     assert_shows(CLI_SHOW_LINES.text, shown.stdout)
 
 
@@ -422,8 +511,11 @@ def test_record_from_operators_captures(tmp_path):
     GPU5's copies, which the capture shows slow, and still draws the page."""
     operators_files(tmp_path)
     steps = run_shell(CLI_RECORD.block, tmp_path, shell_env())
-    assert [s.command.split()[:2] for s in steps] == [["gputopo", "record"], ["pytest", "--gputopo-machine"],
-                                                       ["gputopo", "check"]]
+    assert [s.command.split()[:2] for s in steps] == [
+        ["gputopo", "record"],
+        ["pytest", "--gputopo-machine"],
+        ["gputopo", "check"],
+    ]
     record, run, check = steps
     assert record.status == 0, record.printed
     assert_shows(CLI_RECORD_SAYS.text, record.printed)
@@ -438,9 +530,13 @@ def test_parse_transcript_on_the_corpus_outputs_it_quotes(tmp_path):
     """Each `gputopo parse` of the transcript, on the published outputs it names (p2pmatrix/001,
     nvlink-status/001, nvbandwidth/001, ncclperf/006), prints what the doc shows; nvbandwidth's
     parser refuses a topo -m matrix, naming it."""
-    for name, source in (("p2p_r.txt", "p2pmatrix/001.txt"), ("nvlink.txt", "nvlink-status/001.txt"),
-                         ("nvb.txt", "nvbandwidth/001.txt"), ("p2p.txt", "ncclperf/006.txt"),
-                         ("topo.txt", "topo/001.txt")):
+    for name, source in (
+        ("p2p_r.txt", "p2pmatrix/001.txt"),
+        ("nvlink.txt", "nvlink-status/001.txt"),
+        ("nvb.txt", "nvbandwidth/001.txt"),
+        ("p2p.txt", "ncclperf/006.txt"),
+        ("topo.txt", "topo/001.txt"),
+    ):
         shutil.copy(CORPUS / source, tmp_path / name)
     steps = run_shell(CLI_PARSE.block, tmp_path, shell_env())
     assert [s.status for s in steps] == [0, 0, 0, 0, 2], [s.printed for s in steps]
@@ -459,9 +555,23 @@ def test_parse_nccl_tests_json(tmp_path):
 def test_report_transcript(tmp_path):
     """`gputopo report run.json -o run.html` on a run's --gputopo-json document of
     hgx-h100-nvlink-down prints the line the doc shows and writes the page."""
-    made = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gputopo-machine",
-                           "hgx-h100-nvlink-down", "--gputopo-json", "run.json"], cwd=tmp_path, env=shell_env(),
-                          capture_output=True, text=True)
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--gputopo-machine",
+            "hgx-h100-nvlink-down",
+            "--gputopo-json",
+            "run.json",
+        ],
+        cwd=tmp_path,
+        env=shell_env(),
+        capture_output=True,
+        text=True,
+    )
     assert (tmp_path / "run.json").exists(), made.stdout + made.stderr
     [step] = run_shell(CLI_REPORT.block, tmp_path, shell_env())
     assert step.status == 0, step.printed
@@ -484,8 +594,9 @@ def test_a_custom_condition_across_ranks_needs_gpus_to_be_met(tmp_path):
     (its all-gather, written as `...`, then fails: there is no process group here)."""
     pytest.importorskip("torch")
     shown = DIST_FP8_SKIPPED.text.replace("rank 1 (node-b) [NVML]", "rank 0 (...) [...]")
-    status, printed, verdicts = run_files_on(shell_env(), tmp_path, {"test_fp8.py": DIST_FP8.text},
-                                             "--gputopo-machine", "no-gpu")
+    status, printed, verdicts = run_files_on(
+        shell_env(), tmp_path, {"test_fp8.py": DIST_FP8.text}, "--gputopo-machine", "no-gpu"
+    )
     assert outcomes(verdicts) == {"test_fp8_allgather": "skipped"}, printed
     assert_shows(shown, printed)
     status, printed, verdicts = run_files_on(shell_env(), tmp_path, {}, "--gputopo-machine", "hgx-h100")
@@ -494,8 +605,9 @@ def test_a_custom_condition_across_ranks_needs_gpus_to_be_met(tmp_path):
 
 
 def test_every_nodes_driver(pytester):
-    status, printed, verdicts = run_files(pytester, {"test_drivers.py": DIST_DRIVERS.text},
-                                          "--gputopo-machine", "hgx-h100")
+    status, printed, verdicts = run_files(
+        pytester, {"test_drivers.py": DIST_DRIVERS.text}, "--gputopo-machine", "hgx-h100"
+    )
     assert outcomes(verdicts) == {"test_same_driver_everywhere": "passed"}
 
 
@@ -515,8 +627,9 @@ def test_routing_jobs_by_interconnect(gpu_host, tmp_path):
     write(tmp_path, _example_suite())
     healthy = gpu_host("hgx-h100", driver="570")
     (tmp_path / "ci").mkdir()
-    recorded = subprocess.run(["gputopo", "record", "-o", "ci/healthy-node.json"], cwd=tmp_path, env=healthy,
-                              capture_output=True, text=True)
+    recorded = subprocess.run(
+        ["gputopo", "record", "-o", "ci/healthy-node.json"], cwd=tmp_path, env=healthy, capture_output=True, text=True
+    )
     assert recorded.returncode == 0, recorded.stderr
     [(command, status, printed)] = run_workflow(block, "nvlink-suite", tmp_path, healthy)
     assert status == 0 and "6 passed" in printed, printed
@@ -527,9 +640,13 @@ def test_routing_jobs_by_interconnect(gpu_host, tmp_path):
     [(command, status, printed)] = run_workflow(block, "pcie-suite", tmp_path, gpu_host("8x-l40s", driver="550"))
     assert status == 0, printed
     assert "3 passed, 2 skipped, 1 deselected" in printed and "error" not in printed.lower()
-    assert_shows(["SKIPPED [1] test_interconnect_examples.py:...: requires_link('NV12', gpus=8): GPU0-GPU1 ... PIX...",
-                  "SKIPPED [1] test_interconnect_examples.py:...: requires_link('PXB', gpus=4): GPU0-GPU2 ... NODE..."],
-                 printed)
+    assert_shows(
+        [
+            "SKIPPED [1] test_interconnect_examples.py:...: requires_link('NV12', gpus=8): GPU0-GPU1 ... PIX...",
+            "SKIPPED [1] test_interconnect_examples.py:...: requires_link('PXB', gpus=4): GPU0-GPU2 ... NODE...",
+        ],
+        printed,
+    )
 
 
 # ------------------------------------------------------------------------------------ markers.md
@@ -549,7 +666,7 @@ MARKERS_CONFTEST = doc("docs/markers.md", "def pytest_gputopo_probe(config, need
 
 def test_a_bad_marker_argument_is_a_usage_error_naming_the_test(pytester):
     """The error the doc quotes, from the test it names: exit status 4, the same lines."""
-    test = "import pytest\n\n@pytest.mark.requires_link(\"PXQ\")\ndef test_pair():\n    pass\n"
+    test = 'import pytest\n\n@pytest.mark.requires_link("PXQ")\ndef test_pair():\n    pass\n'
     status, printed, _ = run_files(pytester, {"tests/test_tp.py": test})
     assert status == 4
     assert_shows(MARKERS_ERROR.text, printed)
@@ -559,15 +676,22 @@ def test_gpu_facts_markers(pytester):
     """On hgx-h100 every GPU-facts test runs; on dgx-a100 only the bf16 one does, the FP8 test
     skipped for compute capability 8.0 and the NVLS test for the model (and multicast, which the
     recording does not give). An 8-GPU compute_capability test skips with the line the doc shows."""
-    status, printed, verdicts = run_files(pytester, {"test_facts.py": MARKERS_FACTS.text},
-                                          "--gputopo-machine", "hgx-h100")
-    assert outcomes(verdicts) == dict.fromkeys(("test_fp8_tensor_parallel", "test_bf16_kernel",
-                                                "test_nvls_allreduce"), "passed")
-    cc = "import pytest\n\n@pytest.mark.requires_gpus(8, compute_capability=\">=9.0\")\ndef test_x(): ...\n"
-    status, printed, verdicts = run_files(pytester, {"test_facts.py": MARKERS_FACTS.text, "test_x.py": cc},
-                                          "--gputopo-machine", "dgx-a100")
-    assert outcomes(verdicts) == {"test_fp8_tensor_parallel": "skipped", "test_bf16_kernel": "passed",
-                                  "test_nvls_allreduce": "skipped", "test_x": "skipped"}
+    status, printed, verdicts = run_files(
+        pytester, {"test_facts.py": MARKERS_FACTS.text}, "--gputopo-machine", "hgx-h100"
+    )
+    assert outcomes(verdicts) == dict.fromkeys(
+        ("test_fp8_tensor_parallel", "test_bf16_kernel", "test_nvls_allreduce"), "passed"
+    )
+    cc = 'import pytest\n\n@pytest.mark.requires_gpus(8, compute_capability=">=9.0")\ndef test_x(): ...\n'
+    status, printed, verdicts = run_files(
+        pytester, {"test_facts.py": MARKERS_FACTS.text, "test_x.py": cc}, "--gputopo-machine", "dgx-a100"
+    )
+    assert outcomes(verdicts) == {
+        "test_fp8_tensor_parallel": "skipped",
+        "test_bf16_kernel": "passed",
+        "test_nvls_allreduce": "skipped",
+        "test_x": "skipped",
+    }
     assert "has compute capability 8.0, needs >=9.0" in verdicts["test_fp8_tensor_parallel"].message
     assert "is not 'H100' or 'H200'" in verdicts["test_nvls_allreduce"].message
     assert_shows(MARKERS_CC_SKIPPED.text, printed)
@@ -576,8 +700,9 @@ def test_gpu_facts_markers(pytester):
 def test_versions_marker_on_a_host_and_on_a_recording_without_them(gpu_host, tmp_path):
     """On a GPU host whose torch gives CUDA 12.x and NCCL 2.2x the versions test runs; a recorded
     machine that does not record them leaves them unknown, and the test skips saying so."""
-    status, printed, verdicts = run_files_on(gpu_host("hgx-h100", driver="570"), tmp_path,
-                                             {"test_versions.py": MARKERS_VERSIONS.text})
+    status, printed, verdicts = run_files_on(
+        gpu_host("hgx-h100", driver="570"), tmp_path, {"test_versions.py": MARKERS_VERSIONS.text}
+    )
     assert outcomes(verdicts) == {"test_nvls_reduce_scatter": "passed"}, printed
     status, printed, verdicts = run_files_on(shell_env(), tmp_path, {}, "--gputopo-machine", "hgx-h100")
     assert verdicts["test_nvls_reduce_scatter"].outcome == "skipped"
@@ -588,15 +713,21 @@ def test_the_closest_marker_restates_and_keeps_the_rest(pytester):
     """On a 4-GPU Ampere machine every test of the doc's example skips: the class's Hopper condition
     stays on the method whose own requires_gpus(1) restates only the count, and the module's default
     asks for 8 GPUs. On hgx-h100 all run."""
-    status, printed, verdicts = run_files(pytester, {"test_stacked.py": MARKERS_STACKED.text},
-                                          "--gputopo-machine", "4x-a100-40gb")
-    assert outcomes(verdicts) == {"test_tp4": "skipped", "test_one_rank": "skipped", "test_p2p": "skipped",
-                                  "test_full_node": "skipped"}
+    status, printed, verdicts = run_files(
+        pytester, {"test_stacked.py": MARKERS_STACKED.text}, "--gputopo-machine", "4x-a100-40gb"
+    )
+    assert outcomes(verdicts) == {
+        "test_tp4": "skipped",
+        "test_one_rank": "skipped",
+        "test_p2p": "skipped",
+        "test_full_node": "skipped",
+    }
     assert verdicts["test_tp4"].message.startswith("requires_gpus(4, arch='hopper'): ")
     assert verdicts["test_one_rank"].message.startswith("requires_gpus(1, arch='hopper'): GPU0 ")
     assert verdicts["test_full_node"].message.startswith("requires_gpus(8): 4 visible")
-    status, printed, verdicts = run_files(pytester, {"test_stacked.py": MARKERS_STACKED.text},
-                                          "--gputopo-machine", "hgx-h100")
+    status, printed, verdicts = run_files(
+        pytester, {"test_stacked.py": MARKERS_STACKED.text}, "--gputopo-machine", "hgx-h100"
+    )
     assert set(outcomes(verdicts).values()) == {"passed"}
 
 
@@ -613,8 +744,13 @@ def test_unmet_skips_on_a_dual_socket_host_and_fails_under_strict(gpu_host, tmp_
 
 def test_the_line_counting_tests_not_run(pytester):
     """The summary line the doc quotes, from the five tests it counts, on 4x-rtx4090."""
-    markers = ["requires_gpus(8)", "requires_link('PXB')", "requires_nvlink", "requires_p2p",
-               "requires_link('NV18', gpus=4)"]
+    markers = [
+        "requires_gpus(8)",
+        "requires_link('PXB')",
+        "requires_nvlink",
+        "requires_p2p",
+        "requires_link('NV18', gpus=4)",
+    ]
     suite = "import pytest\n" + "".join(f"\n@pytest.mark.{m}\ndef test_{i}(): ...\n" for i, m in enumerate(markers))
     status, printed, verdicts = run_files(pytester, {"test_x.py": suite}, "--gputopo-machine", "4x-rtx4090")
     assert_shows(MARKERS_NOT_RUN_LINE.text, printed)
@@ -634,8 +770,9 @@ def test_the_fixture_examples(pytester):
     from pytest_gputopo.render.smi_topo import render_topo_matrix
 
     (pytester.path / "node7.txt").write_text(render_topo_matrix(probe("hgx-h100")))
-    status, printed, verdicts = run_files(pytester, {"test_fields.py": MARKERS_FIELDS.text},
-                                          "--gputopo-machine", "node7.txt")
+    status, printed, verdicts = run_files(
+        pytester, {"test_fields.py": MARKERS_FIELDS.text}, "--gputopo-machine", "node7.txt"
+    )
     assert verdicts["test_big_enough"].message.startswith("GPU0's memory is unknown [text:node7.txt]")
     assert verdicts["test_hopper_or_newer"].message.startswith("needs compute capability 9.0, GPU0 has None")
 
@@ -645,9 +782,13 @@ def test_a_conftest_that_supplies_the_machine(pytester):
     header and the fixture are that machine's."""
     operators_files(pytester.path)
     (pytester.path / "inventory").mkdir()
-    recorded = subprocess.run(["gputopo", "record", "--from-smi", "topo.txt", "--name", "node-a", "-o",
-                               "inventory/node-a.json"], cwd=pytester.path, env=shell_env(),
-                              capture_output=True, text=True)
+    recorded = subprocess.run(
+        ["gputopo", "record", "--from-smi", "topo.txt", "--name", "node-a", "-o", "inventory/node-a.json"],
+        cwd=pytester.path,
+        env=shell_env(),
+        capture_output=True,
+        text=True,
+    )
     assert recorded.returncode == 0, recorded.stderr
     test = "def test_machine(gputopo):\n    assert len(gputopo.gpus) == 8 and str(gputopo.link(0, 1).label) == 'NV18'\n"
     status, printed, verdicts = run_files(pytester, {"conftest.py": MARKERS_CONFTEST.text, "test_inventory.py": test})
@@ -665,8 +806,9 @@ NCCL_PARSE = doc("docs/nccl.md", "gputopo parse nccl-log nccl.log")
 def test_transport_markers(pytester):
     """On dgx-a100 NCCL is predicted to take P2P over the NVLink pair; InfiniBand with GPUDirect RDMA
     needs NCCL's own account of a run, which a recorded machine cannot give: skipped, saying so."""
-    status, printed, verdicts = run_files(pytester, {"test_nccl.py": NCCL_MARKERS.text},
-                                          "--gputopo-machine", "dgx-a100")
+    status, printed, verdicts = run_files(
+        pytester, {"test_nccl.py": NCCL_MARKERS.text}, "--gputopo-machine", "dgx-a100"
+    )
     assert outcomes(verdicts) == {"test_tp_pair": "passed", "test_multinode": "skipped"}
     assert "needs NCCL's own account of a run" in verdicts["test_multinode"].message
 
@@ -694,8 +836,11 @@ OPTIONS_INI = doc("docs/options.md", "gputopo_require = gpus>=2,p2p")
 OPTIONS_GRAMMAR = doc("docs/options.md", 'EXPR  := TERM ("," TERM)*')
 OPTIONS_REQUIRE = doc("docs/options.md", '$ pytest --gputopo-machine 4x-rtx4090 --gputopo-require "gpus>=8,p2p"')
 OPTIONS_EXPECT = doc("docs/options.md", "$ pytest --gputopo-machine hgx-h100-pcie-x8 --gputopo-expect hgx-h100")
-doc("docs/options.md", "$ pytest --gputopo-machine hgx-h100-nvlink-down --gputopo-require",
-    by="tests/test_gate_causes.py::test_the_documented_gate_output_is_what_it_prints")
+doc(
+    "docs/options.md",
+    "$ pytest --gputopo-machine hgx-h100-nvlink-down --gputopo-require",
+    by="tests/test_gate_causes.py::test_the_documented_gate_output_is_what_it_prints",
+)
 
 
 def test_options_in_an_ini_file(pytester):
@@ -709,8 +854,9 @@ def test_options_in_an_ini_file(pytester):
 
 
 def test_a_malformed_gate_prints_the_grammar(tmp_path):
-    done = subprocess.run(["pytest", "--gputopo-require", "gpus>=x"], cwd=tmp_path, env=shell_env(),
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["pytest", "--gputopo-require", "gpus>=x"], cwd=tmp_path, env=shell_env(), capture_output=True, text=True
+    )
     assert done.returncode == 4
     assert_shows(OPTIONS_GRAMMAR.text, done.stdout + "\n" + done.stderr)
 
@@ -748,8 +894,9 @@ def test_ported_markers(pytester):
 def test_a_predicate_is_unmet_without_gpus_or_without_memory_facts(pytester):
     """The four-H100 predicate runs the test on hgx-h100 only: A100s, no GPU at all, and a machine
     read from nvidia-smi text (memory unknown) skip it, never an error."""
-    status, printed, verdicts = run_files(pytester, {"test_fp8.py": PORTING_PREDICATE.text},
-                                          "--gputopo-machine", "hgx-h100")
+    status, printed, verdicts = run_files(
+        pytester, {"test_fp8.py": PORTING_PREDICATE.text}, "--gputopo-machine", "hgx-h100"
+    )
     assert outcomes(verdicts) == {"test_fp8_gemm_allgather": "passed"}
     from pytest_gputopo.probe import probe
     from pytest_gputopo.render.smi_topo import render_topo_matrix
@@ -773,8 +920,11 @@ def test_routing_a_suite_by_gpu_facts(gpu_host, tmp_path):
     [(command, status, printed)] = run_workflow(PORTING_CI.block, "ada-pcie", tmp_path, ada)
     assert status == 0 and "1 passed, 2 skipped" in printed, printed
     verdicts = junit_verdicts(tmp_path / "report.xml")
-    assert outcomes(verdicts) == {"test_fp8_tensor_parallel": "skipped", "test_bf16_kernel": "passed",
-                                  "test_nvls_allreduce": "skipped"}
+    assert outcomes(verdicts) == {
+        "test_fp8_tensor_parallel": "skipped",
+        "test_bf16_kernel": "passed",
+        "test_nvls_allreduce": "skipped",
+    }
     assert (tmp_path / "report.xml").read_text().count('name="gputopo_unmet"') == 2
 
 
@@ -808,8 +958,13 @@ REPORT_GITLAB = doc("docs/report.md", "gpu-tests:")
 def test_report_commands(gpu_host, tmp_path):
     """The report with a run on this host (an HGX H100), and later from a saved JSON document."""
     write(tmp_path, {"test_parallel.py": README_TEST_FILE.text})
-    made = subprocess.run(["pytest", "-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100-nvlink-down",
-                           "--gputopo-json", "run.json"], cwd=tmp_path, env=shell_env(), capture_output=True, text=True)
+    made = subprocess.run(
+        ["pytest", "-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100-nvlink-down", "--gputopo-json", "run.json"],
+        cwd=tmp_path,
+        env=shell_env(),
+        capture_output=True,
+        text=True,
+    )
     assert (tmp_path / "run.json").exists(), made.stdout
     steps = run_shell(REPORT_COMMANDS.block, tmp_path, gpu_host("hgx-h100", driver="570"))
     assert [s.status for s in steps] == [0, 0], [s.printed for s in steps]
@@ -830,7 +985,9 @@ def test_ci_steps_that_keep_the_reports(claim, tmp_path):
     assert "<title>" in (tmp_path / "gputopo.html").read_text()
 
 
-PROFILE_ERRORS = doc("docs/profile-format.md", "ERROR: --gputopo-machine: node.json: field topology.gpus[3].pcie_gen_max")
+PROFILE_ERRORS = doc(
+    "docs/profile-format.md", "ERROR: --gputopo-machine: node.json: field topology.gpus[3].pcie_gen_max"
+)
 
 
 def test_profile_errors_name_the_file_and_field(tmp_path):
@@ -846,15 +1003,18 @@ def test_profile_errors_name_the_file_and_field(tmp_path):
     def same_uuid(gpus):
         gpus[0]["uuid"] = gpus[1]["uuid"] = "GPU-5e1c2d3a-12b0-4c2e-8b8f-000000000000"
 
-    broken = [edited(lambda gpus: gpus[3].update(pcie_gen_max="five")),
-              '{\n "schema": 1,\n "name": "my",,\n}\n',  # line 3, column 15
-              edited(lambda gpus: gpus[0].update(numa_node=-1)),
-              edited(same_uuid)]
+    broken = [
+        edited(lambda gpus: gpus[3].update(pcie_gen_max="five")),
+        '{\n "schema": 1,\n "name": "my",,\n}\n',  # line 3, column 15
+        edited(lambda gpus: gpus[0].update(numa_node=-1)),
+        edited(same_uuid),
+    ]
     printed = ""
     for text in broken:
         (tmp_path / "node.json").write_text(text)
-        done = subprocess.run(["pytest", "--gputopo-machine", "node.json"], cwd=tmp_path, env=shell_env(),
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["pytest", "--gputopo-machine", "node.json"], cwd=tmp_path, env=shell_env(), capture_output=True, text=True
+        )
         assert done.returncode == 4, done.stdout + done.stderr
         printed += done.stdout + "\n" + done.stderr + "\n"
     assert_shows(PROFILE_ERRORS.text, printed)

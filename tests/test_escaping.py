@@ -21,10 +21,30 @@ from pytest_gputopo.render import escape, markdown, report
 from pytest_gputopo.render.html import html_report
 
 MACHINES = Path(__file__).parent.parent / "pytest_gputopo" / "machines"
-HOSTILE = ["x\n::add-mask::y", "x\r\n::error::pwn", "<script>alert(1)</script>", 'x" onerror="alert(1)',
-           "<!-- hidden", "`code` | pipe", "# heading", "- item", "> quote", "1. list", "\x1b[2J\x85\u2028\u202e",
-           "&amp; &lt;", "\\|", "  lead", "trail  ", "www.example.com http://x.y a@b.c", "~~s~~ **b** _i_ $m$",
-           "", " ", "\t", "\x00", "\ud800"]
+HOSTILE = [
+    "x\n::add-mask::y",
+    "x\r\n::error::pwn",
+    "<script>alert(1)</script>",
+    'x" onerror="alert(1)',
+    "<!-- hidden",
+    "`code` | pipe",
+    "# heading",
+    "- item",
+    "> quote",
+    "1. list",
+    "\x1b[2J\x85\u2028\u202e",
+    "&amp; &lt;",
+    "\\|",
+    "  lead",
+    "trail  ",
+    "www.example.com http://x.y a@b.c",
+    "~~s~~ **b** _i_ $m$",
+    "",
+    " ",
+    "\t",
+    "\x00",
+    "\ud800",
+]
 # Every string field a profile, a log or a test id can carry: any code point, surrogates included.
 ANY = st.text(st.characters(blacklist_categories=()), max_size=60) | st.sampled_from(HOSTILE)
 C0_C1 = re.compile("[\x00-\x1f\x7f-\x9f]")
@@ -72,8 +92,9 @@ def test_gputopo_show_prints_a_hostile_profile_one_line_per_line(tmp_path, capsy
 
 
 def test_warnings_and_problems_are_escaped_in_every_report_line(tmp_path):
-    topology = dataclasses.replace(probe(str(_hostile_profile(tmp_path))), warnings=("w\n::warning::z\x85",),
-                                   nics=("mlx5\n::stop-commands::x",))
+    topology = dataclasses.replace(
+        probe(str(_hostile_profile(tmp_path))), warnings=("w\n::warning::z\x85",), nics=("mlx5\n::stop-commands::x",)
+    )
     lines = report.full_report(topology)
     _no_command_line("\n".join(lines))
     assert "warning: w\\n::warning::z\\x85" in lines
@@ -153,14 +174,19 @@ def test_html_text_reads_back_as_itself_with_no_tag(text):
 @settings(max_examples=400)
 @example(OUTCOME_ATTACK, "' onmouseover='x")
 def test_an_html_attribute_reads_back_as_itself_with_no_attribute_added(first, second):
-    parsed = _parse(f'<td class="{escape.html_attribute(first)}" title=\'{escape.html_attribute(second)}\'>x</td>')
+    parsed = _parse(f"<td class=\"{escape.html_attribute(first)}\" title='{escape.html_attribute(second)}'>x</td>")
     assert parsed.tags == [("td", [("class", first), ("title", second)])]
 
 
 def _run_document(topology, outcome: str, text: str) -> dict:
-    return {**report.machine_document(topology), "measurements": [], "complete": True,
-            "checks": [{"check": text, "outcome": outcome, "message": text}],
-            "unmet": [{"test": text, "outcome": outcome, "requirement": text, "reason": text}], "nccl": None}
+    return {
+        **report.machine_document(topology),
+        "measurements": [],
+        "complete": True,
+        "checks": [{"check": text, "outcome": outcome, "message": text}],
+        "unmet": [{"test": text, "outcome": outcome, "requirement": text, "reason": text}],
+        "nccl": None,
+    }
 
 
 def test_a_crafted_run_json_draws_no_script_and_no_attribute(tmp_path, capsys):
@@ -168,8 +194,9 @@ def test_a_crafted_run_json_draws_no_script_and_no_attribute(tmp_path, capsys):
     topology = probe(str(_hostile_profile(tmp_path)))
     doc = _run_document(topology, OUTCOME_ATTACK, "<script>alert(1)</script>")
     (tmp_path / "run.json").write_text(json.dumps(doc))
-    assert gputopo(["report", str(tmp_path / "run.json"), "-o", str(tmp_path / "run.html")]) == 0, \
+    assert gputopo(["report", str(tmp_path / "run.json"), "-o", str(tmp_path / "run.html")]) == 0, (
         capsys.readouterr().err
+    )
     page = (tmp_path / "run.html").read_text()
     parsed = _parse(page)
     assert "script" not in {tag for tag, _ in parsed.tags}
@@ -177,9 +204,32 @@ def test_a_crafted_run_json_draws_no_script_and_no_attribute(tmp_path, capsys):
         for name, value in attrs if isinstance(attrs, list) else ():
             assert not name.startswith("on"), (tag, name, value)
             if name == "class":
-                assert value in {"passed", "failed", "skipped", "error", "unknown", "text", "origin", "legend",
-                                 "matrix", "nv", "pix", "pxb", "phb", "node", "sys", "ok", "refused", "above",
-                                 "met", "below", "broken", "absent", "self", "differs"}, value
+                assert value in {
+                    "passed",
+                    "failed",
+                    "skipped",
+                    "error",
+                    "unknown",
+                    "text",
+                    "origin",
+                    "legend",
+                    "matrix",
+                    "nv",
+                    "pix",
+                    "pxb",
+                    "phb",
+                    "node",
+                    "sys",
+                    "ok",
+                    "refused",
+                    "above",
+                    "met",
+                    "below",
+                    "broken",
+                    "absent",
+                    "self",
+                    "differs",
+                }, value
     text = "".join(parsed.data)
     assert "<script>alert(1)</script>" in text and OUTCOME_ATTACK.upper() in text  # shown, as text
     assert "x\\n::add-mask::y" in text and "RTX\\r\\n::error::pwn" in text
@@ -194,9 +244,27 @@ def test_every_string_of_a_document_stays_text_in_the_report(outcome, text):
     parsed = _parse(html_report(_run_document(topology, outcome, text)))
     assert "script" not in {tag for tag, _ in parsed.tags}
     assert all(not name.startswith("on") for _, attrs in parsed.tags if isinstance(attrs, list) for name, _ in attrs)
-    assert {tag for tag, _ in parsed.tags} - {"!--"} <= {"html", "head", "meta", "title", "style", "body", "h1", "h2",
-                                                        "h3", "p", "span", "section", "table", "tr", "th", "td", "b",
-                                                        "br", "small"}
+    assert {tag for tag, _ in parsed.tags} - {"!--"} <= {
+        "html",
+        "head",
+        "meta",
+        "title",
+        "style",
+        "body",
+        "h1",
+        "h2",
+        "h3",
+        "p",
+        "span",
+        "section",
+        "table",
+        "tr",
+        "th",
+        "td",
+        "b",
+        "br",
+        "small",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,8 +296,14 @@ def test_markdown_text_opens_no_block_and_reads_as_itself(text):
         tokens = MD.parse(page)
         assert not [t for t in tokens if t.type.startswith("html")], page
         blocks = {t.type for t in tokens if t.block and t.type != "inline"}
-        assert blocks <= {"paragraph_open", "paragraph_close", "bullet_list_open", "bullet_list_close",
-                          "list_item_open", "list_item_close"}, (page, blocks)
+        assert blocks <= {
+            "paragraph_open",
+            "paragraph_close",
+            "bullet_list_open",
+            "bullet_list_close",
+            "list_item_open",
+            "list_item_close",
+        }, (page, blocks)
         inline = [t for t in tokens if t.type == "inline"]
         if page.startswith("**a**"):
             assert len(inline) == 1 and inline[0].children[-1].content.endswith(escape.terminal(text))
@@ -246,14 +320,23 @@ def test_a_summary_cell_cannot_split_a_row_hide_the_rest_or_open_a_code_span(tmp
     text = markdown.summary(doc, [Cause(bad, bad, [bad])])
     assert "\r" not in text and "<!--" not in text and "`" not in text.replace("\\`", "")
     tokens = MD.parse(text)
-    assert not [t for t in tokens if t.type == "html_inline" or
-                (t.type == "html_block" and t.content.strip() not in ("<details><summary>Link classes</summary>",
-                                                                      "</details>"))]
+    assert not [
+        t
+        for t in tokens
+        if t.type == "html_inline"
+        or (
+            t.type == "html_block"
+            and t.content.strip() not in ("<details><summary>Link classes</summary>", "</details>")
+        )
+    ]
     rows = [t for t in tokens if t.type == "tr_open"]
     unmet_table = text.split("**Tests not run for unmet requirements:**")[1].split("\n\n")[1]
     assert len(unmet_table.splitlines()) == 3  # the head, the rule, one row
-    assert all(_inline_text(t) in (escape.terminal(bad), "SKIPPED", "skipped") for t in tokens
-               if t.type == "inline" and "a\\rb" in t.content)
+    assert all(
+        _inline_text(t) in (escape.terminal(bad), "SKIPPED", "skipped")
+        for t in tokens
+        if t.type == "inline" and "a\\rb" in t.content
+    )
     assert rows
 
 

@@ -46,15 +46,21 @@ STATES = {
 def _tray(fabric: model.Fabric | None, gpu: int = 1) -> model.Topology:
     """The bundled GB200 tray with GPU ``gpu``'s fabric as given and the others' up."""
     t = load_profile("gb200-tray").topology
-    return dataclasses.replace(t, gpus=tuple(dataclasses.replace(g, fabric=fabric if g.index == gpu else UP)
-                                             for g in t.gpus))
+    return dataclasses.replace(
+        t, gpus=tuple(dataclasses.replace(g, fabric=fabric if g.index == gpu else UP) for g in t.gpus)
+    )
 
 
 # -- the real module's surface, as the probe and the fake use it -----------------------------------
 
+
 def test_the_real_binding_is_what_the_probe_and_the_fake_assume():
-    assert [pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED,
-            pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS, pynvml.NVML_GPU_FABRIC_STATE_COMPLETED] == [0, 1, 2, 3]
+    assert [
+        pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
+        pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED,
+        pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS,
+        pynvml.NVML_GPU_FABRIC_STATE_COMPLETED,
+    ] == [0, 1, 2, 3]
     assert pynvml.c_nvmlGpuFabricInfoV_t is pynvml.c_nvmlGpuFabricInfo_v2_t
     assert pynvml.c_nvmlGpuFabricInfoV_t().version == pynvml.nvmlGpuFabricInfo_v2 == 0x02000024
     assert pynvml.c_nvmlGpuFabricInfoV_t.clusterUuid.size == 16
@@ -65,6 +71,7 @@ def test_the_real_binding_is_what_the_probe_and_the_fake_assume():
 
 
 # -- the fake NVML serves it as the C library fills it ---------------------------------------------
+
 
 @pytest.fixture
 def fake():
@@ -101,8 +108,10 @@ def test_the_fake_refuses_what_the_c_library_would(fake):
         none.nvmlDeviceGetGpuFabricInfoV(none.nvmlDeviceGetHandleByIndex(0), ctypes.byref(info))
 
 
-@pytest.mark.parametrize("binding, has_v, has_old", [("13.615.71", True, True), ("12.575.51", True, True),
-                                                      ("12.535.161", False, True), ("11.515.48", False, False)])
+@pytest.mark.parametrize(
+    "binding, has_v, has_old",
+    [("13.615.71", True, True), ("12.575.51", True, True), ("12.535.161", False, True), ("11.515.48", False, False)],
+)
 def test_bindings_have_the_functions_of_their_release(binding, has_v, has_old):
     mod = make_fake_pynvml(_tray(UP), binding_version=binding)
     assert hasattr(mod, "nvmlDeviceGetGpuFabricInfoV") is has_v
@@ -110,6 +119,7 @@ def test_bindings_have_the_functions_of_their_release(binding, has_v, has_old):
 
 
 # -- the probe: one fact, unknown where NVML gives none ---------------------------------------------
+
 
 @pytest.mark.parametrize("state", sorted(STATES))
 @pytest.mark.parametrize("binding", ["13.615.71", "12.575.51"])
@@ -133,11 +143,13 @@ def test_a_driver_without_the_v_function_falls_back_and_an_error_makes_only_this
 
     def not_found(*args):
         raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
     mod.nvmlDeviceGetGpuFabricInfoV = not_found  # the driver's libnvidia-ml has no such symbol
     assert nvml.probe(mod).gpus[1].fabric == model.Fabric("In Progress")
 
     def lost(*args):
         raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
     mod.nvmlDeviceGetGpuFabricInfoV = lost
     got = nvml.probe(mod)
     assert {g.fabric for g in got.gpus} == {None}
@@ -147,11 +159,16 @@ def test_a_driver_without_the_v_function_falls_back_and_an_error_makes_only_this
 
 # -- the profile --------------------------------------------------------------------------------------
 
+
 def test_the_profile_keeps_the_fabric_and_profiles_without_one_stay_as_they_were():
     t = _tray(STATES["failed"])
     data = schema.to_dict(t)
-    assert data["gpus"][1]["fabric"] == {"state": "Completed", "status": "Unknown Error", "clique_id": 4026,
-                                         "cluster_uuid": CLUSTER}
+    assert data["gpus"][1]["fabric"] == {
+        "state": "Completed",
+        "status": "Unknown Error",
+        "clique_id": 4026,
+        "cluster_uuid": CLUSTER,
+    }
     assert schema.from_dict(data) == t
     assert "fabric" not in schema.to_dict(load_profile("gb200-tray").topology)["gpus"][0]
     data["gpus"][1]["fabric"] = {"state": "Sideways"}
@@ -161,24 +178,44 @@ def test_the_profile_keeps_the_fabric_and_profiles_without_one_stay_as_they_were
 
 # -- judged: the check item, the fleet's faults, the markers ------------------------------------------
 
+
 def _checks(pytester, topology: model.Topology) -> dict:
     path = pytester.path / "node.json"
     path.write_text(json.dumps(profile_dict("node", topology)))
-    pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", str(path),
-                       "--gputopo-json", str(pytester.path / "run.json"))
+    pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-check",
+        "--gputopo-machine",
+        str(path),
+        "--gputopo-json",
+        str(pytester.path / "run.json"),
+    )
     return {c["check"]: c for c in json.loads((pytester.path / "run.json").read_text())["checks"]}
 
 
-@pytest.mark.parametrize("state, outcome, says", [
-    ("up", "passed", "GPU1: NVLink fabric up (Completed, Success; clique 4026 of cluster " + CLUSTER + ")"),
-    ("not started", "failed",
-     "GPU1: NVLink fabric not up (state Not Started: the fabric manager has not registered it)"),
-    ("in progress", "failed",
-     "GPU1: NVLink fabric not up (state In Progress: the fabric manager has not registered it)"),
-    ("failed", "failed", "GPU1: NVLink fabric registration failed (Unknown Error)"),
-    ("not supported", "skipped",
-     "GPU1: NVLink fabric state not reported (NVML: the GPU has no GPU fabric, not supported)"),
-])
+@pytest.mark.parametrize(
+    "state, outcome, says",
+    [
+        ("up", "passed", "GPU1: NVLink fabric up (Completed, Success; clique 4026 of cluster " + CLUSTER + ")"),
+        (
+            "not started",
+            "failed",
+            "GPU1: NVLink fabric not up (state Not Started: the fabric manager has not registered it)",
+        ),
+        (
+            "in progress",
+            "failed",
+            "GPU1: NVLink fabric not up (state In Progress: the fabric manager has not registered it)",
+        ),
+        ("failed", "failed", "GPU1: NVLink fabric registration failed (Unknown Error)"),
+        (
+            "not supported",
+            "skipped",
+            "GPU1: NVLink fabric state not reported (NVML: the GPU has no GPU fabric, not supported)",
+        ),
+    ],
+)
 def test_the_fabric_item_says_whether_the_fabric_is_up(pytester, state, outcome, says):
     checks = _checks(pytester, _tray(STATES[state]))
     assert (checks["fabric[GPU1]"]["outcome"], checks["fabric[GPU1]"]["message"]) == (outcome, says)
@@ -202,8 +239,11 @@ def test_p2p_and_nvlink_are_unknown_not_met_where_the_fabric_is_down(state):
     """An NVSwitch / GB200 node whose fabric manager is down: NVML lists NV18 and reports P2P OK on every
     pair; the pairs with the GPU whose fabric is not up are unknown (skipped with the reason), the others met."""
     t = _tray(STATES[state])
-    for req, noun in ((P2PRequirement(), "P2P"), (NvLinkRequirement(), "NVLink"),
-                      (LinkRequirement(need="NV18"), "NVLink")):
+    for req, noun in (
+        (P2PRequirement(), "P2P"),
+        (NvLinkRequirement(), "NVLink"),
+        (LinkRequirement(need="NV18"), "NVLink"),
+    ):
         verdict = req.evaluate(t, max_pairs=None)
         assert not verdict.ok and verdict.unknown, (req, verdict)
         assert [f.split(" ")[0] for f in verdict.failures] == ["GPU0-GPU1", "GPU1-GPU2", "GPU1-GPU3"]
@@ -214,8 +254,10 @@ def test_p2p_and_nvlink_are_unknown_not_met_where_the_fabric_is_down(state):
     assert LinkRequirement(need="SYS").evaluate(t).ok  # a PCIe class is not an NVLink answer
 
 
-P2P_TEST = ("import pytest\n@pytest.mark.requires_p2p(gpus=2)\ndef test_pair(): pass\n"
-            "@pytest.mark.requires_nvlink(gpus=[0, 2])\ndef test_other_pair(): pass\n")
+P2P_TEST = (
+    "import pytest\n@pytest.mark.requires_p2p(gpus=2)\ndef test_pair(): pass\n"
+    "@pytest.mark.requires_nvlink(gpus=[0, 2])\ndef test_other_pair(): pass\n"
+)
 
 
 def test_requires_p2p_skips_with_the_fabric_as_its_reason(pytester):
@@ -224,5 +266,9 @@ def test_requires_p2p_skips_with_the_fabric_as_its_reason(pytester):
     pytester.makepyfile(test_x=P2P_TEST)
     result = pytester.runpytest("-rs", "-p", "no:cacheprovider", "--gputopo-machine", str(path))
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*requires_p2p(gpus=2): GPU0-GPU1 P2P unknown: GPU1: NVLink fabric not up "
-                                 "(state In Progress: the fabric manager has not registered it)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*requires_p2p(gpus=2): GPU0-GPU1 P2P unknown: GPU1: NVLink fabric not up "
+            "(state In Progress: the fabric manager has not registered it)*"
+        ]
+    )

@@ -20,19 +20,30 @@ BUS = "00000000:19:00.0"
 
 def _topology() -> model.Topology:
     gpus = (
-        model.Gpu(0, name="NVIDIA H100 80GB HBM3", uuid="GPU-11111111-2222-3333-4444-555555555555",
-                  pci_bus_id=BUS, nvml_index=0, numa_node=1, cpu_affinity="0-23,48-71",
-                  memory_total_bytes=85520809984, compute_capability="9.0",
-                  nvlinks=(model.NvLink(0, True, "00000000:3B:00.0", "GPU", "4.0"),
-                           model.NvLink(1, False, "00000000:3B:00.0", "GPU", "4.0"))),
-        model.Gpu(1, pci_bus_id="00000000:3B:00.0", nvml_index=1,
-                  nvlinks=(model.NvLink(0, True, BUS, "GPU", "4.0"),)),
+        model.Gpu(
+            0,
+            name="NVIDIA H100 80GB HBM3",
+            uuid="GPU-11111111-2222-3333-4444-555555555555",
+            pci_bus_id=BUS,
+            nvml_index=0,
+            numa_node=1,
+            cpu_affinity="0-23,48-71",
+            memory_total_bytes=85520809984,
+            compute_capability="9.0",
+            nvlinks=(
+                model.NvLink(0, True, "00000000:3B:00.0", "GPU", "4.0"),
+                model.NvLink(1, False, "00000000:3B:00.0", "GPU", "4.0"),
+            ),
+        ),
+        model.Gpu(1, pci_bus_id="00000000:3B:00.0", nvml_index=1, nvlinks=(model.NvLink(0, True, BUS, "GPU", "4.0"),)),
         model.Gpu(2, pci_bus_id="00000000:5E:00.0", nvml_index=2),  # no NVLink
     )
     ok, tns = model.P2PStatus.OK, model.P2PStatus.TOPOLOGY_NOT_SUPPORTED
-    links = (model.Link(0, 1, pcie=model.LinkClass.PIX, nvlinks=1, p2p=model.P2P(ok, ok, ok, ok)),
-             model.Link(0, 2, pcie=model.LinkClass.SYS, p2p=model.P2P(tns, tns, tns, tns)),
-             model.Link(1, 2, pcie=None))
+    links = (
+        model.Link(0, 1, pcie=model.LinkClass.PIX, nvlinks=1, p2p=model.P2P(ok, ok, ok, ok)),
+        model.Link(0, 2, pcie=model.LinkClass.SYS, p2p=model.P2P(tns, tns, tns, tns)),
+        model.Link(1, 2, pcie=None),
+    )
     return model.Topology(gpus=gpus, links=links, driver_version="550.54.15", cuda_driver_version="12.4")
 
 
@@ -66,9 +77,17 @@ def test_constants_equal_the_real_modules():
     shared = [n for n in names if hasattr(pynvml, n)]
     assert shared == names  # the fake invents no constant
     assert {n: getattr(nvml, n) for n in shared} == {n: getattr(pynvml, n) for n in shared}
-    for name in ("NVML_P2P_CAPS_INDEX_WRITE", "NVML_TOPOLOGY_SYSTEM", "NVML_NVLINK_MAX_LINKS",
-                 "NVML_P2P_STATUS_OK", "NVML_NVLINK_DEVICE_TYPE_SWITCH", "NVML_NVLINK_VERSION_4_0",
-                 "NVML_FEATURE_ENABLED", "NVML_AFFINITY_SCOPE_NODE", "NVML_ERROR_NOT_SUPPORTED"):
+    for name in (
+        "NVML_P2P_CAPS_INDEX_WRITE",
+        "NVML_TOPOLOGY_SYSTEM",
+        "NVML_NVLINK_MAX_LINKS",
+        "NVML_P2P_STATUS_OK",
+        "NVML_NVLINK_DEVICE_TYPE_SWITCH",
+        "NVML_NVLINK_VERSION_4_0",
+        "NVML_FEATURE_ENABLED",
+        "NVML_AFFINITY_SCOPE_NODE",
+        "NVML_ERROR_NOT_SUPPORTED",
+    ):
         assert name in names
 
 
@@ -177,8 +196,10 @@ def test_pci_info_is_the_real_struct_and_prints_like_it(fake):
     assert info.busId == BUS and isinstance(info.busId, str)  # decoded since 11.515.48
     assert (info.domain, info.bus, info.device) == (0, 0x19, 0)
     # the reference's verified str() of a hand-filled real struct (§1.6), with the ids unknown (0)
-    assert str(info) == ("nvmlPciInfo_t(busIdLegacy: 0000:19:00.0, domain: 0x00000000, bus: 0x19, device: 0x00, "
-                         "pciDeviceId: 0x00000000, pciSubSystemId: 0x00000000, busId: 00000000:19:00.0)")
+    assert str(info) == (
+        "nvmlPciInfo_t(busIdLegacy: 0000:19:00.0, domain: 0x00000000, bus: 0x19, device: 0x00, "
+        "pciDeviceId: 0x00000000, pciSubSystemId: 0x00000000, busId: 00000000:19:00.0)"
+    )
     real = pynvml.nvmlPciInfo_t()
     real.busIdLegacy, real.busId, real.bus = "0000:19:00.0", BUS, 0x19
     assert str(real) == str(info)
@@ -228,8 +249,10 @@ def test_p2p_read_tuple_raises_argument_error_like_ctypes(fake):
     assert str(from_fake.value) == str(from_ctypes.value)
     assert fake.nvmlDeviceGetP2PStatus(h0, h1, 0) == pynvml.NVML_P2P_STATUS_OK
     h2 = fake.nvmlDeviceGetHandleByIndex(2)
-    assert fake.nvmlDeviceGetP2PStatus(h2, h0, fake.NVML_P2P_CAPS_INDEX_WRITE) == \
-        pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
+    assert (
+        fake.nvmlDeviceGetP2PStatus(h2, h0, fake.NVML_P2P_CAPS_INDEX_WRITE)
+        == pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
+    )
     assert fake.nvmlDeviceGetP2PStatus(h1, h2, 0) == pynvml.NVML_P2P_STATUS_UNKNOWN  # not recorded
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
         fake.nvmlDeviceGetP2PStatus(h0, h1, 9)
@@ -269,8 +292,9 @@ def test_mode_getters_take_what_the_real_ones_take(name):
     import inspect
 
     fake = make_fake_pynvml(_topology(), binding_version="11.495.46")
-    assert list(inspect.signature(getattr(fake, name)).parameters) == \
-        list(inspect.signature(getattr(pynvml, name)).parameters)
+    assert list(inspect.signature(getattr(fake, name)).parameters) == list(
+        inspect.signature(getattr(pynvml, name)).parameters
+    )
     for nvml in (pynvml, fake):  # before init, as every call
         with pytest.raises(pynvml.NVMLError_Uninitialized):
             getattr(nvml, name)(pynvml.c_nvmlDevice_t())
@@ -280,8 +304,11 @@ def test_mig_mode_is_current_and_pending_and_not_supported_where_unrecorded():
     """``nvmlDeviceGetMigMode`` returns ``[c_currentMode.value, c_pendingMode.value]`` of
     NVML_DEVICE_MIG_DISABLE/ENABLE (l.6089-6095, l.2794-2795); a GPU without MIG answers NOT_SUPPORTED."""
     t = _topology()
-    gpus = (dataclasses.replace(t.gpus[0], mig=True, compute_mode="Exclusive_Process"),
-            dataclasses.replace(t.gpus[1], mig=False, compute_mode="Prohibited"), t.gpus[2])
+    gpus = (
+        dataclasses.replace(t.gpus[0], mig=True, compute_mode="Exclusive_Process"),
+        dataclasses.replace(t.gpus[1], mig=False, compute_mode="Prohibited"),
+        t.gpus[2],
+    )
     nvml = make_fake_pynvml(dataclasses.replace(t, gpus=gpus))
     nvml.nvmlInit()
     h = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(3)]

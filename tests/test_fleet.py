@@ -47,8 +47,10 @@ def test_every_injected_fault_is_named_with_its_reason_and_no_other_node(docs, c
     expected = {f"node{i:05d}": [fact] for i, (_, fact) in FAULTS.items()} | {"node00009": ["the machine"]}
     assert named(doc) == expected
     lines = out.splitlines()
-    assert ("  NAMED node00005: its own fault: GPU2 PCIe link trained down: x8 of x16 (its maximum width; Gen5 of Gen5)"
-            in lines)
+    assert (
+        "  NAMED node00005: its own fault: GPU2 PCIe link trained down: x8 of x16 (its maximum width; Gen5 of Gen5)"
+        in lines
+    )
     (slow,) = [line for line in lines if line.startswith("  NAMED node00009: ")]
     assert slow.startswith("  NAMED node00009: its own fault: the machine: all 28 pairs of the 8 GPUs fail their floor")
     assert lines[-1] == "gputopo fleet: 36 nodes in 2 groups: 5 nodes named (3 for faults of their own)"
@@ -60,8 +62,10 @@ def test_noise_never_names_a_node():
     base = probe_recorded("dgx-a100")
     for n in (5, 8, 40):
         for _ in range(15):
-            figures = [[(keys.from_list(m["key"]), m["gbps"], "measured") for m in measurements(to_dict(base), 1.0)]
-                       for _ in range(n)]
+            figures = [
+                [(keys.from_list(m["key"]), m["gbps"], "measured") for m in measurements(to_dict(base), 1.0)]
+                for _ in range(n)
+            ]
             judged = fleet.judge([node_of(base, name=f"n{i}", path="-", figures=f) for i, f in enumerate(figures)])
             assert judged.healthy, [f.says for g in judged.groups for f in g.findings]
 
@@ -104,10 +108,14 @@ def test_too_few_peers_say_so_and_name_nobody(docs, capsys):
     assert code == 5 and doc["healthy"] is False and doc["named"] == []
     assert doc["not_compared"] == ["node00000", "node00001"]
     lines = out.splitlines()
-    assert ("  not judged: 2 nodes of this kind: too few to judge by its peers (3 needed); each node's own faults "
-            "are still named") in lines
-    assert lines[-1] == ("gputopo fleet: 2 nodes in 1 group: 2 nodes not judged by its peers (too few of its GPU "
-                         "model: NVIDIA H100 80GB HBM3: 2 nodes; 3 needed); no node has a fault of its own")
+    assert (
+        "  not judged: 2 nodes of this kind: too few to judge by its peers (3 needed); each node's own faults "
+        "are still named"
+    ) in lines
+    assert lines[-1] == (
+        "gputopo fleet: 2 nodes in 1 group: 2 nodes not judged by its peers (too few of its GPU "
+        "model: NVIDIA H100 80GB HBM3: 2 nodes; 3 needed); no node has a fault of its own"
+    )
     assert "no node differs" not in out
 
 
@@ -129,22 +137,41 @@ def test_a_document_not_read_is_named_and_the_others_are_still_judged(docs, caps
     assert superseded["document"].endswith("node00000.json") and superseded["by"].endswith("zz-again.json")
     (again,) = [n for n in doc["groups"][0]["nodes"] if n["name"] == "node00000"]
     assert any("none newest by its written time" in why for why in again["not_judged"])
-    assert out.splitlines()[-1] == ("gputopo fleet: 5 nodes in 1 group: every node judged by its peers; none has a "
-                                    "fault of its own or differs from them; 2 documents not read; 1 document "
-                                    "superseded by a newer one of its node")
+    assert out.splitlines()[-1] == (
+        "gputopo fleet: 5 nodes in 1 group: every node judged by its peers; none has a "
+        "fault of its own or differs from them; 2 documents not read; 1 document "
+        "superseded by a newer one of its node"
+    )
 
 
 @pytest.mark.slow
 def test_documents_of_this_projects_own_runs_mix_in(docs, tmp_path):
     """Real check reports, as gputopo check writes them on bundled machines (recorded facts, no figures)."""
     for name in ("a", "b", "c"):
-        done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "--machine", "dgx-a100", "--json",
-                               str(docs / f"run-{name}.json")], capture_output=True, text=True, cwd=tmp_path,
-                              timeout=120)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest_gputopo.cli",
+                "check",
+                "--machine",
+                "dgx-a100",
+                "--json",
+                str(docs / f"run-{name}.json"),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stdout[-2000:]
     write_fleet(docs, 5, machine="dgx-a100", prefix="sim-", faults=False)
-    done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "fleet", str(docs), "--json",
-                           str(tmp_path / "f.json")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_gputopo.cli", "fleet", str(docs), "--json", str(tmp_path / "f.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (group,) = json.loads((tmp_path / "f.json").read_text())["groups"]
     by_name = {n["name"]: n for n in group["nodes"]}
@@ -154,7 +181,8 @@ def test_documents_of_this_projects_own_runs_mix_in(docs, tmp_path):
     assert written["settings"]["check"] == "quick"
     assert by_name["run-a"]["written"] == written["written"]  # a node's document says when it was taken
     assert by_name["run-a"]["not_judged"] == [
-        "facts from recorded:dgx-a100 (a recorded machine, not this host), not NVML on the node"]
+        "facts from recorded:dgx-a100 (a recorded machine, not this host), not NVML on the node"
+    ]
 
 
 HOSTILE = "evil|<script>alert(1)</script>\n::error::`x`"
@@ -208,8 +236,10 @@ def test_a_run_across_nodes_gives_each_node_and_not_its_figures(docs, capsys):
     other = json.loads((docs / "node00001.json").read_text())["topology"]
     a, b = dict(run["topology"], hostname="rank-a"), dict(other, hostname="rank-b", driver_version="1.2.3")
     b["gpus"] = [dict(g, uuid=g["uuid"].replace("GPU-", "GPU-b")) for g in b["gpus"]]  # rank-b's own GPUs
-    run["nodes"] = [{"where": "rank 0", "differs": False, "topology": a},
-                    {"where": "rank 8", "differs": True, "topology": b}]
+    run["nodes"] = [
+        {"where": "rank 0", "differs": False, "topology": a},
+        {"where": "rank 8", "differs": True, "topology": b},
+    ]
     (docs / "run.json").write_text(json.dumps(run))
     code, out, err, doc = fleet_json(capsys, docs)
     nodes = {n["name"]: n for n in doc["groups"][0]["nodes"]}
@@ -223,9 +253,11 @@ def test_a_gpu_at_rest_on_gen1_is_not_named_but_one_trained_down_is():
     import dataclasses
 
     base = probe_recorded("hgx-h100")
+
     def at(gen: int, width: int):
         gpu = dataclasses.replace(base.gpus[3], pcie_gen_current=gen, pcie_width_current=width)
         return dataclasses.replace(base, gpus=base.gpus[:3] + (gpu,) + base.gpus[4:])
+
     nodes = [node_of(base, name=f"n{i}", path="-") for i in range(4)]
     nodes += [node_of(at(1, 16), name="resting", path="-"), node_of(at(5, 4), name="x4", path="-")]
     judged = fleet.judge(nodes)

@@ -46,11 +46,18 @@ def test_the_fleets_own_json_in_its_input_folder_is_set_aside_run_after_run(docs
         doc = json.loads((docs / "fleet.json").read_text())
         assert again == first == 0 and doc["not_read"] == []
         assert [n["name"] for g in doc["groups"] for n in g["nodes"]] == [
-            n["name"] for g in doc1["groups"] for n in g["nodes"]]
-        assert doc["set_aside"] == [{"document": str(docs / "fleet.json"),
-                                     "why": "an output of this gputopo fleet (--json): not a node's document"}]
-        assert f"set aside: {docs / 'fleet.json'}: an output of this gputopo fleet (--json): not a node's document" \
+            n["name"] for g in doc1["groups"] for n in g["nodes"]
+        ]
+        assert doc["set_aside"] == [
+            {
+                "document": str(docs / "fleet.json"),
+                "why": "an output of this gputopo fleet (--json): not a node's document",
+            }
+        ]
+        assert (
+            f"set aside: {docs / 'fleet.json'}: an output of this gputopo fleet (--json): not a node's document"
             in out.splitlines()
+        )
         assert out.splitlines()[-1].endswith("1 document set aside (not a node's)")
 
 
@@ -62,10 +69,14 @@ def test_a_fleet_document_under_any_name_is_set_aside_by_what_it_says_it_is(docs
     (docs / "older.json").write_text(json.dumps(older))
     code, out = fleet(capsys, docs, "--markdown", tmp_path / "summary.md")
     assert code == 0, out
-    assert f"set aside: {docs / 'older.json'}: a fleet view's own document (gputopo fleet --json): not a node's" \
+    assert (
+        f"set aside: {docs / 'older.json'}: a fleet view's own document (gputopo fleet --json): not a node's"
         in out.splitlines()
-    assert f"set aside: {docs / 'yesterday.json'}: a fleet view's own document (gputopo fleet --json): not a node's" \
+    )
+    assert (
+        f"set aside: {docs / 'yesterday.json'}: a fleet view's own document (gputopo fleet --json): not a node's"
         in out.splitlines()
+    )
     assert "- set aside: " in (tmp_path / "summary.md").read_text()
 
 
@@ -75,16 +86,22 @@ def test_a_large_fleets_own_document_over_the_bound_is_set_aside_by_how_it_start
     fleet(capsys, docs, "--json", tmp_path / "fleet.json")
     start = (tmp_path / "fleet.json").read_text()[:60]
     assert start.startswith('{\n "schema": 1,\n "kind": "gputopo fleet",')
-    for name, text in (("big-fleet.json", start), ("big-old-fleet.json", '{"schema": 1, "healthy": false, "named": ['),
-                       ("big-node.json", '{"schema": 1, "source": "NVML", "topology": {')):
+    for name, text in (
+        ("big-fleet.json", start),
+        ("big-old-fleet.json", '{"schema": 1, "healthy": false, "named": ['),
+        ("big-node.json", '{"schema": 1, "source": "NVML", "topology": {'),
+    ):
         with open(docs / name, "w") as handle:
             handle.write(text)
             handle.truncate(limits.MAX_DOCUMENT_BYTES + 1)
     read = read_nodes([str(docs)])
-    assert sorted(read.set_aside) == [(str(docs / "big-fleet.json"), fleet_documents.FLEET_DOCUMENT),
-                                      (str(docs / "big-old-fleet.json"), fleet_documents.FLEET_DOCUMENT)]
-    assert read.unread == [(str(docs / "big-node.json"),
-                            "larger than 16 MiB, the most gputopo fleet reads of one document")]
+    assert sorted(read.set_aside) == [
+        (str(docs / "big-fleet.json"), fleet_documents.FLEET_DOCUMENT),
+        (str(docs / "big-old-fleet.json"), fleet_documents.FLEET_DOCUMENT),
+    ]
+    assert read.unread == [
+        (str(docs / "big-node.json"), "larger than 16 MiB, the most gputopo fleet reads of one document")
+    ]
 
 
 def test_a_link_inside_a_folder_is_neither_followed_nor_read(docs, tmp_path, capsys):
@@ -107,8 +124,9 @@ def test_a_link_inside_a_folder_is_neither_followed_nor_read(docs, tmp_path, cap
         os.open = real_open
     assert sorted(n.name for n in read.nodes) == [f"node{i:05d}" for i in range(4)]
     assert read.unread == []
-    assert sorted(read.set_aside) == sorted((str(docs / n), LINK_IN_FOLDER)
-                                            for n in ("far.json", "more", "pipe.json", "zero.json"))
+    assert sorted(read.set_aside) == sorted(
+        (str(docs / n), LINK_IN_FOLDER) for n in ("far.json", "more", "pipe.json", "zero.json")
+    )
     assert not [p for p in opened if os.path.basename(p) in ("far.json", "pipe.json", "zero.json", "fifo")]
     code, out = fleet(capsys, docs)
     assert code == 0 and f"set aside: {docs / 'pipe.json'}: {LINK_IN_FOLDER}" in out.splitlines()
@@ -124,13 +142,23 @@ def test_a_path_named_is_followed_to_a_regular_file_only_and_never_opens_anythin
     real_open = os.open
     try:
         os.open = lambda path, *a, **k: (opened.append(str(path)), real_open(path, *a, **k))[1]
-        read = read_nodes([str(docs / "node00000.json"), str(docs / "node00001.json"), str(docs / "node00002.json"),
-                           str(tmp_path / "named.json"), str(tmp_path / "fifo.json"), "/dev/zero"])
+        read = read_nodes(
+            [
+                str(docs / "node00000.json"),
+                str(docs / "node00001.json"),
+                str(docs / "node00002.json"),
+                str(tmp_path / "named.json"),
+                str(tmp_path / "fifo.json"),
+                "/dev/zero",
+            ]
+        )
     finally:
         os.open = real_open
     assert [n.name for n in read.nodes] == ["node00000", "node00001", "node00002", "node00003"]
-    assert read.unread == [(str(tmp_path / "fifo.json"), "not a regular file: it is a FIFO"),
-                           ("/dev/zero", "not a regular file: it is a device")]
+    assert read.unread == [
+        (str(tmp_path / "fifo.json"), "not a regular file: it is a FIFO"),
+        ("/dev/zero", "not a regular file: it is a device"),
+    ]
     assert str(tmp_path / "fifo.json") not in opened and "/dev/zero" not in opened
     code, out = fleet(capsys, docs, tmp_path / "fifo.json")
     assert code == 2 and f"not read: {tmp_path / 'fifo.json'}: not a regular file: it is a FIFO" in out.splitlines()
@@ -142,11 +170,14 @@ def test_a_document_over_the_bound_is_refused_naming_it_and_the_bound_and_the_ot
     code, out = fleet(capsys, docs, "--json", docs.parent / "fleet.json")
     doc = json.loads((docs.parent / "fleet.json").read_text())
     assert code == 2
-    assert doc["not_read"] == [{"document": str(docs / "huge.json"),
-                                "why": "larger than 16 MiB, the most gputopo fleet reads of one document"}]
+    assert doc["not_read"] == [
+        {"document": str(docs / "huge.json"), "why": "larger than 16 MiB, the most gputopo fleet reads of one document"}
+    ]
     assert len(doc["groups"][0]["nodes"]) == 4
-    assert f"not read: {docs / 'huge.json'}: larger than 16 MiB, the most gputopo fleet reads of one document" \
+    assert (
+        f"not read: {docs / 'huge.json'}: larger than 16 MiB, the most gputopo fleet reads of one document"
         in out.splitlines()
+    )
 
 
 def test_a_document_of_tiny_values_under_the_size_bound_is_refused_before_it_is_parsed(docs, capsys):
@@ -157,10 +188,14 @@ def test_a_document_of_tiny_values_under_the_size_bound_is_refused_before_it_is_
     (docs / "lists.json").write_text(text.replace('"@"', "[" * 100_000 + "]" * 100_000 + ("," + "[]") * 150_000))
     code, out = fleet(capsys, docs)
     assert code == 2
-    assert any(line.startswith(f"not read: {docs / 'tiny.json'}: more than 1,000,000 JSON values (about 1,1")
-               for line in out.splitlines()), out
-    assert any(line.startswith(f"not read: {docs / 'lists.json'}: more than 200,000 JSON objects and lists")
-               for line in out.splitlines()), out
+    assert any(
+        line.startswith(f"not read: {docs / 'tiny.json'}: more than 1,000,000 JSON values (about 1,1")
+        for line in out.splitlines()
+    ), out
+    assert any(
+        line.startswith(f"not read: {docs / 'lists.json'}: more than 200,000 JSON objects and lists")
+        for line in out.splitlines()
+    ), out
 
 
 @pytest.mark.slow
@@ -199,14 +234,23 @@ def test_a_folder_that_cannot_be_listed_is_not_read_saying_why(docs, capsys):
 
 
 def test_folders_are_searched_depth_first_in_name_order(tmp_path):
-    for folder, names in (("b", ["2.json", "1.json"]), ("a/z", ["x.json"]), ("a", ["y.json", "note.txt"]),
-                          ("", ["c.json"])):
+    for folder, names in (
+        ("b", ["2.json", "1.json"]),
+        ("a/z", ["x.json"]),
+        ("a", ["y.json", "note.txt"]),
+        ("", ["c.json"]),
+    ):
         (tmp_path / folder).mkdir(parents=True, exist_ok=True)
         for name in names:
             (tmp_path / folder / name).write_text("{}")
     listing = fleet_documents.documents([str(tmp_path)])
-    assert [os.path.relpath(p, tmp_path) for p in listing.paths] == ["c.json", "a/y.json", "a/z/x.json", "b/1.json",
-                                                                      "b/2.json"]
+    assert [os.path.relpath(p, tmp_path) for p in listing.paths] == [
+        "c.json",
+        "a/y.json",
+        "a/z/x.json",
+        "b/1.json",
+        "b/2.json",
+    ]
 
 
 def test_a_node_kept_for_the_judge_costs_at_most_32_kb_on_full_check_documents(tmp_path):
@@ -234,8 +278,12 @@ def test_a_node_kept_for_the_judge_costs_at_most_32_kb_on_full_check_documents(t
 def test_what_the_fleet_reads_of_a_measurement_is_checked_naming_the_field(docs, capsys):
     """Only the fields the fleet reads are checked (a harness's samples are not walked again: half the
     reading time of a full check document), and a bad one is named with its place."""
-    for name, field, value in (("gbps.json", "gbps", "fast"), ("origin.json", "origin", "invented"),
-                               ("error.json", "error", 7), ("inf.json", "gbps", float("inf"))):
+    for name, field, value in (
+        ("gbps.json", "gbps", "fast"),
+        ("origin.json", "origin", "invented"),
+        ("error.json", "error", 7),
+        ("inf.json", "gbps", float("inf")),
+    ):
         doc = json.loads((docs / "node00000.json").read_text())
         doc["measurements"][2][field] = value
         (docs / name).write_text(json.dumps(doc))
@@ -253,10 +301,13 @@ def test_a_node_of_more_gpus_than_any_host_shows_is_refused_before_its_schema_is
     for one node. Refused naming the count and the bound; the others are still judged."""
     doc = json.loads((docs / "node00000.json").read_text())
     gpu = doc["topology"]["gpus"][0]
-    doc["topology"]["gpus"] = [dict(gpu, index=i, uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000")
-                               for i in range(limits.MAX_FLEET_NODE_GPUS + 1)]
+    doc["topology"]["gpus"] = [
+        dict(gpu, index=i, uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000")
+        for i in range(limits.MAX_FLEET_NODE_GPUS + 1)
+    ]
     (docs / "wide.json").write_text(json.dumps(doc))
     read = read_nodes([str(docs)])
-    assert read.unread == [(str(docs / "wide.json"), "topology.gpus: 65 GPUs, more than the 64 gputopo fleet "
-                                                     "compares in one node")]
+    assert read.unread == [
+        (str(docs / "wide.json"), "topology.gpus: 65 GPUs, more than the 64 gputopo fleet compares in one node")
+    ]
     assert len(read.nodes) == 4

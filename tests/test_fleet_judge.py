@@ -23,8 +23,13 @@ def check_doc(machine: str, tmp_path_factory) -> dict:
     """What ``gputopo check --machine MACHINE --json`` writes (made once per machine per session)."""
     if machine not in _CHECKS:
         out = tmp_path_factory.mktemp("check") / f"{machine}.json"
-        done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "--machine", machine, "--json",
-                               str(out)], capture_output=True, text=True, cwd=out.parent, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest_gputopo.cli", "check", "--machine", machine, "--json", str(out)],
+            capture_output=True,
+            text=True,
+            cwd=out.parent,
+            timeout=300,
+        )
         assert done.returncode in (0, 1), done.stdout[-2000:]
         _CHECKS[machine] = json.loads(out.read_text())
     return copy.deepcopy(_CHECKS[machine])
@@ -35,8 +40,9 @@ def node(tmp_path_factory):
     """``node(machine, host, number, path, written=...)``: a real node's check report: the bundled
     machine's document with its own host name and GPU UUIDs (``number`` makes them), NVML's facts."""
 
-    def make(machine: str, host: str, number: int, path: Path, written: str = "2026-01-10T10:00:00Z",
-             edit=None) -> dict:
+    def make(
+        machine: str, host: str, number: int, path: Path, written: str = "2026-01-10T10:00:00Z", edit=None
+    ) -> dict:
         doc = check_doc(machine, tmp_path_factory)
         doc.update(source="NVML", recorded=False, written=written)
         doc["topology"]["hostname"] = host
@@ -54,16 +60,26 @@ def node(tmp_path_factory):
 def fleet(capsys, folder: Path, *more):
     """``gputopo fleet FOLDER --json --markdown --html``: (status, stdout lines, JSON, Markdown, page)."""
     out = folder.parent
-    code, printed, err = run_cli(capsys, "fleet", folder, *more, "--json", out / "f.json", "--markdown",
-                                 out / "f.md", "--html", out / "f.html")
+    code, printed, err = run_cli(
+        capsys, "fleet", folder, *more, "--json", out / "f.json", "--markdown", out / "f.md", "--html", out / "f.html"
+    )
     assert not err or code == 2, err
-    return (code, printed.splitlines(), json.loads((out / "f.json").read_text()), (out / "f.md").read_text(),
-            (out / "f.html").read_text())
+    return (
+        code,
+        printed.splitlines(),
+        json.loads((out / "f.json").read_text()),
+        (out / "f.md").read_text(),
+        (out / "f.html").read_text(),
+    )
 
 
 def findings(doc: dict) -> dict:
-    return {n["name"]: [(f["kind"], f["says"]) for f in n["findings"]] for g in doc["groups"] for n in g["nodes"]
-            if n["findings"]}
+    return {
+        n["name"]: [(f["kind"], f["says"]) for f in n["findings"]]
+        for g in doc["groups"]
+        for n in g["nodes"]
+        if n["findings"]
+    }
 
 
 # --- 1. two kinds of finding ----------------------------------------------------------------------------
@@ -108,8 +124,10 @@ def test_a_failed_check_of_the_nodes_own_document_names_it(tmp_path, node, capsy
     docs = tmp_path / "docs"
 
     def warned(doc):
-        doc["checks"] = [dict(c, outcome="failed", message="NVML: GPU3 lost (Xid 79)") if c["check"] == "topology"
-                         else c for c in doc["checks"]]
+        doc["checks"] = [
+            dict(c, outcome="failed", message="NVML: GPU3 lost (Xid 79)") if c["check"] == "topology" else c
+            for c in doc["checks"]
+        ]
 
     for i in range(3):
         node("hgx-h100", f"n{i}", i, docs / f"n{i}.json", edit=warned)
@@ -124,8 +142,10 @@ def test_a_figure_under_its_floor_is_a_fault_whatever_its_peers_measure(tmp_path
     docs = tmp_path / "docs"
 
     def slow(doc):
-        doc["measurements"] = [{"key": ["h2d", g, True], "what": f"GPU{g} host->device copy, pinned", "gbps": 20.0,
-                                "origin": "measured"} for g in range(8)]
+        doc["measurements"] = [
+            {"key": ["h2d", g, True], "what": f"GPU{g} host->device copy, pinned", "gbps": 20.0, "origin": "measured"}
+            for g in range(8)
+        ]
 
     for i in range(5):
         node("hgx-h100", f"n{i}", i, docs / f"n{i}.json", edit=slow)
@@ -228,9 +248,11 @@ def test_p2p_refused_on_every_pair_is_one_line_everywhere(tmp_path, node, capsys
     code, lines, doc, md, page = fleet(capsys, docs)
     assert code == 1 and doc["named"] == ["bad"]
     (line,) = [ln for ln in lines if "bad" in ln and ln.startswith("  NAMED")]
-    assert line.startswith("  NAMED bad: its own fault: the machine: all 28 pairs of the 8 GPUs fail P2P: "
-                           "refused by NVML: TNS (topology not supported: the PCIe path between them refuses "
-                           "peer traffic: usually ACS")
+    assert line.startswith(
+        "  NAMED bad: its own fault: the machine: all 28 pairs of the 8 GPUs fail P2P: "
+        "refused by NVML: TNS (topology not supported: the PCIe path between them refuses "
+        "peer traffic: usually ACS"
+    )
     (f,) = [n for n in doc["groups"][0]["nodes"] if n["name"] == "bad"][0]["findings"]
     assert len(f["items"]) == 28 and len(f["evidence"]) == 28 and f["column"] == "P2P"
     assert sum(1 for row in md.splitlines() if row.startswith("| bad |")) == 1
@@ -272,8 +294,11 @@ def test_the_page_of_a_node_with_every_pair_refused_fits_1400_px(tmp_path, node,
     node("8x-l40s-p2p-disabled", "bad", 9, docs / "bad.json")
     fleet(capsys, docs)
     page = tmp_path / "f.html"
-    page.write_text(page.read_text().replace("</body>", "<script>document.title = 'W' + "
-                                             "document.documentElement.scrollWidth;</script></body>"))
+    page.write_text(
+        page.read_text().replace(
+            "</body>", "<script>document.title = 'W' + document.documentElement.scrollWidth;</script></body>"
+        )
+    )
     png, dom, log = browser_render(page, tmp_path)
     width = int(re.search(r"<title>W(\d+)</title>", dom).group(1))
     assert width <= 1400, width
@@ -322,8 +347,10 @@ def test_a_figure_under_its_peers_says_how_many_of_its_figures_are():
         return [(keys.Copy("p2p", a, b), 330.0 if (a, b) in slow else 400.0, "measured") for a, b in pairs]
 
     nodes = [node_of(base, name=f"n{i}", path="-", figures=figures(set())) for i in range(5)]
-    nodes += [node_of(base, name="one", path="-", figures=figures({(0, 1)})),
-              node_of(base, name="two", path="-", figures=figures({(0, 1), (2, 3)}))]
+    nodes += [
+        node_of(base, name="one", path="-", figures=figures({(0, 1)})),
+        node_of(base, name="two", path="-", figures=figures({(0, 1), (2, 3)})),
+    ]
     group = judge.judge(nodes).groups[0]
     assert group.of("one")[0].says.endswith("(the only one of its 28 figures of the class)")
     assert group.of("two")[0].says.endswith("(2 of its 28 figures of the class are, this the lowest)")

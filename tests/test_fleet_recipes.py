@@ -70,16 +70,24 @@ def reports(folder: Path) -> dict[str, dict]:
 
 # (Slurm's node name, the host name the node's report gives, its machine): two VMs both called "vm"
 # (other GPUs: other nodes), and one node whose GPU5 lost its NVLinks.
-SLURM_NODES = [("gpu-a", "gpu-a", "hgx-h100"), ("gpu-b", "gpu-b", "hgx-h100"), ("gpu-c", "gpu-c", "hgx-h100"),
-               ("gpu-d", "gpu-d", "hgx-h100-nvlink-down"), ("vm-1", "vm", "hgx-h100"), ("vm-2", "vm", "hgx-h100")]
+SLURM_NODES = [
+    ("gpu-a", "gpu-a", "hgx-h100"),
+    ("gpu-b", "gpu-b", "hgx-h100"),
+    ("gpu-c", "gpu-c", "hgx-h100"),
+    ("gpu-d", "gpu-d", "hgx-h100-nvlink-down"),
+    ("vm-1", "vm", "hgx-h100"),
+    ("vm-2", "vm", "hgx-h100"),
+]
 
 
 def slurm_nodes(tmp_path: Path) -> dict[str, dict[str, str]]:
     """FAKE_SRUN_TASK_ENV: each Slurm node's tasks check their own machine."""
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    return {node: {"PYTEST_GPUTOPO_MACHINE": str(node_profile(profiles, host, machine, i))}
-            for i, (node, host, machine) in enumerate(SLURM_NODES)}
+    return {
+        node: {"PYTEST_GPUTOPO_MACHINE": str(node_profile(profiles, host, machine, i))}
+        for i, (node, host, machine) in enumerate(SLURM_NODES)
+    }
 
 
 @pytest.mark.slow  # several gputopo processes
@@ -88,8 +96,9 @@ def test_the_slurm_recipe_collects_one_report_per_node(tmp_path):
     name and GPUs (the two VMs called vm apart), one log per node from srun's own %N, the degraded node's
     report written although its check failed, and the fleet reads all six and names that node."""
     block = recipe("srun --nodes=64")
-    env = environment(FAKE_SRUN_NODES=",".join(n for n, _, _ in SLURM_NODES),
-                      FAKE_SRUN_TASK_ENV=json.dumps(slurm_nodes(tmp_path)))
+    env = environment(
+        FAKE_SRUN_NODES=",".join(n for n, _, _ in SLURM_NODES), FAKE_SRUN_TASK_ENV=json.dumps(slurm_nodes(tmp_path))
+    )
     text = block.text.replace("--nodes=64", f"--nodes={len(SLURM_NODES)}")
     block = type(block)(block.path, block.line, block.info, text, block.note)
     steps = run_shell(block, tmp_path, env, timeout=300)
@@ -118,22 +127,56 @@ def test_srun_replaces_percent_n_in_its_own_file_names_only(tmp_path):
     every node writes one file literally called %N.json, each replacing the last."""
     (tmp_path / "out").mkdir()
     env = environment(FAKE_SRUN_NODES="n1,n2,n3", PYTEST_GPUTOPO_MACHINE="hgx-h100")
-    done = subprocess.run(["srun", "--nodes=3", "--ntasks-per-node=1", "--output=out/%N.log", "gputopo", "check",
-                           "--json", "out/%N.json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            "srun",
+            "--nodes=3",
+            "--ntasks-per-node=1",
+            "--output=out/%N.log",
+            "gputopo",
+            "check",
+            "--json",
+            "out/%N.json",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["%N.json", "n1.log", "n2.log", "n3.log"]
 
 
 def test_the_stand_in_gives_each_task_slurms_variables(tmp_path):
     env = environment(FAKE_SRUN_NODES="a,b")
-    done = subprocess.run(["srun", "-N", "2", "--ntasks-per-node", "2", "--output=t%2t-%N-%n.txt", "sh", "-c",
-                           "echo $SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID $SLURMD_NODENAME $SLURM_STEP_NUM_NODES "
-                           "$SLURM_STEP_NUM_TASKS %N"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [
+            "srun",
+            "-N",
+            "2",
+            "--ntasks-per-node",
+            "2",
+            "--output=t%2t-%N-%n.txt",
+            "sh",
+            "-c",
+            "echo $SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID $SLURMD_NODENAME $SLURM_STEP_NUM_NODES "
+            "$SLURM_STEP_NUM_TASKS %N",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     said = {p.name: p.read_text().strip() for p in tmp_path.glob("t*.txt")}
-    assert said == {"t00-a-0.txt": "0 0 0 a 2 4 %N", "t01-a-0.txt": "1 0 1 a 2 4 %N",
-                    "t02-b-1.txt": "2 1 0 b 2 4 %N", "t03-b-1.txt": "3 1 1 b 2 4 %N"}
+    assert said == {
+        "t00-a-0.txt": "0 0 0 a 2 4 %N",
+        "t01-a-0.txt": "1 0 1 a 2 4 %N",
+        "t02-b-1.txt": "2 1 0 b 2 4 %N",
+        "t03-b-1.txt": "3 1 1 b 2 4 %N",
+    }
     # the highest exit status of its tasks; an option it does not know is refused, not ignored
     assert subprocess.run(["srun", "-N", "2", "sh", "-c", "exit $SLURM_NODEID"], cwd=tmp_path, env=env).returncode == 1
     refused = subprocess.run(["srun", "--exclusive", "true"], cwd=tmp_path, env=env, capture_output=True, text=True)
@@ -145,11 +188,21 @@ def test_under_srun_with_master_addr_each_node_checks_itself_alone(tmp_path):
     """A batch script for torch exports MASTER_ADDR; with srun's SLURM_PROCID the plugin would take the
     checks of all nodes for one distributed run (a store on rank 0, an all-reduce across nodes).
     gputopo check checks its own node: no rank line, no store, one report per node."""
-    env = environment(FAKE_SRUN_NODES="gpu-a,gpu-b", MASTER_ADDR="127.0.0.1", MASTER_PORT="29613",
-                      FAKE_SRUN_TASK_ENV=json.dumps(slurm_nodes(tmp_path)))
+    env = environment(
+        FAKE_SRUN_NODES="gpu-a,gpu-b",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="29613",
+        FAKE_SRUN_TASK_ENV=json.dumps(slurm_nodes(tmp_path)),
+    )
     (tmp_path / "out").mkdir()
-    done = subprocess.run(["srun", "--nodes=2", "--output=out/%N.log", "gputopo", "check", "--json-dir", "out/"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["srun", "--nodes=2", "--output=out/%N.log", "gputopo", "check", "--json-dir", "out/"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     logs = {p.name: p.read_text() for p in (tmp_path / "out").glob("*.log")}
     assert done.returncode == 0, logs
     for log in logs.values():
@@ -162,8 +215,9 @@ def test_under_srun_with_master_addr_each_node_checks_itself_alone(tmp_path):
 
 
 def _check(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["gputopo", "check", *args], cwd=tmp_path, env=env or environment(), capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        ["gputopo", "check", *args], cwd=tmp_path, env=env or environment(), capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.slow  # several gputopo processes
@@ -215,13 +269,16 @@ def test_json_dir_refuses_a_folder_it_cannot_write_before_the_check(tmp_path):
     assert done.returncode == 2 and "not allowed with argument" in done.stderr
 
 
-@pytest.mark.parametrize("host, gpus, name", [
-    ("gpu-node-07", ["GPU-b", "GPU-a"], "gpu-node-07-{digest}.json"),
-    ("../../etc/passwd", ["GPU-a", "GPU-b"], "_.._etc_passwd-{digest}.json"),
-    ("::add-mask::x y", ["GPU-a", "GPU-b"], "__add-mask__x_y-{digest}.json"),
-    (None, ["GPU-a", "GPU-b"], "unnamed-{digest}.json"),
-    ("...", [], "unnamed-no-gpu-uuid.json"),
-])
+@pytest.mark.parametrize(
+    "host, gpus, name",
+    [
+        ("gpu-node-07", ["GPU-b", "GPU-a"], "gpu-node-07-{digest}.json"),
+        ("../../etc/passwd", ["GPU-a", "GPU-b"], "_.._etc_passwd-{digest}.json"),
+        ("::add-mask::x y", ["GPU-a", "GPU-b"], "__add-mask__x_y-{digest}.json"),
+        (None, ["GPU-a", "GPU-b"], "unnamed-{digest}.json"),
+        ("...", [], "unnamed-no-gpu-uuid.json"),
+    ],
+)
 def test_the_file_name_is_a_safe_name_of_host_and_gpus(host, gpus, name):
     import hashlib
 
@@ -256,6 +313,7 @@ def test_the_actions_recipe_is_a_valid_workflow(tmp_path):
 def _expand(text: str, context: dict[str, str]) -> str:
     """``${{ matrix.runner }}`` as Actions expands it (the expressions these recipes use: a context
     value); any other expression is refused, so that the simulation cannot silently skip one."""
+
     def one(found: re.Match) -> str:
         expr = found.group(1).strip()
         if expr not in context:
@@ -300,8 +358,12 @@ def simulate_workflow(workflow: dict, root: Path, runners: dict[str, dict[str, s
                 if command.startswith(skip):
                     steps.append((step, False, None))
                     continue
-                status = subprocess.run(["bash", "-e", "-c", command], cwd=folder, timeout=300,
-                                        env={**env, "GITHUB_STEP_SUMMARY": str(summary)}).returncode
+                status = subprocess.run(
+                    ["bash", "-e", "-c", command],
+                    cwd=folder,
+                    timeout=300,
+                    env={**env, "GITHUB_STEP_SUMMARY": str(summary)},
+                ).returncode
             elif step["uses"].startswith("actions/upload-artifact@"):
                 w = {k: _expand(str(v), context) for k, v in step["with"].items()}
                 path = folder / w["path"]
@@ -331,9 +393,11 @@ def simulate_workflow(workflow: dict, root: Path, runners: dict[str, dict[str, s
             continue
         matrix = job.get("strategy", {}).get("matrix", {})
         if matrix:
-            (key, values), = matrix.items()
-            results = [run_job(name, job, {f"matrix.{key}": v}, root / name / v, environment(**runners.get(v, {})))
-                       for v in values]
+            ((key, values),) = matrix.items()
+            results = [
+                run_job(name, job, {f"matrix.{key}": v}, root / name / v, environment(**runners.get(v, {})))
+                for v in values
+            ]
             jobs[name] = {"failed": any(r["failed"] for r in results), "runs": dict(zip(values, results, strict=True))}
         else:
             jobs[name] = run_job(name, job, {}, root / name, environment())
@@ -343,9 +407,14 @@ def simulate_workflow(workflow: dict, root: Path, runners: dict[str, dict[str, s
 def _runners(tmp_path: Path, names: list[str], degraded: str) -> dict[str, dict[str, str]]:
     profiles = tmp_path / "profiles"
     profiles.mkdir(exist_ok=True)
-    return {name: {"PYTEST_GPUTOPO_MACHINE": str(node_profile(
-        profiles, name, "hgx-h100-nvlink-down" if name == degraded else "hgx-h100", i))}
-        for i, name in enumerate(names)}
+    return {
+        name: {
+            "PYTEST_GPUTOPO_MACHINE": str(
+                node_profile(profiles, name, "hgx-h100-nvlink-down" if name == degraded else "hgx-h100", i)
+            )
+        }
+        for i, name in enumerate(names)
+    }
 
 
 @pytest.mark.slow  # several gputopo processes
@@ -405,8 +474,11 @@ def test_the_kubernetes_recipe_is_a_valid_job(tmp_path):
 def _k8s_expand(arg: str, env: dict[str, str]) -> str:
     """Kubernetes' expansion of a container's command and args: $(VAR) is the container's variable
     VAR where it is defined, left as written where not; $$ is a literal $."""
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), arg)
+    return re.sub(
+        r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+        lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+        arg,
+    )
 
 
 def pod_failure_action(policy: dict, container: str, exit_code: int, conditions: tuple[str, ...] = ()) -> str:
@@ -446,8 +518,9 @@ def test_the_kubernetes_recipe_writes_every_report_and_does_not_retry_a_degraded
     for node in nodes:
         env = {e["name"]: node for e in container["env"] if e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"}
         command = [_k8s_expand(a, env).replace(mount, str(out), 1) for a in container["command"]]
-        done = subprocess.run(command, cwd=tmp_path, env=environment(**runners[node], **env), capture_output=True,
-                              text=True, timeout=300)
+        done = subprocess.run(
+            command, cwd=tmp_path, env=environment(**runners[node], **env), capture_output=True, text=True, timeout=300
+        )
         if node == "node-d":
             assert done.returncode == 1, done.stdout[-2000:]
             assert pod_failure_action(spec["podFailurePolicy"], container["name"], done.returncode) == "FailIndex"
@@ -457,8 +530,14 @@ def test_the_kubernetes_recipe_writes_every_report_and_does_not_retry_a_degraded
     policy = spec["podFailurePolicy"]
     assert pod_failure_action(policy, "check", 137) == "Count" and spec["backoffLimitPerIndex"] >= 1
     assert pod_failure_action(policy, "check", 137, ("DisruptionTarget",)) == "Ignore"
-    fleet = subprocess.run(["gputopo", "fleet", str(out), "--json", str(tmp_path / "fleet.json")], cwd=tmp_path,
-                           env=environment(), capture_output=True, text=True, timeout=300)
+    fleet = subprocess.run(
+        ["gputopo", "fleet", str(out), "--json", str(tmp_path / "fleet.json")],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert fleet.returncode == 1, fleet.stdout + fleet.stderr
     judged = json.loads((tmp_path / "fleet.json").read_text())
     assert judged["named"] == ["node-d"] and judged["not_read"] == []
@@ -482,8 +561,12 @@ def test_the_readme_names_the_fleet_view_with_a_command_it_takes(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     for i, machine in enumerate(["hgx-h100", "hgx-h100", "hgx-h100"]):  # three nodes' reports, then the line
-        assert _check(tmp_path, "--machine", str(node_profile(tmp_path, f"n{i}", machine, i)),
-                      "--json-dir", "out").returncode == 0
+        assert (
+            _check(
+                tmp_path, "--machine", str(node_profile(tmp_path, f"n{i}", machine, i)), "--json-dir", "out"
+            ).returncode
+            == 0
+        )
     done = subprocess.run(args, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "fleet.html").exists() and "3 nodes" in done.stdout

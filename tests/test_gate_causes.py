@@ -22,9 +22,15 @@ TESTS = "def test_a(): pass\ndef test_b(): pass\n"
 
 def _require(machine: str, expression: str, node: str = "") -> list[Group]:
     topology = probe_recorded(machine)
-    return [Group(str(t), tuple(f"GPU{i}" for i in topology.chosen(t.gpus)),
-                  tuple(f.under(str(t)) for f in t.findings(topology)), node)
-            for t in parse_expression(expression)]
+    return [
+        Group(
+            str(t),
+            tuple(f"GPU{i}" for i in topology.chosen(t.gpus)),
+            tuple(f.under(str(t)) for f in t.findings(topology)),
+            node,
+        )
+        for t in parse_expression(expression)
+    ]
 
 
 def _pair(a: int, b: int, what: str = "are linked by SYS") -> Finding:
@@ -42,23 +48,26 @@ def test_a_gpu_in_every_failing_pair_is_named_first_with_its_pairs_as_evidence()
     """hgx-h100-nvlink-down: GPU5 lost its NVLinks, so every pair with GPU5 fails NV12 and no other."""
     (found,) = causes(_require("hgx-h100-nvlink-down", "gpus>=8,p2p,link>=NV12"))
     assert found.name == "GPU5"
-    assert found.headline == ("GPU5: all 7 of its pairs fail requires_link('NV12'); "
-                              "the 21 pairs without GPU5 pass")
-    assert found.evidence == ["requires_link('NV12'): GPU0-GPU5 are linked by SYS",
-                              "requires_link('NV12'): GPU1-GPU5 are linked by SYS",
-                              "requires_link('NV12'): GPU2-GPU5 are linked by SYS",
-                              "requires_link('NV12'): GPU3-GPU5 are linked by SYS",
-                              "requires_link('NV12'): GPU4-GPU5 are linked by NODE",
-                              "requires_link('NV12'): GPU5-GPU6 are linked by NODE",
-                              "requires_link('NV12'): GPU5-GPU7 are linked by NODE"]
+    assert found.headline == ("GPU5: all 7 of its pairs fail requires_link('NV12'); the 21 pairs without GPU5 pass")
+    assert found.evidence == [
+        "requires_link('NV12'): GPU0-GPU5 are linked by SYS",
+        "requires_link('NV12'): GPU1-GPU5 are linked by SYS",
+        "requires_link('NV12'): GPU2-GPU5 are linked by SYS",
+        "requires_link('NV12'): GPU3-GPU5 are linked by SYS",
+        "requires_link('NV12'): GPU4-GPU5 are linked by NODE",
+        "requires_link('NV12'): GPU5-GPU6 are linked by NODE",
+        "requires_link('NV12'): GPU5-GPU7 are linked by NODE",
+    ]
 
 
 def test_every_pair_failing_is_the_machine_once_with_how_the_pairs_fail():
     """8x-l40s has no NVLink at all: one cause, not 28."""
     (found,) = causes(_require("8x-l40s", "gpus>=8,p2p,link>=NV12"))
     assert found.subject == MACHINE and found.name == "machine"
-    assert found.headline == ("the machine: all 28 pairs of the 8 GPUs fail requires_link('NV12'): are linked by "
-                              "SYS (16 pairs), are linked by NODE (8 pairs), are linked by PIX (4 pairs)")
+    assert found.headline == (
+        "the machine: all 28 pairs of the 8 GPUs fail requires_link('NV12'): are linked by "
+        "SYS (16 pairs), are linked by NODE (8 pairs), are linked by PIX (4 pairs)"
+    )
     assert len(found.evidence) == 28
     assert found.lines()[-1] == "  and 20 more"  # the evidence is capped where it is shown
 
@@ -79,8 +88,9 @@ def test_two_bad_gpus_are_two_causes_and_a_stray_pair_stands_alone():
     bad = [(min(g, o), max(g, o)) for g in (3, 5) for o in range(8) if o != g]
     found = causes([_eight(*dict.fromkeys(bad), (0, 1))])
     assert [c.name for c in found] == ["GPU3", "GPU5", "GPU0-GPU1"]
-    assert found[0].headline == ("GPU3: all 7 of its pairs fail requires_link('NV12'); "
-                                 "14 of the 15 pairs without GPU3 or GPU5 pass")
+    assert found[0].headline == (
+        "GPU3: all 7 of its pairs fail requires_link('NV12'); 14 of the 15 pairs without GPU3 or GPU5 pass"
+    )
 
 
 def test_one_pair_of_two_gpus_names_no_gpu():
@@ -108,8 +118,10 @@ def test_one_gpu_found_by_two_checks_is_one_cause():
 
 
 def test_the_same_gpu_on_two_nodes_is_two_causes():
-    found = causes(_require("hgx-h100-nvlink-down", "link>=NV12", "rank 0 (a)")
-                   + _require("hgx-h100-nvlink-down", "link>=NV12", "rank 8 (b)"))
+    found = causes(
+        _require("hgx-h100-nvlink-down", "link>=NV12", "rank 0 (a)")
+        + _require("hgx-h100-nvlink-down", "link>=NV12", "rank 8 (b)")
+    )
     assert [c.name for c in found] == ["rank 0 (a):GPU5", "rank 8 (b):GPU5"]
     assert found[1].headline.startswith("rank 8 (b): GPU5: all 7 of its pairs")
 
@@ -119,19 +131,21 @@ def test_the_same_gpu_on_two_nodes_is_two_causes():
 
 def _junit(path) -> list[tuple[str, str, str]]:
     suite = ET.parse(path).getroot().find("testsuite")
-    return [(case.get("classname"), case.get("name"), case.find("failure").get("message"))
-            for case in suite.iter("testcase")]
+    return [
+        (case.get("classname"), case.get("name"), case.find("failure").get("message"))
+        for case in suite.iter("testcase")
+    ]
 
 
-@pytest.mark.parametrize("gate", [["--gputopo-require", "gpus>=8,p2p,link>=NV12"],
-                                  ["--gputopo-expect", "hgx-h100"]])
+@pytest.mark.parametrize("gate", [["--gputopo-require", "gpus>=8,p2p,link>=NV12"], ["--gputopo-expect", "hgx-h100"]])
 @pytest.mark.parametrize("xdist", [[], pytest.param(["-n", "2"], marks=pytest.mark.slow)])
 def test_an_unmet_gate_is_one_failed_junit_case_per_cause_and_exit_status_8(pytester, gate, xdist):
     """GitLab's and Jenkins' test widgets read JUnit: an unmet gate is red there, named by its cause,
     the run's own tests are not run, and pytest's internal Exit line is not printed."""
     pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100-nvlink-down", *gate,
-                                *xdist, "--junitxml=report.xml")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100-nvlink-down", *gate, *xdist, "--junitxml=report.xml"
+    )
     assert result.ret == GATE_EXIT_STATUS
     ((classname, name, message),) = _junit(pytester.path / "report.xml")
     assert (classname, name) == ("gputopo-gate", "GPU5")
@@ -145,29 +159,46 @@ def test_an_unmet_gate_is_one_failed_junit_case_per_cause_and_exit_status_8(pyte
 
 def test_the_gate_output_leads_with_the_cause_then_its_evidence(pytester):
     pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100-nvlink-down",
-                                "--gputopo-require", "gpus>=8,p2p,link>=NV12")
-    result.stdout.fnmatch_lines([
-        "gputopo: this machine does not meet the run's requirements [[]recorded:hgx-h100-nvlink-down*]:",
-        "  - GPU5: all 7 of its pairs fail requires_link('NV12'); the 21 pairs without GPU5 pass",
-        "      requires_link('NV12'): GPU0-GPU5 are linked by SYS",
-        "*",
-        "      requires_link('NV12'): GPU5-GPU7 are linked by NODE",
-        "gputopo: the run's tests are not collected; 1 cause, each a failed test gputopo-gate::<cause>",
-    ])
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-machine",
+        "hgx-h100-nvlink-down",
+        "--gputopo-require",
+        "gpus>=8,p2p,link>=NV12",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo: this machine does not meet the run's requirements [[]recorded:hgx-h100-nvlink-down*]:",
+            "  - GPU5: all 7 of its pairs fail requires_link('NV12'); the 21 pairs without GPU5 pass",
+            "      requires_link('NV12'): GPU0-GPU5 are linked by SYS",
+            "*",
+            "      requires_link('NV12'): GPU5-GPU7 are linked by NODE",
+            "gputopo: the run's tests are not collected; 1 cause, each a failed test gputopo-gate::<cause>",
+        ]
+    )
 
 
 def test_a_machine_without_nvlink_is_one_annotation_not_28(pytester, tmp_path, monkeypatch):
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "8x-l40s",
-                                "--gputopo-require", "gpus>=8,p2p,link>=NV12", "--junitxml=report.xml")
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-machine",
+        "8x-l40s",
+        "--gputopo-require",
+        "gpus>=8,p2p,link>=NV12",
+        "--junitxml=report.xml",
+    )
     assert result.ret == GATE_EXIT_STATUS
     annotations = [line for line in result.stdout.lines if line.startswith("::error")]
     assert len(annotations) == 1
-    assert annotations[0].startswith("::error title=gputopo run gate machine::the machine: all 28 pairs of the 8 GPUs "
-                                     "fail requires_link('NV12'): are linked by SYS (16 pairs)")
+    assert annotations[0].startswith(
+        "::error title=gputopo run gate machine::the machine: all 28 pairs of the 8 GPUs "
+        "fail requires_link('NV12'): are linked by SYS (16 pairs)"
+    )
     assert annotations[0].endswith("%0A  and 20 more")  # the evidence, capped: GitHub shows a few lines
     text = summary.read_text()
     assert "- the machine: all 28 pairs of the 8 GPUs fail requires\\_link('NV12')" in text
@@ -177,8 +208,16 @@ def test_a_machine_without_nvlink_is_one_annotation_not_28(pytester, tmp_path, m
 
 def test_collect_only_with_an_unmet_gate_lists_its_causes_and_exits_8(pytester):
     pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q", "--gputopo-machine",
-                                "hgx-h100-nvlink-down", "--gputopo-require", "link>=NV12")
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--collect-only",
+        "-q",
+        "--gputopo-machine",
+        "hgx-h100-nvlink-down",
+        "--gputopo-require",
+        "link>=NV12",
+    )
     assert result.ret == GATE_EXIT_STATUS
     result.stdout.fnmatch_lines(["gputopo-gate::GPU5"])
     assert "test_x" not in result.stdout.str()
@@ -186,15 +225,23 @@ def test_collect_only_with_an_unmet_gate_lists_its_causes_and_exits_8(pytester):
 
 def test_a_met_gate_runs_the_tests_as_before(pytester):
     pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100",
-                                "--gputopo-require", "gpus>=8,p2p,link>=NV18", "--junitxml=report.xml")
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-machine",
+        "hgx-h100",
+        "--gputopo-require",
+        "gpus>=8,p2p,link>=NV18",
+        "--junitxml=report.xml",
+    )
     assert result.ret == 0
     result.assert_outcomes(passed=2)
     assert "gputopo-gate" not in result.stdout.str()
 
 
 def test_a_gpu_behind_several_tests_skips_is_named_once_in_the_summary(pytester):
-    pytester.makepyfile(test_x="""
+    pytester.makepyfile(
+        test_x="""
 import pytest
 
 @pytest.mark.requires_nvlink
@@ -207,12 +254,14 @@ def test_nv12(): pass
 def test_one_pair(): pass
 
 def test_plain(): pass
-""")
+"""
+    )
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100-nvlink-down")
     result.assert_outcomes(passed=1, skipped=3)
     # One pair alone names no GPU: the common cause counts the two tests over every GPU.
-    result.stdout.fnmatch_lines(["gputopo: GPU5 is the common cause of 2 tests not run: "
-                                 "requires_link('NV12') x1, requires_nvlink x1"])
+    result.stdout.fnmatch_lines(
+        ["gputopo: GPU5 is the common cause of 2 tests not run: requires_link('NV12') x1, requires_nvlink x1"]
+    )
 
 
 # ------------------------------------------------------------------ the docs say what it prints
@@ -242,10 +291,11 @@ def test_the_documented_gate_output_is_what_it_prints(pytester):
     shown = _block(doc, "$ pytest --gputopo-machine hgx-h100-nvlink-down --gputopo-require")
     assert shown[-2:] == ["$ echo $?", "8"]
     pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest("-p", "no:cacheprovider", *shlex.split(shown[0][len("$ pytest"):]))
+    result = pytester.runpytest("-p", "no:cacheprovider", *shlex.split(shown[0][len("$ pytest") :]))
     assert result.ret == GATE_EXIT_STATUS
     _shown_in_order(shown[1:-2], result.stdout.lines)
     l40s = _block(doc, "  - the machine: all 28 pairs")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "8x-l40s",
-                                "--gputopo-require", "link>=NV12")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gputopo-machine", "8x-l40s", "--gputopo-require", "link>=NV12"
+    )
     _shown_in_order(l40s, result.stdout.lines)

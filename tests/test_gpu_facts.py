@@ -33,53 +33,103 @@ def run(pytester, machine, src, *args):
     return pytester.runpytest("--gputopo-machine", machine, "-rs", *args)
 
 
-@pytest.mark.parametrize("machine, marker, says", [
-    ("hgx-h100", "requires_gpus(8, min_memory_gb=80, compute_capability='>=9.0', arch='hopper', model='H100', "
-                 "bf16=True, multicast=True)", None),
-    ("dgx-a100", "requires_gpus(8, compute_capability='>=9.0')",
-     "requires_gpus(8, compute_capability='>=9.0'): GPU0 (NVIDIA A100-SXM4-80GB) has compute capability 8.0, "
-     "needs >=9.0; GPU1 (NVIDIA A100-SXM4-80GB) has compute capability 8.0, needs >=9.0; GPU2 * and 5 more GPUs"),
-    ("dgx1-v100", "requires_gpus(bf16=True)",
-     "requires_gpus(1, bf16=True): GPU0 (Tesla V100-SXM2-32GB) has no native bf16 (compute capability 7.0), "
-     "needs one with"),
-    ("4x-rtx4090", "requires_gpus(2, min_memory_gb=40)",
-     "requires_gpus(2, min_memory_gb=40): GPU0 (NVIDIA GeForce RTX 4090) has 25.8 GB of memory, needs 40 GB; GPU1 *"),
-    ("4x-rtx4090", "requires_gpus(4, arch='ada', model=['L40S', 'RTX 4090'])", None),
-    ("4x-rtx4090", "requires_gpus(arch='>=hopper')",
-     "requires_gpus(1, arch='>=hopper'): GPU0 (NVIDIA GeForce RTX 4090) is Ada (compute capability 8.9), "
-     "needs >=hopper"),
-    ("2x-rtx-pro-6000", "requires_gpus(2, arch='blackwell', compute_capability='>=12.0', min_memory_gb=96)", None),
-    ("hgx-h100", "requires_gpus(8, model='NVIDIA H100*HBM3')", None),
-    ("dgx-a100", "requires_gpus(model='*A100*40GB')",
-     "requires_gpus(1, model='*A100*40GB'): GPU0 (NVIDIA A100-SXM4-80GB) is not '*A100*40GB'"),
-    ("2x-rtx-pro-6000", "requires_gpus(model='H100')",
-     "requires_gpus(1, model='H100'): GPU0 (NVIDIA RTX PRO 6000 Blackwell Workstation Edition) is not 'H100'"),
-    ("dgx-a100", "requires_gpus(multicast=True)",
-     "requires_gpus(1, multicast=True): GPU0 (NVIDIA A100-SXM4-80GB) multicast (NVLS) support is unknown*"),
-    ("4x-rtx4090", "requires_gpus([0, 5])", "requires_gpus([0, 5]): needs GPU5, 4 visible"),
-    ("hgx-h100-nvlink-down", "requires_nvlink(gpus=[0, 4])", None),
-    ("hgx-h100-nvlink-down", "requires_nvlink(gpus=[0, 5])",
-     "requires_nvlink(gpus=[0, 5]): GPU0-GPU5 are linked by SYS, not NVLink"),
-    ("hgx-h100-nvlink-down", "requires_gpus([4, 5], multicast=True)",
-     "requires_gpus([4, 5], multicast=True): GPU5 (NVIDIA H100 80GB HBM3) multicast (NVLS) support is unknown*"),
-    ("hgx-h100", "requires_versions(driver='>=535')", None),
-    ("hgx-h100", "requires_versions(driver='>=575,<600')",
-     "requires_versions(driver='>=575,<600'): the NVIDIA driver (driver) is 570.124.06, needs >=575,<600"),
-    ("hgx-h100", "requires_versions(nccl='>=2.18', cuda='>=12.4')",
-     "requires_versions(cuda='>=12.4', nccl='>=2.18'): the NCCL torch loads (nccl) is unknown (no source "
-     "reported it)"),
-    ("2x-rtx3090-nvlink", "requires_versions(cuda='>=11.0', driver='==470.*')", None),
-    ("4x-a100-40gb", "requires_gpus(4, min_memory_gb=40, arch='ampere')", None),
-    ("gb200-tray", "requires_gpus(4, min_memory_gb=180, arch='>=blackwell', model='GB200', bf16=True)", None),
-    ("gb200-tray", "requires_versions(driver='>=580', cuda='>=13.0')", None),
-    ("gb200-tray", "requires_gpus(4, multicast=True)",
-     "requires_gpus(4, multicast=True): GPU0 (NVIDIA GB200) multicast (NVLS) support is unknown*"),
-    ("4x-a100-40gb", "requires_gpus(2, min_memory_gb=80)",
-     "requires_gpus(2, min_memory_gb=80): GPU0 (NVIDIA A100-SXM4-40GB) has 42.9 GB of memory, needs 80 GB; "
-     "GPU1 (NVIDIA A100-SXM4-40GB) has 42.9 GB of memory, needs 80 GB"),
-    ("4x-a100-40gb", "requires_nvlink(gpus=[2, 3], min_links=12)",
-     "requires_nvlink(gpus=[2, 3], min_links=12): GPU2-GPU3 are linked by NV10, needs NV12"),
-])
+@pytest.mark.parametrize(
+    "machine, marker, says",
+    [
+        (
+            "hgx-h100",
+            "requires_gpus(8, min_memory_gb=80, compute_capability='>=9.0', arch='hopper', model='H100', "
+            "bf16=True, multicast=True)",
+            None,
+        ),
+        (
+            "dgx-a100",
+            "requires_gpus(8, compute_capability='>=9.0')",
+            "requires_gpus(8, compute_capability='>=9.0'): GPU0 (NVIDIA A100-SXM4-80GB) has compute capability 8.0, "
+            "needs >=9.0; GPU1 (NVIDIA A100-SXM4-80GB) has compute capability 8.0, needs >=9.0; GPU2 * and 5 more GPUs",
+        ),
+        (
+            "dgx1-v100",
+            "requires_gpus(bf16=True)",
+            "requires_gpus(1, bf16=True): GPU0 (Tesla V100-SXM2-32GB) has no native bf16 (compute capability 7.0), "
+            "needs one with",
+        ),
+        (
+            "4x-rtx4090",
+            "requires_gpus(2, min_memory_gb=40)",
+            "requires_gpus(2, min_memory_gb=40): GPU0 (NVIDIA GeForce RTX 4090) has 25.8 GB of memory, "
+            "needs 40 GB; GPU1 *",
+        ),
+        ("4x-rtx4090", "requires_gpus(4, arch='ada', model=['L40S', 'RTX 4090'])", None),
+        (
+            "4x-rtx4090",
+            "requires_gpus(arch='>=hopper')",
+            "requires_gpus(1, arch='>=hopper'): GPU0 (NVIDIA GeForce RTX 4090) is Ada (compute capability 8.9), "
+            "needs >=hopper",
+        ),
+        ("2x-rtx-pro-6000", "requires_gpus(2, arch='blackwell', compute_capability='>=12.0', min_memory_gb=96)", None),
+        ("hgx-h100", "requires_gpus(8, model='NVIDIA H100*HBM3')", None),
+        (
+            "dgx-a100",
+            "requires_gpus(model='*A100*40GB')",
+            "requires_gpus(1, model='*A100*40GB'): GPU0 (NVIDIA A100-SXM4-80GB) is not '*A100*40GB'",
+        ),
+        (
+            "2x-rtx-pro-6000",
+            "requires_gpus(model='H100')",
+            "requires_gpus(1, model='H100'): GPU0 (NVIDIA RTX PRO 6000 Blackwell Workstation Edition) is not 'H100'",
+        ),
+        (
+            "dgx-a100",
+            "requires_gpus(multicast=True)",
+            "requires_gpus(1, multicast=True): GPU0 (NVIDIA A100-SXM4-80GB) multicast (NVLS) support is unknown*",
+        ),
+        ("4x-rtx4090", "requires_gpus([0, 5])", "requires_gpus([0, 5]): needs GPU5, 4 visible"),
+        ("hgx-h100-nvlink-down", "requires_nvlink(gpus=[0, 4])", None),
+        (
+            "hgx-h100-nvlink-down",
+            "requires_nvlink(gpus=[0, 5])",
+            "requires_nvlink(gpus=[0, 5]): GPU0-GPU5 are linked by SYS, not NVLink",
+        ),
+        (
+            "hgx-h100-nvlink-down",
+            "requires_gpus([4, 5], multicast=True)",
+            "requires_gpus([4, 5], multicast=True): GPU5 (NVIDIA H100 80GB HBM3) multicast (NVLS) support is unknown*",
+        ),
+        ("hgx-h100", "requires_versions(driver='>=535')", None),
+        (
+            "hgx-h100",
+            "requires_versions(driver='>=575,<600')",
+            "requires_versions(driver='>=575,<600'): the NVIDIA driver (driver) is 570.124.06, needs >=575,<600",
+        ),
+        (
+            "hgx-h100",
+            "requires_versions(nccl='>=2.18', cuda='>=12.4')",
+            "requires_versions(cuda='>=12.4', nccl='>=2.18'): the NCCL torch loads (nccl) is unknown (no source "
+            "reported it)",
+        ),
+        ("2x-rtx3090-nvlink", "requires_versions(cuda='>=11.0', driver='==470.*')", None),
+        ("4x-a100-40gb", "requires_gpus(4, min_memory_gb=40, arch='ampere')", None),
+        ("gb200-tray", "requires_gpus(4, min_memory_gb=180, arch='>=blackwell', model='GB200', bf16=True)", None),
+        ("gb200-tray", "requires_versions(driver='>=580', cuda='>=13.0')", None),
+        (
+            "gb200-tray",
+            "requires_gpus(4, multicast=True)",
+            "requires_gpus(4, multicast=True): GPU0 (NVIDIA GB200) multicast (NVLS) support is unknown*",
+        ),
+        (
+            "4x-a100-40gb",
+            "requires_gpus(2, min_memory_gb=80)",
+            "requires_gpus(2, min_memory_gb=80): GPU0 (NVIDIA A100-SXM4-40GB) has 42.9 GB of memory, needs 80 GB; "
+            "GPU1 (NVIDIA A100-SXM4-40GB) has 42.9 GB of memory, needs 80 GB",
+        ),
+        (
+            "4x-a100-40gb",
+            "requires_nvlink(gpus=[2, 3], min_links=12)",
+            "requires_nvlink(gpus=[2, 3], min_links=12): GPU2-GPU3 are linked by NV10, needs NV12",
+        ),
+    ],
+)
 def test_each_fact_marker_on_bundled_machines(pytester, machine, marker, says):
     result = run(pytester, machine, f"@pytest.mark.{marker}\ndef test_x(): pass\n")
     if says is None:
@@ -94,23 +144,27 @@ def test_an_unknown_fact_is_never_met_and_strict_fails(pytester):
     """nvidia-smi text has no memory, capability, model or versions: each condition is unknown,
     said, and a failure under strict."""
     (pytester.path / "a100x4.txt").write_text(TOPO_TEXT)
-    src = ("@pytest.mark.requires_gpus(min_memory_gb=1)\ndef test_memory(): pass\n"
-           "@pytest.mark.requires_gpus(compute_capability='>=1.0')\ndef test_cc(): pass\n"
-           "@pytest.mark.requires_gpus(arch='>=kepler')\ndef test_arch(): pass\n"
-           "@pytest.mark.requires_gpus(model='A100')\ndef test_model(): pass\n"
-           "@pytest.mark.requires_gpus(bf16=False)\ndef test_bf16(): pass\n"
-           "@pytest.mark.requires_versions(driver='>=1')\ndef test_driver(): pass\n"
-           "@pytest.mark.requires_gpus(4)\ndef test_count(): pass\n")
+    src = (
+        "@pytest.mark.requires_gpus(min_memory_gb=1)\ndef test_memory(): pass\n"
+        "@pytest.mark.requires_gpus(compute_capability='>=1.0')\ndef test_cc(): pass\n"
+        "@pytest.mark.requires_gpus(arch='>=kepler')\ndef test_arch(): pass\n"
+        "@pytest.mark.requires_gpus(model='A100')\ndef test_model(): pass\n"
+        "@pytest.mark.requires_gpus(bf16=False)\ndef test_bf16(): pass\n"
+        "@pytest.mark.requires_versions(driver='>=1')\ndef test_driver(): pass\n"
+        "@pytest.mark.requires_gpus(4)\ndef test_count(): pass\n"
+    )
     result = run(pytester, "a100x4.txt", src)
     result.assert_outcomes(passed=1, skipped=6)
-    result.stdout.fnmatch_lines_random([
-        "*requires_gpus(1, min_memory_gb=1): GPU0 (unnamed) memory is unknown (no source reported it)*",
-        "*GPU0 (unnamed) compute capability is unknown*",
-        "*GPU0 (unnamed) architecture is unknown (compute capability unknown)*",
-        "*GPU0 (unnamed) model is unknown*",
-        "*GPU0 (unnamed) bf16 support is unknown*",
-        "*the NVIDIA driver (driver) is unknown*",
-    ])
+    result.stdout.fnmatch_lines_random(
+        [
+            "*requires_gpus(1, min_memory_gb=1): GPU0 (unnamed) memory is unknown (no source reported it)*",
+            "*GPU0 (unnamed) compute capability is unknown*",
+            "*GPU0 (unnamed) architecture is unknown (compute capability unknown)*",
+            "*GPU0 (unnamed) model is unknown*",
+            "*GPU0 (unnamed) bf16 support is unknown*",
+            "*the NVIDIA driver (driver) is unknown*",
+        ]
+    )
     strict = run(pytester, "a100x4.txt", src, "--gputopo-strict")
     strict.assert_outcomes(passed=1, errors=6)  # failed in setup, as pytest.fail there reports
 
@@ -121,13 +175,16 @@ def test_a_profile_that_records_versions_is_judged_on_them(pytester, tmp_path):
     profile["topology"].update(cuda_driver_version="12.8", cuda_runtime_version="12.6", nccl_version="2.21.5")
     path = pytester.path / "hgx-h100-versions.json"
     path.write_text(json.dumps(profile))
-    src = ("@pytest.mark.requires_versions(nccl='>=2.18', cuda='>=12.4', cuda_runtime='~=12.1')\n"
-           "def test_new(): pass\n"
-           "@pytest.mark.requires_versions(nccl='>=2.23')\ndef test_newer(): pass\n")
+    src = (
+        "@pytest.mark.requires_versions(nccl='>=2.18', cuda='>=12.4', cuda_runtime='~=12.1')\n"
+        "def test_new(): pass\n"
+        "@pytest.mark.requires_versions(nccl='>=2.23')\ndef test_newer(): pass\n"
+    )
     result = run(pytester, str(path), src)
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*requires_versions(nccl='>=2.23'): the NCCL torch loads (nccl) is 2.21.5, "
-                                 "needs >=2.23*"])
+    result.stdout.fnmatch_lines(
+        ["*requires_versions(nccl='>=2.23'): the NCCL torch loads (nccl) is 2.21.5, needs >=2.23*"]
+    )
 
 
 def test_an_unmet_fact_is_a_junit_property(pytester):
@@ -138,15 +195,19 @@ def test_an_unmet_fact_is_a_junit_property(pytester):
 
 
 def test_bad_fact_arguments_name_the_test(pytester):
-    src = ("@pytest.mark.requires_gpus(compute_capability='9.0')\ndef test_cc(): pass\n"
-           "@pytest.mark.requires_versions(nccl='newest')\ndef test_nccl(): pass\n")
+    src = (
+        "@pytest.mark.requires_gpus(compute_capability='9.0')\ndef test_cc(): pass\n"
+        "@pytest.mark.requires_versions(nccl='newest')\ndef test_nccl(): pass\n"
+    )
     result = run(pytester, "hgx-h100", src)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines_random([
-        "*test_marked.py::test_cc: @pytest.mark.requires_gpus: compute_capability: '9.0' is not a version "
-        "specifier such as '>=2.18' or '>=12.1,<13' (write '>=9.0' or '==9.0')*",
-        "*test_marked.py::test_nccl: @pytest.mark.requires_versions: nccl: 'newest' is not a version specifier*",
-    ])
+    result.stderr.fnmatch_lines_random(
+        [
+            "*test_marked.py::test_cc: @pytest.mark.requires_gpus: compute_capability: '9.0' is not a version "
+            "specifier such as '>=2.18' or '>=12.1,<13' (write '>=9.0' or '==9.0')*",
+            "*test_marked.py::test_nccl: @pytest.mark.requires_versions: nccl: 'newest' is not a version specifier*",
+        ]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,25 +215,31 @@ def test_bad_fact_arguments_name_the_test(pytester):
 
 
 def test_fact_gate_terms_pass_on_a_machine_that_meets_them(pytester):
-    result = run(pytester, "hgx-h100", "def test_a(): pass\n", "--gputopo-require",
-                 "gpus>=8,memory>=80,cc>=9.0,arch>=hopper,model=H100,bf16,multicast,driver>=535")
+    result = run(
+        pytester,
+        "hgx-h100",
+        "def test_a(): pass\n",
+        "--gputopo-require",
+        "gpus>=8,memory>=80,cc>=9.0,arch>=hopper,model=H100,bf16,multicast,driver>=535",
+    )
     result.assert_outcomes(passed=1)
 
 
 def test_fact_gate_terms_name_every_gpu_and_unknown_is_unmet(pytester):
-    result = run(pytester, "dgx-a100", "def test_a(): pass\n", "--gputopo-require",
-                 "cc>=9.0@2,memory>=80,nccl>=2.18")
+    result = run(pytester, "dgx-a100", "def test_a(): pass\n", "--gputopo-require", "cc>=9.0@2,memory>=80,nccl>=2.18")
     assert result.ret == GATE_EXIT_STATUS
     # Each GPU that falls short is a cause, its finding the evidence; a version stands alone.
-    result.stdout.fnmatch_lines([
-        "gputopo: this machine does not meet the run's requirements [[]recorded:dgx-a100*]:",
-        "  - GPU0: has compute capability 8.0, needs >=9.0",
-        "      requires_gpus(2, compute_capability='>=9.0'): GPU0 (NVIDIA A100-SXM4-80GB) has compute capability "
-        "8.0, needs >=9.0",
-        "  - GPU1: has compute capability 8.0, needs >=9.0",
-        "      requires_gpus(2, compute_capability='>=9.0'): GPU1 *",
-        "  - requires_versions(nccl='>=2.18'): the NCCL torch loads (nccl) is unknown (no source reported it)",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo: this machine does not meet the run's requirements [[]recorded:dgx-a100*]:",
+            "  - GPU0: has compute capability 8.0, needs >=9.0",
+            "      requires_gpus(2, compute_capability='>=9.0'): GPU0 (NVIDIA A100-SXM4-80GB) has compute capability "
+            "8.0, needs >=9.0",
+            "  - GPU1: has compute capability 8.0, needs >=9.0",
+            "      requires_gpus(2, compute_capability='>=9.0'): GPU1 *",
+            "  - requires_versions(nccl='>=2.18'): the NCCL torch loads (nccl) is unknown (no source reported it)",
+        ]
+    )
     assert "min_memory_gb" not in result.stdout.str()  # 85.9e9 bytes are 80 GB as GPUs are sold
 
 
@@ -182,26 +249,36 @@ def test_a_gate_term_on_a_machine_without_gpus_is_unmet(pytester):
     result.stdout.fnmatch_lines(["  - requires_gpus(min_memory_gb=1): no GPU to judge: 0 visible*"])
 
 
-@pytest.mark.parametrize("text, built", [
-    ("memory>=40@4", gpu_requirements.GpuRequirement(gpus=4, min_memory_gb=40)),
-    ("cc~=9.0", gpu_requirements.GpuRequirement(compute_capability="~=9.0")),
-    ("arch=ampere", gpu_requirements.GpuRequirement(arch="ampere")),
-    ("model=RTX 4090", gpu_requirements.GpuRequirement(model="RTX 4090")),
-    ("bf16@2", gpu_requirements.GpuRequirement(gpus=2, bf16=True)),
-    ("cuda_runtime>=12.1", gpu_requirements.VersionRequirement(cuda_runtime=">=12.1")),
-    ("driver==570.*", gpu_requirements.VersionRequirement(driver="==570.*")),
-])
+@pytest.mark.parametrize(
+    "text, built",
+    [
+        ("memory>=40@4", gpu_requirements.GpuRequirement(gpus=4, min_memory_gb=40)),
+        ("cc~=9.0", gpu_requirements.GpuRequirement(compute_capability="~=9.0")),
+        ("arch=ampere", gpu_requirements.GpuRequirement(arch="ampere")),
+        ("model=RTX 4090", gpu_requirements.GpuRequirement(model="RTX 4090")),
+        ("bf16@2", gpu_requirements.GpuRequirement(gpus=2, bf16=True)),
+        ("cuda_runtime>=12.1", gpu_requirements.VersionRequirement(cuda_runtime=">=12.1")),
+        ("driver==570.*", gpu_requirements.VersionRequirement(driver="==570.*")),
+    ],
+)
 def test_gate_terms_build_the_markers_requirements(text, built):
     """One requirement class per fact: a gate term and a marker judge alike."""
     assert parse_expression(text) == (built,)
 
 
-@pytest.mark.parametrize("text, says", [
-    ("memory>40", "memory takes '>='"), ("arch>=hoper", "arch must be one of"),
-    ("nccl", "nccl takes an operator and a version"), ("cc>=", "nothing after"),
-    ("nccl>=2.18@2", "'@N' does not apply to nccl"), ("bf16>=1", "bf16 takes no operator"),
-    ("gpus", "gpus takes '>='"), ("speed>=9", "unknown term 'speed'"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("memory>40", "memory takes '>='"),
+        ("arch>=hoper", "arch must be one of"),
+        ("nccl", "nccl takes an operator and a version"),
+        ("cc>=", "nothing after"),
+        ("nccl>=2.18@2", "'@N' does not apply to nccl"),
+        ("bf16>=1", "bf16 takes no operator"),
+        ("gpus", "gpus takes '>='"),
+        ("speed>=9", "unknown term 'speed'"),
+    ],
+)
 def test_bad_gate_terms_say_why(text, says):
     """A term that cannot be read says why, and the grammar (docs/options.md shows the same)."""
     with pytest.raises(reqs.RequirementError, match=says):
@@ -213,23 +290,27 @@ def test_bad_gate_terms_say_why(text, says):
 
 
 def test_a_methods_marker_restates_the_count_of_its_classs_marker_of_the_same_name(pytester):
-    src = ("pytestmark = pytest.mark.requires_gpus(8)\n"
-           "@pytest.mark.requires_gpus(4)\n"
-           "class TestBig:\n"
-           "    def test_class_level(self): pass\n"
-           "    @pytest.mark.requires_gpus(1)\n"
-           "    def test_one(self): pass\n"
-           "    @pytest.mark.requires_p2p\n"
-           "    def test_other_name(self): pass\n"
-           "def test_module_level(): pass\n")
+    src = (
+        "pytestmark = pytest.mark.requires_gpus(8)\n"
+        "@pytest.mark.requires_gpus(4)\n"
+        "class TestBig:\n"
+        "    def test_class_level(self): pass\n"
+        "    @pytest.mark.requires_gpus(1)\n"
+        "    def test_one(self): pass\n"
+        "    @pytest.mark.requires_p2p\n"
+        "    def test_other_name(self): pass\n"
+        "def test_module_level(): pass\n"
+    )
     result = run(pytester, "2x-rtx3090-nvlink", src, "-v")
     result.assert_outcomes(passed=1, skipped=3)
-    result.stdout.fnmatch_lines_random([
-        "*::TestBig::test_one PASSED*",  # its own count (1), not the class's (4) nor the module's (8)
-        "*::TestBig::test_class_level SKIPPED (requires_gpus(4)*",  # the class's, not the module's
-        "*::TestBig::test_other_name SKIPPED (requires_gpus(4)*",  # another name does not replace it
-        "*::test_module_level SKIPPED (requires_gpus(8)*",
-    ])
+    result.stdout.fnmatch_lines_random(
+        [
+            "*::TestBig::test_one PASSED*",  # its own count (1), not the class's (4) nor the module's (8)
+            "*::TestBig::test_class_level SKIPPED (requires_gpus(4)*",  # the class's, not the module's
+            "*::TestBig::test_other_name SKIPPED (requires_gpus(4)*",  # another name does not replace it
+            "*::test_module_level SKIPPED (requires_gpus(8)*",
+        ]
+    )
 
 
 CLASS_MEMORY_METHOD_COUNT = """
@@ -256,10 +337,12 @@ def test_a_closer_marker_never_drops_a_condition(pytester, machine):
 
 
 def test_a_closer_marker_of_another_kind_keeps_the_farther_ones_arguments(pytester):
-    src = ("@pytest.mark.min_p2p_bw(10000, strict=True)\n"
-           "class TestFast:\n"
-           "    @pytest.mark.min_p2p_bw(gpus=2)\n"
-           "    def test_pair(self): pass\n")
+    src = (
+        "@pytest.mark.min_p2p_bw(10000, strict=True)\n"
+        "class TestFast:\n"
+        "    @pytest.mark.min_p2p_bw(gpus=2)\n"
+        "    def test_pair(self): pass\n"
+    )
     result = run(pytester, "dgx-a100", src, "-rA")
     # the class's 10000 GB/s and strict=True (a failed setup), on the method's two GPUs
     result.assert_outcomes(errors=1)
@@ -267,19 +350,21 @@ def test_a_closer_marker_of_another_kind_keeps_the_farther_ones_arguments(pytest
 
 
 def test_a_bad_marker_on_a_class_is_named_even_where_a_method_restates_it(pytester):
-    src = ("@pytest.mark.requires_gpus(min_memory=80)\n"
-           "class TestX:\n"
-           "    @pytest.mark.requires_gpus(4)\n"
-           "    def test_four(self): pass\n")
+    src = (
+        "@pytest.mark.requires_gpus(min_memory=80)\n"
+        "class TestX:\n"
+        "    @pytest.mark.requires_gpus(4)\n"
+        "    def test_four(self): pass\n"
+    )
     result = run(pytester, "dgx-a100", src)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*TestX::test_four: @pytest.mark.requires_gpus: (on an enclosing class or module)*"
-                                 "min_memory*"])
+    result.stderr.fnmatch_lines(
+        ["*TestX::test_four: @pytest.mark.requires_gpus: (on an enclosing class or module)*min_memory*"]
+    )
 
 
 def test_several_markers_of_one_name_on_one_test_all_apply(pytester):
-    src = ("@pytest.mark.requires_link('NV')\n@pytest.mark.requires_link('PIX', gpus=[0, 2])\n"
-           "def test_both(): pass\n")
+    src = "@pytest.mark.requires_link('NV')\n@pytest.mark.requires_link('PIX', gpus=[0, 2])\ndef test_both(): pass\n"
     result = run(pytester, "4x-rtx4090", src)
     result.assert_outcomes(skipped=1)
 
@@ -289,8 +374,16 @@ def test_several_markers_of_one_name_on_one_test_all_apply(pytester):
 
 
 def test_architecture_names_follow_the_compute_capability():
-    assert [hardware.architecture(cc) for cc in ("7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")] == \
-        ["volta", "turing", "ampere", "ampere", "ada", "hopper", "blackwell", "blackwell"]
+    assert [hardware.architecture(cc) for cc in ("7.0", "7.5", "8.0", "8.6", "8.9", "9.0", "10.0", "12.0")] == [
+        "volta",
+        "turing",
+        "ampere",
+        "ampere",
+        "ada",
+        "hopper",
+        "blackwell",
+        "blackwell",
+    ]
     assert hardware.architecture("13.0") is None and hardware.architecture(None) is None  # newer: unknown
     assert hardware.bf16("8.0") is True and hardware.bf16("7.5") is False and hardware.bf16("x") is None
 
@@ -303,8 +396,18 @@ def test_versions_compare_as_pip_compares_them():
 
 def test_bundled_machines_carry_the_facts_the_markers_read():
     """Every bundled machine with GPUs says memory, capability and model; the HGX H100 says multicast."""
-    for name in ("dgx-a100", "hgx-h100", "dgx1-v100", "2x-rtx3090-nvlink", "4x-a100-40gb", "gb200-tray",
-                 "4x-rtx4090", "8x-l40s", "2x-rtx-pro-6000", "single-gpu"):
+    for name in (
+        "dgx-a100",
+        "hgx-h100",
+        "dgx1-v100",
+        "2x-rtx3090-nvlink",
+        "4x-a100-40gb",
+        "gb200-tray",
+        "4x-rtx4090",
+        "8x-l40s",
+        "2x-rtx-pro-6000",
+        "single-gpu",
+    ):
         for gpu in probe(name).gpus:
             assert gpu.memory_total_bytes and gpu.compute_capability and gpu.name, (name, gpu.index)
     assert all(g.multicast for g in probe("hgx-h100").gpus)
@@ -324,19 +427,23 @@ def test_the_options_doc_shows_the_grammar_the_plugin_prints():
 
 
 def test_a_custom_condition_outside_a_launcher(pytester):
-    src = ("def test_fp8(gputopo_ranks):\n"
-           "    gputopo_ranks.require(lambda t: float(t.gpus[0].compute_capability) >= 8.9, 'FP8 tensor cores')\n"
-           "def test_unknown(gputopo_ranks):\n"
-           "    gputopo_ranks.require(lambda t: None, 'a fact nobody knows')\n"
-           "def test_met(gputopo_ranks):\n"
-           "    gputopo_ranks.require(lambda t: len(t.gpus) == 8, 'eight GPUs')\n"
-           "    assert [v.rank for v in gputopo_ranks.views] == [0] and len(gputopo_ranks.nodes) == 1\n")
+    src = (
+        "def test_fp8(gputopo_ranks):\n"
+        "    gputopo_ranks.require(lambda t: float(t.gpus[0].compute_capability) >= 8.9, 'FP8 tensor cores')\n"
+        "def test_unknown(gputopo_ranks):\n"
+        "    gputopo_ranks.require(lambda t: None, 'a fact nobody knows')\n"
+        "def test_met(gputopo_ranks):\n"
+        "    gputopo_ranks.require(lambda t: len(t.gpus) == 8, 'eight GPUs')\n"
+        "    assert [v.rank for v in gputopo_ranks.views] == [0] and len(gputopo_ranks.nodes) == 1\n"
+    )
     result = run(pytester, "dgx-a100", src, "--junitxml=out.xml")
     result.assert_outcomes(passed=1, skipped=2)
-    result.stdout.fnmatch_lines_random([
-        "*FP8 tensor cores: unmet on rank 0 (*) [[]recorded:dgx-a100 (a recorded machine, not this host)[]]",
-        "*a fact nobody knows: unmet on rank 0*",  # None is unknown: never met
-    ])
+    result.stdout.fnmatch_lines_random(
+        [
+            "*FP8 tensor cores: unmet on rank 0 (*) [[]recorded:dgx-a100 (a recorded machine, not this host)[]]",
+            "*a fact nobody knows: unmet on rank 0*",  # None is unknown: never met
+        ]
+    )
     assert 'name="gputopo_unmet" value="FP8 tensor cores"' in (pytester.path / "out.xml").read_text()
     run(pytester, "dgx-a100", src, "--gputopo-strict").assert_outcomes(passed=1, failed=2)
 
@@ -363,8 +470,10 @@ def test_gputopo_show_says_each_fact_the_markers_judge():
     from pytest_gputopo.render.report import gpu_lines
 
     lines = gpu_lines(probe("hgx-h100-nvlink-down"))
-    assert lines[5] == ("GPU5: NVIDIA H100 80GB HBM3 bus 00000000:AB:00.0 85.5 GB, compute 9.0 (Hopper), "
-                        "PCIe Gen5 x16 (max Gen5 x16), 0/18 NVLinks up")  # multicast unknown: not claimed
+    assert lines[5] == (
+        "GPU5: NVIDIA H100 80GB HBM3 bus 00000000:AB:00.0 85.5 GB, compute 9.0 (Hopper), "
+        "PCIe Gen5 x16 (max Gen5 x16), 0/18 NVLinks up"
+    )  # multicast unknown: not claimed
     assert lines[4].endswith("18/18 NVLinks up, multicast yes")
     assert lines[-1] == "versions: driver 570.124.06, CUDA (driver) 12.8, CUDA runtime (torch) 12.9, NCCL (torch) ?"
 
@@ -385,8 +494,19 @@ def test_an_allreduce_on_named_gpus_runs_one_rank_per_named_gpu(monkeypatch):
 
     def fake_run(n, sizes, *, log_nccl=False, devices=None, **kw):
         seen.append((n, devices, log_nccl))
-        row = AllReduceRow(size_bytes=kw["judge_size"], count=kw["judge_size"] // 4, time_us=1.0, algbw_gbps=20.0,
-                           busbw_gbps=20.0, wrong=0, iterations=1, samples=1, spread=1.0, stable=True, wall_s=0.1)
+        row = AllReduceRow(
+            size_bytes=kw["judge_size"],
+            count=kw["judge_size"] // 4,
+            time_us=1.0,
+            algbw_gbps=20.0,
+            busbw_gbps=20.0,
+            wrong=0,
+            iterations=1,
+            samples=1,
+            spread=1.0,
+            stable=True,
+            wall_s=0.1,
+        )
         return AllReduceResult("nccl", n, "float32", (row,), row, nvls=None)
 
     monkeypatch.setattr(allreduce, "run_allreduce", fake_run)
@@ -406,5 +526,9 @@ def test_a_recorded_machine_has_no_published_figure_for_named_gpus(pytester):
     """A published all-reduce figure says how many GPUs, never which: it does not stand for GPU0+GPU5."""
     result = run(pytester, "hgx-h100", "@pytest.mark.min_allreduce_bw(100, gpus=[0, 5])\ndef test_x(): pass\n")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*min_allreduce_bw(100, gpus=[[]0, 5[]]): all-reduce busbw, 2 ranks on GPU0, GPU5, "
-                                 "* no figure (none published for recorded:hgx-h100*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*min_allreduce_bw(100, gpus=[[]0, 5[]]): all-reduce busbw, 2 ranks on GPU0, GPU5, "
+            "* no figure (none published for recorded:hgx-h100*"
+        ]
+    )

@@ -50,16 +50,30 @@ def pytest_sessionfinish(session):
     with open("modules.txt", "w") as f:
         f.write("\\n".join(sorted(m for m in sys.modules if m.startswith(("pytest_gputopo", "packaging")))))
 """)
-    pytester.makepyfile(test_gpus="import pytest\n@pytest.mark.requires_gpus(8, min_memory_gb=80)\n"
-                                  "def test_met(): pass\n@pytest.mark.requires_gpus(16)\ndef test_unmet(): pass\n")
+    pytester.makepyfile(
+        test_gpus="import pytest\n@pytest.mark.requires_gpus(8, min_memory_gb=80)\n"
+        "def test_met(): pass\n@pytest.mark.requires_gpus(16)\ndef test_unmet(): pass\n"
+    )
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["gputopo: 8x NVIDIA A100-SXM4-80GB, *(NVML probed)", "*requires_gpus(16): 8 visible*"])
     imported = set((pytester.path / "modules.txt").read_text().split())
     assert {"pytest_gputopo.core.gpu_requirements", "pytest_gputopo.plugin.verdicts"} <= imported  # judged here
-    deferred = {f"pytest_gputopo.{m}" for m in (
-        "core.judgement", "core.keys", "core.thresholds", "core.collectives", "core.spec", "core.expressions",
-        "core.regressions", "bench.suite", "plugin.measurements", "probe.cuda_driver")} | {"packaging"}
+    deferred = {
+        f"pytest_gputopo.{m}"
+        for m in (
+            "core.judgement",
+            "core.keys",
+            "core.thresholds",
+            "core.collectives",
+            "core.spec",
+            "core.expressions",
+            "core.regressions",
+            "bench.suite",
+            "plugin.measurements",
+            "probe.cuda_driver",
+        )
+    } | {"packaging"}
     assert not deferred & imported
 
 
@@ -93,29 +107,36 @@ def test_cudas_refusal_of_peer_access_is_seen_and_kept_apart_from_nvml(pytester,
     pytester.makepyfile(test_p2p=P2P)
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(passed=2, skipped=1)
-    result.stdout.fnmatch_lines([
-        "gputopo warning: GPU0-GPU1: NVML says P2P is OK, CUDA says peer access is impossible",
-        "*requires_p2p(gpus=2): GPU0-GPU1 cannot do P2P (CUDA reports no peer access)*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo warning: GPU0-GPU1: NVML says P2P is OK, CUDA says peer access is impossible",
+            "*requires_p2p(gpus=2): GPU0-GPU1 cannot do P2P (CUDA reports no peer access)*",
+        ]
+    )
 
 
-@pytest.mark.parametrize("release, cuda, nccl", [("2.0.1", "11.8", "2.14.3"), ("2.4.1", "12.4", "2.20.5"),
-                                                 ("2.13.0", "12.9", "2.27.7")])
+@pytest.mark.parametrize(
+    "release, cuda, nccl", [("2.0.1", "11.8", "2.14.3"), ("2.4.1", "12.4", "2.20.5"), ("2.13.0", "12.9", "2.27.7")]
+)
 @pytest.mark.slow
 def test_every_torch_release_keeps_nvmls_gpus_and_gives_its_versions(pytester, emulated_host, release, cuda, nccl):
     host = emulated_host("dgx-a100", torch=release)
     pytester.makeconftest(PID)
-    pytester.makepyfile(test_v=f"""
+    pytester.makepyfile(
+        test_v=f"""
 import pytest
 @pytest.mark.requires_gpus(8)
 @pytest.mark.requires_p2p(gpus=8)
 @pytest.mark.requires_versions(cuda_runtime="=={cuda}", nccl="=={nccl}")
 def test_all(gputopo):
     assert len(gputopo.gpus) == 8 and gputopo.nccl_version == "{nccl}"
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["gputopo: 8x NVIDIA A100-SXM4-80GB,*(NVML probed; CUDA's view probed; torch's versions probed)"])
+    result.stdout.fnmatch_lines(
+        ["gputopo: 8x NVIDIA A100-SXM4-80GB,*(NVML probed; CUDA's view probed; torch's versions probed)"]
+    )
     importers = {pid for pid, call in host.calls() if call == "import torch"}
     assert importers and _pytest_pid(pytester) not in importers  # torch imported by the probe child only
 
@@ -123,47 +144,59 @@ def test_all(gputopo):
 def test_a_failing_libcuda_makes_only_cudas_facts_unknown(pytester, emulated_host):
     host = emulated_host("dgx-a100")
     host.cuda(init_result=999)  # CUDA_ERROR_UNKNOWN, as a driver/library mismatch gives
-    pytester.makepyfile(test_x="""
+    pytester.makepyfile(
+        test_x="""
 import pytest
 @pytest.mark.requires_gpus(8)
 def test_count(): pass
 @pytest.mark.requires_gpus(8, multicast=True)
 def test_nvls(): pass
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines([
-        "gputopo: 8x NVIDIA A100-SXM4-80GB*",
-        "gputopo warning: CUDA's view (device order, peer access, multicast) is unknown: cuInit returned "
-        "CUDA_ERROR_UNKNOWN (999): unknown error",
-        "*requires_gpus(8, multicast=True): *multicast*unknown*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo: 8x NVIDIA A100-SXM4-80GB*",
+            "gputopo warning: CUDA's view (device order, peer access, multicast) is unknown: cuInit returned "
+            "CUDA_ERROR_UNKNOWN (999): unknown error",
+            "*requires_gpus(8, multicast=True): *multicast*unknown*",
+        ]
+    )
     assert "Traceback" not in result.stdout.str()
 
 
 def test_without_torch_only_torchs_versions_are_unknown(pytester, emulated_host):
     emulated_host("dgx-a100", torch=None)
-    pytester.makepyfile(test_x="""
+    pytester.makepyfile(
+        test_x="""
 import pytest
 @pytest.mark.requires_gpus(8)
 def test_count(): pass
 @pytest.mark.requires_versions(nccl=">=2.18")
 def test_nccl(): pass
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["gputopo warning: torch's CUDA and NCCL versions are unknown: torch is not installed",
-                                 "*requires_versions(nccl='>=2.18'): the NCCL torch loads (nccl) is unknown*"])
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo warning: torch's CUDA and NCCL versions are unknown: torch is not installed",
+            "*requires_versions(nccl='>=2.18'): the NCCL torch loads (nccl) is unknown*",
+        ]
+    )
 
 
 def test_an_nvml_function_the_driver_lacks_leaves_that_fact_unknown(pytester, emulated_host):
     emulated_host("dgx-a100", nvml_missing=["nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth"])
-    pytester.makepyfile(test_x="""
+    pytester.makepyfile(
+        test_x="""
 import pytest
 @pytest.mark.requires_gpus(8, min_memory_gb=80)
 def test_count(gputopo):
     assert gputopo.gpus[0].pcie_gen_max is None and gputopo.gpus[0].pcie_width_max is None
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(passed=1)
 

@@ -36,14 +36,28 @@ A100_BYTES = 85_899_345_920
 
 def _box(mig=(None, None), modes=(None, None), source="recorded") -> model.Topology:
     """Two A100s joined by 12 NVLinks, P2P OK."""
-    gpus = tuple(model.Gpu(i, name=A100, pci_bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0", nvml_index=i,
-                           memory_total_bytes=A100_BYTES, compute_capability="8.0", mig=mig[i], compute_mode=modes[i],
-                           nvlinks=tuple(model.NvLink(k, True, f"00000000:{0x17 - 0x10 * i:02X}:00.0", "GPU", "3.0")
-                                         for k in range(12)))
-                 for i in range(2))
-    return model.Topology(gpus=gpus, links=(model.Link(0, 1, pcie=model.LinkClass.SYS, nvlinks=12,
-                                                       p2p=model.P2P(OK, OK, OK, OK)),),
-                          source=model.Source(source), driver_version="550.54.15")
+    gpus = tuple(
+        model.Gpu(
+            i,
+            name=A100,
+            pci_bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0",
+            nvml_index=i,
+            memory_total_bytes=A100_BYTES,
+            compute_capability="8.0",
+            mig=mig[i],
+            compute_mode=modes[i],
+            nvlinks=tuple(
+                model.NvLink(k, True, f"00000000:{0x17 - 0x10 * i:02X}:00.0", "GPU", "3.0") for k in range(12)
+            ),
+        )
+        for i in range(2)
+    )
+    return model.Topology(
+        gpus=gpus,
+        links=(model.Link(0, 1, pcie=model.LinkClass.SYS, nvlinks=12, p2p=model.P2P(OK, OK, OK, OK)),),
+        source=model.Source(source),
+        driver_version="550.54.15",
+    )
 
 
 # -- NVML: the probe reads both modes -------------------------------------------------------------
@@ -81,8 +95,10 @@ def test_an_older_driver_or_binding_leaves_both_unknown_without_a_warning(how):
         if how == "binding lacks it":
             delattr(fake, name)
         else:
+
             def missing(handle):
                 raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)  # _nvmlGetFunctionPointer's error
+
             setattr(fake, name, missing)
     got = nvml.probe(fake)
     assert [(g.mig, g.compute_mode) for g in got.gpus] == [(None, None)] * 2
@@ -113,22 +129,26 @@ def test_a_mig_enabled_gpu_has_no_memory_fact_for_judgement():
     80 GB GPU for a 10 GB slice: memory is unknown, the requirement unmet."""
     verdict = GpuRequirement(1, min_memory_gb=10).evaluate(_box(mig=(True, None)))
     assert not verdict.ok
-    assert verdict.reason == ("requires_gpus(1, min_memory_gb=10): GPU0 (NVIDIA A100-SXM4-80GB) memory is unknown: "
-                              "MIG is enabled (a process sees a MIG instance, never the whole GPU, which has a "
-                              "slice of the GPU's 85.9 GB)")
+    assert verdict.reason == (
+        "requires_gpus(1, min_memory_gb=10): GPU0 (NVIDIA A100-SXM4-80GB) memory is unknown: "
+        "MIG is enabled (a process sees a MIG instance, never the whole GPU, which has a "
+        "slice of the GPU's 85.9 GB)"
+    )
     assert GpuRequirement(1, min_memory_gb=10).evaluate(_box(mig=(False, None))).ok
     assert GpuRequirement(1, min_memory_gb=10).evaluate(_box()).ok  # NVML did not say: judged as before
     assert GpuRequirement(1, compute_capability=">=8.0").evaluate(_box(mig=(True, None))).ok  # an instance's too
 
 
-@pytest.mark.parametrize("req", [P2PRequirement(), NvLinkRequirement(min_links=12), LinkRequirement(need="NV12")],
-                         ids=str)
+@pytest.mark.parametrize(
+    "req", [P2PRequirement(), NvLinkRequirement(min_links=12), LinkRequirement(need="NV12")], ids=str
+)
 def test_a_pair_with_a_mig_enabled_gpu_has_no_link_or_p2p_for_judgement(req):
     assert req.evaluate(_box()).ok
     verdict = req.evaluate(_box(mig=(None, True)))
     assert not verdict.ok
-    assert verdict.failures == ("GPU0-GPU1 link and P2P are unknown: GPU1 has MIG enabled (a process sees a MIG "
-                                "instance, never the whole GPU)",)
+    assert verdict.failures == (
+        "GPU0-GPU1 link and P2P are unknown: GPU1 has MIG enabled (a process sees a MIG instance, never the whole GPU)",
+    )
 
 
 def test_nccls_view_of_a_pair_with_a_mig_enabled_gpu_is_unknown():
@@ -162,8 +182,12 @@ def test_a_run_on_a_recorded_machine_with_mig_skips_with_a_reason(pytester):
     """)
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", str(path), "-rs")
     result.assert_outcomes(passed=1, skipped=2)
-    result.stdout.fnmatch_lines(["*GPU0 (NVIDIA A100-SXM4-80GB) memory is unknown: MIG is enabled*",
-                                 "*GPU0-GPU1 link and P2P are unknown: GPU0 has MIG enabled*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*GPU0 (NVIDIA A100-SXM4-80GB) memory is unknown: MIG is enabled*",
+            "*GPU0-GPU1 link and P2P are unknown: GPU0 has MIG enabled*",
+        ]
+    )
 
 
 def test_the_health_check_does_not_judge_a_mig_gpus_nvlinks_or_p2p(pytester):
@@ -178,9 +202,12 @@ def test_the_health_check_does_not_judge_a_mig_gpus_nvlinks_or_p2p(pytester):
     path = pytester.path / "a100-mig.json"
     path.write_text(json.dumps(profile_dict("a100-mig", box)))
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", str(path), "--gputopo-check")
-    result.stdout.fnmatch_lines(["SKIPPED nvlink[[]GPU0]: MIG enabled: its NVLinks are not used by a MIG instance, "
-                                 "not judged",
-                                 "SKIPPED p2p_status[[]GPU0-GPU1]: MIG enabled: no P2P under MIG, not judged"])
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED nvlink[[]GPU0]: MIG enabled: its NVLinks are not used by a MIG instance, not judged",
+            "SKIPPED p2p_status[[]GPU0-GPU1]: MIG enabled: no P2P under MIG, not judged",
+        ]
+    )
     assert result.ret == 0
 
 
@@ -198,20 +225,27 @@ def _suite(topology, monkeypatch):
     return BenchSuite(topology, BenchSettings())
 
 
-@pytest.mark.parametrize("key", [keys.Copy("p2p", 0, 1), keys.HostCopy("h2d", 1, True), keys.AllReduce(2, 2**20),
-                                 keys.NcclTransports(2)], ids=keys.name_of)
+@pytest.mark.parametrize(
+    "key",
+    [keys.Copy("p2p", 0, 1), keys.HostCopy("h2d", 1, True), keys.AllReduce(2, 2**20), keys.NcclTransports(2)],
+    ids=keys.name_of,
+)
 def test_a_prohibited_gpu_is_never_measured_and_says_why(key, monkeypatch):
     """NVML_COMPUTEMODE_PROHIBITED lets no process create a CUDA context: no figure, unknown."""
     result = _suite(_box(modes=("Default", "Prohibited"), source="nvml"), monkeypatch).get(key)
     assert result.gbps is None and result.origin == "measured"
-    assert result.error == ("cannot measure: GPU1 is in compute mode Prohibited (NVML_COMPUTEMODE_PROHIBITED): "
-                            "no process may create a CUDA context")
+    assert result.error == (
+        "cannot measure: GPU1 is in compute mode Prohibited (NVML_COMPUTEMODE_PROHIBITED): "
+        "no process may create a CUDA context"
+    )
 
 
 def test_a_mig_enabled_gpu_gets_no_figure_measured_or_published(monkeypatch):
     for source in ("nvml", "recorded"):
-        t = dataclasses.replace(_box(mig=(True, None), source=source),
-                                published=({"kind": "h2d", "gbps": 24.0, "source": "a vendor sheet"},))
+        t = dataclasses.replace(
+            _box(mig=(True, None), source=source),
+            published=({"kind": "h2d", "gbps": 24.0, "source": "a vendor sheet"},),
+        )
         result = _suite(t, monkeypatch).get(keys.HostCopy("h2d", 0, True))
         assert result.gbps is None
         assert result.error.startswith("unknown: GPU0 has MIG enabled (a process sees a MIG instance")
@@ -222,8 +256,9 @@ def test_a_bandwidth_marker_on_a_prohibited_gpu_is_never_met(monkeypatch):
     from pytest_gputopo.core.requirements import BandwidthRequirement
 
     result = _suite(_box(modes=("Prohibited", "Prohibited"), source="nvml"), monkeypatch).get(keys.Copy("p2p", 0, 1))
-    judged = Judgement(Measured(result.gbps, result.origin, result.what, result.source, result.error),
-                       Threshold(None, "", 0.8))
+    judged = Judgement(
+        Measured(result.gbps, result.origin, result.what, result.source, result.error), Threshold(None, "", 0.8)
+    )
     assert judged.state == ABSENT
     verdict = BandwidthRequirement(metric="p2p", gbps=10).judge(_box(), [judged])
     assert not verdict.ok and "compute mode Prohibited" in verdict.reason

@@ -39,8 +39,9 @@ def _report(tmp_path, path_dirs, *args):
     """The script as a user runs it (the project's Python), with PATH limited to ``path_dirs``."""
     env = {**os.environ, "PATH": os.pathsep.join(path_dirs)}
     out = tmp_path / "r.md"
-    done = subprocess.run([sys.executable, str(SCRIPT), "-o", str(out), *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "-o", str(out), *args], capture_output=True, text=True, env=env, timeout=120
+    )
     return done, out
 
 
@@ -57,10 +58,19 @@ def test_without_a_gpu_the_report_says_so_and_lists_what_it_tried(tmp_path):
         assert "**no GPU on this host**" in summary
         assert "NVML library not found" in summary
         assert "NVML library not found" in done.stdout
-    for tried in ("nvidia-smi -L", "nvidia-smi --query-gpu=index,name,pci.bus_id,uuid", "nvidia-smi topo -m",
-                  "nvidia-smi topo -p2p r", "nvidia-smi topo -p2p w", "nvidia-smi nvlink -s",
-                  "nvidia-smi -q -d COMPUTE", "-m pytest_gputopo.probe.host nvml cuda torch", "gputopo show",
-                  "gputopo record -o", "pytest tests/gpu"):
+    for tried in (
+        "nvidia-smi -L",
+        "nvidia-smi --query-gpu=index,name,pci.bus_id,uuid",
+        "nvidia-smi topo -m",
+        "nvidia-smi topo -p2p r",
+        "nvidia-smi topo -p2p w",
+        "nvidia-smi nvlink -s",
+        "nvidia-smi -q -d COMPUTE",
+        "-m pytest_gputopo.probe.host nvml cuda torch",
+        "gputopo show",
+        "gputopo record -o",
+        "pytest tests/gpu",
+    ):
         assert tried in text, tried
     assert "`nvidia-smi -L`: not installed" in text
     assert "tests/gpu: no result (not run (--no-tests))" in summary
@@ -88,8 +98,9 @@ def test_hostile_tool_output_stays_in_its_fence(tmp_path):
     assert "`nvidia-smi topo -m`: exit status 9" in out.read_text()
 
 
-@pytest.mark.parametrize("text", ["```\n# out\n```", "````python\n", "a ``` b", "`" * 12, "~~~\nx", "no newline",
-                                  "", "```"])
+@pytest.mark.parametrize(
+    "text", ["```\n# out\n```", "````python\n", "a ``` b", "`" * 12, "~~~\nx", "no newline", "", "```"]
+)
 def test_fence_cannot_be_closed_by_its_text(text):
     block = gpu_report.fence(text)
     first, *body, last = block.rstrip("\n").split("\n")
@@ -121,8 +132,10 @@ def _gone(pid: int) -> bool:
 def test_a_hung_command_is_killed_at_its_deadline_with_its_children(tmp_path):
     """The events, not the seconds (a loaded machine takes its time): the command and the child it
     left in the background are killed, and neither lived to finish its 30 s."""
-    script = f"echo $$ > {tmp_path}/pids; (sleep 30; touch {tmp_path}/late) & echo $! >> {tmp_path}/pids; " \
-             f"sleep 30; touch {tmp_path}/done"
+    script = (
+        f"echo $$ > {tmp_path}/pids; (sleep 30; touch {tmp_path}/late) & echo $! >> {tmp_path}/pids; "
+        f"sleep 30; touch {tmp_path}/done"
+    )
     ran = gpu_report.run("hangs", ["sh", "-c", script], timeout_s=1)
     assert ran.status is None and ran.outcome() == "timed out after 1 s: killed"
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
@@ -136,6 +149,7 @@ def test_a_hung_command_is_killed_at_its_deadline_with_its_children(tmp_path):
 
 
 # -- G1: tests/gpu runs NVIDIA's tools where they are installed (issue 32) -------------------------
+
 
 def _reference_tools():
     path = SCRIPT.parent.parent / "tests" / "gpu" / "test_reference_tools.py"
@@ -152,15 +166,19 @@ def test_the_reference_tools_are_found_on_path_or_in_the_folder_and_missing_ones
     tools = _reference_tools()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv(tools.TOOLS_ENV, raising=False)
-    with pytest.raises(pytest.skip.Exception, match=r"all_reduce_perf is not installed: put it on PATH or in a "
-                                                    r"folder named by \$GPUTOPO_TOOLS "
-                                                    r"\(build it from NVIDIA/nccl-tests\)"):
+    with pytest.raises(
+        pytest.skip.Exception,
+        match=r"all_reduce_perf is not installed: put it on PATH or in a "
+        r"folder named by \$GPUTOPO_TOOLS "
+        r"\(build it from NVIDIA/nccl-tests\)",
+    ):
         tools.tool("all_reduce_perf")
     folder = tmp_path / "tools"
     folder.mkdir()
     monkeypatch.setenv(tools.TOOLS_ENV, str(folder))
-    with pytest.raises(pytest.skip.Exception,
-                       match=rf"nvbandwidth is not installed: \$GPUTOPO_TOOLS={folder} has none"):
+    with pytest.raises(
+        pytest.skip.Exception, match=rf"nvbandwidth is not installed: \$GPUTOPO_TOOLS={folder} has none"
+    ):
         tools.tool("nvbandwidth")
     (folder / "nvbandwidth").write_text("#!/bin/sh\n")
     (folder / "nvbandwidth").chmod(0o755)
@@ -180,14 +198,28 @@ STEPS = SCRIPT.parent / "gpu-check-steps"
 @pytest.mark.slow
 @pytest.mark.skipif(_nvml_here(), reason="this host has NVML: the steps would run, not skip")
 def test_gpu_check_steps_run_here_and_each_gpu_step_says_it_was_skipped_and_why(tmp_path):
-    done = subprocess.run([sys.executable, str(STEPS), "-o", str(tmp_path / "check.md"), "--captures",
-                           str(tmp_path / "captures"), "--budget", "120"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(STEPS),
+            "-o",
+            str(tmp_path / "check.md"),
+            "--captures",
+            str(tmp_path / "captures"),
+            "--budget",
+            "120",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = (tmp_path / "check.md").read_text()
     no_gpu = "skipped: no GPU on this host: NVML library not found"
-    for step in [f"numbering, CUDA_VISIBLE_DEVICES {v} |" for v in ("unset", "0", "full UUID", "UUID prefix", "0,-1",
-                                                                      "empty", "99", "MIG id", "1,0")] + [
-            "CUDA fails", "boot record", "PCIe generation and width", "all-reduce with injected wrong data must fail"]:
+    for step in [
+        f"numbering, CUDA_VISIBLE_DEVICES {v} |"
+        for v in ("unset", "0", "full UUID", "UUID prefix", "0,-1", "empty", "99", "MIG id", "1,0")
+    ] + ["CUDA fails", "boot record", "PCIe generation and width", "all-reduce with injected wrong data must fail"]:
         (row,) = [line for line in report.splitlines() if line.startswith(f"| {step}")]
         assert no_gpu in row, row
     (tools,) = [line for line in report.splitlines() if "test_reference_tools.py" in line and line.startswith("| ")]
@@ -196,8 +228,11 @@ def test_gpu_check_steps_run_here_and_each_gpu_step_says_it_was_skipped_and_why(
 
 
 def test_gpu_check_steps_skip_what_the_budget_cannot_hold(tmp_path, monkeypatch):
-    steps = importlib.util.module_from_spec(importlib.util.spec_from_loader(
-        "gpu_check_steps", importlib.machinery.SourceFileLoader("gpu_check_steps", str(STEPS))))
+    steps = importlib.util.module_from_spec(
+        importlib.util.spec_from_loader(
+            "gpu_check_steps", importlib.machinery.SourceFileLoader("gpu_check_steps", str(STEPS))
+        )
+    )
     steps.__spec__.loader.exec_module(steps)
     monkeypatch.setattr(steps, "host_facts", lambda: (["GPU-a", "GPU-b"], None, []))
     ran = []

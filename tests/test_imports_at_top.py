@@ -23,58 +23,106 @@ LOADED = "load budget (loaded with the plugin)"
 
 # module -> (imports inside its functions, why: the boundary each stands at)
 ALLOWED: dict[str, tuple[int, str]] = {
-    "bench/allreduce_worker.py": (9, "torch: in the worker process only (allreduce_plan and sweep import this "
-                                     "module in pytest's process)"),
+    "bench/allreduce_worker.py": (
+        9,
+        "torch: in the worker process only (allreduce_plan and sweep import this module in pytest's process)",
+    ),
     "bench/copies.py": (3, "torch: in the copy child only (the suite imports this module in pytest's process)"),
     "bench/harness.py": (1, "torch: the CUDA event timer (the gputopo_bench fixture imports the harness)"),
-    "bench/suite.py": (5, "load budget: NCCL's own run (nccl-tests, the supervised all-reduce, NCCL's log) "
-                          "loads only for an all-reduce measured here"),
+    "bench/suite.py": (
+        5,
+        "load budget: NCCL's own run (nccl-tests, the supervised all-reduce, NCCL's log) "
+        "loads only for an all-reduce measured here",
+    ),
     "cli/check.py": (1, "pytest: gputopo check's run only; the other commands never load pytest"),
     "core/hardware.py": (2, "packaging: where a version or a specifier is read"),
-    "core/requirements.py": (4, "load budget: the judges (keys, judgement, thresholds) load for a bandwidth "
-                                "requirement only, not for a run judged on NVML's facts"),
+    "core/requirements.py": (
+        4,
+        "load budget: the judges (keys, judgement, thresholds) load for a bandwidth "
+        "requirement only, not for a run judged on NVML's facts",
+    ),
     "core/schema.py": (1, "load budget: the keys load where a profile's recorded figures are read"),
-    "plugin/fixtures.py": (8, f"{LOADED}: each fixture loads what it hands (the ranks, the source line, "
-                              "the leases, the harness, the keys, the measurements)"),
-    "plugin/hooks.py": (23, f"{LOADED}: the plan, the check items and their report, the leases and the lease "
-                            "child, the ranks, the run folder, progress relays, NCCL's view, the probe, the "
-                            "schema, the run gates, the verdicts and the escaping load when a run asks"),
-    "plugin/leases.py": (2, "load budget: a leased test's own process loads when one runs, the probe "
-                            "under -n auto alone"),
-    "plugin/machine.py": (6, f"{LOADED}: the model, the schema and the boot record's owner check (grp, pwd) "
-                             "load when the machine is learned"),
+    "plugin/fixtures.py": (
+        8,
+        f"{LOADED}: each fixture loads what it hands (the ranks, the source line, "
+        "the leases, the harness, the keys, the measurements)",
+    ),
+    "plugin/hooks.py": (
+        23,
+        f"{LOADED}: the plan, the check items and their report, the leases and the lease "
+        "child, the ranks, the run folder, progress relays, NCCL's view, the probe, the "
+        "schema, the run gates, the verdicts and the escaping load when a run asks",
+    ),
+    "plugin/leases.py": (
+        2,
+        "load budget: a leased test's own process loads when one runs, the probe under -n auto alone",
+    ),
+    "plugin/machine.py": (
+        6,
+        f"{LOADED}: the model, the schema and the boot record's owner check (grp, pwd) "
+        "load when the machine is learned",
+    ),
     "plugin/markers.py": (3, f"{LOADED}: the requirement classes load when a marker is read"),
-    "plugin/measurements.py": (3, "load budget: the ranks' rendezvous, installed versions and progress lines "
-                                  "load only where the suite needs them"),
-    "plugin/nccl_view.py": (3, "load budget: the benchmarks (the suite, its keys) load only where NCCL's view "
-                               "is observed, not predicted"),
+    "plugin/measurements.py": (
+        3,
+        "load budget: the ranks' rendezvous, installed versions and progress lines "
+        "load only where the suite needs them",
+    ),
+    "plugin/nccl_view.py": (
+        3,
+        "load budget: the benchmarks (the suite, its keys) load only where NCCL's view is observed, not predicted",
+    ),
     "plugin/options.py": (1, f"{LOADED}: the floors (core.thresholds) load when a floor is read"),
-    "plugin/plan.py": (2, "load budget: the health-check items and the measurements load only for a plan "
-                          "that has them"),
-    "plugin/rank_body.py": (5, "torch in each rank; pytest (assertion rewriting, a skip) only where a rank "
-                               "rewrites or fails"),
+    "plugin/plan.py": (
+        2,
+        "load budget: the health-check items and the measurements load only for a plan that has them",
+    ),
+    "plugin/rank_body.py": (
+        5,
+        "torch in each rank; pytest (assertion rewriting, a skip) only where a rank rewrites or fails",
+    ),
     "plugin/ranks_run.py": (1, "load budget: the lease rooms load only under --gputopo-lease"),
-    "plugin/reporter.py": (17, f"{LOADED}: a plain run's summary loads no renderer, run record, verdicts, "
-                               "gate, check items or report writer"),
+    "plugin/reporter.py": (
+        17,
+        f"{LOADED}: a plain run's summary loads no renderer, run record, verdicts, gate, check items or report writer",
+    ),
     "plugin/run.py": (1, f"{LOADED}: the ranks (runtime.ranks) load only for a launch"),
-    "plugin/run_record.py": (3, "load budget: the benchmarks and NCCL's view load for the record only where "
-                                "the run has them (xdist results, a pair of GPUs, a suite)"),
+    "plugin/run_record.py": (
+        3,
+        "load budget: the benchmarks and NCCL's view load for the record only where "
+        "the run has them (xdist results, a pair of GPUs, a suite)",
+    ),
     "plugin/run_settings.py": (1, f"{LOADED}: the floors load when a floor is set"),
-    "plugin/verdicts.py": (13, "load budget: the judges, the measurements, NCCL's view, the run gates and the "
-                               "reference load only for the requirements that need them"),
-    "probe/__init__.py": (6, "load budget: the probe's sources load by what the run names (a recorded "
-                             "machine, nvidia-smi text, this host, CUDA's numbering)"),
-    "probe/host.py": (9, "pynvml; load budget: CUDA's view, torch's versions, the process runner, NVML's "
-                         "reader and the environment's (files, tempfile) load only in the child that asks them"),
-    "probe/named_machine.py": (2, "load budget: the nvidia-smi text readers (parse/) load only for a named "
-                                  "text file"),
-    "probe/this_host.py": (4, "load budget: CUDA's view, NVML's child and the installed versions load only "
-                              "where this host has a driver and the run asks them"),
+    "plugin/verdicts.py": (
+        13,
+        "load budget: the judges, the measurements, NCCL's view, the run gates and the "
+        "reference load only for the requirements that need them",
+    ),
+    "probe/__init__.py": (
+        6,
+        "load budget: the probe's sources load by what the run names (a recorded "
+        "machine, nvidia-smi text, this host, CUDA's numbering)",
+    ),
+    "probe/host.py": (
+        9,
+        "pynvml; load budget: CUDA's view, torch's versions, the process runner, NVML's "
+        "reader and the environment's (files, tempfile) load only in the child that asks them",
+    ),
+    "probe/named_machine.py": (2, "load budget: the nvidia-smi text readers (parse/) load only for a named text file"),
+    "probe/this_host.py": (
+        4,
+        "load budget: CUDA's view, NVML's child and the installed versions load only "
+        "where this host has a driver and the run asks them",
+    ),
     "probe/torch_cuda.py": (1, "torch: its versions, in the child that asks them"),
-    "render/report.py": (2, "load budget: a run's header loads neither nvidia-smi's legend (gputopo show) "
-                            "nor the GPU tables (-v)"),
-    "runtime/environ.py": (3, f"{LOADED}: NCCL's rules and pwd load when NCCL's view is asked; socket only "
-                              "where os.uname is missing"),
+    "render/report.py": (
+        2,
+        "load budget: a run's header loads neither nvidia-smi's legend (gputopo show) nor the GPU tables (-v)",
+    ),
+    "runtime/environ.py": (
+        3,
+        f"{LOADED}: NCCL's rules and pwd load when NCCL's view is asked; socket only where os.uname is missing",
+    ),
     "runtime/rank_procs.py": (1, "torch: torch.multiprocessing spawns a ranks(n) test's processes"),
     "runtime/ranks.py": (1, "torch: torch.distributed's store, for a launch"),
 }
@@ -96,8 +144,11 @@ def imports_inside_functions(source: str) -> list[int]:
 
 
 def counts() -> dict[str, int]:
-    return {path.relative_to(PACKAGE).as_posix(): n for path in sorted(PACKAGE.rglob("*.py"))
-            if (n := len(imports_inside_functions(path.read_text(encoding="utf-8"))))}
+    return {
+        path.relative_to(PACKAGE).as_posix(): n
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (n := len(imports_inside_functions(path.read_text(encoding="utf-8"))))
+    }
 
 
 def test_the_counter_counts_imports_inside_functions_only():
@@ -124,8 +175,10 @@ def gated():
 def test_each_module_imports_inside_functions_only_at_its_named_boundaries():
     found = counts()
     more = {m: f"{n} (allowed {ALLOWED.get(m, (0,))[0]})" for m, n in found.items() if n > ALLOWED.get(m, (0,))[0]}
-    assert not more, ("imports inside functions beyond the allowance: move each to the module's top, or raise "
-                      f"the module's allowance in ALLOWED with the boundary it stands at: {more}")
+    assert not more, (
+        "imports inside functions beyond the allowance: move each to the module's top, or raise "
+        f"the module's allowance in ALLOWED with the boundary it stands at: {more}"
+    )
     fewer = {m: f"{found.get(m, 0)} (allowed {n})" for m, (n, _) in ALLOWED.items() if found.get(m, 0) < n}
     assert not fewer, f"fewer imports inside functions than allowed: lower ALLOWED to match: {fewer}"
 

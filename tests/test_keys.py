@@ -5,9 +5,16 @@ import pytest
 
 from pytest_gputopo.core import keys
 
-EVERY_KIND = [keys.Copy("p2p", 0, 1), keys.Copy("p2p_staged", 1, 0), keys.Copy("p2p_bidir", 2, 3),
-              keys.HostCopy("h2d", 0, True), keys.HostCopy("d2h", 7, False), keys.AllReduce(8, 2**30),
-              keys.AllReduce(2, 2**30, (0, 5)), keys.NcclTransports(4)]
+EVERY_KIND = [
+    keys.Copy("p2p", 0, 1),
+    keys.Copy("p2p_staged", 1, 0),
+    keys.Copy("p2p_bidir", 2, 3),
+    keys.HostCopy("h2d", 0, True),
+    keys.HostCopy("d2h", 7, False),
+    keys.AllReduce(8, 2**30),
+    keys.AllReduce(2, 2**30, (0, 5)),
+    keys.NcclTransports(4),
+]
 
 
 @pytest.mark.parametrize("key", EVERY_KIND, ids=keys.name_of)
@@ -27,10 +34,26 @@ def test_the_json_form_is_the_documented_one():
     assert named.describe() == "all-reduce busbw, 2 ranks on GPU0, GPU5, 1 GiB"
 
 
-@pytest.mark.parametrize("raw", [None, [], ["p2p", 0], ["p2p", 0, "1"], ["h2d", 0, 1], ["allreduce", -1, 4],
-                                 ["allreduce", 2, 2**41], ["dma", 0, 1], ["p2p", True, 1], "p2p-0-1",
-                                 ["allreduce", 2, 4, [5, 0]], ["allreduce", 2, 4, [0]], ["allreduce", 2, 4, [0, 0]],
-                                 ["allreduce", 2, 4, [0, True]], ["allreduce", 2, 4, "0.5"]])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        [],
+        ["p2p", 0],
+        ["p2p", 0, "1"],
+        ["h2d", 0, 1],
+        ["allreduce", -1, 4],
+        ["allreduce", 2, 2**41],
+        ["dma", 0, 1],
+        ["p2p", True, 1],
+        "p2p-0-1",
+        ["allreduce", 2, 4, [5, 0]],
+        ["allreduce", 2, 4, [0]],
+        ["allreduce", 2, 4, [0, 0]],
+        ["allreduce", 2, 4, [0, True]],
+        ["allreduce", 2, 4, "0.5"],
+    ],
+)
 def test_anything_else_is_no_key(raw):
     with pytest.raises(ValueError, match="not a benchmark key"):
         keys.from_list(raw)

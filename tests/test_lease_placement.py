@@ -61,9 +61,16 @@ def test_unknown_is_never_met():
 
 
 @pytest.mark.parametrize("name", ["dgx-a100", "hgx-h100", "8x-l40s", "4x-rtx4090", "dgx1-v100", "8x-rtx4090"])
-@pytest.mark.parametrize("requirement", [reqs.P2PRequirement(gpus=2), reqs.NvLinkRequirement(gpus=2, min_links=2),
-                                         reqs.LinkRequirement(gpus=4, need="PXB"), reqs.P2PRequirement(gpus=(0, 2)),
-                                         GpuRequirement(gpus=2, min_memory_gb=40)])
+@pytest.mark.parametrize(
+    "requirement",
+    [
+        reqs.P2PRequirement(gpus=2),
+        reqs.NvLinkRequirement(gpus=2, min_links=2),
+        reqs.LinkRequirement(gpus=4, need="PXB"),
+        reqs.P2PRequirement(gpus=(0, 2)),
+        GpuRequirement(gpus=2, min_memory_gb=40),
+    ],
+)
 def test_every_set_chosen_meets_the_marker_as_the_test_sees_it(name, requirement):
     topo = machine(name)
     k = gpus_needed([requirement], topo)

@@ -45,11 +45,13 @@ def lease_log(pytester) -> list[dict]:
 @pytest.fixture
 def leased(pytester, emulated_host, monkeypatch, tmp_path):
     """Enter an emulated host; return the arguments of a leased run with a lock folder of its own."""
+
     def enter(machine: str, **personality):
         emulated_host(machine, **personality)
         monkeypatch.setenv("LEASE_LOG", str(pytester.path / "lease.log"))
         pytester.makepyfile(record=RECORD)
         return ["--gputopo-lease", f"--gputopo-lease-dir={tmp_path / 'locks'}", "-p", "no:randomly"]
+
     return enter
 
 
@@ -62,7 +64,8 @@ def uuids(machine: str) -> list[str]:
 @pytest.mark.slow
 def test_a_leased_test_sees_its_gpus_alone_renumbered_from_cuda0(pytester, leased):
     args = leased("dgx-a100")
-    pytester.makepyfile(test_it="""
+    pytester.makepyfile(
+        test_it="""
 import os, pytest
 from record import record
 
@@ -77,7 +80,8 @@ def test_fails():
 
 def test_plain():
     assert "CUDA_VISIBLE_DEVICES" not in os.environ  # unmarked: as without leases, in this process
-""")
+"""
+    )
     result = pytester.runpytest_subprocess(*args, "-v", "--junitxml=junit.xml")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*test_it.py::test_pair PASSED*", "*assert (1 + 1) == 3*"])
@@ -132,7 +136,9 @@ def test_two(gputopo_gpus, made):
     pids = [e["pid"] for e in lease_log(pytester)]
     assert len(pids) == 10
     a, b = pids[:5], pids[5:]
-    assert a[0] == a[1] == a[2] != a[3] != a[4] and b[0] == b[1] == b[2] != b[3] != b[4]  # the dead one's successor: new
+    assert (
+        a[0] == a[1] == a[2] != a[3] != a[4] and b[0] == b[1] == b[2] != b[3] != b[4]
+    )  # the dead one's successor: new
     assert not set(a) & set(b)  # another module: another process
     fixture_pids = (pytester.path / "lease.log.fixture").read_text().split()
     assert len(fixture_pids) == len(set(fixture_pids)) == 6  # once per process that used it
@@ -149,7 +155,8 @@ def test_a_kept_lease_goes_back_when_a_waiting_test_reserved_its_gpus(pytester, 
     so a waiter that comes during that test gets the GPUs one test later."""
     args = leased("dgx-a100")
     monkeypatch.setenv("LOCKS", str(tmp_path / "locks"))
-    pytester.makepyfile(test_it="""
+    pytester.makepyfile(
+        test_it="""
 import os, time
 import pytest
 from record import record
@@ -168,7 +175,8 @@ def test_second(gputopo_gpus):
 @pytest.mark.requires_gpus(1)
 def test_third(gputopo_gpus):
     record(gputopo_gpus)
-""")
+"""
+    )
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=3)
     first, second, third = lease_log(pytester)
@@ -180,7 +188,8 @@ def test_s_and_pdb_reach_a_leased_test(pytester, leased):
     """``-s``: the test's output on the run's terminal, live, and the test reported once (its own
     process's report lines kept apart); ``--pdb``: the debugger opens there, reading the run's input."""
     args = leased("dgx-a100")
-    pytester.makepyfile(test_it="""
+    pytester.makepyfile(
+        test_it="""
 import pytest
 
 @pytest.mark.requires_gpus(1)
@@ -191,13 +200,15 @@ def test_prints():
 def test_fails():
     answer = 41
     assert answer == 42
-""")
+"""
+    )
     result = pytester.runpytest_subprocess(*args, "-s", "-k", "prints")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*said live by the test*"])
     assert result.stdout.str().count("test session starts") == 1
-    result = pytester.run(sys.executable, "-m", "pytest", *args, "--pdb", "-k", "fails",
-                          stdin=b"p answer + 1000\nc\n", timeout=120)
+    result = pytester.run(
+        sys.executable, "-m", "pytest", *args, "--pdb", "-k", "fails", stdin=b"p answer + 1000\nc\n", timeout=120
+    )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*(Pdb) 1041*"])
 
@@ -208,7 +219,9 @@ def test_a_leased_tests_warnings_reach_the_runs_summary(pytester, leased, worker
     """Raised in the test's own process, summarised by the run (and through an xdist worker to its
     controller); a category of a module the run never imported is named, not imported."""
     args = leased("dgx-a100")
-    pytester.makepyfile(helper_warnings="class OwnWarning(Warning):\n    pass\n", test_it="""
+    pytester.makepyfile(
+        helper_warnings="class OwnWarning(Warning):\n    pass\n",
+        test_it="""
 import warnings, pytest
 
 @pytest.mark.requires_gpus(1)
@@ -216,17 +229,26 @@ def test_warns():
     from helper_warnings import OwnWarning
     warnings.warn("old api", DeprecationWarning)
     warnings.warn("own kind", OwnWarning)
-""")
+""",
+    )
     result = pytester.runpytest_subprocess(*args, *workers, "-W", "always")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*warnings summary*", "test_it.py::test_warns", "*DeprecationWarning: old api",
-                                 "*UserWarning: helper_warnings.OwnWarning: own kind", "*2 warnings*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*warnings summary*",
+            "test_it.py::test_warns",
+            "*DeprecationWarning: old api",
+            "*UserWarning: helper_warnings.OwnWarning: own kind",
+            "*2 warnings*",
+        ]
+    )
 
 
 @pytest.mark.slow
 def test_a_test_no_set_could_ever_meet_skips_with_its_reason_and_starts_nothing(pytester, leased):
     args = leased("4x-rtx4090")  # P2P refused on every pair
-    pytester.makepyfile(test_it="""
+    pytester.makepyfile(
+        test_it="""
 import pytest
 @pytest.mark.requires_p2p(gpus=2)
 def test_pair():
@@ -234,21 +256,27 @@ def test_pair():
 @pytest.mark.requires_gpus(5)
 def test_five():
     raise AssertionError("never runs")
-""")
+"""
+    )
     result = pytester.runpytest_subprocess(*args, "-rs")
     result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines(["*requires_p2p(gpus=2): GPU0-GPU1 cannot do P2P*no other 2 GPUs of the 4 here "
-                                 "meet it either*",
-                                 "*needs 5 GPUs, 4 may be leased here*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*requires_p2p(gpus=2): GPU0-GPU1 cannot do P2P*no other 2 GPUs of the 4 here meet it either*",
+            "*needs 5 GPUs, 4 may be leased here*",
+        ]
+    )
     assert gpu_locks.holder(args[1].split("=", 1)[1], uuids("4x-rtx4090")[0]) is None
 
 
 def hold(folder: str, gpus: list[str], test: str) -> subprocess.Popen:
     """Another process holding ``gpus``' locks until it is killed."""
-    code = ("import sys, time\nfrom pytest_gputopo.runtime import gpu_locks\n"
-            f"locks = [gpu_locks.GpuLock({folder!r}, u) for u in {gpus!r}]\n"
-            f"assert all(l.take(gpu_locks.Holder(__import__('os').getpid(), {test!r}, time.time())) for l in locks)\n"
-            "print('held', flush=True)\ntime.sleep(600)\n")
+    code = (
+        "import sys, time\nfrom pytest_gputopo.runtime import gpu_locks\n"
+        f"locks = [gpu_locks.GpuLock({folder!r}, u) for u in {gpus!r}]\n"
+        f"assert all(l.take(gpu_locks.Holder(__import__('os').getpid(), {test!r}, time.time())) for l in locks)\n"
+        "print('held', flush=True)\ntime.sleep(600)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
@@ -263,7 +291,8 @@ def test_a_test_no_free_set_meets_waits_then_fails_naming_who_holds_what(pyteste
     waiter = gpu_locks.Ticket(folder, os.getpid(), "other/test_wait.py::test_all", time.time())
     waiter.reserve(uuids("4x-a100-40gb")[2:3])  # a test of another run waiting for GPU2
     try:
-        pytester.makepyfile(test_it="""
+        pytester.makepyfile(
+            test_it="""
 import pytest
 from record import record
 @pytest.mark.requires_gpus(1)
@@ -272,17 +301,22 @@ def test_one(gputopo_gpus):
 @pytest.mark.requires_gpus(2)
 def test_two():
     raise AssertionError("never runs")
-""")
+"""
+        )
         result = pytester.runpytest_subprocess(*args, "--gputopo-lease-timeout=0.5")
     finally:
         waiter.close()
         other.kill()
         other.wait()
     result.assert_outcomes(passed=1, errors=1)  # failed at setup, as a strict marker fails
-    result.stdout.fnmatch_lines([f"*no free set of 2 GPUs meeting requires_gpus(2) within 0.5 s (--gputopo-lease-timeout); "
-                                 f"held: GPU1 ({uuids('4x-a100-40gb')[1]}) by pid {other.pid} "
-                                 f"(other/test_run.py::test_big, since *; reserved by tests waiting: pid {os.getpid()} "
-                                 f"(other/test_wait.py::test_all, since *) for GPU2"])
+    result.stdout.fnmatch_lines(
+        [
+            f"*no free set of 2 GPUs meeting requires_gpus(2) within 0.5 s (--gputopo-lease-timeout); "
+            f"held: GPU1 ({uuids('4x-a100-40gb')[1]}) by pid {other.pid} "
+            f"(other/test_run.py::test_big, since *; reserved by tests waiting: pid {os.getpid()} "
+            f"(other/test_wait.py::test_all, since *) for GPU2"
+        ]
+    )
     (entry,) = lease_log(pytester)
     assert entry["uuid"] == uuids("4x-a100-40gb")[:1]  # the one GPU left free
     assert gpu_locks.holder(folder, uuids("4x-a100-40gb")[1]) is None  # the holder killed: its locks went with it
@@ -291,7 +325,8 @@ def test_two():
 @pytest.mark.slow
 def test_two_concurrent_runs_and_their_xdist_workers_never_share_a_gpu(pytester, leased):
     args = leased("4x-a100-40gb")
-    pytester.makepyfile(test_it="""
+    pytester.makepyfile(
+        test_it="""
 import pytest
 from record import record
 @pytest.mark.parametrize("n", range(4))
@@ -301,18 +336,27 @@ def test_one(gputopo_gpus, n):
 @pytest.mark.requires_p2p(gpus=2)
 def test_two(gputopo_gpus):
     record(gputopo_gpus, 0.4)
-""")
+"""
+    )
     env = dict(os.environ)
-    runs = [subprocess.Popen([sys.executable, "-m", "pytest", *args, "-n", "2", "-q", "-p", "no:cacheprovider"],
-                             cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for _ in range(2)]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pytest", *args, "-n", "2", "-q", "-p", "no:cacheprovider"],
+            cwd=pytester.path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     for run in runs:
         out = run.communicate(timeout=300)[0]
         assert run.returncode == 0, out
     entries = lease_log(pytester)
     assert len(entries) == 10
     for i, a in enumerate(entries):
-        for b in entries[i + 1:]:
+        for b in entries[i + 1 :]:
             if set(a["uuid"]) & set(b["uuid"]):
                 assert a["end"] <= b["start"] or b["end"] <= a["start"], (a, b)
 
@@ -322,9 +366,11 @@ def test_two(gputopo_gpus):
 def test_an_outer_cuda_visible_devices_is_respected(pytester, leased, monkeypatch, outer, allowed):
     args = leased("4x-a100-40gb")
     every = uuids("4x-a100-40gb")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(every[int(e[-1])] if e.startswith("GPU-") else e
-                                                         for e in outer.split(",")))
-    pytester.makepyfile(test_it="""
+    monkeypatch.setenv(
+        "CUDA_VISIBLE_DEVICES", ",".join(every[int(e[-1])] if e.startswith("GPU-") else e for e in outer.split(","))
+    )
+    pytester.makepyfile(
+        test_it="""
 import pytest
 from record import record
 @pytest.mark.requires_gpus(2)
@@ -333,7 +379,8 @@ def test_two(gputopo_gpus):
 @pytest.mark.requires_gpus(3)
 def test_three():
     raise AssertionError("never runs")
-""")
+"""
+    )
     result = pytester.runpytest_subprocess(*args, "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*needs 3 GPUs, 2 may be leased here*"])
@@ -345,8 +392,10 @@ def test_three():
 def test_mig_instances_in_the_outer_cuda_visible_devices_are_never_leased_as_gpus(pytester, leased, monkeypatch):
     args = leased("4x-a100-40gb")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-4b8b6ae1-0d1f-5a0e-9b2e-3d9e0a1c2b3f")
-    pytester.makepyfile(test_it="import pytest\n@pytest.mark.requires_gpus(1)\ndef test_one():\n"
-                                "    raise AssertionError('never runs')\n")
+    pytester.makepyfile(
+        test_it="import pytest\n@pytest.mark.requires_gpus(1)\ndef test_one():\n"
+        "    raise AssertionError('never runs')\n"
+    )
     result = pytester.runpytest_subprocess(*args, "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*needs 1 GPU, 0 may be leased here*"])
@@ -370,29 +419,43 @@ def test_a_planted_lock_folder_is_refused_before_any_test_runs(pytester, tmp_pat
     pytester.makeini(f"[pytest]\ngputopo_lease = true\ngputopo_lease_dir = {folder}\n")
     result = pytester.runpytest_subprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    why = {"another user's": "belongs to another user (uid *), who made it first", "group-writable": "may be written by users other than its "
-           "owner (mode 0770)", "a link": "is a symbolic link"}[planted]
-    result.stderr.fnmatch_lines([f"*the GPU lease folder {folder} {why} (ini option gputopo_lease_dir in *): GPU "
-                                 f"leases are not taken there; remove it, or point --gputopo-lease-dir (ini "
-                                 f"gputopo_lease_dir, env PYTEST_GPUTOPO_LEASE_DIR) at a folder only you can write"])
+    why = {
+        "another user's": "belongs to another user (uid *), who made it first",
+        "group-writable": "may be written by users other than its owner (mode 0770)",
+        "a link": "is a symbolic link",
+    }[planted]
+    result.stderr.fnmatch_lines(
+        [
+            f"*the GPU lease folder {folder} {why} (ini option gputopo_lease_dir in *): GPU "
+            f"leases are not taken there; remove it, or point --gputopo-lease-dir (ini "
+            f"gputopo_lease_dir, env PYTEST_GPUTOPO_LEASE_DIR) at a folder only you can write"
+        ]
+    )
 
 
 def test_leases_place_tests_on_this_host_only(pytester):
     pytester.makepyfile(test_it="def test_a(): pass\n")
     result = pytester.runpytest_subprocess("--gputopo-lease", "--gputopo-machine", "dgx-a100")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--gputopo-lease places tests on this host's GPUs, but --gputopo-machine names "
-                                 "another machine (dgx-a100)*"])
+    result.stderr.fnmatch_lines(
+        ["*--gputopo-lease places tests on this host's GPUs, but --gputopo-machine names another machine (dgx-a100)*"]
+    )
 
 
-LEASE_MODULES = ("pytest_gputopo.core.placement", "pytest_gputopo.runtime.gpu_locks",
-                 "pytest_gputopo.plugin.leases", "pytest_gputopo.plugin.lease_child")
+LEASE_MODULES = (
+    "pytest_gputopo.core.placement",
+    "pytest_gputopo.runtime.gpu_locks",
+    "pytest_gputopo.plugin.leases",
+    "pytest_gputopo.plugin.lease_child",
+)
 
 
 def test_nothing_of_leases_is_imported_without_the_option(pytester):
     """Free until asked: a run with gputopo markers on a recorded machine, without --gputopo-lease."""
-    pytester.makeconftest("import sys\ndef pytest_sessionfinish(session):\n"
-                          f"    print('LEASES', sorted(m for m in {LEASE_MODULES!r} if m in sys.modules))\n")
+    pytester.makeconftest(
+        "import sys\ndef pytest_sessionfinish(session):\n"
+        f"    print('LEASES', sorted(m for m in {LEASE_MODULES!r} if m in sys.modules))\n"
+    )
     pytester.makepyfile(test_it="import pytest\n@pytest.mark.requires_p2p(gpus=2)\ndef test_a(): pass\n")
     result = pytester.runpytest_subprocess("--gputopo-machine", "dgx-a100", "-s")
     result.assert_outcomes(passed=1)
@@ -428,12 +491,15 @@ def test_a_lock_dies_with_its_process_and_says_who_held_it(tmp_path):
 @pytest.mark.slow
 def test_under_xdist_leased_tests_are_handed_out_largest_first_the_others_in_place(pytester, leased):
     args = leased("4x-a100-40gb")
-    pytester.makeconftest("import json, os\ndef pytest_collection_finish(session):\n"
-                          "    if hasattr(session.config, 'workerinput') and not "
-                          "session.config.getoption('gputopo_lease_child'):  # an xdist worker, not a test's own\n"
-                          "        with open(os.environ['LEASE_LOG'] + '.order', 'w') as f:\n"
-                          "            json.dump([i.name for i in session.items], f)\n")
-    pytester.makepyfile(test_it="""
+    pytester.makeconftest(
+        "import json, os\ndef pytest_collection_finish(session):\n"
+        "    if hasattr(session.config, 'workerinput') and not "
+        "session.config.getoption('gputopo_lease_child'):  # an xdist worker, not a test's own\n"
+        "        with open(os.environ['LEASE_LOG'] + '.order', 'w') as f:\n"
+        "            json.dump([i.name for i in session.items], f)\n"
+    )
+    pytester.makepyfile(
+        test_it="""
 import pytest
 def test_plain_first(): pass
 @pytest.mark.requires_gpus(1)
@@ -447,21 +513,31 @@ def test_four(): pass
 @pytest.mark.requires_gpus(2)
 def test_two_more(): pass
 def test_plain_last(): pass
-""")
+"""
+    )
     result = pytester.runpytest_subprocess(*args, "-n", "2")
     assert result.ret in (0, 1), result.stdout.str()
     order = json.loads((pytester.path / "lease.log.order").read_text())
-    assert order == ["test_plain_first", "test_four", "test_versions_only", "test_two", "test_two_more", "test_one",
-                     "test_plain_last"]
+    assert order == [
+        "test_plain_first",
+        "test_four",
+        "test_versions_only",
+        "test_two",
+        "test_two_more",
+        "test_one",
+        "test_plain_last",
+    ]
 
 
 def test_a_waiting_test_reserves_its_gpus_for_itself_against_later_comers_while_it_lives(tmp_path):
     folder = gpu_locks.lock_folder(str(tmp_path / "locks"))
     mine = gpu_locks.Ticket(folder, os.getpid(), "t.py::test_mine", time.time())
     mine.reserve(["GPU-a", "GPU-b"])
-    code = ("import sys, time\nfrom pytest_gputopo.runtime import gpu_locks\n"
-            f"t = gpu_locks.Ticket({folder!r}, __import__('os').getpid(), 't.py::test_later', time.time())\n"
-            "t.reserve(['GPU-b', 'GPU-c'])\nprint('waiting', flush=True)\ntime.sleep(600)\n")
+    code = (
+        "import sys, time\nfrom pytest_gputopo.runtime import gpu_locks\n"
+        f"t = gpu_locks.Ticket({folder!r}, __import__('os').getpid(), 't.py::test_later', time.time())\n"
+        "t.reserve(['GPU-b', 'GPU-c'])\nprint('waiting', flush=True)\ntime.sleep(600)\n"
+    )
     later = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert later.stdout.readline().strip() == "waiting"

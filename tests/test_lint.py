@@ -1,5 +1,6 @@
 """The code passes ruff (pyproject.toml's ``[tool.ruff]``: pyflakes, pycodestyle, bugbear, isort,
-pyupgrade), so the README's test command, and CI with it, lints the package, the tests and the tools."""
+pyupgrade) and is as ruff's formatter writes it, so the README's test command, and CI with it, lints
+and format-checks the package, the tests and the tools."""
 
 import shutil
 import subprocess
@@ -21,6 +22,23 @@ def ruff() -> list[str]:
 
 
 def test_ruff_finds_nothing():
-    done = subprocess.run([*ruff(), "check", "--no-cache", "--output-format", "concise", "pytest_gputopo", "tests",
-                           "tools"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*ruff(), "check", "--no-cache", "--output-format", "concise", "pytest_gputopo", "tests", "tools"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+
+
+def test_ruff_format_changes_nothing():
+    """``ruff format pytest_gputopo tests tools`` writes what a change needs."""
+    done = subprocess.run(
+        [*ruff(), "format", "--check", "--no-cache", "pytest_gputopo", "tests", "tools"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]

@@ -13,12 +13,28 @@ import loopback
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("host, stays", [
-    ("127.0.0.1", True), ("127.0.0.2", True), ("127.255.255.254", True), ("::1", True), ("::ffff:127.0.0.1", True),
-    ("localhost", True), (b"localhost", True), (None, True),
-    ("192.0.2.2", False), ("10.0.0.1", False), ("::ffff:10.0.0.1", False), ("fe80::1%eth0", False), ("::", False),
-    ("0.0.0.0", False), ("", False), ("vm", False), ("no-such-host.invalid", False),
-])
+@pytest.mark.parametrize(
+    "host, stays",
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("127.255.255.254", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("localhost", True),
+        (b"localhost", True),
+        (None, True),
+        ("192.0.2.2", False),
+        ("10.0.0.1", False),
+        ("::ffff:10.0.0.1", False),
+        ("fe80::1%eth0", False),
+        ("::", False),
+        ("0.0.0.0", False),
+        ("", False),
+        ("vm", False),
+        ("no-such-host.invalid", False),
+    ],
+)
 def test_what_stays_on_loopback(host, stays):
     assert loopback.on_loopback(host) is stays
 
@@ -84,14 +100,20 @@ def test_swallows():
 # own patterns do not match themselves.
 FORBIDDEN = {
     "a UDP connect to learn the default route's address": re.compile(r"SOCK_DGRAM[\s\S]{0,400}?\.connect\("),
-    "the host name looked up": re.compile(r"gethostbyname(_ex)?\(\s*(socket\.)?gethostname\(|getaddrinfo\(\s*"
-                                          r"(socket\.)?gethostname\("),
+    "the host name looked up": re.compile(
+        r"gethostbyname(_ex)?\(\s*(socket\.)?gethostname\(|getaddrinfo\(\s*"
+        r"(socket\.)?gethostname\("
+    ),
     "the fully qualified name looked up": re.compile(r"\bgetfqdn\("),
     "interface addresses listed": re.compile(r"\bnetifaces\b|\bnet_if_addrs\b|SIOCGIFADDR|\bgetifaddrs\b"),
-    "the route or addresses asked of the system": re.compile(r"\bhostname\s+-[iI]\b|\bip\s+(-\S+\s+)*(route|addr)\b"
-                                                             r"(?!\s+(add|set)\b)"),
-    "a connection to a non-loopback literal": re.compile(r"(connect|create_connection|TCPStore)\(\s*\(?\s*['\"]"
-                                                         r"(?!127\.|::1|localhost)[0-9a-fA-F.:]+['\"]"),
+    "the route or addresses asked of the system": re.compile(
+        r"\bhostname\s+-[iI]\b|\bip\s+(-\S+\s+)*(route|addr)\b"
+        r"(?!\s+(add|set)\b)"
+    ),
+    "a connection to a non-loopback literal": re.compile(
+        r"(connect|create_connection|TCPStore)\(\s*\(?\s*['\"]"
+        r"(?!127\.|::1|localhost)[0-9a-fA-F.:]+['\"]"
+    ),
 }
 AUDITED = ("tests", "tools", "dev", "scripts", "examples", "pytest_gputopo")
 EXEMPT = {Path("tests/loopback.py"), Path("tests/test_loopback_only.py")}  # the guard and its own tests
@@ -108,8 +130,12 @@ def _sources():
 
 
 def test_no_test_tool_or_benchmark_looks_up_or_reaches_the_hosts_other_addresses():
-    found = [f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {what}: {m.group(0)[:80]!r}"
-             for rel, text in _sources() for what, pattern in FORBIDDEN.items() for m in pattern.finditer(text)]
+    found = [
+        f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {what}: {m.group(0)[:80]!r}"
+        for rel, text in _sources()
+        for what, pattern in FORBIDDEN.items()
+        for m in pattern.finditer(text)
+    ]
     assert not found, "tests and tools send traffic to loopback only (docs/testing.md):\n" + "\n".join(found)
 
 
@@ -125,6 +151,7 @@ def test_the_audit_finds_what_it_looks_for():
 
 # ---------------------------------------------------------------------------------------------
 # dev/loopback-audit: what the guard cannot see (processes a test starts, code in C), from strace
+
 
 def _audit_tool():
     import importlib.machinery
@@ -168,8 +195,12 @@ def test_the_audit_tool_fails_a_command_that_leaves_loopback(tmp_path):
     leaves = "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).connect(('192.0.2.77', 9))"
     stays = "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).connect(('127.0.0.9', 9))"
     for code, status, says in ((leaves, 3, "192.0.2.77 port 9"), (stays, 0, "no traffic beyond loopback")):
-        done = subprocess.run([sys.executable, str(ROOT / "dev" / "loopback-audit"), "--", sys.executable, "-c", code],
-                              capture_output=True, text=True, timeout=120)  # UDP connect(): nothing is sent
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "dev" / "loopback-audit"), "--", sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # UDP connect(): nothing is sent
         if done.returncode == 2 and "could not trace" in done.stderr:  # e.g. this suite run under the tool
             pytest.skip(f"strace cannot trace here: {done.stderr.strip()[:200]}")
         assert done.returncode == status and says in done.stdout, done.stdout + done.stderr

@@ -58,14 +58,22 @@ def test_p2p_unknown_names_the_capability_missing_and_how_to_record_it(tmp_path,
     (tmp_path / "topo.txt").write_text(TOPO_2)
     (tmp_path / "p2p_r.txt").write_text(P2P_OK)
     out = tmp_path / "node.json"
-    assert cli.main(["record", "--from-smi", str(tmp_path / "topo.txt"), "--p2p", f"r:{tmp_path / 'p2p_r.txt'}",
-                     "-o", str(out)]) == 0
+    assert (
+        cli.main(
+            ["record", "--from-smi", str(tmp_path / "topo.txt"), "--p2p", f"r:{tmp_path / 'p2p_r.txt'}", "-o", str(out)]
+        )
+        == 0
+    )
     pytester.makepyfile("import pytest\n@pytest.mark.requires_p2p\ndef test_x(): pass\n")
     result = pytester.runpytest("--gputopo-machine", str(out), "-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*requires_p2p: GPU0-GPU1 P2P write status is unknown (read OK; no source reported "
-                                 "write: record `nvidia-smi topo -p2p w` with `gputopo record --from-smi TOPO "
-                                 "--p2p w:FILE`)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*requires_p2p: GPU0-GPU1 P2P write status is unknown (read OK; no source reported "
+            "write: record `nvidia-smi topo -p2p w` with `gputopo record --from-smi TOPO "
+            "--p2p w:FILE`)*"
+        ]
+    )
 
 
 def test_p2p_unknown_both_ways_names_both_recordings():
@@ -74,13 +82,17 @@ def test_p2p_unknown_both_ways_names_both_recordings():
     link = Link(0, 1, p2p=P2P())
     assert reqs.P2PRequirement().check_pair(link) == (
         "P2P status is unknown (no source reported read or write: record `nvidia-smi topo -p2p r` and `-p2p w` "
-        "with `gputopo record --from-smi TOPO --p2p r:FILE --p2p w:FILE`)")
+        "with `gputopo record --from-smi TOPO --p2p r:FILE --p2p w:FILE`)"
+    )
     assert "read status is unknown (write OK;" in reqs.P2PRequirement().check_pair(
-        Link(0, 1, p2p=P2P(write=P2PStatus.OK)))
+        Link(0, 1, p2p=P2P(write=P2PStatus.OK))
+    )
 
 
-P2P_TEST = ("Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)\n   D\\D     0      1\n"
-            "     0 500.00  20.00\n     1  20.00 500.00\n")
+P2P_TEST = (
+    "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)\n   D\\D     0      1\n"
+    "     0 500.00  20.00\n     1  20.00 500.00\n"
+)
 
 
 @pytest.mark.parametrize("fmt", ["nccl-tests", "nvbandwidth"])
@@ -126,7 +138,8 @@ def test_show_without_a_gpu_is_one_line_and_exit_0(capsys):
     out = capsys.readouterr().out
     assert out.splitlines() == [
         "gputopo: no GPU (NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed); "
-        "source recorded:no-gpu (a recorded machine, not this host)"]
+        "source recorded:no-gpu (a recorded machine, not this host)"
+    ]
     doc = (Path(__file__).parents[1] / "docs" / "cli.md").read_text()
     assert "`gputopo show --machine no-gpu` prints:\n\n```\n" + out + "```\n" in doc
 
@@ -138,7 +151,8 @@ def test_a_pcie_drop_is_worded_alike_by_expect_and_check(capsys):
     from pytest_gputopo.core.regressions import regressions
 
     assert regressions(reference("hgx-h100"), reference("hgx-h100-pcie-x8")) == [
-        "GPU2 PCIe link trained down: x8 of x16 (the reference's width; Gen3 of Gen5)"]
+        "GPU2 PCIe link trained down: x8 of x16 (the reference's width; Gen3 of Gen5)"
+    ]
     cli.main(["check", "--machine", "hgx-h100-pcie-x8"])
     assert "GPU2 PCIe link trained down: x8 of x16 (its maximum width; Gen3 of Gen5)" in capsys.readouterr().out
 
@@ -147,8 +161,10 @@ def test_a_cause_counts_its_evidence_in_agreement():
     """Three GPUs, GPU2 in both failing pairs: the one pair without it 'passes' (not '1 pairs pass')."""
     from pytest_gputopo.core.causes import Finding, Group, causes
 
-    found = (Finding("GPU0-GPU2 are linked by SYS", ("GPU0", "GPU2"), "are linked by SYS"),
-             Finding("GPU1-GPU2 are linked by SYS", ("GPU1", "GPU2"), "are linked by SYS"))
+    found = (
+        Finding("GPU0-GPU2 are linked by SYS", ("GPU0", "GPU2"), "are linked by SYS"),
+        Finding("GPU1-GPU2 are linked by SYS", ("GPU1", "GPU2"), "are linked by SYS"),
+    )
     [cause] = causes([Group("requires_link('NV1')", ("GPU0", "GPU1", "GPU2"), found)])
     assert "the 1 pair without GPU2 passes" in cause.headline
     assert not re.search(r"\b1 (pairs|GPUs|problems)\b", cause.headline)

@@ -8,7 +8,6 @@ prints them (``src/transport/p2p.cc`` / ``shm.cc`` / ``net.cc``: "Channel 00/0 :
 via P2P/CUMEM/read").
 """
 
-
 import pytest
 
 from conftest import CORPUS, NO_CORPUS
@@ -84,7 +83,8 @@ def test_no_fallback_gate_reads_nccls_own_log_at_every_verbosity(gpu_host, verbo
     """At default verbosity NCCL's own account is observed, not the header's cached prediction taken
     for it: the SHM that only NCCL's log shows fails."""
     gpu_host.path.joinpath("nccl.log").write_text(
-        _ring(8, lambda a, b: "SHM/direct/direct" if (a, b) == (0, 1) else "P2P/CUMEM/read"))
+        _ring(8, lambda a, b: "SHM/direct/direct" if (a, b) == (0, 1) else "P2P/CUMEM/read")
+    )
     result = gpu_host.runpytest("-p", "no:cacheprovider", "--gputopo-require", "no-fallback", *verbosity)
     assert result.ret == GATE_EXIT_STATUS
     result.stdout.fnmatch_lines(["*no-fallback: GPU0-GPU1 NV12 uses SHM instead of P2P*"])
@@ -103,9 +103,13 @@ def test_unconnected_pairs_unmet_by_prediction_say_it_is_a_prediction(gpu_host, 
     monkeypatch.setenv("NCCL_P2P_LEVEL", "LOC")  # NCCL would take SHM for every pair
     gpu_host.path.joinpath("nccl.log").write_text(_ring(8, lambda a, b: "SHM/direct/direct"))
     result = gpu_host.runpytest("-p", "no:cacheprovider", "-rs")
-    result.stdout.fnmatch_lines(["*requires_nccl_transport('P2P'): GPU0-GPU1 (NV12) used SHM "
-                                 "(NCCL's log); GPU0-GPU2 (NV12) would use SHM: *(predicted: NCCL's run did "
-                                 "not connect this pair)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*requires_nccl_transport('P2P'): GPU0-GPU1 (NV12) used SHM "
+            "(NCCL's log); GPU0-GPU2 (NV12) would use SHM: *(predicted: NCCL's run did "
+            "not connect this pair)*"
+        ]
+    )
 
 
 def _net_names() -> set:
@@ -148,7 +152,8 @@ def test_a_text_machine_gets_no_host_fact_and_unknown_p2p_stays_unknown(pytester
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NCCL_CONF_FILE", str(tmp_path / "no-such-nccl.conf"))
     (pytester.path / "node.txt").write_text(TEXT_MACHINE)
-    pytester.makepyfile(test_text="""
+    pytester.makepyfile(
+        test_text="""
 import pytest
 
 @pytest.mark.requires_nccl_transport("SHM")
@@ -159,14 +164,17 @@ def test_p2p(): pass
 
 @pytest.mark.min_allreduce_bw(0.0001)
 def test_allreduce(): pass
-""")
+"""
+    )
     result = pytester.runpytest("--gputopo-machine", "node.txt", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, skipped=2)  # SYS beyond NCCL's default PXB: SHM, known either way
-    result.stdout.fnmatch_lines([
-        "*requires_nccl_transport('P2P'): GPU0-GPU1 (SYS) would use SHM: SYS is beyond NCCL's default P2P "
-        "level PXB (SYS on an AMD CPU with 2 GPUs or fewer; the CPU vendor was not given)*not this host*",
-        "*min_allreduce_bw(0.0001): *no figure (none published for text:node.txt, which is not this host*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*requires_nccl_transport('P2P'): GPU0-GPU1 (SYS) would use SHM: SYS is beyond NCCL's default P2P "
+            "level PXB (SYS on an AMD CPU with 2 GPUs or fewer; the CPU vendor was not given)*not this host*",
+            "*min_allreduce_bw(0.0001): *no figure (none published for text:node.txt, which is not this host*",
+        ]
+    )
 
 
 def test_unknown_p2p_status_is_an_unknown_transport_not_p2p(tmp_path):

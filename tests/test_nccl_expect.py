@@ -27,8 +27,15 @@ HOME = "~/.nccl.conf"
 
 @pytest.fixture(scope="module")
 def machines():
-    names = ("dgx-a100", "8x-l40s", "8x-l40s-p2p-disabled", "4x-rtx4090", "dgx1-v100", "2x-rtx-pro-6000",
-             "hgx-h100-nvlink-down")
+    names = (
+        "dgx-a100",
+        "8x-l40s",
+        "8x-l40s-p2p-disabled",
+        "4x-rtx4090",
+        "dgx1-v100",
+        "2x-rtx-pro-6000",
+        "hgx-h100-nvlink-down",
+    )
     return {name: probe_recorded(name) for name in names}
 
 
@@ -40,8 +47,17 @@ def by_pair(expectations):
 
 
 def test_settings_from_the_environment_only():
-    s = read_settings({"NCCL_P2P_LEVEL": "NVL", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1",
-                       "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_NET": "Socket", "PATH": "/usr/bin"}, [])
+    s = read_settings(
+        {
+            "NCCL_P2P_LEVEL": "NVL",
+            "NCCL_SHM_DISABLE": "1",
+            "NCCL_IB_DISABLE": "1",
+            "NCCL_NET_GDR_LEVEL": "PHB",
+            "NCCL_NET": "Socket",
+            "PATH": "/usr/bin",
+        },
+        [],
+    )
     assert (s.p2p_disable, s.p2p_level, s.shm_disable, s.ib_disable) == (False, "NVL", True, True)
     assert (s.net_gdr_level, s.net) == ("PHB", "Socket")
     assert s.sources["NCCL_P2P_LEVEL"] == "environment"
@@ -59,15 +75,17 @@ def test_settings_from_files_only():
     text = "# site defaults\n\nNCCL_P2P_LEVEL=PIX\nNCCL_SHM_DISABLE=1\nnot a setting\nNCCL_NET=IB"
     s = read_settings({}, [(ETC, text)])
     assert (s.p2p_level, s.shm_disable, s.net) == ("PIX", True, "IB")  # the last line has no newline
-    assert s.sources == {"NCCL_P2P_LEVEL": f"{ETC} line 3", "NCCL_SHM_DISABLE": f"{ETC} line 4",
-                         "NCCL_NET": f"{ETC} line 6"}
+    assert s.sources == {
+        "NCCL_P2P_LEVEL": f"{ETC} line 3",
+        "NCCL_SHM_DISABLE": f"{ETC} line 4",
+        "NCCL_NET": f"{ETC} line 6",
+    }
 
 
 def test_the_environment_wins_over_the_files():
     s = read_settings({"NCCL_P2P_LEVEL": "LOC"}, [(HOME, "NCCL_P2P_LEVEL=NVL\n"), (ETC, "NCCL_P2P_LEVEL=SYS\n")])
     assert s.p2p_level == "LOC" and s.sources["NCCL_P2P_LEVEL"] == "environment"
-    assert any("NCCL_P2P_LEVEL=NVL from ~/.nccl.conf line 1 is ignored: the environment sets" in w
-               for w in s.warnings)
+    assert any("NCCL_P2P_LEVEL=NVL from ~/.nccl.conf line 1 is ignored: the environment sets" in w for w in s.warnings)
 
 
 def test_an_empty_environment_variable_still_wins():
@@ -98,10 +116,24 @@ def test_config_file_quirks_are_reproduced():
     assert s.net == "a=b"  # the value is everything after the first '='
 
 
-@pytest.mark.parametrize("value,level", [
-    ("0", "LOC"), ("1", "PIX"), ("2", "PXB"), ("3", "PHB"), ("4", "SYS"), ("5", "SYS"), ("6", "SYS"),
-    ("99", "SYS"), ("0x2", "PXB"), ("010", "SYS"), ("08", "LOC"), ("1abc", "PIX"), ("4294967297", "PIX"),
-])
+@pytest.mark.parametrize(
+    "value,level",
+    [
+        ("0", "LOC"),
+        ("1", "PIX"),
+        ("2", "PXB"),
+        ("3", "PHB"),
+        ("4", "SYS"),
+        ("5", "SYS"),
+        ("6", "SYS"),
+        ("99", "SYS"),
+        ("0x2", "PXB"),
+        ("010", "SYS"),
+        ("08", "LOC"),
+        ("1abc", "PIX"),
+        ("4294967297", "PIX"),
+    ],
+)
 def test_legacy_integer_levels(value, level):
     # levelsOldToNew = {LOC, PIX, PXB, PHB, SYS, SYS}; strtol base 0 (octal 010 = 8, hex 0x2), then an int
     s = read_settings({"NCCL_P2P_LEVEL": value}, [])
@@ -131,8 +163,20 @@ def test_lowercase_pxb_gets_a_hint():
     assert warning.startswith("NCCL_P2P_LEVEL='pxb' from environment is not a level") and "PXB?" in warning
 
 
-@pytest.mark.parametrize("value,disabled", [("1", True), ("0x1", True), (" 1", True), ("01", True), ("1x", True),
-                                            ("0", False), ("2", False), ("true", False), ("", False)])
+@pytest.mark.parametrize(
+    "value,disabled",
+    [
+        ("1", True),
+        ("0x1", True),
+        (" 1", True),
+        ("01", True),
+        ("1x", True),
+        ("0", False),
+        ("2", False),
+        ("true", False),
+        ("", False),
+    ],
+)
 def test_p2p_disable_is_level_loc_only_for_the_number_1(value, disabled):
     s = read_settings({"NCCL_P2P_DISABLE": value}, [])
     assert s.p2p_disable is disabled
@@ -163,10 +207,23 @@ def test_conf_file_paths_in_nccls_order():
     assert conf_file_paths({}, None) == [ETC]
 
 
-@given(st.dictionaries(st.sampled_from(["NCCL_P2P_LEVEL", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
-                                        "NCCL_IB_DISABLE", "NCCL_NET_GDR_LEVEL", "NCCL_NVB_DISABLE",
-                                        "NCCL_IGNORE_DISABLED_P2P"]), st.text(max_size=30)),
-       st.text(max_size=200))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "NCCL_P2P_LEVEL",
+                "NCCL_P2P_DISABLE",
+                "NCCL_SHM_DISABLE",
+                "NCCL_IB_DISABLE",
+                "NCCL_NET_GDR_LEVEL",
+                "NCCL_NVB_DISABLE",
+                "NCCL_IGNORE_DISABLED_P2P",
+            ]
+        ),
+        st.text(max_size=30),
+    ),
+    st.text(max_size=200),
+)
 def test_arbitrary_settings_never_crash(environ, text):
     s = read_settings(environ, [(ETC, text)])
     assert s.p2p_level is None or s.p2p_level in nccl_settings.PATH_TYPES
@@ -186,8 +243,9 @@ def test_strtol_matches_the_c_library(text):
 
 
 @pytest.mark.skipif(libc is None, reason="compares with the C library's strtoll (Linux)")
-@pytest.mark.parametrize("text", ["1" * 5000, "-" + "7" * 5000, "0x" + "f" * 5000, "0" * 5000 + "5",
-                                  "0" * 4999 + "1" * 21, "²", "١٢"])
+@pytest.mark.parametrize(
+    "text", ["1" * 5000, "-" + "7" * 5000, "0x" + "f" * 5000, "0" * 5000 + "5", "0" * 4999 + "1" * 21, "²", "١٢"]
+)
 def test_strtol_of_5000_digits_matches_the_c_library(text):
     """``NCCL_P2P_LEVEL`` of 5,000 digits saturates as strtoll does (ERANGE), never crashing the
     header (int() refuses more than 4,300 digits). Non-ASCII digits are no digits to C."""
@@ -243,8 +301,9 @@ def test_8x_l40s_with_p2p_disabled_by_the_platform_uses_shm(machines):
     pix = exps[(0, 1)]
     assert pix.baseline == "P2P" and pix.degraded
     assert pix.reason == "NVML reports P2P read/write topology not supported (TNS): NCCL turns P2P off: SHM"
-    assert pix.message == ("P2P is disabled between connected GPUs 0 and 1. You can repress this message with "
-                           "NCCL_IGNORE_DISABLED_P2P=1.")
+    assert pix.message == (
+        "P2P is disabled between connected GPUs 0 and 1. You can repress this message with NCCL_IGNORE_DISABLED_P2P=1."
+    )
     far = exps[(0, 4)]  # NCCL never asks NVML about a pair beyond the level: no message
     assert far.message is None and far.reason.startswith("SYS is beyond") and "TNS" in far.reason
 
@@ -284,8 +343,7 @@ def test_settings_turn_p2p_off_and_shm_disable_sends_it_to_the_network(machines)
     exps = expected_transports(machines["8x-l40s"], s)
     assert {e.transport for e in exps} == {"NET"}
     e = by_pair(exps)[(0, 1)]
-    assert e.reason == ("NCCL_P2P_DISABLE=1 from environment: P2P off: "
-                        "NET (NCCL_SHM_DISABLE=1 from environment)")
+    assert e.reason == ("NCCL_P2P_DISABLE=1 from environment: P2P off: NET (NCCL_SHM_DISABLE=1 from environment)")
     assert e.degraded
 
 
@@ -345,8 +403,10 @@ def test_shm_on_dgx_a100_with_p2p_level_loc_names_the_setting(machines):
     f = fbs[0]
     assert (f.expected, f.actual, f.label, f.strong) == ("P2P", "SHM", "NV12", True)
     assert f.causes == ("NCCL_P2P_LEVEL=LOC from environment, below this pair's NVL",)
-    assert fallback_summary(fbs) == ("fallback: GPU0-GPU1 NV12 uses SHM instead of P2P "
-                                     "(NCCL_P2P_LEVEL=LOC from environment, below this pair's NVL); 6 more pairs")
+    assert fallback_summary(fbs) == (
+        "fallback: GPU0-GPU1 NV12 uses SHM instead of P2P "
+        "(NCCL_P2P_LEVEL=LOC from environment, below this pair's NVL); 6 more pairs"
+    )
 
 
 def test_nccl_tests_228_stray_p2p_level_loc_on_an_nvswitch_a100_node(machines):
@@ -360,8 +420,9 @@ def test_nccl_tests_228_stray_p2p_level_loc_on_an_nvswitch_a100_node(machines):
     assert len(fbs) == 8 and all(f.strong for f in fbs)
     assert {(f.a, f.b) for f in fbs} >= {(0, 7)}  # (7, 0) read as the pair (0, 7)
     summary = fallback_summary(fbs)
-    assert summary.startswith("fallback: GPU0-GPU1 NV12 uses SHM instead of P2P (NCCL_P2P_LEVEL=LOC from "
-                              "/etc/nccl.conf line 2")
+    assert summary.startswith(
+        "fallback: GPU0-GPU1 NV12 uses SHM instead of P2P (NCCL_P2P_LEVEL=LOC from /etc/nccl.conf line 2"
+    )
     assert "\n" not in summary
     # once the line is gone, the same log would be wrong and the clean log is fine
     clean = read_settings({"NCCL_DEBUG": "INFO"}, [(ETC, "# tuning\n")])
@@ -374,8 +435,9 @@ def test_nccl_tests_228_stray_p2p_level_loc_on_an_nvswitch_a100_node(machines):
 def test_p2p_disable_in_the_summary(machines):
     s = read_settings({"NCCL_P2P_DISABLE": "1"}, [])
     fbs = find_fallbacks(expected_transports(machines["dgx-a100"], s), {(0, 1): {"SHM"}}, s)
-    assert fallback_summary(fbs) == ("fallback: GPU0-GPU1 NV12 uses SHM instead of P2P "
-                                     "(NCCL_P2P_DISABLE=1 from environment)")
+    assert fallback_summary(fbs) == (
+        "fallback: GPU0-GPU1 NV12 uses SHM instead of P2P (NCCL_P2P_DISABLE=1 from environment)"
+    )
 
 
 def test_the_chipset_cause_and_the_measured_bandwidth(machines):
@@ -383,8 +445,10 @@ def test_the_chipset_cause_and_the_measured_bandwidth(machines):
     observed = {(0, 1): {"SHM"}, (1, 2): {"SHM"}, (2, 3): {"SHM"}}
     fbs = find_fallbacks(exps, observed, NcclSettings(), measured_p2p={(0, 1): (4.1, 25.0), (2, 3): (20.0, 25.0)})
     assert [(f.a, f.b) for f in fbs] == [(0, 1), (2, 3)]  # GPU1-GPU2 is NODE: SHM is NCCL's default there
-    assert fbs[0].causes == ("NVML P2P read/write topology not supported (TNS)",
-                             "measured P2P 4.1 GB/s, 16% of the 25 GB/s expected")
+    assert fbs[0].causes == (
+        "NVML P2P read/write topology not supported (TNS)",
+        "measured P2P 4.1 GB/s, 16% of the 25 GB/s expected",
+    )
     assert fbs[1].causes == ("NVML P2P read/write topology not supported (TNS)",)  # 80%: not a cause
     assert fbs[0].strong is False
 
@@ -406,8 +470,11 @@ def test_the_network_with_shm_disabled(machines):
     pix = read_settings({"NCCL_P2P_LEVEL": "PIX"}, [])
     (f,) = find_fallbacks(expected_transports(machines["hgx-h100-nvlink-down"], pix), {(0, 1): {"NET/IB"}}, pix)
     assert f.causes[0].startswith("no visible cause") and "NCCL_NET_DISABLE_INTRA" in f.causes[1]
-    assert fbs[0].causes == ("NCCL_P2P_DISABLE=1 from environment",
-                             "NCCL_SHM_DISABLE=1 from environment", "NCCL_IB_DISABLE=1 from environment")
+    assert fbs[0].causes == (
+        "NCCL_P2P_DISABLE=1 from environment",
+        "NCCL_SHM_DISABLE=1 from environment",
+        "NCCL_IB_DISABLE=1 from environment",
+    )
 
 
 def test_the_summary_puts_an_nvlink_pair_first(machines):

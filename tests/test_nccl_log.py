@@ -38,8 +38,7 @@ def _head(value: str) -> str:
 
 def _variant_seen(log: NcclLog, variant: str) -> bool:
     """A variant as the meta writes it: the text after "via" (or its start), or a transport name."""
-    return any(c.via == variant or c.via.startswith(variant + "/") or c.transport == variant
-               for c in log.connections)
+    return any(c.via == variant or c.via.startswith(variant + "/") or c.transport == variant for c in log.connections)
 
 
 def _conn_like(log: NcclLog, example: str) -> bool:
@@ -47,15 +46,22 @@ def _conn_like(log: NcclLog, example: str) -> bool:
     m = re.search(r"Channel (\d+) : (\d+)\[(\w+)\] -> (\d+)\[(\w+)\]", example)
     assert m, f"meta example not understood: {example!r}"
     ch, src, sdev, dst, ddev = m.groups()
-    return any((c.channel, c.conn_index, c.src_rank, c.src_dev, c.dst_rank, c.dst_dev)
-               == (int(ch), None, int(src), sdev, int(dst), ddev) for c in log.connections)
+    return any(
+        (c.channel, c.conn_index, c.src_rank, c.src_dev, c.dst_rank, c.dst_dev)
+        == (int(ch), None, int(src), sdev, int(dst), ddev)
+        for c in log.connections
+    )
 
 
 # One check per meta key, so that a new key in a meta fails loudly until someone reads it.
 CHECKS = {
-    "nccl_version": lambda log, v, text: (log.nccl_version, log.cuda_version) == (
-        # a note instead of a version ("... not in this excerpt") means: no version line in the text
-        (None, None) if v is None or " " in v else (v.split("+")[0], v.split("+cuda")[1] if "+cuda" in v else None)),
+    "nccl_version": lambda log, v, text: (
+        (log.nccl_version, log.cuda_version)
+        == (
+            # a note instead of a version ("... not in this excerpt") means: no version line in the text
+            (None, None) if v is None or " " in v else (v.split("+")[0], v.split("+cuda")[1] if "+cuda" in v else None)
+        )
+    ),
     "cuda_driver_version": lambda log, v, text: log.cuda_driver_version == v,
     "n_ranks": lambda log, v, text: log.n_ranks == v,
     "n_nodes": lambda log, v, text: (log.n_nodes if log.n_nodes is not None else len(log.hosts)) == v,
@@ -74,23 +80,28 @@ CHECKS = {
     "shm_variant": lambda log, v, text: _variant_seen(log, _head(v)),
     "net_variant": lambda log, v, text: _variant_seen(log, _head(v)),
     "proxy_send_suffix_seen": lambda log, v, text: any(
-        c.via == _head(v) and c.direction == "send" and c.proxy_rank is not None for c in log.connections),
-    "pairs": lambda log, v, text: {f"{s}->{d}": tuple(sorted({transport_family(t) for t in ts}))
-                                   for (s, d), ts in log.pair_transports().items()}
-    == {k: (t,) for k, t in v.items()},
-    "channel_line_formats": lambda log, v, text: len(v) == 2 and all(
-        (c.conn_index is None) == (c.transport == "SHM") for c in log.connections),
+        c.via == _head(v) and c.direction == "send" and c.proxy_rank is not None for c in log.connections
+    ),
+    "pairs": lambda log, v, text: (
+        {f"{s}->{d}": tuple(sorted({transport_family(t) for t in ts})) for (s, d), ts in log.pair_transports().items()}
+        == {k: (t,) for k, t in v.items()}
+    ),
+    "channel_line_formats": lambda log, v, text: (
+        len(v) == 2 and all((c.conn_index is None) == (c.transport == "SHM") for c in log.connections)
+    ),
     "channel_line_format": lambda log, v, text: _conn_like(log, v),
     "busid_style_rank_labels": lambda log, v, text: any(
         f"{c.src_rank}[{c.src_dev}]" == v.split()[0] or f"{c.dst_rank}[{c.dst_dev}]" == v.split()[0]
-        for c in log.connections),
+        for c in log.connections
+    ),
     "using_network": lambda log, v, text: log.network == v,
     "net_ib_no_device": lambda log, v, text: any("no IB device found" in w for w in log.warnings) is v,
     "net_ib_unavailable": lambda log, v, text: any(_head(v).removeprefix("WARN ") in w for w in log.warnings),
     "net_socket_iface": lambda log, v, text: any(d.startswith(v + ":") for d in log.net_devices),
     "ipv6_link_local_socket_iface": lambda log, v, text: any(":fe80:" in d for d in log.net_devices) is v,
-    "p2p_disabled_lines": lambda log, v, text: bool(log.p2p_disabled) and all(
-        p.startswith(v.split(" dev ")[0]) for p in log.p2p_disabled),
+    "p2p_disabled_lines": lambda log, v, text: (
+        bool(log.p2p_disabled) and all(p.startswith(v.split(" dev ")[0]) for p in log.p2p_disabled)
+    ),
     "p2p_disabled_between_connected_gpus": lambda log, v, text: bool(log.p2p_disabled_pairs) is v,
     "p2p_disabled_pairs_seen": lambda log, v, text: [list(p) for p in log.p2p_disabled_pairs] == v,
     "error": lambda log, v, text: any(v in w for w in log.warnings),
@@ -103,10 +114,15 @@ CHECKS = {
 }
 NOT_CHECKED_HERE = {
     # the nccl-tests result table in the same text: tests/test_nccl_tests_parser.py holds these
-    "has_perf_table", "contains_perf_table", "avg_bus_bandwidth", "max_busbw_in_table", "perf_rows",
+    "has_perf_table",
+    "contains_perf_table",
+    "avg_bus_bandwidth",
+    "max_busbw_in_table",
+    "perf_rows",
     "zero_size_rows",
     # notes for a human reader, not facts
-    "nccl_version_note", "transport_note",
+    "nccl_version_note",
+    "transport_note",
     # aws-ofi-nccl's own words ("Selected Provider is efa"), not an NCCL fact
     "net_provider_line",
 }
@@ -160,18 +176,58 @@ def _one(line: str) -> Connection:
 
 
 def _shape(c: Connection):
-    return (c.channel, c.conn_index, c.src_rank, c.src_dev, c.dst_rank, c.dst_dev, c.transport, c.detail,
-            c.direction, c.gdrdma)
+    return (
+        c.channel,
+        c.conn_index,
+        c.src_rank,
+        c.src_dev,
+        c.dst_rank,
+        c.dst_dev,
+        c.transport,
+        c.detail,
+        c.direction,
+        c.gdrdma,
+    )
 
 
 def test_era_2_4_to_2_6_ring_lines():
     assert _shape(_one("Ring 00 : 0[1] -> 1[2] via P2P/IPC")) == (0, None, 0, "1", 1, "2", "P2P", "IPC", None, False)
     assert _shape(_one("Ring 03 : 0[1b000] -> 1[1c000] via P2P/IPC")) == (
-        3, None, 0, "1b000", 1, "1c000", "P2P", "IPC", None, False)
+        3,
+        None,
+        0,
+        "1b000",
+        1,
+        "1c000",
+        "P2P",
+        "IPC",
+        None,
+        False,
+    )
     assert _shape(_one("Ring 01 : 1[1] -> 0[0] via direct shared memory")) == (
-        1, None, 1, "1", 0, "0", "SHM", "direct shared memory", None, False)
+        1,
+        None,
+        1,
+        "1",
+        0,
+        "0",
+        "SHM",
+        "direct shared memory",
+        None,
+        False,
+    )
     assert _shape(_one("Ring 00 : 0 -> 1 [send] via NET/IB/0/GDRDMA")) == (
-        0, None, 0, None, 1, None, "NET/IB", "IB/0/GDRDMA", "send", True)
+        0,
+        None,
+        0,
+        None,
+        1,
+        None,
+        "NET/IB",
+        "IB/0/GDRDMA",
+        "send",
+        True,
+    )
     c = _one("Ring 00 : 1 -> 0 [receive] via NET/Socket/1")
     assert _shape(c) == (0, None, 1, None, 0, None, "NET/Socket", "Socket/1", "receive", False)
     assert c.net_dev == 1 and c.host == "node1" and c.pid == 4242
@@ -179,10 +235,14 @@ def test_era_2_4_to_2_6_ring_lines():
 
 
 def test_era_2_4_init_lines_without_busid():
-    log = parse_nccl_log(PFX + "NCCL version 2.4.8+cuda10.1\n"
-                         + PFX + "comm 0x7f3c2c001b20 rank 0 nranks 2 cudaDev 0 nvmlDev 0 - Init COMPLETE\n"
-                         + "node1:4243:4301 [1] NCCL INFO comm 0x7f3c2c001b30 rank 1 nranks 2 cudaDev 1 nvmlDev 1"
-                           " - Init COMPLETE\n")
+    log = parse_nccl_log(
+        PFX
+        + "NCCL version 2.4.8+cuda10.1\n"
+        + PFX
+        + "comm 0x7f3c2c001b20 rank 0 nranks 2 cudaDev 0 nvmlDev 0 - Init COMPLETE\n"
+        + "node1:4243:4301 [1] NCCL INFO comm 0x7f3c2c001b30 rank 1 nranks 2 cudaDev 1 nvmlDev 1"
+        " - Init COMPLETE\n"
+    )
     assert (log.nccl_version, log.cuda_version) == ("2.4.8", "10.1")
     assert log.ranks == {0: ("node1", 0, None), 1: ("node1", 1, None)}
     assert log.n_ranks == 2
@@ -190,9 +250,21 @@ def test_era_2_4_init_lines_without_busid():
 
 def test_era_2_7_to_2_11_channel_lines_with_busids():
     assert _shape(_one("Channel 00 : 0[1b000] -> 1[1c000] via P2P/IPC/read")) == (
-        0, None, 0, "1b000", 1, "1c000", "P2P", "IPC/read", None, False)
+        0,
+        None,
+        0,
+        "1b000",
+        1,
+        "1c000",
+        "P2P",
+        "IPC/read",
+        None,
+        False,
+    )
     assert _shape(_one("Channel 00 : 2[89000] -> 3[b2000] via direct shared memory"))[6:8] == (
-        "SHM", "direct shared memory")
+        "SHM",
+        "direct shared memory",
+    )
     # 2.9-2.11 append the communicator; it is not part of the transport
     c = _one("Channel 01 : 0[1b000] -> 1[1c000] via P2P/IPC/read comm 0x55d0c8e0a1b0 nRanks 02")
     assert (c.detail, c.via) == ("IPC/read", "P2P/IPC/read")
@@ -204,12 +276,42 @@ def test_era_2_7_to_2_11_channel_lines_with_busids():
 
 def test_era_2_12_to_2_18_1_conn_index_and_busids():
     assert _shape(_one("Channel 00/0 : 0[1b000] -> 1[1c000] via P2P/IPC")) == (
-        0, 0, 0, "1b000", 1, "1c000", "P2P", "IPC", None, False)
+        0,
+        0,
+        0,
+        "1b000",
+        1,
+        "1c000",
+        "P2P",
+        "IPC",
+        None,
+        False,
+    )
     # SHM keeps the short "Channel NN :" form
     assert _shape(_one("Channel 05 : 0[1b000] -> 1[1c000] via SHM/direct/direct")) == (
-        5, None, 0, "1b000", 1, "1c000", "SHM", "direct/direct", None, False)
+        5,
+        None,
+        0,
+        "1b000",
+        1,
+        "1c000",
+        "SHM",
+        "direct/direct",
+        None,
+        False,
+    )
     assert _shape(_one("Channel 00/0 : 0[1b000] -> 8[1b000] [send] via NET/IB/0/GDRDMA")) == (
-        0, 0, 0, "1b000", 8, "1b000", "NET/IB", "IB/0/GDRDMA", "send", True)
+        0,
+        0,
+        0,
+        "1b000",
+        8,
+        "1b000",
+        "NET/IB",
+        "IB/0/GDRDMA",
+        "send",
+        True,
+    )
     c = _one("Channel 01/0 : 3[3e000] -> 4[1b000] [send] via NET/IB/0(2)/GDRDMA")  # PXN through rank 2
     assert (c.transport, c.net_dev, c.proxy_rank, c.gdrdma) == ("NET/IB", 0, 2, True)
     assert _one("Channel 00/0 : 0[3e000] -> 1[40000] via P2P/CUMEM").detail == "CUMEM"
@@ -217,10 +319,30 @@ def test_era_2_12_to_2_18_1_conn_index_and_busids():
 
 def test_era_2_18_3_to_2_19_nvml_indices():
     assert _shape(_one("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read")) == (
-        0, 0, 0, "0", 1, "1", "P2P", "CUMEM/read", None, False)
+        0,
+        0,
+        0,
+        "0",
+        1,
+        "1",
+        "P2P",
+        "CUMEM/read",
+        None,
+        False,
+    )
     assert _shape(_one("Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"))[6:8] == ("SHM", "direct/direct")
     assert _shape(_one("Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA")) == (
-        0, 0, 0, "0", 8, "0", "NET/IB", "IB/0/GDRDMA", "send", True)
+        0,
+        0,
+        0,
+        "0",
+        8,
+        "0",
+        "NET/IB",
+        "IB/0/GDRDMA",
+        "send",
+        True,
+    )
     assert _one("Channel 07/1 : 6[6] -> 7[7] via P2P/direct pointer").conn_index == 1
     assert _one("Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read/CE").detail == "IPC/read/CE"
 
@@ -229,7 +351,12 @@ def test_era_2_20_to_2_30_mnnvl_pci_shared_and_plugins():
     assert _one("Channel 00/0 : 0[0] -> 4[0] via P2P/MNNVL").detail == "MNNVL"
     c = _one("Channel 03/0 : 8[0] -> 0[0] [receive] via NET/IB/1/GDRDMA(PCI)/Shared")
     assert (c.transport, c.detail, c.net_dev, c.gdrdma, c.direction) == (
-        "NET/IB", "IB/1/GDRDMA(PCI)/Shared", 1, True, "receive")
+        "NET/IB",
+        "IB/1/GDRDMA(PCI)/Shared",
+        1,
+        True,
+        "receive",
+    )
     assert (_one("Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0").gdrdma) is False
     # external plugin names may hold spaces and digits
     c = _one("Channel 00/0 : 1[0] -> 0[0] [send] via NET/AWS Libfabric/0/GDRDMA")
@@ -245,12 +372,18 @@ def test_master_shm_direct_only():
 
 
 def test_collnet_lines_every_era():
-    for line, direction in (("Coll 00 : 0 [send] via COLLNET/SHARP/0/GDRDMA", "send"),       # 2.6
-                            ("CollNet 01 : 1 [receive] via COLLNET/IBext/0", "receive"),     # 2.7-2.11
-                            ("CollNet 00/0 : 0 [receive] via COLLNET/SHARP/1/GDRDMA(PCI)", "receive")):
+    for line, direction in (
+        ("Coll 00 : 0 [send] via COLLNET/SHARP/0/GDRDMA", "send"),  # 2.6
+        ("CollNet 01 : 1 [receive] via COLLNET/IBext/0", "receive"),  # 2.7-2.11
+        ("CollNet 00/0 : 0 [receive] via COLLNET/SHARP/1/GDRDMA(PCI)", "receive"),
+    ):
         c = _one(line)
-        assert (c.transport, c.src_rank, c.dst_rank, c.direction) == ("COLLNET", int(line.split(":")[1].split()[0]),
-                                                                     -1, direction)
+        assert (c.transport, c.src_rank, c.dst_rank, c.direction) == (
+            "COLLNET",
+            int(line.split(":")[1].split()[0]),
+            -1,
+            direction,
+        )
     log = parse_nccl_log(PFX + "CollNet 00/0 : 0 [send] via COLLNET/SHARP/1/GDRDMA")
     assert log.collnet and log.gdrdma and log.families == {"COLLNET"}
 
@@ -258,12 +391,14 @@ def test_collnet_lines_every_era():
 def test_nvls_used_versus_available():
     available = parse_nccl_log(PFX + "NVLS multicast support is available on dev 0 (NVLS_NCHANNELS 16)")
     assert (available.nvls_available, available.nvls) == (True, False)
-    for line in ("NVLS comm 0x55d5 headRank 0 nHeads 8 nvlsRanks 8 buffSize 1048576 nvlsPerRankSize 201326592 "
-                 "nvlsTotalSize 1610612736",
-                 "NVLS comm 0x55d5 rank 0 nranks 8 buffSize 1048576 memSize 2097152 nvlsPerRankSize 1 nvlsTotalSize 8",
-                 "Connected NVLS tree",
-                 "AllReduce: 4194304 Bytes -> Algo NVLS proto SIMPLE channel{Lo..Hi}={0..15}",
-                 "32 coll channels, 32 collnet channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer"):
+    for line in (
+        "NVLS comm 0x55d5 headRank 0 nHeads 8 nvlsRanks 8 buffSize 1048576 nvlsPerRankSize 201326592 "
+        "nvlsTotalSize 1610612736",
+        "NVLS comm 0x55d5 rank 0 nranks 8 buffSize 1048576 memSize 2097152 nvlsPerRankSize 1 nvlsTotalSize 8",
+        "Connected NVLS tree",
+        "AllReduce: 4194304 Bytes -> Algo NVLS proto SIMPLE channel{Lo..Hi}={0..15}",
+        "32 coll channels, 32 collnet channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+    ):
         log = parse_nccl_log(PFX + line)
         assert log.nvls and log.nvls_available, line
         assert log.ranks == {}, line  # 2.17's "NVLS comm .. rank R nranks N" is not a rank line
@@ -274,17 +409,19 @@ def test_nvls_used_versus_available():
 
 
 def test_prefixes_mpirun_srun_timestamps_tracebacks_and_tables():
-    text = "\r\n".join([
-        "[1,0]<stdout>:node1:10:11 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
-        "0: node2:20:21 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read",
-        "[2026-04-28 14:14:47] node-3.cluster:30:31 [2] NCCL INFO Channel 01 : 2[2] -> 3[3] via SHM/direct/direct",
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong",
-        "     1048576        262144     float     sum      -1    583.4    1.80    1.80      0",
-        "Traceback (most recent call last):",
-        '  File "train.py", line 3, in <module>',
-        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error "
-        "(run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
-    ])
+    text = "\r\n".join(
+        [
+            "[1,0]<stdout>:node1:10:11 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+            "0: node2:20:21 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read",
+            "[2026-04-28 14:14:47] node-3.cluster:30:31 [2] NCCL INFO Channel 01 : 2[2] -> 3[3] via SHM/direct/direct",
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong",
+            "     1048576        262144     float     sum      -1    583.4    1.80    1.80      0",
+            "Traceback (most recent call last):",
+            '  File "train.py", line 3, in <module>',
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error "
+            "(run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
+        ]
+    )
     log = parse_nccl_log(text)
     assert [(c.host, c.pid) for c in log.connections] == [("node1", 10), ("node2", 20), ("node-3.cluster", 30)]
     assert log.nccl_version == "2.19.3" and log.cuda_version is None
@@ -293,23 +430,29 @@ def test_prefixes_mpirun_srun_timestamps_tracebacks_and_tables():
 
 
 def test_env_settings_p2p_disabled_and_warn_lines():
-    text = "\n".join([
-        PFX + "NCCL_P2P_DISABLE set by environment to 1",
-        PFX + "NCCL_P2P_LEVEL set by environment to LOC",
-        PFX + "NCCL_IB_DISABLE set by environment to 1.",
-        PFX + "NCCL_SOCKET_IFNAME set by environment to eth0",
-        PFX + "P2P is disabled between connected GPUs 1 and 0. You can repress this message with "
-              "NCCL_IGNORE_DISABLED_P2P=1.",
-        "",
-        "node1:4242:4300 [0] transport/p2p.cc:275 NCCL WARN P2P is disabled between NVLINK connected GPUs 2 and 3. "
-        "This should not be the case given their connectivity, and is probably due to a hardware issue. If you still "
-        "want to proceed, you can set NCCL_IGNORE_DISABLED_P2P=1.",
-        "node1:4242:4300 [0] init.cc:1120 (ncclCommInitRankFunc) NCCL WARN Cuda failure 'out of memory'",
-        PFX + "NET/IB : No device found.",
-    ])
+    text = "\n".join(
+        [
+            PFX + "NCCL_P2P_DISABLE set by environment to 1",
+            PFX + "NCCL_P2P_LEVEL set by environment to LOC",
+            PFX + "NCCL_IB_DISABLE set by environment to 1.",
+            PFX + "NCCL_SOCKET_IFNAME set by environment to eth0",
+            PFX + "P2P is disabled between connected GPUs 1 and 0. You can repress this message with "
+            "NCCL_IGNORE_DISABLED_P2P=1.",
+            "",
+            "node1:4242:4300 [0] transport/p2p.cc:275 NCCL WARN P2P is disabled between NVLINK connected GPUs 2 "
+            "and 3. This should not be the case given their connectivity, and is probably due to a hardware issue. "
+            "If you still want to proceed, you can set NCCL_IGNORE_DISABLED_P2P=1.",
+            "node1:4242:4300 [0] init.cc:1120 (ncclCommInitRankFunc) NCCL WARN Cuda failure 'out of memory'",
+            PFX + "NET/IB : No device found.",
+        ]
+    )
     log = parse_nccl_log(text)
-    assert log.env_settings == {"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "LOC", "NCCL_IB_DISABLE": "1",
-                                "NCCL_SOCKET_IFNAME": "eth0"}
+    assert log.env_settings == {
+        "NCCL_P2P_DISABLE": "1",
+        "NCCL_P2P_LEVEL": "LOC",
+        "NCCL_IB_DISABLE": "1",
+        "NCCL_SOCKET_IFNAME": "eth0",
+    }
     assert log.p2p_disabled_pairs == ((1, 0), (2, 3))
     assert log.p2p_disabled[0] == "P2P is disabled between connected GPUs 1 and 0"
     assert "P2P disabled between connected GPUs 1 and 0" in log.warnings
@@ -320,25 +463,29 @@ def test_env_settings_p2p_disabled_and_warn_lines():
 
 
 def test_largest_communicator_names_the_ranks():
-    text = "\n".join([
-        "h:1:1 [0] NCCL INFO comm 0xa rank 1 nranks 2 cudaDev 3 nvmlDev 3 busId 4c000 commId 0x1 - Init COMPLETE",
-        "h:1:1 [0] NCCL INFO comm 0xb rank 3 nranks 4 cudaDev 3 nvmlDev 3 busId 4c000 commId 0x2 - Init COMPLETE",
-        "h:2:2 [0] NCCL INFO comm 0xc rank 0 nranks 4 cudaDev 0 busId 1b000 - Init COMPLETE",
-        "h:1:1 [0] NCCL INFO comm 0xd rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0",
-    ])
+    text = "\n".join(
+        [
+            "h:1:1 [0] NCCL INFO comm 0xa rank 1 nranks 2 cudaDev 3 nvmlDev 3 busId 4c000 commId 0x1 - Init COMPLETE",
+            "h:1:1 [0] NCCL INFO comm 0xb rank 3 nranks 4 cudaDev 3 nvmlDev 3 busId 4c000 commId 0x2 - Init COMPLETE",
+            "h:2:2 [0] NCCL INFO comm 0xc rank 0 nranks 4 cudaDev 0 busId 1b000 - Init COMPLETE",
+            "h:1:1 [0] NCCL INFO comm 0xd rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0",
+        ]
+    )
     log = parse_nccl_log(text)
     assert log.ranks == {0: ("h", 0, "1b000"), 3: ("h", 3, "4c000")}
     assert (log.n_ranks, log.n_nodes, log.multi_node) == (4, 1, False)
 
 
 def test_net_devices_network_and_plugin():
-    text = "\n".join([
-        PFX + "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>",
-        PFX + "NET/Socket : Using [0]eth0:10.0.0.1<0> [1]eth1:fe80::1%eth1<0>",
-        PFX + "Using network IBext_v8",
-        PFX + "NCCL version 2.23.4+cuda12.4",
-        PFX + "NCCL version 2.21.5+cuda12.4",
-    ])
+    text = "\n".join(
+        [
+            PFX + "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>",
+            PFX + "NET/Socket : Using [0]eth0:10.0.0.1<0> [1]eth1:fe80::1%eth1<0>",
+            PFX + "Using network IBext_v8",
+            PFX + "NCCL version 2.23.4+cuda12.4",
+            PFX + "NCCL version 2.21.5+cuda12.4",
+        ]
+    )
     log = parse_nccl_log(text)
     assert log.net_devices == ("mlx5_0:1/IB", "mlx5_1:1/RoCE", "eth0:10.0.0.1<0>", "eth1:fe80::1%eth1<0>")
     assert (log.network, log.net_plugin) == ("IBext_v8", "IBext_v8")
@@ -370,18 +517,35 @@ def test_duplicate_lines_count_once_and_json_shape():
     log = parse_nccl_log(line * 3)
     assert len(log.connections) == 1
     data = log.to_json()
-    assert {"nccl_version", "transports", "connections", "gdrdma", "warnings", "ranks", "env_settings",
-            "net_devices", "nvls", "collnet", "p2p_disabled", "multi_node"} <= set(data)
+    assert {
+        "nccl_version",
+        "transports",
+        "connections",
+        "gdrdma",
+        "warnings",
+        "ranks",
+        "env_settings",
+        "net_devices",
+        "nvls",
+        "collnet",
+        "p2p_disabled",
+        "multi_node",
+    } <= set(data)
     assert {"channel", "src_rank", "src_dev", "dst_rank", "dst_dev", "transport", "detail"} <= set(
-        data["connections"][0])
+        data["connections"][0]
+    )
     json.dumps(data)
 
 
 def test_render_summary_names_pairs_and_warnings():
-    text = "\n".join([PFX + "NCCL version 2.18.5+cuda12.2",
-                      PFX + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
-                      PFX + "Channel 00/0 : 1[1] -> 2[0] [send] via NET/IBext_v8/0/GDRDMA",
-                      PFX + "NET/IB : No device found."])
+    text = "\n".join(
+        [
+            PFX + "NCCL version 2.18.5+cuda12.2",
+            PFX + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+            PFX + "Channel 00/0 : 1[1] -> 2[0] [send] via NET/IBext_v8/0/GDRDMA",
+            PFX + "NET/IB : No device found.",
+        ]
+    )
     lines = nccl_log_lines(parse_nccl_log(text))
     assert lines[0] == "NCCL 2.18.5 (built for CUDA 12.2)"
     assert "transports: NET/IB (as NET/IBext_v8), P2P" in lines
@@ -393,9 +557,21 @@ def test_render_summary_names_pairs_and_warnings():
 
 
 def test_transport_family():
-    assert [transport_family(t) for t in ("P2P", "SHM", "NET/IB", "NET/Socket", "NET/IBext", "NET/IBext_v8",
-                                          "NET/AWS Libfabric", "NET/GPUDirectTCPX", "COLLNET", "NVLS")] == [
-        "P2P", "SHM", "NET/IB", "NET/Socket", "NET/IB", "NET/IB", "NET/OFI", "NET/GPUDirectTCPX", "COLLNET", "NVLS"]
+    assert [
+        transport_family(t)
+        for t in (
+            "P2P",
+            "SHM",
+            "NET/IB",
+            "NET/Socket",
+            "NET/IBext",
+            "NET/IBext_v8",
+            "NET/AWS Libfabric",
+            "NET/GPUDirectTCPX",
+            "COLLNET",
+            "NVLS",
+        )
+    ] == ["P2P", "SHM", "NET/IB", "NET/Socket", "NET/IB", "NET/IB", "NET/OFI", "NET/GPUDirectTCPX", "COLLNET", "NVLS"]
 
 
 def test_ucx_plugins_over_verbs_devices_are_the_ib_family():
@@ -406,11 +582,13 @@ def test_ucx_plugins_over_verbs_devices_are_the_ib_family():
     plugin logs them as NCCL's own IB does: "NET/IB : Using [0]mlx5_0:1/IB" (link layer IB or RoCE,
     src/p2p_plugin.c). Transport lines as in ROCm/rccl#1261: "via NET/UCX/0/GDRDMA". Without such a
     device line nothing says where UCX ran: the family stays unknown (its own name)."""
-    lines = [PFX + "P2P plugin v8 UCX-RMA",
-             PFX + "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>",
-             PFX + "Using network UCX-RMA",
-             PFX + "Channel 00/0 : 0[b7000] -> 1[7000] [send] via NET/UCX-RMA/0/GDRDMA",
-             PFX + "Channel 01/0 : 0[b7000] -> 1[7000] [send] via NET/UCX/1/GDRDMA"]
+    lines = [
+        PFX + "P2P plugin v8 UCX-RMA",
+        PFX + "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>",
+        PFX + "Using network UCX-RMA",
+        PFX + "Channel 00/0 : 0[b7000] -> 1[7000] [send] via NET/UCX-RMA/0/GDRDMA",
+        PFX + "Channel 01/0 : 0[b7000] -> 1[7000] [send] via NET/UCX/1/GDRDMA",
+    ]
     log = parse_nccl_log("\n".join(lines))
     assert log.transports == {"NET/UCX-RMA", "NET/UCX"} and log.families == {"NET/IB"}
     assert log.net_plugin == "UCX-RMA"
@@ -427,17 +605,52 @@ def test_ucx_plugins_over_verbs_devices_are_the_ib_family():
     assert "transports: NET/IB (as NET/UCX), NET/IB (as NET/UCX-RMA)" in nccl_log_lines(log)  # as judged
     no_devices = parse_nccl_log("\n".join(lines[2:]))
     assert no_devices.families == {"NET/UCX-RMA", "NET/UCX"}
-    assert not TransportRequirement(kind="NET/IB").judge(None, {}, {"transports": sorted(no_devices.transports),
-                                                                     "families": sorted(no_devices.families)}).ok
+    assert (
+        not TransportRequirement(kind="NET/IB")
+        .judge(None, {}, {"transports": sorted(no_devices.transports), "families": sorted(no_devices.families)})
+        .ok
+    )
 
 
 # ------------------------------------------------------------------------------------- properties
 
-_VOCAB = ["NCCL INFO ", "NCCL WARN ", "Channel ", "Ring ", "CollNet ", "00/0 : ", "0[0]", " -> ", "1[1b000]",
-          " [send] ", " [receive] ", "via ", "P2P/", "NET/", "COLLNET/", "IB/0", "(2)", "/GDRDMA", "SHM/direct",
-          "direct shared memory", "comm 0x1f rank ", "nranks ", "cudaDev ", "busId ", "NCCL version 2.18.5+cuda12.2",
-          "set by environment to ", "P2P is disabled between connected GPUs ", " and ", "\n", "h:1:2 [0] ",
-          "99999999999999999999999", "NVLS comm ", " nvls channels", "Using network ", "NET/IB : Using [0]"]
+_VOCAB = [
+    "NCCL INFO ",
+    "NCCL WARN ",
+    "Channel ",
+    "Ring ",
+    "CollNet ",
+    "00/0 : ",
+    "0[0]",
+    " -> ",
+    "1[1b000]",
+    " [send] ",
+    " [receive] ",
+    "via ",
+    "P2P/",
+    "NET/",
+    "COLLNET/",
+    "IB/0",
+    "(2)",
+    "/GDRDMA",
+    "SHM/direct",
+    "direct shared memory",
+    "comm 0x1f rank ",
+    "nranks ",
+    "cudaDev ",
+    "busId ",
+    "NCCL version 2.18.5+cuda12.2",
+    "set by environment to ",
+    "P2P is disabled between connected GPUs ",
+    " and ",
+    "\n",
+    "h:1:2 [0] ",
+    "99999999999999999999999",
+    "NVLS comm ",
+    " nvls channels",
+    "Using network ",
+    "NET/IB : Using [0]",
+]
 
 
 @settings(max_examples=300)
@@ -517,9 +730,17 @@ def test_topo_xml_reads_cpus_gpus_nvlinks_and_nics():
     assert topo["cpus"][0]["affinity"] == "00000000,0000ffff"
     g0, g1 = topo["gpus"]
     assert (g0["busid"], g0["dev"], g0["rank"], g0["sm"], g0["gdr"], g0["numaid"]) == (
-        "0000:19:00.0", 0, 0, 80, True, 0)
-    assert g0["nvlinks"] == [{"target": "0000:c7:00.0", "count": 2, "tclass": "0x068000", "nvswitch": True},
-                             {"target": "0000:1b:00.0", "count": 12, "tclass": "0x030200", "nvswitch": False}]
+        "0000:19:00.0",
+        0,
+        0,
+        80,
+        True,
+        0,
+    )
+    assert g0["nvlinks"] == [
+        {"target": "0000:c7:00.0", "count": 2, "tclass": "0x068000", "nvswitch": True},
+        {"target": "0000:1b:00.0", "count": 12, "tclass": "0x030200", "nvswitch": False},
+    ]
     assert (g1["busid"], g1["gdr"], g1["numaid"], g1["nvlinks"]) == ("0000:1b:00.0", False, 1, [])
     n0, n1 = topo["nics"]
     assert (n0["name"], n0["dev"], n0["speed"], n0["gdr"], n0["busid"]) == ("mlx5_0", 0, 200000, True, "0000:1a:00.0")
@@ -529,12 +750,15 @@ def test_topo_xml_reads_cpus_gpus_nvlinks_and_nics():
     assert topo["warnings"] == ["<gpu dev='1'>: link_width='x16' is not a number"]
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("", "empty text"),
-    ("<system version='1'><cpu></system>", "not well-formed XML: mismatched tag: line 1"),
-    ("NCCL INFO not xml", "not well-formed XML: syntax error"),
-    ("<topology/>", "root element is <topology>, expected <system>"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("", "empty text"),
+        ("<system version='1'><cpu></system>", "not well-formed XML: mismatched tag: line 1"),
+        ("NCCL INFO not xml", "not well-formed XML: syntax error"),
+        ("<topology/>", "root element is <topology>, expected <system>"),
+    ],
+)
 def test_topo_xml_refuses_malformed_text_in_one_line(text, reason):
     with pytest.raises(NcclTopoXmlError) as info:
         parse_topo_xml(text)

@@ -72,13 +72,18 @@ def test_stub_header_comments_are_not_nccl_lines():
 
 
 # Per machine: what NCCL did, the same at every version.
-P2P_PAIRS = {"nvlink-2gpu": {(0, 1), (1, 0)},
-             "ib-2node": {(0, 1), (1, 0), (2, 3), (3, 2)},
-             "nvls-4gpu": {(0, 1), (1, 2), (2, 3), (3, 0), (1, 0), (2, 1), (3, 2)}}
+P2P_PAIRS = {
+    "nvlink-2gpu": {(0, 1), (1, 0)},
+    "ib-2node": {(0, 1), (1, 0), (2, 3), (3, 2)},
+    "nvls-4gpu": {(0, 1), (1, 2), (2, 3), (3, 0), (1, 0), (2, 1), (3, 2)},
+}
 NET_PAIRS = {"nvlink-2gpu": set(), "ib-2node": {(1, 2), (3, 0), (0, 2), (2, 0)}, "nvls-4gpu": set()}
 HOSTS = {"nvlink-2gpu": ("a100-box",), "ib-2node": ("node-a", "node-b"), "nvls-4gpu": ("h100-box",)}
-BUSES = {"nvlink-2gpu": ("7000", "b000"), "ib-2node": ("7000", "b000", "7000", "b000"),
-         "nvls-4gpu": ("18000", "2a000", "3a000", "5d000")}
+BUSES = {
+    "nvlink-2gpu": ("7000", "b000"),
+    "ib-2node": ("7000", "b000", "7000", "b000"),
+    "nvls-4gpu": ("18000", "2a000", "3a000", "5d000"),
+}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -189,8 +194,10 @@ def test_graph_ring_neighbour_lines_are_not_cut_transport_lines():
     warning per channel and rank in every log the plugin writes itself (bench/allreduce.py asks for
     NCCL_DEBUG_SUBSYS=...,GRAPH,...). A transport line that is really cut is still reported."""
     log = parse_nccl_log(PFX + "Ring 00 : 3 -> 0 -> 1\n" + PFX + "Ring 15 : 7 -> 0 -> 1\n")
-    assert log.warnings == ("no transport lines (Channel ... via ...): the log ends before NCCL connected the "
-                            "ranks, or NCCL_DEBUG_SUBSYS leaves out INIT",)
+    assert log.warnings == (
+        "no transport lines (Channel ... via ...): the log ends before NCCL connected the "
+        "ranks, or NCCL_DEBUG_SUBSYS leaves out INIT",
+    )
     assert (log.connections, log.n_ranks) == ((), 8)  # prev/next name ranks: a lower bound without nranks
     cut = parse_nccl_log(PFX + "Ring 00 : 0[1] -> 1[2]\n" + PFX + "Ring 00 : 0 -> 1 -> \n")
     assert sum("not understood" in w for w in cut.warnings) == 2
@@ -208,12 +215,14 @@ def test_merged_ib_ports_2_20_to_2_23():
     assert log.net_devices == ("mlx5_0:1/IB", "mlx5_1:1/IB", "mlx5_2:1/RoCE")
     assert "network: IB; devices mlx5_0:1/IB, mlx5_1:1/IB, mlx5_2:1/RoCE" in nccl_log_lines(log)
     # only merged devices, no RO; a line cut inside the group keeps the whole ports it has
-    assert parse_nccl_log(PFX + "NET/IB : Using [0]={[0] mlx5_0:1/IB, [1] mlx5_1:1/IB} ; OOB ib0:10.0.0.1<0>"
-                          ).net_devices == ("mlx5_0:1/IB", "mlx5_1:1/IB")
+    assert parse_nccl_log(
+        PFX + "NET/IB : Using [0]={[0] mlx5_0:1/IB, [1] mlx5_1:1/IB} ; OOB ib0:10.0.0.1<0>"
+    ).net_devices == ("mlx5_0:1/IB", "mlx5_1:1/IB")
     assert parse_nccl_log(PFX + "NET/IB : Using [0]={[0] mlx5_0:1/IB, [1] mlx5_1:1/I").net_devices[0] == "mlx5_0:1/IB"
     # the forms before and after are unchanged
-    assert parse_nccl_log(PFX + "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB ib0:10.0.0.1<0>"
-                          ).net_devices == ("mlx5_0:1/IB", "mlx5_1:1/IB")
+    assert parse_nccl_log(
+        PFX + "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB ib0:10.0.0.1<0>"
+    ).net_devices == ("mlx5_0:1/IB", "mlx5_1:1/IB")
 
 
 def _dump_line_2_23(values, prefix):
@@ -244,7 +253,7 @@ def test_ring_dump_cut_with_dots_from_2_23_4(nranks: int, kind: str):
     assert line.endswith(" 20 204...") is (kind == "big-number-cut")
     log = parse_nccl_log(PFX + line)
     assert log.n_channels == 32 and not any("not understood" in w for w in log.warnings)
-    body = line[len("Channel 00/32 :"):]
+    body = line[len("Channel 00/32 :") :]
     # the numbers printed whole: the last token is "..." or a number whose last digits the dots took
     shown = body.split()[:-1] if body.endswith("...") else body.split()
     assert log.n_ranks == max(int(t) for t in shown) + 1

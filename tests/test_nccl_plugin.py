@@ -42,22 +42,31 @@ def test_nvswitch_box_takes_p2p_everywhere(pytester):
 def test_pcie_box_beyond_the_default_level_uses_shm(pytester):
     result = run(pytester, "8x-l40s")
     result.assert_outcomes(passed=1, skipped=2)
-    result.stdout.fnmatch_lines(["*requires_nccl_transport('P2P'): GPU0-GPU2 (NODE) would use SHM: NODE "
-                                 "(NCCL path PHB) is beyond NCCL's default P2P level PXB*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*requires_nccl_transport('P2P'): GPU0-GPU2 (NODE) would use SHM: NODE "
+            "(NCCL path PHB) is beyond NCCL's default P2P level PXB*"
+        ]
+    )
 
 
 def test_header_names_the_fallback_and_its_cause(pytester, monkeypatch):
     monkeypatch.setenv("NCCL_P2P_DISABLE", "1")
     result = run(pytester, "dgx-a100")
-    result.stdout.fnmatch_lines(["gputopo fallback: GPU0-GPU1 NV12 uses SHM instead of P2P "
-                                 "(NCCL_P2P_DISABLE=1 from environment); 27 more pairs [predicted*"])
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo fallback: GPU0-GPU1 NV12 uses SHM instead of P2P "
+            "(NCCL_P2P_DISABLE=1 from environment); 27 more pairs [predicted*"
+        ]
+    )
     result.assert_outcomes(skipped=3)
 
 
 def test_nvml_refusal_is_named_as_the_cause(pytester):
     result = run(pytester, "8x-l40s-p2p-disabled")
-    result.stdout.fnmatch_lines(["gputopo fallback: GPU0-GPU1 PIX uses SHM instead of P2P (NVML P2P read/write "
-                                 "topology not supported (TNS))*"])
+    result.stdout.fnmatch_lines(
+        ["gputopo fallback: GPU0-GPU1 PIX uses SHM instead of P2P (NVML P2P read/write topology not supported (TNS))*"]
+    )
 
 
 def test_a_stray_level_in_a_config_file_is_found(pytester, monkeypatch, tmp_path):
@@ -76,10 +85,13 @@ def test_no_fallback_gate_passes_on_a_healthy_node(pytester):
     run(pytester, "dgx-a100", "--gputopo-require", "no-fallback").assert_outcomes(passed=2, skipped=1)
 
 
-@pytest.mark.parametrize("args,message", [
-    ("'PCIe'", "kind must be one of P2P, SHM, NET, NET/IB, NET/Socket, NVLS, COLLNET or 'NET/<plugin>'"),
-    ("'P2P', gdrdma='yes'", "gdrdma must be True, False or None"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ("'PCIe'", "kind must be one of P2P, SHM, NET, NET/IB, NET/Socket, NVLS, COLLNET or 'NET/<plugin>'"),
+        ("'P2P', gdrdma='yes'", "gdrdma must be True, False or None"),
+    ],
+)
 def test_bad_transport_marker(pytester, args, message):
     pytester.makepyfile(test_x=f"import pytest\n@pytest.mark.requires_nccl_transport({args})\ndef test_x(): pass\n")
     result = pytester.runpytest("--gputopo-machine", "dgx-a100")

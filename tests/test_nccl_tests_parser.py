@@ -211,8 +211,14 @@ def test_modern_table_reads_every_field():
     assert result.collective == "all_reduce"
     assert result.nranks == 2
     assert result.rows[0] == NcclTestsRow(
-        size_bytes=1048576, count=262144, type="float", redop="sum", root=-1,
-        out_of_place=Result(30.12, 34.81, 34.81, 0), in_place=Result(29.90, 35.07, 35.07, 0))
+        size_bytes=1048576,
+        count=262144,
+        type="float",
+        redop="sum",
+        root=-1,
+        out_of_place=Result(30.12, 34.81, 34.81, 0),
+        in_place=Result(29.90, 35.07, 35.07, 0),
+    )
     assert (result.avg_busbw_gbps, result.out_of_bounds, result.ok) == (40.6175, 0, True)
     assert result.max_busbw_gbps() == 46.50
     assert result.warnings == ()
@@ -223,8 +229,7 @@ def test_to_json_has_the_documented_shape():
     assert {"rows", "avg_busbw_gbps", "max_busbw_gbps", "out_of_bounds", "warnings"} <= set(data)
     row = data["rows"][1]
     assert (row["size_bytes"], row["count"], row["type"], row["redop"]) == (2097152, 524288, "float", "sum")
-    assert row["in_place"] == {"time_us": 45.10, "algbw_gbps": 46.50, "busbw_gbps": 46.50, "wrong": 0,
-                               "error": None}
+    assert row["in_place"] == {"time_us": 45.10, "algbw_gbps": 46.50, "busbw_gbps": 46.50, "wrong": 0, "error": None}
     assert data["max_busbw_gbps"] == 46.50
     json.dumps(data, allow_nan=False)
 
@@ -254,8 +259,9 @@ def test_a_low_average_is_no_wrong_data():
     NCCL_TESTS_MIN_BW (src/util.cu writeResultFooter), not the data: it is not read as wrong data."""
     low = parse_nccl_tests(HEADER_2X + ROWS_2X + FOOTER_2X.replace("40.6175 ", "40.6175 FAILED"))
     assert (low.ok, low.data_ok, low.wrong_data()) == (False, True, None)
-    wrong = parse_nccl_tests(HEADER_2X + ROWS_2X.replace("35.07      0", "35.07      3")
-                             + FOOTER_2X.replace("0 OK", "1 FAILED"))
+    wrong = parse_nccl_tests(
+        HEADER_2X + ROWS_2X.replace("35.07      0", "35.07      3") + FOOTER_2X.replace("0 OK", "1 FAILED")
+    )
     assert (wrong.ok, wrong.data_ok) == (False, False)
     assert wrong.wrong_data() == "nccl-tests reported 3 wrong elements in-place, 'Out of bounds values : 1 FAILED'"
 
@@ -276,7 +282,7 @@ def test_no_summary_means_ok_unknown_and_a_warning():
 
 
 def test_na_nan_and_minus_one_cells_are_none():
-    rows = ("        4096          1024     float    none       0    25.72    0.16    0.16    N/A    25.62    -nan     N/A     -1\n")
+    rows = "        4096          1024     float    none       0    25.72    0.16    0.16    N/A    25.62    -nan     N/A     -1\n"
     result = parse_nccl_tests(HEADER_2X + rows + FOOTER_2X)
     row = result.rows[0]
     assert row.out_of_place == Result(25.72, 0.16, 0.16, None)
@@ -327,13 +333,19 @@ def test_columns_are_inferred_when_the_header_was_cut_off():
     assert result.rows[0].root == -1 and result.rows[0].in_place.busbw_gbps == 35.07
     assert any("columns inferred" in w for w in result.warnings)
     # Old rows without root and with a float error column.
-    old = "    33554432       8388608     float     sum    19902    1.69    2.53  2e-07    19898    1.69    2.53  2e-07\n"
+    old = (
+        "    33554432       8388608     float     sum    19902    1.69    2.53  2e-07    19898    1.69    2.53  2e-07\n"
+    )
     row = parse_nccl_tests(old).rows[0]
     assert (row.redop, row.root, row.in_place.error, row.in_place.wrong) == ("sum", None, 2e-07, None)
 
 
 def test_a_row_cut_mid_line_keeps_its_whole_cells():
-    text = HEADER_2X + ROWS_2X + "     4194304       1048576     float     sum      -1    70.20   59.75   59.75      0    70.1"
+    text = (
+        HEADER_2X
+        + ROWS_2X
+        + "     4194304       1048576     float     sum      -1    70.20   59.75   59.75      0    70.1"
+    )
     result = parse_nccl_tests(text)
     last = result.rows[-1]
     assert last.out_of_place == Result(70.20, 59.75, 59.75, 0)
@@ -342,25 +354,37 @@ def test_a_row_cut_mid_line_keeps_its_whole_cells():
 
 
 def test_lines_interleaved_inside_the_table_are_skipped():
-    noise = ("node1:4242:4250 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 7000 - Init COMPLETE\n"
-             "8 more processes have sent help message help-mtl-ofi.txt / OFI call fail\n"
-             "user@node1:~/nccl-tests$ \n")
+    noise = (
+        "node1:4242:4250 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 7000 - Init COMPLETE\n"
+        "8 more processes have sent help message help-mtl-ofi.txt / OFI call fail\n"
+        "user@node1:~/nccl-tests$ \n"
+    )
     first, second = ROWS_2X.splitlines(keepends=True)
-    assert parse_nccl_tests(HEADER_2X + first + noise + second + FOOTER_2X).rows == \
-        parse_nccl_tests(HEADER_2X + ROWS_2X + FOOTER_2X).rows
+    assert (
+        parse_nccl_tests(HEADER_2X + first + noise + second + FOOTER_2X).rows
+        == parse_nccl_tests(HEADER_2X + ROWS_2X + FOOTER_2X).rows
+    )
 
 
 def test_nranks_falls_back_to_nccl_info_lines():
     header = "\n".join(line for line in HEADER_2X.splitlines() if "Rank" not in line) + "\n"
-    info = "".join(f"h:1:2 [{r}] NCCL INFO comm 0x{r} rank {r} nranks 4 cudaDev {r} - Init COMPLETE\n" for r in range(4))
+    info = "".join(
+        f"h:1:2 [{r}] NCCL INFO comm 0x{r} rank {r} nranks 4 cudaDev {r} - Init COMPLETE\n" for r in range(4)
+    )
     assert parse_nccl_tests(info + header + ROWS_2X + FOOTER_2X).nranks == 4
     assert parse_nccl_tests(header + ROWS_2X + FOOTER_2X).nranks is None
 
 
 def test_several_runs_in_one_log():
     second = HEADER_2X.replace("float", "half") + ROWS_2X.replace("float", " half") + FOOTER_2X
-    text = ("$ ./build/all_reduce_perf -g 2\n" + HEADER_2X + ROWS_2X + FOOTER_2X
-            + "$ ./build/all_gather_perf -g 2\n" + second)
+    text = (
+        "$ ./build/all_reduce_perf -g 2\n"
+        + HEADER_2X
+        + ROWS_2X
+        + FOOTER_2X
+        + "$ ./build/all_gather_perf -g 2\n"
+        + second
+    )
     runs = parse_nccl_tests_all(text)
     assert [r.collective for r in runs] == ["all_reduce", "all_gather"]
     assert [r.rows[0].type for r in runs] == ["float", "half"]
@@ -368,13 +392,16 @@ def test_several_runs_in_one_log():
     assert first.rows == runs[0].rows and any("2 runs" in w for w in first.warnings)
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("", "no nccl-tests result table"),
-    ("hello\nworld\n", "no nccl-tests result table"),
-    (HEADER_2X, "no result row"),
-    (FOOTER_2X, "summary lines found"),
-    ("Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)\n   D\\D     0      1\n", "p2pBandwidthLatencyTest"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("", "no nccl-tests result table"),
+        ("hello\nworld\n", "no nccl-tests result table"),
+        (HEADER_2X, "no result row"),
+        (FOOTER_2X, "summary lines found"),
+        ("Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)\n   D\\D     0      1\n", "p2pBandwidthLatencyTest"),
+    ],
+)
 def test_no_table_is_a_one_line_parse_error(text, reason):
     with pytest.raises(NcclTestsParseError, match=reason) as info:
         parse_nccl_tests(text)
@@ -414,9 +441,12 @@ P2P=Disabled Latency Matrix (us)
 def test_p2p_matrices_latency_halves_and_cut_rows():
     p2p = parse_p2p_bandwidth_latency(P2P_TEXT)
     assert set(p2p.matrices) == {
-        "P2P Connectivity Matrix", "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)",
-        "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)", "P2P=Disabled Latency Matrix (us)",
-        "P2P=Disabled Latency Matrix (us) [CPU]"}
+        "P2P Connectivity Matrix",
+        "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)",
+        "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)",
+        "P2P=Disabled Latency Matrix (us)",
+        "P2P=Disabled Latency Matrix (us) [CPU]",
+    }
     assert p2p.n_gpus == 2
     bidir = p2p.matrices["Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)"]
     assert bidir == ((919.67, 41.10), (40.95, None))
@@ -459,8 +489,13 @@ def test_arbitrary_text_raises_only_the_parse_error(text):
 TABLE_ALPHABET = st.sampled_from(list("0123456789 .-+eE#/:N/A\n\tabcdefghijklmnopqrstuvwxyz*[]<>"))
 
 
-@given(st.lists(st.one_of(st.text(TABLE_ALPHABET, max_size=120),
-                          st.sampled_from((HEADER_2X + ROWS_2X + FOOTER_2X).splitlines()))).map("\n".join))
+@given(
+    st.lists(
+        st.one_of(
+            st.text(TABLE_ALPHABET, max_size=120), st.sampled_from((HEADER_2X + ROWS_2X + FOOTER_2X).splitlines())
+        )
+    ).map("\n".join)
+)
 def test_table_like_text_raises_only_the_parse_error(text):
     try:
         for result in parse_nccl_tests_all(text):
@@ -496,16 +531,24 @@ def _printed(*parts):
     return st.one_of(*parts).map(float)
 
 
-_LEGACY_TIME = _printed(st.integers(0, 9999).map(lambda x: f"{x / 100:.2f}"),
-                        st.integers(1000, 99999).map(lambda x: f"{x / 10:.1f}"), st.integers(10000, 10**8).map(str))
+_LEGACY_TIME = _printed(
+    st.integers(0, 9999).map(lambda x: f"{x / 100:.2f}"),
+    st.integers(1000, 99999).map(lambda x: f"{x / 10:.1f}"),
+    st.integers(10000, 10**8).map(str),
+)
 _LEGACY_BW = _printed(st.integers(0, 10**6).map(lambda x: f"{x / 100:.2f}"))
-_CURRENT_TIME = _printed(st.integers(0, 999999).map(lambda x: f"{x / 100:.2f}"),
-                         st.integers(100000, 999999).map(lambda x: f"{x / 10:.1f}"),
-                         st.integers(100000, 9999999).map(str),
-                         st.tuples(st.integers(10, 99), st.integers(7, 12)).map(lambda m: f"{m[0] / 10:.1f}e+{m[1]:02d}"))
-_CURRENT_BW = _printed(st.integers(0, 99999).map(lambda x: f"{x / 100:.2f}"),
-                       st.integers(10000, 99999).map(lambda x: f"{x / 10:.1f}"), st.integers(10000, 999999).map(str),
-                       st.tuples(st.integers(1, 9), st.integers(6, 9)).map(lambda m: f"{m[0]}e+{m[1]:02d}"))
+_CURRENT_TIME = _printed(
+    st.integers(0, 999999).map(lambda x: f"{x / 100:.2f}"),
+    st.integers(100000, 999999).map(lambda x: f"{x / 10:.1f}"),
+    st.integers(100000, 9999999).map(str),
+    st.tuples(st.integers(10, 99), st.integers(7, 12)).map(lambda m: f"{m[0] / 10:.1f}e+{m[1]:02d}"),
+)
+_CURRENT_BW = _printed(
+    st.integers(0, 99999).map(lambda x: f"{x / 100:.2f}"),
+    st.integers(10000, 99999).map(lambda x: f"{x / 10:.1f}"),
+    st.integers(10000, 999999).map(str),
+    st.tuples(st.integers(1, 9), st.integers(6, 9)).map(lambda m: f"{m[0]}e+{m[1]:02d}"),
+)
 _VERSIONS = {None: (_CURRENT_TIME, _CURRENT_BW), (2, 13, 9): (_LEGACY_TIME, _LEGACY_BW)}
 
 
@@ -513,26 +556,57 @@ def _rows(version):
     time, bw = _VERSIONS[version]
     # #wrong: "%5g" / "%6g", exact up to 10^6.
     cells = st.builds(Result, time | st.none(), bw | st.none(), bw | st.none(), st.integers(0, 10**6) | st.none())
-    return st.builds(NcclTestsRow, st.integers(0, 2**40), st.integers(0, 2**38),
-                     st.sampled_from(["float", "half", "bfloat16", "int8", "double"]),
-                     st.sampled_from(["sum", "prod", "min", "max", "avg", "none"]), st.integers(-1, 64), cells, cells)
+    return st.builds(
+        NcclTestsRow,
+        st.integers(0, 2**40),
+        st.integers(0, 2**38),
+        st.sampled_from(["float", "half", "bfloat16", "int8", "double"]),
+        st.sampled_from(["sum", "prod", "min", "max", "avg", "none"]),
+        st.integers(-1, 64),
+        cells,
+        cells,
+    )
 
 
-@given(data=st.data(), version=st.sampled_from(sorted(_VERSIONS, key=str)), oob=st.integers(0, 100),
-       avg=st.floats(0, 1e4, allow_nan=False).map(lambda x: float(f"{x:g}")),
-       nranks=st.integers(1, 16), collective=st.sampled_from([None, "all_reduce", "all_gather", "alltoall"]))
+@given(
+    data=st.data(),
+    version=st.sampled_from(sorted(_VERSIONS, key=str)),
+    oob=st.integers(0, 100),
+    avg=st.floats(0, 1e4, allow_nan=False).map(lambda x: float(f"{x:g}")),
+    nranks=st.integers(1, 16),
+    collective=st.sampled_from([None, "all_reduce", "all_gather", "alltoall"]),
+)
 def test_render_then_parse_round_trips(data, version, oob, avg, nranks, collective):
     """The renderer prints each version's format (the current one by default) and the
     parser reads both."""
     rows = data.draw(st.lists(_rows(version), min_size=1, max_size=12))
     wrong = any(r.wrong for row in rows for r in row.results())
-    result = NcclTestsResult(collective=collective, rows=tuple(rows), avg_busbw_gbps=avg, out_of_bounds=oob,
-                             ok=oob == 0 and not wrong, nranks=nranks, data_ok=oob == 0 and not wrong)
+    result = NcclTestsResult(
+        collective=collective,
+        rows=tuple(rows),
+        avg_busbw_gbps=avg,
+        out_of_bounds=oob,
+        ok=oob == 0 and not wrong,
+        nranks=nranks,
+        data_ok=oob == 0 and not wrong,
+    )
     assert parse_nccl_tests(render_nccl_tests(result, version=version)) == result
 
 
-_FIGURES = NcclTestsResult("all_reduce", (NcclTestsRow(
-    1 << 30, 1 << 28, "float", "sum", -1, Result(1234.56, 1234.56, 8.5, 0), Result(12345.67, 99.994, 0.5, 1048576)),))
+_FIGURES = NcclTestsResult(
+    "all_reduce",
+    (
+        NcclTestsRow(
+            1 << 30,
+            1 << 28,
+            "float",
+            "sum",
+            -1,
+            Result(1234.56, 1234.56, 8.5, 0),
+            Result(12345.67, 99.994, 0.5, 1048576),
+        ),
+    ),
+)
 
 
 def test_render_prints_the_current_get_float_str_by_default():
@@ -544,9 +618,12 @@ def test_render_prints_the_current_get_float_str_by_default():
     lines = render_nccl_tests(_FIGURES).splitlines()
     assert lines[-4:-2] == [
         "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong ",
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         "]
-    assert lines[-2] == ("  1073741824     268435456     float     sum      -1"
-                         "  1234.56  1234.6    8.50       0  12345.7   99.99    0.50  1.04858e+06")
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         ",
+    ]
+    assert lines[-2] == (
+        "  1073741824     268435456     float     sum      -1"
+        "  1234.56  1234.6    8.50       0  12345.7   99.99    0.50  1.04858e+06"
+    )
 
 
 def test_render_prints_an_old_version_as_it_printed():
@@ -555,30 +632,48 @@ def test_render_prints_an_old_version_as_it_printed():
     lines = render_nccl_tests(_FIGURES, version=(2, 13, 9)).splitlines()
     assert lines[-4:-2] == [
         "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       "]
-    assert lines[-2] == ("  1073741824     268435456     float     sum      -1"
-                         "   1234.6  1234.56    8.50      0    12346   99.99    0.50  1.04858e+06")
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
+    ]
+    assert lines[-2] == (
+        "  1073741824     268435456     float     sum      -1"
+        "   1234.6  1234.56    8.50      0    12346   99.99    0.50  1.04858e+06"
+    )
     assert render_nccl_tests(_FIGURES, version=(2, 17, 2)) == render_nccl_tests(_FIGURES, version=(2, 13, 9))
     assert render_nccl_tests(_FIGURES, version=(2, 17, 3)) == render_nccl_tests(_FIGURES)
 
 
 def _sweep(world_size: int, wrongs: list[int]) -> dict:
-    rows = [{"size_bytes": 4096 << i, "count": 1024 << i, "time_us": 100.0, "algbw_gbps": 1.0, "busbw_gbps": 1.0,
-             "wrong": w} for i, w in enumerate(wrongs)]
-    return {"origin": "measured", "host": "node1", "devices": None, "worker_pids": list(range(100, 100 + world_size)),
-            "sizes": {"begin": 4096, "end": rows[-1]["size_bytes"], "factor": 2},
-            "expected": {"gbps": None, "basis": "gloo on CPUs"},
-            "result": {"rows": rows, "dtype": "float32", "world_size": world_size, "backend": "gloo"}}
+    rows = [
+        {
+            "size_bytes": 4096 << i,
+            "count": 1024 << i,
+            "time_us": 100.0,
+            "algbw_gbps": 1.0,
+            "busbw_gbps": 1.0,
+            "wrong": w,
+        }
+        for i, w in enumerate(wrongs)
+    ]
+    return {
+        "origin": "measured",
+        "host": "node1",
+        "devices": None,
+        "worker_pids": list(range(100, 100 + world_size)),
+        "sizes": {"begin": 4096, "end": rows[-1]["size_bytes"], "factor": 2},
+        "expected": {"gbps": None, "basis": "gloo on CPUs"},
+        "result": {"rows": rows, "dtype": "float32", "world_size": world_size, "backend": "gloo"},
+    }
 
 
 def test_a_sweep_counts_out_of_bounds_values_as_nccl_tests_does():
-    """"Out of bounds values" counts checks as nccl-tests does, not the sizes with wrong data:
+    """ "Out of bounds values" counts checks as nccl-tests does, not the sizes with wrong data:
     CheckData adds 1 to its thread's errors when the GPUs that thread checks hold a wrong element,
     and run() sums errors over threads and (MPI_Allreduce) over processes (src/common.cu at v2.13.9
     and v2.19.6). The sweep runs one process per rank, so nccl-tests would count one per rank whose
     check failed, per size; the sweep keeps wrong elements summed over ranks, which fixes that count
     only when each size has at most one wrong element (or one rank). Otherwise the table gives the
     floor and says so."""
+
     def oob(text):
         return [line for line in text.splitlines() if "Out of bounds" in line]
 
@@ -586,9 +681,11 @@ def test_a_sweep_counts_out_of_bounds_values_as_nccl_tests_does():
     assert oob(sweep_table(_sweep(1, [5]))) == ["# Out of bounds values : 1 FAILED"]
     assert oob(sweep_table(_sweep(2, [0, 0]))) == ["# Out of bounds values : 0 OK"]
     text = sweep_table(_sweep(2, [0, 4, 1]))
-    assert oob(text) == ["# Out of bounds values : 2 FAILED",
-                         "# gputopo: Out of bounds values counts, per size, the ranks whose check found wrong "
-                         "elements; this sweep kept them summed over ranks, so 2 is a floor (at most 3)"]
+    assert oob(text) == [
+        "# Out of bounds values : 2 FAILED",
+        "# gputopo: Out of bounds values counts, per size, the ranks whose check found wrong "
+        "elements; this sweep kept them summed over ranks, so 2 is a floor (at most 3)",
+    ]
     assert parse_nccl_tests(text).out_of_bounds == 2
 
 
@@ -634,29 +731,68 @@ def _wait_gone(pids, within_s: float = 30.0) -> list[int]:  # returns as soon as
 
 def test_argv_is_one_size_with_the_check_on():
     assert nt.all_reduce_perf_argv("/x/all_reduce_perf", 8, 1 << 30, iters=50, warmup=10) == [
-        "/x/all_reduce_perf", "-b", "1073741824", "-e", "1073741824", "-f", "2", "-g", "8",
-        "-n", "50", "-w", "10", "-c", "1"]
+        "/x/all_reduce_perf",
+        "-b",
+        "1073741824",
+        "-e",
+        "1073741824",
+        "-f",
+        "2",
+        "-g",
+        "8",
+        "-n",
+        "50",
+        "-w",
+        "10",
+        "-c",
+        "1",
+    ]
     for bad in ({"n_gpus": 0}, {"size_bytes": -1}, {"iters": 0}, {"warmup": -1}, {"n_gpus": True}):
         args = {"n_gpus": 2, "size_bytes": 8, **bad}
         with pytest.raises(ValueError, match=next(iter(bad))):
-            nt.all_reduce_perf_argv("b", args["n_gpus"], args["size_bytes"],
-                                    iters=args.get("iters", 20), warmup=args.get("warmup", 5))
+            nt.all_reduce_perf_argv(
+                "b", args["n_gpus"], args["size_bytes"], iters=args.get("iters", 20), warmup=args.get("warmup", 5)
+            )
 
 
 def test_runner_passes_the_flags_and_parses_the_output(tmp_path):
     text_file = tmp_path / "out.txt"
     text_file.write_text(SAMPLE_TEXT)
-    binary = _fake(tmp_path, """\
+    binary = _fake(
+        tmp_path,
+        """\
         import os, sys
         open(os.environ["FAKE_ARGV"], "w").write("\\n".join(sys.argv[1:]))
         sys.stdout.write(open(os.environ["FAKE_TEXT"]).read())
-        """)
+        """,
+    )
     argv_file = tmp_path / "argv"
-    result = nt.run_all_reduce_perf(binary, 2, 1 << 20, iters=7, warmup=3, timeout_s=60,
-                                    env=_env(FAKE_TEXT=str(text_file), FAKE_ARGV=str(argv_file)))
+    result = nt.run_all_reduce_perf(
+        binary,
+        2,
+        1 << 20,
+        iters=7,
+        warmup=3,
+        timeout_s=60,
+        env=_env(FAKE_TEXT=str(text_file), FAKE_ARGV=str(argv_file)),
+    )
     assert result == parse_nccl_tests(SAMPLE_TEXT)
-    assert argv_file.read_text().split("\n") == ["-b", "1048576", "-e", "1048576", "-f", "2", "-g", "2",
-                                                 "-n", "7", "-w", "3", "-c", "1"]
+    assert argv_file.read_text().split("\n") == [
+        "-b",
+        "1048576",
+        "-e",
+        "1048576",
+        "-f",
+        "2",
+        "-g",
+        "2",
+        "-n",
+        "7",
+        "-w",
+        "3",
+        "-c",
+        "1",
+    ]
 
 
 @pytest.mark.skipif(not PERF_SAMPLES, reason=NO_CORPUS)
@@ -667,23 +803,30 @@ def test_runner_reads_a_real_sample_as_printed(tmp_path):
 
 
 def test_runner_nonzero_exit_raises_with_the_tail(tmp_path):
-    binary = _fake(tmp_path, """\
+    binary = _fake(
+        tmp_path,
+        """\
         import sys
         print("some setup line")
         print("node1: Test NCCL failure common.cu:954 'unhandled cuda error'", file=sys.stderr)
         sys.exit(3)
-        """)
+        """,
+    )
     with pytest.raises(NcclTestsRunError, match=r"(?s)exited with status 3.*unhandled cuda error"):
         nt.run_all_reduce_perf(binary, 2, 8, timeout_s=60)
 
 
-WRONG_RUN = HEADER_2X + ROWS_2X.replace("35.07      0", "35.07      3") + """\
+WRONG_RUN = (
+    HEADER_2X
+    + ROWS_2X.replace("35.07      0", "35.07      3")
+    + """\
 # Out of bounds values : 1 FAILED
 # Avg bus bandwidth    : 40.6175 
 #
 # Collective test concluded: all_reduce_perf
  .. node1 pid 4242: Test failure common.cu:1453
 """
+)
 
 
 def test_runner_wrong_data_is_a_result_not_a_run_error(tmp_path):
@@ -692,11 +835,14 @@ def test_runner_wrong_data_is_a_result_not_a_run_error(tmp_path):
     with its figure and its wrong data, so a marker fails, not a run error that only skips."""
     text_file = tmp_path / "out.txt"
     text_file.write_text(WRONG_RUN)
-    binary = _fake(tmp_path, """\
+    binary = _fake(
+        tmp_path,
+        """\
         import os, sys
         sys.stdout.write(open(os.environ["FAKE_TEXT"]).read())
         sys.exit(7)
-        """)
+        """,
+    )
     result = nt.run_all_reduce_perf(binary, 2, 1 << 20, timeout_s=60, env=_env(FAKE_TEXT=str(text_file)))
     assert result.avg_busbw_gbps == 40.6175
     assert result.wrong_data() == "nccl-tests reported 3 wrong elements in-place, 'Out of bounds values : 1 FAILED'"
@@ -777,7 +923,7 @@ def test_runner_a_run_that_did_not_finish_is_an_error_whatever_it_exits_with(tmp
     """Status 1 is also testInternalError (src/common.h testResult_t) from a run that failed early:
     without the summary nccl-tests prints only at its end, or with a summary that says OK, the
     status is no verdict on the data and the run stays an error."""
-    cut = WRONG_V2_13_9[:WRONG_V2_13_9.index("# Out of bounds")] + " .. node1 pid 4242: Test failure common.cu:892\n"
+    cut = WRONG_V2_13_9[: WRONG_V2_13_9.index("# Out of bounds")] + " .. node1 pid 4242: Test failure common.cu:892\n"
     all_ok = WRONG_V2_13_9.replace("      3\n", "      0\n").replace("1 FAILED", "0 OK")
     for text in (cut, all_ok):
         (tmp_path / "out.txt").write_text(text)
@@ -800,7 +946,9 @@ def test_runner_missing_binary_raises_run_error(tmp_path):
 
 def _spawning_sleeper(tmp_path: Path, ignore_term: bool, setsid: bool = False) -> tuple[str, Path]:
     pids = tmp_path / "pids"
-    binary = _fake(tmp_path, f"""\
+    binary = _fake(
+        tmp_path,
+        f"""\
         import os, signal, subprocess, sys, time
         if {ignore_term!r}:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -809,7 +957,8 @@ def _spawning_sleeper(tmp_path: Path, ignore_term: bool, setsid: bool = False) -
         open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
         print("# nThread 1 nGpus 2", flush=True)
         time.sleep(600)
-        """)
+        """,
+    )
     return binary, pids
 
 
@@ -855,12 +1004,15 @@ def test_a_finished_run_leaves_no_helper_behind(tmp_path):
     pids = tmp_path / "pids"
     text_file = tmp_path / "out.txt"
     text_file.write_text(SAMPLE_TEXT)
-    binary = _fake(tmp_path, f"""\
+    binary = _fake(
+        tmp_path,
+        f"""\
         import os, subprocess, sys
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
         open({str(pids)!r}, "w").write(str(child.pid))
         sys.stdout.write(open(os.environ["FAKE_TEXT"]).read())
-        """)
+        """,
+    )
     try:
         nt.run_all_reduce_perf(binary, 2, 1 << 20, timeout_s=60, env=_env(FAKE_TEXT=str(text_file)))
         assert _wait_gone(_started_pids(pids)) == []
@@ -885,7 +1037,9 @@ def test_find_all_reduce_perf_order(tmp_path):
     on_path = _exe(tmp_path / "bin")
     named = _exe(tmp_path / "nccl-tests" / "build")
     dcgm = _exe(tmp_path / "dcgm")
-    assert find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(Path(named).parent), "PATH": str(tmp_path / "bin")}) == named
+    assert (
+        find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(Path(named).parent), "PATH": str(tmp_path / "bin")}) == named
+    )
     assert find_all_reduce_perf({"DCGM_NCCL_TESTS_BIN_PATH": str(Path(dcgm).parent)}) == dcgm
     # A variable naming a folder without the binary falls through to PATH.
     assert find_all_reduce_perf({"NCCL_TESTS_BIN_PATH": str(tmp_path), "PATH": str(tmp_path / "bin")}) == on_path

@@ -53,8 +53,9 @@ def _square(result: Nvbandwidth) -> list[NvbMatrix]:
 def _figures(testcases) -> int:
     """How many numbers these testcases hold: cells and sums."""
     matrices = [m for tc in testcases for m in tc.matrices]
-    return sum(v is not None for m in matrices for row in m.cells for v in row) + \
-        sum(m.sum is not None for m in matrices)
+    return sum(v is not None for m in matrices for row in m.cells for v in row) + sum(
+        m.sum is not None for m in matrices
+    )
 
 
 def _one_line_refusal(text) -> str:
@@ -88,8 +89,13 @@ def test_corpus_sample_meets_its_meta(path: Path):
         assert matrix.sum == pytest.approx(total)
     values = [v for m in _matrices(result) for row in m.cells for v in row if v is not None]
     assert max(values) == pytest.approx(want["max_cell"])
-    offdiag = [v for m in _square(result) for i, row in enumerate(m.cells) for j, v in enumerate(row)
-               if i != j and v is not None]
+    offdiag = [
+        v
+        for m in _square(result)
+        for i, row in enumerate(m.cells)
+        for j, v in enumerate(row)
+        if i != j and v is not None
+    ]
     assert min(offdiag) == pytest.approx(want["min_offdiag"])
     if want.get("diag") == "N/A":
         assert all(m.cells[i][i] is None for m in _square(result) for i in range(len(m.rows)))
@@ -113,7 +119,7 @@ def _assert_prefix(part: Nvbandwidth, full: Nvbandwidth, where) -> None:
     missing, each list a prefix of the full one."""
     for name in ("version", "driver_version", "cuda_runtime_version"):
         assert getattr(part, name) in (None, getattr(full, name)), (where, name)
-    assert part.devices == full.devices[:len(part.devices)], where
+    assert part.devices == full.devices[: len(part.devices)], where
     assert len(part.testcases) <= len(full.testcases), where
     for got, real in zip(part.testcases, full.testcases, strict=False):  # here and below: the cut's prefix
         assert got.name == real.name, where
@@ -122,14 +128,14 @@ def _assert_prefix(part: Nvbandwidth, full: Nvbandwidth, where) -> None:
         for m, r in zip(got.matrices, real.matrices, strict=False):
             assert m.key in (r.key, got.name), where
             assert m.title in (r.title, ""), where
-            assert m.columns == r.columns[:len(m.columns)], where
-            assert m.rows == r.rows[:len(m.rows)], where
+            assert m.columns == r.columns[: len(m.columns)], where
+            assert m.rows == r.rows[: len(m.rows)], where
             for row, real_row in zip(m.cells, r.cells, strict=False):
                 assert len(row) == len(m.columns), where
                 assert all(v is None or v == w for v, w in zip(row, real_row, strict=False)), where
             assert m.sum in (None, r.sum), where
     # A cut that lost figures of a testcase it shows says so.
-    if _figures(part.testcases) < _figures(full.testcases[:len(part.testcases)]):
+    if _figures(part.testcases) < _figures(full.testcases[: len(part.testcases)]):
         assert part.warnings, where
 
 
@@ -165,10 +171,17 @@ def test_other_corpus_texts_are_refused_with_one_line():
         assert looks_like_nvbandwidth(path.read_text())
 
 
-@pytest.mark.parametrize("folder, says", [("ncclperf", ("nccl-tests", "p2pBandwidthLatencyTest")),
-                                          ("nccl", ("nccl-tests", "NCCL_DEBUG=INFO")),
-                                          ("topo", ("nvidia-smi",)), ("p2pmatrix", ("nvidia-smi",)),
-                                          ("rocm", ("rocm-smi",)), ("nvlink-status", ("nvidia-smi",))])
+@pytest.mark.parametrize(
+    "folder, says",
+    [
+        ("ncclperf", ("nccl-tests", "p2pBandwidthLatencyTest")),
+        ("nccl", ("nccl-tests", "NCCL_DEBUG=INFO")),
+        ("topo", ("nvidia-smi",)),
+        ("p2pmatrix", ("nvidia-smi",)),
+        ("rocm", ("rocm-smi",)),
+        ("nvlink-status", ("nvidia-smi",)),
+    ],
+)
 def test_a_refusal_names_the_tool_the_text_comes_from(folder, says):
     paths = sorted((CORPUS / folder).glob("*.txt")) if (CORPUS / folder).is_dir() else []
     if not paths:
@@ -253,17 +266,31 @@ BIDIR = "device_to_device_bidirectional_memcpy_read_ce"
 def test_v08_text_reads_every_field():
     result = parse_nvbandwidth(V08)
     assert (result.version, result.driver_version, result.cuda_runtime_version) == ("v0.8", "550.54.15", "12.4")
-    assert result.devices == ((0, "NVIDIA A100-SXM4-80GB", "00000000:07:00"),
-                              (1, "NVIDIA A100-SXM4-80GB", "00000000:0a:00"),
-                              (2, "NVIDIA A100-PCIE-40GB", "00000001:c1:00"))
+    assert result.devices == (
+        (0, "NVIDIA A100-SXM4-80GB", "00000000:07:00"),
+        (1, "NVIDIA A100-SXM4-80GB", "00000000:0a:00"),
+        (2, "NVIDIA A100-PCIE-40GB", "00000001:c1:00"),
+    )
     assert [(t.name, t.status, t.message) for t in result.testcases] == [
-        ("host_to_device_memcpy_ce", "ran", None), ("device_to_device_memcpy_write_ce", "ran", None),
-        (BIDIR, "ran", None), ("", "waived", None),
+        ("host_to_device_memcpy_ce", "ran", None),
+        ("device_to_device_memcpy_write_ce", "ran", None),
+        (BIDIR, "ran", None),
+        ("", "waived", None),
         ("device_local_copy", "error", "cuMemAlloc failed on device 2"),
-        ("nvlink_magic", "error", "Testcase nvlink_magic not found!")]
+        ("nvlink_magic", "error", "Testcase nvlink_magic not found!"),
+    ]
     h2d, write, bidir = (t.matrices for t in result.testcases[:3])
-    assert h2d == (NvbMatrix("host_to_device_memcpy_ce", "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
-                             "GB/s", ("0",), ("0", "1", "2"), ((25.12, 25.10, 24.98),), 75.20),)
+    assert h2d == (
+        NvbMatrix(
+            "host_to_device_memcpy_ce",
+            "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+            "GB/s",
+            ("0",),
+            ("0", "1", "2"),
+            ((25.12, 25.10, 24.98),),
+            75.20,
+        ),
+    )
     assert write[0].cells == ((None, 273.50, None), (274.01, None, None), (None, None, None))
     assert (write[0].key, write[0].sum, write[0].rows) == ("device_to_device_memcpy_write_ce", 547.51, ("0", "1", "2"))
     assert [m.key for m in bidir] == [BIDIR + "_read1", BIDIR + "_read2", BIDIR + "_total"]
@@ -316,8 +343,12 @@ def test_perf_formatter_lines_and_latency_units():
     result = parse_nvbandwidth(V10_PERF)
     assert result.cuda_runtime_version == "13.2" and result.devices == ()
     latency, read = (t.matrices[0] for t in result.testcases)
-    assert (latency.key, latency.unit, latency.sum, latency.cells) == ("host_device_latency_sm", "ns", 1602.45,
-                                                                       ((812.34, 790.11),))
+    assert (latency.key, latency.unit, latency.sum, latency.cells) == (
+        "host_device_latency_sm",
+        "ns",
+        1602.45,
+        ((812.34, 790.11),),
+    )
     assert (read.unit, read.sum) == ("GB/s", 790.13)
     assert result.warnings == ()
     assert render_nvbandwidth(result, perf_formatter=True) == V10_PERF
@@ -325,15 +356,19 @@ def test_perf_formatter_lines_and_latency_units():
 
 def test_v10_extra_lines_and_verbose_output_are_skipped():
     text = V10_PERF.replace("&&&& PERF", "SUM").replace(" -ns", "").replace(" +GB/s", "")
-    text = text.replace("SUM device_to_device_memcpy_read_ce 790.13\n",
-                        "SUM device_to_device_memcpy_read_ce 790.13\n"
-                        "COEFFICIENT_OF_VARIATION device_to_device_memcpy_read_ce 0.00\n"
-                        "MIN device_to_device_memcpy_read_ce 0.00\nMAX device_to_device_memcpy_read_ce 395.08\n"
-                        "AVG device_to_device_memcpy_read_ce 395.07\n")
+    text = text.replace(
+        "SUM device_to_device_memcpy_read_ce 790.13\n",
+        "SUM device_to_device_memcpy_read_ce 790.13\n"
+        "COEFFICIENT_OF_VARIATION device_to_device_memcpy_read_ce 0.00\n"
+        "MIN device_to_device_memcpy_read_ce 0.00\nMAX device_to_device_memcpy_read_ce 395.08\n"
+        "AVG device_to_device_memcpy_read_ce 395.07\n",
+    )
     # --verbose: per-sample lines between the Running line and the description.
-    text = text.replace("Running device_to_device_memcpy_read_ce.\n",
-                        "Running device_to_device_memcpy_read_ce.\n\tSample 0: device 1 -> device 0: 395.05\n"
-                        "\tSample 0: device 0 -> device 1: 395.08\n")
+    text = text.replace(
+        "Running device_to_device_memcpy_read_ce.\n",
+        "Running device_to_device_memcpy_read_ce.\n\tSample 0: device 1 -> device 0: 395.05\n"
+        "\tSample 0: device 0 -> device 1: 395.08\n",
+    )
     result = parse_nvbandwidth(text)
     assert result == parse_nvbandwidth(render_nvbandwidth(result))
     read = result.testcases[1].matrices[0]
@@ -349,18 +384,21 @@ def test_double_spaced_and_crlf_pastes_read_the_same():
 
 def test_multinode_bisect_rows_are_labelled():
     # MultinodeBisectWriteCE: one column, rows "<rank>-><peer>" with ids padded to the widest rank.
-    text = ("nvbandwidth Version: v0.8\n\nRunning multinode_bisect_write_ce.\n"
-            "Bisect benchmarking, simultaneous write CE BW\n"
-            "               0\n 0-> 8    123.45\n 1-> 9    123.40\n 8-> 0    120.00\n10-> 2    121.00\n\n"
-            "SUM multinode_bisect_write_ce 487.85\n\n")
+    text = (
+        "nvbandwidth Version: v0.8\n\nRunning multinode_bisect_write_ce.\n"
+        "Bisect benchmarking, simultaneous write CE BW\n"
+        "               0\n 0-> 8    123.45\n 1-> 9    123.40\n 8-> 0    120.00\n10-> 2    121.00\n\n"
+        "SUM multinode_bisect_write_ce 487.85\n\n"
+    )
     m = parse_nvbandwidth(text).testcases[0].matrices[0]
     assert (m.rows, m.columns, m.unit) == (("0-> 8", "1-> 9", "8-> 0", "10-> 2"), ("0",), "")
     assert m.cells == ((123.45,), (123.40,), (120.00,), (121.00,))
 
 
 def test_bad_cells_end_their_row_and_say_where():
-    text = V08.replace(" 1    274.01       N/A       N/A", " 1    274.01      oops     12.00") \
-              .replace(" 0     25.12     25.10     24.98", " 0       nan     25.10      -inf")
+    text = V08.replace(" 1    274.01       N/A       N/A", " 1    274.01      oops     12.00").replace(
+        " 0     25.12     25.10     24.98", " 0       nan     25.10      -inf"
+    )
     result = parse_nvbandwidth(text)
     assert result.testcases[0].matrices[0].cells == ((None, 25.10, None),)
     assert result.testcases[1].matrices[0].cells[1] == (274.01, None, None)
@@ -378,7 +416,7 @@ def test_a_short_row_keeps_its_cells_and_warns():
 
 
 def test_a_row_cut_mid_number_drops_the_partial_cell():
-    text = V08[:V08.index(" 0       N/A    273.50") + len(" 0       N/A    27")]
+    text = V08[: V08.index(" 0       N/A    273.50") + len(" 0       N/A    27")]
     result = parse_nvbandwidth(text)
     write = result.testcases[1].matrices[0]
     assert write.cells == ((None, None, None),)  # "27" may be "273.50": not read
@@ -386,7 +424,7 @@ def test_a_row_cut_mid_number_drops_the_partial_cell():
     assert any("last cell '27' may be cut" in w for w in result.warnings)
     assert any("no SUM line" in w for w in result.warnings)
     # A SUM line cut inside its value keeps no sum; a complete one ("%.2f") is read.
-    cut_sum = V08[:V08.index("SUM host_to_device_memcpy_ce 75.2") + len("SUM host_to_device_memcpy_ce 75.2")]
+    cut_sum = V08[: V08.index("SUM host_to_device_memcpy_ce 75.2") + len("SUM host_to_device_memcpy_ce 75.2")]
     assert parse_nvbandwidth(cut_sum).testcases[0].matrices[0].sum is None
     whole_sum = cut_sum + "0"
     assert parse_nvbandwidth(whole_sum).testcases[0].matrices[0].sum == 75.20
@@ -395,7 +433,8 @@ def test_a_row_cut_mid_number_drops_the_partial_cell():
 def test_a_fatal_cuda_error_after_running_marks_the_testcase():
     text = V10_PERF.split("Running device_to_device")[0] + (
         "Running device_to_device_memcpy_read_ce.\n[CUDA_ERROR_OUT_OF_MEMORY] out of memory in expression "
-        "cuMemAlloc(&buffer, size) in DeviceBuffer() : memcpy.cpp:120\n")
+        "cuMemAlloc(&buffer, size) in DeviceBuffer() : memcpy.cpp:120\n"
+    )
     result = parse_nvbandwidth(text)
     tc = result.testcases[1]
     assert (tc.name, tc.status, tc.matrices) == ("device_to_device_memcpy_read_ce", "error", ())
@@ -405,29 +444,40 @@ def test_a_fatal_cuda_error_after_running_marks_the_testcase():
 def test_several_pasted_runs_are_read_in_order():
     second = V10_PERF.replace("host_device_latency_sm", "device_to_device_latency_sm")
     result = parse_nvbandwidth("#####\n" + V10_PERF + "\n#####\n\n" + second)
-    assert [t.name for t in result.testcases] == ["host_device_latency_sm", "device_to_device_memcpy_read_ce",
-                                                  "device_to_device_latency_sm", "device_to_device_memcpy_read_ce"]
+    assert [t.name for t in result.testcases] == [
+        "host_device_latency_sm",
+        "device_to_device_memcpy_read_ce",
+        "device_to_device_latency_sm",
+        "device_to_device_memcpy_read_ce",
+    ]
     assert any("several nvbandwidth runs" in w for w in result.warnings)
 
 
 def test_a_matrix_without_running_line_is_not_read():
-    excerpt = V08[V08.index("memcpy CE GPU(row) <- GPU"):V08.index("Running device_to_device_bidirectional")]
+    excerpt = V08[V08.index("memcpy CE GPU(row) <- GPU") : V08.index("Running device_to_device_bidirectional")]
     assert "no 'nvbandwidth Version' line" in _one_line_refusal(excerpt)
     result = parse_nvbandwidth("nvbandwidth Version: v0.8\n\n" + excerpt)
     assert result.testcases == ()
     assert any("no 'Running <testcase>.' line" in w for w in result.warnings)
 
 
-@pytest.mark.parametrize("text, says", [
-    ("", "no nvbandwidth output"),
-    ("hello\nworld\n", "no nvbandwidth output"),
-    ("Running device_to_device_memcpy_read_ce.\nmemcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)\n",
-     "no result matrix after"),
-    ("#  Rank  0 Group  0 Pid 1 on n device  0 [0x07] NVIDIA A100\n# Avg bus bandwidth    : 40.6 \n", "nccl-tests"),
-    ("Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)\n   D\\D     0      1\n     0 919.67  41.10\n",
-     "p2pBandwidthLatencyTest"),
-    ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV12\t0-63\nGPU1\tNV12\t X \t0-63\n", "nvidia-smi"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("", "no nvbandwidth output"),
+        ("hello\nworld\n", "no nvbandwidth output"),
+        (
+            "Running device_to_device_memcpy_read_ce.\nmemcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)\n",
+            "no result matrix after",
+        ),
+        ("#  Rank  0 Group  0 Pid 1 on n device  0 [0x07] NVIDIA A100\n# Avg bus bandwidth    : 40.6 \n", "nccl-tests"),
+        (
+            "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)\n   D\\D     0      1\n     0 919.67  41.10\n",
+            "p2pBandwidthLatencyTest",
+        ),
+        ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV12\t0-63\nGPU1\tNV12\t X \t0-63\n", "nvidia-smi"),
+    ],
+)
 def test_other_text_is_a_one_line_refusal(text, says):
     assert says in _one_line_refusal(text)
     assert looks_like_nvbandwidth(text) is False
@@ -493,15 +543,39 @@ def test_arbitrary_text_raises_only_the_parse_error(text):
     _parses_or_refuses(text)
 
 
-_LINES = V08.splitlines() + V10_PERF.splitlines() + [
-    "COEFFICIENT_OF_VARIATION x 0.00", "SUM", "&&&& PERF", "&&&& PERF k", "Running .", "Running x.", "Device 9:",
-    "Device 1: (0:0:0)", "ERROR:", "Error:", "Waived:", " 0-> 8    1.00", "0->", "CUDA Runtime Version: x",
-    "CUDA Runtime Version: 99999999999", "nvbandwidth Version:", "[CUDA_ERROR_X] y", " 0       nan       N/A"]
+_LINES = (
+    V08.splitlines()
+    + V10_PERF.splitlines()
+    + [
+        "COEFFICIENT_OF_VARIATION x 0.00",
+        "SUM",
+        "&&&& PERF",
+        "&&&& PERF k",
+        "Running .",
+        "Running x.",
+        "Device 9:",
+        "Device 1: (0:0:0)",
+        "ERROR:",
+        "Error:",
+        "Waived:",
+        " 0-> 8    1.00",
+        "0->",
+        "CUDA Runtime Version: x",
+        "CUDA Runtime Version: 99999999999",
+        "nvbandwidth Version:",
+        "[CUDA_ERROR_X] y",
+        " 0       nan       N/A",
+    ]
+)
 _ALPHABET = st.sampled_from(list("0123456789 .-+>:()/NA\n\t\rabcdefxyz&#SUM"))
 
 
-@given(st.lists(st.one_of(st.sampled_from(_LINES), st.text(_ALPHABET, max_size=40), st.text(max_size=8)),
-                max_size=40).map("\n".join), st.booleans())
+@given(
+    st.lists(st.one_of(st.sampled_from(_LINES), st.text(_ALPHABET, max_size=40), st.text(max_size=8)), max_size=40).map(
+        "\n".join
+    ),
+    st.booleans(),
+)
 def test_nvbandwidth_like_text_raises_only_the_parse_error(text, newline):
     _parses_or_refuses(text + ("\n" if newline else ""))
 
@@ -524,17 +598,20 @@ def test_mutated_texts_raise_only_the_parse_error(text):
 # Values nvbandwidth can print: cells and sums with 2 decimals ("%.2f" reads back exactly as k/100).
 # A cell keeps a space before it in its setw(10) field below a million; a sum has no field.
 _CELL = st.integers(-9999999, 99999999).map(lambda k: k / 100)
-_CENTS = st.integers(-10**6, 10**12).map(lambda k: k / 100)
-_TITLES = ["memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
-           "memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)",
-           "memcpy CE GPU(row) <-> GPU(column) Read1 bandwidth (GB/s)",
-           "memory latency SM CPU(row) <-> GPU(column) (ns)",
-           "Device to Device Latency SM GPU(row) <-> GPU(column) (ns)",
-           "Bisect benchmarking, simultaneous write CE BW"]
+_CENTS = st.integers(-(10**6), 10**12).map(lambda k: k / 100)
+_TITLES = [
+    "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+    "memcpy SM GPU(row) <- GPU(column) bandwidth (GB/s)",
+    "memcpy CE GPU(row) <-> GPU(column) Read1 bandwidth (GB/s)",
+    "memory latency SM CPU(row) <-> GPU(column) (ns)",
+    "Device to Device Latency SM GPU(row) <-> GPU(column) (ns)",
+    "Bisect benchmarking, simultaneous write CE BW",
+]
 _UNITS = {t: ("ns" if t.endswith("(ns)") else "GB/s" if t.endswith("(GB/s)") else "") for t in _TITLES}
 _NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,24}", fullmatch=True)
-_MESSAGES = st.text(string.ascii_letters + string.digits + " .,!:()-", min_size=1, max_size=40).map(str.strip) \
-    .filter(bool)
+_MESSAGES = (
+    st.text(string.ascii_letters + string.digits + " .,!:()-", min_size=1, max_size=40).map(str.strip).filter(bool)
+)
 
 
 @st.composite
@@ -549,8 +626,7 @@ def _matrix(draw, name: str, n: int) -> NvbMatrix:
     else:
         rows = tuple(str(i) for i in range(n if shape == "square" else 1))
         columns = tuple(str(i) for i in range(n))
-    cells = tuple(tuple(draw(st.lists(st.none() | _CELL, min_size=len(columns), max_size=len(columns))))
-                  for _ in rows)
+    cells = tuple(tuple(draw(st.lists(st.none() | _CELL, min_size=len(columns), max_size=len(columns)))) for _ in rows)
     key = name + draw(st.sampled_from(["", "_read1", "_read2", "_total", "_write1", "_write2"]))
     return NvbMatrix(key, title, _UNITS[title], rows, columns, cells, draw(_CENTS))
 
@@ -572,12 +648,17 @@ def _results(draw) -> Nvbandwidth:
     n = draw(st.integers(1, 8))
     names = st.sampled_from(["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB", "GH200"])
     buses = st.none() | st.tuples(st.integers(0, 0xFFFF), st.integers(0, 255), st.integers(0, 31)).map(
-        lambda t: f"{t[0]:08x}:{t[1]:02x}:{t[2]:02x}")
+        lambda t: f"{t[0]:08x}:{t[1]:02x}:{t[2]:02x}"
+    )
     devices = draw(st.sampled_from([(), tuple((i, draw(names), draw(buses)) for i in range(n))]))
-    return Nvbandwidth(version=draw(st.sampled_from(["v0.6", "v0.8", "v0.9", "v0.10.0"])),
-                       driver_version=draw(st.sampled_from([None, "550.54.15", "595.71.05"])),
-                       cuda_runtime_version=draw(st.sampled_from([None, "11.8", "12.4", "12.10", "13.2"])),
-                       devices=devices, testcases=tuple(draw(st.lists(_testcase(n), max_size=5))), warnings=())
+    return Nvbandwidth(
+        version=draw(st.sampled_from(["v0.6", "v0.8", "v0.9", "v0.10.0"])),
+        driver_version=draw(st.sampled_from([None, "550.54.15", "595.71.05"])),
+        cuda_runtime_version=draw(st.sampled_from([None, "11.8", "12.4", "12.10", "13.2"])),
+        devices=devices,
+        testcases=tuple(draw(st.lists(_testcase(n), max_size=5))),
+        warnings=(),
+    )
 
 
 @given(_results(), st.booleans())

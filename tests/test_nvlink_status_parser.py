@@ -40,8 +40,7 @@ def _params(paths: list[Path]):
 
 
 SAMPLES = sorted(NVLINK.glob("*.txt")) if NVLINK.is_dir() else []
-OTHER_TEXTS = sorted(p for p in CORPUS.glob("*/*.txt") if p.parent.name != "nvlink-status") \
-    if CORPUS.is_dir() else []
+OTHER_TEXTS = sorted(p for p in CORPUS.glob("*/*.txt") if p.parent.name != "nvlink-status") if CORPUS.is_dir() else []
 
 
 def _check(status: NvlinkStatus) -> None:
@@ -91,7 +90,8 @@ def test_corpus_sample_meets_its_meta(path: Path):
         assert (gpu.index, gpu.name, gpu.uuid) == (expect["index"], expect["name"], expect["uuid"])
         assert len(gpu.links) == expect["n_links"]
         assert sorted({link.gbps for link in gpu.links if link.active}) == pytest.approx(
-            sorted(expect["link_speeds_gbps"]))
+            sorted(expect["link_speeds_gbps"])
+        )
         assert gpu.inactive_links == expect["inactive_links"]
         assert [link.link for link in gpu.links] == list(range(len(gpu.links)))
     if not meta.get("truncated") and not meta.get("mangled"):
@@ -184,8 +184,10 @@ def test_all_links_inactive_line():
     status = parse_nvlink_status(ALL_INACTIVE)
     _check(status)
     assert not status.warnings
-    assert [(g.index, g.all_inactive, g.links, g.inactive_links) for g in status.gpus] == \
-        [(0, True, (), 0), (1, True, (), 0)]
+    assert [(g.index, g.all_inactive, g.links, g.inactive_links) for g in status.gpus] == [
+        (0, True, (), 0),
+        (1, True, (), 0),
+    ]
     assert render_nvlink_status(status) == ALL_INACTIVE
     # The spelling varies ("inActive", "Nvlink", no space after "NVML:") and the indent is often lost.
     text = "GPU 2: NVIDIA B200 (UUID: GPU-xxx)\nNVML:Unable to retrieve Nvlink information as all links are INACTIVE\n"
@@ -195,9 +197,13 @@ def test_all_links_inactive_line():
 
 def test_lost_tabs_and_expanded_tabs_read_the_same():
     want = parse_nvlink_status(SEVERAL)
-    for mangle in (lambda s: s.replace("\t ", ""), lambda s: s.replace("\t ", "         "),
-                   lambda s: s.replace("\t ", " "), lambda s: s.replace("\t", "    "),
-                   lambda s: "\n".join("  " + line for line in s.splitlines())):
+    for mangle in (
+        lambda s: s.replace("\t ", ""),
+        lambda s: s.replace("\t ", "         "),
+        lambda s: s.replace("\t ", " "),
+        lambda s: s.replace("\t", "    "),
+        lambda s: "\n".join("  " + line for line in s.splitlines()),
+    ):
         assert parse_nvlink_status(mangle(SEVERAL)) == want
 
 
@@ -220,8 +226,10 @@ def test_header_without_name_or_uuid():
     assert [(g.name, g.uuid) for g in status.gpus] == [(None, None), ("Tesla V100", None)]
     assert not status.warnings
     # Elided or cut UUIDs are not UUIDs; the name is still read.
-    status = parse_nvlink_status("GPU 3: Tesla V100-SXM2-32GB (UUID: ...)\n\t Link 0: 25.781 GB/s\n"
-                                 "GPU 4: Tesla V100-SXM2-32GB (UUID: GPU-12ab\n\t Link 0: 25.781 GB/s\n")
+    status = parse_nvlink_status(
+        "GPU 3: Tesla V100-SXM2-32GB (UUID: ...)\n\t Link 0: 25.781 GB/s\n"
+        "GPU 4: Tesla V100-SXM2-32GB (UUID: GPU-12ab\n\t Link 0: 25.781 GB/s\n"
+    )
     assert [(g.name, g.uuid) for g in status.gpus] == [("Tesla V100-SXM2-32GB", None)] * 2
     assert any("line 1" in w and "not a GPU UUID" in w for w in status.warnings)
     assert any("line 3" in w and "cut short" in w for w in status.warnings)
@@ -236,14 +244,23 @@ def test_unreadable_lines_are_warnings_naming_the_line():
     assert [w.split(":")[0] for w in status.warnings] == ["line 1", "line 2", "line 6", "line 10"]
 
 
-@pytest.mark.parametrize("line, says", [
-    ("Link 64: 25 GB/s", "above 63"), ("Link 99999999999999999999999: 25 GB/s", "above 63"),
-    ("Link 7: 0 GB/s", "not a positive number"), ("Link 7: -25 GB/s", "not a positive number"),
-    ("Link 7: nan GB/s", "not a positive number"), ("Link 7: inf GB/s", "not a positive number"),
-    ("Link 7: N/A GB/s", "not a positive number"), ("Link 7: 1e999 GB/s", "not a positive number"),
-    ("Link 7: ２５ GB/s", "not a positive number"), ("Link 7: 25 Gb/s", "not '<speed> GB/s'"),
-    ("Link 7: 25", "not '<speed> GB/s'"), ("Link 7:", "no state"),
-])
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        ("Link 64: 25 GB/s", "above 63"),
+        ("Link 99999999999999999999999: 25 GB/s", "above 63"),
+        ("Link 7: 0 GB/s", "not a positive number"),
+        ("Link 7: -25 GB/s", "not a positive number"),
+        ("Link 7: nan GB/s", "not a positive number"),
+        ("Link 7: inf GB/s", "not a positive number"),
+        ("Link 7: N/A GB/s", "not a positive number"),
+        ("Link 7: 1e999 GB/s", "not a positive number"),
+        ("Link 7: ２５ GB/s", "not a positive number"),
+        ("Link 7: 25 Gb/s", "not '<speed> GB/s'"),
+        ("Link 7: 25", "not '<speed> GB/s'"),
+        ("Link 7:", "no state"),
+    ],
+)
 def test_bad_link_lines_are_warnings_not_links(line, says):
     status = parse_nvlink_status(V100 + line + "\n")
     assert len(status.gpus[0].links) == 6
@@ -251,8 +268,9 @@ def test_bad_link_lines_are_warnings_not_links(line, says):
 
 
 def test_limits_are_inclusive_and_larger_is_a_warning():
-    status = parse_nvlink_status(f"GPU {MAX_GPU_INDEX}: X\n\t Link {MAX_LINK}: 25 GB/s\n"
-                                 f"GPU {MAX_GPU_INDEX + 1}: X\n\t Link 0: 25 GB/s\n")
+    status = parse_nvlink_status(
+        f"GPU {MAX_GPU_INDEX}: X\n\t Link {MAX_LINK}: 25 GB/s\nGPU {MAX_GPU_INDEX + 1}: X\n\t Link 0: 25 GB/s\n"
+    )
     assert [(g.index, [link.link for link in g.links]) for g in status.gpus] == [(MAX_GPU_INDEX, [MAX_LINK])]
     assert any("line 3" in w and "GPU index 1024" in w for w in status.warnings)
 
@@ -309,9 +327,9 @@ def test_cut_anywhere_keeps_the_links_read_so_far():
             _check(status)
             assert len(status.gpus) <= len(full.gpus)
             *done, last = status.gpus
-            assert tuple(done) == full.gpus[:len(done)]
+            assert tuple(done) == full.gpus[: len(done)]
             truth = full.gpus[len(done)]
-            assert last.index == truth.index and last.links == truth.links[:len(last.links)]
+            assert last.index == truth.index and last.links == truth.links[: len(last.links)]
             assert last.name is None or truth.name.startswith(last.name)
             assert last.uuid in (None, truth.uuid)
             assert last.all_inactive in (False, truth.all_inactive)
@@ -325,16 +343,24 @@ def test_nvidia_smi_list_is_refused_naming_it():
     assert "nvidia-smi -L" in _refused(NVIDIA_SMI_L.replace("\n", "\r\n"))
 
 
-@pytest.mark.parametrize("text", [
-    "", "\n\n", "   ", "hello", "\t Link 0: 25 GB/s\n\t Link 1: 25 GB/s\n",
-    f"{ALL_INACTIVE_LINE}\n", "GPU 0: X\n\t Link 0: nan GB/s\n",
-    "GPU 00000000:07:00.0\n    Product Name : NVIDIA A100\n",
-    "GPU 0: NVIDIA A100 (UUID: GPU-a)\n\t Link 0, P2P is supported: true\n"
-    "\t Link 0, Access to system memory supported: true\n",
-    "GPU 0: NVIDIA A100 (UUID: GPU-a)\n\t Link 3: Remote Device 00000000:08:00.0: Link 51\n",
-    "GPU 0: NVIDIA GB200 (UUID: GPU-a)\n\t NVLE: disabled\n\t Firmware Version:\n\t\t MSE: 14:4:0\n",
-    "        GPU0    GPU1\nGPU0     X      NV12\nGPU1    NV12     X\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "\n\n",
+        "   ",
+        "hello",
+        "\t Link 0: 25 GB/s\n\t Link 1: 25 GB/s\n",
+        f"{ALL_INACTIVE_LINE}\n",
+        "GPU 0: X\n\t Link 0: nan GB/s\n",
+        "GPU 00000000:07:00.0\n    Product Name : NVIDIA A100\n",
+        "GPU 0: NVIDIA A100 (UUID: GPU-a)\n\t Link 0, P2P is supported: true\n"
+        "\t Link 0, Access to system memory supported: true\n",
+        "GPU 0: NVIDIA A100 (UUID: GPU-a)\n\t Link 3: Remote Device 00000000:08:00.0: Link 51\n",
+        "GPU 0: NVIDIA GB200 (UUID: GPU-a)\n\t NVLE: disabled\n\t Firmware Version:\n\t\t MSE: 14:4:0\n",
+        "        GPU0    GPU1\nGPU0     X      NV12\nGPU1    NV12     X\n",
+    ],
+)
 def test_texts_that_are_not_nvlink_status_are_refused(text):
     _refused(text)
 
@@ -347,8 +373,14 @@ def test_a_non_str_is_refused(value):
 def test_long_lines_and_many_lines_stay_fast_and_bounded():
     """Nothing in the format needs backtracking: a long hostile line is read in linear time, and a
     long foreign text gets a bounded list of warnings."""
-    hostile = ["GPU 1: " + "(UUID:" * 20000, "Link 0:" + " " * 100000 + "x", "all " * 50000,
-               "MIG " + "Device 1" * 20000, "Link 0: " + "9" * 100000 + " GB/s", "GPU " + "9" * 100000 + ":"]
+    hostile = [
+        "GPU 1: " + "(UUID:" * 20000,
+        "Link 0:" + " " * 100000 + "x",
+        "all " * 50000,
+        "MIG " + "Device 1" * 20000,
+        "Link 0: " + "9" * 100000 + " GB/s",
+        "GPU " + "9" * 100000 + ":",
+    ]
     text = "\n".join(["GPU 0: X", "\t Link 0: 25 GB/s"] + hostile + ["junk"] * 5000)
     started = time.process_time()  # this process's CPU: other processes' load stretches the wall clock only
     status = parse_nvlink_status(text)
@@ -398,11 +430,14 @@ def test_mutated_texts_raise_only_the_parse_error(text):
     _parses_or_refuses(text)
 
 
-_GBPS = st.one_of(st.integers(1, 200_000).map(lambda x: x / 1000),
-                  st.floats(min_value=0, max_value=1e300, exclude_min=True, allow_nan=False, allow_infinity=False))
+_GBPS = st.one_of(
+    st.integers(1, 200_000).map(lambda x: x / 1000),
+    st.floats(min_value=0, max_value=1e300, exclude_min=True, allow_nan=False, allow_infinity=False),
+)
 _LINK = st.tuples(st.booleans(), _GBPS).map(lambda t: (t[0], t[1] if t[0] else None))
-_NAME = st.text(st.sampled_from(list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcxyz0123456789 -_.")), max_size=30) \
-    .map(lambda s: s.strip() or None)
+_NAME = st.text(st.sampled_from(list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcxyz0123456789 -_.")), max_size=30).map(
+    lambda s: s.strip() or None
+)
 _UUID = st.one_of(st.none(), st.uuids().map(lambda u: f"GPU-{u}"))
 
 
@@ -446,8 +481,7 @@ def test_to_json_of_a_hand_built_status_with_a_bad_speed_is_still_strict():
 
 
 def test_render_speed_format_and_refusal():
-    assert [format_gbps(x) for x in (25.0, 25.781, 53.125, 26.562, 300)] == ["25", "25.781", "53.125", "26.562",
-                                                                              "300"]
+    assert [format_gbps(x) for x in (25.0, 25.781, 53.125, 26.562, 300)] == ["25", "25.781", "53.125", "26.562", "300"]
     with pytest.raises(ValueError, match="GPU 0 link 2"):
         render_nvlink_status(NvlinkStatus((GpuLinks(0, "X", None, (LinkState(2, True, None),)),)))
     assert render_nvlink_status(NvlinkStatus(())) == ""

@@ -66,8 +66,12 @@ def _run(pytester):
     return result, json.loads((pytester.path / "facts.json").read_text())
 
 
-CASES = [(machine, branch) for machine in ("dgx-a100", "hgx-h100") for branch in BRANCHES
-         if machine != "hgx-h100" or nvml_drivers.drives(branch, "9.0")]
+CASES = [
+    (machine, branch)
+    for machine in ("dgx-a100", "hgx-h100")
+    for branch in BRANCHES
+    if machine != "hgx-h100" or nvml_drivers.drives(branch, "9.0")
+]
 
 
 @pytest.mark.parametrize("machine, branch", CASES, ids=[f"{m}-{b}" for m, b in CASES])
@@ -99,15 +103,17 @@ def test_each_branch_keeps_nvmls_gpus_and_judges_what_it_knows(pytester, emulate
     else:
         assert facts["nvlinks"] == [str(links)]
     if old:
-        result.stdout.fnmatch_lines([f"SKIPPED*requires_versions(driver='>=535'): the NVIDIA driver (driver) is "
-                                     f"{played.driver}, needs >=535*"])
+        result.stdout.fnmatch_lines(
+            [f"SKIPPED*requires_versions(driver='>=535'): the NVIDIA driver (driver) is {played.driver}, needs >=535*"]
+        )
     result.assert_outcomes(passed=5 - len(skipped), skipped=len(skipped))
 
 
 @pytest.mark.parametrize("branch", [b for b in BRANCHES if nvml_drivers.drives(b, "10.0")])
 def test_gb200_on_the_branches_that_drive_it(pytester, emulated_host, branch):
     emulated_host("gb200-tray", driver=branch)
-    pytester.makepyfile(test_x="""
+    pytester.makepyfile(
+        test_x="""
 import pytest
 @pytest.mark.requires_gpus(4)
 def test_gpus(): pass
@@ -119,7 +125,8 @@ def test_facts(gputopo):
     assert [len(g.nvlinks) for g in gputopo.gpus] == [18] * 4  # links 18.. answer InvalidArgument: the end
     assert {l.version for g in gputopo.gpus for l in g.nvlinks} == {"5.0"}
     assert {l.nvlinks for l in gputopo.links} == {18}
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["gputopo: 4x NVIDIA GB200, *source NVML*"])
@@ -135,13 +142,15 @@ def test_the_host_plays_no_branch_older_than_its_gpus(tmp_path, emulated_libs):
 
 def test_in_a_vm_pcie_pairs_refuse_p2p_and_nvlink_pairs_keep_it(pytester, emulated_host):
     emulated_host("8x-l40s", driver="550", vm=True)
-    pytester.makepyfile(test_x="""
+    pytester.makepyfile(
+        test_x="""
 import pytest
 @pytest.mark.requires_gpus(8)
 def test_gpus(): pass
 @pytest.mark.requires_p2p(gpus=2)
 def test_p2p(): pass
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*requires_p2p(gpus=2): GPU0-GPU1 cannot do P2P (read chipset not supported)*"])
@@ -150,13 +159,15 @@ def test_p2p(): pass
 
 def test_an_hgx_board_passed_whole_to_a_vm_keeps_its_nvlinks(pytester, emulated_host):
     emulated_host("hgx-h100", driver="570", vm=True)
-    pytester.makepyfile(test_x="""
+    pytester.makepyfile(
+        test_x="""
 import pytest
 @pytest.mark.requires_nvlink(min_links=18)
 def test_nvlink(): pass
 @pytest.mark.requires_p2p
 def test_p2p(): pass
-""")
+"""
+    )
     pytester.runpytest_subprocess("-rs").assert_outcomes(passed=2)
 
 
@@ -165,7 +176,8 @@ def test_nvlinks_straight_to_gpus_are_counted_without_the_remote_device_type(pyt
     """DGX-1 (V100): each NVLink leads to another GPU, whose bus id NVML knows, so the counts need
     no remote device type and are the same on the branch that lacks it."""
     emulated_host("dgx1-v100", driver=branch)
-    pytester.makepyfile(test_x="""
+    pytester.makepyfile(
+        test_x="""
 from pytest_gputopo.probe.recorded import load_profile
 def test_counts(gputopo):
     recorded = load_profile("dgx1-v100").topology
@@ -173,7 +185,8 @@ def test_counts(gputopo):
         bus = {g.index: g.pci_bus_id for g in t.gpus}
         return {frozenset((bus[l.a], bus[l.b])): l.nvlinks for l in t.links}
     assert by_bus(gputopo) == by_bus(recorded) and set(by_bus(gputopo).values()) == {0, 1, 2}
-""")
+"""
+    )
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
 
 
@@ -181,11 +194,13 @@ def test_unknown_nvlink_counts_are_never_shown_as_a_pcie_link(pytester, emulated
     """On 460 (no nvmlDeviceGetNvLinkRemoteDeviceType) a DGX A100's pair counts are unknown; the
     header and requires_link must not then claim the pairs are PCIe links (the machine is NV12)."""
     emulated_host("dgx-a100", driver="460")
-    pytester.makepyfile(test_x="""
+    pytester.makepyfile(
+        test_x="""
 import pytest
 @pytest.mark.requires_link("NV")
 def test_nv(): pass
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(skipped=1)
     out = result.stdout.str()

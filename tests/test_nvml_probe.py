@@ -61,20 +61,29 @@ def topologies(draw):
             c = count[a, b] = draw(st.integers(0, 3))
             for x, y in ((a, b), (b, a)):
                 # an unknown device type still counts: the remote bus id is a GPU's
-                links_of[x] += [(True, bus[y], draw(st.sampled_from(["GPU", "unknown"])), draw(version))
-                                for _ in range(c)]
+                links_of[x] += [
+                    (True, bus[y], draw(st.sampled_from(["GPU", "unknown"])), draw(version)) for _ in range(c)
+                ]
     elif style == "switch":
         per_gpu = [draw(st.integers(0, 18)) for _ in range(n)]
         for g, k in enumerate(per_gpu):
-            links_of[g] += [(True, draw(_maybe(st.sampled_from(["00000000:A0:00.0", "00000000:A1:00.0"]))),
-                             "SWITCH", draw(version)) for _ in range(k)]
+            links_of[g] += [
+                (True, draw(_maybe(st.sampled_from(["00000000:A0:00.0", "00000000:A1:00.0"]))), "SWITCH", draw(version))
+                for _ in range(k)
+            ]
         for a, b in count:
             count[a, b] = min(per_gpu[a], per_gpu[b])
     for g in range(n):
         for _ in range(draw(st.integers(0, 2))):  # links that are down count for nothing
             peer = remote_bus(draw(st.integers(0, n - 1)))
-            links_of[g].append((False, draw(st.sampled_from([peer, None, "0000ABCD:01:00.0"])),
-                                draw(st.sampled_from(["GPU", "SWITCH", "IBMNPU", "unknown"])), draw(version)))
+            links_of[g].append(
+                (
+                    False,
+                    draw(st.sampled_from([peer, None, "0000ABCD:01:00.0"])),
+                    draw(st.sampled_from(["GPU", "SWITCH", "IBMNPU", "unknown"])),
+                    draw(version),
+                )
+            )
         if g in mystery:
             links_of[g].append((True, None, "GPU", draw(version)))
     gpus = []
@@ -82,28 +91,42 @@ def topologies(draw):
     for g in range(n):
         found = draw(st.permutations(links_of[g]))
         numbers = sorted(draw(st.lists(st.integers(0, 35), min_size=len(found), max_size=len(found), unique=True)))
-        gpus.append(model.Gpu(
-            index=g, nvml_index=nvml_order[g], pci_bus_id=bus[g],
-            name=draw(_maybe(st.sampled_from(["NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB", "A100"]))),
-            uuid=draw(_maybe(st.uuids().map(lambda u: f"GPU-{u}"))),
-            numa_node=draw(_maybe(st.integers(0, 15))),
-            cpu_affinity=draw(_maybe(st.sets(st.integers(0, 1023), min_size=1, max_size=40).map(_cpus))),
-            pcie_gen_current=draw(_maybe(st.integers(1, 6))), pcie_gen_max=draw(_maybe(st.integers(1, 6))),
-            pcie_width_current=draw(_maybe(st.sampled_from([1, 2, 4, 8, 16]))),
-            pcie_width_max=draw(_maybe(st.sampled_from([8, 16, 32]))),
-            memory_total_bytes=draw(_maybe(st.integers(1, 2**40))),
-            compute_capability=draw(_maybe(st.builds("{}.{}".format, st.integers(3, 12), st.integers(0, 9)))),
-            mig=draw(_maybe(st.booleans())), compute_mode=draw(_maybe(st.sampled_from(model.COMPUTE_MODES))),
-            nvlinks=tuple(model.NvLink(k, *link) for k, link in zip(numbers, found, strict=True))))
-    links = tuple(model.Link(
-        a, b, pcie=draw(st.sampled_from([None, *PCIE_CLASSES])),
-        nvlinks=None if {a, b} & mystery else c,
-        p2p=model.P2P(*(draw(st.sampled_from(list(model.P2PStatus))) for _ in model.P2P_CAPS)))
-        for (a, b), c in count.items())
-    return model.Topology(gpus=tuple(gpus), links=links,
-                          driver_version=draw(_maybe(st.from_regex(r"\A[1-9][0-9]{2}\.[0-9]{2,3}(\.[0-9]{2})?\Z"))),
-                          cuda_driver_version=draw(_maybe(st.builds("{}.{}".format, st.integers(9, 13),
-                                                                    st.integers(0, 12)))))
+        gpus.append(
+            model.Gpu(
+                index=g,
+                nvml_index=nvml_order[g],
+                pci_bus_id=bus[g],
+                name=draw(_maybe(st.sampled_from(["NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB", "A100"]))),
+                uuid=draw(_maybe(st.uuids().map(lambda u: f"GPU-{u}"))),
+                numa_node=draw(_maybe(st.integers(0, 15))),
+                cpu_affinity=draw(_maybe(st.sets(st.integers(0, 1023), min_size=1, max_size=40).map(_cpus))),
+                pcie_gen_current=draw(_maybe(st.integers(1, 6))),
+                pcie_gen_max=draw(_maybe(st.integers(1, 6))),
+                pcie_width_current=draw(_maybe(st.sampled_from([1, 2, 4, 8, 16]))),
+                pcie_width_max=draw(_maybe(st.sampled_from([8, 16, 32]))),
+                memory_total_bytes=draw(_maybe(st.integers(1, 2**40))),
+                compute_capability=draw(_maybe(st.builds("{}.{}".format, st.integers(3, 12), st.integers(0, 9)))),
+                mig=draw(_maybe(st.booleans())),
+                compute_mode=draw(_maybe(st.sampled_from(model.COMPUTE_MODES))),
+                nvlinks=tuple(model.NvLink(k, *link) for k, link in zip(numbers, found, strict=True)),
+            )
+        )
+    links = tuple(
+        model.Link(
+            a,
+            b,
+            pcie=draw(st.sampled_from([None, *PCIE_CLASSES])),
+            nvlinks=None if {a, b} & mystery else c,
+            p2p=model.P2P(*(draw(st.sampled_from(list(model.P2PStatus))) for _ in model.P2P_CAPS)),
+        )
+        for (a, b), c in count.items()
+    )
+    return model.Topology(
+        gpus=tuple(gpus),
+        links=links,
+        driver_version=draw(_maybe(st.from_regex(r"\A[1-9][0-9]{2}\.[0-9]{2,3}(\.[0-9]{2})?\Z"))),
+        cuda_driver_version=draw(_maybe(st.builds("{}.{}".format, st.integers(9, 13), st.integers(0, 12)))),
+    )
 
 
 def _in_nvml_order(t: model.Topology) -> model.Topology:
@@ -146,15 +169,32 @@ def test_old_binding_round_trips_too(t):
 
 
 def _dgx(n=8, nvlinks=12, per_link=True) -> model.Topology:
-    gpus = tuple(model.Gpu(
-        i, name="NVIDIA A100-SXM4-80GB", pci_bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0", nvml_index=i,
-        numa_node=i // 4, cpu_affinity="0-63,128-191" if i < 4 else "64-127,192-255",
-        nvlinks=tuple(model.NvLink(k, True, f"00000000:{0xC4 + k // 2:02X}:00.0", "SWITCH", "3.0")
-                      for k in range(nvlinks)) if per_link else ())
-        for i in range(n))
-    links = tuple(model.Link(a, b, pcie=model.LinkClass.SYS if a // 4 != b // 4 else model.LinkClass.NODE,
-                             nvlinks=nvlinks, p2p=model.P2P(OK, OK, OK, OK))
-                  for a, b in itertools.combinations(range(n), 2))
+    gpus = tuple(
+        model.Gpu(
+            i,
+            name="NVIDIA A100-SXM4-80GB",
+            pci_bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0",
+            nvml_index=i,
+            numa_node=i // 4,
+            cpu_affinity="0-63,128-191" if i < 4 else "64-127,192-255",
+            nvlinks=tuple(
+                model.NvLink(k, True, f"00000000:{0xC4 + k // 2:02X}:00.0", "SWITCH", "3.0") for k in range(nvlinks)
+            )
+            if per_link
+            else (),
+        )
+        for i in range(n)
+    )
+    links = tuple(
+        model.Link(
+            a,
+            b,
+            pcie=model.LinkClass.SYS if a // 4 != b // 4 else model.LinkClass.NODE,
+            nvlinks=nvlinks,
+            p2p=model.P2P(OK, OK, OK, OK),
+        )
+        for a, b in itertools.combinations(range(n), 2)
+    )
     return model.Topology(gpus=gpus, links=links, driver_version="535.104.05", cuda_driver_version="12.2")
 
 
@@ -187,8 +227,11 @@ def test_direct_nvlink_counts_without_per_link_data_get_direct_links():
     got = nvml.probe(make_fake_pynvml(t))
     assert got.links == links
     assert [g.active_nvlinks for g in got.gpus] == [3, 3, 3, 3]
-    assert [ln.remote_bus_id for ln in got.gpus[0].nvlinks] == ["00000000:11:00.0", "00000000:12:00.0",
-                                                                "00000000:12:00.0"]
+    assert [ln.remote_bus_id for ln in got.gpus[0].nvlinks] == [
+        "00000000:11:00.0",
+        "00000000:12:00.0",
+        "00000000:12:00.0",
+    ]
     assert [ln.remote_bus_id for ln in got.gpus[1].nvlinks] == ["00000000:10:00.0", None, None]  # GPU3: unknown
     assert got.gpus[3].pci_bus_id is None
 
@@ -205,8 +248,9 @@ def test_unknown_pair_counts_come_back_unknown():
 
 def test_a_missing_row_makes_only_that_gpus_pairs_unknown():
     t = _dgx(n=4, nvlinks=4, per_link=False)
-    t = dataclasses.replace(t, links=tuple(dataclasses.replace(ln, nvlinks=None) if 2 in (ln.a, ln.b) else ln
-                                           for ln in t.links))
+    t = dataclasses.replace(
+        t, links=tuple(dataclasses.replace(ln, nvlinks=None) if 2 in (ln.a, ln.b) else ln for ln in t.links)
+    )
     got = nvml.probe(make_fake_pynvml(t))
     assert got.links == t.links
 
@@ -214,8 +258,13 @@ def test_a_missing_row_makes_only_that_gpus_pairs_unknown():
 def test_a_link_of_unknown_type_to_no_gpu_may_be_a_switch():
     """Without the device type (or an unknown one), a link to a bus id that is no GPU's is ambiguous."""
     t = _dgx(n=3, nvlinks=2)
-    t = dataclasses.replace(t, gpus=tuple(dataclasses.replace(
-        g, nvlinks=tuple(dataclasses.replace(ln, remote_type="unknown") for ln in g.nvlinks)) for g in t.gpus))
+    t = dataclasses.replace(
+        t,
+        gpus=tuple(
+            dataclasses.replace(g, nvlinks=tuple(dataclasses.replace(ln, remote_type="unknown") for ln in g.nvlinks))
+            for g in t.gpus
+        ),
+    )
     got = nvml.probe(make_fake_pynvml(t))
     assert got.gpus == t.gpus
     assert [ln.nvlinks for ln in got.links] == [None, None, None]
@@ -248,8 +297,20 @@ def test_a_switch_box_whose_gpu_lost_its_links_replays_from_its_matrix(tmp_path)
     degraded = probe_recorded("hgx-h100-nvlink-down")
     (tmp_path / "topo.txt").write_text(render_topo_matrix(degraded))
     out = tmp_path / "node.json"
-    done = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "record", "--from-smi",
-                           str(tmp_path / "topo.txt"), "-o", str(out)], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_gputopo.cli",
+            "record",
+            "--from-smi",
+            str(tmp_path / "topo.txt"),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     replayed = probe_recorded(str(out))
     assert [ln.label for ln in replayed.links] == [ln.label for ln in degraded.links]
@@ -290,12 +351,15 @@ def test_no_gpus():
 # -- errors --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("error, reason", [
-    ("LibraryNotFound", "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"),
-    ("DriverNotLoaded", "NVIDIA driver not loaded"),
-    ("NoPermission", "no permission to use NVML"),
-    ("Unknown", "NVML error: Unknown Error"),
-])
+@pytest.mark.parametrize(
+    "error, reason",
+    [
+        ("LibraryNotFound", "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver installed"),
+        ("DriverNotLoaded", "NVIDIA driver not loaded"),
+        ("NoPermission", "no permission to use NVML"),
+        ("Unknown", "NVML error: Unknown Error"),
+    ],
+)
 def test_init_errors_propagate_and_have_a_reason(error, reason):
     with pytest.raises(pynvml.NVMLError) as info:
         nvml.probe(make_fake_pynvml(_dgx(), init_error=error))
@@ -357,8 +421,13 @@ def test_failing_calls_leave_one_warning_each():
 
 def test_missing_functions_are_unknown_facts():
     fake = make_fake_pynvml(_dgx(n=2))
-    for name in ("nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetMemoryAffinity", "nvmlDeviceGetCpuAffinity",
-                 "nvmlDeviceGetTopologyCommonAncestor", "nvmlSystemGetCudaDriverVersion"):
+    for name in (
+        "nvmlDeviceGetCudaComputeCapability",
+        "nvmlDeviceGetMemoryAffinity",
+        "nvmlDeviceGetCpuAffinity",
+        "nvmlDeviceGetTopologyCommonAncestor",
+        "nvmlSystemGetCudaDriverVersion",
+    ):
         delattr(fake, name)
     got = nvml.probe(fake)
     assert (got.gpus[0].numa_node, got.gpus[0].cpu_affinity, got.gpus[0].compute_capability) == (None, None, None)
@@ -382,9 +451,18 @@ def test_p2p_keeps_the_worse_direction():
     assert p2p.read_write is False
 
 
-@pytest.mark.parametrize("x, y, worse", [
-    ("OK", "OK", "OK"), ("OK", "U", "U"), ("U", "OK", "U"), ("TNS", "U", "TNS"), ("U", "GNS", "GNS"),
-    ("OK", "CNS", "CNS"), ("DR", "NS", "DR")])
+@pytest.mark.parametrize(
+    "x, y, worse",
+    [
+        ("OK", "OK", "OK"),
+        ("OK", "U", "U"),
+        ("U", "OK", "U"),
+        ("TNS", "U", "TNS"),
+        ("U", "GNS", "GNS"),
+        ("OK", "CNS", "CNS"),
+        ("DR", "NS", "DR"),
+    ],
+)
 def test_worse_of_two_directions(x, y, worse):
     assert nvml._worse(model.P2PStatus(x), model.P2PStatus(y)) is model.P2PStatus(worse)
 
@@ -399,9 +477,17 @@ def test_hostname_only_for_a_live_probe():
     assert got.source == source and got.hostname is None
 
 
-@pytest.mark.parametrize("mask, text", [
-    (0, None), (1, "0"), (0b1011, "0-1,3"), ((1 << 24) - 1 | ((1 << 24) - 1) << 48, "0-23,48-71"),
-    (0b10101, "0,2,4"), (1 << 1023, "1023")])
+@pytest.mark.parametrize(
+    "mask, text",
+    [
+        (0, None),
+        (1, "0"),
+        (0b1011, "0-1,3"),
+        ((1 << 24) - 1 | ((1 << 24) - 1) << 48, "0-23,48-71"),
+        (0b10101, "0,2,4"),
+        (1 << 1023, "1023"),
+    ],
+)
 def test_cpu_list(mask, text):
     assert nvml.cpu_list(mask) == text
 
@@ -428,8 +514,11 @@ def test_every_bundled_machine_round_trips(name):
     t = recorded.load_profile(name).topology
     got = nvml.probe(make_fake_pynvml(t), source=t.source)
     # cuda_peer and multicast come from CUDA, not NVML
-    want = dataclasses.replace(t, links=tuple(dataclasses.replace(ln, cuda_peer=None) for ln in t.links),
-                               gpus=tuple(dataclasses.replace(g, multicast=None) for g in t.gpus))
+    want = dataclasses.replace(
+        t,
+        links=tuple(dataclasses.replace(ln, cuda_peer=None) for ln in t.links),
+        gpus=tuple(dataclasses.replace(g, multicast=None) for g in t.gpus),
+    )
     _same_machine(got, _in_nvml_order(want))
     assert got.source == t.source and got.warnings == ()
 
@@ -439,8 +528,16 @@ def test_every_bundled_machine_round_trips(name):
 
 def _pcie_cards_without_bridge() -> model.Topology:
     """2x A100 PCIe without an NVLink bridge: every link present, none up."""
-    gpus = tuple(model.Gpu(i, name="NVIDIA A100 80GB PCIe", pci_bus_id=f"00000000:{0x17 + 0x50 * i:02X}:00.0",
-                           nvml_index=i, nvlinks=tuple(model.NvLink(k, False) for k in range(12))) for i in range(2))
+    gpus = tuple(
+        model.Gpu(
+            i,
+            name="NVIDIA A100 80GB PCIe",
+            pci_bus_id=f"00000000:{0x17 + 0x50 * i:02X}:00.0",
+            nvml_index=i,
+            nvlinks=tuple(model.NvLink(k, False) for k in range(12)),
+        )
+        for i in range(2)
+    )
     return model.Topology(gpus=gpus, links=(model.Link(0, 1, pcie=model.LinkClass.SYS, nvlinks=0),))
 
 
@@ -464,8 +561,13 @@ def test_nvlink_capable_pcie_cards_without_a_bridge_pass_the_checks(pytester):
     path.write_text(json.dumps(profile_dict("a100-pcie", _pcie_cards_without_bridge())))
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", str(path))
     # topology passes; PCIe width unknown x2, nvlink x2, P2P unknown
-    result.stdout.fnmatch_lines(["SKIPPED nvlink[[]GPU0], nvlink[[]GPU1]: no NVLink up on any GPU: a machine without "
-                                 "NVLink*not a fault", "*", "gputopo check: 1 passed, 5 skipped"])
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED nvlink[[]GPU0], nvlink[[]GPU1]: no NVLink up on any GPU: a machine without NVLink*not a fault",
+            "*",
+            "gputopo check: 1 passed, 5 skipped",
+        ]
+    )
 
 
 def test_a_geforce_pair_reporting_cns_is_a_card_without_p2p(pytester):
@@ -474,15 +576,20 @@ def test_a_geforce_pair_reporting_cns_is_a_card_without_p2p(pytester):
     from pytest_gputopo.probe.recorded import profile_dict
 
     cns = model.P2P(read=model.P2PStatus.CHIPSET_NOT_SUPPORTED, write=model.P2PStatus.CHIPSET_NOT_SUPPORTED)
-    t = model.Topology(gpus=(model.Gpu(0, name="NVIDIA GeForce RTX 4090"),
-                             model.Gpu(1, name="NVIDIA GeForce RTX 4090")),
-                       links=(model.Link(0, 1, pcie=model.LinkClass.NODE, nvlinks=0, p2p=cns),))
+    t = model.Topology(
+        gpus=(model.Gpu(0, name="NVIDIA GeForce RTX 4090"), model.Gpu(1, name="NVIDIA GeForce RTX 4090")),
+        links=(model.Link(0, 1, pcie=model.LinkClass.NODE, nvlinks=0, p2p=cns),),
+    )
     path = pytester.path / "geforce.json"
     path.write_text(json.dumps(profile_dict("geforce", t)))
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-check", "--gputopo-machine", str(path))
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["SKIPPED p2p_status[[]GPU0-GPU1]: P2P not supported by this GPU model or chipset "
-                                 "(chipset not supported; not a fault)"])
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED p2p_status[[]GPU0-GPU1]: P2P not supported by this GPU model or chipset "
+            "(chipset not supported; not a fault)"
+        ]
+    )
 
 
 def test_a_mig_instance_does_not_inherit_its_parents_nvlinks(monkeypatch):

@@ -37,13 +37,21 @@ ROOT = Path(__file__).resolve().parents[1]
 # (marker args, marker kwargs, the --gputopo-require term that states the same requirement). Every
 # argument of a twinned marker but ``strict`` is set in one of its rows, so a new keyword needs a term.
 GATE_TWINS: dict[str, list[tuple[tuple, dict, str]]] = {
-    "requires_gpus": [((8,), {}, "gpus>=8"), ((), {"min_memory_gb": 80}, "memory>=80@1"),
-                      ((), {"compute_capability": ">=9.0"}, "cc>=9.0@1"), ((), {"arch": ">=hopper"}, "arch>=hopper@1"),
-                      ((), {"model": "H100"}, "model=H100@1"), ((), {"bf16": True}, "bf16@1"),
-                      ((), {"multicast": True}, "multicast@1")],
-    "requires_versions": [((), {"driver": ">=535"}, "driver>=535"), ((), {"cuda": ">=12.4"}, "cuda>=12.4"),
-                          ((), {"cuda_runtime": ">=12.1"}, "cuda_runtime>=12.1"),
-                          ((), {"nccl": ">=2.18"}, "nccl>=2.18")],
+    "requires_gpus": [
+        ((8,), {}, "gpus>=8"),
+        ((), {"min_memory_gb": 80}, "memory>=80@1"),
+        ((), {"compute_capability": ">=9.0"}, "cc>=9.0@1"),
+        ((), {"arch": ">=hopper"}, "arch>=hopper@1"),
+        ((), {"model": "H100"}, "model=H100@1"),
+        ((), {"bf16": True}, "bf16@1"),
+        ((), {"multicast": True}, "multicast@1"),
+    ],
+    "requires_versions": [
+        ((), {"driver": ">=535"}, "driver>=535"),
+        ((), {"cuda": ">=12.4"}, "cuda>=12.4"),
+        ((), {"cuda_runtime": ">=12.1"}, "cuda_runtime>=12.1"),
+        ((), {"nccl": ">=2.18"}, "nccl>=2.18"),
+    ],
     "requires_p2p": [((), {}, "p2p"), ((4,), {}, "p2p@4")],
     "requires_nvlink": [((), {"gpus": 4, "min_links": 2}, "nvlink>=2@4")],
     "requires_link": [(("NV18",), {"gpus": 2}, "link>=NV18@2")],
@@ -52,11 +60,11 @@ GATE_TWINS: dict[str, list[tuple[tuple, dict, str]]] = {
 # A marker with no run-gate term, and why.
 GATE_EXEMPT = {
     "min_allreduce_bw": "a figure is measured, not a fact of the machine: the gate is judged from the "
-                        "machine's facts before collection; `--gputopo-check full` measures the node instead",
+    "machine's facts before collection; `--gputopo-check full` measures the node instead",
     "min_p2p_bw": "measured, as min_allreduce_bw",
     "min_h2d_bw": "measured, as min_allreduce_bw",
     "requires_nccl_transport": "the gate states NCCL's transports as `no-fallback` (no pair that deserves P2P "
-                               "falls back); a kind per pair (SHM, NET/IB, NVLS, COLLNET) has no term",
+    "falls back); a kind per pair (SHM, NET/IB, NVLS, COLLNET) has no term",
     "ranks": "how a test runs (as n spawned ranks), not what the machine has",
 }
 
@@ -105,10 +113,27 @@ def test_the_marker_parity_bites(monkeypatch):
     monkeypatch.setitem(markers.MARKERS, "requires_widget", lambda n=1, *, strict=None: None)
     assert markers_without_twin() == ["requires_widget"]
 
-    def requires_gpus(n=1, *, min_memory_gb=None, compute_capability=None, arch=None, model=None, bf16=None,
-                      multicast=None, ecc=None, strict=None):  # a keyword the gate does not know
-        return markers._requires_gpus(n, min_memory_gb=min_memory_gb, compute_capability=compute_capability,
-                                      arch=arch, model=model, bf16=bf16, multicast=multicast)
+    def requires_gpus(
+        n=1,
+        *,
+        min_memory_gb=None,
+        compute_capability=None,
+        arch=None,
+        model=None,
+        bf16=None,
+        multicast=None,
+        ecc=None,
+        strict=None,
+    ):  # a keyword the gate does not know
+        return markers._requires_gpus(
+            n,
+            min_memory_gb=min_memory_gb,
+            compute_capability=compute_capability,
+            arch=arch,
+            model=model,
+            bf16=bf16,
+            multicast=multicast,
+        )
 
     monkeypatch.setitem(markers.MARKERS, "requires_gpus", requires_gpus)
     assert arguments_without_twin() == ["requires_gpus.ecc"]
@@ -160,8 +185,11 @@ def test_the_marker_docs_parity_bites(monkeypatch):
         monkeypatch.undo()
         markers.registration_lines.cache_clear()
     grammar = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
-    monkeypatch.setattr(expressions, "REQUIRE_GRAMMAR", expressions.REQUIRE_GRAMMAR.replace(
-        '"bf16" [@N]', '"bf16" [@N]\n         | "ecc" [@N]'))
+    monkeypatch.setattr(
+        expressions,
+        "REQUIRE_GRAMMAR",
+        expressions.REQUIRE_GRAMMAR.replace('"bf16" [@N]', '"bf16" [@N]\n         | "ecc" [@N]'),
+    )
     assert grammar_differs(grammar) == ["1 grammar block(s), not REQUIRE_GRAMMAR"]
 
 
@@ -171,11 +199,11 @@ def test_the_marker_docs_parity_bites(monkeypatch):
 # A module of parse/ that `gputopo parse` does not reach, and what it is instead.
 PARSE_EXEMPT = {
     "nccl_topo_xml": "NCCL's NCCL_TOPO_DUMP_FILE XML: read by its tests only (the all-reduce keeps the text); "
-                     "not yet a `gputopo parse` format",
+    "not yet a `gputopo parse` format",
     "nccl_tuning": "NCCL's TUNING lines, read by bench/allreduce from its own run's log (each size's algorithm); "
-                   "`gputopo parse nccl-log` does not show them",
+    "`gputopo parse nccl-log` does not show them",
     "published": "no format: tools' figures (nvbandwidth, p2p-bandwidth) as a profile's recorded ones, for "
-                 "`gputopo record`",
+    "`gputopo record`",
 }
 
 
@@ -199,8 +227,9 @@ def reached_modules(entries) -> set[str]:
         found.add(module)
         if isinstance(obj, type):
             for member in vars(obj).values():
-                todo += [f for f in (member, getattr(member, "fget", None), getattr(member, "__func__", None))
-                         if callable(f)]
+                todo += [
+                    f for f in (member, getattr(member, "fget", None), getattr(member, "__func__", None)) if callable(f)
+                ]
         elif isinstance(obj, types.FunctionType):
             todo += [cell.cell_contents for cell in obj.__closure__ or () if callable(cell.cell_contents)]
             names = {name for code in _codes(obj.__code__) for name in code.co_names}
@@ -222,10 +251,14 @@ def parse_modules() -> list[str]:
 def formats_unreached(modules: list[str]) -> list[str]:
     """parse/ modules neither reached from a `gputopo parse` format nor exempt, and exemptions that are
     reached (stale)."""
-    reached = {m.rpartition(".")[2] for m in reached_modules(cli_parse._PARSERS.values())
-               if m.startswith("pytest_gputopo.parse.")}
-    return ([m for m in modules if m not in reached and m not in PARSE_EXEMPT]
-            + [f"{m} (exempt, but reached)" for m in PARSE_EXEMPT if m in reached])
+    reached = {
+        m.rpartition(".")[2]
+        for m in reached_modules(cli_parse._PARSERS.values())
+        if m.startswith("pytest_gputopo.parse.")
+    }
+    return [m for m in modules if m not in reached and m not in PARSE_EXEMPT] + [
+        f"{m} (exempt, but reached)" for m in PARSE_EXEMPT if m in reached
+    ]
 
 
 def test_every_parse_module_is_reached_from_gputopo_parse_or_says_why_not():
@@ -235,8 +268,11 @@ def test_every_parse_module_is_reached_from_gputopo_parse_or_says_why_not():
 
 def formats_undocumented(page: str) -> list[str]:
     """`gputopo parse` formats that no ``## `gputopo parse ...``` heading of docs/cli.md names."""
-    named = {word for heading in re.findall(r"^## `gputopo parse (.*?)`", page, re.M)
-             for word in re.split(r"[\s|]+", heading)}
+    named = {
+        word
+        for heading in re.findall(r"^## `gputopo parse (.*?)`", page, re.M)
+        for word in re.split(r"[\s|]+", heading)
+    }
     return [fmt for fmt in cli_parse._PARSERS if fmt not in named]
 
 
@@ -256,8 +292,16 @@ def test_the_parse_parity_bites(monkeypatch):
 # Options and the run's settings
 
 # One value of each kind of option, by its metavar (a choice "a|b": each is tried).
-SAMPLES = {"NAME|PATH": ["hgx-h100"], "EXPR": ["p2p"], "LEVEL": ["full"], "N": ["3"], "BYTES": ["1M"],
-           "SECONDS": ["7"], "HOURS": ["7"], "RATIO": ["0.5"]}
+SAMPLES = {
+    "NAME|PATH": ["hgx-h100"],
+    "EXPR": ["p2p"],
+    "LEVEL": ["full"],
+    "N": ["3"],
+    "BYTES": ["1M"],
+    "SECONDS": ["7"],
+    "HOURS": ["7"],
+    "RATIO": ["0.5"],
+}
 
 
 class IniOnly:

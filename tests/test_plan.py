@@ -90,18 +90,20 @@ def test_the_plan_names_each_verdict_and_why(pytester):
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-machine", "hgx-h100-nvlink-down")
     assert result.ret == 0
-    result.stdout.fnmatch_lines([
-        "*= gputopo plan =*",
-        "RUN test_suite.py::test_plain - no gputopo marker",
-        "RUN test_suite.py::test_eight - requires_gpus(8): met",
-        "SKIP test_suite.py::test_nvlink - requires_nvlink: GPU0-GPU5 are linked by SYS, not NVLink; *",
-        "FAIL (strict) test_suite.py::test_nvlink_strict - requires_nvlink: GPU0-GPU5 are linked by SYS*",
-        "UNKNOWN test_suite.py::test_p2p_bw - min_p2p_bw(gpus=2): would measure GPU0->GPU1 copy, P2P on the node "
-        "(no figure recorded) [recorded:hgx-h100-nvlink-down (a recorded machine, not this host)]",
-        "gputopo plan on recorded:hgx-h100-nvlink-down (a recorded machine, not this host): 2 run, 2 skip, "
-        "1 fail (strict), 2 unknown (would measure); no test ran (--gputopo-plan)",
-        "*no tests ran*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*= gputopo plan =*",
+            "RUN test_suite.py::test_plain - no gputopo marker",
+            "RUN test_suite.py::test_eight - requires_gpus(8): met",
+            "SKIP test_suite.py::test_nvlink - requires_nvlink: GPU0-GPU5 are linked by SYS, not NVLink; *",
+            "FAIL (strict) test_suite.py::test_nvlink_strict - requires_nvlink: GPU0-GPU5 are linked by SYS*",
+            "UNKNOWN test_suite.py::test_p2p_bw - min_p2p_bw(gpus=2): would measure GPU0->GPU1 copy, P2P on the node "
+            "(no figure recorded) [recorded:hgx-h100-nvlink-down (a recorded machine, not this host)]",
+            "gputopo plan on recorded:hgx-h100-nvlink-down (a recorded machine, not this host): 2 run, 2 skip, "
+            "1 fail (strict), 2 unknown (would measure); no test ran (--gputopo-plan)",
+            "*no tests ran*",
+        ]
+    )
     assert not list(pytester.path.glob("ran-*"))
 
 
@@ -109,10 +111,15 @@ def test_a_test_that_would_pass_on_recorded_figures_says_so(pytester):
     """Nothing is measured on a recorded machine: a plan that lets a bandwidth test run says which
     recorded figure it rests on, as the run does."""
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-machine", "dgx-a100",
-                                "-k", "p2p_bw")
-    result.stdout.fnmatch_lines(["RUN test_suite.py::test_p2p_bw - min_p2p_bw(gpus=2): met on recorded figures, not "
-                                 "measured here: GPU0->GPU1 copy, P2P: recorded 272.0 GB/s, needed 210.0*"])
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-machine", "dgx-a100", "-k", "p2p_bw"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "RUN test_suite.py::test_p2p_bw - min_p2p_bw(gpus=2): met on recorded figures, not "
+            "measured here: GPU0->GPU1 copy, P2P: recorded 272.0 GB/s, needed 210.0*"
+        ]
+    )
 
 
 def test_the_plan_is_of_the_selected_tests(pytester):
@@ -127,11 +134,22 @@ def test_the_json_plan_says_what_decides_each_test(pytester):
     doc = _plan(pytester, "--gputopo-machine", "single-gpu", "-k", "eight or plain")
     assert doc["schema"] == 1 and doc["strict"] is False and doc["gate"] == []
     assert doc["tests"] == [
-        {"nodeid": "test_suite.py::test_plain", "verdict": "run", "reason": "no gputopo marker", "requirement": None,
-         "requirement_verdict": None, "would_measure": []},
-        {"nodeid": "test_suite.py::test_eight", "verdict": "skip",
-         "reason": "requires_gpus(8): 1 visible [recorded:single-gpu (a recorded machine, not this host)]",
-         "requirement": "requires_gpus(8)", "requirement_verdict": "unmet", "would_measure": []},
+        {
+            "nodeid": "test_suite.py::test_plain",
+            "verdict": "run",
+            "reason": "no gputopo marker",
+            "requirement": None,
+            "requirement_verdict": None,
+            "would_measure": [],
+        },
+        {
+            "nodeid": "test_suite.py::test_eight",
+            "verdict": "skip",
+            "reason": "requires_gpus(8): 1 visible [recorded:single-gpu (a recorded machine, not this host)]",
+            "requirement": "requires_gpus(8)",
+            "requirement_verdict": "unmet",
+            "would_measure": [],
+        },
     ]
 
 
@@ -184,17 +202,22 @@ def test_a_requirement_that_needs_a_benchmark_says_what_it_would_measure(pyteste
     naming the measurement; every test that rests on NCCL's own run names it (not the prediction)."""
     pytester.makeconftest(GPU_HOST)
     pytester.makepyfile(test_suite=ON_THIS_HOST)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-plan-json", "plan.json")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-plan-json", "plan.json"
+    )
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines([
-        "UNKNOWN test_suite.py::test_p2p_bw - min_p2p_bw(gpus=2): would measure GPU0->GPU1 copy, P2P",
-        "SKIP test_suite.py::test_sixteen - min_p2p_bw(gpus=16): needs 16 GPUs, 8 visible*",
-        "UNKNOWN test_suite.py::test_transport - requires_nccl_transport('P2P', gpus=2): would measure NCCL's "
-        "transports among 8 GPUs*",
-        "UNKNOWN test_suite.py::test_shm - requires_nccl_transport('SHM', gpus=2): would measure NCCL's transports*",
-        "RUN test_suite.py::test_nvlink - requires_nvlink: met",
-        "gputopo plan on this host (NVML): 1 run, 1 skip, 3 unknown (would measure); no test ran (--gputopo-plan)",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "UNKNOWN test_suite.py::test_p2p_bw - min_p2p_bw(gpus=2): would measure GPU0->GPU1 copy, P2P",
+            "SKIP test_suite.py::test_sixteen - min_p2p_bw(gpus=16): needs 16 GPUs, 8 visible*",
+            "UNKNOWN test_suite.py::test_transport - requires_nccl_transport('P2P', gpus=2): would measure NCCL's "
+            "transports among 8 GPUs*",
+            "UNKNOWN test_suite.py::test_shm - requires_nccl_transport('SHM', gpus=2): would measure NCCL's "
+            "transports*",
+            "RUN test_suite.py::test_nvlink - requires_nvlink: met",
+            "gputopo plan on this host (NVML): 1 run, 1 skip, 3 unknown (would measure); no test ran (--gputopo-plan)",
+        ]
+    )
     assert not (pytester.path / "measured.log").exists(), "a plan ran a benchmark"
     doc = json.loads((pytester.path / "plan.json").read_text())
     assert doc["this_host"] is True and doc["machine"] == "NVML"
@@ -218,22 +241,36 @@ def test_a_figure_at_hand_is_judged_as_the_run_judges_it(pytester, monkeypatch, 
 def test_a_plan_exits_0_whatever_it_finds(pytester):
     """The plan is the result: a test that would fail (strict) does not make the plan fail."""
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-machine", "single-gpu",
-                                "--gputopo-strict")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-machine", "single-gpu", "--gputopo-strict"
+    )
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["gputopo plan on recorded:single-gpu *: 1 run, 5 fail (strict), 1 unknown (would "
-                                 "measure); no test ran*"])
+    result.stdout.fnmatch_lines(
+        ["gputopo plan on recorded:single-gpu *: 1 run, 5 fail (strict), 1 unknown (would measure); no test ran*"]
+    )
 
 
 def test_an_unmet_run_gate_is_the_plan_no_test_would_run(pytester):
     """The run would stop at its gate: so does the plan, with the gate's exit status, saying so, and
     its JSON says why for CI to route on."""
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan-json", "plan.json",
-                                "--gputopo-machine", "hgx-h100-nvlink-down", "--gputopo-require", "link>=NV12")
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-plan-json",
+        "plan.json",
+        "--gputopo-machine",
+        "hgx-h100-nvlink-down",
+        "--gputopo-require",
+        "link>=NV12",
+    )
     assert result.ret == 8
-    result.stdout.fnmatch_lines(["gputopo plan on recorded:hgx-h100-nvlink-down *: the run gate is unmet: no test "
-                                 "would run (exit status 8); no test ran (--gputopo-plan-json)"])
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo plan on recorded:hgx-h100-nvlink-down *: the run gate is unmet: no test "
+            "would run (exit status 8); no test ran (--gputopo-plan-json)"
+        ]
+    )
     doc = json.loads((pytester.path / "plan.json").read_text())
     assert doc["tests"] == [] and "requires_link('NV12'): GPU0-GPU5 are linked by SYS" in doc["gate"]
     assert not list(pytester.path.glob("ran-*"))
@@ -248,20 +285,32 @@ def test_a_collection_error_stops_a_plan_as_it_stops_a_run(pytester):
 
 def test_collect_only_shows_the_plan_too(pytester):
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q", "--gputopo-plan",
-                                "--gputopo-machine", "dgx-a100")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--collect-only", "-q", "--gputopo-plan", "--gputopo-machine", "dgx-a100"
+    )
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["test_suite.py::test_plain", "*= gputopo plan =*", "RUN test_suite.py::test_plain*",
-                                 "gputopo plan on recorded:dgx-a100 *: 7 run; no test ran (--gputopo-plan)"])
+    result.stdout.fnmatch_lines(
+        [
+            "test_suite.py::test_plain",
+            "*= gputopo plan =*",
+            "RUN test_suite.py::test_plain*",
+            "gputopo plan on recorded:dgx-a100 *: 7 run; no test ran (--gputopo-plan)",
+        ]
+    )
 
 
 def test_health_checks_are_one_line_of_the_plan(pytester):
     pytester.makepyfile(test_suite="def test_plain(): pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-check",
-                                "--gputopo-machine", "dgx-a100")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-check", "--gputopo-machine", "dgx-a100"
+    )
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["RUN test_suite.py::test_plain - no gputopo marker",
-                                 "RUN gputopo-check - * health checks (--gputopo-check quick): each outcome is the check's"])
+    result.stdout.fnmatch_lines(
+        [
+            "RUN test_suite.py::test_plain - no gputopo marker",
+            "RUN gputopo-check - * health checks (--gputopo-check quick): each outcome is the check's",
+        ]
+    )
     assert "RUN gputopo-check::" not in result.stdout.str()
 
 
@@ -284,7 +333,8 @@ def test_the_plan_has_three_surfaces_and_names_the_one_that_asked(pytester, monk
     assert not list(pytester.path.glob("ran-*"))
     # --gputopo-no-plan runs the tests whatever ini or environment say
     pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "dgx-a100", "--gputopo-no-plan").assert_outcomes(
-        passed=7)
+        passed=7
+    )
     assert len(list(pytester.path.glob("ran-*"))) == 7
 
 
@@ -292,8 +342,12 @@ def test_xdist_has_nothing_to_distribute_in_a_plan(pytester):
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan", "-n", "2")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--gputopo-plan: a plan runs no test, so xdist has nothing to distribute; plan "
-                                 "without -n/--dist (add -n 0 where the ini file sets -n)"])
+    result.stderr.fnmatch_lines(
+        [
+            "*--gputopo-plan: a plan runs no test, so xdist has nothing to distribute; plan "
+            "without -n/--dist (add -n 0 where the ini file sets -n)"
+        ]
+    )
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan", "-n", "0", "--gputopo-machine", "dgx-a100")
     assert result.ret == 0
 
@@ -304,8 +358,12 @@ def test_a_plan_is_not_run_by_every_rank_of_a_launch(pytester, monkeypatch):
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--gputopo-plan: this is rank 1 of 2 (torchrun or srun); a plan runs no test: "
-                                 "run it once, without the launcher"])
+    result.stderr.fnmatch_lines(
+        [
+            "*--gputopo-plan: this is rank 1 of 2 (torchrun or srun); a plan runs no test: "
+            "run it once, without the launcher"
+        ]
+    )
 
 
 def test_an_unwritable_plan_file_is_a_usage_error_before_collection(pytester):
@@ -320,8 +378,9 @@ def test_a_plan_file_that_cannot_be_written_at_the_end_is_a_usage_error_after_th
     (pytester.path / "out").mkdir()
     pytester.makeconftest("import shutil\ndef pytest_collection_finish(session):\n    shutil.rmtree('out')\n")
     pytester.makepyfile(test_suite=SUITE)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan-json", "out/plan.json",
-                                "--gputopo-machine", "dgx-a100")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gputopo-plan-json", "out/plan.json", "--gputopo-machine", "dgx-a100"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["gputopo plan on recorded:dgx-a100 *: 7 run; no test ran (--gputopo-plan-json)"])
     result.stderr.fnmatch_lines(["*gputopo: cannot write the plan to out/plan.json: *"])
@@ -335,8 +394,9 @@ def test_a_plan_line_escapes_what_a_profile_says(pytester, tmp_path):
     doc["topology"]["gpus"][0]["name"] = "RTX\r\n::error::pwn\x1b[2J"
     (tmp_path / "hostile.json").write_text(json.dumps(doc))
     pytester.makepyfile(test_x="import pytest\n@pytest.mark.requires_gpus(model='A100')\ndef test_a(): pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-machine",
-                                str(tmp_path / "hostile.json"))
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gputopo-plan", "--gputopo-machine", str(tmp_path / "hostile.json")
+    )
     assert result.ret == 0
     for line in result.stdout.lines:
         assert not line.lstrip().startswith("::") and "\x1b" not in line and "\r" not in line, repr(line)
@@ -358,8 +418,14 @@ def _block(text: str, start: str) -> str:
 
 
 def _sh(script: str, cwd: Path, **env) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **env}, timeout=300)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **env},
+        timeout=300,
+    )
 
 
 def test_the_documented_plan_is_what_the_plan_prints(pytester):
@@ -367,7 +433,7 @@ def test_the_documented_plan_is_what_the_plan_prints(pytester):
     (pytester.path / "test_model.py").write_text(_block(doc, "# test_model.py"))
     shown = _block(doc, "$ pytest -q --gputopo-plan").splitlines()
     assert len(shown) == 8
-    args = shlex.split(shown[0][len("$ pytest"):])
+    args = shlex.split(shown[0][len("$ pytest") :])
     printed = pytester.runpytest("-p", "no:cacheprovider", *args).stdout.lines
     assert [line for line in printed if line in shown[1:]] == shown[1:]
 
@@ -387,7 +453,7 @@ def test_the_documented_preview_on_every_bundled_machine_runs(pytester):
 @needs_jq
 def test_the_documented_ci_routing_starts_jobs_only_where_tests_would_run(pytester):
     doc = (DOCS / "distributed.md").read_text()
-    recipe = _block(doc[doc.index("### Route jobs by the plan"):], "# .github/workflows/gpu.yml")
+    recipe = _block(doc[doc.index("### Route jobs by the plan") :], "# .github/workflows/gpu.yml")
     script = textwrap.dedent(recipe.split("run: |\n", 1)[1].split("  gpu:\n", 1)[0])
     machines = Path(__file__).resolve().parents[1] / "pytest_gputopo" / "machines"
     (pytester.path / "ci").mkdir()
@@ -406,7 +472,7 @@ def test_the_documented_ci_routing_keeps_the_jobs_of_bandwidth_tests_where_the_p
     suite of bandwidth tests alone must still get that pool's job (the plan says unknown, not skip),
     and a pool whose topology rules a test out still gets none for it."""
     doc = (DOCS / "distributed.md").read_text()
-    recipe = _block(doc[doc.index("### Route jobs by the plan"):], "# .github/workflows/gpu.yml")
+    recipe = _block(doc[doc.index("### Route jobs by the plan") :], "# .github/workflows/gpu.yml")
     script = textwrap.dedent(recipe.split("run: |\n", 1)[1].split("  gpu:\n", 1)[0])
     machines = Path(__file__).resolve().parents[1] / "pytest_gputopo" / "machines"
     (pytester.path / "ci").mkdir()
@@ -414,9 +480,11 @@ def test_the_documented_ci_routing_keeps_the_jobs_of_bandwidth_tests_where_the_p
     nvlink["topology"]["published"] = []  # as `gputopo record` writes a node: no published figures
     (pytester.path / "ci" / "gpu-8x-nvlink.json").write_text(json.dumps(nvlink))
     shutil.copy(machines / "8x-l40s.json", pytester.path / "ci" / "gpu-pcie.json")  # publishes none either
-    pytester.makepyfile(test_bw="import pytest\n"
-                                "@pytest.mark.min_allreduce_bw(50)\ndef test_allreduce(): pass\n"
-                                "@pytest.mark.min_p2p_bw(20, gpus=2)\ndef test_p2p(): pass\n")
+    pytester.makepyfile(
+        test_bw="import pytest\n"
+        "@pytest.mark.min_allreduce_bw(50)\ndef test_allreduce(): pass\n"
+        "@pytest.mark.min_p2p_bw(20, gpus=2)\ndef test_p2p(): pass\n"
+    )
     output = pytester.path / "github_output"
     done = _sh(script, pytester.path, GITHUB_OUTPUT=str(output))
     assert done.returncode == 0, done.stdout + done.stderr

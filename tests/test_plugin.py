@@ -40,17 +40,23 @@ def run(pytester, machine, *args, src=MARKED):
 def test_healthy_nvswitch_box_runs_everything(pytester):
     result = run(pytester, "hgx-h100")
     result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(["gputopo: 8x *H100*, worst link NV18 (GPU0-GPU1), P2P OK on all 28 pairs, "
-                                 "source recorded:hgx-h100 (a recorded machine, not this host)"])
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo: 8x *H100*, worst link NV18 (GPU0-GPU1), P2P OK on all 28 pairs, "
+            "source recorded:hgx-h100 (a recorded machine, not this host)"
+        ]
+    )
 
 
 def test_gpu_that_lost_its_nvlinks_is_named(pytester):
     result = run(pytester, "hgx-h100-nvlink-down")
     result.assert_outcomes(passed=4, skipped=2)
-    result.stdout.fnmatch_lines([
-        "*requires_nvlink: GPU0-GPU5 are linked by *, not NVLink*recorded:hgx-h100-nvlink-down*",
-        "*requires_link('PXB'): GPU*-GPU5 are linked by *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*requires_nvlink: GPU0-GPU5 are linked by *, not NVLink*recorded:hgx-h100-nvlink-down*",
+            "*requires_link('PXB'): GPU*-GPU5 are linked by *",
+        ]
+    )
 
 
 def test_pcie_only_box_without_p2p(pytester):
@@ -72,10 +78,12 @@ def test_dual_socket_box_names_the_sys_pair(pytester):
 def test_no_gpu_machine_says_why_and_runs_the_rest(pytester):
     result = run(pytester, "no-gpu")
     result.assert_outcomes(passed=1, skipped=5)
-    result.stdout.fnmatch_lines([
-        "gputopo: no GPU (NVML library not found*); source recorded:no-gpu*",
-        "*requires_gpus(8): 0 visible (NVML library not found*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo: no GPU (NVML library not found*); source recorded:no-gpu*",
+            "*requires_gpus(8): 0 visible (NVML library not found*",
+        ]
+    )
 
 
 def test_this_host_without_nvml(pytester):
@@ -83,6 +91,7 @@ def test_this_host_without_nvml(pytester):
     pytest.importorskip("pynvml")
     try:
         import pynvml
+
         pynvml.nvmlInit()
         pynvml.nvmlShutdown()
         pytest.skip("this host has NVML; the no-driver path is tested on recorded machines")
@@ -125,14 +134,19 @@ def test_marker_strict_false_beats_the_option(pytester):
 
 def test_summary_counts_skips_per_requirement(pytester):
     result = run(pytester, "4x-rtx4090")
-    result.stdout.fnmatch_lines(["gputopo: 5 tests not run for unmet requirements: *requires_gpus(8) x1*"
-                                 "requires_nvlink x1*requires_p2p x1*recorded:4x-rtx4090*"])
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo: 5 tests not run for unmet requirements: *requires_gpus(8) x1*"
+            "requires_nvlink x1*requires_p2p x1*recorded:4x-rtx4090*"
+        ]
+    )
 
 
 def test_verbose_header_shows_the_matrix(pytester):
     result = run(pytester, "dgx1-v100", "-v")
-    result.stdout.fnmatch_lines(["*GPU0*GPU1*GPU7*CPU Affinity*", "GPU0 * X *NV*",
-                                 "P2P read/write status (as the profile records them;*"])
+    result.stdout.fnmatch_lines(
+        ["*GPU0*GPU1*GPU7*CPU Affinity*", "GPU0 * X *NV*", "P2P read/write status (as the profile records them;*"]
+    )
 
 
 def test_cuda_visible_devices_applies_to_a_recorded_machine(pytester, monkeypatch):
@@ -168,17 +182,19 @@ def test_require_gate_stops_before_collection_naming_each_cause_then_its_pairs(p
     machine first (here no pair can do P2P, and none is linked at PXB), then what stands alone."""
     result = run(pytester, "4x-rtx4090", "--gputopo-require", "gpus>=8,p2p,link>=PXB")
     assert result.ret == GATE_EXIT_STATUS
-    result.stdout.fnmatch_lines([
-        "gputopo: this machine does not meet the run's requirements [[]recorded:4x-rtx4090*]:",
-        "  - the machine: all 6 pairs of the 4 GPUs fail requires_p2p: cannot do P2P*; all 6 pairs of the 4 GPUs "
-        "fail requires_link('PXB'): are linked by NODE (6 pairs)",
-        "      requires_p2p: GPU0-GPU1 cannot do P2P*",
-        "*",
-        "      requires_p2p: GPU2-GPU3 cannot do P2P*",
-        "*",
-        "  - requires_gpus(8): 4 visible",
-        "gputopo: the run's tests are not collected; 2 causes, each a failed test gputopo-gate::<cause>",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo: this machine does not meet the run's requirements [[]recorded:4x-rtx4090*]:",
+            "  - the machine: all 6 pairs of the 4 GPUs fail requires_p2p: cannot do P2P*; all 6 pairs of the 4 GPUs "
+            "fail requires_link('PXB'): are linked by NODE (6 pairs)",
+            "      requires_p2p: GPU0-GPU1 cannot do P2P*",
+            "*",
+            "      requires_p2p: GPU2-GPU3 cannot do P2P*",
+            "*",
+            "  - requires_gpus(8): 4 visible",
+            "gputopo: the run's tests are not collected; 2 causes, each a failed test gputopo-gate::<cause>",
+        ]
+    )
     result.assert_outcomes(failed=2)
     assert "test_marked" not in result.stdout.str()  # the run's own tests are not even collected
 
@@ -199,11 +215,22 @@ def test_malformed_require_is_a_usage_error_with_the_grammar(pytester):
     result.stderr.fnmatch_lines(["*--gputopo-require: term 'gpus>8': gpus takes '>='*", "*TERM  :=*"])
 
 
-@pytest.mark.parametrize("machine,expected", [
-    ("hgx-h100-nvlink-down", ["*expected as hgx-h100: GPU5 has 0 active NVLinks, the reference 18*",
-                              "*expected as hgx-h100: GPU0-GPU5 are linked by *, the reference by NV18*"]),
-    ("hgx-h100-pcie-x8", ["*expected as hgx-h100: GPU2 PCIe link trained down: x8 of x16 (the reference's width;*"]),
-])
+@pytest.mark.parametrize(
+    "machine,expected",
+    [
+        (
+            "hgx-h100-nvlink-down",
+            [
+                "*expected as hgx-h100: GPU5 has 0 active NVLinks, the reference 18*",
+                "*expected as hgx-h100: GPU0-GPU5 are linked by *, the reference by NV18*",
+            ],
+        ),
+        (
+            "hgx-h100-pcie-x8",
+            ["*expected as hgx-h100: GPU2 PCIe link trained down: x8 of x16 (the reference's width;*"],
+        ),
+    ],
+)
 def test_expect_gate_catches_a_degraded_node(pytester, machine, expected):
     result = run(pytester, machine, "--gputopo-expect", "hgx-h100")
     assert result.ret == GATE_EXIT_STATUS
@@ -230,14 +257,18 @@ def test_expect_gate_with_a_recorded_profile_file(pytester):
 
 
 def test_bad_marker_arguments_name_the_test(pytester):
-    src = "import pytest\n@pytest.mark.requires_link('PXQ')\ndef test_bad(): pass\n" \
-          "@pytest.mark.requires_gpus('two')\ndef test_worse(): pass\n"
+    src = (
+        "import pytest\n@pytest.mark.requires_link('PXQ')\ndef test_bad(): pass\n"
+        "@pytest.mark.requires_gpus('two')\ndef test_worse(): pass\n"
+    )
     result = run(pytester, "hgx-h100", src=src)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        "*test_marked.py::test_bad: @pytest.mark.requires_link: unknown link label 'PXQ'*",
-        "*test_marked.py::test_worse: @pytest.mark.requires_gpus: n must be a number of GPUs from 0 to 1024*",
-    ])
+    result.stderr.fnmatch_lines(
+        [
+            "*test_marked.py::test_bad: @pytest.mark.requires_link: unknown link label 'PXQ'*",
+            "*test_marked.py::test_worse: @pytest.mark.requires_gpus: n must be a number of GPUs from 0 to 1024*",
+        ]
+    )
 
 
 def test_unknown_machine_lists_the_bundled_ones(pytester):
@@ -276,14 +307,16 @@ def test_contradictory_options(pytester):
 
 def test_markers_are_registered_with_their_signatures(pytester):
     result = pytester.runpytest("--markers")
-    result.stdout.fnmatch_lines([
-        "@pytest.mark.requires_gpus(n=1, min_memory_gb=None, compute_capability=None, arch=None, model=None, "
-        "bf16=None, multicast=None, strict=False): *",
-        "@pytest.mark.requires_versions(driver=None, cuda=None, cuda_runtime=None, nccl=None, strict=False): *",
-        "@pytest.mark.requires_p2p(gpus=None, strict=False): *",
-        "@pytest.mark.requires_nvlink(gpus=None, min_links=1, strict=False): *",
-        "@pytest.mark.requires_link(cls, gpus=None, strict=False): *",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.requires_gpus(n=1, min_memory_gb=None, compute_capability=None, arch=None, model=None, "
+            "bf16=None, multicast=None, strict=False): *",
+            "@pytest.mark.requires_versions(driver=None, cuda=None, cuda_runtime=None, nccl=None, strict=False): *",
+            "@pytest.mark.requires_p2p(gpus=None, strict=False): *",
+            "@pytest.mark.requires_nvlink(gpus=None, min_links=1, strict=False): *",
+            "@pytest.mark.requires_link(cls, gpus=None, strict=False): *",
+        ]
+    )
 
 
 # ------------------------------------------------------------------ processes
@@ -308,10 +341,12 @@ def pytest_gputopo_probe(config):
 
 
 def test_loading_the_plugin_imports_neither_torch_nor_pynvml():
-    code = ("import sys, importlib.metadata as md\n"
-            "[e for e in md.entry_points(group='pytest11') if e.name == 'gputopo'][0].load()\n"
-            "print(sorted(m for m in ('torch', 'pynvml', 'pytest_gputopo.plugin.ranks_run', "
-            "'pytest_gputopo.plugin.rank_body', 'pytest_gputopo.runtime.rank_procs') if m in sys.modules))")
+    code = (
+        "import sys, importlib.metadata as md\n"
+        "[e for e in md.entry_points(group='pytest11') if e.name == 'gputopo'][0].load()\n"
+        "print(sorted(m for m in ('torch', 'pynvml', 'pytest_gputopo.plugin.ranks_run', "
+        "'pytest_gputopo.plugin.rank_body', 'pytest_gputopo.runtime.rank_procs') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -338,23 +373,32 @@ def test_a_machine_without_nvml_access_says_why(pytester, problem):
     path.write_text(json.dumps(profile))
     result = run(pytester, str(path))
     result.assert_outcomes(passed=1, skipped=5)
-    result.stdout.fnmatch_lines([f"gputopo: no GPU ({problem}); source recorded:no-gpu*",
-                                 f"*requires_p2p: needs 2 GPUs to form a pair, 0 visible ({problem})*"])
+    result.stdout.fnmatch_lines(
+        [
+            f"gputopo: no GPU ({problem}); source recorded:no-gpu*",
+            f"*requires_p2p: needs 2 GPUs to form a pair, 0 visible ({problem})*",
+        ]
+    )
 
 
-@pytest.mark.skipif(not (CORPUS / "topo").is_dir(),
-                    reason=NO_CORPUS)
+@pytest.mark.skipif(not (CORPUS / "topo").is_dir(), reason=NO_CORPUS)
 def test_gating_on_nvidia_smi_text(pytester):
     """A file of `nvidia-smi topo -m` text as the machine: links known, P2P unknown (not in the text)."""
     text = (CORPUS / "topo" / "042.txt").read_text()
     (pytester.path / "a30.txt").write_text(text)
-    src = ("import pytest\n@pytest.mark.requires_nvlink(gpus=2)\ndef test_pair(): pass\n"
-           "@pytest.mark.requires_p2p(gpus=2)\ndef test_p2p(): pass\n")
+    src = (
+        "import pytest\n@pytest.mark.requires_nvlink(gpus=2)\ndef test_pair(): pass\n"
+        "@pytest.mark.requires_p2p(gpus=2)\ndef test_p2p(): pass\n"
+    )
     result = run(pytester, "a30.txt", src=src)
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["gputopo: 4x unknown GPU, worst link SYS (GPU0-GPU2), P2P 6 unknown of 6 pairs, "
-                                 "source text:a30.txt (nvidia-smi output, not this host)",
-                                 "*requires_p2p(gpus=2): GPU0-GPU1 P2P status is unknown*"])
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo: 4x unknown GPU, worst link SYS (GPU0-GPU2), P2P 6 unknown of 6 pairs, "
+            "source text:a30.txt (nvidia-smi output, not this host)",
+            "*requires_p2p(gpus=2): GPU0-GPU1 P2P status is unknown*",
+        ]
+    )
 
 
 def test_every_option_is_documented_with_its_three_surfaces():
@@ -363,8 +407,11 @@ def test_every_option_is_documented_with_its_three_surfaces():
     from pytest_gputopo.plugin.options import OPTIONS
 
     doc = (Path(__file__).parents[1] / "docs" / "options.md").read_text()
-    rows = {line.split("|")[1].split("`")[1].split()[0]: line for line in doc.splitlines()
-            if line.startswith("| `--gputopo-")}
+    rows = {
+        line.split("|")[1].split("`")[1].split()[0]: line
+        for line in doc.splitlines()
+        if line.startswith("| `--gputopo-")
+    }
     for option in OPTIONS.values():
         assert option.flag in rows, f"{option.flag} missing from docs/options.md"
         assert f"`{option.ini}`" in rows[option.flag] and f"`{option.env}`" in rows[option.flag]
@@ -372,7 +419,7 @@ def test_every_option_is_documented_with_its_three_surfaces():
 
 def _fixture_docs() -> str:
     text = (Path(__file__).resolve().parents[1] / "docs" / "markers.md").read_text(encoding="utf-8")
-    return text[text.index("### Every field"):text.index("## For other plugins")]
+    return text[text.index("### Every field") : text.index("## For other plugins")]
 
 
 def test_the_fixture_docs_name_every_field():

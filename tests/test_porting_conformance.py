@@ -129,9 +129,11 @@ def ds_bf16_required_version_check(t):
 
 def ds_skip_on_cuda(valid):
     """DS util.py: ``major * 10 + minor`` of torch's CUDA must be in ``valid``."""
+
     def rule(t):
         cuda = version_tuple(t.cuda_runtime_version)
         return None if cuda is None else cuda[0] * 10 + cuda[1] in valid
+
     return rule
 
 
@@ -152,20 +154,24 @@ def trt_skip_less_mpi_world_size(n):
 def trt_skip_less_device_memory(mib):
     """TRT: the first number of ``nvidia-smi --query-gpu=memory.total --format=csv,noheader`` (GPU0,
     in MiB: bytes // 2**20) must be at least ``mib`` (N/A: the host's memory, not known here)."""
+
     def rule(t):
         g = gpu0(t)
         if g is None or g.memory_total_bytes is None:
             return None
         return g.memory_total_bytes // 2**20 >= mib
+
     return rule
 
 
 def trt_skip_gpu_memory_less_than(nbytes):
     """TRT_UT: ``torch.cuda.get_device_properties(0).total_memory`` (bytes) must be at least
     ``nbytes``; the record's NVML total stands for it."""
+
     def rule(t):
         g = gpu0(t)
         return None if g is None or g.memory_total_bytes is None else g.memory_total_bytes >= nbytes
+
     return rule
 
 
@@ -180,9 +186,11 @@ def trt_sm(test: Callable[[int], bool]):
 
 def trt_skip_device_not_contain(keywords):
     """TRT: ``any(keyword in <GPU0's nvidia-smi -L line>)``, case-sensitive."""
+
     def rule(t):
         line = smi_list_line(t)
         return None if line is None else any(k in line for k in keywords)
+
     return rule
 
 
@@ -246,11 +254,13 @@ def torch_requires_nccl_version(version: tuple):
     test undecorated, so the test runs; else ``torch.cuda.nccl.version() < version`` skips (tuples:
     (2, 18, 0) is not below (2, 18); the suffix NCCL may append follows the patch, so it never
     decides)."""
+
     def rule(t):
         if not t.gpus:
             return True
         nccl = version_tuple(t.nccl_version, 3)
         return None if nccl is None else not nccl < version
+
     return rule
 
 
@@ -258,9 +268,11 @@ def torch_sm_is_or_higher_than(major_: int, minor_: int):
     """TORCH ``sm_is_or_higher_than(device, major, minor)`` on the rank's CUDA device (GPU0 for rank 0):
     ``torch.cuda.get_device_capability(device) >= (major, minor)``, tuples; without a GPU
     ``get_device_capability`` raises and the test errors. (ROCm: False; a device not CUDA: True.)"""
+
     def rule(t):
         cc = hardware.capability(gpu0(t).compute_capability) if t.gpus else None
         return None if cc is None else cc >= (major_, minor_)
+
     return rule
 
 
@@ -286,9 +298,10 @@ def used_pair_without_nvlink(t: Topology) -> bool:
 
 def bf16_emulated(n: int = 1):
     """bf16=True is native bf16 (capability 8.0+); torch also counts emulated bf16."""
+
     def where(t):
-        return any((hardware.capability(g.compute_capability) or (99, 0)) < hardware.BF16_FROM
-                   for g in t.gpus[:n])
+        return any((hardware.capability(g.compute_capability) or (99, 0)) < hardware.BF16_FROM for g in t.gpus[:n])
+
     return where
 
 
@@ -311,11 +324,13 @@ def capability_not_in_table(t: Topology) -> bool:
 def case_or_line(keywords):
     """model= ignores case and reads the name alone; the original reads GPU0's whole ``nvidia-smi -L``
     line (its "GPU 0:" and UUID included), case-sensitively."""
+
     def where(t):
         line, name = smi_list_line(t), gpu0(t).name if t.gpus else None
         if line is None or name is None:
             return False
         return any((k.lower() in name.lower()) != (k in line) for k in keywords)
+
     return where
 
 
@@ -339,125 +354,356 @@ class Row:
 ROWS = [
     # Lightning
     Row("`@RunIf(min_cuda_gpus=2)`", pl_min_cuda_gpus(2), ("@pytest.mark.requires_gpus(2)",), id="pl-min-gpus"),
-    Row("`@RunIf(bf16_cuda=True)`", pl_bf16_cuda, ("@pytest.mark.requires_gpus(bf16=True)",),
-        bf16_emulated(), "counts emulated bf16", id="pl-bf16"),
-    Row("`@RunIf(min_cuda_gpus=2, bf16_cuda=True)`",
+    Row(
+        "`@RunIf(bf16_cuda=True)`",
+        pl_bf16_cuda,
+        ("@pytest.mark.requires_gpus(bf16=True)",),
+        bf16_emulated(),
+        "counts emulated bf16",
+        id="pl-bf16",
+    ),
+    Row(
+        "`@RunIf(min_cuda_gpus=2, bf16_cuda=True)`",
         lambda t: pl_bf16_cuda(t) if len(t.gpus) >= 2 else False,
-        ("@pytest.mark.requires_gpus(2, bf16=True)",), bf16_emulated(2), "counts emulated bf16", id="pl-gpus-bf16"),
+        ("@pytest.mark.requires_gpus(2, bf16=True)",),
+        bf16_emulated(2),
+        "counts emulated bf16",
+        id="pl-gpus-bf16",
+    ),
     # DeepSpeed
-    Row("`class TestX(DistributedTest): world_size = 4`", ds_world_size(4), ("@pytest.mark.requires_gpus(4)",),
-        id="ds-world-size"),
-    Row("`class TestX(DistributedTest): world_size = 4` (let the plugin spawn the ranks)", ds_world_size(4),
-        ("@pytest.mark.ranks(4, backend=\"nccl\")",), id="ds-world-size-ranks"),
-    Row("`@pytest.mark.world_size(2)` on a method", ds_world_size(2), ("@pytest.mark.requires_gpus(2)",),
-        id="ds-world-size-method"),
-    Row("`skip_on_arch(min_arch=8)`", ds_skip_on_arch(8),
-        ("@pytest.mark.requires_gpus(compute_capability=\">=8.0\")",), id="ds-skip-on-arch"),
-    Row("`bf16_required_version_check()`", ds_bf16_required_version_check,
-        ("@pytest.mark.requires_gpus(bf16=True)",
-         "@pytest.mark.requires_versions(cuda_runtime=\">=11\", nccl=\">=2.10\")"),
-        bf16_emulated(), "counts emulated bf16", id="ds-bf16"),
-    Row("`skip_on_cuda(valid_cuda=[121])`", ds_skip_on_cuda([121]),
-        ("@pytest.mark.requires_versions(cuda_runtime=\"==12.1.*\")",), id="ds-skip-on-cuda"),
+    Row(
+        "`class TestX(DistributedTest): world_size = 4`",
+        ds_world_size(4),
+        ("@pytest.mark.requires_gpus(4)",),
+        id="ds-world-size",
+    ),
+    Row(
+        "`class TestX(DistributedTest): world_size = 4` (let the plugin spawn the ranks)",
+        ds_world_size(4),
+        ('@pytest.mark.ranks(4, backend="nccl")',),
+        id="ds-world-size-ranks",
+    ),
+    Row(
+        "`@pytest.mark.world_size(2)` on a method",
+        ds_world_size(2),
+        ("@pytest.mark.requires_gpus(2)",),
+        id="ds-world-size-method",
+    ),
+    Row(
+        "`skip_on_arch(min_arch=8)`",
+        ds_skip_on_arch(8),
+        ('@pytest.mark.requires_gpus(compute_capability=">=8.0")',),
+        id="ds-skip-on-arch",
+    ),
+    Row(
+        "`bf16_required_version_check()`",
+        ds_bf16_required_version_check,
+        ("@pytest.mark.requires_gpus(bf16=True)", '@pytest.mark.requires_versions(cuda_runtime=">=11", nccl=">=2.10")'),
+        bf16_emulated(),
+        "counts emulated bf16",
+        id="ds-bf16",
+    ),
+    Row(
+        "`skip_on_cuda(valid_cuda=[121])`",
+        ds_skip_on_cuda([121]),
+        ('@pytest.mark.requires_versions(cuda_runtime="==12.1.*")',),
+        id="ds-skip-on-cuda",
+    ),
     # TensorRT-LLM
-    Row("`@pytest.mark.skip_less_device(8)`", trt_skip_less_device(8), ("@pytest.mark.requires_gpus(8)",),
-        id="trt-less-device"),
-    Row("`@pytest.mark.skip_less_mpi_world_size(4)`", trt_skip_less_mpi_world_size(4),
-        ("@pytest.mark.requires_gpus(4)",), id="trt-less-mpi-world-size"),
-    Row("`@pytest.mark.skip_less_device_memory(80000)`", trt_skip_less_device_memory(80000),
-        ("@pytest.mark.requires_gpus(min_memory_gb=80000 * 2**20 / 1e9)",), id="trt-device-memory-80000"),
-    Row("`skip_less_device_memory(40000)`", trt_skip_less_device_memory(40000),
-        ("@pytest.mark.requires_gpus(min_memory_gb=40000 * 2**20 / 1e9)",), id="trt-device-memory-40000"),
-    Row("`@skip_gpu_memory_less_than_40gb`", trt_skip_gpu_memory_less_than(40 * 10**9),
-        ("@pytest.mark.requires_gpus(min_memory_gb=40)",), id="trt-gpu-memory-40gb"),
-    Row("`_80gb`", trt_skip_gpu_memory_less_than(80 * 10**9),
-        ("@pytest.mark.requires_gpus(min_memory_gb=80)",), id="trt-gpu-memory-80gb"),
-    Row("`_138gb`", trt_skip_gpu_memory_less_than(138 * 10**9),
-        ("@pytest.mark.requires_gpus(min_memory_gb=138)",), id="trt-gpu-memory-138gb"),
-    Row("`skip_num_gpus_less_than(4)`", trt_skip_num_gpus_less_than(4), ("@pytest.mark.requires_gpus(4)",),
-        id="trt-num-gpus"),
+    Row(
+        "`@pytest.mark.skip_less_device(8)`",
+        trt_skip_less_device(8),
+        ("@pytest.mark.requires_gpus(8)",),
+        id="trt-less-device",
+    ),
+    Row(
+        "`@pytest.mark.skip_less_mpi_world_size(4)`",
+        trt_skip_less_mpi_world_size(4),
+        ("@pytest.mark.requires_gpus(4)",),
+        id="trt-less-mpi-world-size",
+    ),
+    Row(
+        "`@pytest.mark.skip_less_device_memory(80000)`",
+        trt_skip_less_device_memory(80000),
+        ("@pytest.mark.requires_gpus(min_memory_gb=80000 * 2**20 / 1e9)",),
+        id="trt-device-memory-80000",
+    ),
+    Row(
+        "`skip_less_device_memory(40000)`",
+        trt_skip_less_device_memory(40000),
+        ("@pytest.mark.requires_gpus(min_memory_gb=40000 * 2**20 / 1e9)",),
+        id="trt-device-memory-40000",
+    ),
+    Row(
+        "`@skip_gpu_memory_less_than_40gb`",
+        trt_skip_gpu_memory_less_than(40 * 10**9),
+        ("@pytest.mark.requires_gpus(min_memory_gb=40)",),
+        id="trt-gpu-memory-40gb",
+    ),
+    Row(
+        "`_80gb`",
+        trt_skip_gpu_memory_less_than(80 * 10**9),
+        ("@pytest.mark.requires_gpus(min_memory_gb=80)",),
+        id="trt-gpu-memory-80gb",
+    ),
+    Row(
+        "`_138gb`",
+        trt_skip_gpu_memory_less_than(138 * 10**9),
+        ("@pytest.mark.requires_gpus(min_memory_gb=138)",),
+        id="trt-gpu-memory-138gb",
+    ),
+    Row(
+        "`skip_num_gpus_less_than(4)`",
+        trt_skip_num_gpus_less_than(4),
+        ("@pytest.mark.requires_gpus(4)",),
+        id="trt-num-gpus",
+    ),
     Row("`@skip_single_gpu`", trt_skip_num_gpus_less_than(2), ("@pytest.mark.requires_gpus(2)",), id="trt-single-gpu"),
-    Row("`@skip_pre_ada`", trt_sm(lambda s: s >= 89),
-        ("@pytest.mark.requires_gpus(compute_capability=\">=8.9\")",), id="trt-pre-ada"),
-    Row("`@skip_pre_hopper`", trt_sm(lambda s: s >= 90),
-        ("@pytest.mark.requires_gpus(compute_capability=\">=9.0\")",), id="trt-pre-hopper"),
-    Row("`@skip_pre_blackwell`", trt_sm(lambda s: s >= 100),
-        ("@pytest.mark.requires_gpus(compute_capability=\">=10.0\")",), id="trt-pre-blackwell"),
-    Row("`@skip_pre_ada`", trt_sm(lambda s: s >= 89), ("arch=\">=ada\"",), capability_not_in_table,
-        "the architecture table knows", id="trt-pre-ada-arch"),
-    Row("`@skip_pre_hopper`", trt_sm(lambda s: s >= 90), ("arch=\">=hopper\"",), capability_not_in_table,
-        "the architecture table knows", id="trt-pre-hopper-arch"),
-    Row("`@skip_pre_blackwell`", trt_sm(lambda s: s >= 100), ("arch=\">=blackwell\"",), capability_not_in_table,
-        "the architecture table knows", id="trt-pre-blackwell-arch"),
-    Row("`skip_on_arch(min_arch=8)`", ds_skip_on_arch(8), ("arch=\">=ampere\"",), capability_not_in_table,
-        "every capability its table knows", id="ds-skip-on-arch-arch"),
-    Row("`@skip_post_blackwell`", trt_sm(lambda s: s < 100), ("arch=\"<blackwell\"",), capability_not_in_table,
-        "the architecture table knows", id="trt-post-blackwell-arch"),
-    Row("`@skip_no_hopper`", trt_sm(lambda s: s == 90), ("arch=\"hopper\"",), capability_not_in_table,
-        "the architecture table knows", id="trt-no-hopper-arch"),
-    Row("`@skip_non_ada_unittest`", trt_sm(lambda s: s == 89), ("arch=\"ada\"",), capability_not_in_table,
-        "the architecture table knows", id="trt-non-ada-arch"),
-    Row("`@skip_neither_ada_nor_hopper_unittest`", trt_sm(lambda s: s in (89, 90)), ("arch=[\"ada\", \"hopper\"]",),
-        capability_not_in_table, "the architecture table knows", id="trt-ada-or-hopper-arch"),
-    Row("`@force_ampere`", trt_sm(lambda s: 80 <= s <= 89), ("arch=\">=ampere,<=ada\"",), capability_not_in_table,
-        "the architecture table knows", id="trt-force-ampere-arch"),
-    Row("`@skip_post_blackwell`", trt_sm(lambda s: s < 100),
-        ("@pytest.mark.requires_gpus(compute_capability=\"<10.0\")",), id="trt-post-blackwell"),
-    Row("`@skip_post_blackwell_ultra`", trt_sm(lambda s: s < 103),
-        ("@pytest.mark.requires_gpus(compute_capability=\"<10.3\")",), id="trt-post-blackwell-ultra"),
-    Row("`@skip_blackwell`", trt_sm(lambda s: s not in (100, 103)),
-        ("@pytest.mark.requires_gpus(compute_capability=\"!=10.0,!=10.3\")",), id="trt-blackwell"),
-    Row("`@skip_blackwell_geforce`", trt_sm(lambda s: s != 120),
-        ("@pytest.mark.requires_gpus(compute_capability=\"!=12.0\")",), id="trt-blackwell-geforce"),
-    Row("`@skip_no_hopper`", trt_sm(lambda s: s == 90),
-        ("@pytest.mark.requires_gpus(compute_capability=\"==9.0\")",), id="trt-no-hopper"),
-    Row("`@skip_non_hopper_unittest`", trt_sm(lambda s: s == 90),
-        ("@pytest.mark.requires_gpus(compute_capability=\"==9.0\")",), id="trt-non-hopper"),
-    Row("`@skip_non_ada_unittest`", trt_sm(lambda s: s == 89),
-        ("@pytest.mark.requires_gpus(compute_capability=\"==8.9\")",), id="trt-non-ada"),
-    Row("`@skip_neither_ada_nor_hopper_unittest`", trt_sm(lambda s: s in (89, 90)),
-        ("@pytest.mark.requires_gpus(compute_capability=\">=8.9,<=9.0\")",), id="trt-ada-or-hopper"),
-    Row("`@skip_no_sm120`", trt_sm(lambda s: s == 120),
-        ("@pytest.mark.requires_gpus(compute_capability=\"==12.0\")",), id="trt-sm120"),
-    Row("`@force_ampere`", trt_sm(lambda s: 80 <= s <= 89),
-        ("@pytest.mark.requires_gpus(compute_capability=\">=8.0,<=8.9\")",), id="trt-force-ampere"),
-    Row("`@pytest.mark.skip_device_not_contain([\"H100\", \"H200\"])`", trt_skip_device_not_contain(["H100", "H200"]),
-        ("@pytest.mark.requires_gpus(model=[\"H100\", \"H200\"])",), case_or_line(["H100", "H200"]),
-        "ignores case", id="trt-device-contain-hopper"),
-    Row("`skip_device_not_contain([\"A100\"])`", trt_skip_device_not_contain(["A100"]),
-        ("@pytest.mark.requires_gpus(model=[\"A100\"])",), case_or_line(["A100"]), "ignores case",
-        id="trt-device-contain-a100"),
-    Row("`@skip_no_nvls`", trt_skip_no_nvls,
-        ("@pytest.mark.requires_gpus(multicast=True)", "@pytest.mark.requires_versions(cuda=\">=12.1\")"),
-        id="trt-no-nvls"),
-    Row("`@skip_nvlink_inactive` (integration `conftest.py`)", trt_skip_nvlink_inactive,
-        ("@pytest.mark.requires_nvlink",), used_pair_without_nvlink, "every pair of the GPUs the test uses",
-        id="trt-nvlink-inactive"),
-    Row("`skip_nvlink_inactive` (`tests/unittest/utils/util.py`)", trt_ut_check_nvlink,
-        ("@pytest.mark.requires_nvlink",), used_pair_without_nvlink, "returns True whenever NVML starts",
-        id="trt-ut-nvlink-inactive"),
+    Row(
+        "`@skip_pre_ada`",
+        trt_sm(lambda s: s >= 89),
+        ('@pytest.mark.requires_gpus(compute_capability=">=8.9")',),
+        id="trt-pre-ada",
+    ),
+    Row(
+        "`@skip_pre_hopper`",
+        trt_sm(lambda s: s >= 90),
+        ('@pytest.mark.requires_gpus(compute_capability=">=9.0")',),
+        id="trt-pre-hopper",
+    ),
+    Row(
+        "`@skip_pre_blackwell`",
+        trt_sm(lambda s: s >= 100),
+        ('@pytest.mark.requires_gpus(compute_capability=">=10.0")',),
+        id="trt-pre-blackwell",
+    ),
+    Row(
+        "`@skip_pre_ada`",
+        trt_sm(lambda s: s >= 89),
+        ('arch=">=ada"',),
+        capability_not_in_table,
+        "the architecture table knows",
+        id="trt-pre-ada-arch",
+    ),
+    Row(
+        "`@skip_pre_hopper`",
+        trt_sm(lambda s: s >= 90),
+        ('arch=">=hopper"',),
+        capability_not_in_table,
+        "the architecture table knows",
+        id="trt-pre-hopper-arch",
+    ),
+    Row(
+        "`@skip_pre_blackwell`",
+        trt_sm(lambda s: s >= 100),
+        ('arch=">=blackwell"',),
+        capability_not_in_table,
+        "the architecture table knows",
+        id="trt-pre-blackwell-arch",
+    ),
+    Row(
+        "`skip_on_arch(min_arch=8)`",
+        ds_skip_on_arch(8),
+        ('arch=">=ampere"',),
+        capability_not_in_table,
+        "every capability its table knows",
+        id="ds-skip-on-arch-arch",
+    ),
+    Row(
+        "`@skip_post_blackwell`",
+        trt_sm(lambda s: s < 100),
+        ('arch="<blackwell"',),
+        capability_not_in_table,
+        "the architecture table knows",
+        id="trt-post-blackwell-arch",
+    ),
+    Row(
+        "`@skip_no_hopper`",
+        trt_sm(lambda s: s == 90),
+        ('arch="hopper"',),
+        capability_not_in_table,
+        "the architecture table knows",
+        id="trt-no-hopper-arch",
+    ),
+    Row(
+        "`@skip_non_ada_unittest`",
+        trt_sm(lambda s: s == 89),
+        ('arch="ada"',),
+        capability_not_in_table,
+        "the architecture table knows",
+        id="trt-non-ada-arch",
+    ),
+    Row(
+        "`@skip_neither_ada_nor_hopper_unittest`",
+        trt_sm(lambda s: s in (89, 90)),
+        ('arch=["ada", "hopper"]',),
+        capability_not_in_table,
+        "the architecture table knows",
+        id="trt-ada-or-hopper-arch",
+    ),
+    Row(
+        "`@force_ampere`",
+        trt_sm(lambda s: 80 <= s <= 89),
+        ('arch=">=ampere,<=ada"',),
+        capability_not_in_table,
+        "the architecture table knows",
+        id="trt-force-ampere-arch",
+    ),
+    Row(
+        "`@skip_post_blackwell`",
+        trt_sm(lambda s: s < 100),
+        ('@pytest.mark.requires_gpus(compute_capability="<10.0")',),
+        id="trt-post-blackwell",
+    ),
+    Row(
+        "`@skip_post_blackwell_ultra`",
+        trt_sm(lambda s: s < 103),
+        ('@pytest.mark.requires_gpus(compute_capability="<10.3")',),
+        id="trt-post-blackwell-ultra",
+    ),
+    Row(
+        "`@skip_blackwell`",
+        trt_sm(lambda s: s not in (100, 103)),
+        ('@pytest.mark.requires_gpus(compute_capability="!=10.0,!=10.3")',),
+        id="trt-blackwell",
+    ),
+    Row(
+        "`@skip_blackwell_geforce`",
+        trt_sm(lambda s: s != 120),
+        ('@pytest.mark.requires_gpus(compute_capability="!=12.0")',),
+        id="trt-blackwell-geforce",
+    ),
+    Row(
+        "`@skip_no_hopper`",
+        trt_sm(lambda s: s == 90),
+        ('@pytest.mark.requires_gpus(compute_capability="==9.0")',),
+        id="trt-no-hopper",
+    ),
+    Row(
+        "`@skip_non_hopper_unittest`",
+        trt_sm(lambda s: s == 90),
+        ('@pytest.mark.requires_gpus(compute_capability="==9.0")',),
+        id="trt-non-hopper",
+    ),
+    Row(
+        "`@skip_non_ada_unittest`",
+        trt_sm(lambda s: s == 89),
+        ('@pytest.mark.requires_gpus(compute_capability="==8.9")',),
+        id="trt-non-ada",
+    ),
+    Row(
+        "`@skip_neither_ada_nor_hopper_unittest`",
+        trt_sm(lambda s: s in (89, 90)),
+        ('@pytest.mark.requires_gpus(compute_capability=">=8.9,<=9.0")',),
+        id="trt-ada-or-hopper",
+    ),
+    Row(
+        "`@skip_no_sm120`",
+        trt_sm(lambda s: s == 120),
+        ('@pytest.mark.requires_gpus(compute_capability="==12.0")',),
+        id="trt-sm120",
+    ),
+    Row(
+        "`@force_ampere`",
+        trt_sm(lambda s: 80 <= s <= 89),
+        ('@pytest.mark.requires_gpus(compute_capability=">=8.0,<=8.9")',),
+        id="trt-force-ampere",
+    ),
+    Row(
+        '`@pytest.mark.skip_device_not_contain(["H100", "H200"])`',
+        trt_skip_device_not_contain(["H100", "H200"]),
+        ('@pytest.mark.requires_gpus(model=["H100", "H200"])',),
+        case_or_line(["H100", "H200"]),
+        "ignores case",
+        id="trt-device-contain-hopper",
+    ),
+    Row(
+        '`skip_device_not_contain(["A100"])`',
+        trt_skip_device_not_contain(["A100"]),
+        ('@pytest.mark.requires_gpus(model=["A100"])',),
+        case_or_line(["A100"]),
+        "ignores case",
+        id="trt-device-contain-a100",
+    ),
+    Row(
+        "`@skip_no_nvls`",
+        trt_skip_no_nvls,
+        ("@pytest.mark.requires_gpus(multicast=True)", '@pytest.mark.requires_versions(cuda=">=12.1")'),
+        id="trt-no-nvls",
+    ),
+    Row(
+        "`@skip_nvlink_inactive` (integration `conftest.py`)",
+        trt_skip_nvlink_inactive,
+        ("@pytest.mark.requires_nvlink",),
+        used_pair_without_nvlink,
+        "every pair of the GPUs the test uses",
+        id="trt-nvlink-inactive",
+    ),
+    Row(
+        "`skip_nvlink_inactive` (`tests/unittest/utils/util.py`)",
+        trt_ut_check_nvlink,
+        ("@pytest.mark.requires_nvlink",),
+        used_pair_without_nvlink,
+        "returns True whenever NVML starts",
+        id="trt-ut-nvlink-inactive",
+    ),
     # PyTorch
     Row("`@skip_if_lt_x_gpu(4)`", torch_skip_if_lt_x_gpu(4), ("@pytest.mark.requires_gpus(4)",), id="torch-lt-x-gpu"),
-    Row("`class T(MultiProcessTestCase)` with `world_size` 2 and `@skip_if_lt_x_gpu(2)`", torch_skip_if_lt_x_gpu(2),
-        ("@pytest.mark.ranks(2, backend=\"nccl\")",), id="torch-multiprocess-lt-x-gpu"),
-    Row("`class T(MultiProcessTestCase)` with `world_size` 2, a gloo test", lambda t: True,
-        ("@pytest.mark.ranks(2, backend=\"gloo\")",), id="torch-multiprocess-gloo"),
-    Row("`@requires_nccl_version((2, 18), \"needs NCCL 2.18\")`", torch_requires_nccl_version((2, 18)),
-        ("@pytest.mark.requires_versions(nccl=\">=2.18\")",), without_gpu, "Without a GPU, current releases",
-        id="torch-nccl-version"),
-    Row("`@requires_nccl_shrink()`", torch_requires_nccl_version((2, 27)),
-        ("@pytest.mark.requires_versions(nccl=\">=2.27\")",), without_gpu, "Without a GPU, current releases",
-        id="torch-nccl-shrink"),
-    Row("`@requires_multicast_support()`", torch_requires_multicast_support,
-        ("@pytest.mark.requires_gpus(multicast=True)",), id="torch-multicast"),
-    Row("`if not sm_is_or_higher_than(device, 9, 0): self.skipTest(...)`", torch_sm_is_or_higher_than(9, 0),
-        ("@pytest.mark.requires_gpus(compute_capability=\">=9.0\")",), id="torch-sm-9.0"),
-    Row("`sm_is_or_higher_than(device, 8, 0)`", torch_sm_is_or_higher_than(8, 0),
-        ("@pytest.mark.requires_gpus(compute_capability=\">=8.0\")",), id="torch-sm-8.0"),
-    Row("`@requires_cuda_p2p_access()`", torch_requires_cuda_p2p_access, ("@pytest.mark.requires_p2p",),
-        cuda_peer_unrecorded, "NVML's P2P status", id="torch-cuda-p2p-access"),
+    Row(
+        "`class T(MultiProcessTestCase)` with `world_size` 2 and `@skip_if_lt_x_gpu(2)`",
+        torch_skip_if_lt_x_gpu(2),
+        ('@pytest.mark.ranks(2, backend="nccl")',),
+        id="torch-multiprocess-lt-x-gpu",
+    ),
+    Row(
+        "`class T(MultiProcessTestCase)` with `world_size` 2, a gloo test",
+        lambda t: True,
+        ('@pytest.mark.ranks(2, backend="gloo")',),
+        id="torch-multiprocess-gloo",
+    ),
+    Row(
+        '`@requires_nccl_version((2, 18), "needs NCCL 2.18")`',
+        torch_requires_nccl_version((2, 18)),
+        ('@pytest.mark.requires_versions(nccl=">=2.18")',),
+        without_gpu,
+        "Without a GPU, current releases",
+        id="torch-nccl-version",
+    ),
+    Row(
+        "`@requires_nccl_shrink()`",
+        torch_requires_nccl_version((2, 27)),
+        ('@pytest.mark.requires_versions(nccl=">=2.27")',),
+        without_gpu,
+        "Without a GPU, current releases",
+        id="torch-nccl-shrink",
+    ),
+    Row(
+        "`@requires_multicast_support()`",
+        torch_requires_multicast_support,
+        ("@pytest.mark.requires_gpus(multicast=True)",),
+        id="torch-multicast",
+    ),
+    Row(
+        "`if not sm_is_or_higher_than(device, 9, 0): self.skipTest(...)`",
+        torch_sm_is_or_higher_than(9, 0),
+        ('@pytest.mark.requires_gpus(compute_capability=">=9.0")',),
+        id="torch-sm-9.0",
+    ),
+    Row(
+        "`sm_is_or_higher_than(device, 8, 0)`",
+        torch_sm_is_or_higher_than(8, 0),
+        ('@pytest.mark.requires_gpus(compute_capability=">=8.0")',),
+        id="torch-sm-8.0",
+    ),
+    Row(
+        "`@requires_cuda_p2p_access()`",
+        torch_requires_cuda_p2p_access,
+        ("@pytest.mark.requires_p2p",),
+        cuda_peer_unrecorded,
+        "NVML's P2P status",
+        id="torch-cuda-p2p-access",
+    ),
 ]
-
 
 
 @dataclass(frozen=True)
@@ -474,11 +720,18 @@ class PredicateRow:
 
 
 PREDICATE_ROWS = [
-    PredicateRow("`@skip_device_contain_gb200`", trt_skip_device_contain(["GB200"]),
-                 'lambda t: t.gpus and t.gpus[0].name is not None and "GB200" not in t.gpus[0].name',
-                 id="trt-device-contain-gb200"),
-    PredicateRow("`skip_on_cuda(valid_cuda=[118, 121])`", ds_skip_on_cuda([118, 121]),
-                 'lambda t: t.cuda_runtime_version in ("11.8", "12.1")', id="ds-skip-on-cuda-several"),
+    PredicateRow(
+        "`@skip_device_contain_gb200`",
+        trt_skip_device_contain(["GB200"]),
+        'lambda t: t.gpus and t.gpus[0].name is not None and "GB200" not in t.gpus[0].name',
+        id="trt-device-contain-gb200",
+    ),
+    PredicateRow(
+        "`skip_on_cuda(valid_cuda=[118, 121])`",
+        ds_skip_on_cuda([118, 121]),
+        'lambda t: t.cuda_runtime_version in ("11.8", "12.1")',
+        id="ds-skip-on-cuda-several",
+    ),
 ]
 
 TOPOLOGIES = {name: probe(name) for name in MACHINES}
@@ -514,8 +767,9 @@ def test_each_port_decides_as_its_original_on_every_bundled_machine(row):
             if mine and not allowed:
                 wrong.append(f"{name}: the port runs where the original cannot decide")
         elif mine != theirs and not allowed:
-            wrong.append(f"{name}: the original {'runs' if theirs else 'skips'}, the port "
-                         f"{'runs' if mine else 'skips'}")
+            wrong.append(
+                f"{name}: the original {'runs' if theirs else 'skips'}, the port {'runs' if mine else 'skips'}"
+            )
     assert not wrong, f"{row}: " + "; ".join(wrong)
 
 
@@ -525,8 +779,9 @@ def test_each_predicate_port_decides_as_its_original_on_every_bundled_machine(ro
     predicate, as the page writes it, runs the test where the original does and skips where it
     skips on every bundled machine; where the original cannot decide, it skips (unknown is never met)."""
     text = DOC.read_text()
-    assert row.original in text and f"gputopo_ranks.require({row.predicate}," in text, \
+    assert row.original in text and f"gputopo_ranks.require({row.predicate}," in text, (
         f"{row}: docs/porting.md does not give this predicate for {row.original}"
+    )
     predicate = eval(row.predicate)  # the doc's own text
     wrong = []
     for name, t in TOPOLOGIES.items():
@@ -534,8 +789,9 @@ def test_each_predicate_port_decides_as_its_original_on_every_bundled_machine(ro
         if mine and theirs is None:
             wrong.append(f"{name}: the predicate holds where the original cannot decide")
         elif theirs is not None and mine != theirs:
-            wrong.append(f"{name}: the original {'runs' if theirs else 'skips'}, the predicate "
-                         f"{'holds' if mine else 'does not'}")
+            wrong.append(
+                f"{name}: the original {'runs' if theirs else 'skips'}, the predicate {'holds' if mine else 'does not'}"
+            )
     assert not wrong, f"{row}: " + "; ".join(wrong)
 
 
@@ -551,8 +807,11 @@ def test_each_port_is_the_doc_row(row):
 def test_a_documented_difference_shows_on_a_bundled_machine():
     """The differences the doc states are real: each shows on some bundled machine (the test above
     would otherwise allow a difference nobody sees)."""
-    seen = {str(row): any(row.rule(t) is not None and ours(row, t) != row.rule(t) for t in TOPOLOGIES.values())
-            for row in ROWS if row.differs is not None}
+    seen = {
+        str(row): any(row.rule(t) is not None and ours(row, t) != row.rule(t) for t in TOPOLOGIES.values())
+        for row in ROWS
+        if row.differs is not None
+    }
     assert seen.pop("trt-nvlink-inactive") and seen.pop("trt-ut-nvlink-inactive")  # 4x-rtx4090, dgx1-v100, ...
     assert seen.pop("pl-bf16") and seen.pop("pl-gpus-bf16")  # dgx1-v100: V100 has emulated bf16 only
     assert seen.pop("torch-nccl-version") and seen.pop("torch-nccl-shrink")  # no-gpu: the original runs
@@ -601,14 +860,24 @@ def test_the_plugin_decides_each_port_as_judged_here(pytester, machine):
     for i, row in enumerate(ROWS):
         if spawns(row):
             continue
-        lines += [m if m.startswith("@") else f"@pytest.mark.requires_gpus({m})" for m in row.port] + [f"def test_{i}():", "    pass", ""]
+        lines += [m if m.startswith("@") else f"@pytest.mark.requires_gpus({m})" for m in row.port] + [
+            f"def test_{i}():",
+            "    pass",
+            "",
+        ]
     for i, row in enumerate(PREDICATE_ROWS):
-        lines += [f"def test_predicate_{i}(gputopo_ranks):",
-                  f"    gputopo_ranks.require({row.predicate}, 'the port')", ""]
+        lines += [
+            f"def test_predicate_{i}(gputopo_ranks):",
+            f"    gputopo_ranks.require({row.predicate}, 'the port')",
+            "",
+        ]
     pytester.makepyfile(test_rows="\n".join(lines))
     result = pytester.runpytest("-p", "no:cacheprovider", "-rA", "--gputopo-machine", machine)
-    passed = {line.split("test_rows.py::")[1].split()[0]
-              for line in result.outlines if line.startswith("PASSED test_rows.py::test_")}
+    passed = {
+        line.split("test_rows.py::")[1].split()[0]
+        for line in result.outlines
+        if line.startswith("PASSED test_rows.py::test_")
+    }
     t = TOPOLOGIES[machine]
     expected = {f"test_{i}" for i, row in enumerate(ROWS) if ours(row, t) and not spawns(row)}
     expected |= {f"test_predicate_{i}" for i, row in enumerate(PREDICATE_ROWS) if eval(row.predicate)(t)}
@@ -630,11 +899,15 @@ def test_the_plugin_gates_each_ranks_port_as_judged_here(pytester, machine):
             lines += [*row.port, f"def test_{i}():", "    pass", ""]
     pytester.makepyfile(test_rows="\n".join(lines))
     result = pytester.runpytest("-p", "no:cacheprovider", "-v", "--setup-only", "--gputopo-machine", machine)
-    skipped = {line.split("::")[1].split()[0] for line in result.outlines
-               if line.startswith("test_rows.py::test_") and " SKIPPED" in line}
+    skipped = {
+        line.split("::")[1].split()[0]
+        for line in result.outlines
+        if line.startswith("test_rows.py::test_") and " SKIPPED" in line
+    }
     t = TOPOLOGIES[machine]
-    assert skipped == {f"test_{i}" for i, row in enumerate(ROWS) if spawns(row) and not ours(row, t)}, \
+    assert skipped == {f"test_{i}" for i, row in enumerate(ROWS) if spawns(row) and not ours(row, t)}, (
         result.stdout.str()
+    )
 
 
 def test_the_originals_count_gpus_a_process_cannot_see():
@@ -654,7 +927,8 @@ def test_a_class_memory_gate_and_a_method_count_keep_both_conditions(pytester, m
     two markers, both applied; ported to a class ``requires_gpus(min_memory_gb=...)`` and a method
     ``requires_gpus(4)``, the method needs four GPUs of that memory: it runs exactly where both
     originals run (the bundled machines' GPUs are alike, so GPU0's memory is each GPU's)."""
-    pytester.makepyfile(test_stacked="""
+    pytester.makepyfile(
+        test_stacked="""
 import pytest
 
 @pytest.mark.requires_gpus(min_memory_gb=80000 * 2**20 / 1e9)
@@ -662,7 +936,8 @@ class TestLarge:
     @pytest.mark.requires_gpus(4)
     def test_tp4(self):
         pass
-""")
+"""
+    )
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", machine)
     t = TOPOLOGIES[machine]
     runs = trt_skip_less_device(4)(t) and trt_skip_less_device_memory(80000)(t)

@@ -32,6 +32,7 @@ from pytest_gputopo.probe.recorded import load_profile
 sys.modules["pynvml"] = make_fake_pynvml(load_profile(os.environ["GPUTOPO_TEST_MACHINE"]).topology)
 """
 
+
 def _parent_finds_pynvml_in(folder, monkeypatch):
     """This process (the probe's parent) imports ``pynvml`` from ``folder`` from now on, as a run whose
     environment put it there would: the NVML child takes its pynvml from where the parent finds it."""
@@ -96,8 +97,10 @@ def test_the_nvml_child_starts_without_site_and_imports_only_what_it_asks(tmp_pa
     assert '"problem": "NVIDIA driver not loaded"' in done.stdout  # this pynvml, not the environment's
     assert {"pynvml", "pytest_gputopo.probe.nvml", "pytest_gputopo.core.model"} <= imported
     assert "site" not in imported
-    unused = {f"pytest_gputopo.probe.{m}" for m in ("named_machine", "recorded", "cuda_numbering", "learned",
-                                                     "this_host", "cuda_driver", "torch_cuda")}
+    unused = {
+        f"pytest_gputopo.probe.{m}"
+        for m in ("named_machine", "recorded", "cuda_numbering", "learned", "this_host", "cuda_driver", "torch_cuda")
+    }
     assert not unused & imported and not any(m == "torch" or m.startswith("pytest_gputopo.plugin") for m in imported)
 
 
@@ -159,8 +162,9 @@ def test_multicast_comes_from_cudas_attribute_joined_by_bus_id():
     assert view.multicast == {"00000000:18:00.0": True}  # device 1 unanswered: unknown
     # NCCL's rule: a driver without cuMulticastCreate has no multicast (src/transport/nvls.cc)
     assert cuda_view(FakeLibcuda(create=False)).multicast == {"00000000:18:00.0": False, "00000000:2A:00.0": False}
-    bare = dataclasses.replace(probe("hgx-h100"), gpus=tuple(dataclasses.replace(g, multicast=None)
-                                                             for g in probe("hgx-h100").gpus))
+    bare = dataclasses.replace(
+        probe("hgx-h100"), gpus=tuple(dataclasses.replace(g, multicast=None) for g in probe("hgx-h100").gpus)
+    )
     joined = with_cuda_facts(bare, view, {"nccl_version": "2.21.5"})
     assert [g.multicast for g in joined.gpus] == [True] + [None] * 7 and joined.nccl_version == "2.21.5"
 
@@ -171,9 +175,14 @@ def test_a_view_kept_in_pytests_cache_is_read_only_if_it_is_one():
 
     good = CudaView(("00000000:18:00.0", "00000000:2A:00.0"), {(0, 1): False}, {"00000000:18:00.0": True})
     assert CudaView.from_json(good.to_json()) == good
-    for bad in ({}, {"bus_ids": ["18:00.0"], "peer": [], "multicast": {}},
-                {**good.to_json(), "peer": [[0, 5, True]]}, {**good.to_json(), "peer": [[0, 1, 1]]},
-                {**good.to_json(), "multicast": {"00000000:99:00.0": True}}, {**good.to_json(), "bus_ids": 7}):
+    for bad in (
+        {},
+        {"bus_ids": ["18:00.0"], "peer": [], "multicast": {}},
+        {**good.to_json(), "peer": [[0, 5, True]]},
+        {**good.to_json(), "peer": [[0, 1, 1]]},
+        {**good.to_json(), "multicast": {"00000000:99:00.0": True}},
+        {**good.to_json(), "bus_ids": 7},
+    ):
         with pytest.raises(ValueError):
             CudaView.from_json(bad)
 

@@ -40,27 +40,50 @@ def children_cpu_s() -> float:
 def show(tmp_path, data, text=None):
     path = tmp_path / "m.json"
     path.write_text(text if text is not None else json.dumps(data))
-    return subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "show", "--machine", str(path)],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_gputopo.cli", "show", "--machine", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize("path, value, says", [
-    ("topology.gpus.0.numa_node", -1, "topology.gpus[0].numa_node: -1 is not from 0 to 1023"),
-    ("topology.gpus.0.nvlinks.0.link", -3, "topology.gpus[0].nvlinks[0].link: -3 is not from 0 to 35"),
-    ("topology.gpus.0.nvlinks.0.link", 10**30, "topology.gpus[0].nvlinks[0].link: an integer of 100 bits is not from 0 to 35"),
-    ("topology.links.0.nvlinks", 10**9, "topology.links[0].nvlinks: 1000000000 is not from 0 to 36"),
-    ("topology.links.0.nvlinks", -2, "topology.links[0].nvlinks: -2 is not from 0 to 36"),
-    ("topology.gpus.0.memory_total_bytes", -1, "topology.gpus[0].memory_total_bytes: -1 is not from 1 to"),
-    ("topology.gpus.0.pcie_width_max", 4096, "topology.gpus[0].pcie_width_max: 4096 is not from 1 to 32"),
-    ("topology.gpus.0.cpu_affinity", "0-99999999999", "topology.gpus[0].cpu_affinity: '0-99999999999' is not a CPU range list below 65536"),
-    ("topology.gpus.1.uuid", BASE["topology"]["gpus"][0]["uuid"], "topology.gpus[1].uuid: 'GPU-"),
-    ("topology.gpus.1.pci_bus_id", BASE["topology"]["gpus"][0]["pci_bus_id"], "is also gpus[0]'s"),
-    ("topology.nics", [1, 2], "topology.nics[0]: expected str, got 1"),
-    ("topology.published", [{"kind": "p2p", "gbps": 1e999, "source": "x"}], "not valid JSON: Infinity is not a JSON number"),
-    ("topology.published", [{"kind": "p2p", "gbps": 10**30, "source": "x"}],
-     "topology.published[0].gbps: must be a number above 0 and at most 1e+06, got an integer of 100 bits"),
-    ("schema", "<5000 digits>", "not valid JSON: a number of 5000 digits is not a profile's"),
-], ids=lambda v: v[:30] if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    "path, value, says",
+    [
+        ("topology.gpus.0.numa_node", -1, "topology.gpus[0].numa_node: -1 is not from 0 to 1023"),
+        ("topology.gpus.0.nvlinks.0.link", -3, "topology.gpus[0].nvlinks[0].link: -3 is not from 0 to 35"),
+        (
+            "topology.gpus.0.nvlinks.0.link",
+            10**30,
+            "topology.gpus[0].nvlinks[0].link: an integer of 100 bits is not from 0 to 35",
+        ),
+        ("topology.links.0.nvlinks", 10**9, "topology.links[0].nvlinks: 1000000000 is not from 0 to 36"),
+        ("topology.links.0.nvlinks", -2, "topology.links[0].nvlinks: -2 is not from 0 to 36"),
+        ("topology.gpus.0.memory_total_bytes", -1, "topology.gpus[0].memory_total_bytes: -1 is not from 1 to"),
+        ("topology.gpus.0.pcie_width_max", 4096, "topology.gpus[0].pcie_width_max: 4096 is not from 1 to 32"),
+        (
+            "topology.gpus.0.cpu_affinity",
+            "0-99999999999",
+            "topology.gpus[0].cpu_affinity: '0-99999999999' is not a CPU range list below 65536",
+        ),
+        ("topology.gpus.1.uuid", BASE["topology"]["gpus"][0]["uuid"], "topology.gpus[1].uuid: 'GPU-"),
+        ("topology.gpus.1.pci_bus_id", BASE["topology"]["gpus"][0]["pci_bus_id"], "is also gpus[0]'s"),
+        ("topology.nics", [1, 2], "topology.nics[0]: expected str, got 1"),
+        (
+            "topology.published",
+            [{"kind": "p2p", "gbps": 1e999, "source": "x"}],
+            "not valid JSON: Infinity is not a JSON number",
+        ),
+        (
+            "topology.published",
+            [{"kind": "p2p", "gbps": 10**30, "source": "x"}],
+            "topology.published[0].gbps: must be a number above 0 and at most 1e+06, got an integer of 100 bits",
+        ),
+        ("schema", "<5000 digits>", "not valid JSON: a number of 5000 digits is not a profile's"),
+    ],
+    ids=lambda v: v[:30] if isinstance(v, str) else None,
+)
 def test_an_impossible_field_is_refused_with_its_path(tmp_path, path, value, says):
     """9.3: negative numa_node ("negative shift count"), negative or huge link indices (IndexError,
     MemoryError), huge nvlinks (44 s, gigabytes), a 5,000-digit schema, non-string nics (TypeError
@@ -75,10 +98,13 @@ def test_an_impossible_field_is_refused_with_its_path(tmp_path, path, value, say
     assert children_cpu_s() - start < 30  # the CPU it used: a loaded machine stretches the wall clock only
 
 
-@pytest.mark.parametrize("text, says", [
-    ("[" * 200_000 + "]" * 200_000, "not valid JSON: nested too deeply"),
-    ('{"gbps": NaN}', "not valid JSON: NaN is not a JSON number"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("[" * 200_000 + "]" * 200_000, "not valid JSON: nested too deeply"),
+        ('{"gbps": NaN}', "not valid JSON: NaN is not a JSON number"),
+    ],
+)
 def test_json_that_python_reads_but_a_profile_cannot_hold(tmp_path, text, says):
     result = show(tmp_path, None, text)
     assert result.returncode == 2 and says in result.stderr, result.stderr
@@ -109,10 +135,15 @@ def test_published_gbps_nan_no_longer_passes_a_marker(pytester):
 # Property tests: the class, not the instances
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.integers(min_value=-(10**40), max_value=10**40)
-    | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(10**40), max_value=10**40)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=20)
+    max_leaves=20,
+)
 
 
 def _paths(node, prefix=()):

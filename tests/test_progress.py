@@ -13,9 +13,11 @@ import pytest
 
 from conftest import needs_torch
 
-TWO_TESTS = ("import pytest\n"
-             "@pytest.mark.min_allreduce_bw(0.0001)\ndef test_a(): pass\n"
-             "@pytest.mark.min_allreduce_bw(0.0001)\ndef test_b(): pass\n")
+TWO_TESTS = (
+    "import pytest\n"
+    "@pytest.mark.min_allreduce_bw(0.0001)\ndef test_a(): pass\n"
+    "@pytest.mark.min_allreduce_bw(0.0001)\ndef test_b(): pass\n"
+)
 DONE = re.compile(r"^gputopo: all-reduce busbw, 2 ranks, 64 KiB: [0-9.]+ GB/s in [0-9.]+ s$")
 ARGS = ("-p", "no:cacheprovider", "--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", "64K")
 
@@ -47,11 +49,21 @@ def test_under_xdist_the_controller_says_each_workers_measurement_once(pytester)
 
 
 def test_gputopo_check_verbose_says_every_items_figures(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "-v", "--level", "full",
-                          "--machine", "hgx-h100"], capture_output=True, text=True, cwd=tmp_path)
-    assert ("gputopo-check::p2p_bw[GPU0->GPU1] PASSED (GPU0->GPU1 copy, P2P: measured 364.0 GB/s, needed 315.0 "
-            "(0.70 x expected 450.0 GB/s from NV18 NVLink 4.0), ratio 0.81 (recorded, not measured:") in out.stdout
-    quiet = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "check", "--level", "full", "--machine",
-                            "hgx-h100"], capture_output=True, text=True, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest_gputopo.cli", "check", "-v", "--level", "full", "--machine", "hgx-h100"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert (
+        "gputopo-check::p2p_bw[GPU0->GPU1] PASSED (GPU0->GPU1 copy, P2P: measured 364.0 GB/s, needed 315.0 "
+        "(0.70 x expected 450.0 GB/s from NV18 NVLink 4.0), ratio 0.81 (recorded, not measured:"
+    ) in out.stdout
+    quiet = subprocess.run(
+        [sys.executable, "-m", "pytest_gputopo.cli", "check", "--level", "full", "--machine", "hgx-h100"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert "p2p_bw[GPU0->GPU1]" not in quiet.stdout  # without -v, failures and skips only, as before
     assert "measuring" not in quiet.stdout  # a recorded machine's figures are published, never measured

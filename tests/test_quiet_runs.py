@@ -19,10 +19,25 @@ from conftest import launcher_port
 
 # Every variable a launcher may set that ``runtime.environ.launch`` reads; cleared before each test so
 # that the outer environment (a CI job inside Slurm, say) cannot change what these runs see.
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-               "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
-               "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID", "SLURM_JOB_ID", "SLURM_LOCALID",
-               "SLURM_NODEID", "PYTEST_ADDOPTS", "PYTEST_XDIST_AUTO_NUM_WORKERS")
+LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "SLURM_PROCID",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_ID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "PYTEST_ADDOPTS",
+    "PYTEST_XDIST_AUTO_NUM_WORKERS",
+)
 
 # A suite that knows nothing of gputopo, with every common outcome, and a test that proves the run
 # imported no torch (the plugin's quiet path costs only its loading).
@@ -55,8 +70,15 @@ def test_fails():
 # torchrun-style and srun-style launches of rank 0 of 2, whose peer never comes.
 LAUNCHES = {
     "torchrun": {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"},
-    "slurm": {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "4242",
-              "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "MASTER_ADDR": "127.0.0.1"},
+    "slurm": {
+        "SLURM_PROCID": "0",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_ID": "0",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "MASTER_ADDR": "127.0.0.1",
+    },
 }
 
 # Put first on PYTHONPATH: Python runs it at start-up in every process of the run (xdist workers
@@ -93,10 +115,14 @@ def pytest_gputopo_probe(config):
     return probe_recorded(os.environ.get("GPUTOPO_TEST_MACHINE", "dgx-a100"))
 """
 
-WARNING = ("gputopo warning: a launcher's variables say this is rank 0 of 2, but torch is not installed: "
-           "this process is judged alone")
-LEFT_TO_PROJECT = ("gputopo: requires_gpus registered by this project (ini file or conftest): those marks are "
-                   "the project's own, and gputopo does not read them")
+WARNING = (
+    "gputopo warning: a launcher's variables say this is rank 0 of 2, but torch is not installed: "
+    "this process is judged alone"
+)
+LEFT_TO_PROJECT = (
+    "gputopo: requires_gpus registered by this project (ini file or conftest): those marks are "
+    "the project's own, and gputopo does not read them"
+)
 # A run that waited for its peer (a regression) would end after this with "gputopo: the ranks cannot
 # agree" and the plugin's own exit status, which the outcome and output assertions catch: no test
 # here times the run (a loaded machine takes its time; waiting is what is asserted against).
@@ -170,14 +196,16 @@ def test_only_selected_tests_pull_the_plugin_into_a_launch(pytester, monkeypatch
     log = pytester.path / "probes.log"
     monkeypatch.setenv("GPUTOPO_TEST_PROBE_LOG", str(log))
     pytester.makeconftest(PROBE_LOG_CONFTEST)
-    pytester.makepyfile(test_mixed="""
+    pytester.makepyfile(
+        test_mixed="""
 import pytest
 
 @pytest.mark.requires_p2p
 def test_p2p(): pass
 
 def test_plain(): pass
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("-k", "plain", "--gputopo-rank-timeout", str(RANK_TIMEOUT_S))
 
     result.assert_outcomes(passed=1, deselected=1)
@@ -186,23 +214,27 @@ def test_plain(): pass
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHES))
-def test_a_project_marker_of_the_same_name_does_not_pull_the_plugin_into_a_launch(pytester, monkeypatch,
-                                                                                  launcher):
+def test_a_project_marker_of_the_same_name_does_not_pull_the_plugin_into_a_launch(pytester, monkeypatch, launcher):
     """Marks of a name the project registered itself are not the plugin's: under a launcher's
     variables, a suite marked only with them neither probes the machine nor waits for a rank."""
     set_launch(monkeypatch, launcher)
     log = pytester.path / "probes.log"
     monkeypatch.setenv("GPUTOPO_TEST_PROBE_LOG", str(log))
-    pytester.makeconftest(PROBE_LOG_CONFTEST + """
+    pytester.makeconftest(
+        PROBE_LOG_CONFTEST
+        + """
 def pytest_configure(config):
     config.addinivalue_line("markers", "requires_gpus(n): the project's own")
-""")
-    pytester.makepyfile(test_own="""
+"""
+    )
+    pytester.makepyfile(
+        test_own="""
 import pytest
 
 @pytest.mark.requires_gpus(64)
 def test_own_meaning(): pass
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("--gputopo-rank-timeout", str(RANK_TIMEOUT_S))
     result.assert_outcomes(passed=1)
     assert not log.exists(), log.read_text()
@@ -217,7 +249,8 @@ def test_a_launch_without_torch_judges_the_process_alone(pytester, monkeypatch, 
     never an INTERNALERROR, never a wait for the other ranks."""
     set_launch(monkeypatch, launcher)
     hide_torch(pytester, monkeypatch)
-    pytester.makepyfile(test_marked="""
+    pytester.makepyfile(
+        test_marked="""
 import importlib.util
 import pytest
 
@@ -229,7 +262,8 @@ def test_eight(): pass
 
 @pytest.mark.requires_gpus(16)
 def test_sixteen(): pass
-""")
+"""
+    )
     args = ["-rs", "--gputopo-rank-timeout", str(RANK_TIMEOUT_S)]
     if asked_by == "option":
         args += ["--gputopo-machine", "dgx-a100"]
@@ -301,7 +335,8 @@ markers =
 def test_without_the_projects_registration_the_marker_is_gputopos(pytester):
     """The control: where the project registers nothing of the name, ``requires_gpus(4)`` is the
     plugin's and skips on a one-GPU machine, and the header says nothing of a project's marker."""
-    pytester.makepyfile(test_project="""
+    pytester.makepyfile(
+        test_project="""
 import pytest
 
 @pytest.mark.requires_gpus(4)
@@ -310,7 +345,8 @@ def test_four():
 
 def test_plain():
     pass
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("--gputopo-machine", "single-gpu", "-rs")
 
     result.assert_outcomes(passed=1, skipped=1)
@@ -321,13 +357,15 @@ def test_plain():
 def test_an_unregistered_bad_argument_is_still_a_usage_error(pytester):
     """The control for the abort: without the project's registration, ``requires_gpus("A100")`` is a
     bad argument of the plugin's marker and stops the run naming the test."""
-    pytester.makepyfile(test_project="""
+    pytester.makepyfile(
+        test_project="""
 import pytest
 
 @pytest.mark.requires_gpus("A100")
 def test_named_gpu():
     pass
-""")
+"""
+    )
     result = pytester.runpytest_subprocess("--gputopo-machine", "single-gpu")
 
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -131,24 +131,32 @@ def test_ranks_pass_fail_and_die_each_named_in_every_report(pytester, pid_folder
     pytester.makepyfile(test_suite=RANKS_SUITE)
     result = run(pytester, "-rA", "--junitxml=junit.xml", "--gputopo-json=report.json")
     result.assert_outcomes(passed=3, failed=3, skipped=1)
-    result.stdout.fnmatch_lines([  # each failure's first line: every rank that did not pass, and why
-        "ranks(2): rank 1 failed: AssertionError: assert 1 == 0",
-        "ranks(2): *rank 1 died: exited with status 3 before its body ended",
-        "ranks(2): rank 0 died: killed by SIGSEGV (exit status -11) before its body ended*",
-        "SKIPPED [[]1[]] test_suite.py:*: ranks(2): rank 0 skipped: not on this backend",
-    ])
+    result.stdout.fnmatch_lines(
+        [  # each failure's first line: every rank that did not pass, and why
+            "ranks(2): rank 1 failed: AssertionError: assert 1 == 0",
+            "ranks(2): *rank 1 died: exited with status 3 before its body ended",
+            "ranks(2): rank 0 died: killed by SIGSEGV (exit status -11) before its body ended*",
+            "SKIPPED [[]1[]] test_suite.py:*: ranks(2): rank 0 skipped: not on this backend",
+        ]
+    )
     text = result.stdout.str()
     # the failed rank's own traceback, with pytest's assertion rewriting, under its own heading
-    assert re.search(r"--- rank 1 of 2: failed\nTraceback.*\n  File .*test_suite\.py\", line \d+, in "
-                     r"test_one_rank_fails\n    assert gputopo_rank\.rank == expected\n"
-                     r"AssertionError: assert 1 == 0\n \+  where 1 = RankInfo\(rank=1", text), text
+    assert re.search(
+        r"--- rank 1 of 2: failed\nTraceback.*\n  File .*test_suite\.py\", line \d+, in "
+        r"test_one_rank_fails\n    assert gputopo_rank\.rank == expected\n"
+        r"AssertionError: assert 1 == 0\n \+  where 1 = RankInfo\(rank=1",
+        text,
+    ), text
     assert "rank 0 of 2: failed" not in text.split("test_one_rank_fails")[1].split("____")[0]
 
     cases = {c.get("name"): c for c in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")}
     failure = cases["test_one_rank_exits"].find("failure")
     assert "rank 1 died: exited with status 3" in failure.get("message")
-    props = [json.loads(p.get("value")) for p in cases["test_one_rank_segfaults"].iter("property")
-             if p.get("name") == "gputopo_rank_failed"]
+    props = [
+        json.loads(p.get("value"))
+        for p in cases["test_one_rank_segfaults"].iter("property")
+        if p.get("name") == "gputopo_rank_failed"
+    ]
     assert {(p["rank"], p["outcome"], p["exit_status"]) for p in props} >= {(0, "died", -11)}
 
     document = json.loads((pytester.path / "report.json").read_text())
@@ -189,19 +197,22 @@ def test_a_hanging_rank_fails_its_test_with_every_live_ranks_stack(pytester, pid
     result = run(pytester)
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
-    assert "ranks(2, timeout=20): rank 0 timed out: still running after 20 s (the test's timeout); ended by " \
-           "gputopo; rank 1 timed out" in text, text
+    assert (
+        "ranks(2, timeout=20): rank 0 timed out: still running after 20 s (the test's timeout); ended by "
+        "gputopo; rank 1 timed out" in text
+    ), text
     rank1 = text.split("--- rank 1 of 2: timed out")[1]
     assert re.search(r'File ".*test_hang\.py", line \d+ in wait_in_sleep', rank1), text
     rank0 = text.split("--- rank 0 of 2: timed out")[1].split("--- rank 1")[0]
-    assert re.search(r'line \d+ in barrier', rank0) and "test_hangs" in rank0, text
+    assert re.search(r"line \d+ in barrier", rank0) and "test_hangs" in rank0, text
     assert len(rank_pids(pid_folder)) == 2 and [pid for pid in rank_pids(pid_folder) if alive(pid)] == []
 
 
 def test_a_test_that_skips_spawns_nothing(pytester):
     """The gating markers are judged first: a ranks test unmet on the machine is skipped with the
     reason and no rank is spawned (torch is not even imported)."""
-    pytester.makepyfile(test_gated="""
+    pytester.makepyfile(
+        test_gated="""
 import pytest
 
 @pytest.mark.ranks(2, backend="nccl")
@@ -216,7 +227,8 @@ def test_gloo_gated(gputopo_rank):
 @pytest.mark.ranks(4)
 def test_four(gputopo_rank):
     raise AssertionError("spawned")
-""")
+"""
+    )
     pytester.makeconftest("""
 import sys
 
@@ -225,8 +237,12 @@ def pytest_sessionfinish(session):
 """)
     result = run(pytester, "-rs", "--gputopo-machine", "no-gpu", "-k", "not four")
     result.assert_outcomes(skipped=2)
-    result.stdout.fnmatch_lines(["*ranks(2, backend='nccl'): one GPU per rank, needs 2 GPUs, 0 visible*",
-                                 "*requires_p2p: needs 2 GPUs to form a pair, 0 visible*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*ranks(2, backend='nccl'): one GPU per rank, needs 2 GPUs, 0 visible*",
+            "*requires_p2p: needs 2 GPUs to form a pair, 0 visible*",
+        ]
+    )
     assert "modules: []" in result.stdout.str()
     result = run(pytester, "-rs", "--gputopo-machine", "single-gpu", "-k", "four")
     result.assert_outcomes(skipped=1)
@@ -248,8 +264,10 @@ def test_a_ranks_test_on_cpus_needs_nothing_of_the_machine(pytester):
     assert not from_marker("ranks", (16,), {})[0].evaluate(dgx).ok
 
 
-@pytest.mark.parametrize("problem", ["NVIDIA driver not loaded", "no permission to use NVML",
-                                     "nvidia-ml-py (module pynvml) is not installed"])
+@pytest.mark.parametrize(
+    "problem",
+    ["NVIDIA driver not loaded", "no permission to use NVML", "nvidia-ml-py (module pynvml) is not installed"],
+)
 def test_ranks_never_fall_back_to_the_cpus_where_nvml_failed_on_a_host_that_may_have_gpus(problem):
     """Only a host with no NVIDIA driver has no GPU for certain: where NVML failed, the GPUs may be
     there, and ranks run on gloo would pass a test on a GPU node that cannot run it. Unknown, then
@@ -260,20 +278,28 @@ def test_ranks_never_fall_back_to_the_cpus_where_nvml_failed_on_a_host_that_may_
     failed = Topology(source=Source("nvml"), problem=problem)
     verdict = from_marker("ranks", (2,), {})[0].evaluate(failed)
     assert not verdict.ok and verdict.unknown
-    assert verdict.reason == (f"ranks(2): whether this host has GPUs for the ranks is unknown ({problem}); "
-                              f"backend='gloo' runs them on the CPUs")
+    assert verdict.reason == (
+        f"ranks(2): whether this host has GPUs for the ranks is unknown ({problem}); "
+        f"backend='gloo' runs them on the CPUs"
+    )
     assert from_marker("ranks", (2,), {"backend": "gloo"})[0].evaluate(failed).ok
     assert not from_marker("ranks", (2,), {"backend": "nccl"})[0].evaluate(failed).ok
     assert from_marker("ranks", (2,), {})[0].evaluate(Topology(source=Source("nvml"), problem=NO_DRIVER)).ok
 
 
-@pytest.mark.parametrize("marker, says", [
-    ("ranks(0)", "n (ranks) must be an integer from 1 to 1024, got 0"),
-    ("ranks(2, timeout=0)", "timeout must be a number of seconds above 0 and at most 86400, got 0"),
-    ("ranks(2, backend='nc cl')", "backend must be a torch.distributed backend name such as 'nccl' or 'gloo'"),
-    ("ranks(2, 30)", "too many positional arguments; signature: ranks(n, *, timeout=None, backend=None, strict=None)"),
-    ("ranks()", "missing a required argument: 'n'"),
-])
+@pytest.mark.parametrize(
+    "marker, says",
+    [
+        ("ranks(0)", "n (ranks) must be an integer from 1 to 1024, got 0"),
+        ("ranks(2, timeout=0)", "timeout must be a number of seconds above 0 and at most 86400, got 0"),
+        ("ranks(2, backend='nc cl')", "backend must be a torch.distributed backend name such as 'nccl' or 'gloo'"),
+        (
+            "ranks(2, 30)",
+            "too many positional arguments; signature: ranks(n, *, timeout=None, backend=None, strict=None)",
+        ),
+        ("ranks()", "missing a required argument: 'n'"),
+    ],
+)
 def test_a_bad_argument_is_a_usage_error_naming_the_test(pytester, marker, says):
     pytester.makepyfile(test_bad=f"import pytest\n@pytest.mark.{marker}\ndef test_x(gputopo_rank): pass\n")
     result = run(pytester)
@@ -282,15 +308,17 @@ def test_a_bad_argument_is_a_usage_error_naming_the_test(pytester, marker, says)
 
 
 def test_two_ranks_marks_on_one_test_are_a_usage_error(pytester):
-    pytester.makepyfile(test_bad="import pytest\n@pytest.mark.ranks(2)\n@pytest.mark.ranks(4)\n"
-                                 "def test_x(gputopo_rank): pass\n")
+    pytester.makepyfile(
+        test_bad="import pytest\n@pytest.mark.ranks(2)\n@pytest.mark.ranks(4)\ndef test_x(gputopo_rank): pass\n"
+    )
     result = run(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_bad.py::test_x: @pytest.mark.ranks: 2 marks on one test; give it one*"])
 
 
 def test_a_fixture_value_that_cannot_be_pickled_fails_naming_the_fixture(pytester):
-    pytester.makepyfile(test_lock="""
+    pytester.makepyfile(
+        test_lock="""
 import threading
 import pytest
 
@@ -301,15 +329,21 @@ def lock():
 @pytest.mark.ranks(2)
 def test_locked(gputopo_rank, lock):
     pass
-""")
+"""
+    )
     result = run(pytester)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*test_lock.py::test_locked: fixture 'lock' (lock) cannot be sent to the ranks: "
-                                 "cannot pickle '_thread.lock' object. A ranks test's fixture values are made once*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_lock.py::test_locked: fixture 'lock' (lock) cannot be sent to the ranks: "
+            "cannot pickle '_thread.lock' object. A ranks test's fixture values are made once*"
+        ]
+    )
 
 
 def test_gputopo_rank_outside_a_ranks_test_and_inside_a_fixture(pytester):
-    pytester.makepyfile(test_misuse="""
+    pytester.makepyfile(
+        test_misuse="""
 import pytest
 
 def test_plain(gputopo_rank):
@@ -322,13 +356,17 @@ def per_rank(gputopo_rank):
 @pytest.mark.ranks(1)
 def test_fixture_per_rank(per_rank):
     pass
-""")
+"""
+    )
     result = run(pytester, "-rA")
     result.assert_outcomes(errors=2)
-    result.stdout.fnmatch_lines([
-        "*test_misuse.py::test_plain: the fixture gputopo_rank is given to the ranks of a test marked "
-        "@pytest.mark.ranks(n) only*",
-        "*gputopo_rank.rank exists in the ranks only: a fixture is made once, in the pytest process*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_misuse.py::test_plain: the fixture gputopo_rank is given to the ranks of a test marked "
+            "@pytest.mark.ranks(n) only*",
+            "*gputopo_rank.rank exists in the ranks only: a fixture is made once, in the pytest process*",
+        ]
+    )
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "slurm"])
@@ -344,8 +382,12 @@ def test_inside_a_launcher_a_ranks_test_is_refused(pytester, monkeypatch, launch
     pytester.makepyfile(test_in_launch="import pytest\n@pytest.mark.ranks(2)\ndef test_x(gputopo_rank): pass\n")
     result = run(pytester)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*ranks(2): this pytest is already rank 0 of 2 of a launch (torchrun, srun): a "
-                                 "ranks test starts its own ranks; run it in a pytest started without a launcher"])
+    result.stdout.fnmatch_lines(
+        [
+            "*ranks(2): this pytest is already rank 0 of 2 of a launch (torchrun, srun): a "
+            "ranks test starts its own ranks; run it in a pytest started without a launcher"
+        ]
+    )
 
 
 @pytest.mark.slow
@@ -361,9 +403,13 @@ def test_the_documented_example_runs_as_written(pytester):
     [shown] = [b for b in blocks() if b.path == "docs/markers.md" and "$ pytest test_ranks.py -v" in b.text]
     (pytester.path / "test_ranks.py").write_text(example.text)
     command = shown.text.splitlines()[0].removeprefix("$ ").split()
-    done = subprocess.run([sys.executable, "-m", *command, "-p", "no:cacheprovider", "-n", "0",
-                           "--gputopo-machine", "no-gpu"], cwd=pytester.path, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", *command, "-p", "no:cacheprovider", "-n", "0", "--gputopo-machine", "no-gpu"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert_shows(shown.text.splitlines()[1:], done.stdout)
 
@@ -371,7 +417,8 @@ def test_the_documented_example_runs_as_written(pytester):
 def test_free_until_asked_a_deselected_ranks_test_starts_and_imports_nothing(pytester):
     """Without a selected ranks test, nothing of the ranks is imported or started: a file whose ranks
     test is deselected runs its other test with neither torch nor the ranks' modules loaded."""
-    pytester.makepyfile(test_mixed="""
+    pytester.makepyfile(
+        test_mixed="""
 import sys
 import pytest
 
@@ -381,7 +428,8 @@ def test_ranks(gputopo_rank):
 
 def test_plain():
     pass
-""")
+"""
+    )
     pytester.makeconftest("""
 import sys
 

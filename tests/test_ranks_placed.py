@@ -81,10 +81,14 @@ def hexed(uuid: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lease, outer", [(False, None), (False, "5,2,7"), (True, None), (True, "5,2,7")],
-                         ids=["no-lease", "no-lease-outer", "lease", "lease-outer"])
-def test_each_rank_gets_one_gpu_of_its_own_as_cuda_shows_it(pytester, emulated_host, monkeypatch, tmp_path,
-                                                           lease, outer):
+@pytest.mark.parametrize(
+    "lease, outer",
+    [(False, None), (False, "5,2,7"), (True, None), (True, "5,2,7")],
+    ids=["no-lease", "no-lease-outer", "lease", "lease-outer"],
+)
+def test_each_rank_gets_one_gpu_of_its_own_as_cuda_shows_it(
+    pytester, emulated_host, monkeypatch, tmp_path, lease, outer
+):
     host = emulated_host("dgx-a100", torch=INSTALLED_TORCH)
     from pytest_gputopo.probe.recorded import load_profile
 
@@ -100,8 +104,13 @@ def test_each_rank_gets_one_gpu_of_its_own_as_cuda_shows_it(pytester, emulated_h
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0", "-rs", *args)
     result.assert_outcomes(passed=2)
     entries = [json.loads(line) for line in (tmp_path / "placed.log").read_text().splitlines()]
-    assert sorted((e["test"], e["rank"]) for e in entries) == [("three", 0), ("three", 1), ("three", 2),
-                                                              ("two", 0), ("two", 1)]
+    assert sorted((e["test"], e["rank"]) for e in entries) == [
+        ("three", 0),
+        ("three", 1),
+        ("three", 2),
+        ("two", 0),
+        ("two", 1),
+    ]
     for test, n in (("two", 2), ("three", 3)):
         ranks = sorted((e for e in entries if e["test"] == test), key=lambda e: e["rank"])
         gpus = [e["gpu"][0] for e in ranks]
@@ -125,7 +134,8 @@ def test_each_rank_gets_one_gpu_of_its_own_as_cuda_shows_it(pytester, emulated_h
 
 @pytest.mark.slow
 def test_a_ranks_test_needing_more_gpus_than_the_outer_view_leaves_skips_and_spawns_nothing(
-        pytester, emulated_host, monkeypatch, tmp_path):
+    pytester, emulated_host, monkeypatch, tmp_path
+):
     emulated_host("dgx-a100", torch=INSTALLED_TORCH)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,1")
     monkeypatch.setenv("PLACED_LOG", str(tmp_path / "placed.log"))
@@ -169,8 +179,9 @@ def test_b(gputopo_rank):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("machine", ["hgx-h100"])
-def test_two_ranks_tests_under_xdist_run_at_once_on_different_nvlink_pairs(pytester, emulated_host, monkeypatch,
-                                                                           tmp_path, machine):
+def test_two_ranks_tests_under_xdist_run_at_once_on_different_nvlink_pairs(
+    pytester, emulated_host, monkeypatch, tmp_path, machine
+):
     emulated_host(machine, torch=INSTALLED_TORCH)
     from pytest_gputopo.probe.recorded import load_profile
 
@@ -178,8 +189,17 @@ def test_two_ranks_tests_under_xdist_run_at_once_on_different_nvlink_pairs(pytes
     monkeypatch.setenv("PLACED_LOG", str(tmp_path / "placed.log"))
     monkeypatch.setenv("MEET_DIR", str(pytester.mkdir("meet")))
     pytester.makepyfile(test_placed=PLACED, test_together=TOGETHER)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--dist", "load", "--gputopo-lease",
-                                           f"--gputopo-lease-dir={tmp_path / 'locks'}", "test_together.py")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "2",
+        "--dist",
+        "load",
+        "--gputopo-lease",
+        f"--gputopo-lease-dir={tmp_path / 'locks'}",
+        "test_together.py",
+    )
     result.assert_outcomes(passed=2)
     entries = [json.loads(line) for line in (tmp_path / "placed.log").read_text().splitlines()]
     held = {test: sorted((e for e in entries if e["test"] == test), key=lambda e: e["rank"]) for test in "ab"}

@@ -26,8 +26,10 @@ def test_p2p(): pass
 
 def _properties(xml_path):
     root = ET.parse(xml_path).getroot()
-    return {case.get("name"): [(p.get("name"), p.get("value")) for p in case.iter("property")]
-            for case in root.iter("testcase")}
+    return {
+        case.get("name"): [(p.get("name"), p.get("value")) for p in case.iter("property")]
+        for case in root.iter("testcase")
+    }
 
 
 def test_pass_on_recorded_figure_says_so_everywhere(pytester):
@@ -36,20 +38,26 @@ def test_pass_on_recorded_figure_says_so_everywhere(pytester):
     pytester.makepyfile(test_bench=BENCH)
     result = pytester.runpytest("--gputopo-machine", "dgx-a100", "-v", "-rA", "--junitxml=report.xml")
     result.assert_outcomes(passed=2, skipped=1)  # the verdicts do not change
-    result.stdout.fnmatch_lines([
-        "test_bench.py::test_ar PASSED (recorded, not measured)*",
-        "test_bench.py::test_p2p PASSED *",
-    ])
-    result.stdout.fnmatch_lines([
-        "*Captured gputopo setup*",
-        "min_allreduce_bw(100): met on recorded figures, not measured here: all-reduce busbw, 8 ranks, 16 GiB: "
-        "recorded 234.9 GB/s, needed 100.0, * (published: ml-engineering *) [[]recorded:dgx-a100 *]",
-    ])
-    result.stdout.fnmatch_lines([
-        "gputopo: 1 test passed on figures recorded for the machine, not measured here: "
-        "min_allreduce_bw(100) x1 [[]recorded:dgx-a100 *]",
-        "*short test summary*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "test_bench.py::test_ar PASSED (recorded, not measured)*",
+            "test_bench.py::test_p2p PASSED *",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*Captured gputopo setup*",
+            "min_allreduce_bw(100): met on recorded figures, not measured here: all-reduce busbw, 8 ranks, 16 GiB: "
+            "recorded 234.9 GB/s, needed 100.0, * (published: ml-engineering *) [[]recorded:dgx-a100 *]",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "gputopo: 1 test passed on figures recorded for the machine, not measured here: "
+            "min_allreduce_bw(100) x1 [[]recorded:dgx-a100 *]",
+            "*short test summary*",
+        ]
+    )
     result.stdout.fnmatch_lines(["PASSED (recorded, not measured) test_bench.py::test_ar"])
     assert "test_p2p PASSED (recorded" not in result.stdout.str()
     props = _properties(pytester.path / "report.xml")
@@ -58,7 +66,7 @@ def test_pass_on_recorded_figure_says_so_everywhere(pytester):
     assert value.startswith("min_allreduce_bw(100): met on recorded figures, not measured here: ")
     assert "recorded 234.9 GB/s" in value and "[recorded:dgx-a100" in value
     assert props["test_p2p"] == []
-    assert ("gputopo_recorded" not in dict(props["test_ar_too_fast"]))
+    assert "gputopo_recorded" not in dict(props["test_ar_too_fast"])
 
 
 @pytest.mark.slow
@@ -68,8 +76,11 @@ def test_recorded_pass_under_xdist_reaches_junit(pytester):
     result = pytester.runpytest("--gputopo-machine", "dgx-a100", "-n", "2", "-v", "--junitxml=report.xml")
     result.assert_outcomes(passed=2, skipped=1)
     result.stdout.fnmatch_lines(["*PASSED (recorded, not measured) test_bench.py::test_ar*"])
-    assert dict(_properties(pytester.path / "report.xml")["test_ar"]).get("gputopo_recorded", "").startswith(
-        "min_allreduce_bw(100): met on recorded figures")
+    assert (
+        dict(_properties(pytester.path / "report.xml")["test_ar"])
+        .get("gputopo_recorded", "")
+        .startswith("min_allreduce_bw(100): met on recorded figures")
+    )
 
 
 def _judged(origin):
@@ -87,8 +98,10 @@ def test_measured_pass_says_nothing_recorded():
         assert verdict.ok and verdict.recorded == ""
     verdict = requirement.judge(topology, [_judged("recorded")])
     assert verdict.ok
-    assert verdict.recorded == ("min_p2p_bw(gpus=2): met on recorded figures, not measured here: GPU0->GPU1 copy, "
-                                "P2P: recorded 50.0 GB/s, needed 30.0, expected 60.0 from NV2 (published: a paper)")
+    assert verdict.recorded == (
+        "min_p2p_bw(gpus=2): met on recorded figures, not measured here: GPU0->GPU1 copy, "
+        "P2P: recorded 50.0 GB/s, needed 30.0, expected 60.0 from NV2 (published: a paper)"
+    )
 
 
 def test_docs_show_what_a_recorded_pass_prints(pytester):

@@ -29,16 +29,26 @@ SOURCE = model.Source("recorded", "box", "box.json")
 def through_fake_nvml(recorded: model.Topology, source: model.Source = SOURCE) -> model.Topology:
     """What reading a profile gave before issue 33: NVML's code path over the fake ``pynvml`` serving
     it, then the recording's own facts where NVML has none (the former ``named_machine.probe_recorded``)."""
-    order = sorted(range(len(recorded.gpus)), key=lambda p: (
-        recorded.gpus[p].nvml_index if recorded.gpus[p].nvml_index is not None else recorded.gpus[p].index, p))
+    order = sorted(
+        range(len(recorded.gpus)),
+        key=lambda p: (
+            recorded.gpus[p].nvml_index if recorded.gpus[p].nvml_index is not None else recorded.gpus[p].index,
+            p,
+        ),
+    )
     nvml_of = {recorded.gpus[p].index: k for k, p in enumerate(order)}
     init_error = None
     if not recorded.gpus and recorded.problem:
         import pynvml
 
-        init_error = next((name for name in ("LibraryNotFound", "DriverNotLoaded", "NoPermission")
-                           if nvml.unavailable_reason(getattr(pynvml, "NVMLError_" + name)()) == recorded.problem),
-                          "Unknown")
+        init_error = next(
+            (
+                name
+                for name in ("LibraryNotFound", "DriverNotLoaded", "NoPermission")
+                if nvml.unavailable_reason(getattr(pynvml, "NVMLError_" + name)()) == recorded.problem
+            ),
+            "Unknown",
+        )
     fake = make_fake_pynvml(recorded, init_error=init_error)
     try:
         probed = nvml.probe(fake, source=source)
@@ -46,9 +56,12 @@ def through_fake_nvml(recorded: model.Topology, source: model.Source = SOURCE) -
         probed = model.Topology(source=source, problem=nvml.unavailable_reason(exc))
     else:
         at = {k: p for p, k in nvml_of.items()}
-        gpus = tuple(dataclasses.replace(g, multicast=recorded.gpus[at[k]].multicast,
-                                         nvlinks=g.nvlinks if recorded.gpus[at[k]].nvlinks else ())
-                     for k, g in enumerate(probed.gpus))
+        gpus = tuple(
+            dataclasses.replace(
+                g, multicast=recorded.gpus[at[k]].multicast, nvlinks=g.nvlinks if recorded.gpus[at[k]].nvlinks else ()
+            )
+            for k, g in enumerate(probed.gpus)
+        )
         was = {tuple(sorted((nvml_of[ln.a], nvml_of[ln.b]))): ln for ln in recorded.links}
         links = []
         for ln in probed.links:
@@ -56,12 +69,16 @@ def through_fake_nvml(recorded: model.Topology, source: model.Source = SOURCE) -
             count = ln.nvlinks if ln.nvlinks is not None or before is None else before.nvlinks
             links.append(dataclasses.replace(ln, cuda_peer=before.cuda_peer if before else None, nvlinks=count))
         probed = dataclasses.replace(probed, gpus=gpus, links=tuple(links))
-    return dataclasses.replace(probed, hostname=recorded.hostname, nics=recorded.nics,
-                               published=model.renumber_figures(recorded.published, nvml_of),
-                               driver_version=recorded.driver_version,
-                               cuda_driver_version=recorded.cuda_driver_version,
-                               cuda_runtime_version=recorded.cuda_runtime_version,
-                               nccl_version=recorded.nccl_version)
+    return dataclasses.replace(
+        probed,
+        hostname=recorded.hostname,
+        nics=recorded.nics,
+        published=model.renumber_figures(recorded.published, nvml_of),
+        driver_version=recorded.driver_version,
+        cuda_driver_version=recorded.cuda_driver_version,
+        cuda_runtime_version=recorded.cuda_runtime_version,
+        nccl_version=recorded.nccl_version,
+    )
 
 
 def _reversed_nvml_order(t: model.Topology) -> model.Topology:
@@ -126,33 +143,62 @@ def _corners() -> model.Topology:
     """A recording with what NVML reads otherwise than it is written."""
     ok = model.P2PStatus.OK
     gpus = (
-        model.Gpu(0, name="A", uuid="GPU-0", pci_bus_id="00000000:19:00.0", nvml_index=1, numa_node=3,
-                  cpu_affinity="0-3,4-7,64", compute_capability="08.0", mig=False, compute_mode="Default",
-                  nvlinks=(model.NvLink(2, True, "00000000:3B:00.0", "GPU", "4.0"),
-                           model.NvLink(0, False, "00000000:3B:00.0", "GPU", "4.0"),
-                           model.NvLink(1, True, "00000000:3b:00.0", "weird", "9.9"),
-                           model.NvLink(5, True, "00000000:99:00.0", "SWITCH", "4.0")),
-                  fabric=model.Fabric("Completed")),
-        model.Gpu(1, name="B", pci_bus_id="00000000:3B:00.0", nvml_index=0, compute_capability="9.0 beta",
-                  cpu_affinity="N/A", memory_total_bytes=2**40,
-                  nvlinks=(model.NvLink(0, True, "00000000:19:00.0", "GPU", "4.0"),),
-                  fabric=model.Fabric("Completed", "Success", 7, "6B1C2E3A-0000-4000-8000-00000000000A")),
+        model.Gpu(
+            0,
+            name="A",
+            uuid="GPU-0",
+            pci_bus_id="00000000:19:00.0",
+            nvml_index=1,
+            numa_node=3,
+            cpu_affinity="0-3,4-7,64",
+            compute_capability="08.0",
+            mig=False,
+            compute_mode="Default",
+            nvlinks=(
+                model.NvLink(2, True, "00000000:3B:00.0", "GPU", "4.0"),
+                model.NvLink(0, False, "00000000:3B:00.0", "GPU", "4.0"),
+                model.NvLink(1, True, "00000000:3b:00.0", "weird", "9.9"),
+                model.NvLink(5, True, "00000000:99:00.0", "SWITCH", "4.0"),
+            ),
+            fabric=model.Fabric("Completed"),
+        ),
+        model.Gpu(
+            1,
+            name="B",
+            pci_bus_id="00000000:3B:00.0",
+            nvml_index=0,
+            compute_capability="9.0 beta",
+            cpu_affinity="N/A",
+            memory_total_bytes=2**40,
+            nvlinks=(model.NvLink(0, True, "00000000:19:00.0", "GPU", "4.0"),),
+            fabric=model.Fabric("Completed", "Success", 7, "6B1C2E3A-0000-4000-8000-00000000000A"),
+        ),
         model.Gpu(2, pci_bus_id=None, fabric=model.Fabric("In Progress", "Success", 3, "x")),
     )
-    links = (model.Link(0, 1, pcie=model.LinkClass.NV, nvlinks=9, p2p=model.P2P(ok, ok, ok, ok), cuda_peer=True),
-             model.Link(0, 2, pcie=model.LinkClass.SYS, nvlinks=None),
-             model.Link(1, 2, pcie=model.LinkClass.PIX, nvlinks=0, cuda_peer=False))
-    return model.Topology(gpus=gpus, links=links, driver_version="550.54.15", cuda_driver_version="12.4",
-                          hostname="node7", nics=("mlx5_0",), nccl_version="2.21.5",
-                          warnings=("the recording host's own warning",), cuda_devices=3)
+    links = (
+        model.Link(0, 1, pcie=model.LinkClass.NV, nvlinks=9, p2p=model.P2P(ok, ok, ok, ok), cuda_peer=True),
+        model.Link(0, 2, pcie=model.LinkClass.SYS, nvlinks=None),
+        model.Link(1, 2, pcie=model.LinkClass.PIX, nvlinks=0, cuda_peer=False),
+    )
+    return model.Topology(
+        gpus=gpus,
+        links=links,
+        driver_version="550.54.15",
+        cuda_driver_version="12.4",
+        hostname="node7",
+        nics=("mlx5_0",),
+        nccl_version="2.21.5",
+        warnings=("the recording host's own warning",),
+        cuda_devices=3,
+    )
 
 
 def test_the_corners_read_as_nvml_reads_them():
-    """NVML's order; links sorted, a link that is down says nothing more, a device type or version NVML
-    has no code for is unknown, a switch's bus id is not asked; the pair count NVML counts from the
-    links (1, from the first GPU's side, where the recording says 9); NV is no PCIe level; a CPU list as NVML's mask writes it;
-    a compute capability NVML cannot hold is unknown; a fabric's facts as NVML's struct carries them;
-    the recording host's warnings and CUDA count are not the machine's."""
+    """NVML's order; links sorted, a link that is down says nothing more, a device type or version NVML has
+    no code for is unknown, a switch's bus id is not asked; the pair count NVML counts from the links
+    (1, from the first GPU's side, where the recording says 9); NV is no PCIe level; a CPU list as
+    NVML's mask writes it; a compute capability NVML cannot hold is unknown; a fabric's facts as NVML's
+    struct carries them; the recording host's warnings and CUDA count are not the machine's."""
     t = _corners()
     got = as_nvml_reads(t, SOURCE)
     before = through_fake_nvml(t)  # GPU2, bare in a pair of unknown count, got a stand-in link that failed
@@ -160,9 +206,12 @@ def test_the_corners_read_as_nvml_reads_them():
     assert got == dataclasses.replace(before, warnings=())
     first, second = got.gpus[:2]  # NVML's order: the recording's GPU1 (B) comes first
     assert (second.name, second.nvml_index, second.index) == ("A", 1, 1)
-    assert second.nvlinks == (model.NvLink(0, False), model.NvLink(1, True, "00000000:3b:00.0", "unknown", None),
-                              model.NvLink(2, True, "00000000:3B:00.0", "GPU", "4.0"),
-                              model.NvLink(5, True, None, "SWITCH", "4.0"))
+    assert second.nvlinks == (
+        model.NvLink(0, False),
+        model.NvLink(1, True, "00000000:3b:00.0", "unknown", None),
+        model.NvLink(2, True, "00000000:3B:00.0", "GPU", "4.0"),
+        model.NvLink(5, True, None, "SWITCH", "4.0"),
+    )
     assert (second.cpu_affinity, second.compute_capability) == ("0-7,64", "8.0")
     assert second.fabric == model.Fabric("Completed", model.FABRIC_SUCCESS, 0, None)
     assert first.compute_capability is None and first.cpu_affinity is None
@@ -182,8 +231,9 @@ def test_what_the_straight_reading_keeps_that_the_fake_lost():
     t = dataclasses.replace(t, gpus=(dataclasses.replace(t.gpus[0], mig=True, mig_devices=(mig,)),) + t.gpus[1:])
     got = as_nvml_reads(t, SOURCE)
     assert got.gpus[0].mig_devices == (mig,)
-    assert dataclasses.replace(got, gpus=(dataclasses.replace(got.gpus[0], mig_devices=()),) + got.gpus[1:]) \
-        == through_fake_nvml(t)
+    assert dataclasses.replace(
+        got, gpus=(dataclasses.replace(got.gpus[0], mig_devices=()),) + got.gpus[1:]
+    ) == through_fake_nvml(t)
     none = model.Topology(problem="the node was drained", driver_version="550.54.15")
     assert as_nvml_reads(none, SOURCE).problem == "the node was drained"
     assert through_fake_nvml(none).problem == "NVML error: Unknown Error"
@@ -247,4 +297,6 @@ def test_a_profile_is_read_without_pynvml(pytester, monkeypatch, machine):
         result.assert_outcomes(passed=1, skipped=2)
     else:
         result.assert_outcomes(passed=2, skipped=1)
-        result.stdout.fnmatch_lines(["SKIPPED * requires_gpus(16): 8 visible [[]recorded:* (a recorded machine, not this host)[]]"])
+        result.stdout.fnmatch_lines(
+            ["SKIPPED * requires_gpus(16): 8 visible [[]recorded:* (a recorded machine, not this host)[]]"]
+        )

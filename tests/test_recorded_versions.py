@@ -124,5 +124,6 @@ def test_a_machine_built_from_a_collect_env_has_the_topology_its_capture_shows()
     for link in topology.links:
         assert str(link.label) == shown.matrix[link.a][link.b], (link.a, link.b)
     assert [(g.numa_node, g.cpu_affinity) for g in topology.gpus] == [
-        (int(g.numa_affinity), g.cpu_affinity) for g in shown.gpus]
+        (int(g.numa_affinity), g.cpu_affinity) for g in shown.gpus
+    ]
     assert topology.nics == shown.nics == ("mlx5_0",)

@@ -29,7 +29,8 @@ def test_a_killed_runs_report_holds_its_unmet_requirement_and_claims_no_every(py
     the JSON, to name test_a, then the run is killed with SIGTERM. Under xdist the file goes to one
     worker (``--dist loadfile``), so that the tests end in this order there too."""
     started = pytester.path / "started"
-    pytester.makepyfile(test_f=f"""
+    pytester.makepyfile(
+        test_f=f"""
 import pathlib, time, pytest
 
 def test_0(): pass
@@ -43,11 +44,28 @@ def test_b():
         time.sleep(0.05)
     pathlib.Path({str(started)!r}).write_text("")
     time.sleep(120)
-""")
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *xdist, "--gputopo-machine",
-                             "dgx-a100", "--gputopo-json", "out.json", "--gputopo-html", "out.html"],
-                            cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+"""
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            *xdist,
+            "--gputopo-machine",
+            "dgx-a100",
+            "--gputopo-json",
+            "out.json",
+            "--gputopo-html",
+            "out.html",
+        ],
+        cwd=pytester.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while not started.exists() and time.monotonic() < deadline:
@@ -73,7 +91,8 @@ def test_b():
 def test_a_run_killed_in_its_first_test_leaves_a_report_of_the_machine(pytester, xdist):
     """xdist's controller collects nothing: the first partial report came with the first test's
     report, so a run killed during its first test left none."""
-    pytester.makepyfile(test_f="""
+    pytester.makepyfile(
+        test_f="""
 import pathlib, time
 
 def test_first():
@@ -82,10 +101,26 @@ def test_first():
         time.sleep(0.05)
     pathlib.Path("started").write_text(str(out.exists()))
     time.sleep(120)
-""")
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *xdist, "--gputopo-machine",
-                             "dgx-a100", "--gputopo-json", "out.json"], cwd=pytester.path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+"""
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            *xdist,
+            "--gputopo-machine",
+            "dgx-a100",
+            "--gputopo-json",
+            "out.json",
+        ],
+        cwd=pytester.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     started = pytester.path / "started"
     try:
         deadline = time.monotonic() + 90
@@ -110,8 +145,9 @@ def pytest_runtest_logfinish(nodeid, location):
     with open("seen.jsonl", "a") as f:
         f.write(json.dumps([nodeid, [c["check"] for c in doc["checks"]], doc["complete"]]) + "\\n")
 """)
-    result = pytester.runpytest("--gputopo-machine", "hgx-h100-nvlink-down", "--gputopo-check", "quick",
-                                "--gputopo-json", "out.json")
+    result = pytester.runpytest(
+        "--gputopo-machine", "hgx-h100-nvlink-down", "--gputopo-check", "quick", "--gputopo-json", "out.json"
+    )
     result.stdout.fnmatch_lines(["gputopo check: 1 failed, * passed*"])  # nvlink[GPU5]
     seen = [json.loads(line) for line in (pytester.path / "seen.jsonl").read_text().splitlines()]
     assert len(seen) > 3
@@ -143,32 +179,96 @@ def valid_document() -> dict:
 
     topology = probe("dgx-a100")
     expected = {"gbps": 200.0, "basis": "NV12", "floor": 0.8, "needed_gbps": 160.0}
-    row = {"size_bytes": 1048576, "count": 262144, "time_us": 50.5, "algbw_gbps": 20.7, "busbw_gbps": 36.3,
-           "wrong": 0, "iterations": 20}
-    return {**machine_document(topology), "complete": True,
-            "measurements": [
-                {"key": ["p2p", 0, 1], "what": "GPU0->GPU1 copy, P2P", "gbps": 180.5, "origin": "measured",
-                 "source": None, "error": None, "detail": {"size_bytes": 268435456}, "expected": expected},
-                {"key": ["p2p_bidir", 1, 0], "what": "both ways", "gbps": None, "origin": "cached", "source": "x",
-                 "error": "no figure", "detail": {}, "expected": None},
-                {"key": ["h2d", 0, True], "what": "GPU0 host->device", "gbps": 20.0, "origin": "recorded",
-                 "source": "nvbandwidth", "error": None, "detail": {}, "expected": {**expected, "gbps": None}},
-                {"key": ["allreduce", 8, 1048576], "what": "all-reduce", "gbps": 30.0, "origin": "measured",
-                 "source": None, "error": None, "detail": {}, "expected": expected}],
-            "lost_measurements": ["p2p-0-2"], "test_measurements": [{"test": "t", "gbps": 1.0}],
-            "checks": [{"check": "nvlink[GPU0]", "outcome": "passed", "message": "12/12 up"},
-                       {"check": "p2p[GPU0->GPU1]", "outcome": "failed", "message": "slow"}],
-            "unmet": [{"test": "test_x.py::test_a", "outcome": "skipped", "requirement": "requires_gpus(16)",
-                       "reason": "8 GPUs"}],
-            "nccl": {"origin": "predicted", "account_line": "gputopo nccl: P2P",
-                     "pairs": [{"pair": "GPU0-GPU1", "transports": ["P2P"], "why": "NVLink"}],
-                     "fallbacks": [{"pair": "GPU0-GPU1", "label": "NV12", "actual": "SHM", "expected": "P2P",
-                                    "causes": ["NCCL_P2P_DISABLE=1"]}]},
-            "nodes": [{"where": "node0", "differs": False, "topology": to_dict(topology)}],
-            "sweeps": [{"what": "all-reduce sweep", "origin": "measured", "host": "h", "devices": [0, 1],
-                        "sizes": {"begin": 1024, "end": 1048576, "factor": 2},
-                        "expected": {"gbps": 200.0, "basis": "NV12", "source": None},
-                        "result": {"rows": [row, {**row, "size_bytes": 2048, "wrong": 3}]}}]}
+    row = {
+        "size_bytes": 1048576,
+        "count": 262144,
+        "time_us": 50.5,
+        "algbw_gbps": 20.7,
+        "busbw_gbps": 36.3,
+        "wrong": 0,
+        "iterations": 20,
+    }
+    return {
+        **machine_document(topology),
+        "complete": True,
+        "measurements": [
+            {
+                "key": ["p2p", 0, 1],
+                "what": "GPU0->GPU1 copy, P2P",
+                "gbps": 180.5,
+                "origin": "measured",
+                "source": None,
+                "error": None,
+                "detail": {"size_bytes": 268435456},
+                "expected": expected,
+            },
+            {
+                "key": ["p2p_bidir", 1, 0],
+                "what": "both ways",
+                "gbps": None,
+                "origin": "cached",
+                "source": "x",
+                "error": "no figure",
+                "detail": {},
+                "expected": None,
+            },
+            {
+                "key": ["h2d", 0, True],
+                "what": "GPU0 host->device",
+                "gbps": 20.0,
+                "origin": "recorded",
+                "source": "nvbandwidth",
+                "error": None,
+                "detail": {},
+                "expected": {**expected, "gbps": None},
+            },
+            {
+                "key": ["allreduce", 8, 1048576],
+                "what": "all-reduce",
+                "gbps": 30.0,
+                "origin": "measured",
+                "source": None,
+                "error": None,
+                "detail": {},
+                "expected": expected,
+            },
+        ],
+        "lost_measurements": ["p2p-0-2"],
+        "test_measurements": [{"test": "t", "gbps": 1.0}],
+        "checks": [
+            {"check": "nvlink[GPU0]", "outcome": "passed", "message": "12/12 up"},
+            {"check": "p2p[GPU0->GPU1]", "outcome": "failed", "message": "slow"},
+        ],
+        "unmet": [
+            {"test": "test_x.py::test_a", "outcome": "skipped", "requirement": "requires_gpus(16)", "reason": "8 GPUs"}
+        ],
+        "nccl": {
+            "origin": "predicted",
+            "account_line": "gputopo nccl: P2P",
+            "pairs": [{"pair": "GPU0-GPU1", "transports": ["P2P"], "why": "NVLink"}],
+            "fallbacks": [
+                {
+                    "pair": "GPU0-GPU1",
+                    "label": "NV12",
+                    "actual": "SHM",
+                    "expected": "P2P",
+                    "causes": ["NCCL_P2P_DISABLE=1"],
+                }
+            ],
+        },
+        "nodes": [{"where": "node0", "differs": False, "topology": to_dict(topology)}],
+        "sweeps": [
+            {
+                "what": "all-reduce sweep",
+                "origin": "measured",
+                "host": "h",
+                "devices": [0, 1],
+                "sizes": {"begin": 1024, "end": 1048576, "factor": 2},
+                "expected": {"gbps": 200.0, "basis": "NV12", "source": None},
+                "result": {"rows": [row, {**row, "size_bytes": 2048, "wrong": 3}]},
+            }
+        ],
+    }
 
 
 def report_of(tmp_path, text: str, capsys) -> tuple[int, str]:
@@ -192,23 +292,27 @@ def _set(doc: dict, path: list, value) -> dict:
     return doc
 
 
-@pytest.mark.parametrize("path, value, says", [
-    (["measurements", 0, "key"], ["p2p"], "measurements[0].key: expected a benchmark key"),
-    (["measurements", 0, "key"], ["p2p", [1], 2], "measurements[0].key: expected a benchmark key"),
-    (["measurements", 0, "what"], ["x"], "measurements[0].what: expected a string"),
-    (["measurements", 0, "gbps"], 10**400, "measurements[0].gbps: expected a number or null (from 0 to 1e+06)"),
-    (["measurements", 0, "gbps"], "fast", "measurements[0].gbps: expected a number"),
-    (["sweeps", 0, "result", "rows", 1, "time_us"], "1e400", "sweeps[0].result.rows[1].time_us: expected a number"),
-    (["sweeps", 0, "expected", "gbps"], "1e400", "sweeps[0].expected.gbps: expected a number"),
-    (["nccl", "fallbacks"], [{}], "nccl.fallbacks[0].pair: missing"),
-    (["nccl", "pairs", 0, "transports"], 3, "nccl.pairs[0].transports: expected a list"),
-    (["nccl", "pairs"], ["x"], "nccl.pairs[0]: expected an object"),
-    (["checks", 0, "outcome"], 1e300, "checks[0].outcome: expected a string"),
-    (["nodes", 0, "topology", "gpus"], 5, "nodes[0].topology.gpus"),
-    (["schema"], True, "schema: expected a gputopo JSON report (schema 1)"),
-])
+@pytest.mark.parametrize(
+    "path, value, says",
+    [
+        (["measurements", 0, "key"], ["p2p"], "measurements[0].key: expected a benchmark key"),
+        (["measurements", 0, "key"], ["p2p", [1], 2], "measurements[0].key: expected a benchmark key"),
+        (["measurements", 0, "what"], ["x"], "measurements[0].what: expected a string"),
+        (["measurements", 0, "gbps"], 10**400, "measurements[0].gbps: expected a number or null (from 0 to 1e+06)"),
+        (["measurements", 0, "gbps"], "fast", "measurements[0].gbps: expected a number"),
+        (["sweeps", 0, "result", "rows", 1, "time_us"], "1e400", "sweeps[0].result.rows[1].time_us: expected a number"),
+        (["sweeps", 0, "expected", "gbps"], "1e400", "sweeps[0].expected.gbps: expected a number"),
+        (["nccl", "fallbacks"], [{}], "nccl.fallbacks[0].pair: missing"),
+        (["nccl", "pairs", 0, "transports"], 3, "nccl.pairs[0].transports: expected a list"),
+        (["nccl", "pairs"], ["x"], "nccl.pairs[0]: expected an object"),
+        (["checks", 0, "outcome"], 1e300, "checks[0].outcome: expected a string"),
+        (["nodes", 0, "topology", "gpus"], 5, "nodes[0].topology.gpus"),
+        (["schema"], True, "schema: expected a gputopo JSON report (schema 1)"),
+    ],
+)
 def test_a_document_check_document_accepted_but_report_crashed_on_is_refused_by_its_path(
-        tmp_path, capsys, path, value, says):
+    tmp_path, capsys, path, value, says
+):
     """Each of these was accepted by the old check and crashed the report (exit 3, internal error),
     or (``"schema": true``, ``1e400``) was taken for what it is not."""
     text = json.dumps(_set(valid_document(), path, value))
@@ -223,13 +327,24 @@ def test_a_document_check_document_accepted_but_report_crashed_on_is_refused_by_
 _VALID = valid_document()
 _PATH = re.compile(r"^[a-z_]+(\[\d+\]|\.[A-Za-z_0-9]+)*: ")
 
-_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-10**450, max_value=10**450)
-            | st.integers(min_value=-3, max_value=70000) | st.floats(allow_nan=False)
-            | st.sampled_from([1e400, -1e400, 0.0, -0.0, 1e-320, 2**53 + 1, 10**400])
-            | st.text(max_size=8) | st.sampled_from(["p2p", "h2d", "allreduce", "measured", "", "x"]))
-_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
-                       | st.dictionaries(st.sampled_from(["key", "gbps", "pair", "rows", "x"]), inner, max_size=3),
-                       max_leaves=8)
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**450), max_value=10**450)
+    | st.integers(min_value=-3, max_value=70000)
+    | st.floats(allow_nan=False)
+    | st.sampled_from([1e400, -1e400, 0.0, -0.0, 1e-320, 2**53 + 1, 10**400])
+    | st.text(max_size=8)
+    | st.sampled_from(["p2p", "h2d", "allreduce", "measured", "", "x"])
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(["key", "gbps", "pair", "rows", "x"]), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 def _places(value, path=()):
@@ -288,4 +403,5 @@ def test_any_mutation_through_the_command_never_says_internal_error(tmp_path, ca
     def run(doc):
         code, err = report_of(tmp_path, json.dumps(doc).replace("Infinity", "1e400"), capsys)
         assert code in (0, 2) and "internal error" not in err, err
+
     run()

@@ -17,9 +17,11 @@ from pytest_gputopo.probe import probe
 from pytest_gputopo.render.html import html_report
 
 DEGRADED = "hgx-h100-nvlink-down"
-TESTS = ("import pytest\n"
-         "@pytest.mark.requires_nvlink\ndef test_all_nvlink(): pass\n"
-         "@pytest.mark.requires_gpus(2)\ndef test_two(): pass\n")
+TESTS = (
+    "import pytest\n"
+    "@pytest.mark.requires_nvlink\ndef test_all_nvlink(): pass\n"
+    "@pytest.mark.requires_gpus(2)\ndef test_two(): pass\n"
+)
 
 
 class Cells(HTMLParser):
@@ -54,8 +56,16 @@ def cells(text: str) -> list:
 @pytest.fixture
 def degraded_run(pytester):
     pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest("--gputopo-machine", DEGRADED, "--gputopo-check", "quick",
-                                "--gputopo-html", "run.html", "--gputopo-json", "run.json")
+    result = pytester.runpytest(
+        "--gputopo-machine",
+        DEGRADED,
+        "--gputopo-check",
+        "quick",
+        "--gputopo-html",
+        "run.html",
+        "--gputopo-json",
+        "run.json",
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     doc = json.loads((pytester.path / "run.json").read_text())  # the nvlink[GPU5] check fails; the marker skips
     assert [c["check"] for c in doc["checks"] if c["outcome"] == "failed"] == ["nvlink[GPU5]"]
@@ -84,14 +94,19 @@ def test_gputopo_report_draws_the_same_file_from_the_saved_json(degraded_run, ca
     assert "wrote" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("content, says", [
-    ("{", "not a gputopo JSON report: Expecting property name"),
-    ('{"schema": 1, "topology": {"gpus": [{"index": 0, "name": 5}]}}', "topology.gpus[0].name: expected str"),
-    ('{"schema": 1, "topology": {}, "measurements": [{"key": ["p2p", 0, 1], "gbps": "fast"}]}',
-     "measurements[0].gbps: expected a number or null"),
-    ('{"schema": 1, "topology": {}, "measurements": [{"key": ["p2p", 0, 1], "gbps": NaN}]}', "NaN is not a number"),
-    ('{"schema": 2}', "schema: expected a gputopo JSON report (schema 1)"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        ("{", "not a gputopo JSON report: Expecting property name"),
+        ('{"schema": 1, "topology": {"gpus": [{"index": 0, "name": 5}]}}', "topology.gpus[0].name: expected str"),
+        (
+            '{"schema": 1, "topology": {}, "measurements": [{"key": ["p2p", 0, 1], "gbps": "fast"}]}',
+            "measurements[0].gbps: expected a number or null",
+        ),
+        ('{"schema": 1, "topology": {}, "measurements": [{"key": ["p2p", 0, 1], "gbps": NaN}]}', "NaN is not a number"),
+        ('{"schema": 2}', "schema: expected a gputopo JSON report (schema 1)"),
+    ],
+)
 def test_a_report_that_cannot_be_drawn_names_the_field(tmp_path, capsys, content, says):
     (tmp_path / "run.json").write_text(content)
     assert gputopo(["report", str(tmp_path / "run.json"), "-o", str(tmp_path / "out.html")]) == 2
@@ -106,8 +121,9 @@ def test_measured_bandwidth_is_drawn_against_what_the_link_should_give(pytester)
     copy = [(attrs, text) for attrs, text in found if attrs.get("data-state") and "recorded" in text]
     assert {attrs["data-state"] for attrs, text in copy if text.startswith("364")} == {"met"}
     assert "364 / 450 = 0.81recorded" in [text for _, text in copy]  # figure, expectation, ratio, origin
-    assert any("expected 450.0 GB/s (NV18 NVLink 4.0); needed 315.0 GB/s" in attrs.get("title", "")
-               for attrs, _ in copy)
+    assert any(
+        "expected 450.0 GB/s (NV18 NVLink 4.0); needed 315.0 GB/s" in attrs.get("title", "") for attrs, _ in copy
+    )
 
 
 def test_the_html_option_has_ini_and_env_surfaces_and_a_bad_path_stops_at_start(pytester, monkeypatch):
@@ -124,10 +140,15 @@ def test_the_html_option_has_ini_and_env_surfaces_and_a_bad_path_stops_at_start(
 
 
 def test_loading_the_plugin_does_not_load_the_report():
-    code = ("import sys, importlib.metadata as md\n"
-            "[e for e in md.entry_points(group='pytest11') if e.name == 'gputopo'][0].load()\n"
-            "print('pytest_gputopo.render.html' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    code = (
+        "import sys, importlib.metadata as md\n"
+        "[e for e in md.entry_points(group='pytest11') if e.name == 'gputopo'][0].load()\n"
+        "print('pytest_gputopo.render.html' in sys.modules)"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 @needs_browser
@@ -163,9 +184,17 @@ def test_a_cell_shows_the_state_the_document_holds_and_judges_nothing_itself():
     from pytest_gputopo.core.schema import to_dict
 
     expected = {"gbps": 450.0, "basis": "NV18", "floor": 0.7, "needed_gbps": 315.0}
-    copies = [{"key": ["p2p", 0, b], "what": f"GPU0->GPU{b} copy, P2P", "gbps": 400.0, "origin": "measured",
-               "expected": expected, **state} for b, state in
-              ((1, {"state": "staged", "staged_gbps": 420.0}), (2, {"state": "met"}), (3, {}))]
+    copies = [
+        {
+            "key": ["p2p", 0, b],
+            "what": f"GPU0->GPU{b} copy, P2P",
+            "gbps": 400.0,
+            "origin": "measured",
+            "expected": expected,
+            **state,
+        }
+        for b, state in ((1, {"state": "staged", "staged_gbps": 420.0}), (2, {"state": "met"}), (3, {}))
+    ]
     page = html_report({"schema": 1, "topology": to_dict(probe("hgx-h100")), "measurements": copies})
     shown = {a["title"].split(";")[0]: a["data-state"] for a, _ in cells(page) if "data-state" in a}
     assert [shown[f"GPU0->GPU{b} copy, P2P"] for b in (1, 2, 3)] == ["staged", "met", "unknown"]
@@ -217,11 +246,18 @@ def _run(pytester, machine, *args) -> str:
 
 
 @needs_browser
-@pytest.mark.parametrize("args, says", [
-    (["--gputopo-check", "quick"], ["check nvlink", "GPU5", "0/18 up"]),
-    (["--gputopo-check", "full"], ["check nvlink", "GPU5", "0/18 up", "Not judged: 109 checks"]),
-    (["--gputopo-require", "gpus>=8,p2p,link>=NV12"], ["run gate", "GPU5", "all 7 of its pairs fail requires_link('NV12')"]),
-], ids=["check-quick", "check-full", "run-gate"])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--gputopo-check", "quick"], ["check nvlink", "GPU5", "0/18 up"]),
+        (["--gputopo-check", "full"], ["check nvlink", "GPU5", "0/18 up", "Not judged: 109 checks"]),
+        (
+            ["--gputopo-require", "gpus>=8,p2p,link>=NV12"],
+            ["run gate", "GPU5", "all 7 of its pairs fail requires_link('NV12')"],
+        ),
+    ],
+    ids=["check-quick", "check-full", "run-gate"],
+)
 @pytest.mark.slow
 def test_the_first_screen_says_what_failed_and_where(pytester, tmp_path, args, says):
     """Someone opening the report of a degraded node sees, without scrolling, that the run failed,
@@ -234,9 +270,16 @@ def test_the_first_screen_says_what_failed_and_where(pytester, tmp_path, args, s
 
 
 @needs_browser
-@pytest.mark.parametrize("machine, says", [("dgx-a100", ["PASSED", "154 health checks: 118 passed, 36 not judged"]),
-                                           ("8x-l40s", ["PASSED", "requires_nvlink", "test_x.py::test_all_nvlink",
-                                                        "GPU0-GPU1 are linked by PIX, not NVLink"])])
+@pytest.mark.parametrize(
+    "machine, says",
+    [
+        ("dgx-a100", ["PASSED", "154 health checks: 118 passed, 36 not judged"]),
+        (
+            "8x-l40s",
+            ["PASSED", "requires_nvlink", "test_x.py::test_all_nvlink", "GPU0-GPU1 are linked by PIX, not NVLink"],
+        ),
+    ],
+)
 @pytest.mark.slow
 def test_the_first_screen_of_a_passing_run_says_so_and_what_was_not_run(pytester, tmp_path, machine, says):
     _run(pytester, machine, "--gputopo-check", "full")
@@ -252,8 +295,11 @@ def test_the_title_and_banner_carry_the_verdict(pytester):
     assert "<title>FAILED: check nvlink GPU5 - gputopo report: recorded:hgx-h100-nvlink-down" in page
     banner = page.split('<section id="verdict" class="failed">')[1].split("</section>")[0]
     assert [text for _, text in cells(banner)][:4] == [
-        "FAILED", "check nvlink", "GPU5", "GPU5: NVLinks [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17] "
-                                         "are down (0/18 up)"]
+        "FAILED",
+        "check nvlink",
+        "GPU5",
+        "GPU5: NVLinks [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17] are down (0/18 up)",
+    ]
     assert page.index('id="verdict"') < page.index("<h2>Checks</h2>") < page.index("<h2>Machine</h2>")
 
 
@@ -300,8 +346,10 @@ def test_a_grid_is_drawn_only_where_it_has_figures_and_the_others_are_said_once(
     bandwidth = page.split("<h2>Bandwidth: measured, cached or recorded</h2>")[1].split("</section>")[0]
     assert "<table" not in bandwidth and "<h3>" not in bandwidth
     assert bandwidth.count("<p>No figure for ") == 1
-    assert ("No figure for 56 P2P copies, 28 P2P copies both ways at once, 16 host -&gt; device copies, "
-            "8 device -&gt; host copies, 1 all-reduce: none published for recorded:hgx-h100-nvlink-down") in bandwidth
+    assert (
+        "No figure for 56 P2P copies, 28 P2P copies both ways at once, 16 host -&gt; device copies, "
+        "8 device -&gt; host copies, 1 all-reduce: none published for recorded:hgx-h100-nvlink-down"
+    ) in bandwidth
     page = _run(pytester, "dgx-a100", "--gputopo-check", "full")
     bandwidth = page.split("<h2>Bandwidth: measured, cached or recorded</h2>")[1].split("</section>")[0]
     assert "<h3>P2P copy, GB/s" in bandwidth and "both ways at once (both" not in bandwidth
@@ -313,12 +361,15 @@ def test_nvlinks_down_and_a_pcie_link_trained_down_are_coloured_and_said(pyteste
     page = _run(pytester, DEGRADED)
     gpus = page.split("<h2>Machine</h2>")[1].split("</table>")[0]
     assert [(a.get("class"), t) for a, t in cells(gpus) if "/18" in t] == [(None, "18/18")] * 5 + [
-        ("failed", "0/18 down")] + [(None, "18/18")] * 2
+        ("failed", "0/18 down")
+    ] + [(None, "18/18")] * 2
     page = _run(pytester, "hgx-h100-pcie-x8")
     gpus = page.split("<h2>Machine</h2>")[1].split("</table>")[0]
     assert [t for a, t in cells(gpus) if a.get("class") == "failed"] == ["Gen3 x8 (max Gen5 x16), trained down"]
     page = _run(pytester, "hgx-h100")
-    assert not [t for a, t in cells(page.split("<h2>Machine</h2>")[1].split("</table>")[0]) if a.get("class") == "failed"]
+    assert not [
+        t for a, t in cells(page.split("<h2>Machine</h2>")[1].split("</table>")[0]) if a.get("class") == "failed"
+    ]
 
 
 def test_the_first_screen_docs_report_md_shows_is_the_one_drawn(pytester):
@@ -335,5 +386,5 @@ def test_the_first_screen_docs_report_md_shows_is_the_one_drawn(pytester):
     text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", banner)))
     at = 0
     for piece in (p for line in shown.splitlines() for p in re.split(r"\s{2,}", line.strip()) if p):
-        assert piece in text[at:], (piece, text[at:at + 300])
+        assert piece in text[at:], (piece, text[at : at + 300])
         at = text.index(piece, at) + len(piece)

@@ -93,8 +93,12 @@ def check_kind_unchanged(kind: str, path: str, facts: dict, written: bool) -> No
     elif kind.startswith("symlink") or kind == "dangling symlink":
         assert stat.S_ISLNK(mode), f"the link was replaced: {oct(mode)}"
         end = os.lstat(facts["target"]).st_mode
-        assert {"symlink to a file": stat.S_ISREG, "dangling symlink": stat.S_ISREG,
-                "symlink to a FIFO": stat.S_ISFIFO, "symlink to a null device": stat.S_ISCHR}[kind](end)
+        assert {
+            "symlink to a file": stat.S_ISREG,
+            "dangling symlink": stat.S_ISREG,
+            "symlink to a FIFO": stat.S_ISFIFO,
+            "symlink to a null device": stat.S_ISCHR,
+        }[kind](end)
     elif kind == "missing folder":
         assert mode is None and not os.path.exists(os.path.dirname(path))
     else:
@@ -150,13 +154,16 @@ def test_a_fifo_is_refused_not_replaced_and_never_waited_on(tmp_path):
     assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode)
 
 
-@pytest.mark.parametrize("path, says", [
-    ("/dev/stdout", "a process's open file"),
-    ("/dev/fd/1", "a process's open file"),
-    ("/proc/self/fd/2", "a process's open file"),
-    ("/proc/gputopo-x.html", "cannot create a file in /proc"),
-    ("/dev/zero", "it is a character device"),
-])
+@pytest.mark.parametrize(
+    "path, says",
+    [
+        ("/dev/stdout", "a process's open file"),
+        ("/dev/fd/1", "a process's open file"),
+        ("/proc/self/fd/2", "a process's open file"),
+        ("/proc/gputopo-x.html", "cannot create a file in /proc"),
+        ("/dev/zero", "it is a character device"),
+    ],
+)
 def test_what_is_no_file_of_ours_is_refused_up_front(path, says):
     """/dev/stdout is refused whatever it is now: a pipe, a terminal, or the file the shell
     redirected it to (renamed over, the process's own output would go to a deleted file). /proc
@@ -191,8 +198,7 @@ def run_writer(writer: str, path: str, pytester, capsys, saved: str, topo: str) 
         assert result.ret == pytest.ExitCode.OK, result.stdout.str()[-2000:] + result.stderr.str()
         assert "cannot write" not in result.stdout.str()
         return True, result.stderr.str()
-    argv = {"report -o": ["report", saved, "-o", path],
-            "record -o": ["record", "--from-smi", topo, "-o", path]}[writer]
+    argv = {"report -o": ["report", saved, "-o", path], "record -o": ["record", "--from-smi", topo, "-o", path]}[writer]
     code = cli.main(argv)
     err = capsys.readouterr().err
     assert code in (0, 2), err
@@ -215,7 +221,9 @@ def test_every_report_writer_onto_every_kind_of_target(writer, kind, pytester, c
     else:
         assert not ok
         option = writer.split()[-1]
-        assert f"{option}: cannot write {path}: {expected}" in said or f"{option} {path}: cannot write: {expected}" in said, said
+        assert (
+            f"{option}: cannot write {path}: {expected}" in said or f"{option} {path}: cannot write: {expected}" in said
+        ), said
     check_kind_unchanged(kind, path, facts, written=ok)
     if ok and expected == "replace":
         text = open(facts.get("target") or path).read()

@@ -37,8 +37,9 @@ def test_the_report_holds_each_requirement_of_each_gated_test_with_its_verdict(p
     requirement, a later one on the topology is still judged and one on measurements is unknown
     (nothing is measured for a test not run). Ungated tests have none; xdist workers' reach the report."""
     pytester.makepyfile(test_f=TESTS)
-    result = pytester.runpytest("-p", "no:cacheprovider", *xdist, "--gputopo-machine", "4x-a100-40gb",
-                                "--gputopo-json", "out.json")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", *xdist, "--gputopo-machine", "4x-a100-40gb", "--gputopo-json", "out.json"
+    )
     result.assert_outcomes(passed=2, skipped=3)
     doc = json.loads((pytester.path / "out.json").read_text())
     check_document(doc)
@@ -57,19 +58,23 @@ def test_the_report_holds_each_requirement_of_each_gated_test_with_its_verdict(p
     assert got["test_after", "min_p2p_bw(10)"]["reason"] == "not judged: the test did not run for requires_gpus(16)"
     assert got["test_met", "requires_gpus(4)"]["reason"] is None
     assert sorted((u["test"].split("::")[1], u["requirement"]) for u in doc["unmet"]) == [
-        ("test_after", "requires_gpus(16)"), ("test_short", "requires_gpus(1, min_memory_gb=80)"),
-        ("test_versions", "requires_versions(nccl='>=2.18')")]
+        ("test_after", "requires_gpus(16)"),
+        ("test_short", "requires_gpus(1, min_memory_gb=80)"),
+        ("test_versions", "requires_versions(nccl='>=2.18')"),
+    ]
 
 
 def test_a_met_verdict_on_recorded_figures_says_so(pytester):
     """A bandwidth requirement met by figures published for the machine is met, ``recorded`` true,
     its reason saying where the figures come from."""
-    pytester.makepyfile(test_f="""
+    pytester.makepyfile(
+        test_f="""
 import pytest
 
 @pytest.mark.min_allreduce_bw(1)
 def test_bw(): pass
-""")
+"""
+    )
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "dgx-a100", "--gputopo-json", "out.json")
     result.assert_outcomes(passed=1)
     (verdict,) = json.loads((pytester.path / "out.json").read_text())["verdicts"]
@@ -85,12 +90,15 @@ def test_a_run_without_a_report_adds_no_verdict_property(pytester):
     assert "gputopo_verdict" not in (pytester.path / "r.xml").read_text()
 
 
-@pytest.mark.parametrize("entry, field", [
-    ({"test": "t", "requirement": "r", "verdict": "assumed ok"}, "verdicts[0].verdict"),
-    ({"test": "t", "verdict": "met"}, "verdicts[0].requirement: missing"),
-    ({"test": "t", "requirement": "r", "verdict": "met", "reason": 3}, "verdicts[0].reason"),
-    ({"test": "t", "requirement": "r", "verdict": "met", "recorded": "yes"}, "verdicts[0].recorded"),
-])
+@pytest.mark.parametrize(
+    "entry, field",
+    [
+        ({"test": "t", "requirement": "r", "verdict": "assumed ok"}, "verdicts[0].verdict"),
+        ({"test": "t", "verdict": "met"}, "verdicts[0].requirement: missing"),
+        ({"test": "t", "requirement": "r", "verdict": "met", "reason": 3}, "verdicts[0].reason"),
+        ({"test": "t", "requirement": "r", "verdict": "met", "recorded": "yes"}, "verdicts[0].recorded"),
+    ],
+)
 def test_gputopo_report_refuses_a_verdict_it_cannot_trust(entry, field):
     """A saved document's verdict is one of met, unmet, unknown, broken, with its test and requirement;
     anything else is refused naming the field."""
@@ -110,4 +118,5 @@ def test_the_documented_verdicts_are_what_the_report_holds(pytester):
     pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "4x-a100-40gb", "--gputopo-json", "out.json")
     doc = json.loads((pytester.path / "out.json").read_text())
     assert [json.loads(line) for line in block.lines if line.strip()] == [
-        v for v in doc["verdicts"] if v["test"] == "test_f.py::test_after"]
+        v for v in doc["verdicts"] if v["test"] == "test_f.py::test_after"
+    ]

@@ -85,28 +85,31 @@ def test_reason_names_three_pairs_then_counts():
     assert len(verdict.failures) == 7
 
 
-@pytest.mark.parametrize("name,args,kwargs,message", [
-    ("requires_gpus", ("8",), {}, "n must be a number of GPUs from 0 to 1024"),
-    ("requires_versions", (), {}, "name at least one version"),
-    ("requires_versions", ("2.18",), {}, "too many positional arguments"),
-    ("requires_versions", (), {"nccl": "2.18"}, "write '>=2.18' or '==2.18'"),
-    ("requires_gpus", (), {"compute_capability": 9.0}, "compute_capability: expected a version specifier"),
-    ("requires_gpus", (), {"compute_capability": [">=9"]}, "compute_capability: expected a version specifier"),
-    ("requires_versions", (), {"nccl": {">=2.18"}}, "nccl: expected a version specifier"),
-    ("requires_gpus", (), {"model": ["H100", 7]}, "model must be a name or a list of names"),
-    ("requires_gpus", (), {"arch": "hoper"}, "arch must be one of kepler"),
-    ("requires_gpus", (), {"min_memory_gb": "40"}, "min_memory_gb must be a number of GB"),
-    ("requires_gpus", (0,), {"bf16": True}, "need at least one GPU, but n is 0"),
-    ("requires_gpus", ([],), {}, "n must list at least one GPU index"),
-    ("min_allreduce_bw", (50,), {"gpus": [3]}, "an all-reduce needs at least 2 GPUs"),
-    ("requires_p2p", (), {"gpus": 0}, "gpus must be a number of GPUs from 1 to 1024"),
-    ("requires_p2p", (), {"gpu": 2}, "unexpected keyword argument 'gpu'"),
-    ("requires_link", ("PXQ",), {}, "unknown link label 'PXQ'"),
-    ("requires_link", (12,), {}, "link class string"),
-    ("requires_link", ("NV0",), {}, "unknown link label"),
-    ("requires_nvlink", (), {"min_links": True}, "min_links"),
-    ("requires_p2p", (), {"strict": "yes"}, "strict must be True or False"),
-])
+@pytest.mark.parametrize(
+    "name,args,kwargs,message",
+    [
+        ("requires_gpus", ("8",), {}, "n must be a number of GPUs from 0 to 1024"),
+        ("requires_versions", (), {}, "name at least one version"),
+        ("requires_versions", ("2.18",), {}, "too many positional arguments"),
+        ("requires_versions", (), {"nccl": "2.18"}, "write '>=2.18' or '==2.18'"),
+        ("requires_gpus", (), {"compute_capability": 9.0}, "compute_capability: expected a version specifier"),
+        ("requires_gpus", (), {"compute_capability": [">=9"]}, "compute_capability: expected a version specifier"),
+        ("requires_versions", (), {"nccl": {">=2.18"}}, "nccl: expected a version specifier"),
+        ("requires_gpus", (), {"model": ["H100", 7]}, "model must be a name or a list of names"),
+        ("requires_gpus", (), {"arch": "hoper"}, "arch must be one of kepler"),
+        ("requires_gpus", (), {"min_memory_gb": "40"}, "min_memory_gb must be a number of GB"),
+        ("requires_gpus", (0,), {"bf16": True}, "need at least one GPU, but n is 0"),
+        ("requires_gpus", ([],), {}, "n must list at least one GPU index"),
+        ("min_allreduce_bw", (50,), {"gpus": [3]}, "an all-reduce needs at least 2 GPUs"),
+        ("requires_p2p", (), {"gpus": 0}, "gpus must be a number of GPUs from 1 to 1024"),
+        ("requires_p2p", (), {"gpu": 2}, "unexpected keyword argument 'gpu'"),
+        ("requires_link", ("PXQ",), {}, "unknown link label 'PXQ'"),
+        ("requires_link", (12,), {}, "link class string"),
+        ("requires_link", ("NV0",), {}, "unknown link label"),
+        ("requires_nvlink", (), {"min_links": True}, "min_links"),
+        ("requires_p2p", (), {"strict": "yes"}, "strict must be True or False"),
+    ],
+)
 def test_bad_marker_arguments(name, args, kwargs, message):
     with pytest.raises(reqs.RequirementError, match=message):
         from_marker(name, args, kwargs)
@@ -119,10 +122,13 @@ def test_marker_strict_argument_is_returned():
 
 def test_expression_grammar():
     terms = parse_expression("gpus>=8, p2p, link>=NV18, nvlink>=2@4, link >= pxb @2")
-    assert terms == (gpu_requirements.GpuRequirement(gpus=8), reqs.P2PRequirement(),
-                     reqs.LinkRequirement(need=LinkLabel.parse("NV18"), spelled="NV18"),
-                     reqs.NvLinkRequirement(gpus=4, min_links=2),
-                     reqs.LinkRequirement(gpus=2, need=LinkLabel.parse("PXB"), spelled="PXB"))
+    assert terms == (
+        gpu_requirements.GpuRequirement(gpus=8),
+        reqs.P2PRequirement(),
+        reqs.LinkRequirement(need=LinkLabel.parse("NV18"), spelled="NV18"),
+        reqs.NvLinkRequirement(gpus=4, min_links=2),
+        reqs.LinkRequirement(gpus=2, need=LinkLabel.parse("PXB"), spelled="PXB"),
+    )
 
 
 @pytest.mark.parametrize("text", ["", "gpus>8", "p2p,,link>=PIX", "link>=FAST", "gpus>=2@2", "nvlink>=0"])
@@ -144,8 +150,9 @@ def test_regressions_against_a_reference():
 
 def test_a_measured_figure_says_its_interval_and_a_small_one_keeps_its_digits():
     assert Measured(234.94, "recorded").text() == "recorded 234.9 GB/s"
-    assert Measured(0.5812, "measured", interval=(0.527, 0.6204)).text() == \
-        "measured 0.581 GB/s (95% interval 0.527-0.62)"
+    assert (
+        Measured(0.5812, "measured", interval=(0.527, 0.6204)).text() == "measured 0.581 GB/s (95% interval 0.527-0.62)"
+    )
 
 
 def _figure(gbps, expected):
@@ -158,20 +165,26 @@ def _figure(gbps, expected):
     return Judgement(measured, Threshold(exp, "NV4", 0.7))
 
 
-@pytest.mark.parametrize("requirement, topology, unknown", [
-    # A fact no source reported: unmet, and unknown (never said to fall short).
-    (gpu_requirements.GpuRequirement(model="H100"), Topology(gpus=(Gpu(0),)), True),
-    (gpu_requirements.VersionRequirement(nccl=">=2.18"), Topology(gpus=(Gpu(0),)), True),
-    (reqs.P2PRequirement(), box({(0, 1): None}, 2), True),
-    (reqs.NvLinkRequirement(), box({(0, 1): None}, 2), True),
-    (reqs.LinkRequirement(need="NV"), box({(0, 1): None}, 2), True),
-    # One fact known to fall short beside an unknown one: unmet.
-    (gpu_requirements.GpuRequirement(min_memory_gb=80, model="H100"),
-     Topology(gpus=(Gpu(0, memory_total_bytes=40 * 10**9),)), False),
-    (reqs.NvLinkRequirement(), box({(0, 1): None, (0, 2): "SYS"}, 3), False),
-    # A shortfall worded with "is unknown" is still a shortfall: the verdict reads the finding, not its words.
-    (gpu_requirements.GpuRequirement(model="is unknown"), Topology(gpus=(Gpu(0, name="NVIDIA A100"),)), False),
-])
+@pytest.mark.parametrize(
+    "requirement, topology, unknown",
+    [
+        # A fact no source reported: unmet, and unknown (never said to fall short).
+        (gpu_requirements.GpuRequirement(model="H100"), Topology(gpus=(Gpu(0),)), True),
+        (gpu_requirements.VersionRequirement(nccl=">=2.18"), Topology(gpus=(Gpu(0),)), True),
+        (reqs.P2PRequirement(), box({(0, 1): None}, 2), True),
+        (reqs.NvLinkRequirement(), box({(0, 1): None}, 2), True),
+        (reqs.LinkRequirement(need="NV"), box({(0, 1): None}, 2), True),
+        # One fact known to fall short beside an unknown one: unmet.
+        (
+            gpu_requirements.GpuRequirement(min_memory_gb=80, model="H100"),
+            Topology(gpus=(Gpu(0, memory_total_bytes=40 * 10**9),)),
+            False,
+        ),
+        (reqs.NvLinkRequirement(), box({(0, 1): None, (0, 2): "SYS"}, 3), False),
+        # A shortfall worded with "is unknown" is still a shortfall: the verdict reads the finding, not its words.
+        (gpu_requirements.GpuRequirement(model="is unknown"), Topology(gpus=(Gpu(0, name="NVIDIA A100"),)), False),
+    ],
+)
 def test_an_unmet_verdict_says_whether_it_rests_only_on_unknown_facts(requirement, topology, unknown):
     verdict = requirement.evaluate(topology)
     assert not verdict.ok and verdict.unknown is unknown
@@ -179,11 +192,14 @@ def test_an_unmet_verdict_says_whether_it_rests_only_on_unknown_facts(requiremen
         assert all(f.unknown for f in requirement.findings(topology))
 
 
-@pytest.mark.parametrize("figures, unknown", [
-    ([(50.0, None)], True),  # nothing says what the copy should reach
-    ([(None, 60.0)], True),  # no figure at all
-    ([(10.0, 60.0), (50.0, None)], False),  # one copy known to be slow
-])
+@pytest.mark.parametrize(
+    "figures, unknown",
+    [
+        ([(50.0, None)], True),  # nothing says what the copy should reach
+        ([(None, 60.0)], True),  # no figure at all
+        ([(10.0, 60.0), (50.0, None)], False),  # one copy known to be slow
+    ],
+)
 def test_a_bandwidth_verdict_is_unknown_only_when_no_figure_is_known_to_fall_short(figures, unknown):
     judgements = [_figure(gbps, exp) for gbps, exp in figures]
     verdict = reqs.BandwidthRequirement(metric="p2p").judge(box({}, 2), judgements)

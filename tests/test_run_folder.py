@@ -35,9 +35,14 @@ def test_a_folder_left_by_a_run_killed_with_sigterm_is_removed_by_the_next_run(t
     tmp.mkdir()
     (tmp_path / "test_slow.py").write_text(SLOW_TEST)
     env = {**os.environ, "TMPDIR": str(tmp)}
-    killed = subprocess.Popen([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "test_slow.py"],
-                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "test_slow.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (tmp_path / "started").exists() and time.monotonic() < deadline and killed.poll() is None:
@@ -51,8 +56,14 @@ def test_a_folder_left_by_a_run_killed_with_sigterm_is_removed_by_the_next_run(t
     assert left.exists()  # SIGTERM ran no clean-up: the folder is there
     _age(left, 2 * run_folder.YOUNG_S)
     (tmp_path / "test_slow.py").write_text("def test_quick():\n    pass\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-2000:]
     assert _run_folders(tmp) == []  # the abandoned one removed, the run's own removed at its end
 

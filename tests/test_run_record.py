@@ -39,8 +39,17 @@ def _cell(html: str, what: str) -> str:
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_a_figure_two_tests_were_skipped_over_is_not_green(pytester, xdist):
     pytester.makepyfile(test_f=PAIR)
-    result = pytester.runpytest("-p", "no:cacheprovider", *xdist, "--gputopo-machine", "hgx-h100",
-                                "--gputopo-json", "out.json", "--gputopo-html", "out.html")
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        *xdist,
+        "--gputopo-machine",
+        "hgx-h100",
+        "--gputopo-json",
+        "out.json",
+        "--gputopo-html",
+        "out.html",
+    )
     result.assert_outcomes(passed=1, skipped=2)
     doc = json.loads((pytester.path / "out.json").read_text())
     check_document(doc)
@@ -48,7 +57,8 @@ def test_a_figure_two_tests_were_skipped_over_is_not_green(pytester, xdist):
     assert figures == {
         "test_near_line_rate": [{"key": ["p2p", 0, 1], "state": "below", "needed_gbps": pytest.approx(445.5)}],
         "test_impossibly_fast": [{"key": ["p2p", 0, 1], "state": "below", "needed_gbps": 10000.0}],
-        "test_at_the_run_floor": [{"key": ["p2p", 0, 1], "state": "met", "needed_gbps": pytest.approx(315.0)}]}
+        "test_at_the_run_floor": [{"key": ["p2p", 0, 1], "state": "met", "needed_gbps": pytest.approx(315.0)}],
+    }
     # The figure itself keeps the run's own verdict (the check items' rule): met at 315 GB/s.
     (pair,) = [m for m in doc["measurements"] if m["key"] == ["p2p", 0, 1]]
     assert pair["state"] == "met" and pair["expected"]["needed_gbps"] == pytest.approx(315.0)
@@ -61,8 +71,16 @@ def test_a_figure_two_tests_were_skipped_over_is_not_green(pytester, xdist):
 def test_a_cell_no_test_was_judged_on_keeps_the_run_verdict(pytester):
     """Another pair's figure, judged by no test, is drawn as before: the run's verdict, no need marked."""
     pytester.makepyfile(test_f=PAIR)
-    pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100", "--gputopo-check", "full",
-                       "--gputopo-html", "out.html")
+    pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-machine",
+        "hgx-h100",
+        "--gputopo-check",
+        "full",
+        "--gputopo-html",
+        "out.html",
+    )
     cell = _cell((pytester.path / "out.html").read_text(), "GPU0-&gt;GPU2 copy, P2P;")
     assert 'class="met"' in cell and "tests needed" not in cell, cell
 
@@ -81,8 +99,16 @@ def test_the_record_is_built_once_and_every_output_reads_it(pytester, monkeypatc
     monkeypatch.setattr(report_writer, "build", build)  # the reports' while the run goes
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary.md"))
     pytester.makepyfile(test_f=PAIR)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100",
-                                "--gputopo-json", "out.json", "--gputopo-html", "out.html")
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-machine",
+        "hgx-h100",
+        "--gputopo-json",
+        "out.json",
+        "--gputopo-html",
+        "out.html",
+    )
     result.assert_outcomes(passed=1, skipped=2)
     result.stdout.fnmatch_lines(["gputopo: 2 tests not run for unmet requirements: *"])
     assert built.count(True) == 1 and False in built, built

@@ -32,8 +32,9 @@ def test_uuids_and_unique_prefixes():
     assert vis.order == () and "more than one" in vis.warnings[0]
 
 
-@pytest.mark.parametrize("value,order", [("0,7,1", (0,)), ("-1", ()), ("", ()), ("0,0", (0,)),
-                                         ("MIG-12345678-aaaa,0", ())])
+@pytest.mark.parametrize(
+    "value,order", [("0,7,1", (0,)), ("-1", ()), ("", ()), ("0,0", (0,)), ("MIG-12345678-aaaa,0", ())]
+)
 def test_the_list_stops_at_the_first_bad_entry(value, order):
     vis = visible_gpus(GPUS, value, "PCI_BUS_ID")
     assert vis.order == order
@@ -55,13 +56,36 @@ def test_environment_is_read(monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # Launchers: torchrun, or srun starting every rank itself
 
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-               "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NODEID",
-               "SLURM_JOB_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RUN_ID", "GROUP_WORLD_SIZE",
-               "SLURM_STEP_NUM_NODES")
-SRUN_TASK_1_OF_4 = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4",
-                    "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "0", "MASTER_ADDR": "10.0.0.1",
-                    "MASTER_PORT": "29600"}
+LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_STEP_ID",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_JOB_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RUN_ID",
+    "GROUP_WORLD_SIZE",
+    "SLURM_STEP_NUM_NODES",
+)
+SRUN_TASK_1_OF_4 = {
+    "SLURM_JOB_ID": "77",
+    "SLURM_STEP_ID": "0",
+    "SLURM_PROCID": "1",
+    "SLURM_STEP_NUM_TASKS": "4",
+    "SLURM_NTASKS": "4",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "0",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29600",
+}
 
 
 def _launch_with(monkeypatch, env):

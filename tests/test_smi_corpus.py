@@ -30,7 +30,8 @@ def _samples(kind: str) -> list:
     folder = CORPUS / kind
     names = sorted(p.stem for p in folder.glob("[0-9][0-9][0-9].txt")) if folder.is_dir() else []
     return [pytest.param(kind, n, id=f"{kind}/{n}") for n in names] or [
-        pytest.param(kind, None, marks=pytest.mark.skip(reason=NO_CORPUS), id=f"{kind}/none")]
+        pytest.param(kind, None, marks=pytest.mark.skip(reason=NO_CORPUS), id=f"{kind}/none")
+    ]
 
 
 def _load(kind: str, name: str) -> tuple[str, dict]:
@@ -40,10 +41,19 @@ def _load(kind: str, name: str) -> tuple[str, dict]:
 
 def _check_gpu(got, want: dict, where: str) -> None:
     """Each fact the sidecar gives, as the parser's SmiGpu names it."""
-    pairs = {"index": got.index, "name": got.name, "uuid": got.uuid, "pci_bus_id": got.pci_bus_id,
-             "compute_cap": got.compute_capability, "pcie_gen_current": got.pcie_gen_current,
-             "pcie_gen_max": got.pcie_gen_max, "pcie_width_current": got.pcie_width_current,
-             "pcie_width_max": got.pcie_width_max, "mig": got.mig, "compute_mode": got.compute_mode}
+    pairs = {
+        "index": got.index,
+        "name": got.name,
+        "uuid": got.uuid,
+        "pci_bus_id": got.pci_bus_id,
+        "compute_cap": got.compute_capability,
+        "pcie_gen_current": got.pcie_gen_current,
+        "pcie_gen_max": got.pcie_gen_max,
+        "pcie_width_current": got.pcie_width_current,
+        "pcie_width_max": got.pcie_width_max,
+        "mig": got.mig,
+        "compute_mode": got.compute_mode,
+    }
     for key, value in want.items():
         if key == "memory_total_mib":
             assert got.memory_total_bytes == value * 2**20, where

@@ -30,7 +30,11 @@ def test_an_hgx_h100_gpu_is_read_as_its_report_says():
     (gpu,) = listing.gpus
     assert (listing.attached, listing.driver_version, listing.cuda_driver_version) == (1, "545.23.08", "12.3")
     assert (gpu.index, gpu.name, gpu.uuid, gpu.pci_bus_id) == (
-        0, "NVIDIA H100 80GB HBM3", "GPU-10f35015-e921-bfab-2eb8-4e9b6664d5f1", "00000000:19:00.0")
+        0,
+        "NVIDIA H100 80GB HBM3",
+        "GPU-10f35015-e921-bfab-2eb8-4e9b6664d5f1",
+        "00000000:19:00.0",
+    )
     assert (gpu.memory_total_bytes, gpu.mig, gpu.compute_mode) == (81559 * 2**20, False, "Default")
     assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_width_current, gpu.pcie_width_max) == (5, 5, 16, 16)
     assert listing.warnings == () and gpu.mig_devices == ()
@@ -71,13 +75,31 @@ def four_gpu_topo() -> str:
 def test_an_i_block_joins_a_larger_machine_by_its_uuid_with_a_warning(tmp_path, capsys):
     """The A16's `-i 0` report joins the machine's GPU0 (told by UUID, from `-L`); the CUDA version stays
     unknown; the warning is in the profile's sources."""
-    a16_list = "".join(f"GPU {i}: NVIDIA A16 (UUID: {u})\n" for i, u in enumerate(
-        ["GPU-2039ae9a-7b32-009f-d7dc-b5acf0e7aaba", "GPU-4c81fa10-f611-4d5d-4f95-cf57270afbfa",
-         "GPU-6d96ca7e-db97-dd7b-d18b-821c40747583", "GPU-b952c9a5-0ac8-26fb-a02d-60bcf9d0fe83"]))
+    a16_list = "".join(
+        f"GPU {i}: NVIDIA A16 (UUID: {u})\n"
+        for i, u in enumerate(
+            [
+                "GPU-2039ae9a-7b32-009f-d7dc-b5acf0e7aaba",
+                "GPU-4c81fa10-f611-4d5d-4f95-cf57270afbfa",
+                "GPU-6d96ca7e-db97-dd7b-d18b-821c40747583",
+                "GPU-b952c9a5-0ac8-26fb-a02d-60bcf9d0fe83",
+            ]
+        )
+    )
     (tmp_path / "topo.txt").write_text(four_gpu_topo())
     (tmp_path / "list.txt").write_text(a16_list)
-    code, out, err = run(capsys, "record", "--from-smi", tmp_path / "topo.txt", "--smi-query", tmp_path / "list.txt",
-                         "--smi-query", HERE / "a16-vgpu-host-470-i0.txt", "-o", tmp_path / "node.json")
+    code, out, err = run(
+        capsys,
+        "record",
+        "--from-smi",
+        tmp_path / "topo.txt",
+        "--smi-query",
+        tmp_path / "list.txt",
+        "--smi-query",
+        HERE / "a16-vgpu-host-470-i0.txt",
+        "-o",
+        tmp_path / "node.json",
+    )
     assert code == 0, err
     machine = schema.from_dict(json.loads((tmp_path / "node.json").read_text())["topology"])
     assert machine.gpus[0].pcie_width_current == 4 and machine.gpus[1].pcie_width_current is None
@@ -85,13 +107,16 @@ def test_an_i_block_joins_a_larger_machine_by_its_uuid_with_a_warning(tmp_path, 
     assert "some GPUs only" in out
 
 
-@pytest.mark.parametrize("text, says", [
-    ('<?xml version="1.0" ?>\n<nvidia_smi_log></nvidia_smi_log>\n', "smi-xml"),
-    ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-10f35015-e921-bfab-2eb8-4e9b6664d5f1)\n", "smi-list"),
-    ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-15\n", "smi-topo"),
-    ("| NVIDIA-SMI 545.23.08              Driver Version: 545.23.08    CUDA Version: 12.3     |\n", "-q"),
-    ("name, memory.total [MiB]\nNVIDIA H100, 81559 MiB\n", "not nvidia-smi -q output"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('<?xml version="1.0" ?>\n<nvidia_smi_log></nvidia_smi_log>\n', "smi-xml"),
+        ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-10f35015-e921-bfab-2eb8-4e9b6664d5f1)\n", "smi-list"),
+        ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-15\n", "smi-topo"),
+        ("| NVIDIA-SMI 545.23.08              Driver Version: 545.23.08    CUDA Version: 12.3     |\n", "-q"),
+        ("name, memory.total [MiB]\nNVIDIA H100, 81559 MiB\n", "not nvidia-smi -q output"),
+    ],
+)
 def test_another_tools_text_is_refused_by_name(tmp_path, capsys, text, says):
     (tmp_path / "out.txt").write_text(text)
     code, out, err = run(capsys, "parse", "smi-q", tmp_path / "out.txt")
@@ -150,36 +175,68 @@ def test_mig_devices_of_q_and_l_are_one_set_in_the_profile(tmp_path, capsys):
     in the profile, -L's profile and UUID joined by index with -q's instance ids and memory."""
     listing = parse_smi_q(MIG_Q)
     assert [(d.index, d.gpu_instance_id, d.memory_total_bytes) for d in listing.gpus[0].mig_devices] == [
-        (0, 1, 9856 * 2**20), (1, 5, 4864 * 2**20)]
+        (0, 1, 9856 * 2**20),
+        (1, 5, 4864 * 2**20),
+    ]
     (tmp_path / "topo.txt").write_text("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-15\t0\n\nLegend:\n")
     (tmp_path / "l.txt").write_text(MIG_L)
     (tmp_path / "q.txt").write_text(MIG_Q)
-    code, out, err = run(capsys, "record", "--from-smi", tmp_path / "topo.txt", "--smi-query", tmp_path / "l.txt",
-                         "--smi-query", tmp_path / "q.txt", "-o", tmp_path / "node.json")
+    code, out, err = run(
+        capsys,
+        "record",
+        "--from-smi",
+        tmp_path / "topo.txt",
+        "--smi-query",
+        tmp_path / "l.txt",
+        "--smi-query",
+        tmp_path / "q.txt",
+        "-o",
+        tmp_path / "node.json",
+    )
     assert code == 0, err
     gpu = json.loads((tmp_path / "node.json").read_text())["topology"]["gpus"][0]
     assert gpu["mig"] is True and gpu["mig_devices"] == [
-        {"index": 0, "uuid": "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f", "profile": "2g.10gb", "gpu_instance_id": 1,
-         "compute_instance_id": 0, "memory_total_bytes": 9856 * 2**20},
-        {"index": 1, "uuid": "MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb", "profile": "1g.5gb", "gpu_instance_id": 5,
-         "compute_instance_id": 0, "memory_total_bytes": 4864 * 2**20}]
-    assert schema.from_dict(json.loads((tmp_path / "node.json").read_text())["topology"]).gpus[0].mig_devices[1] \
-        .profile == "1g.5gb"
+        {
+            "index": 0,
+            "uuid": "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f",
+            "profile": "2g.10gb",
+            "gpu_instance_id": 1,
+            "compute_instance_id": 0,
+            "memory_total_bytes": 9856 * 2**20,
+        },
+        {
+            "index": 1,
+            "uuid": "MIG-cba663e8-9bed-5b25-b243-5985ef7c9beb",
+            "profile": "1g.5gb",
+            "gpu_instance_id": 5,
+            "compute_instance_id": 0,
+            "memory_total_bytes": 4864 * 2**20,
+        },
+    ]
+    assert (
+        schema.from_dict(json.loads((tmp_path / "node.json").read_text())["topology"]).gpus[0].mig_devices[1].profile
+        == "1g.5gb"
+    )
 
 
 def test_mig_devices_of_q_x():
     """-q -x's <mig_devices> (the shape NVIDIA's nvidia-ml-py sample nvidia_smi.py writes, and public
     captures show: <index>, <gpu_instance_id>, <compute_instance_id>, <fb_memory_usage><total>)."""
-    xml = ('<?xml version="1.0" ?>\n<nvidia_smi_log><attached_gpus>1</attached_gpus><gpu id="00000000:00:09.0">'
-           "<mig_mode><current_mig>Enabled</current_mig></mig_mode><mig_devices><mig_device><index>0</index>"
-           "<gpu_instance_id>1</gpu_instance_id><compute_instance_id>0</compute_instance_id>"
-           "<fb_memory_usage><total>40448 MiB</total></fb_memory_usage></mig_device></mig_devices>"
-           "</gpu></nvidia_smi_log>")
+    xml = (
+        '<?xml version="1.0" ?>\n<nvidia_smi_log><attached_gpus>1</attached_gpus><gpu id="00000000:00:09.0">'
+        "<mig_mode><current_mig>Enabled</current_mig></mig_mode><mig_devices><mig_device><index>0</index>"
+        "<gpu_instance_id>1</gpu_instance_id><compute_instance_id>0</compute_instance_id>"
+        "<fb_memory_usage><total>40448 MiB</total></fb_memory_usage></mig_device></mig_devices>"
+        "</gpu></nvidia_smi_log>"
+    )
     (gpu,) = parse_smi_xml(xml).gpus
-    assert gpu.mig and [(d.index, d.gpu_instance_id, d.compute_instance_id, d.memory_total_bytes)
-                        for d in gpu.mig_devices] == [(0, 1, 0, 40448 * 2**20)]
-    early = parse_smi_list("GPU 0: A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)\n"
-                           "  MIG Device 0: (UUID: MIG-GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77/1/0)\n")
+    assert gpu.mig and [
+        (d.index, d.gpu_instance_id, d.compute_instance_id, d.memory_total_bytes) for d in gpu.mig_devices
+    ] == [(0, 1, 0, 40448 * 2**20)]
+    early = parse_smi_list(
+        "GPU 0: A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)\n"
+        "  MIG Device 0: (UUID: MIG-GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77/1/0)\n"
+    )
     assert [(d.index, d.gpu_instance_id, d.compute_instance_id) for d in early.gpus[0].mig_devices] == [(0, 1, 0)]
 
 

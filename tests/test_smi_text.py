@@ -19,17 +19,21 @@ TOPO = CORPUS / "topo"
 SAMPLES = sorted(TOPO.glob("*.txt"))
 
 # nvidia-smi topo -p2p rw, verbatim from https://github.com/noonghunna/club-3090/issues/1229
-P2P_SAMPLE = (" \tGPU0\tGPU1\t\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n\nLegend:\n\n  X    = Self\n"
-              "  OK   = Status Ok\n  CNS  = Chipset not supported\n  GNS  = GPU not supported\n"
-              "  TNS  = Topology not supported\n  NS   = Not supported\n  DR   = Disabled by regkey\n"
-              "  U    = Unknown\n")
+P2P_SAMPLE = (
+    " \tGPU0\tGPU1\t\n GPU0\tX\tGNS\t\n GPU1\tGNS\tX\t\n\nLegend:\n\n  X    = Self\n"
+    "  OK   = Status Ok\n  CNS  = Chipset not supported\n  GNS  = GPU not supported\n"
+    "  TNS  = Topology not supported\n  NS   = Not supported\n  DR   = Disabled by regkey\n"
+    "  U    = Unknown\n"
+)
 
-FOUR = ("\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-        "GPU0\t X \tNV4\tSYS\tSYS\tSYS\t0-23,48-71\t0\t\tN/A\n"
-        "GPU1\tNV4\t X \tSYS\tSYS\tSYS\t0-23,48-71\t0\t\tN/A\n"
-        "GPU2\tSYS\tSYS\t X \tNV4\tPXB\t24-47,72-95\t1\t\tN/A\n"
-        "GPU3\tSYS\tSYS\tNV4\t X \tPIX\t24-47,72-95\t1\t\tN/A\n"
-        "NIC0\tSYS\tSYS\tPXB\tPIX\t X \n\nLegend:\n\n  X    = Self\n\nNIC Legend:\n\n  NIC0: mlx5_0\n")
+FOUR = (
+    "\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+    "GPU0\t X \tNV4\tSYS\tSYS\tSYS\t0-23,48-71\t0\t\tN/A\n"
+    "GPU1\tNV4\t X \tSYS\tSYS\tSYS\t0-23,48-71\t0\t\tN/A\n"
+    "GPU2\tSYS\tSYS\t X \tNV4\tPXB\t24-47,72-95\t1\t\tN/A\n"
+    "GPU3\tSYS\tSYS\tNV4\t X \tPIX\t24-47,72-95\t1\t\tN/A\n"
+    "NIC0\tSYS\tSYS\tPXB\tPIX\t X \n\nLegend:\n\n  X    = Self\n\nNIC Legend:\n\n  NIC0: mlx5_0\n"
+)
 
 
 def _sample_id(path: Path | None) -> str:
@@ -61,8 +65,9 @@ def _pair_labels(smi: SmiTopo) -> dict:
 # Every real sample meets its expected facts
 
 
-@pytest.mark.parametrize("path", SAMPLES or [pytest.param(None, marks=pytest.mark.skip(reason=NO_CORPUS))],
-                         ids=_sample_id)
+@pytest.mark.parametrize(
+    "path", SAMPLES or [pytest.param(None, marks=pytest.mark.skip(reason=NO_CORPUS))], ids=_sample_id
+)
 def test_corpus_sample(path):
     meta = json.loads(path.with_suffix(".meta.json").read_text())
     exp = meta["expected"]
@@ -113,8 +118,12 @@ def test_tab_separated_with_nics_and_gpu_numa_id():
     assert smi.gpus[2].gpu_numa_id == "N/A"
     assert smi.columns == ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
     assert smi.warnings == ()
-    assert smi.to_json()["gpus"][0] == {"name": "GPU0", "cpu_affinity": "0-23,48-71", "numa_affinity": "0",
-                                        "gpu_numa_id": "N/A"}
+    assert smi.to_json()["gpus"][0] == {
+        "name": "GPU0",
+        "cpu_affinity": "0-23,48-71",
+        "numa_affinity": "0",
+        "gpu_numa_id": "N/A",
+    }
 
 
 def test_to_topology_keeps_unknowns_unknown():
@@ -126,9 +135,17 @@ def test_to_topology_keeps_unknowns_unknown():
     assert topo.link(0, 1).p2p == model.P2P()
 
 
-@pytest.mark.parametrize("text", ["", "   \n\n", "Legend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe\n"
-                                  "  NV#  = Connection traversing a bonded set of # NVLinks\n",
-                                  "No devices were found\n", "GPU1\tNV4\t X \n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   \n\n",
+        "Legend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe\n"
+        "  NV#  = Connection traversing a bonded set of # NVLinks\n",
+        "No devices were found\n",
+        "GPU1\tNV4\t X \n",
+    ],
+)
 def test_unreadable_text_is_an_smi_parse_error(text):
     with pytest.raises(SmiParseError, match="no nvidia-smi topology matrix"):
         parse_topo_matrix(text)
@@ -152,8 +169,9 @@ def test_zero_gpu_header_is_refused():
 def test_sixteen_gpus():
     n = 16
     rows = ["\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\tNUMA Affinity"]
-    rows += [f"GPU{a}\t" + "\t".join(" X " if a == b else "NV6" for b in range(n)) + f"\t0-47\t{a // 8}"
-             for a in range(n)]
+    rows += [
+        f"GPU{a}\t" + "\t".join(" X " if a == b else "NV6" for b in range(n)) + f"\t0-47\t{a // 8}" for a in range(n)
+    ]
     smi = parse_topo_matrix("\n".join(rows))
     assert len(smi.gpus) == 16 and smi.warnings == ()
     assert {x for row in smi.matrix for x in row} == {"X", "NV6"}
@@ -165,8 +183,10 @@ def test_crlf_line_endings():
 
 
 def test_soc_is_sys_and_old_style_nic_rows():
-    text = ("\tGPU0\tGPU1\tmlx4_0\tCPU Affinity\nGPU0\t X \tSOC\tPHB\t0-5\nGPU1\tSOC\t X \tSOC\t6-11\n"
-            "mlx4_0\tPHB\tSOC\t X\n")
+    text = (
+        "\tGPU0\tGPU1\tmlx4_0\tCPU Affinity\nGPU0\t X \tSOC\tPHB\t0-5\nGPU1\tSOC\t X \tSOC\t6-11\n"
+        "mlx4_0\tPHB\tSOC\t X\n"
+    )
     smi = parse_topo_matrix(text)
     assert smi.matrix == (("X", "SYS"), ("SYS", "X")) and smi.nics == ("mlx4_0",)
     assert smi.gpu_nic == (("PHB",), ("SYS",))
@@ -183,7 +203,10 @@ def test_truncated_rows_and_missing_row():
     smi = parse_topo_matrix(text)
     assert "no row for GPU2" in smi.warnings and "GPU3 row has 2 of 5 cells" in smi.warnings
     assert not any("unreadable" in w for w in smi.warnings)  # the empty field left by the cut is just missing
-    assert "no row for NIC0" in smi.warnings and "no NIC Legend entry for NIC0; the row label is used as its name" in smi.warnings
+    assert (
+        "no row for NIC0" in smi.warnings
+        and "no NIC Legend entry for NIC0; the row label is used as its name" in smi.warnings
+    )
     assert smi.matrix[2] == ("SYS", "SYS", "X", "?")  # read back from the GPU0/GPU1 rows
     assert smi.matrix[3][2] == "?" and smi.gpus[3] == smi.gpus[3].__class__("GPU3")
     assert to_topology(smi).link(2, 3) == model.Link(2, 3, pcie=None, nvlinks=None)
@@ -223,8 +246,10 @@ def test_asymmetric_cells_warn_and_take_the_worse():
 
 
 def test_mangled_headers():
-    glued = ("\t    GPU0GPU1mlx5_0mlx5_1\tCPU Affinity\nGPU0\t X \tNV1\tPIX\tSOC\t0-1\nGPU1\tNV1\t X \tSOC\tPIX\t2-3\n"
-             "mlx5_0\tPIX\tSOC\t X \tSOC\nmlx5_1\tSOC\tPIX\tSOC\t X\n")
+    glued = (
+        "\t    GPU0GPU1mlx5_0mlx5_1\tCPU Affinity\nGPU0\t X \tNV1\tPIX\tSOC\t0-1\nGPU1\tNV1\t X \tSOC\tPIX\t2-3\n"
+        "mlx5_0\tPIX\tSOC\t X \tSOC\nmlx5_1\tSOC\tPIX\tSOC\t X\n"
+    )
     smi = parse_topo_matrix(glued)
     assert smi.nics == ("mlx5_0", "mlx5_1") and smi.gpu_nic == (("PIX", "SYS"), ("SYS", "PIX"))
     assert smi.gpus[1].cpu_affinity == "2-3" and smi.warnings == ()
@@ -246,9 +271,11 @@ def test_a_blank_affinity_in_pasted_text_is_found_at_its_tab_stop():
     """A Slurm job's cpuset leaves some GPUs' CPU Affinity empty; pasted from a
     terminal (tabs expanded), the empty cell vanishes, yet every row's NUMA value sits at the same
     tab stop. Read by tab stops: the same facts as the tab-separated text."""
-    tabbed = ("\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-              "GPU0\t X \tNV4\tNODE\t0-7\t0\t\tN/A\nGPU1\tNV4\t X \tSYS\t\t1\t\tN/A\n"
-              "NIC0\tNODE\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n")
+    tabbed = (
+        "\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+        "GPU0\t X \tNV4\tNODE\t0-7\t0\t\tN/A\nGPU1\tNV4\t X \tSYS\t\t1\t\tN/A\n"
+        "NIC0\tNODE\tSYS\t X \n\nNIC Legend:\n\n  NIC0: mlx5_0\n"
+    )
     for text in (tabbed, tabbed.expandtabs(), "".join("    " + ln for ln in tabbed.expandtabs().splitlines(True))):
         smi = parse_topo_matrix(text)
         assert smi.gpus[0] == smi.gpus[0].__class__("GPU0", "0-7", "0", "N/A")
@@ -259,12 +286,21 @@ def test_a_blank_affinity_in_pasted_text_is_found_at_its_tab_stop():
 def _wide(nics: int = 40) -> str:
     """Two GPUs and ``nics`` NICs as nvidia-smi writes them: GPU0 near NIC0..19, GPU1 near the rest."""
     near = lambda g, j: "PIX" if (j < nics // 2) == (g == 0) else "SYS"  # noqa: E731
-    head = "\t" + "\t".join(["GPU0", "GPU1"] + [f"NIC{j}" for j in range(nics)]) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
-    rows = [f"GPU{g}\t" + "\t".join([" X " if g == 0 else "NV18", "NV18" if g == 0 else " X "]
-                                     + [near(g, j) for j in range(nics)]) + f"\t{g * 32}-{g * 32 + 31}\t{g}\t\tN/A"
-            for g in (0, 1)]
-    rows += [f"NIC{j}\t{near(0, j)}\t{near(1, j)}\t" + "\t".join(" X " if i == j else "NODE" for i in range(nics))
-             for j in range(nics)]
+    head = (
+        "\t"
+        + "\t".join(["GPU0", "GPU1"] + [f"NIC{j}" for j in range(nics)])
+        + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    )
+    rows = [
+        f"GPU{g}\t"
+        + "\t".join([" X " if g == 0 else "NV18", "NV18" if g == 0 else " X "] + [near(g, j) for j in range(nics)])
+        + f"\t{g * 32}-{g * 32 + 31}\t{g}\t\tN/A"
+        for g in (0, 1)
+    ]
+    rows += [
+        f"NIC{j}\t{near(0, j)}\t{near(1, j)}\t" + "\t".join(" X " if i == j else "NODE" for i in range(nics))
+        for j in range(nics)
+    ]
     return "\n".join([head] + rows) + "\n\nNIC Legend:\n\n" + "".join(f"  NIC{j}: mlx5_{j}\n" for j in range(nics))
 
 
@@ -284,8 +320,10 @@ def test_cells_nvidia_smi_ran_together_are_split_where_they_read_one_way():
 def test_a_run_together_cell_that_reads_two_ways_leaves_the_rest_of_its_row_unknown():
     """``NV120-23`` is NV12 then 0-23, or NV1 then 20-23: neither is taken. The other way round the
     matrix (GPU1's row) still says GPU0-GPU1 is NV12."""
-    text = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-            "GPU0\t X \tNV120-23\t0\t\tN/A\nGPU1\tNV12\t X \t24-47\t1\t\tN/A\n")
+    text = (
+        "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+        "GPU0\t X \tNV120-23\t0\t\tN/A\nGPU1\tNV12\t X \t24-47\t1\t\tN/A\n"
+    )
     smi = parse_topo_matrix(text)
     assert smi.matrix == (("X", "NV12"), ("NV12", "X"))
     assert smi.gpus[0] == smi.gpus[0].__class__("GPU0") and smi.gpus[1].numa_affinity == "1"
@@ -295,8 +333,10 @@ def test_a_run_together_cell_that_reads_two_ways_leaves_the_rest_of_its_row_unkn
 def test_a_blank_affinity_run_into_its_neighbour_is_unknown_never_moved():
     """A Slurm job's blank CPU Affinity whose tab was lost: the NUMA value would read as the CPU
     Affinity. The row has a field fewer than nvidia-smi writes, so its values are unknown."""
-    text = ("\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-            "GPU0\t X \tNV4\t0-7\t0\t\tN/A\nGPU1\tNV4\t X \t1\t\tN/A\n")
+    text = (
+        "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+        "GPU0\t X \tNV4\t0-7\t0\t\tN/A\nGPU1\tNV4\t X \t1\t\tN/A\n"
+    )
     for t in (text, text.expandtabs()):
         smi = parse_topo_matrix(t)
         assert smi.gpus[0] == smi.gpus[0].__class__("GPU0", "0-7", "0", "N/A")
@@ -308,8 +348,12 @@ def test_a_corrupted_nic_legend_names_no_nic_wrongly():
     """Past about 40 NICs nvidia-smi's NIC Legend is corrupted: entries run together, a label given
     twice. A contradicted entry is dropped (the NIC keeps its label), with a warning; entries that
     run together are still read."""
-    text = _wide(42).split("NIC Legend:")[0] + "NIC Legend:\n\n" + "".join(
-        f"  NIC{j}: mlx5_{j}\n" for j in range(40)) + "  NIC40: mlx5_40NIC41: mlx5_41\n  NIC7: mlx5_77\n  NIC50: mlx5_50\n"
+    text = (
+        _wide(42).split("NIC Legend:")[0]
+        + "NIC Legend:\n\n"
+        + "".join(f"  NIC{j}: mlx5_{j}\n" for j in range(40))
+        + "  NIC40: mlx5_40NIC41: mlx5_41\n  NIC7: mlx5_77\n  NIC50: mlx5_50\n"
+    )
     smi = parse_topo_matrix(text)
     assert smi.nics[:7] == tuple(f"mlx5_{j}" for j in range(7)) and smi.nics[7] == "NIC7"
     assert smi.nics[40:] == ("mlx5_40", "mlx5_41")
@@ -328,8 +372,7 @@ def test_an_nvlink_count_no_gpu_has_is_no_fact():
 
 
 def test_space_aligned_rows_off_the_tab_stops_leave_a_blank_affinity_unknown():
-    text = ("GPU0 GPU1 CPU Affinity NUMA Affinity GPU NUMA ID\n"
-            "GPU0 X NV4 0-7 0 N/A\nGPU1 NV4 X 1 N/A\n")
+    text = "GPU0 GPU1 CPU Affinity NUMA Affinity GPU NUMA ID\nGPU0 X NV4 0-7 0 N/A\nGPU1 NV4 X 1 N/A\n"
     smi = parse_topo_matrix(text)
     assert smi.gpus[0] == smi.gpus[0].__class__("GPU0", "0-7", "0", "N/A")
     assert smi.gpus[1] == smi.gpus[1].__class__("GPU1")
@@ -364,7 +407,10 @@ def test_p2p_parser_refuses_a_topo_matrix():
 
 def test_p2p_missing_cells_are_unknown():
     assert parse_p2p_matrix(" \tGPU0\tGPU1\tGPU2\t\n GPU0\tX\tOK\tOK\t\n GPU1\tOK\tX\t\n") == (
-        ("X", "OK", "OK"), ("OK", "X", "U"), ("U", "U", "X"))
+        ("X", "OK", "OK"),
+        ("OK", "X", "U"),
+        ("U", "U", "X"),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,7 +420,7 @@ def test_p2p_missing_cells_are_unknown():
 def _header_only(text: str) -> str:
     """A capture cut after its header line (the first line naming GPU0)."""
     lines = text.splitlines(keepends=True)
-    return "".join(lines[:next(i for i, ln in enumerate(lines) if "GPU0" in ln) + 1])
+    return "".join(lines[: next(i for i, ln in enumerate(lines) if "GPU0" in ln) + 1])
 
 
 @pytest.mark.parametrize("text", ["GPU0 GPU0\n", "GPU0\tGPU0\n", "\tGPU0\tGPU0\tCPU Affinity\n"])
@@ -387,13 +433,16 @@ def test_a_header_naming_a_gpu_twice_is_no_machine(text):
             parse(text)
 
 
-@pytest.mark.parametrize("text", [_header_only(FOUR), _header_only(P2P_SAMPLE), " \tGPU0\t\n", "\tGPU0\tCPU Affinity\n"])
+@pytest.mark.parametrize(
+    "text", [_header_only(FOUR), _header_only(P2P_SAMPLE), " \tGPU0\t\n", "\tGPU0\tCPU Affinity\n"]
+)
 def test_a_capture_cut_after_its_header_is_refused(text):
     """The header alone of a real capture (topo -p2p rw of club-3090#1229; the topo -m shape of
     nccl#1505) is a usage error, as docs/options.md promises, not a machine of unknown links (exit 0)."""
     for parse in (parse_topo_matrix, parse_p2p_matrix):
-        with pytest.raises(SmiParseError, match="line 1: no nvidia-smi .* matrix: the header names GPU0.* and no GPU "
-                                                "row follows it"):
+        with pytest.raises(
+            SmiParseError, match="line 1: no nvidia-smi .* matrix: the header names GPU0.* and no GPU row follows it"
+        ):
             parse(text)
 
 
@@ -414,7 +463,7 @@ def _rocm_one_gpu(title: bool) -> str:
         section = [lines[at], lines[at + 1][:20], lines[at + 2][:20]]
     else:  # the same lines, as corpus rocm/001 prints them
         section = ["=" * 31 + " Link Type between two GPUs " + "=" * 31, "       GPU0         ", "GPU0   0            "]
-    return "\n".join(section[0 if title else 1:]) + "\n"
+    return "\n".join(section[0 if title else 1 :]) + "\n"
 
 
 @pytest.mark.parametrize("title", [True, False], ids=["with-title", "section-only"])
@@ -437,10 +486,21 @@ def test_rocm_smi_diagonal_under_a_gpu_row_is_no_nvidia_matrix():
     assert parse_topo_matrix("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-7\t0\n").matrix == (("X",),)
 
 
-@pytest.mark.parametrize("row, line, says", [
-    (" GPU1\tX\tGNS\t", 3, "GPU1's cell in column GPU0 is X, which nvidia-smi topo -p2p prints only on the diagonal"),
-    (" GPU1\tGNS\tOK\t", 3, "GPU1's cell in column GPU1 \\(its own\\) is 'OK', where nvidia-smi topo -p2p prints X"),
-])
+@pytest.mark.parametrize(
+    "row, line, says",
+    [
+        (
+            " GPU1\tX\tGNS\t",
+            3,
+            "GPU1's cell in column GPU0 is X, which nvidia-smi topo -p2p prints only on the diagonal",
+        ),
+        (
+            " GPU1\tGNS\tOK\t",
+            3,
+            "GPU1's cell in column GPU1 \\(its own\\) is 'OK', where nvidia-smi topo -p2p prints X",
+        ),
+    ],
+)
 def test_p2p_x_off_the_diagonal_or_a_status_on_it_is_refused(row, line, says):
     """OK on the diagonal or X off it is refused, not read without a word. nvidia-smi prints X on the
     diagonal and only there (club-3090#1229; corpus p2pmatrix/001): a row that breaks it has its cells
@@ -461,8 +521,11 @@ def test_p2p_two_rows_for_one_gpu_are_refused():
 # Property tests
 
 LABELS = ["NV1", "NV2", "NV4", "NV6", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC", "?"]
-AFFINITY = st.one_of(st.just(""), st.just("N/A"),
-                     st.from_regex(r"[0-9]{1,3}(-[0-9]{1,3})?(,[0-9]{1,3}(-[0-9]{1,3})?){0,3}", fullmatch=True))
+AFFINITY = st.one_of(
+    st.just(""),
+    st.just("N/A"),
+    st.from_regex(r"[0-9]{1,3}(-[0-9]{1,3})?(,[0-9]{1,3}(-[0-9]{1,3})?){0,3}", fullmatch=True),
+)
 
 
 @st.composite
@@ -496,9 +559,13 @@ def test_parse_reads_what_was_written_and_render_round_trips(case):
         return
     topo = to_topology(parse_topo_matrix(text))
     for (a, b), label in labels.items():
-        assert topo.link(a, b) == (model.Link(a, b, None, None) if label == "?" else
-                                   model.Link(a, b, None, int(label[2:])) if label.startswith("NV") else
-                                   model.Link(a, b, model.LinkClass.from_name(label), 0))
+        assert topo.link(a, b) == (
+            model.Link(a, b, None, None)
+            if label == "?"
+            else model.Link(a, b, None, int(label[2:]))
+            if label.startswith("NV")
+            else model.Link(a, b, model.LinkClass.from_name(label), 0)
+        )
     cpu_read, numa_read = [g.cpu_affinity for g in topo.gpus], [g.numa_node for g in topo.gpus]
     cpu_written, numa_written = [c or None for c in cpu], [int(x) if x.isdigit() else None for x in numa]
     if "\t" in text or "GPU NUMA ID" in text or all(numa):
@@ -537,7 +604,7 @@ def damaged_smi_texts(draw):
         tabs = [m.start() for m in re.finditer("\t", lines[i])][1:]  # never the one after the label
         if tabs:
             t = draw(st.sampled_from(tabs))
-            lines[i] = lines[i][:t] + lines[i][t + 1:]
+            lines[i] = lines[i][:t] + lines[i][t + 1 :]
     text = "\n".join(lines) + "\n\nLegend:\n\n  X    = Self\n\nNIC Legend:\n\n"
     text += "".join(f"  NIC{j}: mlx5_{j}\n" for j in range(k))
     if draw(st.booleans()):
@@ -573,18 +640,34 @@ def test_cells_run_together_or_blank_read_as_the_same_facts_or_unknown(case):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 10).flatmap(lambda n: st.lists(st.lists(st.sampled_from([s.value for s in model.P2PStatus]),
-                                                                min_size=n, max_size=n), min_size=n, max_size=n)))
+@given(
+    st.integers(1, 10).flatmap(
+        lambda n: st.lists(
+            st.lists(st.sampled_from([s.value for s in model.P2PStatus]), min_size=n, max_size=n),
+            min_size=n,
+            max_size=n,
+        )
+    )
+)
 def test_p2p_render_round_trip(cells):
     n = len(cells)
     matrix = tuple(tuple("X" if a == b else cells[a][b] for b in range(n)) for a in range(n))
-    smi = parse_topo_matrix("\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\n" + "\n".join(
-        f"GPU{a}\t" + "\t".join(" X " if a == b else "SYS" for b in range(n)) for a in range(n)))
+    smi = parse_topo_matrix(
+        "\t"
+        + "\t".join(f"GPU{i}" for i in range(n))
+        + "\n"
+        + "\n".join(f"GPU{a}\t" + "\t".join(" X " if a == b else "SYS" for b in range(n)) for a in range(n))
+    )
     topo = to_topology(smi, {"write": matrix})
     assert parse_p2p_matrix(render_p2p_matrix(topo, "write")) == tuple(
-        tuple("X" if a == b else topo.link(a, b).p2p.write.value for b in range(n)) for a in range(n))
-    text = " \t" + "".join(f"GPU{i}\t" for i in range(n)) + "\n" + "\n".join(
-        f" GPU{a}\t" + "".join(f"{c}\t" for c in matrix[a]) for a in range(n))
+        tuple("X" if a == b else topo.link(a, b).p2p.write.value for b in range(n)) for a in range(n)
+    )
+    text = (
+        " \t"
+        + "".join(f"GPU{i}\t" for i in range(n))
+        + "\n"
+        + "\n".join(f" GPU{a}\t" + "".join(f"{c}\t" for c in matrix[a]) for a in range(n))
+    )
     assert parse_p2p_matrix(text) == matrix
 
 
@@ -631,9 +714,11 @@ def damaged(draw):
             lines.insert(draw(st.integers(0, len(lines))), lines[i])
         elif action == "replace" and lines[i]:
             j = draw(st.integers(0, len(lines[i]) - 1))
-            lines[i] = lines[i][:j] + draw(st.sampled_from(["\t", " ", "\n", "X", "N", "0", "G", "", "é"])) + lines[i][j + 1:]
+            lines[i] = (
+                lines[i][:j] + draw(st.sampled_from(["\t", " ", "\n", "X", "N", "0", "G", "", "é"])) + lines[i][j + 1 :]
+            )
         elif action == "cut":
-            lines = lines[:i] + [lines[i][:draw(st.integers(0, len(lines[i])))]]
+            lines = lines[:i] + [lines[i][: draw(st.integers(0, len(lines[i])))]]
     return "".join(lines)
 
 

@@ -49,12 +49,15 @@ def test_pcie_x16_per_direction(gen, gbps):
     assert fig.label == f"PCIe Gen{gen} x16"
 
 
-@pytest.mark.parametrize("gen, per_direction, bidirectional", [
-    (3, 16, 32),    # the rounded figures vendor tables and articles print, per direction and both ways
-    (4, 32, 64),
-    (5, 64, 128),
-    (6, 128, 256),
-])
+@pytest.mark.parametrize(
+    "gen, per_direction, bidirectional",
+    [
+        (3, 16, 32),  # the rounded figures vendor tables and articles print, per direction and both ways
+        (4, 32, 64),
+        (5, 64, 128),
+        (6, 128, 256),
+    ],
+)
 def test_pcie_reconciles_the_rounded_figures_articles_quote(gen, per_direction, bidirectional):
     """Articles quote the raw rate (before encoding) or both directions added; the table is per
     direction after encoding, at most 6% under those rounded figures, and its source says which."""
@@ -88,21 +91,26 @@ def test_pcie_rejects_unknown_generation_or_width(gen, width):
 # NVLink
 
 
-@pytest.mark.parametrize("version, per_link", [
-    ("1.0", 20.0), ("2.0", 25.0), ("2.2", 25.0), ("3.0", 25.0), ("3.1", 25.0), ("4.0", 25.0), ("5.0", 50.0)])
+@pytest.mark.parametrize(
+    "version, per_link",
+    [("1.0", 20.0), ("2.0", 25.0), ("2.2", 25.0), ("3.0", 25.0), ("3.1", 25.0), ("4.0", 25.0), ("5.0", 50.0)],
+)
 def test_nvlink_per_link_per_direction(version, per_link):
     assert spec.nvlink_per_link(version).gbps == per_link
     assert spec.nvlink_gbps(version, 1).gbps == per_link
 
 
-@pytest.mark.parametrize("version, links, per_gpu, nvidia_bidirectional", [
-    ("1.0", 4, 80, 160),     # P100: 4 links, 160 GB/s both ways (NVIDIA's P100 whitepaper)
-    ("2.0", 6, 150, 300),    # V100: 6 links, 300 GB/s
-    ("3.0", 12, 300, 600),   # A100: 12 links, 600 GB/s
-    ("3.1", 12, 300, 600),   # A100 as NVML encodes it
-    ("4.0", 18, 450, 900),   # H100: 18 links, 900 GB/s
-    ("5.0", 18, 900, 1800),  # Blackwell: 18 x 100 GB/s = 1.8 TB/s
-])
+@pytest.mark.parametrize(
+    "version, links, per_gpu, nvidia_bidirectional",
+    [
+        ("1.0", 4, 80, 160),  # P100: 4 links, 160 GB/s both ways (NVIDIA's P100 whitepaper)
+        ("2.0", 6, 150, 300),  # V100: 6 links, 300 GB/s
+        ("3.0", 12, 300, 600),  # A100: 12 links, 600 GB/s
+        ("3.1", 12, 300, 600),  # A100 as NVML encodes it
+        ("4.0", 18, 450, 900),  # H100: 18 links, 900 GB/s
+        ("5.0", 18, 900, 1800),  # Blackwell: 18 x 100 GB/s = 1.8 TB/s
+    ],
+)
 def test_nvlink_per_gpu_is_half_nvidias_bidirectional_aggregate(version, links, per_gpu, nvidia_bidirectional):
     fig = spec.nvlink_gbps(version, links)
     assert fig.gbps == per_gpu == nvidia_bidirectional / 2
@@ -140,8 +148,18 @@ def test_nvlink_needs_a_positive_link_count(links):
 
 def _all_figures():
     figs = [fig for _, _, fig in spec_table.table_rows()]
-    for name in ("dgx-a100", "dgx1-v100", "hgx-h100", "hgx-h100-nvlink-down", "hgx-h100-pcie-x8",
-                 "2x-rtx3090-nvlink", "4x-a100-40gb", "4x-rtx4090", "8x-l40s", "2x-rtx-pro-6000"):
+    for name in (
+        "dgx-a100",
+        "dgx1-v100",
+        "hgx-h100",
+        "hgx-h100-nvlink-down",
+        "hgx-h100-pcie-x8",
+        "2x-rtx3090-nvlink",
+        "4x-a100-40gb",
+        "4x-rtx4090",
+        "8x-l40s",
+        "2x-rtx-pro-6000",
+    ):
         topo = machine(name)
         figs += [spec.p2p_expected(topo, ln.a, ln.b) for ln in topo.pairs()]
         figs += [spec.h2d_expected(g, pinned) for g in topo.gpus for pinned in (True, False)]
@@ -200,8 +218,9 @@ def test_sources_name_public_documents_only():
         text = fig.source.lower()
         assert not re.search(r"\bseeds?\b|\.\./shared|\breference\b", text), fig.source
         for repo, number in re.findall(r"([\w.-]+)#(\d+)", text):
-            assert re.search(rf"/{re.escape(repo)}/(issues|pull)/{number}\b", listed), \
+            assert re.search(rf"/{re.escape(repo)}/(issues|pull)/{number}\b", listed), (
                 f"{repo}#{number} not in docs/sources.md"
+            )
 
 
 def test_table_covers_every_figure_the_rules_use():
@@ -230,7 +249,7 @@ def test_allreduce_bus_factor(n, factor):
 def test_busbw_definition_two_and_three_ranks():
     nbytes, seconds = 4 * 10**9, 0.1
     assert collectives.algbw(nbytes, seconds) == pytest.approx(40.0)
-    assert collectives.busbw_from_time(nbytes, 2, seconds) == pytest.approx(40.0)        # x 2(1)/2 = 1
+    assert collectives.busbw_from_time(nbytes, 2, seconds) == pytest.approx(40.0)  # x 2(1)/2 = 1
     assert collectives.busbw_from_time(nbytes, 3, seconds) == pytest.approx(40.0 * 4 / 3)  # x 2(2)/3
     assert collectives.busbw_from_algbw(40.0, 3) == pytest.approx(160 / 3)
 
@@ -344,18 +363,21 @@ def _two_gpus(link: Link, **gpu_fields) -> Topology:
     return Topology(gpus=gpus, links=(link,))
 
 
-@pytest.mark.parametrize("link, fields", [
-    (Link(0, 1, pcie=LinkClass.PIX, nvlinks=None), dict(pcie_gen_current=4, pcie_width_current=16)),
-    (Link(0, 1, pcie=None, nvlinks=0), dict(pcie_gen_current=4, pcie_width_current=16)),
-    (Link(0, 1, pcie=LinkClass.PIX, nvlinks=0), dict(pcie_gen_current=None, pcie_width_current=16)),
-    (Link(0, 1, pcie=LinkClass.PIX, nvlinks=0), dict(pcie_gen_current=4, pcie_width_current=None)),
-    # NVLink with no version and no compute capability
-    (Link(0, 1, nvlinks=4), dict()),
-    # NVLink 3.1 on an unknown chip: A100 and RTX 3090 both report 3.1, at different rates
-    (Link(0, 1, nvlinks=4), dict(nvlinks=tuple(NvLink(i, True, version="3.1") for i in range(4)))),
-    # a version no source gives a figure for
-    (Link(0, 1, nvlinks=18), dict(nvlinks=tuple(NvLink(i, True, version="6.0") for i in range(18)))),
-])
+@pytest.mark.parametrize(
+    "link, fields",
+    [
+        (Link(0, 1, pcie=LinkClass.PIX, nvlinks=None), dict(pcie_gen_current=4, pcie_width_current=16)),
+        (Link(0, 1, pcie=None, nvlinks=0), dict(pcie_gen_current=4, pcie_width_current=16)),
+        (Link(0, 1, pcie=LinkClass.PIX, nvlinks=0), dict(pcie_gen_current=None, pcie_width_current=16)),
+        (Link(0, 1, pcie=LinkClass.PIX, nvlinks=0), dict(pcie_gen_current=4, pcie_width_current=None)),
+        # NVLink with no version and no compute capability
+        (Link(0, 1, nvlinks=4), dict()),
+        # NVLink 3.1 on an unknown chip: A100 and RTX 3090 both report 3.1, at different rates
+        (Link(0, 1, nvlinks=4), dict(nvlinks=tuple(NvLink(i, True, version="3.1") for i in range(4)))),
+        # a version no source gives a figure for
+        (Link(0, 1, nvlinks=18), dict(nvlinks=tuple(NvLink(i, True, version="6.0") for i in range(18)))),
+    ],
+)
 def test_p2p_unknown_facts_give_no_expectation(link, fields):
     assert spec.p2p_expected(_two_gpus(link, **fields), 0, 1) is None
 
@@ -374,8 +396,13 @@ def test_p2p_nvlink_version_falls_back_to_compute_capability_and_name():
 
 def _said(topo: Topology, version: str) -> Topology:
     """``topo`` with every NVLink's version as NVML would have said ``version``."""
-    return dataclasses.replace(topo, gpus=tuple(dataclasses.replace(
-        g, nvlinks=tuple(dataclasses.replace(ln, version=version) for ln in g.nvlinks)) for g in topo.gpus))
+    return dataclasses.replace(
+        topo,
+        gpus=tuple(
+            dataclasses.replace(g, nvlinks=tuple(dataclasses.replace(ln, version=version) for ln in g.nvlinks))
+            for g in topo.gpus
+        ),
+    )
 
 
 def test_nvml_nvlink_version_is_cross_checked_with_the_compute_capability():
@@ -404,8 +431,9 @@ def test_nvml_nvlink_version_is_cross_checked_with_the_compute_capability():
     assert spec.gpu_nvlink_version(_said(a100, "4.0").gpus[0]) == "3.0"  # TensorRT-LLM's 6 -> 3
     # A compute capability with no NVLink generation known here: NVML's answer stands.
     future = _said(h100, "5.0")
-    future = dataclasses.replace(future, gpus=tuple(dataclasses.replace(g, compute_capability="11.0")
-                                                    for g in future.gpus))
+    future = dataclasses.replace(
+        future, gpus=tuple(dataclasses.replace(g, compute_capability="11.0") for g in future.gpus)
+    )
     assert spec.gpu_nvlink_version(future.gpus[0]) == "5.0" and spec.nvlink_version_note(future.gpus[0]) is None
 
 
@@ -516,8 +544,11 @@ def _brute_force_ring(n, ok):
     return False
 
 
-@given(st.integers(3, 7).flatmap(lambda n: st.tuples(
-    st.just(n), st.sets(st.sampled_from([(a, b) for a in range(n) for b in range(a + 1, n)])))))
+@given(
+    st.integers(3, 7).flatmap(
+        lambda n: st.tuples(st.just(n), st.sets(st.sampled_from([(a, b) for a in range(n) for b in range(a + 1, n)])))
+    )
+)
 def test_ring_search_matches_brute_force(case):
     n, ok = case
     assert collectives._has_ring(n, ok) == _brute_force_ring(n, ok)
@@ -527,21 +558,43 @@ def test_ring_search_matches_brute_force(case):
 # Published per-SKU floors
 
 
-@pytest.mark.parametrize("name, gbps", [
-    ("Tesla V100-SXM2-32GB", 110.0), ("NVIDIA A100-SXM4-80GB", 185.0), ("NVIDIA A100-SXM4-40GB", 185.0),
-    ("NVIDIA H100 80GB HBM3", 440.0), ("NVIDIA H200", 431.0), ("NVIDIA B200", 440.0),
-    ("NVIDIA B300 SXM6 AC", 800.0),
-])
+@pytest.mark.parametrize(
+    "name, gbps",
+    [
+        ("Tesla V100-SXM2-32GB", 110.0),
+        ("NVIDIA A100-SXM4-80GB", 185.0),
+        ("NVIDIA A100-SXM4-40GB", 185.0),
+        ("NVIDIA H100 80GB HBM3", 440.0),
+        ("NVIDIA H200", 431.0),
+        ("NVIDIA B200", 440.0),
+        ("NVIDIA B300 SXM6 AC", 800.0),
+    ],
+)
 def test_sku_floor(name, gbps):
     fig = collectives.sku_allreduce_floor(name, 8)
     assert fig.gbps == gbps
     assert fig.source and fig.label
 
 
-@pytest.mark.parametrize("name", [
-    "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB", "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200 NVL",
-    "NVIDIA GB200", "NVIDIA GB300", "NVIDIA A800-SXM4-80GB", "NVIDIA H800", "Tesla V100-PCIE-32GB",
-    "NVIDIA L40S", "NVIDIA GeForce RTX 4090", "", None])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NVIDIA A100 80GB PCIe",
+        "NVIDIA A100-PCIE-40GB",
+        "NVIDIA H100 PCIe",
+        "NVIDIA H100 NVL",
+        "NVIDIA H200 NVL",
+        "NVIDIA GB200",
+        "NVIDIA GB300",
+        "NVIDIA A800-SXM4-80GB",
+        "NVIDIA H800",
+        "Tesla V100-PCIE-32GB",
+        "NVIDIA L40S",
+        "NVIDIA GeForce RTX 4090",
+        "",
+        None,
+    ],
+)
 def test_no_sku_floor_for_other_parts(name):
     assert collectives.sku_allreduce_floor(name, 8) is None
 
@@ -583,8 +636,9 @@ def test_a_figure_against_a_relative_floor():
     assert judgement.needed_gbps == pytest.approx(180.0)
     assert judgement.state == MET
     assert judgement.ratio() == pytest.approx(231.4 / 225.0)
-    assert judgement.describe() == ("measured 231.4 GB/s, needed 180.0 (0.80 x expected 225.0 GB/s from "
-                                    "NV12 NVLink 3.0), ratio 1.03")
+    assert judgement.describe() == (
+        "measured 231.4 GB/s, needed 180.0 (0.80 x expected 225.0 GB/s from NV12 NVLink 3.0), ratio 1.03"
+    )
     low = judged(150.0, expected, 0.8)
     assert low.state == BELOW
     assert low.describe().endswith("ratio 0.67")
@@ -617,8 +671,10 @@ def test_a_figure_without_any_threshold_is_unknown():
     assert only_floor.describe() == "measured 500.0 GB/s, needed 440.0 (published B200 8-GPU all-reduce floor)"
 
 
-@pytest.mark.parametrize("measured, floor", [(-1.0, 0.7), (math.nan, 0.7), (True, 0.7), (10.0, 0.0),
-                                             (10.0, -0.5), (10.0, 2.5), (10.0, math.nan)])
+@pytest.mark.parametrize(
+    "measured, floor",
+    [(-1.0, 0.7), (math.nan, 0.7), (True, 0.7), (10.0, 0.0), (10.0, -0.5), (10.0, 2.5), (10.0, math.nan)],
+)
 def test_a_judgement_rejects_bad_values(measured, floor):
     """A floor out of (0, 2] is no threshold; a figure that is no bandwidth cannot be judged."""
     with pytest.raises(ValueError):
@@ -686,7 +742,8 @@ def test_docs_table_matches_table_rows():
     assert m, "docs/thresholds.md lost its table markers"
     assert m.group(1).strip() == spec_table.markdown_table().strip(), (
         "docs/thresholds.md is out of date; regenerate the table with "
-        "`python -c 'from pytest_gputopo.core import spec_table; print(spec_table.markdown_table())'`")
+        "`python -c 'from pytest_gputopo.core import spec_table; print(spec_table.markdown_table())'`"
+    )
 
 
 def test_docs_state_the_default_floors():
@@ -714,8 +771,10 @@ def test_spec_imports_only_the_standard_library_and_model():
 
 
 def test_importing_spec_loads_nothing_heavy():
-    code = ("import sys, pytest_gputopo.core.spec; "
-            "print(sorted(m for m in ('torch', 'pynvml', 'numpy', 'pytest') if m in sys.modules))")
+    code = (
+        "import sys, pytest_gputopo.core.spec; "
+        "print(sorted(m for m in ('torch', 'pynvml', 'numpy', 'pytest') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     heavy = set(eval(out))  # noqa: S307 - our own printed list
     assert not heavy & {"torch", "pynvml", "numpy"}

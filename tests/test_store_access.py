@@ -62,19 +62,25 @@ def test_bind_store_takes_the_address_master_addr_names_here():
         bound.close()
 
 
-@pytest.mark.parametrize("addr, nodes, says", [
-    # Debian's "127.0.1.1 <hostname>": the other nodes resolve the name to the host's real address
-    ("127.0.0.1", None, "is 127.0.0.1, a loopback address, here, and ranks on other nodes could not reach it"),
-    ("127.0.0.1", 2, "a loopback address"),
-    ("0.0.0.0", 2, "MASTER_ADDR='0.0.0.0' names them all"),
-    ("203.0.113.7", 2, "MASTER_ADDR='203.0.113.7' is not an address of this host"),  # TEST-NET-3: never ours
-    ("no-such-host.invalid", 2, "MASTER_ADDR='no-such-host.invalid' does not resolve here"),
-])
+@pytest.mark.parametrize(
+    "addr, nodes, says",
+    [
+        # Debian's "127.0.1.1 <hostname>": the other nodes resolve the name to the host's real address
+        ("127.0.0.1", None, "is 127.0.0.1, a loopback address, here, and ranks on other nodes could not reach it"),
+        ("127.0.0.1", 2, "a loopback address"),
+        ("0.0.0.0", 2, "MASTER_ADDR='0.0.0.0' names them all"),
+        ("203.0.113.7", 2, "MASTER_ADDR='203.0.113.7' is not an address of this host"),  # TEST-NET-3: never ours
+        ("no-such-host.invalid", 2, "MASTER_ADDR='no-such-host.invalid' does not resolve here"),
+    ],
+)
 def test_where_ranks_could_not_reach_a_narrow_listener_it_listens_as_torch_does_and_says_why(
-        monkeypatch, addr, nodes, says):
+    monkeypatch, addr, nodes, says
+):
     if addr.endswith(".invalid"):  # glibc's answer, without asking a name server (loopback only)
+
         def no_such_name(*args, **kwargs):
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
         monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
     bound, where = listener.bind_store(addr, 0, nodes)
     assert bound is None and where.startswith("every interface: ") and says in where, where
@@ -170,8 +176,12 @@ def test_rank_zeros_store_on_a_hosts_other_address_answers_there_only(tmp_path):
     if made.returncode != 0:
         pytest.skip(f"no network namespace of its own here (unshare -rn with ip: {made.stderr.strip()[-200:]})")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run(["unshare", "-rn", "sh", "-c", NAMESPACE, "sh", sys.executable, "-c", IN_NAMESPACE, root],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["unshare", "-rn", "sh", "-c", NAMESPACE, "sh", sys.executable, "-c", IN_NAMESPACE, root],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines() == ["127.0.0.1 only True False", "198.18.0.1 only True False b'v'"], done.stdout
 
@@ -180,7 +190,8 @@ def test_the_header_line_says_where_the_ranks_meet_and_whether_records_are_signe
     exchange, port = _serve("127.0.0.1", nodes=1)
     assert exchange.describe() == (
         f"gputopo: the ranks meet at rank 0's store on port {port}, listening on 127.0.0.1 only; records not "
-        "signed (no PYTEST_GPUTOPO_STORE_SECRET_FILE: whoever reaches the store can write one; docs/distributed.md)")
+        "signed (no PYTEST_GPUTOPO_STORE_SECRET_FILE: whoever reaches the store can write one; docs/distributed.md)"
+    )
     exchange.signer = Signer(SECRET, "PYTEST_GPUTOPO_STORE_SECRET_FILE")
     assert exchange.describe().endswith("records signed with the run's secret (PYTEST_GPUTOPO_STORE_SECRET_FILE)")
 
@@ -193,19 +204,38 @@ def test_without_a_secret_a_store_other_hosts_reach_is_said_in_the_header():
         f"gputopo: the ranks meet at rank 0's store on port {port}, listening on every interface: "
         "MASTER_ADDR='127.0.0.1' is 127.0.0.1, a loopback address, here, and ranks on other nodes could not reach "
         "it there; records NOT signed, and the store is reachable from other hosts: a record forged there can make "
-        "the ranks disagree; set PYTEST_GPUTOPO_STORE_SECRET_FILE (docs/distributed.md)")
+        "the ranks disagree; set PYTEST_GPUTOPO_STORE_SECRET_FILE (docs/distributed.md)"
+    )
     exchange.signer = Signer(SECRET, "PYTEST_GPUTOPO_STORE_SECRET_FILE")
     assert exchange.describe().endswith("records signed with the run's secret (PYTEST_GPUTOPO_STORE_SECRET_FILE)")
 
 
-@pytest.mark.parametrize("env, nodes", [
-    ({"RANK": "0", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2"}, 2),  # torchrun: the number of agents
-    ({"RANK": "0", "WORLD_SIZE": "4"}, None),
-    ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "4",
-      "SLURM_STEP_NUM_NODES": "1", "MASTER_ADDR": "10.0.0.1"}, 1),  # srun(1): the step's node count
-])
+@pytest.mark.parametrize(
+    "env, nodes",
+    [
+        ({"RANK": "0", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2"}, 2),  # torchrun: the number of agents
+        ({"RANK": "0", "WORLD_SIZE": "4"}, None),
+        (
+            {
+                "SLURM_JOB_ID": "7",
+                "SLURM_STEP_ID": "0",
+                "SLURM_PROCID": "0",
+                "SLURM_STEP_NUM_TASKS": "4",
+                "SLURM_STEP_NUM_NODES": "1",
+                "MASTER_ADDR": "10.0.0.1",
+            },
+            1,
+        ),  # srun(1): the step's node count
+    ],
+)
 def test_the_launch_says_how_many_nodes_the_ranks_span(monkeypatch, env, nodes):
-    for name in (*environ.TORCHRUN_VARS, *environ.SRUN_VARS, "SLURM_STEP_ID", "MASTER_ADDR", "TORCHELASTIC_USE_AGENT_STORE"):
+    for name in (
+        *environ.TORCHRUN_VARS,
+        *environ.SRUN_VARS,
+        "SLURM_STEP_ID",
+        "MASTER_ADDR",
+        "TORCHELASTIC_USE_AGENT_STORE",
+    ):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -250,15 +280,19 @@ def test_a_secret_from_a_private_file_or_a_variable(no_secret, tmp_path):
     assert environ.store_secret() == (SECRET, "PYTEST_GPUTOPO_STORE_SECRET")
 
 
-@pytest.mark.parametrize("make, says", [
-    (lambda tmp: _secret_file(tmp, mode=0o644), "others may read or write it (mode 0644): make it 0600"),
-    (lambda tmp: _secret_file(tmp, mode=0o620), "mode 0620"),
-    (lambda tmp: _secret_file(tmp, text="short\n"), "the secret has 5 characters, fewer than 32"),
-    (lambda tmp: _secret_file(tmp, text="x" * 5000), "larger than 4096 bytes"),
-    (lambda tmp: tmp / "missing", "cannot read: No such file or directory"),
-    (lambda tmp: tmp, "not a regular file: it is a folder"),
-    (lambda tmp: (os.mkfifo(tmp / "fifo"), tmp / "fifo")[1], "not a regular file: it is a FIFO"),  # no wait
-], ids=["0644", "0620", "short", "large", "missing", "folder", "fifo"])
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (lambda tmp: _secret_file(tmp, mode=0o644), "others may read or write it (mode 0644): make it 0600"),
+        (lambda tmp: _secret_file(tmp, mode=0o620), "mode 0620"),
+        (lambda tmp: _secret_file(tmp, text="short\n"), "the secret has 5 characters, fewer than 32"),
+        (lambda tmp: _secret_file(tmp, text="x" * 5000), "larger than 4096 bytes"),
+        (lambda tmp: tmp / "missing", "cannot read: No such file or directory"),
+        (lambda tmp: tmp, "not a regular file: it is a folder"),
+        (lambda tmp: (os.mkfifo(tmp / "fifo"), tmp / "fifo")[1], "not a regular file: it is a FIFO"),  # no wait
+    ],
+    ids=["0644", "0620", "short", "large", "missing", "folder", "fifo"],
+)
 def test_an_unusable_secret_file_is_refused_naming_the_variable(no_secret, tmp_path, make, says):
     path = make(tmp_path)
     no_secret.setenv(environ.STORE_SECRET_FILE, str(path))
@@ -307,7 +341,7 @@ def test_a_signed_record_opens_only_under_its_key_with_its_secret():
         "moved to another rank's key": lambda: signer.open(key[:-1] + "0", sealed),
         "value changed": lambda: signer.open(key, sealed.replace(b"false}", b"true} ")),
         "another secret": lambda: Signer(b"f" * 32, "X").open(key, sealed),
-        "cut short": lambda: signer.open(key, sealed[:len(PREFIX) + 10]),
+        "cut short": lambda: signer.open(key, sealed[: len(PREFIX) + 10]),
         "unsigned": lambda: signer.open(key, b'{"reason": null, "broken": false}'),
     }
     for case, attempt in refusals.items():
@@ -358,7 +392,8 @@ def test_a_planted_met_verdict_of_the_right_shape_is_refused_when_the_run_has_a_
     assert excinfo.value.returncode == RANKS_EXIT_STATUS
     assert str(excinfo.value.msg) == (
         f"gputopo: the ranks cannot agree: rank 1's '{VERDICT}' record is not taken (key {key}): it is not signed: "
-        "a process without this run's secret (PYTEST_GPUTOPO_STORE_SECRET_FILE) wrote it, or a rank that was given none")
+        "a process without this run's secret (PYTEST_GPUTOPO_STORE_SECRET_FILE) wrote it, or a rank that was given none"
+    )
     # A rank's own record, signed with the run's secret, is taken.
     store.stranger.set(key, Signer(SECRET).seal(key, json.dumps(MET)))
     assert _all_ranks(store, Signer(SECRET, "X"), VERDICT, UNMET) == [UNMET, MET]
@@ -427,19 +462,38 @@ def test_a_signed_run_refuses_a_planted_verdict_of_the_right_shape(tmp_path):
             p.communicate()
     assert procs[0].returncode == 9, out[-3000:]
     # Both ranks signed and took each other's topology records; the header says so.
-    assert (f"gputopo: the ranks meet at rank 0's store on port {port + 1}, listening on 127.0.0.1 only; records "
-            "signed with the run's secret (PYTEST_GPUTOPO_STORE_SECRET_FILE)") in out, out[-3000:]
-    assert (f"rank 1's 'verdict/min_p2p_bw(100000)' record is not taken (key {key}): it is not signed") in out, out[-3000:]
+    assert (
+        f"gputopo: the ranks meet at rank 0's store on port {port + 1}, listening on 127.0.0.1 only; records "
+        "signed with the run's secret (PYTEST_GPUTOPO_STORE_SECRET_FILE)"
+    ) in out, out[-3000:]
+    assert (f"rank 1's 'verdict/min_p2p_bw(100000)' record is not taken (key {key}): it is not signed") in out, out[
+        -3000:
+    ]
     assert "1 passed" not in out
 
 
 def test_a_bad_secret_is_a_usage_error_before_any_store_is_opened(tmp_path):
     (tmp_path / "test_x.py").write_text("import pytest\n@pytest.mark.requires_gpus(1)\ndef test_x(): pass\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "PYTEST_GPUTOPO_"))}
-    env.update({"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2",
-                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(launcher_port()), "PYTEST_GPUTOPO_STORE_SECRET": "hunter2",
-                "PYTEST_GPUTOPO_MACHINE": "dgx-a100"})
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    env.update(
+        {
+            "SLURM_JOB_ID": "42",
+            "SLURM_STEP_ID": "0",
+            "SLURM_PROCID": "0",
+            "SLURM_STEP_NUM_TASKS": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(launcher_port()),
+            "PYTEST_GPUTOPO_STORE_SECRET": "hunter2",
+            "PYTEST_GPUTOPO_MACHINE": "dgx-a100",
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 4, done.stdout + done.stderr
     assert "ERROR: PYTEST_GPUTOPO_STORE_SECRET: the secret has 7 characters, fewer than 32" in done.stderr, done.stderr

@@ -53,19 +53,22 @@ def refused(store, name, mine, planted) -> str:
     return text
 
 
-@pytest.mark.parametrize("planted, says", [
-    ({}, "field 'broken' is missing"),  # was KeyError: 'reason' on both ranks
-    ({"reason": "x"}, "field 'broken' is missing"),
-    ({"reason": None, "broken": False, "met": True}, "unknown field 'met'"),
-    ({"reason": 5, "broken": False}, "reason 5 is neither null"),
-    ({"reason": "", "broken": False}, "is neither null (met) nor a reason"),
-    ({"reason": ["slow"], "broken": False}, "is neither null"),
-    ({"reason": "slow", "broken": "yes"}, "broken 'yes' is not true or false"),
-    ({"reason": "slow", "broken": 1}, "broken 1 is not true or false"),
-    ({"reason": None, "broken": True}, "broken is true for a requirement it says is met"),
-    ({"reason": "slow", "broken": False, "unknown": "no"}, "unknown 'no' is not true or false"),
-    ({"reason": None, "broken": False, "unknown": True}, "unknown is true for a requirement it says is met"),
-])
+@pytest.mark.parametrize(
+    "planted, says",
+    [
+        ({}, "field 'broken' is missing"),  # was KeyError: 'reason' on both ranks
+        ({"reason": "x"}, "field 'broken' is missing"),
+        ({"reason": None, "broken": False, "met": True}, "unknown field 'met'"),
+        ({"reason": 5, "broken": False}, "reason 5 is neither null"),
+        ({"reason": "", "broken": False}, "is neither null (met) nor a reason"),
+        ({"reason": ["slow"], "broken": False}, "is neither null"),
+        ({"reason": "slow", "broken": "yes"}, "broken 'yes' is not true or false"),
+        ({"reason": "slow", "broken": 1}, "broken 1 is not true or false"),
+        ({"reason": None, "broken": True}, "broken is true for a requirement it says is met"),
+        ({"reason": "slow", "broken": False, "unknown": "no"}, "unknown 'no' is not true or false"),
+        ({"reason": None, "broken": False, "unknown": True}, "unknown is true for a requirement it says is met"),
+    ],
+)
 def test_a_planted_verdict_record_of_the_wrong_shape_ends_the_run(store, planted, says):
     text = refused(store, VERDICT, {"reason": None, "broken": False}, planted)
     assert says in text, text
@@ -76,23 +79,30 @@ def test_a_planted_met_verdict_for_a_test_measured_low_is_refused_not_taken(stor
     record says unmet; the stranger overwrites it (and rank 1's) with 'met' records of a wrong shape:
     the run ends, naming the key, instead of taking the verdict."""
     unmet = {"reason": "min_allreduce_bw(1000): all-reduce busbw 0.9 GB/s", "broken": False}
-    for planted in ({"reason": None}, {"reason": None, "broken": False, "ok": True},
-                    {"reason": False, "broken": False}, {"reason": None, "broken": 0}):
+    for planted in (
+        {"reason": None},
+        {"reason": None, "broken": False, "ok": True},
+        {"reason": False, "broken": False},
+        {"reason": None, "broken": 0},
+    ):
         store.stranger.set(f"gputopo/slurm-42.0/{VERDICT}/0", json.dumps(planted))
         refused(store, VERDICT, unmet, planted)
     # A record of exactly the shape a rank writes is taken here: telling it from a rank's needs the
     # run's secret (test_store_access.py).
 
 
-@pytest.mark.parametrize("planted, says", [
-    ({}, "field 'problems' is missing"),
-    ({"problems": "slow"}, "problems 'slow' is not a list"),
-    ({"problems": None}, "problems None is not a list"),
-    ({"problems": ["ok", 3]}, "problems[1] 3 is not a reason"),
-    ({"problems": [{"x": 1}]}, "problems[0]"),
-    ({"problems": [""]}, "problems[0] '' is not a reason"),
-    ({"problems": [], "extra": 1}, "unknown field 'extra'"),
-])
+@pytest.mark.parametrize(
+    "planted, says",
+    [
+        ({}, "field 'problems' is missing"),
+        ({"problems": "slow"}, "problems 'slow' is not a list"),
+        ({"problems": None}, "problems None is not a list"),
+        ({"problems": ["ok", 3]}, "problems[1] 3 is not a reason"),
+        ({"problems": [{"x": 1}]}, "problems[0]"),
+        ({"problems": [""]}, "problems[0] '' is not a reason"),
+        ({"problems": [], "extra": 1}, "unknown field 'extra'"),
+    ],
+)
 def test_a_planted_gate_record_with_bad_problems_ends_the_run(store, planted, says):
     text = refused(store, "gate", {"problems": []}, planted)
     assert says in text, text
@@ -109,8 +119,11 @@ def test_a_planted_rendezvous_port_is_refused(store):
     store.stranger.set("gputopo/slurm-42.0/rendezvous/allreduce-2-1024/0", json.dumps({"port": "x"}))
     store.stranger.set("gputopo/slurm-42.0/rendezvous/allreduce-2-1024/1", json.dumps({"port": None}))
     across = rendezvous(exchange(store, rank=1))
-    with pytest.raises(RankError, match=r"rank 0 sent a 'rendezvous/allreduce-2-1024' record that is not valid "
-                                        r"\(key gputopo/slurm-42.0/rendezvous/allreduce-2-1024/0\): port 'x'"):
+    with pytest.raises(
+        RankError,
+        match=r"rank 0 sent a 'rendezvous/allreduce-2-1024' record that is not valid "
+        r"\(key gputopo/slurm-42.0/rendezvous/allreduce-2-1024/0\): port 'x'",
+    ):
         across(("allreduce", 2, 1024))
 
 
@@ -143,12 +156,14 @@ def test_a_planted_bench_figure_that_is_not_a_valid_result_is_measured_again(sto
     share = NodeShare(exchange(store), here)
     good = BenchResult(key, "copy", 900.0, "measured").to_json()
     other = BenchResult(keys.Copy("p2p", 2, 3), "copy", 900.0, "measured").to_json()
-    for planted, says in [({}, "is missing"),
-                          (other, "not of GPU0->GPU1"),
-                          ({**good, "gbps": "fast"}, "gbps 'fast' is not a bandwidth"),
-                          ({**good, "origin": "trust me"}, "what or origin is missing"),
-                          ({**good, "verdict": "met"}, "unknown field 'verdict'"),
-                          ({"key": good["key"], "what": "copy", "origin": "measured"}, "field 'gbps' is missing")]:
+    for planted, says in [
+        ({}, "is missing"),
+        (other, "not of GPU0->GPU1"),
+        ({**good, "gbps": "fast"}, "gbps 'fast' is not a bandwidth"),
+        ({**good, "origin": "trust me"}, "what or origin is missing"),
+        ({**good, "verdict": "met"}, "unknown field 'verdict'"),
+        ({"key": good["key"], "what": "copy", "origin": "measured"}, "field 'gbps' is missing"),
+    ]:
         store.stranger.set(share.prefix + "p2p-0-1", json.dumps(planted))
         result = BenchSuite(here, BenchSettings(), shared=share).get(key)
         assert result.gbps == 42.0 and result.origin == "measured", (planted, result)
@@ -204,6 +219,8 @@ def test_a_planted_empty_verdict_ends_a_real_run_with_the_rank_and_key_not_a_key
             p.kill()
     assert "KeyError" not in out[0] + out[1], out[0][-3000:] + out[1][-3000:]
     assert procs[0].returncode == 9, out[0][-3000:]
-    assert (f"the ranks cannot agree: rank 1 sent a 'verdict/min_p2p_bw(1)' record that is not valid (key {key}): "
-            "field 'broken' is missing") in out[0], out[0][-3000:]
+    assert (
+        f"the ranks cannot agree: rank 1 sent a 'verdict/min_p2p_bw(1)' record that is not valid (key {key}): "
+        "field 'broken' is missing"
+    ) in out[0], out[0][-3000:]
     assert "1 passed" not in out[0]  # no verdict taken on rank 0

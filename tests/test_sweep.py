@@ -24,8 +24,14 @@ from pytest_gputopo.render.chart import busbw_chart
 
 
 def gputopo(*args, env=None, cwd=None):
-    return subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_gputopo.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 @given(st.integers(1, 2**30), st.integers(0, 2**31), st.integers(2, 16))
@@ -50,8 +56,24 @@ def test_the_sizes_announced_are_the_sizes_measured():
 @pytest.mark.parametrize("ranks", [2, 3])
 @pytest.mark.slow
 def test_busbw_follows_the_nccl_tests_definition_on_gloo(ranks, tmp_path):
-    out = gputopo("bench", "allreduce", "-b", "64K", "-e", "256K", "-f", "2", "--ranks", str(ranks),
-                  "--budget", "0.2", "--json", str(tmp_path / "s.json"), "--html", str(tmp_path / "s.html"))
+    out = gputopo(
+        "bench",
+        "allreduce",
+        "-b",
+        "64K",
+        "-e",
+        "256K",
+        "-f",
+        "2",
+        "--ranks",
+        str(ranks),
+        "--budget",
+        "0.2",
+        "--json",
+        str(tmp_path / "s.json"),
+        "--html",
+        str(tmp_path / "s.html"),
+    )
     assert out.returncode == 0, out.stderr
     sweep = json.loads((tmp_path / "s.json").read_text())["sweeps"][0]
     rows = sweep["result"]["rows"]
@@ -75,8 +97,9 @@ def test_busbw_follows_the_nccl_tests_definition_on_gloo(ranks, tmp_path):
 @pytest.mark.slow
 def test_a_corrupted_result_shows_in_wrong_and_fails_the_sweep(tmp_path):
     env = {**os.environ, "PYTEST_GPUTOPO_TEST_FAULTS": json.dumps({"corrupt": True})}
-    out = gputopo("bench", "allreduce", "-b", "4K", "-e", "8K", "--budget", "0.1", "--html", str(tmp_path / "s.html"),
-                  env=env)
+    out = gputopo(
+        "bench", "allreduce", "-b", "4K", "-e", "8K", "--budget", "0.1", "--html", str(tmp_path / "s.html"), env=env
+    )
     assert out.returncode == 1, out.stderr
     table = parse_nccl_tests(out.stdout)
     assert [row.in_place.wrong for row in table.rows] == [1, 1]  # one flipped element per size
@@ -98,8 +121,10 @@ def test_a_real_browser_draws_the_sweep_without_console_errors(tmp_path):
 
 
 def test_the_expected_line_is_drawn_with_what_it_rests_on():
-    rows = [{"size_bytes": s, "count": s // 4, "time_us": 10.0, "algbw_gbps": g, "busbw_gbps": g, "wrong": 0}
-            for s, g in ((2**20, 100.0), (2**24, 300.0))]
+    rows = [
+        {"size_bytes": s, "count": s // 4, "time_us": 10.0, "algbw_gbps": g, "busbw_gbps": g, "wrong": 0}
+        for s, g in ((2**20, 100.0), (2**24, 300.0))
+    ]
     svg = busbw_chart(rows, 450.0, "NV18 NVLink 4.0, every pair")
     assert 'data-expected="450"' in svg and "expected 450 GB/s (NV18 NVLink 4.0, every pair)" in svg
     assert "1 MiB" in svg and "16 MiB" in svg and "busbw 300.00 GB/s" in svg
@@ -119,28 +144,34 @@ def test_nccl_runs_one_rank_per_gpu_judged_against_the_links_among_them():
     assert (devices, ranks, expected) == (None, 3, None) and "gloo on CPUs" in basis
 
 
-@pytest.mark.parametrize("given, says", [
-    ({"ranks": 9}, "--ranks 9: this host has 8 GPUs"),
-    ({"gpus": "0,8"}, "--gpus '0,8': expected distinct GPU indices 0..7"),
-    ({"gpus": "1,1"}, "expected distinct GPU indices"),
-    ({"gpus": "0,x"}, "expected distinct GPU indices"),
-    ({"gpus": "0,1", "ranks": 3}, "--ranks 3 and --gpus 0,1: one rank per GPU named"),
-    ({"gpus": "0,1", "backend": "gloo"}, "--gpus goes with --backend nccl"),
-])
+@pytest.mark.parametrize(
+    "given, says",
+    [
+        ({"ranks": 9}, "--ranks 9: this host has 8 GPUs"),
+        ({"gpus": "0,8"}, "--gpus '0,8': expected distinct GPU indices 0..7"),
+        ({"gpus": "1,1"}, "expected distinct GPU indices"),
+        ({"gpus": "0,x"}, "expected distinct GPU indices"),
+        ({"gpus": "0,1", "ranks": 3}, "--ranks 3 and --gpus 0,1: one rank per GPU named"),
+        ({"gpus": "0,1", "backend": "gloo"}, "--gpus goes with --backend nccl"),
+    ],
+)
 def test_a_plan_that_cannot_run_is_refused_naming_the_option(given, says):
     with pytest.raises(CliError) as caught:
         plan("hgx-h100", **given)
     assert says in str(caught.value)
 
 
-@pytest.mark.parametrize("args, says", [
-    (["-b", "1X"], "-b '1X': not a size in bytes"),
-    (["-b", "1M", "-e", "1K"], "-b/-e/-f: sizes: need 1 <= begin <= end"),
-    (["-f", "1"], "-b/-e/-f: factor must be 2 or more"),
-    (["--ranks", "0"], "--ranks 0: expected a number from 1"),
-    (["--json", "no/such/folder/s.json"], "--json no/such/folder/s.json: cannot write: no folder"),
-    (["--backend", "nccl"], "--backend nccl: no GPU on this host"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["-b", "1X"], "-b '1X': not a size in bytes"),
+        (["-b", "1M", "-e", "1K"], "-b/-e/-f: sizes: need 1 <= begin <= end"),
+        (["-f", "1"], "-b/-e/-f: factor must be 2 or more"),
+        (["--ranks", "0"], "--ranks 0: expected a number from 1"),
+        (["--json", "no/such/folder/s.json"], "--json no/such/folder/s.json: cannot write: no folder"),
+        (["--backend", "nccl"], "--backend nccl: no GPU on this host"),
+    ],
+)
 def test_bad_input_is_refused_before_anything_runs(args, says, tmp_path):
     if args == ["--backend", "nccl"] and probe(None).gpus:
         pytest.skip("this host has GPUs: nccl is not refused here")
@@ -152,12 +183,19 @@ def test_gputopo_report_draws_a_saved_sweep_and_names_a_bad_row(tmp_path, capsys
     from pytest_gputopo.cli import main
     from pytest_gputopo.render.report import machine_document
 
-    rows = [{"size_bytes": s, "count": s // 4, "time_us": 50.0, "algbw_gbps": g, "busbw_gbps": g * 1.75, "wrong": 0}
-            for s, g in ((2**20, 20.0), (2**30, 250.0))]
-    sweep = {"what": "all-reduce sweep, 8 ranks (nccl, GPU0..GPU7)", "origin": "measured", "host": "node7",
-             "devices": list(range(8)), "sizes": {"begin": 2**20, "end": 2**30, "factor": 1024},
-             "expected": {"gbps": 450.0, "basis": "NV18 NVLink 4.0", "source": "spec"},
-             "result": {"rows": rows, "world_size": 8, "backend": "nccl", "dtype": "float32"}}
+    rows = [
+        {"size_bytes": s, "count": s // 4, "time_us": 50.0, "algbw_gbps": g, "busbw_gbps": g * 1.75, "wrong": 0}
+        for s, g in ((2**20, 20.0), (2**30, 250.0))
+    ]
+    sweep = {
+        "what": "all-reduce sweep, 8 ranks (nccl, GPU0..GPU7)",
+        "origin": "measured",
+        "host": "node7",
+        "devices": list(range(8)),
+        "sizes": {"begin": 2**20, "end": 2**30, "factor": 1024},
+        "expected": {"gbps": 450.0, "basis": "NV18 NVLink 4.0", "source": "spec"},
+        "result": {"rows": rows, "world_size": 8, "backend": "nccl", "dtype": "float32"},
+    }
     doc = {**machine_document(probe("hgx-h100")), "sweeps": [sweep], "complete": True}
     (tmp_path / "s.json").write_text(json.dumps(doc))
     assert main(["report", str(tmp_path / "s.json"), "-o", str(tmp_path / "s.html")]) == 0

@@ -32,6 +32,7 @@ def gputopo(*args):
 
 # -- 20.9: ranks bounded by the machine ------------------------------------------------------------
 
+
 def test_the_rank_limit_is_two_per_cpu_and_what_the_memory_holds():
     assert gloo_rank_limit(8, cpus=2, available=None)[0] == 4  # 3 ranks on a 2-core CI machine still run
     assert gloo_rank_limit(8, cpus=1, available=None)[0] == 2  # the default 2 ranks run anywhere
@@ -64,6 +65,7 @@ def test_ranks_the_memory_cannot_hold_are_refused_naming_the_largest_size():
 
 # -- 20.10: SIGINT and SIGTERM during a sweep --------------------------------------------------------
 
+
 def _children(pid: int) -> list[int]:
     found = []
     for stat in glob.glob("/proc/[0-9]*/stat"):
@@ -92,10 +94,30 @@ def _start_stuck_sweep():
     """A 2-rank gloo sweep whose rank 1 sleeps (a test fault) while rank 0 waits inside the
     all-reduce: the workers have started and the sweep is under way when the test signals it."""
     env = {**os.environ, TEST_FAULTS: json.dumps({"hang_rank": 1})}
-    proc = subprocess.Popen([*GPUTOPO, "bench", "allreduce", "--backend", "gloo", "--ranks", "2", "-b", "8",
-                             "-e", "8", "--budget", "0.05", "--timeout", "120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)  # its own group: the terminal's Ctrl-C reaches it alone
+    proc = subprocess.Popen(
+        [
+            *GPUTOPO,
+            "bench",
+            "allreduce",
+            "--backend",
+            "gloo",
+            "--ranks",
+            "2",
+            "-b",
+            "8",
+            "-e",
+            "8",
+            "--budget",
+            "0.05",
+            "--timeout",
+            "120",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )  # its own group: the terminal's Ctrl-C reaches it alone
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         phases = {}

@@ -39,14 +39,17 @@ def test_a_machine_from_q_x_knows_its_capability_by_name(tmp_path, h100_topo, ca
     """-q -x has no compute capability field: the GPUs' name (H100) gives 9.0 from NVIDIA's list, the
     profile says so in ``inferred``, and a capability or architecture gate is judged, not unknown."""
     (tmp_path / "q.xml").write_text(smi_xml())
-    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml",
-                         "-o", tmp_path / "node.json")
+    code, out, err = run(
+        capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml", "-o", tmp_path / "node.json"
+    )
     assert code == 0, err
     seen = recorded(tmp_path)
     assert {g.compute_capability for g in seen.gpus} == {"9.0"}
     inferred = json.loads((tmp_path / "node.json").read_text())["inferred"]
-    assert any(f"GPU0-GPU7: compute capability 9.0, from the name {H100} in NVIDIA's CUDA GPU list" in line
-               for line in inferred), inferred
+    assert any(
+        f"GPU0-GPU7: compute capability 9.0, from the name {H100} in NVIDIA's CUDA GPU list" in line
+        for line in inferred
+    ), inferred
     assert gpu_requirements.GpuRequirement(compute_capability=">=9.0", arch="hopper").evaluate(seen).ok
 
 
@@ -71,19 +74,39 @@ def test_a_capability_an_output_gives_wins_over_the_name_and_a_disagreement_is_s
     seen = m.finish()
     assert {g.compute_capability for g in seen.gpus} == {"8.0"}
     assert not any("compute capability" in line for line in m.inferred)
-    assert (f"GPU3: nvidia-smi --query-gpu (q.csv) says compute capability 8.0, NVIDIA's CUDA GPU list "
-            f"(developer.nvidia.com/cuda-gpus) gives 9.0 for {H100}; the source's is kept") in seen.warnings
+    assert (
+        f"GPU3: nvidia-smi --query-gpu (q.csv) says compute capability 8.0, NVIDIA's CUDA GPU list "
+        f"(developer.nvidia.com/cuda-gpus) gives 9.0 for {H100}; the source's is kept"
+    ) in seen.warnings
 
 
-@pytest.mark.parametrize("name, cc", [
-    ("NVIDIA H200", "9.0"), ("NVIDIA GH200 480GB", "9.0"), ("NVIDIA A100-PCIE-40GB", "8.0"),
-    ("NVIDIA A10", "8.6"), ("NVIDIA L4", "8.9"), ("NVIDIA L40S", "8.9"), ("Tesla T4", "7.5"),
-    ("Quadro RTX 6000", "7.5"), ("NVIDIA RTX 6000 Ada Generation", "8.9"), ("NVIDIA RTX A6000", "8.6"),
-    ("NVIDIA B200", "10.0"), ("NVIDIA GB300", "10.3"), ("NVIDIA GeForce RTX 5090", "12.0"),
-    # other chips whose names start like listed ones, and names the list does not give
-    ("NVIDIA A10G", None), ("Tesla V100S-PCIE-32GB", None), ("NVIDIA T400 4GB", None), ("NVIDIA H20", None),
-    ("NVIDIA A100X", None), ("Quadro RTX 6000 Ada", None), ("", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "name, cc",
+    [
+        ("NVIDIA H200", "9.0"),
+        ("NVIDIA GH200 480GB", "9.0"),
+        ("NVIDIA A100-PCIE-40GB", "8.0"),
+        ("NVIDIA A10", "8.6"),
+        ("NVIDIA L4", "8.9"),
+        ("NVIDIA L40S", "8.9"),
+        ("Tesla T4", "7.5"),
+        ("Quadro RTX 6000", "7.5"),
+        ("NVIDIA RTX 6000 Ada Generation", "8.9"),
+        ("NVIDIA RTX A6000", "8.6"),
+        ("NVIDIA B200", "10.0"),
+        ("NVIDIA GB300", "10.3"),
+        ("NVIDIA GeForce RTX 5090", "12.0"),
+        # other chips whose names start like listed ones, and names the list does not give
+        ("NVIDIA A10G", None),
+        ("Tesla V100S-PCIE-32GB", None),
+        ("NVIDIA T400 4GB", None),
+        ("NVIDIA H20", None),
+        ("NVIDIA A100X", None),
+        ("Quadro RTX 6000 Ada", None),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_names_nvidia_smi_prints_give_the_listed_capability_only(name, cc):
     """A model that begins another chip's name (RTX 6000: Turing; RTX 6000 Ada Generation: Ada; A10
     and A10G) is told apart; a name not on the list is unknown."""
@@ -101,8 +124,16 @@ def test_the_name_table_agrees_with_every_bundled_machine():
 @pytest.mark.skipif(not (H200_CAPTURE / "query.xml").exists(), reason="tests/captured/h200-driver-580 is absent")
 def test_the_captured_h200_q_x_gives_a_machine_of_capability_9_0(tmp_path, capsys):
     """A real H200 host's topo -m and -q -x (driver 580) record an H200 of capability 9.0 (Hopper)."""
-    code, out, err = run(capsys, "record", "-o", tmp_path / "node.json", "--from-smi", H200_CAPTURE / "topo-m.txt",
-                         "--smi-query", H200_CAPTURE / "query.xml")
+    code, out, err = run(
+        capsys,
+        "record",
+        "-o",
+        tmp_path / "node.json",
+        "--from-smi",
+        H200_CAPTURE / "topo-m.txt",
+        "--smi-query",
+        H200_CAPTURE / "query.xml",
+    )
     assert code == 0, err
     (gpu,) = recorded(tmp_path).gpus
     assert (gpu.name, gpu.compute_capability) == ("NVIDIA H200", "9.0")
@@ -116,11 +147,23 @@ def test_two_listings_disagreeing_on_memory_are_said_naming_both(tmp_path, h100_
     both files and both values in MiB, as nvidia-smi prints them."""
     (tmp_path / "q.xml").write_text(smi_xml())
     (tmp_path / "q.csv").write_text(query_csv("index,memory.total").replace("81559", "40960"))
-    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml",
-                         "--smi-query", tmp_path / "q.csv", "-o", tmp_path / "node.json")
+    code, out, err = run(
+        capsys,
+        "record",
+        "--from-smi",
+        h100_topo,
+        "--smi-query",
+        tmp_path / "q.xml",
+        "--smi-query",
+        tmp_path / "q.csv",
+        "-o",
+        tmp_path / "node.json",
+    )
     assert code == 0, err
-    assert (f"GPU0: nvidia-smi --query-gpu ({tmp_path / 'q.csv'}) says memory 40960 MiB, an earlier source 81559 MiB, "
-            f"from nvidia-smi -q -x ({tmp_path / 'q.xml'}); the earlier is kept") in err
+    assert (
+        f"GPU0: nvidia-smi --query-gpu ({tmp_path / 'q.csv'}) says memory 40960 MiB, an earlier source 81559 MiB, "
+        f"from nvidia-smi -q -x ({tmp_path / 'q.xml'}); the earlier is kept"
+    ) in err
     assert recorded(tmp_path).gpus[0].memory_total_bytes == 81559 * 2**20
 
 
@@ -128,11 +171,23 @@ def test_nvlink_status_naming_a_gpu_otherwise_than_smi_list_is_said(tmp_path, h1
     """-L names the GPUs first; nvlink -s naming them otherwise is a warning naming both files."""
     (tmp_path / "l.txt").write_text(smi_list())
     (tmp_path / "nvl.txt").write_text(nvlink_s(name="NVIDIA H100 PCIe"))
-    code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "l.txt",
-                         "--nvlink-status", tmp_path / "nvl.txt", "-o", tmp_path / "node.json")
+    code, out, err = run(
+        capsys,
+        "record",
+        "--from-smi",
+        h100_topo,
+        "--smi-query",
+        tmp_path / "l.txt",
+        "--nvlink-status",
+        tmp_path / "nvl.txt",
+        "-o",
+        tmp_path / "node.json",
+    )
     assert code == 0, err
-    assert (f"GPU7: nvidia-smi nvlink -s ({tmp_path / 'nvl.txt'}) says name NVIDIA H100 PCIe, an earlier source "
-            f"{H100}, from nvidia-smi -L ({tmp_path / 'l.txt'}); the earlier is kept") in err
+    assert (
+        f"GPU7: nvidia-smi nvlink -s ({tmp_path / 'nvl.txt'}) says name NVIDIA H100 PCIe, an earlier source "
+        f"{H100}, from nvidia-smi -L ({tmp_path / 'l.txt'}); the earlier is kept"
+    ) in err
 
 
 def test_driver_versions_disagreeing_are_said_naming_both():
@@ -141,8 +196,10 @@ def test_driver_versions_disagreeing_are_said_naming_both():
     m.add_listing(read_listing(query_csv("index,driver_version").replace("550.90.07", "535.54.03")), "q.csv")
     seen = m.finish()
     assert seen.driver_version == "550.90.07"
-    assert ("nvidia-smi --query-gpu (q.csv) says driver version 535.54.03, an earlier source 550.90.07, from "
-            "nvidia-smi -q -x (q.xml); the earlier is kept") in seen.warnings
+    assert (
+        "nvidia-smi --query-gpu (q.csv) says driver version 535.54.03, an earlier source 550.90.07, from "
+        "nvidia-smi -q -x (q.xml); the earlier is kept"
+    ) in seen.warnings
 
 
 def test_each_file_is_a_source_with_what_it_said():
@@ -151,7 +208,10 @@ def test_each_file_is_a_source_with_what_it_said():
     m.add_listing(read_listing(smi_list()), "l.txt")
     m.add_nvlink_status(parse_nvlink_status(nvlink_s(name="NVIDIA H100 PCIe")), "nvl.txt")
     assert [(s["what"], s["file"]) for s in m.sources] == [
-        ("nvidia-smi topo -m", "topo.txt"), ("nvidia-smi -L", "l.txt"), ("nvidia-smi nvlink -s", "nvl.txt")]
+        ("nvidia-smi topo -m", "topo.txt"),
+        ("nvidia-smi -L", "l.txt"),
+        ("nvidia-smi nvlink -s", "nvl.txt"),
+    ]
     assert m.sources[1]["notes"] == [] and len(m.sources[2]["notes"]) == 8
 
 
@@ -164,8 +224,9 @@ def test_another_machines_output_is_refused_whole():
     other = other.replace(UUIDS[3].replace("GPU-0", "GPU-e"), UUIDS[3])  # GPU3's is right: refused whole
     lines = other.splitlines()
     lines.insert(1, lines.pop(4))  # GPU3 first, so its bus id would be filled before GPU0 is refused
-    with pytest.raises(TextMachineError, match="q.csv: nvidia-smi --query-gpu's GPU 0 has UUID GPU-e.*another "
-                                               "machine's output"):
+    with pytest.raises(
+        TextMachineError, match="q.csv: nvidia-smi --query-gpu's GPU 0 has UUID GPU-e.*another machine's output"
+    ):
         m.add_listing(read_listing("\n".join(lines) + "\n"), "q.csv")
     assert {g.pci_bus_id for g in m.topology.gpus} == {None}  # nothing of the refused listing kept
     assert [s["file"] for s in m.sources] == ["topo.txt", "l.txt"]
@@ -194,31 +255,44 @@ def test_q_x_fabric_registration_is_read_and_shown(tmp_path, capsys):
     code, out, err = run(capsys, "parse", "smi-xml", tmp_path / "q.xml")
     assert code == 0, err
     assert out.splitlines()[0].endswith(
-        ", fabric Completed, Success, clique 4026 of cluster 9c6f5af3-53bf-49b5-a436-b66766c413c3")
+        ", fabric Completed, Success, clique 4026 of cluster 9c6f5af3-53bf-49b5-a436-b66766c413c3"
+    )
     assert "fabric" not in out.splitlines()[1]
     code, out, err = run(capsys, "parse", "smi-xml", tmp_path / "q.xml", "--json")
     gpus = json.loads(out)["gpus"]
-    assert gpus[0]["fabric"] == {"state": "Completed", "status": "Success", "clique_id": 4026,
-                                 "cluster_uuid": "9c6f5af3-53bf-49b5-a436-b66766c413c3"}
+    assert gpus[0]["fabric"] == {
+        "state": "Completed",
+        "status": "Success",
+        "clique_id": 4026,
+        "cluster_uuid": "9c6f5af3-53bf-49b5-a436-b66766c413c3",
+    }
     assert "fabric" not in gpus[1]
 
 
-@pytest.mark.parametrize("state, status, says", [
-    ("Not Supported", "N/A", "fabric Not Supported"),  # a fact, though nvidia-smi's "Not ..." is no value elsewhere
-    ("In Progress", "N/A", "fabric In Progress"),
-    ("Completed", "Insufficient Resources", "fabric Completed, Insufficient Resources"),
-])
+@pytest.mark.parametrize(
+    "state, status, says",
+    [
+        ("Not Supported", "N/A", "fabric Not Supported"),  # a fact, though nvidia-smi's "Not ..." is no value elsewhere
+        ("In Progress", "N/A", "fabric In Progress"),
+        ("Completed", "Insufficient Resources", "fabric Completed, Insufficient Resources"),
+    ],
+)
 def test_q_x_fabric_states_are_read_as_printed(state, status, says):
-    text = smi_xml(n=1).replace("<compute_mode>", f"<fabric><state>{state}</state><status>{status}</status>"
-                                                  f"<cliqueId>N/A</cliqueId><clusterUuid>N/A</clusterUuid></fabric>"
-                                                  f"<compute_mode>", 1)
+    text = smi_xml(n=1).replace(
+        "<compute_mode>",
+        f"<fabric><state>{state}</state><status>{status}</status>"
+        f"<cliqueId>N/A</cliqueId><clusterUuid>N/A</clusterUuid></fabric>"
+        f"<compute_mode>",
+        1,
+    )
     listing = parse_smi_xml(text)
     assert listing.lines()[0].endswith(says) and not listing.warnings
 
 
 def test_q_x_fabric_of_no_known_form_is_a_warning_not_a_fact():
-    text = smi_xml(n=1).replace("<compute_mode>", "<fabric><state>Sideways</state><cliqueId>-1</cliqueId>"
-                                                  "</fabric><compute_mode>", 1)
+    text = smi_xml(n=1).replace(
+        "<compute_mode>", "<fabric><state>Sideways</state><cliqueId>-1</cliqueId></fabric><compute_mode>", 1
+    )
     listing = parse_smi_xml(text)
     assert listing.gpus[0].fabric is None
     assert any("fabric state 'Sideways' is not one of" in w for w in listing.warnings)
@@ -230,8 +304,12 @@ def test_q_x_fabric_of_no_known_form_is_a_warning_not_a_fact():
 # ClusterUUID 00000000-0000-0000-0000-000000000000), put in the <fabric> element of the real H200's
 # -q -x (tests/captured/h200-driver-580/query.xml l.298-302, whose driver prints the same four fields,
 # all N/A in its VM): no real -q -x of a GPU with a fabric state is at hand here or in the shared corpus.
-HGX_FABRIC = {"state": "Completed", "status": "Success", "cliqueId": "0",
-              "clusterUuid": "00000000-0000-0000-0000-000000000000"}
+HGX_FABRIC = {
+    "state": "Completed",
+    "status": "Success",
+    "cliqueId": "0",
+    "clusterUuid": "00000000-0000-0000-0000-000000000000",
+}
 
 
 def _h200_with_fabric(tmp_path, fields: dict) -> Path:
@@ -246,8 +324,9 @@ def _h200_with_fabric(tmp_path, fields: dict) -> Path:
 
 
 def _record(capsys, tmp_path, query) -> dict:
-    code, out, err = run(capsys, "record", "-o", tmp_path / "node.json", "--from-smi", H200_CAPTURE / "topo-m.txt",
-                         "--smi-query", query)
+    code, out, err = run(
+        capsys, "record", "-o", tmp_path / "node.json", "--from-smi", H200_CAPTURE / "topo-m.txt", "--smi-query", query
+    )
     assert code == 0, err
     return json.loads((tmp_path / "node.json").read_text())["topology"]
 
@@ -271,19 +350,35 @@ def test_a_q_x_fabric_is_recorded_as_nvml_gives_it(tmp_path, capsys):
     from pytest_gputopo.core.faults import topology_faults
 
     profile = _record(capsys, tmp_path, _h200_with_fabric(tmp_path, HGX_FABRIC))
-    assert profile["gpus"][0]["fabric"] == {"state": "Completed", "status": "Success", "clique_id": 0,
-                                            "cluster_uuid": None}
+    assert profile["gpus"][0]["fabric"] == {
+        "state": "Completed",
+        "status": "Success",
+        "clique_id": 0,
+        "cluster_uuid": None,
+    }
     (gpu,) = recorded(tmp_path).gpus
     assert gpu.fabric == model.Fabric("Completed", "Success", 0, None) and gpu.fabric.up is True
     assert not topology_faults(recorded(tmp_path))
 
 
 @pytest.mark.skipif(not (H200_CAPTURE / "query.xml").exists(), reason="tests/captured/h200-driver-580 is absent")
-@pytest.mark.parametrize("fields, problem", [
-    ({"state": "Not Started"}, "NVLink fabric not up (state Not Started: the fabric manager has not registered it)"),
-    ({"state": "In Progress"}, "NVLink fabric not up (state In Progress: the fabric manager has not registered it)"),
-    ({**HGX_FABRIC, "status": "Insufficient Resources"}, "NVLink fabric registration failed (Insufficient Resources)"),
-])
+@pytest.mark.parametrize(
+    "fields, problem",
+    [
+        (
+            {"state": "Not Started"},
+            "NVLink fabric not up (state Not Started: the fabric manager has not registered it)",
+        ),
+        (
+            {"state": "In Progress"},
+            "NVLink fabric not up (state In Progress: the fabric manager has not registered it)",
+        ),
+        (
+            {**HGX_FABRIC, "status": "Insufficient Resources"},
+            "NVLink fabric registration failed (Insufficient Resources)",
+        ),
+    ],
+)
 def test_a_fabric_not_up_in_q_x_is_the_same_fault_from_a_recording(tmp_path, capsys, fields, problem):
     """A -q -x whose GPU the fabric manager has not registered (or failed to): the recording holds it,
     so the fleet's fault and the health check's fabric item say what a probe of that host would."""
@@ -303,8 +398,9 @@ def test_a_fabric_not_up_in_q_x_leaves_nvlink_unknown_on_the_recording(tmp_path,
 
     def record(state: str):
         (tmp_path / "q.xml").write_text(smi_xml().replace("<compute_mode>", FABRIC.replace("Completed", state), 1))
-        code, out, err = run(capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml",
-                             "-o", tmp_path / "node.json")
+        code, out, err = run(
+            capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml", "-o", tmp_path / "node.json"
+        )
         assert code == 0, err
         return recorded(tmp_path)
 
@@ -324,18 +420,22 @@ def test_a_completed_fabric_of_no_readable_status_is_not_recorded():
     assert SmiFabric("Not Supported").fact().state == "Not Supported"
     assert SmiFabric(None, "Success").fact() is None
     assert SmiFabric("Completed", "Success", 4026, "9C6F5AF3-53BF-49B5-A436-B66766C413C3").fact().cluster_uuid == (
-        "9c6f5af3-53bf-49b5-a436-b66766c413c3")  # NVML's reader writes the 16 bytes so
+        "9c6f5af3-53bf-49b5-a436-b66766c413c3"
+    )  # NVML's reader writes the 16 bytes so
 
 
 def test_a_later_listing_disagreeing_on_the_fabric_is_said():
     m = machine()
     m.add_listing(read_listing(smi_xml().replace("<compute_mode>", FABRIC, 1)), "a.xml")
-    m.add_listing(read_listing(smi_xml().replace("<compute_mode>", FABRIC.replace("Completed", "Not Started"), 1)),
-                  "b.xml")
+    m.add_listing(
+        read_listing(smi_xml().replace("<compute_mode>", FABRIC.replace("Completed", "Not Started"), 1)), "b.xml"
+    )
     seen = m.finish()
     assert seen.gpus[0].fabric.state == "Completed"
-    assert ("GPU0: nvidia-smi -q -x (b.xml) says NVLink fabric Not Started, an earlier source Completed, Success, "
-            "from nvidia-smi -q -x (a.xml); the earlier is kept") in seen.warnings
+    assert (
+        "GPU0: nvidia-smi -q -x (b.xml) says NVLink fabric Not Started, an earlier source Completed, Success, "
+        "from nvidia-smi -q -x (a.xml); the earlier is kept"
+    ) in seen.warnings
 
 
 # ------------------------------------------------------------------------------ any listing
@@ -347,18 +447,29 @@ from pytest_gputopo.parse.smi_gpus import SmiGpu, SmiGpus  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 9)), st.sampled_from(UUIDS + ["GPU-ffffffff-0000", None]),
-                          st.sampled_from(BUSES + ["00000000:01:00.0", None]),
-                          st.sampled_from([H100, "NVIDIA A10G", None])), max_size=10),
-       st.one_of(st.none(), st.integers(1, 10)))
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.integers(0, 9)),
+            st.sampled_from(UUIDS + ["GPU-ffffffff-0000", None]),
+            st.sampled_from(BUSES + ["00000000:01:00.0", None]),
+            st.sampled_from([H100, "NVIDIA A10G", None]),
+        ),
+        max_size=10,
+    ),
+    st.one_of(st.none(), st.integers(1, 10)),
+)
 def test_any_listing_joins_or_is_refused_by_name(rows, attached):
     """Whatever GPUs a listing names, by whatever index, UUID and bus id, it joins the machine (each
     GPU keeping the UUID and bus id it was found by) or is refused as another machine's, never
     another exception."""
     m = machine()
     m.add_listing(read_listing(smi_list()), "l.txt")  # the machine knows every GPU's UUID
-    listing = SmiGpus("nvidia-smi --query-gpu", tuple(SmiGpu(index=i, uuid=u, pci_bus_id=b, name=n)
-                                                      for i, u, b, n in rows), attached=attached)
+    listing = SmiGpus(
+        "nvidia-smi --query-gpu",
+        tuple(SmiGpu(index=i, uuid=u, pci_bus_id=b, name=n) for i, u, b, n in rows),
+        attached=attached,
+    )
     try:
         m.add_listing(listing, "q.csv")
     except TextMachineError:

@@ -21,13 +21,16 @@ def test_a_published_floor_sets_a_full_nodes_all_reduce_threshold():
     assert rule.needed_gbps == 440.0 and rule.set_by.startswith("published ")
 
 
-@pytest.mark.parametrize("why, kw", [
-    ("the user set the run's all-reduce floor", {"explicit": ("allreduce",)}),
-    ("the marker set its own floor", {"floor": DEFAULT_FLOORS["allreduce"]}),
-    ("NCCL did without NVLink SHARP, which the floor assumes", {"nvls": False}),
-    ("a smaller all-reduce than the operators publish for", {"size_bytes": 2**30}),
-    ("no GPU model is known", {"gpu": None}),
-])
+@pytest.mark.parametrize(
+    "why, kw",
+    [
+        ("the user set the run's all-reduce floor", {"explicit": ("allreduce",)}),
+        ("the marker set its own floor", {"floor": DEFAULT_FLOORS["allreduce"]}),
+        ("NCCL did without NVLink SHARP, which the floor assumes", {"nvls": False}),
+        ("a smaller all-reduce than the operators publish for", {"size_bytes": 2**30}),
+        ("no GPU model is known", {"gpu": None}),
+    ],
+)
 def test_the_floor_ratio_rules_where_no_published_floor_applies(why, kw):
     rule = _rule(**kw)
     assert rule.absolute is None and rule.set_by == "", why
@@ -45,8 +48,9 @@ def test_nothing_to_judge_by_is_unknown_never_met():
     assert Judgement(Measured(400.0, "measured"), rule).state == UNKNOWN
 
 
-@pytest.mark.parametrize("gbps, staged, state", [
-    (400.0, None, MET), (300.0, None, BELOW), (400.0, 420.0, STAGED), (400.0, 100.0, MET)])
+@pytest.mark.parametrize(
+    "gbps, staged, state", [(400.0, None, MET), (300.0, None, BELOW), (400.0, 420.0, STAGED), (400.0, 100.0, MET)]
+)
 def test_a_p2p_copys_state(gbps, staged, state):
     """0.7 x 450 = 315 GB/s; a copy that reaches it but is slower than staging through the host is no P2P."""
     rule = _rule(key=keys.Copy("p2p", 0, 1))

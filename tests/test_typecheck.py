@@ -17,6 +17,7 @@ def test_mypy_finds_nothing():
     if importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy is not installed (requirements-dev.txt)")
     # The files and every setting come from pyproject.toml.
-    done = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-error-summary"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]

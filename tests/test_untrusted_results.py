@@ -21,9 +21,12 @@ KEY = keys.Copy("p2p", 0, 1)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-    max_leaves=12)
-entries = st.fixed_dictionaries({}, optional={"gbps": json_values | st.floats(), "time": json_values,
-                                              "detail": json_values}) | json_values
+    max_leaves=12,
+)
+entries = (
+    st.fixed_dictionaries({}, optional={"gbps": json_values | st.floats(), "time": json_values, "detail": json_values})
+    | json_values
+)
 
 
 def suite_with_cache(monkeypatch, entry):
@@ -37,18 +40,23 @@ def suite_with_cache(monkeypatch, entry):
     return BenchSuite(HOST, BenchSettings(), cache_get=lambda name: entry, cache_set=lambda name, value: None), measured
 
 
-@pytest.mark.parametrize("entry, says", [
-    ({"gbps": math.nan, "time": 1.0}, "gbps nan is not a bandwidth"),
-    ({"gbps": math.inf, "time": 1.0}, "gbps inf is not a bandwidth"),
-    ({"gbps": -5, "time": 1.0}, "gbps -5 is not a bandwidth"),
-    ([1, 2, 3], "it is [1, 2, 3], not an object"),
-    ("fast", "it is 'fast', not an object"),
-    ({"gbps": None, "time": None, "detail": None}, "time None is not a time"),
-    ({"gbps": 10.0, "time": 9e99}, "its time lies in the future"),
-    ({"gbps": 10.0, "time": 1.0, "detail": {"judged": [1]}}, "detail.judged is not an object"),
-    ({"gbps": 10.0, "time": 1.0, "detail": {"a": json.loads("[" * 40 + "]" * 40)}},
-     "detail nested more than 32 levels deep"),
-])
+@pytest.mark.parametrize(
+    "entry, says",
+    [
+        ({"gbps": math.nan, "time": 1.0}, "gbps nan is not a bandwidth"),
+        ({"gbps": math.inf, "time": 1.0}, "gbps inf is not a bandwidth"),
+        ({"gbps": -5, "time": 1.0}, "gbps -5 is not a bandwidth"),
+        ([1, 2, 3], "it is [1, 2, 3], not an object"),
+        ("fast", "it is 'fast', not an object"),
+        ({"gbps": None, "time": None, "detail": None}, "time None is not a time"),
+        ({"gbps": 10.0, "time": 9e99}, "its time lies in the future"),
+        ({"gbps": 10.0, "time": 1.0, "detail": {"judged": [1]}}, "detail.judged is not an object"),
+        (
+            {"gbps": 10.0, "time": 1.0, "detail": {"a": json.loads("[" * 40 + "]" * 40)}},
+            "detail nested more than 32 levels deep",
+        ),
+    ],
+)
 def test_a_cache_entry_that_cannot_be_trusted_is_measured_again_and_says_so(monkeypatch, entry, says):
     """A cache entry that is not a figure (NaN or 1e999, which would pass ``min_allreduce_bw(1)``; -5,
     which would show as "cached -5 GB/s"; other shapes, once an AttributeError at setup) or whose time
@@ -153,14 +161,17 @@ def test_xdist_workers_recorded_figures_reach_the_json_report(pytester):
     (it once held 0 measurements). ``min_p2p_bw`` consults each pair's staged copy too (the rule
     check items follow), so that one is reported as well."""
     pytest.importorskip("xdist")
-    pytester.makepyfile(test_bw="import pytest\n"
-                                "@pytest.mark.parametrize('i', range(4))\n"
-                                "@pytest.mark.min_allreduce_bw(1)\n"
-                                "def test_ar(i): pass\n"
-                                "@pytest.mark.min_p2p_bw(1)\n"
-                                "def test_p2p(): pass\n")
-    result = pytester.runpytest_subprocess("-n", "2", "--gputopo-machine", "dgx-a100", "--gputopo-json", "out.json",
-                                           "-p", "no:cacheprovider")
+    pytester.makepyfile(
+        test_bw="import pytest\n"
+        "@pytest.mark.parametrize('i', range(4))\n"
+        "@pytest.mark.min_allreduce_bw(1)\n"
+        "def test_ar(i): pass\n"
+        "@pytest.mark.min_p2p_bw(1)\n"
+        "def test_p2p(): pass\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--gputopo-machine", "dgx-a100", "--gputopo-json", "out.json", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=5)
     doc = json.loads((pytester.path / "out.json").read_text())
     kinds = sorted({m["key"][0] for m in doc["measurements"]})
@@ -178,11 +189,15 @@ def test_a_forged_rank_record_is_a_reason_not_a_crash(monkeypatch):
     port = launcher_port()
     store = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False)
     launch = runtime.Launch(0, 2, 0, 0, "127.0.0.1", port, False, "run-1")
-    for forged, says in [(b"\xff not json", "is not a JSON object"),
-                         (json.dumps({"hostname": 5, "topology": {}}), "hostname: expected str, got 5"),
-                         (json.dumps({"topology": {"gpus": [{"index": 0, "numa_node": -1}]}}),
-                          "topology.gpus[0].numa_node: -1 is not from 0 to 1023"),
-                         (json.dumps({"topology": {"gpus": "x" * 1000}}), "topology.gpus: expected list")]:
+    for forged, says in [
+        (b"\xff not json", "is not a JSON object"),
+        (json.dumps({"hostname": 5, "topology": {}}), "hostname: expected str, got 5"),
+        (
+            json.dumps({"topology": {"gpus": [{"index": 0, "numa_node": -1}]}}),
+            "topology.gpus[0].numa_node: -1 is not from 0 to 1023",
+        ),
+        (json.dumps({"topology": {"gpus": "x" * 1000}}), "topology.gpus: expected list"),
+    ]:
         store.set("gputopo/run-1/topology/1", forged)
         with pytest.raises(RankError) as excinfo:
             gather_views(Exchange(launch, store, 5), HOST)
@@ -289,8 +304,11 @@ def test_another_users_lock_folder_fails_a_benchmark_gated_run_instead_of_skippi
     pytester.makepyfile("import pytest\n@pytest.mark.min_p2p_bw(10)\ndef test_copy():\n    pass\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines([f"*the benchmark lock's folder {planted} is owned by user id 65534, not by you*"
-                                 "point TMPDIR at a folder only you can write*"])
+    result.stdout.fnmatch_lines(
+        [
+            f"*the benchmark lock's folder {planted} is owned by user id 65534, not by you*"
+            "point TMPDIR at a folder only you can write*"
+        ]
+    )
     monkeypatch.setenv("TMPDIR", str(pytester.mkdir("mine")))
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
-

@@ -43,6 +43,7 @@ def gpu_host(pytester, monkeypatch):
         pytester.makeconftest(CONFTEST)
         pytester.makepyfile(test_bw=src)
         return pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--gputopo-json", "out.json", *args)
+
     return run
 
 
@@ -57,10 +58,22 @@ def test_marker_and_check_item_judge_one_all_reduce_figure_alike(gpu_host, pytes
     the published per-SKU floor of 440, so the marker fails as the check item does (they once
     disagreed)."""
     src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
-    result = gpu_host("hgx-h100", {"allreduce": [300.0, None]}, src,
-                      "--gputopo-allreduce-size", "16G", "--gputopo-check=full", "-k", "allreduce")
-    result.stdout.fnmatch_lines(["*min_allreduce_bw(): all-reduce busbw, 8 ranks, 16 GiB: measured 300* GB/s, "
-                                 "needed 440.0 (published H100 SXM 8-GPU all-reduce floor)*"])
+    result = gpu_host(
+        "hgx-h100",
+        {"allreduce": [300.0, None]},
+        src,
+        "--gputopo-allreduce-size",
+        "16G",
+        "--gputopo-check=full",
+        "-k",
+        "allreduce",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*min_allreduce_bw(): all-reduce busbw, 8 ranks, 16 GiB: measured 300* GB/s, "
+            "needed 440.0 (published H100 SXM 8-GPU all-reduce floor)*"
+        ]
+    )
     assert _checks(pytester)["allreduce_bw"]["outcome"] == "failed"
     assert "needed 440.0" in _checks(pytester)["allreduce_bw"]["message"]
 
@@ -71,8 +84,16 @@ def test_a_floor_that_assumes_nvls_does_not_judge_a_run_nccl_took_without_it(gpu
     When NCCL's log says the all-reduce took another algorithm (``nvls`` False), the floor ratio x the
     expected figure judges it, in the marker and the check alike."""
     src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
-    result = gpu_host("hgx-h100", {"allreduce": [300.0, None, {"nvls": False, "algo": "RING"}]}, src,
-                      "--gputopo-allreduce-size", "16G", "--gputopo-check=full", "-k", "allreduce")
+    result = gpu_host(
+        "hgx-h100",
+        {"allreduce": [300.0, None, {"nvls": False, "algo": "RING"}]},
+        src,
+        "--gputopo-allreduce-size",
+        "16G",
+        "--gputopo-check=full",
+        "-k",
+        "allreduce",
+    )
     result.assert_outcomes(passed=1)  # the test; the check's item is counted apart
     result.stdout.fnmatch_lines(["gputopo check: 1 passed"])
     assert "needed 440" not in _checks(pytester)["allreduce_bw"]["message"]
@@ -81,8 +102,18 @@ def test_a_floor_that_assumes_nvls_does_not_judge_a_run_nccl_took_without_it(gpu
 @pytest.mark.slow
 def test_an_explicit_floor_rules_marker_and_check_alike(gpu_host, pytester):
     src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
-    result = gpu_host("hgx-h100", {"allreduce": [300.0, None]}, src, "--gputopo-allreduce-size", "16G",
-                      "--gputopo-check=full", "-k", "allreduce", "--gputopo-floor-allreduce", "0.6")
+    result = gpu_host(
+        "hgx-h100",
+        {"allreduce": [300.0, None]},
+        src,
+        "--gputopo-allreduce-size",
+        "16G",
+        "--gputopo-check=full",
+        "-k",
+        "allreduce",
+        "--gputopo-floor-allreduce",
+        "0.6",
+    )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["gputopo check: 1 passed"])
     assert _checks(pytester)["allreduce_bw"]["outcome"] == "passed"
@@ -92,10 +123,21 @@ def test_a_p2p_copy_slower_than_staging_fails_marker_and_check_alike(gpu_host, p
     """A P2P copy slower than the same copy staged through the host fails ``min_p2p_bw`` as it fails
     the check item: one rule (``core.judgement``) judges both."""
     src = "import pytest\n@pytest.mark.min_p2p_bw(gpus=2)\ndef test_p2p(): pass\n"
-    result = gpu_host("hgx-h100", {"p2p": [400.0, None], "p2p_staged": [420.0, None]}, src,
-                      "--gputopo-check=full", "--gputopo-strict", "-k", "test_p2p or p2p_bw")
-    result.stdout.fnmatch_lines(["*min_p2p_bw(gpus=2): GPU0->GPU1 copy, P2P: measured 400* GB/s, slower than the "
-                                 "same copy staged through the host (420.0 GB/s): not P2P*"])
+    result = gpu_host(
+        "hgx-h100",
+        {"p2p": [400.0, None], "p2p_staged": [420.0, None]},
+        src,
+        "--gputopo-check=full",
+        "--gputopo-strict",
+        "-k",
+        "test_p2p or p2p_bw",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*min_p2p_bw(gpus=2): GPU0->GPU1 copy, P2P: measured 400* GB/s, slower than the "
+            "same copy staged through the host (420.0 GB/s): not P2P*"
+        ]
+    )
     check = _checks(pytester)["p2p_bw[GPU0->GPU1]"]
     assert check["outcome"] == "failed" and "slower than staging through the host (420.00 GB/s)" in check["message"]
 
@@ -105,8 +147,16 @@ def test_a_figure_nothing_can_judge_is_unknown_in_marker_and_check(gpu_host, pyt
     """A figure no expectation judges (gloo's CPU all-reduce) is unknown in both: the check item is
     skipped with the reason (it once passed, "not judged"), the marker unmet."""
     src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
-    result = gpu_host("hgx-h100", {"allreduce": [1.5, None]}, src, "--gputopo-check=full",
-                      "--gputopo-allreduce-backend", "gloo", "-k", "allreduce")
+    result = gpu_host(
+        "hgx-h100",
+        {"allreduce": [1.5, None]},
+        src,
+        "--gputopo-check=full",
+        "--gputopo-allreduce-backend",
+        "gloo",
+        "-k",
+        "allreduce",
+    )
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED allreduce_bw: not judged: *gloo on CPUs*", "gputopo check: 1 skipped"])
     check = _checks(pytester)["allreduce_bw"]
@@ -134,22 +184,25 @@ def _html_state(path, what: str) -> str:
     return state
 
 
-@pytest.mark.parametrize("p2p,staged,marker,check,state", [
-    (400.0, 100.0, "met", "passed", {"met"}),
-    (400.0, 420.0, "unmet", "failed", {"staged"}),  # reaches its floor, but slower than staging: no P2P
-    (300.0, None, "unmet", "failed", {"below"}),  # under 0.7 x 450 GB/s (NVLink 4.0 x 18)
-])
+@pytest.mark.parametrize(
+    "p2p,staged,marker,check,state",
+    [
+        (400.0, 100.0, "met", "passed", {"met"}),
+        (400.0, 420.0, "unmet", "failed", {"staged"}),  # reaches its floor, but slower than staging: no P2P
+        (300.0, None, "unmet", "failed", {"below"}),  # under 0.7 x 450 GB/s (NVLink 4.0 x 18)
+    ],
+)
 @pytest.mark.slow
 def test_one_figure_gets_one_verdict_in_the_marker_the_check_the_json_and_the_html(
-        gpu_host, pytester, p2p, staged, marker, check, state):
+    gpu_host, pytester, p2p, staged, marker, check, state
+):
     """One P2P figure on one machine: the marker, the check item, the JSON report's measurement and
     its HTML cell all say the verdict the one rule (``core.judgement``) gave -- the HTML reads it
     from the document and never judges again, so it cannot call "met" a copy the marker found
     slower than staging through the host."""
     figures = {"p2p": [p2p, None], **({"p2p_staged": [staged, None]} if staged is not None else {})}
     src = "import pytest\n@pytest.mark.min_p2p_bw(gpus=2)\ndef test_p2p(): pass\n"
-    gpu_host("hgx-h100", figures, src, "--gputopo-check=full", "-k", "test_p2p or p2p_bw",
-             "--gputopo-html", "out.html")
+    gpu_host("hgx-h100", figures, src, "--gputopo-check=full", "-k", "test_p2p or p2p_bw", "--gputopo-html", "out.html")
     doc = json.loads((pytester.path / "out.json").read_text())
     (verdict,) = [v for v in doc["verdicts"] if v["test"].endswith("test_p2p")]
     assert verdict["verdict"] == marker
@@ -164,16 +217,27 @@ def test_wrong_data_fails_the_marker_even_when_not_strict(gpu_host, pytester):
     """Wrong data from a benchmark is a broken node, not a skip: the marker fails (at setup, without
     --gputopo-strict), as the check item does."""
     src = "import pytest\n@pytest.mark.min_allreduce_bw(0.001)\ndef test_allreduce(): pass\n"
-    result = gpu_host("dgx-a100", {"allreduce": [250.0, "12 wrong elements after the all-reduce"]}, src,
-                      "--gputopo-check=full", "-k", "allreduce")
+    result = gpu_host(
+        "dgx-a100",
+        {"allreduce": [250.0, "12 wrong elements after the all-reduce"]},
+        src,
+        "--gputopo-check=full",
+        "-k",
+        "allreduce",
+    )
     outcomes = result.parseoutcomes()
     assert outcomes.get("errors") == 1 and "skipped" not in outcomes and "passed" not in outcomes
-    result.stdout.fnmatch_lines(["*broken node: min_allreduce_bw(0.001): all-reduce busbw, 8 ranks, 1 GiB: "
-                                 "measured 250* GB/s; data wrong: 12 wrong elements after the all-reduce*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*broken node: min_allreduce_bw(0.001): all-reduce busbw, 8 ranks, 1 GiB: "
+            "measured 250* GB/s; data wrong: 12 wrong elements after the all-reduce*"
+        ]
+    )
     assert _checks(pytester)["allreduce_bw"]["outcome"] == "failed"
 
 
 # ------------------------------------------------------------------ PCIe read at idle
+
 
 def _idle(name: str):
     """A recorded machine as NVML reads it at idle: every GPU's current link at Gen1, as NVIDIA GPUs
@@ -207,7 +271,8 @@ def test_an_idle_gpu_is_no_regression():
 
     assert regressions(probe_recorded("hgx-h100"), _idle("hgx-h100")) == []
     assert regressions(probe_recorded("hgx-h100"), probe_recorded("hgx-h100-pcie-x8")) == [
-        "GPU2 PCIe link trained down: x8 of x16 (the reference's width; Gen3 of Gen5)"]
+        "GPU2 PCIe link trained down: x8 of x16 (the reference's width; Gen3 of Gen5)"
+    ]
 
 
 # ------------------------------------------------------------------ nccl-tests' own verdict
@@ -225,11 +290,14 @@ NCCL_TESTS = """\
 """  # noqa: E501 (the tool's own lines, verbatim)
 
 
-@pytest.mark.parametrize("ip_wrong,oob,verdict,error", [
-    (0, 0, "OK", None),
-    (3, 0, "FAILED", "nccl-tests reported 3 wrong elements in-place"),
-    (0, 5, "FAILED", "nccl-tests reported 'Out of bounds values : 5 FAILED'"),
-])
+@pytest.mark.parametrize(
+    "ip_wrong,oob,verdict,error",
+    [
+        (0, 0, "OK", None),
+        (3, 0, "FAILED", "nccl-tests reported 3 wrong elements in-place"),
+        (0, 5, "FAILED", "nccl-tests reported 'Out of bounds values : 5 FAILED'"),
+    ],
+)
 def test_nccl_tests_figure_and_verdict_are_its_own(monkeypatch, ip_wrong, oob, verdict, error):
     """In-place #wrong and a FAILED "Out of bounds" line fail the run, and the figure is nccl-tests'
     own, not the larger of out-of-place and in-place. nccl-tests (src/common.cu) prints per-placement #wrong,
@@ -270,26 +338,45 @@ def test_nccl_tests_wrong_data_fails_marker_and_check_item(pytester, monkeypatch
     monkeypatch.setenv("GPUTOPO_TEST_MACHINE", "hgx-h100")
     monkeypatch.delenv("GPUTOPO_TEST_FIGURES", raising=False)
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_bw=textwrap.dedent("""\
+    pytester.makepyfile(
+        test_bw=textwrap.dedent("""\
         import pytest
         @pytest.mark.min_allreduce_bw(0.001)
         def test_allreduce(): pass
-        """))
-    result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "--gputopo-json", "out.json",
-                                           "--gputopo-allreduce-engine", "nccl-tests", "--gputopo-check=full",
-                                           "-k", "allreduce")
-    result.stdout.fnmatch_lines(["*broken node: min_allreduce_bw(0.001): all-reduce busbw, 8 ranks, 1 GiB: "
-                                 "measured 390.7 GB/s; data wrong: nccl-tests reported 3 wrong elements in-place, "
-                                 "'Out of bounds values : 1 FAILED'*"])
+        """)
+    )
+    result = pytester.runpytest_subprocess(
+        "-rA",
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-json",
+        "out.json",
+        "--gputopo-allreduce-engine",
+        "nccl-tests",
+        "--gputopo-check=full",
+        "-k",
+        "allreduce",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*broken node: min_allreduce_bw(0.001): all-reduce busbw, 8 ranks, 1 GiB: "
+            "measured 390.7 GB/s; data wrong: nccl-tests reported 3 wrong elements in-place, "
+            "'Out of bounds values : 1 FAILED'*"
+        ]
+    )
     outcomes = result.parseoutcomes()
     assert outcomes.get("errors") == 1 and "skipped" not in outcomes and "passed" not in outcomes
     assert _checks(pytester)["allreduce_bw"]["outcome"] == "failed"
     assert "data wrong: nccl-tests reported 3 wrong elements" in _checks(pytester)["allreduce_bw"]["message"]
 
 
-NCCL_RUN_WRONG = {"nccl_transports": [None, None, {
-    "pairs": {"0-1": ["P2P"]}, "wrong": 5,
-    "log": {"transports": ["P2P"], "families": ["P2P"], "gdrdma": False}}]}
+NCCL_RUN_WRONG = {
+    "nccl_transports": [
+        None,
+        None,
+        {"pairs": {"0-1": ["P2P"]}, "wrong": 5, "log": {"transports": ["P2P"], "families": ["P2P"], "gdrdma": False}},
+    ]
+}
 
 
 def test_wrong_data_in_nccls_own_run_fails_the_transport_marker(gpu_host):
@@ -299,8 +386,12 @@ def test_wrong_data_in_nccls_own_run_fails_the_transport_marker(gpu_host):
     result = gpu_host("hgx-h100", NCCL_RUN_WRONG, src)
     outcomes = result.parseoutcomes()
     assert outcomes.get("errors") == 1 and "skipped" not in outcomes and "passed" not in outcomes
-    result.stdout.fnmatch_lines(["*broken node: requires_nccl_transport('P2P', gpus=2): NCCL's transports among "
-                                 "8 GPUs*: 5 wrong elements after the all-reduce*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*broken node: requires_nccl_transport('P2P', gpus=2): NCCL's transports among "
+            "8 GPUs*: 5 wrong elements after the all-reduce*"
+        ]
+    )
 
 
 def test_wrong_data_fails_the_run_gate(gpu_host):
@@ -312,14 +403,24 @@ def test_wrong_data_fails_the_run_gate(gpu_host):
 
 # ------------------------------------------------------------------ --gputopo-expect and CUDA_VISIBLE_DEVICES
 
-@pytest.mark.parametrize("visible,machine,ret,lines", [
-    # GPUs 0-3 of a healthy node against the node's own reference: no regression
-    ("0,1,2,3", "hgx-h100", 0, []),
-    # GPUs 4-7 of the node whose GPU5 lost its NVLinks: named GPU5, as nvidia-smi numbers it
-    ("4,5,6,7", "hgx-h100-nvlink-down", 8, ["*expected as hgx-h100: GPU5 has 0 active NVLinks, the reference 18*",
-                                            "*expected as hgx-h100: GPU4-GPU5 are linked by NODE, "
-                                            "the reference by NV18*"]),
-])
+
+@pytest.mark.parametrize(
+    "visible,machine,ret,lines",
+    [
+        # GPUs 0-3 of a healthy node against the node's own reference: no regression
+        ("0,1,2,3", "hgx-h100", 0, []),
+        # GPUs 4-7 of the node whose GPU5 lost its NVLinks: named GPU5, as nvidia-smi numbers it
+        (
+            "4,5,6,7",
+            "hgx-h100-nvlink-down",
+            8,
+            [
+                "*expected as hgx-h100: GPU5 has 0 active NVLinks, the reference 18*",
+                "*expected as hgx-h100: GPU4-GPU5 are linked by NODE, the reference by NV18*",
+            ],
+        ),
+    ],
+)
 def test_expect_compares_the_physical_gpus_the_job_sees(pytester, monkeypatch, visible, machine, ret, lines):
     """A job seeing GPUs 0-3 of a healthy node passes against the node's own reference (fewer GPUs
     are no regression when they are the ones the job sees), and GPUs 4-7 of a degraded node name GPU5
@@ -340,7 +441,8 @@ def test_expect_takes_nvidia_smi_text_as_machine_does(pytester):
 
     (pytester.path / "healthy.txt").write_text(render_topo_matrix(probe_recorded("hgx-h100")))
     pytester.makepyfile(test_x="def test_x(): pass\n")
-    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100-nvlink-down",
-                                "--gputopo-expect", "healthy.txt")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100-nvlink-down", "--gputopo-expect", "healthy.txt"
+    )
     assert result.ret == 8
     result.stdout.fnmatch_lines(["*expected as healthy.txt: GPU0-GPU5 are linked by SYS, the reference by NV18*"])

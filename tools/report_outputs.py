@@ -34,7 +34,7 @@ MACHINES = ROOT / "pytest_gputopo" / "machines"
 # Beside examples/: a figure two tests are skipped over (one needing more than the link's line rate
 # at floor 0.99, one 10,000 GB/s), one met at the run's own threshold, a host copy, an all-reduce,
 # NCCL's transport and a test that passes.
-BANDWIDTH = '''import pytest
+BANDWIDTH = """import pytest
 
 
 @pytest.mark.min_p2p_bw(floor=0.99, gpus=[0, 1])
@@ -71,7 +71,7 @@ def test_nccl_p2p():
 @pytest.mark.min_p2p_bw(floor=0.99, gpus=[0, 1])
 def test_two_requirements():
     pass
-'''
+"""
 
 _VARYING = [
     (re.compile(r'"written": "[^"]*"'), '"written": "WHEN"'),
@@ -103,10 +103,29 @@ def outputs(machine: str, into: Path, tree: Path | None = None) -> None:
         env["GITHUB_STEP_SUMMARY"] = str(out / "summary.md")
         if tree is not None:  # before the editable install's finder, which comes last on sys.meta_path
             env["PYTHONPATH"] = str(tree)
-        cmd = [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0",
-               "-rA", "--gputopo-machine", machine, "--gputopo-check", "quick",
-               "--gputopo-json", str(out / "report.json"), "--gputopo-html", str(out / "report.html"),
-               "--junitxml", str(out / "junit.xml"), str(suite)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "0",
+            "-rA",
+            "--gputopo-machine",
+            machine,
+            "--gputopo-check",
+            "quick",
+            "--gputopo-json",
+            str(out / "report.json"),
+            "--gputopo-html",
+            str(out / "report.html"),
+            "--junitxml",
+            str(out / "junit.xml"),
+            str(suite),
+        ]
         done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
         target = into / machine
         target.mkdir(parents=True, exist_ok=True)
@@ -147,8 +166,9 @@ def compare(before: Path, after: Path, figures: bool = False) -> int:
             a, b = _without_figures(old, a), _without_figures(new, b)
         if a != b:
             differ += 1
-            sys.stdout.writelines(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
-                                                       str(old), str(new), n=1))
+            sys.stdout.writelines(
+                difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True), str(old), str(new), n=1)
+            )
     print(f"{differ} output(s) differ")
     return min(differ, 100)
 
@@ -157,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, nargs="+", help="where to write (or, with --compare, two folders)")
     parser.add_argument("--compare", action="store_true")
-    parser.add_argument("--figures", action="store_true",
-                        help="with --compare: leave out the verdicts' figures (JSON, JUnit), which a record adds")
+    parser.add_argument(
+        "--figures",
+        action="store_true",
+        help="with --compare: leave out the verdicts' figures (JSON, JUnit), which a record adds",
+    )
     parser.add_argument("--machine", action="append", help="only these bundled machines")
     parser.add_argument("--tree", type=Path, help="the package's folder's parent to run instead of this checkout")
     args = parser.parse_args(argv)

@@ -38,6 +38,7 @@ def _ranks() -> dict[str, int]:
             rank[n] = 0
             rank[n] = 1 + max((of(b) for b in below.get(n, ())), default=-1)
         return rank[n]
+
     return {m: of(node[m]) for m in graph}
 
 
@@ -79,8 +80,11 @@ def _say(calls: list[tuple[str, str]]) -> None:
         stays.append((module, [function]))
     for module, functions in stays:
         print(f"run_climbs: {module} (rank {ranks.get(module)}): {', '.join(functions)}", file=sys.stderr)
-    print(f"run_climbs: {len(stays)} stays in {len({m for m, _ in stays})} rooms, {climbs} climbs back up, "
-          f"{returns} returns to rooms already left", file=sys.stderr)
+    print(
+        f"run_climbs: {len(stays)} stays in {len({m for m, _ in stays})} rooms, {climbs} climbs back up, "
+        f"{returns} returns to rooms already left",
+        file=sys.stderr,
+    )
 
 
 @pytest.hookimpl(trylast=True)
@@ -93,4 +97,5 @@ def pytest_configure(config: pytest.Config) -> None:
         if not complete:
             return original(run, complete, changed)
         return trace(original, run, complete, changed)
+
     reporter.write_reports = write_reports

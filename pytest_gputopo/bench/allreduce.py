@@ -68,6 +68,7 @@ __all__ = [
     "run_plan",
 ]
 
+
 class BenchError(RuntimeError):
     """The benchmark could not produce figures: a rank died, a collective hung past the timeout,
     the workers could not start. ``reason`` says which rank and what it was doing; ``pids`` are the
@@ -144,8 +145,10 @@ def _timeout_reason(workdir: str, timeout_s: float, running: list[int], done: li
     if missing:  # cross-rank mode: still waiting for peers to join the process group
         who = "rank" if len(missing) == 1 else "ranks"
         where = "; ".join(f"rank {r} in {_phase_text(statuses[r])}" for r in running)
-        return (f"timed out after {timeout_s:g} s: {who} {', '.join(map(str, missing))} did not join "
-                f"the process group ({where})")
+        return (
+            f"timed out after {timeout_s:g} s: {who} {', '.join(map(str, missing))} did not join "
+            f"the process group ({where})"
+        )
     # Suspects: the ranks furthest behind; among them, a rank known to be outside the collective
     # (the others are waiting inside it for that one).
     steps = {r: (statuses[r] or {}).get("step", -1) for r in running}
@@ -190,7 +193,7 @@ def sweep_stale_workdirs(now: float | None = None) -> list[str]:
     now = time.time() if now is None else now
     removed = []
     for name, path, info in _own_workdirs(WORKDIR_PREFIX):
-        pid = name[len(WORKDIR_PREFIX):].split("-")[0]
+        pid = name[len(WORKDIR_PREFIX) :].split("-")[0]
         try:
             if not (pid.isascii() and pid.isdigit()):
                 continue
@@ -294,8 +297,11 @@ def _gather(plan: AllReducePlan, workdir: str, pids: tuple[int, ...]) -> _Gather
     raw = read_json(os.path.join(workdir, "result.json"))
     if raw is None:
         first = plan.ranks[0]
-        raise BenchError(f"rank {first} exited without writing its results", pids=pids,
-                         logs=_tail(os.path.join(workdir, f"rank{first}.log")))
+        raise BenchError(
+            f"rank {first} exited without writing its results",
+            pids=pids,
+            logs=_tail(os.path.join(workdir, f"rank{first}.log")),
+        )
     nccl_log = _read_nccl_logs(workdir) if plan.reads_nccl_log else ""
     topo_xml = os.path.join(workdir, "nccl-topo.xml")
     nccl_topo_xml = open(topo_xml, errors="replace").read() if os.path.exists(topo_xml) else ""
@@ -314,22 +320,24 @@ def _result(plan: AllReducePlan, gathered: _Gathered, *, t_start: float, pids: t
         size = item["size_bytes"]
         median_s = m["median_s"]
         algbw = size / median_s / 1e9 if median_s > 0 else math.inf
-        rows.append(AllReduceRow(
-            size_bytes=size,
-            count=item["count"],
-            time_us=median_s * 1e6,
-            algbw_gbps=algbw,
-            busbw_gbps=algbw * factor,
-            wrong=item["wrong"],
-            iterations=m["iterations_per_sample"],
-            samples=len(m["samples_s"]),
-            spread=m["spread"],
-            stable=m["stable"],
-            wall_s=m["wall_s"],
-            time_ci_us=tuple(t * 1e6 for t in m["median_ci95_s"]),
-            error=m["error"],
-            algo=algos.get(size),
-        ))
+        rows.append(
+            AllReduceRow(
+                size_bytes=size,
+                count=item["count"],
+                time_us=median_s * 1e6,
+                algbw_gbps=algbw,
+                busbw_gbps=algbw * factor,
+                wrong=item["wrong"],
+                iterations=m["iterations_per_sample"],
+                samples=len(m["samples_s"]),
+                spread=m["spread"],
+                stable=m["stable"],
+                wall_s=m["wall_s"],
+                time_ci_us=tuple(t * 1e6 for t in m["median_ci95_s"]),
+                error=m["error"],
+                algo=algos.get(size),
+            )
+        )
     judged = next(r for r in rows if r.count == plan.judge_count)
     nvls: bool | None = None
     if plan.backend == "nccl" and judged.algo is not None:

@@ -86,8 +86,12 @@ class AllReducePlan:
         importable, and the caller's ``env`` last."""
         child_env = environ.environment()  # the workers inherit the caller's environment ...
         child_env.setdefault("OMP_NUM_THREADS", "1")  # ... as torchrun does, one thread per rank
-        if self.backend == "gloo" and "GLOO_SOCKET_IFNAME" not in child_env and os.path.exists("/sys/class/net/lo") \
-                and (not self.cross_rank or _is_loopback_url(self.init_method)):
+        if (
+            self.backend == "gloo"
+            and "GLOO_SOCKET_IFNAME" not in child_env
+            and os.path.exists("/sys/class/net/lo")
+            and (not self.cross_rank or _is_loopback_url(self.init_method))
+        ):
             child_env["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only: a single-node benchmark
         if self.cross_rank:
             # The worker hosts/joins the store at init_method itself, never torchrun's agent store.
@@ -159,16 +163,30 @@ def plan_allreduce(
     counts = element_counts(wanted, dtype)
     judge_count = counts[-1] if judge_size is None else max(1, int(judge_size) // ITEMSIZE[dtype])
     return AllReducePlan(
-        world_size=world_size, ranks=tuple(ranks), counts=tuple(counts), judge_count=judge_count,
-        backend=backend, dtype=dtype, devices=tuple(devices) if devices is not None else None,
-        init_method=init_method, timeout_s=timeout_s, budget_s_per_size=budget_s_per_size, warmup=warmup,
-        min_samples=min_samples, max_samples=max_samples, target_ci=target_ci, min_sample_s=min_sample_s,
-        sched=sched, log_nccl=log_nccl, env=tuple((env or {}).items()),
+        world_size=world_size,
+        ranks=tuple(ranks),
+        counts=tuple(counts),
+        judge_count=judge_count,
+        backend=backend,
+        dtype=dtype,
+        devices=tuple(devices) if devices is not None else None,
+        init_method=init_method,
+        timeout_s=timeout_s,
+        budget_s_per_size=budget_s_per_size,
+        warmup=warmup,
+        min_samples=min_samples,
+        max_samples=max_samples,
+        target_ci=target_ci,
+        min_sample_s=min_sample_s,
+        sched=sched,
+        log_nccl=log_nccl,
+        env=tuple((env or {}).items()),
     )
 
 
-def _ranks_and_meeting_point(world_size: int, devices: Sequence[int] | None,
-                             peer: tuple[int, str] | None) -> tuple[list, str | None]:
+def _ranks_and_meeting_point(
+    world_size: int, devices: Sequence[int] | None, peer: tuple[int, str] | None
+) -> tuple[list, str | None]:
     """The ranks this call starts and, in cross-rank mode (``peer``), the URL the workers meet at."""
     if peer is None:
         if devices is not None and len(devices) < world_size:

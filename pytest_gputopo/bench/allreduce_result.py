@@ -37,8 +37,10 @@ class AllReduceRow:
     def busbw_ci_gbps(self) -> tuple[float, float]:
         """The 95% interval of ``busbw_gbps``, from that of the time (a slower time, a lower busbw)."""
         low, high = self.time_ci_us
-        return (self.busbw_gbps * self.time_us / high if high > 0 else 0.0,
-                self.busbw_gbps * self.time_us / low if low > 0 else math.inf)
+        return (
+            self.busbw_gbps * self.time_us / high if high > 0 else 0.0,
+            self.busbw_gbps * self.time_us / low if low > 0 else math.inf,
+        )
 
     def to_json(self) -> dict:
         return {

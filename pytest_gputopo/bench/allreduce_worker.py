@@ -40,6 +40,7 @@ def element_counts(sizes_bytes, dtype: str) -> list[int]:
     (nccl-tests' ``count = size / wordSize``), each count once, smallest first."""
     return sorted({max(1, int(size) // ITEMSIZE[dtype]) for size in sizes_bytes})
 
+
 SCHED_POLICIES = ("fair", "fifo")  # CPU scheduling of the workers, see apply_sched
 # The faults the project's own tests asked for (runtime.environ.test_faults).
 _FAULTS: dict[str, Any] = {}
@@ -51,8 +52,6 @@ def read_json(path: str) -> dict | None:
             return json.load(f)
     except (OSError, ValueError):
         return None
-
-
 
 
 def _pattern(n: int, dtype: str) -> tuple[int, list[int]]:
@@ -101,8 +100,8 @@ def apply_sched(policy: str) -> None:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     except (AttributeError, OSError) as exc:
         raise PermissionError(
-            f"SCHED_FIFO refused ({exc}): it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of at least 1 "
-            "(ulimit -r)") from None
+            f"SCHED_FIFO refused ({exc}): it needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of at least 1 (ulimit -r)"
+        ) from None
 
 
 def _guard_worker(parent_pid: int, deadline_epoch: float) -> None:
@@ -188,9 +187,18 @@ def measure_allreduce(
 
     verification = _Verification(count, dtype, device)
     m = measure(
-        f"all_reduce of {size_text(size)}", run, size_bytes=size, timer=_timer_for(device), warmup=warmup,
-        budget_s=budget_s, min_samples=min_samples, max_samples=max_samples, target_ci=target_ci,
-        min_sample_s=min_sample_s, verify=verification, agree=agree,
+        f"all_reduce of {size_text(size)}",
+        run,
+        size_bytes=size,
+        timer=_timer_for(device),
+        warmup=warmup,
+        budget_s=budget_s,
+        min_samples=min_samples,
+        max_samples=max_samples,
+        target_ci=target_ci,
+        min_sample_s=min_sample_s,
+        verify=verification,
+        agree=agree,
     )
     del buf
     return m, verification.wrong
@@ -243,8 +251,10 @@ class _Verification:
         dist.all_reduce(w)
         self.wrong = int(w.item())
         if self.wrong:
-            return (f"{self.wrong} wrong element(s) of {count} after all_reduce of "
-                    f"{size_text(count * ITEMSIZE[self.dtype])}")
+            return (
+                f"{self.wrong} wrong element(s) of {count} after all_reduce of "
+                f"{size_text(count * ITEMSIZE[self.dtype])}"
+            )
         return None
 
 
@@ -291,8 +301,14 @@ def _worker(cfg: dict, rank: int, status: _Status) -> None:
         if _FAULTS.get("die_rank") == rank:
             os._exit(9)
         m, wrong = measure_allreduce(
-            count, dtype=cfg["dtype"], device=device, warmup=cfg["warmup"], budget_s=cfg["budget_s"],
-            min_samples=cfg["min_samples"], max_samples=cfg["max_samples"], target_ci=cfg["target_ci"],
+            count,
+            dtype=cfg["dtype"],
+            device=device,
+            warmup=cfg["warmup"],
+            budget_s=cfg["budget_s"],
+            min_samples=cfg["min_samples"],
+            max_samples=cfg["max_samples"],
+            target_ci=cfg["target_ci"],
             min_sample_s=cfg["min_sample_s"],
         )
         rows.append({"size_bytes": size, "count": count, "wrong": wrong, "measurement": m.to_json()})

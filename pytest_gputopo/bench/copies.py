@@ -35,6 +35,7 @@ def _verify(torch, dst, n: int, what: str):
         torch.cuda.synchronize(dst.device) if dst.is_cuda else None
         bad = int((dst != _pattern(torch, n, dst.device)).sum())
         return f"{what}: {bad} of {n} bytes differ from the source after the copy" if bad else None
+
     return check
 
 
@@ -42,6 +43,7 @@ def _sync_all(torch, devices):
     def sync() -> None:
         for d in devices:
             torch.cuda.synchronize(d)
+
     return sync
 
 
@@ -83,8 +85,15 @@ def each_way_seconds(intervals) -> float:
     return len(intervals) / sum(1 / t for t in intervals)
 
 
-def p2p_copy(src: int, dst: int, *, peer: bool = True, bidirectional: bool = False,
-             size_bytes: int = DEFAULT_COPY_BYTES, budget_s: float = 2.0) -> Measurement:
+def p2p_copy(
+    src: int,
+    dst: int,
+    *,
+    peer: bool = True,
+    bidirectional: bool = False,
+    size_bytes: int = DEFAULT_COPY_BYTES,
+    budget_s: float = 2.0,
+) -> Measurement:
     """GPU ``src`` -> GPU ``dst`` by the copy engine. ``peer=False`` stages the copy through pinned host
     memory (what a copy costs with P2P off), so a "P2P" slower than staging can be named."""
     import torch
@@ -135,9 +144,15 @@ def p2p_copy(src: int, dst: int, *, peer: bool = True, bidirectional: bool = Fal
 
     kind = ("P2P" if peer else "staged") + (" bidirectional" if bidirectional else "")
     timer = EachWayTimer(torch, streams) if bidirectional else WallTimer(sync=_sync_all(torch, (a, b)))
-    result = measure(f"{kind} copy GPU{src}->GPU{dst}", run, size_bytes=size_bytes,
-                     bytes_per_iteration=size_bytes * (2 if bidirectional else 1),
-                     timer=timer, budget_s=budget_s, verify=verify)
+    result = measure(
+        f"{kind} copy GPU{src}->GPU{dst}",
+        run,
+        size_bytes=size_bytes,
+        bytes_per_iteration=size_bytes * (2 if bidirectional else 1),
+        timer=timer,
+        budget_s=budget_s,
+        verify=verify,
+    )
     return result
 
 
@@ -169,8 +184,15 @@ def _near(cpus: set[int] | None):
         os.sched_setaffinity(0, before)
 
 
-def host_device_copy(gpu: int, *, to_device: bool = True, pinned: bool = True, cpu_affinity: str | None = None,
-                     size_bytes: int = DEFAULT_COPY_BYTES, budget_s: float = 2.0) -> Measurement:
+def host_device_copy(
+    gpu: int,
+    *,
+    to_device: bool = True,
+    pinned: bool = True,
+    cpu_affinity: str | None = None,
+    size_bytes: int = DEFAULT_COPY_BYTES,
+    budget_s: float = 2.0,
+) -> Measurement:
     """Host -> GPU (or GPU -> host) by the copy engine, from pinned or pageable host memory placed on
     the GPU's NUMA node when its CPU affinity is known."""
     import torch
@@ -179,8 +201,9 @@ def host_device_copy(gpu: int, *, to_device: bool = True, pinned: bool = True, c
     with _near(cpu_set(cpu_affinity)) as placed:
         host = torch.empty(size_bytes, dtype=torch.uint8, pin_memory=pinned)
         host.copy_(_pattern(torch, size_bytes, "cpu")) if to_device else host.zero_()
-    device_buf = _pattern(torch, size_bytes, dev) if not to_device else torch.empty(size_bytes, dtype=torch.uint8,
-                                                                                    device=dev)
+    device_buf = (
+        _pattern(torch, size_bytes, dev) if not to_device else torch.empty(size_bytes, dtype=torch.uint8, device=dev)
+    )
     src, dst = (host, device_buf) if to_device else (device_buf, host)
 
     def run(k: int) -> None:
@@ -188,9 +211,14 @@ def host_device_copy(gpu: int, *, to_device: bool = True, pinned: bool = True, c
             dst.copy_(src, non_blocking=pinned)
 
     what = f"{'H2D' if to_device else 'D2H'} {'pinned' if pinned else 'pageable'} GPU{gpu}"
-    result = measure(what + (" (host memory on the GPU's NUMA node)" if placed else ""), run, size_bytes=size_bytes,
-                     timer=WallTimer(sync=_sync_all(torch, (dev,))), budget_s=budget_s,
-                     verify=_verify(torch, dst, size_bytes, what))
+    result = measure(
+        what + (" (host memory on the GPU's NUMA node)" if placed else ""),
+        run,
+        size_bytes=size_bytes,
+        timer=WallTimer(sync=_sync_all(torch, (dev,))),
+        budget_s=budget_s,
+        verify=_verify(torch, dst, size_bytes, what),
+    )
     return result
 
 
@@ -208,8 +236,9 @@ def answer(request: dict) -> dict:
     if kind in ("p2p", "p2p_staged", "p2p_bidir"):
         m = p2p_copy(args[0], args[1], peer=kind != "p2p_staged", bidirectional=kind == "p2p_bidir", budget_s=budget)
     else:
-        m = host_device_copy(args[0], to_device=kind == "h2d", pinned=args[1],
-                             cpu_affinity=request.get("cpu_affinity"), budget_s=budget)
+        m = host_device_copy(
+            args[0], to_device=kind == "h2d", pinned=args[1], cpu_affinity=request.get("cpu_affinity"), budget_s=budget
+        )
     return {**m.to_json(), "worker_pid": os.getpid()}
 
 

@@ -265,8 +265,9 @@ def measure(
         run(warmup)
     got = _Samples()
     k = iterations if iterations is not None else _calibrate(sampler, got, min_sample_s, max_iterations, budget_s)
-    stable, ci = _sample_until_known(sampler, got, k, min_samples=min_samples, max_samples=max_samples,
-                                     target_ci=target_ci, budget_s=budget_s)
+    stable, ci = _sample_until_known(
+        sampler, got, k, min_samples=min_samples, max_samples=max_samples, target_ci=target_ci, budget_s=budget_s
+    )
     samples = got.per_iteration_s
     median = statistics.median(samples)
     per_iter_bytes = size_bytes if bytes_per_iteration is None else bytes_per_iteration
@@ -365,8 +366,9 @@ def _calibrate(sampler: _Sampler, got: _Samples, min_sample_s: float, max_iterat
         k = k_next
 
 
-def _sample_until_known(sampler: _Sampler, got: _Samples, k: int, *, min_samples: int, max_samples: int,
-                        target_ci: float, budget_s: float) -> tuple[bool, tuple[float, float]]:
+def _sample_until_known(
+    sampler: _Sampler, got: _Samples, k: int, *, min_samples: int, max_samples: int, target_ci: float, budget_s: float
+) -> tuple[bool, tuple[float, float]]:
     """Sample with ``k`` iterations until the median's interval is within ``target_ci`` (-> stable),
     ``max_samples`` are kept, or the next sample would overrun the budget; -> (stable, interval)."""
     samples = got.per_iteration_s

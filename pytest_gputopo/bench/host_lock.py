@@ -24,8 +24,10 @@ class LockRefused(PermissionError):
 
 
 def _refused(what: str) -> LockRefused:
-    return LockRefused(f"{what}: benchmarks do not run while it is there; remove it, or point TMPDIR at a folder "
-                       f"only you can write (e.g. TMPDIR=$HOME/tmp)")
+    return LockRefused(
+        f"{what}: benchmarks do not run while it is there; remove it, or point TMPDIR at a folder "
+        f"only you can write (e.g. TMPDIR=$HOME/tmp)"
+    )
 
 
 def lock_path() -> str:
@@ -40,8 +42,10 @@ def lock_path() -> str:
         pass
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
-        raise _refused(f"the benchmark lock's folder {folder} is " + (
-            f"owned by user id {info.st_uid}, not by you ({uid})" if stat.S_ISDIR(info.st_mode) else "not a folder"))
+        raise _refused(
+            f"the benchmark lock's folder {folder} is "
+            + (f"owned by user id {info.st_uid}, not by you ({uid})" if stat.S_ISDIR(info.st_mode) else "not a folder")
+        )
     if info.st_mode & 0o077:
         os.chmod(folder, 0o700)  # ours: made private (a link another user left in it is not followed)
     return os.path.join(folder, "bench.lock")
@@ -69,8 +73,9 @@ def host_lock(timeout_s: float):
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"another process held the benchmark lock {path} "
-                                       f"for {timeout_s:.0f} s") from None
+                    raise TimeoutError(
+                        f"another process held the benchmark lock {path} for {timeout_s:.0f} s"
+                    ) from None
                 time.sleep(0.05)
         try:
             yield

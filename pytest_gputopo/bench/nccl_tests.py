@@ -20,21 +20,47 @@ class NcclTestsRunError(RuntimeError):
     tail of its output."""
 
 
-def all_reduce_perf_argv(binary: str, n_gpus: int, size_bytes: int, *, iters: int = 20,
-                         warmup: int = 5) -> list[str]:
+def all_reduce_perf_argv(binary: str, n_gpus: int, size_bytes: int, *, iters: int = 20, warmup: int = 5) -> list[str]:
     """One size (-b = -e), n_gpus GPUs in this one process (-g), iters timed (-n) after warmup (-w)
     iterations, one check iteration (-c 1) so that #wrong is counted."""
-    for name, value, low in (("n_gpus", n_gpus, 1), ("size_bytes", size_bytes, 1), ("iters", iters, 1),
-                             ("warmup", warmup, 0)):
+    for name, value, low in (
+        ("n_gpus", n_gpus, 1),
+        ("size_bytes", size_bytes, 1),
+        ("iters", iters, 1),
+        ("warmup", warmup, 0),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError(f"all_reduce_perf: {name} must be an integer >= {low}, got {value!r}")
-    return [binary, "-b", str(size_bytes), "-e", str(size_bytes), "-f", "2", "-g", str(n_gpus),
-            "-n", str(iters), "-w", str(warmup), "-c", "1"]
+    return [
+        binary,
+        "-b",
+        str(size_bytes),
+        "-e",
+        str(size_bytes),
+        "-f",
+        "2",
+        "-g",
+        str(n_gpus),
+        "-n",
+        str(iters),
+        "-w",
+        str(warmup),
+        "-c",
+        "1",
+    ]
 
 
-def run_all_reduce_perf(binary: str, n_gpus: int, size_bytes: int, *, iters: int = 20, warmup: int = 5,
-                        timeout_s: float, env: Mapping[str, str] | None = None,
-                        grace_s: float = KILL_GRACE_S) -> NcclTestsResult:
+def run_all_reduce_perf(
+    binary: str,
+    n_gpus: int,
+    size_bytes: int,
+    *,
+    iters: int = 20,
+    warmup: int = 5,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    grace_s: float = KILL_GRACE_S,
+) -> NcclTestsResult:
     """Run ``all_reduce_perf`` at one size and parse its table.
 
     ``env`` is the child's complete environment (runtime.py builds it); None inherits ours. The child
@@ -62,8 +88,9 @@ def run_all_reduce_perf(binary: str, n_gpus: int, size_bytes: int, *, iters: int
     # ("Out of bounds values", printed only once every row is) must say FAILED: a run that ended
     # before it, or whose summary is all OK, failed for another reason.
     if status in VERDICT_STATUSES and result.out_of_bounds is not None and result.ok is False:
-        return dataclasses.replace(result, warnings=result.warnings + (
-            f"{command} exited with status {status} (nccl-tests: wrong data or below NCCL_TESTS_MIN_BW)",))
+        return dataclasses.replace(
+            result,
+            warnings=result.warnings
+            + (f"{command} exited with status {status} (nccl-tests: wrong data or below NCCL_TESTS_MIN_BW)",),
+        )
     raise NcclTestsRunError(f"{command} exited with status {status}:\n{tail(output)}")
-
-

@@ -35,8 +35,9 @@ class CopyWorker:
         self._proc: subprocess.Popen | None = None
         self._last = 0.0  # when it last answered (time.monotonic)
 
-    def measure(self, key: keys.Copy | keys.HostCopy, topology: model.Topology, *, budget_s: float,
-                timeout_s: float) -> dict:
+    def measure(
+        self, key: keys.Copy | keys.HostCopy, topology: model.Topology, *, budget_s: float, timeout_s: float
+    ) -> dict:
         """The child's measurement (``Measurement.to_json()``, with ``worker_pid``), or an
         exception with the reason: ``BenchTimeout`` past ``timeout_s`` (the child is killed)."""
         cpu_affinity = topology.gpus[key.gpu].cpu_affinity if isinstance(key, keys.HostCopy) else None
@@ -58,8 +59,11 @@ class CopyWorker:
     def _start(self) -> None:
         self.close()
         self._children = Children()
-        self._proc = self._children.start([sys.executable, "-m", "pytest_gputopo.bench.copies", "--serve",
-                                           str(IDLE_S)], output=subprocess.PIPE, stdin=subprocess.PIPE)
+        self._proc = self._children.start(
+            [sys.executable, "-m", "pytest_gputopo.bench.copies", "--serve", str(IDLE_S)],
+            output=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+        )
 
     def _answer(self, deadline: float, timeout_s: float) -> dict:
         """Read the child's output until its answer line; what else it printed is kept for a reason."""
@@ -69,8 +73,10 @@ class CopyWorker:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise BenchTimeout(f"the copy benchmark did not answer within {timeout_s:g} s; it was killed"
-                                   + (f". Last output:\n{tail(''.join(out))}" if out else ""))
+                raise BenchTimeout(
+                    f"the copy benchmark did not answer within {timeout_s:g} s; it was killed"
+                    + (f". Last output:\n{tail(''.join(out))}" if out else "")
+                )
             chunk = os.read(fd, 65536)
             if not chunk:  # it ended without answering
                 code = self._proc.wait()  # type: ignore[union-attr]  # started
@@ -80,7 +86,7 @@ class CopyWorker:
             for raw in lines:
                 line = raw.decode(errors="replace")
                 if line.startswith(RESULT):
-                    return json.loads(line[len(RESULT):])
+                    return json.loads(line[len(RESULT) :])
                 out.append(line + "\n")
 
     def close(self) -> None:
@@ -94,8 +100,9 @@ class CopyWorker:
         self._children = self._proc = None
 
 
-def run_copy_benchmark(key: keys.Copy | keys.HostCopy, topology: model.Topology, *, budget_s: float,
-                       timeout_s: float) -> dict:
+def run_copy_benchmark(
+    key: keys.Copy | keys.HostCopy, topology: model.Topology, *, budget_s: float, timeout_s: float
+) -> dict:
     """One copy measured in a child of its own."""
     worker = CopyWorker()
     try:

@@ -53,8 +53,15 @@ class BenchResult:
         return tuple(found) if found else None
 
     def to_json(self) -> dict:
-        return {"key": self.key.to_list(), "what": self.what, "gbps": self.gbps, "origin": self.origin,
-                "source": self.source, "error": self.error, "detail": self.detail}
+        return {
+            "key": self.key.to_list(),
+            "what": self.what,
+            "gbps": self.gbps,
+            "origin": self.origin,
+            "source": self.source,
+            "error": self.error,
+            "detail": self.detail,
+        }
 
     @classmethod
     def from_json(cls, d: Any) -> BenchResult:
@@ -62,8 +69,15 @@ class BenchResult:
         problem = untrusted.result_problem(d)
         if problem:
             raise ValueError(problem)
-        return cls(keys.from_list(d["key"]), d["what"], d["gbps"], d["origin"], d.get("source"), d.get("error"),
-                   d.get("detail", {}))
+        return cls(
+            keys.from_list(d["key"]),
+            d["what"],
+            d["gbps"],
+            d["origin"],
+            d.get("source"),
+            d.get("error"),
+            d.get("detail", {}),
+        )
 
 
 def _shared_result(data, key: keys.Key) -> BenchResult:
@@ -104,7 +118,7 @@ class SharedFolder:
 
     def names(self) -> list[str]:
         try:
-            return sorted(n[:-len(".json")] for n in os.listdir(self.path) if n.endswith(".json"))
+            return sorted(n[: -len(".json")] for n in os.listdir(self.path) if n.endswith(".json"))
         except OSError:  # not made yet, or removed at the end
             return []
 
@@ -121,9 +135,15 @@ class SharedFolder:
 
 
 class BenchSuite:
-    def __init__(self, topology: model.Topology, settings: BenchSettings,
-                 cache_get: Callable[[str], Any] | None = None, cache_set: Callable[[str, Any], None] | None = None,
-                 shared: Any = None, across_ranks: Callable[[tuple], tuple] | None = None):
+    def __init__(
+        self,
+        topology: model.Topology,
+        settings: BenchSettings,
+        cache_get: Callable[[str], Any] | None = None,
+        cache_set: Callable[[str, Any], None] | None = None,
+        shared: Any = None,
+        across_ranks: Callable[[tuple], tuple] | None = None,
+    ):
         self.topology = topology
         self.settings = settings
         self._results: dict[keys.Key, BenchResult] = {}
@@ -183,8 +203,9 @@ class BenchSuite:
         name = keys.name_of(key)
         refused = self._refused(key)
         if refused:
-            return BenchResult(key, key.describe(), None, "measured" if self.topology.is_this_host else "recorded",
-                               error=refused)
+            return BenchResult(
+                key, key.describe(), None, "measured" if self.topology.is_this_host else "recorded", error=refused
+            )
         if not self.topology.is_this_host:  # a recorded or text machine: only its own figures
             result = self._recorded(key)
             if result.gbps is None:
@@ -247,8 +268,9 @@ class BenchSuite:
             gpus = (key.src, key.dst)
         elif isinstance(key, keys.HostCopy):
             gpus = (key.gpu,)
-        elif self._across_ranks is not None or (isinstance(key, keys.AllReduce)
-                                                and self.settings.allreduce_backend == "gloo"):
+        elif self._across_ranks is not None or (
+            isinstance(key, keys.AllReduce) and self.settings.allreduce_backend == "gloo"
+        ):
             gpus = ()
         else:
             gpus = getattr(key, "devices", None) or tuple(range(key.ranks))
@@ -264,16 +286,23 @@ class BenchSuite:
             return f"unknown: {mig} ({MIG_INSTANCE}), so the GPU's figures are not what a process gets"
         prohibited = [f"GPU{g}" for g in gpus if self.topology.gpus[g].compute_mode == "Prohibited"]
         if prohibited and self.topology.is_this_host:
-            return (f"cannot measure: {' and '.join(prohibited)} {'is' if len(prohibited) == 1 else 'are'} in "
-                    f"compute mode Prohibited (NVML_COMPUTEMODE_PROHIBITED): no process may create a CUDA context")
+            return (
+                f"cannot measure: {' and '.join(prohibited)} {'is' if len(prohibited) == 1 else 'are'} in "
+                f"compute mode Prohibited (NVML_COMPUTEMODE_PROHIBITED): no process may create a CUDA context"
+            )
         return None
 
     def _recorded(self, key: keys.Key) -> BenchResult:
         """The figure published for a machine that is not this host, or why there is none."""
         name = str(self.topology.source)
         if isinstance(key, keys.AllReduce) and self.settings.allreduce_backend == "gloo":
-            return BenchResult(key, key.describe(), None, "recorded", error=(
-                f"gloo measures this host's CPUs, and {name} is not this host"))
+            return BenchResult(
+                key,
+                key.describe(),
+                None,
+                "recorded",
+                error=(f"gloo measures this host's CPUs, and {name} is not this host"),
+            )
         # A figure measured on this pair (this GPU) first, then one that stands for every pair.
         for fig in sorted(self.topology.published, key=lambda f: "src" not in f and "gpu" not in f):
             if fig["kind"] != key.kind:
@@ -290,13 +319,20 @@ class BenchSuite:
             taken_at = key
             if isinstance(key, keys.AllReduce) and fig.get("size_bytes"):
                 taken_at = keys.AllReduce(key.ranks, fig["size_bytes"])
-            return BenchResult(key, taken_at.describe(), float(fig["gbps"]), "recorded", source=fig["source"] + note,
-                               detail=dict(fig))
+            return BenchResult(
+                key, taken_at.describe(), float(fig["gbps"]), "recorded", source=fig["source"] + note, detail=dict(fig)
+            )
         if isinstance(key, keys.NcclTransports):
-            return BenchResult(key, key.describe(), None, "recorded",
-                               error=f"NCCL cannot run on {name}, which is not this host")
-        return BenchResult(key, key.describe(), None, "recorded",
-                           error=f"none published for {name}, which is not this host and cannot be measured")
+            return BenchResult(
+                key, key.describe(), None, "recorded", error=f"NCCL cannot run on {name}, which is not this host"
+            )
+        return BenchResult(
+            key,
+            key.describe(),
+            None,
+            "recorded",
+            error=f"none published for {name}, which is not this host and cannot be measured",
+        )
 
     def _measure(self, key: keys.Key) -> BenchResult:
         gloo = isinstance(key, keys.AllReduce) and self.settings.allreduce_backend == "gloo"
@@ -341,8 +377,10 @@ class BenchSuite:
                 if not s.nccl_tests_binary:
                     raise FileNotFoundError("all_reduce_perf (nccl-tests) is not installed or not on PATH")
                 if key.devices:
-                    raise ValueError("nccl-tests runs on cuda:0..n-1; an all-reduce on named GPUs is measured "
-                                     "by the torch.distributed engine")
+                    raise ValueError(
+                        "nccl-tests runs on cuda:0..n-1; an all-reduce on named GPUs is measured "
+                        "by the torch.distributed engine"
+                    )
                 res = run_all_reduce_perf(s.nccl_tests_binary, key.ranks, key.size_bytes, timeout_s=s.timeout_s)
                 # The figure nccl-tests itself reports ("# Avg bus bandwidth", over both placements),
                 # and its own verdict on the data (either placement, and the out-of-bounds line).
@@ -352,9 +390,17 @@ class BenchSuite:
                 return res.avg_busbw_gbps, {"engine": "nccl-tests", **res.to_json()}, error
             from .allreduce import run_allreduce
 
-            ran = run_allreduce(key.ranks, [key.size_bytes], backend=s.allreduce_backend, judge_size=key.size_bytes,
-                                timeout_s=s.timeout_s, budget_s_per_size=s.budget_s, peer=peer, devices=devices,
-                                sched=s.allreduce_sched)
+            ran = run_allreduce(
+                key.ranks,
+                [key.size_bytes],
+                backend=s.allreduce_backend,
+                judge_size=key.size_bytes,
+                timeout_s=s.timeout_s,
+                budget_s_per_size=s.budget_s,
+                peer=peer,
+                devices=devices,
+                sched=s.allreduce_sched,
+            )
             row = ran.judged
             error = f"{row.wrong} wrong elements after the all-reduce" if row.wrong else None
             detail = {"engine": "torch.distributed", **ran.to_json()}
@@ -365,8 +411,14 @@ class BenchSuite:
             return row.busbw_gbps, detail, error
         data = self._copies.measure(key, self.topology, budget_s=s.budget_s, timeout_s=s.timeout_s)
         if data.get("peer_access") is False:
-            return None, data, (f"no CUDA peer access between GPU{key.src} and GPU{key.dst}: a copy goes "  # type: ignore[union-attr]  # a Copy
-                                f"through the host (staged), not P2P")
+            return (
+                None,
+                data,
+                (
+                    f"no CUDA peer access between GPU{key.src} and GPU{key.dst}: a copy goes "  # type: ignore[union-attr]  # a Copy
+                    f"through the host (staged), not P2P"
+                ),
+            )
         return data["bw_gbps"], data, data.get("error")
 
 
@@ -374,22 +426,40 @@ class BenchSuite:
 _ONE_SAMPLE = {"budget_s_per_size": 0.0, "warmup": 1, "min_samples": 1, "max_samples": 1, "min_sample_s": 0.0}
 
 
-def nccl_algorithm(n: int, size_bytes: int, timeout_s: float, peer: tuple | None = None,
-                   devices: list | None = None) -> dict:
+def nccl_algorithm(
+    n: int, size_bytes: int, timeout_s: float, peer: tuple | None = None, devices: list | None = None
+) -> dict:
     """The algorithm NCCL takes for an all-reduce of ``size_bytes`` among ``n`` ranks, and whether it
     is NVLink SHARP (``nvls``), read from NCCL's log of a short run at that size apart from the timed
     one. It may fail without taking the figure with it: the algorithm is then unknown, and says why."""
     from .allreduce import run_allreduce
 
     try:
-        res = run_allreduce(n, [size_bytes], backend="nccl", judge_size=size_bytes, timeout_s=timeout_s,
-                            peer=peer, devices=devices, log_nccl=True, **_ONE_SAMPLE)
+        res = run_allreduce(
+            n,
+            [size_bytes],
+            backend="nccl",
+            judge_size=size_bytes,
+            timeout_s=timeout_s,
+            peer=peer,
+            devices=devices,
+            log_nccl=True,
+            **_ONE_SAMPLE,
+        )
     except Exception as exc:  # BenchError, a timeout: the figure stands, the algorithm is unknown
-        return {"algo": None, "nvls": None, "nvls_evidence": [],
-                "algo_error": f"NCCL's logged run failed: {type(exc).__name__}: {exc}"}
+        return {
+            "algo": None,
+            "nvls": None,
+            "nvls_evidence": [],
+            "algo_error": f"NCCL's logged run failed: {type(exc).__name__}: {exc}",
+        }
     algo = res.judged.algo
-    return {"algo": algo, "nvls": res.nvls, "nvls_evidence": list(res.nvls_evidence),
-            "algo_error": None if algo else "NCCL's log names no algorithm (NCCL before 2.20 does not print it)"}
+    return {
+        "algo": algo,
+        "nvls": res.nvls,
+        "nvls_evidence": list(res.nvls_evidence),
+        "algo_error": None if algo else "NCCL's log names no algorithm (NCCL before 2.20 does not print it)",
+    }
 
 
 def nccl_account(n: int, timeout_s: float, peer: tuple | None = None, devices: list | None = None) -> dict:
@@ -399,13 +469,26 @@ def nccl_account(n: int, timeout_s: float, peer: tuple | None = None, devices: l
     from ..parse.nccl_log import parse_nccl_log
     from .allreduce import run_allreduce
 
-    res = run_allreduce(n, [2**20], backend="nccl", judge_size=2**20, timeout_s=timeout_s, peer=peer,
-                        devices=devices, log_nccl=True, **_ONE_SAMPLE)
+    res = run_allreduce(
+        n,
+        [2**20],
+        backend="nccl",
+        judge_size=2**20,
+        timeout_s=timeout_s,
+        peer=peer,
+        devices=devices,
+        log_nccl=True,
+        **_ONE_SAMPLE,
+    )
     log = parse_nccl_log(res.nccl_log)
     pairs: dict[str, set] = {}
     for c in log.connections:
         if c.dst_rank >= 0 and c.src_rank != c.dst_rank:
             a, b = sorted((c.src_rank, c.dst_rank))
             pairs.setdefault(f"{a}-{b}", set()).add(c.transport)
-    return {"pairs": {k: sorted(v) for k, v in pairs.items()}, "log": log.to_json(),
-            "topo_xml": res.nccl_topo_xml, "wrong": res.judged.wrong}
+    return {
+        "pairs": {k: sorted(v) for k, v in pairs.items()},
+        "log": log.to_json(),
+        "topo_xml": res.nccl_topo_xml,
+        "wrong": res.judged.wrong,
+    }

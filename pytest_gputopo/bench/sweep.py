@@ -34,8 +34,15 @@ def element_sizes(sizes: Sequence[int], dtype: str) -> list[int]:
     return [count * ITEMSIZE[dtype] for count in element_counts(sizes, dtype)]
 
 
-def sweep_entry(result: AllReduceResult, *, host: str | None, devices: Sequence[int] | None,
-                sizes: tuple[int, int, int], expected: Figure | None, basis: str) -> dict:
+def sweep_entry(
+    result: AllReduceResult,
+    *,
+    host: str | None,
+    devices: Sequence[int] | None,
+    sizes: tuple[int, int, int],
+    expected: Figure | None,
+    basis: str,
+) -> dict:
     """The JSON of one sweep: what was run where, every row (``AllReduceResult.to_json``), and the
     busbw the links should give (``expected``: null with the reason when nothing says)."""
     begin, end, factor = sizes
@@ -43,13 +50,16 @@ def sweep_entry(result: AllReduceResult, *, host: str | None, devices: Sequence[
     where = ", ".join(f"GPU{d}" for d in devices) if devices else "CPU processes"
     return {
         "what": f"all-reduce sweep, {ranks} ({result.backend}, {where}), {result.dtype}, "
-                f"{size_text(begin)} to {size_text(end)} x{factor}",
+        f"{size_text(begin)} to {size_text(end)} x{factor}",
         "origin": "measured",
         "host": host,
         "devices": list(devices) if devices else None,
         "sizes": {"begin": begin, "end": end, "factor": factor},
-        "expected": {"gbps": expected.gbps if expected else None, "basis": basis,
-                     "source": expected.source if expected else None},
+        "expected": {
+            "gbps": expected.gbps if expected else None,
+            "basis": basis,
+            "source": expected.source if expected else None,
+        },
         "result": result.to_json(),
         "worker_pids": list(result.worker_pids),
     }
@@ -107,8 +117,7 @@ def rank_memory(max_bytes: int) -> int:
     return RANK_BASE_BYTES + RANK_BUFFERS * max_bytes
 
 
-def gloo_rank_limit(max_bytes: int, *, cpus: int | None = None,
-                    available: int | None = -1) -> tuple[int, str]:
+def gloo_rank_limit(max_bytes: int, *, cpus: int | None = None, available: int | None = -1) -> tuple[int, str]:
     """(the most gloo ranks this machine runs a sweep up to ``max_bytes`` with, why): at most
     ``RANKS_PER_CPU`` per usable CPU, and no more than fit in the available memory (``rank_memory``
     each). ``cpus`` and ``available`` default to this machine's (``available=None``: unknown, no
@@ -116,14 +125,18 @@ def gloo_rank_limit(max_bytes: int, *, cpus: int | None = None,
     cpus = usable_cpus() if cpus is None else cpus
     available = available_memory() if available == -1 else available
     by_cpu = RANKS_PER_CPU * cpus
-    why = (f"{counted(cpus, 'usable CPU')} x {RANKS_PER_CPU} ranks each: a gloo rank is a busy "
-           f"process, and past that the sweep measures the scheduler, not the all-reduce")
+    why = (
+        f"{counted(cpus, 'usable CPU')} x {RANKS_PER_CPU} ranks each: a gloo rank is a busy "
+        f"process, and past that the sweep measures the scheduler, not the all-reduce"
+    )
     if available is None:
         return by_cpu, why
     need = rank_memory(max_bytes)
     by_memory = available // need
     if by_memory < by_cpu:
-        return by_memory, (f"{available / 1e9:.1f} GB of memory available, {need / 1e9:.1f} GB per rank "
-                           f"({size_text(RANK_BASE_BYTES)} for python and torch + {RANK_BUFFERS} x "
-                           f"{size_text(max_bytes)}, the largest size)")
+        return by_memory, (
+            f"{available / 1e9:.1f} GB of memory available, {need / 1e9:.1f} GB per rank "
+            f"({size_text(RANK_BASE_BYTES)} for python and torch + {RANK_BUFFERS} x "
+            f"{size_text(max_bytes)}, the largest size)"
+        )
     return by_cpu, why

@@ -45,8 +45,12 @@ def json_problem(value: Any) -> str | None:
 def _interval_problem(value: Any, where: str) -> str | None:
     if value is None:
         return None
-    if (not isinstance(value, list) or len(value) != 2 or any(type(v) not in (int, float) for v in value)
-            or not value[0] <= value[1]):
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or any(type(v) not in (int, float) for v in value)
+        or not value[0] <= value[1]
+    ):
         return f"{where} {limits.show_value(value)} is not an interval [low, high]"
     return None
 
@@ -67,8 +71,9 @@ def detail_problem(detail: Any) -> str | None:
     judged = detail.get("judged", {})
     if not isinstance(judged, dict):
         return "detail.judged is not an object"
-    return (_interval_problem(detail.get("bw_ci95_gbps"), "detail.bw_ci95_gbps")
-            or _interval_problem(judged.get("busbw_ci95_gbps"), "detail.judged.busbw_ci95_gbps"))
+    return _interval_problem(detail.get("bw_ci95_gbps"), "detail.bw_ci95_gbps") or _interval_problem(
+        judged.get("busbw_ci95_gbps"), "detail.judged.busbw_ci95_gbps"
+    )
 
 
 def cache_entry_problem(entry: Any, now: float) -> str | None:

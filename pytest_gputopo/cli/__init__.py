@@ -31,14 +31,17 @@ __all__ = ["CliError", "build_parser", "main", "sweep_plan"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gputopo", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="gputopo",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="GPU interconnect topology: show, record, parse, check, benchmark, report, compare a fleet.",
         epilog="`gputopo COMMAND --help`: what a command does, an example and its exit statuses.\n"
-               "Exit status: 0 done; 2 bad input or arguments (one line on stderr says why); check,\n"
-               "bench and fleet also say what they found (see their --help): fleet 1 a node named or a\n"
-               "group split, 5 too few nodes to judge by their peers. Docs: docs/cli.md.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                help="one of these (each says more with --help):")
+        "Exit status: 0 done; 2 bad input or arguments (one line on stderr says why); check,\n"
+        "bench and fleet also say what they found (see their --help): fleet 1 a node named or a\n"
+        "group split, 5 too few nodes to judge by their peers. Docs: docs/cli.md.",
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="one of these (each says more with --help):"
+    )
     for add in (add_show, add_machines, add_record, add_spec, add_check, add_bench, add_report, add_fleet, add_parse):
         add(sub)  # in the order --help lists them
     return parser

@@ -23,8 +23,12 @@ from .common import CliError, add_command, check_writable
 
 def cmd_bench(args) -> int:
     """The all-reduce sweep: nccl-tests' table on stdout, JSON and HTML on request."""
-    for flag, value, low in (("--ranks", args.ranks, 1), ("-w", args.warmup_iters, 0), ("--budget", args.budget, 1e-3),
-                             ("--timeout", args.timeout, 1.0)):
+    for flag, value, low in (
+        ("--ranks", args.ranks, 1),
+        ("-w", args.warmup_iters, 0),
+        ("--budget", args.budget, 1e-3),
+        ("--timeout", args.timeout, 1.0),
+    ):
         if value is not None and not (low <= value <= 1e6):
             raise CliError(f"{flag} {value:g}: expected a number from {low:g} to 1e6")
     for flag, path in (("--json", args.json), ("--html", args.html)):
@@ -39,21 +43,40 @@ def cmd_bench(args) -> int:
     if backend == "gloo":
         _check_gloo_ranks(args, ranks, max(sizes))
     timeout = args.timeout if args.timeout is not None else 60 + 4 * args.budget * len(sizes)
-    print(f"gputopo: measuring an all-reduce sweep: {counted(ranks, 'rank')}, {backend}, {counted(len(sizes), 'size')} "
-          f"(up to {timeout:g} s) ...", file=sys.stderr, flush=True)
+    print(
+        f"gputopo: measuring an all-reduce sweep: {counted(ranks, 'rank')}, {backend}, {counted(len(sizes), 'size')} "
+        f"(up to {timeout:g} s) ...",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
-        result = allreduce.run_allreduce(ranks, sizes, backend=backend, dtype=NCCL_TESTS_TYPES[args.datatype],
-                                         devices=devices, budget_s_per_size=args.budget, timeout_s=timeout,
-                                         warmup=args.warmup_iters)
+        result = allreduce.run_allreduce(
+            ranks,
+            sizes,
+            backend=backend,
+            dtype=NCCL_TESTS_TYPES[args.datatype],
+            devices=devices,
+            budget_s_per_size=args.budget,
+            timeout_s=timeout,
+            warmup=args.warmup_iters,
+        )
     except BenchError as exc:
         print(f"gputopo: the sweep gave no figures: {exc.reason}", file=sys.stderr)
         return 1
-    sweep = sweep_entry(result, host=topology.hostname, devices=devices,
-                        sizes=(wanted[0], wanted[-1], args.stepfactor), expected=expected, basis=basis)
+    sweep = sweep_entry(
+        result,
+        host=topology.hostname,
+        devices=devices,
+        sizes=(wanted[0], wanted[-1], args.stepfactor),
+        expected=expected,
+        basis=basis,
+    )
     sys.stdout.write(sweep_table(sweep))
     document = {**report.machine_document(topology), "sweeps": [sweep], "complete": True}
-    for flag, path, text in (("--json", args.json, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n"),
-                             ("--html", args.html, lambda: html_report(document))):
+    for flag, path, text in (
+        ("--json", args.json, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n"),
+        ("--html", args.html, lambda: html_report(document)),
+    ):
         if path is not None:
             try:
                 files.write_text(path, text())
@@ -80,8 +103,9 @@ def sweep_plan(args, topology: model.Topology):
             raise CliError("--gpus goes with --backend nccl (gloo ranks are CPU processes)")
         return backend, None, 2 if args.ranks is None else args.ranks, None, "gloo on CPUs (no link to judge it by)"
     if not topology.gpus:
-        raise CliError(f"--backend nccl: no GPU on this host ({topology.problem or 'NVML lists none'}); "
-                       f"use --backend gloo")
+        raise CliError(
+            f"--backend nccl: no GPU on this host ({topology.problem or 'NVML lists none'}); use --backend gloo"
+        )
     count = len(topology.gpus)
     if args.gpus is None:
         ranks = count if args.ranks is None else args.ranks
@@ -107,21 +131,28 @@ def _check_gloo_ranks(args, ranks: int, max_bytes: int) -> None:
     if ranks <= limit:
         return
     if args.ranks is None:
-        raise CliError(f"-e {args.maxbytes}: the default {ranks} gloo ranks do not fit this host at "
-                       f"{size_text(max_bytes)} ({why})")
-    raise CliError(f"--ranks {ranks}: at most {counted(limit, 'gloo rank')} on this host for "
-                   f"sizes up to {size_text(max_bytes)} ({why})")
+        raise CliError(
+            f"-e {args.maxbytes}: the default {ranks} gloo ranks do not fit this host at {size_text(max_bytes)} ({why})"
+        )
+    raise CliError(
+        f"--ranks {ranks}: at most {counted(limit, 'gloo rank')} on this host for "
+        f"sizes up to {size_text(max_bytes)} ({why})"
+    )
 
 
 def add_bench(sub) -> None:
-    p = add_command(sub, "bench", "benchmarks for people: the all-reduce sweep (nccl-tests' table, JSON, HTML)",
-                    "The all-reduce sweep: sizes stepped as nccl-tests' -b -e -f step them, each timed for\n"
-                    "--budget seconds with torch.distributed (nccl with one rank per GPU, else gloo CPU\n"
-                    "processes), printed as nccl-tests' table with the busbw the links should give.",
-                    "  gputopo bench allreduce -b 64K -e 4M -f 4 --budget 0.2 --json sweep.json --html sweep.html",
-                    "  0    every size's data came back right\n"
-                    "  1    a size's data came back wrong, or the sweep gave no figure\n"
-                    "  2    bad arguments (named), refused before anything runs")
+    p = add_command(
+        sub,
+        "bench",
+        "benchmarks for people: the all-reduce sweep (nccl-tests' table, JSON, HTML)",
+        "The all-reduce sweep: sizes stepped as nccl-tests' -b -e -f step them, each timed for\n"
+        "--budget seconds with torch.distributed (nccl with one rank per GPU, else gloo CPU\n"
+        "processes), printed as nccl-tests' table with the busbw the links should give.",
+        "  gputopo bench allreduce -b 64K -e 4M -f 4 --budget 0.2 --json sweep.json --html sweep.html",
+        "  0    every size's data came back right\n"
+        "  1    a size's data came back wrong, or the sweep gave no figure\n"
+        "  2    bad arguments (named), refused before anything runs",
+    )
     p.add_argument("benchmark", choices=["allreduce"], help="the benchmark: allreduce (the only one)")
     p.add_argument("-b", "--minbytes", default="1M", metavar="SIZE", help="first size (default 1M; 8, 64K, 1G)")
     p.add_argument("-e", "--maxbytes", default="64M", metavar="SIZE", help="last size (default 64M)")
@@ -129,15 +160,31 @@ def add_bench(sub) -> None:
     p.add_argument("--backend", choices=["nccl", "gloo"], help="default: nccl where NVML lists GPUs, else gloo")
     p.add_argument("--ranks", type=int, metavar="N", help="ranks (gloo default 2; nccl: GPU0..N-1, default all)")
     p.add_argument("--gpus", metavar="LIST", help="nccl: the GPUs to use, one rank each (0,2,5; default: all)")
-    p.add_argument("-d", "--datatype", choices=sorted(NCCL_TESTS_TYPES), default="float",
-                   help="the element type, by nccl-tests' names (default float)")
-    p.add_argument("-w", "--warmup_iters", type=int, default=5, metavar="N",
-                   help="untimed all-reduces before each size is timed (default 5)")
+    p.add_argument(
+        "-d",
+        "--datatype",
+        choices=sorted(NCCL_TESTS_TYPES),
+        default="float",
+        help="the element type, by nccl-tests' names (default float)",
+    )
+    p.add_argument(
+        "-w",
+        "--warmup_iters",
+        type=int,
+        default=5,
+        metavar="N",
+        help="untimed all-reduces before each size is timed (default 5)",
+    )
     p.add_argument("--budget", type=float, default=1.0, metavar="S", help="seconds of timing per size (default 1)")
-    p.add_argument("--timeout", type=float, metavar="S",
-                   help="bound on the whole sweep (default 60 + 4 x budget x sizes)")
-    p.add_argument("--json", metavar="PATH",
-                   help="write the sweep as a report document (gputopo report reads it; default: none)")
-    p.add_argument("--html", metavar="PATH",
-                   help="write the HTML report: busbw against size with the expected line (default: none)")
+    p.add_argument(
+        "--timeout", type=float, metavar="S", help="bound on the whole sweep (default 60 + 4 x budget x sizes)"
+    )
+    p.add_argument(
+        "--json", metavar="PATH", help="write the sweep as a report document (gputopo report reads it; default: none)"
+    )
+    p.add_argument(
+        "--html",
+        metavar="PATH",
+        help="write the HTML report: busbw against size with the expected line (default: none)",
+    )
     p.set_defaults(func=cmd_bench)

@@ -96,45 +96,68 @@ def _keep(written: str, folder: str, code: int) -> int:
         text = files.read_text(written)
         path = files.write_named(folder, document_name(json.loads(text)), text)
     except (OSError, ValueError) as exc:
-        sys.stderr.write(terminal(f"gputopo check: --json-dir {folder}: the report was not kept: "
-                                  f"{getattr(exc, 'strerror', None) or exc}") + "\n")
+        sys.stderr.write(
+            terminal(
+                f"gputopo check: --json-dir {folder}: the report was not kept: {getattr(exc, 'strerror', None) or exc}"
+            )
+            + "\n"
+        )
         return 4
     sys.stdout.write(terminal(f"gputopo check: wrote {path}") + "\n")
     return code
 
 
 def add_check(sub) -> None:
-    p = add_command(sub, "check", "run the node health check (pytest --gputopo-check) and report like pytest",
-                    "Run pytest with only the generated health-check items (pytest --gputopo-check) on this host\n"
-                    "or a recorded machine, and exit with pytest's status.",
-                    "  gputopo check --level full --junitxml node.xml --html node.html\n"
-                    "  gputopo check --machine hgx-h100-nvlink-down\n"
-                    "  srun --nodes=64 --ntasks-per-node=1 gputopo check --level full --json-dir out/",
-                    "  0    every check passed (or was skipped, saying why)\n"
-                    "  1    a check failed\n"
-                    "  2    interrupted (Ctrl-C), as pytest; or a bad argument of gputopo check itself\n"
-                    "  3    an internal error, as pytest\n"
-                    "  4    a usage error, as pytest: an unknown --machine, a report path that cannot be written\n"
-                    "       (--json-dir: also after the check, where its file's name holds a link or other non-file)")
-    p.add_argument("--level", choices=["quick", "full"], default="quick",
-                   help="quick: the topology, each GPU's PCIe width and NVLinks, NVML's P2P status per pair "
-                        "(seconds); full: quick, plus measured P2P copies per pair, host<->device copies per "
-                        "GPU and one all-reduce (default: quick)")
-    p.add_argument("--machine", metavar="NAME|PATH",
-                   help="check a recorded machine instead of this host (default: this host)")
+    p = add_command(
+        sub,
+        "check",
+        "run the node health check (pytest --gputopo-check) and report like pytest",
+        "Run pytest with only the generated health-check items (pytest --gputopo-check) on this host\n"
+        "or a recorded machine, and exit with pytest's status.",
+        "  gputopo check --level full --junitxml node.xml --html node.html\n"
+        "  gputopo check --machine hgx-h100-nvlink-down\n"
+        "  srun --nodes=64 --ntasks-per-node=1 gputopo check --level full --json-dir out/",
+        "  0    every check passed (or was skipped, saying why)\n"
+        "  1    a check failed\n"
+        "  2    interrupted (Ctrl-C), as pytest; or a bad argument of gputopo check itself\n"
+        "  3    an internal error, as pytest\n"
+        "  4    a usage error, as pytest: an unknown --machine, a report path that cannot be written\n"
+        "       (--json-dir: also after the check, where its file's name holds a link or other non-file)",
+    )
+    p.add_argument(
+        "--level",
+        choices=["quick", "full"],
+        default="quick",
+        help="quick: the topology, each GPU's PCIe width and NVLinks, NVML's P2P status per pair "
+        "(seconds); full: quick, plus measured P2P copies per pair, host<->device copies per "
+        "GPU and one all-reduce (default: quick)",
+    )
+    p.add_argument(
+        "--machine", metavar="NAME|PATH", help="check a recorded machine instead of this host (default: this host)"
+    )
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--json", metavar="PATH",
-                       help="write topology, measurements and outcomes as JSON (default: none)")
-    where.add_argument("--json-dir", metavar="DIR",
-                       help="write that JSON into DIR (made if missing) as HOST-DIGEST.json: the host name and "
-                            "a digest of the GPUs' UUIDs, so every node of a job (srun, a Job, a matrix) "
-                            "writes its own file into one shared folder for gputopo fleet (default: none)")
+    where.add_argument(
+        "--json", metavar="PATH", help="write topology, measurements and outcomes as JSON (default: none)"
+    )
+    where.add_argument(
+        "--json-dir",
+        metavar="DIR",
+        help="write that JSON into DIR (made if missing) as HOST-DIGEST.json: the host name and "
+        "a digest of the GPUs' UUIDs, so every node of a job (srun, a Job, a matrix) "
+        "writes its own file into one shared folder for gputopo fleet (default: none)",
+    )
     p.add_argument("--html", metavar="PATH", help="write the self-contained HTML report (default: none)")
     p.add_argument("--junitxml", metavar="PATH", help="write JUnit XML (default: none)")
-    p.add_argument("--allreduce-backend", choices=["nccl", "gloo"],
-                   help="torch.distributed backend of the all-reduce: nccl (GPUs) or gloo (CPUs) "
-                        "(default: nccl, as --gputopo-allreduce-backend)")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="print every item's measured, expected, floor and ratio (default: failed and "
-                        "skipped items only)")
+    p.add_argument(
+        "--allreduce-backend",
+        choices=["nccl", "gloo"],
+        help="torch.distributed backend of the all-reduce: nccl (GPUs) or gloo (CPUs) "
+        "(default: nccl, as --gputopo-allreduce-backend)",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print every item's measured, expected, floor and ratio (default: failed and skipped items only)",
+    )
     p.set_defaults(func=cmd_check)

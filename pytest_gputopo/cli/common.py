@@ -48,14 +48,20 @@ def check_writable(flag: str, path: str | None) -> None:
 
 
 # What every command's exit status may also be (docs/cli.md, "Exit status").
-_COMMON_EXITS = ("  3    an internal error (one line asking to report it; never a traceback)\n"
-                 "  130  ended by Ctrl-C (SIGINT); 143 by SIGTERM: every process it started has ended\n"
-                 "  141  the reader of the output went away (a pipe into `head`, quietly)")
+_COMMON_EXITS = (
+    "  3    an internal error (one line asking to report it; never a traceback)\n"
+    "  130  ended by Ctrl-C (SIGINT); 143 by SIGTERM: every process it started has ended\n"
+    "  141  the reader of the output went away (a pipe into `head`, quietly)"
+)
 
 
 def add_command(sub, name: str, summary: str, description: str, example: str, exits: str):
     """A subcommand whose --help says what it does, an example and its exit statuses."""
     common = "" if name == "check" else "\n" + _COMMON_EXITS
-    return sub.add_parser(name, help=summary, description=description,
-                          epilog=f"example:\n{example}\n\nexit status:\n{exits}{common}",
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    return sub.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog=f"example:\n{example}\n\nexit status:\n{exits}{common}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )

@@ -32,13 +32,17 @@ def cmd_fleet(args) -> int:
     read = read_nodes(args.documents, outputs={"--html": args.html, "--json": args.json, "--markdown": args.markdown})
     nodes, unread = read.nodes, read.unread
     if not nodes:
-        raise CliError("no node to judge: " + (f"{len(unread)} documents, none readable" if unread else
-                                               "no document found"))
+        raise CliError(
+            "no node to judge: " + (f"{len(unread)} documents, none readable" if unread else "no document found")
+        )
     judged, superseded = roster(nodes)
     fleet = judge(judged, tuple(superseded), tuple(read.set_aside))
     try:
-        for path, write in ((args.html, fleet_out.html_page), (args.markdown, fleet_out.summary_markdown),
-                            (args.json, lambda f, u: json.dumps(fleet_out.document(f, u), indent=1) + "\n")):
+        for path, write in (
+            (args.html, fleet_out.html_page),
+            (args.markdown, fleet_out.summary_markdown),
+            (args.json, lambda f, u: json.dumps(fleet_out.document(f, u), indent=1) + "\n"),
+        ):
             if path:
                 files.write_text(path, write(fleet, unread))
     except OSError as exc:
@@ -48,18 +52,22 @@ def cmd_fleet(args) -> int:
 
 
 def add_fleet(sub) -> None:
-    p = add_command(sub, "fleet", "judge many nodes' documents against each other, each by its peers",
-                    "Read the documents gputopo writes on many nodes (--gputopo-json run reports, `gputopo check\n"
-                    "--json` reports, recorded profiles; files or folders of them), group the nodes by GPU model,\n"
-                    "and name each node whose topology, versions or measured figures differ from its peers'.\n"
-                    "No rule file: the peers are the reference (docs/fleet.md).",
-                    "  srun --nodes=64 --ntasks-per-node=1 gputopo check --level full --json-dir out/\n"
-                    "  gputopo fleet out/ --html fleet.html --markdown \"$GITHUB_STEP_SUMMARY\"",
-                    "  0    every node judged by its peers, and none named nor in a split group\n"
-                    "  1    a node is named (a fault of its own, or a difference from its peers), or a group\n"
-                    "       is split on a fact (whatever else is true)\n"
-                    "  2    bad arguments, or a document could not be read (the others are still judged)\n"
-                    "  5    too few nodes of a GPU model to judge them by their peers (3 needed); none named")
+    p = add_command(
+        sub,
+        "fleet",
+        "judge many nodes' documents against each other, each by its peers",
+        "Read the documents gputopo writes on many nodes (--gputopo-json run reports, `gputopo check\n"
+        "--json` reports, recorded profiles; files or folders of them), group the nodes by GPU model,\n"
+        "and name each node whose topology, versions or measured figures differ from its peers'.\n"
+        "No rule file: the peers are the reference (docs/fleet.md).",
+        "  srun --nodes=64 --ntasks-per-node=1 gputopo check --level full --json-dir out/\n"
+        '  gputopo fleet out/ --html fleet.html --markdown "$GITHUB_STEP_SUMMARY"',
+        "  0    every node judged by its peers, and none named nor in a split group\n"
+        "  1    a node is named (a fault of its own, or a difference from its peers), or a group\n"
+        "       is split on a fact (whatever else is true)\n"
+        "  2    bad arguments, or a document could not be read (the others are still judged)\n"
+        "  5    too few nodes of a GPU model to judge them by their peers (3 needed); none named",
+    )
     p.add_argument("documents", nargs="+", metavar="DOC", help="a document, or a folder of them (*.json)")
     p.add_argument("--html", metavar="PATH.html", help="write the fleet's page (default: none)")
     p.add_argument("--json", metavar="PATH.json", help="write the fleet's JSON document (default: none)")

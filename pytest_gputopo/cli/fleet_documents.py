@@ -152,13 +152,17 @@ def _countable(text: str) -> None:
     twenty times its size in memory."""
     values = text.count(",")
     if values > limits.MAX_DOCUMENT_VALUES:
-        raise ValueError(f"more than {limits.MAX_DOCUMENT_VALUES:,} JSON values (about {values:,}), the most "
-                         "gputopo fleet reads of one document: not a document gputopo writes")
+        raise ValueError(
+            f"more than {limits.MAX_DOCUMENT_VALUES:,} JSON values (about {values:,}), the most "
+            "gputopo fleet reads of one document: not a document gputopo writes"
+        )
     containers = text.count("{") + text.count("[")
     if containers > limits.MAX_DOCUMENT_CONTAINERS:
-        raise ValueError(f"more than {limits.MAX_DOCUMENT_CONTAINERS:,} JSON objects and lists (about "
-                         f"{containers:,}), the most gputopo fleet reads of one document: not a document "
-                         "gputopo writes")
+        raise ValueError(
+            f"more than {limits.MAX_DOCUMENT_CONTAINERS:,} JSON objects and lists (about "
+            f"{containers:,}), the most gputopo fleet reads of one document: not a document "
+            "gputopo writes"
+        )
 
 
 def _few_gpus(topology, where: str) -> None:
@@ -166,8 +170,10 @@ def _few_gpus(topology, where: str) -> None:
     grow with its pairs: 400 GPUs would be 160,000 facts, 60 MB kept for one node)."""
     gpus = topology.get("gpus") if isinstance(topology, dict) else None
     if isinstance(gpus, list) and len(gpus) > limits.MAX_FLEET_NODE_GPUS:
-        raise ValueError(f"{where}.gpus: {len(gpus):,} GPUs, more than the {limits.MAX_FLEET_NODE_GPUS} gputopo "
-                         "fleet compares in one node")
+        raise ValueError(
+            f"{where}.gpus: {len(gpus):,} GPUs, more than the {limits.MAX_FLEET_NODE_GPUS} gputopo "
+            "fleet compares in one node"
+        )
 
 
 def _is_fleet_document(doc: dict) -> bool:
@@ -195,9 +201,11 @@ def _failed_checks(doc: dict) -> list[tuple[str, str]]:
     ``--gputopo-check``)."""
     items = doc.get("checks") if isinstance(doc.get("checks"), list) else []
     # checked: a list, and a message that is a str (mypy does not narrow a repeated get())
-    return [(c["check"], c.get("message") if isinstance(c.get("message"), str) else "")  # type: ignore[misc]
-            for c in items if isinstance(c, dict) and isinstance(c.get("check"), str)  # type: ignore[union-attr]
-            and c.get("outcome") in ("failed", "error")]
+    return [
+        (c["check"], c.get("message") if isinstance(c.get("message"), str) else "")  # type: ignore[misc]
+        for c in items  # type: ignore[union-attr]
+        if isinstance(c, dict) and isinstance(c.get("check"), str) and c.get("outcome") in ("failed", "error")
+    ]
 
 
 def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
@@ -205,11 +213,13 @@ def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
     OSError where it is no regular file of at most ``limits.MAX_DOCUMENT_BYTES`` (``follow=False``: or a
     link), SetAside where it is the fleet view's own document."""
     try:
-        text = files.read_text(path, limits.MAX_DOCUMENT_BYTES, follow=follow,
-                               bound="the most gputopo fleet reads of one document")
+        text = files.read_text(
+            path, limits.MAX_DOCUMENT_BYTES, follow=follow, bound="the most gputopo fleet reads of one document"
+        )
     except OSError as exc:
         if str(exc.strerror).startswith("larger than") and _FLEET_START.match(
-                files.read_text(path, 256, follow=follow, head=True)):
+            files.read_text(path, 256, follow=follow, head=True)
+        ):
             raise SetAside(FLEET_DOCUMENT) from None  # a large fleet's own, by how it starts: not read
         raise
     _countable(text)
@@ -222,15 +232,26 @@ def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
     _few_gpus(doc.get("topology"), "topology")
     if "name" in doc and "measurements" not in doc:  # a recorded profile (gputopo record)
         topology = parse_profile(doc, path).topology
-        return [node_of(topology, name=topology.hostname or doc["name"], path=path, identified=False,
-                        notes=("a recorded profile: no measured figures",))]
+        return [
+            node_of(
+                topology,
+                name=topology.hostname or doc["name"],
+                path=path,
+                identified=False,
+                notes=("a recorded profile: no measured figures",),
+            )
+        ]
     if doc.get("schema") != 1 or "topology" not in doc:
         schema_of = doc.get("schema")
         if "topology" in doc and schema_of != 1:
-            raise ValueError(f"a gputopo document of schema {str(schema_of)[:40]!r}: this gputopo reads schema 1 "
-                             "(write it again with this version of gputopo, or read it with the version that wrote it)")
-        raise ValueError("not a gputopo document: a run's (--gputopo-json), a check's (gputopo check --json) or a "
-                         "recorded profile's (gputopo record) has schema 1 and a topology")
+            raise ValueError(
+                f"a gputopo document of schema {str(schema_of)[:40]!r}: this gputopo reads schema 1 "
+                "(write it again with this version of gputopo, or read it with the version that wrote it)"
+            )
+        raise ValueError(
+            "not a gputopo document: a run's (--gputopo-json), a check's (gputopo check --json) or a "
+            "recorded profile's (gputopo record) has schema 1 and a topology"
+        )
     topology = schema.from_dict(doc["topology"], "topology")
     _measurements(doc.get("measurements"))  # only what the fleet view reads is checked
     own = doc.get("source") == "NVML"  # facts (and GPU UUIDs) of the node itself, not a recording's
@@ -242,12 +263,27 @@ def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
         for i, n in enumerate(across):
             _few_gpus(n.get("topology") if isinstance(n, dict) else None, f"nodes[{i}].topology")
             tops.append(schema.from_dict(n.get("topology") if isinstance(n, dict) else None, f"nodes[{i}].topology"))
-        return [node_of(t, name=t.hostname or f"{path}#{i}", path=path, when=doc.get("written"), notes=notes,
-                        identified=own) for i, t in enumerate(tops)]
+        return [
+            node_of(
+                t, name=t.hostname or f"{path}#{i}", path=path, when=doc.get("written"), notes=notes, identified=own
+            )
+            for i, t in enumerate(tops)
+        ]
     name = topology.hostname or os.path.splitext(os.path.basename(path))[0]
     software = doc.get("software") if isinstance(doc.get("software"), dict) else None
-    return [node_of(topology, name=name, path=path, figures=_figures(doc), when=doc.get("written"), notes=notes,
-                    software=software, failed_checks=_failed_checks(doc), identified=own)]
+    return [
+        node_of(
+            topology,
+            name=name,
+            path=path,
+            figures=_figures(doc),
+            when=doc.get("written"),
+            notes=notes,
+            software=software,
+            failed_checks=_failed_checks(doc),
+            identified=own,
+        )
+    ]
 
 
 @dataclass

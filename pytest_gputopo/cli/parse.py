@@ -36,47 +36,59 @@ def _smi_p2p(path: str):
 def _nccl_log(path: str):
     log = parse_nccl_log(read_file(path))
     if not log.nccl_lines and log.nccl_version is None:
-        raise CliError(f"{path}: no NCCL log: not one line NCCL writes (\"NCCL INFO\", \"NCCL WARN\", "
-                       f"\"NCCL version\"); run with NCCL_DEBUG=INFO")
+        raise CliError(
+            f'{path}: no NCCL log: not one line NCCL writes ("NCCL INFO", "NCCL WARN", '
+            f'"NCCL version"); run with NCCL_DEBUG=INFO'
+        )
     return log.to_json(), tables.nccl_log_lines(log)
 
 
 def _reader(parse, errors, lines):
     """A format whose parsed result gives its own JSON (``to_json``) and whose text is ``lines``."""
+
     def read(path: str):
         result = read_tool(path, parse, errors)
         return result.to_json(), lines(result)
+
     return read
 
 
 # gputopo parse FORMAT FILE: (JSON, text lines) of what a tool printed, read as it writes it.
-_PARSERS = {"smi-topo": _smi_topo, "smi-p2p": _smi_p2p,
-            "nvlink-status": _reader(parse_nvlink_status, NvlinkStatusParseError, tables.nvlink_status_lines),
-            "smi-query": _reader(parse_smi_query, SmiQueryParseError, lambda listing: listing.lines()),
-            "smi-list": _reader(parse_smi_list, SmiListParseError, lambda listing: listing.lines()),
-            "smi-xml": _reader(parse_smi_xml, SmiXmlParseError, lambda listing: listing.lines()),
-            "smi-q": _reader(parse_smi_q, SmiQParseError, lambda listing: listing.lines()),
-            "nccl-tests": _reader(parse_nccl_tests, NcclTestsParseError, tables.nccl_tests_lines),
-            "nccl-log": _nccl_log,
-            "nvbandwidth": _reader(parse_nvbandwidth, NvbandwidthParseError, tables.nvbandwidth_lines),
-            "p2p-bandwidth": _reader(parse_p2p_bandwidth_latency, P2PParseError, tables.p2p_test_lines)}
+_PARSERS = {
+    "smi-topo": _smi_topo,
+    "smi-p2p": _smi_p2p,
+    "nvlink-status": _reader(parse_nvlink_status, NvlinkStatusParseError, tables.nvlink_status_lines),
+    "smi-query": _reader(parse_smi_query, SmiQueryParseError, lambda listing: listing.lines()),
+    "smi-list": _reader(parse_smi_list, SmiListParseError, lambda listing: listing.lines()),
+    "smi-xml": _reader(parse_smi_xml, SmiXmlParseError, lambda listing: listing.lines()),
+    "smi-q": _reader(parse_smi_q, SmiQParseError, lambda listing: listing.lines()),
+    "nccl-tests": _reader(parse_nccl_tests, NcclTestsParseError, tables.nccl_tests_lines),
+    "nccl-log": _nccl_log,
+    "nvbandwidth": _reader(parse_nvbandwidth, NvbandwidthParseError, tables.nvbandwidth_lines),
+    "p2p-bandwidth": _reader(parse_p2p_bandwidth_latency, P2PParseError, tables.p2p_test_lines),
+}
 
 
 def add_parse(sub) -> None:
-    p = add_command(sub, "parse", "read tool output and print what it says",
-                    "Read what a tool printed, as it prints it (cut or pasted text gives what can be read, plus\n"
-                    "warnings), and print what it says; each format refuses another tool's text, naming it.",
-                    "  nvidia-smi topo -m > topo.txt\n"
-                    "  gputopo parse smi-topo topo.txt --json",
-                    "  0    read\n"
-                    "  2    unreadable, or text that is not the format's (one line says what it is)")
-    p.add_argument("format", choices=list(_PARSERS),
-                   help="smi-topo: `nvidia-smi topo -m` text; smi-p2p: `nvidia-smi topo -p2p r|w|n|a`; nvlink-status: "
-                        "`nvidia-smi nvlink -s`; smi-query: `nvidia-smi --query-gpu=... --format=csv`; smi-list: "
-                        "`nvidia-smi -L`; smi-xml: `nvidia-smi -q -x`; smi-q: `nvidia-smi -q` (its text report); "
-                        "nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
-                        "NCCL_DEBUG=INFO output; nvbandwidth: NVIDIA nvbandwidth output; p2p-bandwidth: cuda-samples' "
-                        "p2pBandwidthLatencyTest output")
+    p = add_command(
+        sub,
+        "parse",
+        "read tool output and print what it says",
+        "Read what a tool printed, as it prints it (cut or pasted text gives what can be read, plus\n"
+        "warnings), and print what it says; each format refuses another tool's text, naming it.",
+        "  nvidia-smi topo -m > topo.txt\n  gputopo parse smi-topo topo.txt --json",
+        "  0    read\n  2    unreadable, or text that is not the format's (one line says what it is)",
+    )
+    p.add_argument(
+        "format",
+        choices=list(_PARSERS),
+        help="smi-topo: `nvidia-smi topo -m` text; smi-p2p: `nvidia-smi topo -p2p r|w|n|a`; nvlink-status: "
+        "`nvidia-smi nvlink -s`; smi-query: `nvidia-smi --query-gpu=... --format=csv`; smi-list: "
+        "`nvidia-smi -L`; smi-xml: `nvidia-smi -q -x`; smi-q: `nvidia-smi -q` (its text report); "
+        "nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
+        "NCCL_DEBUG=INFO output; nvbandwidth: NVIDIA nvbandwidth output; p2p-bandwidth: cuda-samples' "
+        "p2pBandwidthLatencyTest output",
+    )
     p.add_argument("file", help="the tool's output, saved to a file")
     p.add_argument("--json", action="store_true", help="print what was read as JSON (default: text)")
     p.set_defaults(func=cmd_parse)

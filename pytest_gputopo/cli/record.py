@@ -32,11 +32,15 @@ def cmd_record(args) -> int:
     if args.from_smi:
         topology, sources, inferred = _text_machine(args)
     else:
-        for flag, given in (("--p2p", args.p2p), ("--nvlink-status", args.nvlink_status),
-                            ("--smi-query", args.smi_query)):
+        for flag, given in (
+            ("--p2p", args.p2p),
+            ("--nvlink-status", args.nvlink_status),
+            ("--smi-query", args.smi_query),
+        ):
             if given:
-                raise CliError(f"{flag} goes with --from-smi (NVML reports P2P status, NVLink states and each "
-                               f"GPU's facts itself)")
+                raise CliError(
+                    f"{flag} goes with --from-smi (NVML reports P2P status, NVLink states and each GPU's facts itself)"
+                )
         topology = probe(None)
         if not topology.gpus:
             raise CliError(f"no GPU to record: {topology.problem or 'NVML lists none'}")
@@ -44,8 +48,9 @@ def cmd_record(args) -> int:
         inferred = []
     topology, sources = _with_figures(args, topology, sources)
     name = args.name or Path(args.output).stem
-    data = profile_dict(name, topology, args.description or f"recorded by gputopo from {sources[0]['what']}",
-                        sources, inferred)
+    data = profile_dict(
+        name, topology, args.description or f"recorded by gputopo from {sources[0]['what']}", sources, inferred
+    )
     try:
         files.write_text(args.output, json.dumps(data, indent=1) + "\n")
     except OSError as exc:
@@ -69,8 +74,10 @@ def _p2p_args(values: list[str]) -> dict:
             caps, path = "r", value
         bad = sorted(set(caps) - set(P2P_CAPS))
         if bad or not caps:
-            raise CliError(f"--p2p {value!r}: {''.join(bad) or 'nothing'!r} before ':' is no capability letter "
-                           f"(r read, w write, n nvlink, a atomics)")
+            raise CliError(
+                f"--p2p {value!r}: {''.join(bad) or 'nothing'!r} before ':' is no capability letter "
+                f"(r read, w write, n nvlink, a atomics)"
+            )
         matrix = read_tool(path, smi_machine.parse_p2p_matrix, smi_text.SmiParseError)
         for c in caps:
             out[P2P_CAPS[c]] = (path, matrix)
@@ -99,9 +106,15 @@ def _with_figures(args, topology: model.Topology, sources: list):
     try:
         figures = RecordedFigures(topology)
         for paths, parse, errors, add, what in (
-                (args.nvbandwidth, parse_nvbandwidth, NvbandwidthParseError, figures.add_nvbandwidth, "nvbandwidth"),
-                (args.p2p_bandwidth, parse_p2p_bandwidth_latency, P2PParseError, figures.add_p2p_test,
-                 "cuda-samples p2pBandwidthLatencyTest")):
+            (args.nvbandwidth, parse_nvbandwidth, NvbandwidthParseError, figures.add_nvbandwidth, "nvbandwidth"),
+            (
+                args.p2p_bandwidth,
+                parse_p2p_bandwidth_latency,
+                P2PParseError,
+                figures.add_p2p_test,
+                "cuda-samples p2pBandwidthLatencyTest",
+            ),
+        ):
             for path in paths:
                 known = len(figures.notes)
                 add(read_tool(path, parse, errors), path)
@@ -114,41 +127,77 @@ def _with_figures(args, topology: model.Topology, sources: list):
 
 
 def add_record(sub) -> None:
-    p = add_command(sub, "record", "write a machine profile from NVML, or from nvidia-smi text",
-                    "Write a machine profile (docs/profile-format.md) from this host through NVML, or, with\n"
-                    "--from-smi, from nvidia-smi text captured on any machine (every fact the text does not give\n"
-                    "is recorded as unknown). nvbandwidth and p2pBandwidthLatencyTest output run on that machine\n"
-                    "add its figures, labelled recorded. The profile works wherever a machine is named.",
-                    "  nvidia-smi topo -m > topo.txt; nvidia-smi topo -p2p r > p2p_r.txt; "
-                    "nvidia-smi topo -p2p w > p2p_w.txt\n"
-                    "  gputopo record --from-smi topo.txt --p2p r:p2p_r.txt --p2p w:p2p_w.txt -o node.json\n"
-                    "  pytest --gputopo-machine node.json",
-                    "  0    written, and what each file gave printed\n"
-                    "  2    an unreadable or refused file (named), -o not writable, or no GPU to record")
-    p.add_argument("-o", "--output", required=True, metavar="FILE",
-                   help="the profile to write, as JSON (required; a regular file is replaced whole, "
-                        "see docs/cli.md)")
-    p.add_argument("--from-smi", metavar="FILE",
-                   help="`nvidia-smi topo -m` output to build the profile from (default: this host's NVML)")
-    p.add_argument("--p2p", action="append", default=[], metavar="[CAPS:]FILE",
-                   help="with --from-smi: `nvidia-smi topo -p2p CAPS` output (CAPS letters r,w,n,a; default r); "
-                        "repeatable (default: none, P2P status unknown)")
-    p.add_argument("--nvlink-status", action="append", default=[], metavar="FILE",
-                   help="with --from-smi: `nvidia-smi nvlink -s` output, each GPU's NVLink states; repeatable "
-                        "(default: none)")
-    p.add_argument("--smi-query", action="append", default=[], metavar="FILE",
-                   help="with --from-smi: `nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,"
-                        "compute_cap,driver_version,... --format=csv`, `nvidia-smi -L`, `nvidia-smi -q -x` or "
-                        "`nvidia-smi -q` "
-                        "output (told by its text), each GPU's name, UUID, bus id, memory, capability, PCIe and "
-                        "the driver and CUDA versions, MIG devices; repeatable (default: none)")
-    p.add_argument("--nvbandwidth", action="append", default=[], metavar="FILE",
-                   help="nvbandwidth output run on this machine: its P2P and host<->device figures, recorded; "
-                        "repeatable (default: none)")
-    p.add_argument("--p2p-bandwidth", action="append", default=[], metavar="FILE",
-                   help="cuda-samples p2pBandwidthLatencyTest output run on this machine: its copy figures, "
-                        "recorded; repeatable (default: none)")
+    p = add_command(
+        sub,
+        "record",
+        "write a machine profile from NVML, or from nvidia-smi text",
+        "Write a machine profile (docs/profile-format.md) from this host through NVML, or, with\n"
+        "--from-smi, from nvidia-smi text captured on any machine (every fact the text does not give\n"
+        "is recorded as unknown). nvbandwidth and p2pBandwidthLatencyTest output run on that machine\n"
+        "add its figures, labelled recorded. The profile works wherever a machine is named.",
+        "  nvidia-smi topo -m > topo.txt; nvidia-smi topo -p2p r > p2p_r.txt; "
+        "nvidia-smi topo -p2p w > p2p_w.txt\n"
+        "  gputopo record --from-smi topo.txt --p2p r:p2p_r.txt --p2p w:p2p_w.txt -o node.json\n"
+        "  pytest --gputopo-machine node.json",
+        "  0    written, and what each file gave printed\n"
+        "  2    an unreadable or refused file (named), -o not writable, or no GPU to record",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="FILE",
+        help="the profile to write, as JSON (required; a regular file is replaced whole, see docs/cli.md)",
+    )
+    p.add_argument(
+        "--from-smi",
+        metavar="FILE",
+        help="`nvidia-smi topo -m` output to build the profile from (default: this host's NVML)",
+    )
+    p.add_argument(
+        "--p2p",
+        action="append",
+        default=[],
+        metavar="[CAPS:]FILE",
+        help="with --from-smi: `nvidia-smi topo -p2p CAPS` output (CAPS letters r,w,n,a; default r); "
+        "repeatable (default: none, P2P status unknown)",
+    )
+    p.add_argument(
+        "--nvlink-status",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="with --from-smi: `nvidia-smi nvlink -s` output, each GPU's NVLink states; repeatable (default: none)",
+    )
+    p.add_argument(
+        "--smi-query",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="with --from-smi: `nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,"
+        "compute_cap,driver_version,... --format=csv`, `nvidia-smi -L`, `nvidia-smi -q -x` or "
+        "`nvidia-smi -q` "
+        "output (told by its text), each GPU's name, UUID, bus id, memory, capability, PCIe and "
+        "the driver and CUDA versions, MIG devices; repeatable (default: none)",
+    )
+    p.add_argument(
+        "--nvbandwidth",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="nvbandwidth output run on this machine: its P2P and host<->device figures, recorded; "
+        "repeatable (default: none)",
+    )
+    p.add_argument(
+        "--p2p-bandwidth",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="cuda-samples p2pBandwidthLatencyTest output run on this machine: its copy figures, "
+        "recorded; repeatable (default: none)",
+    )
     p.add_argument("--name", help="the machine's name (default: the output file's stem)")
-    p.add_argument("--description",
-                   help="one line saying what the machine is (default: 'recorded by gputopo from <source>')")
+    p.add_argument(
+        "--description", help="one line saying what the machine is (default: 'recorded by gputopo from <source>')"
+    )
     p.set_defaults(func=cmd_record)

@@ -14,6 +14,7 @@ from .common import CliError, add_command, check_writable, read_file
 
 def cmd_report(args) -> int:
     """An HTML report drawn from a saved --gputopo-json document."""
+
     def refuse(token):
         raise ValueError(f"{token} is not a number strict JSON allows")
 
@@ -33,14 +34,22 @@ def cmd_report(args) -> int:
 
 
 def add_report(sub) -> None:
-    p = add_command(sub, "report", "draw the self-contained HTML report of a saved --gputopo-json document",
-                    "Draw the self-contained HTML report (docs/report.md) of a --gputopo-json, gputopo check\n"
-                    "--json or gputopo bench --json document: the page --gputopo-html writes during a run.",
-                    "  pytest --gputopo-machine hgx-h100-nvlink-down --gputopo-json run.json\n"
-                    "  gputopo report run.json -o run.html",
-                    "  0    written\n"
-                    "  2    not such a document (the field it cannot draw is named), or -o not writable")
+    p = add_command(
+        sub,
+        "report",
+        "draw the self-contained HTML report of a saved --gputopo-json document",
+        "Draw the self-contained HTML report (docs/report.md) of a --gputopo-json, gputopo check\n"
+        "--json or gputopo bench --json document: the page --gputopo-html writes during a run.",
+        "  pytest --gputopo-machine hgx-h100-nvlink-down --gputopo-json run.json\n"
+        "  gputopo report run.json -o run.html",
+        "  0    written\n  2    not such a document (the field it cannot draw is named), or -o not writable",
+    )
     p.add_argument("report", metavar="RUN.json", help="the JSON document a run wrote")
-    p.add_argument("-o", "--output", required=True, metavar="PATH.html",
-                   help="the page to write (required; a regular file is replaced whole, see docs/cli.md)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="PATH.html",
+        help="the page to write (required; a regular file is replaced whole, see docs/cli.md)",
+    )
     p.set_defaults(func=cmd_report)

@@ -35,29 +35,45 @@ def cmd_machines(args) -> int:
 
 
 def add_show(sub) -> None:
-    p = add_command(sub, "show", "print this host's (or a recorded machine's) link and P2P matrices",
-                    "This host's topology (through NVML), or a recorded machine's: the link matrix as nvidia-smi\n"
-                    "topo -m prints it, the P2P read/write status under a line naming its source, one line per\n"
-                    "GPU, the versions, and the legend; '?' marks a fact the source did not give. Where there is\n"
-                    "no GPU, one line says so and why.",
-                    "  gputopo show --machine hgx-h100-nvlink-down",
-                    "  0    shown (also where there is no GPU)\n"
-                    "  2    an unknown machine, or a file that is no profile nor nvidia-smi topo -m text")
-    p.add_argument("--machine", metavar="NAME|PATH",
-                   help="a bundled machine (gputopo machines), a profile, or nvidia-smi topo -m text "
-                        "(default: this host, through NVML)")
-    p.add_argument("--json", action="store_true",
-                   help="print the topology as JSON, in the profile's topology form plus source_text "
-                        "(default: text)")
+    p = add_command(
+        sub,
+        "show",
+        "print this host's (or a recorded machine's) link and P2P matrices",
+        "This host's topology (through NVML), or a recorded machine's: the link matrix as nvidia-smi\n"
+        "topo -m prints it, the P2P read/write status under a line naming its source, one line per\n"
+        "GPU, the versions, and the legend; '?' marks a fact the source did not give. Where there is\n"
+        "no GPU, one line says so and why.",
+        "  gputopo show --machine hgx-h100-nvlink-down",
+        "  0    shown (also where there is no GPU)\n"
+        "  2    an unknown machine, or a file that is no profile nor nvidia-smi topo -m text",
+    )
+    p.add_argument(
+        "--machine",
+        metavar="NAME|PATH",
+        help="a bundled machine (gputopo machines), a profile, or nvidia-smi topo -m text "
+        "(default: this host, through NVML)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the topology as JSON, in the profile's topology form plus source_text (default: text)",
+    )
     p.set_defaults(func=cmd_show)
 
 
 def add_machines(sub) -> None:
-    p = add_command(sub, "machines", "list the bundled recorded machines",
-                    "The recorded machines bundled with pytest-gputopo, one per line with a description: names\n"
-                    "for --gputopo-machine, --gputopo-expect and gputopo show/check --machine.",
-                    "  gputopo machines --json",
-                    "  0    listed")
-    p.add_argument("--json", action="store_true",
-                   help="print a JSON list of {name, description, gpus} (default: one line per machine)")
+    p = add_command(
+        sub,
+        "machines",
+        "list the bundled recorded machines",
+        "The recorded machines bundled with pytest-gputopo, one per line with a description: names\n"
+        "for --gputopo-machine, --gputopo-expect and gputopo show/check --machine.",
+        "  gputopo machines --json",
+        "  0    listed",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list of {name, description, gpus} (default: one line per machine)",
+    )
     p.set_defaults(func=cmd_machines)

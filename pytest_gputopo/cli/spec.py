@@ -17,13 +17,18 @@ def cmd_spec(args) -> int:
 
 
 def add_spec(sub) -> None:
-    p = add_command(sub, "spec", "print the expected-bandwidth table with the source of every figure",
-                    "The figures links should give (PCIe per generation and width, NVLink per link and per GPU,\n"
-                    "host<->device, published per-SKU all-reduce floors), each with its source, and the default\n"
-                    "efficiency floors (docs/thresholds.md; each source's title, publisher and address:\n"
-                    "docs/sources.md).",
-                    "  gputopo spec --json",
-                    "  0    printed")
-    p.add_argument("--json", action="store_true",
-                   help="print the table and floors as JSON (default: one line per figure)")
+    p = add_command(
+        sub,
+        "spec",
+        "print the expected-bandwidth table with the source of every figure",
+        "The figures links should give (PCIe per generation and width, NVLink per link and per GPU,\n"
+        "host<->device, published per-SKU all-reduce floors), each with its source, and the default\n"
+        "efficiency floors (docs/thresholds.md; each source's title, publisher and address:\n"
+        "docs/sources.md).",
+        "  gputopo spec --json",
+        "  0    printed",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print the table and floors as JSON (default: one line per figure)"
+    )
     p.set_defaults(func=cmd_spec)

@@ -131,8 +131,9 @@ def _of_group(group: Group) -> tuple[list[tuple[str, str, list[Finding]]], list[
     by_gpu = {g: [f for f in pairs if g in f.gpus] for g in group.gpus}
     blamed = [g for g in group.gpus if n >= 3 and len({frozenset(f.gpus) for f in by_gpu[g]}) >= _nearly_all(n - 1)]
     if len(blamed) > n // 2 and not machine:  # most GPUs fail nearly all their pairs: the machine, no one GPU
-        machine.append(f"{len(failing)} of the {all_pairs} pairs of the {n} GPUs fail {group.label}: "
-                       f"{_tally(pairs, 'pair')}")
+        machine.append(
+            f"{len(failing)} of the {all_pairs} pairs of the {n} GPUs fail {group.label}: {_tally(pairs, 'pair')}"
+        )
     if machine:
         return [(group.whole, "; ".join(machine), singles + pairs)], alone
     found = []
@@ -146,9 +147,13 @@ def _of_group(group: Group) -> tuple[list[tuple[str, str, list[Finding]]], list[
             others = [frozenset(p) for p in _pairs(group.gpus) if not set(p) & set(blamed)]
             met = sum(1 for p in others if p not in failing)
             without = " or ".join(blamed)
-            tail = (f"; the {counted(len(others), 'pair')} without {without} "
-                    f"{'passes' if len(others) == 1 else 'pass'}" if met == len(others) and others
-                    else f"; {met} of the {counted(len(others), 'pair')} without {without} pass" if others else "")
+            tail = (
+                f"; the {counted(len(others), 'pair')} without {without} {'passes' if len(others) == 1 else 'pass'}"
+                if met == len(others) and others
+                else f"; {met} of the {counted(len(others), 'pair')} without {without} pass"
+                if others
+                else ""
+            )
             parts.append(f"{count} fail {group.label}{tail}")
             mine = mine + by_gpu[g]
             explained.update(id(f) for f in by_gpu[g])
@@ -159,7 +164,7 @@ def _of_group(group: Group) -> tuple[list[tuple[str, str, list[Finding]]], list[
 
 
 def _pairs(gpus: tuple[str, ...]) -> list[tuple[str, str]]:
-    return [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    return [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]]
 
 
 def causes(groups: list[Group], loose: Sequence[Finding] = ()) -> list[Cause]:
@@ -177,8 +182,12 @@ def causes(groups: list[Group], loose: Sequence[Finding] = ()) -> list[Cause]:
             if cause is None:
                 where = f"{group.node}: " if group.node else ""
                 short = "machine" if subject == MACHINE else subject  # an id: gputopo-gate::machine
-                cause = merged[key] = Cause(f"{where}{subject}", f"{where}{subject}: {part}", [],
-                                            f"{group.node}:{short}" if group.node else short)
+                cause = merged[key] = Cause(
+                    f"{where}{subject}",
+                    f"{where}{subject}: {part}",
+                    [],
+                    f"{group.node}:{short}" if group.node else short,
+                )
             elif part not in cause.headline:
                 cause.headline += f"; {part}"
             cause.evidence += [f.line for f in findings if f.line not in cause.evidence]

@@ -12,17 +12,23 @@ from .spec import Figure, p2p_expected
 from .units import counted
 
 # ---------------------------------------------------------------------------------------------
-# All-reduce. nccl-tests' doc/PERFORMANCE.md: an all-reduce of S bytes over n ranks, each with bandwidth
-# B to the others, takes at best t = (S/B) x 2(n-1)/n (ring or tree); algbw = S / t (src/all_reduce.cu), busbw = algbw x 2(n-1)/n,
-# which "should reflect the speed of the hardware bottleneck" and is compared with the per-direction
-# link rate (nccl-tests PR #189). (Articles that plug in NVLink 4.0's 900 GB/s use the bidirectional
-# figure; the per-direction 450 is the one busbw is comparable with.)
+# All-reduce. nccl-tests' doc/PERFORMANCE.md: an all-reduce of S bytes over n ranks, each with bandwidth B
+# to the others, takes at best t = (S/B) x 2(n-1)/n (ring or tree); algbw = S / t (src/all_reduce.cu),
+# busbw = algbw x 2(n-1)/n, which "should reflect the speed of the hardware bottleneck" and is compared
+# with the per-direction link rate (nccl-tests PR #189). (Articles that plug in NVLink 4.0's 900 GB/s use
+# the bidirectional figure; the per-direction 450 is the one busbw is comparable with.)
 
 
 # nccl-tests' -d names (src/common.cu test_typenames) -> torch dtype names; those torch.distributed
 # reduces on both gloo and NCCL.
-NCCL_TESTS_TYPES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16",
-                    "int32": "int32", "int64": "int64"}
+NCCL_TESTS_TYPES = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "int32": "int32",
+    "int64": "int64",
+}
 
 
 def allreduce_factor(n: int) -> float:
@@ -101,8 +107,9 @@ def _has_ring(n: int, ok: set[tuple[int, int]]) -> bool:
     return bool(reach.get(full, 0) & adj[0])
 
 
-def allreduce_expected_busbw(topology: Topology, n: int | None = None,
-                             devices: tuple[int, ...] | None = None) -> Figure | None:
+def allreduce_expected_busbw(
+    topology: Topology, n: int | None = None, devices: tuple[int, ...] | None = None
+) -> Figure | None:
     """Expected all-reduce busbw among ``cuda:0 .. cuda:n-1`` (all GPUs when n is None), or among
     ``devices`` when given.
 
@@ -137,12 +144,16 @@ def allreduce_expected_busbw(topology: Topology, n: int | None = None,
     slowest_pair, bottleneck = min(ring.items(), key=lambda kv: (kv[1].gbps, kv[0]))
     uniform = len({f.gbps for f in figs.values()}) == 1
     where = "every pair" if uniform else f"ring bottleneck GPU{slowest_pair[0]}-GPU{slowest_pair[1]}"
-    notes = [f"busbw of a ring = the bottleneck link's per-direction rate (nccl-tests PERFORMANCE.md: "
-             f"t = (S/B) x 2(n-1)/n, busbw = algbw x 2(n-1)/n); {where} over {counted(n, 'GPU')}: {bottleneck.source}"]
+    notes = [
+        f"busbw of a ring = the bottleneck link's per-direction rate (nccl-tests PERFORMANCE.md: "
+        f"t = (S/B) x 2(n-1)/n, busbw = algbw x 2(n-1)/n); {where} over {counted(n, 'GPU')}: {bottleneck.source}"
+    ]
     if bottleneck.label.startswith("PCIe"):
-        notes.append('PCIe-only ring: "On PCI systems, the performance you get is usually determined by the '
-                     'bandwidth your CPU and memory can deliver" (sjeaugey, nccl#1639: 8x RTX 5090 Gen5 busbw '
-                     "28 GB/s with 8 GPUs, 35 with 4)")
+        notes.append(
+            'PCIe-only ring: "On PCI systems, the performance you get is usually determined by the '
+            'bandwidth your CPU and memory can deliver" (sjeaugey, nccl#1639: 8x RTX 5090 Gen5 busbw '
+            "28 GB/s with 8 GPUs, 35 with 4)"
+        )
     if not uniform:
         notes.append("mixed links: the best single ring, a lower bound (NCCL runs several rings)")
     return Figure(bottleneck.gbps, "; ".join(notes), f"{bottleneck.label}, {where}")
@@ -165,33 +176,63 @@ class _SkuFloor:
 
 
 _SKU_FLOORS = (
-    _SkuFloor(re.compile(r"V100-SXM2", re.I), 110.0, False, "V100 SXM2 8-GPU all-reduce floor",
-              "Azure azurehpc-health-checks conf NDv2 (8x V100 SXM2): all-reduce >= 110 GB/s @8G; the only "
-              "published V100 floor"),
-    _SkuFloor(re.compile(r"\bA100-SXM", re.I), 185.0, False, "A100 SXM 8-GPU all-reduce floor",
-              "OCI oci-hpc active_healthcheck.py: A100 shapes (BM.GPU4.8, B4.8, A100-v2.8) 185 GB/s, 8 ranks, "
-              "NCCL_ALGO=Ring, avg busbw 1G-10G; lower than Azure ND A100 v4 (228 @16G) and AWS p4d "
-              "(200, advisory), so OCI's is used"),
-    _SkuFloor(re.compile(r"\bH100\b(?!.*(?:PCIe|NVL)).*(?:HBM3|SXM)|\bH100 SXM", re.I), 440.0, True,
-              "H100 SXM 8-GPU all-reduce floor",
-              "OCI oci-hpc active_healthcheck.py: H100 440 GB/s (avg busbw 1G-16G); lower than Azure ND H100 "
-              "v5 (460 @16G) and AWS p5 (500, advisory), so OCI's is used; above the ~370 a ring reaches "
-              "(nccl-tests#212): assumes NVLS"),
-    _SkuFloor(re.compile(r"\bH200\b(?!.*NVL)", re.I), 431.0, True, "H200 8-GPU all-reduce floor",
-              "Azure azurehpc-health-checks conf ND H200 v5: all-reduce >= 431 GB/s @16G; lower than OCI "
-              "(440) and AWS p5e/p5en (500, advisory), so Azure's is used; above the ~368 a ring reaches "
-              "(ml-engineering, NCCL_NVLS_ENABLE=0): assumes NVLS"),
-    _SkuFloor(re.compile(r"(?<![A-Za-z])B200\b", re.I), 440.0, False, "B200 8-GPU all-reduce floor",
-              "OCI oci-hpc active_healthcheck.py: B200 440 GB/s; lower than AWS p6-b200 (600, advisory), "
-              "so OCI's is used (measured 682 ring, 838 NVLS: ml-engineering)"),
-    _SkuFloor(re.compile(r"(?<![A-Za-z])B300\b", re.I), 800.0, True, "B300 8-GPU all-reduce floor",
-              "OCI oci-hpc active_healthcheck.py: B300 800 GB/s, the only published B300 floor; above "
-              "what a ring reaches on NVLink 5 (B200 ring 682, ml-engineering): assumes NVLS"),
+    _SkuFloor(
+        re.compile(r"V100-SXM2", re.I),
+        110.0,
+        False,
+        "V100 SXM2 8-GPU all-reduce floor",
+        "Azure azurehpc-health-checks conf NDv2 (8x V100 SXM2): all-reduce >= 110 GB/s @8G; the only "
+        "published V100 floor",
+    ),
+    _SkuFloor(
+        re.compile(r"\bA100-SXM", re.I),
+        185.0,
+        False,
+        "A100 SXM 8-GPU all-reduce floor",
+        "OCI oci-hpc active_healthcheck.py: A100 shapes (BM.GPU4.8, B4.8, A100-v2.8) 185 GB/s, 8 ranks, "
+        "NCCL_ALGO=Ring, avg busbw 1G-10G; lower than Azure ND A100 v4 (228 @16G) and AWS p4d "
+        "(200, advisory), so OCI's is used",
+    ),
+    _SkuFloor(
+        re.compile(r"\bH100\b(?!.*(?:PCIe|NVL)).*(?:HBM3|SXM)|\bH100 SXM", re.I),
+        440.0,
+        True,
+        "H100 SXM 8-GPU all-reduce floor",
+        "OCI oci-hpc active_healthcheck.py: H100 440 GB/s (avg busbw 1G-16G); lower than Azure ND H100 "
+        "v5 (460 @16G) and AWS p5 (500, advisory), so OCI's is used; above the ~370 a ring reaches "
+        "(nccl-tests#212): assumes NVLS",
+    ),
+    _SkuFloor(
+        re.compile(r"\bH200\b(?!.*NVL)", re.I),
+        431.0,
+        True,
+        "H200 8-GPU all-reduce floor",
+        "Azure azurehpc-health-checks conf ND H200 v5: all-reduce >= 431 GB/s @16G; lower than OCI "
+        "(440) and AWS p5e/p5en (500, advisory), so Azure's is used; above the ~368 a ring reaches "
+        "(ml-engineering, NCCL_NVLS_ENABLE=0): assumes NVLS",
+    ),
+    _SkuFloor(
+        re.compile(r"(?<![A-Za-z])B200\b", re.I),
+        440.0,
+        False,
+        "B200 8-GPU all-reduce floor",
+        "OCI oci-hpc active_healthcheck.py: B200 440 GB/s; lower than AWS p6-b200 (600, advisory), "
+        "so OCI's is used (measured 682 ring, 838 NVLS: ml-engineering)",
+    ),
+    _SkuFloor(
+        re.compile(r"(?<![A-Za-z])B300\b", re.I),
+        800.0,
+        True,
+        "B300 8-GPU all-reduce floor",
+        "OCI oci-hpc active_healthcheck.py: B300 800 GB/s, the only published B300 floor; above "
+        "what a ring reaches on NVLink 5 (B200 ring 682, ml-engineering): assumes NVLS",
+    ),
 )
 
 
-def sku_allreduce_floor(gpu_name: str | None, n: int, size_bytes: int | None = None,
-                        nvls: bool | None = None) -> Figure | None:
+def sku_allreduce_floor(
+    gpu_name: str | None, n: int, size_bytes: int | None = None, nvls: bool | None = None
+) -> Figure | None:
     """A public operator's absolute all-reduce busbw floor for the SKU whose NVML name is ``gpu_name``.
 
     Only for a full 8-GPU node (``n == 8``) at a large size (``size_bytes`` >= 8 GiB when given):

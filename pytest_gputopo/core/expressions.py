@@ -38,8 +38,11 @@ REQUIRE_GRAMMAR = """\
   example: gpus>=8,p2p,link>=NV18,cc>=9.0,nccl>=2.18"""
 
 # [0-9], not \d: "١٢" is no number here. Two-character operators before one-character ones.
-_TERM_RE = re.compile(r"^(?P<name>[a-z][a-z0-9_-]*)\s*(?:(?P<op>>=|<=|==|!=|~=|>|<|=)\s*(?P<value>[^@]*?))?"
-                      r"\s*(?:@\s*(?P<at>[0-9]+))?$", re.IGNORECASE)
+_TERM_RE = re.compile(
+    r"^(?P<name>[a-z][a-z0-9_-]*)\s*(?:(?P<op>>=|<=|==|!=|~=|>|<|=)\s*(?P<value>[^@]*?))?"
+    r"\s*(?:@\s*(?P<at>[0-9]+))?$",
+    re.IGNORECASE,
+)
 _FLAGS = {"p2p": P2PRequirement, "no-fallback": NoFallbackRequirement}
 _GPU_FLAGS = ("bf16", "multicast")
 
@@ -47,8 +50,9 @@ _GPU_FLAGS = ("bf16", "multicast")
 def _number(text: str, what: str, low: int, high: int) -> int:
     value = numtext.read_int(text, low, high)
     if value is None:
-        raise RequirementError(f"{what} must be an integer from {low} to {high}, got {text[:20]}"
-                               + ("..." if len(text) > 20 else ""))
+        raise RequirementError(
+            f"{what} must be an integer from {low} to {high}, got {text[:20]}" + ("..." if len(text) > 20 else "")
+        )
     return value
 
 

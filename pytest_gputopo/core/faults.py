@@ -31,13 +31,14 @@ from .regressions import pcie_trained_down
 from .requirements import mig_enabled
 from .thresholds import DEFAULT_FLOORS
 
-NOT_A_FAULT = frozenset({P2PStatus.OK, P2PStatus.UNKNOWN, P2PStatus.GPU_NOT_SUPPORTED,
-                         P2PStatus.CHIPSET_NOT_SUPPORTED})
+NOT_A_FAULT = frozenset({P2PStatus.OK, P2PStatus.UNKNOWN, P2PStatus.GPU_NOT_SUPPORTED, P2PStatus.CHIPSET_NOT_SUPPORTED})
 # What a refusal usually means, where NVML's one word does not say it (nvidia-smi topo -p2p's legend
 # gives only the words): TNS, "topology not supported", is the PCIe path refusing peer traffic.
-P2P_MEANS = {P2PStatus.TOPOLOGY_NOT_SUPPORTED: "the PCIe path between them refuses peer traffic: usually ACS "
-                                               "on a PCIe switch or root port, or the IOMMU, redirecting it",
-             P2PStatus.DISABLED_BY_REGKEY: "turned off by a driver registry key"}
+P2P_MEANS = {
+    P2PStatus.TOPOLOGY_NOT_SUPPORTED: "the PCIe path between them refuses peer traffic: usually ACS "
+    "on a PCIe switch or root port, or the IOMMU, redirecting it",
+    P2PStatus.DISABLED_BY_REGKEY: "turned off by a driver registry key",
+}
 _GPU = re.compile(r"GPU\d+")
 
 
@@ -65,8 +66,7 @@ def p2p_refused(link: Link) -> str | None:
     if statuses <= NOT_A_FAULT:
         return None
     refused = sorted((s for s in statuses if s not in (P2PStatus.OK, P2PStatus.UNKNOWN)), key=lambda s: s.value)
-    return ", ".join(f"{s.value} ({s.description}" + (f": {P2P_MEANS[s]})" if s in P2P_MEANS else ")")
-                     for s in refused)
+    return ", ".join(f"{s.value} ({s.description}" + (f": {P2P_MEANS[s]})" if s in P2P_MEANS else ")") for s in refused)
 
 
 def fabric_down(gpu: Gpu) -> str | None:
@@ -101,13 +101,24 @@ def topology_faults(topology: Topology) -> list[Fault]:
         if refused:
             label = link.label or "unknown link"
             what = f"refused by NVML: {refused}"
-            out.append(Fault(f"p2p_status[{link.name}]", f"{link.name} ({label}): P2P {what}",
-                             (f"GPU{link.a}", f"GPU{link.b}"), what, (f"{link.name} P2P",)))
+            out.append(
+                Fault(
+                    f"p2p_status[{link.name}]",
+                    f"{link.name} ({label}): P2P {what}",
+                    (f"GPU{link.a}", f"GPU{link.b}"),
+                    what,
+                    (f"{link.name} P2P",),
+                )
+            )
     return out
 
 
-def expected(topology: Topology, key: keys.Key, backend: str | None = None,
-             pairs: dict[tuple[int, int], spec.Figure | None] | None = None) -> tuple[spec.Figure | None, str]:
+def expected(
+    topology: Topology,
+    key: keys.Key,
+    backend: str | None = None,
+    pairs: dict[tuple[int, int], spec.Figure | None] | None = None,
+) -> tuple[spec.Figure | None, str]:
     """What the link should give for a figure (a ``spec.Figure`` or None) and what that rests on, as a
     run looks it up for its own figures; ``backend``: an all-reduce's ("gloo": CPUs, no link);
     ``pairs``: a pair's figure already looked up on this topology, by (src, dst), filled as it goes."""
@@ -149,9 +160,17 @@ def _item(key: keys.Key) -> str:
     return "allreduce_bw"
 
 
-def figure_fault(topology: Topology, key: keys.Key, gbps: float, what: str, *, error: str | None = None,
-                 backend: str | None = None, nvls: bool | None = None,
-                 pairs: dict[tuple[int, int], spec.Figure | None] | None = None) -> Fault | None:
+def figure_fault(
+    topology: Topology,
+    key: keys.Key,
+    gbps: float,
+    what: str,
+    *,
+    error: str | None = None,
+    backend: str | None = None,
+    nvls: bool | None = None,
+    pairs: dict[tuple[int, int], spec.Figure | None] | None = None,
+) -> Fault | None:
     """A measured figure under the floor the one threshold rule sets for its GPU and link (the default
     floors: the fleet has no run's settings), or whose data came back wrong; None otherwise, and for a
     figure nothing says what it should reach (unknown is never a fault, nor "assumed OK")."""
@@ -159,8 +178,16 @@ def figure_fault(topology: Topology, key: keys.Key, gbps: float, what: str, *, e
         return None
     fig, basis = expected(topology, key, backend, pairs)
     gpu_name = topology.gpus[0].name if topology.gpus else None
-    rule = threshold(key, fig, basis, DEFAULT_FLOORS, (), gpu_name,
-                     size_bytes=key.size_bytes if isinstance(key, keys.AllReduce) else None, nvls=nvls)
+    rule = threshold(
+        key,
+        fig,
+        basis,
+        DEFAULT_FLOORS,
+        (),
+        gpu_name,
+        size_bytes=key.size_bytes if isinstance(key, keys.AllReduce) else None,
+        nvls=nvls,
+    )
     judged = Judgement(Measured(gbps, "measured", what, error=error), rule)
     state = judged.state
     if state == BROKEN:
@@ -169,8 +196,13 @@ def figure_fault(topology: Topology, key: keys.Key, gbps: float, what: str, *, e
         problem = judged.describe()
     else:
         return None
-    return Fault(_item(key), f"{what}: {problem}", _gpus_of(key), "under its floor" if state == BELOW
-                 else "data came back wrong", (what,))
+    return Fault(
+        _item(key),
+        f"{what}: {problem}",
+        _gpus_of(key),
+        "under its floor" if state == BELOW else "data came back wrong",
+        (what,),
+    )
 
 
 def _gpus_index(key: keys.Copy | keys.HostCopy) -> tuple[int, ...]:
@@ -180,6 +212,6 @@ def _gpus_index(key: keys.Copy | keys.HostCopy) -> tuple[int, ...]:
 def check_fault(name: str, message: str) -> Fault:
     """A check item the node's document marks failed: ``name`` as the check names it
     ("nvlink[GPU5]", "topology"), ``message`` what it said."""
-    inside = name[name.index("[") + 1:] if "[" in name else ""
+    inside = name[name.index("[") + 1 :] if "[" in name else ""
     gpus = tuple(dict.fromkeys(_GPU.findall(inside)))[:2]
     return Fault(name, f"check {name} failed: {message}", gpus, f"check {name.split('[')[0]} failed")

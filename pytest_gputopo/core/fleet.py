@@ -48,8 +48,9 @@ MIN_FIGURE_PEERS = 5  # nodes with figures of a class before their median and sp
 SPREAD_K = 3.5
 MIN_DROP, MAX_DROP = 0.10, 0.15
 MAD_TO_SIGMA = 1.4826  # the median absolute deviation of a normal distribution, as its standard deviation
-VERSION_FACTS = frozenset({"driver", "CUDA (driver)", "CUDA runtime (torch)", "NCCL (torch)", "torch",
-                           "pytest-gputopo"})
+VERSION_FACTS = frozenset(
+    {"driver", "CUDA (driver)", "CUDA runtime (torch)", "NCCL (torch)", "torch", "pytest-gputopo"}
+)
 LISTED = 5  # node names a line lists before "and N more" (the JSON lists them all)
 DIGEST = 8  # hex digits of a node's GPU-set digest shown beside a host name other nodes share
 FAULT, SPLIT, IDENTITY = "fault", "split", "identity"
@@ -122,8 +123,10 @@ class Group:
         if not self.compared:
             out.append("not compared with peers: too few nodes of its kind")
         if self.reference.get("GPUs", node.facts["GPUs"]) != node.facts["GPUs"]:
-            out.append(f"its GPUs and pairs: {node.facts['GPUs']} GPUs where its peers have "
-                       f"{self.reference['GPUs']}, so they cannot be matched to its peers'")
+            out.append(
+                f"its GPUs and pairs: {node.facts['GPUs']} GPUs where its peers have "
+                f"{self.reference['GPUs']}, so they cannot be matched to its peers'"
+            )
         missing = [f for f in self.reference if node.facts.get(f) is None and f in node.facts]
         if missing:
             out.append(f"{_listed(missing)}: unknown in its document")
@@ -221,33 +224,46 @@ def roster(nodes: list[Node]) -> tuple[list[Node], list[Superseded]]:
     kept: list[tuple[int, Node]] = []
     superseded: list[Superseded] = []
     for members in clusters.values():
-        order = sorted(members, key=lambda i: (_stamp(nodes[i].when) is not None, _stamp(nodes[i].when) or 0.0,
-                                               nodes[i].path, i))
+        order = sorted(
+            members, key=lambda i: (_stamp(nodes[i].when) is not None, _stamp(nodes[i].when) or 0.0, nodes[i].path, i)
+        )
         newest = nodes[order[-1]]
         faults = list(newest.faults)
         older = [nodes[i] for i in order[:-1]]
         if older:
             top = _stamp(newest.when)
             if top is None or any(_stamp(o.when) == top for o in older):
-                faults_note = (f"{counted(len(members), 'document')} of this node and none newest by its "
-                               f"written time: {newest.path} judged (its path sorts last)")
+                faults_note = (
+                    f"{counted(len(members), 'document')} of this node and none newest by its "
+                    f"written time: {newest.path} judged (its path sorts last)"
+                )
                 newest = replace(newest, notes=newest.notes + (faults_note,))
             names = sorted({o.name for o in older} - {newest.name})
             if names:
-                line = (f"its GPUs are also in {counted(len(older), 'older document')} under another host name "
-                        f"({_listed(names)}): one node, two names (a renamed host, or a document not its own)")
+                line = (
+                    f"its GPUs are also in {counted(len(older), 'older document')} under another host name "
+                    f"({_listed(names)}): one node, two names (a renamed host, or a document not its own)"
+                )
                 faults.append(Fault("identity", line, (), "identity", ()))
             lost = set().union(*(set(o.uuids) for o in older)) - set(newest.uuids)
             biggest = max(older, key=lambda o: len(o.uuids))
             if len(biggest.uuids) > len(newest.uuids):
-                line = (f"GPUs: {len(newest.uuids)}, where its older document {biggest.path} (written "
-                        f"{biggest.when or 'when it does not say'}) had {len(biggest.uuids)}: "
-                        f"{_listed(sorted(lost))} no longer seen")  # type: ignore[arg-type]  # older: known nodes
+                line = (
+                    f"GPUs: {len(newest.uuids)}, where its older document {biggest.path} (written "
+                    f"{biggest.when or 'when it does not say'}) had {len(biggest.uuids)}: "
+                    f"{_listed(sorted(lost))} no longer seen"  # type: ignore[arg-type]  # older: known nodes
+                )
                 faults.append(Fault("gpus", line, (), "GPUs missing", ("GPUs",)))
             for o in older:
-                superseded.append(Superseded(o.path, newest.name, newest.path,
-                                             f"an older document of {o.name} (written {o.when or 'when it does not say'}; "
-                                             f"judged: {newest.path}, written {newest.when or 'when it does not say'})"))
+                superseded.append(
+                    Superseded(
+                        o.path,
+                        newest.name,
+                        newest.path,
+                        f"an older document of {o.name} (written {o.when or 'when it does not say'}; "
+                        f"judged: {newest.path}, written {newest.when or 'when it does not say'})",
+                    )
+                )
         kept.append((min(members), replace(newest, faults=tuple(faults))))
     kept.sort(key=lambda item: item[0])
     judged = [node for _, node in kept]
@@ -255,8 +271,11 @@ def roster(nodes: list[Node]) -> tuple[list[Node], list[Superseded]]:
     out = []
     for node in judged:
         if count[node.name] > 1:  # every node of a shared name gets its digest: no one keeps it bare
-            tag = (digest(node.uuids)[:DIGEST]  # type: ignore[arg-type]  # a known node's UUIDs are strings
-                   if _known(node) else f"document {node.path}")
+            tag = (
+                digest(node.uuids)[:DIGEST]  # type: ignore[arg-type]  # a known node's UUIDs are strings
+                if _known(node)
+                else f"document {node.path}"
+            )
             node = replace(node, name=f"{node.name} [{tag}]")
         out.append(node)
     seen = Counter(n.name for n in out)
@@ -278,8 +297,7 @@ def _gpus(fact: str) -> tuple[str, ...]:
     return tuple(m.group(1).split("-")) if m else ()
 
 
-_FAULT_LABEL = {"p2p_status": "P2P", "nvlink": "NVLink", "pcie": "PCIe width", "identity": "identity",
-                "gpus": "GPUs"}
+_FAULT_LABEL = {"p2p_status": "P2P", "nvlink": "NVLink", "pcie": "PCIe width", "identity": "identity", "gpus": "GPUs"}
 
 
 def _label(name: str) -> str:
@@ -289,8 +307,12 @@ def _label(name: str) -> str:
     return _FAULT_LABEL.get(base, f"check {base}")
 
 
-def _merged(node: Node, findings: Sequence[tuple[causes_.Finding, str, Finding | None]], kind: str,
-            label_of: Callable[[causes_.Finding], str]) -> list[Finding]:
+def _merged(
+    node: Node,
+    findings: Sequence[tuple[causes_.Finding, str, Finding | None]],
+    kind: str,
+    label_of: Callable[[causes_.Finding], str],
+) -> list[Finding]:
     """The node's findings of one kind, one per cause (``core.causes``: the machine, a GPU in all its
     pairs' failures, else each on its own). ``findings``: (the finding as causes reads it, its column,
     the fleet finding it stands for where it is one)."""
@@ -313,10 +335,17 @@ def _merged(node: Node, findings: Sequence[tuple[causes_.Finding, str, Finding |
         if len(covered) > 1 and not any(w in says for w in whats):
             says += ": " + ", ".join(f"{w} ({n})" for w, n in whats.most_common(3))
         one = covered[0][2] if covered else None
-        out.append(Finding(kind, cause.subject if len(covered) > 1 else (one.fact if one else cause.subject), says,
-                           node.name, column=columns[0] if len(columns) == 1 else "several",
-                           items=tuple(f.name for f, _, _ in covered),
-                           evidence=tuple(lines) if len(covered) > 1 else ()))
+        out.append(
+            Finding(
+                kind,
+                cause.subject if len(covered) > 1 else (one.fact if one else cause.subject),
+                says,
+                node.name,
+                column=columns[0] if len(columns) == 1 else "several",
+                items=tuple(f.name for f, _, _ in covered),
+                evidence=tuple(lines) if len(covered) > 1 else (),
+            )
+        )
     return out
 
 
@@ -326,32 +355,45 @@ def _fault_findings(node: Node) -> list[Finding]:
     for fault in node.faults:
         fact = fault.explains[0] if fault.explains else fault.name
         column = classes.get(fact) or (_column(fact) if fault.explains else _label(fault.name))
-        items.append((causes_.Finding(fault.line, fault.gpus, fault.what, fault.name), column,
-                      Finding(FAULT, fact, fault.line, node.name, node.facts.get(fact), column=column,
-                              items=(fault.name,))))
+        items.append(
+            (
+                causes_.Finding(fault.line, fault.gpus, fault.what, fault.name),
+                column,
+                Finding(FAULT, fact, fault.line, node.name, node.facts.get(fact), column=column, items=(fault.name,)),
+            )
+        )
     kinds = {f.name: (IDENTITY if f.name == "identity" else FAULT) for f in node.faults}
     out = _merged(node, items, FAULT, lambda f: _label(f.name))
-    return [replace(f, kind=IDENTITY) if f.items and all(kinds.get(i) == IDENTITY for i in f.items) else f
-            for f in out]
+    return [replace(f, kind=IDENTITY) if f.items and all(kinds.get(i) == IDENTITY for i in f.items) else f for f in out]
 
 
 def _peer_findings(node: Node, findings: list[Finding]) -> list[Finding]:
     items = []
     for f in findings:
         subject = _gpus(f.fact)
-        what = f.says[len(f.fact.split(" ")[0]) + 1:] if subject else f.says
+        what = f.says[len(f.fact.split(" ")[0]) + 1 :] if subject else f.says
         items.append((causes_.Finding(f.says, subject, what, f.fact), f.column or _column(f.fact), f))
     merged = _merged(node, items, "topology", lambda f: "their peers' value")
     kinds = {f.fact: f.kind for f in findings}
-    return [replace(m, kind=kinds[m.items[0]]) if m.items and len({kinds.get(i) for i in m.items}) == 1
-            and m.items[0] in kinds else m for m in merged]
+    return [
+        replace(m, kind=kinds[m.items[0]])
+        if m.items and len({kinds.get(i) for i in m.items}) == 1 and m.items[0] in kinds
+        else m
+        for m in merged
+    ]
 
 
 # --- a group judged by its peers ---------------------------------------------------------------------
 
 
-def _judge_fact(fact: str, values: dict[str, str], findings: list[Finding], reference: dict[str, str],
-                unjudged: list[str], splits: list[Split]) -> None:
+def _judge_fact(
+    fact: str,
+    values: dict[str, str],
+    findings: list[Finding],
+    reference: dict[str, str],
+    unjudged: list[str],
+    splits: list[Split],
+) -> None:
     if len(values) < MIN_FACT_PEERS:
         unjudged.append(f"{fact}: said by {counted(len(values), 'node')}; {MIN_FACT_PEERS} needed to compare")
         return
@@ -362,9 +404,18 @@ def _judge_fact(fact: str, values: dict[str, str], findings: list[Finding], refe
         reference[fact] = top
         for node, value in values.items():
             if value != top:
-                findings.append(Finding(kind, fact, f"{fact}: {value}, where {top_count} of the "
-                                        f"{len(values)} nodes that say have {top}", node, value, top,
-                                        column=_column(fact), items=(fact,)))
+                findings.append(
+                    Finding(
+                        kind,
+                        fact,
+                        f"{fact}: {value}, where {top_count} of the {len(values)} nodes that say have {top}",
+                        node,
+                        value,
+                        top,
+                        column=_column(fact),
+                        items=(fact,),
+                    )
+                )
         return
     sides = tuple(((value,), tuple(k for k, v in values.items() if v == value)) for value, _ in counts.most_common())
     splits.append((fact, sides))
@@ -383,20 +434,37 @@ def _split_findings(splits: list[Split]) -> list[Finding]:
         sides = tuple((tuple(s[i][0][0] for _, s in same), nodes) for i, (_, nodes) in enumerate(first))
         if len(facts) == 1:
             where = f"{facts[0]}: the group is split"
-            said = "; ".join(f"{values[0]} on {counted(len(nodes), 'node')} ({_listed(nodes)})"
-                             for values, nodes in sides)
+            said = "; ".join(
+                f"{values[0]} on {counted(len(nodes), 'node')} ({_listed(nodes)})" for values, nodes in sides
+            )
         else:
             where = f"{len(facts)} facts ({_listed(facts)}): the group is split the same way on each"
-            said = "; ".join(f"{counted(len(nodes), 'node')} ({_listed(nodes)}) with "
-                             f"{_listed(dict.fromkeys(values))}" for values, nodes in sides)
+            said = "; ".join(
+                f"{counted(len(nodes), 'node')} ({_listed(nodes)}) with {_listed(dict.fromkeys(values))}"
+                for values, nodes in sides
+            )
         columns = list(dict.fromkeys(_column(f) for f in facts))
-        out.append(Finding(SPLIT, facts[0], f"{where}, no value is held by {MAJORITY:.0%} of its nodes: {said}",
-                           column=columns[0] if len(columns) == 1 else "several", items=facts, sides=sides))
+        out.append(
+            Finding(
+                SPLIT,
+                facts[0],
+                f"{where}, no value is held by {MAJORITY:.0%} of its nodes: {said}",
+                column=columns[0] if len(columns) == 1 else "several",
+                items=facts,
+                sides=sides,
+            )
+        )
     return out
 
 
-def _judge_class(cls: str, figures: dict[str, list[Figure]], findings: list[Finding],
-                 medians: dict[str, tuple[float, float, int]], unjudged: list[str], splits: list[Split]) -> None:
+def _judge_class(
+    cls: str,
+    figures: dict[str, list[Figure]],
+    findings: list[Finding],
+    medians: dict[str, tuple[float, float, int]],
+    unjudged: list[str],
+    splits: list[Split],
+) -> None:
     """``figures``: node -> its figures of the class (``fleet_facts.Figure``)."""
     if len(figures) < MIN_FIGURE_PEERS:
         unjudged.append(f"{cls}: figures from {counted(len(figures), 'node')}; {MIN_FIGURE_PEERS} needed")
@@ -413,20 +481,41 @@ def _judge_class(cls: str, figures: dict[str, list[Figure]], findings: list[Find
         low = sorted((fig.gbps, fig.what) for fig in items if fig.gbps < median * (1 - drop))
         if low:
             gbps, what = low[0]
-            also = (f" ({len(low)} of its {len(items)} figures of the class {'is' if len(low) == 1 else 'are'}, "
-                    f"this the lowest)" if len(low) > 1 else
-                    f" (the only one of its {len(items)} figures of the class)" if len(items) > 1 else "")
-            findings.append(Finding("figure", cls, f"{what}: {gbps:.1f} GB/s, {1 - gbps / median:.0%} under the "
-                                    f"median of {counted(len(figures), 'node')} ({median:.1f} GB/s; their spread "
-                                    f"allows {drop:.0%}){also}", node, column=cls, items=(cls,)))
+            also = (
+                f" ({len(low)} of its {len(items)} figures of the class {'is' if len(low) == 1 else 'are'}, "
+                f"this the lowest)"
+                if len(low) > 1
+                else f" (the only one of its {len(items)} figures of the class)"
+                if len(items) > 1
+                else ""
+            )
+            findings.append(
+                Finding(
+                    "figure",
+                    cls,
+                    f"{what}: {gbps:.1f} GB/s, {1 - gbps / median:.0%} under the "
+                    f"median of {counted(len(figures), 'node')} ({median:.1f} GB/s; their spread "
+                    f"allows {drop:.0%}){also}",
+                    node,
+                    column=cls,
+                    items=(cls,),
+                )
+            )
     above = [node for node, items in figures.items() if statistics.median(f.gbps for f in items) > median * (1 + drop)]
     if len(above) >= max(2, 0.1 * len(figures)):
         rest = tuple(n for n in figures if n not in above)
-        findings.append(Finding(SPLIT, cls, f"{cls}: {counted(len(above), 'node')} ({_listed(above)}) measure over "
-                                f"{drop:.0%} above the median of {median:.1f} GB/s: the group is split, and its "
-                                f"median may be the degraded side", column=cls, items=(cls,),
-                                sides=((("at the median",), rest), ((f"over {drop:.0%} above the median",),
-                                                                    tuple(above)))))
+        findings.append(
+            Finding(
+                SPLIT,
+                cls,
+                f"{cls}: {counted(len(above), 'node')} ({_listed(above)}) measure over "
+                f"{drop:.0%} above the median of {median:.1f} GB/s: the group is split, and its "
+                f"median may be the degraded side",
+                column=cls,
+                items=(cls,),
+                sides=((("at the median",), rest), ((f"over {drop:.0%} above the median",), tuple(above))),
+            )
+        )
 
 
 def judge_group(kind: str, nodes: list[Node]) -> Group:
@@ -439,11 +528,14 @@ def judge_group(kind: str, nodes: list[Node]) -> Group:
     explained = {n.name: {e for f in n.faults for e in f.explains} for n in nodes}
     compared = len(nodes) >= MIN_FACT_PEERS
     if not compared:
-        unjudged.append(f"{counted(len(nodes), 'node')} of this kind: too few to judge by its peers "
-                        f"({MIN_FACT_PEERS} needed); each node's own faults are still named")
+        unjudged.append(
+            f"{counted(len(nodes), 'node')} of this kind: too few to judge by its peers "
+            f"({MIN_FACT_PEERS} needed); each node's own faults are still named"
+        )
     else:
-        counts = {n.name: count for n in nodes if "GPUs" not in explained[n.name]
-                  and (count := n.facts["GPUs"]) is not None}  # node_of always gives a count
+        counts = {
+            n.name: count for n in nodes if "GPUs" not in explained[n.name] and (count := n.facts["GPUs"]) is not None
+        }  # node_of always gives a count
         _judge_fact("GPUs", counts, peer, reference, unjudged, splits)
         # A node with another GPU count cannot have its GPUs matched to its peers': only the count is named.
         comparable = [n for n in nodes if n.facts["GPUs"] == reference.get("GPUs", n.facts["GPUs"])]
@@ -451,8 +543,9 @@ def judge_group(kind: str, nodes: list[Node]) -> Group:
         per_gpu = frozenset().union(*(n.per_gpu for n in nodes))
         for fact in facts:
             among = comparable if fact in per_gpu else nodes
-            values = {n.name: said for n in among
-                      if (said := n.facts.get(fact)) is not None and fact not in explained[n.name]}
+            values = {
+                n.name: said for n in among if (said := n.facts.get(fact)) is not None and fact not in explained[n.name]
+            }
             if values:
                 _judge_fact(fact, values, peer, reference, unjudged, splits)
         by_class: dict[str, dict[str, list[Figure]]] = defaultdict(lambda: defaultdict(list))
@@ -473,11 +566,13 @@ def judge_group(kind: str, nodes: list[Node]) -> Group:
     return Group(kind, tuple(nodes), reference, medians, tuple(findings), tuple(unjudged), compared)
 
 
-def judge(nodes: list[Node], superseded: tuple[Superseded, ...] = (),
-          set_aside: tuple[tuple[str, str], ...] = ()) -> Fleet:
+def judge(
+    nodes: list[Node], superseded: tuple[Superseded, ...] = (), set_aside: tuple[tuple[str, str], ...] = ()
+) -> Fleet:
     """Group the nodes by GPU model (in the order first read) and judge each group by its peers."""
     groups: dict[str, list[Node]] = {}
     for node in nodes:
         groups.setdefault(node.kind, []).append(node)
-    return Fleet(tuple(judge_group(kind, members) for kind, members in groups.items()), tuple(superseded),
-                 tuple(set_aside))
+    return Fleet(
+        tuple(judge_group(kind, members) for kind, members in groups.items()), tuple(superseded), tuple(set_aside)
+    )

@@ -75,9 +75,11 @@ def _gpu_facts(gpu: model.Gpu) -> dict[str, str | None]:
     name = f"GPU{gpu.index}"
     # The width now, not the generation: an idle GPU drops to Gen1 to save power (nvidia-smi -q:
     # "Link Gen Current"), so a node judged at rest must not be named for it; its maximum is compared.
-    facts = {f"{name} PCIe width now": None if gpu.pcie_width_current is None else f"x{gpu.pcie_width_current}",
-             f"{name} PCIe max": _pcie(gpu.pcie_gen_max, gpu.pcie_width_max),
-             f"{name} NUMA node": None if gpu.numa_node is None else str(gpu.numa_node)}
+    facts = {
+        f"{name} PCIe width now": None if gpu.pcie_width_current is None else f"x{gpu.pcie_width_current}",
+        f"{name} PCIe max": _pcie(gpu.pcie_gen_max, gpu.pcie_width_max),
+        f"{name} NUMA node": None if gpu.numa_node is None else str(gpu.numa_node),
+    }
     if gpu.nvlinks:
         facts[f"{name} NVLinks up"] = f"{gpu.active_nvlinks} of {len(gpu.nvlinks)}"
     return facts
@@ -96,18 +98,28 @@ def _figure_class(key: keys.Key, topology: model.Topology) -> str | None:
         if key.gpu >= len(topology.gpus):
             return None
         gpu = topology.gpus[key.gpu]
-        return (f"{key.kind} {'pinned' if key.pinned else 'pageable'} on "
-                f"{_pcie(gpu.pcie_gen_max, gpu.pcie_width_max) or 'unknown PCIe'}")
+        return (
+            f"{key.kind} {'pinned' if key.pinned else 'pageable'} on "
+            f"{_pcie(gpu.pcie_gen_max, gpu.pcie_width_max) or 'unknown PCIe'}"
+        )
     if isinstance(key, keys.AllReduce):
         on = f" on GPUs {','.join(map(str, key.devices))}" if key.devices else ""
         return f"all-reduce busbw, {counted(key.ranks, 'rank')}{on}, {size_text(key.size_bytes)}"
     return None
 
 
-def node_of(topology: model.Topology, *, name: str, path: str, figures: Iterable[tuple[Any, ...]] = (),
-            when: str | None = None, notes: tuple[str, ...] = (), software: dict[str, Any] | None = None,
-            failed_checks: Iterable[tuple[str, str]] = (),
-            identified: bool = True) -> Node:
+def node_of(
+    topology: model.Topology,
+    *,
+    name: str,
+    path: str,
+    figures: Iterable[tuple[Any, ...]] = (),
+    when: str | None = None,
+    notes: tuple[str, ...] = (),
+    software: dict[str, Any] | None = None,
+    failed_checks: Iterable[tuple[str, str]] = (),
+    identified: bool = True,
+) -> Node:
     """``figures``: (key, GB/s, origin[, how[, error[, nvls]]]) of the document's measurements, ``how``
     the backend of an all-reduce, ``error`` what was wrong with its data, ``nvls`` whether NCCL took
     NVLink SHARP; only measured ones are compared (a recorded figure is another machine's, published).
@@ -123,15 +135,21 @@ def node_of(topology: model.Topology, *, name: str, path: str, figures: Iterable
             facts[_shared(fact)] = _shared(value)
             per_gpu.add(fact)
     for link in topology.pairs():
-        for fact, value in ((f"{link.name} link", None if link.label is None else str(link.label)),
-                            (f"{link.name} P2P", _p2p_text(link.p2p))):
+        for fact, value in (
+            (f"{link.name} link", None if link.label is None else str(link.label)),
+            (f"{link.name} P2P", _p2p_text(link.p2p)),
+        ):
             facts[_shared(fact)] = _shared(value)
             per_gpu.add(fact)
     facts["NICs"] = _shared(", ".join(sorted(topology.nics))) if topology.nics else None
-    for fact, value in (("driver", topology.driver_version), ("CUDA (driver)", topology.cuda_driver_version),
-                        ("CUDA runtime (torch)", topology.cuda_runtime_version),
-                        ("NCCL (torch)", topology.nccl_version), ("torch", (software or {}).get("torch")),
-                        ("pytest-gputopo", (software or {}).get("pytest-gputopo"))):
+    for fact, value in (
+        ("driver", topology.driver_version),
+        ("CUDA (driver)", topology.cuda_driver_version),
+        ("CUDA runtime (torch)", topology.cuda_runtime_version),
+        ("NCCL (torch)", topology.nccl_version),
+        ("torch", (software or {}).get("torch")),
+        ("pytest-gputopo", (software or {}).get("pytest-gputopo")),
+    ):
         facts[fact] = _shared(value) if isinstance(value, str) or value is None else None
     read, skipped = [], list(notes)
     faults = {f.name: f for f in topology_faults(topology)}
@@ -146,14 +164,23 @@ def node_of(topology: model.Topology, *, name: str, path: str, figures: Iterable
         if origin != "measured":
             skipped.append(_shared(f"{key.describe()}: {origin}, not measured on this node: not compared"))
             continue
-        fault = figure_fault(topology, key, float(gbps), key.describe(), error=how[1], backend=how[0], nvls=how[2],
-                             pairs=pairs)
+        fault = figure_fault(
+            topology, key, float(gbps), key.describe(), error=how[1], backend=how[0], nvls=how[2], pairs=pairs
+        )
         if fault is not None:
             faults.setdefault(fault.name, fault)
         read.append(Figure(_shared(key.describe()), _shared(cls), float(gbps)))
     for item, message in failed_checks:  # the document's own verdicts; one already found here is one fault
         faults.setdefault(item, check_fault(item, message))
-    return Node(name=name, path=path, kind=_shared(" + ".join(models)) if models else "no GPU", facts=facts,
-                figures=tuple(read), when=_shared(when), notes=tuple(dict.fromkeys(skipped)),
-                per_gpu=_shared_set(frozenset(per_gpu)),
-                uuids=tuple(g.uuid for g in topology.gpus) if identified else (), faults=tuple(faults.values()))
+    return Node(
+        name=name,
+        path=path,
+        kind=_shared(" + ".join(models)) if models else "no GPU",
+        facts=facts,
+        figures=tuple(read),
+        when=_shared(when),
+        notes=tuple(dict.fromkeys(skipped)),
+        per_gpu=_shared_set(frozenset(per_gpu)),
+        uuids=tuple(g.uuid for g in topology.gpus) if identified else (),
+        faults=tuple(faults.values()),
+    )

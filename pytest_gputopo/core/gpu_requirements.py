@@ -63,8 +63,10 @@ class GpuRequirement(Requirement):
         gb = self.min_memory_gb
         if gb is not None:
             if isinstance(gb, bool) or not isinstance(gb, (int, float)) or not 0 < gb <= MAX_MEMORY_BYTES / hardware.GB:
-                raise RequirementError(f"min_memory_gb must be a number of GB (1e9 bytes) above 0 and at most "
-                                       f"{MAX_MEMORY_BYTES / hardware.GB:g}, got {show_value(gb)}")
+                raise RequirementError(
+                    f"min_memory_gb must be a number of GB (1e9 bytes) above 0 and at most "
+                    f"{MAX_MEMORY_BYTES / hardware.GB:g}, got {show_value(gb)}"
+                )
             object.__setattr__(self, "min_memory_gb", float(gb))
         if self.compute_capability is not None:
             try:
@@ -86,8 +88,10 @@ class GpuRequirement(Requirement):
 
     @property
     def conditions(self) -> bool:
-        return any(v is not None for v in (self.min_memory_gb, self.compute_capability, self.arch, self.model,
-                                           self.bf16, self.multicast))
+        return any(
+            v is not None
+            for v in (self.min_memory_gb, self.compute_capability, self.arch, self.model, self.bf16, self.multicast)
+        )
 
     @property
     def facts(self) -> frozenset[str]:
@@ -120,8 +124,11 @@ class GpuRequirement(Requirement):
         """Each GPU's unmet conditions, naming the GPU (``core.causes``); the count apart: see ``evaluate``."""
         if not self._judged(topology):
             return [Finding(f) for f in self.evaluate(topology, None).failures]
-        return [Finding(f"GPU{i} ({topology.gpus[i].name or 'unnamed'}) {problem}", (f"GPU{i}",), problem)
-                for i in topology.chosen(self.gpus) for problem in self.check_gpu(topology.gpus[i])]
+        return [
+            Finding(f"GPU{i} ({topology.gpus[i].name or 'unnamed'}) {problem}", (f"GPU{i}",), problem)
+            for i in topology.chosen(self.gpus)
+            for problem in self.check_gpu(topology.gpus[i])
+        ]
 
     def _judged(self, topology: Topology) -> bool:
         """Whether each GPU is judged (the GPUs named are there, and there is one to judge)."""
@@ -154,8 +161,12 @@ class GpuRequirement(Requirement):
             if meets is None and seen == "unknown":
                 problems.append(Unknown(f"architecture is unknown (compute capability {cc or 'unknown'})"))
             elif meets is None:
-                problems.append(Unknown(f"architecture is unknown (compute capability {cc}{named}: {seen}), "
-                                        f"needs {' or '.join(self.arch)}"))
+                problems.append(
+                    Unknown(
+                        f"architecture is unknown (compute capability {cc}{named}: {seen}), "
+                        f"needs {' or '.join(self.arch)}"
+                    )
+                )
             elif not meets:
                 problems.append(f"is {seen} (compute capability {cc}{named}), needs {' or '.join(self.arch)}")
         if self.model is not None:
@@ -168,14 +179,18 @@ class GpuRequirement(Requirement):
             if native is None:
                 problems.append(Unknown(f"bf16 support is unknown (compute capability {cc or 'unknown'})"))
             elif native != self.bf16:
-                problems.append(f"has {'no ' if not native else ''}native bf16 (compute capability {cc}), "
-                                f"needs {'one with' if self.bf16 else 'one without'}")
+                problems.append(
+                    f"has {'no ' if not native else ''}native bf16 (compute capability {cc}), "
+                    f"needs {'one with' if self.bf16 else 'one without'}"
+                )
         if self.multicast is not None:
             if gpu.multicast is None:
                 problems.append(Unknown(f"multicast (NVLS) support {UNKNOWN}"))
             elif gpu.multicast != self.multicast:
-                problems.append(f"{'has no' if not gpu.multicast else 'has'} multicast (NVLS): CUDA reports "
-                                f"CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = {int(gpu.multicast)}")
+                problems.append(
+                    f"{'has no' if not gpu.multicast else 'has'} multicast (NVLS): CUDA reports "
+                    f"CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = {int(gpu.multicast)}"
+                )
         return problems
 
 
@@ -221,8 +236,11 @@ class VersionRequirement(Requirement):
         return frozenset((NVML, TORCH)) if self.cuda_runtime or self.nccl else frozenset((NVML,))
 
     def __str__(self) -> str:
-        return "requires_versions(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in VERSIONS
-                                                if getattr(self, n) is not None) + ")"
+        return (
+            "requires_versions("
+            + ", ".join(f"{n}={getattr(self, n)!r}" for n in VERSIONS if getattr(self, n) is not None)
+            + ")"
+        )
 
     def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
         found = self.findings(topology)

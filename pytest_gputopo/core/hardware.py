@@ -62,21 +62,69 @@ def capability(cc: str | None) -> tuple[int, int] | None:
 # (A10G, A800, H800, H20, V100S) have no capability here: unknown, never a guess.
 _CAPABILITY_OF_MODEL = {
     "12.1": ("GB10",),
-    "12.0": ("RTX PRO 6000 Blackwell", "RTX PRO 5000 Blackwell", "RTX PRO 4500 Blackwell", "RTX PRO 4000 Blackwell",
-             "GeForce RTX 5090", "GeForce RTX 5080", "GeForce RTX 5070 Ti", "GeForce RTX 5070",
-             "GeForce RTX 5060 Ti", "GeForce RTX 5060"),
+    "12.0": (
+        "RTX PRO 6000 Blackwell",
+        "RTX PRO 5000 Blackwell",
+        "RTX PRO 4500 Blackwell",
+        "RTX PRO 4000 Blackwell",
+        "GeForce RTX 5090",
+        "GeForce RTX 5080",
+        "GeForce RTX 5070 Ti",
+        "GeForce RTX 5070",
+        "GeForce RTX 5060 Ti",
+        "GeForce RTX 5060",
+    ),
     "10.3": ("GB300", "B300"),
     "10.0": ("GB200", "B200"),
     "9.0": ("GH200", "H200", "H100"),
-    "8.9": ("L40S", "L40", "L4", "RTX 6000 Ada Generation", "RTX 5000 Ada Generation", "RTX 4500 Ada Generation",
-            "RTX 4000 Ada Generation", "RTX 4000 SFF Ada Generation", "GeForce RTX 4090", "GeForce RTX 4080",
-            "GeForce RTX 4070 Ti", "GeForce RTX 4070", "GeForce RTX 4060 Ti", "GeForce RTX 4060"),
-    "8.6": ("A40", "A10", "A16", "A2", "RTX A6000", "RTX A5000", "RTX A4500", "RTX A4000", "RTX A2000",
-            "GeForce RTX 3090 Ti", "GeForce RTX 3090", "GeForce RTX 3080 Ti", "GeForce RTX 3080",
-            "GeForce RTX 3070 Ti", "GeForce RTX 3070", "GeForce RTX 3060 Ti", "GeForce RTX 3060"),
+    "8.9": (
+        "L40S",
+        "L40",
+        "L4",
+        "RTX 6000 Ada Generation",
+        "RTX 5000 Ada Generation",
+        "RTX 4500 Ada Generation",
+        "RTX 4000 Ada Generation",
+        "RTX 4000 SFF Ada Generation",
+        "GeForce RTX 4090",
+        "GeForce RTX 4080",
+        "GeForce RTX 4070 Ti",
+        "GeForce RTX 4070",
+        "GeForce RTX 4060 Ti",
+        "GeForce RTX 4060",
+    ),
+    "8.6": (
+        "A40",
+        "A10",
+        "A16",
+        "A2",
+        "RTX A6000",
+        "RTX A5000",
+        "RTX A4500",
+        "RTX A4000",
+        "RTX A2000",
+        "GeForce RTX 3090 Ti",
+        "GeForce RTX 3090",
+        "GeForce RTX 3080 Ti",
+        "GeForce RTX 3080",
+        "GeForce RTX 3070 Ti",
+        "GeForce RTX 3070",
+        "GeForce RTX 3060 Ti",
+        "GeForce RTX 3060",
+    ),
     "8.0": ("A100", "A30"),
-    "7.5": ("T4", "Quadro RTX 8000", "Quadro RTX 6000", "Quadro RTX 5000", "Quadro RTX 4000", "TITAN RTX",
-            "GeForce RTX 2080 Ti", "GeForce RTX 2080", "GeForce RTX 2070", "GeForce RTX 2060"),
+    "7.5": (
+        "T4",
+        "Quadro RTX 8000",
+        "Quadro RTX 6000",
+        "Quadro RTX 5000",
+        "Quadro RTX 4000",
+        "TITAN RTX",
+        "GeForce RTX 2080 Ti",
+        "GeForce RTX 2080",
+        "GeForce RTX 2070",
+        "GeForce RTX 2060",
+    ),
     "7.0": ("V100", "TITAN V", "Quadro GV100"),
     "6.1": ("P40", "P4", "TITAN Xp", "GeForce GTX 1080 Ti", "GeForce GTX 1080", "GeForce GTX 1070"),
     "6.0": ("P100", "Quadro GP100"),
@@ -96,8 +144,9 @@ def _model_pattern(model: str) -> str:
 def _model_res() -> tuple[tuple[re.Pattern[str], str], ...]:
     """The table's names as patterns, compiled on first use: a run that reads no nvidia-smi text (every
     marked run) never pays for them."""
-    return tuple((re.compile(_model_pattern(model)), cc)
-                 for cc, models in _CAPABILITY_OF_MODEL.items() for model in models)
+    return tuple(
+        (re.compile(_model_pattern(model)), cc) for cc, models in _CAPABILITY_OF_MODEL.items() for model in models
+    )
 
 
 def capability_of_name(name: str | None) -> str | None:
@@ -106,7 +155,7 @@ def capability_of_name(name: str | None) -> str | None:
     if not isinstance(name, str):
         return None
     text = name.strip().lower()
-    text = text[_NAME_PREFIX.match(text).end():]  # type: ignore[union-attr]  # an optional prefix: always matches
+    text = text[_NAME_PREFIX.match(text).end() :]  # type: ignore[union-attr]  # an optional prefix: always matches
     found = {cc for pattern, cc in _model_res() if pattern.fullmatch(text)}
     return found.pop() if len(found) == 1 else None  # two capabilities would be a table error: unknown
 
@@ -168,11 +217,19 @@ def satisfies(fact: str | None, spec: str) -> bool | None:
 
 # Architecture comparisons: ``">=hopper"``, ``"<blackwell"``, ``"!=hopper"``, ``"==ampere"`` or a bare name
 # (equal), several joined by "," (all must hold), a list of those (any). Two-character operators first.
-_ARCH_OPS = {"<=": operator.le, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
-             "<": operator.lt, ">": operator.gt}
+_ARCH_OPS = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    ">": operator.gt,
+}
 _CLAUSE = re.compile(r"(<=|>=|==|!=|<|>)?([a-z]+)")
-ARCH_HOW = (f"one of {', '.join(ARCH_NAMES)}, with an optional comparison (<, <=, ==, !=, >=, >; e.g. '>=hopper', "
-            "'<blackwell'), several joined by ',' (all must hold: '>=ampere,<=ada'), or a list of those (any)")
+ARCH_HOW = (
+    f"one of {', '.join(ARCH_NAMES)}, with an optional comparison (<, <=, ==, !=, >=, >; e.g. '>=hopper', "
+    "'<blackwell'), several joined by ',' (all must hold: '>=ampere,<=ada'), or a list of those (any)"
+)
 
 
 def arch_spec(value: object) -> tuple[str, ...]:
@@ -220,8 +277,10 @@ def arch_meets(cc: str | None, spec: tuple[str, ...]) -> bool | None:
     if places is None:
         return None
     # arch_spec wrote each clause: every one matches.
-    items = [[(_ARCH_OPS[m[1] or "=="], _place(m[2])) for m in map(_CLAUSE.fullmatch, item.split(","))]  # type: ignore[index]
-             for item in spec]
+    items = [
+        [(_ARCH_OPS[m[1] or "=="], _place(m[2])) for m in map(_CLAUSE.fullmatch, item.split(","))]  # type: ignore[index]
+        for item in spec
+    ]
     verdicts = {any(all(op(p, a) for op, a in item) for item in items) for p in places}
     return verdicts.pop() if len(verdicts) == 1 else None
 

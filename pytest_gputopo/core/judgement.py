@@ -59,9 +59,19 @@ class Threshold:
         return None if self.expected is None else self.floor_ratio * self.expected.gbps
 
 
-def threshold(key: keys.Key, expected: Figure | None, basis: str, floors: Mapping[str, float],
-              explicit: Collection[str], gpu_name: str | None, *, size_bytes: int | None = None,
-              nvls: bool | None = None, gbps: float | None = None, floor: float | None = None) -> Threshold:
+def threshold(
+    key: keys.Key,
+    expected: Figure | None,
+    basis: str,
+    floors: Mapping[str, float],
+    explicit: Collection[str],
+    gpu_name: str | None,
+    *,
+    size_bytes: int | None = None,
+    nvls: bool | None = None,
+    gbps: float | None = None,
+    floor: float | None = None,
+) -> Threshold:
     """The one threshold rule. ``expected``/``basis``: what the link should give; ``floors``: the
     run's floor ratios by kind, ``explicit`` the ones the user set; ``gpu_name``: the first GPU's
     model (None: none known); ``size_bytes``: the size an all-reduce was taken at; ``nvls``: whether
@@ -156,8 +166,11 @@ class Judgement:
         the staged twin's figure where it decided, and ``expected`` (``gbps``, ``basis``, ``floor``,
         ``needed_gbps``)."""
         th = self.threshold
-        expected = {"gbps": None if th.expected is None else th.expected.gbps, "basis": th.basis,
-                    "floor": th.floor_ratio, "needed_gbps": self.needed_gbps}
+        expected = {
+            "gbps": None if th.expected is None else th.expected.gbps,
+            "basis": th.basis,
+            "floor": th.floor_ratio,
+            "needed_gbps": self.needed_gbps,
+        }
         state = self.state
-        return {"state": state, "expected": expected,
-                **({"staged_gbps": self.staged_gbps} if state == STAGED else {})}
+        return {"state": state, "expected": expected, **({"staged_gbps": self.staged_gbps} if state == STAGED else {})}

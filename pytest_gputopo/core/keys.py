@@ -118,9 +118,15 @@ def from_list(items: Any) -> Key:
             return HostCopy(kind, *rest)
         if kind == AllReduce.kind and len(rest) == 2 and _index(rest[0], MAX_RANKS) and _index(rest[1], MAX_BYTES + 1):
             return AllReduce(*rest)
-        if (kind == AllReduce.kind and len(rest) == 3 and _index(rest[1], MAX_BYTES + 1)
-                and isinstance(rest[2], list) and len(rest[2]) == rest[0] and rest[2] == sorted(set(rest[2]))
-                and all(_index(d, MAX_GPUS) for d in rest[2])):
+        if (
+            kind == AllReduce.kind
+            and len(rest) == 3
+            and _index(rest[1], MAX_BYTES + 1)
+            and isinstance(rest[2], list)
+            and len(rest[2]) == rest[0]
+            and rest[2] == sorted(set(rest[2]))
+            and all(_index(d, MAX_GPUS) for d in rest[2])
+        ):
             return AllReduce(rest[0], rest[1], tuple(rest[2]))
         if kind == NcclTransports.kind and len(rest) == 1 and _index(rest[0], MAX_RANKS):
             return NcclTransports(*rest)

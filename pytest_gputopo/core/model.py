@@ -39,10 +39,15 @@ class LinkClass(enum.IntEnum):
 
 # NVML_TOPOLOGY_* common-ancestor levels -> nvidia-smi labels. INTERNAL (0, two GPUs on one
 # board such as a K80) is printed as PIX by nvidia-smi in real outputs.
-NVML_LEVEL_TO_CLASS = {0: LinkClass.PIX, 10: LinkClass.PIX, 20: LinkClass.PXB, 30: LinkClass.PHB,
-                       40: LinkClass.NODE, 50: LinkClass.SYS}
-CLASS_TO_NVML_LEVEL = {LinkClass.PIX: 10, LinkClass.PXB: 20, LinkClass.PHB: 30,
-                       LinkClass.NODE: 40, LinkClass.SYS: 50}
+NVML_LEVEL_TO_CLASS = {
+    0: LinkClass.PIX,
+    10: LinkClass.PIX,
+    20: LinkClass.PXB,
+    30: LinkClass.PHB,
+    40: LinkClass.NODE,
+    50: LinkClass.SYS,
+}
+CLASS_TO_NVML_LEVEL = {LinkClass.PIX: 10, LinkClass.PXB: 20, LinkClass.PHB: 30, LinkClass.NODE: 40, LinkClass.SYS: 50}
 
 _LABEL_RE = re.compile(r"^(?:NV(\d+)|(SYS|SOC|NODE|PHB|PXB|PIX))$")
 
@@ -62,8 +67,10 @@ class LinkLabel:
             return cls(LinkClass.NV, 1)
         m = _LABEL_RE.match(text)
         if not m or (m.group(1) is not None and not 1 <= int(m.group(1)) <= MAX_NVLINKS):
-            raise ValueError(f"unknown link label {text[:40]!r} (expected NV<n> with n from 1 to {MAX_NVLINKS}, "
-                             f"PIX, PXB, PHB, NODE or SYS)")
+            raise ValueError(
+                f"unknown link label {text[:40]!r} (expected NV<n> with n from 1 to {MAX_NVLINKS}, "
+                f"PIX, PXB, PHB, NODE or SYS)"
+            )
         if m.group(1) is not None:
             return cls(LinkClass.NV, int(m.group(1)))
         return cls(LinkClass.from_name(m.group(2)))
@@ -96,15 +103,25 @@ class P2PStatus(str, enum.Enum):  # noqa: UP042 (a StrEnum's str() is its value:
         return _P2P_NVML[self]
 
 
-_P2P_NVML = {P2PStatus.OK: 0, P2PStatus.CHIPSET_NOT_SUPPORTED: 1, P2PStatus.GPU_NOT_SUPPORTED: 2,
-             P2PStatus.TOPOLOGY_NOT_SUPPORTED: 3, P2PStatus.DISABLED_BY_REGKEY: 4,
-             P2PStatus.NOT_SUPPORTED: 5, P2PStatus.UNKNOWN: 6}
+_P2P_NVML = {
+    P2PStatus.OK: 0,
+    P2PStatus.CHIPSET_NOT_SUPPORTED: 1,
+    P2PStatus.GPU_NOT_SUPPORTED: 2,
+    P2PStatus.TOPOLOGY_NOT_SUPPORTED: 3,
+    P2PStatus.DISABLED_BY_REGKEY: 4,
+    P2PStatus.NOT_SUPPORTED: 5,
+    P2PStatus.UNKNOWN: 6,
+}
 _P2P_BY_NVML = {v: k for k, v in _P2P_NVML.items()}
-_P2P_TEXT = {P2PStatus.OK: "OK", P2PStatus.CHIPSET_NOT_SUPPORTED: "chipset not supported",
-             P2PStatus.GPU_NOT_SUPPORTED: "GPU not supported",
-             P2PStatus.TOPOLOGY_NOT_SUPPORTED: "topology not supported",
-             P2PStatus.DISABLED_BY_REGKEY: "disabled by regkey", P2PStatus.NOT_SUPPORTED: "not supported",
-             P2PStatus.UNKNOWN: "unknown"}
+_P2P_TEXT = {
+    P2PStatus.OK: "OK",
+    P2PStatus.CHIPSET_NOT_SUPPORTED: "chipset not supported",
+    P2PStatus.GPU_NOT_SUPPORTED: "GPU not supported",
+    P2PStatus.TOPOLOGY_NOT_SUPPORTED: "topology not supported",
+    P2PStatus.DISABLED_BY_REGKEY: "disabled by regkey",
+    P2PStatus.NOT_SUPPORTED: "not supported",
+    P2PStatus.UNKNOWN: "unknown",
+}
 
 P2P_CAPS = ("read", "write", "nvlink", "atomics")
 
@@ -315,8 +332,12 @@ class Topology:
     # ("allreduce", "p2p", "h2d", ...), gbps, source, and what they were measured on (see docs):
     # ``src``/``dst`` or ``gpu`` name GPUs by index, renumbered with the GPUs (``restrict``).
     published: tuple[dict[str, Any], ...] = ()
-    _by_pair: dict[tuple[int, int], Link] = field(default=None, init=False, repr=False,  # type: ignore[arg-type]
-                                                  compare=False)  # set in __post_init__
+    _by_pair: dict[tuple[int, int], Link] = field(
+        default=None,  # type: ignore[arg-type]
+        init=False,
+        repr=False,
+        compare=False,
+    )  # set in __post_init__
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_pair", {(ln.a, ln.b): ln for ln in self.links})
@@ -346,8 +367,9 @@ class Topology:
         try:
             return self._by_pair[key]
         except KeyError:
-            raise KeyError(f"no GPU pair GPU{key[0]}-GPU{key[1]} on this machine "
-                           f"({counted(len(self.gpus), 'GPU')})") from None
+            raise KeyError(
+                f"no GPU pair GPU{key[0]}-GPU{key[1]} on this machine ({counted(len(self.gpus), 'GPU')})"
+            ) from None
 
     def p2p(self, a: int, b: int) -> bool | None:
         """Whether ``cuda:a`` and ``cuda:b`` can do P2P read and write (None: unknown)."""
@@ -366,7 +388,7 @@ class Topology:
         """Every pair among the GPUs named (``chosen``): the first ``gpus``, a list, or all."""
         chosen = self.chosen(gpus)
         for i, a in enumerate(chosen):
-            for b in chosen[i + 1:]:
+            for b in chosen[i + 1 :]:
                 yield self.link(a, b)
 
     def pairs_worse_than(self, label: str | LinkLabel, gpus: int | Iterable[int] | None = None) -> list[Link]:
@@ -392,8 +414,9 @@ class Topology:
                 a, b = sorted((new_index[ln.a], new_index[ln.b]))
                 links.append(dataclasses.replace(ln, a=a, b=b))
         links.sort(key=lambda ln: (ln.a, ln.b))
-        return dataclasses.replace(self, gpus=gpus, links=tuple(links),
-                                   published=renumber_figures(self.published, new_index))
+        return dataclasses.replace(
+            self, gpus=gpus, links=tuple(links), published=renumber_figures(self.published, new_index)
+        )
 
 
 _FIGURE_GPUS = ("src", "dst", "gpu")

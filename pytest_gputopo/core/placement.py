@@ -66,7 +66,7 @@ def _pair_score(topology: Topology, a: int, b: int) -> tuple[int, int]:
 
 def _set_score(topology: Topology, gpus: Sequence[int]) -> tuple[tuple[int, int], int]:
     """Best-linked first: the worst pair's link, then the sum of every pair's (NVLinks counted)."""
-    scores = [_pair_score(topology, a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
+    scores = [_pair_score(topology, a, b) for i, a in enumerate(gpus) for b in gpus[i + 1 :]]
     if not scores:
         return ((99, 0), 0)
     return (min(scores), sum(c * 100 + n for c, n in scores))
@@ -152,8 +152,15 @@ class Placer:
         open_, free = set(open_), set(free)
         if not self.meeting:
             return ()
-        best = max(self.meeting, key=lambda gpus: (len(open_.intersection(gpus)), len(free.intersection(gpus)),
-                                                   self._scores[gpus], [-g for g in gpus]))
+        best = max(
+            self.meeting,
+            key=lambda gpus: (
+                len(open_.intersection(gpus)),
+                len(free.intersection(gpus)),
+                self._scores[gpus],
+                [-g for g in gpus],
+            ),
+        )
         return tuple(g for g in best if g in open_)
 
     def _spoiled(self, gpus: tuple[int, ...], rest: set[int]) -> int:

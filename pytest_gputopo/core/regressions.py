@@ -13,8 +13,10 @@ def pcie_trained_down(gpu: Gpu, full: int, against: str) -> str:
     (``--gputopo-expect``: the reference's; the check's ``pcie`` item: the GPU's own maximum), e.g.
     ``PCIe link trained down: x8 of x16 (the reference's width; Gen3 of Gen5)``. The generation is
     said, never judged: an idle GPU drops to Gen1 to save power."""
-    return (f"PCIe link trained down: x{gpu.pcie_width_current} of x{full} ({against}; "
-            f"Gen{gpu.pcie_gen_current or '?'} of Gen{gpu.pcie_gen_max or '?'})")
+    return (
+        f"PCIe link trained down: x{gpu.pcie_width_current} of x{full} ({against}; "
+        f"Gen{gpu.pcie_gen_current or '?'} of Gen{gpu.pcie_gen_max or '?'})"
+    )
 
 
 def _physical_match(reference: Topology, gpu: Gpu) -> int | None:
@@ -73,13 +75,17 @@ def compared(reference: Topology, actual: Topology, all_visible: bool = True) ->
             what = f"PCIe width is unknown, the reference x{want} (current)"
             add(f"{where} {what}", (where,), what)
         for what, have, want, note in (
-                ("max PCIe generation", gpu.pcie_gen_max, ref.pcie_gen_max, ""),
-                ("max PCIe width", gpu.pcie_width_max, ref.pcie_width_max, "")):
+            ("max PCIe generation", gpu.pcie_gen_max, ref.pcie_gen_max, ""),
+            ("max PCIe width", gpu.pcie_width_max, ref.pcie_width_max, ""),
+        ):
             if want is not None and (have is None or have < want):
                 shown = "unknown" if have is None else ("x" if "width" in what else "Gen") + str(have)
                 wanted = ("x" if "width" in what else "Gen") + str(want)
-                add(f"{where} {what} is {shown}, the reference {wanted}{note}", (where,),
-                    f"{what} is {shown}, the reference {wanted}{note}")
+                add(
+                    f"{where} {what} is {shown}, the reference {wanted}{note}",
+                    (where,),
+                    f"{what} is {shown}, the reference {wanted}{note}",
+                )
     for link in actual.pairs():
         if link.a not in ref_of or link.b not in ref_of:
             continue

@@ -56,8 +56,10 @@ def gpus_arg(value: object, low: int = 1, what: str = "gpus") -> Gpus:
             raise RequirementError(f"{what} lists GPU{twice[0]} twice")
         return tuple(sorted(value))
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_GPUS:
-        raise RequirementError(f"{what} must be a number of GPUs from {low} to {MAX_GPUS} or a list of GPU "
-                               f"indices such as [0, 5], got {show_value(value)}")
+        raise RequirementError(
+            f"{what} must be a number of GPUs from {low} to {MAX_GPUS} or a list of GPU "
+            f"indices such as [0, 5], got {show_value(value)}"
+        )
     return value
 
 
@@ -151,10 +153,11 @@ class Requirement:
         missing = shortfall(topology, self.gpus, need_pair=True)
         if missing:
             return [Finding(missing)]
-        return [Finding(f"{ln.name} {problem}", (f"GPU{ln.a}", f"GPU{ln.b}"), problem, ln.name)
-                for ln in topology.pairs(self.gpus)
-                if (problem := mig_pair(topology, ln) or self.check_pair(ln) or self.fabric_pair(topology, ln))
-                is not None]
+        return [
+            Finding(f"{ln.name} {problem}", (f"GPU{ln.a}", f"GPU{ln.b}"), problem, ln.name)
+            for ln in topology.pairs(self.gpus)
+            if (problem := mig_pair(topology, ln) or self.check_pair(ln) or self.fabric_pair(topology, ln)) is not None
+        ]
 
     # What NVML's answers alone cannot tell while a GPU's NVLink fabric is down (overridden below).
     over_fabric = ""
@@ -166,8 +169,11 @@ class Requirement:
         manager is down), and no peer traffic crosses them."""
         if not self.over_fabric:
             return None
-        down = [f"GPU{g.index}: {g.fabric.problem}" for g in (topology.gpus[link.a], topology.gpus[link.b])
-                if g.fabric is not None and g.fabric.up is False]
+        down = [
+            f"GPU{g.index}: {g.fabric.problem}"
+            for g in (topology.gpus[link.a], topology.gpus[link.b])
+            if g.fabric is not None and g.fabric.up is False
+        ]
         if not down:
             return None
         return Unknown(f"{self.over_fabric} unknown: {'; '.join(down)}")
@@ -224,17 +230,22 @@ def p2p_unknown(link: Link) -> str:
     missing = [cap for cap in ("read", "write") if getattr(link.p2p, cap).value == "U"]
     if len(missing) == 1:
         (cap,), other = missing, "write" if missing == ["read"] else "read"
-        return Unknown(f"P2P {cap} status is unknown ({other} {getattr(link.p2p, other).description}; no source "
-                       f"reported {cap}: record `nvidia-smi topo -p2p {cap[0]}` with `gputopo record --from-smi TOPO "
-                       f"--p2p {cap[0]}:FILE`)")
-    return Unknown("P2P status is unknown (no source reported read or write: record `nvidia-smi topo -p2p r` and "
-                   "`-p2p w` with `gputopo record --from-smi TOPO --p2p r:FILE --p2p w:FILE`)")
+        return Unknown(
+            f"P2P {cap} status is unknown ({other} {getattr(link.p2p, other).description}; no source "
+            f"reported {cap}: record `nvidia-smi topo -p2p {cap[0]}` with `gputopo record --from-smi TOPO "
+            f"--p2p {cap[0]}:FILE`)"
+        )
+    return Unknown(
+        "P2P status is unknown (no source reported read or write: record `nvidia-smi topo -p2p r` and "
+        "`-p2p w` with `gputopo record --from-smi TOPO --p2p r:FILE --p2p w:FILE`)"
+    )
 
 
 @dataclass(frozen=True)
 class P2PRequirement(Requirement):
     facts = frozenset((NVML, CUDA))  # NVML's P2P status joined with CUDA's own peer-access answer
     over_fabric = "P2P"
+
     def __str__(self) -> str:
         return "requires_p2p" + (f"({_gpus_kw(self.gpus)[0]})" if self.gpus else "")
 
@@ -246,8 +257,11 @@ class P2PRequirement(Requirement):
             return found
         unmet = {f.name for f in found}
         why = Unknown(f"P2P unknown: CUDA cannot start here ({topology.cuda_problem})")
-        return found + [Finding(f"{ln.name} {why}", (f"GPU{ln.a}", f"GPU{ln.b}"), why, ln.name)
-                        for ln in topology.pairs(self.gpus) if ln.name not in unmet]
+        return found + [
+            Finding(f"{ln.name} {why}", (f"GPU{ln.a}", f"GPU{ln.b}"), why, ln.name)
+            for ln in topology.pairs(self.gpus)
+            if ln.name not in unmet
+        ]
 
     def check_pair(self, link: Link) -> str | None:
         works = link.p2p_works
@@ -255,8 +269,11 @@ class P2PRequirement(Requirement):
             return None
         if works is None:
             return p2p_unknown(link)
-        refused = [f"{cap} {getattr(link.p2p, cap).description}" for cap in ("read", "write")
-                   if getattr(link.p2p, cap).value not in ("OK", "U")]
+        refused = [
+            f"{cap} {getattr(link.p2p, cap).description}"
+            for cap in ("read", "write")
+            if getattr(link.p2p, cap).value not in ("OK", "U")
+        ]
         if link.cuda_peer is False and not refused:
             return "cannot do P2P (CUDA reports no peer access)"
         return "cannot do P2P (" + ", ".join(refused) + ")"
@@ -356,12 +373,16 @@ class BandwidthRequirement(FactRequirement):
         if self.metric == "allreduce" and isinstance(self.gpus, tuple) and len(self.gpus) < 2:
             raise RequirementError(f"an all-reduce needs at least 2 GPUs, got the list {gpus_text(self.gpus)}")
         if self.gbps is not None and not is_bandwidth(self.gbps):
-            raise RequirementError(f"gbps must be a number above 0 and at most {MAX_GBPS:g} (GB/s = 1e9 B/s) "
-                                   f"or None, got {show_value(self.gbps)}")
-        if self.floor is not None and (isinstance(self.floor, bool) or not isinstance(self.floor, (int, float))
-                                       or not 0 < self.floor <= 2):
-            raise RequirementError(f"floor must be a fraction of the expected bandwidth in (0, 2], "
-                                   f"got {show_value(self.floor)}")
+            raise RequirementError(
+                f"gbps must be a number above 0 and at most {MAX_GBPS:g} (GB/s = 1e9 B/s) "
+                f"or None, got {show_value(self.gbps)}"
+            )
+        if self.floor is not None and (
+            isinstance(self.floor, bool) or not isinstance(self.floor, (int, float)) or not 0 < self.floor <= 2
+        ):
+            raise RequirementError(
+                f"floor must be a fraction of the expected bandwidth in (0, 2], got {show_value(self.floor)}"
+            )
         if self.size is not None:
             _int_arg(self.size, "size (bytes)", 4, MAX_BYTES)
         if not isinstance(self.pinned, bool):
@@ -378,8 +399,9 @@ class BandwidthRequirement(FactRequirement):
         args += [f"floor={self.floor:g}"] if self.floor is not None else []
         return f"min_{self.metric}_bw({', '.join(args)})"
 
-    def measurements(self, topology: Topology,
-                     allreduce_key: Callable[[Gpus, int | None], keys.AllReduce]) -> list[keys.Key]:
+    def measurements(
+        self, topology: Topology, allreduce_key: Callable[[Gpus, int | None], keys.AllReduce]
+    ) -> list[keys.Key]:
         """The measurements this needs (``allreduce_key(gpus, size)`` names the all-reduce); none
         when the GPUs ``gpus`` names are not all there (whatever the backend: gloo included)."""
         from . import keys  # the benchmarks' keys, with the judges (the load budget: docs/performance.md)
@@ -393,8 +415,9 @@ class BandwidthRequirement(FactRequirement):
             return [keys.Copy("p2p", ln.a, ln.b) for ln in topology.pairs(self.gpus)]
         return [keys.HostCopy("h2d", g, self.pinned) for g in topology.chosen(self.gpus)]
 
-    def judge(self, topology: Topology, judgements: list[judgement.Judgement],
-              max_items: int | None = REASON_PAIRS) -> Verdict:
+    def judge(
+        self, topology: Topology, judgements: list[judgement.Judgement], max_items: int | None = REASON_PAIRS
+    ) -> Verdict:
         """``judgements``: each measurement behind this against its threshold, resolved by the one
         threshold rule (``plugin.verdicts.judge_figure``, ``core.judgement``)."""
         # The judges, imported by the bandwidth markers that use them (the load budget: docs/performance.md):
@@ -418,11 +441,17 @@ class BandwidthRequirement(FactRequirement):
                 broken = True
                 failures.append(f"{fig.what}: {fig.text()}; data wrong: {fig.error}")
             elif state == judgement.UNKNOWN:
-                failures.append(Unknown(f"{fig.what}: {fig.text()}, but no expected bandwidth is "
-                                        f"known for {j.threshold.basis} to judge it against"))
+                failures.append(
+                    Unknown(
+                        f"{fig.what}: {fig.text()}, but no expected bandwidth is "
+                        f"known for {j.threshold.basis} to judge it against"
+                    )
+                )
             elif state == judgement.STAGED:
-                failures.append(f"{fig.what}: {fig.text()}, slower than the same copy staged through the host "
-                                f"({gbps_text(j.staged_gbps)} GB/s): not P2P")  # type: ignore[arg-type]  # STAGED: set
+                failures.append(
+                    f"{fig.what}: {fig.text()}, slower than the same copy staged through the host "
+                    f"({gbps_text(j.staged_gbps)} GB/s): not P2P"  # type: ignore[arg-type]  # STAGED: set
+                )
             elif state == judgement.BELOW:
                 failures.append(_against(j))
                 if fig.source and fig.source not in sources:
@@ -474,8 +503,9 @@ class TransportRequirement(FactRequirement):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not isinstance(self.kind, str) or not (self.kind in TRANSPORT_KINDS or self.kind.startswith("NET/")):
-            raise RequirementError(f"kind must be one of {', '.join(TRANSPORT_KINDS)} or 'NET/<plugin>', "
-                                   f"got {self.kind!r}")
+            raise RequirementError(
+                f"kind must be one of {', '.join(TRANSPORT_KINDS)} or 'NET/<plugin>', got {self.kind!r}"
+            )
         if self.gdrdma is not None and not isinstance(self.gdrdma, bool):
             raise RequirementError(f"gdrdma must be True, False or None, got {self.gdrdma!r}")
 
@@ -484,9 +514,13 @@ class TransportRequirement(FactRequirement):
         args += [f"gdrdma={self.gdrdma}"] if self.gdrdma is not None else []
         return f"requires_nccl_transport({', '.join(args)})"
 
-    def judge(self, topology: Topology, pairs: dict[tuple[int, int], tuple[Sequence[str], str]],
-              account: dict[str, Any] | None,
-              max_pairs: int | None = REASON_PAIRS) -> Verdict:
+    def judge(
+        self,
+        topology: Topology,
+        pairs: dict[tuple[int, int], tuple[Sequence[str], str]],
+        account: dict[str, Any] | None,
+        max_pairs: int | None = REASON_PAIRS,
+    ) -> Verdict:
         """``pairs``: (a, b) -> (transports, why) as observed or predicted; ``account``: NCCL's own
         log of a run (``{"transports": [...], "gdrdma": bool}``) or None when there is none."""
         if self.kind in PAIR_KINDS and self.gdrdma is None:
@@ -498,19 +532,33 @@ class TransportRequirement(FactRequirement):
                 mig = mig_pair(topology, ln)  # NCCL's view of the whole GPUs is not the instances'
                 transports, why = pairs.get((ln.a, ln.b), (None, None))
                 if mig or transports is None:  # a pair neither seen nor predicted: unknown, never unmet
-                    failures.append(Unknown(f"{ln.name} {mig}" if mig else
-                                            f"{ln.name} ({link_text(ln)}): NCCL's transport is unknown"))
+                    failures.append(
+                        Unknown(
+                            f"{ln.name} {mig}" if mig else f"{ln.name} ({link_text(ln)}): NCCL's transport is unknown"
+                        )
+                    )
                 elif not any(t.upper().startswith(self.kind) for t in transports):
                     failures.append(f"{ln.name} ({link_text(ln)}) {why}")
             return unmet(self, failures, max_pairs) if failures else Verdict(True)
         if account is None:
-            return unmet(self, [Unknown("needs NCCL's own account of a run (a small NCCL all-reduce on GPUs), "
-                                        "which this machine cannot give")], max_pairs)
+            return unmet(
+                self,
+                [
+                    Unknown(
+                        "needs NCCL's own account of a run (a small NCCL all-reduce on GPUs), "
+                        "which this machine cannot give"
+                    )
+                ],
+                max_pairs,
+            )
         seen = set(account.get("transports", ()))
         # As printed (NET/IBext_v8) and by family (NET/IB): an external plugin meets its family's kind.
         names = seen | set(account.get("families", ()))
-        failures = [] if any(t == self.kind or t.startswith(self.kind + "/") for t in names) else [
-            f"NCCL used {', '.join(sorted(seen)) or 'no transport'}, not {self.kind}"]
+        failures = (
+            []
+            if any(t == self.kind or t.startswith(self.kind + "/") for t in names)
+            else [f"NCCL used {', '.join(sorted(seen)) or 'no transport'}, not {self.kind}"]
+        )
         if self.gdrdma is not None and bool(account.get("gdrdma")) != self.gdrdma:
             failures.append(f"GPUDirect RDMA {'off' if self.gdrdma else 'on'}")
         return unmet(self, failures, max_pairs) if failures else Verdict(True)
@@ -524,8 +572,11 @@ class NoFallbackRequirement(FactRequirement):
         return "no-fallback" + (f"@{gpus_text(self.gpus)}" if self.gpus else "")
 
     def judge(self, fallbacks: list[Any], max_pairs: int | None = REASON_PAIRS) -> Verdict:
-        failures = [f"{f.name} {f.label} uses {f.actual} instead of {f.expected} ({'; '.join(f.causes)})"
-                    for f in fallbacks if _among(self.gpus, f.a) and _among(self.gpus, f.b)]
+        failures = [
+            f"{f.name} {f.label} uses {f.actual} instead of {f.expected} ({'; '.join(f.causes)})"
+            for f in fallbacks
+            if _among(self.gpus, f.a) and _among(self.gpus, f.b)
+        ]
         return unmet(self, failures, max_pairs) if failures else Verdict(True)
 
 
@@ -552,15 +603,25 @@ class RanksRequirement(Requirement):
     def __post_init__(self) -> None:
         _int_arg(self.n, "n (ranks)", 1, MAX_RANKS)
         if self.timeout is not None:
-            if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) \
-                    or not 0 < self.timeout <= MAX_RANKS_TIMEOUT_S:
-                raise RequirementError(f"timeout must be a number of seconds above 0 and at most "
-                                       f"{MAX_RANKS_TIMEOUT_S}, got {show_value(self.timeout)}")
+            if (
+                isinstance(self.timeout, bool)
+                or not isinstance(self.timeout, (int, float))
+                or not 0 < self.timeout <= MAX_RANKS_TIMEOUT_S
+            ):
+                raise RequirementError(
+                    f"timeout must be a number of seconds above 0 and at most "
+                    f"{MAX_RANKS_TIMEOUT_S}, got {show_value(self.timeout)}"
+                )
             object.__setattr__(self, "timeout", float(self.timeout))  # 5 and 5.0 are one requirement
-        if self.backend is not None and (not isinstance(self.backend, str) or not self.backend
-                                         or not all(c.isascii() and (c.isalnum() or c in "_:,") for c in self.backend)):
-            raise RequirementError(f"backend must be a torch.distributed backend name such as 'nccl' or 'gloo' "
-                                   f"(or None: NCCL on GPUs, gloo on CPUs), got {show_value(self.backend)}")
+        if self.backend is not None and (
+            not isinstance(self.backend, str)
+            or not self.backend
+            or not all(c.isascii() and (c.isalnum() or c in "_:,") for c in self.backend)
+        ):
+            raise RequirementError(
+                f"backend must be a torch.distributed backend name such as 'nccl' or 'gloo' "
+                f"(or None: NCCL on GPUs, gloo on CPUs), got {show_value(self.backend)}"
+            )
 
     def __str__(self) -> str:
         args = [str(self.n)] + ([f"timeout={self.timeout:g}"] if self.timeout is not None else [])
@@ -585,8 +646,14 @@ class RanksRequirement(Requirement):
         if not topology.gpus_known and (self.backend or "").lower() not in ("nccl", "gloo"):
             # Never gloo on the CPUs for a host whose GPUs NVML could not list: the test would pass
             # on a GPU node that cannot run it.
-            return [Finding(Unknown(f"whether this host has GPUs for the ranks is unknown ({topology.problem}); "
-                                    f"backend='gloo' runs them on the CPUs"))]
+            return [
+                Finding(
+                    Unknown(
+                        f"whether this host has GPUs for the ranks is unknown ({topology.problem}); "
+                        f"backend='gloo' runs them on the CPUs"
+                    )
+                )
+            ]
         if not self.on_gpus(topology):
             return []
         missing = shortfall(topology, self.n)

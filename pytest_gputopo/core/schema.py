@@ -60,8 +60,11 @@ def _enc(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_enc(v) for v in value]
     if dataclasses.is_dataclass(value):
-        return {f.name: _enc(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if f.init and not f.name.startswith("_")}
+        return {
+            f.name: _enc(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.init and not f.name.startswith("_")
+        }
     return value
 
 
@@ -78,8 +81,9 @@ def to_dict(topology: Topology) -> dict[str, Any]:
     return data
 
 
-def _get(d: Mapping[str, Any], key: str, path: str, types: tuple[type, ...], default: Any = ...,
-         allow_none: bool = True) -> Any:
+def _get(
+    d: Mapping[str, Any], key: str, path: str, types: tuple[type, ...], default: Any = ..., allow_none: bool = True
+) -> Any:
     if key not in d:
         if default is ...:
             raise SchemaError(f"{path}{key}", "missing")
@@ -92,8 +96,9 @@ def _get(d: Mapping[str, Any], key: str, path: str, types: tuple[type, ...], def
     return value
 
 
-def _int(d: Mapping[str, Any], key: str, path: str, low: int, high: int, default: Any = None,
-         allow_none: bool = True) -> Any:
+def _int(
+    d: Mapping[str, Any], key: str, path: str, low: int, high: int, default: Any = None, allow_none: bool = True
+) -> Any:
     value = _get(d, key, path, (int,), default, allow_none)
     if value is not None and not low <= value <= high:
         raise SchemaError(f"{path}{key}", f"{show_value(value)} is not from {low} to {high}")
@@ -139,10 +144,15 @@ def _p2p_from(d: Any, path: str) -> P2P:
     return P2P(**{cap: _enum(P2PStatus, d.get(cap, "U"), f"{path}.{cap}") for cap in P2P_CAPS})
 
 
-_GPU_INTS = {"nvml_index": (0, MAX_GPUS - 1), "numa_node": (0, MAX_NUMA_NODES - 1),
-             "pcie_gen_current": (1, MAX_PCIE_GEN), "pcie_gen_max": (1, MAX_PCIE_GEN),
-             "pcie_width_current": (1, MAX_PCIE_WIDTH), "pcie_width_max": (1, MAX_PCIE_WIDTH),
-             "memory_total_bytes": (1, MAX_MEMORY_BYTES)}
+_GPU_INTS = {
+    "nvml_index": (0, MAX_GPUS - 1),
+    "numa_node": (0, MAX_NUMA_NODES - 1),
+    "pcie_gen_current": (1, MAX_PCIE_GEN),
+    "pcie_gen_max": (1, MAX_PCIE_GEN),
+    "pcie_width_current": (1, MAX_PCIE_WIDTH),
+    "pcie_width_max": (1, MAX_PCIE_WIDTH),
+    "memory_total_bytes": (1, MAX_MEMORY_BYTES),
+}
 _GPU_STRS = ("name", "uuid", "pci_bus_id", "cpu_affinity", "compute_capability")
 _GPU_BOOLS = ("multicast", "mig")
 
@@ -150,11 +160,13 @@ _GPU_BOOLS = ("multicast", "mig")
 def _nvlink_from(d: Any, path: str) -> NvLink:
     d = _mapping(d, path)
     p = path + "."
-    return NvLink(link=_int(d, "link", p, 0, MAX_NVLINKS - 1, ..., allow_none=False),
-                  active=_get(d, "active", p, (bool,), allow_none=False),
-                  remote_bus_id=_get(d, "remote_bus_id", p, (str,), None),
-                  remote_type=_get(d, "remote_type", p, (str,), "unknown", allow_none=False),
-                  version=_get(d, "version", p, (str,), None))
+    return NvLink(
+        link=_int(d, "link", p, 0, MAX_NVLINKS - 1, ..., allow_none=False),
+        active=_get(d, "active", p, (bool,), allow_none=False),
+        remote_bus_id=_get(d, "remote_bus_id", p, (str,), None),
+        remote_type=_get(d, "remote_type", p, (str,), "unknown", allow_none=False),
+        version=_get(d, "version", p, (str,), None),
+    )
 
 
 def _mig_device_from(d: Any, path: str) -> MigDevice:
@@ -163,11 +175,14 @@ def _mig_device_from(d: Any, path: str) -> MigDevice:
     extra = set(d) - {f.name for f in dataclasses.fields(MigDevice)}
     if extra:
         raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
-    return MigDevice(index=_int(d, "index", p, 0, MAX_MIG_DEVICES - 1), uuid=_get(d, "uuid", p, (str,), None),
-                     profile=_get(d, "profile", p, (str,), None),
-                     gpu_instance_id=_int(d, "gpu_instance_id", p, 0, 2**31 - 1),
-                     compute_instance_id=_int(d, "compute_instance_id", p, 0, 2**31 - 1),
-                     memory_total_bytes=_int(d, "memory_total_bytes", p, 1, MAX_MEMORY_BYTES))
+    return MigDevice(
+        index=_int(d, "index", p, 0, MAX_MIG_DEVICES - 1),
+        uuid=_get(d, "uuid", p, (str,), None),
+        profile=_get(d, "profile", p, (str,), None),
+        gpu_instance_id=_int(d, "gpu_instance_id", p, 0, 2**31 - 1),
+        compute_instance_id=_int(d, "compute_instance_id", p, 0, 2**31 - 1),
+        memory_total_bytes=_int(d, "memory_total_bytes", p, 1, MAX_MEMORY_BYTES),
+    )
 
 
 def _fabric_from(d: Any, path: str) -> Fabric | None:
@@ -187,15 +202,19 @@ def _fabric_from(d: Any, path: str) -> Fabric | None:
     cluster = _get(d, "cluster_uuid", p, (str,), None)
     if cluster is not None and len(cluster) > 80:
         raise SchemaError(f"{p}cluster_uuid", f"{show_value(cluster)} is longer than 80 characters")
-    return Fabric(state=state, status=status, clique_id=_int(d, "clique_id", p, 0, 2**32 - 1),
-                  cluster_uuid=cluster)
+    return Fabric(state=state, status=status, clique_id=_int(d, "clique_id", p, 0, 2**32 - 1), cluster_uuid=cluster)
 
 
 def _gpu_from(d: Any, path: str) -> Gpu:
     d = _mapping(d, path)
     p = path + "."
-    extra = (set(d) - set(_GPU_INTS) - set(_GPU_STRS) - set(_GPU_BOOLS)
-             - {"index", "nvlinks", "compute_mode", "mig_devices", "fabric"})
+    extra = (
+        set(d)
+        - set(_GPU_INTS)
+        - set(_GPU_STRS)
+        - set(_GPU_BOOLS)
+        - {"index", "nvlinks", "compute_mode", "mig_devices", "fabric"}
+    )
     if extra:
         raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
     listed = _list(d, "nvlinks", p)
@@ -215,11 +234,16 @@ def _gpu_from(d: Any, path: str) -> Gpu:
     if len(listed) > MAX_MIG_DEVICES:
         raise SchemaError(f"{p}mig_devices", f"{len(listed)} MIG devices; a GPU holds at most {MAX_MIG_DEVICES}")
     migs = tuple(_mig_device_from(m, f"{p}mig_devices[{i}]") for i, m in enumerate(listed))
-    return Gpu(index=_int(d, "index", p, 0, MAX_GPUS - 1, ..., allow_none=False),
-               nvlinks=links, compute_mode=mode, mig_devices=migs, fabric=_fabric_from(d.get("fabric"), f"{p}fabric"),
-               **{k: _int(d, k, p, low, high) for k, (low, high) in _GPU_INTS.items()},
-               **{k: _get(d, k, p, (str,), None) for k in _GPU_STRS},
-               **{k: _get(d, k, p, (bool,), None) for k in _GPU_BOOLS})
+    return Gpu(
+        index=_int(d, "index", p, 0, MAX_GPUS - 1, ..., allow_none=False),
+        nvlinks=links,
+        compute_mode=mode,
+        mig_devices=migs,
+        fabric=_fabric_from(d.get("fabric"), f"{p}fabric"),
+        **{k: _int(d, k, p, low, high) for k, (low, high) in _GPU_INTS.items()},
+        **{k: _get(d, k, p, (str,), None) for k in _GPU_STRS},
+        **{k: _get(d, k, p, (bool,), None) for k in _GPU_BOOLS},
+    )
 
 
 def _link_from(d: Any, path: str, n_gpus: int) -> Link:
@@ -233,11 +257,14 @@ def _link_from(d: Any, path: str, n_gpus: int) -> Link:
     extra = set(d) - {"a", "b", "pcie", "nvlinks", "p2p", "cuda_peer"}
     if extra:
         raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
-    return Link(a=a, b=b,
-                pcie=None if pcie is None else _enum(LinkClass, pcie, p + "pcie", by_name=True),
-                nvlinks=_int(d, "nvlinks", p, 0, MAX_NVLINKS, 0),
-                p2p=_p2p_from(d.get("p2p", {}), p + "p2p"),
-                cuda_peer=_get(d, "cuda_peer", p, (bool,), None))
+    return Link(
+        a=a,
+        b=b,
+        pcie=None if pcie is None else _enum(LinkClass, pcie, p + "pcie", by_name=True),
+        nvlinks=_int(d, "nvlinks", p, 0, MAX_NVLINKS, 0),
+        p2p=_p2p_from(d.get("p2p", {}), p + "p2p"),
+        cuda_peer=_get(d, "cuda_peer", p, (bool,), None),
+    )
 
 
 def _published_from(d: Any, path: str, n_gpus: int) -> dict[str, Any]:
@@ -286,8 +313,9 @@ def from_dict(d: Any, path: str = "") -> Topology:
     p = f"{path}." if path else ""
     schema = d.get("schema", SCHEMA_VERSION)
     if schema != SCHEMA_VERSION:
-        raise SchemaError(f"{p}schema", f"version {show_value(schema)} is not supported "
-                                        f"(this plugin reads {SCHEMA_VERSION})")
+        raise SchemaError(
+            f"{p}schema", f"version {show_value(schema)} is not supported (this plugin reads {SCHEMA_VERSION})"
+        )
     listed = _list(d, "gpus", p)
     if len(listed) > MAX_GPUS:
         raise SchemaError(f"{p}gpus", f"{len(listed)} GPUs; at most {MAX_GPUS} are read")
@@ -310,14 +338,20 @@ def from_dict(d: Any, path: str = "") -> Topology:
         raise SchemaError(f"{p}links", "a GPU pair is listed twice")
     missing = [(a, b) for a in range(len(gpus)) for b in range(a + 1, len(gpus)) if (a, b) not in pairs]
     if missing:
-        raise SchemaError(f"{p}links", f"no entry for GPU{missing[0][0]}-GPU{missing[0][1]} "
-                                       f"(every pair must be listed, with unknown facts as null)")
+        raise SchemaError(
+            f"{p}links",
+            f"no entry for GPU{missing[0][0]}-GPU{missing[0][1]} "
+            f"(every pair must be listed, with unknown facts as null)",
+        )
     src = _mapping(d.get("source", {"kind": "none"}), p + "source")
     return Topology(
-        gpus=gpus, links=tuple(sorted(links, key=lambda ln: (ln.a, ln.b))),
-        source=Source(kind=_get(src, "kind", p + "source.", (str,), allow_none=False),
-                      name=_get(src, "name", p + "source.", (str,), None),
-                      detail=_get(src, "detail", p + "source.", (str,), None)),
+        gpus=gpus,
+        links=tuple(sorted(links, key=lambda ln: (ln.a, ln.b))),
+        source=Source(
+            kind=_get(src, "kind", p + "source.", (str,), allow_none=False),
+            name=_get(src, "name", p + "source.", (str,), None),
+            detail=_get(src, "detail", p + "source.", (str,), None),
+        ),
         driver_version=_get(d, "driver_version", p, (str,), None),
         cuda_driver_version=_get(d, "cuda_driver_version", p, (str,), None),
         cuda_runtime_version=_get(d, "cuda_runtime_version", p, (str,), None),
@@ -328,6 +362,8 @@ def from_dict(d: Any, path: str = "") -> Topology:
         cuda_devices=_int(d, "cuda_devices", p, 0, MAX_GPUS),
         cuda_problem=_get(d, "cuda_problem", p, (str,), None),
         warnings=_strings(d, "warnings", p, MAX_WARNINGS),
-        published=tuple(_published_from(f, f"{p}published[{i}]", len(gpus))
-                        for i, f in enumerate(_get(d, "published", p, (list,), [], allow_none=False))),
+        published=tuple(
+            _published_from(f, f"{p}published[{i}]", len(gpus))
+            for i, f in enumerate(_get(d, "published", p, (list,), [], allow_none=False))
+        ),
     )

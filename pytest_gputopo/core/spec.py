@@ -27,8 +27,18 @@ from dataclasses import dataclass
 from .model import Gpu, LinkClass, Topology
 
 __all__ = [
-    "Figure", "PCIE_VIA_CPU_FACTOR", "PAGEABLE_FACTOR", "PAGEABLE_CEILING", "pcie_gbps", "pcie_line_rate",
-    "nvlink_per_link", "nvlink_gbps", "gpu_nvlink_version", "nvlink_version_note", "h2d_expected", "p2p_expected",
+    "Figure",
+    "PCIE_VIA_CPU_FACTOR",
+    "PAGEABLE_FACTOR",
+    "PAGEABLE_CEILING",
+    "pcie_gbps",
+    "pcie_line_rate",
+    "nvlink_per_link",
+    "nvlink_gbps",
+    "gpu_nvlink_version",
+    "nvlink_version_note",
+    "h2d_expected",
+    "p2p_expected",
     "format_gbps",
 ]
 
@@ -68,20 +78,42 @@ def _scaled(fig: Figure, factor: float, label: str, note: str) -> Figure:
 _PCI_SIG = "PCI-SIG, PCI Express Base Specification"
 
 PCIE_X16: dict[int, Figure] = {
-    1: Figure(2.5 * 16 * 8 / 10 / 8, f"{_PCI_SIG} 1.0: 2.5 GT/s per lane, 8b/10b encoding; "
-              "2.5 GT/s x 16 lanes x 8/10 / 8 = 4.0 GB/s", "PCIe Gen1 x16"),
-    2: Figure(5.0 * 16 * 8 / 10 / 8, f"{_PCI_SIG} 2.0: 5 GT/s per lane, 8b/10b; 5 GT/s x 16 x 8/10 / 8 = 8.0 GB/s",
-              "PCIe Gen2 x16"),
-    3: Figure(8.0 * 16 * 128 / 130 / 8, f"{_PCI_SIG} 3.0: 8 GT/s per lane, 128b/130b; 8 GT/s x 16 x 128/130 / 8 "
-              "= 15.75 GB/s (rounded to 16 GB/s, or 32 GB/s for both directions, in vendor tables)", "PCIe Gen3 x16"),
-    4: Figure(16.0 * 16 * 128 / 130 / 8, f"{_PCI_SIG} 4.0: 16 GT/s per lane, 128b/130b; 16 GT/s x 16 x 128/130 / 8 "
-              "= 31.51 GB/s (rounded to 32 GB/s, or 64 GB/s for both directions)", "PCIe Gen4 x16"),
-    5: Figure(32.0 * 16 * 128 / 130 / 8, f"{_PCI_SIG} 5.0: 32 GT/s per lane, 128b/130b; 32 GT/s x 16 x 128/130 / 8 "
-              "= 63.02 GB/s (rounded to 64 GB/s, or 128 GB/s for both directions; ml-engineering measured "
-              "55.43 GB/s host-to-device = 88% of it on H200)", "PCIe Gen5 x16"),
-    6: Figure(64.0 * 16 / 8 * 242 / 256, f"{_PCI_SIG} 6.0: 64 GT/s per lane (PAM4) is a raw 128 GB/s at x16; "
-              "in FLIT mode each 256-byte flit carries 242 bytes of TLP and DLLP traffic (236 + 6; CRC and "
-              "FEC take the rest): 128 x 242/256 = 121.0 GB/s", "PCIe Gen6 x16"),
+    1: Figure(
+        2.5 * 16 * 8 / 10 / 8,
+        f"{_PCI_SIG} 1.0: 2.5 GT/s per lane, 8b/10b encoding; 2.5 GT/s x 16 lanes x 8/10 / 8 = 4.0 GB/s",
+        "PCIe Gen1 x16",
+    ),
+    2: Figure(
+        5.0 * 16 * 8 / 10 / 8,
+        f"{_PCI_SIG} 2.0: 5 GT/s per lane, 8b/10b; 5 GT/s x 16 x 8/10 / 8 = 8.0 GB/s",
+        "PCIe Gen2 x16",
+    ),
+    3: Figure(
+        8.0 * 16 * 128 / 130 / 8,
+        f"{_PCI_SIG} 3.0: 8 GT/s per lane, 128b/130b; 8 GT/s x 16 x 128/130 / 8 "
+        "= 15.75 GB/s (rounded to 16 GB/s, or 32 GB/s for both directions, in vendor tables)",
+        "PCIe Gen3 x16",
+    ),
+    4: Figure(
+        16.0 * 16 * 128 / 130 / 8,
+        f"{_PCI_SIG} 4.0: 16 GT/s per lane, 128b/130b; 16 GT/s x 16 x 128/130 / 8 "
+        "= 31.51 GB/s (rounded to 32 GB/s, or 64 GB/s for both directions)",
+        "PCIe Gen4 x16",
+    ),
+    5: Figure(
+        32.0 * 16 * 128 / 130 / 8,
+        f"{_PCI_SIG} 5.0: 32 GT/s per lane, 128b/130b; 32 GT/s x 16 x 128/130 / 8 "
+        "= 63.02 GB/s (rounded to 64 GB/s, or 128 GB/s for both directions; ml-engineering measured "
+        "55.43 GB/s host-to-device = 88% of it on H200)",
+        "PCIe Gen5 x16",
+    ),
+    6: Figure(
+        64.0 * 16 / 8 * 242 / 256,
+        f"{_PCI_SIG} 6.0: 64 GT/s per lane (PAM4) is a raw 128 GB/s at x16; "
+        "in FLIT mode each 256-byte flit carries 242 bytes of TLP and DLLP traffic (236 + 6; CRC and "
+        "FEC take the rest): 128 x 242/256 = 121.0 GB/s",
+        "PCIe Gen6 x16",
+    ),
 }
 
 PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
@@ -93,9 +125,11 @@ PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 # socket, ~20 across sockets on Gen4.
 PCIE_VIA_CPU_FACTOR = 0.5
 _VIA_CPU = (LinkClass.PHB, LinkClass.NODE, LinkClass.SYS)
-_VIA_CPU_NOTE = ('x 0.5 for a path through the CPU (EngineersOfAI, PCIe and NVLink Interconnects: "two switch '
-                 'hops + CPU - 50% of PCIe bandwidth", "cross-switch ... often 8-12 GB/s rather than the 32 GB/s '
-                 'theoretical")')
+_VIA_CPU_NOTE = (
+    'x 0.5 for a path through the CPU (EngineersOfAI, PCIe and NVLink Interconnects: "two switch '
+    'hops + CPU - 50% of PCIe bandwidth", "cross-switch ... often 8-12 GB/s rather than the 32 GB/s '
+    'theoretical")'
+)
 
 
 def pcie_gbps(gen: int, width: int = 16) -> Figure:
@@ -132,24 +166,51 @@ def pcie_line_rate(gpu: Gpu) -> Figure | None:
 _NVLINK_PAGE = "NVIDIA, NVLink and NVLink Switch (nvidia.com)"
 
 NVLINK_PER_LINK: dict[str, Figure] = {
-    "1.0": Figure(20.0, "NVIDIA Tesla P100 whitepaper (WP-08019-001): 4 NVLinks per P100, 160 GB/s bidirectional "
-                  "per GPU: 40 GB/s per link both ways, 20 GB/s per link per direction", "NVLink 1.0"),
-    "2.0": Figure(25.0, "NVIDIA DGX-1 With Tesla V100 System Architecture whitepaper: 6 NVLinks per V100, 300 GB/s "
-                  "bidirectional per GPU: 50 GB/s per link both ways, 25 GB/s per link per direction", "NVLink 2.0"),
-    "2.2": Figure(25.0, "NVML_NVLINK_VERSION_2_2 (nvml.h) is a revision of NVLink 2 with no published rate of its "
-                  "own, so the 2.0 rate is used (V100: 6 links, 300 GB/s bidirectional per GPU)", "NVLink 2.2"),
-    "3.0": Figure(25.0, f"{_NVLINK_PAGE}: an A100 has 12 third-generation NVLinks, 600 GB/s per GPU both ways: "
-                  "25 GB/s per link per direction; `nvidia-smi nvlink -s` on an A100-SXM4-80GB shows 12 links at "
-                  "25 GB/s each (nccl-tests#228, cited by the dgx-a100 profile)", "NVLink 3.0"),
-    "3.1": Figure(25.0, "NVML reports A100 as NVLink 3.1 (encoded 5; hwloc#658), the same signalling as 3.0: "
-                  f"{_NVLINK_PAGE}, 12 links, 600 GB/s per GPU both ways = 25 GB/s per link per direction",
-                  "NVLink 3.1"),
-    "4.0": Figure(25.0, "NVIDIA Technical Blog, Introducing NVIDIA HGX H100: \"the NVLink bidirectional speed of "
-                  '900 gigabytes per second (GB/s)" per GPU, over 18 links (NV18 in `nvidia-smi topo -m`); '
-                  'sjeaugey (nccl-tests#212): "450GB/s is the line rate" per direction', "NVLink 4.0"),
-    "5.0": Figure(50.0, f"{_NVLINK_PAGE}: a Blackwell GPU \"supports up to 18 NVLink 100 gigabyte-per-second "
-                  '(GB/s) connections for a total bandwidth of 1.8 terabytes per second (TB/s)", bidirectional: '
-                  "100 / 2 = 50 GB/s per link per direction", "NVLink 5.0"),
+    "1.0": Figure(
+        20.0,
+        "NVIDIA Tesla P100 whitepaper (WP-08019-001): 4 NVLinks per P100, 160 GB/s bidirectional "
+        "per GPU: 40 GB/s per link both ways, 20 GB/s per link per direction",
+        "NVLink 1.0",
+    ),
+    "2.0": Figure(
+        25.0,
+        "NVIDIA DGX-1 With Tesla V100 System Architecture whitepaper: 6 NVLinks per V100, 300 GB/s "
+        "bidirectional per GPU: 50 GB/s per link both ways, 25 GB/s per link per direction",
+        "NVLink 2.0",
+    ),
+    "2.2": Figure(
+        25.0,
+        "NVML_NVLINK_VERSION_2_2 (nvml.h) is a revision of NVLink 2 with no published rate of its "
+        "own, so the 2.0 rate is used (V100: 6 links, 300 GB/s bidirectional per GPU)",
+        "NVLink 2.2",
+    ),
+    "3.0": Figure(
+        25.0,
+        f"{_NVLINK_PAGE}: an A100 has 12 third-generation NVLinks, 600 GB/s per GPU both ways: "
+        "25 GB/s per link per direction; `nvidia-smi nvlink -s` on an A100-SXM4-80GB shows 12 links at "
+        "25 GB/s each (nccl-tests#228, cited by the dgx-a100 profile)",
+        "NVLink 3.0",
+    ),
+    "3.1": Figure(
+        25.0,
+        "NVML reports A100 as NVLink 3.1 (encoded 5; hwloc#658), the same signalling as 3.0: "
+        f"{_NVLINK_PAGE}, 12 links, 600 GB/s per GPU both ways = 25 GB/s per link per direction",
+        "NVLink 3.1",
+    ),
+    "4.0": Figure(
+        25.0,
+        'NVIDIA Technical Blog, Introducing NVIDIA HGX H100: "the NVLink bidirectional speed of '
+        '900 gigabytes per second (GB/s)" per GPU, over 18 links (NV18 in `nvidia-smi topo -m`); '
+        'sjeaugey (nccl-tests#212): "450GB/s is the line rate" per direction',
+        "NVLink 4.0",
+    ),
+    "5.0": Figure(
+        50.0,
+        f'{_NVLINK_PAGE}: a Blackwell GPU "supports up to 18 NVLink 100 gigabyte-per-second '
+        '(GB/s) connections for a total bandwidth of 1.8 terabytes per second (TB/s)", bidirectional: '
+        "100 / 2 = 50 GB/s per link per direction",
+        "NVLink 5.0",
+    ),
 }
 
 # GA102 (compute capability 8.6: RTX 3090, RTX A6000/A5500/A5000, A40) also reports NVLink 3.1 (nvtop#469)
@@ -160,18 +221,26 @@ NVLINK_GA102 = Figure(
     'bandwidth in each direction", "112.5 GB/sec total bandwidth between two GPUs" (the RTX A5500 and A40 '
     "datasheets give the same 112.5 GB/s bidirectional per 2-card bridge): 112.5 / 2 / 4 = 14.06 GB/s per link "
     "per direction, 56.25 per GPU; measured: 101.6 GB/s bidirectional over an A40 bridge (nccl-tests#74, 90%)",
-    "NVLink 3.x (GA102 bridge)")
+    "NVLink 3.x (GA102 bridge)",
+)
 
 GA102_CC = "8.6"
 _GA102_NAME = re.compile(r"RTX 3090|RTX 3080|RTX A6000|RTX A5500|RTX A5000|RTX A4500|\bA40\b|\bA10\b", re.I)
 _GA100_NAME = re.compile(r"\bA100\b|\bA30\b|\bA800\b", re.I)
 # Compute capability -> the NVLink versions that architecture has (Pascal P100 1.0, Volta V100 2.x, Ampere
-# A100 and GA102 3.x, Hopper 4.0, Blackwell 5.0: NVIDIA's whitepapers and NVLink page). The first is taken where a source gives
-# no per-link version (nvidia-smi text) or one the architecture cannot have: NVML's answer is not trusted
-# alone (public code reads H100's 7, NVML_NVLINK_VERSION_5_0, as NVLink 4: TensorRT-LLM's
-# auto_parallel/cluster_info.py ``nvlink_version``; tests/test_spec.py cites it).
-_CC_NVLINK = {"6.0": ("1.0",), "7.0": ("2.0", "2.2"), "8.0": ("3.0", "3.1"), "8.6": ("3.0", "3.1"),
-              "9.0": ("4.0",), "10.0": ("5.0",), "10.3": ("5.0",)}
+# A100 and GA102 3.x, Hopper 4.0, Blackwell 5.0: NVIDIA's whitepapers and NVLink page). The first is taken
+# where a source gives no per-link version (nvidia-smi text) or one the architecture cannot have: NVML's
+# answer is not trusted alone (public code reads H100's 7, NVML_NVLINK_VERSION_5_0, as NVLink 4:
+# TensorRT-LLM's auto_parallel/cluster_info.py ``nvlink_version``; tests/test_spec.py cites it).
+_CC_NVLINK = {
+    "6.0": ("1.0",),
+    "7.0": ("2.0", "2.2"),
+    "8.0": ("3.0", "3.1"),
+    "8.6": ("3.0", "3.1"),
+    "9.0": ("4.0",),
+    "10.0": ("5.0",),
+    "10.3": ("5.0",),
+}
 
 
 def nvlink_per_link(version: str, compute_capability: str | None = None) -> Figure:
@@ -180,8 +249,7 @@ def nvlink_per_link(version: str, compute_capability: str | None = None) -> Figu
     (e.g. "6.0", for which no public source here gives a figure) raise ValueError."""
     version = str(version).strip()
     if version not in NVLINK_PER_LINK:
-        raise ValueError(f"no bandwidth figure for NVLink version {version!r} "
-                         f"(known: {', '.join(NVLINK_PER_LINK)})")
+        raise ValueError(f"no bandwidth figure for NVLink version {version!r} (known: {', '.join(NVLINK_PER_LINK)})")
     if version.startswith("3.") and compute_capability == GA102_CC:
         return NVLINK_GA102
     return NVLINK_PER_LINK[version]
@@ -211,8 +279,10 @@ def _nvlink_version(gpu: Gpu) -> tuple[str | None, str | None]:
     said = {ln.version for ln in gpu.nvlinks if ln.active and ln.version}
     can = _CC_NVLINK.get(gpu.compute_capability or "")
     if can and said - set(can):
-        return can[0], (f"NVML says NVLink {', '.join(sorted(said))}, compute capability {gpu.compute_capability} "
-                        f"has {' or '.join(can)}: {can[0]} taken")
+        return can[0], (
+            f"NVML says NVLink {', '.join(sorted(said))}, compute capability {gpu.compute_capability} "
+            f"has {' or '.join(can)}: {can[0]} taken"
+        )
     known = said & NVLINK_PER_LINK.keys()
     if known:
         return min(known, key=lambda v: (NVLINK_PER_LINK[v].gbps, v)), None
@@ -244,8 +314,11 @@ def _gpu_per_link(gpu: Gpu) -> Figure | None:
             return None  # A100 and RTX 3090 both report 3.1 at different rates: unknown, not guessed
         one = NVLINK_GA102 if chip == "GA102" else one
     if note:  # the warning travels with the figure, into every message and report that shows it
-        return Figure(one.gbps, f"{one.source}; {note}",
-                      f"{one.label} (compute capability {gpu.compute_capability}, not NVML's version)")
+        return Figure(
+            one.gbps,
+            f"{one.source}; {note}",
+            f"{one.label} (compute capability {gpu.compute_capability}, not NVML's version)",
+        )
     return one
 
 
@@ -263,10 +336,14 @@ def _switched(gpu: Gpu) -> bool:
 # due to staging copy)"; the staging memcpy runs at "~10-15 GB/s (limited by CPU memory bandwidth)", so a
 # faster link does not raise it: the expectation is min(line / 2, 12 GB/s).
 PAGEABLE_FACTOR = 0.5
-PAGEABLE_CEILING = Figure(12.0, 'EngineersOfAI, PCIe and NVLink Interconnects: pageable staging "halves effective '
-                          'transfer bandwidth (from ~28 GB/s to ~12 GB/s on PCIe 4.0)", "Pageable memory to GPU: '
-                          '~8-12 GB/s (effective, due to staging copy)"; measured 10.0 and 10.8 GB/s on a DGX A100 '
-                          "(gengwg/gpu, bandwidthTest)", "pageable staging ceiling")
+PAGEABLE_CEILING = Figure(
+    12.0,
+    'EngineersOfAI, PCIe and NVLink Interconnects: pageable staging "halves effective '
+    'transfer bandwidth (from ~28 GB/s to ~12 GB/s on PCIe 4.0)", "Pageable memory to GPU: '
+    '~8-12 GB/s (effective, due to staging copy)"; measured 10.0 and 10.8 GB/s on a DGX A100 '
+    "(gengwg/gpu, bandwidthTest)",
+    "pageable staging ceiling",
+)
 
 
 def h2d_expected(gpu: Gpu, pinned: bool = True) -> Figure | None:
@@ -279,15 +356,24 @@ def h2d_expected(gpu: Gpu, pinned: bool = True) -> Figure | None:
     if line is None:
         return None
     if pinned:
-        return Figure(line.gbps, f"{line.source}; pinned copies are bounded by the line rate (EngineersOfAI: "
-                      f"\"Pinned memory to GPU: ~25-30 GB/s (near theoretical PCIe 4.0 limit)\")",
-                      f"pinned, {line.label} line rate")
+        return Figure(
+            line.gbps,
+            f"{line.source}; pinned copies are bounded by the line rate (EngineersOfAI: "
+            f'"Pinned memory to GPU: ~25-30 GB/s (near theoretical PCIe 4.0 limit)")',
+            f"pinned, {line.label} line rate",
+        )
     half = line.gbps * PAGEABLE_FACTOR
     if half <= PAGEABLE_CEILING.gbps:
-        return Figure(half, f"{line.source}; pageable: x 0.5, EngineersOfAI: staging \"halves effective bandwidth\"",
-                      f"pageable, half of {line.label}")
-    return Figure(PAGEABLE_CEILING.gbps, f"{PAGEABLE_CEILING.source} (half of {line.label} is "
-                  f"{format_gbps(half)}, above the staging ceiling)", f"pageable staging ceiling, {line.label}")
+        return Figure(
+            half,
+            f'{line.source}; pageable: x 0.5, EngineersOfAI: staging "halves effective bandwidth"',
+            f"pageable, half of {line.label}",
+        )
+    return Figure(
+        PAGEABLE_CEILING.gbps,
+        f"{PAGEABLE_CEILING.source} (half of {line.label} is {format_gbps(half)}, above the staging ceiling)",
+        f"pageable staging ceiling, {line.label}",
+    )
 
 
 # ---------------------------------------------------------------------------------------------

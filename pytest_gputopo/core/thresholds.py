@@ -41,11 +41,13 @@ def parse_floor_ratio(value: object, where: str) -> float:
         if isinstance(value, bool):
             raise ValueError
     except (TypeError, ValueError):
-        raise ValueError(f"{where}: expected a number such as 0.8 (a share of the expected bandwidth), "
-                         f"got {value!r}") from None
+        raise ValueError(
+            f"{where}: expected a number such as 0.8 (a share of the expected bandwidth), got {value!r}"
+        ) from None
     if not (math.isfinite(ratio) and 0 < ratio <= _FLOOR_MAX):
-        raise ValueError(f"{where}: floor must be > 0 and <= {_FLOOR_MAX:g} (a share of the expected "
-                         f"bandwidth), got {value!r}")
+        raise ValueError(
+            f"{where}: floor must be > 0 and <= {_FLOOR_MAX:g} (a share of the expected bandwidth), got {value!r}"
+        )
     return ratio
 
 

@@ -23,8 +23,19 @@ def size_text(n: int) -> str:
     return f"{n} B"
 
 
-_UNITS = {"": 1, "B": 1, "K": KIB, "KB": KIB, "KIB": KIB, "M": MIB, "MB": MIB, "MIB": MIB,
-          "G": GIB, "GB": GIB, "GIB": GIB}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": KIB,
+    "KB": KIB,
+    "KIB": KIB,
+    "M": MIB,
+    "MB": MIB,
+    "MIB": MIB,
+    "G": GIB,
+    "GB": GIB,
+    "GIB": GIB,
+}
 
 
 def read_size(text: str, low: int, high: int) -> int | None:

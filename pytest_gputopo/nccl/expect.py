@@ -44,13 +44,25 @@ from ..core.model import Link, LinkClass, P2PStatus, Topology
 from .nccl_settings import PATH_TYPES, NcclSettings
 
 __all__ = [
-    "Expectation", "Fallback", "default_p2p_level", "link_path", "expected_transports", "find_fallbacks",
-    "fallback_summary", "NcclView",
+    "Expectation",
+    "Fallback",
+    "default_p2p_level",
+    "link_path",
+    "expected_transports",
+    "find_fallbacks",
+    "fallback_summary",
+    "NcclView",
 ]
 
 _ORDER = {name: i for i, name in enumerate(PATH_TYPES)}
-_CLASS_TO_PATH = {LinkClass.NV: "NVL", LinkClass.PIX: "PIX", LinkClass.PXB: "PXB",
-                  LinkClass.PHB: "PHB", LinkClass.NODE: "PHB", LinkClass.SYS: "SYS"}
+_CLASS_TO_PATH = {
+    LinkClass.NV: "NVL",
+    LinkClass.PIX: "PIX",
+    LinkClass.PXB: "PXB",
+    LinkClass.PHB: "PHB",
+    LinkClass.NODE: "PHB",
+    LinkClass.SYS: "SYS",
+}
 _NVLINK_PATHS = ("NVL", "NVB")
 
 P2P, SHM, NET, FAIL, UNKNOWN = "P2P", "SHM", "NET", "FAIL", "unknown"
@@ -134,8 +146,11 @@ class Expectation:
 def _nvml_refusal(link: Link) -> str | None:
     """``"read/write chipset not supported (CNS)"`` when NVML refuses read or write; None when both
     are OK or unknown (a source that did not say is not a refusal)."""
-    bad = {cap: getattr(link.p2p, cap) for cap in ("read", "write")
-           if getattr(link.p2p, cap) not in (P2PStatus.OK, P2PStatus.UNKNOWN)}
+    bad = {
+        cap: getattr(link.p2p, cap)
+        for cap in ("read", "write")
+        if getattr(link.p2p, cap) not in (P2PStatus.OK, P2PStatus.UNKNOWN)
+    }
     if not bad:
         return None
     if len(bad) == 2 and bad["read"] is bad["write"]:
@@ -166,8 +181,9 @@ def _label_path(label: str, path: str) -> str:
     return label if plain else f"{label} (NCCL path {path})"
 
 
-def expected_transports(topology: Topology, settings: NcclSettings | None = None,
-                        cpu_vendor: str | None = None, gpus: int | None = None) -> list[Expectation]:
+def expected_transports(
+    topology: Topology, settings: NcclSettings | None = None, cpu_vendor: str | None = None, gpus: int | None = None
+) -> list[Expectation]:
     """One :class:`Expectation` per GPU pair among ``cuda:0 .. cuda:gpus-1`` (all when None).
     ``topology`` is the machine as the job sees it (CUDA numbering); the communicator is assumed to
     use exactly these GPUs, which matters for the AMD default level and for NVB routing."""
@@ -182,16 +198,18 @@ def expected_transports(topology: Topology, settings: NcclSettings | None = None
     return out
 
 
-def _expect(topology: Topology, link: Link, settings: NcclSettings, default: str, level: str,
-            cpu_vendor: str | None) -> Expectation:
+def _expect(
+    topology: Topology, link: Link, settings: NcclSettings, default: str, level: str, cpu_vendor: str | None
+) -> Expectation:
     """NCCL's decision for one pair, in NCCL's order: the P2P level, NVML's P2P status, CUDA's peer
     access, then P2P; the first step that turns P2P off gives the outcome."""
     a, b = link.a, link.b
     label = str(link.label) if link.label is not None else "?"
     path, inter = link_path(topology, a, b, settings.nvb_disable)
     if path is None:
-        return Expectation(a, b, UNKNOWN, UNKNOWN, f"{label}: the link between GPU{a} and GPU{b} is unknown",
-                           label=label, level=level)
+        return Expectation(
+            a, b, UNKNOWN, UNKNOWN, f"{label}: the link between GPU{a} and GPU{b} is unknown", label=label, level=level
+        )
     pair = _Pair(topology, settings, link, default, level, cpu_vendor, label, path, inter)
     return _beyond_level(pair) or _refused_by_nvml(pair) or _refused_by_cuda(pair) or _p2p(pair)
 
@@ -245,8 +263,17 @@ class _Pair:
 
     def outcome(self, **fields) -> Expectation:
         baseline = P2P if _ORDER[self.path] <= _ORDER[self.default] else SHM
-        return Expectation(a=self.link.a, b=self.link.b, path=self.path, label=self.label, level=self.level,
-                           baseline=baseline, p2p_refusals=tuple(self.refusals), intermediate=self.inter, **fields)
+        return Expectation(
+            a=self.link.a,
+            b=self.link.b,
+            path=self.path,
+            label=self.label,
+            level=self.level,
+            baseline=baseline,
+            p2p_refusals=tuple(self.refusals),
+            intermediate=self.inter,
+            **fields,
+        )
 
 
 def _beyond_level(pair: _Pair) -> Expectation | None:
@@ -282,16 +309,26 @@ def _refused_by_nvml(pair: _Pair) -> Expectation | None:
     what = "; ".join(nvml_refused)
     message: str | None
     if path in _NVLINK_PATHS and settings.ignore_disabled_p2p == 0:
-        message = (f"P2P is disabled between NVLINK connected GPUs {n1} and {n2}. This should not be the "
-                   f"case given their connectivity, and is probably due to a hardware issue. If you still "
-                   f"want to proceed, you can set NCCL_IGNORE_DISABLED_P2P=1.")
-        return pair.outcome(transport=FAIL, via="NVLink", message=message, reason=(
-            f"{what} between NVLink-connected GPUs ({pair.label}): NCCL WARNs and the communicator fails "
-            f"(with NCCL_IGNORE_DISABLED_P2P=1 it uses {pair.off})"))
+        message = (
+            f"P2P is disabled between NVLINK connected GPUs {n1} and {n2}. This should not be the "
+            f"case given their connectivity, and is probably due to a hardware issue. If you still "
+            f"want to proceed, you can set NCCL_IGNORE_DISABLED_P2P=1."
+        )
+        return pair.outcome(
+            transport=FAIL,
+            via="NVLink",
+            message=message,
+            reason=(
+                f"{what} between NVLink-connected GPUs ({pair.label}): NCCL WARNs and the communicator fails "
+                f"(with NCCL_IGNORE_DISABLED_P2P=1 it uses {pair.off})"
+            ),
+        )
     message = None
     if _ORDER[path] < _ORDER["SYS"] and settings.ignore_disabled_p2p == 0:
-        message = (f"P2P is disabled between connected GPUs {n1} and {n2}. You can repress this message "
-                   f"with NCCL_IGNORE_DISABLED_P2P=1.")
+        message = (
+            f"P2P is disabled between connected GPUs {n1} and {n2}. You can repress this message "
+            f"with NCCL_IGNORE_DISABLED_P2P=1."
+        )
     reason = f"{what.replace('NVML P2P', 'NVML reports P2P', 1)}: NCCL turns P2P off"
     if settings.ignore_disabled_p2p == 1 and path in _NVLINK_PATHS:
         reason += f" ({settings.describe('NCCL_IGNORE_DISABLED_P2P')} silences its WARN)"
@@ -305,8 +342,12 @@ def _refused_by_cuda(pair: _Pair) -> Expectation | None:
     a, b = pair.link.a, pair.link.b
     bus_a, bus_b = _bus_hex(pair.topology.gpus[a].pci_bus_id), _bus_hex(pair.topology.gpus[b].pci_bus_id)
     message = f"Could not enable P2P between dev {a}(={bus_a}) and dev {b}(={bus_b})" if bus_a and bus_b else None
-    return pair.outcome(transport=pair.off, via="PCIe", message=message, reason=(
-        f"CUDA reports no peer access between cuda:{a} and cuda:{b}: NCCL turns P2P off: {pair.off_text}"))
+    return pair.outcome(
+        transport=pair.off,
+        via="PCIe",
+        message=message,
+        reason=(f"CUDA reports no peer access between cuda:{a} and cuda:{b}: NCCL turns P2P off: {pair.off_text}"),
+    )
 
 
 def _p2p(pair: _Pair) -> Expectation:
@@ -317,15 +358,21 @@ def _p2p(pair: _Pair) -> Expectation:
     if settings.ignore_disabled_p2p == 2:
         unsure = f" ({settings.describe('NCCL_IGNORE_DISABLED_P2P')}: NVML not asked)"
     elif any(_nvml_unknown(pair.topology.link(x, y)) for x, y in pair.hops):
-        return pair.outcome(transport=UNKNOWN, via=UNKNOWN, reason=(
-            f"{shown}: NCCL takes P2P here only if NVML allows it, and the P2P status is unknown"))
+        return pair.outcome(
+            transport=UNKNOWN,
+            via=UNKNOWN,
+            reason=(f"{shown}: NCCL takes P2P here only if NVML allows it, and the P2P status is unknown"),
+        )
     if path == "NVL":
         reason = f"{pair.label}: NCCL uses P2P over NVLink"
     elif path == "NVB":
         reason = f"{shown}: NCCL uses P2P over NVLink via GPU{pair.inter}"
     else:
-        whose = (f"the P2P level {pair.level} set by {settings.level_origin()}" if settings.p2p_level is not None
-                 else f"NCCL's default P2P level {pair.default}")
+        whose = (
+            f"the P2P level {pair.level} set by {settings.level_origin()}"
+            if settings.p2p_level is not None
+            else f"NCCL's default P2P level {pair.default}"
+        )
         reason = f"{shown} is within {whose}: NCCL uses P2P over PCIe"
     return pair.outcome(transport=P2P, via="NVLink" if path in _NVLINK_PATHS else "PCIe", reason=reason + unsure)
 
@@ -371,9 +418,12 @@ def _rank(t: str) -> tuple:
     return ({P2P: 0, SHM: 1}.get(t, 2 if t.startswith(NET) else 3), t)
 
 
-def find_fallbacks(expectations: Sequence[Expectation], observed: Mapping[tuple[int, int], set],
-                   settings: NcclSettings | None = None,
-                   measured_p2p: Mapping[tuple[int, int], tuple[float, float]] | None = None) -> list[Fallback]:
+def find_fallbacks(
+    expectations: Sequence[Expectation],
+    observed: Mapping[tuple[int, int], set],
+    settings: NcclSettings | None = None,
+    measured_p2p: Mapping[tuple[int, int], tuple[float, float]] | None = None,
+) -> list[Fallback]:
     """The pairs that deserved P2P (by their link under NCCL's defaults, or by the settings given)
     but where NCCL's log shows only SHM or the network. ``observed``: per pair of CUDA indices, the
     transports NCCL used (pairs NCCL did not connect directly are absent and judged by nobody).
@@ -399,8 +449,11 @@ def find_fallbacks(expectations: Sequence[Expectation], observed: Mapping[tuple[
         elif settings.p2p_level is not None and e.path and _ORDER[e.path] > _ORDER[settings.p2p_level]:
             causes.append(f"{settings.level_origin()}, below this pair's {e.path}")
         causes.extend(e.p2p_refusals)
-        if settings.ignore_disabled_p2p == 1 and e.path in _NVLINK_PATHS and any(
-                r.startswith("NVML") for r in e.p2p_refusals):
+        if (
+            settings.ignore_disabled_p2p == 1
+            and e.path in _NVLINK_PATHS
+            and any(r.startswith("NVML") for r in e.p2p_refusals)
+        ):
             causes.append(f"{settings.describe('NCCL_IGNORE_DISABLED_P2P')} (silences NCCL's WARN)")
         if not causes:
             causes.append("no visible cause: the NCCL settings, NVML and CUDA allow P2P here")
@@ -409,8 +462,7 @@ def find_fallbacks(expectations: Sequence[Expectation], observed: Mapping[tuple[
             if settings.shm_disable:
                 causes.append(settings.describe("NCCL_SHM_DISABLE"))
             elif causes[0].startswith("no visible cause"):
-                causes.append("NCCL may judge the network faster than this path (NCCL_NET_DISABLE_INTRA=1 "
-                              "stops that)")
+                causes.append("NCCL may judge the network faster than this path (NCCL_NET_DISABLE_INTRA=1 stops that)")
         if "NET/Socket" in families and settings.ib_disable:
             causes.append(settings.describe("NCCL_IB_DISABLE"))
         if nets and settings.net is not None:
@@ -418,8 +470,17 @@ def find_fallbacks(expectations: Sequence[Expectation], observed: Mapping[tuple[
         m = measured_p2p.get((e.a, e.b)) or measured_p2p.get((e.b, e.a))
         if m and m[1] and m[1] > 0 and m[0] / m[1] < 0.5:
             causes.append(f"measured P2P {m[0]:.1f} GB/s, {m[0] / m[1]:.0%} of the {m[1]:.0f} GB/s expected")
-        out.append(Fallback(a=e.a, b=e.b, expected=P2P, actual=actual, causes=tuple(causes),
-                            label=e.label, strong=e.path in _NVLINK_PATHS))
+        out.append(
+            Fallback(
+                a=e.a,
+                b=e.b,
+                expected=P2P,
+                actual=actual,
+                causes=tuple(causes),
+                label=e.label,
+                strong=e.path in _NVLINK_PATHS,
+            )
+        )
     return out
 
 
@@ -430,8 +491,10 @@ def fallback_summary(fallbacks: Sequence[Fallback]) -> str:
     if not fallbacks:
         return ""
     first = next((f for f in fallbacks if f.strong), fallbacks[0])
-    line = (f"fallback: {first.name} {first.label} uses {first.actual} instead of {first.expected} "
-            f"({'; '.join(first.causes)})")
+    line = (
+        f"fallback: {first.name} {first.label} uses {first.actual} instead of {first.expected} "
+        f"({'; '.join(first.causes)})"
+    )
     others = len(fallbacks) - 1
     if others:
         line += f"; {others} more pair{'s' if others > 1 else ''}"
@@ -445,8 +508,15 @@ class NcclView:
     """NCCL's transport for each GPU pair, and its fallbacks: by its own log where its run connected
     the pair, else predicted (``pairs`` says which)."""
 
-    def __init__(self, topology: Topology, settings, expectations: list, account: dict | None, origin: str,
-                 observed: bool = False):
+    def __init__(
+        self,
+        topology: Topology,
+        settings,
+        expectations: list,
+        account: dict | None,
+        origin: str,
+        observed: bool = False,
+    ):
         self.topology, self.settings, self.expectations = topology, settings, expectations
         self.account = account  # NCCL's log of a run, when one could be had
         self.origin = origin  # in words, for reasons
@@ -463,8 +533,10 @@ class NcclView:
             if used:
                 out[(e.a, e.b)] = (set(used), f"used {', '.join(used)} (NCCL's log)")
             elif connected:
-                out[(e.a, e.b)] = ({e.transport}, f"would use {e.transport}: {e.reason} "
-                                                  f"(predicted: NCCL's run did not connect this pair)")
+                out[(e.a, e.b)] = (
+                    {e.transport},
+                    f"would use {e.transport}: {e.reason} (predicted: NCCL's run did not connect this pair)",
+                )
             else:
                 out[(e.a, e.b)] = ({e.transport}, f"would use {e.transport}: {e.reason}")
         return out
@@ -478,4 +550,5 @@ class NcclView:
         if self.account is None:
             return None
         gdr = "on" if self.account["gdrdma"] else "off"
-        return f"gputopo NCCL used {', '.join(self.account['transports']) or 'no transport'} (GPUDirect RDMA {gdr}) [NCCL's own log]"
+        used = ", ".join(self.account["transports"]) or "no transport"
+        return f"gputopo NCCL used {used} (GPUDirect RDMA {gdr}) [NCCL's own log]"

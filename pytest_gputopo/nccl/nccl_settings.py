@@ -20,7 +20,7 @@ _ENV = "environment"
 # ------------------------------------------------------------------------------------ C parsing
 
 _C_SPACE = " \t\n\v\f\r"
-_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def _strtol(text: str) -> tuple[int, bool]:
@@ -34,9 +34,9 @@ def _strtol(text: str) -> tuple[int, bool]:
         neg = text[i] == "-"
         i += 1
     base, digits = 10, "0123456789"
-    if text[i:i + 2] in ("0x", "0X") and i + 2 < n and text[i + 2] in "0123456789abcdefABCDEF":
+    if text[i : i + 2] in ("0x", "0X") and i + 2 < n and text[i + 2] in "0123456789abcdefABCDEF":
         base, digits, i = 16, "0123456789abcdefABCDEF", i + 2
-    elif text[i:i + 1] == "0":
+    elif text[i : i + 1] == "0":
         base, digits = 8, "01234567"
     j = i
     while j < n and text[j] in digits:
@@ -53,7 +53,7 @@ def _strtol(text: str) -> tuple[int, bool]:
 
 def _int32(value: int) -> int:
     """A C ``long`` stored in an ``int`` (two's complement truncation, as gcc does)."""
-    return ((value + 2 ** 31) % 2 ** 32) - 2 ** 31
+    return ((value + 2**31) % 2**32) - 2**31
 
 
 def _show(value: str) -> str:
@@ -142,8 +142,10 @@ def _level(name: str, raw: str, origin: str, warnings: list) -> str | None:
     if raw[:1] in tuple("0123456789"):
         old = _int32(_strtol(raw)[0])
         if old < 0:
-            warnings.append(f"{name}={_show(raw)} from {origin} overflows NCCL's integer: NCCL's behaviour "
-                            f"is undefined (it indexes its legacy level table with {old})")
+            warnings.append(
+                f"{name}={_show(raw)} from {origin} overflows NCCL's integer: NCCL's behaviour "
+                f"is undefined (it indexes its legacy level table with {old})"
+            )
             return None
         return _LEGACY_LEVELS[min(old, len(_LEGACY_LEVELS) - 1)]
     hint = ""
@@ -152,21 +154,24 @@ def _level(name: str, raw: str, origin: str, warnings: list) -> str | None:
         hint = f" (did you mean {fixed}?)"
     elif raw.strip() in ("NET", "DIS"):
         hint = " (NET and DIS are path types, not levels)"
-    warnings.append(f"{name}={raw!r} from {origin} is not a level NCCL accepts (case-sensitive: "
-                    f"{' '.join(PATH_TYPES)}, or a legacy number): NCCL uses its default{hint}")
+    warnings.append(
+        f"{name}={raw!r} from {origin} is not a level NCCL accepts (case-sensitive: "
+        f"{' '.join(PATH_TYPES)}, or a legacy number): NCCL uses its default{hint}"
+    )
     return None
 
 
-def _param(name: str, values: Mapping[str, str], sources: Mapping[str, str], default: int,
-           warnings: list) -> int:
+def _param(name: str, values: Mapping[str, str], sources: Mapping[str, str], default: int, warnings: list) -> int:
     """``NCCL_PARAM``: unset or empty -> default; ``strtoll(s, NULL, 0)``; out of range -> default."""
     raw = values.get(name)
     if not raw:
         return default
     value, overflow = _strtol(raw)
     if overflow:
-        warnings.append(f"{name}={_show(raw)} from {sources[name]} is out of range: NCCL logs "
-                        f"'Invalid value' and uses its default {default}")
+        warnings.append(
+            f"{name}={_show(raw)} from {sources[name]} is out of range: NCCL logs "
+            f"'Invalid value' and uses its default {default}"
+        )
         return default
     return value
 
@@ -194,17 +199,23 @@ def read_settings(environ: Mapping[str, str], conf_files: Sequence[tuple[str, st
                 warnings.append(f"{where} has no variable name before '=': NCCL cannot set it")
                 continue
             if name != name.strip():
-                warnings.append(f"{where}: {name!r} has blanks around it: NCCL sets a variable of that exact "
-                                f"name, not {name.strip()}")
+                warnings.append(
+                    f"{where}: {name!r} has blanks around it: NCCL sets a variable of that exact "
+                    f"name, not {name.strip()}"
+                )
             if name in environ:
                 if environ[name] != value:
-                    warnings.append(f"{name}={_show(value)} from {where} is ignored: the environment sets "
-                                    f"{name}={_show(environ[name])}")
+                    warnings.append(
+                        f"{name}={_show(value)} from {where} is ignored: the environment sets "
+                        f"{name}={_show(environ[name])}"
+                    )
                 continue
             if name in values:
                 if values[name] != value:
-                    warnings.append(f"{name}={_show(value)} from {where} is ignored: {sources[name]} set "
-                                    f"{name}={_show(values[name])} first")
+                    warnings.append(
+                        f"{name}={_show(value)} from {where} is ignored: {sources[name]} set "
+                        f"{name}={_show(values[name])} first"
+                    )
                 continue
             values[name], sources[name] = value, where
 
@@ -215,34 +226,48 @@ def read_settings(environ: Mapping[str, str], conf_files: Sequence[tuple[str, st
         disable = _int32(_strtol(raw_disable)[0])
         p2p_disable = disable == 1
         if not p2p_disable and (disable != 0 or _not_a_number(raw_disable)):
-            warnings.append(f"NCCL_P2P_DISABLE={_show(raw_disable)} from {sources['NCCL_P2P_DISABLE']} does "
-                            f"not disable P2P: NCCL disables it only for a value that reads as the number 1")
+            warnings.append(
+                f"NCCL_P2P_DISABLE={_show(raw_disable)} from {sources['NCCL_P2P_DISABLE']} does "
+                f"not disable P2P: NCCL disables it only for a value that reads as the number 1"
+            )
     if p2p_disable:
         p2p_level = "LOC"
         if "NCCL_P2P_LEVEL" in values:
-            warnings.append(f"{_describe(values, sources, 'NCCL_P2P_LEVEL')} is not read: "
-                            f"{_describe(values, sources, 'NCCL_P2P_DISABLE')} turns P2P off first")
+            warnings.append(
+                f"{_describe(values, sources, 'NCCL_P2P_LEVEL')} is not read: "
+                f"{_describe(values, sources, 'NCCL_P2P_DISABLE')} turns P2P off first"
+            )
     elif "NCCL_P2P_LEVEL" in values:
         p2p_level = _level("NCCL_P2P_LEVEL", values["NCCL_P2P_LEVEL"], sources["NCCL_P2P_LEVEL"], warnings)
 
     net_gdr_level = None
     if "NCCL_NET_GDR_LEVEL" in values:
-        net_gdr_level = _level("NCCL_NET_GDR_LEVEL", values["NCCL_NET_GDR_LEVEL"],
-                               sources["NCCL_NET_GDR_LEVEL"], warnings)
+        net_gdr_level = _level(
+            "NCCL_NET_GDR_LEVEL", values["NCCL_NET_GDR_LEVEL"], sources["NCCL_NET_GDR_LEVEL"], warnings
+        )
 
     shm = _param("NCCL_SHM_DISABLE", values, sources, 0, warnings)
     if "NCCL_SHM_DISABLE" in values and shm != 1 and (shm != 0 or _not_a_number(values["NCCL_SHM_DISABLE"])):
-        warnings.append(f"{_describe(values, sources, 'NCCL_SHM_DISABLE')} does not disable SHM: "
-                        f"NCCL disables it only for a value that reads as the number 1")
+        warnings.append(
+            f"{_describe(values, sources, 'NCCL_SHM_DISABLE')} does not disable SHM: "
+            f"NCCL disables it only for a value that reads as the number 1"
+        )
     ib = _param("NCCL_IB_DISABLE", values, sources, 0, warnings)
     if "NCCL_IB_DISABLE" in values and _not_a_number(values["NCCL_IB_DISABLE"]):
         warnings.append(f"{_describe(values, sources, 'NCCL_IB_DISABLE')} reads as 0: InfiniBand stays on")
     return NcclSettings(
-        p2p_disable=p2p_disable, p2p_level=p2p_level, shm_disable=shm == 1, ib_disable=ib != 0,
-        net_gdr_level=net_gdr_level, net=values.get("NCCL_NET"),
+        p2p_disable=p2p_disable,
+        p2p_level=p2p_level,
+        shm_disable=shm == 1,
+        ib_disable=ib != 0,
+        net_gdr_level=net_gdr_level,
+        net=values.get("NCCL_NET"),
         ignore_disabled_p2p=_param("NCCL_IGNORE_DISABLED_P2P", values, sources, 0, warnings),
         nvb_disable=_param("NCCL_NVB_DISABLE", values, sources, 0, warnings) != 0,
-        sources=sources, warnings=tuple(warnings), values=values)
+        sources=sources,
+        warnings=tuple(warnings),
+        values=values,
+    )
 
 
 def _describe(values: Mapping[str, str], sources: Mapping[str, str], name: str) -> str:

@@ -17,8 +17,14 @@ class P2PParseError(ValueError):
     """The text holds no p2pBandwidthLatencyTest matrix."""
 
 
-_P2P_MARKERS = ("p2pBandwidthLatencyTest", "P2P=Enabled", "P2P=Disabled", "P2P Connectivity Matrix",
-                "D\\D", "P2P (Peer-to-Peer) GPU Bandwidth Latency Test")
+_P2P_MARKERS = (
+    "p2pBandwidthLatencyTest",
+    "P2P=Enabled",
+    "P2P=Disabled",
+    "P2P Connectivity Matrix",
+    "D\\D",
+    "P2P (Peer-to-Peer) GPU Bandwidth Latency Test",
+)
 
 
 def looks_like_p2p(text: str) -> bool:
@@ -54,15 +60,20 @@ class P2PBandwidthLatency:
         return max(self._cells(title, True), default=None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"n_gpus": self.n_gpus, "devices": [{"index": i, "name": n, "bus_id": b} for i, n, b in self.devices],
-                "matrices": {k: [list(r) for r in m] for k, m in self.matrices.items()},
-                "warnings": list(self.warnings)}
+        return {
+            "n_gpus": self.n_gpus,
+            "devices": [{"index": i, "name": n, "bus_id": b} for i, n, b in self.devices],
+            "matrices": {k: [list(r) for r in m] for k, m in self.matrices.items()},
+            "warnings": list(self.warnings),
+        }
 
 
 _P2P_HEAD = {"D\\D": "", "GPU": "", "CPU": " [CPU]"}
 # printf("Device: %d, %s, pciBusID: %x, pciDeviceID: %x, pciDomainID:%x\n", ...) in its main()
-_DEVICE_RE = re.compile(r"Device: (\d{1,4}), (.{0,200}), pciBusID: ([0-9a-fA-F]{1,2}), "
-                        r"pciDeviceID: ([0-9a-fA-F]{1,2}), pciDomainID:([0-9a-fA-F]{1,8})")
+_DEVICE_RE = re.compile(
+    r"Device: (\d{1,4}), (.{0,200}), pciBusID: ([0-9a-fA-F]{1,2}), "
+    r"pciDeviceID: ([0-9a-fA-F]{1,2}), pciDomainID:([0-9a-fA-F]{1,8})"
+)
 
 
 def parse_p2p_bandwidth_latency(text: str) -> P2PBandwidthLatency:
@@ -96,7 +107,7 @@ def parse_p2p_bandwidth_latency(text: str) -> P2PBandwidthLatency:
         if key is not None and INT_RE.fullmatch(tokens[0]):
             values: list[float | None] = []
             try:
-                for tok in tokens[1:1 + width]:
+                for tok in tokens[1 : 1 + width]:
                     values.append(cell_float(tok, notes))
             except BadCell:
                 pass
@@ -110,5 +121,8 @@ def parse_p2p_bandwidth_latency(text: str) -> P2PBandwidthLatency:
             title = " ".join(tokens)
     if not any(matrices.values()):
         raise P2PParseError("no p2pBandwidthLatencyTest matrix (a 'D\\D' head row and GPU rows) in the text")
-    return P2PBandwidthLatency({k: tuple(tuple(r) for r in v) for k, v in matrices.items() if v},
-                               tuple(dict.fromkeys(notes)), tuple((i, n, b) for i, (n, b) in sorted(devices.items())))
+    return P2PBandwidthLatency(
+        {k: tuple(tuple(r) for r in v) for k, v in matrices.items() if v},
+        tuple(dict.fromkeys(notes)),
+        tuple((i, n, b) for i, (n, b) in sorted(devices.items())),
+    )

@@ -28,7 +28,10 @@ from .nccl_transports import (
 )
 
 __all__ = [
-    "Connection", "NcclLog", "parse_nccl_log", "transport_family",
+    "Connection",
+    "NcclLog",
+    "parse_nccl_log",
+    "transport_family",
 ]
 
 RankSeat = tuple[str | None, int, str | None]  # a rank's (host, cudaDev, busId) as its comm line prints them
@@ -52,7 +55,9 @@ _NETWORK = re.compile(r"^Using network (.+?)\s*$")
 _COMM = re.compile(
     r"\bcomm (?:0x)?[0-9a-fA-F]+ rank (?P<rank>\d{1,9}) nranks (?P<nranks>\d{1,9})"
     r"(?: cudaDev (?P<cuda>-?\d{1,6}))?(?: nvmlDev -?\d{1,6})?(?: busId (?P<bus>[0-9a-fA-F]{1,16}))?"
-    r"(?: nNodes (?P<nodes>\d{1,9}))?", re.IGNORECASE)
+    r"(?: nNodes (?P<nodes>\d{1,9}))?",
+    re.IGNORECASE,
+)
 _P2P_OFF = re.compile(r"P2P is disabled between (NVLINK )?connected GPUs (\d{1,6}) and (\d{1,6})")
 _P2P_OFF_OLD = re.compile(r"Could not enable P2P between dev (\d{1,6})\(=\w+\) and dev (\d{1,6})\(=\w+\)")
 _ENV = re.compile(r"^([A-Z][A-Z0-9_]*) set by environment to (.*?)\s*$")
@@ -166,7 +171,7 @@ class _Reader:
         self.network: str | None = None
         self.nvls = self.nvls_available = False
         self.ranks: dict[int, RankSeat] = {}
-        self.ranks_size = 0               # nranks of the communicator ``ranks`` comes from
+        self.ranks_size = 0  # nranks of the communicator ``ranks`` comes from
         self.n_ranks: int | None = None
         self.max_rank = -1
         self.n_nodes: int | None = None
@@ -201,7 +206,7 @@ class _Reader:
             host, pid = prefix.group(1), int(prefix.group(2))
             self.hosts.setdefault(host, None)
             self.procs.setdefault((host, pid), {}).setdefault(int(prefix.group(4)), None)
-        msg = line[level.end():].strip()
+        msg = line[level.end() :].strip()
         if level.group(1) == "WARN":
             if not self.p2p(msg):
                 self.warn(f"NCCL WARN {msg}")
@@ -215,8 +220,10 @@ class _Reader:
             kind = "NVLink-connected GPUs" if nvlink else "connected GPUs"
             self.p2p_off.setdefault(_short(msg.split(". ")[0].rstrip(".")), None)
             self.p2p_pairs.setdefault((a, b), None)
-            self.warn(f"P2P disabled between {kind} {a} and {b}"
-                      + (" (NVML reports no P2P over NVLink: a hardware or driver fault)" if nvlink else ""))
+            self.warn(
+                f"P2P disabled between {kind} {a} and {b}"
+                + (" (NVML reports no P2P over NVLink: a hardware or driver fault)" if nvlink else "")
+            )
             return True
         m = _P2P_OFF_OLD.search(msg)
         if m:
@@ -312,8 +319,10 @@ class _Reader:
         if self.nccl_lines == 0:
             self.warn("no NCCL INFO lines")
         elif not self.conns:
-            self.warn("no transport lines (Channel ... via ...): the log ends before NCCL connected the "
-                      "ranks, or NCCL_DEBUG_SUBSYS leaves out INIT")
+            self.warn(
+                "no transport lines (Channel ... via ...): the log ends before NCCL connected the "
+                "ranks, or NCCL_DEBUG_SUBSYS leaves out INIT"
+            )
         distinct = list(dict.fromkeys(v for v, _ in self.versions))
         if len(distinct) > 1:
             self.warn(f"several NCCL versions in one log: {', '.join(distinct)} (the first is reported)")
@@ -324,21 +333,38 @@ class _Reader:
         transports = frozenset(c.transport for c in conns)
         plugin = self.network if self.network and self.network not in INTERNAL_NETS else None
         if plugin is None:
-            plugin = next((t[4:] for t in sorted(transports)
-                           if t.startswith("NET/") and t[4:] not in INTERNAL_NETS), None)
+            plugin = next(
+                (t[4:] for t in sorted(transports) if t.startswith("NET/") and t[4:] not in INTERNAL_NETS), None
+            )
         n_ranks = self.n_ranks if self.n_ranks is not None else (self.max_rank + 1 if self.max_rank >= 0 else None)
         return NcclLog(
-            nccl_version=version, cuda_version=cuda, cuda_driver_version=self.driver,
-            transports=transports, families=frozenset(transport_family(t, self.net_devices) for t in transports),
-            connections=conns, gdrdma=any(c.gdrdma for c in conns),
-            net_devices=tuple(self.net_devices), network=self.network, net_plugin=plugin,
-            nvls=self.nvls or "NVLS" in transports, nvls_available=self.nvls_available or self.nvls,
-            collnet="COLLNET" in transports, ranks=dict(sorted(self.ranks.items())),
-            n_ranks=n_ranks, n_nodes=self.n_nodes, n_channels=self.n_channels, hosts=tuple(self.hosts),
+            nccl_version=version,
+            cuda_version=cuda,
+            cuda_driver_version=self.driver,
+            transports=transports,
+            families=frozenset(transport_family(t, self.net_devices) for t in transports),
+            connections=conns,
+            gdrdma=any(c.gdrdma for c in conns),
+            net_devices=tuple(self.net_devices),
+            network=self.network,
+            net_plugin=plugin,
+            nvls=self.nvls or "NVLS" in transports,
+            nvls_available=self.nvls_available or self.nvls,
+            collnet="COLLNET" in transports,
+            ranks=dict(sorted(self.ranks.items())),
+            n_ranks=n_ranks,
+            n_nodes=self.n_nodes,
+            n_channels=self.n_channels,
+            hosts=tuple(self.hosts),
             processes=tuple((h, p, tuple(d)) for (h, p), d in self.procs.items()),
-            rings_connected=self.rings, trees_connected=self.trees,
-            p2p_disabled=tuple(self.p2p_off), p2p_disabled_pairs=tuple(self.p2p_pairs),
-            env_settings=dict(self.env), warnings=tuple(self.warnings), nccl_lines=self.nccl_lines)
+            rings_connected=self.rings,
+            trees_connected=self.trees,
+            p2p_disabled=tuple(self.p2p_off),
+            p2p_disabled_pairs=tuple(self.p2p_pairs),
+            env_settings=dict(self.env),
+            warnings=tuple(self.warnings),
+            nccl_lines=self.nccl_lines,
+        )
 
 
 def parse_nccl_log(text: object) -> NcclLog:

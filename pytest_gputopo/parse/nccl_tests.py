@@ -28,8 +28,12 @@ from .cells import IDENT_RE, INT_RE, NA, NAN_RE, BadCell, cell_count, cell_float
 from .cuda_samples import looks_like_p2p
 
 __all__ = [
-    "NcclTestsParseError", "Result", "NcclTestsRow", "NcclTestsResult",
-    "parse_nccl_tests", "parse_nccl_tests_all",
+    "NcclTestsParseError",
+    "Result",
+    "NcclTestsRow",
+    "NcclTestsResult",
+    "parse_nccl_tests",
+    "parse_nccl_tests_all",
 ]
 
 
@@ -53,8 +57,13 @@ class Result:
     error: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"time_us": self.time_us, "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps,
-                "wrong": self.wrong, "error": self.error}
+        return {
+            "time_us": self.time_us,
+            "algbw_gbps": self.algbw_gbps,
+            "busbw_gbps": self.busbw_gbps,
+            "wrong": self.wrong,
+            "error": self.error,
+        }
 
 
 @dataclass(frozen=True)
@@ -71,10 +80,15 @@ class NcclTestsRow:
         return tuple(r for r in (self.out_of_place, self.in_place) if r is not None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"size_bytes": self.size_bytes, "count": self.count, "type": self.type, "redop": self.redop,
-                "root": self.root,
-                "out_of_place": self.out_of_place.to_json() if self.out_of_place else None,
-                "in_place": self.in_place.to_json() if self.in_place else None}
+        return {
+            "size_bytes": self.size_bytes,
+            "count": self.count,
+            "type": self.type,
+            "redop": self.redop,
+            "root": self.root,
+            "out_of_place": self.out_of_place.to_json() if self.out_of_place else None,
+            "in_place": self.in_place.to_json() if self.in_place else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -103,8 +117,10 @@ class NcclTestsResult:
         ``out_of_bounds``) -- or None when nothing was."""
         if self.data_ok is not False:
             return None
-        wrong = {place: sum((getattr(row, place).wrong or 0) for row in self.rows if getattr(row, place))
-                 for place in ("out_of_place", "in_place")}
+        wrong = {
+            place: sum((getattr(row, place).wrong or 0) for row in self.rows if getattr(row, place))
+            for place in ("out_of_place", "in_place")
+        }
         found = [f"{n} wrong elements {place.replace('_', '-')}" for place, n in wrong.items() if n]
         if self.out_of_bounds:
             found.append(f"'Out of bounds values : {self.out_of_bounds} FAILED'")
@@ -115,11 +131,17 @@ class NcclTestsResult:
         return max(values) if values else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"collective": self.collective, "nranks": self.nranks,
-                "rows": [row.to_json() for row in self.rows],
-                "avg_busbw_gbps": self.avg_busbw_gbps, "max_busbw_gbps": self.max_busbw_gbps(),
-                "out_of_bounds": self.out_of_bounds, "ok": self.ok, "data_ok": self.data_ok,
-                "warnings": list(self.warnings)}
+        return {
+            "collective": self.collective,
+            "nranks": self.nranks,
+            "rows": [row.to_json() for row in self.rows],
+            "avg_busbw_gbps": self.avg_busbw_gbps,
+            "max_busbw_gbps": self.max_busbw_gbps(),
+            "out_of_bounds": self.out_of_bounds,
+            "ok": self.ok,
+            "data_ok": self.data_ok,
+            "warnings": list(self.warnings),
+        }
 
 
 # --------------------------------------------------------------------------------------- columns
@@ -192,7 +214,7 @@ def _parse_row(tokens: Sequence[str], layout: _Layout, notes: list[str]) -> Nccl
         return None
     if fields["size"] < 0 or fields.get("count", 0) < 0:
         return None
-    cells = list(tokens[len(layout.prefix):])
+    cells = list(tokens[len(layout.prefix) :])
     results: list[Result | None] = []
     broken = False
     for group in layout.groups:
@@ -217,19 +239,32 @@ def _parse_row(tokens: Sequence[str], layout: _Layout, notes: list[str]) -> Nccl
             except BadCell:
                 broken = True
                 break
-        results.append(Result(time_us=values.get("time"), algbw_gbps=values.get("algbw"),
-                              busbw_gbps=values.get("busbw"), wrong=values.get("wrong"),
-                              error=values.get("error")) if values else None)
+        results.append(
+            Result(
+                time_us=values.get("time"),
+                algbw_gbps=values.get("algbw"),
+                busbw_gbps=values.get("busbw"),
+                wrong=values.get("wrong"),
+                error=values.get("error"),
+            )
+            if values
+            else None
+        )
     if not any(results):
         notes.append(f"a row for size {fields['size']} has no results (cut short?); left out")
         return None
     if broken:
-        notes.append(f"the row for size {fields['size']} is cut short or interrupted; its missing cells "
-                     f"are None")
+        notes.append(f"the row for size {fields['size']} is cut short or interrupted; its missing cells are None")
     results += [None] * (2 - len(results))
-    return NcclTestsRow(size_bytes=fields["size"], count=fields.get("count"), type=fields.get("type"),
-                        redop=fields.get("redop"), root=fields.get("root"),
-                        out_of_place=results[0], in_place=results[1])
+    return NcclTestsRow(
+        size_bytes=fields["size"],
+        count=fields.get("count"),
+        type=fields.get("type"),
+        redop=fields.get("redop"),
+        root=fields.get("root"),
+        out_of_place=results[0],
+        in_place=results[1],
+    )
 
 
 # ----------------------------------------------------------------------------------------- lines
@@ -285,19 +320,31 @@ class _Table:
         notes = list(dict.fromkeys(self.notes))  # each reason once, in order
         nranks = len(self.ranks) if self.ranks else self.info_nranks
         if self.ranks and self.info_nranks is not None and self.info_nranks != len(self.ranks):
-            notes.append(f"the device lines list {counted(len(self.ranks), 'rank')} but NCCL reports nranks "
-                         f"{self.info_nranks}; the device lines are used")
+            notes.append(
+                f"the device lines list {counted(len(self.ranks), 'rank')} but NCCL reports nranks "
+                f"{self.info_nranks}; the device lines are used"
+            )
         if not self.summary:
-            notes.append("no summary lines ('# Out of bounds values', '# Avg bus bandwidth'): the text "
-                         "ends before the run did")
+            notes.append(
+                "no summary lines ('# Out of bounds values', '# Avg bus bandwidth'): the text ends before the run did"
+            )
         if any(r.error is not None for row in self.rows for r in row.results()):
-            notes.append("old nccl-tests format: its 'error' column is a max deviation, not a count of "
-                         "wrong elements, so 'wrong' is None; the 'Out of bounds values' line is the verdict")
+            notes.append(
+                "old nccl-tests format: its 'error' column is a max deviation, not a count of "
+                "wrong elements, so 'wrong' is None; the 'Out of bounds values' line is the verdict"
+            )
         rows_ok = [False] if any(r.wrong for row in self.rows for r in row.results()) else []
         verdicts, data_verdicts = self.verdicts + rows_ok, self.data_verdicts + rows_ok
-        return NcclTestsResult(collective=self.collective, rows=tuple(self.rows), avg_busbw_gbps=self.avg,
-                               out_of_bounds=self.oob, ok=all(verdicts) if verdicts else None, nranks=nranks,
-                               warnings=tuple(notes), data_ok=all(data_verdicts) if data_verdicts else None)
+        return NcclTestsResult(
+            collective=self.collective,
+            rows=tuple(self.rows),
+            avg_busbw_gbps=self.avg,
+            out_of_bounds=self.oob,
+            ok=all(verdicts) if verdicts else None,
+            nranks=nranks,
+            warnings=tuple(notes),
+            data_ok=all(data_verdicts) if data_verdicts else None,
+        )
 
 
 def parse_nccl_tests_all(text: str) -> tuple[NcclTestsResult, ...]:
@@ -339,8 +386,9 @@ def parse_nccl_tests_all(text: str) -> tuple[NcclTestsResult, ...]:
                 if m.group(2):
                     cur.verdicts.append(m.group(2) == "OK")
                 elif unterminated and index == len(lines) - 1 and cur.avg is not None:
-                    cur.notes.append("the text ends on the 'Avg bus bandwidth' line without a newline: "
-                                     "its value may be cut short")
+                    cur.notes.append(
+                        "the text ends on the 'Avg bus bandwidth' line without a newline: its value may be cut short"
+                    )
             continue
         tokens = line.split()
         if not tokens:
@@ -396,15 +444,16 @@ def _parse_last_row(tokens: Sequence[str], table: _Table) -> NcclTestsRow | None
         return None
     row = _parse_row(tokens[:-1], table.layout, table.notes)
     if row is not None:
-        table.notes.append(f"the text ends inside the row for size {row.size_bytes}: its last cell is "
-                           f"dropped")
+        table.notes.append(f"the text ends inside the row for size {row.size_bytes}: its last cell is dropped")
     return row
 
 
 def _no_table_reason(text: str, tables: Sequence[_Table]) -> str:
     if looks_like_p2p(text):
-        return ("this is p2pBandwidthLatencyTest output (cuda-samples), not nccl-tests: read it with "
-                "`gputopo parse p2p-bandwidth FILE` (in Python, parse_p2p_bandwidth_latency)")
+        return (
+            "this is p2pBandwidthLatencyTest output (cuda-samples), not nccl-tests: read it with "
+            "`gputopo parse p2p-bandwidth FILE` (in Python, parse_p2p_bandwidth_latency)"
+        )
     if any(t.layout is not None and not t.guessed for t in tables):
         return "nccl-tests column header found, but no result row under it (the text ends first?)"
     if any(t.summary for t in tables):

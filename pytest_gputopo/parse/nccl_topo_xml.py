@@ -62,22 +62,37 @@ def parse_topo_xml(text: object) -> dict[str, Any]:
             else:
                 walk(child, numaid, pci)
 
-    def gpu(node: ET.Element, attrs: dict[str, str], numaid: int | str | None,
-            pci: dict[str, str] | None) -> dict[str, Any]:
+    def gpu(
+        node: ET.Element, attrs: dict[str, str], numaid: int | str | None, pci: dict[str, str] | None
+    ) -> dict[str, Any]:
         where = f"<gpu dev={attrs.get('dev')!r}>"
         for key in ("dev", "sm", "rank"):
             if key not in attrs:
                 warnings.append(f"{where}: no {key} attribute")
         pci = pci or {}
-        entry: dict[str, Any] = dict(attrs, busid=pci.get("busid"), numaid=numaid,
-                     link_speed=pci.get("link_speed"), link_width=_num(pci, "link_width", where, warnings),
-                     dev=_num(attrs, "dev", where, warnings), sm=_num(attrs, "sm", where, warnings),
-                     rank=_num(attrs, "rank", where, warnings), gdr=attrs.get("gdr") == "1",
-                     nvlinks=[], c2c=[])
+        entry: dict[str, Any] = dict(
+            attrs,
+            busid=pci.get("busid"),
+            numaid=numaid,
+            link_speed=pci.get("link_speed"),
+            link_width=_num(pci, "link_width", where, warnings),
+            dev=_num(attrs, "dev", where, warnings),
+            sm=_num(attrs, "sm", where, warnings),
+            rank=_num(attrs, "rank", where, warnings),
+            gdr=attrs.get("gdr") == "1",
+            nvlinks=[],
+            c2c=[],
+        )
         for link in node.iter("nvlink"):
             la = dict(link.attrib)
-            entry["nvlinks"].append({"target": la.get("target"), "count": _num(la, "count", where, warnings),
-                                     "tclass": la.get("tclass"), "nvswitch": la.get("tclass") == _NVSWITCH_CLASS})
+            entry["nvlinks"].append(
+                {
+                    "target": la.get("target"),
+                    "count": _num(la, "count", where, warnings),
+                    "tclass": la.get("tclass"),
+                    "nvswitch": la.get("tclass") == _NVSWITCH_CLASS,
+                }
+            )
         for link in node.iter("c2c"):
             la = dict(link.attrib)
             entry["c2c"].append({"bw": la.get("bw"), "count": _num(la, "count", where, warnings)})
@@ -87,10 +102,16 @@ def parse_topo_xml(text: object) -> dict[str, Any]:
         where = f"<net name={attrs.get('name')!r}>"
         if "name" not in attrs:
             warnings.append(f"{where}: no name attribute")
-        return dict(attrs, busid=(pci or {}).get("busid"), numaid=numaid,
-                    dev=_num(attrs, "dev", where, warnings), speed=_num(attrs, "speed", where, warnings),
-                    port=_num(attrs, "port", where, warnings), maxconn=_num(attrs, "maxconn", where, warnings),
-                    gdr=attrs.get("gdr") == "1")
+        return dict(
+            attrs,
+            busid=(pci or {}).get("busid"),
+            numaid=numaid,
+            dev=_num(attrs, "dev", where, warnings),
+            speed=_num(attrs, "speed", where, warnings),
+            port=_num(attrs, "port", where, warnings),
+            maxconn=_num(attrs, "maxconn", where, warnings),
+            gdr=attrs.get("gdr") == "1",
+        )
 
     try:
         walk(root, None, None)

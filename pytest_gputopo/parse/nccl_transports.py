@@ -25,15 +25,23 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["INTERNAL_NETS", "TRANSPORT_LINE", "Connection", "connection", "cut_transport", "ring_ranks",
-           "transport_family"]
+__all__ = [
+    "INTERNAL_NETS",
+    "TRANSPORT_LINE",
+    "Connection",
+    "connection",
+    "cut_transport",
+    "ring_ranks",
+    "transport_family",
+]
 
 TRANSPORT_LINE = re.compile(
     r"^(?P<kind>Ring|Channel|CollNet|Coll)\s+(?P<ch>\d{1,9})(?:/(?P<ci>\d{1,9}))?\s*:\s*"
     r"(?P<src>\d{1,9})(?:\[(?P<sdev>[0-9a-fA-F]{1,16})\])?"
     r"(?:\s*->\s*(?P<dst>\d{1,9})(?:\[(?P<ddev>[0-9a-fA-F]{1,16})\])?)?"
     r"(?:\s*\[(?P<dir>send|receive)\])?"
-    r"\s+via\s+(?P<via>\S.*?)\s*$")
+    r"\s+via\s+(?P<via>\S.*?)\s*$"
+)
 # 2.9-2.11 append the communicator to every transport line.
 _COMM_SUFFIX = re.compile(r"\s+comm\s+0x[0-9a-fA-F]+\s+nRanks\s+\d+\s*$")
 # "name/dev[(proxy)][/GDRDMA][(PCI)][/Shared]"; the name is whatever comes before "/<digits>".
@@ -41,7 +49,8 @@ _NET_VIA = re.compile(r"^(?P<name>.+?)/(?P<dev>\d{1,9})(?:\((?P<proxy>\d{1,9})\)
 # Rank 0's ring order, "Channel 00/02 :    0   1"; from 2.23.4 (graph/rings.cc dumpLine) a line past 127
 # characters ends in "..." over whatever it cuts, a number's first digits included: those are no rank.
 _RING_ORDER = re.compile(
-    r"^(?:Ring|Channel)\s+\d{1,9}(?:/(?P<n>\d{1,9}))?\s*:((?:\s+\d{1,9})+)(?:\s+\d{0,9}\.\.\.)?\s*$")
+    r"^(?:Ring|Channel)\s+\d{1,9}(?:/(?P<n>\d{1,9}))?\s*:((?:\s+\d{1,9})+)(?:\s+\d{0,9}\.\.\.)?\s*$"
+)
 # NCCL_GRAPH's ring neighbours, "Ring 00 : 3 -> 0 -> 1" (prev -> rank -> next, init.cc 2.7 to today).
 _RING_NEIGHBOURS = re.compile(r"^Ring\s+\d{1,9}\s*:\s*(\d{1,9})\s*->\s*(\d{1,9})\s*->\s*(\d{1,9})\s*$")
 _CHANNELISH = re.compile(r"^(?:Ring|Channel|CollNet|Coll)\s+\d")
@@ -140,10 +149,20 @@ def connection(m: re.Match[str], host: str | None, pid: int | None) -> Connectio
     return Connection(
         channel=int(m.group("ch")),
         conn_index=int(m.group("ci")) if m.group("ci") is not None else None,
-        src_rank=src, src_dev=m.group("sdev"), dst_rank=dst, dst_dev=m.group("ddev"),
-        transport=transport, detail=detail, direction=m.group("dir"),
+        src_rank=src,
+        src_dev=m.group("sdev"),
+        dst_rank=dst,
+        dst_dev=m.group("ddev"),
+        transport=transport,
+        detail=detail,
+        direction=m.group("dir"),
         gdrdma="/GDRDMA" in via,
-        host=host, pid=pid, net_dev=net_dev, proxy_rank=proxy, via=via)
+        host=host,
+        pid=pid,
+        net_dev=net_dev,
+        proxy_rank=proxy,
+        via=via,
+    )
 
 
 def ring_ranks(msg: str) -> tuple[int | None, list[int]] | None:

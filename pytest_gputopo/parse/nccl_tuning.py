@@ -25,8 +25,10 @@ def parse_nccl_tuning(text: str) -> list[tuple[str | None, int, str, str]]:
     """``(collective, bytes, algo, proto)`` for every NCCL_DEBUG_SUBSYS=TUNING dispatch line, e.g.
     ``NCCL INFO AllReduce: 67108864 Bytes -> Algo NVLS proto Simple channel{Lo..Hi}={0..15}``;
     ``collective`` is None where the line does not name it (NCCL 2.20-2.22), numbers are named."""
-    return [(m.group(1), int(m.group(2)), _named(m.group(3), _ALGO_NAMES), _named(m.group(4), _PROTO_NAMES))
-            for m in _TUNING_RE.finditer(text)]
+    return [
+        (m.group(1), int(m.group(2)), _named(m.group(3), _ALGO_NAMES), _named(m.group(4), _PROTO_NAMES))
+        for m in _TUNING_RE.finditer(text)
+    ]
 
 
 def algo_by_size(lines: Iterable[tuple[str | None, int, str, str]]) -> dict[int, str]:

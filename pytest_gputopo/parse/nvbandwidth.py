@@ -44,8 +44,14 @@ from ..core.units import counted
 from .cuda_samples import looks_like_p2p
 from .nvbandwidth_lines import LineReader, ReadMatrix, title_unit
 
-__all__ = ["NvbandwidthParseError", "NvbMatrix", "NvbTestcase", "Nvbandwidth", "looks_like_nvbandwidth",
-           "parse_nvbandwidth"]
+__all__ = [
+    "NvbandwidthParseError",
+    "NvbMatrix",
+    "NvbTestcase",
+    "Nvbandwidth",
+    "looks_like_nvbandwidth",
+    "parse_nvbandwidth",
+]
 
 
 class NvbandwidthParseError(ValueError):
@@ -70,9 +76,15 @@ class NvbMatrix:
     sum: float | None  # from the SUM (or &&&& PERF) line; None when absent
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "title": self.title, "unit": self.unit, "rows": list(self.rows),
-                "columns": list(self.columns), "cells": [[_finite(v) for v in row] for row in self.cells],
-                "sum": _finite(self.sum)}
+        return {
+            "key": self.key,
+            "title": self.title,
+            "unit": self.unit,
+            "rows": list(self.rows),
+            "columns": list(self.columns),
+            "cells": [[_finite(v) for v in row] for row in self.cells],
+            "sum": _finite(self.sum),
+        }
 
 
 @dataclass(frozen=True)
@@ -83,8 +95,12 @@ class NvbTestcase:
     matrices: tuple[NvbMatrix, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "message": self.message,
-                "matrices": [m.to_json() for m in self.matrices]}
+        return {
+            "name": self.name,
+            "status": self.status,
+            "message": self.message,
+            "matrices": [m.to_json() for m in self.matrices],
+        }
 
 
 @dataclass(frozen=True)
@@ -97,10 +113,14 @@ class Nvbandwidth:
     warnings: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "driver_version": self.driver_version,
-                "cuda_runtime_version": self.cuda_runtime_version,
-                "devices": [{"index": i, "name": name, "bus_id": bus} for i, name, bus in self.devices],
-                "testcases": [t.to_json() for t in self.testcases], "warnings": list(self.warnings)}
+        return {
+            "version": self.version,
+            "driver_version": self.driver_version,
+            "cuda_runtime_version": self.cuda_runtime_version,
+            "devices": [{"index": i, "name": name, "bus_id": bus} for i, name, bus in self.devices],
+            "testcases": [t.to_json() for t in self.testcases],
+            "warnings": list(self.warnings),
+        }
 
 
 # ---------------------------------------------------------------------------------------- result
@@ -109,8 +129,15 @@ MAX_WARNINGS = 200  # a hostile text can name a new matrix per line: the list st
 
 
 def _frozen(m: ReadMatrix, name: str) -> NvbMatrix:
-    return NvbMatrix(key=m.key if m.key is not None else name, title=m.title, unit=title_unit(m.title),
-                     rows=tuple(m.rows), columns=m.columns, cells=tuple(m.cells), sum=m.sum)
+    return NvbMatrix(
+        key=m.key if m.key is not None else name,
+        title=m.title,
+        unit=title_unit(m.title),
+        rows=tuple(m.rows),
+        columns=m.columns,
+        cells=tuple(m.cells),
+        sum=m.sum,
+    )
 
 
 def _result(reader: LineReader) -> Nvbandwidth:
@@ -123,34 +150,43 @@ def _result(reader: LineReader) -> Nvbandwidth:
         for m in tc.matrices:
             if not m.has_sum:
                 reader.notes.append(f"{m.where}: no SUM line after it (cut short?)")
-        testcases.append(NvbTestcase(tc.name, tc.status, tc.message,
-                                     tuple(_frozen(m, tc.name) for m in tc.matrices)))
+        testcases.append(NvbTestcase(tc.name, tc.status, tc.message, tuple(_frozen(m, tc.name) for m in tc.matrices)))
     notes = list(dict.fromkeys(reader.notes))
     if len(notes) > MAX_WARNINGS:
-        notes[MAX_WARNINGS - 1:] = [f"... and {counted(len(notes) - MAX_WARNINGS + 1, 'more warning')}"]
-    return Nvbandwidth(version=reader.version, driver_version=reader.driver, cuda_runtime_version=reader.cuda,
-                       devices=tuple((i, name, bus) for i, (name, bus) in reader.devices.items()),
-                       testcases=tuple(testcases), warnings=tuple(notes))
+        notes[MAX_WARNINGS - 1 :] = [f"... and {counted(len(notes) - MAX_WARNINGS + 1, 'more warning')}"]
+    return Nvbandwidth(
+        version=reader.version,
+        driver_version=reader.driver,
+        cuda_runtime_version=reader.cuda,
+        devices=tuple((i, name, bus) for i, (name, bus) in reader.devices.items()),
+        testcases=tuple(testcases),
+        warnings=tuple(notes),
+    )
 
 
 def _refusal(text: str, reader: LineReader) -> str:
     """Why ``text`` is no nvbandwidth output, in one line: the tool it does come from, when it is known."""
     if looks_like_p2p(text):
-        return ("this is p2pBandwidthLatencyTest output (cuda-samples), not nvbandwidth: read it with "
-                "`gputopo parse p2p-bandwidth FILE` (in Python, parse_p2p_bandwidth_latency)")
+        return (
+            "this is p2pBandwidthLatencyTest output (cuda-samples), not nvbandwidth: read it with "
+            "`gputopo parse p2p-bandwidth FILE` (in Python, parse_p2p_bandwidth_latency)"
+        )
     nccl_tests = topo = False
     for raw in text.splitlines():
         tokens = raw.split()
         if not tokens:
             continue
-        if tokens[0].startswith("#") and ("busbw" in tokens or "Avg bus bandwidth" in raw or
-                                          (tokens[0] == "#" and tokens[1:2] == ["Rank"])):
+        if tokens[0].startswith("#") and (
+            "busbw" in tokens or "Avg bus bandwidth" in raw or (tokens[0] == "#" and tokens[1:2] == ["Rank"])
+        ):
             nccl_tests = True
         elif tokens[0] == "GPU0" or tokens[:2] == ["GPU", "GPU0"]:
             topo = True
     if nccl_tests:
-        return ("this is nccl-tests output, not nvbandwidth: read it with `gputopo parse nccl-tests FILE` "
-                "(in Python, parse_nccl_tests)")
+        return (
+            "this is nccl-tests output, not nvbandwidth: read it with `gputopo parse nccl-tests FILE` "
+            "(in Python, parse_nccl_tests)"
+        )
     if "NCCL INFO" in text:
         return "this is an NCCL_DEBUG=INFO log, not nvbandwidth output"
     if "ROCm System Management Interface" in text or " between two GPUs " in text:
@@ -160,10 +196,14 @@ def _refusal(text: str, reader: LineReader) -> str:
     if "(UUID: GPU-" in text:
         return "this is nvidia-smi output (GPU lines with UUIDs), not nvbandwidth"
     if reader.running_seen:
-        return ("no 'nvbandwidth Version' line, and no result matrix after the 'Running <testcase>.' lines "
-                "(the text ends first?)")
-    return ("no nvbandwidth output in the text: no 'nvbandwidth Version' line and no 'Running <testcase>.' "
-            "line followed by a result matrix")
+        return (
+            "no 'nvbandwidth Version' line, and no result matrix after the 'Running <testcase>.' lines "
+            "(the text ends first?)"
+        )
+    return (
+        "no nvbandwidth output in the text: no 'nvbandwidth Version' line and no 'Running <testcase>.' "
+        "line followed by a result matrix"
+    )
 
 
 def parse_nvbandwidth(text: str) -> Nvbandwidth:

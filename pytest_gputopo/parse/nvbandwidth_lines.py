@@ -32,22 +32,22 @@ def _short(tok: str) -> str:
 
 
 def title_unit(title: str) -> str:
-    """"GB/s" of "... bandwidth (GB/s)"; "" when the title does not end in a parenthesised unit."""
+    """ "GB/s" of "... bandwidth (GB/s)"; "" when the title does not end in a parenthesised unit."""
     if not title.endswith(")"):
         return ""
     start = title.rfind(" (")
-    unit = title[start + 2:-1] if start >= 0 else ""
+    unit = title[start + 2 : -1] if start >= 0 else ""
     return unit if unit and len(unit) <= 16 and not any(c in unit for c in " ()") else ""
 
 
 def _cuda_version(value: str) -> str | None:
-    """"13.2" of "13.2 (13020)" (v0.10) or of "13020" (v0.8: cudaRuntimeGetVersion's 1000*major + 10*minor)."""
+    """ "13.2" of "13.2 (13020)" (v0.10) or of "13020" (v0.8: cudaRuntimeGetVersion's 1000*major + 10*minor)."""
     tokens = value.split()
     if not tokens:
         return None
     if _CUDA_RE.fullmatch(tokens[0]):
         return tokens[0]
-    if INT_RE.fullmatch(tokens[0]) and 0 < int(tokens[0]) < 10 ** 7:
+    if INT_RE.fullmatch(tokens[0]) and 0 < int(tokens[0]) < 10**7:
         code = int(tokens[0])
         return f"{code // 1000}.{code % 1000 // 10}"
     return None
@@ -124,8 +124,9 @@ class LineReader:
             self.notes.append(f"the text ends inside {m.where}{last}")
         if self.run_open and not _before_v06(self.version):
             # From v0.6 printInfo closes every run; v0.5 printed its NOTE first.
-            self.notes.append("the text ends before nvbandwidth's closing NOTE: it may be cut short (or the run "
-                              "stopped)")
+            self.notes.append(
+                "the text ends before nvbandwidth's closing NOTE: it may be cut short (or the run stopped)"
+            )
 
     def line(self, raw: str, cut: bool) -> None:
         tokens = raw.split()
@@ -225,7 +226,7 @@ class LineReader:
         self.run_open = True
 
     def message(self, line: str, status: str, cut: bool) -> str | None:
-        message = line[len(status):].strip() or None
+        message = line[len(status) :].strip() or None
         if cut and message:
             self.notes.append(f"the text ends inside the line {_short(line)}: its message may be cut")
         return message
@@ -237,8 +238,10 @@ class LineReader:
             self.runs += 1
             self.run_open = True
             if self.runs == 2:
-                self.notes.append("the text holds several nvbandwidth runs: their testcases are listed in order, "
-                                  "the header is the first run's")
+                self.notes.append(
+                    "the text holds several nvbandwidth runs: their testcases are listed in order, "
+                    "the header is the first run's"
+                )
             if self.version is None:
                 self.version = value or None
             elif value != self.version:
@@ -256,8 +259,8 @@ class LineReader:
         name = line.partition(":")[2].strip()
         bus = None
         start = name.rfind(" (")
-        if name.endswith(")") and start >= 0 and _BUS_RE.fullmatch(name[start + 2:-1]):
-            name, bus = name[:start].strip(), name[start + 2:-1]
+        if name.endswith(")") and start >= 0 and _BUS_RE.fullmatch(name[start + 2 : -1]):
+            name, bus = name[:start].strip(), name[start + 2 : -1]
         if index not in self.devices:
             self.devices[index] = (name, bus)
         elif self.devices[index] != (name, bus):
@@ -268,8 +271,10 @@ class LineReader:
         tc = self.current
         if tc is None or tc.status != "ran":
             if self.title is not None and title_unit(self.title) in ("GB/s", "ns"):
-                self.notes.append("a result matrix with no 'Running <testcase>.' line before it is not read "
-                                  "(the text is cut at the top?)")
+                self.notes.append(
+                    "a result matrix with no 'Running <testcase>.' line before it is not read "
+                    "(the text is cut at the top?)"
+                )
             return False
         columns = list(tokens)
         # Column labels count 0, 1, 2 ...: a last label cut short ("1" of "10") breaks the count.
@@ -297,12 +302,16 @@ class LineReader:
             return True
         if cut:
             if not cells:  # a label alone may itself be cut ("1" of "10")
-                self.notes.append(f"the text ends inside {m.where}, in the row after row "
-                                  f"{m.rows[-1] if m.rows else 'none'}: it is not read")
+                self.notes.append(
+                    f"the text ends inside {m.where}, in the row after row "
+                    f"{m.rows[-1] if m.rows else 'none'}: it is not read"
+                )
                 return True
             if cells[-1] != NA and not _PRINTED_RE.fullmatch(cells[-1]):
-                self.notes.append(f"the text ends inside {m.where}, row {label}: its last cell "
-                                  f"{_short(cells[-1])} may be cut and is not read")
+                self.notes.append(
+                    f"the text ends inside {m.where}, row {label}: its last cell "
+                    f"{_short(cells[-1])} may be cut and is not read"
+                )
                 cells = cells[:-1]
         values: list[float | None] = []
         found: list[str] = []

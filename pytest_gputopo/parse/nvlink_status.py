@@ -24,8 +24,16 @@ from typing import Any
 from ..core.units import counted
 from .cells import INT_RE, BadCell, cell_float
 
-__all__ = ["NvlinkStatusParseError", "LinkState", "GpuLinks", "NvlinkStatus", "parse_nvlink_status",
-           "MAX_LINK", "MAX_GPU_INDEX", "ALL_INACTIVE_LINE"]
+__all__ = [
+    "NvlinkStatusParseError",
+    "LinkState",
+    "GpuLinks",
+    "NvlinkStatus",
+    "parse_nvlink_status",
+    "MAX_LINK",
+    "MAX_GPU_INDEX",
+    "ALL_INACTIVE_LINE",
+]
 
 MAX_LINK = 63  # NVML_NVLINK_MAX_LINKS is 18 today; room for later parts, not for garbage
 MAX_GPU_INDEX = 1023
@@ -77,9 +85,15 @@ class GpuLinks:
         return sum(1 for link in self.links if not link.active)
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "uuid": self.uuid, "all_inactive": self.all_inactive,
-                "active_links": self.active_links, "inactive_links": self.inactive_links,
-                "links": [link.to_json() for link in self.links]}
+        return {
+            "index": self.index,
+            "name": self.name,
+            "uuid": self.uuid,
+            "all_inactive": self.all_inactive,
+            "active_links": self.active_links,
+            "inactive_links": self.inactive_links,
+            "links": [link.to_json() for link in self.links],
+        }
 
 
 @dataclass(frozen=True)
@@ -128,7 +142,7 @@ def _header_rest(rest: str, where: str, notes: list[str]) -> tuple[str | None, s
             rest = rest[:opened].strip()
         return rest or None, None
     name = rest[:at].strip() or None
-    inside = rest[at + len(_UUID_OPEN):]
+    inside = rest[at + len(_UUID_OPEN) :]
     if not inside.endswith(")"):
         notes.append(f"{where}: the UUID is cut short; read as not printed")
         return name, None
@@ -149,10 +163,9 @@ def _link_state(number: int, value: str, where: str, notes: list[str]) -> LinkSt
         notes.append(f"{where}: link {number} has no state (an '<inactive>' lost to HTML?); not read")
         return None
     if not value.endswith("GB/s"):
-        notes.append(f"{where}: link {number} reads {value[:40]!r}, not '<speed> GB/s' or '<inactive>'; "
-                     f"not read")
+        notes.append(f"{where}: link {number} reads {value[:40]!r}, not '<speed> GB/s' or '<inactive>'; not read")
         return None
-    token = value[:-len("GB/s")].strip()
+    token = value[: -len("GB/s")].strip()
     cell_notes: list[str] = []
     try:
         gbps = cell_float(token, cell_notes) if token.isascii() else None
@@ -188,12 +201,13 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
                 notes.append(f"{where}: GPU index {m.group(1)[:20]} is above {MAX_GPU_INDEX}; its links are not read")
                 current, skipping = None, True
                 continue
-            name, uuid = _header_rest(line[m.end():], where, notes)
+            name, uuid = _header_rest(line[m.end() :], where, notes)
             other, at = uuid_at.get(uuid, (index, 0)) if uuid else (index, 0)
             if uuid and other != index and other in gpus and gpus[other].uuid == uuid:
                 raise NvlinkStatusParseError(
                     f"{where}: GPU {index} has the UUID of GPU {other} (line {at}), {uuid[:48]}: a UUID names one "
-                    f"GPU, so this is not one nvidia-smi nvlink -s capture (outputs numbered otherwise joined?)")
+                    f"GPU, so this is not one nvidia-smi nvlink -s capture (outputs numbered otherwise joined?)"
+                )
             if uuid:
                 uuid_at[uuid] = (index, number)
             if index in gpus:
@@ -211,7 +225,7 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
             if link is None or link > MAX_LINK:
                 notes.append(f"{where}: link number {m.group(1)[:20]} is above {MAX_LINK}; not read")
                 continue
-            state = _link_state(link, line[m.end():], where, notes)
+            state = _link_state(link, line[m.end() :], where, notes)
             if state is None:
                 continue
             if link in current.links:
@@ -238,17 +252,25 @@ def _why_refused(headers: int, link_lines: int, other_lines: int) -> str:
     if not (headers or link_lines or other_lines):
         # What nvidia-smi nvlink -s prints where no GPU has NVLink (seen: an H200 on PCIe, driver
         # 580.159.04, exit status 0): nothing, so no GPU is named and no link state can be read.
-        return ("empty: nvidia-smi nvlink -s prints nothing where no GPU has NVLink, and names no GPU "
-                "then; there are no link states to read")
+        return (
+            "empty: nvidia-smi nvlink -s prints nothing where no GPU has NVLink, and names no GPU "
+            "then; there are no link states to read"
+        )
     if headers and not link_lines and other_lines < headers:
-        return ("no link lines: this looks like nvidia-smi -L (a list of GPUs), not nvidia-smi nvlink -s "
-                "('Link <n>: <speed> GB/s' under each GPU)")
+        return (
+            "no link lines: this looks like nvidia-smi -L (a list of GPUs), not nvidia-smi nvlink -s "
+            "('Link <n>: <speed> GB/s' under each GPU)"
+        )
     if headers and not link_lines:
-        return (f"no link lines under the {headers} 'GPU <i>: <name>' headers: not nvidia-smi nvlink -s output "
-                f"(nvidia-smi -L, -q or another nvlink subcommand?)")
+        return (
+            f"no link lines under the {headers} 'GPU <i>: <name>' headers: not nvidia-smi nvlink -s output "
+            f"(nvidia-smi -L, -q or another nvlink subcommand?)"
+        )
     if headers:
-        return ("no readable 'Link <n>: <speed> GB/s' or '<inactive>' line under a GPU header: not "
-                "nvidia-smi nvlink -s output (another nvlink subcommand?)")
+        return (
+            "no readable 'Link <n>: <speed> GB/s' or '<inactive>' line under a GPU header: not "
+            "nvidia-smi nvlink -s output (another nvlink subcommand?)"
+        )
     if link_lines:
         return "link lines but no 'GPU <i>: <name> (UUID: ...)' header above them: not nvidia-smi nvlink -s output"
     return "no nvidia-smi nvlink -s output: no 'GPU <i>: <name> (UUID: ...)' header followed by 'Link <n>: ...' lines"

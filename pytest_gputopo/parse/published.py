@@ -46,7 +46,11 @@ _NVBANDWIDTH = {
     "device_to_device_memcpy_write_ce": ("p2p", "row->col", "", "copy engine, GPU(row) pushes to GPU(column)"),
     # VECTOR_BW: each stream timed on its own; _total sums them, both directions' bytes as p2p_bidir counts
     "device_to_device_bidirectional_memcpy_write_ce": (
-        "p2p_bidir", "row->col", "_total", "Total: copy engine, each GPU pushes to the other at once, summed"),
+        "p2p_bidir",
+        "row->col",
+        "_total",
+        "Total: copy engine, each GPU pushes to the other at once, summed",
+    ),
     "host_to_device_memcpy_ce": ("h2d", "col", "", "copy engine, pinned host memory to GPU(column)"),
     "device_to_host_memcpy_ce": ("d2h", "col", "", "copy engine, GPU(column) to pinned host memory"),
 }
@@ -57,8 +61,10 @@ def _nvbandwidth_unrecorded(name: str) -> str:
     if name.endswith("_sm"):
         return "an SM kernel (testcases_sm.cpp), not the copy engine gputopo's copies use"
     if name.startswith("device_to_device_") and "_read_" in name:
-        return ("a read: the receiving GPU issues it (PREFER_DST_CONTEXT) and pulls; gputopo's copy is pushed "
-                "by the source, as in ..._write_ce")
+        return (
+            "a read: the receiving GPU issues it (PREFER_DST_CONTEXT) and pulls; gputopo's copy is pushed "
+            "by the source, as in ..._write_ce"
+        )
     return "gputopo measures nothing the same"
 
 
@@ -81,20 +87,29 @@ def _gpus_of(where: str, r: int, c: int) -> dict[str, int]:
     return {"src": src, "dst": dst}
 
 
-def _same_gpus(tool: str, file: str, count: int, topology: model.Topology,
-               buses: Iterable[tuple[int, str | None]] = (),
-               visible: str = "CUDA_VISIBLE_DEVICES") -> None:
+def _same_gpus(
+    tool: str,
+    file: str,
+    count: int,
+    topology: model.Topology,
+    buses: Iterable[tuple[int, str | None]] = (),
+    visible: str = "CUDA_VISIBLE_DEVICES",
+) -> None:
     """Refuse a tool's output of another GPU count (or other PCI addresses); ``visible`` is what hides
     GPUs from that tool (nvidia-smi ignores CUDA_VISIBLE_DEVICES; a container's NVIDIA_VISIBLE_DEVICES
     is what it sees)."""
     if count != len(topology.gpus):
-        raise ToolOutputError(f"{file}: {tool} saw {counted(count, 'GPU')} and the machine has {len(topology.gpus)}: "
-                              f"another machine, or another {visible} (run it with every GPU visible)")
+        raise ToolOutputError(
+            f"{file}: {tool} saw {counted(count, 'GPU')} and the machine has {len(topology.gpus)}: "
+            f"another machine, or another {visible} (run it with every GPU visible)"
+        )
     for index, bus in buses:
         known = topology.gpus[index].pci_bus_id if index < count else None
         if bus and known and not known.upper().startswith(bus.upper()):
-            raise ToolOutputError(f"{file}: {tool}'s device {index} is at {bus}, the machine's GPU{index} at "
-                                  f"{known}: another machine, or GPUs numbered otherwise (CUDA_DEVICE_ORDER)")
+            raise ToolOutputError(
+                f"{file}: {tool}'s device {index} is at {bus}, the machine's GPU{index} at "
+                f"{known}: another machine, or GPUs numbered otherwise (CUDA_DEVICE_ORDER)"
+            )
 
 
 def _cells(matrix: Sequence[Sequence[float | None]], count: int) -> Iterator[tuple[int, int, float]]:
@@ -158,11 +173,16 @@ class RecordedFigures:
                 continue
             kind, where, part, what = mapping
             # The bidirectional Total matrix by its SUM key, or by its title where the text was cut before it.
-            matrix = case.matrices[0] if not part else next(
-                (m for m in case.matrices if m.key == case.name + part or "Total bandwidth" in m.title), None)
+            matrix = (
+                case.matrices[0]
+                if not part
+                else next((m for m in case.matrices if m.key == case.name + part or "Total bandwidth" in m.title), None)
+            )
             if matrix is None:
-                self.notes.append(f"{file}: {case.name}: not recorded (no Total matrix: before v0.6 nvbandwidth "
-                                  f"printed one direction's figure under reverse traffic)")
+                self.notes.append(
+                    f"{file}: {case.name}: not recorded (no Total matrix: before v0.6 nvbandwidth "
+                    f"printed one direction's figure under reverse traffic)"
+                )
                 continue
             cells = (_host_cells if where == "col" else _cells)(matrix.cells, count)
             source = f"nvbandwidth {version} {case.name} ({what}), {file}"
@@ -171,22 +191,34 @@ class RecordedFigures:
 
     def add_p2p_test(self, result: P2PBandwidthLatency, file: str) -> None:
         count = len(self.topology.gpus)
-        _same_gpus("p2pBandwidthLatencyTest", file, len(result.devices) or result.n_gpus, self.topology,
-                   [(i, bus) for i, _, bus in result.devices])
+        _same_gpus(
+            "p2pBandwidthLatencyTest",
+            file,
+            len(result.devices) or result.n_gpus,
+            self.topology,
+            [(i, bus) for i, _, bus in result.devices],
+        )
         access = result.matrices.get(CONNECTIVITY)
         for title, matrix in result.matrices.items():
             kind, where, peer = _P2P_TEST.get(title, (None, "", None))  # "": where is read only for a kind
             if kind is None:
                 if title == _P2P_READS:
-                    self.notes.append(f"{file}: {title}: not recorded (a read: GPU(row) pulls from GPU(column) on its "
-                                      f"own stream; gputopo's copy is pushed by the source, as in (P2P Writes))")
+                    self.notes.append(
+                        f"{file}: {title}: not recorded (a read: GPU(row) pulls from GPU(column) on its "
+                        f"own stream; gputopo's copy is pushed by the source, as in (P2P Writes))"
+                    )
                 elif title != CONNECTIVITY:
                     self.notes.append(f"{file}: {title}: not recorded (gputopo measures nothing the same)")
             elif peer and access is None:
-                self.notes.append(f"{file}: {title}: not recorded: no {CONNECTIVITY} in the text, so which pairs "
-                                  f"copied peer to peer is unknown")
+                self.notes.append(
+                    f"{file}: {title}: not recorded: no {CONNECTIVITY} in the text, so which pairs "
+                    f"copied peer to peer is unknown"
+                )
             else:
                 # Without peer access CUDA staged the "P2P=Enabled" copy through the host: not a P2P figure.
-                kept = sum(self._add(kind, where, r, c, gbps, f"cuda-samples p2pBandwidthLatencyTest {title}, {file}")
-                           for r, c, gbps in _cells(matrix, count) if not peer or _cell(access, r, c) == 1)  # type: ignore[arg-type]  # access: read where peer, so not None
+                kept = sum(
+                    self._add(kind, where, r, c, gbps, f"cuda-samples p2pBandwidthLatencyTest {title}, {file}")
+                    for r, c, gbps in _cells(matrix, count)
+                    if not peer or _cell(access, r, c) == 1  # type: ignore[arg-type]  # access: read where peer
+                )
                 self.notes.append(f"{file}: {title}: {kept} {kind} figure(s) recorded")

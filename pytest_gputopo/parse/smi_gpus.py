@@ -14,10 +14,19 @@ from ..core.limits import MAX_MEMORY_BYTES
 from ..core.model import Fabric, MigDevice
 
 # The per-GPU facts a listing can give, as ``model.Gpu`` names them, and how a warning says them.
-FACTS = {"name": "name", "uuid": "UUID", "pci_bus_id": "PCI bus id", "memory_total_bytes": "memory",
-         "compute_capability": "compute capability", "pcie_gen_current": "PCIe generation (current)",
-         "pcie_gen_max": "PCIe generation (max)", "pcie_width_current": "PCIe width (current)",
-         "pcie_width_max": "PCIe width (max)", "mig": "MIG mode", "compute_mode": "compute mode"}
+FACTS = {
+    "name": "name",
+    "uuid": "UUID",
+    "pci_bus_id": "PCI bus id",
+    "memory_total_bytes": "memory",
+    "compute_capability": "compute capability",
+    "pcie_gen_current": "PCIe generation (current)",
+    "pcie_gen_max": "PCIe generation (max)",
+    "pcie_width_current": "PCIe width (current)",
+    "pcie_width_max": "PCIe width (max)",
+    "mig": "MIG mode",
+    "compute_mode": "compute mode",
+}
 
 
 @dataclass(frozen=True)
@@ -53,14 +62,16 @@ class SmiFabric:
                 cluster = uuid.UUID(self.cluster_uuid)
             except ValueError:
                 cluster = None
-        return Fabric(self.state, self.status, self.clique_id,
-                      str(cluster) if cluster is not None and cluster.int else None)
+        return Fabric(
+            self.state, self.status, self.clique_id, str(cluster) if cluster is not None and cluster.int else None
+        )
 
     def text(self) -> str:
         said = [self.state or "state ?"] + ([self.status] if self.status else [])
         if self.clique_id is not None or self.cluster_uuid:
-            said.append(f"clique {'?' if self.clique_id is None else self.clique_id} of cluster "
-                        f"{self.cluster_uuid or '?'}")
+            said.append(
+                f"clique {'?' if self.clique_id is None else self.clique_id} of cluster {self.cluster_uuid or '?'}"
+            )
         return ", ".join(said)
 
 
@@ -100,25 +111,39 @@ class SmiGpus:
     warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"tool": self.tool, "attached_gpus": self.attached, "driver_version": self.driver_version,
-                "cuda_driver_version": self.cuda_driver_version, "gpus": [g.to_json() for g in self.gpus],
-                "warnings": list(self.warnings)}
+        return {
+            "tool": self.tool,
+            "attached_gpus": self.attached,
+            "driver_version": self.driver_version,
+            "cuda_driver_version": self.cuda_driver_version,
+            "gpus": [g.to_json() for g in self.gpus],
+            "warnings": list(self.warnings),
+        }
 
     def lines(self) -> list[str]:
         """One line per GPU: what the listing says of it ('?' where it does not say)."""
         out = []
         for g in self.gpus:
             memory = f"{g.memory_total_bytes / 2**20:g} MiB" if g.memory_total_bytes else "?"
-            pcie = (f", PCIe Gen{g.pcie_gen_current or '?'}/{g.pcie_gen_max or '?'} "
-                    f"x{g.pcie_width_current or '?'}/{g.pcie_width_max or '?'}"
-                    if any(v is not None for v in (g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current,
-                                                   g.pcie_width_max)) else "")
-            out.append(f"GPU{'?' if g.index is None else g.index}: {g.name or '?'} ({g.uuid or 'UUID ?'}), "
-                       f"bus {g.pci_bus_id or '?'}, {memory}, compute capability {g.compute_capability or '?'}{pcie}"
-                       + (", MIG enabled" if g.mig else "") + _mig_text(g.mig_devices)
-                       + (f", fabric {g.fabric.text()}" if g.fabric else ""))
-        versions = [f"driver {self.driver_version}" if self.driver_version else "",
-                    f"CUDA {self.cuda_driver_version}" if self.cuda_driver_version else ""]
+            pcie = (
+                f", PCIe Gen{g.pcie_gen_current or '?'}/{g.pcie_gen_max or '?'} "
+                f"x{g.pcie_width_current or '?'}/{g.pcie_width_max or '?'}"
+                if any(
+                    v is not None for v in (g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current, g.pcie_width_max)
+                )
+                else ""
+            )
+            out.append(
+                f"GPU{'?' if g.index is None else g.index}: {g.name or '?'} ({g.uuid or 'UUID ?'}), "
+                f"bus {g.pci_bus_id or '?'}, {memory}, compute capability {g.compute_capability or '?'}{pcie}"
+                + (", MIG enabled" if g.mig else "")
+                + _mig_text(g.mig_devices)
+                + (f", fabric {g.fabric.text()}" if g.fabric else "")
+            )
+        versions = [
+            f"driver {self.driver_version}" if self.driver_version else "",
+            f"CUDA {self.cuda_driver_version}" if self.cuda_driver_version else "",
+        ]
         if any(versions):
             out.append(", ".join(v for v in versions if v))
         return out + [f"warning: {w}" for w in self.warnings]
@@ -126,12 +151,17 @@ class SmiGpus:
 
 def _mig_text(devices: tuple[MigDevice, ...]) -> str:
     """``, MIG devices 0 (1g.10gb, GI 1, CI 0), 1 (...)``: each listed device by what was said of it."""
+
     def one(d: MigDevice) -> str:
-        said = [d.profile, None if d.gpu_instance_id is None else f"GI {d.gpu_instance_id}",
-                None if d.compute_instance_id is None else f"CI {d.compute_instance_id}",
-                None if d.memory_total_bytes is None else f"{d.memory_total_bytes / 2**20:g} MiB"]
+        said = [
+            d.profile,
+            None if d.gpu_instance_id is None else f"GI {d.gpu_instance_id}",
+            None if d.compute_instance_id is None else f"CI {d.compute_instance_id}",
+            None if d.memory_total_bytes is None else f"{d.memory_total_bytes / 2**20:g} MiB",
+        ]
         shown = [s for s in said if s]
         return ("?" if d.index is None else str(d.index)) + (f" ({', '.join(shown)})" if shown else "")
+
     return f", MIG devices {', '.join(one(d) for d in devices)}" if devices else ""
 
 

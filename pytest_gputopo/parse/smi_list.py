@@ -34,9 +34,13 @@ _NVLINK_RE = re.compile(r"Link [0-9]{1,3}: ")  # nvidia-smi nvlink -s prints -L'
 
 def _mig_device(profile: str | None, index: str, uuid: str) -> MigDevice:
     early = _EARLY_MIG_UUID_RE.fullmatch(uuid)
-    return MigDevice(index=int(index), uuid=uuid, profile=profile,
-                     gpu_instance_id=int(early.group(1)) if early else None,
-                     compute_instance_id=int(early.group(2)) if early else None)
+    return MigDevice(
+        index=int(index),
+        uuid=uuid,
+        profile=profile,
+        gpu_instance_id=int(early.group(1)) if early else None,
+        compute_instance_id=int(early.group(2)) if early else None,
+    )
 
 
 def parse_smi_list(text: str) -> SmiGpus:
@@ -62,13 +66,16 @@ def parse_smi_list(text: str) -> SmiGpus:
             for seen, what in ((gpus, f"GPU {index}"), (uuids, f"UUID {uuid}")):
                 key = index if seen is gpus else uuid
                 if key in seen:
-                    raise SmiListParseError(f"line {number}: {what} is listed twice: not one {TOOL} output "
-                                            f"(outputs joined?)")
+                    raise SmiListParseError(
+                        f"line {number}: {what} is listed twice: not one {TOOL} output (outputs joined?)"
+                    )
             uuids[uuid] = index
             gpus[index] = current = {"index": index, "name": name or None, "uuid": uuid}
         elif _NVLINK_RE.match(line):
-            raise SmiListParseError(f"line {number}: this is nvidia-smi nvlink -s output (its 'Link <n>:' lines), not "
-                                    f"{TOOL}: give it to --nvlink-status (or gputopo parse nvlink-status)")
+            raise SmiListParseError(
+                f"line {number}: this is nvidia-smi nvlink -s output (its 'Link <n>:' lines), not "
+                f"{TOOL}: give it to --nvlink-status (or gputopo parse nvlink-status)"
+            )
         elif m := _MIG_RE.fullmatch(line):
             if current is None:
                 notes.append(f"line {number}: a MIG device line before any GPU line")
@@ -87,5 +94,9 @@ def parse_smi_list(text: str) -> SmiGpus:
         notes.append(f"GPU indices {sorted(gpus)} are not 0..{len(gpus) - 1}: lines missing; the GPU count is unknown")
     for g in gpus.values():
         g["mig_devices"] = tuple(g.get("mig_devices", ()))
-    return SmiGpus(TOOL, tuple(SmiGpu(**g) for g in gpus.values()), attached=len(gpus) if complete else None,
-                   warnings=tuple(dict.fromkeys(notes)))
+    return SmiGpus(
+        TOOL,
+        tuple(SmiGpu(**g) for g in gpus.values()),
+        attached=len(gpus) if complete else None,
+        warnings=tuple(dict.fromkeys(notes)),
+    )

@@ -20,15 +20,18 @@ def parse_p2p_matrix(text: str) -> Matrix:
     unknown), a row with ``X`` off its diagonal or a status on it (its cells are not in their columns:
     a lost tab, or another tool's matrix, as rocm-smi's ``0`` on the diagonal)."""
     if ROCM_RE.search(text):
-        raise SmiParseError("this is rocm-smi output (AMD GPUs), not nvidia-smi topo -p2p: "
-                            "pytest-gputopo reads NVIDIA machines only")
+        raise SmiParseError(
+            "this is rocm-smi output (AMD GPUs), not nvidia-smi topo -p2p: pytest-gputopo reads NVIDIA machines only"
+        )
     table = read_table(text)
     gpus = [d for d in table.devices if GPU_RE.fullmatch(d)]
     require_gpu_rows(table, gpus, "P2P")
     for label, line, first in table.duplicates:
         if label in gpus:
-            raise SmiParseError(f"line {line}: a second row for {label} (the first is line {first}): nvidia-smi "
-                                f"topo -p2p writes one row per GPU, so which gives its status is unknown")
+            raise SmiParseError(
+                f"line {line}: a second row for {label} (the first is line {first}): nvidia-smi "
+                f"topo -p2p writes one row per GPU, so which gives its status is unknown"
+            )
     col = {d: j for j, d in enumerate(table.devices)}
 
     def raw_cell(a: str, b: str) -> str:
@@ -41,14 +44,19 @@ def parse_p2p_matrix(text: str) -> Matrix:
         for b in gpus:
             raw, where = raw_cell(a, b), f"line {table.row_lines[a]}: {a}'s cell in column {b}"
             if a == b and raw not in ("", "X"):
-                raise SmiParseError(f"{where} (its own) is {raw[:20]!r}, where nvidia-smi topo -p2p prints X: "
-                                    f"the row's cells are not in their columns, or this is another tool's matrix")
+                raise SmiParseError(
+                    f"{where} (its own) is {raw[:20]!r}, where nvidia-smi topo -p2p prints X: "
+                    f"the row's cells are not in their columns, or this is another tool's matrix"
+                )
             if a != b and raw == "X":
-                raise SmiParseError(f"{where} is X, which nvidia-smi topo -p2p prints only on the diagonal: "
-                                    f"the row's cells are not in their columns")
+                raise SmiParseError(
+                    f"{where} is X, which nvidia-smi topo -p2p prints only on the diagonal: "
+                    f"the row's cells are not in their columns"
+                )
     if len(gpus) == 1 and raw_cell(gpus[0], gpus[0]) != "X":
-        raise SmiParseError(f"line {table.row_lines[gpus[0]]}: no nvidia-smi P2P matrix: {gpus[0]}'s row has no "
-                            f"X in its own column")
+        raise SmiParseError(
+            f"line {table.row_lines[gpus[0]]}: no nvidia-smi P2P matrix: {gpus[0]}'s row has no X in its own column"
+        )
 
     def cell(a: str, b: str) -> str | None:
         raw = raw_cell(a, b)
@@ -104,15 +112,25 @@ def to_topology(smi: SmiTopo, p2p: dict[str, Matrix] | None = None, name: str | 
         raise ValueError(f"unknown P2P capability {sorted(bad)[0]!r} (expected one of {model.P2P_CAPS})")
     warnings = list(smi.warnings)
     # nvidia-smi numbers GPUs by their NVML index: GPU<i> of the text is NVML index i.
-    gpus = tuple(model.Gpu(index=i, nvml_index=i, cpu_affinity=g.cpu_affinity,
-                           numa_node=int(g.numa_affinity)
-                           if g.numa_affinity and re.fullmatch(r"[0-9]+", g.numa_affinity) else None)
-                 for i, g in enumerate(smi.gpus))
+    gpus = tuple(
+        model.Gpu(
+            index=i,
+            nvml_index=i,
+            cpu_affinity=g.cpu_affinity,
+            numa_node=int(g.numa_affinity) if g.numa_affinity and re.fullmatch(r"[0-9]+", g.numa_affinity) else None,
+        )
+        for i, g in enumerate(smi.gpus)
+    )
     links = []
     for a in range(len(gpus)):
         for b in range(a + 1, len(gpus)):
             link = _link(a, b, _worse_label(smi.matrix[a][b], smi.matrix[b][a]))
             status = {cap: _p2p_status(m, a, b, warnings, cap) for cap, m in p2p.items()}
             links.append(model.Link(a, b, link.pcie, link.nvlinks, model.P2P(**status)))
-    return model.Topology(gpus=gpus, links=tuple(links), source=model.Source("smi-text", name),
-                          nics=smi.nics, warnings=tuple(dict.fromkeys(warnings)))
+    return model.Topology(
+        gpus=gpus,
+        links=tuple(links),
+        source=model.Source("smi-text", name),
+        nics=smi.nics,
+        warnings=tuple(dict.fromkeys(warnings)),
+    )

@@ -59,12 +59,18 @@ _FABRIC_STATUS_RE = re.compile(r"[A-Za-z][A-Za-z0-9 ,._'-]{0,79}")
 _CLUSTER_UUID_RE = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 _UNKNOWN_RE = re.compile(r"N/A|\[N/A\]|Not Found|Not Supported|Not Available|Unknown.*|Requested functionality.*")
 # Other tools' text, told by a line of their own, and where to give it instead.
-_OTHERS = ((re.compile(r"<\?xml|<nvidia_smi_log"), "nvidia-smi -q -x output (XML): read it with gputopo parse smi-xml"),
-           (re.compile(r"GPU [0-9]+: .*\(UUID: GPU-"),
-            "nvidia-smi -L (or nvlink -s) output: read it with gputopo parse smi-list"),
-           (re.compile(r"\tGPU0\b|^ *GPU0 +GPU1 "), "an nvidia-smi topo matrix: read it with gputopo parse smi-topo"),
-           (re.compile(r"\| NVIDIA-SMI "),
-            "nvidia-smi's summary table (plain `nvidia-smi`), which lists no UUID: run nvidia-smi -q"))
+_OTHERS = (
+    (re.compile(r"<\?xml|<nvidia_smi_log"), "nvidia-smi -q -x output (XML): read it with gputopo parse smi-xml"),
+    (
+        re.compile(r"GPU [0-9]+: .*\(UUID: GPU-"),
+        "nvidia-smi -L (or nvlink -s) output: read it with gputopo parse smi-list",
+    ),
+    (re.compile(r"\tGPU0\b|^ *GPU0 +GPU1 "), "an nvidia-smi topo matrix: read it with gputopo parse smi-topo"),
+    (
+        re.compile(r"\| NVIDIA-SMI "),
+        "nvidia-smi's summary table (plain `nvidia-smi`), which lists no UUID: run nvidia-smi -q",
+    ),
+)
 
 
 class SmiQParseError(ValueError):
@@ -112,25 +118,30 @@ def _tree(lines: list[str], first: int, base: int) -> tuple[_Section, list[_Sect
         if not raw.strip() or raw.strip() == BANNER:
             continue
         if LOST_RE.fullmatch(raw.strip()):  # on stderr, so anywhere in a `2>&1` capture: no section's line
-            notes.append(f"line {number}: nvidia-smi says {raw.strip()[:160]!r}: that GPU is not in the report "
-                         f"(lost, or NVML failed on it)")
+            notes.append(
+                f"line {number}: nvidia-smi says {raw.strip()[:160]!r}: that GPU is not in the report "
+                f"(lost, or NVML failed on it)"
+            )
             continue
         if _ELISION_RE.fullmatch(raw.strip()):
             # The lines left out may hold a section's title or another GPU's header: a fact after the
             # elision could land on the wrong GPU or section, so none is read until the next GPU header.
             where = f"GPU {gpus[-1].name}" if gpus else "the report's header"
-            notes.append(f"line {number}: {raw.strip()!r}: the paste leaves lines out here; the rest of "
-                         f"{where} is not read (unknown)")
+            notes.append(
+                f"line {number}: {raw.strip()!r}: the paste leaves lines out here; the rest of "
+                f"{where} is not read (unknown)"
+            )
             elided = True
             continue
-        if "\t" in raw[:len(raw) - len(raw.lstrip())]:
+        if "\t" in raw[: len(raw) - len(raw.lstrip())]:
             notes.append(f"line {number}: indented with a tab (nvidia-smi indents with spaces); not read")
             continue
         indent = len(raw) - len(raw.lstrip(" ")) - base
         text = raw.strip()
         if indent < 0:
-            raise SmiQParseError(f"line {number}: left of the report's margin: {text[:40]!r} is not part of one "
-                                 f"{TOOL} output")
+            raise SmiQParseError(
+                f"line {number}: left of the report's margin: {text[:40]!r} is not part of one {TOOL} output"
+            )
         if indent == 0 and (m := GPU_RE.fullmatch(text)):
             gpu = _Section(m.group(1), number)
             gpus.append(gpu)
@@ -145,8 +156,10 @@ def _tree(lines: list[str], first: int, base: int) -> tuple[_Section, list[_Sect
             stack.pop()
         parent = stack[-1][1]
         if indent == 0 and gpus:
-            raise SmiQParseError(f"line {number}: {text[:40]!r} at the left margin after a GPU section: "
-                                 f"{TOOL} prints nothing there (outputs joined?)")
+            raise SmiQParseError(
+                f"line {number}: {text[:40]!r} at the left margin after a GPU section: "
+                f"{TOOL} prints nothing there (outputs joined?)"
+            )
         if m := _FACT_RE.fullmatch(text):
             parent.facts.append((m.group(1), m.group(2).strip(), number))
             stack.append((indent, _Section("", number)))  # a line indented under a fact belongs to no section
@@ -179,7 +192,7 @@ class _Reader:
         if raw is None:
             return None
         try:
-            value = cell_int(raw[:-len(suffix)] if suffix and raw.endswith(suffix) else raw)
+            value = cell_int(raw[: -len(suffix)] if suffix and raw.endswith(suffix) else raw)
         except BadCell:
             value = None
         if value is None or not low <= value <= high:
@@ -206,10 +219,14 @@ def _mig_devices(gpu: _Section, notes: list[str]) -> tuple[MigDevice, ...]:
     devices = []
     for node in found:
         r = _Reader(node, notes)
-        devices.append(MigDevice(index=r.number("Index", 0, MAX_MIG_DEVICES - 1),
-                                 gpu_instance_id=r.number("GPU Instance ID", 0, 2**31 - 1),
-                                 compute_instance_id=r.number("Compute Instance ID", 0, 2**31 - 1),
-                                 memory_total_bytes=r.mib("FB Memory Usage/Total")))
+        devices.append(
+            MigDevice(
+                index=r.number("Index", 0, MAX_MIG_DEVICES - 1),
+                gpu_instance_id=r.number("GPU Instance ID", 0, 2**31 - 1),
+                compute_instance_id=r.number("Compute Instance ID", 0, 2**31 - 1),
+                memory_total_bytes=r.mib("FB Memory Usage/Total"),
+            )
+        )
     return tuple(devices)
 
 
@@ -234,17 +251,21 @@ def _gpu(node: _Section, index: int | None, notes: list[str]) -> SmiGpu:
         bus = node.name
     mig = r.checked("MIG Mode/Current", lambda v: v in ("Enabled", "Disabled"), "Enabled or Disabled")
     link = "PCI/GPU Link Info/"
-    return SmiGpu(index=index, name=r.text("Product Name"),
-                  uuid=r.checked("GPU UUID", _UUID_RE.fullmatch, "a GPU UUID"), pci_bus_id=bus,
-                  memory_total_bytes=r.mib("FB Memory Usage/Total"),
-                  pcie_gen_current=r.number(link + "PCIe Generation/Current", 1, MAX_PCIE_GEN),
-                  pcie_gen_max=r.number(link + "PCIe Generation/Max", 1, MAX_PCIE_GEN),
-                  pcie_width_current=r.number(link + "Link Width/Current", 1, MAX_PCIE_WIDTH, "x"),
-                  pcie_width_max=r.number(link + "Link Width/Max", 1, MAX_PCIE_WIDTH, "x"),
-                  mig=None if mig is None else mig == "Enabled",
-                  compute_mode=r.checked("Compute Mode", lambda v: v in COMPUTE_MODES,
-                                         f"one of {', '.join(COMPUTE_MODES)}"),
-                  mig_devices=_mig_devices(node, notes), fabric=_fabric(node, notes))
+    return SmiGpu(
+        index=index,
+        name=r.text("Product Name"),
+        uuid=r.checked("GPU UUID", _UUID_RE.fullmatch, "a GPU UUID"),
+        pci_bus_id=bus,
+        memory_total_bytes=r.mib("FB Memory Usage/Total"),
+        pcie_gen_current=r.number(link + "PCIe Generation/Current", 1, MAX_PCIE_GEN),
+        pcie_gen_max=r.number(link + "PCIe Generation/Max", 1, MAX_PCIE_GEN),
+        pcie_width_current=r.number(link + "Link Width/Current", 1, MAX_PCIE_WIDTH, "x"),
+        pcie_width_max=r.number(link + "Link Width/Max", 1, MAX_PCIE_WIDTH, "x"),
+        mig=None if mig is None else mig == "Enabled",
+        compute_mode=r.checked("Compute Mode", lambda v: v in COMPUTE_MODES, f"one of {', '.join(COMPUTE_MODES)}"),
+        mig_devices=_mig_devices(node, notes),
+        fabric=_fabric(node, notes),
+    )
 
 
 def _refuse_other_tools(lines: list[str]) -> None:
@@ -266,13 +287,21 @@ def parse_smi_q(text: str) -> SmiGpus:
     # its left margin is that line's indent (a paste indented whole, as in a Markdown list, reads the same).
     first = next((n for n, line in enumerate(lines, 1) if line.strip() == BANNER), None)
     if first is None:
-        first = next((n for n, line in enumerate(lines, 1)
-                      if GPU_RE.fullmatch(line.strip()) or line.strip().startswith("Attached GPUs")), None)
+        first = next(
+            (
+                n
+                for n, line in enumerate(lines, 1)
+                if GPU_RE.fullmatch(line.strip()) or line.strip().startswith("Attached GPUs")
+            ),
+            None,
+        )
     if first is None:
         lost = next(((n, line.strip()) for n, line in enumerate(lines, 1) if LOST_RE.fullmatch(line.strip())), None)
         if lost is not None:
-            raise SmiQParseError(f"line {lost[0]}: nvidia-smi printed no report, only {lost[1][:160]!r}: a GPU NVML "
-                                 f"cannot reach (fallen off the bus, lost, or NVML failing): nothing to read")
+            raise SmiQParseError(
+                f"line {lost[0]}: nvidia-smi printed no report, only {lost[1][:160]!r}: a GPU NVML "
+                f"cannot reach (fallen off the bus, lost, or NVML failing): nothing to read"
+            )
         raise SmiQParseError(f"no '{BANNER}' banner and no 'GPU <bus id>' section: not {TOOL} output")
     base = len(lines[first - 1]) - len(lines[first - 1].lstrip(" "))
     top, nodes, notes = _tree(lines, first, base)
@@ -283,16 +312,22 @@ def parse_smi_q(text: str) -> SmiGpus:
     if attached is not None and attached < len(nodes):
         raise SmiQParseError(f"{len(nodes)} GPU sections and Attached GPUs {attached}: not one {TOOL} output")
     if top.find("Attached GPUs") is None:
-        notes.append("no 'Attached GPUs' line (a paste without the report's header?): whether every GPU is "
-                     "listed, and which index each has, are unknown")
+        notes.append(
+            "no 'Attached GPUs' line (a paste without the report's header?): whether every GPU is "
+            "listed, and which index each has, are unknown"
+        )
     if attached is not None and attached > len(nodes):
-        notes.append(f"Attached GPUs {attached} and {len(nodes)} GPU section{'s' if len(nodes) != 1 else ''}: some "
-                     f"GPUs only (nvidia-smi -i, or a cut paste); which index each has, and the others, are unknown")
+        notes.append(
+            f"Attached GPUs {attached} and {len(nodes)} GPU section{'s' if len(nodes) != 1 else ''}: some "
+            f"GPUs only (nvidia-smi -i, or a cut paste); which index each has, and the others, are unknown"
+        )
     if attached is not None and any(LOST_RE.fullmatch(line.strip()) for line in lines):
         # Whether Attached GPUs counts a GPU nvidia-smi could not reach, and so which section is which
         # index, is unknown: the listing is one that may list some GPUs only (attached None).
-        notes.append(f"Attached GPUs {attached}, and a GPU nvidia-smi could not reach: which index each GPU "
-                     f"listed has is unknown")
+        notes.append(
+            f"Attached GPUs {attached}, and a GPU nvidia-smi could not reach: which index each GPU "
+            f"listed has is unknown"
+        )
         attached = None
     every = attached == len(nodes)  # every GPU listed, in NVML index order: its place is its index
     gpus = tuple(_gpu(node, i if every else None, notes) for i, node in enumerate(nodes))
@@ -300,6 +335,8 @@ def parse_smi_q(text: str) -> SmiGpus:
         values = [bus_key(v) if key == "pci_bus_id" else v for g in gpus if (v := getattr(g, key))]
         if len(set(values)) != len(values):
             raise SmiQParseError(f"two GPU sections with one {key}: not one {TOOL} output (outputs joined?)")
-    versions = {key: reader.checked(path, _VERSION_RE.fullmatch, "a version")
-                for key, path in (("driver_version", "Driver Version"), ("cuda_driver_version", "CUDA Version"))}
+    versions = {
+        key: reader.checked(path, _VERSION_RE.fullmatch, "a version")
+        for key, path in (("driver_version", "Driver Version"), ("cuda_driver_version", "CUDA Version"))
+    }
     return SmiGpus(TOOL, gpus, attached=attached, warnings=tuple(dict.fromkeys(notes)), **versions)

@@ -28,20 +28,35 @@ class SmiQueryParseError(ValueError):
 
 
 _FIELD_RE = re.compile(r"([a-z][a-z0-9_.]*)(?:\s*\[([^\]]{1,16})\])?")
-_NOT_SAID = re.compile(r"\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU requires reset|"
-                       r"GPU is lost|Not Available)\]?", re.IGNORECASE)
+_NOT_SAID = re.compile(
+    r"\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions|GPU requires reset|"
+    r"GPU is lost|Not Available)\]?",
+    re.IGNORECASE,
+)
 _INT_RE = re.compile(r"[0-9]{1,12}")
 _CC_RE = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}")
 _UUID_RE = re.compile(r"GPU-[0-9A-Fa-f-]{8,64}")
 _VERSION_RE = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}")
 # Aliases print their canonical name in the header; these are read under either.
 _ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id"}
-_INTS = {"pcie.link.gen.current": ("pcie_gen_current", MAX_PCIE_GEN),
-         "pcie.link.gen.max": ("pcie_gen_max", MAX_PCIE_GEN),
-         "pcie.link.width.current": ("pcie_width_current", MAX_PCIE_WIDTH),
-         "pcie.link.width.max": ("pcie_width_max", MAX_PCIE_WIDTH)}
-READ_FIELDS = ("index", "name", "uuid", "pci.bus_id", "memory.total", "compute_cap", "driver_version",
-               *_INTS, "mig.mode.current", "compute_mode")
+_INTS = {
+    "pcie.link.gen.current": ("pcie_gen_current", MAX_PCIE_GEN),
+    "pcie.link.gen.max": ("pcie_gen_max", MAX_PCIE_GEN),
+    "pcie.link.width.current": ("pcie_width_current", MAX_PCIE_WIDTH),
+    "pcie.link.width.max": ("pcie_width_max", MAX_PCIE_WIDTH),
+}
+READ_FIELDS = (
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "memory.total",
+    "compute_cap",
+    "driver_version",
+    *_INTS,
+    "mig.mode.current",
+    "compute_mode",
+)
 
 
 def _header(line: str) -> list[tuple[str, str | None]] | None:
@@ -117,11 +132,13 @@ def parse_smi_query(text: str) -> SmiGpus:
     if columns is None:
         raise SmiQueryParseError(
             f"line {lines[0][0]}: no {TOOL} header ('index, name, uuid, ...' naming the fields): printed with "
-            f"--format=csv,noheader, or not {TOOL} output; run it with --format=csv (nounits may stay)")
+            f"--format=csv,noheader, or not {TOOL} output; run it with --format=csv (nounits may stay)"
+        )
     fields = [f for f, _ in columns]
     if not set(fields) & set(READ_FIELDS):
-        raise SmiQueryParseError(f"line {lines[0][0]}: the header names none of the fields gputopo reads "
-                                 f"({', '.join(READ_FIELDS)})")
+        raise SmiQueryParseError(
+            f"line {lines[0][0]}: the header names none of the fields gputopo reads ({', '.join(READ_FIELDS)})"
+        )
     if len(set(fields)) != len(fields):
         raise SmiQueryParseError(f"line {lines[0][0]}: a field is named twice: which column gives it is unknown")
     notes: list[str] = []
@@ -136,12 +153,15 @@ def parse_smi_query(text: str) -> SmiGpus:
             skipped = True
             continue
         facts: dict[str, Any] = {}
-        bad = [why for (field, unit), raw in zip(columns, cells, strict=True)
-               if (why := _value(field, unit, raw, facts))]
+        bad = [
+            why for (field, unit), raw in zip(columns, cells, strict=True) if (why := _value(field, unit, raw, facts))
+        ]
         notes += [f"line {number}: {why}; not read" for why in bad]
         if facts.get("index") in indices:
-            raise SmiQueryParseError(f"line {number}: GPU {facts['index']} is listed twice (line "
-                                     f"{indices[facts['index']]}): not one {TOOL} output")
+            raise SmiQueryParseError(
+                f"line {number}: GPU {facts['index']} is listed twice (line "
+                f"{indices[facts['index']]}): not one {TOOL} output"
+            )
         if "index" in facts:
             indices[facts["index"]] = number
         if (driver := facts.pop("driver_version", None)) is not None:
@@ -152,7 +172,14 @@ def parse_smi_query(text: str) -> SmiGpus:
     if not gpus:
         raise SmiQueryParseError(f"a {TOOL} header and no GPU row under it")
     if len(set(drivers)) > 1:
-        notes.append(f"the rows name {counted(len(set(drivers)), 'driver version')} "
-                     f"({', '.join(sorted(set(drivers)))}); the first is kept")
-    return SmiGpus(TOOL, tuple(gpus), attached=None if skipped else len(gpus),
-                   driver_version=drivers[0] if drivers else None, warnings=tuple(dict.fromkeys(notes)))
+        notes.append(
+            f"the rows name {counted(len(set(drivers)), 'driver version')} "
+            f"({', '.join(sorted(set(drivers)))}); the first is kept"
+        )
+    return SmiGpus(
+        TOOL,
+        tuple(gpus),
+        attached=None if skipped else len(gpus),
+        driver_version=drivers[0] if drivers else None,
+        warnings=tuple(dict.fromkeys(notes)),
+    )

@@ -56,10 +56,21 @@ class SmiTopo:
     warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"gpus": [{"name": g.name, "cpu_affinity": g.cpu_affinity, "numa_affinity": g.numa_affinity,
-                          "gpu_numa_id": g.gpu_numa_id} for g in self.gpus],
-                "nics": list(self.nics), "matrix": [list(r) for r in self.matrix],
-                "gpu_nic": [list(r) for r in self.gpu_nic], "warnings": list(self.warnings)}
+        return {
+            "gpus": [
+                {
+                    "name": g.name,
+                    "cpu_affinity": g.cpu_affinity,
+                    "numa_affinity": g.numa_affinity,
+                    "gpu_numa_id": g.gpu_numa_id,
+                }
+                for g in self.gpus
+            ],
+            "nics": list(self.nics),
+            "matrix": [list(r) for r in self.matrix],
+            "gpu_nic": [list(r) for r in self.gpu_nic],
+            "warnings": list(self.warnings),
+        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,7 +98,7 @@ def _header_tokens(line: str) -> tuple[list[str], tuple[str, ...]]:
     """Device names and trailing column names of a header line. A mangled header may have lost
     its tabs ("GPU0GPU1...GPU7mlx5_0"), so GPU names are split apart wherever they touch."""
     found = {c: m.start() for c, r in _COLUMN_RES.items() if (m := r.search(line))}
-    devices_part = line[:min(found.values())] if found else line
+    devices_part = line[: min(found.values())] if found else line
     columns = tuple(sorted(found, key=found.__getitem__))
     tokens: list[str] = []
     for word in devices_part.split():
@@ -111,8 +122,13 @@ def _row_of(line: str, devices: list[str]) -> bool:
     ``devices``: its label a device, then a value that is no device name (rocm-smi's ``0``, cells run
     together), where a repeated header names devices only."""
     tokens, columns = _header_tokens(line)
-    return (not columns and len(tokens) > 1 and tokens[0] in devices and tokens[1] not in devices
-            and not GPU_RE.fullmatch(tokens[1]))
+    return (
+        not columns
+        and len(tokens) > 1
+        and tokens[0] in devices
+        and tokens[1] not in devices
+        and not GPU_RE.fullmatch(tokens[1])
+    )
 
 
 TABS, STOPS, SPACES = "tabs", "tab stops", "spaces"  # how a row's cells are separated
@@ -124,7 +140,7 @@ def _split_row(line: str) -> tuple[str, list[str], str]:
     other space-aligned text (SPACES) empty cells vanish."""
     raw, line = line, line.strip(" ")
     label = line.split(None, 1)[0]
-    rest = line[line.index(label) + len(label):]
+    rest = line[line.index(label) + len(label) :]
     if "\t" in rest:
         # No value nvidia-smi writes in a row holds a space: " X NV12" is two cells whose tab was lost.
         fields = [part for f in rest.split("\t") for part in (f.split() or [""])]
@@ -166,8 +182,9 @@ def read_table(text: str) -> _Table:
     columns: tuple[str, ...]
     if start is None:
         # No header: a matrix whose header was lost still names its devices in the row labels.
-        start = next((i for i, ln in enumerate(lines)
-                      if ln.split()[:1] == ["GPU0"] and _split_row(ln)[1][:1] == ["X"]), None)
+        start = next(
+            (i for i, ln in enumerate(lines) if ln.split()[:1] == ["GPU0"] and _split_row(ln)[1][:1] == ["X"]), None
+        )
         if start is None:
             raise SmiParseError("no nvidia-smi topology matrix: no header line naming GPU0 and no GPU0 row")
         header_devs, columns = [], ()
@@ -216,8 +233,10 @@ def read_table(text: str) -> _Table:
     if twice:
         # nvidia-smi names each device once; a cell is placed by its column, so every cell after the
         # second name would be read one column off.
-        raise SmiParseError(f"line {header_line}: the header names {twice[0]} twice: not a header nvidia-smi "
-                            f"writes, so which column is whose is unknown")
+        raise SmiParseError(
+            f"line {header_line}: the header names {twice[0]} twice: not a header nvidia-smi "
+            f"writes, so which column is whose is unknown"
+        )
     return _Table(devices, columns, rows, lines[end:], warnings, header_line, row_lines, duplicates)
 
 
@@ -232,7 +251,7 @@ def _repair_header(tokens: list[str], labels: list[str]) -> list[str]:
             if match is None:
                 break
             parts.append(match)
-            rest = rest[len(match):]
+            rest = rest[len(match) :]
         out += parts if (tok not in labels and parts and not rest) else [tok]
     return out
 
@@ -268,17 +287,18 @@ def _unfused(field: str, room: int) -> list[tuple[list[str], str | None]] | None
             return
         heads = [name for name in _CELL_NAMES if rest.upper().startswith(name)]
         digits = re.match(r"NV([0-9]+)", rest.upper())
-        heads += [rest[:2 + k] for k in range(1, len(digits.group(1)) + 1)] if digits else []
+        heads += [rest[: 2 + k] for k in range(1, len(digits.group(1)) + 1)] if digits else []
         for head in heads:
             if head.upper() == "X" or _label(head):
-                walk(rest[len(head):], cells + [head])
+                walk(rest[len(head) :], cells + [head])
 
     walk(field, [])
     return out
 
 
-def _row_cells(d: str, fields: list[str], devices: list[str],
-               warnings: list[str]) -> tuple[list[str], list[str] | None]:
+def _row_cells(
+    d: str, fields: list[str], devices: list[str], warnings: list[str]
+) -> tuple[list[str], list[str] | None]:
     """The row's matrix cells in column order, and the fields after them (None when they cannot be
     placed). Past about 32 NICs nvidia-smi runs cells together ("NODENODE", an affinity fused to
     the last cell): such a field is split when it reads one way only. Otherwise every cell after
@@ -296,13 +316,15 @@ def _row_cells(d: str, fields: list[str], devices: list[str],
             cells, after = ways[0]
             row += cells
             if after is not None:
-                return row, [after] + fields[i + 1:]
+                return row, [after] + fields[i + 1 :]
             continue
         if ways == []:  # one unreadable cell; its neighbours keep their places
             row.append(raw)
             continue
-        warnings.append(f"{d}: cell {raw[:40]!r} reads as cells run together in "
-                        f"{'many' if ways is None else len(ways)} ways; it and the cells after it are unknown")
+        warnings.append(
+            f"{d}: cell {raw[:40]!r} reads as cells run together in "
+            f"{'many' if ways is None else len(ways)} ways; it and the cells after it are unknown"
+        )
         return row, None
     return row, []
 
@@ -333,14 +355,17 @@ def _lost_a_tab(fields: list[str], layout: str, widths: dict[str, list[int]], co
     return 0 < width < max([full] + widths[STOPS])
 
 
-def _trailing(label: str, fields: list[str], layout: str, columns: tuple[str, ...],
-              warnings: list[str]) -> dict[str, str | None]:
+def _trailing(
+    label: str, fields: list[str], layout: str, columns: tuple[str, ...], warnings: list[str]
+) -> dict[str, str | None]:
     """Map the fields after the matrix cells onto the header's trailing columns. nvidia-smi
     writes an extra empty field before GPU NUMA ID, so that column takes the last value."""
     if layout == SPACES and fields and len(fields) != len(columns):
         # Space-aligned text drops empty cells, so which value belongs where is unknowable.
-        warnings.append(f"{label}: {counted(len(fields), 'value')} for {counted(len(columns), 'trailing column')} in "
-                        f"space-aligned text; they are left unknown")
+        warnings.append(
+            f"{label}: {counted(len(fields), 'value')} for {counted(len(columns), 'trailing column')} in "
+            f"space-aligned text; they are left unknown"
+        )
         return {}
     values: dict[str, str | None] = {}
     for i, col in enumerate(columns):
@@ -359,17 +384,20 @@ def require_gpu_rows(table: _Table, gpu_names: list[str], what: str) -> None:
     if not gpu_names:
         raise SmiParseError(f"{where}no nvidia-smi {what} matrix: the header names no GPU")
     if not any(d in table.rows for d in gpu_names):
-        raise SmiParseError(f"{where}no nvidia-smi {what} matrix: the header names {', '.join(gpu_names[:4])}"
-                            f"{', ...' if len(gpu_names) > 4 else ''} and no GPU row follows it (a capture cut "
-                            f"after its header?)")
+        raise SmiParseError(
+            f"{where}no nvidia-smi {what} matrix: the header names {', '.join(gpu_names[:4])}"
+            f"{', ...' if len(gpu_names) > 4 else ''} and no GPU row follows it (a capture cut "
+            f"after its header?)"
+        )
 
 
 def parse_topo_matrix(text: str) -> SmiTopo:
     """The ``nvidia-smi topo -m`` matrix in ``text`` (other lines around it are ignored). Text that
     is no such matrix is refused, never read as GPUs with unknown links."""
     if ROCM_RE.search(text):
-        raise SmiParseError("this is rocm-smi output (AMD GPUs), not nvidia-smi topo -m: "
-                            "pytest-gputopo reads NVIDIA machines only")
+        raise SmiParseError(
+            "this is rocm-smi output (AMD GPUs), not nvidia-smi topo -m: pytest-gputopo reads NVIDIA machines only"
+        )
     table = read_table(text)
     warnings, devices, n = table.warnings, table.devices, len(table.devices)
     gpu_names = [d for d in devices if GPU_RE.fullmatch(d)]
@@ -384,10 +412,18 @@ def parse_topo_matrix(text: str) -> SmiTopo:
         only = gpu_names[0]
         own = read[only][0][col[only]] if col[only] < len(read[only][0]) else ""
         if own.upper() != "X":
-            raise SmiParseError(f"line {table.row_lines[only]}: no nvidia-smi topology matrix: {only}'s own cell is "
-                                f"{own[:20]!r}, where nvidia-smi topo -m prints X")
-    widths = {layout: [_width(after, layout) for d in gpu_names if d in read and (after := read[d][1]) is not None
-                       and table.rows[d][1] == layout] for layout in (TABS, STOPS)}
+            raise SmiParseError(
+                f"line {table.row_lines[only]}: no nvidia-smi topology matrix: {only}'s own cell is "
+                f"{own[:20]!r}, where nvidia-smi topo -m prints X"
+            )
+    widths = {
+        layout: [
+            _width(after, layout)
+            for d in gpu_names
+            if d in read and (after := read[d][1]) is not None and table.rows[d][1] == layout
+        ]
+        for layout in (TABS, STOPS)
+    }
     cells, gpus = {}, []  # (row, col) -> canonical label; a missing cell stays absent
     for d in devices:
         if d not in table.rows:
@@ -398,12 +434,16 @@ def parse_topo_matrix(text: str) -> SmiTopo:
         layout = table.rows[d][1]
         row, trailing = read[d]
         if d in gpu_names and len(row) == n and trailing and _lost_a_tab(trailing, layout, widths, table.columns):
-            warnings.append(f"{d}: its values after the matrix cannot be placed (a blank one, or a tab lost next "
-                            f"to one); its {', '.join(table.columns) or 'values'} are unknown")
+            warnings.append(
+                f"{d}: its values after the matrix cannot be placed (a blank one, or a tab lost next "
+                f"to one); its {', '.join(table.columns) or 'values'} are unknown"
+            )
             trailing = None
             if re.fullmatch(r"NV[0-9]{2,}", row[-1]):  # "NV1" run into a CPU list "8-15"
-                warnings.append(f"{d}-{devices[-1]}: {row[-1]} may end in the first digits of the value after "
-                                f"it; the cell is unknown")
+                warnings.append(
+                    f"{d}-{devices[-1]}: {row[-1]} may end in the first digits of the value after "
+                    f"it; the cell is unknown"
+                )
                 row = row[:-1] + [""]
         present = sum(1 for f in row if f)  # an empty cell is a missing one (a cut tab row)
         if present < n and trailing is not None:
@@ -420,8 +460,7 @@ def parse_topo_matrix(text: str) -> SmiTopo:
                 cells[d, other] = _label(raw)
         if d in gpu_names:
             values = {} if trailing is None else _trailing(d, trailing, layout, table.columns, warnings)
-            gpus.append(SmiGpu(d, values.get("CPU Affinity"), values.get("NUMA Affinity"),
-                               values.get("GPU NUMA ID")))
+            gpus.append(SmiGpu(d, values.get("CPU Affinity"), values.get("NUMA Affinity"), values.get("GPU NUMA ID")))
 
     def cell(a: str, b: str) -> str:
         if a == b:
@@ -433,13 +472,21 @@ def parse_topo_matrix(text: str) -> SmiTopo:
         return here or there or UNKNOWN
 
     if len(gpu_names) >= 2 and not any(a in gpu_names and b in gpu_names for a, b in cells):
-        raise SmiParseError("no nvidia-smi topology matrix: not one GPU pair's cell is a link nvidia-smi "
-                            "prints (NV#, PIX, PXB, PHB, NODE, SYS)")
+        raise SmiParseError(
+            "no nvidia-smi topology matrix: not one GPU pair's cell is a link nvidia-smi "
+            "prints (NV#, PIX, PXB, PHB, NODE, SYS)"
+        )
     matrix = tuple(tuple(cell(a, b) for b in gpu_names) for a in gpu_names)
     gpu_nic = tuple(tuple(cell(a, b) for b in nic_names) for a in gpu_names)
     legend = nic_legend(table.rest, nic_names, warnings)
     unnamed = [d for d in nic_names if re.fullmatch(r"NIC[0-9]+", d) and d not in legend]
     if unnamed:
         warnings.append(f"no NIC Legend entry for {', '.join(unnamed)}; the row label is used as its name")
-    return SmiTopo(gpus=tuple(gpus), nics=tuple(legend.get(d, d) for d in nic_names), matrix=matrix,
-                   gpu_nic=gpu_nic, columns=table.columns, warnings=tuple(warnings))
+    return SmiTopo(
+        gpus=tuple(gpus),
+        nics=tuple(legend.get(d, d) for d in nic_names),
+        matrix=matrix,
+        gpu_nic=gpu_nic,
+        columns=table.columns,
+        warnings=tuple(warnings),
+    )

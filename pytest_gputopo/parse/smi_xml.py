@@ -69,11 +69,12 @@ def _tree(text: str) -> ET.Element:
         depth -= 1
         builder.end(tag)
 
-    def doctype(name: str, system_id: str | None, public_id: str | None,
-                has_internal_subset: bool) -> None:
+    def doctype(name: str, system_id: str | None, public_id: str | None, has_internal_subset: bool) -> None:
         if has_internal_subset:
-            _refuse("a DOCTYPE with declarations of its own (nvidia-smi writes none): refused, as entities could "
-                    "expand without bound")
+            _refuse(
+                "a DOCTYPE with declarations of its own (nvidia-smi writes none): refused, as entities could "
+                "expand without bound"
+            )
 
     parser.StartDoctypeDeclHandler = doctype
     parser.EntityDeclHandler = lambda *a: _refuse("an entity declaration: refused (nvidia-smi writes none)")
@@ -92,16 +93,18 @@ def _tree(text: str) -> ET.Element:
 def _text(node: ET.Element, path: str) -> str | None:
     found = node.find(path)
     value = (found.text or "").strip() if found is not None else ""
-    return None if not value or value.upper() in ("N/A", "[N/A]") or value.startswith(("[", "Not ", "Unknown")) \
-        else value
+    return (
+        None if not value or value.upper() in ("N/A", "[N/A]") or value.startswith(("[", "Not ", "Unknown")) else value
+    )
 
 
-def _int(node: ET.Element, path: str, high: int, notes: list[str], where: str, suffix: str = "",
-         zero: bool = False) -> int | None:
+def _int(
+    node: ET.Element, path: str, high: int, notes: list[str], where: str, suffix: str = "", zero: bool = False
+) -> int | None:
     raw = _text(node, path)
     if raw is None:
         return None
-    digits = raw[:-len(suffix)] if suffix and raw.endswith(suffix) else raw
+    digits = raw[: -len(suffix)] if suffix and raw.endswith(suffix) else raw
     low = 0 if zero else 1
     if not _INT_RE.fullmatch(digits) or not low <= int(digits) <= high:
         notes.append(f"{where}: {path.rsplit('/', 1)[-1]} {raw[:20]!r} is not from {low} to {high}{suffix}; not read")
@@ -121,12 +124,14 @@ def _gpu(node: ET.Element, index: int | None, notes: list[str]) -> SmiGpu:
         notes.append(f"{where}: pci_bus_id {bus[:20]!r} is not a PCI bus id; not read")
         bus = None
     link = "pci/pci_gpu_link_info/"
-    facts.update(uuid=uuid, pci_bus_id=bus,
-                 pcie_gen_current=_int(node, link + "pcie_gen/current_link_gen", MAX_PCIE_GEN, notes, where),
-                 pcie_gen_max=_int(node, link + "pcie_gen/max_link_gen", MAX_PCIE_GEN, notes, where),
-                 pcie_width_current=_int(node, link + "link_widths/current_link_width", MAX_PCIE_WIDTH, notes, where,
-                                         "x"),
-                 pcie_width_max=_int(node, link + "link_widths/max_link_width", MAX_PCIE_WIDTH, notes, where, "x"))
+    facts.update(
+        uuid=uuid,
+        pci_bus_id=bus,
+        pcie_gen_current=_int(node, link + "pcie_gen/current_link_gen", MAX_PCIE_GEN, notes, where),
+        pcie_gen_max=_int(node, link + "pcie_gen/max_link_gen", MAX_PCIE_GEN, notes, where),
+        pcie_width_current=_int(node, link + "link_widths/current_link_width", MAX_PCIE_WIDTH, notes, where, "x"),
+        pcie_width_max=_int(node, link + "link_widths/max_link_width", MAX_PCIE_WIDTH, notes, where, "x"),
+    )
     memory = _text(node, "fb_memory_usage/total")
     facts["memory_total_bytes"] = mib_bytes(memory)
     if memory is not None and facts["memory_total_bytes"] is None:
@@ -153,11 +158,14 @@ def _mig_devices(node: ET.Element, notes: list[str], where: str) -> tuple[MigDev
         return ()
     devices = []
     for device in found:
-        devices.append(MigDevice(
-            index=_int(device, "index", MAX_MIG_DEVICES - 1, notes, where, zero=True),
-            gpu_instance_id=_int(device, "gpu_instance_id", 2**31 - 1, notes, where, zero=True),
-            compute_instance_id=_int(device, "compute_instance_id", 2**31 - 1, notes, where, zero=True),
-            memory_total_bytes=mib_bytes(_text(device, "fb_memory_usage/total"))))
+        devices.append(
+            MigDevice(
+                index=_int(device, "index", MAX_MIG_DEVICES - 1, notes, where, zero=True),
+                gpu_instance_id=_int(device, "gpu_instance_id", 2**31 - 1, notes, where, zero=True),
+                compute_instance_id=_int(device, "compute_instance_id", 2**31 - 1, notes, where, zero=True),
+                memory_total_bytes=mib_bytes(_text(device, "fb_memory_usage/total")),
+            )
+        )
     return tuple(devices)
 
 
@@ -167,8 +175,9 @@ def _fabric(node: ET.Element, notes: list[str], where: str) -> SmiFabric | None:
     fabric = node.find("fabric")
     if fabric is None:
         return None
-    raw: dict[str, str | None] = {tag: (fabric.findtext(tag) or "").strip()
-                                  for tag in ("state", "status", "cliqueId", "clusterUuid")}
+    raw: dict[str, str | None] = {
+        tag: (fabric.findtext(tag) or "").strip() for tag in ("state", "status", "cliqueId", "clusterUuid")
+    }
     raw = {tag: None if value in ("", "N/A", "[N/A]") else value for tag, value in raw.items()}
     state, status, clique, cluster = raw["state"], raw["status"], raw["cliqueId"], raw["clusterUuid"]
     if state is not None and state not in FABRIC_STATES:
@@ -210,8 +219,10 @@ def parse_smi_xml(text: str) -> SmiGpus:
     if count is not None and count < len(nodes):
         raise SmiXmlParseError(f"{len(nodes)} <gpu> elements and attached_gpus {count}: not one {TOOL} output")
     if count is not None and count > len(nodes):  # -i picked some, or a capture cut (and closed again)
-        notes.append(f"attached_gpus {count} and {counted(len(nodes), '<gpu> element')}: some GPUs only (nvidia-smi "
-                     f"-i, or a cut capture); what it says of the others is unknown")
+        notes.append(
+            f"attached_gpus {count} and {counted(len(nodes), '<gpu> element')}: some GPUs only (nvidia-smi "
+            f"-i, or a cut capture); what it says of the others is unknown"
+        )
     every = count == len(nodes)  # every GPU listed, in NVML index order: its place is its index
     versions = {}
     for key, path in (("driver_version", "driver_version"), ("cuda_driver_version", "cuda_version")):

@@ -50,8 +50,11 @@ def read_listing(text: str) -> SmiGpus:
     (``nvidia-smi -q``), ``GPU 0: ...`` lines (``nvidia-smi -L``), else ``--query-gpu`` CSV. Raises
     that format's parse error."""
     # A GPU nvidia-smi could not reach is a line on stderr, above any tool's output in a `2>&1` capture.
-    opening = [line.strip().lstrip("\ufeff") for line in text.splitlines()[:50]
-               if line.strip() and not LOST_RE.fullmatch(line.strip())][:10]
+    opening = [
+        line.strip().lstrip("\ufeff")
+        for line in text.splitlines()[:50]
+        if line.strip() and not LOST_RE.fullmatch(line.strip())
+    ][:10]
     first = opening[0] if opening else ""
     if not opening and any(LOST_RE.fullmatch(line.strip()) for line in text.splitlines()[:50]):
         return parse_smi_q(text)  # nothing but such lines: -q's reader says what they mean
@@ -87,8 +90,10 @@ def _gpu_runs(indices: list[int]) -> str:
 
 def _same_count(tool: str, file: str, seen: int, count: int) -> None:
     if seen != count:
-        raise TextMachineError(f"{file}: {tool} saw {counted(seen, 'GPU')} and the machine has {count}: another "
-                               f"machine, or another NVIDIA_VISIBLE_DEVICES (run it with every GPU visible)")
+        raise TextMachineError(
+            f"{file}: {tool} saw {counted(seen, 'GPU')} and the machine has {count}: another "
+            f"machine, or another NVIDIA_VISIBLE_DEVICES (run it with every GPU visible)"
+        )
 
 
 class TextMachine:
@@ -96,8 +101,7 @@ class TextMachine:
     read with what it said (``notes``), as a profile records them; ``inferred`` the facts not read
     from any file; ``topology`` the machine so far."""
 
-    def __init__(self, smi: SmiTopo, p2p: dict[str, tuple[str, Matrix]] | None = None,
-                 name: str | None = None) -> None:
+    def __init__(self, smi: SmiTopo, p2p: dict[str, tuple[str, Matrix]] | None = None, name: str | None = None) -> None:
         """``p2p``: {capability: (file, matrix)} of ``topo -p2p``; ``name``: the topo -m file."""
         p2p = p2p or {}
         self.topology = to_topology(smi, {cap: matrix for cap, (_, matrix) in p2p.items()}, name=name)
@@ -134,30 +138,46 @@ class TextMachine:
         if by is None and row.pci_bus_id and bus_key(row.pci_bus_id):
             by = next((g for g in gpus if g.pci_bus_id and bus_key(g.pci_bus_id) == bus_key(row.pci_bus_id)), None)
         if by is None and number is None:
-            raise TextMachineError(f"{label} ({row.uuid or row.pci_bus_id or 'no UUID'}) has no UUID or bus id the "
-                                   f"machine knows, and the listing prints no index and lists some GPUs only: which "
-                                   f"GPU it is is unknown")
+            raise TextMachineError(
+                f"{label} ({row.uuid or row.pci_bus_id or 'no UUID'}) has no UUID or bus id the "
+                f"machine knows, and the listing prints no index and lists some GPUs only: which "
+                f"GPU it is is unknown"
+            )
         gpu: model.Gpu | None
         if by is not None:
             if row.index is not None and by.nvml_index is not None and by.nvml_index != row.index:
-                raise TextMachineError(f"{label} ({row.uuid or row.pci_bus_id}) is the machine's GPU{by.index} (NVML "
-                                       f"index {by.nvml_index}): GPUs numbered otherwise (a container and its host?)")
+                raise TextMachineError(
+                    f"{label} ({row.uuid or row.pci_bus_id}) is the machine's GPU{by.index} (NVML "
+                    f"index {by.nvml_index}): GPUs numbered otherwise (a container and its host?)"
+                )
             gpu = by
         else:
             gpu = next((g for g in gpus if (g.nvml_index if g.nvml_index is not None else g.index) == number), None)
             if gpu is None:
-                raise TextMachineError(f"{label} is no GPU of this machine ({counted(len(gpus), 'GPU')}): another "
-                                       f"machine, or GPUs numbered otherwise")
+                raise TextMachineError(
+                    f"{label} is no GPU of this machine ({counted(len(gpus), 'GPU')}): another "
+                    f"machine, or GPUs numbered otherwise"
+                )
         for key in ("uuid", "pci_bus_id"):
             have, said = getattr(gpu, key), getattr(row, key)
             same = (bus_key(have) == bus_key(said)) if key == "pci_bus_id" and have and said else have == said
             if have and said and not same:
-                raise TextMachineError(f"{label} has {FACTS[key]} {said[:48]}, the machine's GPU{gpu.index} "
-                                       f"{have[:48]}: another machine's output")
+                raise TextMachineError(
+                    f"{label} has {FACTS[key]} {said[:48]}, the machine's GPU{gpu.index} "
+                    f"{have[:48]}: another machine's output"
+                )
         return gpu
 
-    def _fill(self, holder: model.Gpu | model.Topology, key: str, said: object, source: str, what: str, where: str,
-              changes: dict[str, Any]) -> None:
+    def _fill(
+        self,
+        holder: model.Gpu | model.Topology,
+        key: str,
+        said: object,
+        source: str,
+        what: str,
+        where: str,
+        changes: dict[str, Any],
+    ) -> None:
         """Put ``said`` in ``changes`` where ``holder`` (a GPU or the machine) lacks ``key``; warn,
         naming both sources, where it has another value."""
         if said is None:
@@ -169,8 +189,10 @@ class TextMachine:
             self._said[index, key] = source
         elif have != said and key != "pci_bus_id":  # bus ids were compared as addresses in _find
             earlier = self._said.get((index, key), "an earlier source")
-            self._warnings.append(f"{where}{source} says {what} {_shown(key, said)}, an earlier source "
-                                  f"{_shown(key, have)}, from {earlier}; the earlier is kept")
+            self._warnings.append(
+                f"{where}{source} says {what} {_shown(key, said)}, an earlier source "
+                f"{_shown(key, have)}, from {earlier}; the earlier is kept"
+            )
 
     def _fill_gpu(self, gpu: model.Gpu, row: SmiGpu, source: str) -> model.Gpu:
         changes: dict[str, Any] = {}
@@ -182,33 +204,44 @@ class TextMachine:
         self._fill(gpu, "fabric", fabric, source, "NVLink fabric", f"GPU{gpu.index}: ", changes)
         return dataclasses.replace(gpu, **changes) if changes else gpu
 
-    def _mig_devices(self, gpu: model.Gpu, said: tuple[model.MigDevice, ...],
-                     source: str) -> tuple[model.MigDevice, ...]:
+    def _mig_devices(
+        self, gpu: model.Gpu, said: tuple[model.MigDevice, ...], source: str
+    ) -> tuple[model.MigDevice, ...]:
         """The GPU's MIG devices with a listing's joined, device by index: each fact filled once (-L
         gives UUIDs and profiles, -q and -q -x instance ids and memory); another set of devices is a
         warning, the earlier kept."""
         have = {d.index: d for d in gpu.mig_devices}
         if have and set(have) != {d.index for d in said}:
             listed = sorted(str(d.index) for d in said)
-            self._warnings.append(f"GPU{gpu.index}: {source} lists MIG devices {listed}, an earlier source "
-                                  f"{sorted(map(str, have))}: MIG changed between the outputs? The earlier is kept")
+            self._warnings.append(
+                f"GPU{gpu.index}: {source} lists MIG devices {listed}, an earlier source "
+                f"{sorted(map(str, have))}: MIG changed between the outputs? The earlier is kept"
+            )
             return gpu.mig_devices
         if not have:
             return said
         merged = []
         for device in said:
             known = have[device.index]
-            merged.append(dataclasses.replace(known, **{
-                f.name: getattr(device, f.name) for f in dataclasses.fields(device)
-                if getattr(known, f.name) is None and getattr(device, f.name) is not None}))
+            merged.append(
+                dataclasses.replace(
+                    known,
+                    **{
+                        f.name: getattr(device, f.name)
+                        for f in dataclasses.fields(device)
+                        if getattr(known, f.name) is None and getattr(device, f.name) is not None
+                    },
+                )
+            )
         return tuple(merged)
 
-    def _joined(self, gpus: list[model.Gpu], what: str, file: str, before: set[str],
-                notes: Iterable[str] = ()) -> None:
-        self.topology = dataclasses.replace(self.topology, gpus=tuple(gpus),
-                                            warnings=tuple(dict.fromkeys(self._warnings)))
-        self.sources.append({"what": what, "file": file,
-                             "notes": list(notes) + [w for w in self.topology.warnings if w not in before]})
+    def _joined(self, gpus: list[model.Gpu], what: str, file: str, before: set[str], notes: Iterable[str] = ()) -> None:
+        self.topology = dataclasses.replace(
+            self.topology, gpus=tuple(gpus), warnings=tuple(dict.fromkeys(self._warnings))
+        )
+        self.sources.append(
+            {"what": what, "file": file, "notes": list(notes) + [w for w in self.topology.warnings if w not in before]}
+        )
 
     def add_listing(self, listing: SmiGpus, file: str) -> None:
         """What ``listing`` (--query-gpu, -L or -q -x) says of the machine's GPUs and versions."""
@@ -226,8 +259,10 @@ class TextMachine:
         for position, row in enumerate(listing.gpus):
             gpu = self._find(row, position if every else None, listing.tool, file)
             if gpu.index in seen:
-                raise TextMachineError(f"{file}: {listing.tool} lists the machine's GPU{gpu.index} twice (its GPUs "
-                                       f"{seen[gpu.index]} and {position}): not one machine's listing")
+                raise TextMachineError(
+                    f"{file}: {listing.tool} lists the machine's GPU{gpu.index} twice (its GPUs "
+                    f"{seen[gpu.index]} and {position}): not one machine's listing"
+                )
             seen[gpu.index] = position
             gpus[gpu.index] = self._fill_gpu(gpu, row, source)
             self.topology = dataclasses.replace(self.topology, gpus=tuple(gpus))
@@ -256,14 +291,19 @@ class TextMachine:
             self.topology = dataclasses.replace(self.topology, gpus=tuple(gpus))
             best = max((ln.nvlinks or 0 for ln in self.topology.links if gpu.index in (ln.a, ln.b)), default=0)
             if listed.all_inactive:
-                self._warnings.append(f"GPU{gpu.index}: {source} says all its links are inactive (not how many)"
-                                      + (f", while its pairs show NV{best}" if best else ""))
+                self._warnings.append(
+                    f"GPU{gpu.index}: {source} says all its links are inactive (not how many)"
+                    + (f", while its pairs show NV{best}" if best else "")
+                )
                 continue
-            gpus[gpu.index] = dataclasses.replace(gpu, nvlinks=tuple(model.NvLink(s.link, s.active)
-                                                                     for s in listed.links))
+            gpus[gpu.index] = dataclasses.replace(
+                gpu, nvlinks=tuple(model.NvLink(s.link, s.active) for s in listed.links)
+            )
             if listed.active_links < best:
-                self._warnings.append(f"GPU{gpu.index}: {source} shows {listed.active_links} links up, a pair shows "
-                                      f"NV{best}: outputs taken at different times?")
+                self._warnings.append(
+                    f"GPU{gpu.index}: {source} shows {listed.active_links} links up, a pair shows "
+                    f"NV{best}: outputs taken at different times?"
+                )
         self._joined(gpus, NVLINK_STATUS, file, before)
 
     # -- what no source gave -----------------------------------------------------------------------
@@ -282,11 +322,14 @@ class TextMachine:
                 by_name.setdefault((gpu.name, listed), []).append(gpu.index)
             elif gpu.compute_capability != listed:
                 source = self._said.get((gpu.index, "compute_capability"), "an earlier source")
-                self._warnings.append(f"GPU{gpu.index}: {source} says compute capability {gpu.compute_capability}, "
-                                      f"{CUDA_GPU_LIST} gives {listed} for {gpu.name}; the source's is kept")
+                self._warnings.append(
+                    f"GPU{gpu.index}: {source} says compute capability {gpu.compute_capability}, "
+                    f"{CUDA_GPU_LIST} gives {listed} for {gpu.name}; the source's is kept"
+                )
         for (name, cc), indices in by_name.items():
             which = _gpu_runs(indices)
             self.inferred.append(f"{which}: compute capability {cc}, from the name {name} in {CUDA_GPU_LIST}")
-        self.topology = dataclasses.replace(self.topology, gpus=tuple(gpus),
-                                            warnings=tuple(dict.fromkeys(self._warnings)))
+        self.topology = dataclasses.replace(
+            self.topology, gpus=tuple(gpus), warnings=tuple(dict.fromkeys(self._warnings))
+        )
         return self.topology

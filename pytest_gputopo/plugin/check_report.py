@@ -115,21 +115,34 @@ def summary(reports, causes: list) -> list[tuple[str, str | None]]:
     counts = Counter(rep.outcome for rep in reports)
     said = ", ".join(f"{counts[o]} {o}" for o in ("failed", "passed", "skipped") if counts[o])
     if len(causes) < counts["failed"]:  # the failed items are fewer causes: "28 failed (1 cause)"
-
         n = counts["failed"]
         said = said.replace(f"{n} failed", f"{n} failed ({counted(len(causes), 'cause')})", 1)
     lines.append((f"gputopo check: {said}", "red" if counts["failed"] else None))
     return lines
 
 
-_ORDER = ("topology", "cuda", "pcie", "nvlink", "p2p_status", "p2p_bw", "p2p_bidir_bw", "h2d_bw", "h2d_pageable_bw",
-          "d2h_bw", "allreduce_bw")  # the items' order (``checks._checks``), whatever order reports came in
+_ORDER = (
+    "topology",
+    "cuda",
+    "pcie",
+    "nvlink",
+    "p2p_status",
+    "p2p_bw",
+    "p2p_bidir_bw",
+    "h2d_bw",
+    "h2d_pageable_bw",
+    "d2h_bw",
+    "allreduce_bw",
+)  # the items' order (``checks._checks``), whatever order reports came in
 
 
 def _in_order(name: str) -> tuple:
     kind = _kind(name)
-    return (_ORDER.index(kind) if kind in _ORDER else len(_ORDER), kind,
-            [int(n) for n in re.findall(r"\d+", name.removeprefix(kind))])
+    return (
+        _ORDER.index(kind) if kind in _ORDER else len(_ORDER),
+        kind,
+        [int(n) for n in re.findall(r"\d+", name.removeprefix(kind))],
+    )
 
 
 def check_causes(config: pytest.Config, reports=None) -> list:
@@ -143,8 +156,10 @@ def check_causes(config: pytest.Config, reports=None) -> list:
         terminal = config.pluginmanager.get_plugin("terminalreporter")
         stats = terminal.stats if terminal is not None else {}
         reports = [rep for rep in stats.get(CATEGORIES["failed"], ())]
-    failed = sorted(((_name(rep), rep) for rep in reports if rep.outcome == "failed" and is_check(rep)),
-                    key=lambda nr: _in_order(nr[0]))
+    failed = sorted(
+        ((_name(rep), rep) for rep in reports if rep.outcome == "failed" and is_check(rep)),
+        key=lambda nr: _in_order(nr[0]),
+    )
     if not failed:
         return []
 
@@ -161,8 +176,10 @@ def check_causes(config: pytest.Config, reports=None) -> list:
 def document_causes(config: pytest.Config) -> list[dict]:
     """The check's causes as the report document holds them (``check_causes``): each cause's id, its
     headline, the items' messages that show it and the items' names."""
-    return [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence), "checks": list(c.findings)}
-            for c in check_causes(config)]
+    return [
+        {"cause": c.name, "headline": c.headline, "evidence": list(c.evidence), "checks": list(c.findings)}
+        for c in check_causes(config)
+    ]
 
 
 def _items(names: list[str], kinds: Counter) -> str:

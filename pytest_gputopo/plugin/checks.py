@@ -33,8 +33,9 @@ class CheckItem(pytest.Item):
         outcome, message, props = self._check()
         for key, value in props.items():
             self.user_properties.append((key, value))
-        self.user_properties.append((CHECK_PROPERTY, json.dumps({"check": self.name, "outcome": outcome,
-                                                                 "message": message})))
+        self.user_properties.append(
+            (CHECK_PROPERTY, json.dumps({"check": self.name, "outcome": outcome, "message": message}))
+        )
 
         if outcome == "failed":
             pytest.fail(terminal(message), pytrace=False)
@@ -94,9 +95,11 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
         if warnings:  # CUDA's failure is the cuda item's: one cause, one line
             return "failed", "; ".join(warnings), {}
         return "passed", report.header_line(topology), {}
+
     yield "topology", problem
 
     if topology.is_this_host and topology.gpus:  # CUDA is started for this host only, in a child
+
         def cuda():
             """CUDA starts (cuInit) and lists its devices"""
             if topology.cuda_problem is not None:  # NVML's answers alone pass where no CUDA program can run
@@ -106,9 +109,11 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
                 return _skipped("CUDA not asked", "CUDA not asked")
 
             return "passed", f"CUDA starts and lists {counted(topology.cuda_devices, 'device')}", {}
+
         yield "cuda", cuda
 
     for gpu in topology.gpus:
+
         def pcie(gpu=gpu):
             """the PCIe link runs at its full width"""
             if gpu.pcie_width_current is None or gpu.pcie_width_max is None:
@@ -119,38 +124,62 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
             if gpu.pcie_width_current < gpu.pcie_width_max:
                 down = pcie_trained_down(gpu, gpu.pcie_width_max, "its maximum width")
                 return _failed(f"GPU{gpu.index} {down}", (gpu.index,), down)
-            return "passed", (f"GPU{gpu.index} PCIe {now}, max Gen{gpu.pcie_gen_max or '?'} "
-                              f"x{gpu.pcie_width_max} (current width against the maximum)"), {}
+            return (
+                "passed",
+                (
+                    f"GPU{gpu.index} PCIe {now}, max Gen{gpu.pcie_gen_max or '?'} "
+                    f"x{gpu.pcie_width_max} (current width against the maximum)"
+                ),
+                {},
+            )
+
         yield f"pcie[GPU{gpu.index}]", pcie
         if gpu.nvlinks:
+
             def nvlink(gpu=gpu):
                 """every NVLink of a GPU that has NVLink is up"""
                 mig = mig_enabled(topology, [gpu.index])
                 if mig:  # no process uses its NVLinks (no P2P under MIG): NVML's link states judge nothing
-                    return _skipped(f"{mig}: its NVLinks are not used by a MIG instance, not judged",
-                                    "MIG enabled: its NVLinks are not used by a MIG instance, not judged")
+                    return _skipped(
+                        f"{mig}: its NVLinks are not used by a MIG instance, not judged",
+                        "MIG enabled: its NVLinks are not used by a MIG instance, not judged",
+                    )
                 fault = nvlink_lost(topology, gpu)
                 if fault:
                     return _failed(f"GPU{gpu.index}: {fault}", (gpu.index,), fault)
                 if not gpu.active_nvlinks:
                     none = not any(g.active_nvlinks for g in topology.gpus)
-                    why = ("on any GPU: a machine without NVLink" if none
-                           else "and no pair or GPU of its model says it had one: a GPU without NVLink")
+                    why = (
+                        "on any GPU: a machine without NVLink"
+                        if none
+                        else "and no pair or GPU of its model says it had one: a GPU without NVLink"
+                    )
                     listed = "" if none else f"({len(gpu.nvlinks)} listed, all down) "
                     why = f"{why} (e.g. PCIe cards without a bridge), not a fault"
                     return _skipped(f"GPU{gpu.index}: no NVLink up {listed}{why}", f"no NVLink up {why}")
                 note = spec.nvlink_version_note(gpu)  # an NVML answer the architecture cannot have: warned here
-                return "passed", (f"GPU{gpu.index}: {len(gpu.nvlinks)}/{len(gpu.nvlinks)} NVLinks up"
-                                  + (f"; warning: {note}" if note else "")), {}
+                return (
+                    "passed",
+                    (
+                        f"GPU{gpu.index}: {len(gpu.nvlinks)}/{len(gpu.nvlinks)} NVLinks up"
+                        + (f"; warning: {note}" if note else "")
+                    ),
+                    {},
+                )
+
             yield f"nvlink[GPU{gpu.index}]", nvlink
         if gpu.fabric is not None or (topology.is_this_host and gpu.nvlinks):
+
             def fabric(gpu=gpu):
                 """the GPU's NVLink fabric is up (NVML's GPU fabric state)"""
                 state = gpu.fabric
                 if state is None or state.state == "Not Supported":
-                    why = ("NVLink fabric state not reported (NVML: the GPU has no GPU fabric, not supported)"
-                           if state is not None else "NVLink fabric state not reported (NVML gives none: a driver "
-                           "without nvmlDeviceGetGpuFabricInfo, or a GPU without GPU fabric)")
+                    why = (
+                        "NVLink fabric state not reported (NVML: the GPU has no GPU fabric, not supported)"
+                        if state is not None
+                        else "NVLink fabric state not reported (NVML gives none: a driver "
+                        "without nvmlDeviceGetGpuFabricInfo, or a GPU without GPU fabric)"
+                    )
                     return _skipped(f"GPU{gpu.index}: {why}", why)
                 problem = faults.fabric_down(gpu)
                 if problem:
@@ -159,19 +188,24 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
                     why = "NVLink fabric registration Completed, its status unknown"
                     return _skipped(f"GPU{gpu.index}: {why}", why)
                 member = (f"; clique {state.clique_id}" if state.clique_id is not None else "") + (
-                    f" of cluster {state.cluster_uuid}" if state.cluster_uuid else "")
+                    f" of cluster {state.cluster_uuid}" if state.cluster_uuid else ""
+                )
                 return "passed", f"GPU{gpu.index}: NVLink fabric up ({state.state}, {state.status}{member})", {}
+
             yield f"fabric[GPU{gpu.index}]", fabric
 
     for link in topology.pairs():
+
         def p2p_status(link=link):
             """NVML reports P2P read and write OK"""
             statuses = {link.p2p.read, link.p2p.write}
             label = link.label or "unknown link"
             mig = mig_enabled(topology, [link.a, link.b])
             if mig:  # MIG instances do no P2P (PCIe or NVLink): a refusal is no fault of the node
-                return _skipped(f"{link.name} ({label}): {mig}: no P2P under MIG, not judged",
-                                "MIG enabled: no P2P under MIG, not judged")
+                return _skipped(
+                    f"{link.name} ({label}): {mig}: no P2P under MIG, not judged",
+                    "MIG enabled: no P2P under MIG, not judged",
+                )
             if statuses == {P2PStatus.OK}:
                 return "passed", f"{link.name} ({label}): P2P read and write OK", {}
             refused = sorted(s.description for s in statuses if s not in (P2PStatus.OK, P2PStatus.UNKNOWN))
@@ -185,6 +219,7 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
                 return _skipped(f"{link.name} ({label}): {why}", why)
             what = f"P2P refused: {', '.join(refused)}"
             return _failed(f"{link.name} ({label}): {what}", (link.a, link.b), what)
+
         yield f"p2p_status[{link.name}]", p2p_status
 
     if level == "full":
@@ -231,17 +266,26 @@ def _bandwidth_check(run: GputopoRun, key: keys.Key):
         if result.interval_gbps:
             origin += f"; {thresholds.interval_text(result.interval_gbps)} GB/s"
         if state == judgement.BROKEN:
-            return _failed(f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}", gpus,
-                           f"{measured}: data wrong: {result.error}", props)
+            return _failed(
+                f"{result.what}: {result.gbps:.2f} GB/s ({origin}); data wrong: {result.error}",
+                gpus,
+                f"{measured}: data wrong: {result.error}",
+                props,
+            )
         text = f"{result.what}: {judged.describe()} ({origin})"
         if state == judgement.UNKNOWN:  # nothing says what it should reach: unknown, never "assumed OK"
             # the figures' origin stays in the reason shared by the items skipped alike
             basis = judged.threshold.basis
             return _skipped(f"{text}; not judged: {basis}", f"not judged: {basis} (figures {kind})", props)
         if state == judgement.STAGED:
-            return _failed(f"{text}; P2P is slower than staging through the host ({judged.staged_gbps:.2f} GB/s)",
-                           gpus, f"{measured}: P2P is slower than staging through the host", props)
+            return _failed(
+                f"{text}; P2P is slower than staging through the host ({judged.staged_gbps:.2f} GB/s)",
+                gpus,
+                f"{measured}: P2P is slower than staging through the host",
+                props,
+            )
         if state == judgement.MET:
             return "passed", text, props
         return _failed(text, gpus, f"{measured}: below the floor of the expected", props)
+
     return check

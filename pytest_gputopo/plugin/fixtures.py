@@ -79,8 +79,11 @@ def gputopo_rank(request: pytest.FixtureRequest):
     ``device`` (``"cuda:<i>"`` or ``"cpu"``) and ``gpus`` (the rank's GPU, or () on the CPUs). The
     rank's own value is made in the rank; here, in the pytest process, only its place is kept."""
     if request.node.stash.get(RANKS_TEST, None) is None:
-        pytest.fail(f"{request.node.nodeid}: the fixture gputopo_rank is given to the ranks of a test marked "
-                    f"@pytest.mark.ranks(n) only", pytrace=False)
+        pytest.fail(
+            f"{request.node.nodeid}: the fixture gputopo_rank is given to the ranks of a test marked "
+            f"@pytest.mark.ranks(n) only",
+            pytrace=False,
+        )
     return RankInRanks()
 
 
@@ -89,8 +92,10 @@ class RankInRanks:
     made here, once, before any rank exists, so it is refused by name."""
 
     def __getattr__(self, name: str):
-        raise AttributeError(f"gputopo_rank.{name} exists in the ranks only: a fixture is made once, in the "
-                             f"pytest process, before the ranks start; take gputopo_rank in the test itself")
+        raise AttributeError(
+            f"gputopo_rank.{name} exists in the ranks only: a fixture is made once, in the "
+            f"pytest process, before the ranks start; take gputopo_rank in the test itself"
+        )
 
 
 @pytest.fixture
@@ -127,7 +132,8 @@ class BenchFixture:
         timer = CudaEventTimer(device) if device is not None else WallTimer()
         result = measure(name, run, size_bytes=size_bytes, timer=timer, verify=verify, **options)
         self._node.user_properties.append(
-            (OWN_PROPERTY, json.dumps({"test": self._node.nodeid, "origin": "measured", **result.to_json()})))
+            (OWN_PROPERTY, json.dumps({"test": self._node.nodeid, "origin": "measured", **result.to_json()}))
+        )
         return result
 
     # The benchmarks (and their keys) are imported by the first test that asks for one.

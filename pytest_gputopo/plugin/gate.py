@@ -36,8 +36,9 @@ class GateCollector(pytest.Collector):
 
     def collect(self):
         for cause in self.causes:  # names and findings come from profiles: each line escaped
-            yield GateItem.from_parent(self, name=terminal(cause.name),
-                                       text="\n".join(terminal_lines(cause.lines(limit=None))))
+            yield GateItem.from_parent(
+                self, name=terminal(cause.name), text="\n".join(terminal_lines(cause.lines(limit=None)))
+            )
 
 
 def gate_items(session: pytest.Session, causes: list) -> list[pytest.Item]:

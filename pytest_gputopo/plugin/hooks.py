@@ -52,8 +52,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     shared_dir = _shared_dir(config)
     learn = _learner(config)
-    config.stash[RUN] = GputopoRun(config, settings, Machine(shared(shared_dir, learn) if shared_dir else learn),
-                                   shared_dir=shared_dir)
+    config.stash[RUN] = GputopoRun(
+        config, settings, Machine(shared(shared_dir, learn) if shared_dir else learn), shared_dir=shared_dir
+    )
     if settings.plan:  # a dry run: its plugin shows the selected tests' verdicts instead of running them
         from .plan import Plan
 
@@ -110,10 +111,12 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 def _learner(config: pytest.Config):
     """needs -> (topology, notes): the ``pytest_gputopo_probe`` hook, then ``pytest_gputopo_topology``."""
+
     def learn(needs: frozenset) -> tuple:
         topology = config.hook.pytest_gputopo_probe(config=config, needs=needs)
         config.hook.pytest_gputopo_topology(config=config, topology=topology)
         return topology, config.stash.get(PROBE_NOTES, ())
+
     return learn
 
 
@@ -153,8 +156,10 @@ def _join_ranks(run: GputopoRun, launch, secret) -> Ranks | None:
     """Exchange every rank's topology before any decision. Without torch (whose store the ranks
     meet at) this process is judged alone, and the header says so."""
     if importlib.util.find_spec("torch") is None:
-        run.machine.warnings.append(f"a launcher's variables say this is rank {launch.rank} of {launch.world_size}, "
-                                    f"but torch is not installed: this process is judged alone")
+        run.machine.warnings.append(
+            f"a launcher's variables say this is rank {launch.rank} of {launch.world_size}, "
+            f"but torch is not installed: this process is judged alone"
+        )
         return None
     from ..runtime.ranks import Exchange, RankError, distinct, gather_views
 
@@ -223,8 +228,10 @@ def _left_to_project(run: GputopoRun) -> list[str]:
     """Once, where the run speaks: the gputopo marker names the project registered itself."""
     if not run.machine.leave or not run.speaks:
         return []
-    return [f"gputopo: {', '.join(run.machine.leave)} registered by this project (ini file or conftest): "
-            f"those marks are the project's own, and gputopo does not read them"]
+    return [
+        f"gputopo: {', '.join(run.machine.leave)} registered by this project (ini file or conftest): "
+        f"those marks are the project's own, and gputopo does not read them"
+    ]
 
 
 def _header(run: GputopoRun) -> list[str]:
@@ -384,7 +391,6 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         return
     header = []
     if not run.machine.header_shown and run.shared_dir is not None:  # xdist: the workers learned it, if any did
-
         known = learned_by_others(run.shared_dir)
         if known is not None:
             run.machine.adopt(known)

@@ -48,8 +48,14 @@ def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> li
     if config.pluginmanager.hasplugin("cacheprovider"):
         extra += ["-o", f"cache_dir={os.path.join(folder, 'cache')}"]
     # One argument each: pytest finds the rootdir from the arguments that are paths, option values too.
-    return [*args, *extra, f"--rootdir={config.rootpath}", f"--basetemp={os.path.join(folder, 'tmp')}",
-            f"{CHILD_OPTION}={spec}", module]
+    return [
+        *args,
+        *extra,
+        f"--rootdir={config.rootpath}",
+        f"--basetemp={os.path.join(folder, 'tmp')}",
+        f"{CHILD_OPTION}={spec}",
+        module,
+    ]
 
 
 class LeaseProcess:
@@ -71,16 +77,28 @@ class LeaseProcess:
             spec = os.path.join(self.folder, SPEC)
             workerinput = dict(getattr(config, "workerinput", None) or {"workerid": "master"})
             with open(spec, "w", encoding="utf-8") as handle:
-                json.dump({"topology": to_dict(lease.view), "commands": commands_in, "reports": reports_out,
-                           "workerinput": {k: v for k, v in workerinput.items() if _plain(v)},
-                           "terminal": os.path.join(self.folder, OUTPUT) if live else None}, handle)
+                json.dump(
+                    {
+                        "topology": to_dict(lease.view),
+                        "commands": commands_in,
+                        "reports": reports_out,
+                        "workerinput": {k: v for k, v in workerinput.items() if _plain(v)},
+                        "terminal": os.path.join(self.folder, OUTPUT) if live else None,
+                    },
+                    handle,
+                )
             argv = [sys.executable, "-m", "pytest", *child_args(config, self.module, spec, self.folder)]
             stdin = None if debugging else subprocess.DEVNULL
             with open(os.path.join(self.folder, OUTPUT), "wb") as output, _own_input(config, debugging):
                 self.process = subprocess.Popen(
-                    argv, cwd=config.invocation_params.dir, env=environ, stdin=stdin,
-                    stdout=None if live else output, stderr=None if live else subprocess.STDOUT,
-                    pass_fds=[*(lock.fd for lock in lease.locks), commands_in, reports_out])
+                    argv,
+                    cwd=config.invocation_params.dir,
+                    env=environ,
+                    stdin=stdin,
+                    stdout=None if live else output,
+                    stderr=None if live else subprocess.STDOUT,
+                    pass_fds=[*(lock.fd for lock in lease.locks), commands_in, reports_out],
+                )
         except BaseException:
             os.close(self._commands_out)
             os.close(self._reports_in)
@@ -115,8 +133,12 @@ class LeaseProcess:
                 self._relay(item, data, seen)
             else:  # its reports ended: so did it (or it closed them), before the test finished
                 self._end()
-                self._finish_unfinished(item, seen, f"ended with status {self.process.returncode} before the test "
-                                                    f"finished; its last output:\n{self.output_tail()}")
+                self._finish_unfinished(
+                    item,
+                    seen,
+                    f"ended with status {self.process.returncode} before the test "
+                    f"finished; its last output:\n{self.output_tail()}",
+                )
                 self._close()
         except BaseException:  # Ctrl-C here: the child got it too; it does not outlive the test
             self.kill()
@@ -144,9 +166,17 @@ class LeaseProcess:
             if when in seen or (when == "call" and "setup" not in seen):
                 continue
             seen.add(when)
-            item.ihook.pytest_runtest_logreport(report=pytest.TestReport(
-                item.nodeid, item.location, {k: 1 for k in item.keywords}, "passed" if when == "teardown" else "failed",
-                None if when == "teardown" else why, when, user_properties=list(item.user_properties)))
+            item.ihook.pytest_runtest_logreport(
+                report=pytest.TestReport(
+                    item.nodeid,
+                    item.location,
+                    {k: 1 for k in item.keywords},
+                    "passed" if when == "teardown" else "failed",
+                    None if when == "teardown" else why,
+                    when,
+                    user_properties=list(item.user_properties),
+                )
+            )
 
     def output_tail(self) -> str:
         with open(os.path.join(self.folder, OUTPUT), encoding="utf-8", errors="replace") as handle:
@@ -222,8 +252,9 @@ def _warning_from(data: dict, item: pytest.Item) -> dict:
     text = str(data.get("message", ""))
     if category is UserWarning and name != "UserWarning":
         text = f"{module}.{name}: {text}" if name else text
-    message = warnings.WarningMessage(category(text), category, str(data.get("filename", "")),
-                                      int(data.get("lineno") or 0))
+    message = warnings.WarningMessage(
+        category(text), category, str(data.get("filename", "")), int(data.get("lineno") or 0)
+    )
     return {"warning_message": message, "when": "runtest", "nodeid": item.nodeid, "location": None}
 
 
@@ -290,9 +321,17 @@ class Child:
         if when != "runtest" or nodeid != self.running:
             return
         category = warning_message.category or UserWarning
-        self._write({"warning": {"module": category.__module__, "category": category.__name__,
-                                 "message": str(warning_message.message), "filename": str(warning_message.filename),
-                                 "lineno": warning_message.lineno}})
+        self._write(
+            {
+                "warning": {
+                    "module": category.__module__,
+                    "category": category.__name__,
+                    "message": str(warning_message.message),
+                    "filename": str(warning_message.filename),
+                    "lineno": warning_message.lineno,
+                }
+            }
+        )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self._write(self.config.hook.pytest_report_to_serializable(config=self.config, report=report))

@@ -244,13 +244,17 @@ class Leases:
                 who = str(found) if found is not True else "a process that has not said who it is"
                 held_by.append(f"GPU{i} ({uuid}) by {who}")
         index = {uuid: i for i, uuid in enumerate(uuids)}
-        waiting = [f"{gpu_locks.Holder(w.pid, w.test, w.since)} for "
-                   f"{', '.join(f'GPU{index[u]}' for u in w.reserved if u in index) or 'none yet'}"
-                   for _, w in gpu_locks.waiters(self.folder)]
+        waiting = [
+            f"{gpu_locks.Holder(w.pid, w.test, w.since)} for "
+            f"{', '.join(f'GPU{index[u]}' for u in w.reserved if u in index) or 'none yet'}"
+            for _, w in gpu_locks.waiters(self.folder)
+        ]
         asked = ", ".join(map(str, requirements))
-        return (f"no free set of {placer.k} GPUs meeting {asked} within {self.timeout_s:g} s "
-                f"(--gputopo-lease-timeout); held: {'; '.join(held_by) or 'none now'}"
-                + (f"; reserved by tests waiting: {'; '.join(waiting)}" if waiting else ""))
+        return (
+            f"no free set of {placer.k} GPUs meeting {asked} within {self.timeout_s:g} s "
+            f"(--gputopo-lease-timeout); held: {'; '.join(held_by) or 'none now'}"
+            + (f"; reserved by tests waiting: {'; '.join(waiting)}" if waiting else "")
+        )
 
 
 class InOwnProcess:
@@ -289,16 +293,20 @@ def register(config: pytest.Config, run: GputopoRun, reqs_key) -> None:
     instead), then the plugins that take them and run leased tests in processes of their own."""
     settings = run.settings
     if settings.machine is not None:
-        raise pytest.UsageError(f"--gputopo-lease places tests on this host's GPUs, but {settings.machine_from} "
-                                f"names another machine ({settings.machine}); give one or the other")
+        raise pytest.UsageError(
+            f"--gputopo-lease places tests on this host's GPUs, but {settings.machine_from} "
+            f"names another machine ({settings.machine}); give one or the other"
+        )
     folder = settings.lease_dir or gpu_locks.default_folder()
     try:
         gpu_locks.lock_folder(folder)
     except OSError as exc:
         where = settings.lease_dir_from or "the default"
-        raise pytest.UsageError(f"{exc} ({where}): GPU leases are not taken there; remove it, or point "
-                                f"--gputopo-lease-dir (ini gputopo_lease_dir, env PYTEST_GPUTOPO_LEASE_DIR) at a "
-                                f"folder only you can write") from None
+        raise pytest.UsageError(
+            f"{exc} ({where}): GPU leases are not taken there; remove it, or point "
+            f"--gputopo-lease-dir (ini gputopo_lease_dir, env PYTEST_GPUTOPO_LEASE_DIR) at a "
+            f"folder only you can write"
+        ) from None
     leases = Leases(run, reqs_key, folder, settings.lease_timeout_s)
     config.pluginmanager.register(leases, "gputopo-leases")
     config.pluginmanager.register(InOwnProcess(leases), "gputopo-lease-runner")

@@ -183,9 +183,11 @@ def shared(folder: str, learn: Callable[[frozenset], tuple]) -> Callable[[frozen
                 pass  # none yet (or unreadable): learn it here
             topology, notes = learn(needs)
 
-            files.write_text(path, json.dumps({"needs": sorted(needs), "topology": schema.to_dict(topology),
-                                               "notes": list(notes)}))
+            files.write_text(
+                path, json.dumps({"needs": sorted(needs), "topology": schema.to_dict(topology), "notes": list(notes)})
+            )
             return topology, notes
+
     return learn_once
 
 

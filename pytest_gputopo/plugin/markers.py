@@ -14,12 +14,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def _requires_gpus(n=1, *, min_memory_gb=None, compute_capability=None, arch=None, model=None, bf16=None,
-                   multicast=None, strict=None):
+def _requires_gpus(
+    n=1, *, min_memory_gb=None, compute_capability=None, arch=None, model=None, bf16=None, multicast=None, strict=None
+):
     from ..core.gpu_requirements import GpuRequirement
 
-    return GpuRequirement(gpus=n, min_memory_gb=min_memory_gb, compute_capability=compute_capability,
-                          arch=arch, model=model, bf16=bf16, multicast=multicast)
+    return GpuRequirement(
+        gpus=n,
+        min_memory_gb=min_memory_gb,
+        compute_capability=compute_capability,
+        arch=arch,
+        model=model,
+        bf16=bf16,
+        multicast=multicast,
+    )
 
 
 def _requires_versions(*, driver=None, cuda=None, cuda_runtime=None, nccl=None, strict=None):
@@ -81,35 +89,38 @@ MARKERS: dict[str, Callable] = {
 
 MARKER_HELP = {
     "requires_gpus": "n GPUs are visible (n: a number, or a list of GPU indices such as [0, 5]) and each of "
-                     "cuda:0..n-1 (or of those listed) meets every condition given: min_memory_gb (1e9 bytes), "
-                     "compute_capability ('>=9.0'), arch ('hopper', '>=ampere', '<blackwell', '!=hopper', a list: "
-                     "any), model (a substring of the name, or a list: any), bf16 (native), multicast (NVLS)",
+    "cuda:0..n-1 (or of those listed) meets every condition given: min_memory_gb (1e9 bytes), "
+    "compute_capability ('>=9.0'), arch ('hopper', '>=ampere', '<blackwell', '!=hopper', a list: "
+    "any), model (a substring of the name, or a list: any), bf16 (native), multicast (NVLS)",
     "requires_versions": "each version given is met, as a specifier ('>=2.18'): driver (NVIDIA driver), cuda "
-                         "(CUDA the driver supports), cuda_runtime (CUDA torch was built with), "
-                         "nccl (NCCL torch loads)",
+    "(CUDA the driver supports), cuda_runtime (CUDA torch was built with), "
+    "nccl (NCCL torch loads)",
     "requires_p2p": "every pair among the GPUs the test uses (cuda:0..gpus-1, or gpus=[0, 5], default all) can do "
-                    "P2P read and write",
+    "P2P read and write",
     "requires_nvlink": "every such pair is connected by at least min_links NVLinks",
     "requires_link": "every such pair is linked at cls or better: NV# > PIX > PXB > PHB > NODE > SYS "
-                     "('NV' = any NVLink)",
+    "('NV' = any NVLink)",
     "min_allreduce_bw": "all-reduce bus bandwidth among the GPUs the test uses, at one large size, is at least "
-                        "gbps GB/s (None: floor x what the links should give)",
+    "gbps GB/s (None: floor x what the links should give)",
     "min_p2p_bw": "P2P copy bandwidth of every such pair is at least gbps GB/s (None: floor x the link's)",
     "min_h2d_bw": "host-to-device copy bandwidth of every visible GPU is at least gbps GB/s",
     "requires_nccl_transport": "NCCL takes transport kind (P2P, SHM, NET/IB, NET/Socket, NVLS, COLLNET) between "
-                               "the GPUs the test uses; gdrdma=True/False for GPUDirect RDMA",
+    "the GPUs the test uses; gdrdma=True/False for GPUDirect RDMA",
     "ranks": "run the test as n ranks spawned by torch.multiprocessing, each with its process group initialised "
-             "(backend: 'nccl', one GPU per rank; 'gloo', on the CPUs; None: NCCL where the machine has a GPU, "
-             "else gloo) and the fixture gputopo_rank; timeout: seconds for all ranks (default 300), past it "
-             "every rank's stack is reported and the test fails",
+    "(backend: 'nccl', one GPU per rank; 'gloo', on the CPUs; None: NCCL where the machine has a GPU, "
+    "else gloo) and the fixture gputopo_rank; timeout: seconds for all ranks (default 300), past it "
+    "every rank's stack is reported and the test fails",
 }
 
 
 @functools.cache
 def registration_lines() -> tuple[str, ...]:
     """The ``markers`` ini lines that register the gputopo markers, with their full signatures."""
-    return tuple(f"{marker_signature(name).replace('*, ', '').replace('strict=None', 'strict=False')}: {text}; "
-                 f"unmet -> skip (fail when strict)" for name, text in MARKER_HELP.items())
+    return tuple(
+        f"{marker_signature(name).replace('*, ', '').replace('strict=None', 'strict=False')}: {text}; "
+        f"unmet -> skip (fail when strict)"
+        for name, text in MARKER_HELP.items()
+    )
 
 
 def registered_by_others(lines: list[str], ours: Sequence[str]) -> list[str]:
@@ -189,8 +200,13 @@ def _keeping(name: str, mark, farther: list) -> tuple[tuple, dict, ValueError | 
         try:
             theirs = signature.bind_partial(*other.args, **other.kwargs)
         except TypeError as exc:
-            return (), {}, _reqs().RequirementError(f"(on an enclosing class or module) {exc}; "
-                                                    f"signature: {marker_signature(name)}")
+            return (
+                (),
+                {},
+                _reqs().RequirementError(
+                    f"(on an enclosing class or module) {exc}; signature: {marker_signature(name)}"
+                ),
+            )
         for arg, value in theirs.arguments.items():
             bound.arguments.setdefault(arg, value)
     return bound.args, bound.kwargs, None  # in the signature's order, whatever order they were added in

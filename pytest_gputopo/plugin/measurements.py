@@ -29,8 +29,14 @@ def fingerprint(topology: Topology) -> str:
     """Host, GPUs, driver and library versions: cached results are reused only on the same setup."""
     from ..runtime.software import installed
 
-    facts = [topology.hostname, [g.uuid for g in topology.gpus], topology.driver_version,
-             topology.cuda_driver_version, installed("torch"), installed("pytest-gputopo")]
+    facts = [
+        topology.hostname,
+        [g.uuid for g in topology.gpus],
+        topology.driver_version,
+        topology.cuda_driver_version,
+        installed("torch"),
+        installed("pytest-gputopo"),
+    ]
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:16]
 
 
@@ -74,6 +80,7 @@ def _cache(run: GputopoRun) -> tuple[Callable[[str], Any] | None, Callable[[str,
 
     def put(key: str, value: dict) -> None:
         config.cache.set(prefix + key, {**value, "time": time.time()})
+
     return get, put
 
 

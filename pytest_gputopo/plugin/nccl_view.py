@@ -37,12 +37,19 @@ def nccl_view(run: GputopoRun, observe: bool = False) -> NcclView:
         planned = result.origin == PLANNED
         if result.error is None and result.detail:
             log = result.detail["log"]
-            account = {"pairs": {} if across else result.detail["pairs"], "transports": log["transports"],
-                       "families": log.get("families", []), "gdrdma": log["gdrdma"]}
+            account = {
+                "pairs": {} if across else result.detail["pairs"],
+                "transports": log["transports"],
+                "families": log.get("families", []),
+                "gdrdma": log["gdrdma"],
+            }
             origin = "NCCL's own log"
         else:
-            origin += (" (NCCL's own run is not made in a plan)" if planned
-                       else f" (NCCL's own account failed: {result.error})")
+            origin += (
+                " (NCCL's own run is not made in a plan)"
+                if planned
+                else f" (NCCL's own account failed: {result.error})"
+            )
     elif observe:
         origin += " (NCCL does not run here)" if topology.is_this_host else " (not this host: NCCL cannot run on it)"
     view = NcclView(topology, settings, expectations, account, origin, observe)

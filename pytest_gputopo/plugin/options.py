@@ -41,58 +41,131 @@ class Option(NamedTuple):  # not a dataclass: cheaper to define, and this module
 # compares the two).
 FLOOR_KEYS = ("p2p", "h2d_pinned", "h2d_pageable", "allreduce")
 
-OPTIONS = {o.name: o for o in (
-    Option("machine", "NAME|PATH",
-           "gate against a recorded machine instead of this host: a bundled name (see `gputopo machines`), "
-           "a profile written by `gputopo record`, or `nvidia-smi topo -m` text (.txt)"),
-    Option("strict", None, "an unmet requirement fails the test instead of skipping it"),
-    Option("require", "EXPR",
-           "stop the run before collection unless the machine meets EXPR, e.g. 'gpus>=8,p2p,link>=NV18'"),
-    Option("expect", "NAME|PATH",
-           "stop the run before collection if this node is worse than a reference profile "
-           "(a healthy node recorded once): links, NVLinks, PCIe generation/width, P2P, GPU count"),
-    Option("check", "LEVEL", "add health-check items: 'quick' (topology and P2P status, seconds) or 'full' "
-                             "(also P2P, host-to-device and all-reduce benchmarks)", const="quick"),
-    Option("json", "PATH", "write the topology and every measurement (units, sizes, iterations, spread, "
-                           "measured or recorded) and every check's outcome as one JSON document"),
-    Option("html", "PATH", "write a self-contained HTML report (the machine, coloured link and P2P matrices, "
-                           "measured bandwidth against what the links should give, checks, unmet requirements, "
-                           "NCCL's transports): one file that opens offline"),
-    Option("allreduce-backend", "nccl|gloo",
-           "torch.distributed backend of the all-reduce benchmark: nccl (GPUs, default) or gloo (CPUs)"),
-    Option("allreduce-world-size", "N", "processes of the gloo all-reduce benchmark (default 2)"),
-    Option("allreduce-engine", "torch|nccl-tests",
-           "torch (torch.distributed, default) or nccl-tests (runs all_reduce_perf when it is installed)"),
-    Option("allreduce-sched", "fair|fifo",
-           "CPU scheduling of the all-reduce workers: fair (the kernel's default) or fifo (SCHED_FIFO, "
-           "needs root or CAP_SYS_NICE; keeps scheduler wake-up delays out of CPU figures)"),
-    Option("allreduce-size", "BYTES", "the size all-reduce thresholds are judged at, e.g. 1G, 256M "
-                                      "(default 1G on GPUs, 16M with gloo)"),
-    Option("bench-timeout", "SECONDS", "deadline of each benchmark: a hang or a dead rank ends it with a "
-                                       "reason (default 300)"),
-    *(Option(f"floor-{key.replace('_', '-')}", "RATIO",
-             f"pass a {key.replace('_', ' ')} measurement at RATIO x the expected bandwidth (default in "
-             f"docs/thresholds.md; set explicitly, it also replaces a published per-SKU floor)")
-      for key in FLOOR_KEYS),
-    Option("cache", None, "reuse benchmark results from pytest's cache, keyed by host, GPUs, driver and "
-                          "library versions (see --gputopo-cache-max-age)"),
-    Option("cache-max-age", "HOURS", "the age limit of cached benchmark results (default 24)"),
-    Option("reprobe", None, "ask CUDA (device order, peer access, multicast) and torch (its CUDA and NCCL versions) "
-                            "again instead of taking them from this boot's record in pytest's cache"),
-    Option("rank-timeout", "SECONDS", "under torchrun: how long a rank waits for the others to report "
-                                      "their topology or a verdict before the run ends with a reason (default 120)"),
-    Option("plan", None, "a dry run: print each selected test's verdict (run, skip, fail, broken, or unknown until "
-                         "a benchmark measures) and why, on this host or --gputopo-machine, and run no test and no "
-                         "benchmark; exit status 0"),
-    Option("plan-json", "PATH", "write the plan as JSON to PATH (implies --gputopo-plan)"),
-    Option("lease", None, "GPU leases: each test whose markers ask for GPUs holds a set of its own while it runs, "
-                          "chosen by topology to meet them, exclusive across xdist workers and pytest runs on this "
-                          "host, and runs in a process of its own that sees only those GPUs (see docs/parallel.md)"),
-    Option("lease-timeout", "SECONDS", "how long a leased test waits for a free set of GPUs that meets its markers "
-                                       "before it fails naming who holds what (default 600)"),
-    Option("lease-dir", "PATH", "the folder of the GPU locks, shared by every run of this user on this host; only "
-                                "this user may write it (default /tmp/pytest-gputopo-leases-<uid>)"),
-)}
+OPTIONS = {
+    o.name: o
+    for o in (
+        Option(
+            "machine",
+            "NAME|PATH",
+            "gate against a recorded machine instead of this host: a bundled name (see `gputopo machines`), "
+            "a profile written by `gputopo record`, or `nvidia-smi topo -m` text (.txt)",
+        ),
+        Option("strict", None, "an unmet requirement fails the test instead of skipping it"),
+        Option(
+            "require",
+            "EXPR",
+            "stop the run before collection unless the machine meets EXPR, e.g. 'gpus>=8,p2p,link>=NV18'",
+        ),
+        Option(
+            "expect",
+            "NAME|PATH",
+            "stop the run before collection if this node is worse than a reference profile "
+            "(a healthy node recorded once): links, NVLinks, PCIe generation/width, P2P, GPU count",
+        ),
+        Option(
+            "check",
+            "LEVEL",
+            "add health-check items: 'quick' (topology and P2P status, seconds) or 'full' "
+            "(also P2P, host-to-device and all-reduce benchmarks)",
+            const="quick",
+        ),
+        Option(
+            "json",
+            "PATH",
+            "write the topology and every measurement (units, sizes, iterations, spread, "
+            "measured or recorded) and every check's outcome as one JSON document",
+        ),
+        Option(
+            "html",
+            "PATH",
+            "write a self-contained HTML report (the machine, coloured link and P2P matrices, "
+            "measured bandwidth against what the links should give, checks, unmet requirements, "
+            "NCCL's transports): one file that opens offline",
+        ),
+        Option(
+            "allreduce-backend",
+            "nccl|gloo",
+            "torch.distributed backend of the all-reduce benchmark: nccl (GPUs, default) or gloo (CPUs)",
+        ),
+        Option("allreduce-world-size", "N", "processes of the gloo all-reduce benchmark (default 2)"),
+        Option(
+            "allreduce-engine",
+            "torch|nccl-tests",
+            "torch (torch.distributed, default) or nccl-tests (runs all_reduce_perf when it is installed)",
+        ),
+        Option(
+            "allreduce-sched",
+            "fair|fifo",
+            "CPU scheduling of the all-reduce workers: fair (the kernel's default) or fifo (SCHED_FIFO, "
+            "needs root or CAP_SYS_NICE; keeps scheduler wake-up delays out of CPU figures)",
+        ),
+        Option(
+            "allreduce-size",
+            "BYTES",
+            "the size all-reduce thresholds are judged at, e.g. 1G, 256M (default 1G on GPUs, 16M with gloo)",
+        ),
+        Option(
+            "bench-timeout",
+            "SECONDS",
+            "deadline of each benchmark: a hang or a dead rank ends it with a reason (default 300)",
+        ),
+        *(
+            Option(
+                f"floor-{key.replace('_', '-')}",
+                "RATIO",
+                f"pass a {key.replace('_', ' ')} measurement at RATIO x the expected bandwidth (default in "
+                f"docs/thresholds.md; set explicitly, it also replaces a published per-SKU floor)",
+            )
+            for key in FLOOR_KEYS
+        ),
+        Option(
+            "cache",
+            None,
+            "reuse benchmark results from pytest's cache, keyed by host, GPUs, driver and "
+            "library versions (see --gputopo-cache-max-age)",
+        ),
+        Option("cache-max-age", "HOURS", "the age limit of cached benchmark results (default 24)"),
+        Option(
+            "reprobe",
+            None,
+            "ask CUDA (device order, peer access, multicast) and torch (its CUDA and NCCL versions) "
+            "again instead of taking them from this boot's record in pytest's cache",
+        ),
+        Option(
+            "rank-timeout",
+            "SECONDS",
+            "under torchrun: how long a rank waits for the others to report "
+            "their topology or a verdict before the run ends with a reason (default 120)",
+        ),
+        Option(
+            "plan",
+            None,
+            "a dry run: print each selected test's verdict (run, skip, fail, broken, or unknown until "
+            "a benchmark measures) and why, on this host or --gputopo-machine, and run no test and no "
+            "benchmark; exit status 0",
+        ),
+        Option("plan-json", "PATH", "write the plan as JSON to PATH (implies --gputopo-plan)"),
+        Option(
+            "lease",
+            None,
+            "GPU leases: each test whose markers ask for GPUs holds a set of its own while it runs, "
+            "chosen by topology to meet them, exclusive across xdist workers and pytest runs on this "
+            "host, and runs in a process of its own that sees only those GPUs (see docs/parallel.md)",
+        ),
+        Option(
+            "lease-timeout",
+            "SECONDS",
+            "how long a leased test waits for a free set of GPUs that meets its markers "
+            "before it fails naming who holds what (default 600)",
+        ),
+        Option(
+            "lease-dir",
+            "PATH",
+            "the folder of the GPU locks, shared by every run of this user on this host; only "
+            "this user may write it (default /tmp/pytest-gputopo-leases-<uid>)",
+        ),
+    )
+}
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off", "")
@@ -104,17 +177,30 @@ def addoption(parser: pytest.Parser) -> None:
         where = f"(ini: {opt.ini}, env: {opt.env})"
         if opt.metavar is None:
             group.addoption(opt.flag, action="store_true", default=None, dest=opt.ini, help=f"{opt.help} {where}")
-            group.addoption(f"--gputopo-no-{opt.name}", action="store_true", default=None,
-                            dest=f"gputopo_no_{opt.name}", help=f"turn {opt.flag} off (overrides ini and env)")
+            group.addoption(
+                f"--gputopo-no-{opt.name}",
+                action="store_true",
+                default=None,
+                dest=f"gputopo_no_{opt.name}",
+                help=f"turn {opt.flag} off (overrides ini and env)",
+            )
         elif opt.const is not None:
-            group.addoption(opt.flag, metavar=opt.metavar, default=None, dest=opt.ini, nargs="?", const=opt.const,
-                            help=f"{opt.help} {where}")
+            group.addoption(
+                opt.flag,
+                metavar=opt.metavar,
+                default=None,
+                dest=opt.ini,
+                nargs="?",
+                const=opt.const,
+                help=f"{opt.help} {where}",
+            )
         else:
             group.addoption(opt.flag, metavar=opt.metavar, default=None, dest=opt.ini, help=f"{opt.help} {where}")
         parser.addini(opt.ini, f"{opt.help} (same as {opt.flag})", default=None)
     # A leased test's own process is told its test and GPUs here (plugin/lease_child); not a setting.
-    group.addoption("--gputopo-lease-child", metavar="SPEC", default=None, dest="gputopo_lease_child",
-                    help=argparse.SUPPRESS)
+    group.addoption(
+        "--gputopo-lease-child", metavar="SPEC", default=None, dest="gputopo_lease_child", help=argparse.SUPPRESS
+    )
 
 
 def value(config: pytest.Config, name: str) -> tuple[str | None, str]:
@@ -146,8 +232,9 @@ def flag(config: pytest.Config, name: str) -> bool:
         return True
     if raw.strip().lower() in FALSE:
         return False
-    raise pytest.UsageError(f"{where}: {raw!r} is not a boolean (use one of {', '.join(TRUE)} / "
-                            f"{', '.join(f for f in FALSE if f)})")
+    raise pytest.UsageError(
+        f"{where}: {raw!r} is not a boolean (use one of {', '.join(TRUE)} / {', '.join(f for f in FALSE if f)})"
+    )
 
 
 def choice(config: pytest.Config, name: str, choices: tuple[str, ...], default: str) -> str:
@@ -172,8 +259,7 @@ LIMITS = {
 def parse_number(raw: str, where: str, *, integer: bool = False, maximum: float) -> float:
     """A number above 0 and at most ``maximum`` (``1e3`` allowed unless ``integer``): NaN,
     infinity, ``²`` and 5,000-digit numbers are usage errors naming ``where``."""
-    parsed = numtext.read_int(raw, 1, int(maximum)) if integer else numtext.read_number(raw, 0, maximum,
-                                                                                            above_low=True)
+    parsed = numtext.read_int(raw, 1, int(maximum)) if integer else numtext.read_number(raw, 0, maximum, above_low=True)
     if parsed is None:
         kind = "an integer" if integer else "a number"
         raise pytest.UsageError(f"{where}: {raw[:40]!r} is not {kind} above 0 and at most {maximum:g}")
@@ -198,8 +284,9 @@ def size(config: pytest.Config, name: str) -> int | None:
         return None
     found = read_size(raw, 4, MAX_BYTES)
     if found is None:
-        raise pytest.UsageError(f"{where}: {raw[:40]!r} is not a size in bytes from 4 to 1T, such as "
-                                f"1073741824, 1G or 256M")
+        raise pytest.UsageError(
+            f"{where}: {raw[:40]!r} is not a size in bytes from 4 to 1T, such as 1073741824, 1G or 256M"
+        )
     return found
 
 

@@ -33,8 +33,13 @@ UNKNOWN = "unknown"  # decided by a measurement the plan does not make
 VERDICTS = (RUN, SKIP, FAIL, BROKEN, UNKNOWN)
 LABELS = {RUN: "RUN", SKIP: "SKIP", FAIL: "FAIL (strict)", BROKEN: "BROKEN", UNKNOWN: "UNKNOWN"}
 COUNTED = {RUN: "run", SKIP: "skip", FAIL: "fail (strict)", BROKEN: "broken", UNKNOWN: "unknown (would measure)"}
-MARKUP = {RUN: {"green": True}, SKIP: {"yellow": True}, FAIL: {"red": True}, BROKEN: {"red": True, "bold": True},
-          UNKNOWN: {"cyan": True}}
+MARKUP = {
+    RUN: {"green": True},
+    SKIP: {"yellow": True},
+    FAIL: {"red": True},
+    BROKEN: {"red": True, "bold": True},
+    UNKNOWN: {"cyan": True},
+}
 SCHEMA = 1  # of the JSON plan (--gputopo-plan-json)
 CHECK = "a health check (--gputopo-check): its outcome is the check's"  # run, not gated
 
@@ -57,15 +62,19 @@ class Plan:
         # A plan runs no test: nothing to distribute, and one process plans what every rank would
         # judge alike. Refused where xdist distributes or a launcher started this as one rank.
         if run.shared_dir is not None:
-            raise pytest.UsageError(f"{run.settings.plan_from}: a plan runs no test, so xdist has nothing to "
-                                    f"distribute; plan without -n/--dist (add -n 0 where the ini file sets -n)")
+            raise pytest.UsageError(
+                f"{run.settings.plan_from}: a plan runs no test, so xdist has nothing to "
+                f"distribute; plan without -n/--dist (add -n 0 where the ini file sets -n)"
+            )
         try:
             launch = environ.launch()
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
         if launch is not None:
-            raise pytest.UsageError(f"{run.settings.plan_from}: this is rank {launch.rank} of {launch.world_size} "
-                                    f"(torchrun or srun); a plan runs no test: run it once, without the launcher")
+            raise pytest.UsageError(
+                f"{run.settings.plan_from}: this is rank {launch.rank} of {launch.world_size} "
+                f"(torchrun or srun); a plan runs no test: run it once, without the launcher"
+            )
         self.item_reqs = item_reqs
 
     @pytest.hookimpl(tryfirst=True)
@@ -79,7 +88,6 @@ class Plan:
             show(run, entries, reporter)
         path = run.settings.plan_json
         if path is not None:  # checked writable at start; a disk that filled since is a usage error too
-
             try:
                 write_text(path, json.dumps(document(run, entries), indent=2) + "\n")
             except OSError as exc:
@@ -111,8 +119,14 @@ def _entry(run: GputopoRun, item, reqs, memo: dict, checks) -> Entry:
         outcome, measure = _judged(run, requirement, memo)
         if measure:
             there = "" if run.topology.is_this_host else _THERE.format(source_text(run.topology))
-            return Entry(item.nodeid, UNKNOWN, f"{requirement}: would measure {'; '.join(measure)}{there}",
-                         str(requirement), measure, UNKNOWN)
+            return Entry(
+                item.nodeid,
+                UNKNOWN,
+                f"{requirement}: would measure {'; '.join(measure)}{there}",
+                str(requirement),
+                measure,
+                UNKNOWN,
+            )
         if outcome.reason is None:  # met: on figures recorded for the machine, it says so
             met.append(outcome.recorded or f"{requirement}: met")
             continue
@@ -171,13 +185,17 @@ def show(run: GputopoRun, entries: list[Entry], reporter) -> None:
             reporter.write_line(terminal(f"{LABELS[e.verdict]} {e.nodeid} - {e.reason}"), **MARKUP[e.verdict])
     checks = sum(e.reason == CHECK for e in entries)
     if checks:  # the check as the check: one line, not one per pair
-        reporter.write_line(f"RUN gputopo-check - {counted(checks, 'health check')} "
-                            f"(--gputopo-check {run.settings.check}): each outcome is the check's", **MARKUP[RUN])
+        reporter.write_line(
+            f"RUN gputopo-check - {counted(checks, 'health check')} "
+            f"(--gputopo-check {run.settings.check}): each outcome is the check's",
+            **MARKUP[RUN],
+        )
     found = ", ".join(f"{n} {COUNTED[v]}" for v, n in counts(entries).items() if n) or "no test selected"
     if run.state.gate_problems:  # the gate already said why, cause by cause
         found = f"the run gate is unmet: no test would run (exit status {GATE_EXIT_STATUS})"
-    reporter.write_line(f"gputopo plan on {where(run)}: {found}; no test ran ({terminal(run.settings.plan_from)})",
-                        bold=True)
+    reporter.write_line(
+        f"gputopo plan on {where(run)}: {found}; no test ran ({terminal(run.settings.plan_from)})", bold=True
+    )
 
 
 def document(run: GputopoRun, entries: list[Entry]) -> dict:
@@ -190,6 +208,15 @@ def document(run: GputopoRun, entries: list[Entry]) -> dict:
         "strict": run.settings.strict,
         "gate": list(run.state.gate_problems),  # an unmet run gate's problems: no test would run
         "counts": counts(entries),
-        "tests": [{"nodeid": e.nodeid, "verdict": e.verdict, "reason": e.reason, "requirement": e.requirement,
-                   "requirement_verdict": e.requirement_verdict, "would_measure": list(e.measure)} for e in entries],
+        "tests": [
+            {
+                "nodeid": e.nodeid,
+                "verdict": e.verdict,
+                "reason": e.reason,
+                "requirement": e.requirement,
+                "requirement_verdict": e.requirement_verdict,
+                "would_measure": list(e.measure),
+            }
+            for e in entries
+        ],
     }

@@ -62,8 +62,15 @@ def _environment(info: RankInfo, visible: str | None) -> None:
     on loopback (one node), and the GPUs of the test's lease alone where it holds one (before anything
     can start CUDA here). This process is the rank's own: the user's pytest keeps its environment."""
     n = str(info.world_size)
-    os.environ.update({"RANK": str(info.rank), "LOCAL_RANK": str(info.local_rank), "GROUP_RANK": "0",
-                       "WORLD_SIZE": n, "LOCAL_WORLD_SIZE": n})
+    os.environ.update(
+        {
+            "RANK": str(info.rank),
+            "LOCAL_RANK": str(info.local_rank),
+            "GROUP_RANK": "0",
+            "WORLD_SIZE": n,
+            "LOCAL_WORLD_SIZE": n,
+        }
+    )
     if visible is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
     if info.world_size > 1:
@@ -128,9 +135,13 @@ class _process_group:
             import torch
 
             torch.cuda.set_device(self.info.gpus[0].index)
-        dist.init_process_group(self.job["backend"], store=dist.FileStore(self.store, self.info.world_size),
-                                rank=self.info.rank, world_size=self.info.world_size,
-                                timeout=timedelta(seconds=self.job["timeout_s"]))
+        dist.init_process_group(
+            self.job["backend"],
+            store=dist.FileStore(self.store, self.info.world_size),
+            rank=self.info.rank,
+            world_size=self.info.world_size,
+            timeout=timedelta(seconds=self.job["timeout_s"]),
+        )
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
@@ -154,5 +165,4 @@ def _outcome(exc: BaseException) -> dict:
         error = f"Failed: {exc.msg}"
     else:
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return {"outcome": "failed", "error": error,
-            "traceback": "".join(traceback.format_exception(type(exc), exc, tb))}
+    return {"outcome": "failed", "error": error, "traceback": "".join(traceback.format_exception(type(exc), exc, tb))}

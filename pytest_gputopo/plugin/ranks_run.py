@@ -55,8 +55,11 @@ def _refuse_inside_a_launch(requirement) -> None:
     else:
         why = f"this pytest is already rank {launch.rank} of {launch.world_size} of a launch" if launch else ""
     if launch:
-        pytest.fail(f"{requirement}: {why} (torchrun, srun): a ranks test starts its own ranks; run it in a "
-                    f"pytest started without a launcher", pytrace=False)
+        pytest.fail(
+            f"{requirement}: {why} (torchrun, srun): a ranks test starts its own ranks; run it in a "
+            f"pytest started without a launcher",
+            pytrace=False,
+        )
 
 
 def _job(item: pytest.Function, requirement, topology) -> dict:
@@ -68,13 +71,22 @@ def _job(item: pytest.Function, requirement, topology) -> dict:
             kwargs[name] = _pickled(item, f"fixture {name!r}", item.funcargs[name])
     instance = item.instance
     gpus, visible = _placed(item, requirement, topology)
-    return {"module": item.module.__name__, "path": item.module.__file__, "qualname": item.obj.__qualname__,
-            "instance": None if instance is None else _pickled(item, f"the instance of {type(instance).__name__}",
-                                                               instance),
-            "kwargs": kwargs, "takes_rank": rank_body.RANK_FIXTURE in item._fixtureinfo.argnames,
-            "rewrite": item.config.getoption("assertmode", "rewrite") == "rewrite",
-            "n": requirement.n, "backend": requirement.backend_on(topology), "timeout_s": requirement.timeout_s,
-            "gpus": gpus, "visible": visible}
+    return {
+        "module": item.module.__name__,
+        "path": item.module.__file__,
+        "qualname": item.obj.__qualname__,
+        "instance": None
+        if instance is None
+        else _pickled(item, f"the instance of {type(instance).__name__}", instance),
+        "kwargs": kwargs,
+        "takes_rank": rank_body.RANK_FIXTURE in item._fixtureinfo.argnames,
+        "rewrite": item.config.getoption("assertmode", "rewrite") == "rewrite",
+        "n": requirement.n,
+        "backend": requirement.backend_on(topology),
+        "timeout_s": requirement.timeout_s,
+        "gpus": gpus,
+        "visible": visible,
+    }
 
 
 def _pickled(item: pytest.Function, what: str, value) -> bytes:
@@ -82,10 +94,12 @@ def _pickled(item: pytest.Function, what: str, value) -> bytes:
     try:
         return pickle.dumps(value)
     except Exception as exc:  # noqa: BLE001 - whatever pickling raises, the test says which value
-        pytest.fail(f"{item.nodeid}: {what} ({type(value).__name__}) cannot be sent to the ranks: {exc}. A ranks "
-                    f"test's fixture values are made once, in the pytest process, and pickled to each rank: give "
-                    f"the ranks what they can rebuild it from (a path, a config), or build it in the test's body",
-                    pytrace=False)
+        pytest.fail(
+            f"{item.nodeid}: {what} ({type(value).__name__}) cannot be sent to the ranks: {exc}. A ranks "
+            f"test's fixture values are made once, in the pytest process, and pickled to each rank: give "
+            f"the ranks what they can rebuild it from (a path, a config), or build it in the test's body",
+            pytrace=False,
+        )
 
 
 def _placed(item: pytest.Function, requirement, topology) -> tuple[tuple | None, str | None]:
@@ -101,8 +115,8 @@ def _placed(item: pytest.Function, requirement, topology) -> tuple[tuple | None,
         leases = None  # type: ignore[assignment]  # a checkout without leases: none held
     held = leases.held(item) if leases is not None else None
     if held is None:
-        return tuple(topology.gpus[:requirement.n]), None
-    return tuple(held[:requirement.n]), leases.visible_devices(held[:requirement.n])
+        return tuple(topology.gpus[: requirement.n]), None
+    return tuple(held[: requirement.n]), leases.visible_devices(held[: requirement.n])
 
 
 def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results: list) -> None:
@@ -113,10 +127,19 @@ def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results
     for end, result in zip(ended.exits, results, strict=True):
         outcome = (result or {}).get("outcome")
         if end.status is None:
-            cause = (f"still running after {requirement.timeout_s:g} s (the test's timeout)" if ended.timed_out else
-                     f"still running {rank_procs.FAILED_GRACE_S:g} s after rank {first_failed} failed")
-            problems.append((end.rank, "timed out" if ended.timed_out else "stuck", f"{cause}; ended by gputopo",
-                             f"{cause}; ended by gputopo. Its stack:\n{end.stack.rstrip()}"))
+            cause = (
+                f"still running after {requirement.timeout_s:g} s (the test's timeout)"
+                if ended.timed_out
+                else f"still running {rank_procs.FAILED_GRACE_S:g} s after rank {first_failed} failed"
+            )
+            problems.append(
+                (
+                    end.rank,
+                    "timed out" if ended.timed_out else "stuck",
+                    f"{cause}; ended by gputopo",
+                    f"{cause}; ended by gputopo. Its stack:\n{end.stack.rstrip()}",
+                )
+            )
         elif outcome == "failed":
             problems.append((end.rank, "failed", result.get("error", ""), result.get("traceback", "").rstrip()))
         elif outcome == "skipped" or (outcome == "passed" and end.status == 0):
@@ -125,20 +148,40 @@ def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results
             problems.append((end.rank, "died", _died(end.status), ""))
     skipped = [r for r in results if r and r.get("outcome") == "skipped"]
     if not problems and skipped and len(skipped) == n:
-        raise pytest.skip.Exception(f"{requirement}: rank 0 skipped: {skipped[0].get('error', '')}",
-                                    _use_item_location=True)
+        raise pytest.skip.Exception(
+            f"{requirement}: rank 0 skipped: {skipped[0].get('error', '')}", _use_item_location=True
+        )
     if skipped and len(skipped) < n:  # ranks that disagree on skipping: a rank left in a collective waits
-        problems += [(i, "skipped", f"skipped while other ranks ran: {r.get('error', '')}", "")
-                     for i, r in enumerate(results) if r and r.get("outcome") == "skipped"]
+        problems += [
+            (i, "skipped", f"skipped while other ranks ran: {r.get('error', '')}", "")
+            for i, r in enumerate(results)
+            if r and r.get("outcome") == "skipped"
+        ]
     if not problems:
         return
     problems.sort()
     for rank, outcome, headline, _ in problems:
-        item.user_properties.append((RANKS_PROPERTY, json.dumps(
-            {"test": item.nodeid, "rank": rank, "world_size": n, "outcome": outcome,
-             "exit_status": ended.exits[rank].status, "error": headline})))
-    lines = [f"{requirement}: " + "; ".join(f"rank {rank} {outcome}: {headline.partition(chr(10))[0]}"
-                                            for rank, outcome, headline, _ in problems)]
+        item.user_properties.append(
+            (
+                RANKS_PROPERTY,
+                json.dumps(
+                    {
+                        "test": item.nodeid,
+                        "rank": rank,
+                        "world_size": n,
+                        "outcome": outcome,
+                        "exit_status": ended.exits[rank].status,
+                        "error": headline,
+                    }
+                ),
+            )
+        )
+    lines = [
+        f"{requirement}: "
+        + "; ".join(
+            f"rank {rank} {outcome}: {headline.partition(chr(10))[0]}" for rank, outcome, headline, _ in problems
+        )
+    ]
     for rank, outcome, headline, details in problems:
         lines += ["", f"--- rank {rank} of {n}: {outcome}", details or headline]
     pytest.fail("\n".join(terminal_lines("\n".join(lines).splitlines())), pytrace=False)

@@ -47,7 +47,8 @@ def write(run: GputopoRun, complete: bool, changed: bool = False) -> None:
             # checked at start; a disk that filled since loses the report, not the outcome
             if complete:
                 run.state.report_errors.append(
-                    f"ERROR: {where}: cannot write {path}: {getattr(exc, 'strerror', None) or exc}")
+                    f"ERROR: {where}: cannot write {path}: {getattr(exc, 'strerror', None) or exc}"
+                )
 
 
 def report_document(record: RunRecord) -> dict:
@@ -56,14 +57,20 @@ def report_document(record: RunRecord) -> dict:
     what it should give), the tests not run for an unmet requirement, each test's verdicts with the
     figures it was judged on at its own threshold, NCCL's view, and every node of a distributed run;
     when it was written and by what software."""
-    document = report.json_document(record.topology, [m.document() for m in record.measurements.values()],
-                                    list(record.checks), list(record.own), list(record.lost))
+    document = report.json_document(
+        record.topology,
+        [m.document() for m in record.measurements.values()],
+        list(record.checks),
+        list(record.own),
+        list(record.lost),
+    )
     document["unmet"] = [u.document() for u in record.unmet]
     document["verdicts"] = [v.document() for v in record.verdicts]
     document["ranks_failed"] = list(record.ranks_failed)
     document["gate"] = list(record.gate_problems)  # the run gate that stopped the run, if one did
-    document["gate_causes"] = [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)}
-                               for c in record.gate_causes]  # the same, cause by cause
+    document["gate_causes"] = [
+        {"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)} for c in record.gate_causes
+    ]  # the same, cause by cause
     if record.check_causes is not None:  # the failed check items by cause (check_report.check_causes)
         document["check_causes"] = list(record.check_causes)
     document["nccl"] = record.nccl.document() if record.nccl is not None else None

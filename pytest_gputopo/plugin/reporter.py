@@ -31,8 +31,14 @@ if TYPE_CHECKING:
 # (``report_writer``) are imported by the functions that have something to say, the boundary
 # docs/performance.md names.
 
-__all__ = ["CAUSE_PROPERTY", "OWN_PROPERTY", "RANKS_PROPERTY", "RECORDED_PROPERTY", "UNMET_PROPERTY",
-           "VERDICT_PROPERTY"]  # the tests' properties, named here for the hooks and fixtures too
+__all__ = [
+    "CAUSE_PROPERTY",
+    "OWN_PROPERTY",
+    "RANKS_PROPERTY",
+    "RECORDED_PROPERTY",
+    "UNMET_PROPERTY",
+    "VERDICT_PROPERTY",
+]  # the tests' properties, named here for the hooks and fixtures too
 RECORDED_WORD = "PASSED (recorded, not measured)"  # the passed line of such a test (-v, -rA)
 
 
@@ -57,8 +63,11 @@ def _header_lines(run: GputopoRun, verbosity: int) -> list[str]:
     warnings = [f"gputopo warning: {w}" for w in (*run.machine.warnings, *topology.warnings)]
     if verbosity > 0:
         lines = (_rank_lines(ranks) if ranks else []) + report.full_report(topology)
-        return (lines + ([f"gputopo: {'; '.join(run.machine.notes)}"] if learned else [])
-                + [f"gputopo warning: {w}" for w in run.machine.warnings])
+        return (
+            lines
+            + ([f"gputopo: {'; '.join(run.machine.notes)}"] if learned else [])
+            + [f"gputopo warning: {w}" for w in run.machine.warnings]
+        )
     if ranks is not None:
         return _rank_lines(ranks) + warnings
     lines = [report.header_line(topology) + learned]
@@ -106,21 +115,32 @@ def say_verdicts(run: GputopoRun, item: pytest.Item, found: list, stop: int) -> 
 
     for index, (requirement, _) in enumerate(found):
         if index > stop and isinstance(requirement, FactRequirement):
-            entry = {"verdict": UNKNOWN, "reason": f"not judged: the test did not run for {found[stop][0]}",
-                     "recorded": False}
+            entry = {
+                "verdict": UNKNOWN,
+                "reason": f"not judged: the test did not run for {found[stop][0]}",
+                "recorded": False,
+            }
         else:
             outcome = evaluate(run, requirement)  # judged once per run: this is the verdict the test had
             judged = run.state.judged.get(requirement, ())  # the figures, at this requirement's own threshold
-            entry = {"verdict": outcome.word, "reason": outcome.reason or outcome.recorded or None,
-                     "recorded": bool(outcome.recorded), **({"figures": judged_figures(judged)} if judged else {})}
+            entry = {
+                "verdict": outcome.word,
+                "reason": outcome.reason or outcome.recorded or None,
+                "recorded": bool(outcome.recorded),
+                **({"figures": judged_figures(judged)} if judged else {}),
+            }
         item.user_properties.append((VERDICT_PROPERTY, json.dumps({"requirement": str(requirement), **entry})))
 
 
 def recorded_status(report: pytest.TestReport):
     """``pytest_report_teststatus`` of a test that passed on recorded figures: still passed (counted
     and coloured as one), its word saying the figures were recorded; None for every other report."""
-    if (report.when == "call" and report.passed and not hasattr(report, "wasxfail")
-            and any(key == RECORDED_PROPERTY for key, _ in getattr(report, "user_properties", ()))):
+    if (
+        report.when == "call"
+        and report.passed
+        and not hasattr(report, "wasxfail")
+        and any(key == RECORDED_PROPERTY for key, _ in getattr(report, "user_properties", ()))
+    ):
         return "passed", ".", (RECORDED_WORD, {"green": True})
     return None
 
@@ -178,8 +198,10 @@ def _gate_summary(record: RunRecord) -> list[str]:
     causes = record.gate_causes
     if not causes:
         return []
-    return [f"gputopo: run gate unmet: {counted(len(causes), 'cause')} ({', '.join(c.name for c in causes)}); "
-            f"exit status {GATE_EXIT_STATUS}"]
+    return [
+        f"gputopo: run gate unmet: {counted(len(causes), 'cause')} ({', '.join(c.name for c in causes)}); "
+        f"exit status {GATE_EXIT_STATUS}"
+    ]
 
 
 def _common_causes(record: RunRecord) -> list[str]:
@@ -190,9 +212,12 @@ def _common_causes(record: RunRecord) -> list[str]:
         for cause in entry.causes if entry.at_setup else ():
             tests.setdefault(cause, set()).add(entry.test)
             unmet.setdefault(cause, Counter())[entry.requirement] += 1
-    return [f"gputopo: {subject} is the common cause of {counted(len(nodeids), 'test')} not run: "
-            + ", ".join(f"{req} x{n}" for req, n in sorted(unmet[subject].items()))
-            for subject, nodeids in tests.items() if len(nodeids) > 1]
+    return [
+        f"gputopo: {subject} is the common cause of {counted(len(nodeids), 'test')} not run: "
+        + ", ".join(f"{req} x{n}" for req, n in sorted(unmet[subject].items()))
+        for subject, nodeids in tests.items()
+        if len(nodeids) > 1
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,8 +266,11 @@ class JsonProgress:
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        new = {(report.nodeid, key, str(value)) for key, value in getattr(report, "user_properties", ())
-               if key in self.properties} - self.known
+        new = {
+            (report.nodeid, key, str(value))
+            for key, value in getattr(report, "user_properties", ())
+            if key in self.properties
+        } - self.known
         self.known |= new
         changed = bool(new)
         if changed or report.when == "teardown":

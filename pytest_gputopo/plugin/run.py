@@ -47,8 +47,17 @@ class RunState:  # not a dataclass: defining one costs 0.36 ms, this class 0.01 
     """What a run learns as it goes, one field per thing, each written in one place (named below) and
     empty until then. The run (``GputopoRun.state``) and the same run with its ranks share one."""
 
-    __slots__ = ("suite", "nccl_view", "verdicts", "judged", "gate_problems", "gate_causes", "progress", "json_seen",
-                 "report_errors")
+    __slots__ = (
+        "suite",
+        "nccl_view",
+        "verdicts",
+        "judged",
+        "gate_problems",
+        "gate_causes",
+        "progress",
+        "json_seen",
+        "report_errors",
+    )
 
     def __init__(self) -> None:
         # The benchmark suite, made when first needed (``measurements.suite``); closed at the end.

@@ -85,8 +85,14 @@ class RequirementVerdict(NamedTuple):
 
     def document(self) -> dict:
         figures = {"figures": [f.document() for f in self.figures]} if self.figures else {}
-        return {"test": self.test, "requirement": self.requirement, "verdict": self.verdict,
-                "reason": self.reason, "recorded": self.recorded, **figures}
+        return {
+            "test": self.test,
+            "requirement": self.requirement,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "recorded": self.recorded,
+            **figures,
+        }
 
 
 class Unmet(NamedTuple):
@@ -102,8 +108,12 @@ class Unmet(NamedTuple):
     causes: tuple[str, ...]
 
     def document(self) -> dict:
-        return {"test": self.test, "outcome": "failed" if self.outcome == "error" else self.outcome,
-                "requirement": self.requirement, "reason": self.reason}
+        return {
+            "test": self.test,
+            "outcome": "failed" if self.outcome == "error" else self.outcome,
+            "requirement": self.requirement,
+            "reason": self.reason,
+        }
 
 
 class NcclAccount(NamedTuple):
@@ -116,8 +126,12 @@ class NcclAccount(NamedTuple):
     fallbacks: tuple[dict, ...]
 
     def document(self) -> dict:
-        return {"origin": self.origin, "account_line": self.account_line, "pairs": list(self.pairs),
-                "fallbacks": list(self.fallbacks)}
+        return {
+            "origin": self.origin,
+            "account_line": self.account_line,
+            "pairs": list(self.pairs),
+            "fallbacks": list(self.fallbacks),
+        }
 
 
 class RunRecord(NamedTuple):
@@ -160,13 +174,23 @@ def build(run: GputopoRun, complete: bool) -> RunRecord:
     nccl = _nccl(run)
     judged = run_judgements(run, results) if results else {}
     return RunRecord(
-        complete=complete, topology=run.topology,
+        complete=complete,
+        topology=run.topology,
         measurements={key: Measurement(result, judged.get(key)) for key, result in results.items()},
-        lost=tuple(lost), checks=tuple(_values(reports, CHECK_PROPERTY)), own=tuple(_values(reports, OWN_PROPERTY)),
-        unmet=tuple(_unmet(reports)), verdicts=tuple(_verdicts(reports)), recorded=tuple(_recorded(reports)),
-        ranks_failed=tuple(_values(reports, RANKS_PROPERTY)), gate_problems=tuple(run.state.gate_problems),
-        gate_causes=tuple(run.state.gate_causes), check_causes=check_causes, nccl=nccl, settings=settings,
-        nodes=nodes)
+        lost=tuple(lost),
+        checks=tuple(_values(reports, CHECK_PROPERTY)),
+        own=tuple(_values(reports, OWN_PROPERTY)),
+        unmet=tuple(_unmet(reports)),
+        verdicts=tuple(_verdicts(reports)),
+        recorded=tuple(_recorded(reports)),
+        ranks_failed=tuple(_values(reports, RANKS_PROPERTY)),
+        gate_problems=tuple(run.state.gate_problems),
+        gate_causes=tuple(run.state.gate_causes),
+        check_causes=check_causes,
+        nccl=nccl,
+        settings=settings,
+        nodes=nodes,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,25 +226,42 @@ def _unmet(reports: dict[str, list]) -> list[Unmet]:
                 if key == UNMET_PROPERTY:
                     longrepr = rep.longrepr
                     reason = longrepr[2] if isinstance(longrepr, tuple) else getattr(rep, "longreprtext", "")
-                    out.append(Unmet(rep.nodeid, outcome, value, str(reason).removeprefix("Skipped: "),
-                                     getattr(rep, "when", None) == "setup", causes))
+                    out.append(
+                        Unmet(
+                            rep.nodeid,
+                            outcome,
+                            value,
+                            str(reason).removeprefix("Skipped: "),
+                            getattr(rep, "when", None) == "setup",
+                            causes,
+                        )
+                    )
     return out
 
 
 def _verdicts(reports: dict[str, list]) -> list[RequirementVerdict]:
     out = []
     for found in _values(reports, VERDICT_PROPERTY, with_test=True):
-        figures = tuple(JudgedFigure(keys.from_list(f["key"]), f["state"], f["needed_gbps"])
-                        for f in found.get("figures", ()))
-        out.append(RequirementVerdict(found["test"], found["requirement"], found["verdict"], found["reason"],
-                               found["recorded"], figures))
+        figures = tuple(
+            JudgedFigure(keys.from_list(f["key"]), f["state"], f["needed_gbps"]) for f in found.get("figures", ())
+        )
+        out.append(
+            RequirementVerdict(
+                found["test"], found["requirement"], found["verdict"], found["reason"], found["recorded"], figures
+            )
+        )
     return out
 
 
 def _recorded(reports: dict[str, list]) -> list[str]:
     """A recorded note starts with its requirement: "min_allreduce_bw(100): met on recorded figures, ..."."""
-    return [value.split(":", 1)[0] for rep in reports.get("passed", []) if rep.when == "call"
-            for key, value in getattr(rep, "user_properties", ()) if key == RECORDED_PROPERTY]
+    return [
+        value.split(":", 1)[0]
+        for rep in reports.get("passed", [])
+        if rep.when == "call"
+        for key, value in getattr(rep, "user_properties", ())
+        if key == RECORDED_PROPERTY
+    ]
 
 
 def judged_figures(judged: tuple) -> list[dict]:
@@ -267,10 +308,14 @@ def _nccl(run: GputopoRun) -> NcclAccount | None:
         from .measurements import measured_p2p  # (loaded with the suite)
 
         measured = measured_p2p(run)
-    pairs = tuple({"pair": f"GPU{a}-GPU{b}", "transports": sorted(t), "why": why}
-                  for (a, b), (t, why) in sorted(view.pairs().items()))
-    fallbacks = tuple({"pair": f.name, "label": str(f.label), "actual": f.actual, "expected": f.expected,
-                       "causes": list(f.causes)} for f in view.fallbacks(measured))
+    pairs = tuple(
+        {"pair": f"GPU{a}-GPU{b}", "transports": sorted(t), "why": why}
+        for (a, b), (t, why) in sorted(view.pairs().items())
+    )
+    fallbacks = tuple(
+        {"pair": f.name, "label": str(f.label), "actual": f.actual, "expected": f.expected, "causes": list(f.causes)}
+        for f in view.fallbacks(measured)
+    )
     return NcclAccount(view.origin, view.account_line(), pairs, fallbacks)
 
 
@@ -279,10 +324,19 @@ def _settings(run: GputopoRun) -> dict[str, Any]:
     says how its figures were taken: the gate, the reference, the check level, the floors and how the
     benchmarks measure (the store's secret is no setting: it is never written)."""
     s, bench = run.settings, run.settings.bench
-    return {"strict": s.strict, "require": s.require, "expect": s.expect, "check": s.check,
-            "floors": dict(s.floor_overrides), "allreduce_backend": bench.allreduce_backend,
-            "allreduce_engine": bench.allreduce_engine, "size_bytes": bench.size_bytes,
-            "budget_s": bench.budget_s, "timeout_s": bench.timeout_s, "cache": s.cache}
+    return {
+        "strict": s.strict,
+        "require": s.require,
+        "expect": s.expect,
+        "check": s.check,
+        "floors": dict(s.floor_overrides),
+        "allreduce_backend": bench.allreduce_backend,
+        "allreduce_engine": bench.allreduce_engine,
+        "size_bytes": bench.size_bytes,
+        "budget_s": bench.budget_s,
+        "timeout_s": bench.timeout_s,
+        "cache": s.cache,
+    }
 
 
 def _nodes(run: GputopoRun) -> tuple[dict, ...] | None:
@@ -290,5 +344,7 @@ def _nodes(run: GputopoRun) -> tuple[dict, ...] | None:
         return None
 
     first = to_dict(run.ranks.views[0].topology)
-    return tuple({"where": view.where, "differs": to_dict(view.topology) != first, "topology": to_dict(view.topology)}
-                 for view in run.ranks.distinct)
+    return tuple(
+        {"where": view.where, "differs": to_dict(view.topology) != first, "topology": to_dict(view.topology)}
+        for view in run.ranks.distinct
+    )

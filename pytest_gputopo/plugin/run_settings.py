@@ -86,18 +86,37 @@ def read_run_settings(config: pytest.Config) -> RunSettings:
     check = options.value(config, "check")[0]
     lease_dir, lease_dir_from = options.value(config, "lease-dir")
     plan_json = None if config.getoption("gputopo_no_plan") else options.writable_path(config, "plan-json")
-    plan_from = (options.value(config, "plan")[1] if options.flag(config, "plan")
-                 else options.value(config, "plan-json")[1] if plan_json is not None else "")
+    plan_from = (
+        options.value(config, "plan")[1]
+        if options.flag(config, "plan")
+        else options.value(config, "plan-json")[1]
+        if plan_json is not None
+        else ""
+    )
     return RunSettings(
-        strict=options.flag(config, "strict"), machine=machine, machine_from=machine_from,
-        require=require, require_from=require_from, expect=expect, expect_from=expect_from,
+        strict=options.flag(config, "strict"),
+        machine=machine,
+        machine_from=machine_from,
+        require=require,
+        require_from=require_from,
+        expect=expect,
+        expect_from=expect_from,
         check=options.choice(config, "check", CHECK_LEVELS, "quick") if check is not None else None,
-        json=options.writable_path(config, "json"), json_from=json_from,
-        html=options.writable_path(config, "html"), html_from=html_from,
+        json=options.writable_path(config, "json"),
+        json_from=json_from,
+        html=options.writable_path(config, "html"),
+        html_from=html_from,
         github_summary=environ.github_step_summary(),
-        cache=options.flag(config, "cache"), reprobe=options.flag(config, "reprobe"),
+        cache=options.flag(config, "cache"),
+        reprobe=options.flag(config, "reprobe"),
         rank_timeout_s=options.number(config, "rank-timeout", 120.0),
-        bench=bench, floor_overrides=options.floor_overrides(config),
-        plan=bool(plan_from), plan_from=plan_from, plan_json=plan_json,
-        lease=options.flag(config, "lease"), lease_timeout_s=options.number(config, "lease-timeout", 600.0),
-        lease_dir=lease_dir, lease_dir_from=lease_dir_from)
+        bench=bench,
+        floor_overrides=options.floor_overrides(config),
+        plan=bool(plan_from),
+        plan_from=plan_from,
+        plan_json=plan_json,
+        lease=options.flag(config, "lease"),
+        lease_timeout_s=options.number(config, "lease-timeout", 600.0),
+        lease_dir=lease_dir,
+        lease_dir_from=lease_dir_from,
+    )

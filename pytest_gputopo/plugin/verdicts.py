@@ -56,8 +56,11 @@ def evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
 def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
     if isinstance(requirement, reqs.FactRequirement):
         verdict = judge(run, requirement)  # measures lazily, once per run
-        mine: dict[str, Any] = {"reason": None if verdict.ok else verdict.reason, "broken": verdict.broken,
-                "unknown": not verdict.ok and verdict.unknown}
+        mine: dict[str, Any] = {
+            "reason": None if verdict.ok else verdict.reason,
+            "broken": verdict.broken,
+            "unknown": not verdict.ok and verdict.unknown,
+        }
         gathered = run.all_ranks(f"verdict/{requirement}", mine)
         if len(gathered) == 1:
             return Outcome(mine["reason"], mine["broken"], verdict.recorded, unknown=mine["unknown"])
@@ -65,10 +68,16 @@ def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
         if not unmet:  # met everywhere: each rank says what its own verdict rests on
             return Outcome(None, recorded=verdict.recorded)
         rank, first = unmet[0]  # unknown only where no rank knows it falls short
-        return Outcome(f"rank {rank}: {first['reason']}", any(d["broken"] for _, d in unmet),
-                       unknown=all(d.get("unknown", False) for _, d in unmet))
-    short = [(view, topology, verdict) for view, topology in run.nodes()
-             if not (verdict := requirement.evaluate(topology)).ok]
+        return Outcome(
+            f"rank {rank}: {first['reason']}",
+            any(d["broken"] for _, d in unmet),
+            unknown=all(d.get("unknown", False) for _, d in unmet),
+        )
+    short = [
+        (view, topology, verdict)
+        for view, topology in run.nodes()
+        if not (verdict := requirement.evaluate(topology)).ok
+    ]
     if not short:
         return Outcome(None)
     view, topology, verdict = short[0]  # the first node's reason; unknown only where no node falls short
@@ -76,12 +85,16 @@ def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
     where = f"on {view.where}: " if view is not None and len(run.ranks.views) > 1 else ""  # type: ignore[union-attr]
     group = _group(requirement, topology, view.where if where else "", str(requirement))
     blamed = tuple(c.subject for c in causes([group]) if c.evidence)  # not a finding alone
-    return Outcome(f"{where}{verdict.reason} [{report.source_text(topology)}]", causes=blamed,
-                   unknown=all(v.unknown for _, _, v in short))
+    return Outcome(
+        f"{where}{verdict.reason} [{report.source_text(topology)}]",
+        causes=blamed,
+        unknown=all(v.unknown for _, _, v in short),
+    )
 
 
-def judge(run: GputopoRun, requirement: reqs.FactRequirement,
-          max_items: int | None = reqs.REASON_PAIRS) -> reqs.Verdict:
+def judge(
+    run: GputopoRun, requirement: reqs.FactRequirement, max_items: int | None = reqs.REASON_PAIRS
+) -> reqs.Verdict:
     """The verdict of a requirement judged on facts beyond the topology, its reason naming the
     source (``max_items=None``: name every failing pair, as a run gate does)."""
     if isinstance(requirement, reqs.BandwidthRequirement):
@@ -118,15 +131,37 @@ class _Rule:
         gpus = run.topology.gpus
         self.gpu_name = gpus[0].name if gpus else None
 
-    def __call__(self, key: keys.Key, expected: tuple[Figure | None, str], size_bytes: int | None, gbps: float | None,
-                 floor: float | None, nvls: bool | None) -> Threshold:
+    def __call__(
+        self,
+        key: keys.Key,
+        expected: tuple[Figure | None, str],
+        size_bytes: int | None,
+        gbps: float | None,
+        floor: float | None,
+        nvls: bool | None,
+    ) -> Threshold:
         from ..core import judgement  # the judges (see above)
 
-        return judgement.threshold(key, *expected, self.floors, self.explicit, self.gpu_name,
-                                   size_bytes=size_bytes, nvls=nvls, gbps=gbps, floor=floor)
+        return judgement.threshold(
+            key,
+            *expected,
+            self.floors,
+            self.explicit,
+            self.gpu_name,
+            size_bytes=size_bytes,
+            nvls=nvls,
+            gbps=gbps,
+            floor=floor,
+        )
 
-    def judgement(self, result, expected: tuple[Figure | None, str], staged=None, gbps: float | None = None,
-                  floor: float | None = None) -> Judgement:
+    def judgement(
+        self,
+        result,
+        expected: tuple[Figure | None, str],
+        staged=None,
+        gbps: float | None = None,
+        floor: float | None = None,
+    ) -> Judgement:
         """A result at hand against its threshold; ``staged``: its P2P copy's twin through the host."""
         from ..core.judgement import Judgement, Measured  # the judges (see above)
 
@@ -144,8 +179,9 @@ def taken_at(result) -> int | None:
     return result.detail.get("size_bytes", key.size_bytes) if isinstance(key, keys.AllReduce) else None
 
 
-def judgement_of(run: GputopoRun, result, staged=None, gbps: float | None = None,
-                 floor: float | None = None) -> Judgement:
+def judgement_of(
+    run: GputopoRun, result, staged=None, gbps: float | None = None, floor: float | None = None
+) -> Judgement:
     """A benchmark's result at hand against its threshold (nothing is measured for it); ``staged``:
     the same P2P copy staged through the host, where it was measured (a copy slower than staging is
     no P2P)."""
@@ -164,8 +200,10 @@ def run_judgements(run: GputopoRun, results: dict) -> dict:
     judged = [key for key in results if getattr(key, "floor", None) is not None]
     rule = _Rule(run)
     expected = measurements.expectations(run, judged)  # one call for all: nothing after it calls the run back
-    return {key: rule.judgement(results[key], expected[key], results.get(key.staged()) if key.kind == "p2p" else None)
-            for key in judged}
+    return {
+        key: rule.judgement(results[key], expected[key], results.get(key.staged()) if key.kind == "p2p" else None)
+        for key in judged
+    }
 
 
 def judge_figure(run: GputopoRun, key: keys.Key, gbps: float | None = None, floor: float | None = None):
@@ -184,8 +222,9 @@ def judge_figure(run: GputopoRun, key: keys.Key, gbps: float | None = None, floo
     return result, verdict
 
 
-def judge_bandwidth(run: GputopoRun, requirement: reqs.BandwidthRequirement,
-                    max_items: int | None = reqs.REASON_PAIRS) -> reqs.Verdict:
+def judge_bandwidth(
+    run: GputopoRun, requirement: reqs.BandwidthRequirement, max_items: int | None = reqs.REASON_PAIRS
+) -> reqs.Verdict:
     """The verdict of a ``min_*_bw`` marker, its reason naming the source."""
     from . import measurements  # the benchmarks (see above)
 
@@ -246,9 +285,14 @@ def gate_causes(run: GputopoRun) -> tuple[list[str], list]:
             prefix = f"{view.where}: " if view is not None else ""
             names, found = compared(ref, topo, everything)
             if found:
-                groups.append(Group(f"the comparison with {ref.source.name}", names,
-                                    tuple(f.under(f"{prefix}expected as {ref.source.name}") for f in found),
-                                    _node(view)))
+                groups.append(
+                    Group(
+                        f"the comparison with {ref.source.name}",
+                        names,
+                        tuple(f.under(f"{prefix}expected as {ref.source.name}") for f in found),
+                        _node(view),
+                    )
+                )
     problems = [f.line for g in groups for f in g.findings] + [f.line for f in loose]
     return problems, causes(groups, loose)
 
@@ -267,8 +311,11 @@ def _node(view) -> str:
 
 def _fact_gate_findings(run: GputopoRun, terms: list) -> list[Finding]:
     """Gate terms judged on facts (no-fallback): on each rank's own node, then shared by all ranks."""
-    mine = [(str(t), ("broken node: " if verdict.broken else "") + verdict.reason)
-            for t, verdict in ((t, judge(run, t, max_items=None)) for t in terms) if not verdict.ok]
+    mine = [
+        (str(t), ("broken node: " if verdict.broken else "") + verdict.reason)
+        for t, verdict in ((t, judge(run, t, max_items=None)) for t in terms)
+        if not verdict.ok
+    ]
     gathered = run.all_ranks("gate", {"problems": [p for _, p in mine]})
     if len(gathered) == 1:
         return [Finding(p, name=name) for name, p in mine]

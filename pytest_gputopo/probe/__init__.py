@@ -40,8 +40,9 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def probe(machine: str | None = None, *, needs=model.ALL_FACTS,
-          boot_record: BootRecord | None = None) -> model.Topology:
+def probe(
+    machine: str | None = None, *, needs=model.ALL_FACTS, boot_record: BootRecord | None = None
+) -> model.Topology:
     """The topology as this process sees it. ``machine``: a bundled name, a profile (.json) or
     ``nvidia-smi topo -m`` text file; None probes this host, learning only the facts ``needs`` names
     (``model.NVML``, ``CUDA``, ``TORCH``: the others stay unknown)."""

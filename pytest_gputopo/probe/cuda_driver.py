@@ -41,8 +41,12 @@ class CudaView:
     uuids: tuple = ()  # NVML form ("GPU-..."), in CUDA order, None where CUDA gave none; () when not asked
 
     def to_json(self) -> dict:
-        return {"bus_ids": list(self.bus_ids), "peer": [[a, b, ok] for (a, b), ok in sorted(self.peer.items())],
-                "multicast": dict(sorted(self.multicast.items())), "uuids": list(self.uuids)}
+        return {
+            "bus_ids": list(self.bus_ids),
+            "peer": [[a, b, ok] for (a, b), ok in sorted(self.peer.items())],
+            "multicast": dict(sorted(self.multicast.items())),
+            "uuids": list(self.uuids),
+        }
 
     @classmethod
     def from_json(cls, data) -> CudaView:
@@ -77,8 +81,10 @@ def cuda_view(lib=None) -> CudaView:
         except OSError as exc:  # no driver, or another platform's library name
             raise CudaError(f"libcuda.so.1 cannot be loaded: {exc}") from None
     count = ctypes.c_int(0)
-    for call, status in (("cuInit", lambda: lib.cuInit(0)),
-                         ("cuDeviceGetCount", lambda: lib.cuDeviceGetCount(ctypes.pointer(count)))):
+    for call, status in (
+        ("cuInit", lambda: lib.cuInit(0)),
+        ("cuDeviceGetCount", lambda: lib.cuDeviceGetCount(ctypes.pointer(count))),
+    ):
         code = status()
         if code != CUDA_SUCCESS:
             raise CudaError(f"{call} returned {error_text(lib, code)}")
@@ -86,8 +92,10 @@ def cuda_view(lib=None) -> CudaView:
     for ordinal in range(count.value):
         device = ctypes.c_int(0)
         bus = ctypes.create_string_buffer(32)
-        if (lib.cuDeviceGet(ctypes.pointer(device), ordinal) != CUDA_SUCCESS
-                or lib.cuDeviceGetPCIBusId(bus, len(bus), device) != CUDA_SUCCESS):
+        if (
+            lib.cuDeviceGet(ctypes.pointer(device), ordinal) != CUDA_SUCCESS
+            or lib.cuDeviceGetPCIBusId(bus, len(bus), device) != CUDA_SUCCESS
+        ):
             raise CudaError(f"CUDA device {ordinal} has no PCI bus id")
         bus_id = nvml_bus_id(bus.value.decode("ascii", "replace"))
         if bus_id is None:
@@ -150,8 +158,10 @@ def _multicast(lib, devices: list, buses: list) -> dict[str, bool]:
         value = ctypes.c_int(0)
         if not creates:
             found[bus_id] = False
-        elif lib.cuDeviceGetAttribute(ctypes.pointer(value), CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED,
-                                      device) == CUDA_SUCCESS:
+        elif (
+            lib.cuDeviceGetAttribute(ctypes.pointer(value), CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, device)
+            == CUDA_SUCCESS
+        ):
             found[bus_id] = bool(value.value)
     return found
 

@@ -24,15 +24,19 @@ def as_cuda_sees_it(topology: model.Topology, view) -> model.Topology:
     placed = [_nvml_gpu(topology.gpus, view, c) for c in range(len(view.bus_ids))]
     for c, at in enumerate(placed):
         if at is None:
-            warnings.append(f"CUDA device {c} (PCI {view.bus_ids[c]}) is no GPU NVML lists: its facts are unknown, "
-                            f"and it keeps its number cuda:{c} (the GPUs after it are not renumbered)")
+            warnings.append(
+                f"CUDA device {c} (PCI {view.bus_ids[c]}) is no GPU NVML lists: its facts are unknown, "
+                f"and it keeps its number cuda:{c} (the GPUs after it are not renumbered)"
+            )
     topology = _numbered(topology, placed, view)
     links = []
     for ln in topology.links:
         peer = view.peer.get((ln.a, ln.b))  # the GPUs' indices are CUDA's ordinals now
         if peer is not None and ln.p2p.read_write is not None and peer != ln.p2p.read_write:
-            warnings.append(f"{ln.name}: NVML says P2P is {'OK' if ln.p2p.read_write else 'refused'}, "
-                            f"CUDA says peer access is {'possible' if peer else 'impossible'}")
+            warnings.append(
+                f"{ln.name}: NVML says P2P is {'OK' if ln.p2p.read_write else 'refused'}, "
+                f"CUDA says peer access is {'possible' if peer else 'impossible'}"
+            )
         links.append(dataclasses.replace(ln, cuda_peer=peer))
     return dataclasses.replace(topology, links=tuple(links), warnings=tuple(warnings))
 
@@ -62,10 +66,16 @@ def _numbered(topology: model.Topology, placed: list, view) -> model.Topology:
     for c, at in enumerate(placed):
         if at is None:
             gpus[c] = model.Gpu(c, uuid=view.uuids[c] if view.uuids else None, pci_bus_id=view.bus_ids[c])
-    by_pair = {(ordinal[ln.a], ordinal[ln.b]): dataclasses.replace(ln, a=ordinal[ln.a], b=ordinal[ln.b])
-             for ln in known.links}
+    by_pair = {
+        (ordinal[ln.a], ordinal[ln.b]): dataclasses.replace(ln, a=ordinal[ln.a], b=ordinal[ln.b]) for ln in known.links
+    }
     n = len(placed)
-    links = [by_pair.get((a, b)) or model.Link(a, b, pcie=None, nvlinks=None)
-             for a in range(n) for b in range(a + 1, n)]
-    return dataclasses.replace(known, gpus=tuple(gpus[c] for c in range(n)), links=tuple(links),
-                               published=model.renumber_figures(known.published, dict(enumerate(ordinal))))
+    links = [
+        by_pair.get((a, b)) or model.Link(a, b, pcie=None, nvlinks=None) for a in range(n) for b in range(a + 1, n)
+    ]
+    return dataclasses.replace(
+        known,
+        gpus=tuple(gpus[c] for c in range(n)),
+        links=tuple(links),
+        published=model.renumber_figures(known.published, dict(enumerate(ordinal))),
+    )

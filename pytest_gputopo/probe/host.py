@@ -77,8 +77,9 @@ def ask_child(facts, timeout_s: float = PROBE_TIMEOUT_S) -> Answer:
             except ValueError:
                 pass
     if status != 0 or not isinstance(answer, dict):
-        return _failed(asked, f"the probe of this host ({', '.join(asked)}) exited with status {status}: "
-                              f"{tail(output, 3)}")
+        return _failed(
+            asked, f"the probe of this host ({', '.join(asked)}) exited with status {status}: {tail(output, 3)}"
+        )
     try:
         topology = schema.from_dict(answer["topology"]) if model.NVML in asked else None
         cuda = None
@@ -87,9 +88,13 @@ def ask_child(facts, timeout_s: float = PROBE_TIMEOUT_S) -> Answer:
 
             cuda = CudaView.from_json(answer["cuda"])
         versions = answer.get("torch")
-        if versions is not None and not (isinstance(versions, dict) and all(
+        if versions is not None and not (
+            isinstance(versions, dict)
+            and all(
                 k in ("cuda_runtime_version", "nccl_version") and (v is None or isinstance(v, str))
-                for k, v in versions.items())):
+                for k, v in versions.items()
+            )
+        ):
             raise ValueError("torch's versions are not version strings")
         warnings = tuple(str(w) for w in answer.get("warnings", ()))
     except (KeyError, TypeError, ValueError, schema.SchemaError) as exc:

@@ -39,8 +39,9 @@ def _nvml_order(recorded: model.Topology) -> list[int]:
     """The recording's GPUs (by index) in NVML's order: by nvml_index, a GPU without one keeping its
     place by index."""
     gpus = recorded.gpus
-    return sorted(range(len(gpus)), key=lambda p: (gpus[p].nvml_index if gpus[p].nvml_index is not None
-                                                   else gpus[p].index, p))
+    return sorted(
+        range(len(gpus)), key=lambda p: (gpus[p].nvml_index if gpus[p].nvml_index is not None else gpus[p].index, p)
+    )
 
 
 def as_nvml_reads(recorded: model.Topology, source: model.Source) -> model.Topology:
@@ -53,10 +54,16 @@ def as_nvml_reads(recorded: model.Topology, source: model.Source) -> model.Topol
     without GPUs keeps the recording's ``problem`` (why it had none); the recording's warnings and
     CUDA device count were its host's, and are not this machine's facts."""
     listed = recorded.restrict(_nvml_order(recorded))
-    base: dict[str, Any] = dict(source=source, driver_version=recorded.driver_version,
-                cuda_driver_version=recorded.cuda_driver_version,
-                cuda_runtime_version=recorded.cuda_runtime_version, nccl_version=recorded.nccl_version,
-                hostname=recorded.hostname, nics=recorded.nics, published=listed.published)
+    base: dict[str, Any] = dict(
+        source=source,
+        driver_version=recorded.driver_version,
+        cuda_driver_version=recorded.cuda_driver_version,
+        cuda_runtime_version=recorded.cuda_runtime_version,
+        nccl_version=recorded.nccl_version,
+        hostname=recorded.hostname,
+        nics=recorded.nics,
+        published=listed.published,
+    )
     if not listed.gpus:
         return model.Topology(problem=recorded.problem, **base)
     bus_ids = [g.pci_bus_id or nvml.synthetic_bus_id(k) for k, g in enumerate(listed.gpus)]
@@ -66,8 +73,13 @@ def as_nvml_reads(recorded: model.Topology, source: model.Source) -> model.Topol
     links = []
     for ln in listed.links:
         count = counted[ln.a, ln.b] if listed.gpus[ln.a].nvlinks and listed.gpus[ln.b].nvlinks else None
-        links.append(dataclasses.replace(ln, pcie=ln.pcie if ln.pcie in model.CLASS_TO_NVML_LEVEL else None,
-                                         nvlinks=ln.nvlinks if count is None else count))
+        links.append(
+            dataclasses.replace(
+                ln,
+                pcie=ln.pcie if ln.pcie in model.CLASS_TO_NVML_LEVEL else None,
+                nvlinks=ln.nvlinks if count is None else count,
+            )
+        )
     return model.Topology(gpus=gpus, links=tuple(links), **base)
 
 
@@ -94,11 +106,14 @@ def _gpu_read(gpu: model.Gpu, nvlinks: tuple[model.NvLink, ...]) -> model.Gpu:
     mask = cpu_mask(gpu.cpu_affinity)
     cc = _CAPABILITY.match(gpu.compute_capability or "")
     return dataclasses.replace(
-        gpu, nvml_index=gpu.index, nvlinks=nvlinks,
+        gpu,
+        nvml_index=gpu.index,
+        nvlinks=nvlinks,
         pci_bus_id=None if bus is None or nvml.is_synthetic_bus_id(bus) else bus,
         cpu_affinity=nvml.cpu_list(mask) if mask else None,
         compute_capability=f"{int(cc.group(1))}.{int(cc.group(2))}" if cc else None,
-        fabric=_fabric_read(gpu.fabric))
+        fabric=_fabric_read(gpu.fabric),
+    )
 
 
 def _fabric_read(fabric: model.Fabric | None) -> model.Fabric | None:
@@ -113,8 +128,12 @@ def _fabric_read(fabric: model.Fabric | None) -> model.Fabric | None:
             cluster = str(uuid.UUID(cluster))
         except ValueError:
             pass  # not a UUID: kept as recorded
-    return model.Fabric(fabric.state, fabric.status or model.FABRIC_SUCCESS, fabric.clique_id or 0,
-                        None if cluster == str(uuid.UUID(int=0)) else cluster)
+    return model.Fabric(
+        fabric.state,
+        fabric.status or model.FABRIC_SUCCESS,
+        fabric.clique_id or 0,
+        None if cluster == str(uuid.UUID(int=0)) else cluster,
+    )
 
 
 def is_text(machine: str) -> bool:

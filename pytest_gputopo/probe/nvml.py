@@ -61,8 +61,10 @@ _FABRIC_UUID_LEN = 16  # NVML_GPU_FABRIC_UUID_LEN: the C struct's clusterUuid[16
 # nvmlDeviceGetGpuFabricInfoV with pynvml's c_nvmlGpuFabricInfoV_t (the v2 struct, its version preset by
 # __init__, as NCCL's nvmlwrap.cc sets nvmlGpuFabricInfo_v2), then, for a driver or binding without it,
 # the older nvmlDeviceGetGpuFabricInfo with c_nvmlGpuFabricInfo_t.
-FABRIC_CALLS = (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
-                ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"))
+FABRIC_CALLS = (
+    ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+    ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"),
+)
 NVLINK_MAX_LINKS_NEWEST = limits.MAX_NVLINKS  # old bindings on new drivers still see all links
 
 
@@ -171,8 +173,9 @@ def counts_unknown(nvlinks: tuple[model.NvLink, ...], gpu_bus_ids) -> bool:
     return summary.ambiguous
 
 
-def nvlink_counts(nvlinks: Sequence[Sequence[tuple[model.NvLink, str | None]]],
-                  bus_ids: Sequence[str]) -> dict[tuple[int, int], int | None]:
+def nvlink_counts(
+    nvlinks: Sequence[Sequence[tuple[model.NvLink, str | None]]], bus_ids: Sequence[str]
+) -> dict[tuple[int, int], int | None]:
     """Every pair's NVLink count (``a < b``) as ``probe`` makes it from its GPUs' links: ``nvlinks[k]``
     lists GPU k's links as read, each with its remote bus id as NVML gave it (synthetic ones too);
     ``bus_ids[k]`` is GPU k's own (synthetic where unknown). A recorded machine's links are counted
@@ -193,9 +196,15 @@ class _Reader:
     def __init__(self, nvml: Any):
         self.nvml = nvml
         self.error = nvml.NVMLError
-        self.unsupported = tuple(c for c in (getattr(nvml, "NVMLError_NotSupported", None),
-                                             getattr(nvml, "NVMLError_FunctionNotFound", None),
-                                             getattr(nvml, "NVMLLibraryMismatchError", None)) if c is not None)
+        self.unsupported = tuple(
+            c
+            for c in (
+                getattr(nvml, "NVMLError_NotSupported", None),
+                getattr(nvml, "NVMLError_FunctionNotFound", None),
+                getattr(nvml, "NVMLLibraryMismatchError", None),
+            )
+            if c is not None
+        )
         self.fns: dict[str, Any] = {}
         self.failures: dict[tuple[str, str], list] = {}  # (function, error) -> [first place, count]
 
@@ -228,8 +237,10 @@ class _Reader:
         entry[1] += 1
 
     def warnings(self) -> tuple[str, ...]:
-        return tuple(f"{name} failed for {where}: {err}" + (f" (and {n - 1} more)" if n > 1 else "")
-                     for (name, err), (where, n) in self.failures.items())
+        return tuple(
+            f"{name} failed for {where}: {err}" + (f" (and {n - 1} more)" if n > 1 else "")
+            for (name, err), (where, n) in self.failures.items()
+        )
 
     # -- the machine ----------------------------------------------------------------------------
 
@@ -248,11 +259,15 @@ class _Reader:
             nvlinks.append(own)
         links = self.pairs(handles, raw_bus, nvlinks)
         return model.Topology(
-            gpus=tuple(gpus), links=tuple(links), source=source or model.Source("nvml"),
+            gpus=tuple(gpus),
+            links=tuple(links),
+            source=source or model.Source("nvml"),
             driver_version=None if driver is None else _text(driver),
             cuda_driver_version=None if cuda is None else _cuda_version(cuda),
             hostname=runtime.hostname() if source is None else None,  # a given source: the caller fills it
-            problem=problem, warnings=self.warnings())
+            problem=problem,
+            warnings=self.warnings(),
+        )
 
     def gpu(self, i: int, h: Any) -> tuple[model.Gpu, str | None, _GpuLinks]:
         where = f"GPU{i}"
@@ -269,7 +284,8 @@ class _Reader:
         mig = f(where, "nvmlDeviceGetMigMode", h)  # [current, pending]: the current mode is the one in force
         mode = f(where, "nvmlDeviceGetComputeMode", h)
         gpu = model.Gpu(
-            index=i, nvml_index=i,
+            index=i,
+            nvml_index=i,
             name=None if name is None else _text(name),
             uuid=None if uuid is None else _text(uuid),
             pci_bus_id=None if bus is None or is_synthetic_bus_id(bus) else bus,
@@ -284,7 +300,8 @@ class _Reader:
             nvlinks=nvlinks,
             mig=None if mig is None else mig[0] == _MIG_ENABLE,
             compute_mode=model.COMPUTE_MODES[mode] if mode in range(len(model.COMPUTE_MODES)) else None,
-            fabric=self.fabric(where, h))
+            fabric=self.fabric(where, h),
+        )
         return gpu, bus, links
 
     def fabric(self, where: str, h: Any) -> model.Fabric | None:
@@ -348,9 +365,13 @@ class _Reader:
                 pci = self.fact(at, "nvmlDeviceGetNvLinkRemotePciInfo", h, k)
                 remote = _text(pci.busId) or None if pci is not None else None
             version = self.fact(at, "nvmlDeviceGetNvLinkVersion", h, k)
-            link = model.NvLink(link=k, active=True,
-                                remote_bus_id=None if remote is None or is_synthetic_bus_id(remote) else remote,
-                                remote_type=remote_type, version=NVLINK_VERSIONS.get(version))
+            link = model.NvLink(
+                link=k,
+                active=True,
+                remote_bus_id=None if remote is None or is_synthetic_bus_id(remote) else remote,
+                remote_type=remote_type,
+                version=NVLINK_VERSIONS.get(version),
+            )
             found.append(link)
             summary.add(link, remote)
         return tuple(found), summary
@@ -378,9 +399,15 @@ class _Reader:
                     ab = self.call("nvmlDeviceGetP2PStatus", ha, hb, index)
                     ba = self.call("nvmlDeviceGetP2PStatus", hb, ha, index)
                     p2p[cap] = _worse(self._status(where, ab), self._status(where, ba))
-                out.append(model.Link(a, b, pcie=model.NVML_LEVEL_TO_CLASS.get(level),
-                                      nvlinks=_count(nvlinks[a], nvlinks[b], raw_bus[b]),
-                                      p2p=model.P2P(**p2p)))
+                out.append(
+                    model.Link(
+                        a,
+                        b,
+                        pcie=model.NVML_LEVEL_TO_CLASS.get(level),
+                        nvlinks=_count(nvlinks[a], nvlinks[b], raw_bus[b]),
+                        p2p=model.P2P(**p2p),
+                    )
+                )
         return out
 
     def _status(self, where: str, value: Any) -> model.P2PStatus:
@@ -417,10 +444,14 @@ def _fabric(info: Any, nvml: Any) -> model.Fabric | None:
         except Exception:  # an NVMLError that cannot word itself still has its number
             status = f"NVML error {code}"
     field = type(info).clusterUuid
-    raw = bytes(info)[field.offset:field.offset + _FABRIC_UUID_LEN]
+    raw = bytes(info)[field.offset : field.offset + _FABRIC_UUID_LEN]
     clique = getattr(info, "cliqueId", None)
-    return model.Fabric(model.FABRIC_STATES[state], status, None if clique is None else int(clique),
-                        str(uuids.UUID(bytes=raw)) if any(raw) else None)
+    return model.Fabric(
+        model.FABRIC_STATES[state],
+        status,
+        None if clique is None else int(clique),
+        str(uuids.UUID(bytes=raw)) if any(raw) else None,
+    )
 
 
 def _count(a: _GpuLinks | None, b: _GpuLinks | None, b_bus: str | None) -> int | None:

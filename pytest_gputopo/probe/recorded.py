@@ -46,8 +46,10 @@ def resolve(name_or_path: str) -> Path:
         return path
     path = BUNDLED_DIR / f"{name_or_path}.json"
     if not path.is_file():
-        raise ProfileError(f"unknown machine {name_or_path!r}; bundled machines: {', '.join(bundled_names())} "
-                           f"(or give a path to a profile written by `gputopo record`)")
+        raise ProfileError(
+            f"unknown machine {name_or_path!r}; bundled machines: {', '.join(bundled_names())} "
+            f"(or give a path to a profile written by `gputopo record`)"
+        )
     return path
 
 
@@ -57,8 +59,11 @@ def parse_profile(data: object, where: str) -> Profile:
         if not isinstance(data, dict):
             raise schema.SchemaError("(top level)", "expected a JSON object")
         if data.get("schema") != schema.SCHEMA_VERSION:
-            raise schema.SchemaError("schema", f"version {limits.show_value(data.get('schema'))} is not supported "
-                                              f"(this plugin reads {schema.SCHEMA_VERSION})")
+            raise schema.SchemaError(
+                "schema",
+                f"version {limits.show_value(data.get('schema'))} is not supported "
+                f"(this plugin reads {schema.SCHEMA_VERSION})",
+            )
         name = data.get("name")
         if not isinstance(name, str) or not name:
             raise schema.SchemaError("name", "missing or not a string")
@@ -73,9 +78,14 @@ def parse_profile(data: object, where: str) -> Profile:
     except schema.SchemaError as exc:
         raise ProfileError(f"{where}: field {exc}") from None
     topology = replace(topology, source=model.Source("recorded", name, where))
-    return Profile(name=name, description=str(data.get("description", "")),
-                   sources=tuple(data.get("sources", [])), inferred=tuple(data.get("inferred", [])),
-                   topology=topology, path=where)
+    return Profile(
+        name=name,
+        description=str(data.get("description", "")),
+        sources=tuple(data.get("sources", [])),
+        inferred=tuple(data.get("inferred", [])),
+        topology=topology,
+        path=where,
+    )
 
 
 def load_profile(name_or_path: str) -> Profile:
@@ -115,5 +125,11 @@ def profile_dict(name: str, topology: model.Topology, description: str = "", sou
     topo = schema.to_dict(replace(topology, source=model.Source("none"), warnings=()))
     topo.pop("schema")
     topo.pop("source")
-    return {"schema": schema.SCHEMA_VERSION, "name": name, "description": description,
-            "sources": list(sources), "inferred": list(inferred), "topology": topo}
+    return {
+        "schema": schema.SCHEMA_VERSION,
+        "name": name,
+        "description": description,
+        "sources": list(sources),
+        "inferred": list(inferred),
+        "topology": topo,
+    }

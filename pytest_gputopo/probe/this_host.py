@@ -35,8 +35,9 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
     asks them (and the record keeps them). Each optional source that fails leaves only its own facts
     unknown, with a warning; NVML's GPUs stay."""
     if _nvml_library_missing():
-        return Learned(model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(),
-                                      problem=model.NO_DRIVER))
+        return Learned(
+            model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(), problem=model.NO_DRIVER)
+        )
     from .host import ask_child
 
     topology: model.Topology = ask_child({model.NVML}).topology  # type: ignore[assignment]  # NVML asked: one
@@ -78,16 +79,24 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
             why = [w for w in answer.warnings if w.startswith((CUDA_UNKNOWN, "the probe of this host"))]
             cuda_problem = why[0].removeprefix(CUDA_UNKNOWN) if why else "CUDA's view could not be had"
         if key and (answer.cuda is not None or answer.torch is not None):
-            boot_record.put(key, {**kept,  # type: ignore[union-attr]  # a key: a record
-                                  **({"cuda": answer.cuda.to_json()} if answer.cuda is not None else {}),
-                                  **({"torch": answer.torch} if answer.torch is not None else {})})
+            boot_record.put(  # type: ignore[union-attr]  # a key: a record
+                key,
+                {
+                    **kept,
+                    **({"cuda": answer.cuda.to_json()} if answer.cuda is not None else {}),
+                    **({"torch": answer.torch} if answer.torch is not None else {}),
+                },
+            )
     words = {model.CUDA: "CUDA's view", model.TORCH: "torch's versions"}
-    notes += [f"{words[f]} probed" for f in sorted(missing)] + [f"{words[f]} from this boot's record" for f in sorted(had)]
+    notes += [f"{words[f]} probed" for f in sorted(missing)] + [
+        f"{words[f]} from this boot's record" for f in sorted(had)
+    ]
     if model.TORCH in wanted and versions == {}:
         warnings.append("torch's CUDA and NCCL versions are unknown: torch is not installed")
     topology = with_cuda_facts(topology, view, versions or {})
-    topology = dataclasses.replace(topology, cuda_problem=cuda_problem,
-                                   cuda_devices=len(view.bus_ids) if view is not None else None)
+    topology = dataclasses.replace(
+        topology, cuda_problem=cuda_problem, cuda_devices=len(view.bus_ids) if view is not None else None
+    )
     return Learned(as_cuda_sees_it(dataclasses.replace(topology, warnings=tuple(warnings)), view), tuple(notes))
 
 
@@ -130,15 +139,25 @@ def _boot_key(topology: model.Topology) -> str | None:
     # Within a boot CUDA's view changes with the driver loaded (a reload at the same version, other
     # module parameters), the GPUs and their MIG modes, the CUDA environment, and which libcuda.so.1
     # the loader finds first (LD_LIBRARY_PATH) and which file that is (a driver updated in place).
-    facts = [boot, topology.driver_version, runtime.nvidia_driver_load(), [(g.uuid, g.mig) for g in topology.gpus],
-             runtime.cuda_environment(), runtime.library_path(), loaded_identity(), installed("torch"),
-             installed("pytest-gputopo")]
+    facts = [
+        boot,
+        topology.driver_version,
+        runtime.nvidia_driver_load(),
+        [(g.uuid, g.mig) for g in topology.gpus],
+        runtime.cuda_environment(),
+        runtime.library_path(),
+        loaded_identity(),
+        installed("torch"),
+        installed("pytest-gputopo"),
+    ]
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def _is_versions(value) -> bool:
-    return isinstance(value, dict) and all(k in ("cuda_runtime_version", "nccl_version") and (
-        v is None or isinstance(v, str) and len(v) < 40) for k, v in value.items())
+    return isinstance(value, dict) and all(
+        k in ("cuda_runtime_version", "nccl_version") and (v is None or isinstance(v, str) and len(v) < 40)
+        for k, v in value.items()
+    )
 
 
 def with_cuda_facts(topology: model.Topology, view, versions: dict) -> model.Topology:
@@ -147,4 +166,3 @@ def with_cuda_facts(topology: model.Topology, view, versions: dict) -> model.Top
     multicast = view.multicast if view is not None else {}
     gpus = tuple(dataclasses.replace(g, multicast=multicast.get((g.pci_bus_id or "").upper())) for g in topology.gpus)
     return dataclasses.replace(topology, gpus=gpus, **versions)
-

@@ -33,7 +33,10 @@ def nccl_version_text(version) -> str | None:
     if isinstance(version, int):
         major_div = 10000 if version >= 10000 else 1000
         version = (version // major_div, version % major_div // 100, version % 100)
-    if isinstance(version, (tuple, list)) and len(version) >= 3 and all(
-            isinstance(part, int) and not isinstance(part, bool) and part >= 0 for part in version[:3]):
+    if (
+        isinstance(version, (tuple, list))
+        and len(version) >= 3
+        and all(isinstance(part, int) and not isinstance(part, bool) and part >= 0 for part in version[:3])
+    ):
         return ".".join(str(part) for part in version[:3])
     return None

@@ -61,9 +61,13 @@ def number(low: float, high: float, integer: bool = False, null: bool = False) -
         kinds = (int,) if integer else (int, float)
         if value is None and null:
             return
-        if (type(value) not in kinds or (isinstance(value, float) and not math.isfinite(value))
-                or not low <= value <= high):
+        if (
+            type(value) not in kinds
+            or (isinstance(value, float) and not math.isfinite(value))
+            or not low <= value <= high
+        ):
             _fail(path, what, value, bounds)
+
     return check
 
 
@@ -71,6 +75,7 @@ def null_or(inner: Check) -> Check:
     def check(value: Any, path: str) -> None:
         if value is not None:
             inner(value, path)
+
     return check
 
 
@@ -78,6 +83,7 @@ def one_of(*values: Any) -> Check:
     def check(value: Any, path: str) -> None:
         if not any(type(value) is type(v) and value == v for v in values):
             _fail(path, " or ".join(repr(v) for v in values), value)
+
     return check
 
 
@@ -87,6 +93,7 @@ def list_of(item: Check, non_empty: bool = False) -> Check:
             _fail(path, "a non-empty list" if non_empty else "a list", value)
         for i, entry in enumerate(value):
             item(entry, f"{path}[{i}]")
+
     return check
 
 
@@ -103,6 +110,7 @@ def obj(required: dict[str, Check] | None = None, optional: dict[str, Check] | N
         for name, entry in value.items():
             where = f"{path}.{name}" if path else name
             (required.get(name) or optional.get(name) or _json)(entry, where)
+
     return check
 
 
@@ -134,20 +142,49 @@ BANDWIDTH_OR_NULL = number(1e-300, MAX_GBPS, null=True)
 
 MEASUREMENT = obj(
     {"key": _key},
-    {"what": text, "gbps": GBPS_OR_NULL, "origin": one_of(*ORIGINS), "source": null_or(text),
-     "error": null_or(text), "detail": _detail,
-     "state": one_of(*STATES), "staged_gbps": GBPS,  # the verdict the run gave it (core.judgement)
-     "expected": null_or(obj({}, {"gbps": BANDWIDTH_OR_NULL, "basis": null_or(text),
-                                  "floor": number(0, MAX_RATIO, null=True), "needed_gbps": GBPS_OR_NULL}))})
+    {
+        "what": text,
+        "gbps": GBPS_OR_NULL,
+        "origin": one_of(*ORIGINS),
+        "source": null_or(text),
+        "error": null_or(text),
+        "detail": _detail,
+        "state": one_of(*STATES),
+        "staged_gbps": GBPS,  # the verdict the run gave it (core.judgement)
+        "expected": null_or(
+            obj(
+                {},
+                {
+                    "gbps": BANDWIDTH_OR_NULL,
+                    "basis": null_or(text),
+                    "floor": number(0, MAX_RATIO, null=True),
+                    "needed_gbps": GBPS_OR_NULL,
+                },
+            )
+        ),
+    },
+)
 
-ROW = obj({"size_bytes": number(1, MAX_BYTES, integer=True), "count": number(0, MAX_COUNT, integer=True),
-           "time_us": number(0, MAX_TIME_US), "algbw_gbps": GBPS, "busbw_gbps": GBPS,
-           "wrong": number(0, MAX_COUNT, integer=True)})
+ROW = obj(
+    {
+        "size_bytes": number(1, MAX_BYTES, integer=True),
+        "count": number(0, MAX_COUNT, integer=True),
+        "time_us": number(0, MAX_TIME_US),
+        "algbw_gbps": GBPS,
+        "busbw_gbps": GBPS,
+        "wrong": number(0, MAX_COUNT, integer=True),
+    }
+)
 
-SWEEP = obj({"what": text, "origin": text,
-             "expected": obj({"gbps": BANDWIDTH_OR_NULL, "basis": text}, {"source": null_or(text)}),
-             "result": obj({"rows": list_of(ROW, non_empty=True)})},
-            {"host": null_or(text), "devices": null_or(list_of(number(0, 2**31 - 1, integer=True)))})
+SWEEP = obj(
+    {
+        "what": text,
+        "origin": text,
+        "expected": obj({"gbps": BANDWIDTH_OR_NULL, "basis": text}, {"source": null_or(text)}),
+        "result": obj({"rows": list_of(ROW, non_empty=True)}),
+    },
+    {"host": null_or(text), "devices": null_or(list_of(number(0, 2**31 - 1, integer=True)))},
+)
 
 STRINGS = list_of(text)
 
@@ -155,32 +192,51 @@ STRINGS = list_of(text)
 # threshold: the marker's gbps or floor), which the HTML report marks on the figure's cell.
 JUDGED = obj({"key": _key, "state": one_of(*STATES)}, {"needed_gbps": GBPS_OR_NULL})
 
-NCCL = obj({}, {"origin": text, "account_line": null_or(text),
-                "pairs": null_or(list_of(obj({"pair": text, "transports": STRINGS, "why": text}))),
-                "fallbacks": null_or(list_of(obj({"pair": text, "label": text, "actual": text, "expected": text,
-                                                  "causes": STRINGS})))})
+NCCL = obj(
+    {},
+    {
+        "origin": text,
+        "account_line": null_or(text),
+        "pairs": null_or(list_of(obj({"pair": text, "transports": STRINGS, "why": text}))),
+        "fallbacks": null_or(
+            list_of(obj({"pair": text, "label": text, "actual": text, "expected": text, "causes": STRINGS}))
+        ),
+    },
+)
 
 DOCUMENT = obj(
     {"schema": one_of(1), "topology": _topology},
-    {"complete": flag, "source": text, "recorded": flag,
-     "measurements": null_or(list_of(MEASUREMENT)),
-     "lost_measurements": null_or(list_of(_json)),
-     "test_measurements": null_or(list_of(_json)),
-     "checks": null_or(list_of(obj({}, {"check": text, "outcome": text, "message": text}))),
-     "unmet": null_or(list_of(obj({}, {"test": text, "outcome": text, "requirement": text, "reason": text}))),
-     "verdicts": null_or(list_of(obj({"test": text, "requirement": text,
-                                      "verdict": one_of("met", "unmet", "unknown", "broken")},
-                                     {"reason": null_or(text), "recorded": flag, "figures": list_of(JUDGED)}))),
-     "gate": null_or(STRINGS),  # the unmet run-gate terms of a run stopped before its tests
-     "gate_causes": null_or(list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS}))),
-     # the failed check items by cause (a GPU, the machine, or one item alone), each with its items' names
-     "check_causes": null_or(list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS, "checks": STRINGS}))),
-     "nccl": null_or(NCCL),
-     "nodes": null_or(list_of(obj({"topology": _topology}, {"where": text, "differs": flag}))),
-     "sweeps": null_or(list_of(SWEEP)),
-     "written": null_or(text),  # when, UTC, ISO 8601
-     "settings": null_or(obj()),
-     "software": null_or(obj())})
+    {
+        "complete": flag,
+        "source": text,
+        "recorded": flag,
+        "measurements": null_or(list_of(MEASUREMENT)),
+        "lost_measurements": null_or(list_of(_json)),
+        "test_measurements": null_or(list_of(_json)),
+        "checks": null_or(list_of(obj({}, {"check": text, "outcome": text, "message": text}))),
+        "unmet": null_or(list_of(obj({}, {"test": text, "outcome": text, "requirement": text, "reason": text}))),
+        "verdicts": null_or(
+            list_of(
+                obj(
+                    {"test": text, "requirement": text, "verdict": one_of("met", "unmet", "unknown", "broken")},
+                    {"reason": null_or(text), "recorded": flag, "figures": list_of(JUDGED)},
+                )
+            )
+        ),
+        "gate": null_or(STRINGS),  # the unmet run-gate terms of a run stopped before its tests
+        "gate_causes": null_or(list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS}))),
+        # the failed check items by cause (a GPU, the machine, or one item alone), each with its items' names
+        "check_causes": null_or(
+            list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS, "checks": STRINGS}))
+        ),
+        "nccl": null_or(NCCL),
+        "nodes": null_or(list_of(obj({"topology": _topology}, {"where": text, "differs": flag}))),
+        "sweeps": null_or(list_of(SWEEP)),
+        "written": null_or(text),  # when, UTC, ISO 8601
+        "settings": null_or(obj()),
+        "software": null_or(obj()),
+    },
+)
 
 
 def check_document(doc: Any) -> None:

@@ -81,7 +81,7 @@ def markdown(text) -> str:
     lead = len(out) - len(body)
     number = _MD_LIST.match(body)
     if number:  # the list's delimiter escaped
-        body = body[:number.end()] + "\\" + body[number.end():]
+        body = body[: number.end()] + "\\" + body[number.end() :]
     elif body[:1] in _MD_PLAIN and body[:1] in string.punctuation:  # a block's start: "-", "=" (setext)...
         body = "\\" + body
     core = body.rstrip(" ")

@@ -29,15 +29,21 @@ def _verdict(fleet: Fleet, unread: list) -> str:
     nodes = sum(len(g.nodes) for g in fleet.groups)
     own = [n.name for g in fleet.groups for n in g.nodes if any(f.kind in (FAULT, IDENTITY) for f in g.of(n.name))]
     whose = "a fault of its own" if len(own) == 1 else "faults of their own"
-    said = [f"{counted(len(fleet.named), 'node')} named" + (f" ({len(own)} for {whose})" if own else "")
-            if fleet.named else "",
-            f"{counted(len(fleet.splits), 'group finding')} (a group split)" if fleet.splits else "",
-            f"{counted(sum(len(g.nodes) for g in fleet.not_compared), 'node')} not judged by its peers "
-            f"(too few of its GPU model: {_not_compared(fleet)}; 3 needed)" if fleet.not_compared else "",
-            f"{counted(len(unread), 'document')} not read" if unread else "",
-            f"{counted(len(fleet.superseded), 'document')} superseded by a newer one of its node"
-            if fleet.superseded else "",
-            f"{counted(len(fleet.set_aside), 'document')} set aside (not a node's)" if fleet.set_aside else ""]
+    said = [
+        f"{counted(len(fleet.named), 'node')} named" + (f" ({len(own)} for {whose})" if own else "")
+        if fleet.named
+        else "",
+        f"{counted(len(fleet.splits), 'group finding')} (a group split)" if fleet.splits else "",
+        f"{counted(sum(len(g.nodes) for g in fleet.not_compared), 'node')} not judged by its peers "
+        f"(too few of its GPU model: {_not_compared(fleet)}; 3 needed)"
+        if fleet.not_compared
+        else "",
+        f"{counted(len(unread), 'document')} not read" if unread else "",
+        f"{counted(len(fleet.superseded), 'document')} superseded by a newer one of its node"
+        if fleet.superseded
+        else "",
+        f"{counted(len(fleet.set_aside), 'document')} set aside (not a node's)" if fleet.set_aside else "",
+    ]
     said = [s for s in said if s]
     if fleet.healthy:
         said.insert(0, "every node judged by its peers; none has a fault of its own or differs from them")
@@ -71,8 +77,7 @@ def summary_markdown(fleet: Fleet, unread: list) -> str:
     out = [f"### {markdown(_verdict(fleet, unread))}", ""]
     for group in fleet.groups:
         out += [f"#### {markdown(_group_title(group))}", ""]
-        rows = [(n.name, _tag(f), f.says)
-                for n in group.nodes for f in group.of(n.name)]
+        rows = [(n.name, _tag(f), f.says) for n in group.nodes for f in group.of(n.name)]
         rows += [("(the group)", "split", f.says) for f in group.findings if f.kind == SPLIT]
         if rows:
             out += ["| node | kind | finding |", "|---|---|---|"]
@@ -89,36 +94,64 @@ def summary_markdown(fleet: Fleet, unread: list) -> str:
 
 
 def _finding(f: Finding) -> dict:
-    out: dict[str, Any] = {"kind": f.kind, "fact": f.fact, "says": f.says, "node": f.node, "column": f.column,
-           "items": list(f.items), "evidence": list(f.evidence)}
+    out: dict[str, Any] = {
+        "kind": f.kind,
+        "fact": f.fact,
+        "says": f.says,
+        "node": f.node,
+        "column": f.column,
+        "items": list(f.items),
+        "evidence": list(f.evidence),
+    }
     if f.kind == SPLIT:
-        out["sides"] = [{"nodes": list(nodes),
-                         "values": dict(zip(f.items, values, strict=True)) if len(values) == len(f.items)
-                         else {f.fact: values[0]}} for values, nodes in f.sides]
+        out["sides"] = [
+            {
+                "nodes": list(nodes),
+                "values": dict(zip(f.items, values, strict=True))
+                if len(values) == len(f.items)
+                else {f.fact: values[0]},
+            }
+            for values, nodes in f.sides
+        ]
         out["disagreeing"] = list(f.disagreeing)
     return out
 
 
 def document(fleet: Fleet, unread: list) -> dict:
     def node(g: Group, n) -> dict:
-        return {"name": n.name, "document": n.path,
-                "written": n.when, "gpu_uuids": list(n.uuids),
-                "findings": [_finding(f) for f in g.of(n.name)],
-                "disagrees": [f.fact for f in g.disagreeing(n.name)],
-                "not_judged": g.unjudged_of(n)}
+        return {
+            "name": n.name,
+            "document": n.path,
+            "written": n.when,
+            "gpu_uuids": list(n.uuids),
+            "findings": [_finding(f) for f in g.of(n.name)],
+            "disagrees": [f.fact for f in g.disagreeing(n.name)],
+            "not_judged": g.unjudged_of(n),
+        }
 
-    return {"schema": FLEET_SCHEMA, "kind": FLEET_KIND, "healthy": fleet.healthy and not unread, "named": fleet.named,
-            "verdict": _verdict(fleet, unread),
-            "not_compared": [n.name for g in fleet.not_compared for n in g.nodes],
-            "groups": [{"kind": g.kind, "compared": g.compared, "reference": g.reference,
-                        "medians": {c: {"median_gbps": m, "allowed_drop": d, "nodes": k}
-                                    for c, (m, d, k) in g.medians.items()},
-                        "nodes": [node(g, n) for n in g.nodes],
-                        "group_findings": [_finding(f) for f in g.findings if f.node is None],
-                        "not_judged": list(g.unjudged)} for g in fleet.groups],
-            "superseded": [{"document": s.path, "node": s.node, "by": s.by, "why": s.why} for s in fleet.superseded],
-            "set_aside": [{"document": p, "why": w} for p, w in fleet.set_aside],
-            "not_read": [{"document": p, "why": w} for p, w in unread]}
+    return {
+        "schema": FLEET_SCHEMA,
+        "kind": FLEET_KIND,
+        "healthy": fleet.healthy and not unread,
+        "named": fleet.named,
+        "verdict": _verdict(fleet, unread),
+        "not_compared": [n.name for g in fleet.not_compared for n in g.nodes],
+        "groups": [
+            {
+                "kind": g.kind,
+                "compared": g.compared,
+                "reference": g.reference,
+                "medians": {c: {"median_gbps": m, "allowed_drop": d, "nodes": k} for c, (m, d, k) in g.medians.items()},
+                "nodes": [node(g, n) for n in g.nodes],
+                "group_findings": [_finding(f) for f in g.findings if f.node is None],
+                "not_judged": list(g.unjudged),
+            }
+            for g in fleet.groups
+        ],
+        "superseded": [{"document": s.path, "node": s.node, "by": s.by, "why": s.why} for s in fleet.superseded],
+        "set_aside": [{"document": p, "why": w} for p, w in fleet.set_aside],
+        "not_read": [{"document": p, "why": w} for p, w in unread],
+    }
 
 
 _CSS = """
@@ -150,14 +183,21 @@ def _cell(group: Group, node, column: str) -> str:
         items = sum(max(1, len(f.items)) for f in mine)
         one = mine[0]
         where = one.fact.removesuffix(one.column).strip() if one.column and one.fact.endswith(one.column) else ""
-        value = f"{where} {one.value}".strip() if len(mine) == 1 and one.value is not None else (
-            "fault" if all(f.kind in (FAULT, IDENTITY) for f in mine) else "differs")
+        value = (
+            f"{where} {one.value}".strip()
+            if len(mine) == 1 and one.value is not None
+            else ("fault" if all(f.kind in (FAULT, IDENTITY) for f in mine) else "differs")
+        )
         if items > 1:
             value = f"{value} ({counted(items, 'fact')})"
         said = [e for f in mine for e in f.evidence]
-        body = html_text(value) + (f"<details><summary>{len(said)}</summary><ul>"
-                                   + "".join(f"<li>{html_text(e)}</li>" for e in said) + "</ul></details>"
-                                   if said else "")
+        body = html_text(value) + (
+            f"<details><summary>{len(said)}</summary><ul>"
+            + "".join(f"<li>{html_text(e)}</li>" for e in said)
+            + "</ul></details>"
+            if said
+            else ""
+        )
         return f'<td class="named" title="{html_attribute(text)}">{body}</td>'
     if split:
         side = [values for f in split for values, nodes in f.sides if node.name in nodes]
@@ -166,8 +206,11 @@ def _cell(group: Group, node, column: str) -> str:
     if column in group.medians:  # a figure class: the node's lowest figure of it
         figures = [fig.gbps for fig in node.figures if fig.cls == column]
         value = f"{min(figures):.1f}" if figures else "?"
-        evidence = (f"lowest of {len(figures)}; group median {group.medians[column][0]:.1f} GB/s" if figures
-                    else "no figure of this class in its document")
+        evidence = (
+            f"lowest of {len(figures)}; group median {group.medians[column][0]:.1f} GB/s"
+            if figures
+            else "no figure of this class in its document"
+        )
     else:
         value = node.facts.get(column)
         reference = group.reference.get(column)
@@ -194,40 +237,60 @@ def _group_html(group: Group) -> list[str]:
     out += [f'<p class="split">Split: {html_text(f.says)}</p>' for f in group.findings if f.kind == SPLIT]
     out += [f"<p>Not judged: {html_text(why)}</p>" for why in group.unjudged]
     columns = _columns(group)
-    out.append(f"<p>{html_text(counted(len(group.reference), 'fact'))} compared with peers; a column per kind of "
-               "fact that sets a node apart (red: named, yellow: split), the evidence on hover and under the "
-               "count.</p>")
-    out.append("<table><tr><th>node</th><th>findings</th>" + "".join(f"<th>{html_text(c)}</th>" for c in columns)
-               + "<th>not judged</th></tr>")
-    first = [n for n in group.nodes if group.of(n.name)] + [n for n in group.nodes if group.disagreeing(n.name)
-                                                             and not group.of(n.name)]
+    out.append(
+        f"<p>{html_text(counted(len(group.reference), 'fact'))} compared with peers; a column per kind of "
+        "fact that sets a node apart (red: named, yellow: split), the evidence on hover and under the "
+        "count.</p>"
+    )
+    out.append(
+        "<table><tr><th>node</th><th>findings</th>"
+        + "".join(f"<th>{html_text(c)}</th>" for c in columns)
+        + "<th>not judged</th></tr>"
+    )
+    first = [n for n in group.nodes if group.of(n.name)] + [
+        n for n in group.nodes if group.disagreeing(n.name) and not group.of(n.name)
+    ]
     for node in first + [n for n in group.nodes if n not in first]:
         state, count = _state(group, node)
-        out.append(f'<tr><td title="{html_attribute(node.path)}">{html_text(node.name)}</td>'
-                   f'<td class="{state}">{html_text(count)}</td>'
-                   + "".join(_cell(group, node, c) for c in columns)
-                   + f"<td>{html_text('; '.join(group.unjudged_of(node)))}</td></tr>")
+        out.append(
+            f'<tr><td title="{html_attribute(node.path)}">{html_text(node.name)}</td>'
+            f'<td class="{state}">{html_text(count)}</td>'
+            + "".join(_cell(group, node, c) for c in columns)
+            + f"<td>{html_text('; '.join(group.unjudged_of(node)))}</td></tr>"
+        )
     return out + ["</table>"]
 
 
 def html_page(fleet: Fleet, unread: list) -> str:
     verdict = _verdict(fleet, unread)
-    state = ("passed" if fleet.healthy and not unread else
-             "failed" if fleet.named or fleet.splits or unread else "unjudged")
-    body = [f'<div id="verdict" class="{state}"><h1>{html_text(verdict)}</h1>'
-            "<p>Each node is named for a fault of its own (a fact with a healthy value it does not have), "
-            "whatever its peers hold, and for a difference from the nodes of its GPU model: the value most "
-            "of them share, and the median and spread of their measured figures.</p></div>"]
+    state = (
+        "passed" if fleet.healthy and not unread else "failed" if fleet.named or fleet.splits or unread else "unjudged"
+    )
+    body = [
+        f'<div id="verdict" class="{state}"><h1>{html_text(verdict)}</h1>'
+        "<p>Each node is named for a fault of its own (a fact with a healthy value it does not have), "
+        "whatever its peers hold, and for a difference from the nodes of its GPU model: the value most "
+        "of them share, and the median and spread of their measured figures.</p></div>"
+    ]
     for group in fleet.groups:
         body += _group_html(group)
     if fleet.superseded:
-        body += ["<h2>Superseded</h2><ul>"] + [f"<li>{html_text(s.path)}: {html_text(s.why)}</li>"
-                                               for s in fleet.superseded] + ["</ul>"]
+        body += (
+            ["<h2>Superseded</h2><ul>"]
+            + [f"<li>{html_text(s.path)}: {html_text(s.why)}</li>" for s in fleet.superseded]
+            + ["</ul>"]
+        )
     if fleet.set_aside:
-        body += ["<h2>Set aside</h2><ul>"] + [f"<li>{html_text(p)}: {html_text(w)}</li>"
-                                              for p, w in fleet.set_aside] + ["</ul>"]
+        body += (
+            ["<h2>Set aside</h2><ul>"]
+            + [f"<li>{html_text(p)}: {html_text(w)}</li>" for p, w in fleet.set_aside]
+            + ["</ul>"]
+        )
     if unread:
         body += ["<h2>Not read</h2><ul>"] + [f"<li>{html_text(p)}: {html_text(w)}</li>" for p, w in unread] + ["</ul>"]
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{html_text(verdict)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-            + "\n".join(body) + "\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html_text(verdict)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body>\n</html>\n"
+    )

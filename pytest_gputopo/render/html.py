@@ -66,20 +66,28 @@ def _gpu_table(topology: Topology) -> str:
     rows = []
     for g in topology.gpus:
         arch = architecture(g.compute_capability)
-        rows.append([_cell(f"GPU{g.index}"), _cell(g.name or "?", "text"),
-                     _cell("?" if g.memory_total_bytes is None else f"{g.memory_total_bytes / GB:.1f} GB"),
-                     _cell((g.compute_capability or "?") + (f" ({arch.title()})" if arch else "")),
-                     _pcie_cell(g), _nvlinks_cell(topology, g),
-                     _cell("?" if g.numa_node is None else str(g.numa_node)),
-                     _cell({None: "?", True: "yes", False: "no"}[g.multicast])])
+        rows.append(
+            [
+                _cell(f"GPU{g.index}"),
+                _cell(g.name or "?", "text"),
+                _cell("?" if g.memory_total_bytes is None else f"{g.memory_total_bytes / GB:.1f} GB"),
+                _cell((g.compute_capability or "?") + (f" ({arch.title()})" if arch else "")),
+                _pcie_cell(g),
+                _nvlinks_cell(topology, g),
+                _cell("?" if g.numa_node is None else str(g.numa_node)),
+                _cell({None: "?", True: "yes", False: "no"}[g.multicast]),
+            ]
+        )
     head = ["GPU", "model", "memory", "compute", "PCIe now (max)", "NVLinks up", "NUMA", "multicast"]
     return _table(rows, head)
 
 
 def _pcie_cell(g) -> str:
     """PCIe now and max; red, and said, where the link trained below its width (the ``pcie`` check's rule)."""
-    text = (f"Gen{g.pcie_gen_current or '?'} x{g.pcie_width_current or '?'} "
-            f"(max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'})")
+    text = (
+        f"Gen{g.pcie_gen_current or '?'} x{g.pcie_width_current or '?'} "
+        f"(max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'})"
+    )
     if g.pcie_width_current is not None and g.pcie_width_max is not None and g.pcie_width_current < g.pcie_width_max:
         return _cell(f"{text}, trained down", "failed", f"GPU{g.index}: x{g.pcie_width_current} of x{g.pcie_width_max}")
     return _cell(text)
@@ -98,8 +106,12 @@ def _nvlinks_cell(topology: Topology, g) -> str:
 
 
 def _versions(topology: Topology) -> str:
-    pairs = [("driver", topology.driver_version), ("CUDA (driver)", topology.cuda_driver_version),
-             ("CUDA runtime (torch)", topology.cuda_runtime_version), ("NCCL (torch)", topology.nccl_version)]
+    pairs = [
+        ("driver", topology.driver_version),
+        ("CUDA (driver)", topology.cuda_driver_version),
+        ("CUDA runtime (torch)", topology.cuda_runtime_version),
+        ("NCCL (torch)", topology.nccl_version),
+    ]
     return "<p>" + ", ".join(f"{_t(what)} <b>{_t(have or '?')}</b>" for what, have in pairs) + "</p>"
 
 
@@ -108,8 +120,9 @@ def _matrix(topology: Topology, cell) -> str:
     head = [""] + [f"GPU{b}" for b in range(n)]
     rows = []
     for a in range(n):
-        rows.append([f"<th>GPU{a}</th>"] + [_cell("X", "self") if a == b else cell(topology.link(a, b), a, b)
-                                            for b in range(n)])
+        rows.append(
+            [f"<th>GPU{a}</th>"] + [_cell("X", "self") if a == b else cell(topology.link(a, b), a, b) for b in range(n)]
+        )
     return _table(rows, head, "matrix")
 
 
@@ -118,8 +131,12 @@ def _link_cell(link, a, b) -> str:
     cls = "unknown" if label is None else LINK_CLASSES[label.cls]
     text = "?" if label is None else str(label)
     pcie = "unknown" if link.pcie is None else link.pcie.name
-    return _cell(text, cls, f"GPU{a}-GPU{b}: {text}; PCIe path {pcie}; NVLinks {link.nvlinks}",
-                 f' data-pair="{min(a, b)}-{max(a, b)}"')
+    return _cell(
+        text,
+        cls,
+        f"GPU{a}-GPU{b}: {text}; PCIe path {pcie}; NVLinks {link.nvlinks}",
+        f' data-pair="{min(a, b)}-{max(a, b)}"',
+    )
 
 
 def _p2p_cell(link, a, b) -> str:
@@ -127,24 +144,40 @@ def _p2p_cell(link, a, b) -> str:
     works = link.p2p_works
     cls = "unknown" if works is None else ("ok" if works else "refused")
     peer = {None: "not asked", True: "yes", False: "no"}[link.cuda_peer]
-    return _cell(r if r == w else f"{r}/{w}", cls,
-                 f"GPU{a}-GPU{b}: read {link.p2p.read.description}, write {link.p2p.write.description}; "
-                 f"CUDA peer access: {peer}", f' data-p2p="{min(a, b)}-{max(a, b)}"')
+    return _cell(
+        r if r == w else f"{r}/{w}",
+        cls,
+        f"GPU{a}-GPU{b}: read {link.p2p.read.description}, write {link.p2p.write.description}; "
+        f"CUDA peer access: {peer}",
+        f' data-p2p="{min(a, b)}-{max(a, b)}"',
+    )
 
 
 def _legends() -> str:
-    links = _table([[_cell("NV#", "nv"), _cell("a bonded set of # NVLinks", "text")],
-                    [_cell("PIX / PXB", "pix"), _cell("one / several PCIe bridges", "text")],
-                    [_cell("PHB", "phb"), _cell("PCIe and a host bridge (the CPU)", "text")],
-                    [_cell("NODE", "node"),
-                     _cell("PCIe and the interconnect between host bridges of one NUMA node", "text")],
-                    [_cell("SYS", "sys"), _cell("PCIe and the SMP interconnect between NUMA nodes", "text")],
-                    [_cell("?", "unknown"), _cell("not known: the source did not say", "text")]], ["link", "meaning"],
-                   "legend")
-    p2p = _table([[_cell("OK", "ok"), _cell("P2P read and write OK", "text")],
-                  [_cell("CNS GNS TNS DR NS", "refused"), _cell("refused: chipset, GPU, topology not supported; "
-                                                                "disabled by regkey; not supported", "text")],
-                  [_cell("U", "unknown"), _cell("unknown", "text")]], ["P2P", "meaning"], "legend")
+    links = _table(
+        [
+            [_cell("NV#", "nv"), _cell("a bonded set of # NVLinks", "text")],
+            [_cell("PIX / PXB", "pix"), _cell("one / several PCIe bridges", "text")],
+            [_cell("PHB", "phb"), _cell("PCIe and a host bridge (the CPU)", "text")],
+            [_cell("NODE", "node"), _cell("PCIe and the interconnect between host bridges of one NUMA node", "text")],
+            [_cell("SYS", "sys"), _cell("PCIe and the SMP interconnect between NUMA nodes", "text")],
+            [_cell("?", "unknown"), _cell("not known: the source did not say", "text")],
+        ],
+        ["link", "meaning"],
+        "legend",
+    )
+    p2p = _table(
+        [
+            [_cell("OK", "ok"), _cell("P2P read and write OK", "text")],
+            [
+                _cell("CNS GNS TNS DR NS", "refused"),
+                _cell("refused: chipset, GPU, topology not supported; disabled by regkey; not supported", "text"),
+            ],
+            [_cell("U", "unknown"), _cell("unknown", "text")],
+        ],
+        ["P2P", "meaning"],
+        "legend",
+    )
     return links + p2p
 
 
@@ -153,8 +186,14 @@ def _machine(topology: Topology) -> str:
     if topology.problem:
         parts.append(f"<p>No GPU facts: {_t(topology.problem)}</p>")
     if topology.gpus:
-        parts += [_gpu_table(topology), _versions(topology), "<h3>Link class</h3>", _matrix(topology, _link_cell),
-                  "<h3>P2P read/write (NVML, joined with CUDA's peer access)</h3>", _matrix(topology, _p2p_cell)]
+        parts += [
+            _gpu_table(topology),
+            _versions(topology),
+            "<h3>Link class</h3>",
+            _matrix(topology, _link_cell),
+            "<h3>P2P read/write (NVML, joined with CUDA's peer access)</h3>",
+            _matrix(topology, _p2p_cell),
+        ]
     parts += [f"<p>warning: {_t(w)}</p>" for w in topology.warnings]
     return "\n".join(parts)
 
@@ -165,9 +204,14 @@ def _machine(topology: Topology) -> str:
 
 # A measurement's state as the run judged it (``core.judgement``, written into the document by the
 # reporter) in words: the report reads the verdict, never decides one.
-_STATE_WORDS = {"absent": "no figure", "broken": "data wrong", "unknown": "nothing to judge it by",
-                "below": "below the threshold", "met": "meets the threshold",
-                "staged": "meets the threshold, but slower than the same copy staged through the host: not P2P"}
+_STATE_WORDS = {
+    "absent": "no figure",
+    "broken": "data wrong",
+    "unknown": "nothing to judge it by",
+    "below": "below the threshold",
+    "met": "meets the threshold",
+    "staged": "meets the threshold, but slower than the same copy staged through the host: not P2P",
+}
 
 
 def _state(m: dict) -> tuple[str, str]:
@@ -195,8 +239,10 @@ def _ratio_text(m: dict) -> str:
 def _tip(m: dict) -> str:
     exp = m.get("expected") or {}
     needed = exp.get("needed_gbps")
-    parts = [m.get("what", ""), f"{m.get('origin')}: {m['gbps']:.2f} GB/s" if m.get("gbps") is not None
-             else f"no figure: {m.get('error')}"]
+    parts = [
+        m.get("what", ""),
+        f"{m.get('origin')}: {m['gbps']:.2f} GB/s" if m.get("gbps") is not None else f"no figure: {m.get('error')}",
+    ]
     if exp.get("gbps"):
         parts.append(f"expected {exp['gbps']:.1f} GB/s ({exp.get('basis')})")
     if needed is not None:
@@ -214,15 +260,18 @@ def _measured_cell(m: dict | None, judged: list[dict] | None = None) -> str:
     if m is None:
         return _cell("", "absent", "not measured in this run")
     cls, words = _state(m)
-    origin = f'<br><small>{_t(m.get("origin", ""))}</small>' if m.get("gbps") is not None else ""
+    origin = f"<br><small>{_t(m.get('origin', ''))}</small>" if m.get("gbps") is not None else ""
     tip = _tip(m)
     if judged:
         cls, words, needs = _as_judged(cls, words, judged)
         origin += f"<br><small>{_t(needs)}</small>"
-        tip += "".join(f"; {j['test']}: {j['requirement']} needed {_gbps(j['needed_gbps'])}, {j['state']}"
-                       for j in judged)
-    return (f'<td class="{_a(cls)}" title="{_a(tip)} ({_a(words)})" data-state="{_a(cls)}">{_t(_ratio_text(m))}'
-            f'{origin}</td>')
+        tip += "".join(
+            f"; {j['test']}: {j['requirement']} needed {_gbps(j['needed_gbps'])}, {j['state']}" for j in judged
+        )
+    return (
+        f'<td class="{_a(cls)}" title="{_a(tip)} ({_a(words)})" data-state="{_a(cls)}">{_t(_ratio_text(m))}'
+        f"{origin}</td>"
+    )
 
 
 # A test's state of a figure, worst first: a cell takes the worst any test judged it, so that no cell
@@ -243,8 +292,10 @@ def _as_judged(cls: str, words: str, judged: list[dict]) -> tuple[str, str, str]
     if worst != "met":
         cls, words = worst, f"{_STATE_WORDS[worst]} of {len(tests)} test{'' if len(tests) == 1 else 's'}"
     needs = Counter((j.get("needed_gbps"), j.get("state")) for j in judged)  # each need once, its tests counted
-    parts = [f"{'?' if n is None else f'{n:.1f}'} ({state}{f', {count} tests' if count > 1 else ''})"
-             for (n, state), count in sorted(needs.items(), key=lambda e: (e[0][0] is None, e[0][0] or 0))]
+    parts = [
+        f"{'?' if n is None else f'{n:.1f}'} ({state}{f', {count} tests' if count > 1 else ''})"
+        for (n, state), count in sorted(needs.items(), key=lambda e: (e[0][0] is None, e[0][0] or 0))
+    ]
     return cls, words, "tests needed " + ", ".join(parts)
 
 
@@ -254,15 +305,23 @@ def _judged(doc: dict) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for v in doc.get("verdicts") or []:
         for f in v.get("figures") or []:
-            out.setdefault(repr(f["key"]), []).append({"test": v.get("test", ""), "state": f["state"],
-                                                       "requirement": v.get("requirement", ""),
-                                                       "needed_gbps": f.get("needed_gbps")})
+            out.setdefault(repr(f["key"]), []).append(
+                {
+                    "test": v.get("test", ""),
+                    "state": f["state"],
+                    "requirement": v.get("requirement", ""),
+                    "needed_gbps": f.get("needed_gbps"),
+                }
+            )
     return out
 
 
 # Copies between GPUs, one grid per kind a run has (core.keys.COPY_KINDS).
-_COPY_GRIDS = (("p2p", "P2P copy"), ("p2p_bidir", "P2P copies both ways at once (both directions' bytes)"),
-               ("p2p_staged", "Copy staged through the host, P2P off"))
+_COPY_GRIDS = (
+    ("p2p", "P2P copy"),
+    ("p2p_bidir", "P2P copies both ways at once (both directions' bytes)"),
+    ("p2p_staged", "Copy staged through the host, P2P off"),
+)
 
 
 def _absent(doc: dict) -> str:
@@ -285,10 +344,14 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
     for kind, title in _COPY_GRIDS:
         copies = {(m["key"][1], m["key"][2]): m for m in measured if m["key"][0] == kind}
         if copies and n:
-            rows = [[f"<th>GPU{a}</th>"] + [_cell("X", "self") if a == b else cell(copies.get((a, b)))
-                                            for b in range(n)] for a in range(n)]
-            parts += [f"<h3>{title}, GB/s / expected = ratio, origin under each (row: from, column: to)</h3>",
-                      _table(rows, [""] + [f"GPU{b}" for b in range(n)], "matrix")]
+            rows = [
+                [f"<th>GPU{a}</th>"] + [_cell("X", "self") if a == b else cell(copies.get((a, b))) for b in range(n)]
+                for a in range(n)
+            ]
+            parts += [
+                f"<h3>{title}, GB/s / expected = ratio, origin under each (row: from, column: to)</h3>",
+                _table(rows, [""] + [f"GPU{b}" for b in range(n)], "matrix"),
+            ]
     host = [m for m in measured if m["key"][0] in ("h2d", "d2h") and m.get("gbps") is not None]
     if host:
         rows = [[_cell(m.get("what", "")), cell(m)] for m in host]
@@ -300,23 +363,41 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
     if not parts:
         if absent:
             return absent
-        return ("<p>Nothing was measured in this run.</p>" if doc.get("complete", True) is not False
-                else "<p>Nothing had been measured when this was written.</p>")
-    legend = _table([[_cell("1.00", "above"), _cell("at or above what the link should give", "text")],
-                     [_cell("0.81", "met"),
-                      _cell("meets the threshold (the floor x expected, or a published floor)", "text")],
-                     [_cell("0.40", "below"), _cell("below the threshold: a slow link", "text")],
-                     [_cell("0.89", "staged"), _cell("a P2P copy slower than the same copy staged through the host: "
-                                                     "not getting P2P", "text")],
-                     [_cell("/ ?", "unknown"), _cell("nothing says what it should reach: unknown, not OK", "text")],
-                     [_cell("—", "absent"), _cell("no figure (none published, or the run failed)", "text")],
-                     [_cell("data wrong", "broken"),
-                      _cell("the benchmark's data came back wrong: a broken node", "text")]]
-                    + ([[_cell("tests needed 445.5 (below)", "below"),
-                         _cell("what the tests judged on the figure needed, each at its own threshold (its marker's "
-                               "gbps or floor); coloured by the worst verdict a test gave it", "text")]]
-                       if any(repr(m["key"]) in judged for m in measured) else []),
-                    ["cell", "meaning"], "legend")
+        return (
+            "<p>Nothing was measured in this run.</p>"
+            if doc.get("complete", True) is not False
+            else "<p>Nothing had been measured when this was written.</p>"
+        )
+    legend = _table(
+        [
+            [_cell("1.00", "above"), _cell("at or above what the link should give", "text")],
+            [_cell("0.81", "met"), _cell("meets the threshold (the floor x expected, or a published floor)", "text")],
+            [_cell("0.40", "below"), _cell("below the threshold: a slow link", "text")],
+            [
+                _cell("0.89", "staged"),
+                _cell("a P2P copy slower than the same copy staged through the host: not getting P2P", "text"),
+            ],
+            [_cell("/ ?", "unknown"), _cell("nothing says what it should reach: unknown, not OK", "text")],
+            [_cell("—", "absent"), _cell("no figure (none published, or the run failed)", "text")],
+            [_cell("data wrong", "broken"), _cell("the benchmark's data came back wrong: a broken node", "text")],
+        ]
+        + (
+            [
+                [
+                    _cell("tests needed 445.5 (below)", "below"),
+                    _cell(
+                        "what the tests judged on the figure needed, each at its own threshold (its marker's "
+                        "gbps or floor); coloured by the worst verdict a test gave it",
+                        "text",
+                    ),
+                ]
+            ]
+            if any(repr(m["key"]) in judged for m in measured)
+            else []
+        ),
+        ["cell", "meaning"],
+        "legend",
+    )
     return "\n".join(([absent] if absent else []) + parts + [legend])
 
 
@@ -330,14 +411,28 @@ def _sweeps(doc: dict) -> str:
     parts = []
     for sweep in doc["sweeps"]:
         rows, exp = sweep["result"]["rows"], sweep["expected"]
-        expected = (f"expected busbw {exp['gbps']:g} GB/s ({exp['basis']})" if exp["gbps"] is not None
-                    else f"no expected line: {exp['basis']}")
-        parts += [f"<h3>{_t(sweep['what'])}</h3>",
-                  f"<p><span class=\"origin\">{_t(sweep['origin'])}</span> on {_t(sweep.get('host') or '?')}; "
-                  f"{_t(expected)}</p>", busbw_chart(rows, exp["gbps"], exp["basis"])]
-        body = [[_cell(size_text(r["size_bytes"])), _cell(str(r["count"])), _cell(f"{r['time_us']:.1f}"),
-                 _cell(f"{r['algbw_gbps']:.2f}"), _cell(f"{r['busbw_gbps']:.2f}"),
-                 _cell(str(r["wrong"]), "broken" if r["wrong"] else "")] for r in rows]
+        expected = (
+            f"expected busbw {exp['gbps']:g} GB/s ({exp['basis']})"
+            if exp["gbps"] is not None
+            else f"no expected line: {exp['basis']}"
+        )
+        parts += [
+            f"<h3>{_t(sweep['what'])}</h3>",
+            f'<p><span class="origin">{_t(sweep["origin"])}</span> on {_t(sweep.get("host") or "?")}; '
+            f"{_t(expected)}</p>",
+            busbw_chart(rows, exp["gbps"], exp["basis"]),
+        ]
+        body = [
+            [
+                _cell(size_text(r["size_bytes"])),
+                _cell(str(r["count"])),
+                _cell(f"{r['time_us']:.1f}"),
+                _cell(f"{r['algbw_gbps']:.2f}"),
+                _cell(f"{r['busbw_gbps']:.2f}"),
+                _cell(str(r["wrong"]), "broken" if r["wrong"] else ""),
+            ]
+            for r in rows
+        ]
         parts.append(_table(body, ["size", "count", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "#wrong"]))
     return "\n".join(parts)
 
@@ -360,8 +455,12 @@ def _checks(doc: dict) -> str:
     if not checks and doc.get("gate"):
         return _GATED
     if not checks:
-        return ("<p>No health-check items ran (--gputopo-check).</p>" if doc.get("complete", True) is not False
-                else "<p>No health-check item had an outcome when this was written.</p>")
+        return (
+            "<p>No health-check items ran (--gputopo-check).</p>"
+            if doc.get("complete", True) is not False
+            else "<p>No health-check item had an outcome when this was written.</p>"
+        )
+
     def row(c):
         return [_cell(c.get("check", ""), "text"), _outcome_cell(c), _cell(c.get("message", ""), "text")]
 
@@ -372,8 +471,13 @@ def _checks(doc: dict) -> str:
         if len(names) == 1:
             rows += [row(c) for c in ordered if c.get("check") == names[0] and c.get("outcome") == "skipped"][:1]
         else:
-            rows.append([_cell(check_kinds(names), "text"), _cell(f"SKIPPED x{len(names)}", "skipped"),
-                         f'<td class="text">{_t(reason)}<br><small>{_t(", ".join(names))}</small></td>'])
+            rows.append(
+                [
+                    _cell(check_kinds(names), "text"),
+                    _cell(f"SKIPPED x{len(names)}", "skipped"),
+                    f'<td class="text">{_t(reason)}<br><small>{_t(", ".join(names))}</small></td>',
+                ]
+            )
     rows += [row(c) for c in ordered if c.get("outcome") not in ("failed", "error", "skipped")]
     return _table(rows, ["check", "outcome", "message"])
 
@@ -386,12 +490,22 @@ def _unmet(doc: dict) -> str:
     if not unmet and doc.get("gate"):
         return _GATED
     if not unmet:  # "every" only of a finished run: an incomplete one does not know the rest
-        return ("<p>Every selected test's requirements were met.</p>" if doc.get("complete", True) is not False
-                else "<p>No test had been skipped for an unmet requirement when this was written "
-                     "(the run had not finished).</p>")
+        return (
+            "<p>Every selected test's requirements were met.</p>"
+            if doc.get("complete", True) is not False
+            else "<p>No test had been skipped for an unmet requirement when this was written "
+            "(the run had not finished).</p>"
+        )
     unmet = sorted(unmet, key=lambda u: _FIRST.get(u.get("outcome"), 2))
-    rows = [[_cell(u.get("test", ""), "text"), _outcome_cell(u), _cell(u.get("requirement", "")),
-             _cell(u.get("reason", ""), "text")] for u in unmet]
+    rows = [
+        [
+            _cell(u.get("test", ""), "text"),
+            _outcome_cell(u),
+            _cell(u.get("requirement", "")),
+            _cell(u.get("reason", ""), "text"),
+        ]
+        for u in unmet
+    ]
     return _table(rows, ["test", "outcome", "requirement", "reason"])
 
 
@@ -399,13 +513,21 @@ def _nccl(doc: dict) -> str:
     nccl = doc.get("nccl")
     if not nccl:
         return "<p>NCCL's view was not needed in this run.</p>"
-    parts = [f"<p>Origin: <span class=\"origin\">{_t(nccl.get('origin', ''))}</span></p>"]
+    parts = [f'<p>Origin: <span class="origin">{_t(nccl.get("origin", ""))}</span></p>']
     if nccl.get("account_line"):
         parts.append(f"<p>{_t(nccl['account_line'])}</p>")
     fallbacks = nccl.get("fallbacks") or []
     if fallbacks:
-        rows = [[_cell(f["pair"]), _cell(f["label"]), _cell(f["actual"], "below"), _cell(f["expected"], "ok"),
-                 _cell("; ".join(f["causes"]), "text")] for f in fallbacks]
+        rows = [
+            [
+                _cell(f["pair"]),
+                _cell(f["label"]),
+                _cell(f["actual"], "below"),
+                _cell(f["expected"], "ok"),
+                _cell("; ".join(f["causes"]), "text"),
+            ]
+            for f in fallbacks
+        ]
         parts += ["<h3>Fallback</h3>", _table(rows, ["pair", "link", "uses", "instead of", "cause"])]
     pairs = nccl.get("pairs") or []
     if pairs:
@@ -424,7 +546,6 @@ def _nodes(doc: dict) -> str:
     return "\n".join(parts)
 
 
-
 # The verdict's banner: its colour by word (a class the stylesheet knows), the word itself always written.
 _VERDICT_CLASS = {"FAILED": "failed", "PASSED": "passed", "INCOMPLETE": "skipped"}
 _BANNER_ROWS = 8  # causes on the first screen; the sections below list every one, failures first
@@ -439,20 +560,35 @@ def _banner(doc: dict, origin: str, state: str) -> tuple[str, str]:
     counts = "; ".join(v.counts) or "no health check ran (--gputopo-check) and no test was held back by a requirement"
     if v.word == FAILED and not v.complete:
         counts += "; the run had not finished: more may have failed"
-    parts = [f'<section id="verdict" class="{cls}">',
-             f'<h1><span class="{cls}">{_t(v.word)}</span> gputopo report{_t(state)}</h1>',
-             f'<p>{_t(counts)}. Source: <span class="origin">{_t(origin)}</span></p>']
+    parts = [
+        f'<section id="verdict" class="{cls}">',
+        f'<h1><span class="{cls}">{_t(v.word)}</span> gputopo report{_t(state)}</h1>',
+        f'<p>{_t(counts)}. Source: <span class="origin">{_t(origin)}</span></p>',
+    ]
     if v.causes:
         shown = v.causes[:_BANNER_ROWS]
-        rows = [[_cell(c.outcome.upper(), _outcome_class(c.outcome)), _cell(c.what), _cell(c.where, "text"),
-                 _cell(c.found, "text")] for c in shown]
+        rows = [
+            [
+                _cell(c.outcome.upper(), _outcome_class(c.outcome)),
+                _cell(c.what),
+                _cell(c.where, "text"),
+                _cell(c.found, "text"),
+            ]
+            for c in shown
+        ]
         if len(v.causes) > len(shown):
-            rows.append([f'<td colspan="4" class="text">and {len(v.causes) - len(shown)} more: the sections below '
-                         f'list each one, failures first</td>'])
+            rows.append(
+                [
+                    f'<td colspan="4" class="text">and {len(v.causes) - len(shown)} more: the sections below '
+                    f"list each one, failures first</td>"
+                ]
+            )
         parts.append(_table(rows, ["outcome", "what", "where", "found"]))
     for names, reason in v.not_judged:
-        parts.append(f"<p>Not judged: {_t(f'{len(names)} check' + ('' if len(names) == 1 else 's'))} "
-                     f"({_t(check_kinds(names))}): {_t(reason)}</p>")
+        parts.append(
+            f"<p>Not judged: {_t(f'{len(names)} check' + ('' if len(names) == 1 else 's'))} "
+            f"({_t(check_kinds(names))}): {_t(reason)}</p>"
+        )
     parts.append("</section>")
     first = v.failed[0] if v.failed else None
     title = v.word + (f": {first.what} {first.where}" if first else "")
@@ -468,16 +604,24 @@ def html_report(doc: dict) -> str:
     origin = source_text(topology)
     state = "" if doc.get("complete", True) else " (incomplete: the run had not finished)"
     # A run's document holds every section's key; a sweep's (gputopo bench) the machine and its sweeps.
-    drawn = [("checks", "Checks", _checks), ("unmet", "Unmet requirements", _unmet), ("topology", "Machine", None),
-             ("measurements", "Bandwidth: measured, cached or recorded", lambda d: _bandwidth(d, topology)),
-             ("sweeps", "All-reduce sweeps", _sweeps), ("nccl", "NCCL", _nccl), ("nodes", "Nodes of the run", _nodes)]
+    drawn = [
+        ("checks", "Checks", _checks),
+        ("unmet", "Unmet requirements", _unmet),
+        ("topology", "Machine", None),
+        ("measurements", "Bandwidth: measured, cached or recorded", lambda d: _bandwidth(d, topology)),
+        ("sweeps", "All-reduce sweeps", _sweeps),
+        ("nccl", "NCCL", _nccl),
+        ("nodes", "Nodes of the run", _nodes),
+    ]
     sections = [(title, _machine(topology) if draw is None else draw(doc)) for key, title, draw in drawn if key in doc]
     body = "\n".join(f"<section><h2>{title}</h2>\n{content}\n</section>" for title, content in sections)
     if has_verdict(doc):
         head, title = _banner(doc, origin, state)
     else:
-        head = (f"<h1>gputopo report{_t(state)}</h1>\n<p>Source: <span class=\"origin\">{_t(origin)}</span></p>")
+        head = f'<h1>gputopo report{_t(state)}</h1>\n<p>Source: <span class="origin">{_t(origin)}</span></p>'
         title = f"gputopo report: {origin}"
-    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{_t(title)}</title>\n<style>{STYLESHEET}</style>\n</head>\n<body>\n{head}\n"
-            f"{body}\n<section><h2>Legend</h2>\n{_legends()}</section>\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{_t(title)}</title>\n<style>{STYLESHEET}</style>\n</head>\n<body>\n{head}\n"
+        f"{body}\n<section><h2>Legend</h2>\n{_legends()}</section>\n</body>\n</html>\n"
+    )

@@ -33,10 +33,42 @@ background: #fafafa; color: #111; }
 """
 
 # A link's cell in the matrices, by its class.
-LINK_CLASSES = {LinkClass.NV: "nv", LinkClass.PIX: "pix", LinkClass.PXB: "pxb", LinkClass.PHB: "phb",
-                LinkClass.NODE: "node", LinkClass.SYS: "sys"}
+LINK_CLASSES = {
+    LinkClass.NV: "nv",
+    LinkClass.PIX: "pix",
+    LinkClass.PXB: "pxb",
+    LinkClass.PHB: "phb",
+    LinkClass.NODE: "node",
+    LinkClass.SYS: "sys",
+}
 
 # Every class the stylesheet gives a cell.
-CELL_CLASSES = frozenset({"text", "origin", "legend", "matrix", "nv", "pix", "pxb", "phb", "node", "sys", "unknown",
-                         "ok", "refused", "above", "met", "below", "staged", "broken", "absent", "passed", "failed",
-                         "error", "skipped", "self", "differs"})
+CELL_CLASSES = frozenset(
+    {
+        "text",
+        "origin",
+        "legend",
+        "matrix",
+        "nv",
+        "pix",
+        "pxb",
+        "phb",
+        "node",
+        "sys",
+        "unknown",
+        "ok",
+        "refused",
+        "above",
+        "met",
+        "below",
+        "staged",
+        "broken",
+        "absent",
+        "passed",
+        "failed",
+        "error",
+        "skipped",
+        "self",
+        "differs",
+    }
+)

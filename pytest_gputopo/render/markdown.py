@@ -19,17 +19,20 @@ def _cell(text) -> str:
 def _table(head: list[str], rows: list[list], row_heads: bool = False) -> list[str]:
     """A table of values from data, each escaped (``_cell``); the head is ours; ``row_heads``: each
     row's first cell in bold."""
+
     def first(c):
         return f"**{_cell(c)}**" if row_heads else _cell(c)
 
-    return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            + ["| " + " | ".join([first(row[0])] + [_cell(c) for c in row[1:]]) + " |" for row in rows])
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+        "| " + " | ".join([first(row[0])] + [_cell(c) for c in row[1:]]) + " |" for row in rows
+    ]
 
 
 def _matrix(topology: Topology) -> list[str]:
     n = len(topology.gpus)
-    rows = [[f"GPU{a}"] + ["X" if a == b else str(topology.link(a, b).label or "?") for b in range(n)]
-            for a in range(n)]
+    rows = [
+        [f"GPU{a}"] + ["X" if a == b else str(topology.link(a, b).label or "?") for b in range(n)] for a in range(n)
+    ]
     return _table([""] + [f"GPU{b}" for b in range(n)], rows, row_heads=True)
 
 
@@ -43,8 +46,9 @@ def _figures(doc: dict) -> list[str]:
         exp = m.get("expected") or {}
         expected = "?" if exp.get("gbps") is None else f"{exp['gbps']:.3g}"
         needed = "?" if exp.get("needed_gbps") is None else f"{exp['needed_gbps']:.3g}"
-        rows.append([m.get("what", ""), f"{m['gbps']:.3g}", expected, needed, m.get("origin", ""),
-                     m.get("error") or ""])
+        rows.append(
+            [m.get("what", ""), f"{m['gbps']:.3g}", expected, needed, m.get("origin", ""), m.get("error") or ""]
+        )
     lines = _table(["measurement", "GB/s", "expected", "needed", "origin", "error"], rows) if rows else []
     absent = [f"- No figure for {_cell(what)}: {_cell(reason)}" for what, reason in no_figures(doc)]
     return lines + ([""] if lines and absent else []) + absent
@@ -69,14 +73,19 @@ def summary(doc: dict, gate_causes: list | None = None) -> str:
     unmet = doc.get("unmet") or []
     if unmet:
         lines += ["**Tests not run for unmet requirements:**", ""]
-        lines += _table(["test", "outcome", "requirement", "reason"],
-                        [[u["test"], u["outcome"], u["requirement"], u["reason"]] for u in unmet]) + [""]
+        lines += _table(
+            ["test", "outcome", "requirement", "reason"],
+            [[u["test"], u["outcome"], u["requirement"], u["reason"]] for u in unmet],
+        ) + [""]
     if topology.gpus:
         lines += ["<details><summary>Link classes</summary>", ""] + _matrix(topology) + ["", "</details>", ""]
     figures = _figures(doc)
     if figures:
-        lines += (["<details><summary>Bandwidth: measured, cached or recorded</summary>", ""] + figures
-                  + ["", "</details>", ""])
+        lines += (
+            ["<details><summary>Bandwidth: measured, cached or recorded</summary>", ""]
+            + figures
+            + ["", "</details>", ""]
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -93,10 +102,12 @@ def _failed_checks(doc: dict) -> list[tuple[str, str, str, str]]:
             out.append((str(names[0]), str(names[0]), str(failed[names[0]].get("message", "")), ""))
         else:
             evidence = [str(e) for e in cause.get("evidence") or []]
-            shown = evidence[:EVIDENCE_LINES] + ([f"and {len(evidence) - EVIDENCE_LINES} more"]
-                                                 if len(evidence) > EVIDENCE_LINES else [])
-            out.append((str(cause.get("cause", "")), check_kinds(names), str(cause.get("headline", "")),
-                        "\n".join(shown)))
+            shown = evidence[:EVIDENCE_LINES] + (
+                [f"and {len(evidence) - EVIDENCE_LINES} more"] if len(evidence) > EVIDENCE_LINES else []
+            )
+            out.append(
+                (str(cause.get("cause", "")), check_kinds(names), str(cause.get("headline", "")), "\n".join(shown))
+            )
     return out
 
 
@@ -109,13 +120,19 @@ def annotations(doc: dict, gate_causes: list | None = None) -> list[str]:
     and one per cause of the failed checks (``check_causes``: one cause of 28 failed items is one
     annotation), at most ``ANNOTATIONS``, the last then counting the causes left to the job summary."""
     found = [(f"gputopo run gate {c.name}", c.text()) for c in gate_causes or []]
-    found += [(f"gputopo check {cause}", f"{text}\n{evidence}" if evidence else text)
-              for cause, _, text, evidence in _failed_checks(doc)]
+    found += [
+        (f"gputopo check {cause}", f"{text}\n{evidence}" if evidence else text)
+        for cause, _, text, evidence in _failed_checks(doc)
+    ]
     if len(found) > ANNOTATIONS:
-        rest = found[ANNOTATIONS - 1:]
-        found = found[:ANNOTATIONS - 1] + [(f"gputopo: {len(rest)} more causes",
-                                            "; ".join(title.removeprefix("gputopo ") for title, _ in rest)
-                                            + " (the job summary and the report list each one)")]
+        rest = found[ANNOTATIONS - 1 :]
+        found = found[: ANNOTATIONS - 1] + [
+            (
+                f"gputopo: {len(rest)} more causes",
+                "; ".join(title.removeprefix("gputopo ") for title, _ in rest)
+                + " (the job summary and the report list each one)",
+            )
+        ]
     return [annotation(title, message) for title, message in found]
 
 

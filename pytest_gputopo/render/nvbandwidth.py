@@ -9,8 +9,10 @@ from ..parse.cells import NA
 from ..parse.nvbandwidth import Nvbandwidth, NvbMatrix
 
 # printInfo (output.cpp): the paragraph that closes every run.
-NOTE = ("NOTE: The reported results may not reflect the full capabilities of the platform.",
-        "Performance can vary with software drivers, hardware clocks, and system topology.")
+NOTE = (
+    "NOTE: The reported results may not reflect the full capabilities of the platform.",
+    "Performance can vary with software drivers, hardware clocks, and system topology.",
+)
 
 _VERSION_RE = re.compile(r"v?(\d{1,6})\.(\d{1,6})")
 _CUDA_RE = re.compile(r"(\d{1,4})\.(\d{1,4})")
@@ -78,8 +80,11 @@ def render_nvbandwidth(result: Nvbandwidth, *, hostname: str = "localhost", perf
         if tc.status == "waived":
             out.append(f"Waived: {tc.message or ''}")
             continue
-        if (tc.status == "error" and not tc.matrices and tc.message in
-                (f"Testcase {tc.name} not found!", f"Testcase index {tc.name} out of bound!")):
+        if (
+            tc.status == "error"
+            and not tc.matrices
+            and tc.message in (f"Testcase {tc.name} not found!", f"Testcase index {tc.name} out of bound!")
+        ):
             out.append(f"ERROR: {tc.message}")  # runTestcase: an id that names no testcase
             continue
         if tc.name:

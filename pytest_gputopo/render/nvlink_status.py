@@ -26,8 +26,7 @@ def render_nvlink_status(status: NvlinkStatus) -> str:
     for a link nvidia-smi could not print: active with no positive finite speed."""
     out: list[str] = []
     for gpu in status.gpus:
-        head = [f"GPU {gpu.index}:"] + ([gpu.name] if gpu.name else []) + \
-               ([f"(UUID: {gpu.uuid})"] if gpu.uuid else [])
+        head = [f"GPU {gpu.index}:"] + ([gpu.name] if gpu.name else []) + ([f"(UUID: {gpu.uuid})"] if gpu.uuid else [])
         out.append(" ".join(head))
         if gpu.all_inactive:
             out.append(INDENT + ALL_INACTIVE_LINE)
@@ -36,7 +35,9 @@ def render_nvlink_status(status: NvlinkStatus) -> str:
                 out.append(f"{INDENT}Link {link.link}: <inactive>")
                 continue
             if link.gbps is None or not math.isfinite(link.gbps) or link.gbps <= 0:
-                raise ValueError(f"render_nvlink_status: GPU {gpu.index} link {link.link} is active with speed "
-                                 f"{link.gbps!r}, which nvidia-smi never prints")
+                raise ValueError(
+                    f"render_nvlink_status: GPU {gpu.index} link {link.link} is active with speed "
+                    f"{link.gbps!r}, which nvidia-smi never prints"
+                )
             out.append(f"{INDENT}Link {link.link}: {format_gbps(link.gbps)} GB/s")
     return "\n".join(out) + "\n" if out else ""

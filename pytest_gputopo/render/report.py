@@ -14,13 +14,16 @@ from .escape import terminal, terminal_lines
 if TYPE_CHECKING:  # annotations only: loading the plugin does not load the model
     from ..core.model import Topology
 
+
 def legend() -> str:
     """nvidia-smi's own legend, plus what this plugin adds."""
     from .smi_topo import LEGEND  # only ``gputopo show`` needs it; keep plugin start-up light
 
-    return (LEGEND.rstrip("\n") + "\n  ?    = not known (the source did not say)\n"
-            "P2P: OK = read and write OK, CNS = chipset not supported, GNS = GPU not supported,\n"
-            "  TNS = topology not supported, DR = disabled by regkey, NS = not supported, U = unknown")
+    return (
+        LEGEND.rstrip("\n") + "\n  ?    = not known (the source did not say)\n"
+        "P2P: OK = read and write OK, CNS = chipset not supported, GNS = GPU not supported,\n"
+        "  TNS = topology not supported, DR = disabled by regkey, NS = not supported, U = unknown"
+    )
 
 
 def source_text(topology: Topology) -> str:
@@ -121,7 +124,8 @@ def p2p_lines(topology: Topology) -> list[str]:
     kind = topology.source.kind
     if all(ln.p2p.read.value == "U" and ln.p2p.write.value == "U" for ln in topology.pairs()):
         why = {"nvml": "NVML gave none", "smi-text": "nvidia-smi topo -m text does not give it"}.get(
-            kind, "the profile records none")
+            kind, "the profile records none"
+        )
         return ["", f"P2P read/write status: unknown for every pair ({why})"]
     source = "NVML" if kind == "nvml" else "as the profile records them; U where no source gave one"
     return ["", f"P2P read/write status ({source}):"] + matrix
@@ -136,17 +140,25 @@ def gpu_lines(topology: Topology) -> list[str]:
     for g in topology.gpus:
         pcie = "PCIe unknown"
         if g.pcie_gen_current is not None or g.pcie_width_current is not None:
-            pcie = (f"PCIe Gen{g.pcie_gen_current or '?'} x{g.pcie_width_current or '?'}"
-                    f" (max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'})")
+            pcie = (
+                f"PCIe Gen{g.pcie_gen_current or '?'} x{g.pcie_width_current or '?'}"
+                f" (max Gen{g.pcie_gen_max or '?'} x{g.pcie_width_max or '?'})"
+            )
         memory = "?" if g.memory_total_bytes is None else f"{g.memory_total_bytes / GB:.1f}"
         arch = architecture(g.compute_capability)
         compute = f"compute {g.compute_capability or '?'}" + (f" ({arch.title()})" if arch else "")
         nvl = f", {g.active_nvlinks}/{len(g.nvlinks)} NVLinks up" if g.nvlinks else ""
         multicast = "" if g.multicast is None else f", multicast {'yes' if g.multicast else 'no'}"
-        lines.append(f"GPU{g.index}: {g.name or 'unknown'} bus {g.pci_bus_id or '?'} {memory} GB, {compute}, "
-                     f"{pcie}{nvl}{multicast}")
-    versions = [("driver", topology.driver_version), ("CUDA (driver)", topology.cuda_driver_version),
-                ("CUDA runtime (torch)", topology.cuda_runtime_version), ("NCCL (torch)", topology.nccl_version)]
+        lines.append(
+            f"GPU{g.index}: {g.name or 'unknown'} bus {g.pci_bus_id or '?'} {memory} GB, {compute}, "
+            f"{pcie}{nvl}{multicast}"
+        )
+    versions = [
+        ("driver", topology.driver_version),
+        ("CUDA (driver)", topology.cuda_driver_version),
+        ("CUDA runtime (torch)", topology.cuda_runtime_version),
+        ("NCCL (torch)", topology.nccl_version),
+    ]
     return lines + ["versions: " + ", ".join(f"{what} {have or '?'}" for what, have in versions)]
 
 
@@ -180,18 +192,26 @@ def recorded_summary(counts: Counter, topologies: list) -> str | None:
         return None
     parts = ", ".join(f"{req} x{n}" for req, n in sorted(counts.items()))
     sources = "; ".join(dict.fromkeys(source_text(t) for t in topologies))
-    return terminal(f"gputopo: {counted(sum(counts.values()), 'test')} passed on figures recorded for the machine, "
-                    f"not measured here: {parts} [{sources}]")
+    return terminal(
+        f"gputopo: {counted(sum(counts.values()), 'test')} passed on figures recorded for the machine, "
+        f"not measured here: {parts} [{sources}]"
+    )
 
 
-def json_document(topology: Topology, measurements: list, checks: list, own: Sequence = (),
-                  lost: Sequence = ()) -> dict:
+def json_document(
+    topology: Topology, measurements: list, checks: list, own: Sequence = (), lost: Sequence = ()
+) -> dict:
     """What ``--gputopo-json`` writes. Every measurement (an entry of the run's record, its verdict
     in it) keeps its origin: ``measured`` here, ``cached`` (measured here earlier), or ``recorded``
     (published for a recorded machine); ``lost`` names the results another process left that could
     not be read back."""
-    return {**machine_document(topology), "measurements": list(measurements),
-            "lost_measurements": list(lost), "test_measurements": list(own), "checks": checks}
+    return {
+        **machine_document(topology),
+        "measurements": list(measurements),
+        "lost_measurements": list(lost),
+        "test_measurements": list(own),
+        "checks": checks,
+    }
 
 
 def machine_document(topology: Topology) -> dict:

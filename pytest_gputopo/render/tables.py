@@ -40,13 +40,17 @@ def nccl_tests_lines(result: NcclTestsResult) -> list[str]:
     own verdict on the data."""
     lines = [f"{'size_bytes':>12}  {'busbw out':>10}  {'busbw in':>10}  wrong"]
     for row in result.rows:
-        cells = [f"{r.busbw_gbps:10.2f}" if r and r.busbw_gbps is not None else f"{'N/A':>10}"
-                 for r in (row.out_of_place, row.in_place)]
+        cells = [
+            f"{r.busbw_gbps:10.2f}" if r and r.busbw_gbps is not None else f"{'N/A':>10}"
+            for r in (row.out_of_place, row.in_place)
+        ]
         wrong = [str(r.wrong) for r in (row.out_of_place, row.in_place) if r and r.wrong is not None]
         lines.append(f"{row.size_bytes:>12}  {cells[0]}  {cells[1]}  {'/'.join(wrong) or '-'}")
     avg, peak = result.avg_busbw_gbps, result.max_busbw_gbps()
-    lines.append(f"avg busbw (as printed): {'n/a' if avg is None else f'{avg:.2f}'} GB/s; "
-                 f"max busbw: {'n/a' if peak is None else f'{peak:.2f}'} GB/s")
+    lines.append(
+        f"avg busbw (as printed): {'n/a' if avg is None else f'{avg:.2f}'} GB/s; "
+        f"max busbw: {'n/a' if peak is None else f'{peak:.2f}'} GB/s"
+    )
     if result.wrong_data():  # nccl-tests' own verdict on the data: a broken node
         lines.append(f"wrong data: {result.wrong_data()}")
     return lines + [f"warning: {w}" for w in result.warnings]
@@ -116,15 +120,21 @@ def p2p_test_lines(result: P2PBandwidthLatency) -> list[str]:
 
 def nvbandwidth_lines(result: Nvbandwidth) -> list[str]:
     """Versions, devices, and per testcase its status and each matrix's spread and SUM."""
-    lines = [f"nvbandwidth {result.version or '(version not printed)'}, driver {result.driver_version or '?'}, "
-             f"CUDA runtime {result.cuda_runtime_version or '?'}"]
+    lines = [
+        f"nvbandwidth {result.version or '(version not printed)'}, driver {result.driver_version or '?'}, "
+        f"CUDA runtime {result.cuda_runtime_version or '?'}"
+    ]
     lines += [f"device {i}: {name}" + (f" ({bus})" if bus else "") for i, name, bus in result.devices]
     for case in result.testcases:
         if case.status != "ran":
             lines.append(f"{case.name}: {case.status}" + (f": {case.message}" if case.message else ""))
         for m in case.matrices:
-            cells = [v for r, row in enumerate(m.cells) for c, v in enumerate(row) if v is not None
-                     and (len(m.cells) == 1 or r != c)]
+            cells = [
+                v
+                for r, row in enumerate(m.cells)
+                for c, v in enumerate(row)
+                if v is not None and (len(m.cells) == 1 or r != c)
+            ]
             total = "" if m.sum is None else f", SUM {m.sum:.2f}"
             lines.append(f"{m.key}: {m.title}: {len(m.rows)}x{len(m.columns)}, {_spread(cells)} {m.unit}{total}")
     return lines + [f"warning: {w}" for w in result.warnings]
@@ -140,7 +150,9 @@ def nvlink_status_lines(status: NvlinkStatus) -> list[str]:
             continue
         speeds = sorted({s.gbps for s in g.links if s.gbps is not None})
         down = [s.link for s in g.links if not s.active]
-        lines.append(f"{head}: {g.active_links}/{len(g.links)} links up"
-                     + (f", {' / '.join(f'{v:g}' for v in speeds)} GB/s" if speeds else "")
-                     + (f"; down: {', '.join(map(str, down))}" if down else ""))
+        lines.append(
+            f"{head}: {g.active_links}/{len(g.links)} links up"
+            + (f", {' / '.join(f'{v:g}' for v in speeds)} GB/s" if speeds else "")
+            + (f"; down: {', '.join(map(str, down))}" if down else "")
+        )
     return lines + [f"warning: {w}" for w in status.warnings]

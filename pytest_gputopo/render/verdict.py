@@ -24,6 +24,7 @@ class Cause:
     """One row of the verdict: ``outcome`` (failed, skipped), ``what`` failed (a check, a requirement,
     the run gate), ``where`` (a GPU, a pair, the tests), ``found`` (the message: what it has against
     what it needs)."""
+
     outcome: str
     what: str
     where: str
@@ -80,17 +81,26 @@ def verdict(doc: dict) -> Verdict:
         causes.append(Cause("failed", "run gate", subject, found))
     for problem in [] if doc.get("gate_causes") else doc.get("gate") or []:  # a document without its causes
         term, sep, found = str(problem).partition(": ")  # "requires_link('NV12'): GPU5-GPU6 are linked by NODE"
-        causes.append(Cause("failed", f"run gate {term}" if sep else "run gate", _named(found) or "this machine",
-                            found if sep else term))
+        causes.append(
+            Cause(
+                "failed",
+                f"run gate {term}" if sep else "run gate",
+                _named(found) or "this machine",
+                found if sep else term,
+            )
+        )
     causes += _check_causes(doc, checks)
     # Tests not run for one requirement and one reason: one row, naming the tests.
     groups: dict[tuple, list[str]] = {}
     for u in unmet:
         outcome = "failed" if u.get("outcome") in _FAILURES else "skipped"
         groups.setdefault((outcome, str(u.get("requirement", "")), str(u.get("reason", ""))), []).append(
-            str(u.get("test", "")))
-    not_run = [Cause(outcome, requirement, ", ".join(tests), reason.removeprefix(f"{requirement}: "))
-               for (outcome, requirement, reason), tests in groups.items()]
+            str(u.get("test", ""))
+        )
+    not_run = [
+        Cause(outcome, requirement, ", ".join(tests), reason.removeprefix(f"{requirement}: "))
+        for (outcome, requirement, reason), tests in groups.items()
+    ]
     causes += [c for c in not_run if c.outcome == "failed"] + [c for c in not_run if c.outcome != "failed"]
 
     skipped = [c for c in checks if c.get("outcome") == "skipped"]
@@ -113,8 +123,10 @@ def verdict(doc: dict) -> Verdict:
         counts.append(f"{counted(len(checks), 'health check')}: {', '.join(parts) or 'no outcome'}")
     if unmet:
         n_failed = sum(1 for u in unmet if u.get("outcome") in _FAILURES)
-        counts.append(f"{counted(len(unmet), 'test')} not run for an unmet requirement"
-                      + (f" ({n_failed} failed under strict)" if n_failed else ""))
+        counts.append(
+            f"{counted(len(unmet), 'test')} not run for an unmet requirement"
+            + (f" ({n_failed} failed under strict)" if n_failed else "")
+        )
     return Verdict(word, counts, causes, not_judged, complete)
 
 
@@ -132,8 +144,14 @@ def _check_causes(doc: dict, checks: list[dict]) -> list[Cause]:
         if len(names) == 1 and names[0] in failed:
             c = failed[names[0]]
             m = _SUBJECT.match(names[0])
-            rows.append(Cause(str(c["outcome"]), f"check {m['what'] if m else names[0]}",
-                              m["where"] if m else "the machine", str(c.get("message", ""))))
+            rows.append(
+                Cause(
+                    str(c["outcome"]),
+                    f"check {m['what'] if m else names[0]}",
+                    m["where"] if m else "the machine",
+                    str(c.get("message", "")),
+                )
+            )
             continue
         subject = "this machine" if cause.get("cause") == "machine" else str(cause.get("cause", ""))
         headline = str(cause.get("headline", ""))
@@ -142,9 +160,14 @@ def _check_causes(doc: dict, checks: list[dict]) -> list[Cause]:
     return rows
 
 
-_KIND_WORDS = {"p2p": "P2P cop{}", "p2p_bidir": "P2P cop{} both ways at once",
-               "p2p_staged": "cop{} staged through the host", "h2d": "host -> device cop{}",
-               "d2h": "device -> host cop{}", "allreduce": "all-reduce{}"}
+_KIND_WORDS = {
+    "p2p": "P2P cop{}",
+    "p2p_bidir": "P2P cop{} both ways at once",
+    "p2p_staged": "cop{} staged through the host",
+    "h2d": "host -> device cop{}",
+    "d2h": "device -> host cop{}",
+    "allreduce": "all-reduce{}",
+}
 
 
 def _kind(kind: str, n: int) -> str:

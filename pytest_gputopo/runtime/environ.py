@@ -39,15 +39,20 @@ class Visibility(NamedTuple):  # not a dataclass: cheaper to define, and this mo
 
 def _cuda_order(gpus: Sequence[Gpu], device_order: str) -> list[int]:
     # Where a GPU's bus id is unknown (text listing some GPUs), no bus order is known: NVML's stands.
-    by_bus = (sorted(range(len(gpus)), key=lambda i: (gpus[i].pci_bus_id.upper(), i))  # type: ignore[union-attr]  # each has one (below)
-              if all(g.pci_bus_id for g in gpus) else list(range(len(gpus))))
+    by_bus = (
+        sorted(range(len(gpus)), key=lambda i: (gpus[i].pci_bus_id.upper(), i))  # type: ignore[union-attr]  # each has one (below)
+        if all(g.pci_bus_id for g in gpus)
+        else list(range(len(gpus)))
+    )
     if device_order == "PCI_BUS_ID":
         return by_bus
+
     # FASTEST_FIRST: CUDA puts the most capable devices first and breaks ties by PCI bus id; we
     # approximate "capable" by compute capability, which orders every real mixed box we know of.
     def capability(i: int) -> tuple[int, ...]:
         cc = gpus[i].compute_capability or "0.0"
         return tuple(-int(x) for x in cc.split(".") if x.isdigit())
+
     return sorted(by_bus, key=capability)
 
 
@@ -65,8 +70,9 @@ def visible_gpus(gpus: Sequence[Gpu], visible: str | None = None, device_order: 
     warnings = []
     device_order = device_order.strip().upper()
     if device_order not in ("FASTEST_FIRST", "PCI_BUS_ID"):
-        warnings.append(f"CUDA_DEVICE_ORDER={device_order!r} is not FASTEST_FIRST or PCI_BUS_ID; "
-                        f"CUDA uses FASTEST_FIRST")
+        warnings.append(
+            f"CUDA_DEVICE_ORDER={device_order!r} is not FASTEST_FIRST or PCI_BUS_ID; CUDA uses FASTEST_FIRST"
+        )
         device_order = "FASTEST_FIRST"
     cuda = _cuda_order(gpus, device_order)
     if visible is None:
@@ -76,12 +82,14 @@ def visible_gpus(gpus: Sequence[Gpu], visible: str | None = None, device_order: 
     for i, entry in enumerate(entries):
         pick = _match(entry, cuda, gpus)
         if isinstance(pick, str):
-            if entry or any(entries[i + 1:]):  # a trailing "0,1," drops nothing; "1,,2" drops the 2
+            if entry or any(entries[i + 1 :]):  # a trailing "0,1," drops nothing; "1,,2" drops the 2
                 warnings.append(f"CUDA_VISIBLE_DEVICES={visible[:60]!r}: {pick}; CUDA sees only the devices before it")
             break
         if pick in chosen:
-            warnings.append(f"CUDA_VISIBLE_DEVICES={visible[:60]!r}: {entry[:40]!r} is listed twice; CUDA sees only "
-                            f"the devices before it")
+            warnings.append(
+                f"CUDA_VISIBLE_DEVICES={visible[:60]!r}: {entry[:40]!r} is listed twice; CUDA sees only "
+                f"the devices before it"
+            )
             break
         chosen.append(pick)
     return Visibility(tuple(chosen), tuple(warnings))
@@ -300,18 +308,30 @@ def launch() -> Launch | None:
     rank_name, world_name, local_name, node_name, nodes_name = names
     rank, world = number(rank_name), number(world_name)
     if world is None or world < 1 or rank is None or not 0 <= rank < world:
-        raise ValueError(f"environment variables {rank_name}={env[rank_name]!r} {world_name}={env[world_name]!r} "
-                         f"do not describe a rank of a run")
+        raise ValueError(
+            f"environment variables {rank_name}={env[rank_name]!r} {world_name}={env[world_name]!r} "
+            f"do not describe a rank of a run"
+        )
     if world == 1:
         return None
     highest = 65535 if agent_store else 65534  # without torchrun's store, ours listens on MASTER_PORT+1
     port = numtext.read_int(env.get("MASTER_PORT", "29500"), 1, highest)
     if port is None:
-        raise ValueError(f"environment variable MASTER_PORT={env['MASTER_PORT'][:40]!r} is not a port from 1 to "
-                         f"{highest}" + ("" if agent_store else " (pytest-gputopo's store listens on MASTER_PORT+1)"))
-    return Launch(rank=rank, world_size=world, local_rank=number(local_name), node_rank=number(node_name),
-                  master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=port, agent_store=agent_store,
-                  run_id=run, nodes=number(nodes_name) or None)
+        raise ValueError(
+            f"environment variable MASTER_PORT={env['MASTER_PORT'][:40]!r} is not a port from 1 to "
+            f"{highest}" + ("" if agent_store else " (pytest-gputopo's store listens on MASTER_PORT+1)")
+        )
+    return Launch(
+        rank=rank,
+        world_size=world,
+        local_rank=number(local_name),
+        node_rank=number(node_name),
+        master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+        master_port=port,
+        agent_store=agent_store,
+        run_id=run,
+        nodes=number(nodes_name) or None,
+    )
 
 
 STORE_SECRET = "PYTEST_GPUTOPO_STORE_SECRET"
@@ -339,6 +359,8 @@ def store_secret() -> tuple[bytes, str] | None:
         # value: one of the two is set
         secret, source = value.strip().encode("utf-8", errors="surrogateescape"), STORE_SECRET  # type: ignore[union-attr]
     if len(secret) < MIN_SECRET_CHARS:
-        raise ValueError(f"{source}: the secret has {len(secret)} characters, fewer than {MIN_SECRET_CHARS} "
-                         f"(make one with: python -c 'import secrets; print(secrets.token_hex(32))')")
+        raise ValueError(
+            f"{source}: the secret has {len(secret)} characters, fewer than {MIN_SECRET_CHARS} "
+            f"(make one with: python -c 'import secrets; print(secrets.token_hex(32))')"
+        )
     return secret, source.partition("=")[0]

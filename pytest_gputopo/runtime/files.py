@@ -17,8 +17,14 @@ import tempfile
 MAX_INPUT_BYTES = 64 * 2**20  # 64 MiB: far above any profile, nvidia-smi output or NCCL log of one node
 
 
-def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True,
-              bound: str = "the most this tool reads", head: bool = False) -> str:
+def read_text(
+    path: str,
+    limit: int = MAX_INPUT_BYTES,
+    *,
+    follow: bool = True,
+    bound: str = "the most this tool reads",
+    head: bool = False,
+) -> str:
     """The text of a regular file of at most ``limit`` bytes. Anything else -- a FIFO or a device
     (which would block, never end, or act when opened: a tape rewinds), a folder, a symlink loop, a
     file too large -- is an ``OSError`` whose message says what the path is, and nothing but a regular
@@ -39,8 +45,12 @@ def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True,
     if seen.st_size > limit and not head:
         raise too_large
     # O_NONBLOCK: a FIFO put in its place meanwhile must not wait for a writer; O_NOFOLLOW: nor a link
-    flags = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-             | (0 if follow else getattr(os, "O_NOFOLLOW", 0)))
+    flags = (
+        os.O_RDONLY
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_NOCTTY", 0)
+        | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    )
     try:
         fd = os.open(path, flags)
     except OSError as exc:
@@ -57,8 +67,15 @@ def read_text(path: str, limit: int = MAX_INPUT_BYTES, *, follow: bool = True,
 
 
 def _what_is(mode: int) -> str:
-    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+    return (
+        "a folder"
+        if stat.S_ISDIR(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+    )
 
 
 def _size_text(limit: int) -> str:
@@ -148,8 +165,11 @@ def _target(path: str) -> tuple[str, bool]:
     mode = found.st_mode
     if stat.S_ISREG(mode):
         if _via_proc(path):  # /dev/stdout > log: renaming over log would lose what the process writes to it
-            raise OSError(errno.EINVAL, "it is a process's open file (/dev/stdout, /dev/fd/N, /proc/...): "
-                                        "a report is never renamed over it; name the file itself")
+            raise OSError(
+                errno.EINVAL,
+                "it is a process's open file (/dev/stdout, /dev/fd/N, /proc/...): "
+                "a report is never renamed over it; name the file itself",
+            )
         target = os.path.realpath(path)
         try:
             same = os.lstat(target)
@@ -161,9 +181,16 @@ def _target(path: str) -> tuple[str, bool]:
         return target, False
     if _discards(found):
         return path, True
-    raise OSError(errno.EINVAL, f"it is {_kind(mode)}" + ("" if stat.S_ISDIR(mode) else
-                  ": a report is written whole and replaced, never streamed or renamed over "
-                  "anything but a regular file; write a file and read that"))
+    raise OSError(
+        errno.EINVAL,
+        f"it is {_kind(mode)}"
+        + (
+            ""
+            if stat.S_ISDIR(mode)
+            else ": a report is written whole and replaced, never streamed or renamed over "
+            "anything but a regular file; write a file and read that"
+        ),
+    )
 
 
 def _via_proc(path: str) -> bool:
@@ -214,7 +241,7 @@ def _write_through(path: str, text: str) -> None:
             raise OSError(errno.EINVAL, "no longer the null device")
         data = text.encode("utf-8")
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
     finally:
         os.close(fd)
 
@@ -289,8 +316,9 @@ def read_private(path: str, limit: int = 4096) -> bytes:
         if hasattr(os, "getuid") and found.st_uid != os.getuid():
             raise OSError(0, f"owned by user id {found.st_uid}, not by this user ({os.getuid()})")
         if found.st_mode & 0o077:
-            raise OSError(0, f"others may read or write it (mode {stat.S_IMODE(found.st_mode):04o}): "
-                             f"make it 0600 (chmod 600)")
+            raise OSError(
+                0, f"others may read or write it (mode {stat.S_IMODE(found.st_mode):04o}): make it 0600 (chmod 600)"
+            )
         data = os.read(fd, limit + 1)
     finally:
         os.close(fd)

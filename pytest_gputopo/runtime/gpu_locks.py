@@ -201,8 +201,14 @@ def waiters(folder: str) -> list[tuple[str, Waiter]]:
             except BlockingIOError:
                 pass
             raw = json.loads(os.pread(fd, MAX_HOLDER_BYTES, 0) or b"null")
-            found.append((path, Waiter(int(raw["pid"]), str(raw["test"]), float(raw["since"]),
-                                       tuple(str(u) for u in raw["reserved"]))))
+            found.append(
+                (
+                    path,
+                    Waiter(
+                        int(raw["pid"]), str(raw["test"]), float(raw["since"]), tuple(str(u) for u in raw["reserved"])
+                    ),
+                )
+            )
         except (ValueError, TypeError, KeyError):
             continue  # being written: read again at the next poll
         finally:
@@ -213,5 +219,9 @@ def waiters(folder: str) -> list[tuple[str, Waiter]]:
 def reserved_before(folder: str, ticket: Ticket | None) -> set[str]:
     """The GPUs reserved by the tests waiting since before ``ticket``'s (by every waiting test, for a
     test that does not wait yet): not for this test to take."""
-    return {u for path, w in waiters(folder)
-            if ticket is None or (path != ticket.path and w.before(ticket.me)) for u in w.reserved}
+    return {
+        u
+        for path, w in waiters(folder)
+        if ticket is None or (path != ticket.path and w.before(ticket.me))
+        for u in w.reserved
+    }

@@ -46,8 +46,10 @@ def bind_store(master_addr: str, port: int, nodes: int | None) -> Listener:
         if ip.is_unspecified:
             return Listener(None, f"every interface: MASTER_ADDR={master_addr!r} names them all")
         if ip.is_loopback and nodes != 1:
-            why = (f"every interface: MASTER_ADDR={master_addr!r} is {ip}, a loopback address, here, "
-                   f"and ranks on other nodes could not reach it there")
+            why = (
+                f"every interface: MASTER_ADDR={master_addr!r} is {ip}, a loopback address, here, "
+                f"and ranks on other nodes could not reach it there"
+            )
             continue
         sock = socket.socket(family, kind, proto)
         try:

@@ -40,12 +40,25 @@ class Children:
         self.grace_s = grace_s
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, argv: Sequence[str], *, output: IO | int, env: Mapping[str, str] | None = None,
-              stdin: IO | int = subprocess.DEVNULL) -> subprocess.Popen:
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        output: IO | int,
+        env: Mapping[str, str] | None = None,
+        stdin: IO | int = subprocess.DEVNULL,
+    ) -> subprocess.Popen:
         """Start ``argv`` as the leader of a new process group, stdout and stderr to ``output`` (a
         file, or ``subprocess.PIPE``). ``OSError`` when it cannot start."""
-        proc = subprocess.Popen(list(argv), stdin=stdin, stdout=output, stderr=subprocess.STDOUT,
-                                env=None if env is None else dict(env), start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=stdin,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=None if env is None else dict(env),
+            start_new_session=True,
+            close_fds=True,
+        )
         self.procs.append(proc)
         return proc
 
@@ -93,8 +106,14 @@ class Children:
         self.close()
 
 
-def run_child(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None,
-              grace_s: float = KILL_GRACE_S, reap: bool = False) -> tuple[int, str]:
+def run_child(
+    argv: Sequence[str],
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    grace_s: float = KILL_GRACE_S,
+    reap: bool = False,
+) -> tuple[int, str]:
     """Run ``argv`` (stdout and stderr together) and return ``(exit status, output)``; past
     ``timeout_s`` its process group is killed and ``BenchTimeout`` says so with the output's tail.
     ``OSError`` when it cannot start. ``reap``: run it under ``runtime.reaper`` (Linux), which ends
@@ -111,8 +130,10 @@ def run_child(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] |
             (code,) = children.wait(time.monotonic() + timeout_s)
         text = _read(output)
     if code is None:
-        raise BenchTimeout(f"{command} did not finish within {timeout_s:g} s; its process group was "
-                           f"killed" + (f". Last output:\n{tail(text)}" if text.strip() else ""))
+        raise BenchTimeout(
+            f"{command} did not finish within {timeout_s:g} s; its process group was "
+            f"killed" + (f". Last output:\n{tail(text)}" if text.strip() else "")
+        )
     return children.procs[0].returncode, text
 
 

@@ -91,8 +91,9 @@ class Ended:
         return [e for e in self.exits if e.status is None]
 
 
-def run_ranks(entry: Callable, args: tuple, n: int, timeout_s: float, workdir: str,
-              grace_s: float = FAILED_GRACE_S) -> Ended:
+def run_ranks(
+    entry: Callable, args: tuple, n: int, timeout_s: float, workdir: str, grace_s: float = FAILED_GRACE_S
+) -> Ended:
     """``entry(rank, *args)`` in ``n`` processes spawned by torch; wait until all end, one fails (and
     then ``grace_s`` for the others) or ``timeout_s`` passes; take the stacks of the ranks still
     running, end them and reap every rank."""
@@ -105,8 +106,7 @@ def run_ranks(entry: Callable, args: tuple, n: int, timeout_s: float, workdir: s
         codes = [_status(p) for p in procs]
         running = [i for i, code in enumerate(codes) if code is None]
         stacks = _stacks(procs, running, workdir)
-        return Ended(tuple(RankExit(i, code, stacks.get(i, ""))
-                           for i, code in enumerate(codes)), timed_out)
+        return Ended(tuple(RankExit(i, code, stacks.get(i, "")) for i, code in enumerate(codes)), timed_out)
     finally:
         _end(procs)
         for path in context.error_files:  # torch's, written only if ``entry`` raised (it does not)
@@ -128,15 +128,16 @@ def _wait(procs: list, deadline: float, grace_s: float) -> bool:
         stop = deadline if failed_by is None else failed_by
         if now >= stop:
             return failed_by is None
-        multiprocessing.connection.wait([p.sentinel for p, c in zip(procs, codes, strict=True) if c is None],
-                                        timeout=stop - now)
+        multiprocessing.connection.wait(
+            [p.sentinel for p, c in zip(procs, codes, strict=True) if c is None], timeout=stop - now
+        )
 
 
 def _status(proc) -> int | None:
     """The rank's exit status (negative: a signal), None while it runs; not reaped, so that its pid
     and process group id stay the rank's until ``_end`` (``multiprocessing``'s ``exitcode`` reaps)."""
     if proc._popen.returncode is not None:  # reaped already (multiprocessing reaps a finished child
-        return proc._popen.returncode       # when it starts another)
+        return proc._popen.returncode  # when it starts another)
     try:
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
@@ -154,8 +155,7 @@ def _stacks(procs: list, running: list[int], workdir: str) -> dict[int, str]:
     while time.monotonic() < end and not all(_read(stack_path(workdir, i)).endswith("\n") for i in running):
         time.sleep(0.02)
     time.sleep(0.05 if running else 0)  # the last thread's lines
-    return {i: _read(stack_path(workdir, i)) or "(no stack: the rank did not answer SIGUSR1 in time)"
-            for i in running}
+    return {i: _read(stack_path(workdir, i)) or "(no stack: the rank did not answer SIGUSR1 in time)" for i in running}
 
 
 def _read(path: str) -> str:

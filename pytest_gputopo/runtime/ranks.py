@@ -48,8 +48,15 @@ class Exchange:
     """This rank's way into the ranks' store: records written signed (when the run has a secret) and
     read back as untrusted input."""
 
-    def __init__(self, launch: runtime.Launch, store, timeout_s: float, signer: Signer | None = None,
-                 listening: str = "", loopback_only: bool = False) -> None:
+    def __init__(
+        self,
+        launch: runtime.Launch,
+        store,
+        timeout_s: float,
+        signer: Signer | None = None,
+        listening: str = "",
+        loopback_only: bool = False,
+    ) -> None:
         self.launch = launch
         self.store = store
         self.timeout_s = timeout_s
@@ -74,11 +81,19 @@ class Exchange:
                 loopback_only = bound is not None and listener.is_loopback(bound)
             # torch takes the descriptor over (uv_tcp_open) and closes it with the store: hand it a copy
             given = {"master_listen_fd": os.dup(bound.fileno())} if bound is not None else {}
-            store = dist.TCPStore(launch.master_addr, port, launch.world_size, is_master,
-                                  timeout=timedelta(seconds=timeout_s), wait_for_workers=False, **given)
+            store = dist.TCPStore(
+                launch.master_addr,
+                port,
+                launch.world_size,
+                is_master,
+                timeout=timedelta(seconds=timeout_s),
+                wait_for_workers=False,
+                **given,
+            )
         except Exception as exc:  # OSError (port taken), RuntimeError / DistStoreError: name the address
-            raise RankError(f"rank {launch.rank}: cannot reach the launcher's store at "
-                            f"{launch.master_addr}:{port}: {exc}") from None
+            raise RankError(
+                f"rank {launch.rank}: cannot reach the launcher's store at {launch.master_addr}:{port}: {exc}"
+            ) from None
         finally:
             if bound is not None:
                 bound.close()
@@ -94,11 +109,15 @@ class Exchange:
         if self.signer.signs:
             signed = f"records signed with the run's secret ({self.signer.source})"
         elif self.loopback_only:
-            signed = ("records not signed (no PYTEST_GPUTOPO_STORE_SECRET_FILE: whoever reaches the store can "
-                      "write one; docs/distributed.md)")
+            signed = (
+                "records not signed (no PYTEST_GPUTOPO_STORE_SECRET_FILE: whoever reaches the store can "
+                "write one; docs/distributed.md)"
+            )
         else:  # the exposure the threat model is about: say it plainly
-            signed = ("records NOT signed, and the store is reachable from other hosts: a record forged there can "
-                      "make the ranks disagree; set PYTEST_GPUTOPO_STORE_SECRET_FILE (docs/distributed.md)")
+            signed = (
+                "records NOT signed, and the store is reachable from other hosts: a record forged there can "
+                "make the ranks disagree; set PYTEST_GPUTOPO_STORE_SECRET_FILE (docs/distributed.md)"
+            )
         return f"gputopo: the ranks meet at {where}; {signed}"
 
     def put(self, key: str, value: dict) -> None:
@@ -118,8 +137,10 @@ class Exchange:
             self.store.wait(keys, timedelta(seconds=self.timeout_s))
         except Exception:
             missing = [r for r, k in enumerate(keys) if not self.store.check([k])]
-            raise RankError(f"rank(s) {', '.join(map(str, missing))} did not report {name!r} within "
-                            f"{self.timeout_s:.0f} s (a rank died, hung, or runs a different test selection)") from None
+            raise RankError(
+                f"rank(s) {', '.join(map(str, missing))} did not report {name!r} within "
+                f"{self.timeout_s:.0f} s (a rank died, hung, or runs a different test selection)"
+            ) from None
         return [self._record(r, name, k) for r, k in enumerate(keys)]
 
     def _record(self, rank: int, name: str, key: str) -> dict:
@@ -210,8 +231,12 @@ def rendezvous_record_problem(data: dict, rank: int) -> str | None:
     return None
 
 
-RECORDS = {"topology": topology_record_problem, "verdict/": verdict_record_problem,
-           "gate": gate_record_problem, "rendezvous/": rendezvous_record_problem}
+RECORDS = {
+    "topology": topology_record_problem,
+    "verdict/": verdict_record_problem,
+    "gate": gate_record_problem,
+    "rendezvous/": rendezvous_record_problem,
+}
 
 
 def check_of(name: str):
@@ -228,8 +253,12 @@ def record_problem(name: str, data: dict, rank: int) -> str | None:
 
 
 def gather_views(exchange: Exchange, topology: model.Topology, fallback: str = "") -> list[RankView]:
-    mine = {"hostname": topology.hostname or runtime.hostname(), "node_rank": exchange.launch.node_rank,
-            "topology": schema.to_dict(topology), "fallback": fallback}
+    mine = {
+        "hostname": topology.hostname or runtime.hostname(),
+        "node_rank": exchange.launch.node_rank,
+        "topology": schema.to_dict(topology),
+        "fallback": fallback,
+    }
     return [_view(rank, data) for rank, data in enumerate(exchange.all_gather("topology", mine))]
 
 

@@ -32,7 +32,7 @@ def _children(pid: int) -> list[int]:
             except OSError:
                 continue  # gone meanwhile
             # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")"
-            fields = stat[stat.rfind(b")") + 2:].split()
+            fields = stat[stat.rfind(b")") + 2 :].split()
             if len(fields) > 1 and int(fields[1]) == pid:
                 found.append(int(name))
     return found

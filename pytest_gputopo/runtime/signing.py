@@ -41,15 +41,22 @@ class Signer:
         signed = raw.startswith(PREFIX)
         if self._secret is None:
             if signed:
-                raise ValueError("it is signed and this rank has no secret: give every rank the same "
-                                 "PYTEST_GPUTOPO_STORE_SECRET_FILE (or PYTEST_GPUTOPO_STORE_SECRET)")
+                raise ValueError(
+                    "it is signed and this rank has no secret: give every rank the same "
+                    "PYTEST_GPUTOPO_STORE_SECRET_FILE (or PYTEST_GPUTOPO_STORE_SECRET)"
+                )
             return raw
         if not signed:
-            raise ValueError(f"it is not signed: a process without this run's secret ({self.source}) wrote it, "
-                             f"or a rank that was given none")
-        mac, data = raw[len(PREFIX):len(PREFIX) + _HEX_CHARS], raw[len(PREFIX) + _HEX_CHARS + 1:]
-        if raw[len(PREFIX) + _HEX_CHARS:len(PREFIX) + _HEX_CHARS + 1] != b":" or not hmac.compare_digest(
-                mac, self._mac(key, data)):
-            raise ValueError(f"its signature does not match this run's secret ({self.source}): a process "
-                             f"without it wrote it, or a rank that was given another secret")
+            raise ValueError(
+                f"it is not signed: a process without this run's secret ({self.source}) wrote it, "
+                f"or a rank that was given none"
+            )
+        mac, data = raw[len(PREFIX) : len(PREFIX) + _HEX_CHARS], raw[len(PREFIX) + _HEX_CHARS + 1 :]
+        if raw[len(PREFIX) + _HEX_CHARS : len(PREFIX) + _HEX_CHARS + 1] != b":" or not hmac.compare_digest(
+            mac, self._mac(key, data)
+        ):
+            raise ValueError(
+                f"its signature does not match this run's secret ({self.source}): a process "
+                f"without it wrote it, or a rank that was given another secret"
+            )
         return data

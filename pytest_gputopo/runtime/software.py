@@ -19,5 +19,9 @@ def installed(dist: str) -> str | None:
 @functools.cache  # a report is written again as a run goes: its software stays what it was
 def software() -> dict[str, str | None]:
     """What a report document records of this process's software (a copy is the caller's)."""
-    return {"python": platform.python_version(), "pytest-gputopo": installed("pytest-gputopo"),
-            "torch": installed("torch"), "nvidia-ml-py": installed("nvidia-ml-py")}
+    return {
+        "python": platform.python_version(),
+        "pytest-gputopo": installed("pytest-gputopo"),
+        "torch": installed("torch"),
+        "nvidia-ml-py": installed("nvidia-ml-py"),
+    }

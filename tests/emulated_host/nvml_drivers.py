@@ -35,18 +35,40 @@ from typing import NamedTuple
 # and older than 7dce688 "Update nvml.h from nvidia/cuda:11.1-devel"): R450 or R455.
 _OLDEST = "455"
 _IN_OLDEST = "NVMLH 56658d6 (oldest vendored header: CUDA 11.0 or 11.1, R450/R455)"
-FIRST_IN: dict[str, tuple[str, str]] = {name: (_OLDEST, _IN_OLDEST) for name in (
-    "nvmlInit", "nvmlShutdown", "nvmlSystemGetDriverVersion", "nvmlSystemGetCudaDriverVersion",
-    "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetName", "nvmlDeviceGetUUID",
-    "nvmlDeviceGetPciInfo", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetCudaComputeCapability",
-    "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetMemoryAffinity", "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetComputeMode", "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration",
-    "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth", "nvmlDeviceGetNvLinkState",
-    "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetNvLinkVersion", "nvmlDeviceGetTopologyCommonAncestor",
-    "nvmlDeviceGetP2PStatus")}
+FIRST_IN: dict[str, tuple[str, str]] = {
+    name: (_OLDEST, _IN_OLDEST)
+    for name in (
+        "nvmlInit",
+        "nvmlShutdown",
+        "nvmlSystemGetDriverVersion",
+        "nvmlSystemGetCudaDriverVersion",
+        "nvmlDeviceGetCount",
+        "nvmlDeviceGetHandleByIndex",
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetPciInfo",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetCudaComputeCapability",
+        "nvmlDeviceGetCpuAffinity",
+        "nvmlDeviceGetMemoryAffinity",
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetComputeMode",
+        "nvmlDeviceGetCurrPcieLinkGeneration",
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        "nvmlDeviceGetCurrPcieLinkWidth",
+        "nvmlDeviceGetMaxPcieLinkWidth",
+        "nvmlDeviceGetNvLinkState",
+        "nvmlDeviceGetNvLinkRemotePciInfo",
+        "nvmlDeviceGetNvLinkVersion",
+        "nvmlDeviceGetTopologyCommonAncestor",
+        "nvmlDeviceGetP2PStatus",
+    )
+}
 FIRST_IN["nvmlDeviceGetNvLinkRemoteDeviceType"] = (
-    "470", "NVMLH: absent at c8ecfcd 'Update nvml to 11.2.2' and a2a452c 'Update nvml.h to v11.3', "
-           "first declared at 15056a1 'Update nvml.h to v11.4' (CUDA 11.4 = R470, CUDA-RN)")
+    "470",
+    "NVMLH: absent at c8ecfcd 'Update nvml to 11.2.2' and a2a452c 'Update nvml.h to v11.3', "
+    "first declared at 15056a1 'Update nvml.h to v11.4' (CUDA 11.4 = R470, CUDA-RN)",
+)
 
 
 class Branch(NamedTuple):
@@ -72,21 +94,37 @@ def first_branch(compute_capability: str) -> str | None:
 BRANCHES: dict[str, Branch] = {
     # The branch before the first with every function the probe calls: its header lacks
     # nvmlDeviceGetNvLinkRemoteDeviceType (FIRST_IN).
-    "460": Branch("460.32.03", "11.2",
-                  "CUDA-RN (11.2.1/11.2.2 >= 460.32.03); banners 'Driver Version: 460.32.03 CUDA Version: 11.2'"),
-    "470": Branch("470.57.02", "11.4",
-                  "CUDA-RN (11.4 Update 1/2 >= 470.57.02); banners 'Driver Version: 470.57.02 CUDA Version: 11.4' "
-                  "(e.g. an 8x V100 DGX-1 HugeCTR report with its topo -m); bundled 2x-rtx3090-nvlink"),
-    "535": Branch("535.161.08", "12.2",
-                  "banners 'Driver Version: 535.161.08 CUDA Version: 12.2'; bundled 4x-a100-40gb; "
-                  "DGX A100 on 535.154.05 in NVIDIA/DCGM#149"),
-    "550": Branch("550.54.14", "12.4",
-                  "CUDA-RN (12.4 GA >= 550.54.14); banners 'Driver Version: 550.54.14 CUDA Version: 12.4'"),
-    "570": Branch("570.124.06", "12.8",
-                  "banners 'Driver Version: 570.124.06 CUDA Version: 12.8'; bundled hgx-h100's source "
-                  "(8x H100 HBM3); NVIDIA/dcgm-exporter#576 (H100, DCGM_FI_DRIVER_VERSION=570.124.06)"),
-    "580": Branch("580.126.09", "13.0",
-                  "bundled gb200-tray's source (GB200 NVL72 tray, `nvidia-smi`: driver 580.126.09, CUDA 13.0)"),
+    "460": Branch(
+        "460.32.03",
+        "11.2",
+        "CUDA-RN (11.2.1/11.2.2 >= 460.32.03); banners 'Driver Version: 460.32.03 CUDA Version: 11.2'",
+    ),
+    "470": Branch(
+        "470.57.02",
+        "11.4",
+        "CUDA-RN (11.4 Update 1/2 >= 470.57.02); banners 'Driver Version: 470.57.02 CUDA Version: 11.4' "
+        "(e.g. an 8x V100 DGX-1 HugeCTR report with its topo -m); bundled 2x-rtx3090-nvlink",
+    ),
+    "535": Branch(
+        "535.161.08",
+        "12.2",
+        "banners 'Driver Version: 535.161.08 CUDA Version: 12.2'; bundled 4x-a100-40gb; "
+        "DGX A100 on 535.154.05 in NVIDIA/DCGM#149",
+    ),
+    "550": Branch(
+        "550.54.14", "12.4", "CUDA-RN (12.4 GA >= 550.54.14); banners 'Driver Version: 550.54.14 CUDA Version: 12.4'"
+    ),
+    "570": Branch(
+        "570.124.06",
+        "12.8",
+        "banners 'Driver Version: 570.124.06 CUDA Version: 12.8'; bundled hgx-h100's source "
+        "(8x H100 HBM3); NVIDIA/dcgm-exporter#576 (H100, DCGM_FI_DRIVER_VERSION=570.124.06)",
+    ),
+    "580": Branch(
+        "580.126.09",
+        "13.0",
+        "bundled gb200-tray's source (GB200 NVL72 tray, `nvidia-smi`: driver 580.126.09, CUDA 13.0)",
+    ),
 }
 
 

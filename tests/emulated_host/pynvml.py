@@ -9,6 +9,7 @@ each raises ``NVMLError_FunctionNotFound``, as nvidia-ml-py's ``_nvmlGetFunction
 the driver's libnvidia-ml has no such symbol. $GPUTOPO_EMU_CALLS: each ``nvmlInit`` appends "<pid> nvmlInit".
 $GPUTOPO_EMU_NVML_HANG: a file to write the pid to, then never answer (a hung driver).
 """
+
 import importlib.util
 import os
 import sys
@@ -40,9 +41,13 @@ if _branch:
     _missing_names += nvml_drivers.lacks(_branch)
 if os.environ.get("GPUTOPO_EMU_VM") == "1":
     _cns = model.P2PStatus.from_nvml(nvml_drivers.VM_P2P_READ)
-    _topology = dataclasses.replace(_topology, links=tuple(
-        ln if ln.nvlinks != 0 else dataclasses.replace(ln, p2p=dataclasses.replace(ln.p2p, read=_cns))
-        for ln in _topology.links))
+    _topology = dataclasses.replace(
+        _topology,
+        links=tuple(
+            ln if ln.nvlinks != 0 else dataclasses.replace(ln, p2p=dataclasses.replace(ln.p2p, read=_cns))
+            for ln in _topology.links
+        ),
+    )
 _fake = make_fake_pynvml(_topology)
 _init = _fake.nvmlInit
 
@@ -60,6 +65,7 @@ _fake.nvmlInit = _logged_init
 def _missing(name):
     def call(*args, **kwargs):
         raise _real.NVMLError(_real.NVML_ERROR_FUNCTION_NOT_FOUND)
+
     call.__name__ = name
     return call
 

@@ -45,8 +45,16 @@ def test_last_this_process_never_started_cuda():
 
 def test_leased_ranks_on_the_real_gpus(pytester, tmp_path):
     pytester.makepyfile(test_leased_ranks=SUITE)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:xdist", "-v", "-rs", "--gputopo-lease",
-                                           f"--gputopo-lease-dir={tmp_path / 'locks'}")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-v",
+        "-rs",
+        "--gputopo-lease",
+        f"--gputopo-lease-dir={tmp_path / 'locks'}",
+    )
     print(result.stdout.str())
     if len(HOST.gpus) >= 2:
         result.assert_outcomes(passed=3)

@@ -79,6 +79,7 @@ def test_libcudas_order_and_peer_access_are_torchs():
     props = torch.cuda.get_device_properties(0)
     if hasattr(props, "pci_bus_id"):
         assert [int(b.split(":")[1], 16) for b in view.bus_ids] == [
-            torch.cuda.get_device_properties(i).pci_bus_id for i in range(len(view.bus_ids))]
+            torch.cuda.get_device_properties(i).pci_bus_id for i in range(len(view.bus_ids))
+        ]
     for (a, b), ok in view.peer.items():
         assert ok == (torch.cuda.can_device_access_peer(a, b) and torch.cuda.can_device_access_peer(b, a))

@@ -37,8 +37,10 @@ def tool(name: str) -> str:
     found = shutil.which(name) or (shutil.which(name, path=folder) if folder else None)
     if found is None:
         where = f"${TOOLS_ENV}={folder} has none; " if folder else ""
-        pytest.skip(f"{name} is not installed: {where}put it on PATH or in a folder named by ${TOOLS_ENV} "
-                    f"(build it from NVIDIA/{'nccl-tests' if name == 'all_reduce_perf' else 'nvbandwidth'})")
+        pytest.skip(
+            f"{name} is not installed: {where}put it on PATH or in a folder named by ${TOOLS_ENV} "
+            f"(build it from NVIDIA/{'nccl-tests' if name == 'all_reduce_perf' else 'nvbandwidth'})"
+        )
     return found
 
 
@@ -61,14 +63,34 @@ def test_all_reduce_perf_runs_through_the_engine_and_agrees_with_the_sweep(tmp_p
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_nccl_available():
         pytest.skip("torch was built without NCCL: gputopo's all-reduce cannot run on it")
-    out = subprocess.run([sys.executable, "-m", "pytest_gputopo.cli", "bench", "allreduce", "--backend", "nccl",
-                          "-b", str(SIZE), "-e", str(SIZE), "--budget", "1"], capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_gputopo.cli",
+            "bench",
+            "allreduce",
+            "--backend",
+            "nccl",
+            "-b",
+            str(SIZE),
+            "-e",
+            str(SIZE),
+            "--budget",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     ours = parse_nccl_tests(out.stdout)
     assert ours.data_ok is True and [row.size_bytes for row in ours.rows] == [SIZE]
-    agree(result.rows[0].out_of_place.busbw_gbps, ours.rows[0].out_of_place.busbw_gbps,
-          f"all-reduce busbw, {len(HOST.gpus)} GPUs, {SIZE} B")
+    agree(
+        result.rows[0].out_of_place.busbw_gbps,
+        ours.rows[0].out_of_place.busbw_gbps,
+        f"all-reduce busbw, {len(HOST.gpus)} GPUs, {SIZE} B",
+    )
 
 
 def test_a_run_nccl_tests_fails_itself_is_a_result_not_an_error():
@@ -79,8 +101,9 @@ def test_a_run_nccl_tests_fails_itself_is_a_result_not_an_error():
 
     binary = tool("all_reduce_perf")
     try:
-        result = run_all_reduce_perf(binary, len(HOST.gpus), 2**20, timeout_s=300,
-                                     env={**os.environ, "NCCL_TESTS_MIN_BW": "1000000"})
+        result = run_all_reduce_perf(
+            binary, len(HOST.gpus), 2**20, timeout_s=300, env={**os.environ, "NCCL_TESTS_MIN_BW": "1000000"}
+        )
     except NcclTestsRunError as exc:  # a build before NCCL_TESTS_MIN_BW ends 0 with an OK summary
         pytest.fail(f"the engine refused nccl-tests' own verdict: {exc}")
     if result.ok is not False:
@@ -120,4 +143,3 @@ def test_nvbandwidth_device_to_device_agrees_with_gputopos_p2p_copy():
     ours = p2p_copy(1, 0, budget_s=2.0)  # a read by GPU0 of GPU1's memory: GPU1 -> GPU0 (nvbandwidth's row 0, column 1)
     assert ours.verified
     agree(matrix.cells[0][1], ours.bw_gbps, "GPU1 -> GPU0 copy (read)")
-

@@ -63,7 +63,7 @@ class Rank:
     def __init__(self, rank, host, pid, dev, bus, node, local_rank, local_ranks):
         self.rank, self.host, self.pid, self.dev, self.bus = rank, host, pid, dev, bus
         self.node, self.local_rank, self.local_ranks = node, local_rank, local_ranks
-        self.comm = "0x%x" % (0x55d0c8e0a000 + 0x1b0 * rank)
+        self.comm = "0x%x" % (0x55D0C8E0A000 + 0x1B0 * rank)
         self.lines: list[str] = []
 
     def info(self, thread: int, fmt: str, *args) -> None:
@@ -74,11 +74,22 @@ class Rank:
 
 def machine(case: str) -> list[Rank]:
     if case == "nvlink-2gpu":
-        return [Rank(r, "a100-box", 2201 + r, r, (0x7000, 0xb000)[r], 0, r, 2) for r in range(2)]
+        return [Rank(r, "a100-box", 2201 + r, r, (0x7000, 0xB000)[r], 0, r, 2) for r in range(2)]
     if case == "ib-2node":
-        return [Rank(r, ("node-a", "node-b")[r // 2], (3101, 4101)[r // 2] + r % 2, r % 2,
-                     (0x7000, 0xb000)[r % 2], r // 2, r % 2, 2) for r in range(4)]
-    return [Rank(r, "h100-box", 5101 + r, r, (0x18000, 0x2a000, 0x3a000, 0x5d000)[r], 0, r, 4) for r in range(4)]
+        return [
+            Rank(
+                r,
+                ("node-a", "node-b")[r // 2],
+                (3101, 4101)[r // 2] + r % 2,
+                r % 2,
+                (0x7000, 0xB000)[r % 2],
+                r // 2,
+                r % 2,
+                2,
+            )
+            for r in range(4)
+        ]
+    return [Rank(r, "h100-box", 5101 + r, r, (0x18000, 0x2A000, 0x3A000, 0x5D000)[r], 0, r, 4) for r in range(4)]
 
 
 # The ring and the trees (2 channels), and which sends each connects: ring first, then the trees
@@ -87,8 +98,12 @@ def topology(case: str, n: int):
     ring = list(range(n))
     if case == "ib-2node":
         # double binary tree over the nodes' heads 0 and 2, a chain inside each node
-        trees = {0: [("1/2/-1", -1), ("1/-1/-1", 2)], 1: [("-1/-1/-1", 0), ("-1/-1/-1", 0)],
-                 2: [("3/-1/-1", 0), ("3/0/-1", -1)], 3: [("-1/-1/-1", 2), ("-1/-1/-1", 2)]}
+        trees = {
+            0: [("1/2/-1", -1), ("1/-1/-1", 2)],
+            1: [("-1/-1/-1", 0), ("-1/-1/-1", 0)],
+            2: [("3/-1/-1", 0), ("3/0/-1", -1)],
+            3: [("-1/-1/-1", 2), ("-1/-1/-1", 2)],
+        }
     else:
         trees = {r: [(f"{r + 1 if r + 1 < n else -1}/-1/-1", r - 1 if r else -1)] * 2 for r in range(n)}
     ring_sends = [(ring[i], ring[(i + 1) % n]) for i in range(n)]
@@ -107,10 +122,10 @@ def render(version: str, case: str) -> str:
     n = len(ranks)
     by_rank = {r.rank: r for r in ranks}
     ring, trees, ring_sends, tree_sends = topology(case, n)
-    lazy = _v(version) >= (2, 22)     # NCCL_RUNTIME_CONNECT (init.cc), needs cuMem
+    lazy = _v(version) >= (2, 22)  # NCCL_RUNTIME_CONNECT (init.cc), needs cuMem
     ib = case == "ib-2node"
     nvls = case == "nvls-4gpu"
-    read = "" if nvls else "/read"                      # paths.cc: P2P read on compute capability 8.0 only
+    read = "" if nvls else "/read"  # paths.cc: P2P read on compute capability 8.0 only
     n_nodes = 2 if ib else 1
     nvls_channels = 16 if nvls else 0
     version_string = f"NCCL version {version}+cuda{CUDA[version]}"
@@ -119,79 +134,113 @@ def render(version: str, case: str) -> str:
         addr = f"10.0.{r.node}.1{r.node}<0>"
         iface = "ib0" if ib else "eth0"
         if version != "2.27.7":
-            r.info(0, "Bootstrap : Using%s", f" {iface}:{addr}")                       # bootstrap.cc:52 / :56
+            r.info(0, "Bootstrap : Using%s", f" {iface}:{addr}")  # bootstrap.cc:52 / :56
         if version == "2.18.3":
-            r.info(0, "NET/Plugin : Plugin load (%s) returned %d : %s", "libnccl-net.so", 2,  # net.cc:179
-                   "libnccl-net.so: cannot open shared object file: No such file or directory")
-            r.info(0, "NET/Plugin : No plugin found, using internal implementation")            # net.cc:180
+            r.info(
+                0,
+                "NET/Plugin : Plugin load (%s) returned %d : %s",
+                "libnccl-net.so",
+                2,  # net.cc:179
+                "libnccl-net.so: cannot open shared object file: No such file or directory",
+            )
+            r.info(0, "NET/Plugin : No plugin found, using internal implementation")  # net.cc:180
         elif version == "2.21.5":
-            r.info(0, "NET/Plugin: No plugin found (%s)", "libnccl-net.so")                      # net.cc:349
-            r.info(0, "NET/Plugin: Using internal network plugin.")                              # net.cc:422
+            r.info(0, "NET/Plugin: No plugin found (%s)", "libnccl-net.so")  # net.cc:349
+            r.info(0, "NET/Plugin: Using internal network plugin.")  # net.cc:422
         else:
-            r.info(0, "NET/Plugin: Could not find:%s. %s", " libnccl-net.so", "")               # plugin_open.cc:103
-        if version == "2.27.7" or r.rank == 0:                                                   # showVersion
-            r.info(0, "%s", version_string)                                                      # init.cc:455/479/543
-        r.info(1, "cudaDriverVersion %d", DRIVER[version])                                       # cudawrap.cc:206/185/260
+            r.info(0, "NET/Plugin: Could not find:%s. %s", " libnccl-net.so", "")  # plugin_open.cc:103
+        if version == "2.27.7" or r.rank == 0:  # showVersion
+            r.info(0, "%s", version_string)  # init.cc:455/479/543
+        r.info(1, "cudaDriverVersion %d", DRIVER[version])  # cudawrap.cc:206/185/260
         if ib:
             r.info(1, "NET/IB : Using%s %s; OOB %s:%s", " [0]mlx5_0:1/IB", "[RO]", iface, addr)  # net_ib.cc:264/538/762
         else:
-            r.info(1, "NET/IB : No device found.")                                               # net_ib.cc:252/511/749
+            r.info(1, "NET/IB : No device found.")  # net_ib.cc:252/511/749
             if version == "2.27.7":  # 2.24+: the device list is printed even when empty
-                r.info(1, "NET/IB : Using%s %s; OOB %s:%s", "", "", iface, addr)                 # net_ib.cc:762
-            r.info(1, "NET/Socket : Using%s", f" [0]{iface}:{addr}")                             # net_socket.cc:62/62/67
+                r.info(1, "NET/IB : Using%s %s; OOB %s:%s", "", "", iface, addr)  # net_ib.cc:762
+            r.info(1, "NET/Socket : Using%s", f" [0]{iface}:{addr}")  # net_socket.cc:62/62/67
         network = "IB" if ib else "Socket"
         if version == "2.27.7":
-            r.info(1, "Initialized NET plugin %s", network)                                      # plugin/net.cc:147
-            r.info(1, "Assigned NET plugin %s to comm", network)                                 # plugin/net.cc:175
-        r.info(1, "Using network %s", network)                                                   # init.cc:310/322/346
+            r.info(1, "Initialized NET plugin %s", network)  # plugin/net.cc:147
+            r.info(1, "Assigned NET plugin %s to comm", network)  # plugin/net.cc:175
+        r.info(1, "Using network %s", network)  # init.cc:310/322/346
         if version == "2.27.7" and r.rank == 0:
-            r.info(1, "CC %s, workFifoBytes %d", "Off", 1048576)                                 # init.cc:481
+            r.info(1, "CC %s, workFifoBytes %d", "Off", 1048576)  # init.cc:481
         start = ("comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init START",)
-        args = (r.comm, r.rank, n, r.dev, r.dev, r.bus, 0x70fba02a8d314739)
+        args = (r.comm, r.rank, n, r.dev, r.dev, r.bus, 0x70FBA02A8D314739)
         if version == "2.18.3":
-            r.info(1, *start, *args)                                                             # init.cc:1356
+            r.info(1, *start, *args)  # init.cc:1356
         elif version == "2.21.5":
-            r.info(1, "ncclCommInitRank " + start[0], *args)                                     # init.cc:1544
+            r.info(1, "ncclCommInitRank " + start[0], *args)  # init.cc:1544
         else:
-            r.info(1, "%s " + start[0], "ncclCommInitRankConfig", *args)                         # init.cc:1441
-        r.info(1, "Setting affinity for GPU %d to %s", r.dev, "ffff,ffffffff")                   # topo.cc:876/936/1602
+            r.info(1, "%s " + start[0], "ncclCommInitRankConfig", *args)  # init.cc:1441
+        r.info(1, "Setting affinity for GPU %d to %s", r.dev, "ffff,ffffffff")  # topo.cc:876/936/1602
         if ib:
-            r.info(1, "NET/%s : GPU Direct RDMA %s for HCA %d '%s'", "IB", "Enabled", 0, "mlx5_0")  # topo.cc:643/720/1259
+            r.info(
+                1, "NET/%s : GPU Direct RDMA %s for HCA %d '%s'", "IB", "Enabled", 0, "mlx5_0"
+            )  # topo.cc:643/720/1259
         if nvls:
             if version == "2.27.7":
-                r.info(1, "NVLS multicast support is %savailable on dev %d (NVLS_NCHANNELS %d)",   # nvls.cc:200
-                       "", r.dev, nvls_channels)
+                r.info(
+                    1,
+                    "NVLS multicast support is %savailable on dev %d (NVLS_NCHANNELS %d)",  # nvls.cc:200
+                    "",
+                    r.dev,
+                    nvls_channels,
+                )
             else:
-                r.info(1, "NVLS multicast support is %savailable on dev %d", "", r.dev)          # nvls.cc:256/258
+                r.info(1, "NVLS multicast support is %savailable on dev %d", "", r.dev)  # nvls.cc:256/258
         if version != "2.18.3":
-            r.info(1, "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d",  # init.cc:1160/998
-                   r.comm, r.rank, n, n_nodes, r.local_ranks, r.local_rank, 0)
+            r.info(
+                1,
+                "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d",  # init.cc:1160/998
+                r.comm,
+                r.rank,
+                n,
+                n_nodes,
+                r.local_ranks,
+                r.local_rank,
+                0,
+            )
         # search.cc:983 / 1047 / (2.27) : the graph NCCL found, then the per-channel rings
-        r.info(1, "Pattern %d, crossNic %d, nChannels %d, bw %f/%f, type %s/%s, sameChannels %d",
-               4, 0, 2, 20.0 if ib else 40.0, 20.0 if ib else 40.0, "NVL", "PIX" if ib else "LOC", 1)
+        r.info(
+            1,
+            "Pattern %d, crossNic %d, nChannels %d, bw %f/%f, type %s/%s, sameChannels %d",
+            4,
+            0,
+            2,
+            20.0 if ib else 40.0,
+            20.0 if ib else 40.0,
+            "NVL",
+            "PIX" if ib else "LOC",
+            1,
+        )
         if r.rank == 0:
             for c in range(2):
-                if _v(version) < (2, 23, 4):   # rings.cc:35 + dumpLine (PREFIXLEN 15, " %3d" per rank)
+                if _v(version) < (2, 23, 4):  # rings.cc:35 + dumpLine (PREFIXLEN 15, " %3d" per rank)
                     line = "Channel %02d/%02d :" % (c, 2) + " " + "".join(" %3d" % x for x in ring)
-                else:                  # rings.cc:41 + dumpLine (2.23.4+: " %*d", width of nranks-1)
+                else:  # rings.cc:41 + dumpLine (2.23.4+: " %*d", width of nranks-1)
                     width = len(str(n - 1))
                     line = "Channel %02d/%02d :" % (c, 2) + "".join(" %*d" % (width, x) for x in ring)
                 r.info(1, "%s", line)
         if nvls and r.node == 0:
             for h in range(n):
-                r.info(1, "%s", "NVLS Head %2d:" % h + " %2d" % h)                               # connect.cc:269-274
+                r.info(1, "%s", "NVLS Head %2d:" % h + " %2d" % h)  # connect.cc:269-274
         trees_line = "".join(" [%d] %s->%d->%d" % (c, down, r.rank, up) for c, (down, up) in enumerate(trees[r.rank]))
         for c in range(2):
             i = ring.index(r.rank)
-            r.info(1, "Ring %02d : %d -> %d -> %d", c, ring[i - 1], r.rank, ring[(i + 1) % n])    # init.cc:1042/1221/1051
-        r.info(1, "Trees%s", trees_line)                                                         # init.cc:1045/1224/1054
-        r.info(1, "P2P Chunksize set to %d", 524288)                                             # init.cc:535/578/651
+            r.info(1, "Ring %02d : %d -> %d -> %d", c, ring[i - 1], r.rank, ring[(i + 1) % n])  # init.cc:1042/1221/1051
+        r.info(1, "Trees%s", trees_line)  # init.cc:1045/1224/1054
+        r.info(1, "P2P Chunksize set to %d", 524288)  # init.cc:535/578/651
         if version == "2.27.7" and r.rank == 0:
-            r.info(1, "Check P2P Type isAllDirectP2p %d directMode %d", 0, 0)                    # transport.cc:99
+            r.info(1, "Check P2P Type isAllDirectP2p %d directMode %d", 0, 0)  # transport.cc:99
 
     # p2p.cc v2.18.3-1:366 (legacy IPC; cuMem off); v2.21.5-1:371, v2.27.7-1:393 ("MNNVL" or "CUMEM")
-    p2p_fmt = ("Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/IPC%s%s" if version == "2.18.3" else
-               "Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/%s%s%s")
+    p2p_fmt = (
+        "Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/IPC%s%s"
+        if version == "2.18.3"
+        else "Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/%s%s%s"
+    )
     # net.cc v2.18.3-1:186+227, v2.21.5-1:195+235, v2.27.7-1:218+264 (2.26+: "(PCI)" after GDRDMA)
     net_tail = "%s%s%s" if version == "2.27.7" else "%s%s"
     net_send = "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d" + net_tail
@@ -202,10 +251,10 @@ def render(version: str, case: str) -> str:
         for c in range(2):
             for src, dst in sends:
                 s, d = by_rank[src], by_rank[dst]
-                if s.node == d.node:   # the sender prints it (p2pSendSetup)
+                if s.node == d.node:  # the sender prints it (p2pSendSetup)
                     p2p_args = (read, "") if version == "2.18.3" else ("CUMEM", read, "")
                     s.info(thread, p2p_fmt, c, 0, src, s.dev, dst, d.dev, *p2p_args)
-                else:                  # sendSetup on the sender, recvSetup on the receiver
+                else:  # sendSetup on the sender, recvSetup on the receiver
                     s.info(thread, net_send, c, 0, src, s.dev, dst, d.dev, "IB", 0, *net_args)
                     d.info(thread, net_recv, c, 0, src, s.dev, dst, d.dev, "IB", 0, *net_args)
 
@@ -214,57 +263,108 @@ def render(version: str, case: str) -> str:
             if version == "2.27.7":
                 r.info(thread, "Connected all rings, use ring PXN %d GDR %d", 0, 1 if ib else 0)  # generic.cc:31
             else:
-                r.info(thread, "Connected all rings")                                           # init.cc:1080/1264
+                r.info(thread, "Connected all rings")  # init.cc:1080/1264
 
     def trees_done(thread):
         for r in ranks:
-            r.info(thread, "Connected all trees")                                                # init.cc:1090/1274; generic.cc:50
+            r.info(thread, "Connected all trees")  # init.cc:1090/1274; generic.cc:50
 
     def nvls_setup(thread):
         for r in ranks:
-            if version == "2.27.7":   # nvls.cc:339, at the first NVLS collective (group.cc:156)
+            if version == "2.27.7":  # nvls.cc:339, at the first NVLS collective (group.cc:156)
                 buff = 131072 * 8
-                r.info(thread, "NVLS comm %p headRank %d nHeads %d nvlsRanks %d buffSize %zu nvlsPerRankSize %zu "
-                       "nvlsTotalSize %zu", r.comm, r.rank, n, n, buff, 16 * 2 * buff, 16 * 2 * buff * n)
-            else:                     # nvls.cc:310 / 316, at init (2.18: SIMPLE buffer; 2.21: chunk x steps)
+                r.info(
+                    thread,
+                    "NVLS comm %p headRank %d nHeads %d nvlsRanks %d buffSize %zu nvlsPerRankSize %zu "
+                    "nvlsTotalSize %zu",
+                    r.comm,
+                    r.rank,
+                    n,
+                    n,
+                    buff,
+                    16 * 2 * buff,
+                    16 * 2 * buff * n,
+                )
+            else:  # nvls.cc:310 / 316, at init (2.18: SIMPLE buffer; 2.21: chunk x steps)
                 buff, mem = (4194304 if version == "2.18.3" else 131072 * 8), 2097152
-                r.info(thread, "NVLS comm %p headRank %d nHeads %d buffSize %zi memSize %zi nvlsPerRankSize %zi "
-                       "nvlsTotalSize %zi", r.comm, r.rank, n, buff, mem, 16 * 2 * (buff + mem), 16 * 2 * (buff + mem) * n)
-            if version == "2.18.3":   # init.cc:1102: nvlsSupport && localRanks > 1 (2.21: nNodes > 1 only)
+                r.info(
+                    thread,
+                    "NVLS comm %p headRank %d nHeads %d buffSize %zi memSize %zi nvlsPerRankSize %zi nvlsTotalSize %zi",
+                    r.comm,
+                    r.rank,
+                    n,
+                    buff,
+                    mem,
+                    16 * 2 * (buff + mem),
+                    16 * 2 * (buff + mem) * n,
+                )
+            if version == "2.18.3":  # init.cc:1102: nvlsSupport && localRanks > 1 (2.21: nNodes > 1 only)
                 r.info(thread, "Connected NVLS tree")
 
     def summary():
         for r in ranks:
-            r.info(1, "threadThresholds %ld/%ld/%ld | %ld/%ld/%ld | %ld | %ld", 8, 8, 64, 16, 8, 64, 512, 512)  # tuning.cc
+            r.info(
+                1, "threadThresholds %ld/%ld/%ld | %ld/%ld/%ld | %ld | %ld", 8, 8, 64, 16, 8, 64, 512, 512
+            )  # tuning.cc
             if version == "2.18.3":
-                r.info(1, "%d coll channels, %d nvls channels, %d p2p channels, %d p2p channels per peer",  # init.cc:1113
-                       2, nvls_channels, 2, 2)
+                r.info(
+                    1,
+                    "%d coll channels, %d nvls channels, %d p2p channels, %d p2p channels per peer",  # init.cc:1113
+                    2,
+                    nvls_channels,
+                    2,
+                    2,
+                )
             else:
-                r.info(1, "%d coll channels, %d collnet channels, %d nvls channels, %d p2p channels, "   # init.cc:1297/1232
-                       "%d p2p channels per peer", 2, 2, nvls_channels, 2, 2)
+                r.info(
+                    1,
+                    "%d coll channels, %d collnet channels, %d nvls channels, %d p2p channels, "  # init.cc:1297/1232
+                    "%d p2p channels per peer",
+                    2,
+                    2,
+                    nvls_channels,
+                    2,
+                    2,
+                )
 
     def complete():
         for r in ranks:
-            args = (r.comm, r.rank, n, r.dev, r.dev, r.bus, 0x70fba02a8d314739)
+            args = (r.comm, r.rank, n, r.dev, r.dev, r.bus, 0x70FBA02A8D314739)
             fmt = "comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init COMPLETE"
             if version == "2.18.3":
-                r.info(1, fmt, *args)                                                           # init.cc:1375
+                r.info(1, fmt, *args)  # init.cc:1375
             elif version == "2.21.5":
-                r.info(1, "ncclCommInitRank " + fmt, *args)                                     # init.cc:1573
+                r.info(1, "ncclCommInitRank " + fmt, *args)  # init.cc:1573
             else:
-                r.info(1, "%s " + fmt, "ncclCommInitRankConfig", *args)                         # init.cc:1469
-                r.info(1, "Init timings - %s: rank %d nranks %d total %.2f (kernels %.2f, alloc %.2f, bootstrap %.2f, "
-                       "allgathers %.2f, topo %.2f, graphs %.2f, connections %.2f, rest %.2f)",  # init.cc:1476
-                       "ncclCommInitRankConfig", r.rank, n, 0.61, 0.16, 0.02, 0.01, 0.00, 0.33, 0.00, 0.08, 0.01)
+                r.info(1, "%s " + fmt, "ncclCommInitRankConfig", *args)  # init.cc:1469
+                r.info(
+                    1,
+                    "Init timings - %s: rank %d nranks %d total %.2f (kernels %.2f, alloc %.2f, bootstrap %.2f, "
+                    "allgathers %.2f, topo %.2f, graphs %.2f, connections %.2f, rest %.2f)",  # init.cc:1476
+                    "ncclCommInitRankConfig",
+                    r.rank,
+                    n,
+                    0.61,
+                    0.16,
+                    0.02,
+                    0.01,
+                    0.00,
+                    0.33,
+                    0.00,
+                    0.08,
+                    0.01,
+                )
 
     def tuning(size, algo, proto, hi, algo_id, proto_id):
         r0 = by_rank[0]
-        if version == "2.21.5":   # enqueue.cc:1534 (rank 0; numbers: include/nccl_common.h NCCL_ALGO_/PROTO_)
+        if version == "2.21.5":  # enqueue.cc:1534 (rank 0; numbers: include/nccl_common.h NCCL_ALGO_/PROTO_)
             r0.info(0, "%ld Bytes -> Algo %d proto %d time %f", size, algo_id, proto_id, 12.5)
         elif version == "2.27.7":  # enqueue.cc:745 (rank 0)
-            r0.info(0, "%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}", "AllReduce", size, algo, proto, 0, hi)
+            r0.info(
+                0, "%s: %ld Bytes -> Algo %s proto %s channel{Lo..Hi}={%d..%d}", "AllReduce", size, algo, proto, 0, hi
+            )
 
-    if not lazy:   # connected at init: init.cc (2.18.3:1069-1090, 2.21.5:1255-1274)
+    if not lazy:  # connected at init: init.cc (2.18.3:1069-1090, 2.21.5:1255-1274)
         connect(ring_sends, 1)
         rings_done(1)
         connect(tree_sends, 1)
@@ -274,9 +374,15 @@ def render(version: str, case: str) -> str:
         summary()
         complete()
         tuning(1024, "TREE", "LL", 0, 0, 0)
-        tuning(1048576, "NVLS" if nvls else "RING", "SIMPLE" if nvls else "LL128", 15 if nvls else 1,
-               4 if nvls else 1, 2 if nvls else 1)
-    else:          # runtime connect: init.cc:1148-1155, then group.cc ncclCollPreconnectFunc per algorithm
+        tuning(
+            1048576,
+            "NVLS" if nvls else "RING",
+            "SIMPLE" if nvls else "LL128",
+            15 if nvls else 1,
+            4 if nvls else 1,
+            2 if nvls else 1,
+        )
+    else:  # runtime connect: init.cc:1148-1155, then group.cc ncclCollPreconnectFunc per algorithm
         summary()
         complete()
         tuning(1024, "RING", "LL", 1, 1, 0)
@@ -288,17 +394,17 @@ def render(version: str, case: str) -> str:
         if nvls:
             tuning(1048576, "NVLS", "SIMPLE", 15, 2, 2)
             nvls_setup(2)
-    for r in ranks:   # init.cc:1948 / 2154; 2.27 init.cc:270 ("- %s COMPLETE", "Destroy")
+    for r in ranks:  # init.cc:1948 / 2154; 2.27 init.cc:270 ("- %s COMPLETE", "Destroy")
         r.info(0, "comm %p rank %d nranks %d cudaDev %d busId %lx - Destroy COMPLETE", r.comm, r.rank, n, r.dev, r.bus)
 
     files = {
         "2.18.3": "src/init.cc src/bootstrap.cc src/net.cc src/transport/{p2p,net,net_ib,net_socket,nvls}.cc "
-                  "src/graph/{rings,search,connect,topo,tuning}.cc src/misc/cudawrap.cc src/debug.cc",
+        "src/graph/{rings,search,connect,topo,tuning}.cc src/misc/cudawrap.cc src/debug.cc",
         "2.21.5": "src/init.cc src/bootstrap.cc src/net.cc src/enqueue.cc src/transport/{p2p,net,net_ib,net_socket,"
-                  "nvls}.cc src/graph/{rings,search,connect,topo,tuning}.cc src/misc/cudawrap.cc src/debug.cc",
+        "nvls}.cc src/graph/{rings,search,connect,topo,tuning}.cc src/misc/cudawrap.cc src/debug.cc",
         "2.27.7": "src/init.cc src/enqueue.cc src/transport.cc src/plugin/{net,plugin_open}.cc src/transport/{p2p,net,"
-                  "net_ib,net_socket,nvls,generic}.cc src/graph/{rings,search,connect,topo,tuning}.cc "
-                  "src/misc/cudawrap.cc src/debug.cc",
+        "net_ib,net_socket,nvls,generic}.cc src/graph/{rings,search,connect,topo,tuning}.cc "
+        "src/misc/cudawrap.cc src/debug.cc",
     }
     header = [
         f"# Stub log: NVIDIA/nccl {tag}, machine '{case}' (tests/nccl_logs/generate.py says what is stubbed).",

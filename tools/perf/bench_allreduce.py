@@ -59,16 +59,16 @@ def reference_estimate(dist, torch, buf, warmup=5, iters=20):
     return t[0].item() / dist.get_world_size(), w.item()
 
 
-def worker(rank, n, store, sizes, repeats, out_path, budget_s, min_sample_s, sched,
-           drift_size, drift_s, tail_calls):
+def worker(rank, n, store, sizes, repeats, out_path, budget_s, min_sample_s, sched, drift_size, drift_s, tail_calls):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     apply_sched(sched)  # as the plugin's workers do, before gloo starts its threads
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=n,
-                            timeout=timedelta(seconds=600))
+    dist.init_process_group(
+        "gloo", init_method="file://" + store, rank=rank, world_size=n, timeout=timedelta(seconds=600)
+    )
     factor = allreduce_factor(n)
     out = []
     for size in sizes:
@@ -80,11 +80,19 @@ def worker(rank, n, store, sizes, repeats, out_path, budget_s, min_sample_s, sch
             for which in order:
                 if which == "plugin":
                     m, wrong = measure_allreduce(count, budget_s=budget_s, min_sample_s=min_sample_s)
-                    plugin.append({"time_s": m.median_s, "wall_s": m.wall_s - m.verify_s,
-                                   "verify_s": m.verify_s, "wrong": wrong,
-                                   "iterations": m.iterations_per_sample, "samples": len(m.samples_s),
-                                   "stable": m.stable, "spread": m.spread,
-                                   "ci_s": [m.ci_low_s, m.ci_high_s]})
+                    plugin.append(
+                        {
+                            "time_s": m.median_s,
+                            "wall_s": m.wall_s - m.verify_s,
+                            "verify_s": m.verify_s,
+                            "wrong": wrong,
+                            "iterations": m.iterations_per_sample,
+                            "samples": len(m.samples_s),
+                            "stable": m.stable,
+                            "spread": m.spread,
+                            "ci_s": [m.ci_low_s, m.ci_high_s],
+                        }
+                    )
                 else:
                     t, wall = reference_estimate(dist, torch, buf)
                     reference.append({"time_s": t, "wall_s": wall})
@@ -121,8 +129,9 @@ def drift_windows(dist, torch, size, seconds, rows):
     reproducible than the quantity it estimates: when these medians differ by 20%, so will any two
     estimates taken seconds apart."""
     buf = torch.zeros(size // 4, dtype=torch.float32)
-    per_call = next((statistics.median(e["time_s"] for e in r["reference"]) for r in rows
-                     if r["size_bytes"] == size), 0.002)
+    per_call = next(
+        (statistics.median(e["time_s"] for e in r["reference"]) for r in rows if r["size_bytes"] == size), 0.002
+    )
     calls = max(10, int(seconds / per_call))
     for _ in range(5):
         dist.all_reduce(buf)
@@ -150,14 +159,32 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
     ap.add_argument("--budget", type=float, default=2.0, help="plugin time budget per estimate, s (default 2)")
-    ap.add_argument("--min-sample-s", type=float, default=MIN_SAMPLE_S,
-                    help=f"plugin minimum sample length, s (default {MIN_SAMPLE_S:g}, the plugin's)")
-    ap.add_argument("--sched", choices=("fair", "fifo"), default="fair",
-                    help="CPU scheduling policy of the worker pool (both loops), as --gputopo-allreduce-sched")
-    ap.add_argument("--drift", type=float, default=10.0, metavar="S",
-                    help="then measure the machine's drift: S seconds of back-to-back 4 MiB calls (0: skip)")
-    ap.add_argument("--tail", type=int, default=2000, metavar="N",
-                    help="then time N single 256 KiB calls one by one: percentiles of the per-call noise (0: skip)")
+    ap.add_argument(
+        "--min-sample-s",
+        type=float,
+        default=MIN_SAMPLE_S,
+        help=f"plugin minimum sample length, s (default {MIN_SAMPLE_S:g}, the plugin's)",
+    )
+    ap.add_argument(
+        "--sched",
+        choices=("fair", "fifo"),
+        default="fair",
+        help="CPU scheduling policy of the worker pool (both loops), as --gputopo-allreduce-sched",
+    )
+    ap.add_argument(
+        "--drift",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="then measure the machine's drift: S seconds of back-to-back 4 MiB calls (0: skip)",
+    )
+    ap.add_argument(
+        "--tail",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="then time N single 256 KiB calls one by one: percentiles of the per-call noise (0: skip)",
+    )
     ap.add_argument("--json", help="write the raw figures here")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -167,9 +194,24 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="bench-allreduce-") as tmp:
         out_path = os.path.join(tmp, "out.json")
         t0 = time.perf_counter()
-        mp.spawn(worker, args=(args.ranks, os.path.join(tmp, "store"), sizes, args.repeats, out_path,
-                                   args.budget, args.min_sample_s, args.sched, 4 << 20, args.drift, args.tail),
-                 nprocs=args.ranks, join=True)
+        mp.spawn(
+            worker,
+            args=(
+                args.ranks,
+                os.path.join(tmp, "store"),
+                sizes,
+                args.repeats,
+                out_path,
+                args.budget,
+                args.min_sample_s,
+                args.sched,
+                4 << 20,
+                args.drift,
+                args.tail,
+            ),
+            nprocs=args.ranks,
+            join=True,
+        )
         total = time.perf_counter() - t0
         with open(out_path) as f:
             data = json.load(f)
@@ -178,11 +220,15 @@ def main(argv=None):
             json.dump(data, f, indent=1)
 
     rows, tail, drift = data["rows"], data["tail"], data["drift"]
-    print(f"gloo all-reduce, {args.ranks} ranks, float32, scheduling {args.sched}, {args.repeats} estimates per size "
-          f"(busbw factor 2(n-1)/n = {rows[0]['factor']:g}); plugin budget {args.budget:g} s, samples >= "
-          f"{args.min_sample_s * 1e3:g} ms; {os.cpu_count()} CPUs; total {total:.1f} s")
-    hdr = (f"{'size':>9} | {'plugin busbw':>12} {'ref busbw':>10} {'agree':>7} {'paired':>7} | {'plugin spread':>13} "
-           f"{'ref spread':>10} | {'plugin wall':>11} {'ref wall':>9} | {'k x samples':>11} {'stable':>6} {'wrong':>5}")
+    print(
+        f"gloo all-reduce, {args.ranks} ranks, float32, scheduling {args.sched}, {args.repeats} estimates per size "
+        f"(busbw factor 2(n-1)/n = {rows[0]['factor']:g}); plugin budget {args.budget:g} s, samples >= "
+        f"{args.min_sample_s * 1e3:g} ms; {os.cpu_count()} CPUs; total {total:.1f} s"
+    )
+    hdr = (
+        f"{'size':>9} | {'plugin busbw':>12} {'ref busbw':>10} {'agree':>7} {'paired':>7} | {'plugin spread':>13} "
+        f"{'ref spread':>10} | {'plugin wall':>11} {'ref wall':>9} | {'k x samples':>11} {'stable':>6} {'wrong':>5}"
+    )
     print(hdr)
     print("-" * len(hdr))
     met = {"agree": 0, "paired": 0, "spread": 0, "wall": 0}
@@ -205,25 +251,35 @@ def main(argv=None):
         met["spread"] += p_spread < 1.10
         met["wall"] += p_wall < r_wall
         label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
-        print(f"{label:>9} | {p_med:>8.3f} GB/s {r_med:>5.3f} GB/s {agree:>+6.1%} {paired:>+6.1%} | "
-              f"{p_spread - 1:>12.1%} {r_spread - 1:>10.1%} | {p_wall:>9.3f} s {r_wall:>7.3f} s | "
-              f"{ks:>11.0f} {stable:>4}/{len(p_bw)} {wrong:>5}")
+        print(
+            f"{label:>9} | {p_med:>8.3f} GB/s {r_med:>5.3f} GB/s {agree:>+6.1%} {paired:>+6.1%} | "
+            f"{p_spread - 1:>12.1%} {r_spread - 1:>10.1%} | {p_wall:>9.3f} s {r_wall:>7.3f} s | "
+            f"{ks:>11.0f} {stable:>4}/{len(p_bw)} {wrong:>5}"
+        )
     n = len(rows)
     verify = [e["verify_s"] for row in rows for e in row["plugin"]]
-    print(f"plugin wall = warm-up, calibration and samples; the verifiable all-reduce after them took "
-          f"{min(verify):.3f}-{max(verify):.3f} s more per estimate (the reference verifies nothing)")
-    print(f"sizes meeting the targets: agreement within 5% {met['agree']}/{n} (paired {met['paired']}/{n}), "
-          f"plugin spread under 10% "
-          f"{met['spread']}/{n}, less wall time than the reference {met['wall']}/{n}")
+    print(
+        f"plugin wall = warm-up, calibration and samples; the verifiable all-reduce after them took "
+        f"{min(verify):.3f}-{max(verify):.3f} s more per estimate (the reference verifies nothing)"
+    )
+    print(
+        f"sizes meeting the targets: agreement within 5% {met['agree']}/{n} (paired {met['paired']}/{n}), "
+        f"plugin spread under 10% "
+        f"{met['spread']}/{n}, less wall time than the reference {met['wall']}/{n}"
+    )
     if tail:
-        print(f"per-call noise: {tail['calls']} single {tail['size_bytes'] >> 10} KiB all-reduces, p10 "
-              f"{tail['p10'] * 1e3:.3f} p50 {tail['p50'] * 1e3:.3f} p90 {tail['p90'] * 1e3:.3f} p99 "
-              f"{tail['p99'] * 1e3:.3f} mean {tail['mean'] * 1e3:.3f} ms")
+        print(
+            f"per-call noise: {tail['calls']} single {tail['size_bytes'] >> 10} KiB all-reduces, p10 "
+            f"{tail['p10'] * 1e3:.3f} p50 {tail['p50'] * 1e3:.3f} p90 {tail['p90'] * 1e3:.3f} p99 "
+            f"{tail['p99'] * 1e3:.3f} mean {tail['mean'] * 1e3:.3f} ms"
+        )
     if drift and drift["median_s"]:
         ms = [t * 1e3 for t in drift["median_s"]]
-        print(f"machine drift: median per-call time of back-to-back {drift['size_bytes'] >> 20} MiB all-reduces in "
-              f"each of {len(ms)} one-second windows ranges {min(ms):.3f}-{max(ms):.3f} ms "
-              f"({max(ms) / min(ms) - 1:.0%}); estimates taken seconds apart cannot agree more closely")
+        print(
+            f"machine drift: median per-call time of back-to-back {drift['size_bytes'] >> 20} MiB all-reduces in "
+            f"each of {len(ms)} one-second windows ranges {min(ms):.3f}-{max(ms):.3f} ms "
+            f"({max(ms) / min(ms) - 1:.0%}); estimates taken seconds apart cannot agree more closely"
+        )
     return 0
 
 

@@ -17,12 +17,18 @@ import tempfile
 import time
 from pathlib import Path
 
-MARKS = ['@pytest.mark.requires_gpus(4)', '@pytest.mark.requires_p2p(gpus=2)',
-         '@pytest.mark.requires_link("PXB", gpus=4)', '@pytest.mark.requires_nvlink']
-SKIPIFS = ['@pytest.mark.skipif(GPUS < 4, reason="needs 4 GPUs")',
-           '@pytest.mark.skipif(not P2P, reason="needs P2P")',
-           '@pytest.mark.skipif(not PXB, reason="needs PXB")',
-           '@pytest.mark.skipif(not NVLINK, reason="needs NVLink")']
+MARKS = [
+    "@pytest.mark.requires_gpus(4)",
+    "@pytest.mark.requires_p2p(gpus=2)",
+    '@pytest.mark.requires_link("PXB", gpus=4)',
+    "@pytest.mark.requires_nvlink",
+]
+SKIPIFS = [
+    '@pytest.mark.skipif(GPUS < 4, reason="needs 4 GPUs")',
+    '@pytest.mark.skipif(not P2P, reason="needs P2P")',
+    '@pytest.mark.skipif(not PXB, reason="needs PXB")',
+    '@pytest.mark.skipif(not NVLINK, reason="needs NVLink")',
+]
 
 
 def write_suite(root: Path, marks, header: str, n: int, files: int = 100) -> None:
@@ -41,8 +47,13 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 def timed(root: Path) -> float:
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gputopo-machine",
-                    "8x-l40s", str(root)], cwd=root, capture_output=True, check=False, env=ENV)
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gputopo-machine", "8x-l40s", str(root)],
+        cwd=root,
+        capture_output=True,
+        check=False,
+        env=ENV,
+    )
     return time.perf_counter() - t
 
 
@@ -57,8 +68,10 @@ def main(n: int = 10_000, runs: int = 5) -> None:
             a.append(timed(gputopo))
             b.append(timed(plain))
     ma, mb = statistics.median(a), statistics.median(b)
-    print(f"{n} tests, median of {runs} runs on recorded:8x-l40s: gputopo markers {ma:.2f} s, "
-          f"plain skipif {mb:.2f} s, overhead {100 * (ma - mb) / mb:+.1f}%")
+    print(
+        f"{n} tests, median of {runs} runs on recorded:8x-l40s: gputopo markers {ma:.2f} s, "
+        f"plain skipif {mb:.2f} s, overhead {100 * (ma - mb) / mb:+.1f}%"
+    )
 
 
 if __name__ == "__main__":

@@ -79,13 +79,16 @@ def node_memory(full: bool, n: int = 1000, against: str | None = None) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         write_fleet(Path(tmp), n, full=full)
         out = []
-        for tree in ([None, against] if against else [None]):
-            done = subprocess.run([sys.executable, "-c", _KEPT, tmp], capture_output=True, text=True, env=_env(tree),
-                                  cwd=tmp)
+        for tree in [None, against] if against else [None]:
+            done = subprocess.run(
+                [sys.executable, "-c", _KEPT, tmp], capture_output=True, text=True, env=_env(tree), cwd=tmp
+            )
             read, kept, peak = map(int, done.stdout.split())
             assert read == n, done.stderr[-2000:]
-            out.append(f"{'' if tree is None else 'against ' + tree + ': '}{kept / n / 1024:.1f} KB kept per node "
-                       f"({kept / 2**20:.1f} MiB), peak while reading {peak / 2**20:.1f} MiB")
+            out.append(
+                f"{'' if tree is None else 'against ' + tree + ': '}{kept / n / 1024:.1f} KB kept per node "
+                f"({kept / 2**20:.1f} MiB), peak while reading {peak / 2**20:.1f} MiB"
+            )
     return f"{n} nodes read (tracemalloc): " + "; ".join(out)
 
 
@@ -93,18 +96,34 @@ def node_memory(full: bool, n: int = 1000, against: str | None = None) -> str:
 # keeps the RSS the forked parent had, so a child of a large parent would report the parent's).
 _PEAK_KB = 'int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])'
 # gputopo, and its own peak RSS on stderr (RUSAGE_CHILDREN would give the largest of every child so far)
-_OWN_PEAK = ("import sys\nfrom pytest_gputopo.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
-             f"finally:\n    sys.stderr.write(f'\\nMAXRSS_KB {{{_PEAK_KB}}}')\n"
-             "sys.exit(code)")
+_OWN_PEAK = (
+    "import sys\nfrom pytest_gputopo.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
+    f"finally:\n    sys.stderr.write(f'\\nMAXRSS_KB {{{_PEAK_KB}}}')\n"
+    "sys.exit(code)"
+)
 
 
 def run_fleet(folder: Path, tree: str | None = None) -> tuple[float, float, int, dict, int]:
     out = folder.parent / "out"
     out.mkdir(exist_ok=True)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _OWN_PEAK, "fleet", str(folder), "--html",
-                           str(out / "fleet.html"), "--json", str(out / "fleet.json")], capture_output=True, text=True,
-                          env=_env(tree), cwd=out)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _OWN_PEAK,
+            "fleet",
+            str(folder),
+            "--html",
+            str(out / "fleet.html"),
+            "--json",
+            str(out / "fleet.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(tree),
+        cwd=out,
+    )
     wall = time.perf_counter() - start
     peak_mb = float(done.stderr.rsplit("MAXRSS_KB ", 1)[-1]) / 1024
     if done.returncode not in (0, 1):
@@ -114,13 +133,20 @@ def run_fleet(folder: Path, tree: str | None = None) -> tuple[float, float, int,
 
 
 def accuracy(doc: dict) -> str:
-    found = {n["name"]: {f["fact"] for f in n["findings"]} | {f.get("column") for f in n["findings"]}
-             for g in doc["groups"] for n in g["nodes"] if n["findings"]}
+    found = {
+        n["name"]: {f["fact"] for f in n["findings"]} | {f.get("column") for f in n["findings"]}
+        for g in doc["groups"]
+        for n in g["nodes"]
+        if n["findings"]
+    }
     want = {f"node{i:05d}": fact for i, (_, fact) in FAULTS.items()}
     missed = [f"{node} ({fact})" for node, fact in want.items() if fact not in found.get(node, set())]
     extra = sorted(set(found) - set(want))
-    return (f"{len(want) - len(missed)} of {len(want)} faults named with the right fact"
-            + (f"; missed {missed}" if missed else "") + f"; {len(extra)} other nodes named")
+    return (
+        f"{len(want) - len(missed)} of {len(want)} faults named with the right fact"
+        + (f"; missed {missed}" if missed else "")
+        + f"; {len(extra)} other nodes named"
+    )
 
 
 def false_positives(fleets: int = 300) -> str:
@@ -135,14 +161,17 @@ def false_positives(fleets: int = 300) -> str:
             nodes.append(node_of(base, name=f"n{i}", path="-", figures=figures))
         judged = fleet.judge(nodes)
         named, total, splits = named + len(judged.named), total + n, splits + len(judged.splits)
-    return (f"{named} of {total} healthy nodes named, {splits} group splits, "
-            f"over {fleets} noisy fleets of 5 to 200 nodes")
+    return (
+        f"{named} of {total} healthy nodes named, {splits} group splits, over {fleets} noisy fleets of 5 to 200 nodes"
+    )
 
 
-_READ_ONE = ("import sys, time\nfrom pytest_gputopo.cli.fleet_documents import read_nodes\n"
-             "start = time.perf_counter()\nread = read_nodes(sys.argv[1:])\n"
-             f"print(f'{{time.perf_counter() - start:.2f}} s, peak {{{_PEAK_KB} / 1024:.0f}} MB; '\n"
-             "      + (f'not read: {read.unread[0][1][:90]}' if read.unread else f'{len(read.nodes)} node read'))")
+_READ_ONE = (
+    "import sys, time\nfrom pytest_gputopo.cli.fleet_documents import read_nodes\n"
+    "start = time.perf_counter()\nread = read_nodes(sys.argv[1:])\n"
+    f"print(f'{{time.perf_counter() - start:.2f}} s, peak {{{_PEAK_KB} / 1024:.0f}} MB; '\n"
+    "      + (f'not read: {read.unread[0][1][:90]}' if read.unread else f'{len(read.nodes)} node read'))"
+)
 
 
 def bounds() -> None:
@@ -185,22 +214,29 @@ def main(sizes: list[int], full: bool = True, against: str | None = None) -> Non
             write_fleet(folder, n, full=full)
             size = folder_mb(folder)
             wall, peak, html, doc, code = run_fleet(folder)
-            print(f"  {n} nodes ({size:.0f} MB of documents): {wall:.1f} s, peak {peak:.0f} MB "
-                  f"({peak * 1024 / n:.1f} KB per node), HTML {html / 1e6:.2f} MB, exit {code}; {accuracy(doc)}")
+            print(
+                f"  {n} nodes ({size:.0f} MB of documents): {wall:.1f} s, peak {peak:.0f} MB "
+                f"({peak * 1024 / n:.1f} KB per node), HTML {html / 1e6:.2f} MB, exit {code}; {accuracy(doc)}"
+            )
             if against:
                 wall, peak, html, doc, code = run_fleet(folder, against)
-                print(f"    the same against {against}: {wall:.1f} s, peak {peak:.0f} MB "
-                      f"({peak * 1024 / n:.1f} KB per node), exit {code}")
+                print(
+                    f"    the same against {against}: {wall:.1f} s, peak {peak:.0f} MB "
+                    f"({peak * 1024 / n:.1f} KB per node), exit {code}"
+                )
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp, "docs")
         folder.mkdir()
         write_fleet(folder, 100, shared_fault=True, full=full)
         _, _, _, doc, code = run_fleet(folder)
         splits = [f["says"][:120] for g in doc["groups"] for f in g["group_findings"] if f["kind"] == "split"]
-        named_40 = sum(1 for g in doc["groups"] for n in g["nodes"]
-                       if any(f["fact"] == "GPU4 NVLinks up" for f in n["findings"]))
-        print(f"  100 nodes, 40 % sharing a lost NVLink (and node 7's): exit {code}; split findings {len(splits)} "
-              f"({splits[:1]}); nodes named for it (a node's own fault, whatever share has it): {named_40}")
+        named_40 = sum(
+            1 for g in doc["groups"] for n in g["nodes"] if any(f["fact"] == "GPU4 NVLinks up" for f in n["findings"])
+        )
+        print(
+            f"  100 nodes, 40 % sharing a lost NVLink (and node 7's): exit {code}; split findings {len(splits)} "
+            f"({splits[:1]}); nodes named for it (a node's own fault, whatever share has it): {named_40}"
+        )
     print("  " + false_positives())
 
 

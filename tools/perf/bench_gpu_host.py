@@ -44,15 +44,22 @@ PLAIN = "".join(f"def test_{i}():\n    assert {i} + 1 > {i}\n" for i in range(19
 CASES = {
     "nothing asked": ("def test_19():\n    pass\n", []),
     "NVML facts (every run)": (
-        "import pytest\n@pytest.mark.requires_gpus(8, min_memory_gb=80)\ndef test_19():\n    pass\n", []),
-    "CUDA facts, first run of the boot": ("import pytest\n@pytest.mark.requires_p2p\ndef test_19():\n    pass\n",
-                                          ["--gputopo-reprobe"]),
+        "import pytest\n@pytest.mark.requires_gpus(8, min_memory_gb=80)\ndef test_19():\n    pass\n",
+        [],
+    ),
+    "CUDA facts, first run of the boot": (
+        "import pytest\n@pytest.mark.requires_p2p\ndef test_19():\n    pass\n",
+        ["--gputopo-reprobe"],
+    ),
     "CUDA facts, repeat": ("import pytest\n@pytest.mark.requires_p2p\ndef test_19():\n    pass\n", []),
     "torch's versions, first run of the boot": (
         "import pytest\n@pytest.mark.requires_versions(nccl='>=2.18')\ndef test_19():\n    pass\n",
-        ["--gputopo-reprobe"]),
+        ["--gputopo-reprobe"],
+    ),
     "torch's versions, repeat": (
-        "import pytest\n@pytest.mark.requires_versions(nccl='>=2.18')\ndef test_19():\n    pass\n", []),
+        "import pytest\n@pytest.mark.requires_versions(nccl='>=2.18')\ndef test_19():\n    pass\n",
+        [],
+    ),
 }
 
 
@@ -60,8 +67,9 @@ def timed(args: list, cwd: Path, env: dict) -> tuple[float, float]:
     """(wall, CPU) seconds of one pytest run and its children: CPU time (user + system) moves less
     than wall time where other work shares the cores."""
     start, cpu = time.perf_counter(), _children_cpu()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
     took = time.perf_counter() - start, _children_cpu() - cpu
     if done.returncode != 0:
         raise SystemExit(f"pytest failed in {cwd}:\n{done.stdout[-2000:]}")
@@ -74,8 +82,12 @@ def _children_cpu() -> float:
 
 
 def real_host() -> str:
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=False)
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return "; ".join(smi.stdout.strip().splitlines()) or f"nvidia-smi answered {smi.returncode}"
 
 
@@ -90,8 +102,10 @@ def main(pairs: int = 10, here: bool = False, only: str = "", before: str | None
             env.update(host_env)
             cuda = Path(tmp, "host", "cuda.txt")
             cuda.write_text(cuda.read_text().replace("init 0 0", "init 0 1500"))
-            print(f"emulated GPU host (dgx-a100, torch import 2 s, cuInit 1.5 s), {pairs} paired runs per case "
-                  f"[simulated host, measured on this machine]")
+            print(
+                f"emulated GPU host (dgx-a100, torch import 2 s, cuInit 1.5 s), {pairs} paired runs per case "
+                f"[simulated host, measured on this machine]"
+            )
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         envs = {"with": env, "without": env}
         if before:
@@ -109,13 +123,15 @@ def main(pairs: int = 10, here: bool = False, only: str = "", before: str | None
                     timed(args[name], suite, envs[name])
             took = {name: [] for name in envs}
             for i in range(pairs):
-                for name in (list(envs) if i % 2 else list(envs)[::-1]):
+                for name in list(envs) if i % 2 else list(envs)[::-1]:
                     took[name].append(timed(args[name], suite, envs[name]))
             for n, what in enumerate(("wall", "CPU")):
                 figures = {name: [t[n] for t in runs] for name, runs in took.items()}
-                print(f"  {case}, {what}: {_added(figures['with'], figures['without'])}; "
-                      + (f"before: {_added(figures['before'], figures['without'])}; " if before else "")
-                      + f"pytest alone {statistics.median(figures['without']) * 1e3:.0f} ms")
+                print(
+                    f"  {case}, {what}: {_added(figures['with'], figures['without'])}; "
+                    + (f"before: {_added(figures['before'], figures['without'])}; " if before else "")
+                    + f"pytest alone {statistics.median(figures['without']) * 1e3:.0f} ms"
+                )
 
 
 def _added(runs: list, alone: list) -> str:
@@ -125,8 +141,13 @@ def _added(runs: list, alone: list) -> str:
 
 
 if __name__ == "__main__":
+
     def value(flag: str):
         return sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else None
 
-    main(*(int(a) for a in sys.argv[1:2] if a.isdigit()), here="--here" in sys.argv, only=value("--only") or "",
-         before=value("--before"))
+    main(
+        *(int(a) for a in sys.argv[1:2] if a.isdigit()),
+        here="--here" in sys.argv,
+        only=value("--only") or "",
+        before=value("--before"),
+    )

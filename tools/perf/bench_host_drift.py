@@ -61,8 +61,10 @@ def main(argv=None) -> int:
     print(f"one-second windows, {args.seconds} s each, {where}")
     for name, work in (("memory (4 MiB copy+add)", memory), ("ALU (integer loop)", alu)):
         us = [t * 1e6 for t in windows(work, args.seconds)]
-        print(f"{name:>24}: median per call {min(us):.0f}-{max(us):.0f} us across windows, "
-              f"range {max(us) / min(us) - 1:.0%}")
+        print(
+            f"{name:>24}: median per call {min(us):.0f}-{max(us):.0f} us across windows, "
+            f"range {max(us) / min(us) - 1:.0%}"
+        )
     return 0
 
 

@@ -36,8 +36,13 @@ def wall(folder: Path, env: dict, args: list[str], repeat: int) -> float:
     times = []
     for _ in range(repeat):
         start = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *args],
-                             cwd=folder, env=env, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *args],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         times.append(time.monotonic() - start)
         if out.returncode != 0:
             sys.exit(out.stdout[-3000:] + out.stderr[-2000:])

@@ -67,8 +67,13 @@ def run(folder: Path, env: dict, leased: bool) -> tuple[float, list[dict]]:
     env = {**env, "LEASE_LOG": str(log)}
     args = ["--gputopo-lease", f"--gputopo-lease-dir={folder / 'locks'}"] if leased else ["-n", "8"]
     start = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", *args,
-                          "test_suite.py"], cwd=folder, env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", *args, "test_suite.py"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.monotonic() - start
     if out.returncode != 0:
         sys.exit(out.stdout[-3000:] + out.stderr[-2000:])
@@ -77,9 +82,15 @@ def run(folder: Path, env: dict, leased: bool) -> tuple[float, list[dict]]:
 
 def shared(entries: list[dict]) -> int:
     """Tests that held a GPU another test held at the same time."""
-    return sum(1 for i, a in enumerate(entries)
-               if any(set(a["uuid"]) & set(b["uuid"]) and a["start"] < b["end"] and b["start"] < a["end"]
-                      for j, b in enumerate(entries) if j != i))
+    return sum(
+        1
+        for i, a in enumerate(entries)
+        if any(
+            set(a["uuid"]) & set(b["uuid"]) and a["start"] < b["end"] and b["start"] < a["end"]
+            for j, b in enumerate(entries)
+            if j != i
+        )
+    )
 
 
 def main() -> None:
@@ -100,9 +111,11 @@ def main() -> None:
             pairs = [e for e in entries if e["k"] == 2]
             nvlink = sum(1 for e in pairs if topology.link(*(by_uuid[u] for u in e["uuid"])).nvlinks)
             name = "gputopo leases (-n auto)" if leased else "round robin (-n 8)    "
-            print(f"{name}: {len(entries)} tests, {shared(entries)} shared a GPU with a running test, "
-                  f"{nvlink}/{len(pairs)} two-GPU tests on an NVLink pair, "
-                  f"wall {wall:.1f} s = {wall / ideal:.2f}x ideal")
+            print(
+                f"{name}: {len(entries)} tests, {shared(entries)} shared a GPU with a running test, "
+                f"{nvlink}/{len(pairs)} two-GPU tests on an NVLink pair, "
+                f"wall {wall:.1f} s = {wall / ideal:.2f}x ideal"
+            )
 
 
 if __name__ == "__main__":

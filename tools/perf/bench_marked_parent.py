@@ -33,18 +33,25 @@ from emulated import build_libs, make_host  # noqa: E402
 PLAIN = "".join(f"def test_{i}():\n    assert {i} + 1 > {i}\n" for i in range(19))
 MARKED = "import pytest\n@pytest.mark.requires_gpus(8, min_memory_gb=80)\ndef test_19():\n    pass\n"
 UNMARKED = "def test_19():\n    pass\n"
-WRAPPER = ("import resource, sys, pytest\n"
-           "status = pytest.main(sys.argv[1:])\n"
-           "own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-           "print('CPU', own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime)\n"
-           "sys.exit(status)\n")
+WRAPPER = (
+    "import resource, sys, pytest\n"
+    "status = pytest.main(sys.argv[1:])\n"
+    "own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print('CPU', own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime)\n"
+    "sys.exit(status)\n"
+)
 
 
 def timed(args: list, cwd: Path, env: dict) -> tuple[float, float, float]:
     """(wall, the pytest process's own CPU, its children's CPU) seconds of one run."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", WRAPPER, "-q", "-p", "no:randomly", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", WRAPPER, "-q", "-p", "no:randomly", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"pytest failed in {cwd}:\n{done.stdout[-2000:]}")
@@ -64,33 +71,48 @@ def main(runs: int = 20, before: str | None = None) -> None:
             suites[name].mkdir()
             (suites[name] / "test_plain.py").write_text(PLAIN)
             (suites[name] / "test_last.py").write_text(last)
-        cases = {"marked": (suites["marked"], [], env), "unmarked": (suites["unmarked"], [], env),
-                 "no plugin": (suites["marked"], ["-p", "no:gputopo"], env)}
+        cases = {
+            "marked": (suites["marked"], [], env),
+            "unmarked": (suites["unmarked"], [], env),
+            "no plugin": (suites["marked"], ["-p", "no:gputopo"], env),
+        }
         if before:
-            cases["before"] = (suites["marked"], [], {**env, "PYTHONPATH": os.pathsep.join(
-                filter(None, [before, env.get("PYTHONPATH")]))})
+            cases["before"] = (
+                suites["marked"],
+                [],
+                {**env, "PYTHONPATH": os.pathsep.join(filter(None, [before, env.get("PYTHONPATH")]))},
+            )
         for cwd, args, case_env in cases.values():  # warm: bytecode, the file cache
             for _ in range(2):
                 timed(args, cwd, case_env)
         took = {name: [] for name in cases}
         for i in range(runs):
-            for name in (list(cases) if i % 2 else list(cases)[::-1]):
+            for name in list(cases) if i % 2 else list(cases)[::-1]:
                 cwd, args, case_env = cases[name]
                 took[name].append(timed(args, cwd, case_env))
         load = os.getloadavg()
-        print(f"emulated GPU host (dgx-a100), {runs} interleaved runs per case [simulated host, measured on this "
-              f"machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end]")
+        print(
+            f"emulated GPU host (dgx-a100), {runs} interleaved runs per case [simulated host, measured on this "
+            f"machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end]"
+        )
         for name, figures in took.items():
             wall, own, children = (statistics.median(f[n] for f in figures) * 1e3 for n in range(3))
-            print(f"  {name:9}: wall {wall:6.0f} ms, pytest's process {own:5.0f} ms CPU, its children {children:5.0f} ms CPU")
+            print(
+                f"  {name:9}: wall {wall:6.0f} ms, pytest's process {own:5.0f} ms CPU, "
+                f"its children {children:5.0f} ms CPU"
+            )
         for name in [n for n in ("marked", "before") if n in took]:
             for base in ("no plugin", "unmarked"):
                 added = [(a[1] - b[1]) * 1e3 for a, b in zip(took[name], took[base], strict=True)]
-                print(f"  {name} - {base}, pytest's process CPU: median {statistics.median(added):+.0f} ms "
-                      f"(interquartile {statistics.quantiles(added, n=4)[0]:+.0f} to "
-                      f"{statistics.quantiles(added, n=4)[2]:+.0f})")
+                print(
+                    f"  {name} - {base}, pytest's process CPU: median {statistics.median(added):+.0f} ms "
+                    f"(interquartile {statistics.quantiles(added, n=4)[0]:+.0f} to "
+                    f"{statistics.quantiles(added, n=4)[2]:+.0f})"
+                )
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:2] if a.isdigit()),
-         before=sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None)
+    main(
+        *(int(a) for a in sys.argv[1:2] if a.isdigit()),
+        before=sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None,
+    )

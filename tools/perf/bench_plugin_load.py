@@ -34,8 +34,14 @@ def timed(python: str, args: list, cwd: str, env: dict, cpu: bool = False) -> fl
     whose share of the host drifts, CPU time is the steadier measure of what the plugin costs."""
     argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
     if cpu:
-        done = subprocess.run([PERF, "stat", "-x,", "-e", "task-clock", "--", *argv], cwd=cwd, check=False,
-                              capture_output=True, text=True, env=env)
+        done = subprocess.run(
+            [PERF, "stat", "-x,", "-e", "task-clock", "--", *argv],
+            cwd=cwd,
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         line = [ln for ln in done.stderr.splitlines() if "task-clock" in ln][-1]
         return float(line.split(",")[0]) / 1e3  # msec -> s
     start = time.perf_counter()
@@ -79,8 +85,20 @@ def main(pairs: int = 40) -> None:
         venv = Path(tmp, "venv")
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         python = str(venv / "bin" / "python")
-        subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT),
-                        "pytest-timeout", "pytest-xdist"], check=True)
+        subprocess.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                str(ROOT),
+                "pytest-timeout",
+                "pytest-xdist",
+            ],
+            check=True,
+        )
         suite = Path(tmp, "suite")
         suite.mkdir()
         (suite / "test_one.py").write_text("def test_one():\n    pass\n")
@@ -94,23 +112,39 @@ def main(pairs: int = 40) -> None:
                     added = []
                     for i in range(pairs):
                         runs = [("with", []), ("without", ["-p", f"no:{plugin}"])]
-                        took = {name: timed(python, args, str(suite), env, measure == "cpu")
-                                for name, args in (runs if i % 2 else runs[::-1])}
+                        took = {
+                            name: timed(python, args, str(suite), env, measure == "cpu")
+                            for name, args in (runs if i % 2 else runs[::-1])
+                        }
                         added.append(took["with"] - took["without"])
                     q1, med, q3 = statistics.quantiles(added, n=4)
-                    print(f"{setting}: {plugin} adds {med * 1e3:.1f} ms {measure} time (median of {pairs} paired runs; "
-                          f"interquartile {q1 * 1e3:.1f} to {q3 * 1e3:.1f} ms) [measured on this host]")
+                    print(
+                        f"{setting}: {plugin} adds {med * 1e3:.1f} ms {measure} time (median of {pairs} paired runs; "
+                        f"interquartile {q1 * 1e3:.1f} to {q3 * 1e3:.1f} ms) [measured on this host]"
+                    )
         # In one process, where the machine's drift matters less: importing the plugin after the
         # modules every pytest run has loaded already, and the time spent in its hooks during a run.
-        imports = sorted(float(subprocess.run([python, "-c", IMPORT], capture_output=True, text=True, env=base,
-                                              check=True).stdout) for _ in range(pairs))
-        hooks = sorted(float(subprocess.run([python, "-c", HOOKS], capture_output=True, text=True, env=base,
-                                            cwd=str(suite), check=True).stdout.splitlines()[-1]) for _ in range(pairs))
-        print(f"in one process: importing the plugin {statistics.median(imports):.1f} ms, its hooks in a one-test run "
-              f"{statistics.median(hooks):.1f} ms (medians of {pairs}) [measured on this host]")
-        code = ("import sys, importlib.metadata as md\n"
-                "[e for e in md.entry_points(group='pytest11') if e.name == 'gputopo'][0].load()\n"
-                "print(','.join(m for m in ('torch', 'pynvml') if m in sys.modules) or 'none')")
+        imports = sorted(
+            float(subprocess.run([python, "-c", IMPORT], capture_output=True, text=True, env=base, check=True).stdout)
+            for _ in range(pairs)
+        )
+        hooks = sorted(
+            float(
+                subprocess.run(
+                    [python, "-c", HOOKS], capture_output=True, text=True, env=base, cwd=str(suite), check=True
+                ).stdout.splitlines()[-1]
+            )
+            for _ in range(pairs)
+        )
+        print(
+            f"in one process: importing the plugin {statistics.median(imports):.1f} ms, its hooks in a one-test run "
+            f"{statistics.median(hooks):.1f} ms (medians of {pairs}) [measured on this host]"
+        )
+        code = (
+            "import sys, importlib.metadata as md\n"
+            "[e for e in md.entry_points(group='pytest11') if e.name == 'gputopo'][0].load()\n"
+            "print(','.join(m for m in ('torch', 'pynvml') if m in sys.modules) or 'none')"
+        )
         out = subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
         print(f"heavy modules imported by loading the plugin: {out}")
 

@@ -20,12 +20,23 @@ from pytest_gputopo.probe.recorded import bundled_names, profile_dict
 
 def nvl72() -> model.Topology:
     n = 72
-    gpus = tuple(model.Gpu(
-        index=i, nvml_index=i, name="NVIDIA GB200", uuid=f"GPU-00000000-0000-4000-8000-{i:012d}",
-        pci_bus_id=f"00000000:{i + 1:02X}:00.0", numa_node=i // 4 % 2, compute_capability="10.0",
-        pcie_gen_current=5, pcie_gen_max=5, pcie_width_current=16, pcie_width_max=16,
-        nvlinks=tuple(model.NvLink(k, True, f"00000000:{0xC0 + k:02X}:00.0", "SWITCH", "5.0") for k in range(18)))
-        for i in range(n))
+    gpus = tuple(
+        model.Gpu(
+            index=i,
+            nvml_index=i,
+            name="NVIDIA GB200",
+            uuid=f"GPU-00000000-0000-4000-8000-{i:012d}",
+            pci_bus_id=f"00000000:{i + 1:02X}:00.0",
+            numa_node=i // 4 % 2,
+            compute_capability="10.0",
+            pcie_gen_current=5,
+            pcie_gen_max=5,
+            pcie_width_current=16,
+            pcie_width_max=16,
+            nvlinks=tuple(model.NvLink(k, True, f"00000000:{0xC0 + k:02X}:00.0", "SWITCH", "5.0") for k in range(18)),
+        )
+        for i in range(n)
+    )
     ok = model.P2P(*(model.P2PStatus.OK,) * 4)
     links = tuple(model.Link(a, b, model.LinkClass.SYS, 18, ok) for a in range(n) for b in range(a + 1, n))
     return model.Topology(gpus=gpus, links=links)

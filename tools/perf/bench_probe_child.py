@@ -43,21 +43,27 @@ def main(runs: int, before: str | None) -> None:
             env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs), env.get("LD_LIBRARY_PATH")]))
             print("no GPU here: NVML refused by an empty libnvidia-ml.so.1; the child's start and imports")
         ask = "from pytest_gputopo.probe.host import _argv; import json; print(json.dumps(_argv(['nvml'])))"
-        cases = {"the NVML child": (json.loads(subprocess.check_output([sys.executable, "-c", ask], env=env)), env),
-                 "python -c pass": ([sys.executable, "-c", "pass"], env),
-                 "python -S -c pass": ([sys.executable, "-S", "-c", "pass"], env)}
+        cases = {
+            "the NVML child": (json.loads(subprocess.check_output([sys.executable, "-c", ask], env=env)), env),
+            "python -c pass": ([sys.executable, "-c", "pass"], env),
+            "python -S -c pass": ([sys.executable, "-S", "-c", "pass"], env),
+        }
         if before:
             old = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [before, env.get("PYTHONPATH")]))}
             cases["the NVML child, before"] = ([sys.executable, "-m", "pytest_gputopo.probe.host", "nvml"], old)
         took = {name: [] for name in cases}
         for i in range(runs):
-            for name in (list(cases) if i % 2 else list(cases)[::-1]):
+            for name in list(cases) if i % 2 else list(cases)[::-1]:
                 took[name].append(timed(*cases[name]))
         for name, figures in took.items():
-            print(f"  {name}: wall {statistics.median(w for w, _ in figures) * 1e3:.1f} ms, "
-                  f"CPU {statistics.median(c for _, c in figures) * 1e3:.1f} ms")
+            print(
+                f"  {name}: wall {statistics.median(w for w, _ in figures) * 1e3:.1f} ms, "
+                f"CPU {statistics.median(c for _, c in figures) * 1e3:.1f} ms"
+            )
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 20,
-         sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None)
+    main(
+        int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 20,
+        sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None,
+    )

@@ -68,8 +68,13 @@ def first_line_s(out: Path) -> float:
 def plugin_round(folder: Path) -> float:
     out = Path(tempfile.mkdtemp(dir=folder))
     env = {**os.environ, "BENCH_OUT": str(out)}
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "test_bench.py"],
-                   cwd=folder, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "test_bench.py"],
+        cwd=folder,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return first_line_s(out)
 
 
@@ -93,10 +98,12 @@ def main() -> None:
                 (ours if name == "plugin" else theirs).append(measure(folder))
             print(f"round {i + 1}: ranks(2) {ours[-1]:.2f} s, mp.spawn {theirs[-1]:.2f} s", flush=True)
     diffs = [a - b for a, b in zip(ours, theirs, strict=True)]
-    print(f"time to the first line of the body on the last of 2 gloo ranks, median of {rounds}: "
-          f"@pytest.mark.ranks(2) {statistics.median(ours):.2f} s, torch.multiprocessing.spawn "
-          f"{statistics.median(theirs):.2f} s; the plugin adds {statistics.median(diffs):+.2f} s (median of the "
-          f"paired differences; {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs)")
+    print(
+        f"time to the first line of the body on the last of 2 gloo ranks, median of {rounds}: "
+        f"@pytest.mark.ranks(2) {statistics.median(ours):.2f} s, torch.multiprocessing.spawn "
+        f"{statistics.median(theirs):.2f} s; the plugin adds {statistics.median(diffs):+.2f} s (median of the "
+        f"paired differences; {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs)"
+    )
 
 
 if __name__ == "__main__":

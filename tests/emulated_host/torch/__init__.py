@@ -2,6 +2,7 @@
 has it in the parts the plugin may touch: ``torch.version``, ``torch.cuda.nccl.version()``'s shape and
 ``torch.cuda.get_device_properties``'s fields. Importing it takes $GPUTOPO_EMU_TORCH_IMPORT_S seconds
 (2 s on a real GPU host) and appends "<pid> import torch" to $GPUTOPO_EMU_CALLS."""
+
 import os
 import time
 

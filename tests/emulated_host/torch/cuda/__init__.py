@@ -1,4 +1,5 @@
 """torch.cuda as the personality has it; every function that starts CUDA records it."""
+
 from types import SimpleNamespace
 
 from .. import _emu
