@@ -144,6 +144,8 @@ def test_an_nccl_conf_file_that_is_a_fifo_does_not_hang_the_header(tmp_path, mon
         ("--gputopo-allreduce-size", "1" + "0" * 26),
         ("--gputopo-allreduce-size", "²"),
         ("--gputopo-bench-timeout", "١٢"),
+        ("--gputopo-bench-budget", "0"),
+        ("--gputopo-bench-budget", "3601"),
     ],
 )
 def test_every_numeric_option_is_finite_and_in_range_at_start(pytester, option, value):

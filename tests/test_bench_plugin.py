@@ -11,6 +11,10 @@ import pytest
 from conftest import needs_torch
 from pytest_gputopo.core import keys
 
+# A gloo all-reduce on this 2-core machine rarely settles within the plugin's 10 s per size: these tests
+# assert what a run does with its figure, not its precision, so they give each size 1 s.
+QUICK = ("--gputopo-bench-budget", "1")
+
 BW = """
 import pytest
 
@@ -83,6 +87,7 @@ def test_gloo_allreduce_really_runs_on_this_host(pytester):
         pytester,
         "--gputopo-allreduce-backend",
         "gloo",
+        *QUICK,
         "--gputopo-allreduce-size",
         "1M",
         "--gputopo-json",
@@ -220,6 +225,7 @@ def test_a_measured_check_item_says_the_interval_of_its_figure(pytester):
         "--gputopo-check=full",
         "--gputopo-allreduce-backend",
         "gloo",
+        *QUICK,
         "--gputopo-allreduce-size",
         "256K",
         "--gputopo-json=check.json",
@@ -284,6 +290,7 @@ def test_cache_reuses_results_across_runs(pytester):
     args = [
         "--gputopo-allreduce-backend",
         "gloo",
+        *QUICK,
         "--gputopo-allreduce-size",
         "256K",
         "--gputopo-cache",
@@ -325,6 +332,7 @@ def test_allreduce(gputopo_bench, i, tmp_path_factory):
         "2",
         "--gputopo-allreduce-backend",
         "gloo",
+        *QUICK,
         "--gputopo-allreduce-size",
         "256K",
         "--gputopo-json",
@@ -360,6 +368,7 @@ def test_gloo_never_serves_this_hosts_figure_as_a_recorded_machines(pytester):
         "dgx-a100",
         "--gputopo-allreduce-backend",
         "gloo",
+        *QUICK,
         "--gputopo-allreduce-size",
         "64K",
         src=GLOO,

@@ -109,6 +109,12 @@ OPTIONS = {
             "SECONDS",
             "deadline of each benchmark: a hang or a dead rank ends it with a reason (default 300)",
         ),
+        Option(
+            "bench-budget",
+            "SECONDS",
+            "time each benchmark size may sample for a stable figure; one that did not settle in it is "
+            "reported with its interval, not stable (default 10)",
+        ),
         *(
             Option(
                 f"floor-{key.replace('_', '-')}",
@@ -249,6 +255,7 @@ def choice(config: pytest.Config, name: str, choices: tuple[str, ...], default: 
 # The range of each numeric setting: above 0, up to a limit no real run needs.
 LIMITS = {
     "bench-timeout": 7 * 24 * 3600.0,  # seconds: a week
+    "bench-budget": 3600.0,  # seconds per size: an hour
     "rank-timeout": 7 * 24 * 3600.0,
     "cache-max-age": 365 * 24.0,  # hours: a year
     "lease-timeout": 7 * 24 * 3600.0,

@@ -75,6 +75,7 @@ def read_run_settings(config: pytest.Config) -> RunSettings:
         world_size=options.number(config, "allreduce-world-size", None, integer=True),  # type: ignore[arg-type]  # an int
         size_bytes=options.size(config, "allreduce-size"),
         timeout_s=options.number(config, "bench-timeout", 300.0),
+        budget_s=options.number(config, "bench-budget", 10.0),
         cache_max_age_s=options.number(config, "cache-max-age", 24.0) * 3600,
         nccl_tests_binary=environ.find_all_reduce_perf() if engine == "nccl-tests" else None,
     )
