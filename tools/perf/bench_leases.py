@@ -5,7 +5,10 @@ conftest like Triton's (worker w on GPU w % 8, a k-GPU test on the next k). Prin
 shared between tests running at once, two-GPU tests on an NVLink pair, wall time against the ideal
 packing of the sleeps on 8 GPUs.
 
-    .venv/bin/python tools/perf/bench_leases.py [dgx-a100|hgx-h100|dgx1-v100] [SLEEP]
+    .venv/bin/python tools/perf/bench_leases.py [dgx-a100|hgx-h100|dgx1-v100] [SLEEP] [--timeline]
+
+``--timeline``: each leased test's start and end (seconds from the first start), its worker and the
+GPUs it held, which is where the time between tests shows.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ def record(gpus, k):
     start = time.time()
     time.sleep(SLEEP)
     with open(os.environ["LEASE_LOG"], "a") as log:
-        log.write(json.dumps({{"uuid": gpus, "start": start, "end": time.time(), "k": k}}) + "\\n")
+        log.write(json.dumps({{"uuid": gpus, "start": start, "end": time.time(), "k": k,
+                              "worker": os.environ.get("PYTEST_XDIST_WORKER")}}) + "\\n")
 
 def held(request, k):
     if os.environ.get("CUDA_VISIBLE_DEVICES"):  # leased: the GPUs this test's own process sees
@@ -94,8 +98,10 @@ def shared(entries: list[dict]) -> int:
 
 
 def main() -> None:
-    machine = sys.argv[1] if len(sys.argv) > 1 else "dgx-a100"
-    sleep = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
+    timeline = "--timeline" in sys.argv
+    argv = [a for a in sys.argv[1:] if a != "--timeline"]
+    machine = argv[0] if argv else "dgx-a100"
+    sleep = float(argv[1]) if len(argv) > 1 else 2.0
     topology = load_profile(machine).topology
     by_uuid = {g.uuid: g.index for g in topology.gpus}
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,6 +117,12 @@ def main() -> None:
             pairs = [e for e in entries if e["k"] == 2]
             nvlink = sum(1 for e in pairs if topology.link(*(by_uuid[u] for u in e["uuid"])).nvlinks)
             name = "gputopo leases (-n auto)" if leased else "round robin (-n 8)    "
+            if leased and timeline:
+                first = min(e["start"] for e in entries)
+                for e in sorted(entries, key=lambda e: e["start"]):
+                    gpus = [by_uuid[u] for u in e["uuid"]]
+                    start, end = e["start"] - first, e["end"] - first
+                    print(f"  {e['worker']} {e['k']}-GPU test {start:6.2f} -> {end:6.2f} s on GPUs {gpus}")
             print(
                 f"{name}: {len(entries)} tests, {shared(entries)} shared a GPU with a running test, "
                 f"{nvlink}/{len(pairs)} two-GPU tests on an NVLink pair, "
