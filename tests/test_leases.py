@@ -147,6 +147,115 @@ def test_two(gputopo_gpus, made):
             os.kill(pid, 0)
 
 
+# What a leased test's process saw: its environment when it started (/proc/self/environ), what its
+# conftest saw at import, what the emulated libcuda shows it (cuDeviceGetUuid, CUDA's order).
+AHEAD = """
+import ctypes, json, os, pytest
+
+def cuda_sees():
+    cu = ctypes.CDLL("libcuda.so.1")
+    assert cu.cuInit(0) == 0
+    n = ctypes.c_int()
+    assert cu.cuDeviceGetCount(ctypes.byref(n)) == 0
+    raw = [ctypes.create_string_buffer(16) for _ in range(n.value)]
+    return [r.raw.hex() for d, r in enumerate(raw) if cu.cuDeviceGetUuid(r, d) == 0]
+
+def note(gpus):
+    with open("/proc/self/environ", "rb") as env:
+        started = dict(e.decode().partition("=")[::2] for e in env.read().split(b"\\0") if e)
+    with open(os.environ["LEASE_LOG"], "a") as log:
+        log.write(json.dumps({"started": started.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid(),
+                              "visible": os.environ["CUDA_VISIBLE_DEVICES"], "cuda": cuda_sees(),
+                              "uuid": [g.uuid.replace("GPU-", "").replace("-", "") for g in gpus]}) + "\\n")
+"""
+CONFTEST_SEES = """
+import os
+with open(os.environ["LEASE_LOG"] + ".conftest", "a") as log:
+    log.write(f"{os.getpid()} {os.environ.get('CUDA_VISIBLE_DEVICES')}\\n")
+"""
+TWO_MODULES = {
+    "test_a": "import pytest\nfrom ahead import note\n@pytest.mark.requires_gpus(1)\ndef test_one(gputopo_gpus):\n"
+    "    note(gputopo_gpus)\n",
+    "test_b": "import pytest\nfrom ahead import note\n@pytest.mark.requires_p2p(gpus=2)\n"
+    "def test_pair(gputopo_gpus):\n    note(gputopo_gpus)\n",
+}
+
+
+def conftest_saw(pytester) -> dict[int, str]:
+    lines = (pytester.path / "lease.log.conftest").read_text().split("\n")
+    return {int(pid): seen for pid, _, seen in (line.partition(" ") for line in lines if line)}
+
+
+@pytest.mark.slow
+def test_a_process_started_ahead_takes_its_lease_before_any_conftest_and_sees_it_alone(pytester, leased):
+    """A leased test's process starts before its lease (while the test before runs, or while its GPUs
+    are waited for), seeing no GPU (``CUDA_VISIBLE_DEVICES`` empty); it takes the lease in the
+    plugin's ``pytest_load_initial_conftests``, before any conftest is imported (pytest calls it
+    before loading them: ``_pytest/config/__init__.py``, ``Config._preparse``), so the conftest,
+    the test and CUDA (cuInit reads the variable: the emulated libcuda applies it there) see the
+    lease alone."""
+    args = leased("dgx-a100")
+    pytester.makepyfile(ahead=AHEAD, conftest=CONFTEST_SEES, **TWO_MODULES)
+    result = pytester.runpytest_subprocess(*args, "-v")
+    result.assert_outcomes(passed=2)
+    entries = lease_log(pytester)
+    assert [len(e["uuid"]) for e in entries] == [1, 2]
+    saw = conftest_saw(pytester)
+    for e in entries:
+        assert e["started"] == ""  # started ahead of its lease: no GPU seen until it came
+        assert e["cuda"] == e["uuid"] and e["visible"].replace("GPU-", "").replace("-", "") == ",".join(e["uuid"])
+        assert saw[e["pid"]] == e["visible"]  # its conftest loaded after the lease came
+
+
+PLUGIN_LOADS_CUDA = """
+import ctypes, os
+ctypes.CDLL("libcuda.so.1")  # as a plugin that starts CUDA at import loads it
+with open(os.environ["LEASE_LOG"] + ".pids", "a") as log:
+    log.write(f"{os.getpid()}\\n")
+"""
+
+
+@pytest.mark.slow
+def test_a_process_whose_plugins_loaded_cuda_before_its_lease_refuses_it_and_one_started_seeing_it_runs(
+    pytester, leased
+):
+    """An installed plugin that loads CUDA's driver (``libcuda.so.1``) at import, before the lease
+    came, may have started CUDA seeing other devices: the process refuses the lease (it reads
+    /proc/self/maps), and the test runs in one started with its lease's ``CUDA_VISIBLE_DEVICES``;
+    no process is started ahead again in that run."""
+    args = leased("dgx-a100")
+    pytester.makepyfile(ahead=AHEAD, conftest=CONFTEST_SEES, cuda_plugin=PLUGIN_LOADS_CUDA, **TWO_MODULES)
+    result = pytester.runpytest_subprocess(*args, "-p", "cuda_plugin", "-v")
+    result.assert_outcomes(passed=2)
+    entries = lease_log(pytester)
+    assert [len(e["uuid"]) for e in entries] == [1, 2]
+    for e in entries:
+        assert e["started"] == e["visible"] and e["cuda"] == e["uuid"]  # started seeing its lease
+    pids = [int(p) for p in (pytester.path / "lease.log.pids").read_text().split()]
+    assert len(pids) == 4  # the run, the refusing one, and one for each test
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.slow
+def test_a_process_started_ahead_for_a_test_that_never_runs_ends_with_the_run(pytester, leased):
+    args = leased("dgx-a100")
+    pytester.makepyfile(
+        pid_plugin="import os\nwith open(os.environ['LEASE_LOG'] + '.pids', 'a') as log:\n"
+        "    log.write(f'{os.getpid()}\\n')\n",
+        test_a="import pytest\n@pytest.mark.requires_gpus(1)\ndef test_fails():\n    assert False\n",
+        test_b="import pytest\n@pytest.mark.requires_gpus(1)\ndef test_never_runs():\n    pass\n",
+    )
+    result = pytester.runpytest_subprocess(*args, "-p", "pid_plugin", "-x")
+    result.assert_outcomes(failed=1)
+    pids = [int(p) for p in (pytester.path / "lease.log.pids").read_text().split()]
+    assert len(pids) == 3  # the run, test_a's process, the one started ahead for test_b
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 @pytest.mark.slow
 def test_a_kept_lease_goes_back_when_a_waiting_test_reserved_its_gpus(pytester, leased, tmp_path, monkeypatch):
     """Waiting in turn holds for kept leases too: a test is not kept on GPUs another test waits for;

@@ -77,6 +77,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """A leased test's own process, started ahead of its lease, takes it here: before any conftest,
+    which may start CUDA at import, is loaded."""
+    spec = getattr(early_config.known_args_namespace, "gputopo_lease_child", None)
+    if spec:
+        from .lease_child import take_lease
+
+        take_lease(early_config, spec, before_conftests=True)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """A leased test's own process is a worker of the run that started it, before any plugin's
     ``pytest_configure`` asks (report writers leave the writing to that run, as on xdist's workers)."""

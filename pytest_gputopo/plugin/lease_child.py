@@ -1,8 +1,11 @@
 """Leased tests run in a process that sees only the lease's GPUs, their reports relayed to this one.
 
 CUDA fixes the devices a process sees when it starts (cuInit reads ``CUDA_VISIBLE_DEVICES``), and a
-conftest or test module may start it at import: only a process started with the variable set sees
-just the lease. The child is pytest again, with the run's own arguments (its options, ini, plugins)
+conftest or test module may start it at import: the child takes its lease (the variable, the
+machine it sees, the GPUs' lock descriptors) before any conftest loads, and refuses it where CUDA's
+driver is loaded already (``take_lease``). So it may be started ahead of its lease, seeing no GPU
+until then, and pay its interpreter's and plugins' start while the test before runs or while the
+lease is waited for. The child is pytest again, with the run's own arguments (its options, ini, plugins)
 and the leased test's module, marked as a worker of this run (``workerinput``, as xdist marks its
 workers) so that report writers (JUnit, gputopo's JSON) leave the writing to this process. It
 collects the module, then runs the tests it is sent one at a time, as an xdist worker does: the
@@ -18,9 +21,11 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 
@@ -32,6 +37,8 @@ from ..runtime.procs import tail
 CHILD_OPTION = "--gputopo-lease-child"  # the child's spec file; not a user setting (no ini or env)
 OUTPUT = "output.txt"
 SPEC = "spec.json"
+LEASE = "lease.json"  # the lease's machine and CUDA_VISIBLE_DEVICES; its locks come over a socket
+MAX_LOCKS = 1024
 STOP_S = 10.0  # a child told to stop gets this long to tear down before it is terminated
 
 
@@ -59,13 +66,16 @@ def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> li
 
 
 class LeaseProcess:
-    """A pytest process that sees the ``lease``'s GPUs alone (``environ``: its environment) and runs
-    the tests of ``item``'s module it is sent. It holds the lease's lock descriptors too, so that the
+    """A pytest process for a leased test of ``item``'s module, started with ``environ`` (its
+    environment: seeing its lease's GPUs alone, or none until it is handed a lease, ``hand``), that
+    runs the tests of that module it is sent. It holds the lease's lock descriptors too, so that the
     GPUs stay locked while it lives even if this process is killed."""
 
-    def __init__(self, item: pytest.Item, lease, environ: dict):
+    def __init__(self, item: pytest.Item, environ: dict):
         config = item.config
-        self.module, self.lease = str(item.path), lease
+        self.module = str(item.path)
+        self.handed = False
+        self.told_to_end: float | None = None  # time.monotonic() when told
         # -s and --pdb reach the test: its output (and pdb's prompt) on this process's terminal, live,
         # the child's own report lines in its output file; pdb reads this process's input.
         debugging = bool(config.getoption("usepdb", False))
@@ -73,13 +83,14 @@ class LeaseProcess:
         self.folder = tempfile.mkdtemp(prefix="pytest-gputopo-lease-")
         commands_in, self._commands_out = os.pipe()
         self._reports_in, reports_out = os.pipe()
+        self._lease_out, lease_in = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             spec = os.path.join(self.folder, SPEC)
             workerinput = dict(getattr(config, "workerinput", None) or {"workerid": "master"})
             with open(spec, "w", encoding="utf-8") as handle:
                 json.dump(
                     {
-                        "topology": to_dict(lease.view),
+                        "lease": lease_in.fileno(),
                         "commands": commands_in,
                         "reports": reports_out,
                         "workerinput": {k: v for k, v in workerinput.items() if _plain(v)},
@@ -97,18 +108,36 @@ class LeaseProcess:
                     stdin=stdin,
                     stdout=None if live else output,
                     stderr=None if live else subprocess.STDOUT,
-                    pass_fds=[*(lock.fd for lock in lease.locks), commands_in, reports_out],
+                    pass_fds=[lease_in.fileno(), commands_in, reports_out],
                 )
         except BaseException:
             os.close(self._commands_out)
             os.close(self._reports_in)
+            self._lease_out.close()
             shutil.rmtree(self.folder, ignore_errors=True)
             raise
         finally:
             os.close(commands_in)
             os.close(reports_out)
+            lease_in.close()
         self.commands = os.fdopen(self._commands_out, "w", encoding="utf-8")
         self.reports = os.fdopen(self._reports_in, encoding="utf-8")
+
+    def hand(self, lease, visible: str) -> str | None:
+        """Hand it ``lease`` (``visible``: the lease's ``CUDA_VISIBLE_DEVICES``) and wait until it took
+        it: None then, else why not (it refused it, or it ended)."""
+        with open(os.path.join(self.folder, LEASE), "w", encoding="utf-8") as handle:
+            json.dump({"topology": to_dict(lease.view), "visible": visible}, handle)
+        try:
+            socket.send_fds(self._lease_out, [b"L"], [lock.fd for lock in lease.locks])
+        except OSError:
+            pass  # it has ended: it says nothing more, below
+        finally:
+            self._lease_out.close()
+        line = self.reports.readline()
+        answer = json.loads(line) if line else {}
+        self.handed = bool(answer.get("ready"))
+        return None if self.handed else answer.get("refused") or "it ended before it took its lease"
 
     @property
     def alive(self) -> bool:
@@ -182,14 +211,33 @@ class LeaseProcess:
         with open(os.path.join(self.folder, OUTPUT), encoding="utf-8", errors="replace") as handle:
             return tail(handle.read(), 30)
 
-    def stop(self) -> None:
-        """Tell it to end (its session finishes, tearing down what is left), and wait for it; one
-        that does not end in ``STOP_S`` is terminated, then killed."""
+    def end(self) -> None:
+        """Tell it to end, not waiting: its session finishes, tearing down what is left (one never
+        handed a lease ends where it would have taken one). Its locks go when it has ended."""
+        self._lease_out.close()
+        if self.told_to_end is None:
+            self.told_to_end = time.monotonic()
         if not self.commands.closed:
             try:
                 self.commands.close()  # end of commands: its loop ends
             except BrokenPipeError:
                 pass
+
+    def ended(self) -> bool:
+        """Whether it has ended since told (its folder removed then); one still there ``STOP_S``
+        after it was told is terminated, and killed ``STOP_S`` later."""
+        if self.process.poll() is None:
+            late = time.monotonic() - (self.told_to_end or time.monotonic())
+            if late > STOP_S:
+                (self.process.kill if late > 2 * STOP_S else self.process.terminate)()
+            return False
+        self._close()
+        return True
+
+    def stop(self) -> None:
+        """Tell it to end, and wait for it; one that does not end in ``STOP_S`` is terminated, then
+        killed."""
+        self.end()
         self.kill()
 
     def kill(self) -> None:
@@ -267,12 +315,60 @@ def read_spec(path: str) -> dict:
         return json.load(handle)
 
 
+TAKEN = pytest.StashKey[dict]()  # the lease this process took: its machine, and its locks' descriptors
+
+
+def take_lease(config: pytest.Config, spec_path: str, before_conftests: bool) -> None:
+    """Wait for the lease the run hands this process and take it: its GPUs' lock descriptors kept,
+    ``CUDA_VISIBLE_DEVICES`` set to name them. It is refused (this process then ends, and the run
+    starts another, seeing the lease from its start) unless CUDA cannot have started seeing other
+    devices: this process was started seeing the lease's, or it takes it before any conftest has
+    loaded (``before_conftests``: the plugin's ``pytest_load_initial_conftests``) and CUDA's
+    driver is not loaded yet: only installed plugins ran before then, and one that started CUDA
+    has loaded its driver library, ``libcuda.so``, to do it."""
+    if TAKEN in config.stash:
+        return
+    spec = read_spec(spec_path)
+    with socket.socket(fileno=spec["lease"]) as channel:
+        message, fds, _, _ = socket.recv_fds(channel, 1, MAX_LOCKS)
+    if not message:  # the run ended, or stopped this process before it had a lease
+        os._exit(0)
+    with open(os.path.join(os.path.dirname(spec_path), LEASE), encoding="utf-8") as handle:
+        lease = json.load(handle)
+    why = _why_not(lease["visible"], before_conftests)
+    os.write(spec["reports"], (json.dumps({"refused": why} if why else {"ready": True}) + "\n").encode())
+    if why:
+        os._exit(0)
+    os.environ["CUDA_VISIBLE_DEVICES"] = lease["visible"]
+    config.stash[TAKEN] = {"topology": lease["topology"], "locks": fds}
+
+
+def _why_not(visible: str, before_conftests: bool) -> str | None:
+    """Why a lease naming ``visible`` cannot be taken now, or None."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") == visible:
+        return None  # started seeing them: CUDA, whenever it starts, sees them alone
+    if not before_conftests:
+        return "the lease came after conftests loaded (the plugin was not loaded before them)"
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as handle:
+            maps = handle.read()
+    except OSError as exc:
+        return f"whether CUDA's driver is loaded is unknown ({exc.strerror}: /proc/self/maps)"
+    for line in maps.splitlines():
+        path = line.split(maxsplit=5)[5:]
+        if path and os.path.basename(path[0]).startswith("libcuda.so"):
+            return f"CUDA's driver ({path[0]}) was loaded before the lease came, by a plugin"
+    return None
+
+
 def enter_child(config: pytest.Config, topology_key: str) -> None:
     """Make this process a worker of the run that started it, holding the leased GPUs' machine
     (never probed again: NVML would list every GPU, and this process sees the lease's alone)."""
-    spec = read_spec(config.getoption("gputopo_lease_child"))
+    spec_path = config.getoption("gputopo_lease_child")
+    take_lease(config, spec_path, before_conftests=False)  # where the plugin loaded too late to wait before
+    spec = read_spec(spec_path)
     # xdist's own attributes, set as its workers have them (pytest's Config does not declare them)
-    config.workerinput = {**spec["workerinput"], topology_key: spec["topology"]}  # type: ignore[attr-defined]
+    config.workerinput = {**spec["workerinput"], topology_key: config.stash[TAKEN]["topology"]}  # type: ignore[attr-defined]
     config.workeroutput = {}  # type: ignore[attr-defined]
 
 

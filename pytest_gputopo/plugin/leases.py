@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import pytest
 
@@ -23,10 +23,8 @@ from ..core.model import NVML, Gpu, Topology
 from ..render.escape import terminal
 from ..runtime import gpu_locks
 from ..runtime.environ import seeing_only
+from .lease_child import LeaseProcess
 from .run import GputopoRun, run_of
-
-if TYPE_CHECKING:
-    from .lease_child import LeaseProcess
 
 LEASE = pytest.StashKey["Lease"]()
 NOT_PLACED = pytest.StashKey[tuple]()  # (why the item holds no lease, whether it waited in vain): it skips or fails
@@ -90,6 +88,11 @@ class Leases:
         self._placers: dict = {}
         self._allowed: tuple[Topology, list[str]] | None = None
         self.kept: Kept | None = None
+        self.spare: LeaseProcess | None = None  # started ahead for a test's module, before its lease
+        self.ending: list[LeaseProcess] = []  # told to end; each holds its GPUs until it has ended
+        # Why no process is started ahead (--pdb: the child reads this one's input; or one refused its
+        # lease, as every one would in this run), or None.
+        self.no_spares: str | None = "--pdb" if run.config.getoption("usepdb", False) else None
 
     def allowed(self) -> tuple[Topology, list[str]]:
         if self._allowed is None:
@@ -127,6 +130,7 @@ class Leases:
         kept = self.kept if self.kept is not None and self.kept.nodeid == item.nodeid else None
         if kept is None:
             self.end_kept()
+        self.reap()
         lease = None
         if kept is not None:
             lease = kept.lease
@@ -134,6 +138,7 @@ class Leases:
         elif placer is not None and placer.never:
             item.stash[NOT_PLACED] = (placer.never, False)
         elif placer is not None:
+            self.prestart(item)  # its process starts while its GPUs are waited for
             lease = self.take(item, placer)
             if lease is None:
                 item.stash[NOT_PLACED] = (self.who_holds_what(placer, requirements), True)
@@ -167,11 +172,62 @@ class Leases:
         """Stop the process kept for a test that did not come next, and give its GPUs back."""
         kept, self.kept = self.kept, None
         if kept is not None:
-            kept.process.stop()
+            self.let_end(kept.process)
             kept.lease.release()
 
+    def let_end(self, process: LeaseProcess) -> None:
+        """Tell ``process`` to end without waiting: the GPUs it holds (its own lock descriptors) stay
+        locked until it has ended, so the next test here need not wait for it unless it needs them."""
+        process.end()
+        self.ending.append(process)
+
+    def reap(self) -> None:
+        self.ending = [process for process in self.ending if not process.ended()]
+
+    def in_own_process(self, item: pytest.Item) -> bool:
+        """Whether ``item`` runs in a leased process of its own (a ``ranks`` test spawns its ranks)."""
+        placer, _ = self.placer_of(item)
+        return placer is not None and not placer.never and item.get_closest_marker("ranks") is None
+
+    def prestart(self, item: pytest.Item | None) -> None:
+        """Start the process ``item`` will run in, ahead of its lease (it waits for the lease before
+        its conftests load, seeing no GPU until then): its start overlaps the test before or the
+        wait for GPUs. One process ahead at a time, for one module."""
+        if item is None or self.no_spares is not None or not self.in_own_process(item):
+            return
+        if self.spare is not None and self.spare.module == str(item.path) and self.spare.alive:
+            return
+        self.end_spare()
+        self.spare = LeaseProcess(item, seeing_only(""))
+
+    def end_spare(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            self.let_end(spare)
+
+    def process_for(self, item: pytest.Item, lease: Lease) -> LeaseProcess:
+        """The process that runs ``item`` on ``lease``: the one started ahead for its module where it
+        takes the lease, else a new one, started seeing the lease's GPUs."""
+        visible = visible_devices(lease.gpus)
+        spare, self.spare = self.spare, None
+        if spare is not None and spare.module == str(item.path) and spare.alive:
+            refused = spare.hand(lease, visible)
+            if refused is None:
+                return spare
+            self.no_spares = refused  # every one would refuse: not started ahead again
+        if spare is not None:
+            self.let_end(spare)
+        process = LeaseProcess(item, seeing_only(visible))
+        process.hand(lease, visible)  # taken (it saw them from its start), or it ended: its test says so
+        return process
+
     def pytest_sessionfinish(self) -> None:
+        """No process of this run outlives it: each is waited for (terminated, then killed, late)."""
         self.end_kept()
+        self.end_spare()
+        ending, self.ending = self.ending, []
+        for process in ending:
+            process.stop()
 
     @pytest.hookimpl(tryfirst=True)  # before the markers are judged: they would be judged on every GPU
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -227,6 +283,7 @@ class Leases:
                         lock.release()
                 if time.monotonic() > deadline:
                     return None
+                self.reap()  # one of this run's processes late to end is ended: it may hold these GPUs
                 if ticket is None:
                     ticket = gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, time.time())
                 ticket.reserve(uuids[i] for i in placer.reserve(open_, free))
@@ -271,20 +328,20 @@ class InOwnProcess:
         lease = item.stash.get(LEASE, None)
         if lease is None or item.get_closest_marker("ranks") is not None:
             return None
-        from .lease_child import LeaseProcess  # a leased test's own process: loaded when one runs
-
         leases, kept = self.leases, self.leases.kept
         leases.kept = None
         if kept is not None and kept.lease is lease and kept.process.alive:
             process = kept.process
         else:
-            process = LeaseProcess(item, lease, seeing_only(visible_devices(lease.gpus)))
+            process = leases.process_for(item, lease)
         keep = leases.keeps(lease, nextitem, process.module)
+        if not keep:
+            leases.prestart(nextitem)  # its process starts while this test runs
         process.run(item, nextitem if keep else None)
         if keep and process.alive:
             leases.kept = Kept(lease, process, nextitem.nodeid)
         else:
-            process.stop()
+            leases.let_end(process)
         return True
 
 
