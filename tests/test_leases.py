@@ -239,6 +239,28 @@ def test_a_process_whose_plugins_loaded_cuda_before_its_lease_refuses_it_and_one
 
 
 @pytest.mark.slow
+def test_where_the_plugin_loads_after_conftests_a_process_started_ahead_refuses_its_lease(
+    pytester, leased, monkeypatch
+):
+    """A plugin registered by a conftest (``pytest_plugins``, entry points not loaded) is not there
+    when pytest loads the conftests, so the process cannot take its lease before them: it refuses
+    it when the plugin first runs (``pytest_cmdline_main``), and the test runs in a process started
+    seeing its lease."""
+    args = leased("dgx-a100")
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makepyfile(
+        ahead=AHEAD,
+        conftest=CONFTEST_SEES + 'pytest_plugins = ["pytest_gputopo.plugin.hooks"]\n',
+        test_a=TWO_MODULES["test_a"],
+    )
+    result = pytester.runpytest_subprocess(*args, "-v")
+    result.assert_outcomes(passed=1)
+    (entry,) = lease_log(pytester)
+    assert entry["started"] == entry["visible"] and entry["cuda"] == entry["uuid"]
+    assert conftest_saw(pytester)[entry["pid"]] == entry["visible"]
+
+
+@pytest.mark.slow
 def test_a_process_started_ahead_for_a_test_that_never_runs_ends_with_the_run(pytester, leased):
     args = leased("dgx-a100")
     pytester.makepyfile(

@@ -3,7 +3,7 @@ P2P tests, 2 four-GPU tests and 1 eight-GPU test, each sleeping SLEEP seconds an
 it held, run with ``pytest -n auto --gputopo-lease``; beside it the same suite under a round-robin
 conftest like Triton's (worker w on GPU w % 8, a k-GPU test on the next k). Prints, for each: GPUs
 shared between tests running at once, two-GPU tests on an NVLink pair, wall time against the ideal
-packing of the sleeps on 8 GPUs.
+packing of the sleeps on 8 GPUs, and the CPU time the run took (every process of it).
 
     .venv/bin/python tools/perf/bench_leases.py [dgx-a100|hgx-h100|dgx1-v100] [SLEEP] [--timeline]
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,7 @@ def record(gpus, k):
     time.sleep(SLEEP)
     with open(os.environ["LEASE_LOG"], "a") as log:
         log.write(json.dumps({{"uuid": gpus, "start": start, "end": time.time(), "k": k,
-                              "worker": os.environ.get("PYTEST_XDIST_WORKER")}}) + "\\n")
+                              "worker": os.environ.get("PYTEST_XDIST_WORKER"), "pid": os.getpid()}}) + "\\n")
 
 def held(request, k):
     if os.environ.get("CUDA_VISIBLE_DEVICES"):  # leased: the GPUs this test's own process sees
@@ -66,11 +67,11 @@ def test_eight(request, gputopo_gpus):
 """
 
 
-def run(folder: Path, env: dict, leased: bool) -> tuple[float, list[dict]]:
+def run(folder: Path, env: dict, leased: bool) -> tuple[float, float, list[dict]]:
     log = folder / ("leased.log" if leased else "robin.log")
     env = {**env, "LEASE_LOG": str(log)}
     args = ["--gputopo-lease", f"--gputopo-lease-dir={folder / 'locks'}"] if leased else ["-n", "8"]
-    start = time.monotonic()
+    start, used = time.monotonic(), _children_cpu()
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", *args, "test_suite.py"],
         cwd=folder,
@@ -78,10 +79,17 @@ def run(folder: Path, env: dict, leased: bool) -> tuple[float, list[dict]]:
         capture_output=True,
         text=True,
     )
-    wall = time.monotonic() - start
+    wall, cpu = time.monotonic() - start, _children_cpu() - used
     if out.returncode != 0:
         sys.exit(out.stdout[-3000:] + out.stderr[-2000:])
-    return wall, [json.loads(line) for line in log.read_text().splitlines()]
+    return wall, cpu, [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of this script's ended children and theirs (pytest, its workers,
+    the leased tests' processes): each run's share is the difference."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def shared(entries: list[dict]) -> int:
@@ -113,10 +121,11 @@ def main() -> None:
         print(f"{machine}, emulated; 43 tests sleeping {sleep:g} s: ideal packing on 8 GPUs {ideal:.1f} s")
         for leased in (True, False):
             # The round robin runs with leases off: its conftest is the whole assignment.
-            wall, entries = run(folder, env, leased)
+            wall, cpu, entries = run(folder, env, leased)
             pairs = [e for e in entries if e["k"] == 2]
             nvlink = sum(1 for e in pairs if topology.link(*(by_uuid[u] for u in e["uuid"])).nvlinks)
             name = "gputopo leases (-n auto)" if leased else "round robin (-n 8)    "
+            processes = f", in {len({e['pid'] for e in entries})} processes" if leased else ""
             if leased and timeline:
                 first = min(e["start"] for e in entries)
                 for e in sorted(entries, key=lambda e: e["start"]):
@@ -124,9 +133,9 @@ def main() -> None:
                     start, end = e["start"] - first, e["end"] - first
                     print(f"  {e['worker']} {e['k']}-GPU test {start:6.2f} -> {end:6.2f} s on GPUs {gpus}")
             print(
-                f"{name}: {len(entries)} tests, {shared(entries)} shared a GPU with a running test, "
+                f"{name}: {len(entries)} tests{processes}, {shared(entries)} shared a GPU with a running test, "
                 f"{nvlink}/{len(pairs)} two-GPU tests on an NVLink pair, "
-                f"wall {wall:.1f} s = {wall / ideal:.2f}x ideal"
+                f"wall {wall:.1f} s = {wall / ideal:.2f}x ideal, {cpu:.1f} s of CPU"
             )
 
 
