@@ -151,6 +151,22 @@ def pytest_collection_modifyitems(config, items):
 loopback.install()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _children_without_hypothesis():
+    """The pytest processes the tests start (pytester's runs, torchrun's and srun's ranks, gputopo
+    check) run no hypothesis test, and its plugin's loading imports all of hypothesis: 0.1-0.2 s of CPU
+    in each, hundreds of times in the whole suite. Set here, in the process that runs the tests (a
+    worker), after its own options were read, so this suite keeps the plugin; a test that sets
+    PYTEST_ADDOPTS itself (or a reader's shell, test_doc_examples) has its own."""
+    before = os.environ.get("PYTEST_ADDOPTS")
+    os.environ["PYTEST_ADDOPTS"] = " ".join(filter(None, [before, "-p no:hypothesispytest"]))
+    yield
+    if before is None:
+        os.environ.pop("PYTEST_ADDOPTS", None)
+    else:
+        os.environ["PYTEST_ADDOPTS"] = before
+
+
 @pytest.fixture(autouse=True)
 def _loopback_only():
     before = len(loopback.refused)

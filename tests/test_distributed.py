@@ -331,6 +331,8 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
         "gloo",
         "--gputopo-allreduce-size",
         "64K",
+        "--gputopo-bench-budget",  # 1 s per size: the test asserts who measures and says what, not precision
+        "1",
         env={"GPUTOPO_TEST_MACHINES": "host"},
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
