@@ -1,7 +1,7 @@
 """GPU leases (``--gputopo-lease``): each selected test whose markers ask for GPUs holds a set of its
 own while it runs, chosen by topology (``core.placement``), exclusive host-wide
-(``runtime.gpu_locks``), and seen by CUDA alone (``lease_child``: the test runs in a fresh process
-whose ``CUDA_VISIBLE_DEVICES`` names them).
+(``runtime.gpu_locks``), and seen by CUDA alone (``lease_child``: the test runs in a process of
+its own whose ``CUDA_VISIBLE_DEVICES`` names them from before its conftests load).
 
 For other plugin modules (a ``ranks(n)`` test spawns its ranks itself, in this process):
 ``held(item)`` is the GPUs the running item holds, renumbered as the test sees them (``index``:
@@ -316,8 +316,9 @@ class Leases:
 
 class InOwnProcess:
     """Runs a leased test in a process that sees its GPUs alone (``lease_child``): the one kept for
-    it by the test before, or a new one; kept for the next test where that fits (``Leases.keeps``),
-    so that consecutive tests of one module on one lease pay one process start. A ``ranks(n)`` test
+    it by the test before, or the one started ahead for it (``Leases.process_for``); kept for the
+    next test where that fits (``Leases.keeps``), so that consecutive tests of one module on one
+    lease pay one process start. A ``ranks(n)`` test
     stays here: its ranks are processes of their own, started with the lease's ``visible_devices``."""
 
     def __init__(self, leases: Leases):
