@@ -440,10 +440,11 @@ def test_two():
         other.kill()
         other.wait()
     result.assert_outcomes(passed=1, errors=1)  # failed at setup, as a strict marker fails
+    # (GPU0 may be named first: held by test_one's process until it has ended)
     result.stdout.fnmatch_lines(
         [
             f"*no free set of 2 GPUs meeting requires_gpus(2) within 0.5 s (--gputopo-lease-timeout); "
-            f"held: GPU1 ({uuids('4x-a100-40gb')[1]}) by pid {other.pid} "
+            f"held: *GPU1 ({uuids('4x-a100-40gb')[1]}) by pid {other.pid} "
             f"(other/test_run.py::test_big, since *; reserved by tests waiting: pid {os.getpid()} "
             f"(other/test_wait.py::test_all, since *) for GPU2"
         ]
@@ -617,6 +618,22 @@ def test_a_lock_dies_with_its_process_and_says_who_held_it(tmp_path):
     mine.release()
     with pytest.raises(ValueError, match="not a GPU UUID"):
         gpu_locks.GpuLock(folder, "../etc/passwd")
+
+
+def test_a_lock_handed_on_to_a_process_still_ending_names_its_test_until_that_process_ends(tmp_path):
+    """A leased test's process that is told to end holds its GPUs until it has (the descriptor it was
+    passed); the run lets its own go meanwhile, and the lock still names the test, not nobody."""
+    folder = gpu_locks.lock_folder(str(tmp_path / "locks"))
+    mine = gpu_locks.GpuLock(folder, "GPU-abc")
+    assert mine.take(gpu_locks.Holder(os.getpid(), "t.py::test_ending", time.time()))
+    ending = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, pass_fds=[mine.fd]
+    )
+    mine.release(handed_on=True)
+    found = gpu_locks.holder(folder, "GPU-abc")
+    assert (found.pid, found.test) == (os.getpid(), "t.py::test_ending")
+    ending.communicate(b"")  # it ends
+    assert gpu_locks.holder(folder, "GPU-abc") is None
 
 
 @pytest.mark.slow

@@ -37,9 +37,11 @@ class Lease(NamedTuple):
     locks: tuple
     indices: tuple[int, ...]  # the GPUs among those a lease may hold (``leasable``)
 
-    def release(self) -> None:
+    def release(self, handed_on: bool = False) -> None:
+        """Give the GPUs back (``handed_on``: to a process of the test's that may not have ended yet,
+        which holds them until it has; the locks still name the test)."""
         for lock in self.locks:
-            lock.release()
+            lock.release(handed_on)
 
 
 class Kept(NamedTuple):
@@ -150,7 +152,7 @@ class Leases:
             if lease is not None:
                 del item.stash[LEASE]
                 if self.kept is None or self.kept.lease is not lease:
-                    lease.release()
+                    lease.release(handed_on=self.in_own_process(item))
 
     def keeps(self, lease: Lease, nextitem: pytest.Item | None, module: str) -> bool:
         """Whether ``nextitem`` runs on the same ``lease`` in the same process (``module``: the one
@@ -173,7 +175,7 @@ class Leases:
         kept, self.kept = self.kept, None
         if kept is not None:
             self.let_end(kept.process)
-            kept.lease.release()
+            kept.lease.release(handed_on=True)
 
     def let_end(self, process: LeaseProcess) -> None:
         """Tell ``process`` to end without waiting: the GPUs it holds (its own lock descriptors) stay

@@ -99,9 +99,12 @@ class GpuLock:
         self.fd = fd
         return True
 
-    def release(self) -> None:
+    def release(self, handed_on: bool = False) -> None:
+        """Let it go; ``handed_on``: a process this one passed ``fd`` to may hold it still (its lock
+        goes when that process ends), and it is still who the lock says holds it."""
         if self.fd is not None:
-            os.ftruncate(self.fd, 0)  # while still held: no reader sees a former holder as the current one
+            if not handed_on:
+                os.ftruncate(self.fd, 0)  # while still held: no reader sees a former holder as the current one
             os.close(self.fd)  # the lock goes with the last descriptor of this open file
             self.fd = None
 
