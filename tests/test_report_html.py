@@ -239,10 +239,26 @@ def first_screen(page, tmp_path) -> str:
     return html.unescape(found[3])
 
 
+# The report and the JSON of each run _run made in this process, by machine and options: several tests
+# read different things of the same run (a full check of an 8-GPU machine takes seconds of CPU), and a
+# run of TESTS on a recorded machine gives the same documents each time.
+_RUNS: dict[tuple, tuple[str, str]] = {}
+
+
 def _run(pytester, machine, *args) -> str:
-    pytester.makepyfile(test_x=TESTS)
-    pytester.runpytest("--gputopo-machine", machine, "--gputopo-html", "run.html", "--gputopo-json", "run.json", *args)
-    return (pytester.path / "run.html").read_text()
+    """The HTML report of TESTS run on ``machine`` with ``args``; it and the JSON are in the test's
+    folder (run.html, run.json), as the run wrote them."""
+    key = (machine, *args)
+    if key not in _RUNS:
+        pytester.makepyfile(test_x=TESTS)
+        pytester.runpytest(
+            "--gputopo-machine", machine, "--gputopo-html", "run.html", "--gputopo-json", "run.json", *args
+        )
+        _RUNS[key] = ((pytester.path / "run.html").read_text(), (pytester.path / "run.json").read_text())
+    page, doc = _RUNS[key]
+    (pytester.path / "run.html").write_text(page)
+    (pytester.path / "run.json").write_text(doc)
+    return page
 
 
 @needs_browser
