@@ -489,6 +489,11 @@ doc(
 )
 CLI_PARSE = doc("docs/cli.md", "$ gputopo parse smi-p2p p2p_r.txt")
 CLI_PARSE_NCCL_TESTS = doc("docs/cli.md", "gputopo parse nccl-tests all_reduce_perf.log --json")
+doc(
+    "docs/cli.md",
+    "$ gputopo parse nccl-topo topo.xml",
+    by="tests/test_cli_parse_nccl_topo.py::test_the_documented_transcript",
+)
 CLI_REPORT = doc("docs/cli.md", "$ gputopo report run.json -o run.html")
 
 

@@ -738,8 +738,10 @@ def test_topo_xml_reads_cpus_gpus_nvlinks_and_nics():
         0,
     )
     assert g0["nvlinks"] == [
-        {"target": "0000:c7:00.0", "count": 2, "tclass": "0x068000", "nvswitch": True},
-        {"target": "0000:1b:00.0", "count": 12, "tclass": "0x030200", "nvswitch": False},
+        {"target": "0000:c7:00.0", "count": 2, "tclass": "0x068000", "nvswitch": True}
+        | {"peer": "nvswitch", "peer_dev": None},
+        {"target": "0000:1b:00.0", "count": 12, "tclass": "0x030200", "nvswitch": False}
+        | {"peer": "gpu", "peer_dev": 1},  # NCCL's class table; the GPU at that bus is dev 1
     ]
     assert (g1["busid"], g1["gdr"], g1["numaid"], g1["nvlinks"]) == ("0000:1b:00.0", False, 1, [])
     n0, n1 = topo["nics"]

@@ -198,8 +198,6 @@ def test_the_marker_docs_parity_bites(monkeypatch):
 
 # A module of parse/ that `gputopo parse` does not reach, and what it is instead.
 PARSE_EXEMPT = {
-    "nccl_topo_xml": "NCCL's NCCL_TOPO_DUMP_FILE XML: read by its tests only (the all-reduce keeps the text); "
-    "not yet a `gputopo parse` format",
     "nccl_tuning": "NCCL's TUNING lines, read by bench/allreduce from its own run's log (each size's algorithm); "
     "`gputopo parse nccl-log` does not show them",
     "published": "no format: tools' figures (nvbandwidth, p2p-bandwidth) as a profile's recorded ones, for "

@@ -6,6 +6,7 @@ from ..parse import smi_machine, smi_topo as smi_text
 from ..parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
 from ..parse.nccl_log import parse_nccl_log
 from ..parse.nccl_tests import NcclTestsParseError, parse_nccl_tests
+from ..parse.nccl_topo_xml import NcclTopoXmlError, parse_topo_xml
 from ..parse.nvbandwidth import NvbandwidthParseError, parse_nvbandwidth
 from ..parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status
 from ..parse.smi_list import SmiListParseError, parse_smi_list
@@ -43,6 +44,11 @@ def _nccl_log(path: str):
     return log.to_json(), tables.nccl_log_lines(log)
 
 
+def _nccl_topo(path: str):
+    topo = read_tool(path, parse_topo_xml, NcclTopoXmlError)  # a dict already: its own JSON
+    return topo, tables.nccl_topo_lines(topo)
+
+
 def _reader(parse, errors, lines):
     """A format whose parsed result gives its own JSON (``to_json``) and whose text is ``lines``."""
 
@@ -64,6 +70,7 @@ _PARSERS = {
     "smi-q": _reader(parse_smi_q, SmiQParseError, lambda listing: listing.lines()),
     "nccl-tests": _reader(parse_nccl_tests, NcclTestsParseError, tables.nccl_tests_lines),
     "nccl-log": _nccl_log,
+    "nccl-topo": _nccl_topo,
     "nvbandwidth": _reader(parse_nvbandwidth, NvbandwidthParseError, tables.nvbandwidth_lines),
     "p2p-bandwidth": _reader(parse_p2p_bandwidth_latency, P2PParseError, tables.p2p_test_lines),
 }
@@ -86,7 +93,8 @@ def add_parse(sub) -> None:
         "`nvidia-smi nvlink -s`; smi-query: `nvidia-smi --query-gpu=... --format=csv`; smi-list: "
         "`nvidia-smi -L`; smi-xml: `nvidia-smi -q -x`; smi-q: `nvidia-smi -q` (its text report); "
         "nccl-tests: all_reduce_perf (or other *_perf) output; nccl-log: "
-        "NCCL_DEBUG=INFO output; nvbandwidth: NVIDIA nvbandwidth output; p2p-bandwidth: cuda-samples' "
+        "NCCL_DEBUG=INFO output; nccl-topo: the XML NCCL writes to NCCL_TOPO_DUMP_FILE (the topology it "
+        "detected); nvbandwidth: NVIDIA nvbandwidth output; p2p-bandwidth: cuda-samples' "
         "p2pBandwidthLatencyTest output",
     )
     p.add_argument("file", help="the tool's output, saved to a file")

@@ -1,8 +1,15 @@
 """NCCL's ``NCCL_TOPO_DUMP_FILE`` XML: the topology NCCL itself detected (GPUs, NVLinks, NICs, PCI
-switches), read strictly: text that is not such XML is a ``NcclTopoXmlError`` with a one-line reason."""
+switches), read strictly: text that is not such XML is a ``NcclTopoXmlError`` with a one-line reason.
+
+What the elements mean is NCCL's (src/graph/xml.cc, ncclTopoGetXmlFromGpu, and topo.cc,
+ncclTopoAddNvLinks): an ``<nvlink>``'s ``count`` is how many NVLinks reach its ``target`` (a bus id),
+and its ``tclass`` (the target's PCI class) says what is there, by NCCL's prefix table
+``kvDictPciClass``: ``0x03...`` a GPU, ``0x068001`` the CPU, anything else an NVSwitch (NCCL writes
+``0x068000``, and ``fffffff:ffff:ff`` for a target NVML could not see, assumed an NVSwitch)."""
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -11,13 +18,41 @@ class NcclTopoXmlError(ValueError):
     """The text is not an NCCL topology XML; the message is a one-line reason."""
 
 
-_NVSWITCH_CLASS = "0x068000"
+TOOL = "NCCL's topology dump (NCCL_TOPO_DUMP_FILE)"
+_HEX = re.compile(r"[0-9a-fA-F]{1,16}")
+HIDDEN_TARGET = "fffffff:ffff:ff"  # NCCL's bus id for an NVLink peer NVML could not see (xml.cc)
+
+
+def nvlink_peer(tclass: str | None) -> str | None:
+    """What NCCL takes an NVLink's target to be, by its ``tclass``: "gpu", "cpu" or "nvswitch";
+    None without one (NCCL refuses such a link: xmlGetAttrStr)."""
+    if tclass is None:
+        return None
+    if tclass.startswith("0x03"):
+        return "gpu"
+    return "cpu" if tclass.startswith("0x068001") else "nvswitch"
+
+
+def _bus(busid: object) -> int | None:
+    """A bus id as NCCL compares them (busIdToInt64: its hex digits, ``:`` and ``.`` left out)."""
+    digits = str(busid or "").replace(":", "").replace(".", "")
+    return int(digits, 16) if _HEX.fullmatch(digits) else None
+
+
+def _other_tool(text: str) -> str:
+    """What a text NCCL's dump is not may be, said with the command that reads it."""
+    if "NCCL INFO" in text or "NCCL WARN" in text:
+        return "this is an NCCL log, not its topology dump: read it with gputopo parse nccl-log"
+    if "<nvidia_smi_log" in text:
+        return "this is nvidia-smi -q -x output: read it with gputopo parse smi-xml"
+    return f"not {TOOL}"
 
 
 def _num(attrs: dict[str, str], key: str, where: str, warnings: list[str]) -> int | str | None:
-    """The attribute as an int; absent -> None; unreadable -> the raw string and a warning."""
+    """The attribute as an int; absent or empty (NCCL writes ``link_width=""`` where sysfs had no
+    value) -> None; unreadable -> the raw string and a warning."""
     raw = attrs.get(key)
-    if raw is None:
+    if raw is None or raw == "":
         return None
     try:
         return int(raw)
@@ -33,13 +68,15 @@ def parse_topo_xml(text: object) -> dict[str, Any]:
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", errors="replace")
     if not isinstance(text, str) or not text.strip():
-        raise NcclTopoXmlError("empty text: no <system> element")
+        raise NcclTopoXmlError(f"empty text: no <system> element of {TOOL}")
+    if "<!DOCTYPE" in text:  # NCCL writes none; an internal one could declare entities that expand
+        raise NcclTopoXmlError(f"a <!DOCTYPE> (NCCL writes none, and its entities are not read): {_other_tool(text)}")
     try:
         root = ET.fromstring(text.strip().lstrip("\ufeff"))
     except ET.ParseError as exc:
-        raise NcclTopoXmlError(f"not well-formed XML: {exc}") from None
+        raise NcclTopoXmlError(f"not well-formed XML: {exc}: {_other_tool(text)}") from None
     if root.tag != "system":
-        raise NcclTopoXmlError(f"root element is <{root.tag}>, expected <system>")
+        raise NcclTopoXmlError(f"root element is <{root.tag[:40]}>, expected <system>: {_other_tool(text)}")
     out: dict[str, Any] = {"version": root.get("version"), "cpus": [], "gpus": [], "nics": [], "warnings": []}
     warnings: list[str] = out["warnings"]
     if root.get("version") != "1":
@@ -85,12 +122,15 @@ def parse_topo_xml(text: object) -> dict[str, Any]:
         )
         for link in node.iter("nvlink"):
             la = dict(link.attrib)
+            peer = nvlink_peer(la.get("tclass"))
             entry["nvlinks"].append(
                 {
                     "target": la.get("target"),
                     "count": _num(la, "count", where, warnings),
                     "tclass": la.get("tclass"),
-                    "nvswitch": la.get("tclass") == _NVSWITCH_CLASS,
+                    "nvswitch": peer == "nvswitch",
+                    "peer": peer,
+                    "peer_dev": None,  # the GPU at the target, where the file has it (below)
                 }
             )
         for link in node.iter("c2c"):
@@ -117,6 +157,9 @@ def parse_topo_xml(text: object) -> dict[str, Any]:
         walk(root, None, None)
     except RecursionError:  # NCCL nests a few levels; thousands are not a topology
         raise NcclTopoXmlError("elements nested too deeply to be an NCCL topology") from None
+    devs = {_bus(g["busid"]): g["dev"] for g in out["gpus"] if _bus(g["busid"]) is not None}
+    for link in (link for g in out["gpus"] for link in g["nvlinks"] if link["peer"] == "gpu"):
+        link["peer_dev"] = devs.get(_bus(link["target"]))
     if not out["gpus"]:
         warnings.append("no <gpu> element: a topology without GPUs (a hand-written NCCL_TOPO_FILE?)")
     return out

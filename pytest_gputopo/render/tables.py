@@ -1,6 +1,6 @@
 """The ``gputopo`` command's text: tables of bundled machines, the thresholds, and what ``gputopo
 parse`` read (an NCCL log, an nccl-tests table, ``nvidia-smi topo -m`` / ``topo -p2p`` / ``nvlink -s``
-output, nvbandwidth and p2pBandwidthLatencyTest matrices)."""
+output, nvbandwidth and p2pBandwidthLatencyTest matrices, NCCL's topology dump)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from ..core.units import counted
 from ..parse.cuda_samples import P2PBandwidthLatency
 from ..parse.nccl_log import NcclLog, transport_family
 from ..parse.nccl_tests import NcclTestsResult
+from ..parse.nccl_topo_xml import HIDDEN_TARGET
 from ..parse.nvbandwidth import Nvbandwidth
 from ..parse.nvlink_status import NvlinkStatus
 from ..parse.smi_topo import SmiTopo
@@ -156,3 +157,62 @@ def nvlink_status_lines(status: NvlinkStatus) -> list[str]:
             + (f"; down: {', '.join(map(str, down))}" if down else "")
         )
     return lines + [f"warning: {w}" for w in status.warnings]
+
+
+def _shown(value) -> str:
+    return "?" if value is None else str(value)
+
+
+def _nvlink_line(link: dict) -> str:
+    """One ``<nvlink>`` as NCCL takes it: how many links, to what (its tclass's meaning), at which bus."""
+    count, target = f"NVLink x{_shown(link['count'])}", _shown(link["target"])
+    if link["peer"] == "gpu":
+        dev = f"GPU dev {link['peer_dev']}" if link["peer_dev"] is not None else "a GPU not in the file"
+        return f"  {count} to {dev} ({target})"
+    if link["peer"] == "cpu":
+        return f"  {count} to the CPU ({target})"
+    if link["peer"] is None:
+        return f"  {count} to {target}: no tclass (NCCL refuses such a link)"
+    if link["target"] == HIDDEN_TARGET:
+        return f"  {count} to an NVSwitch NVML could not see ({target})"
+    return f"  {count} to NVSwitch {target}" + ("" if link["tclass"] == "0x068000" else f" (tclass {link['tclass']})")
+
+
+def _gdr(value: bool) -> str:
+    return "GPUDirect RDMA" if value else "no GPUDirect RDMA"
+
+
+def nccl_topo_lines(topo: dict) -> list[str]:
+    """What NCCL detected, as its NCCL_TOPO_DUMP_FILE says: each CPU (NUMA node), each GPU with its
+    NVLinks and C2C links, each NIC (speed in Mb/s, NCCL's unit, and GB/s), and the warnings."""
+    lines = [
+        f"NCCL topology (version {_shown(topo['version'])}): {counted(len(topo['gpus']), 'GPU')}, "
+        f"{counted(len(topo['nics']), 'NIC')}, {counted(len(topo['cpus']), 'CPU')}"
+    ]
+    for cpu in topo["cpus"]:
+        kind = " ".join(str(cpu[k]) for k in ("arch", "vendor") if cpu.get(k))
+        lines.append(
+            f"CPU NUMA {_shown(cpu['numaid'])}: {kind or 'arch not given'}"
+            + (f", affinity {cpu['affinity']}" if cpu.get("affinity") else "")
+        )
+    for gpu in topo["gpus"]:
+        rank = f"rank {gpu['rank']}" if gpu["rank"] is not None else "no rank (NCCL leaves it out)"
+        width = f"x{gpu['link_width']}" if gpu["link_width"] is not None else None
+        pcie = " ".join(str(v) for v in (gpu["link_speed"] or None, width) if v is not None) or "?"
+        lines.append(
+            f"GPU dev {_shown(gpu['dev'])}, {rank}: bus {_shown(gpu['busid'])}, sm {_shown(gpu['sm'])}, "
+            f"NUMA {_shown(gpu['numaid'])}, PCIe {pcie}, {_gdr(gpu['gdr'])}"
+        )
+        lines += [_nvlink_line(link) for link in gpu["nvlinks"]] or ["  no NVLink"]
+        lines += [f"  C2C x{_shown(c['count'])} to the CPU, {_shown(c['bw'])} MB/s each" for c in gpu["c2c"]]
+    for nic in topo["nics"]:
+        speed = nic["speed"]
+        if isinstance(speed, int) and speed > 0:
+            rate = f"{speed} Mb/s ({speed / 8000:g} GB/s)"
+        else:  # topo.cc ncclTopoAddNet: "Some NICs define speed = -1", taken as 10000 Mb/s
+            rate = f"speed {_shown(speed)} (NCCL takes 10000 Mb/s)"
+        lines.append(
+            f"NIC {_shown(nic.get('name'))} dev {_shown(nic['dev'])}: {rate}, port {_shown(nic['port'])}, "
+            f"bus {_shown(nic['busid'])}, NUMA {_shown(nic['numaid'])}, {_gdr(nic['gdr'])}"
+        )
+    return lines + [f"warning: {w}" for w in topo["warnings"]]
