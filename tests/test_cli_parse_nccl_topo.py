@@ -22,12 +22,16 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from xml.sax.saxutils import escape as xml_escape
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import run_cli as run
 from doc_examples import assert_shows, blocks, run_shell
 from pytest_gputopo.parse.nccl_topo_xml import NcclTopoXmlError, nvlink_peer, parse_topo_xml
+from pytest_gputopo.render.escape import terminal_lines
+from pytest_gputopo.render.tables import nccl_topo_lines
 from test_doc_examples import shell_env
 
 HERE = Path(__file__).parent
@@ -230,3 +234,28 @@ def test_the_documented_transcript(tmp_path):
     assert [s.status for s in steps] == [0, 2], [s.printed for s in steps]
     for step in steps:
         assert_shows(step.shown, step.printed)
+
+
+ATTRIBUTE = st.one_of(
+    st.text(st.characters(blacklist_categories=("Cs", "Cc", "Cn")), max_size=12),
+    st.sampled_from(["", "-1", "7", "x16", "0x068000", "0x030200", "fffffff:ffff:ff", "\n::x", "\t##[", "\x85\u202e"]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(ATTRIBUTE, min_size=12, max_size=12))
+def test_any_attribute_values_are_read_and_shown_one_line_each(values):
+    """Whatever NCCL (or a hand) wrote in the attributes, the dump is read and each line printed is one
+    terminal line: numbers that are not numbers are warnings, never a crash."""
+    (numaid, arch, busid, dev, sm, rank, target, count, tclass, name, speed, width) = (
+        xml_escape(v, {'"': "&quot;", "\n": "&#10;", "\t": "&#9;", "\r": "&#13;"}) for v in values
+    )
+    text = f"""<system version="1"><cpu numaid="{numaid}" arch="{arch}">
+<pci busid="{busid}" link_width="{width}"><gpu dev="{dev}" sm="{sm}" rank="{rank}" gdr="1">
+<nvlink target="{target}" count="{count}" tclass="{tclass}"/><c2c bw="{speed}" count="{count}"/></gpu></pci>
+<nic><net name="{name}" dev="{dev}" speed="{speed}" port="{count}"/></nic></cpu></system>"""
+    topo = parse_topo_xml(text)
+    lines = terminal_lines(nccl_topo_lines(topo))
+    assert lines[0].startswith("NCCL topology (version 1): 1 GPU, 1 NIC, 1 CPU")
+    assert all(line.isprintable() for line in lines)
+    json.dumps(topo)
