@@ -52,28 +52,47 @@ def test_the_sizes_announced_are_the_sizes_measured():
     assert element_sizes([3, 1025], "bfloat16") == [2, 1024]
 
 
+@pytest.fixture(scope="module")
+def gloo_sweep(tmp_path_factory):
+    """``gloo_sweep(ranks)``: ``gputopo bench allreduce`` from 64K to 256K on ``ranks`` gloo ranks, its
+    output and its folder (s.json, s.html); run once per module and rank count, as the tests that read
+    it each assert a different thing of the same sweep (each one starts ranks that import torch)."""
+    made = {}
+
+    def sweep(ranks: int):
+        if ranks not in made:
+            folder = tmp_path_factory.mktemp(f"sweep-{ranks}-ranks")
+            made[ranks] = (
+                gputopo(
+                    "bench",
+                    "allreduce",
+                    "-b",
+                    "64K",
+                    "-e",
+                    "256K",
+                    "-f",
+                    "2",
+                    "--ranks",
+                    str(ranks),
+                    "--budget",
+                    "0.2",
+                    "--json",
+                    str(folder / "s.json"),
+                    "--html",
+                    str(folder / "s.html"),
+                ),
+                folder,
+            )
+        return made[ranks]
+
+    return sweep
+
+
 @needs_torch
 @pytest.mark.parametrize("ranks", [2, 3])
 @pytest.mark.slow
-def test_busbw_follows_the_nccl_tests_definition_on_gloo(ranks, tmp_path):
-    out = gputopo(
-        "bench",
-        "allreduce",
-        "-b",
-        "64K",
-        "-e",
-        "256K",
-        "-f",
-        "2",
-        "--ranks",
-        str(ranks),
-        "--budget",
-        "0.2",
-        "--json",
-        str(tmp_path / "s.json"),
-        "--html",
-        str(tmp_path / "s.html"),
-    )
+def test_busbw_follows_the_nccl_tests_definition_on_gloo(ranks, gloo_sweep):
+    out, tmp_path = gloo_sweep(ranks)
     assert out.returncode == 0, out.stderr
     sweep = json.loads((tmp_path / "s.json").read_text())["sweeps"][0]
     rows = sweep["result"]["rows"]
@@ -112,10 +131,10 @@ def test_a_corrupted_result_shows_in_wrong_and_fails_the_sweep(tmp_path):
 @needs_torch
 @needs_browser
 @pytest.mark.slow
-def test_a_real_browser_draws_the_sweep_without_console_errors(tmp_path):
-    out = gputopo("bench", "allreduce", "-b", "4K", "-e", "16K", "--budget", "0.1", "--html", str(tmp_path / "s.html"))
+def test_a_real_browser_draws_the_sweep_without_console_errors(gloo_sweep, tmp_path):
+    out, folder = gloo_sweep(2)  # three sizes, as test_busbw_follows_the_nccl_tests_definition_on_gloo reads them
     assert out.returncode == 0, out.stderr
-    png, dom, log = browser_render(tmp_path / "s.html", tmp_path)
+    png, dom, log = browser_render(folder / "s.html", tmp_path)
     assert png > 10_000 and "CONSOLE" not in log and "Uncaught" not in log, log[-2000:]
     assert dom.count("<circle") == 3 and "busbw, GB/s" in dom  # the chart is in the browser's DOM
 
