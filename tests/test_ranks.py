@@ -1,5 +1,6 @@
 """``@pytest.mark.ranks(n)``: a test's body run as n ranks spawned by torch.multiprocessing, for real on
-the CPUs with gloo (loopback only), through real pytest runs (``runpytest_subprocess``).
+the CPUs with gloo (loopback only), through real pytest runs (``runpytest_subprocess``; a usage error,
+which spawns nothing, in this process).
 
 Sources the behaviour rests on (installed torch):
 - torch/multiprocessing/spawn.py: ``start_processes(..., join=False)`` returns the ``ProcessContext``
@@ -44,6 +45,12 @@ def alive(pid: int) -> bool:
 
 def run(pytester, *args):
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0", *args)
+
+
+def run_here(pytester, *args):
+    """A run that stops at collection with a usage error, in this process: it spawns and imports
+    nothing, so a process of its own would only cost its start."""
+    return pytester.runpytest("-p", "no:cacheprovider", "-n", "0", *args)
 
 
 @pytest.fixture
@@ -302,7 +309,7 @@ def test_ranks_never_fall_back_to_the_cpus_where_nvml_failed_on_a_host_that_may_
 )
 def test_a_bad_argument_is_a_usage_error_naming_the_test(pytester, marker, says):
     pytester.makepyfile(test_bad=f"import pytest\n@pytest.mark.{marker}\ndef test_x(gputopo_rank): pass\n")
-    result = run(pytester)
+    result = run_here(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*test_bad.py::test_x: @pytest.mark.ranks: {says}*"])
 
@@ -311,7 +318,7 @@ def test_two_ranks_marks_on_one_test_are_a_usage_error(pytester):
     pytester.makepyfile(
         test_bad="import pytest\n@pytest.mark.ranks(2)\n@pytest.mark.ranks(4)\ndef test_x(gputopo_rank): pass\n"
     )
-    result = run(pytester)
+    result = run_here(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_bad.py::test_x: @pytest.mark.ranks: 2 marks on one test; give it one*"])
 
