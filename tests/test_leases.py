@@ -597,7 +597,11 @@ def test_nothing_of_leases_is_imported_without_the_option(pytester):
 @pytest.mark.slow
 def test_n_auto_starts_one_worker_per_gpu_and_unmarked_tests_run_as_today(pytester, leased):
     args = leased("4x-a100-40gb")
-    pytester.makepyfile(test_it="import os\ndef test_plain():\n    assert 'CUDA_VISIBLE_DEVICES' not in os.environ\n")
+    pytester.makepyfile(
+        test_it="import os, time\ndef test_plain(request):\n    assert 'CUDA_VISIBLE_DEVICES' not in os.environ\n"
+        # when the run's leases began, for every worker's first round (Leases.take)
+        "    assert 0 < time.time() - request.config.workerinput['gputopo_lease_run_start'] < 600\n"
+    )
     result = pytester.runpytest_subprocess(*args, "-n", "auto")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*4 workers*"])
@@ -700,3 +704,32 @@ def test_a_waiting_test_reserves_its_gpus_for_itself_against_later_comers_while_
     assert gpu_locks.reserved_before(folder, None) == {"GPU-c"}  # (read twice, it once reserved nothing)
     mine.close()
     assert gpu_locks.reserved_before(folder, None) == set() and not gpu_locks.waiters(folder)
+
+
+def test_a_runs_first_round_is_served_in_the_runs_order_after_those_that_waited_before_it_began(tmp_path):
+    """Under xdist each worker's first leased test waits in its place in the run's order (largest
+    first), not in the order the workers reached the folder, and before the run's later tests;
+    a test of another run that waited before this run began is served before all of them."""
+    folder = gpu_locks.lock_folder(str(tmp_path / "locks"))
+    began = time.time()
+    earlier = gpu_locks.Ticket(folder, 1, "other.py::test_waited_before", began - 5)
+    small = gpu_locks.Ticket(folder, 2, "t.py::test_one_gpu", began + 1.0, (began, 7))  # came first
+    large = gpu_locks.Ticket(folder, 3, "t.py::test_eight_gpus", began + 1.1, (began, 0))
+    later = gpu_locks.Ticket(folder, 4, "t.py::test_later", began + 1.05)
+    for ticket, gpus in ((earlier, ["GPU-e"]), (small, ["GPU-s"]), (large, ["GPU-l"]), (later, ["GPU-x"])):
+        ticket.reserve(gpus)
+    try:
+        assert gpu_locks.reserved_before(folder, earlier) == set()
+        assert gpu_locks.reserved_before(folder, large) == {"GPU-e"}
+        assert gpu_locks.reserved_before(folder, small) == {"GPU-e", "GPU-l"}
+        assert gpu_locks.reserved_before(folder, later) == {"GPU-e", "GPU-l", "GPU-s"}
+        with open(later.path, "w") as planted:  # a turn that is not two numbers: not read
+            planted.write('{"pid": 4, "test": "x", "since": 1.0, "reserved": [], "turn": [1]}')
+        assert {w.test for _, w in gpu_locks.waiters(folder)} == {
+            "other.py::test_waited_before",
+            "t.py::test_one_gpu",
+            "t.py::test_eight_gpus",
+        }
+    finally:
+        for ticket in (earlier, small, large, later):
+            ticket.close()

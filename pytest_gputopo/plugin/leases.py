@@ -29,6 +29,11 @@ from .run import GputopoRun, run_of
 LEASE = pytest.StashKey["Lease"]()
 NOT_PLACED = pytest.StashKey[tuple]()  # (why the item holds no lease, whether it waited in vain): it skips or fails
 POLL_S = 0.05
+# A run's first round under xdist: each worker's first leased test waits this long, its ticket in,
+# for the other workers' first tests to reach the lock folder (xdist starts them together, after
+# every worker collected), so that they take their GPUs in the run's order (largest first).
+SETTLE_S = 0.3
+RUN_START = "gputopo_lease_run_start"  # workerinput: the controller's time.time() when leases began
 
 
 class Lease(NamedTuple):
@@ -95,6 +100,10 @@ class Leases:
         # Why no process is started ahead (--pdb: the child reads this one's input; or one refused its
         # lease, as every one would in this run), or None.
         self.no_spares: str | None = "--pdb" if run.config.getoption("usepdb", False) else None
+        self.started = time.time()
+        workerinput = getattr(run.config, "workerinput", None) or {}
+        # (the run's start) while this worker's first leased test is to come, under xdist; else None
+        self.first_round: float | None = workerinput.get(RUN_START) if workerinput.get("workercount", 1) > 1 else None
 
     def allowed(self) -> tuple[Topology, list[str]]:
         if self._allowed is None:
@@ -231,6 +240,11 @@ class Leases:
         for process in ending:
             process.stop()
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        """xdist controller: when this run's leases began, the same for every worker (``take``)."""
+        node.workerinput[RUN_START] = self.started
+
     @pytest.hookimpl(tryfirst=True)  # before the markers are judged: they would be judged on every GPU
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         reason, waited = item.stash.get(NOT_PLACED, (None, False))
@@ -262,12 +276,21 @@ class Leases:
         waiting (no deadlock). In turn: a test that waits reserves the set it waits for
         (``gpu_locks.Ticket``), and a test that came later takes none of those GPUs, so a large set
         is not starved by small tests taking its GPUs one by one; the GPUs no waiter reserved stay
-        free for the others."""
+        free for the others. Under xdist, each worker's first leased test reserves its set at once
+        and waits ``SETTLE_S``, its turn its place in the run's order: the run's first round is
+        served largest first, not in the order the workers happened to reach the lock folder."""
         allowed, uuids = self.allowed()[0], self.uuids()
         holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())
         deadline = time.monotonic() + self.timeout_s
         ticket = None
         try:
+            if self.first_round is not None:  # in the run's first round: in the run's order, not as they come
+                turn = (self.first_round, item.session.items.index(item))
+                self.first_round = None
+                ticket = gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, time.time(), turn)
+                open_, free = self.open_and_free(gpu_locks.reserved_before(self.folder, ticket))
+                ticket.reserve(uuids[i] for i in placer.reserve(open_, free))
+                time.sleep(SETTLE_S)
             while True:
                 open_, free = self.open_and_free(gpu_locks.reserved_before(self.folder, ticket))
                 chosen = placer.choose(free)

@@ -143,17 +143,23 @@ class Waiter(NamedTuple):
     test: str
     since: float  # time.time() when it began to wait: who came first is served first
     reserved: tuple[str, ...]  # UUIDs of the GPUs it waits for
+    # A run's first round, in its own order: (the run's start, the test's place in the run's order),
+    # served before the run's later tests and after the tests of others that waited before it began.
+    turn: tuple[float, int] | None = None
+
+    def place(self) -> tuple[float, int, int]:
+        return (*(self.turn or (self.since, -1)), self.pid)
 
     def before(self, other: Waiter) -> bool:
-        return (self.since, self.pid) < (other.since, other.pid)
+        return self.place() < other.place()
 
 
 class Ticket:
     """This process's place in the queue while one of its tests waits for GPUs."""
 
-    def __init__(self, folder: str, pid: int, test: str, since: float):
+    def __init__(self, folder: str, pid: int, test: str, since: float, turn: tuple[float, int] | None = None):
         self.path = os.path.join(folder, f"{TICKET_PREFIX}{pid}-{os.urandom(4).hex()}")  # unique across pid namespaces
-        self.me = Waiter(pid, test, since, ())
+        self.me = Waiter(pid, test, since, (), turn)
         fd = _open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         fcntl.flock(fd, fcntl.LOCK_EX)  # a new file of its own: nobody else holds it
         self.fd: int | None = fd
@@ -204,15 +210,22 @@ def waiters(folder: str) -> list[tuple[str, Waiter]]:
             except BlockingIOError:
                 pass
             raw = json.loads(os.pread(fd, MAX_HOLDER_BYTES, 0) or b"null")
+            if not isinstance(raw, dict):
+                continue  # being written: read again at the next poll
+            turn = raw.get("turn")
             found.append(
                 (
                     path,
                     Waiter(
-                        int(raw["pid"]), str(raw["test"]), float(raw["since"]), tuple(str(u) for u in raw["reserved"])
+                        int(raw["pid"]),
+                        str(raw["test"]),
+                        float(raw["since"]),
+                        tuple(str(u) for u in raw["reserved"]),
+                        None if turn is None else (float(turn[0]), int(turn[1])),
                     ),
                 )
             )
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, IndexError):
             continue  # being written: read again at the next poll
         finally:
             os.close(fd)
