@@ -3,7 +3,8 @@ P2P tests, 2 four-GPU tests and 1 eight-GPU test, each sleeping SLEEP seconds an
 it held, run with ``pytest -n auto --gputopo-lease``; beside it the same suite under a round-robin
 conftest like Triton's (worker w on GPU w % 8, a k-GPU test on the next k). Prints, for each: GPUs
 shared between tests running at once, two-GPU tests on an NVLink pair, wall time against the ideal
-packing of the sleeps on 8 GPUs, and the CPU time the run took (every process of it).
+packing of the sleeps on 8 GPUs (and how much of it came before the first test began, and how long
+the tests ran from the first start to the last end), and the CPU time the run took (every process of it).
 
     .venv/bin/python tools/perf/bench_leases.py [dgx-a100|hgx-h100|dgx1-v100] [SLEEP] [--timeline]
 
@@ -67,11 +68,11 @@ def test_eight(request, gputopo_gpus):
 """
 
 
-def run(folder: Path, env: dict, leased: bool) -> tuple[float, float, list[dict]]:
+def run(folder: Path, env: dict, leased: bool) -> tuple[float, float, float, list[dict]]:
     log = folder / ("leased.log" if leased else "robin.log")
     env = {**env, "LEASE_LOG": str(log)}
     args = ["--gputopo-lease", f"--gputopo-lease-dir={folder / 'locks'}"] if leased else ["-n", "8"]
-    start, used = time.monotonic(), _children_cpu()
+    start, used, launched = time.monotonic(), _children_cpu(), time.time()
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", *args, "test_suite.py"],
         cwd=folder,
@@ -82,7 +83,7 @@ def run(folder: Path, env: dict, leased: bool) -> tuple[float, float, list[dict]
     wall, cpu = time.monotonic() - start, _children_cpu() - used
     if out.returncode != 0:
         sys.exit(out.stdout[-3000:] + out.stderr[-2000:])
-    return wall, cpu, [json.loads(line) for line in log.read_text().splitlines()]
+    return wall, cpu, launched, [json.loads(line) for line in log.read_text().splitlines()]
 
 
 def _children_cpu() -> float:
@@ -121,7 +122,8 @@ def main() -> None:
         print(f"{machine}, emulated; 43 tests sleeping {sleep:g} s: ideal packing on 8 GPUs {ideal:.1f} s")
         for leased in (True, False):
             # The round robin runs with leases off: its conftest is the whole assignment.
-            wall, cpu, entries = run(folder, env, leased)
+            wall, cpu, launched, entries = run(folder, env, leased)
+            first, last = min(e["start"] for e in entries), max(e["end"] for e in entries)
             pairs = [e for e in entries if e["k"] == 2]
             nvlink = sum(1 for e in pairs if topology.link(*(by_uuid[u] for u in e["uuid"])).nvlinks)
             name = "gputopo leases (-n auto)" if leased else "round robin (-n 8)    "
@@ -135,7 +137,8 @@ def main() -> None:
             print(
                 f"{name}: {len(entries)} tests{processes}, {shared(entries)} shared a GPU with a running test, "
                 f"{nvlink}/{len(pairs)} two-GPU tests on an NVLink pair, "
-                f"wall {wall:.1f} s = {wall / ideal:.2f}x ideal, {cpu:.1f} s of CPU"
+                f"wall {wall:.1f} s = {wall / ideal:.2f}x ideal (the first test began {first - launched:.1f} s after "
+                f"the start, the tests ran {last - first:.1f} s), {cpu:.1f} s of CPU"
             )
 
 
