@@ -102,7 +102,8 @@ class Leases:
         self.no_spares: str | None = "--pdb" if run.config.getoption("usepdb", False) else None
         self.started = time.time()
         workerinput = getattr(run.config, "workerinput", None) or {}
-        # (the run's start) while this worker's first leased test is to come, under xdist; else None
+        # (the run's start) under xdist until this worker's first test comes; if leased, it is in the
+        # run's first round, which xdist starts on every worker at once (``take``); else None
         self.first_round: float | None = workerinput.get(RUN_START) if workerinput.get("workercount", 1) > 1 else None
 
     def allowed(self) -> tuple[Topology, list[str]]:
@@ -155,6 +156,7 @@ class Leases:
                 item.stash[NOT_PLACED] = (self.who_holds_what(placer, requirements), True)
             else:
                 item.stash[LEASE] = lease
+        self.first_round = None  # the worker's first test has come (``take``)
         try:
             return (yield)
         finally:
@@ -276,9 +278,9 @@ class Leases:
         waiting (no deadlock). In turn: a test that waits reserves the set it waits for
         (``gpu_locks.Ticket``), and a test that came later takes none of those GPUs, so a large set
         is not starved by small tests taking its GPUs one by one; the GPUs no waiter reserved stay
-        free for the others. Under xdist, each worker's first leased test reserves its set at once
-        and waits ``SETTLE_S``, its turn its place in the run's order: the run's first round is
-        served largest first, not in the order the workers happened to reach the lock folder."""
+        free for the others. Under xdist, a worker's first test, where it is leased, reserves its set
+        at once and waits ``SETTLE_S``, its turn its place in the run's order: the run's first round
+        is served largest first, not in the order the workers happened to reach the lock folder."""
         allowed, uuids = self.allowed()[0], self.uuids()
         holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())
         deadline = time.monotonic() + self.timeout_s
@@ -286,7 +288,6 @@ class Leases:
         try:
             if self.first_round is not None:  # in the run's first round: in the run's order, not as they come
                 turn = (self.first_round, item.session.items.index(item))
-                self.first_round = None
                 ticket = gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, time.time(), turn)
                 open_, free = self.open_and_free(gpu_locks.reserved_before(self.folder, ticket))
                 ticket.reserve(uuids[i] for i in placer.reserve(open_, free))
