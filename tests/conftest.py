@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import loopback
+from schedule import slow_first_per_worker
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -102,15 +103,20 @@ def _measures_gpus_here(config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns "auto" into a number of workers
 def pytest_cmdline_main(config):
-    """This suite runs in parallel, one xdist worker per CPU, unless the run gives -n (-n 0: in this
-    process), is a worker itself, or measures this host's GPUs; worksteal hands an idle worker some of
-    a busy one's tests, so that one long test does not leave the other CPUs idle at the end."""
+    """This suite runs in parallel, one xdist worker per CPU and one more, unless the run gives -n (-n
+    0: in this process), is a worker itself, or measures this host's GPUs. The one more: many tests
+    wait (a rank's timeout, a subprocess starting, the host lock), and a third worker on two CPUs runs
+    tests while they do. Worksteal hands an idle worker some of a busy one's tests, so that one long
+    test does not leave the other CPUs idle at the end."""
     if (
         getattr(config.option, "numprocesses", 0) is None
         and not hasattr(config, "workerinput")
         and not _measures_gpus_here(config)
     ):
-        config.option.numprocesses = "auto"
+        if config.getoption("usepdb") or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+            config.option.numprocesses = "auto"  # xdist's: --pdb runs in this process; the count as set
+        else:
+            config.option.numprocesses = config.hook.pytest_xdist_auto_num_workers(config=config) + 1
         if config.option.dist == "no":
             config.option.dist = "worksteal"
 
@@ -137,13 +143,16 @@ def pytest_report_header(config):
         return "slow tests left out: --with-slow runs the whole suite"
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering (fixtures) and deselection (-m, -k)
 def pytest_collection_modifyitems(config, items):
-    if not _slow_left_out(config):
-        return
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    if _slow_left_out(config):
+        slow = [item for item in items if item.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    # An xdist worker: every worker's share of the run starts with slow tests (tests/schedule.py)
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    items[:] = slow_first_per_worker(items, workers)
 
 
 # Traffic stays on loopback (tests/loopback.py): this process refuses any socket aimed elsewhere, and
