@@ -103,20 +103,17 @@ def _measures_gpus_here(config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns "auto" into a number of workers
 def pytest_cmdline_main(config):
-    """This suite runs in parallel, one xdist worker per CPU and one more, unless the run gives -n (-n
-    0: in this process), is a worker itself, or measures this host's GPUs. The one more: many tests
-    wait (a rank's timeout, a subprocess starting, the host lock), and a third worker on two CPUs runs
-    tests while they do. Worksteal hands an idle worker some of a busy one's tests, so that one long
-    test does not leave the other CPUs idle at the end."""
+    """This suite runs in parallel, one xdist worker per CPU, unless the run gives -n (-n 0: in this
+    process), is a worker itself, or measures this host's GPUs; worksteal hands an idle worker some of
+    a busy one's tests, so that one long test does not leave the other CPUs idle at the end. (A worker
+    more than the CPUs, to run tests while others wait on ranks and timeouts, took as long on two CPUs
+    and 40 s more CPU: docs/testing.md.)"""
     if (
         getattr(config.option, "numprocesses", 0) is None
         and not hasattr(config, "workerinput")
         and not _measures_gpus_here(config)
     ):
-        if config.getoption("usepdb") or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-            config.option.numprocesses = "auto"  # xdist's: --pdb runs in this process; the count as set
-        else:
-            config.option.numprocesses = config.hook.pytest_xdist_auto_num_workers(config=config) + 1
+        config.option.numprocesses = "auto"
         if config.option.dist == "no":
             config.option.dist = "worksteal"
 
