@@ -142,6 +142,12 @@ class _process_group:
             world_size=self.info.world_size,
             timeout=timedelta(seconds=self.job["timeout_s"]),
         )
+        if "gloo" in self.job["backend"] and "nccl" not in self.job["backend"]:
+            # gloo connects every pair eagerly (connectFullMesh) and may return on one rank while its
+            # peer is still finishing the pair: a rank whose body ended at once closed the connection
+            # under it ("Connection closed by peer", seen on a loaded 2-core run). No body starts
+            # before every rank is connected. (NCCL connects lazily, at the first collective.)
+            dist.barrier()
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
