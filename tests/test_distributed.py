@@ -116,6 +116,17 @@ def torchrun(cwd: Path, *args: str, env=None, timeout=120) -> subprocess.Complet
     return subprocess.run(TORCHRUN + list(args), cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
+def pytest_as_two_ranks(cwd: Path, *pytest_args: str, env=None) -> subprocess.CompletedProcess:
+    """pytest under torchrun as two ranks on this host, the launcher on a port of its own (loopback)."""
+    port = launcher_port()
+    return torchrun(
+        cwd,
+        *("--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port)),
+        *("-m", "pytest", "-p", "no:cacheprovider", *pytest_args),
+        env=env,
+    )
+
+
 def outcomes(cwd: Path, ranks: int) -> list[dict]:
     return [json.loads((cwd / f"outcomes.{r}.json").read_text()) for r in range(ranks)]
 
@@ -134,19 +145,8 @@ def test_every_rank_takes_the_same_decisions(suite_dir):
     alone gives different outcomes per rank. (One run for both: each torchrun starts two pytest
     processes that import torch.)"""
     (suite_dir / "test_custom.py").write_text(CUSTOM_TESTS)
-    port = launcher_port()
-    out = torchrun(
+    out = pytest_as_two_ranks(
         suite_dir,
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
         "-rs",
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -204,19 +204,8 @@ def test_srun_starting_every_rank_takes_one_decision(suite_dir):
 
 @pytest.mark.slow
 def test_a_rank_that_never_reports_ends_the_run_with_a_reason(suite_dir):
-    port = launcher_port()
-    out = torchrun(
+    out = pytest_as_two_ranks(
         suite_dir,
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
         "--gputopo-rank-timeout",
         "5",
         env={"GPUTOPO_TEST_HANG_RANK": "1"},
@@ -275,19 +264,8 @@ def test_two_nodes_on_loopback_show_a_header_per_node(suite_dir):
 def test_an_unmet_gate_on_one_node_is_the_same_failed_cause_on_every_rank(suite_dir):
     """The gate is judged on every node, once: each rank fails the same gate test, named by the node
     and GPU at fault, and ends with exit status 8; rank 0 alone prints the causes."""
-    port = launcher_port()
-    out = torchrun(
+    out = pytest_as_two_ranks(
         suite_dir,
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
         "--gputopo-require",
         "link>=NV12",
         env={"GPUTOPO_TEST_MACHINES": "hgx-h100,hgx-h100-nvlink-down"},
@@ -313,19 +291,8 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
         "    open(f'busbw.{__import__(\"os\").environ[\"RANK\"]}', 'w').write(repr((r.gbps, r.detail['world_size'])))\n"
         "@pytest.mark.min_allreduce_bw(100000)\ndef test_too_fast(): pass\n"
     )
-    port = launcher_port()
-    out = torchrun(
+    out = pytest_as_two_ranks(
         suite_dir,
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
         "-rs",
         "--gputopo-allreduce-backend",
         "gloo",
@@ -349,19 +316,8 @@ def test_an_allreduce_marker_measures_across_the_ranks(suite_dir):
 
 @pytest.mark.slow
 def test_rank_zero_names_each_nodes_fallback(suite_dir):
-    port = launcher_port()
-    out = torchrun(
+    out = pytest_as_two_ranks(
         suite_dir,
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
         env={"GPUTOPO_TEST_MACHINES": "dgx-a100", "NCCL_P2P_DISABLE": "1"},
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
