@@ -112,14 +112,25 @@ def test_how_many_gpus_a_test_holds():
     assert gpus_needed([GpuRequirement(gpus=0)], topo) == 0
 
 
-def test_a_waiting_test_reserves_the_meeting_set_most_free_now_among_those_no_earlier_waiter_took():
+def test_a_waiting_test_reserves_the_meeting_set_free_soonest_among_those_no_earlier_waiter_took():
     four = Placer(machine("dgx-a100"), [GpuRequirement(gpus=4)], 4)  # every pair NV12: ties broken by GPU
-    assert four.reserve(range(8), free=[0, 5, 6, 7]) == (0, 5, 6, 7)  # the set it can take soonest
-    assert four.reserve(range(4, 8), free=[]) == (4, 5, 6, 7)  # GPUs 0-3 reserved by an earlier waiter
+    assert four.reserve(range(8), held={1: 10.0, 2: 10.0, 3: 10.0, 4: 10.0}) == (0, 5, 6, 7)  # free now
+    assert four.reserve(range(4, 8), held=dict.fromkeys(range(8), 10.0)) == (4, 5, 6, 7)  # 0-3: an earlier waiter's
     # Fewer than four left: it reserves those (of its best set), so later comers cannot take them
     # one by one while it waits behind the earlier waiter.
-    assert four.reserve(range(3), free=range(3)) == (0, 1, 2)
-    assert four.reserve((), free=range(8)) == ()
+    assert four.reserve(range(3), held={}) == (0, 1, 2)
+    assert four.reserve((), held={}) == ()
+
+
+def test_a_waiting_test_reserves_the_gpus_whose_holders_began_longest_ago():
+    """bench_leases (29 Nov): two-GPU tests waiting while every GPU was held reserved the lowest
+    pairs; the four GPUs that freed first went to one-GPU tests behind them. Where tests take alike,
+    the GPUs taken longest ago are free first."""
+    pair = Placer(machine("dgx-a100"), [reqs.P2PRequirement(gpus=2)], 2)
+    held = {0: 30.0, 1: 30.0, 2: 31.0, 3: 31.0, 4: 28.0, 5: 28.0, 6: 28.0, 7: 29.5}
+    assert pair.reserve(range(8), held) == (4, 5)
+    assert pair.reserve([0, 1, 2, 3, 6, 7], held) == (6, 7)  # 4, 5 reserved before: 6 and 7 free before 0-3
+    assert pair.reserve([0, 1, 2, 3, 6], held={**held, 1: 40.0}) == (0, 6)  # (every dgx-a100 pair is NVLink)
 
 
 def test_a_large_test_behind_an_earlier_waiter_still_reserves_what_it_can():
@@ -127,7 +138,7 @@ def test_a_large_test_behind_an_earlier_waiter_still_reserves_what_it_can():
     other left (before, it reserved none, and the one-GPU tests that came later took them turn by
     turn: bench_leases ran it last)."""
     eight = Placer(machine("dgx-a100"), [GpuRequirement(gpus=8)], 8)
-    assert eight.reserve(range(4, 8), free=[6]) == (4, 5, 6, 7)
+    assert eight.reserve(range(4, 8), held={4: 1.0, 5: 1.0, 7: 1.0}) == (4, 5, 6, 7)
 
 
 def test_a_test_keeps_the_set_of_the_test_before_only_where_it_meets_it_and_nothing_better_is_free():

@@ -600,7 +600,7 @@ def test_n_auto_starts_one_worker_per_gpu_and_unmarked_tests_run_as_today(pytest
     pytester.makepyfile(
         test_it="import os, time\ndef test_plain(request):\n    assert 'CUDA_VISIBLE_DEVICES' not in os.environ\n"
         # when the run's leases began, for every worker's first round (Leases.take)
-        "    assert 0 < time.time() - request.config.workerinput['gputopo_lease_run_start'] < 600\n"
+        "    assert 0 < time.time() - request.config.workerinput['gputopo_lease_run'][0] < 600\n"
     )
     result = pytester.runpytest_subprocess(*args, "-n", "auto")
     result.assert_outcomes(passed=1)
@@ -706,6 +706,45 @@ def test_a_waiting_test_reserves_its_gpus_for_itself_against_later_comers_while_
     assert gpu_locks.reserved_before(folder, None) == set() and not gpu_locks.waiters(folder)
 
 
+def test_a_runs_tests_waiting_at_once_are_served_in_its_order_and_another_runs_as_they_came(tmp_path):
+    """Seen in ``tools/perf/bench_leases.py dgx-a100 2 --timeline`` (29 Nov): the second four-GPU test,
+    handed to a worker when its eight-GPU test ended, waited from then, behind two-GPU tests of the
+    first round that still waited, and took its GPUs 7.5 s later (GPUs idle meanwhile). A test of a
+    run now takes its place in the run's order among the run's tests waiting when it began, and
+    waits from the longest-waiting one's start against others: never from that one's turn, or a
+    run always waiting would keep its first turn and another run's tests would wait the whole run."""
+    folder = gpu_locks.lock_folder(str(tmp_path / "locks"))
+    began = time.time() - 10
+
+    def ticket(pid, test, since, place=None, run="run-a"):
+        turn = None if place is None else gpu_locks.turn_in(folder, run, since, place)
+        return gpu_locks.Ticket(folder, pid, test, since, turn, None if place is None else run)
+
+    two = ticket(2, "t.py::test_two", began, 5)  # the first round waits from the run's start
+    other = ticket(3, "other.py::test_other", began + 2)  # another run's (no xdist)
+    other_run = ticket(4, "o.py::test_x", began + 3, 0, run="run-b")
+    four = ticket(5, "t.py::test_four", began + 4, 2)
+    tickets = [two, other, other_run, four]
+    try:
+        assert four.me.turn == (began, 2) and other_run.me.turn == (began + 3, 0)
+        assert [w.test for _, w in sorted(gpu_locks.waiters(folder), key=lambda found: found[1].place())] == [
+            "t.py::test_four",
+            "t.py::test_two",
+            "other.py::test_other",
+            "o.py::test_x",
+        ]
+        two.close()  # served: the run's next test waits from when the four-GPU test began
+        tickets.append(one := ticket(6, "t.py::test_one", began + 6, 9))
+        assert one.me.turn == (began + 4, 9)
+        for found, gpus in ((other, ["GPU-o"]), (other_run, ["GPU-b"]), (four, ["GPU-f"])):
+            found.reserve(gpus)
+        assert gpu_locks.reserved_before(folder, one) == {"GPU-o", "GPU-b", "GPU-f"}
+        assert gpu_locks.reserved_before(folder, four) == set()
+    finally:
+        for found in tickets:
+            found.close()
+
+
 def test_a_runs_first_round_is_served_in_the_runs_order_after_those_that_waited_before_it_began(tmp_path):
     """Under xdist each worker's first leased test waits in its place in the run's order (largest
     first), not in the order the workers reached the folder, and before the run's later tests;
@@ -713,8 +752,9 @@ def test_a_runs_first_round_is_served_in_the_runs_order_after_those_that_waited_
     folder = gpu_locks.lock_folder(str(tmp_path / "locks"))
     began = time.time()
     earlier = gpu_locks.Ticket(folder, 1, "other.py::test_waited_before", began - 5)
-    small = gpu_locks.Ticket(folder, 2, "t.py::test_one_gpu", began + 1.0, (began, 7))  # came first
-    large = gpu_locks.Ticket(folder, 3, "t.py::test_eight_gpus", began + 1.1, (began, 0))
+    # written 1.0 and 1.1 s after the run began, each waiting from its start (Leases.take)
+    small = gpu_locks.Ticket(folder, 2, "t.py::test_one_gpu", began, (began, 7), "run")  # came first
+    large = gpu_locks.Ticket(folder, 3, "t.py::test_eight_gpus", began, (began, 0), "run")
     later = gpu_locks.Ticket(folder, 4, "t.py::test_later", began + 1.05)
     for ticket, gpus in ((earlier, ["GPU-e"]), (small, ["GPU-s"]), (large, ["GPU-l"]), (later, ["GPU-x"])):
         ticket.reserve(gpus)

@@ -12,9 +12,9 @@ among the GPUs free now, or None (the test waits).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
-from math import comb
+from math import comb, inf
 
 from .gpu_requirements import VersionRequirement
 from .model import Topology
@@ -142,20 +142,26 @@ class Placer:
         best = self.choose(set(free) | set(held))
         return best is not None and self._scores[best] == self._scores[held]
 
-    def reserve(self, open_: Iterable[int], free: Iterable[int]) -> tuple[int, ...]:
+    def reserve(self, open_: Iterable[int], held: Mapping[int, float]) -> tuple[int, ...]:
         """The GPUs a waiting test reserves: of its meeting sets, the one with the most GPUs no earlier
-        waiter reserved (``open_``), then the most ``free`` now (it is served soonest), best-linked
-        between those; of that set, the GPUs in ``open_`` (an earlier waiter keeps the others and the
-        test takes them after it). Reserving part of a set is what keeps a large test from being
-        starved: without it, an eight-GPU test behind a waiting four-GPU test would reserve nothing,
-        and one-GPU tests arriving later would take its GPUs one by one for as long as they come."""
-        open_, free = set(open_), set(free)
+        waiter reserved (``open_``), then the one free soonest -- whose GPUs held now (``held``: when
+        each one's holder took it) were all taken longest ago, the first to end where tests take
+        alike -- then with the most free now, best-linked between those; of that set, the GPUs in
+        ``open_`` (an earlier waiter keeps the others and the test takes them after it). Reserving
+        part of a set is what keeps a large test from being starved: without it, an eight-GPU test
+        behind a waiting four-GPU test would reserve nothing, and one-GPU tests arriving later would
+        take its GPUs one by one for as long as they come. Reserving GPUs that free last would let
+        later waiters take those that free first (bench_leases: two-GPU tests reserved the lowest
+        pairs, still held, and one-GPU tests took the pair that freed)."""
+        open_ = set(open_)
+        free = open_.difference(held)
         if not self.meeting:
             return ()
         best = max(
             self.meeting,
             key=lambda gpus: (
                 len(open_.intersection(gpus)),
+                -max((held[g] for g in gpus if g in held), default=-inf),
                 len(free.intersection(gpus)),
                 self._scores[gpus],
                 [-g for g in gpus],

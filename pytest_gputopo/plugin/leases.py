@@ -29,11 +29,12 @@ from .run import GputopoRun, run_of
 LEASE = pytest.StashKey["Lease"]()
 NOT_PLACED = pytest.StashKey[tuple]()  # (why the item holds no lease, whether it waited in vain): it skips or fails
 POLL_S = 0.05
-# A run's first round under xdist: each worker's first leased test waits this long, its ticket in,
-# for the other workers' first tests to reach the lock folder (xdist starts them together, after
+# A run's first round under xdist: each worker's first leased test waits up to this long, its ticket
+# in, for the other workers' first tests to reach the lock folder (xdist starts them together, after
 # every worker collected), so that they take their GPUs in the run's order (largest first).
 SETTLE_S = 0.3
-RUN_START = "gputopo_lease_run_start"  # workerinput: the controller's time.time() when leases began
+# workerinput: the controller's time.time() when leases began, and an id of the run for its tickets
+RUN = "gputopo_lease_run"
 
 
 class Lease(NamedTuple):
@@ -47,6 +48,12 @@ class Lease(NamedTuple):
         which holds them until it has; the locks still name the test)."""
         for lock in self.locks:
             lock.release(handed_on)
+
+    def say(self, holder: gpu_locks.Holder) -> None:
+        """The locks name ``holder``: the test the lease is kept for, since it began (waiters reserve
+        the GPUs whose holders began longest ago, ``Placer.reserve``)."""
+        for lock in self.locks:
+            lock.say(holder)
 
 
 class Kept(NamedTuple):
@@ -102,9 +109,15 @@ class Leases:
         self.no_spares: str | None = "--pdb" if run.config.getoption("usepdb", False) else None
         self.started = time.time()
         workerinput = getattr(run.config, "workerinput", None) or {}
-        # (the run's start) under xdist until this worker's first test comes; if leased, it is in the
-        # run's first round, which xdist starts on every worker at once (``take``); else None
-        self.first_round: float | None = workerinput.get(RUN_START) if workerinput.get("workercount", 1) > 1 else None
+        # Under xdist, (the run's start, its id): the workers' tests wait in the run's order (``take``)
+        self.xdist_run: tuple[float, str] | None = None
+        self.workers = workerinput.get("workercount", 1)
+        if self.workers > 1 and RUN in workerinput:
+            self.xdist_run = (float(workerinput[RUN][0]), str(workerinput[RUN][1]))
+        # Until this worker's first test comes: if leased, it is in the run's first round, which xdist
+        # starts on every worker at once (``take``).
+        self.first_round = self.xdist_run is not None
+        self._order: dict[str, int] | None = None
 
     def allowed(self) -> tuple[Topology, list[str]]:
         if self._allowed is None:
@@ -115,11 +128,17 @@ class Leases:
         """The UUIDs of the GPUs a lease may hold (``leasable`` keeps only GPUs that have one)."""
         return [str(gpu.uuid) for gpu in self.allowed()[0].gpus]
 
-    def open_and_free(self, reserved: set[str]) -> tuple[list[int], list[int]]:
-        """The GPUs no waiter reserved (``reserved``), and those of them no process holds now."""
+    def open_and_held(self, reserved: set[str]) -> tuple[list[int], dict[int, float]]:
+        """The GPUs no waiter reserved (``reserved``), and when each of them that a process holds now
+        was taken (one whose holder has not said yet: now); those not held are free."""
         uuids = self.uuids()
         open_ = [i for i, uuid in enumerate(uuids) if uuid not in reserved]
-        return open_, [i for i in open_ if gpu_locks.holder(self.folder, uuids[i]) is None]
+        held = {}
+        for i in open_:
+            found = gpu_locks.holder(self.folder, uuids[i])
+            if found is not None:
+                held[i] = found.since if isinstance(found, gpu_locks.Holder) else time.time()
+        return open_, held
 
     def placer(self, requirements: tuple) -> placement.Placer | None:
         """The item's placer (one per distinct set of requirements), or None: it asks for no GPU."""
@@ -146,6 +165,7 @@ class Leases:
         lease = None
         if kept is not None:
             lease = kept.lease
+            lease.say(gpu_locks.Holder(os.getpid(), item.nodeid, time.time()))
             item.stash[LEASE] = lease
         elif placer is not None and placer.never:
             item.stash[NOT_PLACED] = (placer.never, False)
@@ -156,7 +176,7 @@ class Leases:
                 item.stash[NOT_PLACED] = (self.who_holds_what(placer, requirements), True)
             else:
                 item.stash[LEASE] = lease
-        self.first_round = None  # the worker's first test has come (``take``)
+        self.first_round = False  # the worker's first test has come (``take``)
         try:
             return (yield)
         finally:
@@ -179,7 +199,8 @@ class Leases:
         reserved = gpu_locks.reserved_before(self.folder, None)
         if any(gpu.uuid in reserved for gpu in lease.gpus):
             return False  # a waiting test's turn: the GPUs go back
-        return placer.accepts(lease.indices, self.open_and_free(reserved)[1])
+        open_, held = self.open_and_held(reserved)
+        return placer.accepts(lease.indices, [i for i in open_ if i not in held])
 
     def end_kept(self) -> None:
         """Stop the process kept for a test that did not come next, and give its GPUs back."""
@@ -244,8 +265,8 @@ class Leases:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        """xdist controller: when this run's leases began, the same for every worker (``take``)."""
-        node.workerinput[RUN_START] = self.started
+        """xdist controller: when this run's leases began and its id, the same for every worker (``take``)."""
+        node.workerinput[RUN] = [self.started, f"{os.getpid()}-{self.started!r}"]
 
     @pytest.hookimpl(tryfirst=True)  # before the markers are judged: they would be judged on every GPU
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -278,24 +299,24 @@ class Leases:
         waiting (no deadlock). In turn: a test that waits reserves the set it waits for
         (``gpu_locks.Ticket``), and a test that came later takes none of those GPUs, so a large set
         is not starved by small tests taking its GPUs one by one; the GPUs no waiter reserved stay
-        free for the others. Under xdist, a worker's first test, where it is leased, reserves its set
-        at once and waits ``SETTLE_S``, its turn its place in the run's order: the run's first round
-        is served largest first, not in the order the workers happened to reach the lock folder."""
+        free for the others. Under xdist, the run's tests that wait at once are served in the run's
+        order, largest first (``gpu_locks.turn_in``), and a worker's first test, where it is leased,
+        waits from the run's start: it reserves its set at once and waits (``settle``), so that the
+        run's first round is served largest first, not in the order the workers reached the folder."""
         allowed, uuids = self.allowed()[0], self.uuids()
-        holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())
         deadline = time.monotonic() + self.timeout_s
         ticket = None
         try:
-            if self.first_round is not None:  # in the run's first round: in the run's order, not as they come
-                turn = (self.first_round, item.session.items.index(item))
-                ticket = gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, time.time(), turn)
-                open_, free = self.open_and_free(gpu_locks.reserved_before(self.folder, ticket))
-                ticket.reserve(uuids[i] for i in placer.reserve(open_, free))
-                time.sleep(SETTLE_S)
+            if self.first_round and self.xdist_run is not None:
+                ticket = self.ticket(item, self.xdist_run[0])
+                open_, held = self.open_and_held(gpu_locks.reserved_before(self.folder, ticket))
+                ticket.reserve(uuids[i] for i in placer.reserve(open_, held))
+                self.settle(self.xdist_run)
             while True:
-                open_, free = self.open_and_free(gpu_locks.reserved_before(self.folder, ticket))
-                chosen = placer.choose(free)
+                open_, held = self.open_and_held(gpu_locks.reserved_before(self.folder, ticket))
+                chosen = placer.choose(i for i in open_ if i not in held)
                 if chosen is not None:
+                    holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())  # since it took them
                     locks = []
                     for i in chosen:
                         lock = gpu_locks.GpuLock(self.folder, uuids[i])
@@ -311,12 +332,33 @@ class Leases:
                     return None
                 self.reap()  # one of this run's processes late to end is ended: it may hold these GPUs
                 if ticket is None:
-                    ticket = gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, time.time())
-                ticket.reserve(uuids[i] for i in placer.reserve(open_, free))
+                    ticket = self.ticket(item, time.time())
+                ticket.reserve(uuids[i] for i in placer.reserve(open_, held))
                 time.sleep(POLL_S)
         finally:
             if ticket is not None:
                 ticket.close()
+
+    def settle(self, run: tuple[float, str]) -> None:
+        """Wait for the other workers' first tests to reach the folder: until each worker has a
+        ticket of the run's first round in (they wait from the run's start), at most ``SETTLE_S``
+        (a worker whose first test is not leased writes none)."""
+        until = time.monotonic() + SETTLE_S
+        while time.monotonic() < until:
+            first = [w for _, w in gpu_locks.waiters(self.folder) if w.run == run[1] and w.since == run[0]]
+            if len(first) >= self.workers:
+                return
+            time.sleep(SETTLE_S / 10)
+
+    def ticket(self, item: pytest.Item, since: float) -> gpu_locks.Ticket:
+        """``item``'s place in the queue, waiting from ``since``; under xdist, its turn in the run."""
+        if self.xdist_run is None:
+            return gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, since)
+        if self._order is None:
+            self._order = {other.nodeid: i for i, other in enumerate(item.session.items)}
+        run = self.xdist_run[1]
+        turn = gpu_locks.turn_in(self.folder, run, since, self._order[item.nodeid])
+        return gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, since, turn, run)
 
     def who_holds_what(self, placer: placement.Placer, requirements: tuple) -> str:
         uuids = self.uuids()

@@ -94,10 +94,15 @@ class GpuLock:
         except BlockingIOError:
             os.close(fd)
             return False
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(holder._asdict()).encode()[:MAX_HOLDER_BYTES], 0)
         self.fd = fd
+        self.say(holder)
         return True
+
+    def say(self, holder: Holder) -> None:
+        """Write who holds it now (a lease kept for the next test: that test, since it began)."""
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, json.dumps(holder._asdict()).encode()[:MAX_HOLDER_BYTES], 0)
 
     def release(self, handed_on: bool = False) -> None:
         """Let it go; ``handed_on``: a process this one passed ``fd`` to may hold it still (its lock
@@ -143,9 +148,11 @@ class Waiter(NamedTuple):
     test: str
     since: float  # time.time() when it began to wait: who came first is served first
     reserved: tuple[str, ...]  # UUIDs of the GPUs it waits for
-    # A run's first round, in its own order: (the run's start, the test's place in the run's order),
-    # served before the run's later tests and after the tests of others that waited before it began.
+    # Under xdist, the tests of one run (``run``, an id its workers share) that wait at once are served
+    # in the run's order, not as they came: ``turn`` is (the ``since`` of the run's longest-waiting test
+    # waiting when this one began, or its own; its place in the run's order), from ``turn_in``.
     turn: tuple[float, int] | None = None
+    run: str | None = None
 
     def place(self) -> tuple[float, int, int]:
         return (*(self.turn or (self.since, -1)), self.pid)
@@ -157,9 +164,17 @@ class Waiter(NamedTuple):
 class Ticket:
     """This process's place in the queue while one of its tests waits for GPUs."""
 
-    def __init__(self, folder: str, pid: int, test: str, since: float, turn: tuple[float, int] | None = None):
+    def __init__(
+        self,
+        folder: str,
+        pid: int,
+        test: str,
+        since: float,
+        turn: tuple[float, int] | None = None,
+        run: str | None = None,
+    ):
         self.path = os.path.join(folder, f"{TICKET_PREFIX}{pid}-{os.urandom(4).hex()}")  # unique across pid namespaces
-        self.me = Waiter(pid, test, since, (), turn)
+        self.me = Waiter(pid, test, since, (), turn, run)
         fd = _open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         fcntl.flock(fd, fcntl.LOCK_EX)  # a new file of its own: nobody else holds it
         self.fd: int | None = fd
@@ -212,7 +227,7 @@ def waiters(folder: str) -> list[tuple[str, Waiter]]:
             raw = json.loads(os.pread(fd, MAX_HOLDER_BYTES, 0) or b"null")
             if not isinstance(raw, dict):
                 continue  # being written: read again at the next poll
-            turn = raw.get("turn")
+            turn, run = raw.get("turn"), raw.get("run")
             found.append(
                 (
                     path,
@@ -222,6 +237,7 @@ def waiters(folder: str) -> list[tuple[str, Waiter]]:
                         float(raw["since"]),
                         tuple(str(u) for u in raw["reserved"]),
                         None if turn is None else (float(turn[0]), int(turn[1])),
+                        None if run is None else str(run),
                     ),
                 )
             )
@@ -241,3 +257,13 @@ def reserved_before(folder: str, ticket: Ticket | None) -> set[str]:
         if ticket is None or (path != ticket.path and w.before(ticket.me))
         for u in w.reserved
     }
+
+
+def turn_in(folder: str, run: str, since: float, place: int) -> tuple[float, int]:
+    """The turn of a test of ``run`` that waits from ``since``, ``place``-th in the run's order: among
+    the run's tests waiting now it takes its place in the run's order (the tests of a run's first
+    round all wait from its start; a large test handed out after them is served before the small
+    ones still waiting), and against other tests it waits from when the longest-waiting of them
+    began. Not from when that one's own turn began: a run always waiting would otherwise keep its
+    first turn, and another run's tests would wait for the whole run."""
+    return (min([since, *(w.since for _, w in waiters(folder) if w.run == run)]), place)
