@@ -18,10 +18,15 @@ import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from emulated import emulated_host, emulated_libs  # noqa: F401  (fixtures)
+from pytest_gputopo.core.gpu_requirements import GpuRequirement
+from pytest_gputopo.plugin import leases as leases_module
+from pytest_gputopo.plugin.leases import Leases
+from pytest_gputopo.probe.recorded import load_profile
 from pytest_gputopo.runtime import gpu_locks
 
 RECORD = """
@@ -56,8 +61,6 @@ def leased(pytester, emulated_host, monkeypatch, tmp_path):
 
 
 def uuids(machine: str) -> list[str]:
-    from pytest_gputopo.probe.recorded import load_profile
-
     return [g.uuid for g in load_profile(machine).topology.gpus]
 
 
@@ -193,16 +196,16 @@ def test_a_process_started_ahead_takes_its_lease_before_any_conftest_and_sees_it
     plugin's ``pytest_load_initial_conftests``, before any conftest is imported (pytest calls it
     before loading them: ``_pytest/config/__init__.py``, ``Config._preparse``), so the conftest,
     the test and CUDA (cuInit reads the variable: the emulated libcuda applies it there) see the
-    lease alone."""
+    lease alone. The first test found its GPUs free: its process started seeing them."""
     args = leased("dgx-a100")
     pytester.makepyfile(ahead=AHEAD, conftest=CONFTEST_SEES, **TWO_MODULES)
     result = pytester.runpytest_subprocess(*args, "-v")
     result.assert_outcomes(passed=2)
     entries = lease_log(pytester)
     assert [len(e["uuid"]) for e in entries] == [1, 2]
+    assert [e["started"] for e in entries] == [entries[0]["visible"], ""]  # the second: started ahead
     saw = conftest_saw(pytester)
     for e in entries:
-        assert e["started"] == ""  # started ahead of its lease: no GPU seen until it came
         assert e["cuda"] == e["uuid"] and e["visible"].replace("GPU-", "").replace("-", "") == ",".join(e["uuid"])
         assert saw[e["pid"]] == e["visible"]  # its conftest loaded after the lease came
 
@@ -302,6 +305,9 @@ def test_first(gputopo_gpus):
 @pytest.mark.requires_gpus(1)
 def test_second(gputopo_gpus):
     record(gputopo_gpus)
+    holder = gpu_locks.holder(os.environ["LOCKS"], gputopo_gpus[0].uuid)
+    assert holder.test.endswith("::test_second")  # the lease kept names the test it is kept for
+    assert time.time() - 1.0 < holder.since <= time.time()
 
 @pytest.mark.requires_gpus(1)
 def test_third(gputopo_gpus):
@@ -743,6 +749,110 @@ def test_a_runs_tests_waiting_at_once_are_served_in_its_order_and_another_runs_a
     finally:
         for found in tickets:
             found.close()
+
+
+REQS = pytest.StashKey[list]()
+
+
+def fake_item(name: str, gpus: int = 1) -> SimpleNamespace:
+    """A test of ``t.py`` asking for ``gpus`` GPUs, as the leases read one."""
+    stash = {REQS: [(GpuRequirement(gpus=gpus), False)]}
+    return SimpleNamespace(nodeid=f"t.py::{name}", path="t.py", stash=stash, get_closest_marker=lambda _: None)
+
+
+@pytest.fixture
+def bare_leases(tmp_path, monkeypatch):
+    """``Leases`` of a run on ``4x-a100-40gb``, its lock folder its own, no process started ahead
+    (``started``: the tests it would have started one for), no xdist."""
+    topology = load_profile("4x-a100-40gb").topology
+    run = SimpleNamespace(config=SimpleNamespace(getoption=lambda *_: False), topology=topology)
+    leases = Leases(run, REQS, gpu_locks.lock_folder(str(tmp_path / "locks")), timeout_s=30)
+    leases.started_ahead = []
+    monkeypatch.setattr(leases, "prestart", leases.started_ahead.append)
+    return leases
+
+
+def hold_here(leases, indices) -> list:
+    """This process holds GPUs ``indices``' locks (flock: another open file of the same file conflicts)."""
+    held = [gpu_locks.GpuLock(leases.folder, leases.uuids()[i]) for i in indices]
+    for lock in held:
+        assert lock.take(gpu_locks.Holder(1, "other.py::test_holding", time.time()))
+    return held
+
+
+def test_a_set_that_frees_goes_first_to_the_tests_waiting_before(bare_leases, monkeypatch):
+    """A waiter's reservation is as old as its last look: one that reserved other GPUs (or none)
+    before a set freed may want that set, and looks again within POLL_S. A test behind it takes a
+    set only once it has been free ``GRACE_S`` (bench_leases, 29 Nov: a two-GPU test took two of
+    the four GPUs a four-GPU test before it had not reserved yet, and the four-GPU test waited a
+    round); with nobody before it, at once."""
+    leases, item = bare_leases, fake_item("test_late")
+    monkeypatch.setattr(leases_module, "GRACE_S", 0.5)
+    held = hold_here(leases, (0, 2, 3))
+    one = leases.placer_of(item)[0]
+    before = gpu_locks.Ticket(leases.folder, 2, "other.py::test_before", time.time() - 10)  # reserved nothing yet
+    try:
+        began, wall = time.monotonic(), time.time()
+        lease = leases.take(item, one)
+        assert time.monotonic() - began >= 0.5 and lease.indices == (1,)  # GPU1 free all along
+        # since it took it, not since it began to wait: waiters reserve the GPUs held longest
+        assert gpu_locks.holder(leases.folder, leases.uuids()[1]).since >= wall + 0.5
+        lease.release()
+        before.close()
+        monkeypatch.setattr(leases_module, "GRACE_S", 600.0)  # whatever the grace: nobody waits before it
+        lease = leases.take(item, one)
+        assert lease.indices == (1,)
+        lease.release()
+    finally:
+        before.close()
+        for lock in held:
+            lock.release()
+
+
+def test_a_lease_is_kept_for_the_next_test_unless_a_test_waiting_before_it_reserved_its_gpus(bare_leases):
+    """Under xdist the next test would wait in its place in the run's order: a test of the run
+    placed after it that reserved the lease's GPUs does not take them back (it used to: every
+    waiter did, and the next test then paid a process start for the same GPUs), one before it does."""
+    leases = bare_leases
+    began = time.time() - 5
+    leases.xdist_run, leases._order = (began, "run-a"), {"t.py::test_two_a": 3, "t.py::test_two_b": 4}
+    lease = leases.take(fake_item("test_two_a", 2), leases.placer_of(fake_item("test_two_a", 2))[0])
+    uuids = [g.uuid for g in lease.gpus]
+    later = gpu_locks.Ticket(leases.folder, 2, "t.py::test_one", began, (began, 9), "run-a")
+    earlier = None
+    try:
+        later.reserve(uuids[:1])
+        assert leases.keeps(lease, fake_item("test_two_b", 2), "t.py")
+        earlier = gpu_locks.Ticket(leases.folder, 3, "t.py::test_four", began, (began, 1), "run-a")
+        earlier.reserve(uuids[1:])
+        assert not leases.keeps(lease, fake_item("test_two_b", 2), "t.py")
+    finally:
+        for ticket in (later, earlier):
+            if ticket is not None:
+                ticket.close()
+        lease.release()
+
+
+def test_a_waiting_tests_process_is_started_ahead_once_it_is_next_in_line(bare_leases, monkeypatch):
+    """Started ahead while its GPUs are waited for, once no test before it holds back any of them
+    (its reservation whole); not while it waits behind others, its process idle among the starts
+    of the tests that run first (bench_leases: eight processes started at once on two cores, and
+    the first test began later)."""
+    leases, item = bare_leases, fake_item("test_one")
+    held = hold_here(leases, range(4))
+    before = gpu_locks.Ticket(leases.folder, 2, "other.py::test_four", time.time() - 10)
+    before.reserve(leases.uuids())
+    monkeypatch.setattr(leases, "timeout_s", 0.3)
+    try:
+        assert leases.take(item, leases.placer_of(item)[0]) is None  # (its timeout)
+        assert leases.started_ahead == []
+        before.close()
+        assert leases.take(item, leases.placer_of(item)[0]) is None
+        assert leases.started_ahead and all(started is item for started in leases.started_ahead)
+    finally:
+        before.close()
+        for lock in held:
+            lock.release()
 
 
 def test_a_runs_first_round_is_served_in_the_runs_order_after_those_that_waited_before_it_began(tmp_path):

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -143,10 +143,10 @@ class LeaseProcess:
     def alive(self) -> bool:
         return self.process.poll() is None and not self.commands.closed
 
-    def run(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    def run(self, item: pytest.Item, nextitem: pytest.Item | None, begun: Callable[[], None] | None = None) -> None:
         """Run ``item`` there (``nextitem``: the test it runs next, for its fixtures' teardown, or
-        None), logging its reports here as they come; a child that ends before the test finished
-        fails it, with its exit status and last output."""
+        None), logging its reports here as they come (``begun`` called at its setup's); a child that
+        ends before the test finished fails it, with its exit status and last output."""
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         seen: set[str] = set()
         try:
@@ -160,6 +160,9 @@ class LeaseProcess:
                 if data.get("done") == item.nodeid:
                     break
                 self._relay(item, data, seen)
+                if begun is not None and seen:  # once
+                    call, begun = begun, None
+                    call()
             else:  # its reports ended: so did it (or it closed them), before the test finished
                 self._end()
                 self._finish_unfinished(

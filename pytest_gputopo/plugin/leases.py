@@ -33,6 +33,10 @@ POLL_S = 0.05
 # in, for the other workers' first tests to reach the lock folder (xdist starts them together, after
 # every worker collected), so that they take their GPUs in the run's order (largest first).
 SETTLE_S = 0.3
+# A test with tests waiting before it takes a set only once it has been free this long: each of them
+# looks again every POLL_S, and one whose reservation predates the GPUs freeing (or a test placed
+# before it arriving) may want them; they pick first.
+GRACE_S = 4 * POLL_S
 # workerinput: the controller's time.time() when leases began, and an id of the run for its tickets
 RUN = "gputopo_lease_run"
 
@@ -170,7 +174,6 @@ class Leases:
         elif placer is not None and placer.never:
             item.stash[NOT_PLACED] = (placer.never, False)
         elif placer is not None:
-            self.prestart(item)  # its process starts while its GPUs are waited for
             lease = self.take(item, placer)
             if lease is None:
                 item.stash[NOT_PLACED] = (self.who_holds_what(placer, requirements), True)
@@ -189,14 +192,15 @@ class Leases:
         """Whether ``nextitem`` runs on the same ``lease`` in the same process (``module``: the one
         that process collected): a test of that module, run in a process of its own (not ranks),
         that asks for as many GPUs, whose markers these GPUs meet and no better-linked free set
-        would, and whose GPUs no test waiting (in this run or another) reserved. Decided before
-        the test before it runs, which must know what runs next for its fixtures' teardown."""
+        would, and whose GPUs no test waiting before it (in this run or another: in the place it
+        would wait in now) reserved. Decided before the test before it runs, which must know what
+        runs next for its fixtures' teardown."""
         if nextitem is None or str(nextitem.path) != module or nextitem.get_closest_marker("ranks") is not None:
             return False
         placer, _ = self.placer_of(nextitem)
         if placer is None or placer.never or placer.k != len(lease.gpus):
             return False
-        reserved = gpu_locks.reserved_before(self.folder, None)
+        reserved = gpu_locks.reserved_before(self.folder, self.place(nextitem, time.time()))
         if any(gpu.uuid in reserved for gpu in lease.gpus):
             return False  # a waiting test's turn: the GPUs go back
         open_, held = self.open_and_held(reserved)
@@ -256,9 +260,13 @@ class Leases:
         return process
 
     def pytest_sessionfinish(self) -> None:
-        """No process of this run outlives it: each is waited for (terminated, then killed, late)."""
+        """The processes left are told to end; they end while this one writes its summary."""
         self.end_kept()
         self.end_spare()
+
+    def pytest_unconfigure(self) -> None:
+        """No process of this run outlives it: each is waited for (terminated, then killed, late)."""
+        self.pytest_sessionfinish()
         ending, self.ending = self.ending, []
         for process in ending:
             process.stop()
@@ -299,7 +307,8 @@ class Leases:
         waiting (no deadlock). In turn: a test that waits reserves the set it waits for
         (``gpu_locks.Ticket``), and a test that came later takes none of those GPUs, so a large set
         is not starved by small tests taking its GPUs one by one; the GPUs no waiter reserved stay
-        free for the others. Under xdist, the run's tests that wait at once are served in the run's
+        free for the others; a set that frees goes to them first (``GRACE_S``). Under xdist, the
+        run's tests that wait at once are served in the run's
         order, largest first (``gpu_locks.turn_in``), and a worker's first test, where it is leased,
         waits from the run's start: it reserves its set at once and waits (``settle``), so that the
         run's first round is served largest first, not in the order the workers reached the folder."""
@@ -310,12 +319,16 @@ class Leases:
             if self.first_round and self.xdist_run is not None:
                 ticket = self.ticket(item, self.xdist_run[0])
                 open_, held = self.open_and_held(gpu_locks.reserved_before(self.folder, ticket))
-                ticket.reserve(uuids[i] for i in placer.reserve(open_, held))
+                ticket.reserve(uuids[i] for i in placer.reserve(open_, held))  # whole or not, it is known after
                 self.settle(self.xdist_run)
+            free_since: tuple[tuple[int, ...] | None, float] = (None, 0.0)
             while True:
-                open_, held = self.open_and_held(gpu_locks.reserved_before(self.folder, ticket))
+                before = gpu_locks.waiting_before(self.folder, ticket)
+                open_, held = self.open_and_held({u for w in before for u in w.reserved})
                 chosen = placer.choose(i for i in open_ if i not in held)
-                if chosen is not None:
+                if chosen != free_since[0]:
+                    free_since = (chosen, time.monotonic())
+                if chosen is not None and (not before or time.monotonic() - free_since[1] >= GRACE_S):
                     holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())  # since it took them
                     locks = []
                     for i in chosen:
@@ -333,11 +346,20 @@ class Leases:
                 self.reap()  # one of this run's processes late to end is ended: it may hold these GPUs
                 if ticket is None:
                     ticket = self.ticket(item, time.time())
-                ticket.reserve(uuids[i] for i in placer.reserve(open_, held))
+                self.reserve(item, ticket, placer.reserve(open_, held), placer.k)
                 time.sleep(POLL_S)
         finally:
             if ticket is not None:
                 ticket.close()
+
+    def reserve(self, item: pytest.Item, ticket: gpu_locks.Ticket, gpus: tuple[int, ...], k: int) -> None:
+        """Reserve ``gpus`` for ``item``; where they are a whole set (no earlier waiter holds back
+        any of them: the test is next in line for them) its process is started ahead, while they
+        are waited for. Not before: a test further back would start its process among those of the
+        tests that run first, and hold it, idle, for rounds."""
+        ticket.reserve(self.uuids()[i] for i in gpus)
+        if len(gpus) == k:
+            self.prestart(item)
 
     def settle(self, run: tuple[float, str]) -> None:
         """Wait for the other workers' first tests to reach the folder: until each worker has a
@@ -351,14 +373,19 @@ class Leases:
             time.sleep(SETTLE_S / 10)
 
     def ticket(self, item: pytest.Item, since: float) -> gpu_locks.Ticket:
-        """``item``'s place in the queue, waiting from ``since``; under xdist, its turn in the run."""
+        """``item``'s place in the queue, waiting from ``since`` (``place``)."""
+        me = self.place(item, since)
+        return gpu_locks.Ticket(self.folder, me.pid, me.test, me.since, me.turn, me.run)
+
+    def place(self, item: pytest.Item, since: float) -> gpu_locks.Waiter:
+        """Where ``item`` waits from ``since``: under xdist, its turn in the run."""
         if self.xdist_run is None:
-            return gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, since)
+            return gpu_locks.Waiter(os.getpid(), item.nodeid, since, ())
         if self._order is None:
             self._order = {other.nodeid: i for i, other in enumerate(item.session.items)}
         run = self.xdist_run[1]
         turn = gpu_locks.turn_in(self.folder, run, since, self._order[item.nodeid])
-        return gpu_locks.Ticket(self.folder, os.getpid(), item.nodeid, since, turn, run)
+        return gpu_locks.Waiter(os.getpid(), item.nodeid, since, (), turn, run)
 
     def who_holds_what(self, placer: placement.Placer, requirements: tuple) -> str:
         uuids = self.uuids()
@@ -404,9 +431,10 @@ class InOwnProcess:
         else:
             process = leases.process_for(item, lease)
         keep = leases.keeps(lease, nextitem, process.module)
-        if not keep:
-            leases.prestart(nextitem)  # its process starts while this test runs
-        process.run(item, nextitem if keep else None)
+        # The next test's process starts while this one runs, once it has begun: a start competing
+        # with this test's own collection and setup would delay them (at a round's end, every worker's).
+        begun = None if keep else (lambda: leases.prestart(nextitem))
+        process.run(item, nextitem if keep else None, begun)
         if keep and process.alive:
             leases.kept = Kept(lease, process, nextitem.nodeid)
         else:

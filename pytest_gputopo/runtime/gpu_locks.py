@@ -248,15 +248,17 @@ def waiters(folder: str) -> list[tuple[str, Waiter]]:
     return found
 
 
-def reserved_before(folder: str, ticket: Ticket | None) -> set[str]:
-    """The GPUs reserved by the tests waiting since before ``ticket``'s (by every waiting test, for a
-    test that does not wait yet): not for this test to take."""
-    return {
-        u
-        for path, w in waiters(folder)
-        if ticket is None or (path != ticket.path and w.before(ticket.me))
-        for u in w.reserved
-    }
+def waiting_before(folder: str, ticket: Ticket | Waiter | None) -> list[Waiter]:
+    """The tests waiting before ``ticket``'s (a ``Waiter``: a test that would wait in that place;
+    None: every waiting test)."""
+    me = ticket.me if isinstance(ticket, Ticket) else ticket
+    mine = ticket.path if isinstance(ticket, Ticket) else None
+    return [w for path, w in waiters(folder) if me is None or (path != mine and w.before(me))]
+
+
+def reserved_before(folder: str, ticket: Ticket | Waiter | None) -> set[str]:
+    """The GPUs reserved by the tests waiting before ``ticket``'s: not for this test to take."""
+    return {u for w in waiting_before(folder, ticket) for u in w.reserved}
 
 
 def turn_in(folder: str, run: str, since: float, place: int) -> tuple[float, int]:

@@ -6,10 +6,10 @@ shared between tests running at once, two-GPU tests on an NVLink pair, wall time
 packing of the sleeps on 8 GPUs (and how much of it came before the first test began, and how long
 the tests ran from the first start to the last end), and the CPU time the run took (every process of it).
 
-    .venv/bin/python tools/perf/bench_leases.py [dgx-a100|hgx-h100|dgx1-v100] [SLEEP] [--timeline]
+    .venv/bin/python tools/perf/bench_leases.py [dgx-a100|hgx-h100|dgx1-v100] [SLEEP] [--timeline] [--leased-only]
 
 ``--timeline``: each leased test's start and end (seconds from the first start), its worker and the
-GPUs it held, which is where the time between tests shows.
+GPUs it held, which is where the time between tests shows. ``--leased-only``: no round robin.
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def shared(entries: list[dict]) -> int:
 
 
 def main() -> None:
-    timeline = "--timeline" in sys.argv
-    argv = [a for a in sys.argv[1:] if a != "--timeline"]
+    timeline, leased_only = "--timeline" in sys.argv, "--leased-only" in sys.argv
+    argv = [a for a in sys.argv[1:] if not a.startswith("--")]
     machine = argv[0] if argv else "dgx-a100"
     sleep = float(argv[1]) if len(argv) > 1 else 2.0
     topology = load_profile(machine).topology
@@ -120,7 +120,7 @@ def main() -> None:
         (folder / "test_suite.py").write_text(SUITE.format(sleep=sleep))
         ideal = max(sleep * (32 + 8 * 2 + 2 * 4 + 8) / 8, sleep)
         print(f"{machine}, emulated; 43 tests sleeping {sleep:g} s: ideal packing on 8 GPUs {ideal:.1f} s")
-        for leased in (True, False):
+        for leased in (True,) if leased_only else (True, False):
             # The round robin runs with leases off: its conftest is the whole assignment.
             wall, cpu, launched, entries = run(folder, env, leased)
             first, last = min(e["start"] for e in entries), max(e["end"] for e in entries)
