@@ -6,10 +6,14 @@ shared between tests running at once, two-GPU tests on an NVLink pair, wall time
 packing of the sleeps on 8 GPUs (and how much of it came before the first test began, and how long
 the tests ran from the first start to the last end), and the CPU time the run took (every process of it).
 
-    .venv/bin/python tools/perf/bench_leases.py [dgx-a100|hgx-h100|dgx1-v100] [SLEEP] [--timeline] [--leased-only]
+    .venv/bin/python tools/perf/bench_leases.py [dgx-a100|hgx-h100|dgx1-v100] [SLEEP] [--timeline]
+        [--leased-only] [--no-hypothesis]
 
 ``--timeline``: each leased test's start and end (seconds from the first start), its worker and the
 GPUs it held, which is where the time between tests shows. ``--leased-only``: no round robin.
+``--no-hypothesis``: every pytest process of the runs without hypothesis's pytest plugin, which
+this project's development environment has and a user's may not (it imports hypothesis when each
+pytest process ends); the venv then has the plugins a user of this one has: pytest-xdist's.
 """
 
 from __future__ import annotations
@@ -68,10 +72,11 @@ def test_eight(request, gputopo_gpus):
 """
 
 
-def run(folder: Path, env: dict, leased: bool) -> tuple[float, float, float, list[dict]]:
+def run(folder: Path, env: dict, leased: bool, plugins: list[str]) -> tuple[float, float, float, list[dict]]:
     log = folder / ("leased.log" if leased else "robin.log")
     env = {**env, "LEASE_LOG": str(log)}
     args = ["--gputopo-lease", f"--gputopo-lease-dir={folder / 'locks'}"] if leased else ["-n", "8"]
+    args += plugins  # on the command line: a leased test's process gets the run's arguments
     start, used, launched = time.monotonic(), _children_cpu(), time.time()
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", *args, "test_suite.py"],
@@ -108,6 +113,7 @@ def shared(entries: list[dict]) -> int:
 
 def main() -> None:
     timeline, leased_only = "--timeline" in sys.argv, "--leased-only" in sys.argv
+    plugins = ["-p", "no:hypothesispytest"] if "--no-hypothesis" in sys.argv else []
     argv = [a for a in sys.argv[1:] if not a.startswith("--")]
     machine = argv[0] if argv else "dgx-a100"
     sleep = float(argv[1]) if len(argv) > 1 else 2.0
@@ -119,10 +125,11 @@ def main() -> None:
         env = {**os.environ, **env, "UUIDS": ",".join(g.uuid for g in topology.gpus)}
         (folder / "test_suite.py").write_text(SUITE.format(sleep=sleep))
         ideal = max(sleep * (32 + 8 * 2 + 2 * 4 + 8) / 8, sleep)
-        print(f"{machine}, emulated; 43 tests sleeping {sleep:g} s: ideal packing on 8 GPUs {ideal:.1f} s")
+        without = " (without hypothesis's pytest plugin)" if plugins else ""
+        print(f"{machine}, emulated; 43 tests sleeping {sleep:g} s: ideal packing on 8 GPUs {ideal:.1f} s{without}")
         for leased in (True,) if leased_only else (True, False):
             # The round robin runs with leases off: its conftest is the whole assignment.
-            wall, cpu, launched, entries = run(folder, env, leased)
+            wall, cpu, launched, entries = run(folder, env, leased, plugins)
             first, last = min(e["start"] for e in entries), max(e["end"] for e in entries)
             pairs = [e for e in entries if e["k"] == 2]
             nvlink = sum(1 for e in pairs if topology.link(*(by_uuid[u] for u in e["uuid"])).nvlinks)
