@@ -855,6 +855,19 @@ def test_a_waiting_tests_process_is_started_ahead_once_it_is_next_in_line(bare_l
             lock.release()
 
 
+def test_a_process_that_cannot_be_started_ahead_is_no_tests_failure(bare_leases, monkeypatch):
+    """Started ahead while another test runs: its start failing (too many open files) must not
+    fail or end that test; the test it was for starts its own when it comes, and says why there."""
+    leases = bare_leases
+
+    def cannot_start(*_):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(leases_module, "LeaseProcess", cannot_start)
+    Leases.prestart(leases, fake_item("test_next"))  # the method itself (the fixture records calls)
+    assert leases.spare is None
+
+
 def test_a_runs_first_round_is_served_in_the_runs_order_after_those_that_waited_before_it_began(tmp_path):
     """Under xdist each worker's first leased test waits in its place in the run's order (largest
     first), not in the order the workers reached the folder, and before the run's later tests;

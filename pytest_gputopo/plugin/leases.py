@@ -230,13 +230,18 @@ class Leases:
     def prestart(self, item: pytest.Item | None) -> None:
         """Start the process ``item`` will run in, ahead of its lease (it waits for the lease before
         its conftests load, seeing no GPU until then): its start overlaps the test before or the
-        wait for GPUs. One process ahead at a time, for one module."""
+        wait for GPUs. One process ahead at a time, for one module. One that cannot start (too many
+        processes or open files, say) is not started ahead: that is no test's failure, and the
+        test's own start, when it comes, says why if it still cannot."""
         if item is None or self.no_spares is not None or not self.in_own_process(item):
             return
         if self.spare is not None and self.spare.module == str(item.path) and self.spare.alive:
             return
         self.end_spare()
-        self.spare = LeaseProcess(item, seeing_only(""))
+        try:
+            self.spare = LeaseProcess(item, seeing_only(""))
+        except OSError:
+            pass
 
     def end_spare(self) -> None:
         spare, self.spare = self.spare, None
@@ -308,10 +313,10 @@ class Leases:
         (``gpu_locks.Ticket``), and a test that came later takes none of those GPUs, so a large set
         is not starved by small tests taking its GPUs one by one; the GPUs no waiter reserved stay
         free for the others; a set that frees goes to them first (``GRACE_S``). Under xdist, the
-        run's tests that wait at once are served in the run's
-        order, largest first (``gpu_locks.turn_in``), and a worker's first test, where it is leased,
-        waits from the run's start: it reserves its set at once and waits (``settle``), so that the
-        run's first round is served largest first, not in the order the workers reached the folder."""
+        run's tests that wait at once are served in the run's order, largest first
+        (``gpu_locks.turn_in``), and a worker's first test, where it is leased, waits from the run's
+        start: it reserves its set at once and waits (``settle``), so that the run's first round is
+        served largest first, not in the order the workers reached the folder."""
         allowed, uuids = self.allowed()[0], self.uuids()
         deadline = time.monotonic() + self.timeout_s
         ticket = None
