@@ -712,13 +712,13 @@ def test_a_waiting_test_reserves_its_gpus_for_itself_against_later_comers_while_
     assert gpu_locks.reserved_before(folder, None) == set() and not gpu_locks.waiters(folder)
 
 
-def test_a_runs_tests_waiting_at_once_are_served_in_its_order_and_another_runs_as_they_came(tmp_path):
+def test_a_runs_test_goes_before_its_waiting_tests_that_come_after_it_and_others_as_they_came(tmp_path):
     """Seen in ``tools/perf/bench_leases.py dgx-a100 2 --timeline`` (29 Nov): the second four-GPU test,
     handed to a worker when its eight-GPU test ended, waited from then, behind two-GPU tests of the
     first round that still waited, and took its GPUs 7.5 s later (GPUs idle meanwhile). A test of a
-    run now takes its place in the run's order among the run's tests waiting when it began, and
-    waits from the longest-waiting one's start against others: never from that one's turn, or a
-    run always waiting would keep its first turn and another run's tests would wait the whole run."""
+    run now waits from the earliest turn of the run's waiting tests that come after it in the run's
+    order (before them, its place deciding); a test handed out after them (the run hands its tests
+    out in order) waits from its own start, so another run's tests are served as they came."""
     folder = gpu_locks.lock_folder(str(tmp_path / "locks"))
     began = time.time() - 10
 
@@ -730,22 +730,24 @@ def test_a_runs_tests_waiting_at_once_are_served_in_its_order_and_another_runs_a
     other = ticket(3, "other.py::test_other", began + 2)  # another run's (no xdist)
     other_run = ticket(4, "o.py::test_x", began + 3, 0, run="run-b")
     four = ticket(5, "t.py::test_four", began + 4, 2)
-    tickets = [two, other, other_run, four]
+    one = ticket(6, "t.py::test_one", began + 6, 9)  # handed out after the test_two: from its own start
+    tickets = [two, other, other_run, four, one]
     try:
-        assert four.me.turn == (began, 2) and other_run.me.turn == (began + 3, 0)
+        assert four.me.turn == (began, 2) and other_run.me.turn == (began + 3, 0) and one.me.turn == (began + 6, 9)
         assert [w.test for _, w in sorted(gpu_locks.waiters(folder), key=lambda found: found[1].place())] == [
             "t.py::test_four",
             "t.py::test_two",
             "other.py::test_other",
             "o.py::test_x",
+            "t.py::test_one",
         ]
-        two.close()  # served: the run's next test waits from when the four-GPU test began
-        tickets.append(one := ticket(6, "t.py::test_one", began + 6, 9))
-        assert one.me.turn == (began + 4, 9)
         for found, gpus in ((other, ["GPU-o"]), (other_run, ["GPU-b"]), (four, ["GPU-f"])):
             found.reserve(gpus)
         assert gpu_locks.reserved_before(folder, one) == {"GPU-o", "GPU-b", "GPU-f"}
         assert gpu_locks.reserved_before(folder, four) == set()
+        two.close()  # served: a test placed before test_one now waits from test_one's turn
+        tickets.append(three := ticket(7, "t.py::test_three", began + 8, 7))
+        assert three.me.turn == (began + 6, 7)
     finally:
         for found in tickets:
             found.close()

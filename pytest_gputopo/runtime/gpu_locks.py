@@ -148,9 +148,9 @@ class Waiter(NamedTuple):
     test: str
     since: float  # time.time() when it began to wait: who came first is served first
     reserved: tuple[str, ...]  # UUIDs of the GPUs it waits for
-    # Under xdist, the tests of one run (``run``, an id its workers share) that wait at once are served
-    # in the run's order, not as they came: ``turn`` is (the ``since`` of the run's longest-waiting test
-    # waiting when this one began, or its own; its place in the run's order), from ``turn_in``.
+    # Under xdist, a test of a run (``run``, an id its workers share) goes before the run's waiting
+    # tests that come after it in the run's order: ``turn`` is (when it waits from against others,
+    # its place in the run's order), from ``turn_in``.
     turn: tuple[float, int] | None = None
     run: str | None = None
 
@@ -262,10 +262,11 @@ def reserved_before(folder: str, ticket: Ticket | Waiter | None) -> set[str]:
 
 
 def turn_in(folder: str, run: str, since: float, place: int) -> tuple[float, int]:
-    """The turn of a test of ``run`` that waits from ``since``, ``place``-th in the run's order: among
-    the run's tests waiting now it takes its place in the run's order (the tests of a run's first
-    round all wait from its start; a large test handed out after them is served before the small
-    ones still waiting), and against other tests it waits from when the longest-waiting of them
-    began. Not from when that one's own turn began: a run always waiting would otherwise keep its
-    first turn, and another run's tests would wait for the whole run."""
-    return (min([since, *(w.since for _, w in waiters(folder) if w.run == run)]), place)
+    """The turn of a test of ``run`` that waits from ``since``, ``place``-th in the run's order. It
+    goes before the run's waiting tests that come after it in the run's order (a large test handed
+    out after the run's first round, whose small tests all wait from the run's start): it waits from
+    the earliest of their turns, and its place decides between them. Where none is waiting, from its
+    own start: as tests are handed out in the run's order, that is most of them, and another run's
+    tests are served as they came against them."""
+    later = [w.turn[0] for _, w in waiters(folder) if w.run == run and w.turn is not None and w.turn[1] > place]
+    return (min([since, *later]), place)
