@@ -200,7 +200,7 @@ class Leases:
         placer, _ = self.placer_of(nextitem)
         if placer is None or placer.never or placer.k != len(lease.gpus):
             return False
-        reserved = gpu_locks.reserved_before(self.folder, self.place(nextitem, time.time()))
+        reserved = gpu_locks.reserved_before(self.folder, self.waiter(nextitem, time.time()))
         if any(gpu.uuid in reserved for gpu in lease.gpus):
             return False  # a waiting test's turn: the GPUs go back
         open_, held = self.open_and_held(reserved)
@@ -378,11 +378,11 @@ class Leases:
             time.sleep(SETTLE_S / 10)
 
     def ticket(self, item: pytest.Item, since: float) -> gpu_locks.Ticket:
-        """``item``'s place in the queue, waiting from ``since`` (``place``)."""
-        me = self.place(item, since)
+        """``item``'s place in the queue, waiting from ``since`` (``waiter``)."""
+        me = self.waiter(item, since)
         return gpu_locks.Ticket(self.folder, me.pid, me.test, me.since, me.turn, me.run)
 
-    def place(self, item: pytest.Item, since: float) -> gpu_locks.Waiter:
+    def waiter(self, item: pytest.Item, since: float) -> gpu_locks.Waiter:
         """Where ``item`` waits from ``since``: under xdist, its turn in the run."""
         if self.xdist_run is None:
             return gpu_locks.Waiter(os.getpid(), item.nodeid, since, ())
