@@ -785,9 +785,9 @@ def hold_here(leases, indices) -> list:
 def test_a_set_that_frees_goes_first_to_the_tests_waiting_before(bare_leases, monkeypatch):
     """A waiter's reservation is as old as its last look: one that reserved other GPUs (or none)
     before a set freed may want that set, and looks again within POLL_S. A test behind it takes a
-    set only once it has been free ``GRACE_S`` (bench_leases, 29 Nov: a two-GPU test took two of
-    the four GPUs a four-GPU test before it had not reserved yet, and the four-GPU test waited a
-    round); with nobody before it, at once."""
+    set once every test before it has looked since it freed, or once it has been free ``GRACE_S``
+    (bench_leases, 29 Nov: a two-GPU test took two of the four GPUs a four-GPU test before it had
+    not reserved yet, and the four-GPU test waited a round); with nobody before it, at once."""
     leases, item = bare_leases, fake_item("test_late")
     monkeypatch.setattr(leases_module, "GRACE_S", 0.5)
     held = hold_here(leases, (0, 2, 3))
@@ -800,15 +800,49 @@ def test_a_set_that_frees_goes_first_to_the_tests_waiting_before(bare_leases, mo
         # since it took it, not since it began to wait: waiters reserve the GPUs held longest
         assert gpu_locks.holder(leases.folder, leases.uuids()[1]).since >= wall + 0.5
         lease.release()
-        before.close()
-        monkeypatch.setattr(leases_module, "GRACE_S", 600.0)  # whatever the grace: nobody waits before it
+        monkeypatch.setattr(leases_module, "GRACE_S", 600.0)
+        before.reserve([], looked=time.time() + 5)  # it looked after GPU1 freed: it did not want it
         lease = leases.take(item, one)
+        assert lease.indices == (1,)
+        lease.release()
+        before.close()
+        lease = leases.take(item, one)  # nobody waits before it: at once, whatever the grace
         assert lease.indices == (1,)
         lease.release()
     finally:
         before.close()
         for lock in held:
             lock.release()
+
+
+def test_a_ticket_rewritten_at_every_look_never_vanishes_from_a_readers_view(tmp_path):
+    """A waiter rewrites its ticket at every look (``looked``). Truncated then written, a reader
+    between the two saw an empty file, skipped it as one being made, and for that look took GPUs
+    it had reserved; written in one write, a read racing it may still return part of each record
+    (Linux copies page-cache pages to readers without the writer's lock: 8 torn reads in 233,000),
+    so a reader reads again. Failed 5 of 6 runs with one write but no second read, all before."""
+    folder = gpu_locks.lock_folder(str(tmp_path / "locks"))
+    done = tmp_path / "done"
+    code = (
+        "import time\nfrom pytest_gputopo.runtime import gpu_locks\n"
+        f"t = gpu_locks.Ticket({folder!r}, 7, 't.py::test_' + 'x' * 60, time.time())\n"
+        "print('in', flush=True)\n"
+        "for n in range(20000):\n"
+        "    t.reserve(['GPU-a'] * (n % 5), looked=time.time())  # longer and shorter records\n"
+        f"open({str(done)!r}, 'w').close()\n"
+        "time.sleep(600)\n"  # its ticket stays while the reader finishes
+    )
+    writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "in"
+        looks = 0
+        while not done.exists():
+            assert [w.pid for _, w in gpu_locks.waiters(folder)] == [7]
+            looks += 1
+        assert looks > 10
+    finally:
+        writer.kill()
+        writer.wait()
 
 
 def test_a_lease_is_kept_for_the_next_test_unless_a_test_waiting_before_it_reserved_its_gpus(bare_leases):

@@ -33,9 +33,9 @@ POLL_S = 0.05
 # in, for the other workers' first tests to reach the lock folder (xdist starts them together, after
 # every worker collected), so that they take their GPUs in the run's order (largest first).
 SETTLE_S = 0.3
-# A test with tests waiting before it takes a set only once it has been free this long: each of them
-# looks again every POLL_S, and one whose reservation predates the GPUs freeing (or a test placed
-# before it arriving) may want them; they pick first.
+# A test with tests waiting before it takes a set that freed once each of them has looked at the
+# locks since (one whose reservation predates it may want it: they pick first), or once it has been
+# free this long (one that stopped looking holds nobody back).
 GRACE_S = 4 * POLL_S
 # workerinput: the controller's time.time() when leases began, and an id of the run for its tickets
 RUN = "gputopo_lease_run"
@@ -324,16 +324,20 @@ class Leases:
             if self.first_round and self.xdist_run is not None:
                 ticket = self.ticket(item, self.xdist_run[0])
                 open_, held = self.open_and_held(gpu_locks.reserved_before(self.folder, ticket))
-                ticket.reserve(uuids[i] for i in placer.reserve(open_, held))  # whole or not, it is known after
+                first = placer.reserve(open_, held)  # whole or not: known after the others' come
+                ticket.reserve((uuids[i] for i in first), time.time())
                 self.settle(self.xdist_run)
-            free_since: tuple[tuple[int, ...] | None, float] = (None, 0.0)
+            free_since: tuple[tuple[int, ...] | None, float, float] = (None, 0.0, 0.0)
             while True:
+                looked = time.time()
                 before = gpu_locks.waiting_before(self.folder, ticket)
                 open_, held = self.open_and_held({u for w in before for u in w.reserved})
                 chosen = placer.choose(i for i in open_ if i not in held)
                 if chosen != free_since[0]:
-                    free_since = (chosen, time.monotonic())
-                if chosen is not None and (not before or time.monotonic() - free_since[1] >= GRACE_S):
+                    free_since = (chosen, looked, time.monotonic())
+                if chosen is not None and (
+                    all(w.looked >= free_since[1] for w in before) or time.monotonic() - free_since[2] >= GRACE_S
+                ):
                     holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())  # since it took them
                     locks = []
                     for i in chosen:
@@ -351,18 +355,21 @@ class Leases:
                 self.reap()  # one of this run's processes late to end is ended: it may hold these GPUs
                 if ticket is None:
                     ticket = self.ticket(item, time.time())
-                self.reserve(item, ticket, placer.reserve(open_, held), placer.k)
+                self.reserve(item, ticket, placer.reserve(open_, held), placer.k, looked)
                 time.sleep(POLL_S)
         finally:
             if ticket is not None:
                 ticket.close()
 
-    def reserve(self, item: pytest.Item, ticket: gpu_locks.Ticket, gpus: tuple[int, ...], k: int) -> None:
-        """Reserve ``gpus`` for ``item``; where they are a whole set (no earlier waiter holds back
-        any of them: the test is next in line for them) its process is started ahead, while they
-        are waited for. Not before: a test further back would start its process among those of the
-        tests that run first, and hold it, idle, for rounds."""
-        ticket.reserve(self.uuids()[i] for i in gpus)
+    def reserve(
+        self, item: pytest.Item, ticket: gpu_locks.Ticket, gpus: tuple[int, ...], k: int, looked: float
+    ) -> None:
+        """Reserve ``gpus`` for ``item`` (chosen from the locks as they were at ``looked``); where
+        they are a whole set (no earlier waiter holds back any of them: the test is next in line for
+        them) its process is started ahead, while they are waited for. Not before: a test further
+        back would start its process among those of the tests that run first, and hold it, idle,
+        for rounds."""
+        ticket.reserve((self.uuids()[i] for i in gpus), looked)
         if len(gpus) == k:
             self.prestart(item)
 
