@@ -128,7 +128,7 @@ def holder(folder: str, uuid: str) -> Holder | None | bool:
         except BlockingIOError:
             pass
         try:
-            found = json.loads(os.pread(fd, MAX_HOLDER_BYTES, 0) or b"null")
+            found = _record(fd) or {}  # (empty while its holder has not said yet)
             return Holder(int(found["pid"]), str(found["test"]), float(found["since"]))
         except (ValueError, TypeError, KeyError):
             return True
@@ -211,10 +211,10 @@ class Ticket:
 
 
 def _record(fd: int) -> dict | None:
-    """A live ticket's record. Read again where a read caught it being written: Linux copies a
-    page to a reader without the writer's lock, so a read racing ``Ticket._write`` can return part
-    of each record (seen 8 times in 233,000 reads of a ticket rewritten 20,000 times a second);
-    skipped, a waiting test's reservation would vanish for a look."""
+    """A live ticket's (or held lock's) record, or None. Read again where a read caught it being
+    written: Linux copies a page to a reader without the writer's lock, so a read racing
+    ``Ticket._write`` can return part of each record (seen 8 times in 233,000 reads of a ticket
+    rewritten 20,000 times a second); skipped, a waiting test's reservation would vanish for a look."""
     for _ in range(5):
         try:
             raw = json.loads(os.pread(fd, MAX_HOLDER_BYTES, 0) or b"null")
