@@ -312,8 +312,8 @@ class Leases:
         waiting (no deadlock). In turn: a test that waits reserves the set it waits for
         (``gpu_locks.Ticket``), and a test that came later takes none of those GPUs, so a large set
         is not starved by small tests taking its GPUs one by one; the GPUs no waiter reserved stay
-        free for the others; a set that frees goes to them first (``GRACE_S``). Under xdist, the
-        run's tests that wait at once are served in the run's order, largest first
+        free for the others; a set that frees goes to them first (``GRACE_S``). Under xdist, a test
+        goes before the run's waiting tests that come after it in the run's order, largest first
         (``gpu_locks.turn_in``), and a worker's first test, where it is leased, waits from the run's
         start: it reserves its set at once and waits (``settle``), so that the run's first round is
         served largest first, not in the order the workers reached the folder."""
