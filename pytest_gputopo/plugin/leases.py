@@ -270,8 +270,10 @@ class Leases:
         self.end_spare()
 
     def pytest_unconfigure(self) -> None:
-        """No process of this run outlives it: each is waited for (terminated, then killed, late)."""
-        self.pytest_sessionfinish()
+        """No process of this run outlives it: each is waited for (terminated, then killed, late).
+        (Told to end again: a run may be unconfigured without a session finished.)"""
+        self.end_kept()
+        self.end_spare()
         ending, self.ending = self.ending, []
         for process in ending:
             process.stop()
@@ -327,16 +329,16 @@ class Leases:
                 first = placer.reserve(open_, held)  # whole or not: known after the others' come
                 ticket.reserve((uuids[i] for i in first), time.time())
                 self.settle(self.xdist_run)
-            free_since: tuple[tuple[int, ...] | None, float, float] = (None, 0.0, 0.0)
+            seen, seen_at, seen_since = None, 0.0, 0.0  # the set last chosen: when first seen (wall, monotonic)
             while True:
                 looked = time.time()
                 before = gpu_locks.waiting_before(self.folder, ticket)
                 open_, held = self.open_and_held({u for w in before for u in w.reserved})
                 chosen = placer.choose(i for i in open_ if i not in held)
-                if chosen != free_since[0]:
-                    free_since = (chosen, looked, time.monotonic())
+                if chosen != seen:
+                    seen, seen_at, seen_since = chosen, looked, time.monotonic()
                 if chosen is not None and (
-                    all(w.looked >= free_since[1] for w in before) or time.monotonic() - free_since[2] >= GRACE_S
+                    all(w.looked >= seen_at for w in before) or time.monotonic() - seen_since >= GRACE_S
                 ):
                     holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())  # since it took them
                     locks = []

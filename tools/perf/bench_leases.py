@@ -136,7 +136,6 @@ def main() -> None:
             name = "gputopo leases (-n auto)" if leased else "round robin (-n 8)    "
             processes = f", in {len({e['pid'] for e in entries})} processes" if leased else ""
             if leased and timeline:
-                first = min(e["start"] for e in entries)
                 for e in sorted(entries, key=lambda e: e["start"]):
                     gpus = [by_uuid[u] for u in e["uuid"]]
                     start, end = e["start"] - first, e["end"] - first
