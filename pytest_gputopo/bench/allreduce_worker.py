@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
+from ..core.collectives import allreduce_factor
 from ..core.units import size_text
 from ..runtime import environ
 from .harness import MIN_SAMPLE_S, CudaEventTimer, WallTimer, measure
@@ -133,11 +134,52 @@ def _worker_main(config_path: str, rank: int) -> int:
     _guard_worker(cfg["parent_pid"], cfg["deadline_epoch"])
     try:
         apply_sched(cfg["sched"])  # before torch starts a thread: they all inherit it
+        if "allreduce_busbw_gbps" in _FAULTS:  # the project's tests: a figure without a GPU (_engine_double)
+            _engine_double(cfg, rank, status, float(_FAULTS["allreduce_busbw_gbps"]))
+            return 0
         _worker(cfg, rank, status)
     except BaseException as exc:  # noqa: BLE001 - report anything, then fail
         status(_status_phase(status), error=f"{type(exc).__name__}: {exc}".strip()[:500], advance=False)
         raise
     return 0
+
+
+def _engine_double(cfg: dict, rank: int, status: _Status, busbw_gbps: float) -> None:
+    """The all-reduce as the project's tests ask for it without GPUs (``runtime.environ.test_faults``:
+    ``allreduce_busbw_gbps``, and ``corrupt`` for wrong data): the harness times each size on a clock
+    that advances as a link of that busbw would, and the run goes on as for real (its launch, status
+    files and rows); no process group, no torch."""
+    rows = []
+    n, itemsize = cfg["world_size"], ITEMSIZE[cfg["dtype"]]
+    for count in cfg["counts"]:
+        size = count * itemsize
+        status(f"all_reduce of {size_text(size)}", size_bytes=size)
+        per_call_s = size * allreduce_factor(n) / (busbw_gbps * 1e9)
+        now = [0.0]
+
+        def run(k: int, per_call_s: float = per_call_s, now: list = now) -> None:
+            now[0] += k * per_call_s
+
+        def clock(now: list = now) -> float:
+            return now[0]
+
+        wrong = 1 if _FAULTS.get("corrupt") else 0
+        m = measure(
+            f"all_reduce of {size_text(size)}",
+            run,
+            size_bytes=size,
+            timer=WallTimer(clock=clock),
+            clock=clock,
+            budget_s=cfg["budget_s"],
+            verify=lambda: f"{wrong} wrong element(s) of {count} (test fault)" if wrong else None,
+        )
+        rows.append({"size_bytes": size, "count": count, "wrong": wrong, "measurement": m.to_json()})
+    if rank == 0 or cfg.get("peer", False):
+        path = os.path.join(cfg["workdir"], "result.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump({"rows": rows}, f)
+        os.replace(path + ".tmp", path)
+    status("done")
 
 
 def _status_phase(status: _Status) -> str:

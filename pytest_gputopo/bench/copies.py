@@ -222,6 +222,20 @@ def host_device_copy(
     return result
 
 
+def _test_figure(faults: dict, key: list) -> dict:
+    """The project's tests' copy figure without a GPU (``runtime.environ.test_faults``): ``copy_gbps``
+    one figure for every copy, or a table by copy (``keys.name_of``: "p2p-0-1", "h2d-3-True") and
+    by kind ("p2p", "p2p_staged", "p2p_bidir", "h2d", "h2d_pageable", "d2h", "d2h_pageable"); the
+    copies named in ``copy_wrong`` came back with wrong data."""
+    figures = faults["copy_gbps"]
+    name = "-".join(map(str, key))
+    if isinstance(figures, dict):
+        kind = key[0] + ("_pageable" if key[0] in ("h2d", "d2h") and not key[2] else "")
+        figures = figures.get(name, figures.get(kind))
+    wrong = name in faults.get("copy_wrong", ())
+    return {"bw_gbps": figures, **({"error": f"{name}: 1 byte differs from the source (test fault)"} if wrong else {})}
+
+
 def answer(request: dict) -> dict:
     """One measurement a request names (``bench.subproc``), as JSON data with this process's pid."""
     kind, *args = request["key"]
@@ -230,7 +244,7 @@ def answer(request: dict) -> dict:
     if faults.get("copy_hang"):  # the project's tests (runtime.environ.test_faults): a copy that hangs
         time.sleep(3600)
     if "copy_gbps" in faults:  # ... and a figure without a GPU
-        return {"bw_gbps": faults["copy_gbps"], "worker_pid": os.getpid(), "test_fault": True}
+        return {**_test_figure(faults, request["key"]), "worker_pid": os.getpid(), "test_fault": True}
     if kind in ("p2p", "p2p_bidir") and not peer_access(args[0], args[1]):
         return {"peer_access": False, "bw_gbps": None, "worker_pid": os.getpid()}  # nothing to measure as P2P
     if kind in ("p2p", "p2p_staged", "p2p_bidir"):

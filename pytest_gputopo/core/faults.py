@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from . import collectives, keys, spec
-from .judgement import BELOW, BROKEN, Judgement, Measured, threshold
+from .judgement import BELOW, BROKEN, STAGED, Judgement, Measured, threshold
 from .model import Gpu, Link, P2PStatus, Topology
 from .nvlinks import nvlink_lost
 from .regressions import pcie_trained_down
@@ -122,6 +122,8 @@ def expected(
     """What the link should give for a figure (a ``spec.Figure`` or None) and what that rests on, as a
     run looks it up for its own figures; ``backend``: an all-reduce's ("gloo": CPUs, no link);
     ``pairs``: a pair's figure already looked up on this topology, by (src, dst), filled as it goes."""
+    if isinstance(key, keys.Copy) and key.floor is None:  # the staged twin: a reference, no floor of its own
+        return None, key.judged_against
     if isinstance(key, keys.Copy):
         pair = (key.src, key.dst)
         if pairs is None or pair not in pairs:  # one pair's copies (one way, both ways) share the lookup
@@ -170,10 +172,15 @@ def figure_fault(
     backend: str | None = None,
     nvls: bool | None = None,
     pairs: dict[tuple[int, int], spec.Figure | None] | None = None,
+    staged_gbps: float | None = None,
 ) -> Fault | None:
     """A measured figure under the floor the one threshold rule sets for its GPU and link (the default
-    floors: the fleet has no run's settings), or whose data came back wrong; None otherwise, and for a
-    figure nothing says what it should reach (unknown is never a fault, nor "assumed OK")."""
+    floors: the fleet has no run's settings), whose data came back wrong, or a P2P copy slower than
+    its ``staged_gbps`` twin through the host; None otherwise, for a figure nothing says what it should
+    reach (unknown is never a fault, nor "assumed OK"), and for one the run does not judge (no floor
+    of its own: the staged twin, ``keys.Copy.floor``): the fleet judges a figure only where the run does."""
+    if getattr(key, "floor", None) is None:
+        return None
     if isinstance(key, (keys.Copy, keys.HostCopy)) and max(_gpus_index(key)) >= len(topology.gpus):
         return None
     fig, basis = expected(topology, key, backend, pairs)
@@ -188,21 +195,19 @@ def figure_fault(
         size_bytes=key.size_bytes if isinstance(key, keys.AllReduce) else None,
         nvls=nvls,
     )
-    judged = Judgement(Measured(gbps, "measured", what, error=error), rule)
+    twin = staged_gbps if isinstance(key, keys.Copy) and key.kind == "p2p" else None
+    judged = Judgement(Measured(gbps, "measured", what, error=error), rule, twin)
     state = judged.state
     if state == BROKEN:
-        problem = f"data came back wrong ({error})"
+        problem, kind = f"data came back wrong ({error})", "data came back wrong"
     elif state == BELOW:
-        problem = judged.describe()
+        problem, kind = judged.describe(), "under its floor"
+    elif state == STAGED:
+        problem = f"{judged.describe()}; slower than the same copy staged through the host ({twin:g} GB/s): not P2P"
+        kind = "slower than staging through the host"
     else:
         return None
-    return Fault(
-        _item(key),
-        f"{what}: {problem}",
-        _gpus_of(key),
-        "under its floor" if state == BELOW else "data came back wrong",
-        (what,),
-    )
+    return Fault(_item(key), f"{what}: {problem}", _gpus_of(key), kind, (what,))
 
 
 def _gpus_index(key: keys.Copy | keys.HostCopy) -> tuple[int, ...]:

@@ -154,6 +154,12 @@ def node_of(
     read, skipped = [], list(notes)
     faults = {f.name: f for f in topology_faults(topology)}
     pairs: dict[Any, Any] = {}  # each pair's expected copy figure, looked up once
+    figures = list(figures)
+    staged = {  # each P2P copy's staged twin with good data, which the run's rule sets beside it
+        key: gbps
+        for key, gbps, origin, *how in figures
+        if key.kind == "p2p_staged" and origin == "measured" and gbps is not None and not (how[1:2] and how[1])
+    }
     for key, gbps, origin, *how in figures:
         how = (list(how) + [None, None, None])[:3]
         cls = _figure_class(key, topology)
@@ -165,7 +171,15 @@ def node_of(
             skipped.append(_shared(f"{key.describe()}: {origin}, not measured on this node: not compared"))
             continue
         fault = figure_fault(
-            topology, key, float(gbps), key.describe(), error=how[1], backend=how[0], nvls=how[2], pairs=pairs
+            topology,
+            key,
+            float(gbps),
+            key.describe(),
+            error=how[1],
+            backend=how[0],
+            nvls=how[2],
+            pairs=pairs,
+            staged_gbps=staged.get(key.staged()) if isinstance(key, keys.Copy) else None,
         )
         if fault is not None:
             faults.setdefault(fault.name, fault)

@@ -19,6 +19,11 @@ from .units import counted, size_text
 MAX_RANKS = 2**31 - 1  # the ranks of a run, as a launcher numbers them
 
 COPY_KINDS = ("p2p", "p2p_staged", "p2p_bidir")
+JUDGED_AGAINST = {
+    "p2p": "the pair's link: its per-direction P2P figure x the p2p floor",
+    "p2p_bidir": "the pair's link both ways: twice its per-direction P2P figure x the p2p floor",
+    "p2p_staged": "nothing of its own: the host path the pair's P2P copy must beat (no floor, never a fault)",
+}
 HOST_KINDS = ("h2d", "d2h")
 
 
@@ -35,8 +40,15 @@ class Copy:
         return f"GPU{self.src}->GPU{self.dst} copy, {how}"
 
     @property
-    def floor(self) -> str:
-        return "p2p"
+    def floor(self) -> str | None:
+        """The floor ratio it is judged by (``core.thresholds.DEFAULT_FLOORS``); None for the staged
+        twin, which has no healthy value of its own: it is the host path a P2P copy must beat."""
+        return None if self.kind == "p2p_staged" else "p2p"
+
+    @property
+    def judged_against(self) -> str:
+        """What the figure is held to, in words (the report and the docs say it)."""
+        return JUDGED_AGAINST[self.kind]
 
     def staged(self) -> Copy:
         """The same copy through the host, P2P off: what a P2P copy must beat."""
@@ -59,6 +71,12 @@ class HostCopy:
     @property
     def floor(self) -> str:
         return "h2d_pinned" if self.pinned else "h2d_pageable"
+
+    @property
+    def judged_against(self) -> str:
+        if self.pinned:
+            return "the GPU's PCIe link to the host: its rate x the h2d_pinned floor"
+        return "the GPU's PCIe link to the host: min(half its rate, 12 GB/s) x the h2d_pageable floor"
 
     def to_list(self) -> list[Any]:
         return [self.kind, self.gpu, self.pinned]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from ..core import schema
+from ..core import keys, schema
 from ..core.hardware import GB, architecture
 from ..core.model import Topology
 from ..core.nvlinks import nvlink_lost
@@ -214,6 +214,10 @@ _STATE_WORDS = {
 }
 
 
+# The copy kinds with no floor of its own (core.keys): shown beside the others, never judged.
+_FLOORLESS = frozenset(kind for kind in keys.COPY_KINDS if keys.Copy(kind, 0, 1).floor is None)
+
+
 def _state(m: dict) -> tuple[str, str]:
     """(css class, words) of one measurement as the run judged it; a met figure at or above what the
     link should give is shaded ``above``. A document without a state (one written before states
@@ -221,6 +225,8 @@ def _state(m: dict) -> tuple[str, str]:
     state = m.get("state")
     if state is None and m.get("gbps") is None:
         state = "absent"
+    if state is None and (m.get("key") or [None])[0] in _FLOORLESS:
+        return "reference", f"not judged: {keys.JUDGED_AGAINST[m['key'][0]]}"
     if state not in _STATE_WORDS:
         return "unknown", "no verdict in the document"
     exp = (m.get("expected") or {}).get("gbps")
@@ -350,6 +356,7 @@ def _bandwidth(doc: dict, topology: Topology) -> str:
             ]
             parts += [
                 f"<h3>{title}, GB/s / expected = ratio, origin under each (row: from, column: to)</h3>",
+                f"<p>Judged against {_t(keys.JUDGED_AGAINST[kind])}.</p>",
                 _table(rows, [""] + [f"GPU{b}" for b in range(n)], "matrix"),
             ]
     host = [m for m in measured if m["key"][0] in ("h2d", "d2h") and m.get("gbps") is not None]

@@ -19,6 +19,7 @@ td.text, th.text { text-align: left; }
 .above { background: #1a7f37; color: #fff; } .met { background: #9fd3a8; }
 .below, .staged { background: #e06666; color: #fff; }
 .broken { background: #7b1fa2; color: #fff; } .absent { background: #fff; color: #666; }
+.reference { background: #e8eef7; }
 .passed { background: #9fd3a8; } .failed, .error { background: #e06666; color: #fff; } .skipped { background: #fbe38a; }
 .self { background: #f4f4f4; color: #888; }
 .differs { color: #b00; font-weight: 700; }
@@ -62,6 +63,7 @@ CELL_CLASSES = frozenset(
         "met",
         "below",
         "staged",
+        "reference",
         "broken",
         "absent",
         "passed",

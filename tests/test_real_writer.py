@@ -1,0 +1,120 @@
+"""Verdicts on documents as real nodes write them (issue 39): every consumer is fed what the real writer,
+``gputopo check --level full --json``, writes on the emulated GPU host with the engine double's public
+figures (``tests/real_writer.py``, ``tests/engine_double.py``), never a hand-made document.
+
+A fleet of one healthy run copied into 20 nodes names none; each injected fault is named with its cause,
+alone among 20 and as a 2-of-7 minority; the degraded bundled machines are named for their own faults."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import engine_double
+import pytest
+import real_writer as rw
+from emulated import emulated_libs, needs_compiler  # noqa: F401  (a fixture)
+
+pytestmark = [pytest.mark.slow, needs_compiler]
+
+
+@pytest.fixture(scope="module")
+def documents(emulated_libs, tmp_path_factory):
+    """``get(machine, fault=None)``: the real writer's document for it, written once per module."""
+    made: dict = {}
+    root = tmp_path_factory.mktemp("real-writer")
+
+    def get(machine: str, fault: str | None = None) -> dict:
+        if (machine, fault) not in made:
+            folder = root / f"{machine}-{fault or 'healthy'}".replace(" ", "-")
+            made[machine, fault] = rw.full_check(emulated_libs, folder, machine, fault)
+        return rw.clone(made[machine, fault])
+
+    return get
+
+
+def _findings(out: dict, node: str) -> str:
+    return json.dumps([n["findings"] for g in out["groups"] for n in g["nodes"] if n["name"] == node])
+
+
+# --- issue 39 item 1: a staged copy is no NVLink copy -----------------------------------------------
+
+
+def test_a_staged_copy_has_no_floor_and_six_healthy_h100_nodes_are_not_named(documents, tmp_path):
+    """Issue 39 item 1: a full check on hgx-h100 wrote every one of its 56 ``p2p_staged`` figures
+    "below" (held to the pair's NVLink figure), and ``gputopo fleet`` named all six healthy nodes
+    ("all 28 pairs of the 8 GPUs fail their floor"). The staged twin is the host path a P2P copy must
+    beat: kept and shown, never judged."""
+    doc = documents("hgx-h100")
+    staged = [m for m in doc["measurements"] if m["key"][0] == "p2p_staged"]
+    assert len(staged) == 56 and all(m["gbps"] for m in staged)
+    assert all("state" not in m for m in staged), staged[0]
+    assert {m["state"] for m in doc["measurements"] if m["key"][0] != "p2p_staged"} == {"met"}
+    assert {c["outcome"] for c in doc["checks"]} == {"passed", "skipped"}
+    nodes = {f"h100-{i}": rw.as_node(doc, f"h100-{i}", i) for i in range(6)}
+    code, out, text = rw.fleet(rw.write_fleet(tmp_path / "six", nodes))
+    assert (code, out["named"], out["healthy"]) == (0, [], True), text
+
+
+def test_the_staged_twin_still_shows_a_p2p_copy_that_is_not_getting_p2p(documents, tmp_path):
+    """The staged twin's one use: a P2P copy slower than it is no P2P, in the run and in the fleet."""
+    doc = documents("hgx-h100")
+    staged = {tuple(m["key"][1:]): m["gbps"] for m in doc["measurements"] if m["key"][0] == "p2p_staged"}
+    node = rw.as_node(doc, "h100-x", 99)
+    for m in node["measurements"]:
+        if m["key"] == ["p2p", 0, 1]:
+            m["gbps"] = staged[0, 1] * 0.5
+    nodes = {f"h100-{i}": rw.as_node(doc, f"h100-{i}", i) for i in range(5)} | {"h100-x": node}
+    code, out, text = rw.fleet(rw.write_fleet(tmp_path / "fleet", nodes))
+    assert code == 1 and out["named"] == ["h100-x"], text
+    assert "p2p_bw[GPU0->GPU1]" in _findings(out, "h100-x")
+
+
+# --- the real-writer suite ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("machine", engine_double.MACHINES)
+def test_twenty_healthy_nodes_of_one_real_run_are_none_named(documents, tmp_path, machine):
+    doc = documents(machine)
+    assert [c["check"] for c in doc["checks"] if c["outcome"] == "failed"] == []
+    nodes = {f"n{i:02d}": rw.as_node(doc, f"n{i:02d}", i) for i in range(20)}
+    code, out, text = rw.fleet(rw.write_fleet(tmp_path / "fleet", nodes))
+    assert (code, out["named"], out["healthy"]) == (0, [], True), text
+
+
+def _named_with_cause(documents, tmp_path, machine: str, fault: str, healthy: int, faulty: int) -> None:
+    good, bad = documents(machine), documents(machine, fault)
+    nodes = {f"n{i:02d}": rw.as_node(good, f"n{i:02d}", i) for i in range(healthy)}
+    sick = [f"n{i:02d}" for i in range(healthy, healthy + faulty)]
+    nodes |= {name: rw.as_node(bad, name, healthy + k) for k, name in enumerate(sick)}
+    code, out, text = rw.fleet(rw.write_fleet(tmp_path / "fleet", nodes))
+    assert code == 1 and out["named"] == sick, text
+    cause = rw.MACHINE_FAULTS.get(fault) or rw.ENGINE_FAULTS[fault][1]
+    for name in sick:
+        assert cause in _findings(out, name), (name, text)
+
+
+@pytest.mark.parametrize("fault", rw.FAULTS)
+def test_a_fault_alone_among_twenty_is_named_with_its_cause(documents, tmp_path, fault):
+    _named_with_cause(documents, tmp_path, "hgx-h100", fault, 19, 1)
+
+
+@pytest.mark.parametrize("fault", rw.FAULTS)
+def test_a_fault_on_two_of_seven_is_named_with_its_cause(documents, tmp_path, fault):
+    _named_with_cause(documents, tmp_path, "dgx-a100", fault, 5, 2)
+
+
+@pytest.mark.parametrize(
+    ("degraded", "cause"),
+    [("hgx-h100-nvlink-down", "nvlink[GPU5]"), ("hgx-h100-pcie-x8", "pcie[GPU2]")],
+)
+def test_the_degraded_bundled_machines_are_named_for_their_own_faults(documents, emulated_libs, tmp_path, degraded, cause):
+    """A degraded bundled machine served as this host, measured by the engine at a healthy H100's
+    figures (its copies over a lost link are what the link gives, not what was published)."""
+    doc = rw.full_check(emulated_libs, tmp_path / "degraded", degraded, engine_of="hgx-h100")
+    healthy = documents("hgx-h100")
+    nodes = {f"n{i:02d}": rw.as_node(healthy, f"n{i:02d}", i) for i in range(6)} | {"sick": rw.as_node(doc, "sick", 9)}
+    shutil.rmtree(tmp_path / "degraded")
+    code, out, text = rw.fleet(rw.write_fleet(tmp_path / "fleet", nodes))
+    assert code == 1 and out["named"] == ["sick"], text
+    assert cause in _findings(out, "sick"), text
