@@ -21,7 +21,6 @@ import tempfile
 from pathlib import Path
 
 import engine_double
-
 from pytest_gputopo.core.schema import to_dict
 from pytest_gputopo.probe import probe_recorded
 

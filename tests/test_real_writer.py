@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import shutil
 
-import engine_double
 import pytest
+
+import engine_double
 import real_writer as rw
 from emulated import emulated_libs, needs_compiler  # noqa: F401  (a fixture)
 
@@ -108,7 +109,9 @@ def test_a_fault_on_two_of_seven_is_named_with_its_cause(documents, tmp_path, fa
     ("degraded", "cause"),
     [("hgx-h100-nvlink-down", "nvlink[GPU5]"), ("hgx-h100-pcie-x8", "pcie[GPU2]")],
 )
-def test_the_degraded_bundled_machines_are_named_for_their_own_faults(documents, emulated_libs, tmp_path, degraded, cause):
+def test_the_degraded_bundled_machines_are_named_for_their_own_faults(
+    documents, emulated_libs, tmp_path, degraded, cause
+):
     """A degraded bundled machine served as this host, measured by the engine at a healthy H100's
     figures (its copies over a lost link are what the link gives, not what was published)."""
     doc = rw.full_check(emulated_libs, tmp_path / "degraded", degraded, engine_of="hgx-h100")
@@ -118,3 +121,63 @@ def test_the_degraded_bundled_machines_are_named_for_their_own_faults(documents,
     code, out, text = rw.fleet(rw.write_fleet(tmp_path / "fleet", nodes))
     assert code == 1 and out["named"] == ["sick"], text
     assert cause in _findings(out, "sick"), text
+
+
+# --- issue 39 item 2: the fleet trusts no stamp and no stray GPU ------------------------------------
+
+
+def _with_uuids(node: dict, uuids: list[str]) -> dict:
+    text = json.dumps(node)
+    for old, new in zip(rw._uuids(node), uuids, strict=True):
+        text = text.replace(old, new)
+    return json.loads(text)
+
+
+@pytest.mark.parametrize("stamp", ["2027-12-01T10:00:00+00:00", "2099-01-01T00:00:00+00:00"])
+def test_a_document_stamped_ahead_never_hides_a_fresh_degraded_one(documents, tmp_path, stamp):
+    """Issue 39 item 2: a node whose clock was once a year ahead left a document dated 2027 that
+    superseded its fresh degraded one (exit 0, healthy, for every later collection); one planted
+    document dated 2099 with the node's UUIDs did the same."""
+    good, bad = documents("hgx-h100"), documents("hgx-h100", "link down")
+    nodes = {f"n{i:02d}": rw.as_node(good, f"n{i:02d}", i) for i in range(6)}
+    nodes["sick-fresh"] = rw.as_node(bad, "sick", 9, written="2026-12-05T10:00:00+00:00")
+    nodes["sick-ahead"] = rw.as_node(good, "sick", 9, written=stamp)
+    code, out, text = rw.fleet(rw.write_fleet(tmp_path / "fleet", nodes))
+    assert code == 1 and out["named"] == ["sick"], text
+    found = _findings(out, "sick")
+    assert "nvlink[GPU4]" in found and "stamped later than this collection" in found, text
+    (old,) = out["superseded"]
+    assert old["document"].endswith("sick-ahead.json"), old
+
+
+def test_a_gpu_moved_between_two_nodes_merges_neither(documents, tmp_path):
+    """Issue 39 item 2: a GPU moved from one node to another (an RMA swap) merged the two into one
+    node, and the degraded one's fault was hidden behind the other's newer document."""
+    good, bad = documents("hgx-h100"), documents("hgx-h100", "link down")
+    nodes = {f"n{i:02d}": rw.as_node(good, f"n{i:02d}", i) for i in range(5)}
+    a = rw.as_node(bad, "a", 20, written="2026-12-01T10:00:00+00:00")
+    b_old = rw.as_node(good, "b", 21, written="2026-12-01T10:00:00+00:00")
+    b_new = _with_uuids(b_old, rw._uuids(b_old)[:7] + rw._uuids(a)[7:])
+    b_new["written"] = "2026-12-05T10:00:00+00:00"
+    nodes |= {"a": a, "b-old": b_old, "b-new": b_new}
+    code, out, text = rw.fleet(rw.write_fleet(tmp_path / "fleet", nodes))
+    assert code == 1, text
+    judged = {n["document"].rsplit("/", 1)[-1]: n for g in out["groups"] for n in g["nodes"]}
+    assert "nvlink[GPU4]" in json.dumps(judged["a.json"]["findings"]), text
+    assert "its GPUs are also another node's" in json.dumps(judged["b-new.json"]["findings"]), text
+    assert "b-old.json" in judged and out["superseded"] == [], text
+
+
+def test_one_document_holding_a_gpu_of_each_node_supersedes_neither(documents, tmp_path):
+    good, bad = documents("hgx-h100"), documents("hgx-h100", "link down")
+    nodes = {f"n{i:02d}": rw.as_node(good, f"n{i:02d}", i) for i in range(5)}
+    nodes["sick"] = rw.as_node(bad, "sick", 30)
+    planted = rw.as_node(good, "sick", 31, written="2026-12-06T00:00:00+00:00")
+    planted = _with_uuids(planted, rw._uuids(nodes["sick"])[:4] + rw._uuids(nodes["n00"])[4:])
+    nodes["planted"] = planted
+    code, out, text = rw.fleet(rw.write_fleet(tmp_path / "fleet", nodes))
+    assert code == 1 and out["superseded"] == [], text
+    judged = {n["document"].rsplit("/", 1)[-1]: n for g in out["groups"] for n in g["nodes"]}
+    assert "nvlink[GPU4]" in json.dumps(judged["sick.json"]["findings"]), text
+    assert "its GPUs are also another node's" in json.dumps(judged["planted.json"]["findings"]), text
+    assert judged["n00.json"]["findings"] == [], text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 from ..core.fleet import judge, roster
 from ..render import fleet as fleet_out
@@ -35,7 +36,7 @@ def cmd_fleet(args) -> int:
         raise CliError(
             "no node to judge: " + (f"{len(unread)} documents, none readable" if unread else "no document found")
         )
-    judged, superseded = roster(nodes)
+    judged, superseded = roster(nodes, time.time())  # the collection's time: no document is newer
     fleet = judge(judged, tuple(superseded), tuple(read.set_aside))
     try:
         for path, write in (

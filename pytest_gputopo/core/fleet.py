@@ -1,11 +1,17 @@
 """The fleet view's judgement: which documents are which node, and each node judged twice over.
 
-**A node is its GPUs.** Documents whose GPUs' UUIDs are the node's own (NVML's facts on it) are of one
-node when they share a GPU, whatever host name they give (``roster``): the newest by its written time is
-judged and the older are superseded (listed, no error); a node whose documents give other host names,
-or that has fewer GPUs than its older document, is named for it. Nodes that share a host name but not
-their GPUs are told apart by a digest of their UUIDs in every output (never by which was read first).
-A document of recorded facts (a bundled machine's UUIDs, not a node's) is a node of its own.
+**A node is its GPUs.** Documents are of one node where their GPUs' UUIDs (NVML's facts on it) are
+mostly the same -- they share more than half of either's: the same set, a GPU lost, one replaced in
+place -- whatever host name they give (``roster``); never through one GPU. Of a node's documents the
+newest by its written time is judged and the older are superseded (listed, no error). A document
+stamped later than the collection by more than ``FUTURE_SKEW_S`` (a clock once ahead, or a planted
+document) ranks below every other: it never supersedes one, and the node is named for it. A document
+whose GPUs are also another node's newest (a GPU moved between nodes, one document holding a UUID of
+each) is taken apart, the newer of the two: a node of its own, named for it, superseding neither. A
+node whose documents give other host names, or that has fewer GPUs than its older document, is named
+for it. Nodes that share a host name but not their GPUs are told apart by a digest of their UUIDs in
+every output (never by which was read first). A document of recorded facts (a bundled machine's
+UUIDs, not a node's) is a node of its own.
 
 **Two kinds of finding, never confused.**
 
@@ -51,6 +57,7 @@ MAD_TO_SIGMA = 1.4826  # the median absolute deviation of a normal distribution,
 VERSION_FACTS = frozenset(
     {"driver", "CUDA (driver)", "CUDA runtime (torch)", "NCCL (torch)", "torch", "pytest-gputopo"}
 )
+FUTURE_SKEW_S = 300.0  # a document stamped later than the collection by more: a clock ahead, or planted
 LISTED = 5  # node names a line lists before "and N more" (the JSON lists them all)
 DIGEST = 8  # hex digits of a node's GPU-set digest shown beside a host name other nodes share
 FAULT, SPLIT, IDENTITY = "fault", "split", "identity"
@@ -197,76 +204,187 @@ def _known(node: Node) -> bool:
     return bool(node.uuids) and all(isinstance(u, str) and u for u in node.uuids)
 
 
-def roster(nodes: list[Node]) -> tuple[list[Node], list[Superseded]]:
-    """The nodes to judge, one per node, each with a name no other shares, and the documents
-    superseded. Documents are of one node where they share a GPU (by UUID); of them the newest by its
-    written time is judged (where two are equally new, or say no time, the one whose path sorts last,
-    and the node says so)."""
-    parent: dict[int, int] = {}
+def _gpu_set(node: Node) -> frozenset[str]:
+    return frozenset(u for u in node.uuids if isinstance(u, str)) if _known(node) else frozenset()
+
+
+def _one_node(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Two documents' GPUs are one node's where they share more than half of either's: the same set, a
+    GPU lost, or one replaced in place; never through one GPU (moved between nodes, or planted)."""
+    return bool(a and b) and 2 * len(a & b) > max(len(a), len(b))
+
+
+def _clusters(nodes: list[Node]) -> list[list[int]]:
+    """The documents of each node (by index, in the order read): joined where ``_one_node`` holds."""
+    parent = list(range(len(nodes)))
 
     def root(i: int) -> int:
-        while parent.get(i, i) != i:
+        while parent[i] != i:
             i = parent[i]
         return i
 
-    owner: dict[str | None, int] = {}  # the UUIDs of known nodes only: strings
-    for i, node in enumerate(nodes):
-        if not _known(node):
-            continue
-        for uuid in node.uuids:
-            if uuid in owner:
-                parent[root(i)] = root(owner[uuid])
-            else:
-                owner[uuid] = i
+    sets = [_gpu_set(n) for n in nodes]
+    holders: dict[str, list[int]] = defaultdict(list)  # only documents that share a GPU are compared
+    for i, gpus in enumerate(sets):
+        for j in dict.fromkeys(j for uuid in gpus for j in holders[uuid]):
+            if _one_node(gpus, sets[j]):
+                parent[root(i)] = root(j)
+        for uuid in gpus:
+            holders[uuid].append(i)
     clusters: dict[int, list[int]] = defaultdict(list)
     for i in range(len(nodes)):
         clusters[root(i)].append(i)
+    return list(clusters.values())
+
+
+def _future(node: Node, now: float) -> bool:
+    """Stamped later than the collection (``now``) by more than ``FUTURE_SKEW_S``: a clock once ahead,
+    or a planted document."""
+    t = _stamp(node.when)
+    return t is not None and t > now + FUTURE_SKEW_S
+
+
+def _age_order(nodes: list[Node], members: list[int], now: float) -> list[int]:
+    """Oldest first by written time; the newest last. A document stamped in the future ranks below every
+    other (it never supersedes one); without a time, or equally new, the path that sorts last is newer."""
+
+    def rank(i: int) -> tuple[bool, bool, float, str, int]:
+        t = _stamp(nodes[i].when)
+        return (not _future(nodes[i], now), t is not None, t or 0.0, nodes[i].path, i)
+
+    return sorted(members, key=rank)
+
+
+def _overlapping(nodes: list[Node], clusters: list[list[int]], now: float) -> list[tuple[int, int]]:
+    """Documents whose GPUs are also another node's, each with the node's newest document it shares a
+    GPU with. Of two nodes' newest documents that share a GPU, the one taken out of its node (it
+    supersedes none; the node's next newest is looked at again, until no two share one) is the one
+    whose GPUs are the less its own (the larger share of them shared: a document holding a UUID of each
+    node), else the one stamped in the future, else the newer (a GPU moved since the other was written)."""
+    pulled: list[tuple[int, int]] = []
+    members = [list(c) for c in clusters]
+    while True:
+        clash = _first_shared([_age_order(nodes, m, now)[-1] for m in members if m], nodes)
+        if clash is None:
+            return pulled
+        apart, other = _taken_apart(nodes, clash, now)
+        pulled.append((apart, other))
+        for m in members:
+            if apart in m:
+                m.remove(apart)
+
+
+def _taken_apart(nodes: list[Node], pair: tuple[int, int], now: float) -> tuple[int, int]:
+    """(the document taken apart, the other) of two that share a GPU (``_overlapping`` says which)."""
+    a, b = pair
+    shared = len(_gpu_set(nodes[a]) & _gpu_set(nodes[b]))
+    age = _age_order(nodes, [a, b], now)
+    apart = max(pair, key=lambda i: (shared / len(_gpu_set(nodes[i])), _future(nodes[i], now), age.index(i)))
+    return apart, (b if apart == a else a)
+
+
+def _first_shared(newest: list[int], nodes: list[Node]) -> tuple[int, int] | None:
+    """Two of these documents that share a GPU, the first found; None where none do."""
+    holder: dict[str, int] = {}
+    for i in newest:
+        for uuid in _gpu_set(nodes[i]):
+            if holder.setdefault(uuid, i) != i:
+                return holder[uuid], i
+    return None
+
+
+def roster(nodes: list[Node], now: float) -> tuple[list[Node], list[Superseded]]:
+    """The nodes to judge, one per node, each with a name no other shares, and the documents
+    superseded. A node is its GPUs (``_clusters``); of its documents the newest by its written time is
+    judged, never one stamped later than ``now`` (the collection's time, seconds since the epoch) beyond
+    ``FUTURE_SKEW_S`` while another is at hand, and that one is named; a document whose GPUs are also
+    another node's is a node of its own, named for it, and supersedes neither (``_overlapping``)."""
+    clusters = _clusters(nodes)
+    pulled = _overlapping(nodes, clusters, now)
+    apart = {i for i, _ in pulled}
     kept: list[tuple[int, Node]] = []
     superseded: list[Superseded] = []
-    for members in clusters.values():
-        order = sorted(
-            members, key=lambda i: (_stamp(nodes[i].when) is not None, _stamp(nodes[i].when) or 0.0, nodes[i].path, i)
-        )
-        newest = nodes[order[-1]]
-        faults = list(newest.faults)
-        older = [nodes[i] for i in order[:-1]]
-        if older:
-            top = _stamp(newest.when)
-            if top is None or any(_stamp(o.when) == top for o in older):
-                faults_note = (
-                    f"{counted(len(members), 'document')} of this node and none newest by its "
-                    f"written time: {newest.path} judged (its path sorts last)"
-                )
-                newest = replace(newest, notes=newest.notes + (faults_note,))
-            names = sorted({o.name for o in older} - {newest.name})
-            if names:
-                line = (
-                    f"its GPUs are also in {counted(len(older), 'older document')} under another host name "
-                    f"({_listed(names)}): one node, two names (a renamed host, or a document not its own)"
-                )
-                faults.append(Fault("identity", line, (), "identity", ()))
-            lost = set().union(*(set(o.uuids) for o in older)) - set(newest.uuids)
-            biggest = max(older, key=lambda o: len(o.uuids))
-            if len(biggest.uuids) > len(newest.uuids):
-                line = (
-                    f"GPUs: {len(newest.uuids)}, where its older document {biggest.path} (written "
-                    f"{biggest.when or 'when it does not say'}) had {len(biggest.uuids)}: "
-                    f"{_listed(sorted(lost))} no longer seen"  # type: ignore[arg-type]  # older: known nodes
-                )
-                faults.append(Fault("gpus", line, (), "GPUs missing", ("GPUs",)))
-            for o in older:
-                superseded.append(
-                    Superseded(
-                        o.path,
-                        newest.name,
-                        newest.path,
-                        f"an older document of {o.name} (written {o.when or 'when it does not say'}; "
-                        f"judged: {newest.path}, written {newest.when or 'when it does not say'})",
-                    )
-                )
-        kept.append((min(members), replace(newest, faults=tuple(faults))))
+    for members in clusters:
+        members = [i for i in members if i not in apart]
+        if members:
+            node, old = _judged_of(nodes, members, now)
+            kept.append((min(members), node))
+            superseded += old
+    for i, other in pulled:
+        alone, _ = _judged_of(nodes, [i], now)
+        kept.append((i, replace(alone, faults=alone.faults + (_overlap_fault(nodes[i], nodes[other]),))))
     kept.sort(key=lambda item: item[0])
-    judged = [node for _, node in kept]
+    return _named_apart([node for _, node in kept]), superseded
+
+
+def _overlap_fault(node: Node, other: Node) -> Fault:
+    shared = sorted(_gpu_set(node) & _gpu_set(other))
+    line = (
+        f"its GPUs are also another node's: {_listed(shared)} in {other.path} ({other.name}, written "
+        f"{other.when or 'when it does not say'}): a GPU moved between nodes (an RMA swap), or a document not "
+        "its own; judged apart, it supersedes neither"
+    )
+    return Fault("identity", line, (), "GPUs of two nodes", ())
+
+
+def _judged_of(nodes: list[Node], members: list[int], now: float) -> tuple[Node, list[Superseded]]:
+    """One node's documents: the one judged, with what they tell of it, and the others superseded."""
+    order = _age_order(nodes, members, now)
+    newest, older = nodes[order[-1]], [nodes[i] for i in order[:-1]]
+    faults, notes = list(newest.faults), newest.notes
+    future = [n for n in (newest, *older) if _future(n, now)]
+    if future:
+        line = (
+            f"{_listed(f'{n.path} (written {n.when})' for n in future)}: stamped later than this collection "
+            "(a clock once ahead, or a document not its own): never taken over another document"
+        )
+        faults.append(Fault("stamp", line, (), "a document stamped in the future", ()))
+    if older:
+        top = _stamp(newest.when)
+        if top is None or any(_stamp(o.when) == top for o in older):
+            notes += (
+                f"{counted(len(members), 'document')} of this node and none newest by its written time: "
+                f"{newest.path} judged (its path sorts last)",
+            )
+        faults += _history_faults(newest, older)
+    old = [
+        Superseded(
+            o.path,
+            newest.name,
+            newest.path,
+            f"{'a document stamped later than this collection' if _future(o, now) else 'an older document'} of "
+            f"{o.name} (written {o.when or 'when it does not say'}; judged: {newest.path}, written "
+            f"{newest.when or 'when it does not say'})",
+        )
+        for o in older
+    ]
+    return replace(newest, faults=tuple(faults), notes=notes), old
+
+
+def _history_faults(newest: Node, older: list[Node]) -> list[Fault]:
+    """What a node's older documents tell against its newest: another host name, GPUs no longer seen."""
+    out = []
+    names = sorted({o.name for o in older} - {newest.name})
+    if names:
+        line = (
+            f"its GPUs are also in {counted(len(older), 'older document')} under another host name "
+            f"({_listed(names)}): one node, two names (a renamed host, or a document not its own)"
+        )
+        out.append(Fault("identity", line, (), "identity", ()))
+    lost = set().union(*(_gpu_set(o) for o in older)) - _gpu_set(newest)
+    biggest = max(older, key=lambda o: len(o.uuids))
+    if len(biggest.uuids) > len(newest.uuids):
+        line = (
+            f"GPUs: {len(newest.uuids)}, where its older document {biggest.path} (written "
+            f"{biggest.when or 'when it does not say'}) had {len(biggest.uuids)}: "
+            f"{_listed(sorted(lost))} no longer seen"
+        )
+        out.append(Fault("gpus", line, (), "GPUs missing", ("GPUs",)))
+    return out
+
+
+def _named_apart(judged: list[Node]) -> list[Node]:
+    """Every node a name no other has: a host name several nodes give gets each one's GPU digest."""
     count = Counter(n.name for n in judged)
     out = []
     for node in judged:
@@ -279,8 +397,7 @@ def roster(nodes: list[Node]) -> tuple[list[Node], list[Superseded]]:
             node = replace(node, name=f"{node.name} [{tag}]")
         out.append(node)
     seen = Counter(n.name for n in out)
-    out = [n if seen[n.name] == 1 else replace(n, name=f"{n.name} ({n.path})") for n in out]
-    return out, superseded
+    return [n if seen[n.name] == 1 else replace(n, name=f"{n.name} ({n.path})") for n in out]
 
 
 # --- one node's findings, one cause a line -----------------------------------------------------------
@@ -297,7 +414,14 @@ def _gpus(fact: str) -> tuple[str, ...]:
     return tuple(m.group(1).split("-")) if m else ()
 
 
-_FAULT_LABEL = {"p2p_status": "P2P", "nvlink": "NVLink", "pcie": "PCIe width", "identity": "identity", "gpus": "GPUs"}
+_FAULT_LABEL = {
+    "p2p_status": "P2P",
+    "nvlink": "NVLink",
+    "pcie": "PCIe width",
+    "identity": "identity",
+    "gpus": "GPUs",
+    "stamp": "written time",
+}
 
 
 def _label(name: str) -> str:

@@ -76,7 +76,10 @@ def threshold(
     run's floor ratios by kind, ``explicit`` the ones the user set; ``gpu_name``: the first GPU's
     model (None: none known); ``size_bytes``: the size an all-reduce was taken at; ``nvls``: whether
     NCCL took NVLink SHARP (None: not known); ``gbps``, ``floor``: the marker's own arguments."""
-    ratio = floor if floor is not None else floors[key.floor]  # type: ignore[union-attr]  # a figure's key
+    kind = getattr(key, "floor", None)  # NCCL's account and the staged twin have none: never judged
+    if kind is None:
+        raise ValueError(f"{key.describe()}: no floor of its own; it is not judged")
+    ratio = floor if floor is not None else floors[kind]
     if gbps is not None:
         return Threshold(expected, basis, ratio, Figure(gbps, "the marker", f"the marker's {gbps:g} GB/s"))
     published = None
