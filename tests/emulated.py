@@ -46,13 +46,15 @@ class Host:
     def forget_calls(self) -> None:
         self.calls_log.unlink(missing_ok=True)
 
-    def cuda(self, *, init_result: int = 0, init_ms: int = 0, nopeer=(), multicast=None) -> None:
-        """What libcuda answers: cuInit's CUresult and delay, pairs refused peer access, multicast.
-        In a VM, pairs without an NVLink are refused too (as NVML's P2P status says there)."""
+    def cuda(self, *, init_result: int = 0, init_ms: int = 0, nopeer=(), multicast=None, unlisted=()) -> None:
+        """What libcuda answers: cuInit's CUresult and delay, pairs refused peer access, multicast, and
+        the GPUs it does not enumerate (``unlisted``: the recording's indices, NVML's; the others are
+        numbered as if those were not there, as CUDA numbers what it finds). In a VM, pairs without an
+        NVLink are refused too (as NVML's P2P status says there)."""
         from pytest_gputopo.probe.recorded import load_profile
 
         topology = load_profile(self.machine).topology
-        gpus = sorted(topology.gpus, key=lambda g: g.pci_bus_id)  # CUDA's order here
+        gpus = sorted((g for g in topology.gpus if g.index not in unlisted), key=lambda g: g.pci_bus_id)  # CUDA's order
         if self.vm:
             ordinal = {g.index: i for i, g in enumerate(gpus)}
             nopeer = [*nopeer, *((ordinal[ln.a], ordinal[ln.b]) for ln in topology.links if ln.nvlinks == 0)]

@@ -25,7 +25,8 @@ reference (``nvml-nccl-torch.md`` §0, §1.9) says the real module does:
 * ``nvmlDeviceGetGpuFabricInfoV`` / ``nvmlDeviceGetGpuFabricInfo`` take a caller-allocated struct by
   reference (``ctypes.byref``; a struct passed as is raises ``ctypes.ArgumentError``, as ctypes cannot
   hand it to the C pointer parameter the way the caller means), fill it as the C library does (the C
-  layout: ``clusterUuid[16]``, whatever the binding's struct says) and return 0; ``V`` refuses a
+  layout: ``clusterUuid[16]``, whatever the binding's struct says; ``V``'s ``healthMask`` the
+  recorded ``health_mask``, 0 where none is recorded) and return 0; ``V`` refuses a
   struct whose ``version`` is not v2 or v3 (``ArgumentVersionMismatch``). A GPU whose recording has no
   ``fabric`` raises ``NotSupported`` (nvml.h: a device without GPU fabric). Bindings before 12.535
   have neither function, before 12.575 no ``V``; 12.535 and 12.575's ``c_nvmlGpuFabricInfo_t`` have
@@ -523,6 +524,8 @@ class _FakeNvml:
             out.cliqueId = fabric.clique_id or 0
             if fabric.cluster_uuid:
                 ctypes.memmove(out.clusterUuid, uuid.UUID(fabric.cluster_uuid).bytes, 16)
+            if hasattr(out, "healthMask"):  # v2 and later; a mask not recorded reports no field (0)
+                out.healthMask = fabric.health_mask or 0
 
     def _write(self, c_struct: Any, target: Any) -> None:
         ctypes.memmove(

@@ -115,7 +115,9 @@ def test_where_cuda_cannot_start_p2p_is_unknown_and_the_check_names_the_error(py
 def test_where_cuda_starts_the_check_says_how_many_devices_it_lists(pytester, emulated_host):
     emulated_host("dgx-a100")
     result = pytester.runpytest_subprocess("--gputopo-check", "quick", "-p", "no:cacheprovider", "-v")
-    result.stdout.fnmatch_lines(["*gputopo-check::cuda PASSED (CUDA starts and lists 8 devices)*"])
+    result.stdout.fnmatch_lines(
+        ["*gputopo-check::cuda PASSED (CUDA starts and lists 8 devices, every visible GPU NVML lists)*"]
+    )
 
 
 REPEAT = "import pytest\n@pytest.mark.requires_p2p(gpus=2)\ndef test_pair(): pass\n"

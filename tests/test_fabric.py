@@ -27,8 +27,9 @@ import pynvml
 import pytest
 
 from fake_nvml import make_fake_pynvml
-from pytest_gputopo.core import faults, model, schema
+from pytest_gputopo.core import fabric_health, faults, model, schema
 from pytest_gputopo.core.requirements import LinkRequirement, NvLinkRequirement, P2PRequirement
+from pytest_gputopo.plugin import checks
 from pytest_gputopo.probe import nvml
 from pytest_gputopo.probe.recorded import load_profile, profile_dict
 
@@ -197,7 +198,11 @@ def _checks(pytester, topology: model.Topology) -> dict:
 @pytest.mark.parametrize(
     "state, outcome, says",
     [
-        ("up", "passed", "GPU1: NVLink fabric up (Completed, Success; clique 4026 of cluster " + CLUSTER + ")"),
+        (
+            "up",
+            "passed",
+            f"GPU1: NVLink fabric up (Completed, Success; clique 4026 of cluster {CLUSTER}); {checks.NO_HEALTH}",
+        ),
         (
             "not started",
             "failed",
@@ -272,3 +277,149 @@ def test_requires_p2p_skips_with_the_fabric_as_its_reason(pytester):
             "(state In Progress: the fabric manager has not registered it)*"
         ]
     )
+
+
+# -- issue 39 item 3: the fabric struct's healthMask ---------------------------------------------------
+# "The fabric struct's healthMask is never read (degraded bandwidth on GB200 passes)." Checked against
+# the installed nvidia-ml-py 13.615.71 (pynvml.py l.7206-7256: NVML_GPU_FABRIC_HEALTH_MASK_* values,
+# SHIFT_* and WIDTH_*; l.7265-7273: c_nvmlGpuFabricInfo_v2_t ends in ``healthMask: c_uint32``; the
+# older c_nvmlGpuFabricInfo_t, l.7198-7204, has none) and against nvml.h 13.3.29 (NVIDIA/go-nvml
+# gen/nvml/nvml.h l.3821-3958, fetched): degraded BW bits 0-1 (1 "Bandwidth degraded"), route recovery
+# 2-3 (1 "in progress"), route unhealthy 4-5 (1 "Route is unhealthy"), access timeout recovery 6-7
+# (1 "in progress"), incorrect configuration 8-11 (1 "Correct Configuration", 2-8 incorrect), partition
+# assigned 12-13; 0 is "not supported" in each; NVML_GPU_FABRIC_HEALTH_GET(var, type) is
+# ``(var >> SHIFT) & WIDTH``; nvmlGpuFabricInfo_v2_t "adds ... the healthMask field to the end".
+
+BW_DEGRADED = 1  # degraded bandwidth TRUE at bits 0-1
+HEALTHY = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8  # every judged field at its healthy value
+
+
+def _mask(**fields: int) -> int:
+    return sum(
+        value << getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{name.upper()}") for name, value in fields.items()
+    )
+
+
+def test_the_health_fields_are_the_installed_bindings_and_nvml_hs():
+    names = {
+        "degraded bandwidth": "DEGRADED_BW",
+        "route recovery": "ROUTE_RECOVERY",
+        "route unhealthy": "ROUTE_UNHEALTHY",
+        "access timeout recovery": "ACCESS_TIMEOUT_RECOVERY",
+        "incorrect configuration": "INCORRECT_CONFIGURATION",
+        "partition assigned": "PARTITION_ASSIGNED",
+        "global fabric manager": "GFM_STATE",
+    }
+    assert [f.name for f in fabric_health.FIELDS] == list(names)
+    for f in fabric_health.FIELDS:
+        c = names[f.name]
+        assert (f.shift, f.width) == (
+            getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_{c}"),
+            getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_WIDTH_{c}"),
+        )
+        assert getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{c}_NOT_SUPPORTED") == 0 and 0 not in f.said
+    for c in ("DEGRADED_BW", "ROUTE_RECOVERY", "ROUTE_UNHEALTHY", "ACCESS_TIMEOUT_RECOVERY"):
+        assert (
+            getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{c}_TRUE"),
+            getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_{c}_FALSE"),
+        ) == (1, 2)
+    config = fabric_health.FIELDS[4]
+    assert pynvml.NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_NONE == 1 and 1 not in config.faults
+    assert config.faults == {
+        getattr(pynvml, f"NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_{v}")
+        for v in ("INCORRECT_SYSGUID", "INCORRECT_CHASSIS_SN", "NO_PARTITION", "INSUFFICIENT_NVLINKS")
+        + ("INCOMPATIBLE_GPU_FW", "INVALID_LOCATION", "GPU_STATE_INVALID")
+    }
+    assert [n for n, _ in pynvml.c_nvmlGpuFabricInfo_v2_t._fields_][-1] == "healthMask"
+    assert "healthMask" not in [n for n, _ in pynvml.c_nvmlGpuFabricInfo_t._fields_]
+
+
+@pytest.mark.parametrize(
+    "mask, problems, unknown",
+    [
+        (0, (), ()),  # every field not supported: nothing said
+        (HEALTHY, (), ()),
+        (HEALTHY & ~0x3 | BW_DEGRADED, ("bandwidth degraded",), ()),
+        (_mask(route_recovery=1), ("route recovery in progress",), ()),
+        (_mask(route_unhealthy=1, degraded_bw=1), ("bandwidth degraded", "route unhealthy"), ()),
+        (_mask(access_timeout_recovery=1), ("access timeout recovery in progress",), ()),
+        (_mask(incorrect_configuration=5), ("incorrect configuration: insufficient NVLinks",), ()),
+        (_mask(incorrect_configuration=1, partition_assigned=2, gfm_state=2), (), ()),  # said, not judged
+        (_mask(degraded_bw=3), (), ("degraded bandwidth 3",)),  # not a value nvml.h defines
+        (_mask(incorrect_configuration=9, route_unhealthy=1), ("route unhealthy",), ("incorrect configuration 9",)),
+    ],
+)
+def test_the_health_mask_is_read_field_by_field(mask, problems, unknown):
+    health = fabric_health.read(mask)
+    assert (health.problems, health.unknown) == (problems, unknown)
+    assert (fabric_health.problem(mask) is None) == (not problems)
+    assert fabric_health.problem(None) is None  # no mask: unknown, not a fault and not "healthy"
+
+
+def _health(mask: int | None) -> model.Fabric:
+    return dataclasses.replace(UP, health_mask=mask)
+
+
+@pytest.mark.parametrize("binding", ["13.615.71", "12.575.51"])
+def test_the_probe_reads_the_health_mask_where_the_struct_has_it(binding):
+    got = nvml.probe(make_fake_pynvml(_tray(_health(BW_DEGRADED)), binding_version=binding))
+    assert got.gpus[1].fabric.health_mask == BW_DEGRADED and got.gpus[0].fabric.health_mask is None
+    mod = make_fake_pynvml(_tray(_health(BW_DEGRADED)))
+    del mod.nvmlDeviceGetGpuFabricInfoV  # a binding or driver with the old call and struct only: unknown
+    assert nvml.probe(mod).gpus[1].fabric == UP
+
+
+def test_the_profile_keeps_the_health_mask():
+    t = _tray(_health(BW_DEGRADED))
+    data = schema.to_dict(t)
+    assert data["gpus"][1]["fabric"]["health_mask"] == BW_DEGRADED and "health_mask" not in data["gpus"][0]["fabric"]
+    assert schema.from_dict(data) == t
+    data["gpus"][1]["fabric"]["health_mask"] = 2**32
+    with pytest.raises(schema.SchemaError, match=r"gpus\[1\]\.fabric\.health_mask"):
+        schema.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "mask, outcome, says",
+    [
+        (
+            HEALTHY & ~0x3 | BW_DEGRADED,
+            "failed",
+            "GPU1: NVLink fabric unhealthy (NVML's health mask: bandwidth degraded)",
+        ),
+        (
+            _mask(route_unhealthy=1),
+            "failed",
+            "GPU1: NVLink fabric unhealthy (NVML's health mask: route unhealthy)",
+        ),
+        (
+            _mask(degraded_bw=3),
+            "skipped",
+            f"GPU1: NVLink fabric up (Completed, Success; clique 4026 of cluster {CLUSTER}); NVLink fabric health "
+            "unknown (degraded bandwidth 3: not a value nvml.h defines)",
+        ),
+        (
+            HEALTHY,
+            "passed",
+            f"GPU1: NVLink fabric up (Completed, Success; clique 4026 of cluster {CLUSTER}); health: bandwidth not "
+            "degraded, no route recovery, route healthy, no access timeout recovery, configuration correct",
+        ),
+    ],
+)
+def test_a_degraded_or_unhealthy_fabric_fails_its_item_and_an_unknown_mask_is_not_passed(pytester, mask, outcome, says):
+    """Issue 39 item 3: "degraded bandwidth on GB200 passes" -- a GB200 tray whose GPU1 registered
+    (Completed, Success) with its health mask saying bandwidth degraded: the fabric item fails."""
+    checks = _checks(pytester, _tray(_health(mask)))
+    assert (checks["fabric[GPU1]"]["outcome"], checks["fabric[GPU1]"]["message"]) == (outcome, says)
+
+
+def test_the_fleet_names_a_node_whose_fabric_is_unhealthy():
+    """The fleet's fault is the check's rule (``faults.fabric_down``), so the fleet names it too."""
+    (fault,) = [f for f in faults.topology_faults(_tray(_health(BW_DEGRADED))) if f.name.startswith("fabric")]
+    assert (fault.name, fault.gpus, fault.what) == (
+        "fabric[GPU1]",
+        ("GPU1",),
+        "NVLink fabric unhealthy (NVML's health mask: bandwidth degraded)",
+    )
+    for mask in (None, 0, HEALTHY, _mask(degraded_bw=3), _mask(partition_assigned=2)):
+        assert not [f for f in faults.topology_faults(_tray(_health(mask))) if f.name.startswith("fabric")], mask

@@ -7,7 +7,9 @@ Pure. Each rule is the one the node's own health check applies, called here, not
 
 - NVLinks down: ``core.nvlinks.nvlink_lost`` (against the GPU's own link count);
 - the NVLink fabric not up where the GPU has one (``fabric_down``: NVML's GPU fabric state Not Started
-  or In Progress, or a completed registration whose status is an error);
+  or In Progress, or a completed registration whose status is an error), or up and unhealthy by its
+  health mask (``core.fabric_health``);
+- a GPU NVML lists that CUDA does not enumerate (``Topology.cuda_unlisted``: the cuda item's);
 - PCIe narrower than the GPU's own maximum width (``core.regressions.pcie_trained_down`` words it);
 - P2P refused where the GPU model and chipset allow it (``p2p_refused``: NVML's GNS and CNS are cards
   and chipsets without P2P, no fault);
@@ -23,9 +25,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import collectives, keys, spec
+from . import collectives, fabric_health, keys, spec
 from .judgement import BELOW, BROKEN, STAGED, Judgement, Measured, threshold
-from .model import Gpu, Link, P2PStatus, Topology
+from .model import Gpu, Link, P2PStatus, Topology, unlisted_line
 from .nvlinks import nvlink_lost
 from .regressions import pcie_trained_down
 from .requirements import mig_enabled
@@ -70,15 +72,22 @@ def p2p_refused(link: Link) -> str | None:
 
 
 def fabric_down(gpu: Gpu) -> str | None:
-    """Why the GPU's NVLink fabric is not up, where it has one (``model.Fabric.up`` is False); None
-    when it is up, the GPU has none (Not Supported) or no source said (unknown is never a fault)."""
-    return gpu.fabric.problem if gpu.fabric is not None else None
+    """Why the GPU's NVLink fabric is not up, where it has one (``model.Fabric.up`` is False), or not
+    healthy by NVML's health mask (``fabric_health.problem``: bandwidth degraded, a route unhealthy,
+    ...); None when it is up and nothing in its mask is a fault, the GPU has none (Not Supported) or no
+    source said (unknown is never a fault)."""
+    if gpu.fabric is None:
+        return None
+    return gpu.fabric.problem or (fabric_health.problem(gpu.fabric.health_mask) if gpu.fabric.up else None)
 
 
 def topology_faults(topology: Topology) -> list[Fault]:
     """The faults the node's facts show: NVLinks down, the NVLink fabric not up, PCIe trained down,
     P2P refused."""
     out = []
+    if topology.cuda_unlisted:  # the cuda item's: one item, every GPU it lacks (issue 39 item 3)
+        what = unlisted_line(topology.cuda_unlisted)
+        out.append(Fault("cuda", what, (), "CUDA does not enumerate a GPU NVML lists", ("GPUs",)))
     for gpu in topology.gpus:
         name = f"GPU{gpu.index}"
         down = fabric_down(gpu)

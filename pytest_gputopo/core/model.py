@@ -185,12 +185,16 @@ class Fabric:
     later on NVSwitch / GB200 systems: the fabric manager registers each GPU): ``state`` one of
     ``FABRIC_STATES``; ``status`` the registration's result ("Success" or the error's words), which
     nvml.h says to read only once the state is Completed (None before, or where no source said);
-    the clique and cluster a registered GPU belongs to (None where unknown)."""
+    the clique and cluster a registered GPU belongs to (None where unknown); ``health_mask`` the
+    registration's health as NVML's ``healthMask`` gives it (``core.fabric_health`` reads it), None
+    where unknown: a struct without the field (nvmlGpuFabricInfo_t, before v2), a registration not
+    completed, or a mask that reports no field."""
 
     state: str
     status: str | None = None
     clique_id: int | None = None
     cluster_uuid: str | None = None
+    health_mask: int | None = None
 
     @property
     def up(self) -> bool | None:
@@ -211,6 +215,50 @@ class Fabric:
         if self.state == "Completed":
             return f"NVLink fabric registration failed ({self.status})"
         return f"NVLink fabric not up (state {self.state}: the fabric manager has not registered it)"
+
+
+@dataclass(frozen=True)
+class UnlistedGpu:
+    """A GPU NVML lists that CUDA does not enumerate, though the environment leaves it visible (issue
+    39): no CUDA process can use it. Named as NVML knows it: NVML's index (nvidia-smi's), UUID, PCI
+    bus id and model (None where NVML did not say)."""
+
+    nvml_index: int
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    name: str | None = None
+
+    def describe(self) -> str:
+        """``NVML's GPU3 (NVIDIA A100-SXM4-80GB, GPU-..., PCI 00000000:47:00.0)``."""
+        said = [s for s in (self.name, self.uuid, f"PCI {self.pci_bus_id}" if self.pci_bus_id else None) if s]
+        return f"NVML's GPU{self.nvml_index}" + (f" ({', '.join(said)})" if said else "")
+
+
+def cuda_unlisted(
+    gpus: tuple[Gpu, ...], visible: Iterable[int], placed: Iterable[int | None], by_index: bool
+) -> tuple[UnlistedGpu, ...] | None:
+    """The GPUs NVML lists (``gpus``, NVML's order) that CUDA does not enumerate though the environment
+    leaves them ``visible`` (positions in ``gpus``: CUDA_VISIBLE_DEVICES as NVML's facts map it), where
+    CUDA's devices are ``placed`` at those positions (None: a device NVML cannot place). A GPU in MIG
+    mode is not judged (CUDA enumerates its instances, not it). None, unknown, where the comparison
+    would rest on a guess: a device NVML cannot place (it may be the GPU that looks lost), or CUDA
+    enumerating a GPU the environment's mapping did not expect (the indices of ``by_index``
+    CUDA_VISIBLE_DEVICES name CUDA's order, which NVML's facts map only as far as they know it)."""
+    placed, visible = list(placed), list(visible)
+    mig = {i for i, g in enumerate(gpus) if g.mig}
+    if None in placed or (by_index and mig) or set(placed) - set(visible) - mig:
+        return None
+    lost = [gpus[i] for i in visible if i not in mig and i not in placed]
+    return tuple(
+        UnlistedGpu(g.index if g.nvml_index is None else g.nvml_index, g.uuid, g.pci_bus_id, g.name) for g in lost
+    )
+
+
+def unlisted_line(gpus: tuple[UnlistedGpu, ...]) -> str:
+    """The GPUs NVML lists and CUDA does not enumerate, in one line (the cuda item's, the fleet's fault's,
+    the header's warning)."""
+    named = "; ".join(g.describe() for g in gpus)
+    return f"CUDA does not enumerate {counted(len(gpus), 'GPU')} NVML lists: {named}"
 
 
 @dataclass(frozen=True)
@@ -327,6 +375,9 @@ class Topology:
     # failed: "cuInit returned CUDA_ERROR_SYSTEM_NOT_READY (802): ..."); both None where it was not asked.
     cuda_devices: int | None = None
     cuda_problem: str | None = None
+    # The GPUs NVML lists, CUDA_VISIBLE_DEVICES leaves visible and CUDA does not enumerate (MIG apart);
+    # () where CUDA's view was compared with NVML's and lacks none, None where it was not compared.
+    cuda_unlisted: tuple[UnlistedGpu, ...] | None = None
     warnings: tuple[str, ...] = ()
     # Benchmark figures published for a recorded machine (never measured here): dicts with kind
     # ("allreduce", "p2p", "h2d", ...), gbps, source, and what they were measured on (see docs):

@@ -40,6 +40,7 @@ from .model import (
     P2PStatus,
     Source,
     Topology,
+    UnlistedGpu,
 )
 from .units import counted
 
@@ -75,7 +76,9 @@ def to_dict(topology: Topology) -> dict[str, Any]:
             del gpu["mig_devices"]
         if gpu["fabric"] is None:  # likewise only where NVML (or a listing) gave the GPU's fabric
             del gpu["fabric"]
-    for key in ("cuda_devices", "cuda_problem"):  # only where CUDA was asked: profiles stay as they were
+        elif gpu["fabric"]["health_mask"] is None:  # and its health mask only where NVML gave one
+            del gpu["fabric"]["health_mask"]
+    for key in ("cuda_devices", "cuda_problem", "cuda_unlisted"):  # only where CUDA was asked: as they were
         if data[key] is None:
             del data[key]
     return data
@@ -202,7 +205,37 @@ def _fabric_from(d: Any, path: str) -> Fabric | None:
     cluster = _get(d, "cluster_uuid", p, (str,), None)
     if cluster is not None and len(cluster) > 80:
         raise SchemaError(f"{p}cluster_uuid", f"{show_value(cluster)} is longer than 80 characters")
-    return Fabric(state=state, status=status, clique_id=_int(d, "clique_id", p, 0, 2**32 - 1), cluster_uuid=cluster)
+    return Fabric(
+        state=state,
+        status=status,
+        clique_id=_int(d, "clique_id", p, 0, 2**32 - 1),
+        cluster_uuid=cluster,
+        health_mask=_int(d, "health_mask", p, 0, 2**32 - 1),
+    )
+
+
+def _unlisted_from(d: Any, path: str) -> tuple[UnlistedGpu, ...] | None:
+    """``cuda_unlisted``: the GPUs NVML lists and CUDA does not enumerate (None: not compared)."""
+    if d is None:
+        return None
+    if not isinstance(d, list):
+        raise SchemaError(path, f"expected a list, got {show_value(d)}")
+    if len(d) > MAX_GPUS:
+        raise SchemaError(path, f"{len(d)} GPUs; at most {MAX_GPUS} are read")
+    out = []
+    for i, g in enumerate(d):
+        g = _mapping(g, f"{path}[{i}]")
+        p = f"{path}[{i}]."
+        extra = set(g) - {f.name for f in dataclasses.fields(UnlistedGpu)}
+        if extra:
+            raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
+        out.append(
+            UnlistedGpu(
+                nvml_index=_int(g, "nvml_index", p, 0, MAX_GPUS - 1, ..., allow_none=False),
+                **{k: _get(g, k, p, (str,), None) for k in ("uuid", "pci_bus_id", "name")},
+            )
+        )
+    return tuple(out)
 
 
 def _gpu_from(d: Any, path: str) -> Gpu:
@@ -361,6 +394,7 @@ def from_dict(d: Any, path: str = "") -> Topology:
         problem=_get(d, "problem", p, (str,), None),
         cuda_devices=_int(d, "cuda_devices", p, 0, MAX_GPUS),
         cuda_problem=_get(d, "cuda_problem", p, (str,), None),
+        cuda_unlisted=_unlisted_from(d.get("cuda_unlisted"), f"{p}cuda_unlisted"),
         warnings=_strings(d, "warnings", p, MAX_WARNINGS),
         published=tuple(
             _published_from(f, f"{p}published[{i}]", len(gpus))

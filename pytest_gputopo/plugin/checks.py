@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from ..core import faults, judgement, keys, spec, thresholds
-from ..core.model import P2PStatus, Topology
+from ..core import fabric_health, faults, judgement, keys, spec, thresholds
+from ..core.model import P2PStatus, Topology, unlisted_line
 from ..core.nvlinks import nvlink_lost
 from ..core.regressions import pcie_trained_down  # a link trained down, worded as --gputopo-expect words it
 from ..core.requirements import mig_enabled
@@ -91,26 +91,16 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
         """the machine was learned"""
         if not topology.gpus:
             return "failed", f"no GPU: {topology.problem or 'NVML lists none'} [{report.source_text(topology)}]", {}
-        warnings = [w for w in topology.warnings if not (topology.cuda_problem and topology.cuda_problem in w)]
-        if warnings:  # CUDA's failure is the cuda item's: one cause, one line
+        cudas = [topology.cuda_problem, unlisted_line(topology.cuda_unlisted) if topology.cuda_unlisted else None]
+        warnings = [w for w in topology.warnings if not any(c and c in w for c in cudas)]
+        if warnings:  # CUDA's failure, and a GPU it lacks, are the cuda item's: one cause, one line
             return "failed", "; ".join(warnings), {}
         return "passed", report.header_line(topology), {}
 
     yield "topology", problem
 
     if topology.is_this_host and topology.gpus:  # CUDA is started for this host only, in a child
-
-        def cuda():
-            """CUDA starts (cuInit) and lists its devices"""
-            if topology.cuda_problem is not None:  # NVML's answers alone pass where no CUDA program can run
-                what = f"CUDA cannot start: {topology.cuda_problem}"
-                return _failed(what, (), what)
-            if topology.cuda_devices is None:
-                return _skipped("CUDA not asked", "CUDA not asked")
-
-            return "passed", f"CUDA starts and lists {counted(topology.cuda_devices, 'device')}", {}
-
-        yield "cuda", cuda
+        yield "cuda", _cuda_check(run, topology)
 
     for gpu in topology.gpus:
 
@@ -169,30 +159,7 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
 
             yield f"nvlink[GPU{gpu.index}]", nvlink
         if gpu.fabric is not None or (topology.is_this_host and gpu.nvlinks):
-
-            def fabric(gpu=gpu):
-                """the GPU's NVLink fabric is up (NVML's GPU fabric state)"""
-                state = gpu.fabric
-                if state is None or state.state == "Not Supported":
-                    why = (
-                        "NVLink fabric state not reported (NVML: the GPU has no GPU fabric, not supported)"
-                        if state is not None
-                        else "NVLink fabric state not reported (NVML gives none: a driver "
-                        "without nvmlDeviceGetGpuFabricInfo, or a GPU without GPU fabric)"
-                    )
-                    return _skipped(f"GPU{gpu.index}: {why}", why)
-                problem = faults.fabric_down(gpu)
-                if problem:
-                    return _failed(f"GPU{gpu.index}: {problem}", (gpu.index,), problem)
-                if state.up is None:
-                    why = "NVLink fabric registration Completed, its status unknown"
-                    return _skipped(f"GPU{gpu.index}: {why}", why)
-                member = (f"; clique {state.clique_id}" if state.clique_id is not None else "") + (
-                    f" of cluster {state.cluster_uuid}" if state.cluster_uuid else ""
-                )
-                return "passed", f"GPU{gpu.index}: NVLink fabric up ({state.state}, {state.status}{member})", {}
-
-            yield f"fabric[GPU{gpu.index}]", fabric
+            yield f"fabric[GPU{gpu.index}]", _fabric_check(gpu)
 
     for link in topology.pairs():
 
@@ -224,6 +191,82 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
 
     if level == "full":
         yield from _benchmark_checks(run, topology)
+
+
+FROM_RECORD = "CUDA's view from this boot's record"  # the probe's note (probe.this_host) where it was not asked
+
+
+def _cuda_check(run: GputopoRun, topology: Topology):
+    """The cuda item: CUDA starts and enumerates every GPU NVML lists that the environment leaves
+    visible. A check asks CUDA anew (``hooks.pytest_gputopo_probe``); a view that came from this boot's
+    record all the same is said so and not judged (issue 39 item 3)."""
+
+    def cuda():
+        """CUDA starts (cuInit) and lists every visible GPU NVML lists"""
+        if topology.cuda_problem is not None:  # NVML's answers alone pass where no CUDA program can run
+            what = f"CUDA cannot start: {topology.cuda_problem}"
+            return _failed(what, (), what)
+        if topology.cuda_devices is None:
+            return _skipped("CUDA not asked", "CUDA not asked")
+        if FROM_RECORD in run.machine.notes:
+            why = "from this boot's record, not re-checked"
+            return _skipped(f"CUDA's view {why} (--gputopo-reprobe asks CUDA)", why)
+        lists = f"CUDA starts and lists {counted(topology.cuda_devices, 'device')}"
+        if topology.cuda_unlisted:
+            what = unlisted_line(topology.cuda_unlisted)
+            return _failed(f"{lists}; {what}: no CUDA process can use it", (), what)
+        if topology.cuda_unlisted is None:  # not compared: unknown, said as such, and not judged
+            why = f"{NOT_COMPARED}, not judged"
+            return _skipped(f"{lists}; {why}", why)
+        return "passed", f"{lists}, every visible GPU NVML lists", {}
+
+    return cuda
+
+
+NOT_COMPARED = (
+    "whether CUDA lists every GPU NVML lists is unknown (MIG instances visible, a device NVML cannot place, "
+    "or CUDA_VISIBLE_DEVICES' indices that NVML's order does not map)"
+)
+
+
+def _fabric_check(gpu):
+    """The fabric item: the GPU's NVLink fabric registration, and its health where NVML gives it."""
+
+    def fabric():
+        """the GPU's NVLink fabric is up and healthy (NVML's GPU fabric state and health mask)"""
+        state = gpu.fabric
+        if state is None or state.state == "Not Supported":
+            why = (
+                "NVLink fabric state not reported (NVML: the GPU has no GPU fabric, not supported)"
+                if state is not None
+                else "NVLink fabric state not reported (NVML gives none: a driver "
+                "without nvmlDeviceGetGpuFabricInfo, or a GPU without GPU fabric)"
+            )
+            return _skipped(f"GPU{gpu.index}: {why}", why)
+        problem = faults.fabric_down(gpu)
+        if problem:
+            return _failed(f"GPU{gpu.index}: {problem}", (gpu.index,), problem)
+        if state.up is None:
+            why = "NVLink fabric registration Completed, its status unknown"
+            return _skipped(f"GPU{gpu.index}: {why}", why)
+        member = (f"; clique {state.clique_id}" if state.clique_id is not None else "") + (
+            f" of cluster {state.cluster_uuid}" if state.cluster_uuid else ""
+        )
+        up = f"GPU{gpu.index}: NVLink fabric up ({state.state}, {state.status}{member})"
+        if state.health_mask is None:
+            return "passed", f"{up}; {NO_HEALTH}", {}
+        health = fabric_health.read(state.health_mask)
+        if health.unknown:  # a value nvml.h does not define: unknown, never healthy
+            why = f"NVLink fabric health unknown ({', '.join(health.unknown)}: not a value nvml.h defines)"
+            return _skipped(f"{up}; {why}", why)
+        rest = fabric_health.undocumented_bits(state.health_mask)
+        tail = f"; health mask bits 16-31 {rest:#x} not read (nvml.h defines none)" if rest else ""
+        return "passed", f"{up}; health: {health.text()}{tail}", {}
+
+    return fabric
+
+
+NO_HEALTH = "health not reported (no health mask: a driver before nvmlGpuFabricInfo_v2, or none of its fields)"
 
 
 def _benchmark_checks(run: GputopoRun, topology: Topology):

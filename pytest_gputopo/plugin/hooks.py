@@ -192,8 +192,13 @@ def pytest_gputopo_probe(config: pytest.Config, needs: frozenset):
     from ..probe import MachineError, learn
 
     settings = run_of(config).settings  # read once, in pytest_configure
+    # A health check asks CUDA anew (its cuda item judges CUDA now, not this boot's record of it: a fabric
+    # manager that went down since, a GPU CUDA no longer enumerates; issue 39 item 3); torch's versions
+    # may still come from the record.
+    fresh = frozenset({"cuda"}) if settings.check is not None else frozenset()  # model.CUDA, the fact's name
     try:
-        learned = learn(settings.machine, needs=needs, boot_record=boot_record(config, settings.reprobe))
+        record = boot_record(config, settings.reprobe)
+        learned = learn(settings.machine, needs=needs, boot_record=record, fresh=fresh)
     except MachineError as exc:
         raise pytest.UsageError(f"{settings.machine_from}: {exc}") from None
     config.stash[PROBE_NOTES] = learned.notes

@@ -49,12 +49,19 @@ def probe(
     return learn(machine, needs=needs, boot_record=boot_record).topology
 
 
-def learn(machine: str | None = None, *, needs=model.ALL_FACTS, boot_record: BootRecord | None = None) -> Learned:
-    """``probe``, with what was probed and what was taken from this boot's record."""
+def learn(
+    machine: str | None = None,
+    *,
+    needs=model.ALL_FACTS,
+    boot_record: BootRecord | None = None,
+    fresh: frozenset = frozenset(),
+) -> Learned:
+    """``probe``, with what was probed and what was taken from this boot's record; ``fresh``: the facts
+    asked anew even where this boot's record has them (a health check asks CUDA: ``model.CUDA``)."""
     if machine is None:
         from .this_host import learn_this_host
 
-        return learn_this_host(frozenset(needs), boot_record)
+        return learn_this_host(frozenset(needs), boot_record, frozenset(fresh))
     from .cuda_numbering import as_cuda_sees_it
     from .learned import Learned
     from .named_machine import from_smi_file, is_text, probe_recorded

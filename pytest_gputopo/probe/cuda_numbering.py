@@ -22,6 +22,9 @@ def as_cuda_sees_it(topology: model.Topology, view) -> model.Topology:
         topology = topology.restrict(vis.order)
         return dataclasses.replace(topology, warnings=tuple(warnings + list(vis.warnings)))
     placed = [_nvml_gpu(topology.gpus, view, c) for c in range(len(view.bus_ids))]
+    lost = _unlisted(topology, placed)
+    topology = dataclasses.replace(topology, cuda_unlisted=lost)
+    warnings += [model.unlisted_line(lost) + ": no CUDA process can use it"] if lost else []
     for c, at in enumerate(placed):
         if at is None:
             warnings.append(
@@ -39,6 +42,14 @@ def as_cuda_sees_it(topology: model.Topology, view) -> model.Topology:
             )
         links.append(dataclasses.replace(ln, cuda_peer=peer))
     return dataclasses.replace(topology, links=tuple(links), warnings=tuple(warnings))
+
+
+def _unlisted(topology: model.Topology, placed: list) -> tuple[model.UnlistedGpu, ...] | None:
+    """The GPUs NVML lists, the environment leaves visible and CUDA does not enumerate
+    (``model.cuda_unlisted``; issue 39 item 3: 8 GPUs do not become 7 without a word)."""
+    visible = runtime.cuda_environment()["CUDA_VISIBLE_DEVICES"]
+    by_index = visible is not None and any(e.strip().lstrip("-").isdigit() for e in visible.split(","))
+    return model.cuda_unlisted(topology.gpus, runtime.visible_gpus(topology.gpus).order, placed, by_index)
 
 
 def _nvml_gpu(gpus, view, ordinal: int) -> int | None:

@@ -117,8 +117,8 @@ def _gpu_read(gpu: model.Gpu, nvlinks: tuple[model.NvLink, ...]) -> model.Gpu:
 
 
 def _fabric_read(fabric: model.Fabric | None) -> model.Fabric | None:
-    """A recorded fabric registration as NVML's struct carries it: status, clique and cluster only
-    once completed (a completed one always has a status and a clique), the cluster UUID in its
+    """A recorded fabric registration as NVML's struct carries it: status, clique, cluster and health
+    mask only once completed (a completed one always has a status and a clique), the cluster UUID in its
     canonical form, all zeros being none."""
     if fabric is None or fabric.state != "Completed":
         return None if fabric is None else model.Fabric(fabric.state)
@@ -133,6 +133,7 @@ def _fabric_read(fabric: model.Fabric | None) -> model.Fabric | None:
         fabric.status or model.FABRIC_SUCCESS,
         fabric.clique_id or 0,
         None if cluster == str(uuid.UUID(int=0)) else cluster,
+        fabric.health_mask or None,  # 0: no field reported, as the NVML reader reads it
     )
 
 

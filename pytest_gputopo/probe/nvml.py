@@ -426,8 +426,8 @@ def _c_layout(cls: Any) -> bool:
 
 
 def _fabric(info: Any, nvml: Any) -> model.Fabric | None:
-    """A filled fabric struct as the model holds it. The status, clique and cluster are read only for
-    a completed registration (nvml.h: the status "must be checked only if Probe state returns
+    """A filled fabric struct as the model holds it. The status, clique, cluster and health mask are
+    read only for a completed registration (nvml.h: the status "must be checked only if Probe state returns
     complete"); the cluster UUID from the struct's raw bytes (a binding's ``c_char`` array decodes
     them as text and can fail: nvml-nccl-torch.md §0), all zeros being none."""
     state = int(info.state)
@@ -446,11 +446,15 @@ def _fabric(info: Any, nvml: Any) -> model.Fabric | None:
     field = type(info).clusterUuid
     raw = bytes(info)[field.offset : field.offset + _FABRIC_UUID_LEN]
     clique = getattr(info, "cliqueId", None)
+    # healthMask: v2 and later (nvml.h: "GPU Fabric health Status Mask. See NVML_GPU_FABRIC_HEALTH_MASK_*");
+    # the older struct has none. 0 reports every field "not supported": no health said, as where none.
+    mask = int(getattr(info, "healthMask", 0) or 0) & 0xFFFFFFFF
     return model.Fabric(
         model.FABRIC_STATES[state],
         status,
         None if clique is None else int(clique),
         str(uuids.UUID(bytes=raw)) if any(raw) else None,
+        mask or None,
     )
 
 

@@ -29,11 +29,12 @@ def _nvml_library_missing() -> bool:
     return False
 
 
-def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned:
+def learn_this_host(needs: frozenset, boot_record: BootRecord | None, fresh: frozenset = frozenset()) -> Learned:
     """NVML's facts from a child (never CUDA), then what else ``needs`` names: CUDA's view and torch's
-    versions from this boot's record where it has them for this very setup, else from a child that
-    asks them (and the record keeps them). Each optional source that fails leaves only its own facts
-    unknown, with a warning; NVML's GPUs stay."""
+    versions from this boot's record where it has them for this very setup (but the ``fresh`` facts:
+    asked again, as a health check asks CUDA), else from a child that asks them (and the record keeps
+    them). Each optional source that fails leaves only its own facts unknown, with a warning; NVML's
+    GPUs stay."""
     if _nvml_library_missing():
         return Learned(
             model.Topology(source=model.Source("nvml"), hostname=runtime.hostname(), problem=model.NO_DRIVER)
@@ -49,6 +50,7 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
         wanted.add(model.CUDA)
     key = _boot_key(topology) if boot_record is not None else None
     kept = (boot_record.get(key) if key else None) or {}  # type: ignore[union-attr]  # a key: a record
+    kept = {k: v for k, v in kept.items() if k not in fresh}  # the record's keys are the facts' names
     if isinstance(kept.get("cuda"), dict):
         # CUDA's own order where this boot's record has it, even where NVML's alone would do: no CUDA
         # document says how FASTEST_FIRST orders identical GPUs (_cuda_order_known)
@@ -78,7 +80,8 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None) -> Learned
 
             why = [w for w in answer.warnings if w.startswith((CUDA_UNKNOWN, "the probe of this host"))]
             cuda_problem = why[0].removeprefix(CUDA_UNKNOWN) if why else "CUDA's view could not be had"
-        if key and (answer.cuda is not None or answer.torch is not None):
+        # a fact asked anew and not had is dropped from the record: the next run asks it again
+        if key and (answer.cuda is not None or answer.torch is not None or fresh & missing):
             boot_record.put(  # type: ignore[union-attr]  # a key: a record
                 key,
                 {
