@@ -181,3 +181,23 @@ def test_one_document_holding_a_gpu_of_each_node_supersedes_neither(documents, t
     assert "nvlink[GPU4]" in json.dumps(judged["sick.json"]["findings"]), text
     assert "its GPUs are also another node's" in json.dumps(judged["planted.json"]["findings"]), text
     assert judged["n00.json"]["findings"] == [], text
+
+
+def test_the_report_draws_the_staged_twin_as_a_reference_never_below(documents, tmp_path):
+    """The HTML report of the real writer's document: every P2P copy met, each staged twin shown as
+    the host path it is ("not judged"), no cell below its threshold, the banner passed."""
+    doc = tmp_path / "check.json"
+    doc.write_text(json.dumps(documents("hgx-h100")))
+    page = tmp_path / "check.html"
+    done = rw.subprocess.run(
+        [rw.sys.executable, "-m", "pytest_gputopo.cli", "report", str(doc), "-o", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    html = page.read_text()
+    assert html.count('data-state="reference"') == 56
+    assert 'data-state="below"' not in html and 'data-state="staged"' not in html
+    assert "not judged: nothing of its own: the host path the pair&#x27;s P2P copy must beat" in html
+    assert 'id="verdict" class="passed"' in html
