@@ -125,39 +125,7 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
 
         yield f"pcie[GPU{gpu.index}]", pcie
         if gpu.nvlinks:
-
-            def nvlink(gpu=gpu):
-                """every NVLink of a GPU that has NVLink is up"""
-                mig = mig_enabled(topology, [gpu.index])
-                if mig:  # no process uses its NVLinks (no P2P under MIG): NVML's link states judge nothing
-                    return _skipped(
-                        f"{mig}: its NVLinks are not used by a MIG instance, not judged",
-                        "MIG enabled: its NVLinks are not used by a MIG instance, not judged",
-                    )
-                fault = nvlink_lost(topology, gpu)
-                if fault:
-                    return _failed(f"GPU{gpu.index}: {fault}", (gpu.index,), fault)
-                if not gpu.active_nvlinks:
-                    none = not any(g.active_nvlinks for g in topology.gpus)
-                    why = (
-                        "on any GPU: a machine without NVLink"
-                        if none
-                        else "and no pair or GPU of its model says it had one: a GPU without NVLink"
-                    )
-                    listed = "" if none else f"({len(gpu.nvlinks)} listed, all down) "
-                    why = f"{why} (e.g. PCIe cards without a bridge), not a fault"
-                    return _skipped(f"GPU{gpu.index}: no NVLink up {listed}{why}", f"no NVLink up {why}")
-                note = spec.nvlink_version_note(gpu)  # an NVML answer the architecture cannot have: warned here
-                return (
-                    "passed",
-                    (
-                        f"GPU{gpu.index}: {len(gpu.nvlinks)}/{len(gpu.nvlinks)} NVLinks up"
-                        + (f"; warning: {note}" if note else "")
-                    ),
-                    {},
-                )
-
-            yield f"nvlink[GPU{gpu.index}]", nvlink
+            yield f"nvlink[GPU{gpu.index}]", _nvlink_check(topology, gpu)
         if gpu.fabric is not None or (topology.is_this_host and gpu.nvlinks):
             yield f"fabric[GPU{gpu.index}]", _fabric_check(gpu)
 
@@ -191,6 +159,43 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
 
     if level == "full":
         yield from _benchmark_checks(run, topology)
+
+
+def _nvlink_check(topology: Topology, gpu):
+    """The nvlink item of a GPU that lists NVLinks."""
+
+    def nvlink():
+        """every NVLink of a GPU that has NVLink is up"""
+        mig = mig_enabled(topology, [gpu.index])
+        if mig:  # no process uses its NVLinks (no P2P under MIG): NVML's link states judge nothing
+            return _skipped(
+                f"{mig}: its NVLinks are not used by a MIG instance, not judged",
+                "MIG enabled: its NVLinks are not used by a MIG instance, not judged",
+            )
+        fault = nvlink_lost(topology, gpu)
+        if fault:
+            return _failed(f"GPU{gpu.index}: {fault}", (gpu.index,), fault)
+        if not gpu.active_nvlinks:
+            none = not any(g.active_nvlinks for g in topology.gpus)
+            why = (
+                "on any GPU: a machine without NVLink"
+                if none
+                else "and no pair or GPU of its model says it had one: a GPU without NVLink"
+            )
+            listed = "" if none else f"({len(gpu.nvlinks)} listed, all down) "
+            why = f"{why} (e.g. PCIe cards without a bridge), not a fault"
+            return _skipped(f"GPU{gpu.index}: no NVLink up {listed}{why}", f"no NVLink up {why}")
+        note = spec.nvlink_version_note(gpu)  # an NVML answer the architecture cannot have: warned here
+        return (
+            "passed",
+            (
+                f"GPU{gpu.index}: {len(gpu.nvlinks)}/{len(gpu.nvlinks)} NVLinks up"
+                + (f"; warning: {note}" if note else "")
+            ),
+            {},
+        )
+
+    return nvlink
 
 
 FROM_RECORD = "CUDA's view from this boot's record"  # the probe's note (probe.this_host) where it was not asked
