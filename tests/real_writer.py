@@ -26,13 +26,16 @@ MACHINE_FAULTS = {  # what a node's hardware has, by the profile it serves: (fau
     "P2P refused": "p2p_status[GPU0-GPU1]",
     "x8": "pcie[GPU2]",
 }
+HOST_FAULTS = {  # what the node's CUDA driver does: (Host.cuda's arguments, the finding's name)
+    "lost GPU": ({"unlisted": [3]}, "cuda"),  # NVML lists GPU3, CUDA does not enumerate it
+}
 ENGINE_FAULTS = {  # what a node measures: (plan arguments, the finding's name)
     "slow pair": ({"slow": {"p2p-0-1": 150.0}}, "p2p_bw[GPU0->GPU1]"),  # under its floor: a fault
     # above its floor (0.84 of the typical figure), 14 % under its peers
     "slower pair": ({"slow": {"p2p-0-1": 0.86}}, "GPU0->GPU1 copy, P2P"),
     "wrong data": ({"wrong": ("p2p-1-0",)}, "p2p_bw[GPU1->GPU0]"),
 }
-FAULTS = tuple(MACHINE_FAULTS) + tuple(ENGINE_FAULTS)
+FAULTS = tuple(MACHINE_FAULTS) + tuple(HOST_FAULTS) + tuple(ENGINE_FAULTS)
 
 
 def faulty_profile(machine: str, fault: str, folder: Path) -> Path:
@@ -65,6 +68,8 @@ def full_check(libs: Path, folder: Path, machine: str, fault: str | None = None,
     host, env = make_host(folder / "host", libs, served)
     if fault == "P2P refused":  # where NVML refuses P2P, so does CUDA (cuDeviceCanAccessPeer)
         host.cuda(nopeer=[(0, 1)])
+    if fault in HOST_FAULTS:
+        host.cuda(**HOST_FAULTS[fault][0])
     env["PYTEST_GPUTOPO_TEST_FAULTS"] = engine_double.plan(engine_of or machine, **arguments)
     unset = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "RANK", "WORLD_SIZE", "SLURM_PROCID", "PYTEST_ADDOPTS")
     env = {**{k: v for k, v in os.environ.items() if k not in unset}, **env}

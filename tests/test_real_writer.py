@@ -90,7 +90,7 @@ def _named_with_cause(documents, tmp_path, machine: str, fault: str, healthy: in
     nodes |= {name: rw.as_node(bad, name, healthy + k) for k, name in enumerate(sick)}
     code, out, text = rw.fleet(rw.write_fleet(tmp_path / "fleet", nodes))
     assert code == 1 and out["named"] == sick, text
-    cause = rw.MACHINE_FAULTS.get(fault) or rw.ENGINE_FAULTS[fault][1]
+    cause = rw.MACHINE_FAULTS.get(fault) or {**rw.HOST_FAULTS, **rw.ENGINE_FAULTS}[fault][1]
     for name in sick:
         assert cause in _findings(out, name), (name, text)
 
