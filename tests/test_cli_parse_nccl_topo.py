@@ -184,8 +184,8 @@ def test_strings_from_the_file_are_escaped_for_the_terminal(tmp_path, capsys):
 @pytest.mark.parametrize(
     "name, source, says",
     [
-        ("topo.txt", "captured/h200-driver-580/topo-m.txt", "not NCCL's topology dump (NCCL_TOPO_DUMP_FILE)"),
-        ("gpus.txt", "captured/h200-driver-580/list.txt", "not NCCL's topology dump (NCCL_TOPO_DUMP_FILE)"),
+        ("topo.txt", "captured/h200-driver-580/topo-m.txt", "read it with gputopo parse smi-topo"),
+        ("gpus.txt", "captured/h200-driver-580/list.txt", "read it with gputopo parse smi-list"),
         ("query.xml", "captured/h200-driver-580/query.xml", "read it with gputopo parse smi-xml"),
         ("nccl.log", "nccl_logs/2.21.5-nvlink-2gpu.log", "read it with gputopo parse nccl-log"),
     ],
@@ -214,7 +214,7 @@ def test_nccl_topo_xml_is_refused_by_the_other_formats(tmp_path, capsys):
             '<system version="1"><cpu numaid="&b;"/></system>',
             "a <!DOCTYPE> (NCCL writes none, and its entities are not read): not NCCL's topology dump",
         ),
-        ("<nvidia_smi_log/>", "root element is <nvidia_smi_log>, expected <system>: this is nvidia-smi -q -x"),
+        ("<nvidia_smi_log/>", "this is nvidia-smi -q -x output (XML), not NCCL's topology dump"),
         ("<topology/>", "root element is <topology>, expected <system>: not NCCL's topology dump"),
     ],
 )

@@ -103,7 +103,10 @@ def test_parse_of_another_tools_output_names_the_command_that_reads_it(tmp_path,
     (tmp_path / "p2p.txt").write_text(P2P_TEST)
     assert cli.main(["parse", fmt, str(tmp_path / "p2p.txt")]) == 2
     err = capsys.readouterr().err
-    assert f"not {fmt}: read it with `gputopo parse p2p-bandwidth FILE`" in err
+    assert (
+        f"this is p2pBandwidthLatencyTest output (cuda-samples), not {fmt}: read it with gputopo parse p2p-bandwidth"
+        in err
+    )
     assert cli.main(["parse", "p2p-bandwidth", str(tmp_path / "p2p.txt")]) == 0  # the command named reads it
 
 

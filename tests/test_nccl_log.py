@@ -757,7 +757,8 @@ def test_topo_xml_reads_cpus_gpus_nvlinks_and_nics():
     [
         ("", "empty text"),
         ("<system version='1'><cpu></system>", "not well-formed XML: mismatched tag: line 1"),
-        ("NCCL INFO not xml", "not well-formed XML: syntax error"),
+        ("NCCL INFO not xml", "this is an NCCL_DEBUG=INFO log, not NCCL's topology dump"),
+        ("not xml", "not well-formed XML: syntax error"),
         ("<topology/>", "root element is <topology>, expected <system>"),
     ],
 )

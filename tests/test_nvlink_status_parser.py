@@ -339,7 +339,7 @@ def test_cut_anywhere_keeps_the_links_read_so_far():
 
 
 def test_nvidia_smi_list_is_refused_naming_it():
-    assert "no link lines: this looks like nvidia-smi -L" in _refused(NVIDIA_SMI_L)
+    assert "this is nvidia-smi -L output (a list of GPUs), not nvidia-smi nvlink -s" in _refused(NVIDIA_SMI_L)
     assert "nvidia-smi -L" in _refused(NVIDIA_SMI_L.replace("\n", "\r\n"))
 
 

@@ -250,10 +250,10 @@ def test_smi_list_gives_names_and_uuids_and_mig(tmp_path, capsys):
 
 def test_nvlink_status_is_not_taken_for_smi_list(tmp_path, capsys):
     """nvlink -s prints -L's GPU lines with its links under them: as -L it is refused, naming it and
-    the option that reads it."""
+    the command that reads it."""
     (tmp_path / "nvl.txt").write_text(nvlink_s())
     code, out, err = run(capsys, "parse", "smi-list", tmp_path / "nvl.txt")
-    assert code == 2 and "this is nvidia-smi nvlink -s output" in err and "--nvlink-status" in err, err
+    assert code == 2 and "this is nvidia-smi nvlink -s output" in err and "gputopo parse nvlink-status" in err, err
 
 
 def test_smi_list_and_query_join_one_machine(tmp_path, h100_topo, capsys):
@@ -475,7 +475,8 @@ ENTITY = '<!DOCTYPE nvidia_smi_log [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a
             ),
             "an entity reference: refused",
         ),
-        ("<system version='1'><gpu dev='0'/></system>", "the root element is <system>, not <nvidia_smi_log>"),
+        ("<system version='1'><gpu dev='0'/></system>", "this is NCCL's topology dump (NCCL_TOPO_DUMP_FILE), not"),
+        ("<topology><gpu dev='0'/></topology>", "the root element is <topology>, not <nvidia_smi_log>"),
         ("<nvidia_smi_log><gpu>", "not well-formed XML"),
         ("<a>" * 40 + "</a>" * 40, "nested deeper than 32"),
     ],

@@ -114,7 +114,8 @@ def test_an_i_block_joins_a_larger_machine_by_its_uuid_with_a_warning(tmp_path, 
         ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-10f35015-e921-bfab-2eb8-4e9b6664d5f1)\n", "smi-list"),
         ("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-15\n", "smi-topo"),
         ("| NVIDIA-SMI 545.23.08              Driver Version: 545.23.08    CUDA Version: 12.3     |\n", "-q"),
-        ("name, memory.total [MiB]\nNVIDIA H100, 81559 MiB\n", "not nvidia-smi -q output"),
+        ("name, memory.total [MiB]\nNVIDIA H100, 81559 MiB\n", "smi-query"),
+        ("hello\nworld\n", "not nvidia-smi -q output"),
     ],
 )
 def test_another_tools_text_is_refused_by_name(tmp_path, capsys, text, says):

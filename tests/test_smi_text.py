@@ -401,7 +401,7 @@ def test_p2p_into_the_topology_takes_the_worse_direction():
 
 
 def test_p2p_parser_refuses_a_topo_matrix():
-    with pytest.raises(SmiParseError, match="no P2P status cell"):
+    with pytest.raises(SmiParseError, match="this is an nvidia-smi topo -m matrix, not nvidia-smi topo -p2p"):
         parse_p2p_matrix(FOUR)
 
 

@@ -333,7 +333,10 @@ def test_nvlink_states_are_recorded_and_a_down_link_fails_the_check(tmp_path, h1
     [
         (["--nvlink-status", "x.txt"], "--nvlink-status goes with --from-smi"),
         (["--from-smi", "TOPO2", "--nvbandwidth", "NVB"], "nvbandwidth saw 8 GPUs and the machine has 2"),
-        (["--from-smi", "TOPO2", "--nvlink-status", "TOPO2"], "no nvidia-smi nvlink -s output"),
+        (
+            ["--from-smi", "TOPO2", "--nvlink-status", "TOPO2"],
+            "this is an nvidia-smi topo -m matrix, not nvidia-smi nvlink -s",
+        ),
         (["--from-smi", "TOPO2", "--nvbandwidth", "TOPO2"], "TOPO2: "),
     ],
 )

@@ -14,6 +14,7 @@ from ..parse.smi_q import SmiQParseError, parse_smi_q
 from ..parse.smi_query import SmiQueryParseError, parse_smi_query
 from ..parse.smi_xml import SmiXmlParseError, parse_smi_xml
 from ..parse.text_machine import TextMachine
+from ..parse.which_tool import refusal
 from ..render import tables
 from .common import CliError, add_command, emit, read_file, read_tool
 
@@ -35,11 +36,16 @@ def _smi_p2p(path: str):
 
 
 def _nccl_log(path: str):
-    log = parse_nccl_log(read_file(path))
+    text = read_file(path)
+    log = parse_nccl_log(text)
     if not log.nccl_lines and log.nccl_version is None:
         raise CliError(
-            f'{path}: no NCCL log: not one line NCCL writes ("NCCL INFO", "NCCL WARN", '
-            f'"NCCL version"); run with NCCL_DEBUG=INFO'
+            f"{path}: "
+            + (
+                refusal(text, "nccl-log")
+                or 'no NCCL log: not one line NCCL writes ("NCCL INFO", "NCCL WARN", "NCCL version"); '
+                "run with NCCL_DEBUG=INFO"
+            )
         )
     return log.to_json(), tables.nccl_log_lines(log)
 

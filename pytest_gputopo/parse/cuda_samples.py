@@ -9,26 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cells import INT_RE, BadCell, cell_float
+from .which_tool import refusal
 
-__all__ = ["P2PParseError", "P2PBandwidthLatency", "looks_like_p2p", "parse_p2p_bandwidth_latency"]
+__all__ = ["P2PParseError", "P2PBandwidthLatency", "parse_p2p_bandwidth_latency"]
 
 
 class P2PParseError(ValueError):
     """The text holds no p2pBandwidthLatencyTest matrix."""
-
-
-_P2P_MARKERS = (
-    "p2pBandwidthLatencyTest",
-    "P2P=Enabled",
-    "P2P=Disabled",
-    "P2P Connectivity Matrix",
-    "D\\D",
-    "P2P (Peer-to-Peer) GPU Bandwidth Latency Test",
-)
-
-
-def looks_like_p2p(text: str) -> bool:
-    return any(marker in text for marker in _P2P_MARKERS)
 
 
 @dataclass(frozen=True)
@@ -82,6 +69,8 @@ def parse_p2p_bandwidth_latency(text: str) -> P2PBandwidthLatency:
     have; raises ``P2PParseError`` when there is no matrix at all."""
     if not isinstance(text, str):
         raise P2PParseError(f"expected the text of a p2pBandwidthLatencyTest run, got {type(text).__name__}")
+    if why := refusal(text, "p2p-bandwidth"):
+        raise P2PParseError(why)
     matrices: dict[str, list[list[float | None]]] = {}
     notes: list[str] = []
     title: str | None = None

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..core.units import counted
 from .cells import IDENT_RE, INT_RE, NA, NAN_RE, BadCell, cell_count, cell_float, cell_ident, cell_int
-from .cuda_samples import looks_like_p2p
+from .which_tool import refusal
 
 __all__ = [
     "NcclTestsParseError",
@@ -351,6 +351,8 @@ def parse_nccl_tests_all(text: str) -> tuple[NcclTestsResult, ...]:
     """Every run found in ``text`` (several runs pasted into one log give several), in order."""
     if not isinstance(text, str):
         raise NcclTestsParseError(f"expected the text of an nccl-tests run, got {type(text).__name__}")
+    if why := refusal(text, "nccl-tests"):
+        raise NcclTestsParseError(why)
     lines = text.splitlines()
     unterminated = bool(lines) and not text.endswith(("\n", "\r"))
     tables = [_Table()]
@@ -416,7 +418,7 @@ def parse_nccl_tests_all(text: str) -> tuple[NcclTestsResult, ...]:
             cur.collective = name
     found = tuple(t.result() for t in tables if t.rows)
     if not found:
-        raise NcclTestsParseError(_no_table_reason(text, tables))
+        raise NcclTestsParseError(_no_table_reason(tables))
     return found
 
 
@@ -448,12 +450,7 @@ def _parse_last_row(tokens: Sequence[str], table: _Table) -> NcclTestsRow | None
     return row
 
 
-def _no_table_reason(text: str, tables: Sequence[_Table]) -> str:
-    if looks_like_p2p(text):
-        return (
-            "this is p2pBandwidthLatencyTest output (cuda-samples), not nccl-tests: read it with "
-            "`gputopo parse p2p-bandwidth FILE` (in Python, parse_p2p_bandwidth_latency)"
-        )
+def _no_table_reason(tables: Sequence[_Table]) -> str:
     if any(t.layout is not None and not t.guessed for t in tables):
         return "nccl-tests column header found, but no result row under it (the text ends first?)"
     if any(t.summary for t in tables):

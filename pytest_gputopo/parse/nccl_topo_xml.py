@@ -1,5 +1,6 @@
 """NCCL's ``NCCL_TOPO_DUMP_FILE`` XML: the topology NCCL itself detected (GPUs, NVLinks, NICs, PCI
-switches), read strictly: text that is not such XML is a ``NcclTopoXmlError`` with a one-line reason.
+switches), read strictly: text that is not such XML is a ``NcclTopoXmlError`` with a one-line reason,
+naming the tool that wrote it where it is another's (``parse.which_tool``).
 
 What the elements mean is NCCL's (src/graph/xml.cc, ncclTopoGetXmlFromGpu, and topo.cc,
 ncclTopoAddNvLinks): an ``<nvlink>``'s ``count`` is how many NVLinks reach its ``target`` (a bus id),
@@ -12,6 +13,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from typing import Any
+
+from .which_tool import refusal
 
 
 class NcclTopoXmlError(ValueError):
@@ -39,15 +42,6 @@ def _bus(busid: object) -> int | None:
     return int(digits, 16) if _HEX.fullmatch(digits) else None
 
 
-def _other_tool(text: str) -> str:
-    """What a text NCCL's dump is not may be, said with the command that reads it."""
-    if "NCCL INFO" in text or "NCCL WARN" in text:
-        return "this is an NCCL log, not its topology dump: read it with gputopo parse nccl-log"
-    if "<nvidia_smi_log" in text:
-        return "this is nvidia-smi -q -x output: read it with gputopo parse smi-xml"
-    return f"not {TOOL}"
-
-
 def _num(attrs: dict[str, str], key: str, where: str, warnings: list[str]) -> int | str | None:
     """The attribute as an int; absent or empty (NCCL writes ``link_width=""`` where sysfs had no
     value) -> None; unreadable -> the raw string and a warning."""
@@ -69,14 +63,16 @@ def parse_topo_xml(text: object) -> dict[str, Any]:
         text = bytes(text).decode("utf-8", errors="replace")
     if not isinstance(text, str) or not text.strip():
         raise NcclTopoXmlError(f"empty text: no <system> element of {TOOL}")
+    if why := refusal(text, "nccl-topo"):
+        raise NcclTopoXmlError(why)
     if "<!DOCTYPE" in text:  # NCCL writes none; an internal one could declare entities that expand
-        raise NcclTopoXmlError(f"a <!DOCTYPE> (NCCL writes none, and its entities are not read): {_other_tool(text)}")
+        raise NcclTopoXmlError(f"a <!DOCTYPE> (NCCL writes none, and its entities are not read): not {TOOL}")
     try:
         root = ET.fromstring(text.strip().lstrip("\ufeff"))
     except ET.ParseError as exc:
-        raise NcclTopoXmlError(f"not well-formed XML: {exc}: {_other_tool(text)}") from None
+        raise NcclTopoXmlError(f"not well-formed XML: {exc}: not {TOOL}") from None
     if root.tag != "system":
-        raise NcclTopoXmlError(f"root element is <{root.tag[:40]}>, expected <system>: {_other_tool(text)}")
+        raise NcclTopoXmlError(f"root element is <{root.tag[:40]}>, expected <system>: not {TOOL}")
     out: dict[str, Any] = {"version": root.get("version"), "cpus": [], "gpus": [], "nics": [], "warnings": []}
     warnings: list[str] = out["warnings"]
     if root.get("version") != "1":

@@ -30,8 +30,8 @@ Published copies are cut short, mid-line too: whatever can be read is returned a
 warning. Text that holds no nvbandwidth output raises ``NvbandwidthParseError``; nothing else is raised.
 Units as printed: GB/s (1e9 B/s) and ns.
 
-Here: the result (``Nvbandwidth``), frozen from what ``parse.nvbandwidth_lines`` read line by line, and
-the refusal naming the tool a foreign text comes from.
+Here: the result (``Nvbandwidth``), frozen from what ``parse.nvbandwidth_lines`` read line by line;
+another tool's text is refused naming that tool (``parse.which_tool`` tells it).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.units import counted
-from .cuda_samples import looks_like_p2p
 from .nvbandwidth_lines import LineReader, ReadMatrix, title_unit
+from .which_tool import refusal
 
 __all__ = [
     "NvbandwidthParseError",
@@ -164,37 +164,8 @@ def _result(reader: LineReader) -> Nvbandwidth:
     )
 
 
-def _refusal(text: str, reader: LineReader) -> str:
-    """Why ``text`` is no nvbandwidth output, in one line: the tool it does come from, when it is known."""
-    if looks_like_p2p(text):
-        return (
-            "this is p2pBandwidthLatencyTest output (cuda-samples), not nvbandwidth: read it with "
-            "`gputopo parse p2p-bandwidth FILE` (in Python, parse_p2p_bandwidth_latency)"
-        )
-    nccl_tests = topo = False
-    for raw in text.splitlines():
-        tokens = raw.split()
-        if not tokens:
-            continue
-        if tokens[0].startswith("#") and (
-            "busbw" in tokens or "Avg bus bandwidth" in raw or (tokens[0] == "#" and tokens[1:2] == ["Rank"])
-        ):
-            nccl_tests = True
-        elif tokens[0] == "GPU0" or tokens[:2] == ["GPU", "GPU0"]:
-            topo = True
-    if nccl_tests:
-        return (
-            "this is nccl-tests output, not nvbandwidth: read it with `gputopo parse nccl-tests FILE` "
-            "(in Python, parse_nccl_tests)"
-        )
-    if "NCCL INFO" in text:
-        return "this is an NCCL_DEBUG=INFO log, not nvbandwidth output"
-    if "ROCm System Management Interface" in text or " between two GPUs " in text:
-        return "this is rocm-smi output, not nvbandwidth"
-    if topo:
-        return "this is an nvidia-smi GPU matrix (topo -m or topo -p2p), not nvbandwidth output"
-    if "(UUID: GPU-" in text:
-        return "this is nvidia-smi output (GPU lines with UUIDs), not nvbandwidth"
+def _refusal(reader: LineReader) -> str:
+    """Why a text that holds no other tool's output is no nvbandwidth output, in one line."""
     if reader.running_seen:
         return (
             "no 'nvbandwidth Version' line, and no result matrix after the 'Running <testcase>.' lines "
@@ -212,10 +183,12 @@ def parse_nvbandwidth(text: str) -> Nvbandwidth:
     a ``Running <testcase>.`` line followed by a matrix."""
     if not isinstance(text, str):
         raise NvbandwidthParseError(f"expected the text of an nvbandwidth run, got {type(text).__name__}")
+    if why := refusal(text, "nvbandwidth"):
+        raise NvbandwidthParseError(why)
     reader = LineReader()
     reader.read(text)
     if not reader.accepted():
-        raise NvbandwidthParseError(_refusal(text, reader))
+        raise NvbandwidthParseError(_refusal(reader))
     return _result(reader)
 
 

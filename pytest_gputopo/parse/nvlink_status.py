@@ -23,6 +23,7 @@ from typing import Any
 
 from ..core.units import counted
 from .cells import INT_RE, BadCell, cell_float
+from .which_tool import refusal
 
 __all__ = [
     "NvlinkStatusParseError",
@@ -183,6 +184,8 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
     read; a link or GPU printed twice keeps its last state, in the place it first appeared."""
     if not isinstance(text, str):
         raise NvlinkStatusParseError(f"expected the text of nvidia-smi nvlink -s, got {type(text).__name__}")
+    if why := refusal(text, "nvlink-status"):  # -L's GPU lines, with no link under them, among others
+        raise NvlinkStatusParseError(why)
     notes: list[str] = []
     gpus: dict[int, _Gpu] = {}
     current: _Gpu | None = None
@@ -255,11 +258,6 @@ def _why_refused(headers: int, link_lines: int, other_lines: int) -> str:
         return (
             "empty: nvidia-smi nvlink -s prints nothing where no GPU has NVLink, and names no GPU "
             "then; there are no link states to read"
-        )
-    if headers and not link_lines and other_lines < headers:
-        return (
-            "no link lines: this looks like nvidia-smi -L (a list of GPUs), not nvidia-smi nvlink -s "
-            "('Link <n>: <speed> GB/s' under each GPU)"
         )
     if headers and not link_lines:
         return (

@@ -6,7 +6,8 @@ cmd/nvidia-container-runtime.experimental/README.md @ cf192169a8982fccf168ada86a
 A MIG device listed under a GPU says its MIG mode is enabled, and each is kept (``model.MigDevice``:
 its profile, number and UUID, and the early UUID's instance ids); none listed says nothing (MIG may be
 on with no instance made). A line of no such form is a warning naming its line; text with no GPU line
-is refused."""
+is refused, and another tool's text naming it (``parse.which_tool``; ``nvlink -s`` prints -L's lines
+with its links under them)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 from ..core.limits import MAX_GPUS, MAX_MIG_DEVICES
 from ..core.model import MigDevice
 from .smi_gpus import SmiGpu, SmiGpus
+from .which_tool import refusal
 
 TOOL = "nvidia-smi -L"
 
@@ -29,7 +31,6 @@ _GPU_RE = re.compile(r"GPU ([0-9]{1,4}): (.*) \(UUID: (GPU-[0-9A-Fa-f-]{8,64})\)
 # The profile is absent on early drivers, whose UUID ends in the GPU and compute instance ids.
 _MIG_RE = re.compile(r"MIG (?:(\S+) +)?Device +([0-9]{1,3}): \(UUID: (MIG-[^\s()]{1,80})\)")
 _EARLY_MIG_UUID_RE = re.compile(r"MIG-GPU-[0-9A-Fa-f-]{8,64}/([0-9]{1,4})/([0-9]{1,4})")
-_NVLINK_RE = re.compile(r"Link [0-9]{1,3}: ")  # nvidia-smi nvlink -s prints -L's lines, then these
 
 
 def _mig_device(profile: str | None, index: str, uuid: str) -> MigDevice:
@@ -49,6 +50,8 @@ def parse_smi_list(text: str) -> SmiGpus:
     refused where it is joined, as another GPU count), None where lines are missing."""
     if not isinstance(text, str):
         raise SmiListParseError(f"expected the text of {TOOL}, got {type(text).__name__}")
+    if why := refusal(text, "smi-list"):  # nvlink -s too: it prints -L's lines above its links
+        raise SmiListParseError(why)
     notes: list[str] = []
     gpus: dict[int, dict[str, Any]] = {}
     uuids: dict[str, int] = {}
@@ -71,11 +74,6 @@ def parse_smi_list(text: str) -> SmiGpus:
                     )
             uuids[uuid] = index
             gpus[index] = current = {"index": index, "name": name or None, "uuid": uuid}
-        elif _NVLINK_RE.match(line):
-            raise SmiListParseError(
-                f"line {number}: this is nvidia-smi nvlink -s output (its 'Link <n>:' lines), not "
-                f"{TOOL}: give it to --nvlink-status (or gputopo parse nvlink-status)"
-            )
         elif m := _MIG_RE.fullmatch(line):
             if current is None:
                 notes.append(f"line {number}: a MIG device line before any GPU line")

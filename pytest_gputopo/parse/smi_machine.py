@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 from ..core import model
-from .smi_topo import GPU_RE, P2P_VALUES, ROCM_RE, UNKNOWN, SmiParseError, SmiTopo, read_table, require_gpu_rows
+from .smi_topo import GPU_RE, P2P_VALUES, UNKNOWN, SmiParseError, SmiTopo, read_table, require_gpu_rows
+from .which_tool import refusal
 
 Matrix = tuple[tuple[str, ...], ...]  # a topo -p2p matrix: GPU x GPU status abbreviations
 
@@ -18,11 +19,10 @@ def parse_p2p_matrix(text: str) -> Matrix:
     nvidia-smi writes one row per GPU, ``X`` on the diagonal and only there. Text that breaks those
     rules is refused naming its line, never read: a second row for a GPU (which holds its status is
     unknown), a row with ``X`` off its diagonal or a status on it (its cells are not in their columns:
-    a lost tab, or another tool's matrix, as rocm-smi's ``0`` on the diagonal)."""
-    if ROCM_RE.search(text):
-        raise SmiParseError(
-            "this is rocm-smi output (AMD GPUs), not nvidia-smi topo -p2p: pytest-gputopo reads NVIDIA machines only"
-        )
+    a lost tab, or another tool's matrix, as rocm-smi's ``0`` on the diagonal). Another tool's text is
+    refused naming the tool (``parse.which_tool``)."""
+    if why := refusal(text, "smi-p2p"):
+        raise SmiParseError(why)
     table = read_table(text)
     gpus = [d for d in table.devices if GPU_RE.fullmatch(d)]
     require_gpu_rows(table, gpus, "P2P")

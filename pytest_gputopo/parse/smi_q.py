@@ -25,8 +25,9 @@ put for lines it left out (``...``, ``[...]``) is a warning, and nothing after i
 next GPU section: the lines left out may have held a section's title or the next GPU's header, so a
 fact after it could be another GPU's. nvidia-smi's line for a GPU NVML cannot reach ("Unable to
 determine the device handle for GPU ...", on stderr) is a warning where a report comes with it, and
-then no GPU is given an index by its place; alone, it is refused saying what it means. Real samples,
-with their sources: ``tests/smi_q/SOURCES.md``."""
+then no GPU is given an index by its place; alone, it is refused saying what it means. Another tool's
+text (``-q -x``'s XML, ``-L``, a topo matrix, the summary table) is refused naming it
+(``parse.which_tool``). Real samples, with their sources: ``tests/smi_q/SOURCES.md``."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from ..core.model import COMPUTE_MODES, MigDevice
 from .cells import BadCell, cell_int
 from .smi_gpus import SmiFabric, SmiGpu, SmiGpus, bus_key, mib_bytes
 from .smi_xml import FABRIC_STATES
+from .which_tool import refusal
 
 TOOL = "nvidia-smi -q"
 BANNER = "==============NVSMI LOG=============="
@@ -58,19 +60,6 @@ _ELISION_RE = re.compile(r"\[?(?:\.{3,}|\u2026)\]?")
 _FABRIC_STATUS_RE = re.compile(r"[A-Za-z][A-Za-z0-9 ,._'-]{0,79}")
 _CLUSTER_UUID_RE = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 _UNKNOWN_RE = re.compile(r"N/A|\[N/A\]|Not Found|Not Supported|Not Available|Unknown.*|Requested functionality.*")
-# Other tools' text, told by a line of their own, and where to give it instead.
-_OTHERS = (
-    (re.compile(r"<\?xml|<nvidia_smi_log"), "nvidia-smi -q -x output (XML): read it with gputopo parse smi-xml"),
-    (
-        re.compile(r"GPU [0-9]+: .*\(UUID: GPU-"),
-        "nvidia-smi -L (or nvlink -s) output: read it with gputopo parse smi-list",
-    ),
-    (re.compile(r"\tGPU0\b|^ *GPU0 +GPU1 "), "an nvidia-smi topo matrix: read it with gputopo parse smi-topo"),
-    (
-        re.compile(r"\| NVIDIA-SMI "),
-        "nvidia-smi's summary table (plain `nvidia-smi`), which lists no UUID: run nvidia-smi -q",
-    ),
-)
 
 
 class SmiQParseError(ValueError):
@@ -268,13 +257,6 @@ def _gpu(node: _Section, index: int | None, notes: list[str]) -> SmiGpu:
     )
 
 
-def _refuse_other_tools(lines: list[str]) -> None:
-    for number, line in enumerate(lines[:50], 1):
-        for pattern, what in _OTHERS:
-            if pattern.search(line):
-                raise SmiQParseError(f"line {number}: this is {what}, not {TOOL}")
-
-
 def parse_smi_q(text: str) -> SmiGpus:
     """The GPUs and versions of ``nvidia-smi -q`` output (see the module docstring)."""
     if not isinstance(text, str):
@@ -282,7 +264,8 @@ def parse_smi_q(text: str) -> SmiGpus:
     lines = text.lstrip("\ufeff").splitlines()
     if len(lines) > MAX_LINES:
         raise SmiQParseError(f"{len(lines)} lines: more than any {TOOL} output")
-    _refuse_other_tools(lines)
+    if why := refusal(text, "smi-q"):
+        raise SmiQParseError(why)
     # The report starts at its banner, or (a paste without it) at its first "Key : Value" or GPU line;
     # its left margin is that line's indent (a paste indented whole, as in a Markdown list, reads the same).
     first = next((n for n, line in enumerate(lines, 1) if line.strip() == BANNER), None)

@@ -19,6 +19,7 @@ from ..core.limits import MAX_GPUS, MAX_MEMORY_BYTES, MAX_PCIE_GEN, MAX_PCIE_WID
 from ..core.model import COMPUTE_MODES
 from ..core.units import counted
 from .smi_gpus import SmiGpu, SmiGpus, bus_key
+from .which_tool import refusal
 
 TOOL = "nvidia-smi --query-gpu"
 
@@ -125,6 +126,8 @@ def parse_smi_query(text: str) -> SmiGpus:
     where a row could not be read."""
     if not isinstance(text, str):
         raise SmiQueryParseError(f"expected the text of {TOOL}, got {type(text).__name__}")
+    if why := refusal(text, "smi-query"):
+        raise SmiQueryParseError(why)
     lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not lines:
         raise SmiQueryParseError(f"empty text: no {TOOL} header")

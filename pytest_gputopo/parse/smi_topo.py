@@ -18,6 +18,7 @@ from typing import Any
 from ..core import model
 from ..core.units import counted
 from .smi_nic_legend import nic_legend
+from .which_tool import refusal
 
 TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 # Tolerate case and lost spaces ("CPUAffinity") in a mangled header.
@@ -29,9 +30,6 @@ _NIC_LEGEND_RE = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
 _TERMINAL_CODES_RE = re.compile(r"\x1b\[[0-9;]*m")
 P2P_VALUES = {s.value for s in model.P2PStatus}
 UNKNOWN = "?"
-
-# rocm-smi's banner and its --showtopo section titles ("Weight between two GPUs", "Link Type ...").
-ROCM_RE = re.compile(r"ROCm System Management Interface|^=+ [A-Za-z ]+ between two GPUs =+", re.MULTILINE)
 
 
 class SmiParseError(ValueError):
@@ -393,11 +391,10 @@ def require_gpu_rows(table: _Table, gpu_names: list[str], what: str) -> None:
 
 def parse_topo_matrix(text: str) -> SmiTopo:
     """The ``nvidia-smi topo -m`` matrix in ``text`` (other lines around it are ignored). Text that
-    is no such matrix is refused, never read as GPUs with unknown links."""
-    if ROCM_RE.search(text):
-        raise SmiParseError(
-            "this is rocm-smi output (AMD GPUs), not nvidia-smi topo -m: pytest-gputopo reads NVIDIA machines only"
-        )
+    is no such matrix is refused, never read as GPUs with unknown links; another tool's text (rocm-smi's,
+    ``-q``'s) is refused naming the tool (``parse.which_tool``)."""
+    if why := refusal(text, "smi-topo"):
+        raise SmiParseError(why)
     table = read_table(text)
     warnings, devices, n = table.warnings, table.devices, len(table.devices)
     gpu_names = [d for d in devices if GPU_RE.fullmatch(d)]

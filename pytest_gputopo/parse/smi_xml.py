@@ -29,6 +29,7 @@ from ..core.limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_PCIE_GEN, MAX_PCIE_WIDT
 from ..core.model import COMPUTE_MODES, MigDevice
 from ..core.units import counted
 from .smi_gpus import SmiFabric, SmiGpu, SmiGpus, bus_key, mib_bytes
+from .which_tool import refusal
 
 TOOL = "nvidia-smi -q -x"
 MAX_DEPTH = 32  # nvidia-smi nests about 6 deep
@@ -203,6 +204,8 @@ def parse_smi_xml(text: str) -> SmiGpus:
         raise SmiXmlParseError(f"expected the text of {TOOL}, got {type(text).__name__}")
     if not text.strip():
         raise SmiXmlParseError(f"empty text: no <nvidia_smi_log> of {TOOL}")
+    if why := refusal(text, "smi-xml"):
+        raise SmiXmlParseError(why)
     root = _tree(text.strip())
     if root.tag != "nvidia_smi_log":
         raise SmiXmlParseError(f"the root element is <{root.tag[:40]}>, not <nvidia_smi_log>: not {TOOL} output")

@@ -29,10 +29,11 @@ from .nvlink_status import NvlinkStatus
 from .smi_gpus import FACTS, SmiGpu, SmiGpus, bus_key
 from .smi_list import SmiListParseError, parse_smi_list
 from .smi_machine import Matrix, to_topology
-from .smi_q import BANNER as SMI_Q_BANNER, GPU_RE as SMI_Q_GPU_RE, LOST_RE, SmiQParseError, parse_smi_q
+from .smi_q import SmiQParseError, parse_smi_q
 from .smi_query import SmiQueryParseError, parse_smi_query
 from .smi_topo import SmiTopo
 from .smi_xml import SmiXmlParseError, parse_smi_xml
+from .which_tool import tools_in
 
 NVLINK_STATUS = "nvidia-smi nvlink -s"
 CUDA_GPU_LIST = "NVIDIA's CUDA GPU list (developer.nvidia.com/cuda-gpus)"
@@ -45,26 +46,18 @@ class TextMachineError(ValueError):
     """An output that cannot describe this machine (another machine's, or numbered otherwise)."""
 
 
+# The GPU listings, by the `gputopo parse` format that reads each.
+_LISTINGS = {"smi-xml": parse_smi_xml, "smi-q": parse_smi_q, "smi-list": parse_smi_list, "smi-query": parse_smi_query}
+
+
 def read_listing(text: str) -> SmiGpus:
-    """A GPU listing, its format told by its text: XML (``nvidia-smi -q -x``), the NVSMI LOG report
-    (``nvidia-smi -q``), ``GPU 0: ...`` lines (``nvidia-smi -L``), else ``--query-gpu`` CSV. Raises
-    that format's parse error."""
-    # A GPU nvidia-smi could not reach is a line on stderr, above any tool's output in a `2>&1` capture.
-    opening = [
-        line.strip().lstrip("\ufeff")
-        for line in text.splitlines()[:50]
-        if line.strip() and not LOST_RE.fullmatch(line.strip())
-    ][:10]
-    first = opening[0] if opening else ""
-    if not opening and any(LOST_RE.fullmatch(line.strip()) for line in text.splitlines()[:50]):
-        return parse_smi_q(text)  # nothing but such lines: -q's reader says what they mean
-    if first.startswith("<"):
-        return parse_smi_xml(text)
-    # -q's banner may follow a line the paste kept (its shell prompt, a title): smi_q reads from the banner
-    if SMI_Q_BANNER in opening or first.startswith(("Timestamp ", "Attached GPUs ")) or SMI_Q_GPU_RE.fullmatch(first):
-        return parse_smi_q(text)
-    if first.startswith("GPU "):
-        return parse_smi_list(text)
+    """A GPU listing, its format told by its text (``parse.which_tool``): ``nvidia-smi -q -x``,
+    ``-q`` (or only its line for a GPU it cannot reach, which -q's reader explains), ``-L`` or
+    ``--query-gpu`` CSV; any other text is read as CSV, whose reader refuses it naming its tool.
+    Raises that format's parse error."""
+    for tool in tools_in(text):
+        if tool.readers and tool.readers[0] in _LISTINGS:
+            return _LISTINGS[tool.readers[0]](text)
     return parse_smi_query(text)
 
 
