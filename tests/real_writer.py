@@ -56,10 +56,10 @@ def faulty_profile(machine: str, fault: str, folder: Path) -> Path:
     return path
 
 
-def full_check(libs: Path, folder: Path, machine: str, fault: str | None = None, *, engine_of: str = "") -> dict:
-    """The document ``gputopo check --level full --json`` writes on the emulated host serving
-    ``machine`` (a bundled name), a healthy node's or one with ``fault`` (of ``FAULTS``); its
-    benchmarks give ``engine_of``'s figures (``engine_double.FIGURES``; default: the machine's)."""
+def node_env(libs: Path, folder: Path, machine: str, fault: str | None = None, *, engine_of: str = "") -> dict:
+    """The environment of a process on the emulated host serving ``machine`` (a bundled name), a
+    healthy node or one with ``fault`` (of ``FAULTS``), its benchmarks giving ``engine_of``'s figures
+    (``engine_double.FIGURES``; default: the machine's): this process's own, laid over."""
     folder.mkdir(parents=True)
     served: str = machine
     if fault in MACHINE_FAULTS:
@@ -72,7 +72,12 @@ def full_check(libs: Path, folder: Path, machine: str, fault: str | None = None,
         host.cuda(**HOST_FAULTS[fault][0])
     env["PYTEST_GPUTOPO_TEST_FAULTS"] = engine_double.plan(engine_of or machine, **arguments)
     unset = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "RANK", "WORLD_SIZE", "SLURM_PROCID", "PYTEST_ADDOPTS")
-    env = {**{k: v for k, v in os.environ.items() if k not in unset}, **env}
+    return {**{k: v for k, v in os.environ.items() if k not in unset}, **env}
+
+
+def full_check(libs: Path, folder: Path, machine: str, fault: str | None = None, *, engine_of: str = "") -> dict:
+    """The document ``gputopo check --level full --json`` writes on that host (``node_env``)."""
+    env = node_env(libs, folder, machine, fault, engine_of=engine_of)
     out = folder / "check.json"
     done = subprocess.run(
         [sys.executable, "-m", "pytest_gputopo.cli", "check", "--level", "full", "--json", str(out)],
@@ -84,7 +89,7 @@ def full_check(libs: Path, folder: Path, machine: str, fault: str | None = None,
     )
     if done.returncode not in (0, 1) or not out.exists():
         said = done.stdout[-3000:] + done.stderr[-2000:]
-        raise RuntimeError(f"gputopo check on {served}: exit {done.returncode}\n{said}")
+        raise RuntimeError(f"gputopo check on {machine} ({fault or 'healthy'}): exit {done.returncode}\n{said}")
     return json.loads(out.read_text())
 
 

@@ -201,3 +201,85 @@ def test_the_report_draws_the_staged_twin_as_a_reference_never_below(documents, 
     assert 'data-state="below"' not in html and 'data-state="staged"' not in html
     assert "not judged: nothing of its own: the host path the pair&#x27;s P2P copy must beat" in html
     assert 'id="verdict" class="passed"' in html
+
+
+USER_TESTS = """
+import pytest
+
+@pytest.mark.min_p2p_bw(300, gpus=2)
+def test_pair():
+    pass
+
+@pytest.mark.min_allreduce_bw(200)
+def test_allreduce():
+    pass
+
+@pytest.mark.requires_p2p(gpus=8)
+def test_node():
+    pass
+"""
+
+
+def test_every_output_of_a_healthy_nodes_run_says_passed(emulated_libs, tmp_path):
+    """A user's run on a healthy HGX H100 node, the full check before its tests, every output written
+    by the real writers: the terminal, JSON, JUnit XML, HTML and the step summary agree that all passed,
+    and none shows a staged twin below anything."""
+    env = rw.node_env(emulated_libs, tmp_path / "node", "hgx-h100")
+    env["GITHUB_STEP_SUMMARY"] = str(tmp_path / "summary.md")
+    (tmp_path / "test_user.py").write_text(USER_TESTS)
+    out = {name: tmp_path / name for name in ("run.json", "junit.xml", "run.html")}
+    done = rw.subprocess.run(
+        [rw.sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "test_user.py"]
+        + ["--gputopo-check", "full", "--gputopo-json", str(out["run.json"]), "--junitxml", str(out["junit.xml"])]
+        + ["--gputopo-html", str(out["run.html"]), "-rA"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    said = done.stdout[-4000:] + done.stderr[-2000:]
+    assert done.returncode == 0 and "3 passed" in done.stdout, said
+    doc = json.loads(out["run.json"].read_text())
+    states = {m["key"][0]: m.get("state") for m in doc["measurements"]}
+    assert states["p2p_staged"] is None and "below" not in states.values(), states
+    assert {v["verdict"] for v in doc["verdicts"]} == {"met"}, doc["verdicts"]
+    junit = out["junit.xml"].read_text()
+    assert 'failures="0"' in junit and 'errors="0"' in junit
+    assert 'id="verdict" class="passed"' in out["run.html"].read_text()
+    summary = (tmp_path / "summary.md").read_text()
+    assert "fail" not in summary.lower().replace("0 failed", ""), summary
+    assert summary.count("| — | none (the host path P2P must beat) | measured |") == 56, summary
+
+
+def test_an_expectation_recorded_on_a_healthy_node_holds_there_and_names_a_lost_link(emulated_libs, tmp_path):
+    """``gputopo record`` writes the expectation on the healthy node; a run of the same node passes
+    its gate, and a run of the node with an NVLink down stops before its first test, naming it."""
+    (tmp_path / "test_user.py").write_text("def test_one():\n    pass\n")
+    expect = tmp_path / "healthy-node.json"
+    env = rw.node_env(emulated_libs, tmp_path / "healthy", "hgx-h100")
+    recorded = rw.subprocess.run(
+        [rw.sys.executable, "-m", "pytest_gputopo.cli", "record", "-o", str(expect)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    for node, fault in (("healthy", None), ("sick", "link down")):
+        if fault is not None:
+            env = rw.node_env(emulated_libs, tmp_path / node, "hgx-h100", fault)
+        done = rw.subprocess.run(
+            [rw.sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_user.py"]
+            + ["--gputopo-expect", str(expect)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if fault is None:
+            assert done.returncode == 0, done.stdout[-3000:]
+        else:
+            assert done.returncode != 0 and "GPU4" in done.stdout, done.stdout[-3000:]

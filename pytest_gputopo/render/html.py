@@ -22,7 +22,7 @@ from .document import ReportError, check_document  # the document's one schema, 
 from .escape import html_attribute, html_text
 from .html_style import CELL_CLASSES, LINK_CLASSES, STYLESHEET
 from .report import header_line, source_text
-from .verdict import FAILED, check_kinds, has_verdict, no_figures, verdict
+from .verdict import FAILED, check_kinds, floorless, has_verdict, no_figures, verdict
 
 __all__ = ["ReportError", "check_document", "html_report"]  # ``gputopo report`` checks, then draws
 
@@ -214,10 +214,6 @@ _STATE_WORDS = {
 }
 
 
-# The copy kinds with no floor of its own (core.keys): shown beside the others, never judged.
-_FLOORLESS = frozenset(kind for kind in keys.COPY_KINDS if keys.Copy(kind, 0, 1).floor is None)
-
-
 def _state(m: dict) -> tuple[str, str]:
     """(css class, words) of one measurement as the run judged it; a met figure at or above what the
     link should give is shaded ``above``. A document without a state (one written before states
@@ -225,8 +221,9 @@ def _state(m: dict) -> tuple[str, str]:
     state = m.get("state")
     if state is None and m.get("gbps") is None:
         state = "absent"
-    if state is None and (m.get("key") or [None])[0] in _FLOORLESS:
-        return "reference", f"not judged: {keys.JUDGED_AGAINST[m['key'][0]]}"
+    against = floorless(m)
+    if state is None and against:
+        return "reference", f"not judged: {against}"
     if state not in _STATE_WORDS:
         return "unknown", "no verdict in the document"
     exp = (m.get("expected") or {}).get("gbps")

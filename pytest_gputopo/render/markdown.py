@@ -7,7 +7,7 @@ from ..core.causes import EVIDENCE_LINES
 from ..core.model import Topology
 from .escape import markdown, workflow_data, workflow_property
 from .report import header_line, source_text
-from .verdict import check_kinds, no_figures
+from .verdict import check_kinds, floorless, no_figures
 
 
 def _cell(text) -> str:
@@ -46,6 +46,8 @@ def _figures(doc: dict) -> list[str]:
         exp = m.get("expected") or {}
         expected = "?" if exp.get("gbps") is None else f"{exp['gbps']:.3g}"
         needed = "?" if exp.get("needed_gbps") is None else f"{exp['needed_gbps']:.3g}"
+        if floorless(m) and m.get("state") is None:  # the staged twin: nothing to reach, never judged
+            expected, needed = "—", "none (the host path P2P must beat)"
         rows.append(
             [m.get("what", ""), f"{m['gbps']:.3g}", expected, needed, m.get("origin", ""), m.get("error") or ""]
         )

@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..core import keys
 from ..core.units import counted
 
 FAILED, PASSED, INCOMPLETE = "FAILED", "PASSED", "INCOMPLETE"
@@ -175,6 +176,16 @@ def _kind(kind: str, n: int) -> str:
     if words is None:
         return f"{n} {kind}"
     return f"{n} " + words.format(("y" if n == 1 else "ies") if "cop{}" in words else ("" if n == 1 else "s"))
+
+
+_FLOORLESS = frozenset(kind for kind in keys.COPY_KINDS if keys.Copy(kind, 0, 1).floor is None)
+
+
+def floorless(m: dict) -> str | None:
+    """What a measurement of a kind with no floor of its own is held to (``core.keys``: the staged
+    twin, the host path a P2P copy must beat): never judged, so shown as such; None for the others."""
+    kind = (m.get("key") or [None])[0]
+    return keys.JUDGED_AGAINST[kind] if kind in _FLOORLESS else None
 
 
 def no_figures(doc: dict) -> list[tuple[str, str]]:
