@@ -283,3 +283,21 @@ def test_an_expectation_recorded_on_a_healthy_node_holds_there_and_names_a_lost_
             assert done.returncode == 0, done.stdout[-3000:]
         else:
             assert done.returncode != 0 and "GPU4" in done.stdout, done.stdout[-3000:]
+
+
+def test_a_plan_after_a_cached_run_gives_each_test_the_runs_verdict(emulated_libs, tmp_path):
+    """The plan reads the figures the real run cached (``--gputopo-cache``) and gives each test the
+    verdict the run gave it, measuring nothing: on the node with a slow pair, the pair's test skips in
+    both, the node's all-reduce test runs in both."""
+    env = rw.node_env(emulated_libs, tmp_path / "node", "hgx-h100", "slow pair")
+    (tmp_path / "test_user.py").write_text(USER_TESTS)
+    common = [rw.sys.executable, "-m", "pytest", "-p", "no:randomly", "test_user.py", "--gputopo-cache", "-rA"]
+    runs = {}
+    for name, extra in (("run", ["--gputopo-json", "run.json"]), ("plan", ["--gputopo-plan-json", "plan.json"])):
+        done = rw.subprocess.run(common + extra, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        runs[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    plan = {e["nodeid"].split("::")[-1]: e["verdict"] for e in runs["plan"]["tests"]}
+    assert plan == {"test_pair": "skip", "test_allreduce": "run", "test_node": "run"}, runs["plan"]
+    skipped = {u["test"].split("::")[-1] for u in runs["run"]["unmet"]}
+    assert skipped == {"test_pair"}, runs["run"]["unmet"]
