@@ -142,3 +142,27 @@ def test_the_order_documents_are_read_in_does_not_change_the_verdict():
     first = judged(nodes)
     assert judged(list(reversed(nodes))) == first
     assert judged([replace(n) for n in nodes[1:] + nodes[:1]]) == first
+
+
+@pytest.mark.parametrize(
+    ("documents", "because"),
+    [
+        ([doc("a-fresh", gpus("a"), FRESH)], "its only document"),
+        (
+            [doc("a-old", gpus("a"), OLD), doc("a-fresh", gpus("a"), FRESH)],
+            "the newest by its written time of 2 documents of this node",
+        ),
+        (
+            [doc("a-ahead", gpus("a"), YEAR_AHEAD), doc("a-fresh", gpus("a"), FRESH)],
+            "the newest by its written time of 2 documents of this node, 1 stamped later than this "
+            "collection set aside",
+        ),
+        (
+            [doc("a-fresh", gpus("a"), FRESH), doc("x-planted", ("GPU-a-0", "GPU-b-0"), OLD, name="x")],
+            "judged apart: its GPUs are also those of a's a-fresh",
+        ),
+    ],
+)
+def test_each_node_says_why_its_document_is_the_one_judged(documents, because):
+    kept, _ = roster(documents, NOW)
+    assert kept[-1].judged_because == because

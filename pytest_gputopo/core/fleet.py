@@ -312,7 +312,9 @@ def roster(nodes: list[Node], now: float) -> tuple[list[Node], list[Superseded]]
             superseded += old
     for i, other in pulled:
         alone, _ = _judged_of(nodes, [i], now)
-        kept.append((i, replace(alone, faults=alone.faults + (_overlap_fault(nodes[i], nodes[other]),))))
+        because = f"judged apart: its GPUs are also those of {nodes[other].name}'s {nodes[other].path}"
+        faults = alone.faults + (_overlap_fault(nodes[i], nodes[other]),)
+        kept.append((i, replace(alone, faults=faults, judged_because=because)))
     kept.sort(key=lambda item: item[0])
     return _named_apart([node for _, node in kept]), superseded
 
@@ -358,7 +360,20 @@ def _judged_of(nodes: list[Node], members: list[int], now: float) -> tuple[Node,
         )
         for o in older
     ]
-    return replace(newest, faults=tuple(faults), notes=notes), old
+    return replace(newest, faults=tuple(faults), notes=notes, judged_because=_because(newest, older, now)), old
+
+
+def _because(newest: Node, older: list[Node], now: float) -> str:
+    """Why ``newest`` is the node's judged document, in words."""
+    if not older:
+        return "its only document" + (", stamped later than this collection" if _future(newest, now) else "")
+    of = f"of {counted(len(older) + 1, 'document')} of this node"
+    if _future(newest, now):
+        return f"every document {of} is stamped later than this collection: the newest of them"
+    ahead = sum(_future(o, now) for o in older)
+    return f"the newest by its written time {of}" + (
+        f", {ahead} stamped later than this collection set aside" if ahead else ""
+    )
 
 
 def _history_faults(newest: Node, older: list[Node]) -> list[Fault]:

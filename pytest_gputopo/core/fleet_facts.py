@@ -60,6 +60,7 @@ class Node:
     per_gpu: frozenset[str] = field(default_factory=frozenset)  # the facts that name a GPU or a pair
     uuids: tuple[str | None, ...] = ()  # its GPUs': which node a document is of (a node is its GPUs)
     faults: tuple[Fault, ...] = ()  # what is wrong by its own facts, whatever its peers hold (core.faults)
+    judged_because: str = ""  # why this document is the node's judged one (core.fleet.roster)
 
 
 def _p2p_text(p2p: model.P2P) -> str:

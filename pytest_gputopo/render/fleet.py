@@ -123,6 +123,7 @@ def document(fleet: Fleet, unread: list) -> dict:
             "name": n.name,
             "document": n.path,
             "written": n.when,
+            "judged_because": n.judged_because,
             "gpu_uuids": list(n.uuids),
             "findings": [_finding(f) for f in g.of(n.name)],
             "disagrees": [f.fact for f in g.disagreeing(n.name)],
