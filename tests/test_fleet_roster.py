@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, strategies as st
 
 from pytest_gputopo.core.faults import Fault
 from pytest_gputopo.core.fleet import FUTURE_SKEW_S, _stamp, roster
@@ -166,3 +167,38 @@ def test_the_order_documents_are_read_in_does_not_change_the_verdict():
 def test_each_node_says_why_its_document_is_the_one_judged(documents, because):
     kept, _ = roster(documents, NOW)
     assert kept[-1].judged_because == because
+
+
+_STAMPS = (None, OLD, FRESH, YEAR_AHEAD, "not a time")
+
+
+@st.composite
+def _documents(draw):
+    """Documents of a few nodes' GPUs: whole sets, a GPU lost or moved, planted mixtures, odd stamps."""
+    count = draw(st.integers(1, 8))
+    out = []
+    for k in range(count):
+        uuids = draw(
+            st.lists(
+                st.sampled_from([f"GPU-{n}-{g}" for n in "abc" for g in range(4)]), min_size=1, max_size=5, unique=True
+            )
+        )
+        out.append(doc(f"d{k}", tuple(uuids), draw(st.sampled_from(_STAMPS)), name=draw(st.sampled_from("abx"))))
+    return out
+
+
+@given(_documents(), st.randoms(use_true_random=False))
+def test_no_document_is_lost_and_the_order_read_changes_nothing(documents, rng):
+    """Every document is judged or superseded, once; read in any order, each is judged or superseded
+    the same, with the same findings."""
+
+    def outcome(nodes):
+        kept, superseded = roster(nodes, NOW)
+        judged = {n.path: sorted(f.name for f in n.faults) for n in kept}
+        return judged, {s.path: s.by for s in superseded}
+
+    judged, superseded = outcome(documents)
+    assert sorted([*judged, *superseded]) == sorted(d.path for d in documents)
+    shuffled = list(documents)
+    rng.shuffle(shuffled)
+    assert outcome(shuffled) == (judged, superseded)

@@ -226,7 +226,7 @@ def _clusters(nodes: list[Node]) -> list[list[int]]:
     sets = [_gpu_set(n) for n in nodes]
     holders: dict[str, list[int]] = defaultdict(list)  # only documents that share a GPU are compared
     for i, gpus in enumerate(sets):
-        for j in dict.fromkeys(j for uuid in gpus for j in holders[uuid]):
+        for j in dict.fromkeys(j for uuid in sorted(gpus) for j in holders[uuid]):
             if _one_node(gpus, sets[j]):
                 parent[root(i)] = root(j)
         for uuid in gpus:
@@ -264,7 +264,8 @@ def _overlapping(nodes: list[Node], clusters: list[list[int]], now: float) -> li
     pulled: list[tuple[int, int]] = []
     members = [list(c) for c in clusters]
     while True:
-        clash = _first_shared([_age_order(nodes, m, now)[-1] for m in members if m], nodes)
+        newest = sorted((_age_order(nodes, m, now)[-1] for m in members if m), key=lambda i: nodes[i].path)
+        clash = _first_shared(newest, nodes)  # by path: the same clash first in whatever order they were read
         if clash is None:
             return pulled
         apart, other = _taken_apart(nodes, clash, now)
@@ -287,7 +288,7 @@ def _first_shared(newest: list[int], nodes: list[Node]) -> tuple[int, int] | Non
     """Two of these documents that share a GPU, the first found; None where none do."""
     holder: dict[str, int] = {}
     for i in newest:
-        for uuid in _gpu_set(nodes[i]):
+        for uuid in sorted(_gpu_set(nodes[i])):  # sorted: the same pair first whatever the hash seed
             if holder.setdefault(uuid, i) != i:
                 return holder[uuid], i
     return None
