@@ -934,3 +934,29 @@ def test_a_runs_first_round_is_served_in_the_runs_order_after_those_that_waited_
     finally:
         for ticket in (earlier, small, large, later):
             ticket.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("letters", ["-rs", "-ra", "-rA"])
+def test_a_leased_test_that_skips_is_summed_up_as_in_place(pytester, leased, letters):
+    """Issue 40 item 4: a leased test that skips crashed the run's summary under -rs, -ra or -rA. The
+    relayed report's long form came back from JSON as a list; pytest's terminal asserts a tuple
+    (_pytest/terminal.py, ``_folded_skips``: ``assert isinstance(event.longrepr, tuple)``), and the run
+    printed a traceback instead of its summary and exited 1. Without leases: 1 skipped, exit 0."""
+    args = leased("dgx-a100")
+    pytester.makepyfile(
+        test_it="""
+import pytest
+
+@pytest.mark.requires_gpus(1)
+def test_skips():
+    pytest.skip("not today")
+"""
+    )
+    summaries = []
+    for lease in (args, []):
+        result = pytester.runpytest_subprocess(*lease, letters)
+        assert result.ret == 0, result.stdout.str()[-3000:]
+        result.assert_outcomes(skipped=1)
+        summaries.append([ln for ln in result.stdout.lines if ln.startswith("SKIPPED")])
+    assert summaries[0] == summaries[1] and "not today" in summaries[0][0], summaries

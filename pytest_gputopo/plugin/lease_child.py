@@ -185,6 +185,10 @@ class LeaseProcess:
             self._finish_unfinished(item, seen, f"did not collect it; its last output:\n{self.output_tail()}")
         else:
             report = config.hook.pytest_report_from_serializable(config=config, data=data)
+            if isinstance(getattr(report, "longrepr", None), list):
+                # A skip's (path, line, reason): JSON has no tuple, and pytest's summary asserts one
+                # (_pytest/terminal.py _folded_skips; xdist's execnet keeps tuples, our JSON lines do not).
+                report.longrepr = tuple(report.longrepr)
             if report is not None and getattr(report, "nodeid", None) == item.nodeid:
                 seen.add(report.when)
                 item.ihook.pytest_runtest_logreport(report=report)
