@@ -960,3 +960,73 @@ def test_skips():
         result.assert_outcomes(skipped=1)
         summaries.append([ln for ln in result.stdout.lines if ln.startswith("SKIPPED")])
     assert summaries[0] == summaries[1] and "not today" in summaries[0][0], summaries
+
+
+@pytest.mark.slow
+def test_leased_tests_keep_their_own_gpus_figures_and_the_report_names_their_gpus(pytester, leased, monkeypatch):
+    """Issue 40 items 1 and 2: each lease's process numbers its GPUs from cuda:0 and shared the run's
+    figure folder by index, so two ``min_p2p_bw(100, gpus=2)`` tests on leases (0,1) and (2,3) made one
+    measurement between them and got one verdict (a slow pair passed on a fast pair's figure), and the
+    report named the wrong GPUs. The engine here is slow (10 GB/s) only on pairs with physical GPU0
+    (named by UUID: what CUDA_VISIBLE_DEVICES holds in the lease's process)."""
+    args = leased("dgx-a100")
+    ids = uuids("dgx-a100")
+    slow = {f"{kind}-{a}-{b}": 10.0 for kind in ("p2p", "p2p_bidir") for a in ids for b in ids if ids[0] in (a, b)}
+    monkeypatch.setenv("PYTEST_GPUTOPO_TEST_FAULTS", json.dumps({"copy_gbps": {"p2p": 200.0, **slow}}))
+    pytester.makepyfile(
+        test_it="""
+import pytest
+from record import record
+
+@pytest.mark.min_p2p_bw(100, gpus=2)
+def test_a(gputopo_gpus):
+    record(gputopo_gpus)
+
+@pytest.mark.min_p2p_bw(100, gpus=2)
+def test_b(gputopo_gpus):
+    record(gputopo_gpus)
+"""
+    )
+    result = pytester.runpytest_subprocess(*args, "-n", "2", "-rs", "--gputopo-json", "run.json")
+    result.assert_outcomes(passed=1, skipped=1)
+    (ran,) = lease_log(pytester)
+    assert ids[0] not in ran["uuid"], ran  # the test that passed had the fast pair
+    doc = json.loads((pytester.path / "run.json").read_text())
+    figures = {tuple(m["key"][1:]): m["gbps"] for m in doc["measurements"] if m["key"][0] == "p2p"}
+    where = {u: i for i, u in enumerate(ids)}
+    fast = tuple(sorted(where[u] for u in ran["uuid"]))
+    assert figures[fast] == 200.0, figures
+    slow_pairs = [pair for pair in figures if 0 in pair]
+    assert slow_pairs and all(figures[p] == 10.0 for p in slow_pairs), figures
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["in one process", "xdist"])
+def test_a_figure_a_leased_tests_process_measures_reaches_the_runs_report(pytester, leased, monkeypatch, workers):
+    """Issue 40 item 2: a leased ``min_p2p_bw`` test's figure vanished: without leases the JSON had the
+    measurement; with leases ``measurements`` was empty (the lease process's figures were never sent
+    back). Now they reach the run's record, numbered as the run numbers its GPUs."""
+    args = leased("dgx-a100")
+    monkeypatch.setenv("PYTEST_GPUTOPO_TEST_FAULTS", json.dumps({"copy_gbps": 200.0}))
+    temp = pytester.path / "temp"  # the run's own folders are made here, and must be gone at its end
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    pytester.makepyfile(
+        test_it="""
+import pytest
+from record import record
+
+@pytest.mark.min_p2p_bw(100, gpus=2)
+def test_a(gputopo_gpus):
+    record(gputopo_gpus)
+"""
+    )
+    result = pytester.runpytest_subprocess(*args, *workers, "--gputopo-json", "run.json")
+    result.assert_outcomes(passed=1)
+    (ran,) = lease_log(pytester)
+    where = {u: i for i, u in enumerate(uuids("dgx-a100"))}
+    doc = json.loads((pytester.path / "run.json").read_text())
+    copies = [m for m in doc["measurements"] if m["key"][0] == "p2p"]
+    assert [m["key"][1:] for m in copies] == [[where[ran["uuid"][0]], where[ran["uuid"][1]]]], copies
+    assert copies[0]["gbps"] == 200.0 and doc["lost_measurements"] == []
+    assert list(temp.glob("pytest-gputopo-run-*")) == []

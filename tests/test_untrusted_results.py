@@ -107,7 +107,7 @@ def test_a_truncated_file_in_the_shared_folder_is_measured_again_and_listed_as_l
     folder = SharedFolder(str(tmp_path))
     (tmp_path / "p2p-0-1.json").write_text('{"key": ["p2p", 0, 1], "what": "co')
     folder.put("h2d-0-True", BenchResult(keys.HostCopy("h2d", 0, True), "h2d", 20.0, "measured").to_json())
-    taken, lost = folder.results()
+    taken, lost = folder.results(HOST)
     assert [r.key for r in taken] == [keys.HostCopy("h2d", 0, True)]
     assert lost == [f"p2p-0-1: {tmp_path / 'p2p-0-1.json'} is not whole JSON"]
 

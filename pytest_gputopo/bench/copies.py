@@ -224,16 +224,27 @@ def host_device_copy(
 
 def _test_figure(faults: dict, key: list) -> dict:
     """The project's tests' copy figure without a GPU (``runtime.environ.test_faults``): ``copy_gbps``
-    one figure for every copy, or a table by copy (``keys.name_of``: "p2p-0-1", "h2d-3-True") and
-    by kind ("p2p", "p2p_staged", "p2p_bidir", "h2d", "h2d_pageable", "d2h", "d2h_pageable"); the
-    copies named in ``copy_wrong`` came back with wrong data."""
+    one figure for every copy, or a table by copy, its GPUs as CUDA_VISIBLE_DEVICES names them
+    ("p2p-GPU-1f..-GPU-9c..") or by index (``keys.name_of``: "p2p-0-1", "h2d-3-True"), and by kind
+    ("p2p", "p2p_staged", "p2p_bidir", "h2d", "h2d_pageable", "d2h", "d2h_pageable"); the copies
+    named in ``copy_wrong`` came back with wrong data."""
     figures = faults["copy_gbps"]
     name = "-".join(map(str, key))
     if isinstance(figures, dict):
         kind = key[0] + ("_pageable" if key[0] in ("h2d", "d2h") and not key[2] else "")
-        figures = figures.get(name, figures.get(kind))
+        figures = figures.get(_physical_name(key), figures.get(name, figures.get(kind)))
     wrong = name in faults.get("copy_wrong", ())
     return {"bw_gbps": figures, **({"error": f"{name}: 1 byte differs from the source (test fault)"} if wrong else {})}
+
+
+def _physical_name(key: list) -> str:
+    """A copy's name with its GPUs as CUDA_VISIBLE_DEVICES names them ("p2p-GPU-1f..-GPU-9c.."): the
+    same GPUs whatever a process numbers them (a leased test's process numbers its GPUs from 0)."""
+    visible = (environ.cuda_environment()["CUDA_VISIBLE_DEVICES"] or "").split(",")
+    gpus = key[1:3] if key[0].startswith("p2p") else key[1:2]
+    if not all(isinstance(g, int) and 0 <= g < len(visible) and visible[g] for g in gpus):
+        return ""
+    return "-".join([key[0], *(visible[g] for g in gpus), *map(str, key[1 + len(gpus) :])])
 
 
 def answer(request: dict) -> dict:

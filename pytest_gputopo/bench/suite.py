@@ -13,6 +13,7 @@ parallel jobs) never benchmark the same host at once, and may be kept in pytest'
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -89,12 +90,61 @@ def _shared_result(data, key: keys.Key) -> BenchResult:
     return result
 
 
+def _renumbered(data: dict, key: keys.Key) -> dict:
+    """``data``, a result another process wrote in its numbering, as the result of ``key`` (the same
+    GPUs here): its key, and its words' subject ("GPU0->GPU1 copy"), those of this numbering."""
+    try:
+        theirs = keys.from_list(data.get("key"))
+    except ValueError:
+        return data  # not a result: the suite's check says why
+    what = data.get("what")
+    said = theirs.describe()
+    if isinstance(what, str) and what.startswith(said):
+        what = key.describe() + what[len(said) :]
+    return {**data, "key": key.to_list(), "what": what}
+
+
+def _in_numbering(data: dict, where: dict[str, int]) -> dict:
+    """A shared result whose GPUs are named by UUID (``gpus``), in the numbering ``where`` gives."""
+    theirs = keys.from_list(data.get("key"))
+    uuids = data["gpus"]
+    if not isinstance(uuids, list) or len(uuids) != len(keys.gpus_of(theirs)) or not all(u in where for u in uuids):
+        raise ValueError("its GPUs are not this run's")
+    return _renumbered(data, keys.renumbered(theirs, tuple(where[u] for u in uuids)))
+
+
 class SharedFolder:
-    """Results the processes of one run on this host share (xdist workers): one JSON file each.
-    ``get``/``put`` are what :class:`BenchSuite` needs of a share (``ranks.NodeShare`` is the other)."""
+    """Results the processes of one run on this host share (xdist workers, and a leased test's process,
+    which numbers its leased GPUs from cuda:0): one JSON file each. A figure of GPUs is shared under
+    their UUIDs, never their indices, and read back in the reader's numbering (``get_figure``,
+    ``results``); ``get_figure``/``put_figure`` are what :class:`BenchSuite` needs of a share
+    (``ranks.NodeShare`` is the other)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+
+    def _figure_name(self, key: keys.Key, name: str, uuids: list[str] | None) -> str:
+        """``name`` (``keys.name_of`` and what else makes the figure) where the GPUs are not known by
+        UUID; else its kind and a digest of the GPUs' UUIDs with what is not a GPU index."""
+        if uuids is None:
+            return name
+        suffix = name[len(keys.name_of(key)) :]  # what else makes the figure: an all-reduce's backend
+        rest = [key.kind, getattr(key, "pinned", None), getattr(key, "ranks", None), getattr(key, "size_bytes", None)]
+        digest = hashlib.sha256(json.dumps([rest, suffix, uuids]).encode()).hexdigest()[:24]
+        return f"{key.kind}-{digest}"
+
+    def get_figure(self, key: keys.Key, name: str, uuids: list[str] | None) -> Any:
+        """The result another process left for ``key`` on the GPUs of ``uuids`` (None: by index), in
+        this process's numbering; None where there is none. Checked whole by the suite after."""
+        data = self.get(self._figure_name(key, name, uuids))
+        if data is None or uuids is None:
+            return data
+        if not isinstance(data, dict) or data.get("gpus") != uuids:
+            raise ValueError("it is the figure of other GPUs")
+        return _renumbered(data, key)
+
+    def put_figure(self, key: keys.Key, name: str, uuids: list[str] | None, data: dict) -> None:
+        self.put(self._figure_name(key, name, uuids), {**data, **({"gpus": uuids} if uuids else {})})
 
     def _file(self, name: str) -> str:
         return os.path.join(self.path, name + ".json")
@@ -122,13 +172,18 @@ class SharedFolder:
         except OSError:  # not made yet, or removed at the end
             return []
 
-    def results(self) -> tuple[list[BenchResult], list[str]]:
-        """Every result in the folder (what the xdist workers measured, for the controller's
-        report), and why each file that could not be taken was not."""
+    def results(self, topology: model.Topology) -> tuple[list[BenchResult], list[str]]:
+        """Every result in the folder (what the xdist workers and leased tests' processes measured,
+        for the controller's report) in ``topology``'s numbering, and why each file that could not be
+        taken was not."""
+        where = {gpu.uuid: gpu.index for gpu in topology.gpus if gpu.uuid}
         taken, lost = [], []
         for name in self.names():
             try:
-                taken.append(BenchResult.from_json(self.get(name)))
+                data = self.get(name)
+                if isinstance(data, dict) and "gpus" in data:
+                    data = _in_numbering(data, where)
+                taken.append(BenchResult.from_json(data))
             except ValueError as exc:
                 lost.append(f"{name}: {exc}")
         return taken, lost
@@ -211,7 +266,7 @@ class BenchSuite:
             if result.gbps is None:
                 self._unrecorded.add(key)
             if self._shared is not None:  # for the controller's report, as a measurement would be
-                self._shared.put(name, result.to_json())
+                self._shared.put_figure(key, name, self._uuids(key), result.to_json())
             return result
         if isinstance(key, keys.AllReduce):  # the cache outlives the run: name what else makes the figure
             s = self.settings
@@ -228,14 +283,14 @@ class BenchSuite:
                 distrust = None
                 if self._shared is not None:
                     try:
-                        found = self._shared.get(name)
+                        found = self._shared.get_figure(key, name, self._uuids(key))
                         if found is not None:
                             return _shared_result(found, key)
                     except ValueError as exc:
                         distrust = f"the figure another process of this run left was not trusted: {exc}"
                 result = self._cached_or_measured(key, name, distrust)
                 if self._shared is not None:
-                    self._shared.put(name, result.to_json())
+                    self._shared.put_figure(key, name, self._uuids(key), result.to_json())
                 return result
         except LockRefused:
             raise  # a folder planted by another user: the test errors, naming it (never a quiet skip)
@@ -275,6 +330,15 @@ class BenchSuite:
         else:
             gpus = getattr(key, "devices", None) or tuple(range(key.ranks))
         return tuple(g for g in gpus if g < len(self.topology.gpus))
+
+    def _uuids(self, key: keys.Key) -> list[str] | None:
+        """The UUIDs of the GPUs a measurement runs on, in the key's order: what its figure is shared
+        under (a leased test's process numbers its GPUs from cuda:0); None where one is not known."""
+        gpus = self._gpus_of(key)
+        uuids = [self.topology.gpus[g].uuid for g in gpus]
+        if not gpus or len(gpus) != len(keys.gpus_of(key)) or not all(uuids):
+            return None
+        return uuids  # type: ignore[return-value]  # all known: strings
 
     def _refused(self, key: keys.Key) -> str | None:
         """Why no figure can be had for ``key`` whatever is measured or published: its GPUs have MIG

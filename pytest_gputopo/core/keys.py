@@ -121,6 +121,31 @@ def name_of(key: Key) -> str:
     return "-".join(".".join(map(str, part)) if isinstance(part, list) else str(part) for part in key.to_list())
 
 
+def gpus_of(key: Key) -> tuple[int, ...]:
+    """The GPUs a key names, by index, in its order: a copy's two, a host copy's one, an all-reduce's
+    devices (cuda:0..ranks-1 where it names none); none for NCCL's account."""
+    if isinstance(key, Copy):
+        return (key.src, key.dst)
+    if isinstance(key, HostCopy):
+        return (key.gpu,)
+    if isinstance(key, AllReduce):
+        return key.devices or tuple(range(key.ranks))
+    return ()
+
+
+def renumbered(key: Key, gpus: tuple[int, ...]) -> Key:
+    """The same measurement on ``gpus`` (``gpus_of``'s order): a figure another process numbered
+    otherwise, in this one's numbering. An all-reduce on cuda:0..ranks-1 names no devices."""
+    if isinstance(key, Copy):
+        return Copy(key.kind, *gpus)
+    if isinstance(key, HostCopy):
+        return HostCopy(key.kind, gpus[0], key.pinned)
+    if isinstance(key, AllReduce):
+        devices = tuple(sorted(gpus))
+        return AllReduce(key.ranks, key.size_bytes, None if devices == tuple(range(key.ranks)) else devices)
+    return key
+
+
 def _index(value: Any, high: int) -> bool:
     return type(value) is int and 0 <= value < high
 

@@ -16,14 +16,22 @@ from ..runtime import environ
 from . import hookspecs, markers, options, reporter
 from .fixtures import gputopo, gputopo_bench, gputopo_gpus, gputopo_rank, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
 from .machine import Machine, boot_record, item_facts, learned_by_others, shared
-from .run import GATE_EXIT_STATUS, RANKS_EXIT_STATUS, RANKS_TEST, RUN, GputopoRun, Ranks, run_of
+from .run import (
+    GATE_EXIT_STATUS,
+    RANKS_EXIT_STATUS,
+    RANKS_TEST,
+    RUN,
+    WORKER_SHARED_DIR,
+    WORKER_TOPOLOGY,
+    GputopoRun,
+    Ranks,
+    run_of,
+)
 from .run_settings import read_run_settings
 
 ITEM_REQS = pytest.StashKey[list]()  # a test's (requirement, strict) pairs, read at collection
 PROBE_NOTES = pytest.StashKey[tuple]()  # what the probe asked and what it took from this boot's record
 # xdist: what the controller hands each worker
-WORKER_TOPOLOGY = "gputopo_topology"
-WORKER_SHARED_DIR = "gputopo_shared_dir"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -221,10 +229,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(RUN, None)
     if run is not None and run.state.suite is not None:
         run.state.suite.close()
-    if run is not None and run.shared_dir and not run.worker:
+    if run is not None and run.shared_folders and not run.worker:
         from ..runtime import run_folder
 
-        run_folder.remove(run.shared_dir)
+        for folder in run.shared_folders:
+            run_folder.remove(folder)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

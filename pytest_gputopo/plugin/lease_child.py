@@ -33,6 +33,7 @@ import pytest
 
 from ..core.schema import to_dict
 from ..runtime.procs import tail
+from .run import WORKER_SHARED_DIR, GputopoRun, run_of
 
 CHILD_OPTION = "--gputopo-lease-child"  # the child's spec file; not a user setting (no ini or env)
 OUTPUT = "output.txt"
@@ -65,6 +66,16 @@ def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> li
     ]
 
 
+def figures_folder(run: GputopoRun) -> str:
+    """Where the leased tests' processes of a run that shares no folder (no xdist) leave the figures
+    they measure, for the run's record (``GputopoRun.shared_folders``): made for the first."""
+    if run.state.lease_figures is None:
+        from ..runtime import run_folder
+
+        run.state.lease_figures = run_folder.make()
+    return run.state.lease_figures
+
+
 class LeaseProcess:
     """A pytest process for a leased test of ``item``'s module, started with ``environ`` (its
     environment: seeing its lease's GPUs alone, or none until it is handed a lease, ``hand``), that
@@ -87,6 +98,7 @@ class LeaseProcess:
         try:
             spec = os.path.join(self.folder, SPEC)
             workerinput = dict(getattr(config, "workerinput", None) or {"workerid": "master"})
+            workerinput[WORKER_SHARED_DIR] = workerinput.get(WORKER_SHARED_DIR) or figures_folder(run_of(config))
             with open(spec, "w", encoding="utf-8") as handle:
                 json.dump(
                     {

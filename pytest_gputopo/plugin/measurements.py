@@ -44,7 +44,7 @@ def suite(run: GputopoRun) -> BenchSuite:
     found = run.state.suite
     if found is not None:
         return found
-    shared: Any  # a NodeShare or a SharedFolder: anything with get(name) and put(name, dict)
+    shared: Any  # a NodeShare or a SharedFolder: anything with get_figure and put_figure
     across = shared = None
     if run.ranks is not None:
         from ..runtime.ranks import NodeShare, rendezvous

@@ -27,9 +27,8 @@ def write(run: GputopoRun, complete: bool, changed: bool = False) -> None:
     pytest's own summary (``report_errors``), never in its place."""
     settings = run.settings
     suite = run.state.suite
-    shared = run.shared_dir
     if not complete:  # cheap: the measurements there are, by count (the rest comes as ``changed``)
-        seen = (len(suite.results) if suite else 0, len(SharedFolder(shared).names()) if shared else 0)
+        seen = (len(suite.results) if suite else 0, sum(len(SharedFolder(f).names()) for f in run.shared_folders))
         if run.state.json_seen == seen and not changed:
             return  # nothing new since the last write
         run.state.json_seen = seen

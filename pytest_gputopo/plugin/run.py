@@ -43,6 +43,11 @@ class Ranks(NamedTuple):  # not a dataclass: cheaper to define, and this module 
         return self.exchange.launch.rank
 
 
+# What an xdist worker (or a leased test's process, posing as one) is handed in ``workerinput``.
+WORKER_TOPOLOGY = "gputopo_topology"
+WORKER_SHARED_DIR = "gputopo_shared_dir"
+
+
 class RunState:  # not a dataclass: defining one costs 0.36 ms, this class 0.01 ms, and it loads with the plugin
     """What a run learns as it goes, one field per thing, each written in one place (named below) and
     empty until then. The run (``GputopoRun.state``) and the same run with its ranks share one."""
@@ -57,6 +62,7 @@ class RunState:  # not a dataclass: defining one costs 0.36 ms, this class 0.01 
         "progress",
         "json_seen",
         "report_errors",
+        "lease_figures",
     )
 
     def __init__(self) -> None:
@@ -80,6 +86,9 @@ class RunState:  # not a dataclass: defining one costs 0.36 ms, this class 0.01 
         self.json_seen: tuple[int, int] | None = None
         # A report that could not be written at the end, said beside pytest's own summary (``reporter``).
         self.report_errors: list[str] = []
+        # Where leased tests' processes leave their figures where the run shares none (no xdist): made
+        # for the first (``lease_child.figures_folder``), read by the record, removed at the end (``hooks``).
+        self.lease_figures: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,6 +105,12 @@ class GputopoRun:
     def topology(self) -> Topology:
         """The machine as this process sees it; learning it, the first time, is the probe."""
         return self.machine.topology
+
+    @property
+    def shared_folders(self) -> tuple[str, ...]:
+        """Where other processes of this run leave their figures: xdist's folder, and the leased tests'
+        processes' where the run shares none."""
+        return tuple(f for f in (self.shared_dir, self.state.lease_figures) if f)
 
     @property
     def speaks(self) -> bool:

@@ -279,11 +279,12 @@ def _results(run: GputopoRun) -> tuple[dict[keys.Key, BenchResult], list[str]]:
     and why each result another process left could not be read back."""
     by_key: dict[keys.Key, BenchResult] = {}
     lost: list[str] = []
-    if run.shared_dir:
-        from ..bench.suite import SharedFolder  # the workers' results
+    for folder in run.shared_folders:
+        from ..bench.suite import SharedFolder  # the workers' and leased tests' processes' results
 
-        results, lost = SharedFolder(run.shared_dir).results()
+        results, unread = SharedFolder(folder).results(run.topology)
         by_key.update({r.key: r for r in results})
+        lost += unread
     suite = run.state.suite
     by_key.update({r.key: r for r in (suite.results if suite else [])})
     return by_key, lost

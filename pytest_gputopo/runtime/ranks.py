@@ -300,6 +300,13 @@ class NodeShare:
         self.exchange = exchange
         self.prefix = f"{exchange.prefix}bench/{node}/"
 
+    def get_figure(self, key: object, name: str, uuids: object) -> object:
+        """``get(name)``: the ranks of one node number its GPUs alike (the node is its GPUs, in order)."""
+        return self.get(name)
+
+    def put_figure(self, key: object, name: str, uuids: object, data: dict) -> None:
+        self.put(name, data)
+
     def get(self, name: str):
         """The record another rank stored, None when there is none; ValueError, naming the key, when
         it is not JSON or has fields a ``BenchResult.to_json()`` does not. The store is untrusted
