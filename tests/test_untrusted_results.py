@@ -322,3 +322,43 @@ def test_another_users_lock_folder_fails_a_benchmark_gated_run_instead_of_skippi
     )
     monkeypatch.setenv("TMPDIR", str(pytester.mkdir("mine")))
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# A figure keeps its GPUs whatever a process numbers them (issue 40 item 1)
+
+NODE = model.Topology(
+    gpus=tuple(model.Gpu(i, uuid=f"GPU-{i}") for i in range(4)),
+    links=tuple(model.Link(a, b) for a in range(4) for b in range(a + 1, 4)),
+    source=model.Source("nvml"),
+)
+LEASE = model.Topology(  # a leased test's process sees GPU2 and GPU3 alone, as cuda:0 and cuda:1
+    gpus=(model.Gpu(0, uuid="GPU-2"), model.Gpu(1, uuid="GPU-3")),
+    links=(model.Link(0, 1),),
+    source=model.Source("nvml"),
+)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [keys.Copy("p2p", 0, 1), keys.Copy("p2p_bidir", 1, 0), keys.HostCopy("h2d", 1, False), keys.AllReduce(2, 2**30)],
+)
+def test_a_leases_figure_is_another_leases_only_where_its_gpus_are(tmp_path, monkeypatch, key):
+    folder = SharedFolder(str(tmp_path))
+    monkeypatch.setattr(BenchSuite, "_measure", lambda self, k: BenchResult(k, k.describe(), 10.0, "measured"))
+    BenchSuite(LEASE, BenchSettings(), shared=folder).get(key)  # measured on physical GPU2, GPU3
+    other = model.Topology(
+        gpus=(model.Gpu(0, uuid="GPU-0"), model.Gpu(1, uuid="GPU-1")), links=(model.Link(0, 1),), source=LEASE.source
+    )
+    monkeypatch.setattr(BenchSuite, "_measure", lambda self, k: BenchResult(k, k.describe(), 99.0, "measured"))
+    assert BenchSuite(other, BenchSettings(), shared=folder).get(key).gbps == 99.0  # another lease measures its own
+    assert BenchSuite(LEASE, BenchSettings(), shared=folder).get(key).gbps == 10.0  # the same GPUs take it
+    taken, lost = folder.results(NODE)  # the run's record, in the run's numbering
+    here = keys.renumbered(key, tuple({0: 2, 1: 3}[g] for g in keys.gpus_of(key)))
+    mine = [r for r in taken if r.gbps == 10.0]
+    assert lost == [] and [r.key for r in mine] == [here] and mine[0].what.startswith(here.describe())
+
+
+@given(st.sampled_from([keys.Copy("p2p", 3, 1), keys.HostCopy("d2h", 2, True), keys.AllReduce(3, 1024, (0, 2, 5))]))
+def test_a_key_renumbered_onto_its_own_gpus_is_itself(key):
+    assert keys.renumbered(key, keys.gpus_of(key)) == key
