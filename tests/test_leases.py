@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -1030,3 +1031,35 @@ def test_a(gputopo_gpus):
     assert [m["key"][1:] for m in copies] == [[where[ran["uuid"][0]], where[ran["uuid"][1]]]], copies
     assert copies[0]["gbps"] == 200.0 and doc["lost_measurements"] == []
     assert list(temp.glob("pytest-gputopo-run-*")) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "options", [["--lf", "--lfnf=none"], ["--lf"], ["--ff"], ["--nf"], ["--sw"]], ids=lambda o: " ".join(o)
+)
+def test_options_that_select_by_the_cache_select_as_in_place(pytester, leased, monkeypatch, options):
+    """Issue 40 item 3: after a failure was fixed, ``--lf --lfnf=none`` ran 1 test and passed without
+    leases; with leases the test FAILED "did not collect it": its process got the run's arguments but
+    a cache of its own, and deselected it. The run selects by its cache; the lease's process runs what
+    it is sent."""
+    args = leased("dgx-a100")
+    body = """
+import os, pytest
+
+@pytest.mark.requires_gpus(1)
+def test_gpu():
+    assert os.environ.get("FIXED") == "1"
+
+def test_plain():
+    pass
+"""
+    pytester.makepyfile(test_it=body)
+    outcomes = []
+    for lease in (args, []):
+        shutil.rmtree(pytester.path / ".pytest_cache", ignore_errors=True)
+        monkeypatch.delenv("FIXED", raising=False)
+        pytester.runpytest_subprocess(*lease).assert_outcomes(passed=1, failed=1)
+        monkeypatch.setenv("FIXED", "1")
+        again = pytester.runpytest_subprocess(*lease, *options)
+        outcomes.append((again.ret, again.parseoutcomes()))
+    assert outcomes[0] == outcomes[1], outcomes

@@ -40,6 +40,8 @@ OUTPUT = "output.txt"
 SPEC = "spec.json"
 LEASE = "lease.json"  # the lease's machine and CUDA_VISIBLE_DEVICES; its locks come over a socket
 MAX_LOCKS = 1024
+# pytest's options that select or order tests by what its cache says of earlier runs (dest names)
+CACHE_SELECTION = ("lf", "failedfirst", "newfirst", "stepwise", "stepwise_skip", "stepwise_reset")
 STOP_S = 10.0  # a child told to stop gets this long to tear down before it is terminated
 
 
@@ -389,6 +391,12 @@ def enter_child(config: pytest.Config, topology_key: str) -> None:
     # xdist's own attributes, set as its workers have them (pytest's Config does not declare them)
     config.workerinput = {**spec["workerinput"], topology_key: config.stash[TAKEN]["topology"]}  # type: ignore[attr-defined]
     config.workeroutput = {}  # type: ignore[attr-defined]
+    # The run chose its tests by its cache (--lf, --ff, --nf, --sw; this process's cache is its own):
+    # this one runs those it is sent. Turned off before pytest_configure, where cacheprovider's LFPlugin
+    # and NFPlugin and stepwise's plugin read them (_pytest/cacheprovider.py, _pytest/stepwise.py).
+    for selection in CACHE_SELECTION:
+        if getattr(config.option, selection, False):
+            setattr(config.option, selection, False)
 
 
 class Child:
