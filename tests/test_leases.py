@@ -1063,3 +1063,26 @@ def test_plain():
         again = pytester.runpytest_subprocess(*lease, *options)
         outcomes.append((again.ret, again.parseoutcomes()))
     assert outcomes[0] == outcomes[1], outcomes
+
+
+@pytest.mark.slow
+def test_a_leased_tests_tmp_path_lies_in_the_runs_basetemp_and_stays(pytester, leased):
+    """Issue 40 item 3: a leased test's ``tmp_path`` ignored ``--basetemp`` and was deleted at the end
+    of the run. It lies inside the run's basetemp, kept as the run's own are."""
+    args = leased("dgx-a100")
+    pytester.makepyfile(
+        test_it="""
+import pytest
+
+@pytest.mark.requires_gpus(1)
+def test_gpu(tmp_path):
+    (tmp_path / "left.txt").write_text("gpu")
+
+def test_plain(tmp_path):
+    (tmp_path / "left.txt").write_text("plain")
+"""
+    )
+    base = pytester.path / "bt"
+    pytester.runpytest_subprocess(*args, f"--basetemp={base}").assert_outcomes(passed=2)
+    left = sorted(p.read_text() for p in base.rglob("left.txt"))
+    assert left == ["gpu", "plain"], list(base.rglob("*"))

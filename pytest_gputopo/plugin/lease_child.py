@@ -48,7 +48,8 @@ STOP_S = 10.0  # a child told to stop gets this long to tear down before it is t
 def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> list[str]:
     """The run's own arguments without the tests it named, then the leased test's module by its full
     path (the child starts where the run started), its cache and temporary folders its own (it must
-    neither rotate the run's ``pytest-of-<user>`` folders nor write its ``--lf`` record)."""
+    neither rotate the run's ``pytest-of-<user>`` folders nor write its ``--lf`` record; its temporary
+    folders lie inside the run's ``--basetemp`` where one was given)."""
     args = [str(a) for a in config.invocation_params.args]
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         for named in config.args:
@@ -62,10 +63,22 @@ def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> li
         *args,
         *extra,
         f"--rootdir={config.rootpath}",
-        f"--basetemp={os.path.join(folder, 'tmp')}",
+        f"--basetemp={_basetemp(config, folder)}",
         f"{CHILD_OPTION}={spec}",
         module,
     ]
+
+
+def _basetemp(config: pytest.Config, folder: str) -> str:
+    """The leased tests' temporary folders: inside the run's ``--basetemp`` where one was given (kept
+    after the run, as the run's own), else in the lease's folder (removed with it)."""
+    if not config.option.basetemp:
+        return os.path.join(folder, "tmp")
+    # The run's basetemp made first: pytest empties a given basetemp when it first makes it
+    # (TempPathFactory.getbasetemp), which must not be after a leased test's process has begun in it.
+    factory = getattr(config, "_tmp_path_factory", None)  # what pytest's tmp_path_factory fixture returns
+    base = str(factory.getbasetemp()) if factory is not None else str(config.option.basetemp)
+    return os.path.join(base, f"gputopo-{os.path.basename(folder)}")
 
 
 def figures_folder(run: GputopoRun) -> str:
