@@ -1086,3 +1086,26 @@ def test_plain(tmp_path):
     pytester.runpytest_subprocess(*args, f"--basetemp={base}").assert_outcomes(passed=2)
     left = sorted(p.read_text() for p in base.rglob("left.txt"))
     assert left == ["gpu", "plain"], list(base.rglob("*"))
+
+
+@pytest.mark.slow
+def test_breakpoint_in_a_leased_test_under_s_reads_the_runs_input(pytester, leased):
+    """Issue 40 item 3: ``breakpoint()`` in a leased test failed with ``BdbQuit`` even under ``-s``
+    (its process read /dev/null; only ``--pdb`` gave it the run's input). Under ``-s`` it reads the
+    run's input, as in place: here "c", and the test goes on."""
+    args = leased("dgx-a100")
+    pytester.makepyfile(
+        test_it="""
+import pytest
+
+@pytest.mark.requires_gpus(1)
+def test_gpu():
+    breakpoint()
+    assert True
+"""
+    )
+    outcomes = []
+    for lease in (args, []):
+        done = pytester.run(sys.executable, "-m", "pytest", *lease, "-s", "-p", "no:cacheprovider", stdin=b"c\n")
+        outcomes.append((done.ret, done.parseoutcomes()))
+    assert outcomes[0] == outcomes[1] == (0, {"passed": 1}), outcomes

@@ -126,8 +126,8 @@ class LeaseProcess:
                     handle,
                 )
             argv = [sys.executable, "-m", "pytest", *child_args(config, self.module, spec, self.folder)]
-            stdin = None if debugging else subprocess.DEVNULL
-            with open(os.path.join(self.folder, OUTPUT), "wb") as output, _own_input(config, debugging):
+            stdin = None if live else subprocess.DEVNULL  # -s, --pdb: breakpoint() reads the run's input
+            with open(os.path.join(self.folder, OUTPUT), "wb") as output, _own_input(config, live):
                 self.process = subprocess.Popen(
                     argv,
                     cwd=config.invocation_params.dir,
@@ -300,10 +300,11 @@ class LeaseProcess:
 
 
 @contextlib.contextmanager
-def _own_input(config: pytest.Config, debugging: bool) -> Iterator[None]:
-    """The run's own standard input while a child that may debug starts: between tests pytest keeps
-    it captured (``/dev/null``) whatever the output's state, as its debugger's own entry undoes."""
-    capture = config.pluginmanager.getplugin("capturemanager") if debugging else None
+def _own_input(config: pytest.Config, live: bool) -> Iterator[None]:
+    """The run's own standard input while a child that may debug (``-s``, ``--pdb``) starts: between
+    tests pytest keeps it captured (``/dev/null``) whatever the output's state, as its debugger's own
+    entry undoes."""
+    capture = config.pluginmanager.getplugin("capturemanager") if live else None
     if capture is None:
         yield
         return
