@@ -30,6 +30,7 @@ import warnings
 from collections.abc import Callable, Iterator
 
 import pytest
+from _pytest.outcomes import OutcomeException
 
 from ..core.schema import to_dict
 from ..runtime.procs import tail
@@ -199,6 +200,10 @@ class LeaseProcess:
                     f"finished; its last output:\n{self.output_tail()}",
                 )
                 self._close()
+        except OutcomeException as outcome:  # raised here by a plugin's alarm (pytest-timeout's SIGALRM)
+            self.process.terminate()  # as in place, the test ends there; its process with it, now
+            self.kill()
+            self._finish_unfinished(item, seen, f"{type(outcome).__name__}: {outcome}", said_whole=True)
         except BaseException:  # Ctrl-C here: the child got it too; it does not outlive the test
             self.kill()
             raise
@@ -220,11 +225,12 @@ class LeaseProcess:
                 seen.add(report.when)
                 item.ihook.pytest_runtest_logreport(report=report)
 
-    def _finish_unfinished(self, item: pytest.Item, seen: set[str], what: str) -> None:
-        """Fail the phases the child never reported (a teardown after a failed call passes)."""
+    def _finish_unfinished(self, item: pytest.Item, seen: set[str], what: str, said_whole: bool = False) -> None:
+        """Fail the phases the child never reported (a teardown after a failed call passes), saying
+        what the child did (or, ``said_whole``, what ended the test, as it would be said in place)."""
         if "teardown" in seen:
             return
-        why = f"the test's own process (CUDA_VISIBLE_DEVICES set to its leased GPUs) {what}"
+        why = what if said_whole else f"the test's own process (CUDA_VISIBLE_DEVICES set to its leased GPUs) {what}"
         for when in ("setup", "call", "teardown"):
             if when in seen or (when == "call" and "setup" not in seen):
                 continue
