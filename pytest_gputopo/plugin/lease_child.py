@@ -79,7 +79,7 @@ def _basetemp(config: pytest.Config, folder: str) -> str:
     # (TempPathFactory.getbasetemp), which must not be after a leased test's process has begun in it.
     factory = getattr(config, "_tmp_path_factory", None)  # what pytest's tmp_path_factory fixture returns
     base = str(factory.getbasetemp()) if factory is not None else str(config.option.basetemp)
-    return os.path.join(base, f"gputopo-{os.path.basename(folder)}")
+    return os.path.join(base, os.path.basename(folder))  # pytest-gputopo-lease-*, as unique as its folder
 
 
 def figures_folder(run: GputopoRun) -> str:
