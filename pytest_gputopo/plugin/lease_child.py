@@ -33,6 +33,7 @@ import pytest
 from _pytest.outcomes import OutcomeException
 
 from ..core.schema import to_dict
+from ..runtime import run_folder
 from ..runtime.procs import tail
 from .run import WORKER_SHARED_DIR, GputopoRun, run_of
 
@@ -86,8 +87,6 @@ def figures_folder(run: GputopoRun) -> str:
     """Where the leased tests' processes of a run that shares no folder (no xdist) leave the figures
     they measure, for the run's record (``GputopoRun.shared_folders``): made for the first."""
     if run.state.lease_figures is None:
-        from ..runtime import run_folder
-
         run.state.lease_figures = run_folder.make()
     return run.state.lease_figures
 
