@@ -250,3 +250,10 @@ def test_anything_not_text_holds_no_tool(value):
         tools_in(value)
     else:
         assert tools_in(value) == () and refusal(value, "smi-q") is None
+
+
+def test_a_speed_written_with_an_exponent_is_still_nvlink_status():
+    """The renderer writes a speed as ``repr`` does (``1.0545370820034256e-208``), and the reader
+    reads it: the recogniser, too, takes it for nvlink -s (hypothesis found it in a CI rehearsal)."""
+    text = "GPU 0: (UUID: GPU-e3e70682-c209-4cac-629f-6fbed82c07cd)\n\t Link 0: 1.0545370820034256e-208 GB/s\n"
+    assert [t.name for t in tools_in(text)] == ["nvidia-smi nvlink -s"]

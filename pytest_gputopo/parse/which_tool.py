@@ -141,7 +141,7 @@ TOOLS: tuple[Tool, ...] = (
         "nvidia-smi nvlink -s output",
         ("nvlink-status",),
         _clues(
-            r"^[ \t]*Link [0-9]{1,3}: (?:[0-9][0-9.]{0,12} GB/s|(?i:<inactive>|&lt;inactive&gt;|inactive)[ \t]*$)",
+            r"^[ \t]*Link [0-9]{1,3}: (?:[0-9][0-9.eE+-]{0,30} GB/s|(?i:<inactive>|&lt;inactive&gt;|inactive)[ \t]*$)",
             r"(?i:all[ \t]*links[ \t]*are[ \t]*inactive)",
         ),
     ),
