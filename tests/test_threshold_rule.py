@@ -57,3 +57,45 @@ def test_a_p2p_copys_state(gbps, staged, state):
     judged = Judgement(Measured(gbps, "measured"), rule, staged)
     assert judged.state == state
     assert judged.document()["state"] == state and judged.document()["expected"]["needed_gbps"] == pytest.approx(315)
+
+
+def test_an_all_reduce_across_nodes_is_held_to_no_nodes_published_floor():
+    """Eight ranks on two nodes of four GPUs: the published floor is a full 8-GPU node's (its NVLink
+    or NVSwitch), not a network's; the run and the fleet pass ``one_node=False`` there."""
+    rule = _rule(one_node=False)
+    assert rule.absolute is None and rule.set_by == ""
+    assert _rule(one_node=False, expected=None).needed_gbps is None  # nothing says what it should reach
+
+
+def test_the_fleet_holds_an_all_reduce_of_more_ranks_than_the_node_has_to_no_published_floor():
+    """A node of four H100s whose document holds an all-reduce of 8 ranks (a two-node job): it ran
+    across nodes, so it is never "below" the published 8-GPU floor (440 GB/s) in the fleet."""
+    import dataclasses
+
+    from pytest_gputopo.core.faults import figure_fault
+    from pytest_gputopo.probe import probe_recorded
+
+    h100 = probe_recorded("hgx-h100")
+    four = dataclasses.replace(h100, gpus=h100.gpus[:4], links=tuple(ln for ln in h100.links if ln.b < 4))
+    assert figure_fault(four, keys.AllReduce(8, 16 * 2**30), 40.0, "all-reduce, 8 ranks on two nodes") is None
+    assert figure_fault(h100, keys.AllReduce(8, 16 * 2**30), 40.0, "all-reduce, 8 ranks") is not None
+
+
+@pytest.mark.parametrize(("nodes", "published"), [(1, True), (2, False)])
+def test_the_run_under_a_launcher_asks_a_published_floor_only_of_one_nodes_all_reduce(nodes, published):
+    """Under torchrun the suite's all-reduce spans every rank of the run: eight ranks on two nodes of
+    four GPUs were held to the 8-GPU node's published floor (a "below" no healthy pair of nodes meets
+    over a network). The run's rule asks it only where the ranks are on one node."""
+    from types import SimpleNamespace
+
+    from pytest_gputopo.plugin.verdicts import _Rule
+    from pytest_gputopo.probe import probe_recorded
+
+    run = SimpleNamespace(
+        settings=SimpleNamespace(floors=lambda: (DEFAULT_FLOORS, set())),
+        topology=probe_recorded("hgx-h100"),
+        ranks=object(),
+        nodes=lambda: [None] * nodes,
+    )
+    rule = _Rule(run)(ALLREDUCE, (None, "an all-reduce across the ranks of the run"), None, None, None, None)
+    assert (rule.absolute is not None) == published

@@ -203,6 +203,7 @@ def figure_fault(
         gpu_name,
         size_bytes=key.size_bytes if isinstance(key, keys.AllReduce) else None,
         nvls=nvls,
+        one_node=not isinstance(key, keys.AllReduce) or key.ranks <= len(topology.gpus),
     )
     twin = staged_gbps if isinstance(key, keys.Copy) and key.kind == "p2p" else None
     judged = Judgement(Measured(gbps, "measured", what, error=error), rule, twin)

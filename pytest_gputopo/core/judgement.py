@@ -71,11 +71,14 @@ def threshold(
     nvls: bool | None = None,
     gbps: float | None = None,
     floor: float | None = None,
+    one_node: bool = True,
 ) -> Threshold:
     """The one threshold rule. ``expected``/``basis``: what the link should give; ``floors``: the
     run's floor ratios by kind, ``explicit`` the ones the user set; ``gpu_name``: the first GPU's
     model (None: none known); ``size_bytes``: the size an all-reduce was taken at; ``nvls``: whether
-    NCCL took NVLink SHARP (None: not known); ``gbps``, ``floor``: the marker's own arguments."""
+    NCCL took NVLink SHARP (None: not known); ``gbps``, ``floor``: the marker's own arguments;
+    ``one_node``: whether an all-reduce's ranks all ran on the one node of ``gpu_name``'s GPUs (a
+    published floor is a full node's: none across nodes, where the network binds)."""
     kind = getattr(key, "floor", None)  # NCCL's account and the staged twin have none: never judged
     if kind is None:
         raise ValueError(f"{key.describe()}: no floor of its own; it is not judged")
@@ -83,7 +86,7 @@ def threshold(
     if gbps is not None:
         return Threshold(expected, basis, ratio, Figure(gbps, "the marker", f"the marker's {gbps:g} GB/s"))
     published = None
-    if isinstance(key, keys.AllReduce) and floor is None and key.floor not in explicit:
+    if isinstance(key, keys.AllReduce) and floor is None and key.floor not in explicit and one_node:
         published = sku_allreduce_floor(gpu_name, key.ranks, size_bytes or key.size_bytes, nvls)
     set_by = f"published {published.label or published.source}" if published is not None else ""
     return Threshold(expected, basis, ratio, published, set_by)

@@ -130,6 +130,9 @@ class _Rule:
         self.floors, self.explicit = run.settings.floors()
         gpus = run.topology.gpus
         self.gpu_name = gpus[0].name if gpus else None
+        # Under a launcher the suite's all-reduce spans every rank: on one node, or across nodes
+        # (where no node's published floor applies).
+        self.one_node = run.ranks is None or len(run.nodes()) == 1
 
     def __call__(
         self,
@@ -152,6 +155,7 @@ class _Rule:
             nvls=nvls,
             gbps=gbps,
             floor=floor,
+            one_node=self.one_node,
         )
 
     def judgement(
