@@ -140,7 +140,7 @@ def test_a_document_not_read_is_named_and_the_others_are_still_judged(docs, caps
     assert out.splitlines()[-1] == (
         "gputopo fleet: 5 nodes in 1 group: every node judged by its peers; none has a "
         "fault of its own or differs from them; 2 documents not read; 1 document "
-        "superseded by a newer one of its node"
+        "superseded by another of its node"
     )
 
 
