@@ -39,9 +39,7 @@ def _verdict(fleet: Fleet, unread: list) -> str:
         if fleet.not_compared
         else "",
         f"{counted(len(unread), 'document')} not read" if unread else "",
-        f"{counted(len(fleet.superseded), 'document')} superseded by another of its node"
-        if fleet.superseded
-        else "",
+        f"{counted(len(fleet.superseded), 'document')} superseded by another of its node" if fleet.superseded else "",
         f"{counted(len(fleet.set_aside), 'document')} set aside (not a node's)" if fleet.set_aside else "",
     ]
     said = [s for s in said if s]
