@@ -9,7 +9,6 @@ and a written time of each node's own, every measured figure within +-2 % of wha
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import random
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import engine_double
 from emulated import make_host
-from pytest_gputopo.probe.recorded import load_profile, resolve
+from pytest_gputopo.probe.recorded import resolve
 
 MACHINE_FAULTS = {  # what a node's hardware has, by the profile it serves: (fault, the finding's name)
     "link down": "nvlink[GPU4]",
@@ -75,25 +74,23 @@ def node_env(libs: Path, folder: Path, machine: str, fault: str | None = None, *
     return {**{k: v for k, v in os.environ.items() if k not in unset}, **env}
 
 
+def python(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m ARGS`` (``pytest_gputopo.cli ...``, ``pytest ...``) as a user runs it, its output kept."""
+    return subprocess.run([sys.executable, "-m", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
 def full_check(libs: Path, folder: Path, machine: str, fault: str | None = None, *, engine_of: str = "") -> dict:
     """The document ``gputopo check --level full --json`` writes on that host (``node_env``)."""
     env = node_env(libs, folder, machine, fault, engine_of=engine_of)
     out = folder / "check.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest_gputopo.cli", "check", "--level", "full", "--json", str(out)],
-        env=env,
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = python("pytest_gputopo.cli", "check", "--level", "full", "--json", str(out), env=env, cwd=folder)
     if done.returncode not in (0, 1) or not out.exists():
         said = done.stdout[-3000:] + done.stderr[-2000:]
         raise RuntimeError(f"gputopo check on {machine} ({fault or 'healthy'}): exit {done.returncode}\n{said}")
     return json.loads(out.read_text())
 
 
-def _uuids(doc: dict) -> list[str]:
+def uuids_of(doc: dict) -> list[str]:
     return [g["uuid"] for g in doc["topology"]["gpus"]]
 
 
@@ -102,7 +99,7 @@ def as_node(doc: dict, name: str, index: int, *, written: str = "2026-12-01T10:0
     names one), its written time, its measured figures within +-2 % (seeded by ``index``)."""
     rng = random.Random(index)
     text = json.dumps(doc)
-    for gpu, uuid in enumerate(_uuids(doc)):
+    for gpu, uuid in enumerate(uuids_of(doc)):
         text = text.replace(uuid, f"GPU-{index:08x}-0000-4000-8000-{gpu:012x}")
     node = json.loads(text)
     node["topology"]["hostname"] = name
@@ -123,18 +120,5 @@ def write_fleet(folder: Path, nodes: dict[str, dict]) -> Path:
 def fleet(folder: Path, *extra: str) -> tuple[int, dict, str]:
     """``gputopo fleet FOLDER --json``: (exit status, its JSON document, what it printed)."""
     out = folder.parent / f"{folder.name}-fleet.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest_gputopo.cli", "fleet", str(folder), "--json", str(out), *extra],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = python("pytest_gputopo.cli", "fleet", str(folder), "--json", str(out), *extra)
     return done.returncode, json.loads(out.read_text()) if out.exists() else {}, done.stdout + done.stderr
-
-
-def gpus_of(machine: str) -> int:
-    return len(load_profile(machine).topology.gpus)
-
-
-def clone(doc: dict) -> dict:
-    return copy.deepcopy(doc)

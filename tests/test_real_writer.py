@@ -7,6 +7,7 @@ alone among 20 and as a 2-of-7 minority; the degraded bundled machines are named
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 
@@ -29,7 +30,7 @@ def documents(emulated_libs, tmp_path_factory):
         if (machine, fault) not in made:
             folder = root / f"{machine}-{fault or 'healthy'}".replace(" ", "-")
             made[machine, fault] = rw.full_check(emulated_libs, folder, machine, fault)
-        return rw.clone(made[machine, fault])
+        return copy.deepcopy(made[machine, fault])
 
     return get
 
@@ -128,7 +129,7 @@ def test_the_degraded_bundled_machines_are_named_for_their_own_faults(
 
 def _with_uuids(node: dict, uuids: list[str]) -> dict:
     text = json.dumps(node)
-    for old, new in zip(rw._uuids(node), uuids, strict=True):
+    for old, new in zip(rw.uuids_of(node), uuids, strict=True):
         text = text.replace(old, new)
     return json.loads(text)
 
@@ -157,7 +158,7 @@ def test_a_gpu_moved_between_two_nodes_merges_neither(documents, tmp_path):
     nodes = {f"n{i:02d}": rw.as_node(good, f"n{i:02d}", i) for i in range(5)}
     a = rw.as_node(bad, "a", 20, written="2026-12-01T10:00:00+00:00")
     b_old = rw.as_node(good, "b", 21, written="2026-12-01T10:00:00+00:00")
-    b_new = _with_uuids(b_old, rw._uuids(b_old)[:7] + rw._uuids(a)[7:])
+    b_new = _with_uuids(b_old, rw.uuids_of(b_old)[:7] + rw.uuids_of(a)[7:])
     b_new["written"] = "2026-12-05T10:00:00+00:00"
     nodes |= {"a": a, "b-old": b_old, "b-new": b_new}
     code, out, text = rw.fleet(rw.write_fleet(tmp_path / "fleet", nodes))
@@ -173,7 +174,7 @@ def test_one_document_holding_a_gpu_of_each_node_supersedes_neither(documents, t
     nodes = {f"n{i:02d}": rw.as_node(good, f"n{i:02d}", i) for i in range(5)}
     nodes["sick"] = rw.as_node(bad, "sick", 30)
     planted = rw.as_node(good, "sick", 31, written="2026-12-06T00:00:00+00:00")
-    planted = _with_uuids(planted, rw._uuids(nodes["sick"])[:4] + rw._uuids(nodes["n00"])[4:])
+    planted = _with_uuids(planted, rw.uuids_of(nodes["sick"])[:4] + rw.uuids_of(nodes["n00"])[4:])
     nodes["planted"] = planted
     code, out, text = rw.fleet(rw.write_fleet(tmp_path / "fleet", nodes))
     assert code == 1 and out["superseded"] == [], text
@@ -189,12 +190,7 @@ def test_the_report_draws_the_staged_twin_as_a_reference_never_below(documents, 
     doc = tmp_path / "check.json"
     doc.write_text(json.dumps(documents("hgx-h100")))
     page = tmp_path / "check.html"
-    done = rw.subprocess.run(
-        [rw.sys.executable, "-m", "pytest_gputopo.cli", "report", str(doc), "-o", str(page)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = rw.python("pytest_gputopo.cli", "report", str(doc), "-o", str(page))
     assert done.returncode == 0, done.stdout + done.stderr
     html = page.read_text()
     assert html.count('data-state="reference"') == 56
@@ -228,15 +224,12 @@ def test_every_output_of_a_healthy_nodes_run_says_passed(emulated_libs, tmp_path
     env["GITHUB_STEP_SUMMARY"] = str(tmp_path / "summary.md")
     (tmp_path / "test_user.py").write_text(USER_TESTS)
     out = {name: tmp_path / name for name in ("run.json", "junit.xml", "run.html")}
-    done = rw.subprocess.run(
-        [rw.sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "test_user.py"]
-        + ["--gputopo-check", "full", "--gputopo-json", str(out["run.json"]), "--junitxml", str(out["junit.xml"])]
-        + ["--gputopo-html", str(out["run.html"]), "-rA"],
+    done = rw.python(
+        *["pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "test_user.py", "--gputopo-check", "full"],
+        *["--gputopo-json", str(out["run.json"]), "--junitxml", str(out["junit.xml"])],
+        *["--gputopo-html", str(out["run.html"]), "-rA"],
         env=env,
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     said = done.stdout[-4000:] + done.stderr[-2000:]
     assert done.returncode == 0 and "3 passed" in done.stdout, said
@@ -258,26 +251,13 @@ def test_an_expectation_recorded_on_a_healthy_node_holds_there_and_names_a_lost_
     (tmp_path / "test_user.py").write_text("def test_one():\n    pass\n")
     expect = tmp_path / "healthy-node.json"
     env = rw.node_env(emulated_libs, tmp_path / "healthy", "hgx-h100")
-    recorded = rw.subprocess.run(
-        [rw.sys.executable, "-m", "pytest_gputopo.cli", "record", "-o", str(expect)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    recorded = rw.python("pytest_gputopo.cli", "record", "-o", str(expect), env=env, cwd=tmp_path)
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     for node, fault in (("healthy", None), ("sick", "link down")):
         if fault is not None:
             env = rw.node_env(emulated_libs, tmp_path / node, "hgx-h100", fault)
-        done = rw.subprocess.run(
-            [rw.sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_user.py"]
-            + ["--gputopo-expect", str(expect)],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
+        done = rw.python(
+            "pytest", "-p", "no:cacheprovider", "test_user.py", "--gputopo-expect", str(expect), env=env, cwd=tmp_path
         )
         if fault is None:
             assert done.returncode == 0, done.stdout[-3000:]
@@ -291,10 +271,10 @@ def test_a_plan_after_a_cached_run_gives_each_test_the_runs_verdict(emulated_lib
     both, the node's all-reduce test runs in both."""
     env = rw.node_env(emulated_libs, tmp_path / "node", "hgx-h100", "slow pair")
     (tmp_path / "test_user.py").write_text(USER_TESTS)
-    common = [rw.sys.executable, "-m", "pytest", "-p", "no:randomly", "test_user.py", "--gputopo-cache", "-rA"]
+    common = ["pytest", "-p", "no:randomly", "test_user.py", "--gputopo-cache", "-rA"]
     runs = {}
     for name, extra in (("run", ["--gputopo-json", "run.json"]), ("plan", ["--gputopo-plan-json", "plan.json"])):
-        done = rw.subprocess.run(common + extra, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        done = rw.python(*common, *extra, env=env, cwd=tmp_path)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
         runs[name] = json.loads((tmp_path / f"{name}.json").read_text())
     plan = {e["nodeid"].split("::")[-1]: e["verdict"] for e in runs["plan"]["tests"]}

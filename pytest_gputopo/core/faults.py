@@ -190,7 +190,7 @@ def figure_fault(
     of its own: the staged twin, ``keys.Copy.floor``): the fleet judges a figure only where the run does."""
     if getattr(key, "floor", None) is None:
         return None
-    if isinstance(key, (keys.Copy, keys.HostCopy)) and max(_gpus_index(key)) >= len(topology.gpus):
+    if isinstance(key, (keys.Copy, keys.HostCopy)) and max(keys.gpus_of(key)) >= len(topology.gpus):
         return None
     fig, basis = expected(topology, key, backend, pairs)
     gpu_name = topology.gpus[0].name if topology.gpus else None
@@ -218,10 +218,6 @@ def figure_fault(
     else:
         return None
     return Fault(_item(key), f"{what}: {problem}", _gpus_of(key), kind, (what,))
-
-
-def _gpus_index(key: keys.Copy | keys.HostCopy) -> tuple[int, ...]:
-    return (key.src, key.dst) if isinstance(key, keys.Copy) else (key.gpu,)
 
 
 def check_fault(name: str, message: str) -> Fault:

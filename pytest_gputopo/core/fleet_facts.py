@@ -155,14 +155,14 @@ def node_of(
     read, skipped = [], list(notes)
     faults = {f.name: f for f in topology_faults(topology)}
     pairs: dict[Any, Any] = {}  # each pair's expected copy figure, looked up once
-    figures = list(figures)
+    # (key, GB/s, origin, backend, error, nvls) of each figure, the last three None where not given
+    figures = [(*figure, None, None, None)[:6] for figure in figures]
     staged = {  # each P2P copy's staged twin with good data, which the run's rule sets beside it
         key: gbps
-        for key, gbps, origin, *how in figures
-        if key.kind == "p2p_staged" and origin == "measured" and gbps is not None and not (how[1:2] and how[1])
+        for key, gbps, origin, _, error, _ in figures
+        if key.kind == "p2p_staged" and origin == "measured" and gbps is not None and not error
     }
     for key, gbps, origin, *how in figures:
-        how = (list(how) + [None, None, None])[:3]
         cls = _figure_class(key, topology)
         if cls is None or gbps is None:
             continue
