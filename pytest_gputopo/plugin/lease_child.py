@@ -35,6 +35,7 @@ from _pytest.outcomes import OutcomeException
 from ..core.schema import to_dict
 from ..runtime import run_folder
 from ..runtime.procs import tail
+from .lease_node import child_options, worker_input
 from .run import WORKER_SHARED_DIR, GputopoRun, run_of
 
 CHILD_OPTION = "--gputopo-lease-child"  # the child's spec file; not a user setting (no ini or env)
@@ -58,6 +59,7 @@ def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> li
             if named in args:
                 args.remove(named)
     extra = ["-n", "0"] if config.pluginmanager.hasplugin("xdist") else []  # the last -n wins: no workers
+    extra += child_options(config)
     if config.pluginmanager.hasplugin("cacheprovider"):
         extra += ["-o", f"cache_dir={os.path.join(folder, 'cache')}"]
     # One argument each: pytest finds the rootdir from the arguments that are paths, option values too.
@@ -112,7 +114,7 @@ class LeaseProcess:
         self._lease_out, lease_in = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             spec = os.path.join(self.folder, SPEC)
-            workerinput = dict(getattr(config, "workerinput", None) or {"workerid": "master"})
+            workerinput = dict(worker_input(config))  # as a controller configures a worker (lease_node)
             workerinput[WORKER_SHARED_DIR] = workerinput.get(WORKER_SHARED_DIR) or figures_folder(run_of(config))
             with open(spec, "w", encoding="utf-8") as handle:
                 json.dump(

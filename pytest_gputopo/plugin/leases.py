@@ -264,19 +264,27 @@ class Leases:
         process.hand(lease, visible)  # taken (it saw them from its start), or it ended: its test says so
         return process
 
-    def pytest_sessionfinish(self) -> None:
-        """The processes left are told to end; they end while this one writes its summary."""
-        self.end_kept()
-        self.end_spare()
+    @pytest.hookimpl(wrapper=True, trylast=True)  # inside other plugins' wrappers: before their end
+    def pytest_runtestloop(self, session: pytest.Session):
+        """The processes left have ended when the run's tests have: what they leave for the run (a
+        coverage data file for pytest-cov to combine at the loop's end, a worker's figures) is there
+        before the run (or under ``-n``, xdist's controller) reads it, as a worker's is."""
+        try:
+            return (yield)
+        finally:
+            self.stop_all()
 
-    def pytest_unconfigure(self) -> None:
-        """No process of this run outlives it: each is waited for (terminated, then killed, late).
-        (Told to end again: a run may be unconfigured without a session finished.)"""
+    def stop_all(self) -> None:
+        """Tell every process left to end, and wait for each (terminated, then killed, late)."""
         self.end_kept()
         self.end_spare()
         ending, self.ending = self.ending, []
         for process in ending:
             process.stop()
+
+    def pytest_unconfigure(self) -> None:
+        """No process of this run outlives it (a run may end without its test loop ending)."""
+        self.stop_all()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
