@@ -1006,7 +1006,8 @@ def test_b(gputopo_gpus):
 def test_a_figure_a_leased_tests_process_measures_reaches_the_runs_report(pytester, leased, monkeypatch, workers):
     """Issue 40 item 2: a leased ``min_p2p_bw`` test's figure vanished: without leases the JSON had the
     measurement; with leases ``measurements`` was empty (the lease process's figures were never sent
-    back). Now they reach the run's record, numbered as the run numbers its GPUs."""
+    back), and the terminal had no line for it. Now they reach the run's record, numbered as the run
+    numbers its GPUs, and its terminal, as an xdist worker's do (``progress.Relayed``)."""
     args = leased("dgx-a100")
     monkeypatch.setenv("PYTEST_GPUTOPO_TEST_FAULTS", json.dumps({"copy_gbps": 200.0}))
     temp = pytester.path / "temp"  # the run's own folders are made here, and must be gone at its end
@@ -1024,6 +1025,7 @@ def test_a(gputopo_gpus):
     )
     result = pytester.runpytest_subprocess(*args, *workers, "--gputopo-json", "run.json")
     result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["gputopo: GPU?->GPU? copy, P2P: 200 GB/s in *"])
     (ran,) = lease_log(pytester)
     where = {u: i for i, u in enumerate(uuids("dgx-a100"))}
     doc = json.loads((pytester.path / "run.json").read_text())

@@ -78,7 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
         from .check_report import CheckReport
 
         config.pluginmanager.register(CheckReport(config), "gputopo-check-report")
-    if shared_dir is not None:  # xdist distributes: the workers' progress lines come in their reports
+    if shared_dir is not None or settings.lease:  # the workers' and leased tests' processes' progress
+        # lines come in their reports (each is a worker of this run: ``progress.tell``)
         from .progress import Relayed
 
         config.pluginmanager.register(Relayed(config), "gputopo-progress-relay")
