@@ -52,7 +52,7 @@ def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> li
     """The run's own arguments without the tests it named, then the leased test's module by its full
     path (the child starts where the run started), its cache and temporary folders its own (it must
     neither rotate the run's ``pytest-of-<user>`` folders nor write its ``--lf`` record; its temporary
-    folders lie inside the run's ``--basetemp`` where one was given)."""
+    folders lie inside the run's own base temporary folder)."""
     args = [str(a) for a in config.invocation_params.args]
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         for named in config.args:
@@ -74,15 +74,16 @@ def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> li
 
 
 def _basetemp(config: pytest.Config, folder: str) -> str:
-    """The leased tests' temporary folders: inside the run's ``--basetemp`` where one was given (kept
-    after the run, as the run's own), else in the lease's folder (removed with it)."""
-    if not config.option.basetemp:
-        return os.path.join(folder, "tmp")
-    # The run's basetemp made first: pytest empties a given basetemp when it first makes it
+    """The leased tests' temporary folders: inside the run's own base (``--basetemp``, else pytest's
+    numbered ``pytest-of-<user>/pytest-<n>``), kept after the run as the run's own are, and by the same
+    retention policy (the lease's process applies the run's ini to its tests); in the lease's folder,
+    removed with it, only where pytest's tmp_path plugin is off."""
+    # The run's base made first: pytest empties a given basetemp when it first makes it
     # (TempPathFactory.getbasetemp), which must not be after a leased test's process has begun in it.
     factory = getattr(config, "_tmp_path_factory", None)  # what pytest's tmp_path_factory fixture returns
-    base = str(factory.getbasetemp()) if factory is not None else str(config.option.basetemp)
-    return os.path.join(base, os.path.basename(folder))  # pytest-gputopo-lease-*, as unique as its folder
+    if factory is None:
+        return os.path.join(folder, "tmp")
+    return os.path.join(str(factory.getbasetemp()), os.path.basename(folder))  # pytest-gputopo-lease-*
 
 
 def figures_folder(run: GputopoRun) -> str:
