@@ -18,6 +18,7 @@ import pytest
 
 from emulated import emulated_libs, needs_compiler  # noqa: F401  (a fixture)
 from lease_comparison import host_env, lease_args, run
+from pytest_gputopo.runtime.environ import TEST_FAULTS
 
 pytestmark = [pytest.mark.slow, needs_compiler]
 
@@ -112,9 +113,7 @@ OPTIONS = {
 @pytest.mark.parametrize("name", OPTIONS)
 def test_a_leased_run_shows_what_the_same_run_in_place_shows(emulated_libs, tmp_path, name):
     options, after_failures = OPTIONS[name]
-    env = host_env(tmp_path, emulated_libs, "2x-rtx3090-nvlink") | {
-        "PYTEST_GPUTOPO_TEST_FAULTS": '{"copy_gbps": 200.0}'
-    }
+    env = host_env(tmp_path, emulated_libs, "2x-rtx3090-nvlink") | {TEST_FAULTS: '{"copy_gbps": 200.0}'}
     env.pop("FIXED", None)
     stdin = "c\n" * 20 if "--pdb" in options else None  # pdb's post-mortem prompts: continue each
     seen = {}
