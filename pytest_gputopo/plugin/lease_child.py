@@ -86,6 +86,17 @@ def _basetemp(config: pytest.Config, folder: str) -> str:
     return os.path.join(str(factory.getbasetemp()), os.path.basename(folder))  # pytest-gputopo-lease-*
 
 
+def keeper(lease_fd: int, folder: str) -> list[str]:
+    """The command that runs a leased test's process under its keeper (``runtime.reaper``): the leader
+    of the lease's processes, which dies with the run, holds the GPUs' locks until the last process
+    below it has gone (a crashed test's helper included), and ends what is left when the test's
+    process ends."""
+    return [
+        *(sys.executable, "-m", "pytest_gputopo.runtime.reaper"),
+        *("--parent", str(os.getpid()), "--hold", str(lease_fd), "--folder", folder, "--"),
+    ]
+
+
 def figures_folder(run: GputopoRun) -> str:
     """Where the leased tests' processes of a run that shares no folder (no xdist) leave the figures
     they measure, for the run's record (``GputopoRun.shared_folders``): made for the first."""
@@ -97,8 +108,9 @@ def figures_folder(run: GputopoRun) -> str:
 class LeaseProcess:
     """A pytest process for a leased test of ``item``'s module, started with ``environ`` (its
     environment: seeing its lease's GPUs alone, or none until it is handed a lease, ``hand``), that
-    runs the tests of that module it is sent. It holds the lease's lock descriptors too, so that the
-    GPUs stay locked while it lives even if this process is killed."""
+    runs the tests of that module it is sent. It runs under its keeper (``keeper``: ``process`` is the
+    keeper's), which holds the lease's lock descriptors too, so that the GPUs stay locked while
+    anything of the lease runs, even if this process is killed, and no longer."""
 
     def __init__(self, item: pytest.Item, environ: dict):
         config = item.config
@@ -128,7 +140,10 @@ class LeaseProcess:
                     },
                     handle,
                 )
-            argv = [sys.executable, "-m", "pytest", *child_args(config, self.module, spec, self.folder)]
+            argv = [
+                *keeper(lease_in.fileno(), self.folder),
+                *(sys.executable, "-m", "pytest", *child_args(config, self.module, spec, self.folder)),
+            ]
             stdin = None if live else subprocess.DEVNULL  # -s, --pdb: breakpoint() reads the run's input
             with open(os.path.join(self.folder, OUTPUT), "wb") as output, _own_input(config, live):
                 self.process = subprocess.Popen(
@@ -139,6 +154,7 @@ class LeaseProcess:
                     stdout=None if live else output,
                     stderr=None if live else subprocess.STDOUT,
                     pass_fds=[lease_in.fileno(), commands_in, reports_out],
+                    start_new_session=not live,  # live: it shares the run's terminal, and reads it
                 )
         except BaseException:
             os.close(self._commands_out)
@@ -373,7 +389,9 @@ def take_lease(config: pytest.Config, spec_path: str, before_conftests: bool) ->
         return
     spec = read_spec(spec_path)
     with socket.socket(fileno=spec["lease"]) as channel:
-        message, fds, _, _ = socket.recv_fds(channel, 1, MAX_LOCKS)
+        # close-on-exec: a helper the test starts (``os.system("... &")``) must not keep its GPUs
+        # locked after it; the keeper holds them while anything the test started runs.
+        message, fds, _, _ = socket.recv_fds(channel, 1, MAX_LOCKS, socket.MSG_CMSG_CLOEXEC)
     if not message:  # the run ended, or stopped this process before it had a lease
         os._exit(0)
     with open(os.path.join(os.path.dirname(spec_path), LEASE), encoding="utf-8") as handle:

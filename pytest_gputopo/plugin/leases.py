@@ -169,7 +169,7 @@ class Leases:
         lease = None
         if kept is not None:
             lease = kept.lease
-            lease.say(gpu_locks.Holder(os.getpid(), item.nodeid, time.time()))
+            lease.say(gpu_locks.Holder(kept.process.process.pid, item.nodeid, time.time()))
             item.stash[LEASE] = lease
         elif placer is not None and placer.never:
             item.stash[NOT_PLACED] = (placer.never, False)
@@ -256,12 +256,19 @@ class Leases:
         if spare is not None and spare.module == str(item.path) and spare.alive:
             refused = spare.hand(lease, visible)
             if refused is None:
-                return spare
+                return self.held_by(spare, lease, item)
             self.no_spares = refused  # every one would refuse: not started ahead again
         if spare is not None:
             self.let_end(spare)
         process = LeaseProcess(item, seeing_only(visible))
         process.hand(lease, visible)  # taken (it saw them from its start), or it ended: its test says so
+        return self.held_by(process, lease, item)
+
+    @staticmethod
+    def held_by(process: LeaseProcess, lease: Lease, item: pytest.Item) -> LeaseProcess:
+        """The locks name the process that holds them now (its keeper, which outlives this run's
+        process if that is killed): "who holds what" then names a live holder."""
+        lease.say(gpu_locks.Holder(process.process.pid, item.nodeid, time.time()))
         return process
 
     @pytest.hookimpl(wrapper=True, trylast=True)  # inside other plugins' wrappers: before their end

@@ -1,0 +1,205 @@
+"""Every process of a lease ends with its test and with the run, and no GPU is ever shared, whatever
+ends them (issue 41), on the emulated host as a user's run enters it.
+
+Before: a leased test that started a helper (``subprocess.Popen``, ``setsid``, ``os.system("... &")``)
+and died had its lease released at once, and the next test got the GPU while the helper still ran on
+it; the lock descriptors were inheritable, so an ``os.system`` helper kept the GPU locked after the
+run; SIGKILL or SIGTERM to pytest alone left the test's process running with parent 1, holding the
+GPUs, its lock naming the dead run; SIGINT to pytest alone under ``-n`` left the lease processes behind.
+
+Sources: prctl(2) (``PR_SET_CHILD_SUBREAPER``: orphans below a subreaper are re-parented to it;
+``PR_SET_PDEATHSIG``: a signal when the parent thread ends, not sent if it has already ended, hence
+the check of ``getppid``); flock(2) (a lock goes with the last descriptor of its open file);
+recvmsg(2) (``MSG_CMSG_CLOEXEC`` sets close-on-exec on descriptors received with SCM_RIGHTS).
+Each deadline below is a hang guard, never a timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emulated import emulated_libs, needs_compiler  # noqa: F401  (a fixture)
+from lease_comparison import host_env, lease_args
+from pytest_gputopo.probe.recorded import load_profile
+from pytest_gputopo.runtime import gpu_locks
+
+pytestmark = [pytest.mark.slow, needs_compiler]
+
+GUARD_S = 60.0  # a hang guard: far beyond what any step here takes
+
+HELPERS = {
+    "a child": "subprocess.Popen(SLEEPER)",
+    "a setsid child": "subprocess.Popen(SLEEPER, start_new_session=True)",
+    "os.system &": "os.system(shlex.join(SLEEPER) + ' &')",
+}
+
+SUITE = """
+import os, shlex, subprocess, sys, time
+from pathlib import Path
+
+import pytest
+
+NOTES = Path(os.environ["SUITE_NOTES"])
+SLEEP = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
+SLEEPER = [sys.executable, "-c", SLEEP, str(NOTES / "helper.pid")]
+
+
+def started_helper():
+    {helper}
+    deadline = time.monotonic() + 30
+    while not (NOTES / "helper.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (NOTES / "test.pid").write_text(str(os.getpid()))
+
+
+@pytest.mark.requires_gpus(1)
+def test_starts_a_helper_and_{end}():
+    started_helper()
+    {ending}
+
+"""
+
+# In a module of its own: the GPU goes to another process of the run (a test of the same module
+# after a passing one keeps the lease and its process, and the helpers with it, as in place).
+NEXT = """
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.requires_gpus(1)
+def test_next_on_that_gpu():
+    pid = int(Path(os.environ["SUITE_NOTES"], "helper.pid").read_text())
+    state = Path(f"/proc/{pid}/stat")
+    assert not state.exists() or state.read_text().rsplit(")", 1)[1].split()[0] == "Z", "the helper runs on"
+"""
+
+ENDINGS = {"dies": "os._exit(3)", "passes": "pass", "hangs": "time.sleep(120)"}
+
+
+def _suite(folder: Path, helper: str, end: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "notes").mkdir(exist_ok=True)
+    text = SUITE.format(helper=HELPERS[helper], end=end, ending=ENDINGS[end])
+    (folder / "test_it.py").write_text(text)
+    (folder / "test_next.py").write_text(NEXT)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _free(locks: Path, machine: str) -> bool:
+    return all(gpu_locks.holder(str(locks), g.uuid) is None for g in load_profile(machine).topology.gpus)
+
+
+def _until(condition, what: str) -> None:
+    deadline = time.monotonic() + GUARD_S
+    while not condition():
+        assert time.monotonic() < deadline, f"still not so after {GUARD_S:g} s: {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("helper", HELPERS)
+@pytest.mark.parametrize("end", ["dies", "passes"])
+def test_a_leased_tests_helpers_end_with_it_before_its_gpu_goes_to_the_next_test(emulated_libs, tmp_path, helper, end):
+    """On a one-GPU host the next test waits for the same GPU: it finds the helper gone, and after
+    the run nothing of it is alive and the GPU is free."""
+    env = host_env(tmp_path, emulated_libs, "single-gpu")
+    folder = tmp_path / "suite"
+    _suite(folder, helper, end)
+    locks = tmp_path / "locks"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-rA", *lease_args(locks)],
+        cwd=folder,
+        env=env | {"SUITE_NOTES": str(folder / "notes")},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert "PASSED test_next.py::test_next_on_that_gpu" in done.stdout, done.stdout[-3000:]
+    helper_pid = int((folder / "notes" / "helper.pid").read_text())
+    assert not _alive(helper_pid) and _free(locks, "single-gpu")
+
+
+@pytest.mark.parametrize(
+    "how", ["SIGKILL to pytest", "SIGTERM to pytest", "SIGINT to pytest under -n 2"], ids=lambda h: h.split()[0]
+)
+def test_a_run_killed_leaves_no_process_no_lock_and_no_folder_of_its_leases(emulated_libs, tmp_path, how):
+    """A leased test hangs (with a helper of its own) when the run is ended as CI ends it: once the
+    run has gone, the test's process and its helper end, its GPUs are free, and its lease's folder is
+    gone (the run's temporary folders: ``TMPDIR``)."""
+    env = host_env(tmp_path, emulated_libs, "single-gpu")
+    folder = tmp_path / "suite"
+    _suite(folder, "a setsid child", "hangs")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    locks = tmp_path / "locks"
+    workers = ["-n", "2"] if "-n 2" in how else []
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", *workers, *lease_args(locks)],
+        cwd=folder,
+        env=env | {"SUITE_NOTES": str(folder / "notes"), "TMPDIR": str(temp)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # as a CI runner's step: a group of its own, signalled here alone
+    )
+    try:
+        notes = folder / "notes"
+        _until(lambda: (notes / "test.pid").exists() and (notes / "helper.pid").exists(), "the test began")
+        test_pid, helper_pid = (int((notes / f"{n}.pid").read_text()) for n in ("test", "helper"))
+        os.kill(run.pid, getattr(signal, how.split()[0]))
+        run.wait(GUARD_S)
+        _until(lambda: not _alive(test_pid) and not _alive(helper_pid), "the test's process and its helper ended")
+        _until(lambda: _free(locks, "single-gpu"), "the GPU is free")
+        _until(lambda: not list(temp.glob("pytest-gputopo-lease-*")), "the lease's folder is gone")
+    finally:
+        _kill_group(run)
+
+
+def _kill_group(run: subprocess.Popen) -> None:
+    """The test's own cleanup, whatever failed: nothing of the run it started outlives it."""
+    try:
+        os.killpg(run.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    run.wait()
+
+
+def test_lock_records_name_the_process_that_holds_them(emulated_libs, tmp_path):
+    """The lock of a running leased test names its keeper, alive, not the run's process."""
+    env = host_env(tmp_path, emulated_libs, "single-gpu")
+    folder = tmp_path / "suite"
+    _suite(folder, "a child", "hangs")
+    locks = tmp_path / "locks"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", *lease_args(locks)],
+        cwd=folder,
+        env=env | {"SUITE_NOTES": str(folder / "notes")},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        _until(lambda: (folder / "notes" / "test.pid").exists(), "the test began")
+        (gpu,) = load_profile("single-gpu").topology.gpus
+        holder = gpu_locks.holder(str(locks), gpu.uuid)
+        assert isinstance(holder, gpu_locks.Holder) and holder.pid != run.pid and _alive(holder.pid), holder
+        assert holder.test.endswith("test_starts_a_helper_and_hangs"), json.dumps(holder._asdict())
+    finally:
+        _kill_group(run)
