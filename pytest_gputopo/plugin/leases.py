@@ -425,9 +425,15 @@ class Leases:
                 who = str(found) if found is not True else "a process that has not said who it is"
                 held_by.append(f"GPU{i} ({uuid}) by {who}")
         index = {uuid: i for i, uuid in enumerate(uuids)}
+        now = time.time()
         waiting = [
             f"{gpu_locks.Holder(w.pid, w.test, w.since)} for "
             f"{', '.join(f'GPU{index[u]}' for u in w.reserved if u in index) or 'none yet'}"
+            + (
+                f" (stopped looking {now - w.looked:.0f} s ago: its reservation holds nobody back)"
+                if gpu_locks.stopped_looking(w, now)
+                else ""
+            )
             for _, w in gpu_locks.waiters(self.folder)
         ]
         asked = ", ".join(map(str, requirements))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import re
 import stat
@@ -34,6 +35,31 @@ class Holder(NamedTuple):
 
     def __str__(self) -> str:
         return f"pid {self.pid} ({self.test}, since {time.strftime('%H:%M:%S', time.localtime(self.since))})"
+
+
+class Unusable(NamedTuple):
+    """A GPU whose lock file cannot be trusted (a FIFO, a folder, a link, another user's file): no
+    lease takes it, and a test that waits for it is told why."""
+
+    why: str
+
+    def __str__(self) -> str:
+        return f"nobody: {self.why}"
+
+
+def _pid(value) -> int:
+    """A record's pid: a positive whole number (a record is anyone's writing: validated)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
+        raise ValueError(f"not a pid: {value!r}")
+    return value
+
+
+def _time(value) -> float:
+    """A record's time.time(): finite, after 1970 and before 5138 (``time.localtime`` takes it)."""
+    found = float(value)
+    if not math.isfinite(found) or not 0 <= found < 1e11:
+        raise ValueError(f"not a time: {value!r}")
+    return found
 
 
 def default_folder() -> str:
@@ -69,12 +95,20 @@ def _lock_path(folder: str, uuid: str) -> str:
 
 
 def _open(path: str, flags: int) -> int:
-    """The lock file, never through a link and only when it is this user's regular file."""
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    """The lock file, never through a link and only when it is this user's regular file: anything
+    else there is a ``LockFolderError`` naming it, at once (``O_NONBLOCK``: a FIFO's open would wait
+    for a writer; on a regular file it changes nothing)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a link (ELOOP), a folder (EISDIR), another user's file (EACCES), ...
+        raise LockFolderError(f"the GPU lock {path} cannot be opened: {exc.strerror}") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
         os.close(fd)
-        raise LockFolderError(f"the GPU lock {path} is not a regular file of this user")
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else f"another user's (uid {info.st_uid})"
+        raise LockFolderError(f"the GPU lock {path} is {what}: no lease holds this GPU while it is there")
     return fd
 
 
@@ -87,8 +121,12 @@ class GpuLock:
         self.fd: int | None = None
 
     def take(self, holder: Holder) -> bool:
-        """Take it now, writing who holds it; False when another process holds it."""
-        fd = _open(self.path, os.O_RDWR | os.O_CREAT)
+        """Take it now, writing who holds it; False when another process holds it, or its file
+        cannot be trusted (``holder`` says why)."""
+        try:
+            fd = _open(self.path, os.O_RDWR | os.O_CREAT)
+        except LockFolderError:
+            return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -102,7 +140,10 @@ class GpuLock:
         """Write who holds it now (a lease kept for the next test: that test, since it began)."""
         if self.fd is not None:  # in one write, padded over a longer record before (``Ticket._write``)
             record = json.dumps(holder._asdict()).encode()[:MAX_HOLDER_BYTES]
-            os.pwrite(self.fd, record.ljust(os.fstat(self.fd).st_size), 0)
+            size = os.fstat(self.fd).st_size
+            if size > MAX_HOLDER_BYTES:  # a file grown by someone else: cut to what is read, once, held
+                os.ftruncate(self.fd, MAX_HOLDER_BYTES)
+            os.pwrite(self.fd, record.ljust(min(size, MAX_HOLDER_BYTES)), 0)
 
     def release(self, handed_on: bool = False) -> None:
         """Let it go; ``handed_on``: a process this one passed ``fd`` to may hold it still (its lock
@@ -114,13 +155,16 @@ class GpuLock:
             self.fd = None
 
 
-def holder(folder: str, uuid: str) -> Holder | None | bool:
+def holder(folder: str, uuid: str) -> Holder | Unusable | None | bool:
     """Who holds the GPU's lock: a ``Holder``, True where it is held by a process that has not said
-    who it is (yet), None where it is free."""
+    who it is (yet, or not readably), ``Unusable`` where its file cannot be trusted, None where it
+    is free."""
     try:
         fd = _open(_lock_path(folder, uuid), os.O_RDONLY)
     except FileNotFoundError:
         return None
+    except LockFolderError as exc:
+        return Unusable(str(exc))
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -129,8 +173,8 @@ def holder(folder: str, uuid: str) -> Holder | None | bool:
             pass
         try:
             found = _record(fd) or {}  # (empty while its holder has not said yet)
-            return Holder(int(found["pid"]), str(found["test"]), float(found["since"]))
-        except (ValueError, TypeError, KeyError):
+            return Holder(_pid(found["pid"]), str(found["test"])[:MAX_HOLDER_BYTES], _time(found["since"]))
+        except (ValueError, TypeError, KeyError, OverflowError):
             return True
     finally:
         os.close(fd)
@@ -141,6 +185,7 @@ def holder(folder: str, uuid: str) -> Holder | None | bool:
 # take those GPUs, so a large set is not starved by small tests that keep taking its GPUs one by one.
 TICKET_PREFIX = "wait-"
 STALE_TICKET_S = 60.0  # an unlocked ticket older than this is removed by whoever reads it
+STOPPED_S = 10.0  # a waiting test that has not looked at the locks for this long reserves nothing
 
 
 class Waiter(NamedTuple):
@@ -175,7 +220,7 @@ class Ticket:
         run: str | None = None,
     ):
         self.path = os.path.join(folder, f"{TICKET_PREFIX}{pid}-{os.urandom(4).hex()}")  # unique across pid namespaces
-        self.me = Waiter(pid, test, since, (), turn, run)
+        self.me = Waiter(pid, test, since, (), turn, run, time.time())
         fd = _open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         fcntl.flock(fd, fcntl.LOCK_EX)  # a new file of its own: nobody else holds it
         self.fd: int | None = fd
@@ -218,7 +263,7 @@ def _record(fd: int) -> dict | None:
     for _ in range(5):
         try:
             raw = json.loads(os.pread(fd, MAX_HOLDER_BYTES, 0) or b"null")
-        except ValueError:
+        except (ValueError, RecursionError):  # (3,000 nested "[" exhaust the parser's stack)
             continue
         return raw if isinstance(raw, dict) else None
     return None
@@ -250,34 +295,49 @@ def waiters(folder: str) -> list[tuple[str, Waiter]]:
             raw = _record(fd)
             if raw is None:
                 continue  # being made: read it at the next poll
-            turn, run = raw.get("turn"), raw.get("run")
-            found.append(
-                (
-                    path,
-                    Waiter(
-                        int(raw["pid"]),
-                        str(raw["test"]),
-                        float(raw["since"]),
-                        tuple(str(u) for u in raw["reserved"]),
-                        None if turn is None else (float(turn[0]), int(turn[1])),
-                        None if run is None else str(run),
-                        float(raw.get("looked", 0.0)),
-                    ),
-                )
-            )
-        except (ValueError, TypeError, KeyError, IndexError):
-            continue  # being written: read again at the next poll
+            found.append((path, _waiter(raw)))
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError):
+            continue  # being written (read again at the next poll), or not a ticket of ours
         finally:
             os.close(fd)
     return found
 
 
+def _waiter(raw: dict) -> Waiter:
+    """A live ticket's record, validated (ValueError, TypeError, KeyError, ... where it is not one)."""
+    turn, run = raw.get("turn"), raw.get("run")
+    reserved = raw["reserved"]
+    if not isinstance(reserved, list) or len(reserved) > 4096:
+        raise ValueError("not a list of GPUs")
+    return Waiter(
+        _pid(raw["pid"]),
+        str(raw["test"])[:MAX_HOLDER_BYTES],
+        _time(raw["since"]),
+        tuple(str(u) for u in reserved),
+        None if turn is None else (_time(turn[0]), int(turn[1])),
+        None if run is None else str(run),
+        _time(raw.get("looked", 0.0)),
+    )
+
+
+def stopped_looking(waiter: Waiter, now: float) -> bool:
+    """Whether ``waiter`` has not looked at the locks for ``STOPPED_S`` (a waiting test looks every
+    poll): its process is stopped (Ctrl-Z, a frozen job) or stuck, and its reservation holds nobody
+    back -- else it would keep every GPU it reserved idle for as long as it is stopped."""
+    return now - waiter.looked > STOPPED_S
+
+
 def waiting_before(folder: str, ticket: Ticket | Waiter | None) -> list[Waiter]:
     """The tests waiting before ``ticket``'s (a ``Waiter``: a test that would wait in that place;
-    None: every waiting test)."""
+    None: every waiting test), those that stopped looking left out (``stopped_looking``)."""
     me = ticket.me if isinstance(ticket, Ticket) else ticket
     mine = ticket.path if isinstance(ticket, Ticket) else None
-    return [w for path, w in waiters(folder) if me is None or (path != mine and w.before(me))]
+    now = time.time()
+    return [
+        w
+        for path, w in waiters(folder)
+        if (me is None or (path != mine and w.before(me))) and not stopped_looking(w, now)
+    ]
 
 
 def reserved_before(folder: str, ticket: Ticket | Waiter | None) -> set[str]:
