@@ -106,10 +106,11 @@ def _free(locks: Path, machine: str) -> bool:
     return all(gpu_locks.holder(str(locks), g.uuid) is None for g in load_profile(machine).topology.gpus)
 
 
-def _until(condition, what: str) -> None:
+def _until(condition, what) -> None:
+    """Wait until ``condition()``; ``what`` (text, or a callable giving it then) says what failed."""
     deadline = time.monotonic() + GUARD_S
     while not condition():
-        assert time.monotonic() < deadline, f"still not so after {GUARD_S:g} s: {what}"
+        assert time.monotonic() < deadline, f"still not so after {GUARD_S:g} s: {what() if callable(what) else what}"
         time.sleep(0.05)
 
 
@@ -167,9 +168,14 @@ def test_a_run_killed_leaves_no_process_no_lock_and_no_folder_of_its_leases(emul
         run.wait(GUARD_S)
         _until(lambda: not _alive(test_pid) and not _alive(helper_pid), "the test's process and its helper ended")
         _until(lambda: _free(locks, "single-gpu"), "the GPU is free")
-        _until(lambda: not list(temp.glob("pytest-gputopo-lease-*")), "the lease's folder is gone")
+        leases = lambda: list(temp.glob("pytest-gputopo-lease-*"))  # noqa: E731
+        _until(lambda: not leases(), lambda: f"the lease's folder is gone: {_left(temp)}")
     finally:
         _kill_group(run)
+
+
+def _left(temp: Path) -> list[str]:
+    return [f"{p.relative_to(temp)}" for p in temp.rglob("*")]
 
 
 def _kill_group(run: subprocess.Popen) -> None:

@@ -148,6 +148,7 @@ def main(argv: list[str]) -> int:
     if parent:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the run went before the signal was asked for
+            _orphaned(parent, options.get("--folder"))
             return 128 + signal.SIGTERM
     folder = options.get("--folder")
 
