@@ -13,7 +13,11 @@ Sources the behaviour rests on (installed torch):
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -447,3 +451,79 @@ def pytest_sessionfinish(session):
     result = run(pytester, "-k", "plain")
     result.assert_outcomes(passed=1)
     assert "modules: []" in result.stdout.str()
+
+
+HUNG_IN_EXIT = """
+import atexit, os, time
+
+import pytest
+
+from pidnote import note_pid
+
+
+@pytest.mark.ranks(2, timeout=300)
+def test_fails_then_hangs_in_exit(gputopo_rank):
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+    if gputopo_rank.rank == 1:
+        atexit.register(time.sleep, 600)  # as a failed NCCL communicator's teardown hangs
+        assert gputopo_rank.rank == 0, "rank 1's own error"
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_rank_that_hangs_in_exit_is_reported_by_its_own_error_not_as_timed_out(pytester, pid_folder):
+    """Issue 41 item 4: a failed rank that hangs in exit (NVIDIA/nccl #1013, #1777) was reported "timed
+    out" only after the whole timeout (here 300 s), its own error lost. Once it has written its result
+    and not ended for ``EXIT_GRACE_S``, it is ended and reported by its own error, and where it hung."""
+    pytester.makepyfile(test_hung=HUNG_IN_EXIT)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "rank 1 failed: AssertionError: rank 1's own error" in text and "then hung in exit" in text, text
+    assert "timed out" not in text, text
+    assert re.search(r"line \d+ in sleep|in _run_exitfuncs|Current thread", text.split("then hung in exit")[-1]), text
+    assert len(rank_pids(pid_folder)) == 2 and [pid for pid in rank_pids(pid_folder) if alive(pid)] == []
+
+
+DEAF = """
+import os, signal, time
+
+import pytest
+
+from pidnote import note_pid
+
+
+@pytest.mark.ranks(2, timeout=300)
+def test_deaf_to_sigint(gputopo_rank):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a rank blocked inside CUDA does not act on it
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_ranks_die_with_a_pytest_killed_outright_even_deaf_to_sigint(pytester, pid_folder):
+    """Issue 41: torch's parent-death signal for a rank is SIGINT (torch/multiprocessing/spawn.py
+    ``_wrap``), which a rank blocked inside CUDA does not act on: after pytest was killed such ranks
+    ran on, on GPUs whose lease had gone. Each rank now asks for SIGKILL (prctl(2) PR_SET_PDEATHSIG)."""
+    pytester.makepyfile(test_deaf=DEAF)
+    run_ = pytester.popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "test_deaf.py"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120  # a hang guard
+        while len(rank_pids(pid_folder)) < 2:
+            assert time.monotonic() < deadline and run_.poll() is None, "the ranks never began"
+            time.sleep(0.05)
+        run_.kill()
+        run_.wait()
+        while any(alive(pid) for pid in rank_pids(pid_folder)):
+            assert time.monotonic() < deadline, "a rank outlived the pytest that started it"
+            time.sleep(0.05)
+    finally:
+        for pid in rank_pids(pid_folder):
+            if alive(pid):
+                os.kill(pid, 9)

@@ -19,7 +19,7 @@ import traceback
 from datetime import timedelta
 from typing import NamedTuple
 
-from ..runtime import rank_procs
+from ..runtime import rank_procs, reaper
 
 RANK_FIXTURE = "gputopo_rank"
 
@@ -38,8 +38,13 @@ class RankInfo(NamedTuple):
 def main(rank: int, workdir: str, job: dict) -> None:
     """The rank's entry (``torch.multiprocessing`` calls it as ``main(rank, workdir, job)``)."""
     rank_procs.lead_group()
+    # SIGKILL when the pytest process ends: torch's ``_wrap`` asks for SIGINT, which a rank blocked
+    # inside CUDA or NCCL does not act on, and it would run on GPUs whose lease has gone.
+    if not reaper.die_with_parent(job["parent"]):
+        os._exit(1)
     stack = open(rank_procs.stack_path(workdir, rank), "w", encoding="utf-8")  # noqa: SIM115 (open for life)
     faulthandler.register(rank_procs.STACK_SIGNAL, file=stack, all_threads=True)
+    faulthandler.enable(file=stack, all_threads=True)  # a fatal signal's stack, for the report
     gpus = (job["gpus"][rank],) if job["gpus"] else ()
     info = RankInfo(rank, job["n"], rank, f"cuda:{gpus[0].index}" if gpus else "cpu", gpus)
     _environment(info, job["visible"])

@@ -15,6 +15,7 @@ comes here, so it spawns nothing.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import signal
@@ -86,6 +87,7 @@ def _job(item: pytest.Function, requirement, topology) -> dict:
         "timeout_s": requirement.timeout_s,
         "gpus": gpus,
         "visible": visible,
+        "parent": os.getpid(),  # each rank dies with this process (``rank_body.main``)
     }
 
 
@@ -126,7 +128,9 @@ def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results
     problems = []  # (rank, outcome, headline, details)
     for end, result in zip(ended.exits, results, strict=True):
         outcome = (result or {}).get("outcome")
-        if end.status is None:
+        if end.hung_in_exit:
+            problems += _hung_in_exit(end, result)
+        elif end.status is None:
             cause = (
                 f"still running after {requirement.timeout_s:g} s (the test's timeout)"
                 if ended.timed_out
@@ -145,7 +149,7 @@ def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results
         elif outcome == "skipped" or (outcome == "passed" and end.status == 0):
             continue
         else:
-            problems.append((end.rank, "died", _died(end.status), ""))
+            problems.append((end.rank, "died", _died(end.status), end.stack.rstrip()))
     skipped = [r for r in results if r and r.get("outcome") == "skipped"]
     if not problems and skipped and len(skipped) == n:
         raise pytest.skip.Exception(
@@ -185,6 +189,16 @@ def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results
     for rank, outcome, headline, details in problems:
         lines += ["", f"--- rank {rank} of {n}: {outcome}", details or headline]
     pytest.fail("\n".join(terminal_lines("\n".join(lines).splitlines())), pytrace=False)
+
+
+def _hung_in_exit(end: rank_procs.RankExit, result: dict | None) -> list[tuple]:
+    """A rank that wrote its result and did not end: a failed one is reported by its own error (not
+    as timed out), with where it hung; one that passed or skipped did what it was asked."""
+    if result is None or result.get("outcome") != "failed":
+        return []
+    hung = f"then hung in exit for {rank_procs.EXIT_GRACE_S:g} s; ended by gputopo"
+    details = f"{result.get('traceback', '').rstrip()}\n{hung}. Its stack:\n{end.stack.rstrip()}"
+    return [(end.rank, "failed", f"{result.get('error', '')} ({hung})", details)]
 
 
 def _died(status: int | None) -> str:

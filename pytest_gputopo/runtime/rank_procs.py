@@ -30,6 +30,10 @@ from .procs import KILL_GRACE_S
 STACK_SIGNAL = signal.SIGUSR1  # faulthandler.register()ed in each rank: its threads' stacks to its stack file
 STACK_WAIT_S = 2.0  # for a rank to write its stack (faulthandler writes from the signal handler itself)
 FAILED_GRACE_S = 3.0  # after one rank failed: time for the others to end on their own, with their own cause
+# A rank that wrote its result and is still running this long after is hung in exit (a failed NCCL
+# communicator's teardown: NVIDIA/nccl #1013, #1777): ended then, its own result reported.
+EXIT_GRACE_S = 5.0
+HUNG = "hung in exit"  # a rank's state in ``_state``: its result written, its process not ending
 
 
 def stack_path(workdir: str, rank: int) -> str:
@@ -74,7 +78,8 @@ def lead_group() -> None:
 class RankExit:
     rank: int
     status: int | None  # its exit status (negative: the signal that ended it); None: running when ended
-    stack: str = ""  # its threads' Python stacks, taken before it was ended ("" where it had ended)
+    stack: str = ""  # its threads' Python stacks: taken before it was ended, or written as a signal killed it
+    hung_in_exit: bool = False  # running when ended, its result written ``EXIT_GRACE_S`` before
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,7 @@ class Ended:
 
     @property
     def stuck(self) -> list[RankExit]:
-        return [e for e in self.exits if e.status is None]
+        return [e for e in self.exits if e.status is None and not e.hung_in_exit]
 
 
 def run_ranks(
@@ -102,11 +107,17 @@ def run_ranks(
     context = mp.start_processes(entry, args=args, nprocs=n, join=False, start_method="spawn")
     procs = context.processes
     try:
-        timed_out = _wait(procs, time.monotonic() + timeout_s, grace_s)
-        codes = [_status(p) for p in procs]
-        running = [i for i, code in enumerate(codes) if code is None]
+        timed_out = _wait(procs, workdir, time.monotonic() + timeout_s, grace_s)
+        states = [_state(p, workdir, i) for i, p in enumerate(procs)]
+        running = [i for i, state in enumerate(states) if state is None or state == HUNG]
         stacks = _stacks(procs, running, workdir)
-        return Ended(tuple(RankExit(i, code, stacks.get(i, "")) for i, code in enumerate(codes)), timed_out)
+        exits = []
+        for i, state in enumerate(states):
+            code = None if state == HUNG else state
+            killed = isinstance(code, int) and code < 0  # its fatal signal's stack (faulthandler), if any
+            stack = stacks.get(i, "") or (_read(stack_path(workdir, i)) if killed else "")
+            exits.append(RankExit(i, code, stack, state == HUNG))  # type: ignore[arg-type]
+        return Ended(tuple(exits), timed_out)
     finally:
         _end(procs)
         for path in context.error_files:  # torch's, written only if ``entry`` raised (it does not)
@@ -114,23 +125,35 @@ def run_ranks(
                 os.unlink(path)
 
 
-def _wait(procs: list, deadline: float, grace_s: float) -> bool:
-    """Until every rank ended, or ``grace_s`` after the first failure; True when the deadline passed
-    with no rank failed."""
+def _wait(procs: list, workdir: str, deadline: float, grace_s: float) -> bool:
+    """Until every rank ended (or hung in exit), or ``grace_s`` after the first failure (a rank hung
+    in exit counts as one); True when the deadline passed with no rank failed."""
     failed_by = None  # when the others' time is up, once one rank failed
     while True:
-        codes = [_status(p) for p in procs]
-        if all(c is not None for c in codes):
+        states = [_state(p, workdir, i) for i, p in enumerate(procs)]
+        if all(s is not None for s in states):
             return False
         now = time.monotonic()
-        if failed_by is None and any(c not in (None, 0) for c in codes):
+        if failed_by is None and any(s not in (None, 0) for s in states):
             failed_by = min(deadline, now + grace_s)
         stop = deadline if failed_by is None else failed_by
         if now >= stop:
             return failed_by is None
-        multiprocessing.connection.wait(
-            [p.sentinel for p, c in zip(procs, codes, strict=True) if c is None], timeout=stop - now
-        )
+        waiting = [p.sentinel for p, s in zip(procs, states, strict=True) if s is None]
+        multiprocessing.connection.wait(waiting, timeout=min(stop - now, EXIT_GRACE_S / 5))
+
+
+def _state(proc, workdir: str, rank: int) -> int | str | None:
+    """The rank's exit status, ``HUNG`` where it wrote its result ``EXIT_GRACE_S`` ago and runs on,
+    else None (running)."""
+    status = _status(proc)
+    if status is not None:
+        return status
+    try:
+        written = os.stat(result_path(workdir, rank)).st_mtime
+    except OSError:
+        return None
+    return HUNG if time.time() - written > EXIT_GRACE_S else None
 
 
 def _status(proc) -> int | None:

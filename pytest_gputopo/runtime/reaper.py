@@ -118,6 +118,13 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> bool:
+    """In a child: ``sig`` to this process when ``parent`` ends (``PR_SET_PDEATHSIG``: sent when the
+    parent's thread ends, not if it has already); False where it has already (the caller ends)."""
+    _prctl(PR_SET_PDEATHSIG, sig)
+    return os.getppid() == parent
+
+
 def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     """Its options (before ``--``) and ARGV; without ``--``, ARGV is the whole of ``argv``."""
     if "--" not in argv:
@@ -145,11 +152,9 @@ def main(argv: list[str]) -> int:
     options, argv = _parse(argv)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     parent = int(options.get("--parent", "0"))
-    if parent:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the run went before the signal was asked for
-            _orphaned(parent, options.get("--folder"))
-            return 128 + signal.SIGTERM
+    if parent and not die_with_parent(parent, signal.SIGTERM):  # SIGTERM: it ends what is below first
+        _orphaned(parent, options.get("--folder"))
+        return 128 + signal.SIGTERM
     folder = options.get("--folder")
 
     def stop(signum, frame):  # told to stop, or the run has gone: what runs below goes first
