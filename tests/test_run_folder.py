@@ -96,3 +96,24 @@ def test_only_this_users_abandoned_folders_are_removed(tmp_path, monkeypatch):
     assert theirs is None or theirs.exists()
     run_folder.remove(alive)
     assert not os.path.exists(alive)
+
+
+def test_a_ranks_tests_folder_left_by_a_killed_run_is_removed_by_a_later_run(tmp_path, monkeypatch):
+    """Issue 41: a ``ranks(n)`` test's ``pytest-gputopo-ranks-*`` folder stayed after its run was
+    killed (SIGTERM, SIGKILL). It is made as the run's own folder is, and swept the same way."""
+    monkeypatch.setattr(run_folder.tempfile, "tempdir", str(tmp_path))
+    made = subprocess.run(
+        [sys.executable, "-c", "from pytest_gputopo.runtime import run_folder as r; print(r.make(r.RANKS))"],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    left = made.stdout.strip()  # its process has ended without removing it, as a killed run's
+    assert os.path.basename(left).startswith(run_folder.RANKS)
+    _age(left, 2 * run_folder.YOUNG_S)
+    mine = run_folder.make(run_folder.RANKS)
+    try:
+        assert not os.path.exists(left) and os.path.isdir(mine)
+    finally:
+        run_folder.remove(mine)

@@ -17,14 +17,12 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
 import signal
-import tempfile
 
 import pytest
 
 from ..render.escape import terminal_lines
-from ..runtime import environ, rank_procs
+from ..runtime import environ, rank_procs, run_folder
 from . import rank_body
 from .reporter import RANKS_PROPERTY
 from .run import run_of
@@ -37,12 +35,13 @@ def call(item: pytest.Function, requirement) -> None:
     _refuse_inside_a_launch(requirement)
     topology = run_of(item.config).topology
     job = _job(item, requirement, topology)
-    workdir = tempfile.mkdtemp(prefix="pytest-gputopo-ranks-")  # private (0700): the store, results, stacks
+    # private (0700): the store, results, stacks; one a killed run left is removed by a later run
+    workdir = run_folder.make(run_folder.RANKS)
     try:
         ended = rank_procs.run_ranks(rank_body.main, (workdir, job), requirement.n, requirement.timeout_s, workdir)
         results = [rank_procs.read_result(workdir, rank) for rank in range(requirement.n)]
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        run_folder.remove(workdir)
     _report(item, requirement, ended, results)
 
 

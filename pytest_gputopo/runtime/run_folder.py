@@ -1,6 +1,7 @@
-"""The run's own temporary folder (where xdist's processes share the machine and the benchmarks), made
-private, and never left behind for good: a run ended by SIGTERM or SIGKILL cannot remove it, and
-the plugin installs no signal handler in the user's process, so a later run removes it instead.
+"""The run's own temporary folders (where xdist's processes share the machine and the benchmarks; a
+``ranks(n)`` test's store, results and stacks), made private, and never left behind for good: a run
+ended by SIGTERM or SIGKILL cannot remove them, and the plugin installs no signal handler in the
+user's process, so a later run removes them instead.
 
 While its run lives, the folder's ``.owner`` file is locked (``flock``) by the process that made it;
 the kernel drops the lock when that process ends, however it ends (and sees it across PID namespaces
@@ -22,6 +23,8 @@ except ImportError:  # not POSIX: no lock, and nothing judged abandoned
     fcntl = None  # type: ignore[assignment]
 
 PREFIX = "pytest-gputopo-run-"
+RANKS = "pytest-gputopo-ranks-"  # a ranks(n) test's folder
+PREFIXES = (PREFIX, RANKS)
 OWNER = ".owner"
 # Between making a folder and locking it its owner takes microseconds; a folder younger than this is
 # never judged abandoned.
@@ -29,11 +32,11 @@ YOUNG_S = 60.0
 _held: dict[str, int] = {}  # folder -> the descriptor whose lock says its run lives
 
 
-def make() -> str:
-    """A new private folder for this run, locked as alive until ``remove``; abandoned ones of this
-    user (their run was killed) are removed first."""
+def make(prefix: str = PREFIX) -> str:
+    """A new private folder (named ``prefix``, one of ``PREFIXES``) for this run, locked as alive
+    until ``remove``; abandoned ones of this user (their run was killed) are removed first."""
     remove_abandoned(tempfile.gettempdir())
-    folder = tempfile.mkdtemp(prefix=PREFIX)
+    folder = tempfile.mkdtemp(prefix=prefix)
     if fcntl is None:
         return folder
     fd = os.open(os.path.join(folder, OWNER), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -57,7 +60,7 @@ def remove_abandoned(parent: str) -> list[str]:
     if fcntl is None:
         return []
     try:
-        names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
+        names = [n for n in os.listdir(parent) if n.startswith(PREFIXES)]
     except OSError:
         return []
     removed = []
