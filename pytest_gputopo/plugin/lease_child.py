@@ -20,11 +20,9 @@ import builtins
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -121,7 +119,7 @@ class LeaseProcess:
         # the child's own report lines in its output file; pdb reads this process's input.
         debugging = bool(config.getoption("usepdb", False))
         live = debugging or config.getoption("capture", None) == "no"
-        self.folder = tempfile.mkdtemp(prefix="pytest-gputopo-lease-")
+        self.folder = run_folder.make(run_folder.LEASE)  # one a killed run left: removed by a later run
         commands_in, self._commands_out = os.pipe()
         self._reports_in, reports_out = os.pipe()
         self._lease_out, lease_in = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -160,7 +158,7 @@ class LeaseProcess:
             os.close(self._commands_out)
             os.close(self._reports_in)
             self._lease_out.close()
-            shutil.rmtree(self.folder, ignore_errors=True)
+            run_folder.remove(self.folder)
             raise
         finally:
             os.close(commands_in)
@@ -266,8 +264,11 @@ class LeaseProcess:
             )
 
     def output_tail(self) -> str:
-        with open(os.path.join(self.folder, OUTPUT), encoding="utf-8", errors="replace") as handle:
-            return tail(handle.read(), 30)
+        try:
+            with open(os.path.join(self.folder, OUTPUT), encoding="utf-8", errors="replace") as handle:
+                return tail(handle.read(), 30)
+        except OSError as exc:  # its keeper removed it, finding this process gone (it is not)
+            return f"(its output is lost: {exc.strerror})"
 
     def end(self) -> None:
         """Tell it to end, not waiting: its session finishes, tearing down what is left (one never
@@ -320,7 +321,7 @@ class LeaseProcess:
                 stream.close()
             except OSError:  # a write the child never read: it is gone
                 pass
-        shutil.rmtree(self.folder, ignore_errors=True)
+        run_folder.remove(self.folder)
 
 
 @contextlib.contextmanager

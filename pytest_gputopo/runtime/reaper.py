@@ -42,6 +42,7 @@ import time
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PR_SET_CHILD_SUBREAPER = 36
 GRACE_S = 5.0  # SIGTERM -> SIGKILL for what is left below
+RUN_GOING_S = 1.0  # told to stop: how long to see whether the run goes too (its folder is then ours)
 MAX_FDS = 1024
 
 
@@ -159,6 +160,11 @@ def main(argv: list[str]) -> int:
 
     def stop(signum, frame):  # told to stop, or the run has gone: what runs below goes first
         end_descendants(GRACE_S if not parent or os.getppid() == parent else 0.0)
+        # The run's own stop, or every process of the job told at once (Slurm's scancel): then the
+        # run goes too, in a moment, and leaves the folder to this process.
+        until = time.monotonic() + RUN_GOING_S
+        while parent and folder and os.getppid() == parent and time.monotonic() < until:
+            time.sleep(0.01)
         _orphaned(parent, folder)
         os._exit(128 + signum)
 

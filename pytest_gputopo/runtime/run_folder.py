@@ -1,7 +1,7 @@
 """The run's own temporary folders (where xdist's processes share the machine and the benchmarks; a
-``ranks(n)`` test's store, results and stacks), made private, and never left behind for good: a run
-ended by SIGTERM or SIGKILL cannot remove them, and the plugin installs no signal handler in the
-user's process, so a later run removes them instead.
+``ranks(n)`` test's store, results and stacks; a lease's process's spec and output), made private,
+and never left behind for good: a run ended by SIGTERM or SIGKILL cannot remove them, and the plugin
+installs no signal handler in the user's process, so a later run removes them instead.
 
 While its run lives, the folder's ``.owner`` file is locked (``flock``) by the process that made it;
 the kernel drops the lock when that process ends, however it ends (and sees it across PID namespaces
@@ -24,7 +24,8 @@ except ImportError:  # not POSIX: no lock, and nothing judged abandoned
 
 PREFIX = "pytest-gputopo-run-"
 RANKS = "pytest-gputopo-ranks-"  # a ranks(n) test's folder
-PREFIXES = (PREFIX, RANKS)
+LEASE = "pytest-gputopo-lease-"  # a leased test's process's folder (its spec, its output)
+PREFIXES = (PREFIX, RANKS, LEASE)
 OWNER = ".owner"
 # Between making a folder and locking it its owner takes microseconds; a folder younger than this is
 # never judged abandoned.
