@@ -35,10 +35,15 @@ class Seen:
 
 
 def host_env(root: Path, libs: Path, machine: str) -> dict[str, str]:
-    """The environment of a run entered on the emulated ``machine`` (as a user's run enters it)."""
+    """The environment of a run entered on the emulated ``machine`` (as a user's run enters it), its
+    temporary folder under ``root``."""
     _, host = make_host(root / "host", libs, machine)
     drop = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "PYTEST_ADDOPTS", "RANK", "WORLD_SIZE", "SLURM_PROCID")
-    return {k: v for k, v in os.environ.items() if k not in drop} | host
+    # A temporary folder of its own: pytest keeps a user's three newest pytest-<n> folders, and the
+    # runs of other tests at once would remove these runs' tests' tmp_path.
+    temp = root / "temp"
+    temp.mkdir(exist_ok=True)
+    return {k: v for k, v in os.environ.items() if k not in drop} | host | {"TMPDIR": str(temp)}
 
 
 def lease_args(locks: Path) -> list[str]:

@@ -124,7 +124,7 @@ def test_a_leased_tests_helpers_end_with_it_before_its_gpu_goes_to_the_next_test
     _suite(folder, helper, end)
     locks = tmp_path / "locks"
     temp = tmp_path / "temp"
-    temp.mkdir()
+    temp.mkdir(exist_ok=True)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-rA", *lease_args(locks)],
         cwd=folder,
@@ -191,7 +191,7 @@ def test_a_run_killed_leaves_no_process_no_lock_and_no_folder_of_its_leases(emul
     folder = tmp_path / "suite"
     _suite(folder, "a setsid child", "hangs")
     temp = tmp_path / "temp"
-    temp.mkdir()
+    temp.mkdir(exist_ok=True)
     locks = tmp_path / "locks"
     workers = ["-n", "2"] if "-n 2" in how else []  # (xdist's workers and their leases' processes)
     run = subprocess.Popen(

@@ -43,7 +43,7 @@ pytestmark = [
 TIMEOUT_SUITE = """
 import time, pytest
 
-@pytest.mark.timeout(1)
+@pytest.mark.timeout(5)  # (a leased test's time counts its process's start where none was started ahead)
 @pytest.mark.requires_gpus(1)
 def test_over_its_timeout():
     time.sleep(30)
@@ -144,7 +144,7 @@ def test_mock(mocker):  # pytest-mock
 
 
 @GPU
-@pytest.mark.timeout(1)
+@pytest.mark.timeout(3)  # (counting its process's start where none was started ahead)
 def test_timeout_over():  # pytest-timeout
     time.sleep(30)
 

@@ -1111,3 +1111,17 @@ def test_gpu():
         done = pytester.run(sys.executable, "-m", "pytest", *lease, "-s", "-p", "no:cacheprovider", stdin=b"c\n")
         outcomes.append((done.ret, done.parseoutcomes()))
     assert outcomes[0] == outcomes[1] == (0, {"passed": 1}), outcomes
+
+
+@pytest.mark.slow
+def test_a_leased_tests_process_that_dies_before_its_setup_errors_once(pytester, leased):
+    """A lease's process that ended before the test's setup (a conftest that exits where it sees
+    its lease) was reported twice, an ERROR at setup and a FAILED call; as in place, a setup that
+    did not pass has no call: one ERROR."""
+    args = leased("dgx-a100")
+    pytester.makeconftest(
+        "import os\nif os.environ.get('CUDA_VISIBLE_DEVICES', '').startswith('GPU-'):\n    os._exit(5)\n"
+    )
+    pytester.makepyfile(test_it="import pytest\n@pytest.mark.requires_gpus(1)\ndef test_gpu():\n    pass\n")
+    result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)

@@ -44,6 +44,7 @@ MAX_LOCKS = 1024
 # pytest's options that select or order tests by what its cache says of earlier runs (dest names)
 CACHE_SELECTION = ("lf", "failedfirst", "newfirst", "stepwise", "stepwise_skip", "stepwise_reset")
 STOP_S = 10.0  # a child told to stop gets this long to tear down before it is terminated
+NO_CALL = "no call"  # among a test's phases seen: its setup did not pass
 
 
 def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> list[str]:
@@ -239,16 +240,20 @@ class LeaseProcess:
                 report.longrepr = tuple(report.longrepr)
             if report is not None and getattr(report, "nodeid", None) == item.nodeid:
                 seen.add(report.when)
+                if report.when == "setup" and not report.passed:
+                    seen.add(NO_CALL)  # a failed or skipped setup: the test has no call
                 item.ihook.pytest_runtest_logreport(report=report)
 
     def _finish_unfinished(self, item: pytest.Item, seen: set[str], what: str, said_whole: bool = False) -> None:
-        """Fail the phases the child never reported (a teardown after a failed call passes), saying
-        what the child did (or, ``said_whole``, what ended the test, as it would be said in place)."""
+        """Fail the phases the child never reported (a teardown after a failed call passes; a failed
+        setup has no call, as in place), saying what the child did (or, ``said_whole``, what ended
+        the test, as it would be said in place)."""
         if "teardown" in seen:
             return
         why = what if said_whole else f"the test's own process (CUDA_VISIBLE_DEVICES set to its leased GPUs) {what}"
+        no_call = NO_CALL in seen or "setup" not in seen
         for when in ("setup", "call", "teardown"):
-            if when in seen or (when == "call" and "setup" not in seen):
+            if when in seen or (when == "call" and no_call):
                 continue
             seen.add(when)
             item.ihook.pytest_runtest_logreport(
