@@ -19,6 +19,25 @@ from pathlib import Path
 
 from emulated import make_host
 
+# A failing, a skipping and an xfailing GPU test, for the end of a suite that defines ``GPU``.
+OUTCOMES = """
+
+@GPU
+def test_fails():
+    assert 1 == 2, "a plain failure"
+
+
+@GPU
+def test_skips():
+    pytest.skip("skipped on purpose")
+
+
+@GPU
+@pytest.mark.xfail(reason="known")
+def test_xfails():
+    assert False
+"""
+
 SUMMARY_LINE = re.compile(r"(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS|RERUN) ")
 
 

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from emulated import emulated_libs, needs_compiler  # noqa: F401  (a fixture)
-from lease_comparison import host_env, lease_args, run
+from lease_comparison import OUTCOMES, host_env, lease_args, run
 from pytest_gputopo.runtime.environ import TEST_FAULTS
 
 pytestmark = [pytest.mark.slow, needs_compiler]
 
-SUITE = """
+SUITE = (
+    """
 import os
 from pathlib import Path
 
@@ -44,22 +45,6 @@ def test_passes():
 def test_fails_until_fixed():
     fixed = os.environ.get("FIXED")  # (the message would show the environment, each run's own)
     assert fixed == "1", "not fixed yet"
-
-
-@GPU
-def test_fails():
-    assert 1 == 2, "a plain failure"
-
-
-@GPU
-def test_skips():
-    pytest.skip("skipped on purpose")
-
-
-@GPU
-@pytest.mark.xfail(reason="known")
-def test_xfails():
-    assert False
 
 
 @GPU
@@ -87,6 +72,8 @@ def test_p2p():
 def test_in_place():
     pass
 """
+    + OUTCOMES
+)
 
 # (options of the run compared, whether it follows a run that left failures, one since fixed)
 OPTIONS = {

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from emulated import emulated_libs, make_host, needs_compiler  # noqa: F401  (a fixture)
-from lease_comparison import host_env, lease_args, run
+from lease_comparison import OUTCOMES, host_env, lease_args, run
 
 PLUGINS_PYTHON = Path(__file__).resolve().parents[1] / ".venv-plugins" / "bin" / "python"
 
@@ -182,23 +182,8 @@ def test_randomly(request):  # pytest-randomly: reseeded alike
 def test_html_extra(extras):  # pytest-html
     extras.append({"name": "note", "format_type": "text", "content": "an extra", "mime_type": "text/plain",
                    "extension": "txt"})
-
-
-@GPU
-def test_fails():
-    assert 1 == 2, "a plain failure"
-
-
-@GPU
-def test_skips():
-    pytest.skip("skipped on purpose")
-
-
-@GPU
-@pytest.mark.xfail(reason="known")
-def test_xfails():
-    assert False
-""",
+"""
+    + OUTCOMES,
 }
 
 PLUGIN_OPTIONS = [
