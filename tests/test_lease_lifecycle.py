@@ -149,11 +149,23 @@ ENDS = {
     "SIGINT to pytest under -n 2": (signal.SIGINT, "pytest"),
     "SIGINT to the group under -n 2": (signal.SIGINT, "group"),
     "SIGTERM to every process": (signal.SIGTERM, "every"),
+    # GitHub Actions' cancel: SIGINT to the step's shell, 7.5 s, SIGTERM, 2.5 s, the tree killed
+    # (actions/runner: ProcessInvoker's cancel; here pytest is the step's process)
+    "GitHub's cancel under -n 2": (signal.SIGINT, "github"),
 }
 
 
 def _signal_run(run: subprocess.Popen, sig: int, whom: str) -> None:
-    if whom == "pytest":
+    if whom == "github":
+        for sig_, wait_s in ((signal.SIGINT, 7.5), (signal.SIGTERM, 2.5)):
+            os.kill(run.pid, sig_)
+            try:
+                run.wait(wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        _signal_run(run, signal.SIGKILL, "every")
+    elif whom == "pytest":
         os.kill(run.pid, sig)
     elif whom == "group":
         os.killpg(run.pid, sig)
@@ -161,7 +173,7 @@ def _signal_run(run: subprocess.Popen, sig: int, whom: str) -> None:
         for pid in [run.pid, *_descendants(run.pid)]:
             try:
                 os.kill(pid, sig)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):  # gone (a zombie's pid is still ours)
                 pass
 
 
