@@ -527,3 +527,31 @@ def test_ranks_die_with_a_pytest_killed_outright_even_deaf_to_sigint(pytester, p
         for pid in rank_pids(pid_folder):
             if alive(pid):
                 os.kill(pid, 9)
+
+
+SETSID_HELPER = """
+import os, subprocess, sys
+
+import pytest
+
+from pidnote import note_pid
+
+
+@pytest.mark.ranks(2)
+def test_starts_a_detached_helper(gputopo_rank):
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    note_pid(os.environ["RANKS_TEST_PIDS"], 100 + gputopo_rank.rank)  # (the rank's own: a name apart)
+    with open(os.path.join(os.environ["RANKS_TEST_PIDS"], f"pid-helper-{gputopo_rank.rank}-{helper.pid}"), "w"):
+        pass
+"""
+
+
+@pytest.mark.slow
+def test_a_ranks_detached_helper_ends_with_it_even_when_the_test_passes(pytester, pid_folder):
+    """Issue 41: a rank's ``setsid`` helper outlived even a passing test (it leaves the rank's process
+    group, which is what was ended). Each rank is a child subreaper (prctl(2) PR_SET_CHILD_SUBREAPER)
+    and ends what left its group when its body is done."""
+    pytester.makepyfile(test_helper=SETSID_HELPER)
+    run(pytester).assert_outcomes(passed=1)
+    helpers = [int(p.name.rsplit("-", 1)[1]) for p in pid_folder.iterdir() if p.name.startswith("pid-helper-")]
+    assert len(helpers) == 2 and [pid for pid in helpers if alive(pid)] == []

@@ -42,6 +42,7 @@ def main(rank: int, workdir: str, job: dict) -> None:
     # inside CUDA or NCCL does not act on, and it would run on GPUs whose lease has gone.
     if not reaper.die_with_parent(job["parent"]):
         os._exit(1)
+    reaper.adopt_orphans()  # what the body starts and detaches (setsid) is still the rank's to end
     stack = open(rank_procs.stack_path(workdir, rank), "w", encoding="utf-8")  # noqa: SIM115 (open for life)
     faulthandler.register(rank_procs.STACK_SIGNAL, file=stack, all_threads=True)
     faulthandler.enable(file=stack, all_threads=True)  # a fatal signal's stack, for the report
@@ -56,6 +57,7 @@ def main(rank: int, workdir: str, job: dict) -> None:
     except BaseException as exc:  # noqa: BLE001 - a rank's outcome, whatever it is, goes to the report
         result = _outcome(exc)
     rank_procs.write_result(workdir, rank, result)
+    reaper.end_escaped(rank_procs.HELPERS_GRACE_S)  # (those in its group end with it: rank_procs._end)
     if result["outcome"] == "failed":
         sys.exit(1)
 

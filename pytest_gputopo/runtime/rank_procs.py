@@ -33,6 +33,7 @@ FAILED_GRACE_S = 3.0  # after one rank failed: time for the others to end on the
 # A rank that wrote its result and is still running this long after is hung in exit (a failed NCCL
 # communicator's teardown: NVIDIA/nccl #1013, #1777): ended then, its own result reported.
 EXIT_GRACE_S = 5.0
+HELPERS_GRACE_S = 2.0  # a rank's detached helpers: SIGTERM, this long, SIGKILL (inside EXIT_GRACE_S)
 HUNG = "hung in exit"  # a rank's state in ``_state``: its result written, its process not ending
 
 

@@ -119,6 +119,32 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
+def adopt_orphans() -> None:
+    """Make this process a child subreaper: what its descendants leave behind comes to it."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def end_escaped(grace_s: float) -> None:
+    """End this subreaper's descendants that left its process group (a ``setsid`` helper, a daemon,
+    adopted here): those the end of its group does not reach. SIGTERM, ``grace_s``, SIGKILL."""
+    me, group = os.getpid(), os.getpgrp()
+    escaped = [pid for pid in _children(me) if _group_of(pid) not in (group, None)]
+    _signal(escaped, signal.SIGTERM)
+    until = time.monotonic() + grace_s
+    while time.monotonic() < until and _living(escaped):
+        _reap_any()
+        time.sleep(0.02)
+    _signal(escaped, signal.SIGKILL)
+    _reap_any()
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
 def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> bool:
     """In a child: ``sig`` to this process when ``parent`` ends (``PR_SET_PDEATHSIG``: sent when the
     parent's thread ends, not if it has already); False where it has already (the caller ends)."""
@@ -151,7 +177,7 @@ def _relay_locks(from_run: socket.socket, to_argv: socket.socket, kept: list[int
 
 def main(argv: list[str]) -> int:
     options, argv = _parse(argv)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    adopt_orphans()
     parent = int(options.get("--parent", "0"))
     if parent and not die_with_parent(parent, signal.SIGTERM):  # SIGTERM: it ends what is below first
         _orphaned(parent, options.get("--folder"))
