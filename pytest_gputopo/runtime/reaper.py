@@ -68,11 +68,7 @@ def end_descendants(grace_s: float = 0.0) -> None:
     SIGKILL; the children of an ended one come to us, and are ended in turn."""
     me = os.getpid()
     if grace_s > 0:
-        _signal(_children(me), signal.SIGTERM)
-        until = time.monotonic() + grace_s
-        while time.monotonic() < until and _living(_children(me)):
-            _reap_any()
-            time.sleep(0.02)
+        _terminate(_children(me), grace_s)
     while True:
         children = _children(me)
         if not children:
@@ -83,6 +79,17 @@ def end_descendants(grace_s: float = 0.0) -> None:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
+
+
+def _terminate(pids: list[int], grace_s: float) -> None:
+    """SIGTERM to ``pids``, up to ``grace_s`` for them to end (reaped as they do), then SIGKILL."""
+    _signal(pids, signal.SIGTERM)
+    until = time.monotonic() + grace_s
+    while time.monotonic() < until and _living(pids):
+        _reap_any()
+        time.sleep(0.02)
+    _signal(pids, signal.SIGKILL)
+    _reap_any()
 
 
 def _signal(pids: list[int], sig: int) -> None:
@@ -127,15 +134,8 @@ def adopt_orphans() -> None:
 def end_escaped(grace_s: float) -> None:
     """End this subreaper's descendants that left its process group (a ``setsid`` helper, a daemon,
     adopted here): those the end of its group does not reach. SIGTERM, ``grace_s``, SIGKILL."""
-    me, group = os.getpid(), os.getpgrp()
-    escaped = [pid for pid in _children(me) if _group_of(pid) not in (group, None)]
-    _signal(escaped, signal.SIGTERM)
-    until = time.monotonic() + grace_s
-    while time.monotonic() < until and _living(escaped):
-        _reap_any()
-        time.sleep(0.02)
-    _signal(escaped, signal.SIGKILL)
-    _reap_any()
+    group = os.getpgrp()
+    _terminate([pid for pid in _children(os.getpid()) if _group_of(pid) not in (group, None)], grace_s)
 
 
 def _group_of(pid: int) -> int | None:
@@ -178,11 +178,10 @@ def _relay_locks(from_run: socket.socket, to_argv: socket.socket, kept: list[int
 def main(argv: list[str]) -> int:
     options, argv = _parse(argv)
     adopt_orphans()
-    parent = int(options.get("--parent", "0"))
+    parent, folder = int(options.get("--parent", "0")), options.get("--folder")
     if parent and not die_with_parent(parent, signal.SIGTERM):  # SIGTERM: it ends what is below first
-        _orphaned(parent, options.get("--folder"))
+        _orphaned(parent, folder)
         return 128 + signal.SIGTERM
-    folder = options.get("--folder")
 
     def stop(signum, frame):  # told to stop, or the run has gone: what runs below goes first
         end_descendants(GRACE_S if not parent or os.getppid() == parent else 0.0)
