@@ -502,11 +502,12 @@ def test_deaf_to_sigint(gputopo_rank):
 
 
 @pytest.mark.slow
-def test_ranks_die_with_a_pytest_killed_outright_even_deaf_to_sigint(pytester, pid_folder):
+def test_ranks_die_with_a_pytest_killed_outright_even_deaf_to_sigint(pytester, pid_folder, monkeypatch):
     """Issue 41: torch's parent-death signal for a rank is SIGINT (torch/multiprocessing/spawn.py
     ``_wrap``), which a rank blocked inside CUDA does not act on: after pytest was killed such ranks
     ran on, on GPUs whose lease had gone. Each rank now asks for SIGKILL (prctl(2) PR_SET_PDEATHSIG)."""
     pytester.makepyfile(test_deaf=DEAF)
+    monkeypatch.setenv("TMPDIR", str(pytester.path))  # the killed run's ranks folder stays here
     run_ = pytester.popen(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "test_deaf.py"],
         stdout=subprocess.DEVNULL,

@@ -62,6 +62,7 @@ def test_b():
             "out.html",
         ],
         cwd=pytester.path,
+        env={**os.environ, "TMPDIR": str(pytester.path)},  # what the killed run leaves stays here
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -117,6 +118,7 @@ def test_first():
             "out.json",
         ],
         cwd=pytester.path,
+        env={**os.environ, "TMPDIR": str(pytester.path)},  # what the killed run leaves stays here
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
