@@ -45,7 +45,6 @@ class LeaseNode:
     def __init__(self, config: pytest.Config, workerinput: dict):
         self.config = config
         self.workerinput = workerinput
-        self.workeroutput: dict = {}
         self.nodemanager = self._NoRsync()
 
 
