@@ -17,23 +17,29 @@ Each deadline below is a hang guard, never a timing.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from ci_endings import (
+    ENDS,
+    GUARD_S,
+    alive,
+    folders_left_after_a_later_run,
+    kill_group,
+    left,
+    signal_run,
+    until,
+    workers,
+)
 from emulated import emulated_libs, needs_compiler  # noqa: F401  (a fixture)
 from lease_comparison import host_env, lease_args
 from pytest_gputopo.probe.recorded import load_profile
-from pytest_gputopo.runtime import gpu_locks, run_folder
+from pytest_gputopo.runtime import gpu_locks
 
 pytestmark = [pytest.mark.slow, needs_compiler]
-
-GUARD_S = 60.0  # a hang guard: far beyond what any step here takes
 
 HELPERS = {
     "a child": "subprocess.Popen(SLEEPER)",
@@ -94,24 +100,8 @@ def _suite(folder: Path, helper: str, end: str) -> None:
     (folder / "test_next.py").write_text(NEXT)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return state.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _free(locks: Path, machine: str) -> bool:
     return all(gpu_locks.holder(str(locks), g.uuid) is None for g in load_profile(machine).topology.gpus)
-
-
-def _until(condition, what) -> None:
-    """Wait until ``condition()``; ``what`` (text, or a callable giving it then) says what failed."""
-    deadline = time.monotonic() + GUARD_S
-    while not condition():
-        assert time.monotonic() < deadline, f"still not so after {GUARD_S:g} s: {what() if callable(what) else what}"
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("helper", HELPERS)
@@ -136,62 +126,8 @@ def test_a_leased_tests_helpers_end_with_it_before_its_gpu_goes_to_the_next_test
     )
     assert "PASSED test_next.py::test_next_on_that_gpu" in done.stdout, done.stdout[-3000:]
     helper_pid = int((folder / "notes" / "helper.pid").read_text())
-    assert not _alive(helper_pid) and _free(locks, "single-gpu")
-    assert not list(temp.glob("pytest-gputopo-*")), _left(temp)  # (the tests' tmp_path: pytest's own)
-
-
-# How CI ends a run: a signal to pytest alone (GitHub's cancel reaches the step's shell; ``kill``; a
-# container's stop), to its process group (Ctrl-C), or to every process of the job (Slurm's scancel
-# signals each process of the step, its own sessions too: here every descendant of the run).
-ENDS = {
-    "SIGKILL to pytest": (signal.SIGKILL, "pytest"),
-    "SIGTERM to pytest": (signal.SIGTERM, "pytest"),
-    "SIGINT to pytest under -n 2": (signal.SIGINT, "pytest"),
-    "SIGINT to the group under -n 2": (signal.SIGINT, "group"),
-    "SIGTERM to every process": (signal.SIGTERM, "every"),
-    # GitHub Actions' cancel: SIGINT to the step's shell, 7.5 s, SIGTERM, 2.5 s, the tree killed
-    # (actions/runner: ProcessInvoker's cancel; here pytest is the step's process)
-    "GitHub's cancel under -n 2": (signal.SIGINT, "github"),
-}
-
-
-def _signal_run(run: subprocess.Popen, sig: int, whom: str) -> None:
-    if whom == "github":
-        for sig_, wait_s in ((signal.SIGINT, 7.5), (signal.SIGTERM, 2.5)):
-            os.kill(run.pid, sig_)
-            try:
-                run.wait(wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        _signal_run(run, signal.SIGKILL, "every")
-    elif whom == "pytest":
-        os.kill(run.pid, sig)
-    elif whom == "group":
-        os.killpg(run.pid, sig)
-    else:
-        for pid in [run.pid, *_descendants(run.pid)]:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):  # gone (a zombie's pid is still ours)
-                pass
-
-
-def _descendants(pid: int) -> list[int]:
-    parents = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                parents[int(name)] = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    found, todo = [], [pid]
-    while todo:
-        of = todo.pop()
-        children = [p for p, parent in parents.items() if parent == of]
-        found += children
-        todo += children
-    return found
+    assert not alive(helper_pid) and _free(locks, "single-gpu")
+    assert not list(temp.glob("pytest-gputopo-*")), left(temp)  # (the tests' tmp_path: pytest's own)
 
 
 @pytest.mark.parametrize("how", ENDS)
@@ -205,9 +141,18 @@ def test_a_run_killed_leaves_no_process_no_lock_and_no_folder_of_its_leases(emul
     temp = tmp_path / "temp"
     temp.mkdir(exist_ok=True)
     locks = tmp_path / "locks"
-    workers = ["-n", "2"] if "-n 2" in how else []  # (xdist's workers and their leases' processes)
     run = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", *workers, *lease_args(locks)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            *workers(how),
+            *lease_args(locks),
+        ],
         cwd=folder,
         env=env | {"SUITE_NOTES": str(folder / "notes"), "TMPDIR": str(temp)},
         stdin=subprocess.DEVNULL,
@@ -217,34 +162,17 @@ def test_a_run_killed_leaves_no_process_no_lock_and_no_folder_of_its_leases(emul
     )
     try:
         notes = folder / "notes"
-        _until(lambda: (notes / "test.pid").exists() and (notes / "helper.pid").exists(), "the test began")
+        until(lambda: (notes / "test.pid").exists() and (notes / "helper.pid").exists(), "the test began")
         test_pid, helper_pid = (int((notes / f"{n}.pid").read_text()) for n in ("test", "helper"))
-        _signal_run(run, *ENDS[how])
+        signal_run(run, *ENDS[how])
         run.wait(GUARD_S)
-        _until(lambda: not _alive(test_pid) and not _alive(helper_pid), "the test's process and its helper ended")
-        _until(lambda: _free(locks, "single-gpu"), "the GPU is free")
+        until(lambda: not alive(test_pid) and not alive(helper_pid), "the test's process and its helper ended")
+        until(lambda: _free(locks, "single-gpu"), "the GPU is free")
     finally:
-        _kill_group(run)
+        kill_group(run)
     # The folders of the run's own: removed by the keeper where it outlived the run, and what a
-    # signal left (one at a keeper before its handler was set) by a later run (run_folder: each an
-    # hour old here, its owner gone).
-    for left in temp.glob("pytest-gputopo-*"):
-        os.utime(left, (time.time() - 3600,) * 2)
-    run_folder.remove_abandoned(str(temp))
-    assert not list(temp.glob("pytest-gputopo-*")), _left(temp)
-
-
-def _left(temp: Path) -> list[str]:
-    return [f"{p.relative_to(temp)}" for p in temp.rglob("*")]
-
-
-def _kill_group(run: subprocess.Popen) -> None:
-    """The test's own cleanup, whatever failed: nothing of the run it started outlives it."""
-    try:
-        os.killpg(run.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    run.wait()
+    # signal left (one at a keeper before its handler was set) by a later run.
+    assert folders_left_after_a_later_run(temp) == []
 
 
 def test_lock_records_name_the_process_that_holds_them(emulated_libs, tmp_path):
@@ -262,10 +190,10 @@ def test_lock_records_name_the_process_that_holds_them(emulated_libs, tmp_path):
         start_new_session=True,
     )
     try:
-        _until(lambda: (folder / "notes" / "test.pid").exists(), "the test began")
+        until(lambda: (folder / "notes" / "test.pid").exists(), "the test began")
         (gpu,) = load_profile("single-gpu").topology.gpus
         holder = gpu_locks.holder(str(locks), gpu.uuid)
-        assert isinstance(holder, gpu_locks.Holder) and holder.pid != run.pid and _alive(holder.pid), holder
+        assert isinstance(holder, gpu_locks.Holder) and holder.pid != run.pid and alive(holder.pid), holder
         assert holder.test.endswith("test_starts_a_helper_and_hangs"), json.dumps(holder._asdict())
     finally:
-        _kill_group(run)
+        kill_group(run)

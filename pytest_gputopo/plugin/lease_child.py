@@ -20,6 +20,7 @@ import builtins
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -31,7 +32,7 @@ import pytest
 from _pytest.outcomes import OutcomeException
 
 from ..core.schema import to_dict
-from ..runtime import run_folder
+from ..runtime import procs as supervisor, run_folder
 from ..runtime.procs import tail
 from .lease_node import child_options, worker_input
 from .run import WORKER_SHARED_DIR, GputopoRun, run_of
@@ -145,15 +146,14 @@ class LeaseProcess:
             ]
             stdin = None if live else subprocess.DEVNULL  # -s, --pdb: breakpoint() reads the run's input
             with open(os.path.join(self.folder, OUTPUT), "wb") as output, _own_input(config, live):
-                self.process = subprocess.Popen(
+                self.process = supervisor.start(
                     argv,
                     cwd=config.invocation_params.dir,
                     env=environ,
                     stdin=stdin,
-                    stdout=None if live else output,
-                    stderr=None if live else subprocess.STDOUT,
+                    output=None if live else output,
                     pass_fds=[lease_in.fileno(), commands_in, reports_out],
-                    start_new_session=not live,  # live: it shares the run's terminal, and reads it
+                    session=not live,  # live: it shares the run's terminal, and reads it
                 )
         except BaseException:
             os.close(self._commands_out)
@@ -218,8 +218,8 @@ class LeaseProcess:
                 )
                 self._close()
         except OutcomeException as outcome:  # raised here by a plugin's alarm (pytest-timeout's SIGALRM)
-            self.process.terminate()  # as in place, the test ends there; its process with it, now
-            self.kill()
+            supervisor.end([self.process], STOP_S)  # as in place, the test ends there; its process with it, now
+            self._close()
             self._finish_unfinished(item, seen, f"{type(outcome).__name__}: {outcome}", said_whole=True)
         except BaseException:  # Ctrl-C here: the child got it too; it does not outlive the test
             self.kill()
@@ -293,7 +293,7 @@ class LeaseProcess:
         if self.process.poll() is None:
             late = time.monotonic() - (self.told_to_end or time.monotonic())
             if late > STOP_S:
-                (self.process.kill if late > 2 * STOP_S else self.process.terminate)()
+                supervisor.signal_group(self.process, signal.SIGKILL if late > 2 * STOP_S else signal.SIGTERM)
             return False
         self._close()
         return True
@@ -310,15 +310,8 @@ class LeaseProcess:
         self._close()
 
     def _end(self) -> None:
-        """Wait briefly for it to end, then terminate it, then kill it."""
-        for end in (None, self.process.terminate, self.process.kill):
-            if end is not None and self.process.poll() is None:
-                end()
-            try:
-                self.process.wait(STOP_S if end is not self.process.kill else None)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        """Wait briefly for it to end, then end it (``supervisor.end``)."""
+        supervisor.end([self.process], STOP_S, patience_s=STOP_S)
 
     def _close(self) -> None:
         for stream in (self.commands, self.reports):

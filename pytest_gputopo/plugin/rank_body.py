@@ -38,11 +38,11 @@ class RankInfo(NamedTuple):
 def main(rank: int, workdir: str, job: dict) -> None:
     """The rank's entry (``torch.multiprocessing`` calls it as ``main(rank, workdir, job)``)."""
     rank_procs.lead_group()
-    # SIGKILL when the pytest process ends: torch's ``_wrap`` asks for SIGINT, which a rank blocked
-    # inside CUDA or NCCL does not act on, and it would run on GPUs whose lease has gone.
-    if not reaper.die_with_parent(job["parent"]):
-        os._exit(1)
-    reaper.adopt_orphans()  # what the body starts and detaches (setsid) is still the rank's to end
+    # From here on this is the body's process, below the rank's own, which keeps it: the body and
+    # all it started end with the rank, and the rank with pytest, however either ends (torch's
+    # ``_wrap`` asks for SIGINT when pytest ends, which a rank blocked inside CUDA or NCCL does not
+    # act on: it would run on GPUs whose lease has gone).
+    reaper.keep_a_fork(job["parent"], workdir, rank_procs.HELPERS_GRACE_S, deaf_to=(rank_procs.STACK_SIGNAL,))
     stack = open(rank_procs.stack_path(workdir, rank), "w", encoding="utf-8")  # noqa: SIM115 (open for life)
     faulthandler.register(rank_procs.STACK_SIGNAL, file=stack, all_threads=True)
     faulthandler.enable(file=stack, all_threads=True)  # a fatal signal's stack, for the report
@@ -56,8 +56,7 @@ def main(rank: int, workdir: str, job: dict) -> None:
         result = {"outcome": "passed"}
     except BaseException as exc:  # noqa: BLE001 - a rank's outcome, whatever it is, goes to the report
         result = _outcome(exc)
-    rank_procs.write_result(workdir, rank, result)
-    reaper.end_escaped(rank_procs.HELPERS_GRACE_S)  # (those in its group end with it: rank_procs._end)
+    rank_procs.write_result(workdir, rank, result)  # what it started ends when it has: its keeper ends it
     if result["outcome"] == "failed":
         sys.exit(1)
 

@@ -1,10 +1,14 @@
-"""Child processes under a deadline: the one supervisor of every process the plugin starts (the probe's
-CUDA child, a copy benchmark, the all-reduce ranks, nccl-tests).
+"""The one supervisor of every process the plugin starts: the probe's NVML and CUDA child, a copy
+benchmark, the all-reduce ranks, nccl-tests (under a keeper, ``reaper``), a leased test's process
+(under its keeper) are started here (``Children.start``); a ``ranks(n)`` test's ranks are started by
+torch and ended here (``end``).
 
-Each child leads its own process group, so that ending it ends everything it started; ``Children``
-ends every group -- SIGTERM, then SIGKILL after ``KILL_GRACE_S`` -- and reaps every child, whatever
-happened (a deadline, a failed rank, Ctrl-C), so that the pytest run goes on with a reason and
-nothing is left behind.
+Each child leads its own process group (its own session, unless it shares the run's terminal), so
+that ending it ends everything it started, and dies with the process that started it (SIGKILL, its
+parent-death signal: ``lineage.dies_with_this_process``). ``end`` is the one way they are ended --
+time to end on their own, SIGTERM to each group, ``KILL_GRACE_S``, SIGKILL to each group, every child
+reaped -- whatever happened (a deadline, a failed rank, Ctrl-C), so that the pytest run goes on with
+a reason and nothing is left behind. What leaves a group (a ``setsid`` helper) is a keeper's to end.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from typing import IO
+from typing import IO, Protocol
+
+from .lineage import dies_with_this_process
 
 KILL_GRACE_S = 5.0  # SIGTERM -> SIGKILL: time for a child to end what it started
 POLL_S = 0.02
@@ -32,6 +38,18 @@ def tail(text: str, lines: int = 20) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+class Started(Protocol):
+    """A started child as the supervisor sees it: ``subprocess.Popen``, or the ``Popen`` behind a
+    ``multiprocessing.Process`` (its ``_popen``)."""
+
+    pid: int
+    returncode: int | None  # set once reaped
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int | None: ...
+
+
 class Children:
     """The children of one piece of work, supervised together; a context manager whose exit ends
     and reaps every child (``close``)."""
@@ -40,25 +58,9 @@ class Children:
         self.grace_s = grace_s
         self.procs: list[subprocess.Popen] = []
 
-    def start(
-        self,
-        argv: Sequence[str],
-        *,
-        output: IO | int,
-        env: Mapping[str, str] | None = None,
-        stdin: IO | int = subprocess.DEVNULL,
-    ) -> subprocess.Popen:
-        """Start ``argv`` as the leader of a new process group, stdout and stderr to ``output`` (a
-        file, or ``subprocess.PIPE``). ``OSError`` when it cannot start."""
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=stdin,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            env=None if env is None else dict(env),
-            start_new_session=True,
-            close_fds=True,
-        )
+    def start(self, argv: Sequence[str], **how) -> subprocess.Popen:
+        """Start ``argv`` (``start``) among these children."""
+        proc = start(argv, **how)
         self.procs.append(proc)
         return proc
 
@@ -69,7 +71,7 @@ class Children:
     def exit_codes(self) -> list[int | None]:
         """Each child's exit status (negative: the signal that ended it), None while it runs. Not
         reaped: a pid -- and with it its process group id -- stays reserved until ``close``."""
-        return [_exited(p) for p in self.procs]
+        return [exited(p) for p in self.procs]
 
     def wait(self, deadline: float, stop_on_failure: bool = True) -> list[int | None]:
         """Poll until every child has exited, one failed (``stop_on_failure``) or ``deadline``
@@ -84,26 +86,78 @@ class Children:
             _until_one_exits([p for p, c in zip(self.procs, codes, strict=True) if c is None], deadline - now)
 
     def close(self) -> None:
-        """SIGTERM to every child's process group, SIGKILL to what is left after the grace period
-        (exited leaders too: a grandchild left in a group dies with it), and reap every child."""
-        for p in self.procs:
-            _signal_group(p, signal.SIGTERM)
-        end = time.monotonic() + self.grace_s
-        while time.monotonic() < end and any(_exited(p) is None for p in self.procs):
-            time.sleep(POLL_S)
-        for p in self.procs:
-            _signal_group(p, signal.SIGKILL)
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
-                pass
+        """End every child (``end``)."""
+        end(self.procs, self.grace_s)
 
     def __enter__(self) -> Children:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def start(
+    argv: Sequence[str],
+    *,
+    output: IO | int | None,
+    env: Mapping[str, str] | None = None,
+    stdin: IO | int | None = subprocess.DEVNULL,
+    cwd: str | os.PathLike | None = None,
+    pass_fds: Sequence[int] = (),
+    session: bool = True,
+) -> subprocess.Popen:
+    """Start ``argv`` as the leader of a new session (``session``; else in this process's group and
+    session: a child that shares the terminal, and whose keeper ends what it starts), stdout and
+    stderr to ``output`` (a file, ``subprocess.PIPE``; None: this process's own), dying with this
+    process. ``OSError`` when it cannot start."""
+    return subprocess.Popen(
+        list(argv),
+        stdin=stdin,
+        stdout=output,
+        stderr=None if output is None else subprocess.STDOUT,
+        env=None if env is None else dict(env),
+        cwd=cwd,
+        pass_fds=tuple(pass_fds),
+        start_new_session=session,
+        preexec_fn=dies_with_this_process(),  # noqa: PLW1509 - one prctl(2), looked up before the fork
+    )
+
+
+def end(procs: Sequence[Started], grace_s: float = KILL_GRACE_S, patience_s: float = 0.0) -> None:
+    """The one way the plugin ends its children: ``patience_s`` for them to end on their own, SIGTERM
+    to each one's process group, ``grace_s`` for them to end what they started, SIGKILL to each group
+    (exited leaders' too: a grandchild left in a group dies with it), and every child reaped."""
+    _until_ended(procs, patience_s)
+    for p in procs:
+        signal_group(p, signal.SIGTERM)
+    _until_ended(procs, grace_s)
+    for p in procs:
+        signal_group(p, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+            pass
+
+
+def _until_ended(procs: Sequence[Started], wait_s: float) -> None:
+    until = time.monotonic() + wait_s
+    while time.monotonic() < until and any(exited(p) is None for p in procs):
+        time.sleep(POLL_S)
+
+
+def signal_group(proc: Started, sig: int) -> None:
+    """``sig`` to the child's process group where it leads one, else to the child alone; never to one
+    already reaped (its pid may be someone else's by now)."""
+    if proc.returncode is not None:
+        return
+    try:
+        if os.getpgid(proc.pid) == proc.pid:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def run_child(
@@ -162,8 +216,9 @@ def _read(output: IO) -> str:
     return output.read().decode(errors="replace")
 
 
-def _exited(proc: subprocess.Popen) -> int | None:
-    """The exit code (negative = signal) if ``proc`` has exited, without reaping it."""
+def exited(proc: Started) -> int | None:
+    """The child's exit status (negative: a signal) if it has exited, None while it runs; not reaped,
+    so that its pid and process group id stay its own until ``end``."""
     if proc.returncode is not None:
         return proc.returncode
     waitid = getattr(os, "waitid", None)
@@ -178,12 +233,3 @@ def _exited(proc: subprocess.Popen) -> int | None:
     if info.si_code == os.CLD_EXITED:
         return info.si_status
     return -info.si_status
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    if proc.returncode is not None:  # reaped: its pid may belong to someone else by now
-        return
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -11,8 +11,11 @@ failure it ends the other ranks at once and keeps that one cause, where a test's
 failed rank and every stuck rank's stack.
 
 A rank leads a process group of its own (``lead_group``, first thing in the rank), so that ending it
-ends what it started; torch's ``_wrap`` also sets the rank's parent-death signal, so a pytest killed
-outright takes its ranks along.
+ends what it started, and keeps its body in a process below itself (``reaper.keep_a_fork``): the
+rank's process dies with pytest (SIGTERM, where torch's ``_wrap`` asks for SIGINT, which a rank blocked
+inside CUDA does not act on) and ends its body and everything below, the helpers that left its group
+(``setsid``) included, whether the body ended, was killed outright or pytest was; the supervisor
+(``procs.end``) ends every rank's group.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .procs import KILL_GRACE_S
+from . import procs as supervisor
 
 STACK_SIGNAL = signal.SIGUSR1  # faulthandler.register()ed in each rank: its threads' stacks to its stack file
 STACK_WAIT_S = 2.0  # for a rank to write its stack (faulthandler writes from the signal handler itself)
@@ -33,7 +36,7 @@ FAILED_GRACE_S = 3.0  # after one rank failed: time for the others to end on the
 # A rank that wrote its result and is still running this long after is hung in exit (a failed NCCL
 # communicator's teardown: NVIDIA/nccl #1013, #1777): ended then, its own result reported.
 EXIT_GRACE_S = 5.0
-HELPERS_GRACE_S = 2.0  # a rank's detached helpers: SIGTERM, this long, SIGKILL (inside EXIT_GRACE_S)
+HELPERS_GRACE_S = 2.0  # what a rank's body left running, ended by its keeper: SIGTERM, this long, SIGKILL
 HUNG = "hung in exit"  # a rank's state in ``_state``: its result written, its process not ending
 
 
@@ -159,16 +162,8 @@ def _state(proc, workdir: str, rank: int) -> int | str | None:
 
 def _status(proc) -> int | None:
     """The rank's exit status (negative: a signal), None while it runs; not reaped, so that its pid
-    and process group id stay the rank's until ``_end`` (``multiprocessing``'s ``exitcode`` reaps)."""
-    if proc._popen.returncode is not None:  # reaped already (multiprocessing reaps a finished child
-        return proc._popen.returncode  # when it starts another)
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return proc.exitcode
-    if info is None or info.si_pid == 0:
-        return None
-    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+    and process group id stay the rank's until ``supervisor.end`` (``multiprocessing``'s ``exitcode`` reaps)."""
+    return supervisor.exited(proc._popen)
 
 
 def _stacks(procs: list, running: list[int], workdir: str) -> dict[int, str]:
@@ -191,28 +186,11 @@ def _read(path: str) -> str:
 
 
 def _end(procs: list) -> None:
-    """SIGTERM to every rank's process group, SIGKILL to what is left after the grace period (ended
-    ranks' groups too: what a rank started dies with it), then reap every rank."""
-    for p in procs:
-        _signal(p, signal.SIGTERM)
-    end = time.monotonic() + KILL_GRACE_S
-    while time.monotonic() < end and any(_status(p) is None for p in procs):
-        time.sleep(0.02)
-    for p in procs:
-        _signal(p, signal.SIGKILL)
+    """End every rank and what it started (``supervisor.end``), and let ``multiprocessing`` know."""
+    supervisor.end([p._popen for p in procs])
     for p in procs:
         p.join()
 
 
 def _signal(proc, sig: int) -> None:
-    """``sig`` to the rank's process group where it leads one, else to the rank alone; never to a
-    rank already reaped (its pid may be someone else's by now)."""
-    if proc._popen.returncode is not None:
-        return
-    try:
-        if os.getpgid(proc.pid) == proc.pid:
-            os.killpg(proc.pid, sig)
-        else:
-            os.kill(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    supervisor.signal_group(proc._popen, sig)

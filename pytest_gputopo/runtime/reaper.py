@@ -7,8 +7,9 @@ of nccl-tests may start a helper with ``setsid``: a new session, out of the grou
 after the deadline. This process is a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``, see
 prctl(2)): an orphan among its descendants is re-parented to it rather than to init, so it can find
 each one (``/proc/<pid>/stat``: parent pid) and end it. It is a process of its own, started by
-``procs.run_child(..., reap=True)`` or for a leased test's process (``lease_child``): the pytest
-process itself is never made a subreaper and gets no signal handler.
+``procs.run_child(..., reap=True)`` or for a leased test's process (``lease_child``), or the process
+of a rank, which forks its body below itself (``keep_a_fork``): the pytest process itself is never
+made a subreaper and gets no signal handler.
 
 For a leased test's process it is also the keeper of the lease:
 
@@ -29,8 +30,9 @@ too, and ARGV decides; this process ends when ARGV has.
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -39,117 +41,77 @@ import sys
 import threading
 import time
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-PR_SET_CHILD_SUBREAPER = 36
+from .lineage import adopt_orphans, die_with_parent, dies_with_this_process, end_descendants
+
 GRACE_S = 5.0  # SIGTERM -> SIGKILL for what is left below
 RUN_GOING_S = 1.0  # told to stop: how long to see whether the run goes too (its folder is then ours)
 MAX_FDS = 1024
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (a scan of /proc: needs no CONFIG_PROC_CHILDREN)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as handle:
-                    stat = handle.read()
-            except OSError:
-                continue  # gone meanwhile
-            # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")"
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            if len(fields) > 1 and int(fields[1]) == pid:
-                found.append(int(name))
-    return found
+def _become_keeper(parent: int, folder: str | None, grace_s: float) -> bool:
+    """Make this process the keeper of what it starts next: orphans below come to it, it dies with
+    ``parent`` (SIGTERM: it ends what is below first), SIGINT is left to what runs below. False where
+    ``parent`` has gone already (its folder removed then)."""
+    adopt_orphans()
+    if parent and not die_with_parent(parent, signal.SIGTERM):
+        _orphaned(parent, folder)
+        return False
+
+    def stop(signum, frame):  # told to stop, or the run has gone: what runs below goes first
+        end_descendants(grace_s if not parent or os.getppid() == parent else 0.0)
+        # The run's own stop, or every process of the job told at once (Slurm's scancel): then the
+        # run goes too, in a moment, and leaves the folder to this process.
+        until = time.monotonic() + RUN_GOING_S
+        while parent and folder and os.getppid() == parent and time.monotonic() < until:
+            time.sleep(0.01)
+        _orphaned(parent, folder)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return True
 
 
-def end_descendants(grace_s: float = 0.0) -> None:
-    """End every descendant until none is left: SIGTERM and ``grace_s`` to end (where given), then
-    SIGKILL; the children of an ended one come to us, and are ended in turn."""
-    me = os.getpid()
-    if grace_s > 0:
-        _terminate(_children(me), grace_s)
-    while True:
-        children = _children(me)
-        if not children:
-            return
-        _signal(children, signal.SIGKILL)
-        for pid in children:
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                pass
-
-
-def _terminate(pids: list[int], grace_s: float) -> None:
-    """SIGTERM to ``pids``, up to ``grace_s`` for them to end (reaped as they do), then SIGKILL."""
-    _signal(pids, signal.SIGTERM)
-    until = time.monotonic() + grace_s
-    while time.monotonic() < until and _living(pids):
-        _reap_any()
-        time.sleep(0.02)
-    _signal(pids, signal.SIGKILL)
-    _reap_any()
-
-
-def _signal(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def _living(pids: list[int]) -> bool:
-    """Whether any of ``pids`` is alive (a zombie is not: it waits for us to reap it)."""
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        if stat[stat.rfind(b")") + 2 :][:1] != b"Z":
-            return True
-    return False
-
-
-def _reap_any() -> None:
+def keep_a_fork(parent: int, folder: str | None, grace_s: float, deaf_to: tuple[int, ...] = ()) -> None:
+    """Split this process in two: return in a new child, which goes on (and dies with this process:
+    SIGKILL); this one becomes its keeper (``_become_keeper``, deaf to ``deaf_to`` too: signals sent
+    to the group for the child) and never returns: once the child has ended, it ends what is left
+    below and exits as the child did -- its status, or its signal. A rank's process (``rank_body``):
+    a rank killed outright (the OOM killer, a segfault) leaves nothing running, a ``setsid`` helper
+    included, and a run killed outright takes its ranks' helpers along."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if not _become_keeper(parent, folder, grace_s):
+        os._exit(128 + signal.SIGTERM)
+    for sig in deaf_to:
+        signal.signal(sig, signal.SIG_IGN)  # (inherited until the child sets its own handler)
+    keeper = os.getpid()
+    child = os.fork()
+    if child == 0:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if not die_with_parent(keeper):
+            os._exit(128 + signal.SIGKILL)
+        return
+    status = (128 + signal.SIGKILL) << 8  # should anything below fail: this process never goes the child's way
     try:
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:
-            pass
-    except ChildProcessError:
-        pass
+        _, status = os.waitpid(child, 0)
+        end_descendants(grace_s)
+        _orphaned(parent, folder)
+    finally:
+        _exit_as(status)
 
 
-def _prctl(option: int, value: int) -> None:
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-
-
-def adopt_orphans() -> None:
-    """Make this process a child subreaper: what its descendants leave behind comes to it."""
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
-
-
-def end_escaped(grace_s: float) -> None:
-    """End this subreaper's descendants that left its process group (a ``setsid`` helper, a daemon,
-    adopted here): those the end of its group does not reach. SIGTERM, ``grace_s``, SIGKILL."""
-    group = os.getpgrp()
-    _terminate([pid for pid in _children(os.getpid()) if _group_of(pid) not in (group, None)], grace_s)
-
-
-def _group_of(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
-
-
-def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> bool:
-    """In a child: ``sig`` to this process when ``parent`` ends (``PR_SET_PDEATHSIG``: sent when the
-    parent's thread ends, not if it has already); False where it has already (the caller ends)."""
-    _prctl(PR_SET_PDEATHSIG, sig)
-    return os.getppid() == parent
+def _exit_as(status: int) -> None:
+    """Exit with the wait ``status`` of the child: its exit status, or killed by its signal (without a
+    core of this process: the child's is the one that tells)."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL's cannot be set (nor needs to be)
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)  # a signal whose default does not end a process (it did end the child)
+    os._exit(os.waitstatus_to_exitcode(status))
 
 
 def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -177,24 +139,10 @@ def _relay_locks(from_run: socket.socket, to_argv: socket.socket, kept: list[int
 
 def main(argv: list[str]) -> int:
     options, argv = _parse(argv)
-    adopt_orphans()
     parent, folder = int(options.get("--parent", "0")), options.get("--folder")
-    if parent and not die_with_parent(parent, signal.SIGTERM):  # SIGTERM: it ends what is below first
-        _orphaned(parent, folder)
+    grace_s = GRACE_S if parent else 0.0  # a benchmark's helpers (no --parent) are ended at once
+    if not _become_keeper(parent, folder, GRACE_S):
         return 128 + signal.SIGTERM
-
-    def stop(signum, frame):  # told to stop, or the run has gone: what runs below goes first
-        end_descendants(GRACE_S if not parent or os.getppid() == parent else 0.0)
-        # The run's own stop, or every process of the job told at once (Slurm's scancel): then the
-        # run goes too, in a moment, and leaves the folder to this process.
-        until = time.monotonic() + RUN_GOING_S
-        while parent and folder and os.getppid() == parent and time.monotonic() < until:
-            time.sleep(0.01)
-        _orphaned(parent, folder)
-        os._exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     relay = None
     if "--hold" in options:  # ARGV's socket at the run's descriptor number; the run's end kept here
         fd = int(options["--hold"])
@@ -207,7 +155,7 @@ def main(argv: list[str]) -> int:
         child = subprocess.Popen(  # with what the run passed down for it (inheritable here): its pipes
             argv,
             close_fds=False,
-            preexec_fn=(lambda: _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)) if parent else None,  # noqa: PLW1509
+            preexec_fn=dies_with_this_process() if parent else None,  # noqa: PLW1509
         )
     except OSError as exc:
         print(f"cannot start {argv[0]}: {exc}", file=sys.stderr)
@@ -217,7 +165,7 @@ def main(argv: list[str]) -> int:
     if relay is not None:
         threading.Thread(target=_relay_locks, args=(*relay, kept), daemon=True).start()
     status = child.wait()
-    end_descendants(GRACE_S if parent else 0.0)
+    end_descendants(grace_s)
     _orphaned(parent, folder)
     return status if status >= 0 else 128 - status
 

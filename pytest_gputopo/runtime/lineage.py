@@ -1,0 +1,151 @@
+"""The kernel's hold on a process's lifetime (Linux; elsewhere these do nothing): a signal when the
+parent ends (``PR_SET_PDEATHSIG``), orphans re-parented here (``PR_SET_CHILD_SUBREAPER``), and this
+process's descendants found in ``/proc`` and ended -- what the supervisor (``procs``) and the keepers
+(``reaper``) are built on. See prctl(2)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PR_SET_CHILD_SUBREAPER = 36
+LINUX = sys.platform.startswith("linux")
+_libc_prctl = None
+
+
+def prctl_function():
+    """libc's ``prctl``, looked up once (a child between fork and exec calls it, and looks up nothing)."""
+    global _libc_prctl
+    if _libc_prctl is None:
+        _libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return _libc_prctl
+
+
+def _prctl(option: int, value: int) -> None:
+    if LINUX:
+        prctl_function()(option, value, 0, 0, 0)
+
+
+def adopt_orphans() -> None:
+    """Make this process a child subreaper: what its descendants leave behind comes to it."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> bool:
+    """In a child: ``sig`` to this process when ``parent`` ends (``PR_SET_PDEATHSIG``: sent when the
+    parent's thread ends, not if it has already); False where it has already (the caller ends)."""
+    _prctl(PR_SET_PDEATHSIG, sig)
+    return os.getppid() == parent
+
+
+def dies_with_this_process() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets SIGKILL when this process ends (its
+    parent-death signal, set between fork and exec, where nothing is looked up), at once where this
+    process has ended already. None off Linux, and off the main thread: the signal comes when the
+    *thread* that started the child ends (prctl(2)), and only the main thread lasts as the process."""
+    if not LINUX or threading.current_thread() is not threading.main_thread():
+        return None
+    prctl, parent = prctl_function(), os.getpid()
+
+    def in_the_child() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return in_the_child
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a scan of /proc: needs no CONFIG_PROC_CHILDREN)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as handle:
+                    stat = handle.read()
+            except OSError:
+                continue  # gone meanwhile
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")"
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if len(fields) > 1 and int(fields[1]) == pid:
+                found.append(int(name))
+    return found
+
+
+def group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def end_descendants(grace_s: float = 0.0) -> None:
+    """End every descendant until none is left: SIGTERM and ``grace_s`` to end (where given), then
+    SIGKILL; the children of an ended one come to us (a subreaper), and are ended in turn."""
+    me = os.getpid()
+    if grace_s > 0:
+        terminate(children_of(me), grace_s)
+    while True:
+        children = children_of(me)
+        if not children:
+            return
+        _signal(children, signal.SIGKILL)
+        for pid in children:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def end_escaped(grace_s: float) -> None:
+    """End this subreaper's descendants that left its process group (a ``setsid`` helper, a daemon,
+    adopted here): those the end of its group does not reach. SIGTERM, ``grace_s``, SIGKILL."""
+    group = os.getpgrp()
+    terminate([pid for pid in children_of(os.getpid()) if group_of(pid) not in (group, None)], grace_s)
+
+
+def terminate(pids: list[int], grace_s: float) -> None:
+    """SIGTERM to ``pids`` (children of this process), up to ``grace_s`` for them to end (reaped as
+    they do), then SIGKILL."""
+    _signal(pids, signal.SIGTERM)
+    until = time.monotonic() + grace_s
+    while time.monotonic() < until and _living(pids):
+        _reap_any()
+        time.sleep(0.02)
+    _signal(pids, signal.SIGKILL)
+    _reap_any()
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _living(pids: list[int]) -> bool:
+    """Whether any of ``pids`` is alive (a zombie is not: it waits for us to reap it)."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        if stat[stat.rfind(b")") + 2 :][:1] != b"Z":
+            return True
+    return False
+
+
+def _reap_any() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
