@@ -75,7 +75,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
         "load budget: the health-check items and the measurements load only for a plan that has them",
     ),
     "plugin/rank_body.py": (
-        5,
+        6,
         "torch in each rank; pytest (assertion rewriting, a skip) only where a rank rewrites or fails",
     ),
     "plugin/ranks_run.py": (1, "load budget: the lease rooms load only under --gputopo-lease"),
@@ -123,7 +123,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "runtime/rank_procs.py": (1, "torch: torch.multiprocessing spawns a ranks(n) test's processes"),
     "runtime/ranks.py": (1, "torch: torch.distributed's store, for a launch"),
 }
-TOTAL = 147  # the allowances' sum, said in docs/architecture.md
+TOTAL = 148  # the allowances' sum, said in docs/architecture.md
 
 
 def imports_inside_functions(source: str) -> list[int]:

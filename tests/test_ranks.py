@@ -159,6 +159,8 @@ def test_ranks_pass_fail_and_die_each_named_in_every_report(pytester, pid_folder
         text,
     ), text
     assert "rank 0 of 2: failed" not in text.split("test_one_rank_fails")[1].split("____")[0]
+    # the killed rank's native stack too, as torch's own harness asks for it (c10's FatalSignalHandler)
+    assert re.search(r"SIGSEGV\(11\), PID: \d+, Thread \d+:", text.split("_ test_one_rank_segfaults _", 1)[1]), text
 
     cases = {c.get("name"): c for c in ET.parse(pytester.path / "junit.xml").getroot().iter("testcase")}
     failure = cases["test_one_rank_exits"].find("failure")

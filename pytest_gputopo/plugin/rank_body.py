@@ -46,6 +46,7 @@ def main(rank: int, workdir: str, job: dict) -> None:
     stack = open(rank_procs.stack_path(workdir, rank), "w", encoding="utf-8")  # noqa: SIM115 (open for life)
     faulthandler.register(rank_procs.STACK_SIGNAL, file=stack, all_threads=True)
     faulthandler.enable(file=stack, all_threads=True)  # a fatal signal's stack, for the report
+    _native_traces()
     gpus = (job["gpus"][rank],) if job["gpus"] else ()
     info = RankInfo(rank, job["n"], rank, f"cuda:{gpus[0].index}" if gpus else "cpu", gpus)
     _environment(info, job["visible"])
@@ -59,6 +60,18 @@ def main(rank: int, workdir: str, job: dict) -> None:
     rank_procs.write_result(workdir, rank, result)  # what it started ends when it has: its keeper ends it
     if result["outcome"] == "failed":
         sys.exit(1)
+
+
+def _native_traces() -> None:
+    """torch's C++ traces too, as its own ``MultiProcessTestCase`` asks for them in each rank
+    (torch/testing/_internal/common_distributed.py, ``run_test``): every thread's native stack on the
+    rank's stderr at a fatal signal (c10's ``FatalSignalHandler``, which then calls faulthandler's), and
+    the C++ stack in the message of an error torch raises (``TORCH_SHOW_CPP_STACKTRACES``)."""
+    os.environ.setdefault("TORCH_SHOW_CPP_STACKTRACES", "1")
+    if sys.platform.startswith("linux"):  # (torch installs no such handler on Windows or macOS)
+        import torch  # imported already: torch.multiprocessing spawned this process
+
+        torch._C._set_print_stack_traces_on_fatal_signal(True)
 
 
 def _environment(info: RankInfo, visible: str | None) -> None:
