@@ -5,13 +5,16 @@ item's measured/expected/floor/ratio."""
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
 
 import pytest
+from _pytest.terminal import TerminalReporter
 
 from conftest import needs_torch
+from pytest_gputopo.plugin.progress import write_own_line
 
 TWO_TESTS = (
     "import pytest\n"
@@ -56,6 +59,19 @@ def test_under_xdist_the_controller_says_each_workers_measurement_once(pytester)
     result = pytester.runpytest_subprocess(*ARGS, "-n", "2")
     result.assert_outcomes(passed=2)
     assert len(lines(result)) == 1  # one measurement (the workers share it), said once by the controller
+
+
+@pytest.mark.parametrize("before", ["", ".", "test_x.py ."])
+def test_a_line_said_after_xdists_progress_letters_starts_a_line_of_its_own(pytestconfig, before):
+    """Under xdist the controller writes each test's letter with no file name before it, and a worker's
+    relayed line went on after it (".gputopo: all-reduce busbw ...": seen once in the whole suite, which
+    the test above then missed)."""
+    out = io.StringIO()
+    reporter = TerminalReporter(pytestconfig, file=out)
+    reporter.write(before)
+    write_own_line(reporter, "gputopo: said")
+    assert "gputopo: said\n" in out.getvalue() and out.getvalue().splitlines()[-1] == "gputopo: said"
+    assert out.getvalue().startswith(before)
 
 
 def test_gputopo_check_verbose_says_every_items_figures(tmp_path):

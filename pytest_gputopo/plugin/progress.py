@@ -52,7 +52,16 @@ def write(config: pytest.Config, line: str) -> None:
         return
     capture = config.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
-        reporter.write_line(line)
+        write_own_line(reporter, line)
+
+
+def write_own_line(reporter, line: str) -> None:
+    """``line`` on a line of its own: under xdist the progress letters (``.``) are written with no
+    file name before them, so ``write_line`` (``ensure_newline``: only after a file name) would go on
+    after them (".gputopo: all-reduce ..."); the terminal's current line says whether one is begun."""
+    if getattr(getattr(reporter, "_tw", None), "width_of_current_line", 0):
+        reporter.write("\n")
+    reporter.write_line(line)
 
 
 def relay(run: GputopoRun, item: pytest.Item) -> None:
