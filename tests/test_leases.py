@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import pytest
 
 from emulated import emulated_host, emulated_libs  # noqa: F401  (fixtures)
+from pytest_gputopo.core import lease_policy
 from pytest_gputopo.core.gpu_requirements import GpuRequirement
 from pytest_gputopo.plugin import leases as leases_module
 from pytest_gputopo.plugin.leases import Leases
@@ -792,7 +793,7 @@ def test_a_set_that_frees_goes_first_to_the_tests_waiting_before(bare_leases, mo
     (bench_leases, 29 Nov: a two-GPU test took two of the four GPUs a four-GPU test before it had
     not reserved yet, and the four-GPU test waited a round); with nobody before it, at once."""
     leases, item = bare_leases, fake_item("test_late")
-    monkeypatch.setattr(leases_module, "GRACE_S", 0.5)
+    monkeypatch.setattr(lease_policy, "GRACE_S", 0.5)
     held = hold_here(leases, (0, 2, 3))
     one = leases.placer_of(item)[0]
     before = gpu_locks.Ticket(leases.folder, 2, "other.py::test_before", time.time() - 10)  # reserved nothing yet
@@ -803,7 +804,7 @@ def test_a_set_that_frees_goes_first_to_the_tests_waiting_before(bare_leases, mo
         # since it took it, not since it began to wait: waiters reserve the GPUs held longest
         assert gpu_locks.holder(leases.folder, leases.uuids()[1]).since >= wall + 0.5
         lease.release()
-        monkeypatch.setattr(leases_module, "GRACE_S", 600.0)
+        monkeypatch.setattr(lease_policy, "GRACE_S", 600.0)
         before.reserve([], looked=time.time() + 5)  # it looked after GPU1 freed: it did not want it
         lease = leases.take(item, one)
         assert lease.indices == (1,)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import pytest
 
-from ..core import placement
+from ..core import lease_policy, placement
 from ..core.model import NVML, Gpu, Topology
 from ..render.escape import terminal
 from ..runtime import gpu_locks
@@ -33,10 +33,6 @@ POLL_S = 0.05
 # in, for the other workers' first tests to reach the lock folder (xdist starts them together, after
 # every worker collected), so that they take their GPUs in the run's order (largest first).
 SETTLE_S = 0.3
-# A test with tests waiting before it takes a set that freed once each of them has looked at the
-# locks since (one whose reservation predates it may want it: they pick first), or once it has been
-# free this long (one that stopped looking holds nobody back).
-GRACE_S = 4 * POLL_S
 # workerinput: the controller's time.time() when leases began, and an id of the run for its tickets
 RUN = "gputopo_lease_run"
 
@@ -334,49 +330,63 @@ class Leases:
         (``gpu_locks.turn_in``), and a worker's first test, where it is leased, waits from the run's
         start: it reserves its set at once and waits (``settle``), so that the run's first round is
         served largest first, not in the order the workers reached the folder."""
-        allowed, uuids = self.allowed()[0], self.uuids()
         deadline = time.monotonic() + self.timeout_s
-        ticket = None
+        ticket, seen = None, None
         try:
             if self.first_round and self.xdist_run is not None:
                 ticket = self.ticket(item, self.xdist_run[0])
-                open_, held = self.open_and_held(gpu_locks.reserved_before(self.folder, ticket))
-                first = placer.reserve(open_, held)  # whole or not: known after the others' come
-                ticket.reserve((uuids[i] for i in first), time.time())
+                first = lease_policy.reservation(placer, None, self.look(ticket))  # whole or not: known
+                ticket.reserve((self.uuids()[i] for i in first), time.time())  # after the others' come
                 self.settle(self.xdist_run)
-            seen, seen_at, seen_since = None, 0.0, 0.0  # the set last chosen: when first seen (wall, monotonic)
             while True:
-                looked = time.time()
-                before = gpu_locks.waiting_before(self.folder, ticket)
-                open_, held = self.open_and_held({u for w in before for u in w.reserved})
-                chosen = placer.choose(i for i in open_ if i not in held)
-                if chosen != seen:
-                    seen, seen_at, seen_since = chosen, looked, time.monotonic()
-                if chosen is not None and (
-                    all(w.looked >= seen_at for w in before) or time.monotonic() - seen_since >= GRACE_S
-                ):
-                    holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())  # since it took them
-                    locks = []
-                    for i in chosen:
-                        lock = gpu_locks.GpuLock(self.folder, uuids[i])
-                        if not lock.take(holder):
-                            break
-                        locks.append(lock)
-                    if len(locks) == len(chosen):
-                        view = allowed.restrict(chosen)
-                        return Lease(view.gpus, view, tuple(locks), tuple(chosen))
-                    for lock in locks:  # another process was quicker: all or nothing, never hold and wait
-                        lock.release()
+                look = self.look(ticket)
+                decision = lease_policy.decide(placer, None, look, seen, time.monotonic())
+                seen = decision.seen
+                if decision.take is not None:
+                    lease = self.lock(item, decision.take)
+                    if lease is not None:
+                        return lease
                 if time.monotonic() > deadline:
                     return None
                 self.reap()  # one of this run's processes late to end is ended: it may hold these GPUs
                 if ticket is None:
                     ticket = self.ticket(item, time.time())
-                self.reserve(item, ticket, placer.reserve(open_, held), placer.k, looked)
+                self.reserve(item, ticket, tuple(decision.reserve), placer.k, look.now)
                 time.sleep(POLL_S)
         finally:
             if ticket is not None:
                 ticket.close()
+
+    def look(self, ticket: gpu_locks.Ticket | None) -> lease_policy.Look:
+        """The host's leases as a test waiting with ``ticket`` sees them now: who holds each GPU
+        (since when), and what the tests waiting before it reserved."""
+        now, uuids = time.time(), self.uuids()
+        index = {uuid: i for i, uuid in enumerate(uuids)}
+        ahead = [
+            lease_policy.Waiter(w.place(), {index[u]: None for u in w.reserved if u in index}, w.looked)
+            for w in gpu_locks.waiting_before(self.folder, ticket)
+        ]
+        held = {}
+        for i, uuid in enumerate(uuids):
+            found = gpu_locks.holder(self.folder, uuid)
+            if found is not None:  # one whose holder has not said yet: since now
+                held[i] = (lease_policy.Holding(found.since if isinstance(found, gpu_locks.Holder) else now),)
+        return lease_policy.Look(now, held, dict.fromkeys(range(len(uuids))), ahead)
+
+    def lock(self, item: pytest.Item, chosen: tuple[int, ...]) -> Lease | None:
+        """``chosen`` locked whole, or None: another process was quicker (all or nothing: a set is
+        never held in part while waiting, so no deadlock)."""
+        holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())  # since it took them
+        locks: list[gpu_locks.GpuLock] = []
+        for i in chosen:
+            lock = gpu_locks.GpuLock(self.folder, self.uuids()[i])
+            if not lock.take(holder):
+                for taken in locks:
+                    taken.release()
+                return None
+            locks.append(lock)
+        view = self.allowed()[0].restrict(chosen)
+        return Lease(view.gpus, view, tuple(locks), tuple(chosen))
 
     def reserve(
         self, item: pytest.Item, ticket: gpu_locks.Ticket, gpus: tuple[int, ...], k: int, looked: float

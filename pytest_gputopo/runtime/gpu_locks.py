@@ -19,6 +19,8 @@ import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from ..core.lease_policy import STOPPED_S, in_line, in_line_before
+
 # Not $TMPDIR: two runs on one host must find the same locks whatever temporary folder each job sets.
 DEFAULT_FOLDER = "/tmp/pytest-gputopo-leases-{uid}"
 MAX_HOLDER_BYTES = 4096
@@ -185,7 +187,6 @@ def holder(folder: str, uuid: str) -> Holder | Unusable | None | bool:
 # take those GPUs, so a large set is not starved by small tests that keep taking its GPUs one by one.
 TICKET_PREFIX = "wait-"
 STALE_TICKET_S = 60.0  # an unlocked ticket older than this is removed by whoever reads it
-STOPPED_S = 10.0  # a waiting test that has not looked at the locks for this long reserves nothing
 
 
 class Waiter(NamedTuple):
@@ -201,10 +202,10 @@ class Waiter(NamedTuple):
     looked: float = 0.0  # time.time() of its last look at the locks, its reservation made from it
 
     def place(self) -> tuple[float, int, int]:
-        return (*(self.turn or (self.since, -1)), self.pid)
+        return in_line(self.turn, self.since, self.pid)
 
     def before(self, other: Waiter) -> bool:
-        return self.place() < other.place()
+        return in_line_before(self.place(), other.place())
 
 
 class Ticket:
