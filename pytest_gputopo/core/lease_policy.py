@@ -15,7 +15,8 @@ The rules, each a function below:
   takes exclusive tests only.
 - ``open_to``: the GPUs the waiters ahead left to it: an exclusive reservation keeps a GPU whole,
   a budget keeps its share of the memory.
-- ``decide``: the best-linked set (``placement.Placer``) among the GPUs open to it that fit now; it
+- ``decide``: the best-linked set (``placement.Placer``) among the GPUs open to it that fit now (with
+  a budget, between sets linked alike the one with the most room: ``_spread``); it
   is taken once every waiter ahead has looked since the set came free, or after ``GRACE_S`` (a set
   that frees goes to those ahead first); else the test reserves the set it waits for
   (``Placer.reserve``), so that a large test is not starved by small ones.
@@ -23,7 +24,7 @@ The rules, each a function below:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .placement import Placer
@@ -135,6 +136,15 @@ def open_to(budget_gib: float | None, gpus: Sequence[int], look: Look) -> set[in
     return opened
 
 
+def _spread(budget_gib: float | None, look: Look) -> Callable[[tuple[int, ...]], float] | None:
+    """Between sets linked alike, a test with a budget takes the one whose fullest GPU has the most
+    room: tests sharing GPUs also share their compute, so they spread before they pile up (an
+    exclusive test takes empty GPUs: none to rank)."""
+    if budget_gib is None:
+        return None
+    return lambda gpus: min(room(g, look) or 0.0 for g in gpus)
+
+
 def may_take(seen: Seen, waiting: Sequence[Waiter], clock_s: float) -> bool:
     """Whether the set seen may be taken: every waiter ahead has looked since it was first seen (each
     had its chance at it), or they were given ``GRACE_S``."""
@@ -146,7 +156,7 @@ def decide(placer: Placer, budget_gib: float | None, look: Look, before: Seen | 
     GPUs), does at this look: take a set, or wait reserving one. ``before``: what it saw at its last
     look; ``clock_s``: its monotonic clock now."""
     opened = open_to(budget_gib, list(look.memory_gib), look)
-    chosen = placer.choose(g for g in opened if fits(budget_gib, g, look))
+    chosen = placer.choose((g for g in opened if fits(budget_gib, g, look)), _spread(budget_gib, look))
     seen = before if before is not None and before.gpus == chosen else Seen(chosen, look.now, clock_s)
     if chosen is not None and may_take(seen, ahead(look.ahead, look.now), clock_s):
         return Decision(chosen, {}, seen, False)

@@ -12,7 +12,7 @@ among the GPUs free now, or None (the test waits).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import combinations
 from math import comb, inf
 
@@ -120,17 +120,26 @@ class Placer:
         else:  # met in place one by one, never all together on one set
             self.never = f"{', '.join(map(str, self.requirements))}: {others}"
 
-    def choose(self, free: Iterable[int]) -> tuple[int, ...] | None:
-        """The best meeting set among the ``free`` GPUs; between equals, the one that leaves the
-        best links to the free GPUs it does not take (another test may need them); None when no
-        meeting set is free now."""
+    def choose(
+        self, free: Iterable[int], prefer: Callable[[tuple[int, ...]], float] | None = None
+    ) -> tuple[int, ...] | None:
+        """The best meeting set among the ``free`` GPUs; between equals, the one ``prefer`` ranks
+        highest (where given), then the one that leaves the best links to the free GPUs it does not
+        take (another test may need them); None when no meeting set is free now."""
         free = set(free)
         fitting = [gpus for gpus in self.meeting if free.issuperset(gpus)]
         if not fitting:
             return None
         top = self._scores[fitting[0]]  # best-linked first
         equals = [gpus for gpus in fitting if self._scores[gpus] == top]
-        return max(equals, key=lambda gpus: (-self._spoiled(gpus, free - set(gpus)), [-g for g in gpus]))
+        return max(
+            equals,
+            key=lambda gpus: (
+                prefer(gpus) if prefer is not None else 0.0,
+                -self._spoiled(gpus, free - set(gpus)),
+                [-g for g in gpus],
+            ),
+        )
 
     def accepts(self, held: Sequence[int], free: Iterable[int]) -> bool:
         """Whether a test may run on ``held``, a set it would keep from the test before: it meets the
