@@ -72,11 +72,13 @@ def test_whatever_the_suite_no_gpu_is_overcommitted_no_exclusive_test_shares_and
     assert timeline.overcommitted == 0 and timeline.shared_exclusive == 0
     assert sorted([r.name for r in timeline.ran] + list(timeline.never)) == sorted(t.name for t in tests)
     ran = [t for t in tests if t.name not in timeline.never]
-    assert timeline.makespan >= lower_bound(ran, MEMORY, 0.5) - 1e-9
+    assert timeline.makespan >= lower_bound(ran, MEMORY, 0.5, workers) - 1e-9
 
 
-@pytest.mark.parametrize(("budget", "bound"), [(None, 2.0), (9.5, 1.0), (39.5, 1.0)])
-def test_the_lower_bound(budget, bound):
+@pytest.mark.parametrize(
+    ("budget", "workers", "bound"), [(None, 16, 2.0), (9.5, 16, 1.0), (39.5, 16, 1.0), (9.5, 4, 4.0), (9.5, None, 1.0)]
+)
+def test_the_lower_bound(budget, workers, bound):
     """Sixteen one-GPU tests of 1 s: whole GPUs, 16 GPU-seconds on 8 GPUs; 10 GiB each (with the
-    reserve), 160 GiB-seconds of 640; 40 GiB each, 640 of 640."""
-    assert lower_bound(suite_of(16, budget=budget), MEMORY, 0.5) == bound
+    reserve), 160 GiB-seconds of 640; 40 GiB each, 640 of 640; four workers, 16 test-seconds."""
+    assert lower_bound(suite_of(16, budget=budget), MEMORY, 0.5, workers) == bound

@@ -31,6 +31,11 @@ from .placement import Placer
 
 STOPPED_S = 10.0  # a waiter that has not looked at the locks for this long reserves nothing
 GRACE_S = 0.2  # a set that came free goes to the waiters ahead first, unless they look no more for this long
+# What a process's CUDA context takes on each GPU it uses, beside its tensors: about 700 MiB and more
+# "depending on the CUDA version, used device etc." (PyTorch's forum: discuss.pytorch.org/t/81330;
+# 723 MiB for one float, /t/73021); less with CUDA's lazy loading (CUDA_MODULE_LOADING=LAZY, the
+# default since CUDA 12.2). A memory budget is counted with this beside it.
+CONTEXT_RESERVE_GIB = 1.0
 
 
 @dataclass(frozen=True)

@@ -50,15 +50,21 @@ class Timeline:
         return max((r.end for r in self.ran), default=0.0)
 
 
-def lower_bound(tests: Sequence[Job], memory_gib: Mapping[int, float | None], reserve_gib: float) -> float:
-    """No packing ends before the longest test, nor before the machine's memory-time is used up: each
-    test takes its budget and a context's reserve on each of its GPUs (an exclusive one, the GPU's
-    whole memory) for its time. GPUs of unknown memory count as one GPU each."""
+def lower_bound(
+    tests: Sequence[Job], memory_gib: Mapping[int, float | None], reserve_gib: float, workers: int | None = None
+) -> float:
+    """No packing ends before the longest test, nor before the machine's memory-time is used up (each
+    test takes its budget and a context's reserve on each of its GPUs, an exclusive one the GPU's
+    whole memory, for its time; a GPU of unknown memory counts as the smallest known), nor before
+    ``workers`` running one test at a time have run them all."""
+    if not tests:
+        return 0.0
     sizes = [m for m in memory_gib.values() if m is not None]
     whole = min(sizes) if sizes else 1.0
     total = sum(m if m is not None else whole for m in memory_gib.values())
     used = sum(t.placer.k * t.seconds * (whole if t.budget_gib is None else t.budget_gib + reserve_gib) for t in tests)
-    return max([used / total, *(t.seconds for t in tests)]) if tests else 0.0
+    by_workers = sum(t.seconds for t in tests) / workers if workers else 0.0
+    return max([used / total, by_workers, *(t.seconds for t in tests)])
 
 
 def simulate(
