@@ -19,7 +19,7 @@ LINUX = sys.platform.startswith("linux")
 _libc_prctl = None
 
 
-def prctl_function():
+def prctl_function() -> Callable[..., int]:
     """libc's ``prctl``, looked up once (a child between fork and exec calls it, and looks up nothing)."""
     global _libc_prctl
     if _libc_prctl is None:
@@ -78,13 +78,6 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
-def group_of(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
-
-
 def end_descendants(grace_s: float = 0.0) -> None:
     """End every descendant until none is left: SIGTERM and ``grace_s`` to end (where given), then
     SIGKILL; the children of an ended one come to us (a subreaper), and are ended in turn."""
@@ -101,13 +94,6 @@ def end_descendants(grace_s: float = 0.0) -> None:
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
-
-
-def end_escaped(grace_s: float) -> None:
-    """End this subreaper's descendants that left its process group (a ``setsid`` helper, a daemon,
-    adopted here): those the end of its group does not reach. SIGTERM, ``grace_s``, SIGKILL."""
-    group = os.getpgrp()
-    terminate([pid for pid in children_of(os.getpid()) if group_of(pid) not in (group, None)], grace_s)
 
 
 def terminate(pids: list[int], grace_s: float) -> None:

@@ -1,6 +1,6 @@
 """The one supervisor of every process the plugin starts: the probe's NVML and CUDA child, a copy
 benchmark, the all-reduce ranks, nccl-tests (under a keeper, ``reaper``), a leased test's process
-(under its keeper) are started here (``Children.start``); a ``ranks(n)`` test's ranks are started by
+(under its keeper) are started here (``start``, ``Children``); a ``ranks(n)`` test's ranks are started by
 torch and ended here (``end``).
 
 Each child leads its own process group (its own session, unless it shares the run's terminal), so
