@@ -1126,3 +1126,46 @@ def test_a_leased_tests_process_that_dies_before_its_setup_errors_once(pytester,
     pytester.makepyfile(test_it="import pytest\n@pytest.mark.requires_gpus(1)\ndef test_gpu():\n    pass\n")
     result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
+
+
+@pytest.mark.slow
+def test_a_conftest_or_fixture_that_sets_cuda_visible_devices_in_a_leased_process_fails_its_test(pytester, leased):
+    """Issue 42 item 4: a conftest that still rotated ``CUDA_VISIBLE_DEVICES`` (Triton's and
+    flash-attention's set it from the xdist worker's number) silently overrode the lease: the test ran
+    on GPU 1 while GPU 0 was locked for it. Now the leased test fails, saying who set what."""
+    args = leased("dgx-a100")
+    pytester.makeconftest('import os\nos.environ["CUDA_VISIBLE_DEVICES"] = "1"  # a round robin of one\n')
+    pytester.makepyfile(
+        test_it="""
+import os, pytest
+
+@pytest.mark.requires_gpus(1)
+def test_after_the_conftest():
+    pass
+
+def test_plain():
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"  # the run's own process: the conftest's business
+"""
+    )
+    result = pytester.runpytest_subprocess(*args, "-rA")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "CUDA_VISIBLE_DEVICES is '1' in this leased test's process, not its lease's 'GPU-*': a conftest or "
+            "the test's module set it after the lease was taken, so CUDA would use GPUs this test does not hold.*",
+            "ERROR test_it.py::test_after_the_conftest - Failed: CUDA_VISIBLE_DEVICES is *",
+        ]
+    )
+    (pytester.path / "conftest.py").unlink()
+    (pytester.path / "test_it.py").write_text(
+        "import pytest\n"
+        "@pytest.fixture\n"
+        "def own_gpu(monkeypatch):\n"
+        "    monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '3')\n"
+        "@pytest.mark.requires_gpus(1)\n"
+        "def test_with_a_fixture(own_gpu):\n"
+        "    pass\n"
+    )
+    result = pytester.runpytest_subprocess(*args, "-rA")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*CUDA_VISIBLE_DEVICES is '3' in this leased test's process*: a fixture set it*"])

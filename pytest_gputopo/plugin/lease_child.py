@@ -400,7 +400,7 @@ def take_lease(config: pytest.Config, spec_path: str, before_conftests: bool) ->
     if why:
         os._exit(0)
     os.environ["CUDA_VISIBLE_DEVICES"] = lease["visible"]
-    config.stash[TAKEN] = {"topology": lease["topology"], "locks": fds}
+    config.stash[TAKEN] = {"topology": lease["topology"], "locks": fds, "visible": lease["visible"]}
 
 
 def _why_not(visible: str, before_conftests: bool) -> str | None:
@@ -477,6 +477,29 @@ class Child:
                 self.running = None
             self._write({"done": command["run"]})
         return True
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        self._lease_seen(item, "a conftest or the test's module")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        self._lease_seen(item, "a fixture")
+
+    def _lease_seen(self, item: pytest.Item, who: str) -> None:
+        """Fail the test where ``CUDA_VISIBLE_DEVICES`` no longer names its lease's GPUs: a conftest
+        that still rotates it (a round robin of workers over GPUs) would run the test on GPUs another
+        test holds, and CUDA reads it once, so it cannot be put back after CUDA started."""
+        visible = item.config.stash[TAKEN]["visible"]
+        found = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if found != visible:
+            pytest.fail(
+                f"CUDA_VISIBLE_DEVICES is {found!r} in this leased test's process, not its lease's "
+                f"{visible!r}: {who} set it after the lease was taken, so CUDA would use GPUs this test "
+                "does not hold. Leave CUDA_VISIBLE_DEVICES to the lease (docs/parallel.md: replacing a "
+                "conftest that rotates CUDA_VISIBLE_DEVICES).",
+                pytrace=False,
+            )
 
     def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str) -> None:
         """The tests' own warnings, for the run's summary (collection's were the run's own already)."""
