@@ -43,6 +43,18 @@ def cuda_sees():
     return seen
 
 
+def locks_held():  # the GPU lock files this rank holds open (a lease's: {uuid}.lock)
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed since
+            continue
+        if target.endswith(".lock"):
+            held.append(os.path.basename(target))
+    return sorted(held)
+
+
 def note(info, test):
     import torch  # in the ranks: a run that spawns none (skipped) never imports it
     import torch.distributed as dist
@@ -54,7 +66,7 @@ def note(info, test):
         log.write(json.dumps({"test": test, "rank": info.rank, "pid": os.getpid(), "device": info.device,
                               "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
                               "gpu": [g.uuid for g in info.gpus], "index": [g.index for g in info.gpus],
-                              "cuda": cuda_sees(), "backend": dist.get_backend()}) + "\\n")
+                              "cuda": cuda_sees(), "backend": dist.get_backend(), "locks": locks_held()}) + "\\n")
 
 
 @pytest.mark.ranks(2, backend="cpu:gloo,cuda:gloo")
@@ -123,9 +135,10 @@ def test_each_rank_gets_one_gpu_of_its_own_as_cuda_shows_it(
             assert e["cuda"][e["rank"]] == hexed(e["gpu"][0])
             if lease:  # the ranks see the lease alone, named by UUID, in rank order
                 assert e["visible"] == ",".join(gpus)
+                assert e["locks"] == sorted(f"{u}.lock" for u in gpus)  # and hold its locks too (issue 41)
                 assert e["cuda"] == [hexed(u) for u in gpus]
             else:  # visibility left as the user set it; rank r takes the r-th GPU it leaves
-                assert e["visible"] == outer
+                assert e["visible"] == outer and e["locks"] == []
                 assert e["cuda"] == [hexed(u) for u in visible]
                 assert gpus == visible[:n]
     pytest_pid = int((tmp_path / "pytest.pid").read_text())

@@ -8,14 +8,17 @@ leaves the child reapable)."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from ci_endings import alive, kill_group, until
-from pytest_gputopo.runtime import lineage, procs
+from pytest_gputopo.runtime import lineage, procs, rank_procs
 
 SLEEP = [sys.executable, "-S", "-c", "import time; time.sleep(120)"]
 
@@ -120,3 +123,41 @@ def test_a_keeper_whose_parent_is_killed_ends_its_body_and_everything_below():
     finally:
         kill_group(run)
         run.stdout.close()
+
+
+def hold_until_told(rank: int, fd: int, folder: str) -> None:
+    """A rank that holds ``fd`` (unpickled from ``rank_procs.Inherited``) until the test tells it to end."""
+    assert not os.get_inheritable(fd)  # what the rank executes does not hold the GPU
+    with open(os.path.join(folder, "holding"), "w") as note:
+        note.write(str(os.fstat(fd).st_ino))
+    while not os.path.exists(os.path.join(folder, "end")):
+        time.sleep(0.02)
+
+
+def test_a_ranks_lease_lock_is_held_by_the_ranks_too_until_the_last_has_gone(tmp_path):
+    """Issue 41: a lease's locks were held by the pytest process alone: killed, its GPUs were free while
+    its ranks (SIGKILLed by their keepers, or stuck inside CUDA) still ran on them. Each rank now holds
+    the same open files (``rank_procs.Inherited``: passed by torch's spawn at their own numbers)."""
+    torch_mp = pytest.importorskip("torch.multiprocessing")
+    lock = tmp_path / "gpu.lock"
+    lock.write_text("")
+    fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    context = torch_mp.start_processes(
+        hold_until_told, args=(rank_procs.Inherited(fd), str(tmp_path)), nprocs=1, join=False, start_method="spawn"
+    )
+    try:
+        until(lambda: (tmp_path / "holding").exists(), "the rank began")
+        assert int((tmp_path / "holding").read_text()) == os.fstat(fd).st_ino
+        os.close(fd)  # the run's own descriptor gone (the run killed): the rank's holds the lock
+        other = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        (tmp_path / "end").write_text("")
+        context.join(60)
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the rank gone: free
+        os.close(other)
+    finally:
+        (tmp_path / "end").write_text("")
+        for process in context.processes:
+            process.join(60)

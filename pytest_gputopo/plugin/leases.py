@@ -70,6 +70,12 @@ def held(item: pytest.Item) -> tuple[Gpu, ...] | None:
     return None if lease is None else lease.gpus
 
 
+def held_locks(item: pytest.Item) -> tuple[int, ...]:
+    """The lock descriptors of the lease ``item`` holds while it runs (none without one)."""
+    lease = item.stash.get(LEASE, None)
+    return () if lease is None else tuple(lock.fd for lock in lease.locks)
+
+
 def visible_devices(gpus) -> str:
     """``CUDA_VISIBLE_DEVICES`` naming exactly ``gpus``, in order, by UUID (``GPU-<uuid>`` "as given
     by nvidia-smi -L", a form the CUDA Programming Guide lists, 5.2.1.1 CUDA_VISIBLE_DEVICES:

@@ -70,7 +70,7 @@ def _job(item: pytest.Function, requirement, topology) -> dict:
         if name != rank_body.RANK_FIXTURE:
             kwargs[name] = _pickled(item, f"fixture {name!r}", item.funcargs[name])
     instance = item.instance
-    gpus, visible = _placed(item, requirement, topology)
+    gpus, visible, locks = _placed(item, requirement, topology)
     return {
         "module": item.module.__name__,
         "path": item.module.__file__,
@@ -86,6 +86,7 @@ def _job(item: pytest.Function, requirement, topology) -> dict:
         "timeout_s": requirement.timeout_s,
         "gpus": gpus,
         "visible": visible,
+        "locks": tuple(rank_procs.Inherited(fd) for fd in locks),  # each rank holds its lease's GPUs too
         "parent": os.getpid(),  # each rank dies with this process (``rank_body.main``)
     }
 
@@ -103,21 +104,19 @@ def _pickled(item: pytest.Function, what: str, value) -> bytes:
         )
 
 
-def _placed(item: pytest.Function, requirement, topology) -> tuple[tuple | None, str | None]:
-    """Each rank's GPU, and the ``CUDA_VISIBLE_DEVICES`` the ranks get: the test's lease where leases
-    are on (the ranks see the leased GPUs alone, as ``cuda:0..n-1``), else the first n GPUs this
-    process sees, as torchrun's local ranks take ``cuda:<local_rank>`` (visibility left as it is);
-    (None, None) on the CPUs."""
+def _placed(item: pytest.Function, requirement, topology) -> tuple[tuple | None, str | None, tuple[int, ...]]:
+    """Each rank's GPU, the ``CUDA_VISIBLE_DEVICES`` the ranks get and the lease's lock descriptors:
+    the test's lease where leases are on (the ranks see the leased GPUs alone, as ``cuda:0..n-1``),
+    else the first n GPUs this process sees, as torchrun's local ranks take ``cuda:<local_rank>``
+    (visibility left as it is); (None, None, ()) on the CPUs."""
     if not requirement.on_gpus(topology):
-        return None, None
-    try:
-        from . import leases  # GPU leases (--gputopo-lease), a room of their own
-    except ImportError:  # pragma: no cover - a checkout without leases yet
-        leases = None  # type: ignore[assignment]  # a checkout without leases: none held
-    held = leases.held(item) if leases is not None else None
+        return None, None, ()
+    from . import leases  # GPU leases (--gputopo-lease), a room of their own
+
+    held = leases.held(item)
     if held is None:
-        return tuple(topology.gpus[: requirement.n]), None
-    return tuple(held[: requirement.n]), leases.visible_devices(held[: requirement.n])
+        return tuple(topology.gpus[: requirement.n]), None, ()
+    return tuple(held[: requirement.n]), leases.visible_devices(held[: requirement.n]), leases.held_locks(item)
 
 
 def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results: list) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing.connection
+import multiprocessing.reduction
 import os
 import signal
 import time
@@ -76,6 +77,28 @@ def lead_group() -> None:
         os.setpgid(0, 0)
     except OSError:  # pragma: no cover - already a group leader
         pass
+
+
+class Inherited:
+    """A descriptor every rank holds for its life, the same open file as this process's: a GPU lease's
+    lock, so that the GPU stays locked while a rank lives, this process killed or not (flock(2): a
+    lock goes with the last descriptor of its open file). Pickled with the ranks' arguments, it asks
+    ``multiprocessing.reduction.DupFd``, which under spawn passes the descriptor to the child at its
+    own number (``popen_spawn_posix.Popen.duplicate_for_child``)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self):
+        return (_inherit, (multiprocessing.reduction.DupFd(self.fd),))
+
+
+def _inherit(passed) -> int:
+    """In the rank: the descriptor passed, kept from what the rank executes (its helpers hold no GPU
+    past its end: its keeper holds them until they have gone)."""
+    fd = passed.detach()
+    os.set_inheritable(fd, False)
+    return fd
 
 
 @dataclass(frozen=True)
