@@ -49,14 +49,14 @@ class Unusable(NamedTuple):
         return f"nobody: {self.why}"
 
 
-def _pid(value) -> int:
+def valid_pid(value) -> int:
     """A record's pid: a positive whole number (a record is anyone's writing: validated)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
         raise ValueError(f"not a pid: {value!r}")
     return value
 
 
-def _time(value) -> float:
+def valid_time(value) -> float:
     """A record's time.time(): finite, after 1970 and before 5138 (``time.localtime`` takes it)."""
     found = float(value)
     if not math.isfinite(found) or not 0 <= found < 1e11:
@@ -90,13 +90,13 @@ def lock_folder(path: str) -> str:
     return path
 
 
-def _lock_path(folder: str, uuid: str) -> str:
+def lock_path(folder: str, uuid: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9-]{1,80}", uuid):
         raise ValueError(f"{uuid[:80]!r} is not a GPU UUID")
     return os.path.join(folder, f"{uuid}.lock")
 
 
-def _open(path: str, flags: int) -> int:
+def open_own_file(path: str, flags: int) -> int:
     """The lock file, never through a link and only when it is this user's regular file: anything
     else there is a ``LockFolderError`` naming it, at once (``O_NONBLOCK``: a FIFO's open would wait
     for a writer; on a regular file it changes nothing)."""
@@ -119,14 +119,18 @@ class GpuLock:
     does not keep the GPU when the test ends (pass ``fd`` on to a child that should hold it too)."""
 
     def __init__(self, folder: str, uuid: str):
-        self.path = _lock_path(folder, uuid)
+        self.path = lock_path(folder, uuid)
         self.fd: int | None = None
+
+    @property
+    def fds(self) -> list[int]:
+        return [] if self.fd is None else [self.fd]
 
     def take(self, holder: Holder) -> bool:
         """Take it now, writing who holds it; False when another process holds it, or its file
         cannot be trusted (``holder`` says why)."""
         try:
-            fd = _open(self.path, os.O_RDWR | os.O_CREAT)
+            fd = open_own_file(self.path, os.O_RDWR | os.O_CREAT)
         except LockFolderError:
             return False
         try:
@@ -162,7 +166,7 @@ def holder(folder: str, uuid: str) -> Holder | Unusable | None | bool:
     who it is (yet, or not readably), ``Unusable`` where its file cannot be trusted, None where it
     is free."""
     try:
-        fd = _open(_lock_path(folder, uuid), os.O_RDONLY)
+        fd = open_own_file(lock_path(folder, uuid), os.O_RDONLY)
     except FileNotFoundError:
         return None
     except LockFolderError as exc:
@@ -174,8 +178,8 @@ def holder(folder: str, uuid: str) -> Holder | Unusable | None | bool:
         except BlockingIOError:
             pass
         try:
-            found = _record(fd) or {}  # (empty while its holder has not said yet)
-            return Holder(_pid(found["pid"]), str(found["test"])[:MAX_HOLDER_BYTES], _time(found["since"]))
+            found = read_record(fd) or {}  # (empty while its holder has not said yet)
+            return Holder(valid_pid(found["pid"]), str(found["test"])[:MAX_HOLDER_BYTES], valid_time(found["since"]))
         except (ValueError, TypeError, KeyError, OverflowError):
             return True
     finally:
@@ -222,7 +226,7 @@ class Ticket:
     ):
         self.path = os.path.join(folder, f"{TICKET_PREFIX}{pid}-{os.urandom(4).hex()}")  # unique across pid namespaces
         self.me = Waiter(pid, test, since, (), turn, run, time.time())
-        fd = _open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+        fd = open_own_file(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         fcntl.flock(fd, fcntl.LOCK_EX)  # a new file of its own: nobody else holds it
         self.fd: int | None = fd
         self._length = 0  # of the longest record written: a shorter one is padded to it
@@ -240,7 +244,7 @@ class Ticket:
     def _write(self, fd: int) -> None:
         """One write, never a truncation first (a reader between the two saw an empty file, and the
         reservation vanished for a look); a shorter record is padded with spaces, which JSON allows
-        after it. A read racing it may still see part of each record: ``_record`` reads again.
+        after it. A read racing it may still see part of each record: ``read_record`` reads again.
         Written at every look (``looked``)."""
         record = json.dumps(self.me._asdict()).encode()[:MAX_HOLDER_BYTES]
         os.pwrite(fd, record.ljust(self._length), 0)
@@ -256,7 +260,7 @@ class Ticket:
             self.fd = None
 
 
-def _record(fd: int) -> dict | None:
+def read_record(fd: int) -> dict | None:
     """A live ticket's (or held lock's) record, or None. Read again where a read caught it being
     written: Linux copies a page to a reader without the writer's lock, so a read racing
     ``Ticket._write`` can return part of each record (seen 8 times in 233,000 reads of a ticket
@@ -279,7 +283,7 @@ def waiters(folder: str) -> list[tuple[str, Waiter]]:
             continue
         path = os.path.join(folder, name)
         try:
-            fd = _open(path, os.O_RDONLY)
+            fd = open_own_file(path, os.O_RDONLY)
         except OSError:  # gone meanwhile, or not this user's regular file (LockFolderError)
             continue
         try:
@@ -293,7 +297,7 @@ def waiters(folder: str) -> list[tuple[str, Waiter]]:
                 continue  # (a young one may be being made: read it at the next poll)
             except BlockingIOError:
                 pass
-            raw = _record(fd)
+            raw = read_record(fd)
             if raw is None:
                 continue  # being made: read it at the next poll
             found.append((path, _waiter(raw)))
@@ -311,13 +315,13 @@ def _waiter(raw: dict) -> Waiter:
     if not isinstance(reserved, list) or len(reserved) > 4096:
         raise ValueError("not a list of GPUs")
     return Waiter(
-        _pid(raw["pid"]),
+        valid_pid(raw["pid"]),
         str(raw["test"])[:MAX_HOLDER_BYTES],
-        _time(raw["since"]),
+        valid_time(raw["since"]),
         tuple(str(u) for u in reserved),
-        None if turn is None else (_time(turn[0]), int(turn[1])),
+        None if turn is None else (valid_time(turn[0]), int(turn[1])),
         None if run is None else str(run),
-        _time(raw.get("looked", 0.0)),
+        valid_time(raw.get("looked", 0.0)),
     )
 
 
