@@ -80,7 +80,8 @@ def test_the_room_left_on_a_gpu(held, reserved, memory, room):
         (None, (), None, True),  # its memory need not be known
         (10.0, (), A100, True),
         (10.0, (Holding(1.0),), A100, False),  # never beside an exclusive lease
-        (10.0, (), None, False),  # a budget never goes on a GPU whose memory is unknown
+        (10.0, (), None, True),  # memory unknown: a budget takes the GPU whole...
+        (10.0, (Holding(1.0, 5.0),), None, False),  # ...and never shares it
         (79.5, (), A100, True),  # its budget and its own reserve: exactly the memory
         (79.6, (), A100, False),
         (40.0, (Holding(1.0, 39.0),), A100, True),  # 39 + 0.5 + 40 + 0.5 = 80

@@ -1169,3 +1169,53 @@ def test_plain():
     result = pytester.runpytest_subprocess(*args, "-rA")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*CUDA_VISIBLE_DEVICES is '3' in this leased test's process*: a fixture set it*"])
+
+
+MEETS = """
+import os, time
+from pathlib import Path
+
+import pytest
+from record import record
+
+MEET = Path(os.environ["MEET_DIR"])
+
+
+@pytest.mark.parametrize("n", range(3))
+@pytest.mark.requires_gpus(1)
+def test_small(gputopo_gpus, n):
+    (MEET / f"in-{n}").write_text("")
+    deadline = time.monotonic() + 60  # a hang guard: the first two meet at once when leases share the GPU
+    while len(list(MEET.glob("in-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    record(gputopo_gpus, sleep=0.5)
+"""
+
+
+@pytest.mark.slow
+def test_with_a_memory_budget_leased_tests_share_a_gpu_as_far_as_its_memory_holds(pytester, leased, monkeypatch):
+    """Issue 42 item 1: on the one 80 GB GPU, tests of 30 GiB (and a context's 1 GiB each) run two at a
+    time, never three (93 GiB)."""
+    args = leased("single-gpu")
+    monkeypatch.setenv("MEET_DIR", str(pytester.mkdir("meet")))
+    pytester.makepyfile(test_meet=MEETS)
+    result = pytester.runpytest_subprocess(*args, "-n", "3", "--gputopo-lease-memory", "30")
+    result.assert_outcomes(passed=3)
+    entries = lease_log(pytester)
+    assert len({e["uuid"][0] for e in entries}) == 1 and len(entries) == 3
+    at_once = max(sum(1 for e in entries if e["start"] <= other["start"] < e["end"]) for other in entries)
+    assert at_once == 2, entries  # two shared the GPU; the third waited for room
+
+
+@pytest.mark.slow
+def test_a_budget_no_gpu_here_could_hold_skips_with_the_figures(pytester, leased):
+    args = leased("single-gpu")
+    pytester.makepyfile(test_big="import pytest\n@pytest.mark.requires_gpus(1)\ndef test_big():\n    pass\n")
+    result = pytester.runpytest_subprocess(*args, "--gputopo-lease-memory", "80", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*--gputopo-lease-memory 80: each GPU it holds needs 80 GiB and a CUDA context's 1 GiB, 81 GiB;"
+            " the GPUs here have 80.0 GiB*"
+        ]
+    )

@@ -299,6 +299,7 @@ SAMPLES = {
     "SECONDS": ["7"],
     "HOURS": ["7"],
     "RATIO": ["0.5"],
+    "GIB": ["10"],
 }
 
 

@@ -12,7 +12,7 @@ The rules, each a function below:
 - ``room`` and ``fits``: a GPU takes an exclusive test when nobody holds it; a test with a memory
   budget where no exclusive test holds it and its memory, less every holder's budget and a CUDA
   context's reserve per process, holds the budget and its own reserve. A GPU whose memory is unknown
-  takes exclusive tests only.
+  is never shared: a test with a budget takes it whole.
 - ``open_to``: the GPUs the waiters ahead left to it: an exclusive reservation keeps a GPU whole,
   a budget keeps its share of the memory.
 - ``decide``: the best-linked set (``placement.Placer``) among the GPUs open to it that fit now (with
@@ -117,7 +117,7 @@ def room(gpu: int, look: Look, reserved: Sequence[float | None] = ()) -> float |
 def fits(budget_gib: float | None, gpu: int, look: Look, reserved: Sequence[float | None] = ()) -> bool:
     """Whether a test asking ``budget_gib`` on ``gpu`` (None: the whole GPU) could run there beside
     what holds it and what the waiters ahead reserved (``reserved``)."""
-    if budget_gib is None:
+    if budget_gib is None or look.memory_gib.get(gpu) is None:  # (unknown memory: held whole, never shared)
         return not look.held.get(gpu) and not reserved
     left = room(gpu, look, reserved)
     return left is not None and left >= budget_gib + look.reserve_gib

@@ -111,7 +111,11 @@ def _could_ever_run(test: Job, memory_gib: Mapping[int, float | None], reserve_g
     if test.budget_gib is None:
         return bool(test.placer.meeting)
     need = test.budget_gib + reserve_gib
-    return any(all((memory_gib.get(g) or 0.0) >= need for g in gpus) for gpus in test.placer.meeting)
+    return any(all(_holds(memory_gib.get(g), need) for g in gpus) for gpus in test.placer.meeting)
+
+
+def _holds(memory: float | None, need: float) -> bool:
+    return memory is None or memory >= need  # (unknown memory: the test takes the GPU whole)
 
 
 def _held(running: list[Running]) -> dict[int, list[Holding]]:
@@ -129,6 +133,8 @@ def _overcommitted(
     for g, holdings in held.items():
         budgets = [h.budget_gib for h in holdings if h.budget_gib is not None]
         memory = memory_gib.get(g)
-        if budgets and (memory is None or sum(budgets) + reserve_gib * len(budgets) > memory):
+        if memory is None:  # never shared: two holders of any kind are one too many
+            over += len(holdings) > 1
+        elif budgets and sum(budgets) + reserve_gib * len(budgets) > memory:
             over += 1
     return over

@@ -174,7 +174,7 @@ class LeaseProcess:
         with open(os.path.join(self.folder, LEASE), "w", encoding="utf-8") as handle:
             json.dump({"topology": to_dict(lease.view), "visible": visible}, handle)
         try:
-            socket.send_fds(self._lease_out, [b"L"], [lock.fd for lock in lease.locks])
+            socket.send_fds(self._lease_out, [b"L"], list(lease.fds))
         except OSError:
             pass  # it has ended: it says nothing more, below
         finally:

@@ -21,7 +21,7 @@ import pytest
 from ..core import lease_policy, placement
 from ..core.model import NVML, Gpu, Topology
 from ..render.escape import terminal
-from ..runtime import gpu_locks
+from ..runtime import gpu_locks, gpu_shares
 from ..runtime.environ import seeing_only
 from .lease_child import LeaseProcess
 from .run import GputopoRun, run_of
@@ -40,8 +40,14 @@ RUN = "gputopo_lease_run"
 class Lease(NamedTuple):
     gpus: tuple[Gpu, ...]  # as the test sees them: index i is cuda:<i>
     view: Topology  # the machine as the test sees it (the leased GPUs, renumbered)
-    locks: tuple
+    locks: tuple  # a ``gpu_locks.GpuLock`` per GPU, or a ``gpu_shares.SharedLock`` where it has a budget
     indices: tuple[int, ...]  # the GPUs among those a lease may hold (``leasable``)
+    budget_gib: float | None = None  # per GPU (--gputopo-lease-memory); None: the whole GPUs
+
+    @property
+    def fds(self) -> tuple[int, ...]:
+        """Every descriptor that holds it (for a process that should hold it too)."""
+        return tuple(fd for lock in self.locks for fd in lock.fds)
 
     def release(self, handed_on: bool = False) -> None:
         """Give the GPUs back (``handed_on``: to a process of the test's that may not have ended yet,
@@ -73,7 +79,7 @@ def held(item: pytest.Item) -> tuple[Gpu, ...] | None:
 def held_locks(item: pytest.Item) -> tuple[int, ...]:
     """The lock descriptors of the lease ``item`` holds while it runs (none without one)."""
     lease = item.stash.get(LEASE, None)
-    return () if lease is None else tuple(lock.fd for lock in lease.locks)
+    return () if lease is None else lease.fds
 
 
 def visible_devices(gpus) -> str:
@@ -103,8 +109,9 @@ def leasable(topology: Topology) -> tuple[Topology, list[str]]:
 class Leases:
     """The plugin object registered when leases are on (not in a test's own child process)."""
 
-    def __init__(self, run: GputopoRun, reqs_key, folder: str, timeout_s: float):
+    def __init__(self, run: GputopoRun, reqs_key, folder: str, timeout_s: float, budget_gib: float | None = None):
         self.run, self.reqs_key, self.folder, self.timeout_s = run, reqs_key, folder, timeout_s
+        self.budget_gib = budget_gib  # each leased test's memory per GPU (--gputopo-lease-memory); None: whole GPUs
         self._placers: dict = {}
         self._allowed: tuple[Topology, list[str]] | None = None
         self.kept: Kept | None = None
@@ -173,8 +180,8 @@ class Leases:
             lease = kept.lease
             lease.say(gpu_locks.Holder(kept.process.process.pid, item.nodeid, time.time()))
             item.stash[LEASE] = lease
-        elif placer is not None and placer.never:
-            item.stash[NOT_PLACED] = (placer.never, False)
+        elif placer is not None and (placer.never or self.too_large(placer)):
+            item.stash[NOT_PLACED] = (placer.never or self.too_large(placer), False)
         elif placer is not None:
             lease = self.take(item, placer)
             if lease is None:
@@ -341,12 +348,12 @@ class Leases:
         try:
             if self.first_round and self.xdist_run is not None:
                 ticket = self.ticket(item, self.xdist_run[0])
-                first = lease_policy.reservation(placer, None, self.look(ticket))  # whole or not: known
+                first = lease_policy.reservation(placer, self.budget_gib, self.look(ticket))  # whole or not: known
                 ticket.reserve((self.uuids()[i] for i in first), time.time())  # after the others' come
                 self.settle(self.xdist_run)
             while True:
                 look = self.look(ticket)
-                decision = lease_policy.decide(placer, None, look, seen, time.monotonic())
+                decision = lease_policy.decide(placer, self.budget_gib, look, seen, time.monotonic())
                 seen = decision.seen
                 if decision.take is not None:
                     lease = self.lock(item, decision.take)
@@ -372,27 +379,70 @@ class Leases:
             lease_policy.Waiter(w.place(), {index[u]: None for u in w.reserved if u in index}, w.looked)
             for w in gpu_locks.waiting_before(self.folder, ticket)
         ]
-        held = {}
+        held: dict[int, list[lease_policy.Holding]] = {}
         for i, uuid in enumerate(uuids):
             found = gpu_locks.holder(self.folder, uuid)
             if found is not None:  # one whose holder has not said yet: since now
-                held[i] = (lease_policy.Holding(found.since if isinstance(found, gpu_locks.Holder) else now),)
-        return lease_policy.Look(now, held, dict.fromkeys(range(len(uuids))), ahead)
+                held[i] = [lease_policy.Holding(found.since if isinstance(found, gpu_locks.Holder) else now)]
+            elif self.budget_gib is not None:  # (shares are taken only where budgets are given)
+                held[i] = [
+                    lease_policy.Holding(s.holder.since, s.budget_gib) for s in gpu_shares.shares(self.folder, uuid)
+                ]
+        return lease_policy.Look(now, held, self.memory_gib(), ahead, lease_policy.CONTEXT_RESERVE_GIB)
+
+    def memory_gib(self) -> dict[int, float | None]:
+        """Each leasable GPU's memory in GiB, None where unknown (such a GPU takes whole leases only)."""
+        return {
+            i: None if gpu.memory_total_bytes is None else gpu.memory_total_bytes / 2**30
+            for i, gpu in enumerate(self.allowed()[0].gpus)
+        }
 
     def lock(self, item: pytest.Item, chosen: tuple[int, ...]) -> Lease | None:
         """``chosen`` locked whole, or None: another process was quicker (all or nothing: a set is
-        never held in part while waiting, so no deadlock)."""
+        never held in part while waiting, so no deadlock). With a budget, a share of each GPU, taken
+        where it still fits beside the shares there (``lease_policy.fits``, under the GPU's mutex)."""
         holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())  # since it took them
-        locks: list[gpu_locks.GpuLock] = []
+        locks: list[gpu_locks.GpuLock | gpu_shares.SharedLock] = []
         for i in chosen:
-            lock = gpu_locks.GpuLock(self.folder, self.uuids()[i])
-            if not lock.take(holder):
-                for taken in locks:
-                    taken.release()
+            lock = self.lock_one(i, holder)
+            if lock is None:
+                for other in locks:
+                    other.release()
                 return None
             locks.append(lock)
         view = self.allowed()[0].restrict(chosen)
-        return Lease(view.gpus, view, tuple(locks), tuple(chosen))
+        return Lease(view.gpus, view, tuple(locks), tuple(chosen), self.budget_gib)
+
+    def lock_one(self, i: int, holder: gpu_locks.Holder) -> gpu_locks.GpuLock | gpu_shares.SharedLock | None:
+        """GPU ``i`` locked whole, or a share of it with this run's budget; None where it is not free."""
+        uuid = self.uuids()[i]
+        if self.budget_gib is None:
+            whole = gpu_locks.GpuLock(self.folder, uuid)
+            return whole if whole.take(holder) else None
+        memory = self.memory_gib()[i]
+        share = gpu_shares.SharedLock(self.folder, uuid, self.budget_gib)
+        return share if share.take(holder, lambda budgets: self.fits_beside(budgets, memory)) else None
+
+    def too_large(self, placer: placement.Placer) -> str | None:
+        """Why this run's budget fits no set that meets the test's markers, with the figures, or None
+        (a GPU whose memory is unknown holds it: it takes that GPU whole)."""
+        if self.budget_gib is None:
+            return None
+        memory, need = self.memory_gib(), self.budget_gib + lease_policy.CONTEXT_RESERVE_GIB
+        if any(all((memory[g] or need) >= need for g in gpus) for gpus in placer.meeting):  # (None: taken whole)
+            return None
+        sizes = sorted({f"{m:.1f} GiB" for m in memory.values() if m is not None})
+        return (
+            f"--gputopo-lease-memory {self.budget_gib:g}: each GPU it holds needs {self.budget_gib:g} GiB "
+            f"and a CUDA context's {lease_policy.CONTEXT_RESERVE_GIB:g} GiB, {need:g} GiB; the GPUs here "
+            f"have {', '.join(sizes)}"
+        )
+
+    def fits_beside(self, budgets, memory_gib: float | None) -> bool:
+        """Whether this run's budget fits on a GPU of ``memory_gib`` beside shares of ``budgets``."""
+        holding = [lease_policy.Holding(0.0, b) for b in budgets]
+        look = lease_policy.Look(0.0, {0: holding}, {0: memory_gib}, (), lease_policy.CONTEXT_RESERVE_GIB)
+        return lease_policy.fits(self.budget_gib, 0, look)
 
     def reserve(
         self, item: pytest.Item, ticket: gpu_locks.Ticket, gpus: tuple[int, ...], k: int, looked: float
@@ -440,6 +490,10 @@ class Leases:
             if found is not None:
                 who = str(found) if found is not True else "a process that has not said who it is"
                 held_by.append(f"GPU{i} ({uuid}) by {who}")
+            shares = gpu_shares.shares(self.folder, uuid) if found is None else []
+            if shares:
+                who = "; ".join(f"{s.holder} with {s.budget_gib:g} GiB" for s in shares)
+                held_by.append(f"GPU{i} ({uuid}) shared by {who}")
         index = {uuid: i for i, uuid in enumerate(uuids)}
         now = time.time()
         waiting = [
@@ -512,7 +566,7 @@ def register(config: pytest.Config, run: GputopoRun, reqs_key) -> None:
             f"--gputopo-lease-dir (ini gputopo_lease_dir, env PYTEST_GPUTOPO_LEASE_DIR) at a "
             f"folder only you can write"
         ) from None
-    leases = Leases(run, reqs_key, folder, settings.lease_timeout_s)
+    leases = Leases(run, reqs_key, folder, settings.lease_timeout_s, settings.lease_memory_gib)
     config.pluginmanager.register(leases, "gputopo-leases")
     config.pluginmanager.register(InOwnProcess(leases), "gputopo-lease-runner")
 

@@ -165,6 +165,13 @@ OPTIONS = {
             "before it fails naming who holds what (default 600)",
         ),
         Option(
+            "lease-memory",
+            "GIB",
+            "GPU leases share GPUs by memory: each leased test uses at most GIB GiB (2^30 bytes) of "
+            "each GPU it holds, and leases share a GPU while their budgets and a CUDA context's 1 GiB "
+            "each fit its memory (default: whole GPUs, exclusive)",
+        ),
+        Option(
             "lease-dir",
             "PATH",
             "the folder of the GPU locks, shared by every run of this user on this host; only "
@@ -259,6 +266,7 @@ LIMITS = {
     "rank-timeout": 7 * 24 * 3600.0,
     "cache-max-age": 365 * 24.0,  # hours: a year
     "lease-timeout": 7 * 24 * 3600.0,
+    "lease-memory": 1024.0,  # GiB per GPU: beyond any GPU's memory
     "allreduce-world-size": 1024,  # gloo processes on one host
 }
 

@@ -41,6 +41,7 @@ class RunSettings(NamedTuple):  # not a dataclass: cheaper to define, and this m
     plan_json: str | None = None  # --gputopo-plan-json: checked writable at start
     lease: bool = False  # --gputopo-lease: tests that ask for GPUs hold their own (plugin/leases)
     lease_timeout_s: float = 600.0
+    lease_memory_gib: float | None = None  # --gputopo-lease-memory: each leased test's budget per GPU; None: whole GPUs
     lease_dir: str | None = None  # --gputopo-lease-dir; None: runtime.gpu_locks.default_folder()
     lease_dir_from: str = ""
 
@@ -118,6 +119,7 @@ def read_run_settings(config: pytest.Config) -> RunSettings:
         plan_json=plan_json,
         lease=options.flag(config, "lease"),
         lease_timeout_s=options.number(config, "lease-timeout", 600.0),
+        lease_memory_gib=options.number(config, "lease-memory", None),
         lease_dir=lease_dir,
         lease_dir_from=lease_dir_from,
     )
