@@ -1219,3 +1219,25 @@ def test_a_budget_no_gpu_here_could_hold_skips_with_the_figures(pytester, leased
             " the GPUs here have 80.0 GiB*"
         ]
     )
+
+
+@pytest.mark.slow
+def test_a_tests_own_memory_budget_shares_the_gpu_and_a_bad_one_is_a_usage_error(pytester, leased, monkeypatch):
+    """``@pytest.mark.lease_memory(gib)``: the test's own budget, without the run's option; ``None``
+    holds whole GPUs even where the run gives a budget."""
+    args = leased("single-gpu")
+    monkeypatch.setenv("MEET_DIR", str(pytester.mkdir("meet")))
+    pytester.makepyfile(
+        test_meet=MEETS.replace(
+            "@pytest.mark.requires_gpus(1)", "@pytest.mark.lease_memory(30)\n@pytest.mark.requires_gpus(1)"
+        )
+    )
+    result = pytester.runpytest_subprocess(*args, "-n", "3")
+    result.assert_outcomes(passed=3)
+    entries = lease_log(pytester)
+    at_once = max(sum(1 for e in entries if e["start"] <= other["start"] < e["end"]) for other in entries)
+    assert at_once == 2, entries
+    pytester.makepyfile(test_meet="import pytest\n@pytest.mark.lease_memory('lots')\ndef test_x():\n    pass\n")
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_meet.py::test_x: @pytest.mark.lease_memory: give one number of GiB*"])

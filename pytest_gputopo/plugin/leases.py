@@ -24,6 +24,7 @@ from ..render.escape import terminal
 from ..runtime import gpu_locks, gpu_shares
 from ..runtime.environ import seeing_only
 from .lease_child import LeaseProcess
+from .markers import LEASE_MEMORY
 from .run import GputopoRun, run_of
 
 LEASE = pytest.StashKey["Lease"]()
@@ -111,7 +112,8 @@ class Leases:
 
     def __init__(self, run: GputopoRun, reqs_key, folder: str, timeout_s: float, budget_gib: float | None = None):
         self.run, self.reqs_key, self.folder, self.timeout_s = run, reqs_key, folder, timeout_s
-        self.budget_gib = budget_gib  # each leased test's memory per GPU (--gputopo-lease-memory); None: whole GPUs
+        self.budget_gib = budget_gib  # a leased test's memory per GPU (--gputopo-lease-memory); None: whole GPUs
+        self.budgets: dict[str, float | None] = {}  # by test: its own (``lease_memory``), read at collection
         self._placers: dict = {}
         self._allowed: tuple[Topology, list[str]] | None = None
         self.kept: Kept | None = None
@@ -180,8 +182,8 @@ class Leases:
             lease = kept.lease
             lease.say(gpu_locks.Holder(kept.process.process.pid, item.nodeid, time.time()))
             item.stash[LEASE] = lease
-        elif placer is not None and (placer.never or self.too_large(placer)):
-            item.stash[NOT_PLACED] = (placer.never or self.too_large(placer), False)
+        elif placer is not None and (placer.never or self.too_large(item, placer)):
+            item.stash[NOT_PLACED] = (placer.never or self.too_large(item, placer), False)
         elif placer is not None:
             lease = self.take(item, placer)
             if lease is None:
@@ -200,14 +202,19 @@ class Leases:
     def keeps(self, lease: Lease, nextitem: pytest.Item | None, module: str) -> bool:
         """Whether ``nextitem`` runs on the same ``lease`` in the same process (``module``: the one
         that process collected): a test of that module, run in a process of its own (not ranks),
-        that asks for as many GPUs, whose markers these GPUs meet and no better-linked free set
-        would, and whose GPUs no test waiting before it (in this run or another: in the place it
-        would wait in now) reserved. Decided before the test before it runs, which must know what
-        runs next for its fixtures' teardown."""
+        that asks for as many GPUs with the same memory budget, whose markers these GPUs meet and no
+        better-linked free set would, and whose GPUs no test waiting before it (in this run or
+        another: in the place it would wait in now) reserved. Decided before the test before it
+        runs, which must know what runs next for its fixtures' teardown."""
         if nextitem is None or str(nextitem.path) != module or nextitem.get_closest_marker("ranks") is not None:
             return False
         placer, _ = self.placer_of(nextitem)
-        if placer is None or placer.never or placer.k != len(lease.gpus):
+        if (
+            placer is None
+            or placer.never
+            or placer.k != len(lease.gpus)
+            or self.budget_of(nextitem) != lease.budget_gib
+        ):
             return False
         reserved = gpu_locks.reserved_before(self.folder, self.waiter(nextitem, time.time()))
         if any(gpu.uuid in reserved for gpu in lease.gpus):
@@ -319,10 +326,12 @@ class Leases:
 
     @pytest.hookimpl(trylast=True)  # after the plugin's own hook has read the markers
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list) -> None:
-        """Under xdist, the leased tests largest first (LPT: the tests holding most GPUs are handed out
-        first, the one-GPU tests fill the gaps at the end), each in a place a leased test held: the
-        other tests (health-check items first) keep theirs. Every worker collects the same order, as
-        xdist requires. A run without xdist runs one test at a time: its order is left as it is."""
+        """Each test's own budget (``lease_memory``), checked: a bad one is a usage error naming the
+        test. Under xdist, the leased tests largest first (LPT: the tests holding most GPUs are handed
+        out first, the one-GPU tests fill the gaps at the end), each in a place a leased test held:
+        the other tests (health-check items first) keep theirs. Every worker collects the same order,
+        as xdist requires. A run without xdist runs one test at a time: its order is left as it is."""
+        self.budgets = read_budgets(items)
         if not hasattr(config, "workerinput"):
             return
         sizes = [placement.lease_size(r for r, _ in item.stash.get(self.reqs_key, ())) for item in items]
@@ -344,19 +353,19 @@ class Leases:
         start: it reserves its set at once and waits (``settle``), so that the run's first round is
         served largest first, not in the order the workers reached the folder."""
         deadline = time.monotonic() + self.timeout_s
-        ticket, seen = None, None
+        ticket, seen, budget = None, None, self.budget_of(item)
         try:
             if self.first_round and self.xdist_run is not None:
                 ticket = self.ticket(item, self.xdist_run[0])
-                first = lease_policy.reservation(placer, self.budget_gib, self.look(ticket))  # whole or not: known
+                first = lease_policy.reservation(placer, budget, self.look(ticket))  # whole or not: known
                 ticket.reserve((self.uuids()[i] for i in first), time.time())  # after the others' come
                 self.settle(self.xdist_run)
             while True:
                 look = self.look(ticket)
-                decision = lease_policy.decide(placer, self.budget_gib, look, seen, time.monotonic())
+                decision = lease_policy.decide(placer, budget, look, seen, time.monotonic())
                 seen = decision.seen
                 if decision.take is not None:
-                    lease = self.lock(item, decision.take)
+                    lease = self.lock(item, decision.take, budget)
                     if lease is not None:
                         return lease
                 if time.monotonic() > deadline:
@@ -384,7 +393,7 @@ class Leases:
             found = gpu_locks.holder(self.folder, uuid)
             if found is not None:  # one whose holder has not said yet: since now
                 held[i] = [lease_policy.Holding(found.since if isinstance(found, gpu_locks.Holder) else now)]
-            elif self.budget_gib is not None:  # (shares are taken only where budgets are given)
+            else:
                 held[i] = [
                     lease_policy.Holding(s.holder.since, s.budget_gib) for s in gpu_shares.shares(self.folder, uuid)
                 ]
@@ -397,52 +406,53 @@ class Leases:
             for i, gpu in enumerate(self.allowed()[0].gpus)
         }
 
-    def lock(self, item: pytest.Item, chosen: tuple[int, ...]) -> Lease | None:
+    def lock(self, item: pytest.Item, chosen: tuple[int, ...], budget: float | None) -> Lease | None:
         """``chosen`` locked whole, or None: another process was quicker (all or nothing: a set is
         never held in part while waiting, so no deadlock). With a budget, a share of each GPU, taken
         where it still fits beside the shares there (``lease_policy.fits``, under the GPU's mutex)."""
         holder = gpu_locks.Holder(os.getpid(), item.nodeid, time.time())  # since it took them
         locks: list[gpu_locks.GpuLock | gpu_shares.SharedLock] = []
         for i in chosen:
-            lock = self.lock_one(i, holder)
+            lock = self.lock_one(i, holder, budget)
             if lock is None:
                 for other in locks:
                     other.release()
                 return None
             locks.append(lock)
         view = self.allowed()[0].restrict(chosen)
-        return Lease(view.gpus, view, tuple(locks), tuple(chosen), self.budget_gib)
+        return Lease(view.gpus, view, tuple(locks), tuple(chosen), budget)
 
-    def lock_one(self, i: int, holder: gpu_locks.Holder) -> gpu_locks.GpuLock | gpu_shares.SharedLock | None:
-        """GPU ``i`` locked whole, or a share of it with this run's budget; None where it is not free."""
+    def lock_one(
+        self, i: int, holder: gpu_locks.Holder, budget: float | None
+    ) -> gpu_locks.GpuLock | gpu_shares.SharedLock | None:
+        """GPU ``i`` locked whole, or a share of it with ``budget``; None where it is not free."""
         uuid = self.uuids()[i]
-        if self.budget_gib is None:
+        if budget is None:
             whole = gpu_locks.GpuLock(self.folder, uuid)
             return whole if whole.take(holder) else None
         memory = self.memory_gib()[i]
-        share = gpu_shares.SharedLock(self.folder, uuid, self.budget_gib)
-        return share if share.take(holder, lambda budgets: self.fits_beside(budgets, memory)) else None
+        share = gpu_shares.SharedLock(self.folder, uuid, budget)
+        return share if share.take(holder, lambda budgets: fits_beside(budget, budgets, memory)) else None
 
-    def too_large(self, placer: placement.Placer) -> str | None:
-        """Why this run's budget fits no set that meets the test's markers, with the figures, or None
-        (a GPU whose memory is unknown holds it: it takes that GPU whole)."""
-        if self.budget_gib is None:
+    def budget_of(self, item: pytest.Item) -> float | None:
+        """``item``'s memory per GPU: its own (``lease_memory``), else the run's; None: whole GPUs."""
+        return self.budgets[item.nodeid] if item.nodeid in self.budgets else self.budget_gib
+
+    def too_large(self, item: pytest.Item, placer: placement.Placer) -> str | None:
+        """Why ``item``'s budget fits no set that meets its markers, with the figures, or None (a GPU
+        whose memory is unknown holds it: it takes that GPU whole)."""
+        budget = self.budget_of(item)
+        if budget is None:
             return None
-        memory, need = self.memory_gib(), self.budget_gib + lease_policy.CONTEXT_RESERVE_GIB
+        memory, need = self.memory_gib(), budget + lease_policy.CONTEXT_RESERVE_GIB
         if any(all((memory[g] or need) >= need for g in gpus) for gpus in placer.meeting):  # (None: taken whole)
             return None
         sizes = sorted({f"{m:.1f} GiB" for m in memory.values() if m is not None})
+        said = f"lease_memory({budget:g})" if item.nodeid in self.budgets else f"--gputopo-lease-memory {budget:g}"
         return (
-            f"--gputopo-lease-memory {self.budget_gib:g}: each GPU it holds needs {self.budget_gib:g} GiB "
-            f"and a CUDA context's {lease_policy.CONTEXT_RESERVE_GIB:g} GiB, {need:g} GiB; the GPUs here "
-            f"have {', '.join(sizes)}"
+            f"{said}: each GPU it holds needs {budget:g} GiB and a CUDA context's "
+            f"{lease_policy.CONTEXT_RESERVE_GIB:g} GiB, {need:g} GiB; the GPUs here have {', '.join(sizes)}"
         )
-
-    def fits_beside(self, budgets, memory_gib: float | None) -> bool:
-        """Whether this run's budget fits on a GPU of ``memory_gib`` beside shares of ``budgets``."""
-        holding = [lease_policy.Holding(0.0, b) for b in budgets]
-        look = lease_policy.Look(0.0, {0: holding}, {0: memory_gib}, (), lease_policy.CONTEXT_RESERVE_GIB)
-        return lease_policy.fits(self.budget_gib, 0, look)
 
     def reserve(
         self, item: pytest.Item, ticket: gpu_locks.Ticket, gpus: tuple[int, ...], k: int, looked: float
@@ -512,6 +522,36 @@ class Leases:
             f"(--gputopo-lease-timeout); held: {'; '.join(held_by) or 'none now'}"
             + (f"; reserved by tests waiting: {'; '.join(waiting)}" if waiting else "")
         )
+
+
+def fits_beside(budget: float, budgets, memory_gib: float | None) -> bool:
+    """Whether ``budget`` fits on a GPU of ``memory_gib`` beside shares of ``budgets``."""
+    holding = [lease_policy.Holding(0.0, b) for b in budgets]
+    look = lease_policy.Look(0.0, {0: holding}, {0: memory_gib}, (), lease_policy.CONTEXT_RESERVE_GIB)
+    return lease_policy.fits(budget, 0, look)
+
+
+def read_budgets(items: list) -> dict[str, float | None]:
+    """Each test's own memory budget (``@pytest.mark.lease_memory(gib)``, the closest mark), by node
+    id: a positive number of GiB up to 1024, or None (whole GPUs); anything else is a usage error
+    naming the test."""
+    budgets, errors = {}, []
+    for item in items:
+        mark = item.get_closest_marker(LEASE_MEMORY)
+        if mark is None:
+            continue
+        args = [*mark.args, *mark.kwargs.values()]
+        gib = args[0] if len(args) == 1 else "?"
+        if gib is None or (isinstance(gib, (int, float)) and not isinstance(gib, bool) and 0 < gib <= 1024):
+            budgets[item.nodeid] = None if gib is None else float(gib)
+        else:
+            errors.append(
+                f"{item.nodeid}: @pytest.mark.{LEASE_MEMORY}: give one number of GiB above 0 and at most "
+                f"1024, or None (whole GPUs); got {mark.args or ''}{mark.kwargs or ''}"
+            )
+    if errors:
+        raise pytest.UsageError("\n".join(errors))
+    return budgets
 
 
 class InOwnProcess:

@@ -113,13 +113,25 @@ MARKER_HELP = {
 }
 
 
+# Not a requirement (nothing is judged): what a leased test says of itself (plugin/leases.py).
+LEASE_MEMORY = "lease_memory"
+LEASE_MEMORY_LINE = (
+    f"{LEASE_MEMORY}(gib): under --gputopo-lease, this test uses at most gib GiB (2^30 bytes) of each GPU it "
+    "holds, and its lease shares the GPUs while the budgets fit their memory (None: whole GPUs); "
+    "overrides --gputopo-lease-memory"
+)
+
+
 @functools.cache
 def registration_lines() -> tuple[str, ...]:
     """The ``markers`` ini lines that register the gputopo markers, with their full signatures."""
-    return tuple(
-        f"{marker_signature(name).replace('*, ', '').replace('strict=None', 'strict=False')}: {text}; "
-        f"unmet -> skip (fail when strict)"
-        for name, text in MARKER_HELP.items()
+    return (
+        *(
+            f"{marker_signature(name).replace('*, ', '').replace('strict=None', 'strict=False')}: {text}; "
+            f"unmet -> skip (fail when strict)"
+            for name, text in MARKER_HELP.items()
+        ),
+        LEASE_MEMORY_LINE,
     )
 
 
