@@ -152,3 +152,18 @@ def test_a_multi_gpu_budget_takes_a_set_whose_every_gpu_has_room(dgx):
     held = {g: (Holding(1.0, 75.0),) for g in range(8) if g not in (2, 6)}  # room on GPU2 and GPU6 only
     decision = policy.decide(pair, 20.0, look(held, reserve=0.5), None, clock_s=0.0)
     assert decision.take == (2, 6)
+
+
+@pytest.mark.parametrize(
+    ("budget", "memory", "holds"),
+    [
+        (None, {0: 80.0, 1: 80.0}, True),  # whole GPUs: any meeting set
+        (79.0, {0: 80.0, 1: 80.0}, True),  # 79 + 1 = 80
+        (79.5, {0: 80.0, 1: 80.0}, False),
+        (79.5, {0: 80.0, 1: None}, True),  # unknown memory: the budget takes that GPU whole
+        (30.0, {0: 24.0, 1: 80.0}, True),  # one set of the two holds it
+    ],
+)
+def test_whether_a_budget_could_ever_be_held_here(budget, memory, holds):
+    assert policy.could_hold(budget, [(0,), (1,)], memory, 1.0) is holds
+    assert policy.could_hold(budget, [], memory, 1.0) is False  # no set meets the markers

@@ -123,6 +123,25 @@ def fits(budget_gib: float | None, gpu: int, look: Look, reserved: Sequence[floa
     return left is not None and left >= budget_gib + look.reserve_gib
 
 
+def could_hold(
+    budget_gib: float | None,
+    sets: Sequence[tuple[int, ...]],
+    memory_gib: Mapping[int, float | None],
+    reserve_gib: float,
+) -> bool:
+    """Whether some set of ``sets`` holds ``budget_gib`` and a context's reserve on every GPU, all else
+    gone (a GPU whose memory is unknown does: a budget takes it whole); a test for which none does never
+    runs here."""
+    if budget_gib is None:
+        return bool(sets)
+    need = budget_gib + reserve_gib
+    return any(all(_holds(memory_gib.get(g), need) for g in gpus) for gpus in sets)
+
+
+def _holds(memory: float | None, need: float) -> bool:
+    return memory is None or memory >= need
+
+
 def open_to(budget_gib: float | None, gpus: Sequence[int], look: Look) -> set[int]:
     """The GPUs the waiters ahead leave to a test asking ``budget_gib``: an exclusive reservation
     keeps a GPU whole; budgets keep their share, and the GPU is open while the test's budget fits

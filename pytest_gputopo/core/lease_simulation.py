@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .lease_policy import Holding, Look, Seen, Waiter, decide
+from .lease_policy import Holding, Look, Seen, Waiter, could_hold, decide
 from .placement import Placer
 
 
@@ -71,7 +71,7 @@ def simulate(
     tests: Sequence[Job], memory_gib: Mapping[int, float | None], workers: int, reserve_gib: float = 0.0
 ) -> Timeline:
     """The suite run on leases by ``workers`` workers, in its order."""
-    never = tuple(t.name for t in tests if not _could_ever_run(t, memory_gib, reserve_gib))
+    never = tuple(t.name for t in tests if not could_hold(t.budget_gib, t.placer.meeting, memory_gib, reserve_gib))
     queue = [t for t in tests if t.name not in never]
     now, arrived = 0.0, 0
     running: list[Running] = []
@@ -104,18 +104,6 @@ def simulate(
             ran.append(running.pop(0)[1])
     ran += [r for _, r, _ in running]
     return Timeline(tuple(sorted(ran, key=lambda r: r.start)), never, overcommitted, shared)
-
-
-def _could_ever_run(test: Job, memory_gib: Mapping[int, float | None], reserve_gib: float) -> bool:
-    """Whether some set of the machine meets the test's markers and holds its budget on every GPU."""
-    if test.budget_gib is None:
-        return bool(test.placer.meeting)
-    need = test.budget_gib + reserve_gib
-    return any(all(_holds(memory_gib.get(g), need) for g in gpus) for gpus in test.placer.meeting)
-
-
-def _holds(memory: float | None, need: float) -> bool:
-    return memory is None or memory >= need  # (unknown memory: the test takes the GPU whole)
 
 
 def _held(running: list[Running]) -> dict[int, list[Holding]]:

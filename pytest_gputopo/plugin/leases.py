@@ -24,7 +24,7 @@ from ..render.escape import terminal
 from ..runtime import gpu_locks, gpu_shares
 from ..runtime.environ import seeing_only
 from .lease_child import LeaseProcess
-from .markers import LEASE_MEMORY
+from .lease_memory import fits_beside, read_budgets
 from .run import GputopoRun, run_of
 
 LEASE = pytest.StashKey["Lease"]()
@@ -445,7 +445,7 @@ class Leases:
         if budget is None:
             return None
         memory, need = self.memory_gib(), budget + lease_policy.CONTEXT_RESERVE_GIB
-        if any(all((memory[g] or need) >= need for g in gpus) for gpus in placer.meeting):  # (None: taken whole)
+        if lease_policy.could_hold(budget, placer.meeting, memory, lease_policy.CONTEXT_RESERVE_GIB):
             return None
         sizes = sorted({f"{m:.1f} GiB" for m in memory.values() if m is not None})
         said = f"lease_memory({budget:g})" if item.nodeid in self.budgets else f"--gputopo-lease-memory {budget:g}"
@@ -522,36 +522,6 @@ class Leases:
             f"(--gputopo-lease-timeout); held: {'; '.join(held_by) or 'none now'}"
             + (f"; reserved by tests waiting: {'; '.join(waiting)}" if waiting else "")
         )
-
-
-def fits_beside(budget: float, budgets, memory_gib: float | None) -> bool:
-    """Whether ``budget`` fits on a GPU of ``memory_gib`` beside shares of ``budgets``."""
-    holding = [lease_policy.Holding(0.0, b) for b in budgets]
-    look = lease_policy.Look(0.0, {0: holding}, {0: memory_gib}, (), lease_policy.CONTEXT_RESERVE_GIB)
-    return lease_policy.fits(budget, 0, look)
-
-
-def read_budgets(items: list) -> dict[str, float | None]:
-    """Each test's own memory budget (``@pytest.mark.lease_memory(gib)``, the closest mark), by node
-    id: a positive number of GiB up to 1024, or None (whole GPUs); anything else is a usage error
-    naming the test."""
-    budgets, errors = {}, []
-    for item in items:
-        mark = item.get_closest_marker(LEASE_MEMORY)
-        if mark is None:
-            continue
-        args = [*mark.args, *mark.kwargs.values()]
-        gib = args[0] if len(args) == 1 else "?"
-        if gib is None or (isinstance(gib, (int, float)) and not isinstance(gib, bool) and 0 < gib <= 1024):
-            budgets[item.nodeid] = None if gib is None else float(gib)
-        else:
-            errors.append(
-                f"{item.nodeid}: @pytest.mark.{LEASE_MEMORY}: give one number of GiB above 0 and at most "
-                f"1024, or None (whole GPUs); got {mark.args or ''}{mark.kwargs or ''}"
-            )
-    if errors:
-        raise pytest.UsageError("\n".join(errors))
-    return budgets
 
 
 class InOwnProcess:

@@ -16,14 +16,15 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import NamedTuple, TypeVar
 
 from ..core.lease_policy import STOPPED_S, in_line, in_line_before
 
 # Not $TMPDIR: two runs on one host must find the same locks whatever temporary folder each job sets.
 DEFAULT_FOLDER = "/tmp/pytest-gputopo-leases-{uid}"
 MAX_HOLDER_BYTES = 4096
+T = TypeVar("T")
 
 
 class LockFolderError(OSError):
@@ -37,6 +38,11 @@ class Holder(NamedTuple):
 
     def __str__(self) -> str:
         return f"pid {self.pid} ({self.test}, since {time.strftime('%H:%M:%S', time.localtime(self.since))})"
+
+
+def holder_of(raw: dict) -> Holder:
+    """A lock's record, validated (a record is anyone's writing)."""
+    return Holder(valid_pid(raw["pid"]), str(raw["test"])[:MAX_HOLDER_BYTES], valid_time(raw["since"]))
 
 
 class Unusable(NamedTuple):
@@ -177,11 +183,8 @@ def holder(folder: str, uuid: str) -> Holder | Unusable | None | bool:
             return None  # we could lock it: nobody holds it (closing the descriptor lets it go)
         except BlockingIOError:
             pass
-        try:
-            found = read_record(fd) or {}  # (empty while its holder has not said yet)
-            return Holder(valid_pid(found["pid"]), str(found["test"])[:MAX_HOLDER_BYTES], valid_time(found["since"]))
-        except (ValueError, TypeError, KeyError, OverflowError):
-            return True
+        found = read_record(fd, holder_of)
+        return True if found is None else found  # (None: empty while its holder has not said yet)
     finally:
         os.close(fd)
 
@@ -260,17 +263,23 @@ class Ticket:
             self.fd = None
 
 
-def read_record(fd: int) -> dict | None:
-    """A live ticket's (or held lock's) record, or None. Read again where a read caught it being
-    written: Linux copies a page to a reader without the writer's lock, so a read racing
-    ``Ticket._write`` can return part of each record (seen 8 times in 233,000 reads of a ticket
-    rewritten 20,000 times a second); skipped, a waiting test's reservation would vanish for a look."""
+def read_record(fd: int, check: Callable[[dict], T]) -> T | None:
+    """A live ticket's (or held lock's) record, as ``check`` reads it (raising ValueError, TypeError,
+    KeyError, IndexError or OverflowError where it is not one), or None: not one, or none yet (an
+    empty file, being made). Read again where a read caught it being written: Linux copies a page to
+    a reader without the writer's lock, so a read racing ``Ticket._write`` can return part of each
+    record (seen 8 times in 233,000 reads of a ticket rewritten 20,000 times a second), which may even
+    parse; skipped, a waiting test's reservation would vanish for a look."""
     for _ in range(5):
         try:
             raw = json.loads(os.pread(fd, MAX_HOLDER_BYTES, 0) or b"null")
-        except (ValueError, RecursionError):  # (3,000 nested "[" exhaust the parser's stack)
-            continue
-        return raw if isinstance(raw, dict) else None
+            if raw is None:
+                return None
+            if not isinstance(raw, dict):
+                raise TypeError("not a record")
+            return check(raw)
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError):
+            continue  # (RecursionError: 3,000 nested "[" exhaust the parser's stack)
     return None
 
 
@@ -297,12 +306,9 @@ def waiters(folder: str) -> list[tuple[str, Waiter]]:
                 continue  # (a young one may be being made: read it at the next poll)
             except BlockingIOError:
                 pass
-            raw = read_record(fd)
-            if raw is None:
-                continue  # being made: read it at the next poll
-            found.append((path, _waiter(raw)))
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError):
-            continue  # being written (read again at the next poll), or not a ticket of ours
+            waiter = read_record(fd, _waiter)
+            if waiter is not None:  # (else being made, or not a ticket of ours: read at the next poll)
+                found.append((path, waiter))
         finally:
             os.close(fd)
     return found

@@ -16,16 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from .gpu_locks import (
-    MAX_HOLDER_BYTES,
-    Holder,
-    LockFolderError,
-    lock_path,
-    open_own_file,
-    read_record,
-    valid_pid,
-    valid_time,
-)
+from .gpu_locks import MAX_HOLDER_BYTES, Holder, LockFolderError, holder_of, lock_path, open_own_file, read_record
 
 SHARE = ".share"
 MUTEX = ".mutex"
@@ -64,17 +55,17 @@ def _live(path: str, remove_dead: bool = False) -> Share | bool:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:  # its holder holds it
-            try:
-                raw = read_record(fd) or {}
-                holder = Holder(valid_pid(raw["pid"]), str(raw["test"])[:MAX_HOLDER_BYTES], valid_time(raw["since"]))
-                return Share(holder, _budget(raw["budget_gib"]))
-            except (ValueError, TypeError, KeyError, OverflowError):
-                return True
+            found = read_record(fd, _share)
+            return True if found is None else found  # (None: not readable yet)
         if remove_dead:
             os.unlink(path)
         return False
     finally:
         os.close(fd)
+
+
+def _share(raw: dict) -> Share:
+    return Share(holder_of(raw), _budget(raw["budget_gib"]))
 
 
 def _budget(value) -> float:
