@@ -134,6 +134,7 @@ def hold_until_told(rank: int, fd: int, folder: str) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow  # (torch's spawn: seconds)
 def test_a_ranks_lease_lock_is_held_by_the_ranks_too_until_the_last_has_gone(tmp_path):
     """Issue 41: a lease's locks were held by the pytest process alone: killed, its GPUs were free while
     its ranks (SIGKILLed by their keepers, or stuck inside CUDA) still ran on them. Each rank now holds
