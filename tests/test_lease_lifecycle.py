@@ -54,7 +54,10 @@ from pathlib import Path
 import pytest
 
 NOTES = Path(os.environ["SUITE_NOTES"])
-SLEEP = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
+# The pid written whole, then named (a helper ended between the file's creation and its write left it
+# empty, and the next test read "": seen once in CI).
+SLEEP = ("import os, sys, time; open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); "
+         "os.replace(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(120)")
 SLEEPER = [sys.executable, "-c", SLEEP, str(NOTES / "helper.pid")]
 
 
