@@ -1241,3 +1241,39 @@ def test_a_tests_own_memory_budget_shares_the_gpu_and_a_bad_one_is_a_usage_error
     result = pytester.runpytest_subprocess(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_meet.py::test_x: @pytest.mark.lease_memory: give one number of GiB*"])
+
+
+@pytest.mark.slow
+def test_a_lease_with_a_budget_is_kept_for_the_next_test_only_where_their_budgets_agree(pytester, leased):
+    """Leases x keeping the process for the next test of the module: the next test keeps the share and
+    the process where it asks the same budget; a test of another budget (or whole GPUs) gets its own."""
+    args = leased("single-gpu")
+    pytester.makepyfile(
+        test_kept="""
+import pytest
+from record import record
+
+@pytest.mark.lease_memory(10)
+@pytest.mark.requires_gpus(1)
+def test_a(gputopo_gpus):
+    record(gputopo_gpus)
+
+@pytest.mark.lease_memory(10)
+@pytest.mark.requires_gpus(1)
+def test_b(gputopo_gpus):
+    record(gputopo_gpus)
+
+@pytest.mark.lease_memory(20)
+@pytest.mark.requires_gpus(1)
+def test_c(gputopo_gpus):
+    record(gputopo_gpus)
+
+@pytest.mark.requires_gpus(1)
+def test_d(gputopo_gpus):
+    record(gputopo_gpus)
+"""
+    )
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=4)
+    pids = [e["pid"] for e in lease_log(pytester)]
+    assert pids[0] == pids[1] and len({pids[1], pids[2], pids[3]}) == 3, pids
