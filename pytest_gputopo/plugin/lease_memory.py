@@ -26,7 +26,7 @@ def read_budgets(items: list) -> dict[str, float | None]:
         if mark is None:
             continue
         args = [*mark.args, *mark.kwargs.values()]
-        gib = args[0] if len(args) == 1 else "?"
+        gib = args[0] if len(args) == 1 and set(mark.kwargs) <= {"gib"} else "?"
         if gib is None or (isinstance(gib, (int, float)) and not isinstance(gib, bool) and 0 < gib <= 1024):
             budgets[item.nodeid] = None if gib is None else float(gib)
         else:
