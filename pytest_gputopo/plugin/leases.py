@@ -12,6 +12,7 @@ teardown), ``ranks(n)`` counting as n GPUs where its ranks run on GPUs.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import NamedTuple
@@ -389,18 +390,18 @@ class Leases:
             for w in gpu_locks.waiting_before(self.folder, ticket)
         ]
         held: dict[int, list[lease_policy.Holding]] = {}
+        shares = gpu_shares.every_share(self.folder)
         for i, uuid in enumerate(uuids):
             found = gpu_locks.holder(self.folder, uuid)
             if found is not None:  # one whose holder has not said yet: since now
                 held[i] = [lease_policy.Holding(found.since if isinstance(found, gpu_locks.Holder) else now)]
             else:
-                held[i] = [
-                    lease_policy.Holding(s.holder.since, s.budget_gib) for s in gpu_shares.shares(self.folder, uuid)
-                ]
-        return lease_policy.Look(now, held, self.memory_gib(), ahead, lease_policy.CONTEXT_RESERVE_GIB)
+                held[i] = [lease_policy.Holding(s.holder.since, s.budget_gib) for s in shares.get(uuid, [])]
+        return lease_policy.Look(now, held, self.memory_gib, ahead, lease_policy.CONTEXT_RESERVE_GIB)
 
+    @functools.cached_property
     def memory_gib(self) -> dict[int, float | None]:
-        """Each leasable GPU's memory in GiB, None where unknown (such a GPU takes whole leases only)."""
+        """Each leasable GPU's memory in GiB, None where unknown (such a GPU is never shared)."""
         return {
             i: None if gpu.memory_total_bytes is None else gpu.memory_total_bytes / 2**30
             for i, gpu in enumerate(self.allowed()[0].gpus)
@@ -430,7 +431,7 @@ class Leases:
         if budget is None:
             whole = gpu_locks.GpuLock(self.folder, uuid)
             return whole if whole.take(holder) else None
-        memory = self.memory_gib()[i]
+        memory = self.memory_gib[i]
         share = gpu_shares.SharedLock(self.folder, uuid, budget)
         return share if share.take(holder, lambda budgets: fits_beside(budget, budgets, memory)) else None
 
@@ -444,7 +445,7 @@ class Leases:
         budget = self.budget_of(item)
         if budget is None:
             return None
-        memory, need = self.memory_gib(), budget + lease_policy.CONTEXT_RESERVE_GIB
+        memory, need = self.memory_gib, budget + lease_policy.CONTEXT_RESERVE_GIB
         if lease_policy.could_hold(budget, placer.meeting, memory, lease_policy.CONTEXT_RESERVE_GIB):
             return None
         sizes = sorted({f"{m:.1f} GiB" for m in memory.values() if m is not None})
@@ -493,14 +494,14 @@ class Leases:
         return gpu_locks.Waiter(os.getpid(), item.nodeid, since, (), turn, run)
 
     def who_holds_what(self, placer: placement.Placer, requirements: tuple) -> str:
-        uuids = self.uuids()
+        uuids, every_share = self.uuids(), gpu_shares.every_share(self.folder)
         held_by = []
         for i, uuid in enumerate(uuids):
             found = gpu_locks.holder(self.folder, uuid)
             if found is not None:
                 who = str(found) if found is not True else "a process that has not said who it is"
                 held_by.append(f"GPU{i} ({uuid}) by {who}")
-            shares = gpu_shares.shares(self.folder, uuid) if found is None else []
+            shares = every_share.get(uuid, []) if found is None else []
             if shares:
                 who = "; ".join(f"{s.holder} with {s.budget_gib:g} GiB" for s in shares)
                 held_by.append(f"GPU{i} ({uuid}) shared by {who}")

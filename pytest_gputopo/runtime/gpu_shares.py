@@ -34,14 +34,23 @@ def _prefix(folder: str, uuid: str) -> str:
 
 def shares(folder: str, uuid: str) -> list[Share]:
     """The live shares of the GPU (a record whose lock has gone, or that is not one, left out)."""
-    found = []
-    prefix = os.path.basename(_prefix(folder, uuid)) + "."
+    return every_share(folder).get(uuid, [])
+
+
+def every_share(folder: str) -> dict[str, list[Share]]:
+    """The live shares of every GPU, by UUID, from one listing of the folder."""
+    found: dict[str, list[Share]] = {}
     for name in os.listdir(folder):
-        if name.startswith(prefix) and name.endswith(SHARE):
+        if name.endswith(SHARE):
             share = _live(os.path.join(folder, name))
             if isinstance(share, Share):
-                found.append(share)
+                found.setdefault(name.split(".", 1)[0], []).append(share)  # <uuid>.<id>.share
     return found
+
+
+def _share_paths(folder: str, uuid: str) -> list[str]:
+    prefix = os.path.basename(_prefix(folder, uuid)) + "."
+    return [os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(SHARE)]
 
 
 def _live(path: str, remove_dead: bool = False) -> Share | bool:
@@ -112,12 +121,7 @@ class SharedLock:
         except BlockingIOError:  # an exclusive lease holds it
             os.close(fd)
             return False
-        prefix = os.path.basename(_prefix(self.folder, self.uuid)) + "."
-        live = [
-            _live(os.path.join(self.folder, n), remove_dead=True)
-            for n in os.listdir(self.folder)
-            if n.startswith(prefix) and n.endswith(SHARE)
-        ]
+        live = [_live(path, remove_dead=True) for path in _share_paths(self.folder, self.uuid)]
         if any(share is True for share in live) or not fits([s.budget_gib for s in live if isinstance(s, Share)]):
             os.close(fd)  # (a share not readable yet: its budget unknown, nothing fits beside it)
             return False

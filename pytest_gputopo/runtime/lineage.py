@@ -6,6 +6,7 @@ process's descendants found in ``/proc`` and ended -- what the supervisor (``pro
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import sys
@@ -16,15 +17,12 @@ from collections.abc import Callable
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PR_SET_CHILD_SUBREAPER = 36
 LINUX = sys.platform.startswith("linux")
-_libc_prctl = None
 
 
+@functools.cache
 def prctl_function() -> Callable[..., int]:
     """libc's ``prctl``, looked up once (a child between fork and exec calls it, and looks up nothing)."""
-    global _libc_prctl
-    if _libc_prctl is None:
-        _libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
-    return _libc_prctl
+    return ctypes.CDLL(None, use_errno=True).prctl
 
 
 def _prctl(option: int, value: int) -> None:
