@@ -152,6 +152,8 @@ def make_host(
         )
     host = Host(root, machine, vm=vm)
     host.cuda()
+    (root / "gpu-memory").mkdir()
+    shutil.copy(SOURCES / "emulated_gpu.py", py / "emulated_gpu.py")
     env = {
         "LD_LIBRARY_PATH": os.pathsep.join([str(libs), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]),
         "PYTHONPATH": os.pathsep.join([str(py), *filter(None, [os.environ.get("PYTHONPATH")])]),
@@ -164,6 +166,7 @@ def make_host(
         "GPUTOPO_EMU_NVML_MISSING": ",".join(nvml_missing),
         "GPUTOPO_EMU_DRIVER": driver or "",
         "GPUTOPO_EMU_VM": "1" if vm else "",
+        "GPUTOPO_EMU_GPU_MEMORY": str(root / "gpu-memory"),
     }
     return host, env
 

@@ -771,8 +771,9 @@ def bare_leases(tmp_path, monkeypatch):
     """``Leases`` of a run on ``4x-a100-40gb``, its lock folder its own, no process started ahead
     (``started``: the tests it would have started one for), no xdist."""
     topology = load_profile("4x-a100-40gb").topology
-    run = SimpleNamespace(config=SimpleNamespace(getoption=lambda *_: False), topology=topology)
-    leases = Leases(run, REQS, gpu_locks.lock_folder(str(tmp_path / "locks")), timeout_s=30)
+    settings = SimpleNamespace(lease_timeout_s=30, lease_memory_gib=None, lease_memory_measured=False)
+    run = SimpleNamespace(config=SimpleNamespace(getoption=lambda *_: False), topology=topology, settings=settings)
+    leases = Leases(run, REQS, gpu_locks.lock_folder(str(tmp_path / "locks")), figures=None)
     leases.started_ahead = []
     monkeypatch.setattr(leases, "prestart", leases.started_ahead.append)
     return leases
@@ -780,7 +781,7 @@ def bare_leases(tmp_path, monkeypatch):
 
 def hold_here(leases, indices) -> list:
     """This process holds GPUs ``indices``' locks (flock: another open file of the same file conflicts)."""
-    held = [gpu_locks.GpuLock(leases.folder, leases.uuids()[i]) for i in indices]
+    held = [gpu_locks.GpuLock(leases.folder, leases.demands.uuids[i]) for i in indices]
     for lock in held:
         assert lock.take(gpu_locks.Holder(1, "other.py::test_holding", time.time()))
     return held
@@ -795,14 +796,14 @@ def test_a_set_that_frees_goes_first_to_the_tests_waiting_before(bare_leases, mo
     leases, item = bare_leases, fake_item("test_late")
     monkeypatch.setattr(lease_policy, "GRACE_S", 0.5)
     held = hold_here(leases, (0, 2, 3))
-    one = leases.placer_of(item)[0]
+    one = leases.demands.placer_of(item)[0]
     before = gpu_locks.Ticket(leases.folder, 2, "other.py::test_before", time.time() - 10)  # reserved nothing yet
     try:
         began, wall = time.monotonic(), time.time()
         lease = leases.take(item, one)
         assert time.monotonic() - began >= 0.5 and lease.indices == (1,)  # GPU1 free all along
         # since it took it, not since it began to wait: waiters reserve the GPUs held longest
-        assert gpu_locks.holder(leases.folder, leases.uuids()[1]).since >= wall + 0.5
+        assert gpu_locks.holder(leases.folder, leases.demands.uuids[1]).since >= wall + 0.5
         lease.release()
         monkeypatch.setattr(lease_policy, "GRACE_S", 600.0)
         before.reserve([], looked=time.time() + 5)  # it looked after GPU1 freed: it did not want it
@@ -856,7 +857,7 @@ def test_a_lease_is_kept_for_the_next_test_unless_a_test_waiting_before_it_reser
     leases = bare_leases
     began = time.time() - 5
     leases.xdist_run, leases._order = (began, "run-a"), {"t.py::test_two_a": 3, "t.py::test_two_b": 4}
-    lease = leases.take(fake_item("test_two_a", 2), leases.placer_of(fake_item("test_two_a", 2))[0])
+    lease = leases.take(fake_item("test_two_a", 2), leases.demands.placer_of(fake_item("test_two_a", 2))[0])
     uuids = [g.uuid for g in lease.gpus]
     later = gpu_locks.Ticket(leases.folder, 2, "t.py::test_one", began, (began, 9), "run-a")
     earlier = None
@@ -881,13 +882,13 @@ def test_a_waiting_tests_process_is_started_ahead_once_it_is_next_in_line(bare_l
     leases, item = bare_leases, fake_item("test_one")
     held = hold_here(leases, range(4))
     before = gpu_locks.Ticket(leases.folder, 2, "other.py::test_four", time.time() - 10)
-    before.reserve(leases.uuids())
+    before.reserve(leases.demands.uuids)
     monkeypatch.setattr(leases, "timeout_s", 0.3)
     try:
-        assert leases.take(item, leases.placer_of(item)[0]) is None  # (its timeout)
+        assert leases.take(item, leases.demands.placer_of(item)[0]) is None  # (its timeout)
         assert leases.started_ahead == []
         before.close()
-        assert leases.take(item, leases.placer_of(item)[0]) is None
+        assert leases.take(item, leases.demands.placer_of(item)[0]) is None
         assert leases.started_ahead and all(started is item for started in leases.started_ahead)
     finally:
         before.close()

@@ -299,7 +299,7 @@ SAMPLES = {
     "SECONDS": ["7"],
     "HOURS": ["7"],
     "RATIO": ["0.5"],
-    "GIB": ["10"],
+    "GIB|measured": ["10", "measured"],
 }
 
 

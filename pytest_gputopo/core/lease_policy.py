@@ -198,3 +198,19 @@ def reservation(placer: Placer, budget_gib: float | None, look: Look) -> dict[in
 def _reservation(placer: Placer, budget_gib: float | None, look: Look, opened: set[int]) -> dict[int, float | None]:
     held = {g: min(h.since for h in look.held[g]) for g in opened if look.held.get(g) and not fits(budget_gib, g, look)}
     return dict.fromkeys(placer.reserve(opened, held), budget_gib)
+
+
+# A budget from a measured peak (``--gputopo-lease-memory measured``): the peak and a quarter of it, at
+# least half a GiB more: a test's peak varies from run to run (allocator caching, data-dependent shapes).
+MEASURED_MARGIN = 1.25
+MEASURED_MIN_GIB = 0.5
+
+
+def measured_budget(peak_gib: float) -> float:
+    """The budget of a test from its last measured peak (per GPU, in GiB)."""
+    return max(peak_gib * MEASURED_MARGIN, peak_gib + MEASURED_MIN_GIB)
+
+
+def over_budget(budget_gib: float | None, peak_gib: float | None) -> bool:
+    """Whether a measured peak exceeds the test's budget (a whole GPU, or an unknown peak, never does)."""
+    return budget_gib is not None and peak_gib is not None and peak_gib > budget_gib

@@ -12,7 +12,6 @@ teardown), ``ranks(n)`` counting as n GPUs where its ranks run on GPUs.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from typing import NamedTuple
@@ -25,7 +24,9 @@ from ..render.escape import terminal
 from ..runtime import gpu_locks, gpu_shares
 from ..runtime.environ import seeing_only
 from .lease_child import LeaseProcess
-from .lease_memory import fits_beside, read_budgets
+from .lease_demands import Demands, leasable
+from .lease_figures import Figures
+from .lease_memory import fits_beside
 from .run import GputopoRun, run_of
 
 LEASE = pytest.StashKey["Lease"]()
@@ -93,30 +94,15 @@ def visible_devices(gpus) -> str:
     return ",".join(g.uuid for g in gpus)
 
 
-def leasable(topology: Topology) -> tuple[Topology, list[str]]:
-    """The GPUs a lease may hold, as a topology of their own, and why each other GPU is left out:
-    one without a UUID cannot be named (nor locked), and a MIG-enabled one shows a process an
-    instance, never the GPU."""
-    keep, left = [], []
-    for i, gpu in enumerate(topology.gpus):
-        if not gpu.uuid:
-            left.append(f"GPU{i} has no UUID (NVML gave none)")
-        elif gpu.mig:
-            left.append(f"GPU{i} has MIG enabled")
-        else:
-            keep.append(i)
-    return topology.restrict(keep), left
-
-
 class Leases:
     """The plugin object registered when leases are on (not in a test's own child process)."""
 
-    def __init__(self, run: GputopoRun, reqs_key, folder: str, timeout_s: float, budget_gib: float | None = None):
-        self.run, self.reqs_key, self.folder, self.timeout_s = run, reqs_key, folder, timeout_s
-        self.budget_gib = budget_gib  # a leased test's memory per GPU (--gputopo-lease-memory); None: whole GPUs
-        self.budgets: dict[str, float | None] = {}  # by test: its own (``lease_memory``), read at collection
-        self._placers: dict = {}
-        self._allowed: tuple[Topology, list[str]] | None = None
+    def __init__(self, run: GputopoRun, reqs_key, folder: str, figures: Figures):
+        self.run, self.reqs_key, self.folder = run, reqs_key, folder
+        self.timeout_s = run.settings.lease_timeout_s
+        self.figures = figures
+        settings = run.settings
+        self.demands = Demands(run.topology, reqs_key, settings.lease_memory_gib, settings.lease_memory_measured)
         self.kept: Kept | None = None
         self.spare: LeaseProcess | None = None  # started ahead for a test's module, before its lease
         self.ending: list[LeaseProcess] = []  # told to end; each holds its GPUs until it has ended
@@ -135,19 +121,10 @@ class Leases:
         self.first_round = self.xdist_run is not None
         self._order: dict[str, int] | None = None
 
-    def allowed(self) -> tuple[Topology, list[str]]:
-        if self._allowed is None:
-            self._allowed = leasable(self.run.topology)
-        return self._allowed
-
-    def uuids(self) -> list[str]:
-        """The UUIDs of the GPUs a lease may hold (``leasable`` keeps only GPUs that have one)."""
-        return [str(gpu.uuid) for gpu in self.allowed()[0].gpus]
-
     def open_and_held(self, reserved: set[str]) -> tuple[list[int], dict[int, float]]:
         """The GPUs no waiter reserved (``reserved``), and when each of them that a process holds now
         was taken (one whose holder has not said yet: now); those not held are free."""
-        uuids = self.uuids()
+        uuids = self.demands.uuids
         open_ = [i for i, uuid in enumerate(uuids) if uuid not in reserved]
         held = {}
         for i in open_:
@@ -156,24 +133,9 @@ class Leases:
                 held[i] = found.since if isinstance(found, gpu_locks.Holder) else time.time()
         return open_, held
 
-    def placer(self, requirements: tuple) -> placement.Placer | None:
-        """The item's placer (one per distinct set of requirements), or None: it asks for no GPU."""
-        if requirements not in self._placers:
-            allowed, left = self.allowed()
-            k = placement.gpus_needed(requirements, self.run.topology)
-            placer = placement.Placer(allowed, requirements, k) if k else None
-            if placer is not None and placer.never and left:
-                placer.never += f"; not leased: {', '.join(left)}"
-            self._placers[requirements] = placer
-        return self._placers[requirements]
-
-    def placer_of(self, item: pytest.Item) -> tuple[placement.Placer | None, tuple]:
-        requirements = tuple(r for r, _ in item.stash.get(self.reqs_key, ()))
-        return (self.placer(requirements) if requirements else None), requirements
-
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
-        placer, requirements = self.placer_of(item)
+        placer, requirements = self.demands.placer_of(item)
         kept = self.kept if self.kept is not None and self.kept.nodeid == item.nodeid else None
         if kept is None:
             self.end_kept()
@@ -183,8 +145,8 @@ class Leases:
             lease = kept.lease
             lease.say(gpu_locks.Holder(kept.process.process.pid, item.nodeid, time.time()))
             item.stash[LEASE] = lease
-        elif placer is not None and (placer.never or self.too_large(item, placer)):
-            item.stash[NOT_PLACED] = (placer.never or self.too_large(item, placer), False)
+        elif placer is not None and (placer.never or self.demands.too_large(item, placer)):
+            item.stash[NOT_PLACED] = (placer.never or self.demands.too_large(item, placer), False)
         elif placer is not None:
             lease = self.take(item, placer)
             if lease is None:
@@ -192,10 +154,13 @@ class Leases:
             else:
                 item.stash[LEASE] = lease
         self.first_round = False  # the worker's first test has come (``take``)
+        if lease is not None:
+            self.figures.start(item.nodeid, [g.uuid for g in lease.gpus], os.getpid(), lease.budget_gib)
         try:
             return (yield)
         finally:
             if lease is not None:
+                self.figures.stop(item.nodeid)
                 del item.stash[LEASE]
                 if self.kept is None or self.kept.lease is not lease:
                     lease.release(handed_on=self.in_own_process(item))
@@ -209,12 +174,12 @@ class Leases:
         runs, which must know what runs next for its fixtures' teardown."""
         if nextitem is None or str(nextitem.path) != module or nextitem.get_closest_marker("ranks") is not None:
             return False
-        placer, _ = self.placer_of(nextitem)
+        placer, _ = self.demands.placer_of(nextitem)
         if (
             placer is None
             or placer.never
             or placer.k != len(lease.gpus)
-            or self.budget_of(nextitem) != lease.budget_gib
+            or self.demands.budget_of(nextitem) != lease.budget_gib
         ):
             return False
         reserved = gpu_locks.reserved_before(self.folder, self.waiter(nextitem, time.time()))
@@ -241,7 +206,7 @@ class Leases:
 
     def in_own_process(self, item: pytest.Item) -> bool:
         """Whether ``item`` runs in a leased process of its own (a ``ranks`` test spawns its ranks)."""
-        placer, _ = self.placer_of(item)
+        placer, _ = self.demands.placer_of(item)
         return placer is not None and not placer.never and item.get_closest_marker("ranks") is None
 
     def prestart(self, item: pytest.Item | None) -> None:
@@ -328,19 +293,12 @@ class Leases:
     @pytest.hookimpl(trylast=True)  # after the plugin's own hook has read the markers
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list) -> None:
         """Each test's own budget (``lease_memory``), checked: a bad one is a usage error naming the
-        test. Under xdist, the leased tests largest first (LPT: the tests holding most GPUs are handed
-        out first, the one-GPU tests fill the gaps at the end), each in a place a leased test held:
-        the other tests (health-check items first) keep theirs. Every worker collects the same order,
-        as xdist requires. A run without xdist runs one test at a time: its order is left as it is."""
-        self.budgets = read_budgets(items)
-        if not hasattr(config, "workerinput"):
-            return
-        sizes = [placement.lease_size(r for r, _ in item.stash.get(self.reqs_key, ())) for item in items]
-        slots = [i for i, size in enumerate(sizes) if size]
-        ordered = sorted(slots, key=lambda i: -sizes[i])  # stable: equals keep their order
-        moved = [items[i] for i in ordered]
-        for slot, item in zip(slots, moved, strict=True):
-            items[slot] = item
+        test. Under xdist, the leased tests costliest first (``Demands.by_cost``); every worker
+        collects the same order, as xdist requires. A run without xdist runs one test at a time: its
+        order is left as it is."""
+        self.demands.read(config, items)
+        if hasattr(config, "workerinput"):
+            self.demands.by_cost(items)
 
     def take(self, item: pytest.Item, placer: placement.Placer) -> Lease | None:
         """The best free set that meets the item's markers, locked; waits for one (None past the
@@ -354,12 +312,12 @@ class Leases:
         start: it reserves its set at once and waits (``settle``), so that the run's first round is
         served largest first, not in the order the workers reached the folder."""
         deadline = time.monotonic() + self.timeout_s
-        ticket, seen, budget = None, None, self.budget_of(item)
+        ticket, seen, budget = None, None, self.demands.budget_of(item)
         try:
             if self.first_round and self.xdist_run is not None:
                 ticket = self.ticket(item, self.xdist_run[0])
                 first = lease_policy.reservation(placer, budget, self.look(ticket))  # whole or not: known
-                ticket.reserve((self.uuids()[i] for i in first), time.time())  # after the others' come
+                ticket.reserve((self.demands.uuids[i] for i in first), time.time())  # after the others' come
                 self.settle(self.xdist_run)
             while True:
                 look = self.look(ticket)
@@ -383,7 +341,7 @@ class Leases:
     def look(self, ticket: gpu_locks.Ticket | None) -> lease_policy.Look:
         """The host's leases as a test waiting with ``ticket`` sees them now: who holds each GPU
         (since when), and what the tests waiting before it reserved."""
-        now, uuids = time.time(), self.uuids()
+        now, uuids = time.time(), self.demands.uuids
         index = {uuid: i for i, uuid in enumerate(uuids)}
         ahead = [
             lease_policy.Waiter(w.place(), {index[u]: None for u in w.reserved if u in index}, w.looked)
@@ -397,15 +355,7 @@ class Leases:
                 held[i] = [lease_policy.Holding(found.since if isinstance(found, gpu_locks.Holder) else now)]
             else:
                 held[i] = [lease_policy.Holding(s.holder.since, s.budget_gib) for s in shares.get(uuid, [])]
-        return lease_policy.Look(now, held, self.memory_gib, ahead, lease_policy.CONTEXT_RESERVE_GIB)
-
-    @functools.cached_property
-    def memory_gib(self) -> dict[int, float | None]:
-        """Each leasable GPU's memory in GiB, None where unknown (such a GPU is never shared)."""
-        return {
-            i: None if gpu.memory_total_bytes is None else gpu.memory_total_bytes / 2**30
-            for i, gpu in enumerate(self.allowed()[0].gpus)
-        }
+        return lease_policy.Look(now, held, self.demands.memory_gib, ahead, lease_policy.CONTEXT_RESERVE_GIB)
 
     def lock(self, item: pytest.Item, chosen: tuple[int, ...], budget: float | None) -> Lease | None:
         """``chosen`` locked whole, or None: another process was quicker (all or nothing: a set is
@@ -420,40 +370,20 @@ class Leases:
                     other.release()
                 return None
             locks.append(lock)
-        view = self.allowed()[0].restrict(chosen)
+        view = self.demands.allowed[0].restrict(chosen)
         return Lease(view.gpus, view, tuple(locks), tuple(chosen), budget)
 
     def lock_one(
         self, i: int, holder: gpu_locks.Holder, budget: float | None
     ) -> gpu_locks.GpuLock | gpu_shares.SharedLock | None:
         """GPU ``i`` locked whole, or a share of it with ``budget``; None where it is not free."""
-        uuid = self.uuids()[i]
+        uuid = self.demands.uuids[i]
         if budget is None:
             whole = gpu_locks.GpuLock(self.folder, uuid)
             return whole if whole.take(holder) else None
-        memory = self.memory_gib[i]
+        memory = self.demands.memory_gib[i]
         share = gpu_shares.SharedLock(self.folder, uuid, budget)
         return share if share.take(holder, lambda budgets: fits_beside(budget, budgets, memory)) else None
-
-    def budget_of(self, item: pytest.Item) -> float | None:
-        """``item``'s memory per GPU: its own (``lease_memory``), else the run's; None: whole GPUs."""
-        return self.budgets[item.nodeid] if item.nodeid in self.budgets else self.budget_gib
-
-    def too_large(self, item: pytest.Item, placer: placement.Placer) -> str | None:
-        """Why ``item``'s budget fits no set that meets its markers, with the figures, or None (a GPU
-        whose memory is unknown holds it: it takes that GPU whole)."""
-        budget = self.budget_of(item)
-        if budget is None:
-            return None
-        memory, need = self.memory_gib, budget + lease_policy.CONTEXT_RESERVE_GIB
-        if lease_policy.could_hold(budget, placer.meeting, memory, lease_policy.CONTEXT_RESERVE_GIB):
-            return None
-        sizes = sorted({f"{m:.1f} GiB" for m in memory.values() if m is not None})
-        said = f"lease_memory({budget:g})" if item.nodeid in self.budgets else f"--gputopo-lease-memory {budget:g}"
-        return (
-            f"{said}: each GPU it holds needs {budget:g} GiB and a CUDA context's "
-            f"{lease_policy.CONTEXT_RESERVE_GIB:g} GiB, {need:g} GiB; the GPUs here have {', '.join(sizes)}"
-        )
 
     def reserve(
         self, item: pytest.Item, ticket: gpu_locks.Ticket, gpus: tuple[int, ...], k: int, looked: float
@@ -463,7 +393,7 @@ class Leases:
         them) its process is started ahead, while they are waited for. Not before: a test further
         back would start its process among those of the tests that run first, and hold it, idle,
         for rounds."""
-        ticket.reserve((self.uuids()[i] for i in gpus), looked)
+        ticket.reserve((self.demands.uuids[i] for i in gpus), looked)
         if len(gpus) == k:
             self.prestart(item)
 
@@ -494,7 +424,7 @@ class Leases:
         return gpu_locks.Waiter(os.getpid(), item.nodeid, since, (), turn, run)
 
     def who_holds_what(self, placer: placement.Placer, requirements: tuple) -> str:
-        uuids, every_share = self.uuids(), gpu_shares.every_share(self.folder)
+        uuids, every_share = self.demands.uuids, gpu_shares.every_share(self.folder)
         held_by = []
         for i, uuid in enumerate(uuids):
             found = gpu_locks.holder(self.folder, uuid)
@@ -546,6 +476,7 @@ class InOwnProcess:
             process = kept.process
         else:
             process = leases.process_for(item, lease)
+        leases.figures.runs_in(item.nodeid, process.process.pid)
         keep = leases.keeps(lease, nextitem, process.module)
         # The next test's process starts while this one runs, once it has begun: a start competing
         # with this test's own collection and setup would delay them (at a round's end, every worker's).
@@ -577,7 +508,9 @@ def register(config: pytest.Config, run: GputopoRun, reqs_key) -> None:
             f"--gputopo-lease-dir (ini gputopo_lease_dir, env PYTEST_GPUTOPO_LEASE_DIR) at a "
             f"folder only you can write"
         ) from None
-    leases = Leases(run, reqs_key, folder, settings.lease_timeout_s, settings.lease_memory_gib)
+    figures = Figures(config, settings.strict)
+    leases = Leases(run, reqs_key, folder, figures)
+    config.pluginmanager.register(figures, "gputopo-lease-figures")
     config.pluginmanager.register(leases, "gputopo-leases")
     config.pluginmanager.register(InOwnProcess(leases), "gputopo-lease-runner")
 

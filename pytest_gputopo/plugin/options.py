@@ -166,10 +166,11 @@ OPTIONS = {
         ),
         Option(
             "lease-memory",
-            "GIB",
+            "GIB|measured",
             "GPU leases share GPUs by memory: each leased test uses at most GIB GiB (2^30 bytes) of "
             "each GPU it holds, and leases share a GPU while their budgets and a CUDA context's 1 GiB "
-            "each fit its memory (default: whole GPUs, exclusive)",
+            "each fit its memory; or 'measured': each undeclared test's last measured peak and a "
+            "quarter (at least 0.5 GiB more), whole GPUs until it has one (default: whole GPUs, exclusive)",
         ),
         Option(
             "lease-dir",

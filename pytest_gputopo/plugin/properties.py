@@ -10,3 +10,5 @@ RANKS_PROPERTY = "gputopo_rank_failed"  # a rank of a ranks(n) test that did not
 # Each requirement of a gated test with its verdict (JSON), met ones too, and the figures it was judged
 # on at its own threshold.
 VERDICT_PROPERTY = "gputopo_verdict"
+# A leased test's GPU memory: its budget, its peak as NVML saw its processes use it, or why unknown (JSON)
+LEASE_PROPERTY = "gputopo_lease"

@@ -66,6 +66,7 @@ def report_document(record: RunRecord) -> dict:
     document["unmet"] = [u.document() for u in record.unmet]
     document["verdicts"] = [v.document() for v in record.verdicts]
     document["ranks_failed"] = list(record.ranks_failed)
+    document["leased"] = list(record.leased)  # each leased test's GPU memory: budget, peak (NVML), or why unknown
     document["gate"] = list(record.gate_problems)  # the run gate that stopped the run, if one did
     document["gate_causes"] = [
         {"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)} for c in record.gate_causes

@@ -25,6 +25,7 @@ from ..core.schema import to_dict
 from .check_report import CHECK_PROPERTY, document_causes
 from .properties import (
     CAUSE_PROPERTY,
+    LEASE_PROPERTY,
     OWN_PROPERTY,
     RANKS_PROPERTY,
     RECORDED_PROPERTY,
@@ -149,6 +150,7 @@ class RunRecord(NamedTuple):
     verdicts: tuple[RequirementVerdict, ...]
     recorded: tuple[str, ...]  # the requirement of each passed test that rested on recorded figures
     ranks_failed: tuple[dict, ...]
+    leased: tuple[dict, ...]  # each leased test's budget and peak GPU memory (``lease_figures``)
     gate_problems: tuple[str, ...]
     gate_causes: tuple[Cause, ...]
     check_causes: tuple[dict, ...] | None  # None: no health check was asked for
@@ -184,6 +186,7 @@ def build(run: GputopoRun, complete: bool) -> RunRecord:
         verdicts=tuple(_verdicts(reports)),
         recorded=tuple(_recorded(reports)),
         ranks_failed=tuple(_values(reports, RANKS_PROPERTY)),
+        leased=tuple(_values(reports, LEASE_PROPERTY, with_test=True)),
         gate_problems=tuple(run.state.gate_problems),
         gate_causes=tuple(run.state.gate_causes),
         check_causes=check_causes,

@@ -42,6 +42,8 @@ class RunSettings(NamedTuple):  # not a dataclass: cheaper to define, and this m
     lease: bool = False  # --gputopo-lease: tests that ask for GPUs hold their own (plugin/leases)
     lease_timeout_s: float = 600.0
     lease_memory_gib: float | None = None  # --gputopo-lease-memory: each leased test's budget per GPU; None: whole GPUs
+    # --gputopo-lease-memory measured: an undeclared test's budget is its last measured peak's (lease_figures)
+    lease_memory_measured: bool = False
     lease_dir: str | None = None  # --gputopo-lease-dir; None: runtime.gpu_locks.default_folder()
     lease_dir_from: str = ""
 
@@ -87,6 +89,7 @@ def read_run_settings(config: pytest.Config) -> RunSettings:
     html_from = options.value(config, "html")[1]
     check = options.value(config, "check")[0]
     lease_dir, lease_dir_from = options.value(config, "lease-dir")
+    measured = (options.value(config, "lease-memory")[0] or "").lower() == "measured"
     plan_json = None if config.getoption("gputopo_no_plan") else options.writable_path(config, "plan-json")
     plan_from = (
         options.value(config, "plan")[1]
@@ -119,7 +122,8 @@ def read_run_settings(config: pytest.Config) -> RunSettings:
         plan_json=plan_json,
         lease=options.flag(config, "lease"),
         lease_timeout_s=options.number(config, "lease-timeout", 600.0),
-        lease_memory_gib=options.number(config, "lease-memory", None),
+        lease_memory_gib=None if measured else options.number(config, "lease-memory", None),
+        lease_memory_measured=measured,
         lease_dir=lease_dir,
         lease_dir_from=lease_dir_from,
     )

@@ -61,18 +61,35 @@ def dies_with_this_process() -> Callable[[], None] | None:
 
 def children_of(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (a scan of /proc: needs no CONFIG_PROC_CHILDREN)."""
-    found = []
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and _parent(name) == pid]
+
+
+def _parent(name: str) -> int | None:
+    """The parent of process ``name`` (a /proc entry), or None: gone meanwhile."""
+    try:
+        with open(f"/proc/{name}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")"
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[1]) if len(fields) > 1 else None
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (one scan of /proc)."""
+    parents: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as handle:
-                    stat = handle.read()
-            except OSError:
-                continue  # gone meanwhile
-            # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ")"
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            if len(fields) > 1 and int(fields[1]) == pid:
-                found.append(int(name))
+            parent = _parent(name)
+            if parent is not None:
+                parents.setdefault(parent, []).append(int(name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
     return found
 
 

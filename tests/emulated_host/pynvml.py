@@ -7,6 +7,8 @@ $GPUTOPO_EMU_VM=1: the GPUs are passed through to a virtual machine (``nvml_driv
 $GPUTOPO_EMU_NVML_MISSING: NVML functions this driver lacks (comma-separated), beyond the branch's;
 each raises ``NVMLError_FunctionNotFound``, as nvidia-ml-py's ``_nvmlGetFunctionPointer`` does when
 the driver's libnvidia-ml has no such symbol. $GPUTOPO_EMU_CALLS: each ``nvmlInit`` appends "<pid> nvmlInit".
+$GPUTOPO_EMU_GPU_MEMORY: a folder where an emulated process says what it uses of a GPU (``emulated_gpu.use``):
+NVML lists each live one as a compute process using that many bytes.
 $GPUTOPO_EMU_NVML_HANG: a file to write the pid to, then never answer (a hung driver).
 """
 
@@ -69,6 +71,23 @@ def _missing(name):
     call.__name__ = name
     return call
 
+
+def _running(handle):
+    """The compute processes on ``handle``'s GPU: each live process that said it uses it."""
+    uuid = _fake.nvmlDeviceGetUUID(handle)
+    uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+    found = []
+    folder = os.environ.get("GPUTOPO_EMU_GPU_MEMORY", "")
+    for name in sorted(os.listdir(folder)) if folder else ():
+        pid, _, of = name.partition(".")
+        if of == uuid and os.path.exists(f"/proc/{pid}"):
+            with open(os.path.join(folder, name)) as f:
+                used = int(f.read() or 0)
+            found.append(_real.nvmlFriendlyObject({"pid": int(pid), "usedGpuMemory": used}))
+    return found
+
+
+_fake.nvmlDeviceGetComputeRunningProcesses = _running
 
 for _name in _missing_names:
     setattr(_fake, _name, _missing(_name))
