@@ -113,7 +113,7 @@ def _leases(config: pytest.Config) -> None:
         from .lease_child import Child
 
         config.pluginmanager.register(Child(config), "gputopo-lease-child")
-    elif run_of(config).settings.lease:
+    elif run_of(config).settings.lease and not run_of(config).settings.plan:  # a plan simulates them
         from .leases import register
 
         register(config, run_of(config), ITEM_REQS)

@@ -496,7 +496,8 @@ def register(config: pytest.Config, run: GputopoRun, reqs_key) -> None:
     if settings.machine is not None:
         raise pytest.UsageError(
             f"--gputopo-lease places tests on this host's GPUs, but {settings.machine_from} "
-            f"names another machine ({settings.machine}); give one or the other"
+            f"names another machine ({settings.machine}); give one or the other (with --gputopo-plan, "
+            f"a plan shows what leases would do there)"
         )
     folder = settings.lease_dir or gpu_locks.default_folder()
     try:

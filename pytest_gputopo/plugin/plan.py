@@ -25,6 +25,7 @@ from ..render.escape import terminal
 from ..render.report import source_text
 from ..runtime import environ
 from ..runtime.files import write_text
+from .lease_plan import demands_of, document as lease_plan_document, lease_plan, show as lease_plan_show
 from .machine import item_facts
 from .run import GATE_EXIT_STATUS, GputopoRun, run_of
 from .verdicts import BROKEN, FAIL, RUN, SKIP, evaluate, unmet_verdict
@@ -83,13 +84,23 @@ class Plan:
             return None  # pytest's own loop stops the run for its collection errors
         run = run_of(session.config)
         entries = plan(run, session.items, self.item_reqs)
+        leases = None
+        if run.settings.lease:  # what leases would do with the tests that would run
+            demands = demands_of(session.config, run, self.item_reqs, session.items)
+            leases = lease_plan(demands, session.items, {e.nodeid for e in entries if e.verdict in (RUN, UNKNOWN)})
+            entries = unleased(run, entries, session.items, self.item_reqs, dict(leases.skipped))
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             show(run, entries, reporter)
+            if leases is not None:
+                lease_plan_show(leases, reporter)
         path = run.settings.plan_json
         if path is not None:  # checked writable at start; a disk that filled since is a usage error too
+            found = document(run, entries)
+            if leases is not None:
+                found["leases"] = lease_plan_document(leases)
             try:
-                write_text(path, json.dumps(document(run, entries), indent=2) + "\n")
+                write_text(path, json.dumps(found, indent=2) + "\n")
             except OSError as exc:
                 raise pytest.UsageError(f"gputopo: cannot write the plan to {path}: {exc}") from None
             if reporter is not None:
@@ -134,6 +145,18 @@ def _entry(run: GputopoRun, item, reqs, memo: dict, checks) -> Entry:
         reason = f"broken node: {outcome.reason}" if verdict == BROKEN else outcome.reason
         return Entry(item.nodeid, verdict, reason, str(requirement), requirement_verdict=outcome.word)
     return Entry(item.nodeid, RUN, "; ".join(met))
+
+
+def unleased(run: GputopoRun, entries: list[Entry], items: list, item_reqs, skipped: dict[str, str]) -> list[Entry]:
+    """With leases, a test that no set of the machine holds (``skipped``: why) skips, or fails where
+    strict, as a leased run's setup decides (``Leases.pytest_runtest_setup``)."""
+    strict = {item.nodeid: any(s for _, s in item.stash.get(item_reqs, ())) or run.settings.strict for item in items}
+    return [
+        Entry(e.nodeid, FAIL if strict[e.nodeid] else SKIP, skipped[e.nodeid], requirement_verdict="unmet")
+        if e.nodeid in skipped
+        else e
+        for e in entries
+    ]
 
 
 # Where the measurement an unknown verdict waits for is made, on a machine that is not this host.
