@@ -18,6 +18,7 @@ from ..render.escape import terminal
 from .bench import add_bench, cmd_bench, sweep_plan
 from .check import add_check, cmd_check
 from .common import CliError
+from .docs import add_docs
 from .fleet import add_fleet
 from .parse import add_parse
 from .record import add_record
@@ -37,12 +38,24 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="`gputopo COMMAND --help`: what a command does, an example and its exit statuses.\n"
         "Exit status: 0 done; 2 bad input or arguments (one line on stderr says why); check,\n"
         "bench and fleet also say what they found (see their --help): fleet 1 a node named or a\n"
-        "group split, 5 too few nodes to judge by their peers. Docs: docs/cli.md.",
+        "group split, 5 too few nodes to judge by their peers. Docs: `gputopo docs cli`\n"
+        "(`gputopo docs` lists them; each docs/NAME.md named in a --help is `gputopo docs NAME`).",
     )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", help="one of these (each says more with --help):"
     )
-    for add in (add_show, add_machines, add_record, add_spec, add_check, add_bench, add_report, add_fleet, add_parse):
+    for add in (
+        add_show,
+        add_machines,
+        add_record,
+        add_spec,
+        add_check,
+        add_bench,
+        add_report,
+        add_fleet,
+        add_parse,
+        add_docs,
+    ):
         add(sub)  # in the order --help lists them
     return parser
 

@@ -156,7 +156,7 @@ OPTIONS = {
             None,
             "GPU leases: each test whose markers ask for GPUs holds a set of its own while it runs, "
             "chosen by topology to meet them, exclusive across xdist workers and pytest runs on this "
-            "host, and runs in a process of its own that sees only those GPUs (see docs/parallel.md)",
+            "host, and runs in a process of its own that sees only those GPUs (`gputopo docs parallel`)",
         ),
         Option(
             "lease-timeout",
@@ -186,7 +186,10 @@ FALSE = ("0", "false", "no", "off", "")
 
 
 def addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("gputopo", "GPU topology gating (pytest-gputopo)")
+    group = parser.getgroup(
+        "gputopo",
+        "GPU topology gating (pytest-gputopo; its docs: `gputopo docs`, and `gputopo docs NAME` for docs/NAME.md)",
+    )
     for opt in OPTIONS.values():
         where = f"(ini: {opt.ini}, env: {opt.env})"
         if opt.metavar is None:
