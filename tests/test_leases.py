@@ -1278,3 +1278,30 @@ def test_d(gputopo_gpus):
     result.assert_outcomes(passed=4)
     pids = [e["pid"] for e in lease_log(pytester)]
     assert pids[0] == pids[1] and len({pids[1], pids[2], pids[3]}) == 3, pids
+
+
+def test_a_waiting_test_with_a_budget_reserves_its_share_not_the_whole_gpu(bare_leases):
+    """Its ticket says its budget: the tests behind it see a share reserved (``lease_policy.open_to``
+    leaves the GPU open to a budget that fits beside it), where before every reservation kept GPUs
+    whole; a ticket without one (an older run's) still keeps them whole, and one whose budget is no
+    budget is no ticket."""
+    leases = bare_leases
+    uuid0, uuid1 = leases.demands.uuids[:2]
+    sharing = gpu_locks.Ticket(leases.folder, 2, "other.py::test_sharing", time.time() - 5)
+    whole = gpu_locks.Ticket(leases.folder, 3, "other.py::test_whole", time.time() - 4)
+    bad = gpu_locks.Ticket(leases.folder, 4, "other.py::test_bad", time.time() - 3)
+    try:
+        sharing.reserve([uuid0], time.time(), 10.0)
+        whole.reserve([uuid1], time.time())
+        bad.me = bad.me._replace(reserved=(uuid1,), budget_gib=-1.0)
+        bad._write(bad.fd)
+        ahead = {w.place[2]: dict(w.reserved) for w in leases.look(None).ahead}
+        assert ahead == {2: {0: 10.0}, 3: {1: None}}
+        one = fake_item("test_small")
+        assert lease_policy.open_to(5.0, [0, 1], leases.look(None)) == {0}  # GPU1 kept whole
+        assert lease_policy.open_to(None, [0, 1], leases.look(None)) == set()  # an exclusive test: neither
+        assert "other.py::test_sharing" in leases.who_holds_what(leases.demands.placer_of(one)[0], ())
+        assert "for GPU0 with 10 GiB each" in leases.who_holds_what(leases.demands.placer_of(one)[0], ())
+    finally:
+        for ticket in (sharing, whole, bad):
+            ticket.close()

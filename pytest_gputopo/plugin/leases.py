@@ -317,7 +317,7 @@ class Leases:
             if self.first_round and self.xdist_run is not None:
                 ticket = self.ticket(item, self.xdist_run[0])
                 first = lease_policy.reservation(placer, budget, self.look(ticket))  # whole or not: known
-                ticket.reserve((self.demands.uuids[i] for i in first), time.time())  # after the others' come
+                ticket.reserve((self.demands.uuids[i] for i in first), time.time(), budget)  # after the others' come
                 self.settle(self.xdist_run)
             while True:
                 look = self.look(ticket)
@@ -332,7 +332,7 @@ class Leases:
                 self.reap()  # one of this run's processes late to end is ended: it may hold these GPUs
                 if ticket is None:
                     ticket = self.ticket(item, time.time())
-                self.reserve(item, ticket, tuple(decision.reserve), placer.k, look.now)
+                self.reserve(item, ticket, tuple(decision.reserve), placer.k, look.now, budget)
                 time.sleep(POLL_S)
         finally:
             if ticket is not None:
@@ -344,7 +344,7 @@ class Leases:
         now, uuids = time.time(), self.demands.uuids
         index = {uuid: i for i, uuid in enumerate(uuids)}
         ahead = [
-            lease_policy.Waiter(w.place(), {index[u]: None for u in w.reserved if u in index}, w.looked)
+            lease_policy.Waiter(w.place(), {index[u]: w.budget_gib for u in w.reserved if u in index}, w.looked)
             for w in gpu_locks.waiting_before(self.folder, ticket)
         ]
         held: dict[int, list[lease_policy.Holding]] = {}
@@ -386,14 +386,20 @@ class Leases:
         return share if share.take(holder, lambda budgets: fits_beside(budget, budgets, memory)) else None
 
     def reserve(
-        self, item: pytest.Item, ticket: gpu_locks.Ticket, gpus: tuple[int, ...], k: int, looked: float
+        self,
+        item: pytest.Item,
+        ticket: gpu_locks.Ticket,
+        gpus: tuple[int, ...],
+        k: int,
+        looked: float,
+        budget: float | None = None,
     ) -> None:
         """Reserve ``gpus`` for ``item`` (chosen from the locks as they were at ``looked``); where
         they are a whole set (no earlier waiter holds back any of them: the test is next in line for
         them) its process is started ahead, while they are waited for. Not before: a test further
         back would start its process among those of the tests that run first, and hold it, idle,
         for rounds."""
-        ticket.reserve((self.demands.uuids[i] for i in gpus), looked)
+        ticket.reserve((self.demands.uuids[i] for i in gpus), looked, budget)
         if len(gpus) == k:
             self.prestart(item)
 
@@ -440,6 +446,7 @@ class Leases:
         waiting = [
             f"{gpu_locks.Holder(w.pid, w.test, w.since)} for "
             f"{', '.join(f'GPU{index[u]}' for u in w.reserved if u in index) or 'none yet'}"
+            + (f" with {w.budget_gib:g} GiB each" if w.budget_gib is not None and w.reserved else "")
             + (
                 f" (stopped looking {now - w.looked:.0f} s ago: its reservation holds nobody back)"
                 if gpu_locks.stopped_looking(w, now)

@@ -207,6 +207,7 @@ class Waiter(NamedTuple):
     turn: tuple[float, int] | None = None
     run: str | None = None
     looked: float = 0.0  # time.time() of its last look at the locks, its reservation made from it
+    budget_gib: float | None = None  # its memory budget on each GPU it reserved; None: the whole GPUs
 
     def place(self) -> tuple[float, int, int]:
         return in_line(self.turn, self.since, self.pid)
@@ -235,13 +236,14 @@ class Ticket:
         self._length = 0  # of the longest record written: a shorter one is padded to it
         self._write(fd)
 
-    def reserve(self, uuids: Iterable[str], looked: float | None = None) -> None:
-        """Say which GPUs this test waits for, and when it looked at the locks to choose them
-        (``looked``; written only when one of them changes)."""
+    def reserve(self, uuids: Iterable[str], looked: float | None = None, budget_gib: float | None = None) -> None:
+        """Say which GPUs this test waits for, with its budget on each (None: whole GPUs), and when it
+        looked at the locks to choose them (``looked``; written only when one of them changes)."""
         reserved = tuple(uuids)  # once: a generator read twice is empty the second time
         seen = self.me.looked if looked is None else looked
-        if (reserved, seen) != (self.me.reserved, self.me.looked) and self.fd is not None:
-            self.me = self.me._replace(reserved=reserved, looked=seen)
+        wanted = (reserved, seen, budget_gib)
+        if wanted != (self.me.reserved, self.me.looked, self.me.budget_gib) and self.fd is not None:
+            self.me = self.me._replace(reserved=reserved, looked=seen, budget_gib=budget_gib)
             self._write(self.fd)
 
     def _write(self, fd: int) -> None:
@@ -328,7 +330,17 @@ def _waiter(raw: dict) -> Waiter:
         None if turn is None else (valid_time(turn[0]), int(turn[1])),
         None if run is None else str(run),
         valid_time(raw.get("looked", 0.0)),
+        _budget(raw.get("budget_gib")),
     )
+
+
+def _budget(raw) -> float | None:
+    """A ticket's budget in GiB: None (whole GPUs), or a number above 0 and at most 1024."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw <= 1024:
+        raise ValueError("not a budget")
+    return float(raw)
 
 
 def stopped_looking(waiter: Waiter, now: float) -> bool:
