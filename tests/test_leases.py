@@ -1245,14 +1245,24 @@ def test_a_tests_own_memory_budget_shares_the_gpu_and_a_bad_one_is_a_usage_error
 
 
 @pytest.mark.slow
-def test_a_lease_with_a_budget_is_kept_for_the_next_test_only_where_their_budgets_agree(pytester, leased):
+def test_a_lease_with_a_budget_is_kept_for_a_next_test_within_it_and_shrinks_to_its_budget(
+    pytester, leased, monkeypatch, tmp_path
+):
     """Leases x keeping the process for the next test of the module: the next test keeps the share and
-    the process where it asks the same budget; a test of another budget (or whole GPUs) gets its own."""
+    the process where its budget is within the lease's, and the share then says its budget (its GPU's
+    share record, and the JSON report); a test asking more (or whole GPUs) gets a process of its own."""
     args = leased("single-gpu")
+    monkeypatch.setenv("SHARES_LOG", str(pytester.path / "shares.log"))
+    monkeypatch.setenv("LOCKS", str(tmp_path / "locks"))
     pytester.makepyfile(
         test_kept="""
-import pytest
+import os, pytest
 from record import record
+from pytest_gputopo.runtime import gpu_shares
+
+def shares(gpus):
+    with open(os.environ["SHARES_LOG"], "a") as log:
+        log.write(repr([s.budget_gib for s in gpu_shares.shares(os.environ["LOCKS"], gpus[0].uuid)]) + "\\n")
 
 @pytest.mark.lease_memory(10)
 @pytest.mark.requires_gpus(1)
@@ -1264,20 +1274,29 @@ def test_a(gputopo_gpus):
 def test_b(gputopo_gpus):
     record(gputopo_gpus)
 
-@pytest.mark.lease_memory(20)
+@pytest.mark.lease_memory(5)
 @pytest.mark.requires_gpus(1)
 def test_c(gputopo_gpus):
     record(gputopo_gpus)
+    shares(gputopo_gpus)
 
+@pytest.mark.lease_memory(20)
 @pytest.mark.requires_gpus(1)
 def test_d(gputopo_gpus):
     record(gputopo_gpus)
+
+@pytest.mark.requires_gpus(1)
+def test_e(gputopo_gpus):
+    record(gputopo_gpus)
 """
     )
-    result = pytester.runpytest_subprocess(*args)
-    result.assert_outcomes(passed=4)
+    result = pytester.runpytest_subprocess(*args, f"--gputopo-json={pytester.path / 'r.json'}")
+    result.assert_outcomes(passed=5)
     pids = [e["pid"] for e in lease_log(pytester)]
-    assert pids[0] == pids[1] and len({pids[1], pids[2], pids[3]}) == 3, pids
+    assert pids[0] == pids[1] == pids[2] and len({pids[2], pids[3], pids[4]}) == 3, pids
+    assert (pytester.path / "shares.log").read_text() == "[5.0]\n"
+    budgets = [e["budget_gib"] for e in json.loads((pytester.path / "r.json").read_text())["leased"]]
+    assert budgets == [10, 10, 5, 20, None]
 
 
 def test_a_waiting_test_with_a_budget_reserves_its_share_not_the_whole_gpu(bare_leases):

@@ -58,6 +58,15 @@ class Lease(NamedTuple):
         for lock in self.locks:
             lock.release(handed_on)
 
+    def shrunk(self, budget_gib: float | None) -> Lease:
+        """The lease with its shares' budget lowered to ``budget_gib`` (said at the next ``say``): a
+        kept lease's next test may ask less, never more (``Leases.keeps``), and less always fits."""
+        if budget_gib == self.budget_gib:
+            return self
+        for lock in self.locks:
+            lock.budget_gib = budget_gib
+        return self._replace(budget_gib=budget_gib)
+
     def say(self, holder: gpu_locks.Holder) -> None:
         """The locks name ``holder``: the test the lease is kept for, since it began (waiters reserve
         the GPUs whose holders began longest ago, ``Placer.reserve``)."""
@@ -71,6 +80,14 @@ class Kept(NamedTuple):
     lease: Lease
     process: LeaseProcess
     nodeid: str
+
+
+def within(budget_gib: float | None, leased_gib: float | None) -> bool:
+    """Whether a test asking ``budget_gib`` per GPU may run on a lease of ``leased_gib``: whole GPUs for
+    whole GPUs, a budget within a share's (its share then shrinks to it: ``Lease.shrunk``)."""
+    if budget_gib is None or leased_gib is None:
+        return budget_gib is None and leased_gib is None
+    return budget_gib <= leased_gib
 
 
 def held(item: pytest.Item) -> tuple[Gpu, ...] | None:
@@ -142,7 +159,8 @@ class Leases:
         self.reap()
         lease = None
         if kept is not None:
-            lease = kept.lease
+            lease = kept.lease.shrunk(self.demands.budget_of(item))
+            self.kept = kept = kept._replace(lease=lease)
             lease.say(gpu_locks.Holder(kept.process.process.pid, item.nodeid, time.time()))
             item.stash[LEASE] = lease
         elif placer is not None and (placer.never or self.demands.too_large(item, placer)):
@@ -168,7 +186,7 @@ class Leases:
     def keeps(self, lease: Lease, nextitem: pytest.Item | None, module: str) -> bool:
         """Whether ``nextitem`` runs on the same ``lease`` in the same process (``module``: the one
         that process collected): a test of that module, run in a process of its own (not ranks),
-        that asks for as many GPUs with the same memory budget, whose markers these GPUs meet and no
+        that asks for as many GPUs with a memory budget within the lease's (``within``), whose markers these GPUs meet and no
         better-linked free set would, and whose GPUs no test waiting before it (in this run or
         another: in the place it would wait in now) reserved. Decided before the test before it
         runs, which must know what runs next for its fixtures' teardown."""
@@ -179,7 +197,7 @@ class Leases:
             placer is None
             or placer.never
             or placer.k != len(lease.gpus)
-            or self.demands.budget_of(nextitem) != lease.budget_gib
+            or not within(self.demands.budget_of(nextitem), lease.budget_gib)
         ):
             return False
         reserved = gpu_locks.reserved_before(self.folder, self.waiter(nextitem, time.time()))
