@@ -167,3 +167,33 @@ def test_a_multi_gpu_budget_takes_a_set_whose_every_gpu_has_room(dgx):
 def test_whether_a_budget_could_ever_be_held_here(budget, memory, holds):
     assert policy.could_hold(budget, [(0,), (1,)], memory, 1.0) is holds
     assert policy.could_hold(budget, [], memory, 1.0) is False  # no set meets the markers
+
+
+@pytest.mark.parametrize(
+    ("budget", "leased", "held", "ahead", "keeps"),
+    [
+        (None, (0,), {0: [Holding(NOW - 1)]}, [], True),  # nobody waits: kept
+        (None, (0,), {0: [Holding(NOW - 1)]}, [waiter({0: None})], False),  # a waiter ahead wants it whole
+        (None, (0,), {0: [Holding(NOW - 1)]}, [waiter({0: 10.0})], False),  # a share of it: an exclusive test yields
+        (10.0, (0,), {0: [Holding(NOW - 1, 10.0)]}, [waiter({0: 40.0})], True),  # 40 and 10 fit beside: kept
+        (10.0, (0,), {0: [Holding(NOW - 1, 10.0)]}, [waiter({0: 75.0})], False),  # 75 and 10 do not
+        (10.0, (0,), {0: [Holding(NOW - 1, 10.0)]}, [waiter({0: None})], False),  # whole: it goes back
+        (10.0, (0,), {0: [Holding(NOW - 1, 10.0)]}, [waiter({1: None})], True),  # another GPU's waiter
+    ],
+)
+def test_a_set_is_kept_for_the_next_test_while_it_is_open_to_it(dgx, budget, leased, held, ahead, keeps):
+    placer = Placer(dgx, [GpuRequirement(gpus=1)], 1)
+    assert policy.may_keep(placer, budget, leased, look(held, ahead, reserve=1.0)) is keeps
+
+
+def test_a_pair_is_not_kept_where_a_better_linked_pair_is_open():
+    """A test that asks for a pair keeps the one it holds only where no better-linked pair is free and
+    open to it: on hgx-h100-nvlink-down GPU5 lost its NVLinks, so (0, 5) goes back while an NVLink
+    pair is free, and is kept where every other GPU is held."""
+    topology = load_profile("hgx-h100-nvlink-down").topology
+    placer = Placer(topology, [GpuRequirement(gpus=2)], 2)
+    ours = {0: [Holding(NOW)], 5: [Holding(NOW)]}
+    assert not policy.may_keep(placer, None, (0, 5), look(ours))
+    everyone = {g: [Holding(NOW)] for g in range(8)}
+    assert policy.may_keep(placer, None, (0, 5), look(everyone))
+    assert policy.may_keep(placer, None, (0, 1), look({0: [Holding(NOW)], 1: [Holding(NOW)]}))

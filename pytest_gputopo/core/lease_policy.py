@@ -15,6 +15,7 @@ The rules, each a function below:
   is never shared: a test with a budget takes it whole.
 - ``open_to``: the GPUs the waiters ahead left to it: an exclusive reservation keeps a GPU whole,
   a budget keeps its share of the memory.
+- ``may_keep``: a set kept from one test for the next, as long as it is open to it and no better set is.
 - ``decide``: the best-linked set (``placement.Placer``) among the GPUs open to it that fit now (with
   a budget, between sets linked alike the one with the most room: ``_spread``); it
   is taken once every waiter ahead has looked since the set came free, or after ``GRACE_S`` (a set
@@ -186,6 +187,16 @@ def decide(placer: Placer, budget_gib: float | None, look: Look, before: Seen | 
         return Decision(chosen, {}, seen, False)
     wanted = _reservation(placer, budget_gib, look, opened)
     return Decision(None, wanted, seen, len(wanted) == placer.k)
+
+
+def may_keep(placer: Placer, budget_gib: float | None, leased: tuple[int, ...], look: Look) -> bool:
+    """Whether the next test (``placer``, ``budget_gib``) may run on the set ``leased`` that the test
+    before holds, kept for it: no waiter ahead reserved any of it beyond what the test's budget fits
+    beside (``open_to``), and no better-linked set is open to it and fits now (``Placer.accepts``)."""
+    opened = open_to(budget_gib, list(look.memory_gib), look)
+    if not set(leased) <= opened:
+        return False  # a waiting test's turn: the GPUs go back
+    return placer.accepts(leased, [g for g in opened if g not in leased and fits(budget_gib, g, look)])
 
 
 def reservation(placer: Placer, budget_gib: float | None, look: Look) -> dict[int, float | None]:

@@ -138,18 +138,6 @@ class Leases:
         self.first_round = self.xdist_run is not None
         self._order: dict[str, int] | None = None
 
-    def open_and_held(self, reserved: set[str]) -> tuple[list[int], dict[int, float]]:
-        """The GPUs no waiter reserved (``reserved``), and when each of them that a process holds now
-        was taken (one whose holder has not said yet: now); those not held are free."""
-        uuids = self.demands.uuids
-        open_ = [i for i, uuid in enumerate(uuids) if uuid not in reserved]
-        held = {}
-        for i in open_:
-            found = gpu_locks.holder(self.folder, uuids[i])
-            if found is not None:
-                held[i] = found.since if isinstance(found, gpu_locks.Holder) else time.time()
-        return open_, held
-
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
         placer, requirements = self.demands.placer_of(item)
@@ -186,10 +174,11 @@ class Leases:
     def keeps(self, lease: Lease, nextitem: pytest.Item | None, module: str) -> bool:
         """Whether ``nextitem`` runs on the same ``lease`` in the same process (``module``: the one
         that process collected): a test of that module, run in a process of its own (not ranks),
-        that asks for as many GPUs with a memory budget within the lease's (``within``), whose markers these GPUs meet and no
-        better-linked free set would, and whose GPUs no test waiting before it (in this run or
-        another: in the place it would wait in now) reserved. Decided before the test before it
-        runs, which must know what runs next for its fixtures' teardown."""
+        that asks for as many GPUs with a memory budget within the lease's (``within``), and that the
+        policy lets keep them (``lease_policy.may_keep``: no test waiting before it, in this run or
+        another, reserved them beyond what it fits beside, and no better-linked set is open to it).
+        Decided before the test before it runs, which must know what runs next for its fixtures'
+        teardown."""
         if nextitem is None or str(nextitem.path) != module or nextitem.get_closest_marker("ranks") is not None:
             return False
         placer, _ = self.demands.placer_of(nextitem)
@@ -200,11 +189,8 @@ class Leases:
             or not within(self.demands.budget_of(nextitem), lease.budget_gib)
         ):
             return False
-        reserved = gpu_locks.reserved_before(self.folder, self.waiter(nextitem, time.time()))
-        if any(gpu.uuid in reserved for gpu in lease.gpus):
-            return False  # a waiting test's turn: the GPUs go back
-        open_, held = self.open_and_held(reserved)
-        return placer.accepts(lease.indices, [i for i in open_ if i not in held])
+        look = self.look(self.waiter(nextitem, time.time()))  # from the place it would wait in now
+        return lease_policy.may_keep(placer, self.demands.budget_of(nextitem), lease.indices, look)
 
     def end_kept(self) -> None:
         """Stop the process kept for a test that did not come next, and give its GPUs back."""
@@ -356,7 +342,7 @@ class Leases:
             if ticket is not None:
                 ticket.close()
 
-    def look(self, ticket: gpu_locks.Ticket | None) -> lease_policy.Look:
+    def look(self, ticket: gpu_locks.Ticket | gpu_locks.Waiter | None) -> lease_policy.Look:
         """The host's leases as a test waiting with ``ticket`` sees them now: who holds each GPU
         (since when), and what the tests waiting before it reserved."""
         now, uuids = time.time(), self.demands.uuids
