@@ -310,6 +310,20 @@ def test_readme_main_job_runs_the_examples_on_a_recorded_machine_then_shows_it()
     )
 
 
+PARALLEL_LEASE_PLAN = doc("docs/parallel.md", "pytest examples --gputopo-plan --gputopo-lease")
+PARALLEL_LEASE_PLAN_SHOWN = doc("docs/parallel.md", "gputopo lease plan (simulated)")
+
+
+def test_the_lease_plan_in_parallel_md_is_what_it_prints():
+    """docs/parallel.md's lease plan of the examples on the dgx-a100, run as written from the checkout:
+    every line the doc shows is printed, in its order (run without pytest's cache: no durations kept)."""
+    if not (ROOT / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv in this checkout (dev/setup makes it)")
+    [step] = run_shell(PARALLEL_LEASE_PLAN.block, ROOT, shell_env(PYTEST_ADDOPTS="-p no:cacheprovider"))
+    assert step.status == 0, step.printed
+    assert_shows(PARALLEL_LEASE_PLAN_SHOWN.block.text, step.printed)
+
+
 def operators_files(folder: Path) -> None:
     """What the nvidia-smi and nvbandwidth captures the docs show would write on an 8x H100 node:
     topo.txt, p2p_r.txt / p2p_w.txt / p2p.txt (every pair OK), nvlink.txt, nvb.txt."""
