@@ -224,3 +224,37 @@ def test_two_ranks_tests_under_xdist_run_at_once_on_different_nvlink_pairs(
     for test, ranks in held.items():
         assert all(e["visible"] == ",".join(pairs[test]) for e in ranks)  # each sees its own pair alone
         assert topology.link(*(index[u] for u in pairs[test])).nvlinks  # an NVLink pair
+
+
+SHARING = """
+import time
+import emulated_gpu
+import pytest
+
+
+@pytest.mark.lease_memory(10)
+@pytest.mark.ranks(2, backend="cpu:gloo,cuda:gloo")
+def test_two(gputopo_rank):
+    emulated_gpu.use(3, gputopo_rank.rank)  # on its own GPU, cuda:<rank>
+    import torch.distributed as dist
+
+    dist.barrier()  # both use theirs at once
+    time.sleep(0.5)  # for a few of the run's looks (every 0.1 s)
+"""
+
+
+@pytest.mark.slow
+def test_a_ranks_test_with_a_budget_shares_its_gpus_and_its_ranks_peak_is_measured(
+    pytester, emulated_host, monkeypatch, tmp_path
+):
+    """Leases x ranks(n) x memory: the ranks' GPUs are held as shares of the test's budget, each rank
+    uses its own, and the run measures the ranks' use (they are the pytest process's descendants, under
+    their keepers): the peak is per GPU, 3 GiB, not the 6 the two ranks use together."""
+    emulated_host("dgx-a100", torch=INSTALLED_TORCH)
+    pytester.makepyfile(test_sharing=SHARING)
+    report = tmp_path / "report.json"
+    args = ["--gputopo-lease", f"--gputopo-lease-dir={tmp_path / 'locks'}", f"--gputopo-json={report}"]
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "0", *args)
+    result.assert_outcomes(passed=1)
+    (leased,) = json.loads(report.read_text())["leased"]
+    assert (leased["budget_gib"], leased["peak_gib"], leased["peak_unknown"]) == (10, 3.0, None)
