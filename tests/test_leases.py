@@ -800,18 +800,18 @@ def test_a_set_that_frees_goes_first_to_the_tests_waiting_before(bare_leases, mo
     before = gpu_locks.Ticket(leases.folder, 2, "other.py::test_before", time.time() - 10)  # reserved nothing yet
     try:
         began, wall = time.monotonic(), time.time()
-        lease = leases.take(item, one)
+        lease = leases.taker.take(item, one)
         assert time.monotonic() - began >= 0.5 and lease.indices == (1,)  # GPU1 free all along
         # since it took it, not since it began to wait: waiters reserve the GPUs held longest
         assert gpu_locks.holder(leases.folder, leases.demands.uuids[1]).since >= wall + 0.5
         lease.release()
         monkeypatch.setattr(lease_policy, "GRACE_S", 600.0)
         before.reserve([], looked=time.time() + 5)  # it looked after GPU1 freed: it did not want it
-        lease = leases.take(item, one)
+        lease = leases.taker.take(item, one)
         assert lease.indices == (1,)
         lease.release()
         before.close()
-        lease = leases.take(item, one)  # nobody waits before it: at once, whatever the grace
+        lease = leases.taker.take(item, one)  # nobody waits before it: at once, whatever the grace
         assert lease.indices == (1,)
         lease.release()
     finally:
@@ -856,8 +856,8 @@ def test_a_lease_is_kept_for_the_next_test_unless_a_test_waiting_before_it_reser
     waiter did, and the next test then paid a process start for the same GPUs), one before it does."""
     leases = bare_leases
     began = time.time() - 5
-    leases.xdist_run, leases._order = (began, "run-a"), {"t.py::test_two_a": 3, "t.py::test_two_b": 4}
-    lease = leases.take(fake_item("test_two_a", 2), leases.demands.placer_of(fake_item("test_two_a", 2))[0])
+    leases.taker.xdist_run, leases.taker._order = (began, "run-a"), {"t.py::test_two_a": 3, "t.py::test_two_b": 4}
+    lease = leases.taker.take(fake_item("test_two_a", 2), leases.demands.placer_of(fake_item("test_two_a", 2))[0])
     uuids = [g.uuid for g in lease.gpus]
     later = gpu_locks.Ticket(leases.folder, 2, "t.py::test_one", began, (began, 9), "run-a")
     earlier = None
@@ -883,12 +883,12 @@ def test_a_waiting_tests_process_is_started_ahead_once_it_is_next_in_line(bare_l
     held = hold_here(leases, range(4))
     before = gpu_locks.Ticket(leases.folder, 2, "other.py::test_four", time.time() - 10)
     before.reserve(leases.demands.uuids)
-    monkeypatch.setattr(leases, "timeout_s", 0.3)
+    monkeypatch.setattr(leases.taker, "timeout_s", 0.3)
     try:
-        assert leases.take(item, leases.demands.placer_of(item)[0]) is None  # (its timeout)
+        assert leases.taker.take(item, leases.demands.placer_of(item)[0]) is None  # (its timeout)
         assert leases.started_ahead == []
         before.close()
-        assert leases.take(item, leases.demands.placer_of(item)[0]) is None
+        assert leases.taker.take(item, leases.demands.placer_of(item)[0]) is None
         assert leases.started_ahead and all(started is item for started in leases.started_ahead)
     finally:
         before.close()
@@ -1314,13 +1314,13 @@ def test_a_waiting_test_with_a_budget_reserves_its_share_not_the_whole_gpu(bare_
         whole.reserve([uuid1], time.time())
         bad.me = bad.me._replace(reserved=(uuid1,), budget_gib=-1.0)
         bad._write(bad.fd)
-        ahead = {w.place[2]: dict(w.reserved) for w in leases.look(None).ahead}
+        ahead = {w.place[2]: dict(w.reserved) for w in leases.taker.look(None).ahead}
         assert ahead == {2: {0: 10.0}, 3: {1: None}}
         one = fake_item("test_small")
-        assert lease_policy.open_to(5.0, [0, 1], leases.look(None)) == {0}  # GPU1 kept whole
-        assert lease_policy.open_to(None, [0, 1], leases.look(None)) == set()  # an exclusive test: neither
-        assert "other.py::test_sharing" in leases.who_holds_what(leases.demands.placer_of(one)[0], ())
-        assert "for GPU0 with 10 GiB each" in leases.who_holds_what(leases.demands.placer_of(one)[0], ())
+        assert lease_policy.open_to(5.0, [0, 1], leases.taker.look(None)) == {0}  # GPU1 kept whole
+        assert lease_policy.open_to(None, [0, 1], leases.taker.look(None)) == set()  # an exclusive test: neither
+        assert "other.py::test_sharing" in leases.taker.who_holds_what(leases.demands.placer_of(one)[0], ())
+        assert "for GPU0 with 10 GiB each" in leases.taker.who_holds_what(leases.demands.placer_of(one)[0], ())
     finally:
         for ticket in (sharing, whole, bad):
             ticket.close()
