@@ -93,11 +93,14 @@ def cached(pytester) -> dict:
 @pytest.mark.parametrize("workers", [0, 2])
 def test_each_leased_tests_peak_is_reported_and_kept_and_one_over_its_budget_is_named(pytester, leased, workers):
     """From a lease's own process (and, under -n, through xdist's worker): the peak rides on the call
-    report into the JSON report, the terminal names the test over its budget, and the cache keeps each
+    report into the JSON and HTML reports, the terminal names the test over its budget, and the cache keeps each
     test's peak and duration for later runs."""
     pytester.makepyfile(test_uses=USES)
     report = pytester.path / "report.json"
-    result = pytester.runpytest_subprocess(*leased("dgx-a100"), "-n", str(workers), f"--gputopo-json={report}")
+    html = pytester.path / "report.html"
+    result = pytester.runpytest_subprocess(
+        *leased("dgx-a100"), "-n", str(workers), f"--gputopo-json={report}", f"--gputopo-html={html}"
+    )
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(
         [
@@ -115,6 +118,9 @@ def test_each_leased_tests_peak_is_reported_and_kept_and_one_over_its_budget_is_
     }
     assert leased_figures["test_undeclared"]["budget_gib"] is None
     assert leased_figures["test_undeclared"]["peak_gib"] == 8.0
+    page = html.read_text()
+    assert "<h2>Leased tests' GPU memory</h2>" in page
+    assert '<td class="failed">6.00 GiB (over its budget)</td>' in page and "<td>3.00 GiB</td>" in page
     kept = cached(pytester)
     assert {k.split("::")[-1]: v["peak_gib"] for k, v in kept.items()} == {
         "test_within": 3.0,

@@ -513,6 +513,28 @@ def _unmet(doc: dict) -> str:
     return _table(rows, ["test", "outcome", "requirement", "reason"])
 
 
+def _leased(doc: dict) -> str | None:
+    """Each leased test's GPU memory: its budget per GPU and its peak (NVML's per-process used memory),
+    over the budget in red; None (no section) where no test was leased."""
+    leased = doc.get("leased") or []
+    if not leased:
+        return None
+    rows = []
+    for e in leased:
+        budget, peak = e.get("budget_gib"), e.get("peak_gib")
+        over = isinstance(budget, (int, float)) and isinstance(peak, (int, float)) and peak > budget
+        peak_text = f"{peak:.2f} GiB" if isinstance(peak, (int, float)) else f"unknown: {e.get('peak_unknown') or ''}"
+        budget_text = f"{budget:g} GiB" if isinstance(budget, (int, float)) else "whole GPUs"
+        rows.append(
+            [
+                _cell(e.get("test", ""), "text"),
+                _cell(budget_text),
+                _cell(peak_text + (" (over its budget)" if over else ""), "failed" if over else ""),
+            ]
+        )
+    return _table(rows, ["test", "budget per GPU", "peak on one GPU (NVML, measured)"])
+
+
 def _nccl(doc: dict) -> str:
     nccl = doc.get("nccl")
     if not nccl:
@@ -616,8 +638,12 @@ def html_report(doc: dict) -> str:
         ("sweeps", "All-reduce sweeps", _sweeps),
         ("nccl", "NCCL", _nccl),
         ("nodes", "Nodes of the run", _nodes),
+        ("leased", "Leased tests' GPU memory", _leased),
     ]
-    sections = [(title, _machine(topology) if draw is None else draw(doc)) for key, title, draw in drawn if key in doc]
+    drawn_sections = [
+        (title, _machine(topology) if draw is None else draw(doc)) for key, title, draw in drawn if key in doc
+    ]
+    sections = [(title, content) for title, content in drawn_sections if content is not None]
     body = "\n".join(f"<section><h2>{title}</h2>\n{content}\n</section>" for title, content in sections)
     if has_verdict(doc):
         head, title = _banner(doc, origin, state)
