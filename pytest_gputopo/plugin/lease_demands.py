@@ -92,6 +92,11 @@ class Demands:
             return None if peak is None else round(lease_policy.measured_budget(peak), 2)
         return self.budget_gib
 
+    def declared(self, item: pytest.Item) -> bool:
+        """Whether ``item``'s budget is one the user set (its mark, the run's number), not one taken
+        from its last peak: only a declared budget fails a test that exceeds it under strict."""
+        return item.nodeid in self.budgets or not self.measured
+
     def seconds_of(self, item: pytest.Item) -> float:
         """How long ``item`` held its lease in the last run that measured it (else ``DEFAULT_SECONDS``)."""
         return self.figures.get(item.nodeid, {}).get("seconds") or DEFAULT_SECONDS

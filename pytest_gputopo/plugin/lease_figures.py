@@ -60,15 +60,17 @@ class Figures:
 
     def __init__(self, config: pytest.Config, strict: bool) -> None:
         self.config, self.strict = config, strict
-        self.sampling: dict[str, tuple[Sampler, float | None]] = {}  # by test: its sampler, its budget
+        self.sampling: dict[str, tuple[Sampler, float | None, bool]] = {}  # by test: sampler, budget, declared
         self.keeps = not hasattr(config, "workerinput")
         self.seconds: dict[str, float] = {}
         self.peaks: dict[str, float | None] = {}
         self.over: list[str] = []  # the terminal's lines for tests over their budget
 
-    def start(self, nodeid: str, uuids, root: int, budget_gib: float | None) -> None:
-        """Sample the GPUs ``uuids`` for the processes of ``root`` while ``nodeid`` runs."""
-        self.sampling[nodeid] = (Sampler(uuids, root), budget_gib)
+    def start(self, nodeid: str, uuids, root: int | None, but, budget_gib: float | None, declared: bool) -> None:
+        """Sample the GPUs ``uuids`` for the processes of ``root`` (None: set by ``runs_in``), none of
+        ``but()``'s, while ``nodeid`` runs (``declared``: its budget is the user's, not one from its
+        last peak, which is shown when exceeded, never failed)."""
+        self.sampling[nodeid] = (Sampler(uuids, root, but), budget_gib, declared)
 
     def runs_in(self, nodeid: str, pid: int) -> None:
         """``nodeid`` runs in process ``pid`` (its lease's own): its processes are that one's."""
@@ -90,14 +92,14 @@ class Figures:
 
     def judge(self, report: pytest.TestReport) -> None:
         """The test's peak on its call report; over its budget, named (failed under strict)."""
-        sampler, budget = self.sampling.pop(report.nodeid)
+        sampler, budget, declared = self.sampling.pop(report.nodeid)
         peak = sampler.stop()
         figure = {"budget_gib": budget, "peak_gib": peak.gib, "peak_unknown": peak.why_unknown}
         report.user_properties.append((LEASE_PROPERTY, json.dumps(figure)))
         if not over_budget(budget, peak.gib):
             return
         said = f"used {peak.gib:.2f} GiB of GPU memory at its peak, over its budget of {budget:g} GiB"
-        if self.strict and report.outcome == "passed":
+        if self.strict and declared and report.outcome == "passed":
             report.outcome = "failed"
             report.longrepr = f"{said} (NVML's per-process used memory; --gputopo-strict)"
 

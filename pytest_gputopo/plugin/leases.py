@@ -109,7 +109,11 @@ class Leases:
                 item.stash[LEASE] = lease
         self.taker.first_round = False  # the worker's first test has come (``Taker.take``)
         if lease is not None:
-            self.figures.start(item.nodeid, [g.uuid for g in lease.gpus], os.getpid(), lease.budget_gib)
+            # Its processes: the one it runs in (known once it is chosen), or this one's, which start its
+            # ranks, but not the processes of other tests still ending here, which may share its GPUs.
+            root = None if self.in_own_process(item) else os.getpid()
+            uuids, declared = [g.uuid for g in lease.gpus], self.demands.declared(item)
+            self.figures.start(item.nodeid, uuids, root, self.others, lease.budget_gib, declared)
         try:
             return (yield)
         finally:
@@ -151,6 +155,11 @@ class Leases:
         locked until it has ended, so the next test here need not wait for it unless it needs them."""
         process.end()
         self.ending.append(process)
+
+    def others(self) -> set[int]:
+        """The processes of this run's other leased tests (kept, started ahead, ending)."""
+        found = [*self.ending, self.spare, self.kept.process if self.kept is not None else None]
+        return {p.process.pid for p in found if p is not None}
 
     def reap(self) -> None:
         self.ending = [process for process in self.ending if not process.ended()]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from ..runtime.lineage import descendants
@@ -92,10 +92,11 @@ def _nvml():
 
 class Sampler:
     """Samples the test's use of ``uuids`` until ``stop``. ``root``: the test's process (the one it
-    runs in, or that starts its ranks); may be changed while it samples."""
+    runs in, or that starts its ranks; None: not known yet, nothing counted), which may be set while
+    it samples; ``but()``: processes below ``root`` that are not the test's, nor what they started."""
 
-    def __init__(self, uuids: Iterable[str], root: int) -> None:
-        self.uuids, self.root = tuple(uuids), root
+    def __init__(self, uuids: Iterable[str], root: int | None, but: Callable[[], Collection[int]] = tuple) -> None:
+        self.uuids, self.root, self.but = tuple(uuids), root, but
         self._seen = _Seen()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="gputopo-gpu-memory", daemon=True)
@@ -109,6 +110,10 @@ class Sampler:
             return Peak(None, f"NVML did not answer within {STOP_S:g} s")
         return self._seen.result()
 
+    def _own(self) -> set[int]:
+        root = self.root
+        return set() if root is None else descendants(root, self.but()) | {root}
+
     def _sample(self) -> None:
         nvml, why = _nvml()
         if nvml is None:
@@ -121,7 +126,7 @@ class Sampler:
                 listed = [
                     [(p.pid, p.usedGpuMemory) for p in nvml.nvmlDeviceGetComputeRunningProcesses(h)] for h in handles
                 ]
-                look(listed, lambda: descendants(self.root) | {self.root}, self._seen)
+                look(listed, self._own, self._seen)
                 if stopping or self._seen.why_unknown is not None:
                     return
                 self._stopping.wait(SAMPLE_S)  # set: one last look

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PR_SET_CHILD_SUBREAPER = 36
@@ -76,8 +76,8 @@ def _parent(name: str) -> int | None:
     return int(fields[1]) if len(fields) > 1 else None
 
 
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` (one scan of /proc)."""
+def descendants(pid: int, but: Collection[int] = ()) -> set[int]:
+    """Every process below ``pid``, none of ``but`` or below them (one scan of /proc)."""
     parents: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -87,7 +87,7 @@ def descendants(pid: int) -> set[int]:
     found, todo = set(), [pid]
     while todo:
         for child in parents.get(todo.pop(), ()):
-            if child not in found:
+            if child not in found and child not in but:
                 found.add(child)
                 todo.append(child)
     return found
