@@ -7,7 +7,7 @@ terminal names it and, under ``--gputopo-strict``, the test fails. The process t
 (the controller under xdist) adds each test's phases up to its duration and keeps both in pytest's
 cache per test id (``CACHE_KEY``): ``--gputopo-lease-memory measured`` budgets an undeclared test from
 its last peak, and a run under xdist hands the tests that held the most GPU-seconds out first
-(``order_by_cost``), as CTest's ``COST`` orders its tests by their last duration.
+(``lease_demands.Demands.by_cost``), as CTest's ``COST`` orders its tests by their last duration.
 """
 
 from __future__ import annotations
