@@ -35,7 +35,8 @@ def looked(*samples, own=frozenset({10, 11})) -> _Seen:
 @pytest.mark.parametrize(
     ("samples", "peak", "unknown"),
     [
-        ([[]], 0, None),  # nothing listed: the test used no GPU
+        ([[]], None, "listed no compute process"),  # it used none, or NVML shows none here: not a 0
+        ([[[(os.getpid(), 9 * GIB)]]], 0, None),  # NVML shows processes here, none of its own: it used none
         ([[[(10, 2 * GIB), (11, 1 * GIB)]]], 3 * GIB, None),  # its processes add up on a GPU
         ([[[(10, 2 * GIB)], [(10, 5 * GIB)]]], 5 * GIB, None),  # per GPU: the fullest one
         ([[[(10, 2 * GIB)]], [[(10, 4 * GIB)]], [[(10, 1 * GIB)]]], 4 * GIB, None),  # the most at a look

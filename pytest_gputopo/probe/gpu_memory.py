@@ -5,9 +5,10 @@ Each look asks NVML for the compute processes on each of the test's GPUs
 (``nvmlDeviceGetComputeRunningProcesses``: pid and ``usedGpuMemory``, which nvidia-ml-py gives as
 None where the driver cannot say) and adds up what the test's own processes use (its process and
 every descendant, found in ``/proc``). The figure is the most any one of its GPUs held at a look,
-per GPU as a budget counts it. It stays unknown, never 0, where NVML gives no per-process memory,
-or where it names only processes this PID namespace does not show (a container without the host's
-PID namespace sees the host's pids from NVML: nothing of the test's is ever matched).
+per GPU as a budget counts it. It stays unknown, never a guessed 0, where NVML gives no per-process
+memory, lists no process at all on the test's GPUs (the test used none, or NVML shows none here), or
+names only processes this PID namespace does not show (a container without the host's PID namespace
+sees the host's pids from NVML: nothing of the test's is ever matched).
 
 NVML is started in this process once, on the first leased test that is sampled; it creates no CUDA
 context. A driver that hangs in an NVML call holds only the sampler's thread: the figure is unknown.
@@ -42,6 +43,7 @@ class _Seen:
     """What the looks found so far."""
 
     peak: int = 0
+    listed: bool = False  # NVML listed a process on the test's GPUs at some look
     matched: bool = False  # a process of the test's was listed at some look
     foreign: bool = False  # NVML listed a pid this namespace does not show
     why_unknown: str | None = None
@@ -49,6 +51,12 @@ class _Seen:
     def result(self) -> Peak:
         if self.why_unknown is not None:
             return Peak(None, self.why_unknown)
+        if not self.listed:  # 0 would be a guess: some drivers and containers list no process at all
+            return Peak(
+                None,
+                "NVML listed no compute process on its GPUs while it ran: it used none, or NVML does "
+                "not show processes here",
+            )
         if self.foreign and not self.matched:
             return Peak(
                 None,
@@ -65,6 +73,7 @@ def look(listed: Iterable[Iterable[tuple[int, int | None]]], own: Callable[[], s
     for processes in listed:
         used = 0
         for pid, used_bytes in processes:
+            seen.listed = True
             if mine is None:
                 mine = own()
             if pid in mine:
