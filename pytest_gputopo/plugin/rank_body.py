@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import faulthandler
 import importlib.util
+import inspect
 import os
 import pickle
 import sys
@@ -77,9 +78,10 @@ def _native_traces() -> None:
 def _environment(info: RankInfo, visible: str | None) -> None:
     """What torchrun gives each local rank (torch/distributed/elastic/agent/server/local_elastic_agent.py,
     ``_start_workers``: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE...), one thread per rank unless
-    said (torch/distributed/run.py sets OMP_NUM_THREADS=1 for more than one process per node), gloo
-    on loopback (one node), and the GPUs of the test's lease alone where it holds one (before anything
-    can start CUDA here). This process is the rank's own: the user's pytest keeps its environment."""
+    said (torch/distributed/run.py sets OMP_NUM_THREADS=1 for more than one process per node), gloo's
+    and NCCL's sockets on loopback (one node), and the GPUs of the test's lease alone where it holds
+    one (before anything can start CUDA here). This process is the rank's own: the user's pytest
+    keeps its environment."""
     n = str(info.world_size)
     os.environ.update(
         {
@@ -94,8 +96,12 @@ def _environment(info: RankInfo, visible: str | None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
     if info.world_size > 1:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-    if os.path.exists("/sys/class/net/lo"):
+    if os.path.exists("/sys/class/net/lo"):  # the ranks of one test share one host: loopback only
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        # NCCL's sockets (its bootstrap; its network transport, where P2P and SHM are off) on the
+        # interface named lo exactly ("=" matches a whole name; NCCL's docs, env.html,
+        # NCCL_SOCKET_IFNAME: "=eth0 : Use only interface eth0"), not the host's first interface.
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "=lo")
 
 
 def _body(job: dict, info: RankInfo):
@@ -140,6 +146,20 @@ def _load(name: str, path: str, rewrite: bool):
     return module
 
 
+def _bound_to_gpu(dist, backend: str, gpus) -> dict:
+    """An NCCL rank's GPU made current, and the group bound to it (``device_id``: NCCL's communicator
+    is made at once, an error in it raised there, not at the first collective, and barrier() knows its
+    device: torch's init_process_group docstring, torch/distributed/distributed_c10d.py); a torch from
+    before the argument, or another backend, is given none."""
+    if backend != "nccl" or not gpus:
+        return {}
+    import torch
+
+    device = torch.device("cuda", gpus[0].index)
+    torch.cuda.set_device(device)
+    return {"device_id": device} if "device_id" in inspect.signature(dist.init_process_group).parameters else {}
+
+
 class _process_group:
     """The rank's process group, initialised before the body and destroyed after it (a failed body's
     group is left to the process's end: its peers may still be inside a collective with it)."""
@@ -150,16 +170,14 @@ class _process_group:
     def __enter__(self):
         import torch.distributed as dist
 
-        if self.job["backend"] == "nccl" and self.info.gpus:
-            import torch
-
-            torch.cuda.set_device(self.info.gpus[0].index)
+        bound = _bound_to_gpu(dist, self.job["backend"], self.info.gpus)
         dist.init_process_group(
             self.job["backend"],
             store=dist.FileStore(self.store, self.info.world_size),
             rank=self.info.rank,
             world_size=self.info.world_size,
             timeout=timedelta(seconds=self.job["timeout_s"]),
+            **bound,
         )
         if "gloo" in self.job["backend"] and "nccl" not in self.job["backend"]:
             # gloo connects every pair eagerly (connectFullMesh) and may return on one rank while its
