@@ -329,6 +329,33 @@ def test_two_ranks_marks_on_one_test_are_a_usage_error(pytester):
     result.stderr.fnmatch_lines(["*test_bad.py::test_x: @pytest.mark.ranks: 2 marks on one test; give it one*"])
 
 
+def test_ranks_on_a_unittest_method_is_a_usage_error_naming_the_test(pytester):
+    """Issue 43: unittest runs a TestCase's method itself (pytest's TestCaseFunction calls the case,
+    _pytest/unittest.py), never through pytest_pyfunc_call where the ranks start: it ran once, in the
+    pytest process, without a process group. A method of a plain class still runs as ranks."""
+    pytester.makepyfile(
+        test_bad="""
+import unittest, pytest
+
+class TestCase(unittest.TestCase):
+    @pytest.mark.ranks(2, backend="gloo")
+    def test_x(self):
+        pass
+
+class TestPlain:
+    @pytest.mark.ranks(2, backend="gloo")
+    def test_y(self, gputopo_rank):
+        pass
+"""
+    )
+    result = run_here(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*test_bad.py::TestCase::test_x: @pytest.mark.ranks: a unittest.TestCase method is run by unittest itself*"]
+    )
+    assert "TestPlain" not in result.stderr.str()
+
+
 def test_a_fixture_value_that_cannot_be_pickled_fails_naming_the_fixture(pytester):
     pytester.makepyfile(
         test_lock="""

@@ -9,6 +9,7 @@ checks it); the core's judges and the benchmarks are imported when something nee
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 
@@ -325,6 +326,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         ranks = [r for r, _ in found if isinstance(r, RanksRequirement)]
         if len(ranks) > 1:
             errors.append(f"{item.nodeid}: @pytest.mark.ranks: {len(ranks)} marks on one test; give it one")
+        elif ranks and _of_unittest(item):
+            errors.append(
+                f"{item.nodeid}: @pytest.mark.ranks: a unittest.TestCase method is run by unittest itself, "
+                f"once, in this process: its ranks would never start; make it a test function or a method "
+                f"of a class that is not a TestCase"
+            )
         elif ranks:
             item.stash[RANKS_TEST] = ranks[0]
     if errors:
@@ -334,6 +341,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         from .checks import check_items
 
         items[:0] = check_items(session, level)
+
+
+def _of_unittest(item: pytest.Item) -> bool:
+    """Whether ``item`` is a ``unittest.TestCase``'s method (a class of it exists only where unittest
+    was imported: it is not imported here for the question)."""
+    unittest, cls = sys.modules.get("unittest"), getattr(item, "cls", None)
+    return unittest is not None and isinstance(cls, type) and issubclass(cls, unittest.TestCase)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the terminal reporter asks for the header
