@@ -219,7 +219,7 @@ def mixed(machine: str, sleep: float, workers: str, plugins: list[str]) -> None:
             wall, cpu, launched, entries = run(
                 folder, {**env, "BENCH_MEMORY": budgets}, leased, plugins, n, name.split()[0]
             )
-            over, exclusive_shared = over_memory(entries, memory) if budgets == "1" else (0, 0)
+            over, exclusive_shared = over_memory(entries, memory)  # (every test exclusive without budgets)
             first, last = min(e["start"] for e in entries), max(e["end"] for e in entries)
             processes = len({e["pid"] for e in entries})
             print(
