@@ -45,6 +45,12 @@ class Demands:
         self.figures: dict[str, dict] = {}  # by test: what earlier runs measured (``lease_figures``)
         self._placers: dict = {}
 
+    @classmethod
+    def of_run(cls, run, reqs_key) -> Demands:
+        """The demands as the run's settings say (``--gputopo-lease-memory``), on its machine."""
+        settings = run.settings
+        return cls(run.topology, reqs_key, settings.lease_memory_gib, settings.lease_memory_measured)
+
     def read(self, config: pytest.Config, items: list) -> None:
         """Each test's own budget, checked (a usage error names a bad one), and the kept figures."""
         self.budgets = read_budgets(items)

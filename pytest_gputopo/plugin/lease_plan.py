@@ -145,7 +145,6 @@ def document(found: LeasePlan) -> dict:
 
 def demands_of(config: pytest.Config, run, reqs_key, items: list) -> Demands:
     """The demands a leased run would read, on the plan's machine."""
-    settings = run.settings
-    demands = Demands(run.topology, reqs_key, settings.lease_memory_gib, settings.lease_memory_measured)
+    demands = Demands.of_run(run, reqs_key)
     demands.read(config, items)
     return demands

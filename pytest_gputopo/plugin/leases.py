@@ -68,8 +68,7 @@ class Leases:
 
     def __init__(self, run: GputopoRun, reqs_key, folder: str, figures: Figures):
         self.run, self.reqs_key, self.folder, self.figures = run, reqs_key, folder, figures
-        settings = run.settings
-        self.demands = Demands(run.topology, reqs_key, settings.lease_memory_gib, settings.lease_memory_measured)
+        self.demands = Demands.of_run(run, reqs_key)
         self.kept: Kept | None = None
         self.spare: LeaseProcess | None = None  # started ahead for a test's module, before its lease
         self.ending: list[LeaseProcess] = []  # told to end; each holds its GPUs until it has ended

@@ -70,6 +70,16 @@ def valid_time(value) -> float:
     return found
 
 
+def valid_budget(value) -> float:
+    """A record's memory budget in GiB (a share's, a ticket's): a number above 0 and below 1e6."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a budget: {value!r}")
+    found = float(value)
+    if not 0 < found < 1e6:  # (NaN too)
+        raise ValueError(f"not a budget: {value!r}")
+    return found
+
+
 def default_folder() -> str:
     return DEFAULT_FOLDER.format(uid=os.getuid())
 
@@ -330,17 +340,8 @@ def _waiter(raw: dict) -> Waiter:
         None if turn is None else (valid_time(turn[0]), int(turn[1])),
         None if run is None else str(run),
         valid_time(raw.get("looked", 0.0)),
-        _budget(raw.get("budget_gib")),
+        None if raw.get("budget_gib") is None else valid_budget(raw["budget_gib"]),
     )
-
-
-def _budget(raw) -> float | None:
-    """A ticket's budget in GiB: None (whole GPUs), or a number above 0 and at most 1024."""
-    if raw is None:
-        return None
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw <= 1024:
-        raise ValueError("not a budget")
-    return float(raw)
 
 
 def stopped_looking(waiter: Waiter, now: float) -> bool:

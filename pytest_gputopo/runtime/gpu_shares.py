@@ -16,7 +16,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from .gpu_locks import MAX_HOLDER_BYTES, Holder, LockFolderError, holder_of, lock_path, open_own_file, read_record
+from .gpu_locks import (
+    MAX_HOLDER_BYTES,
+    Holder,
+    LockFolderError,
+    holder_of,
+    lock_path,
+    open_own_file,
+    read_record,
+    valid_budget,
+)
 
 SHARE = ".share"
 MUTEX = ".mutex"
@@ -74,14 +83,7 @@ def _live(path: str, remove_dead: bool = False) -> Share | bool:
 
 
 def _share(raw: dict) -> Share:
-    return Share(holder_of(raw), _budget(raw["budget_gib"]))
-
-
-def _budget(value) -> float:
-    found = float(value)
-    if not 0 < found < 1e6:
-        raise ValueError(f"not a budget: {value!r}")
-    return found
+    return Share(holder_of(raw), valid_budget(raw["budget_gib"]))
 
 
 class SharedLock:
