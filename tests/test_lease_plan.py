@@ -107,4 +107,4 @@ def test_on_this_host_the_plan_agrees_with_the_leased_run_and_reads_the_duration
     after = pytester.runpytest_subprocess(*args, "--gputopo-plan", f"--gputopo-plan-json={path}")
     after.stdout.fnmatch_lines(["durations: 6 kept by earlier runs, 0 unmeasured *"])
     pair = next(t for t in json.loads(path.read_text())["leases"]["tests"] if t["nodeid"].endswith("test_pair"))
-    assert pair["seconds_measured"] and 0.3 <= pair["seconds"] < 1.0
+    assert pair["seconds_measured"] and pair["seconds"] >= 0.3  # its sleep, at least: measured, not the 1 s stand-in
