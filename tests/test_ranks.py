@@ -201,24 +201,41 @@ def test_hangs(gputopo_rank):
     if gputopo_rank.rank == 1:
         wait_in_sleep()
     dist.barrier()
+
+
+@pytest.mark.ranks(2, timeout=8)
+def test_both_hang(gputopo_rank):
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+    wait_in_sleep()
 """
 
 
 @pytest.mark.slow
 def test_a_hanging_rank_fails_its_test_with_every_live_ranks_stack(pytester, pid_folder):
+    """A rank waiting in a collective is failed by its group's timeout (15 s of the test's 20: the
+    collective's own error, naming what it waited for), the rank that never came is ended 3 s later
+    with its stack; ranks stuck outside any collective are ended at the test's deadline."""
     pytester.makepyfile(test_hang=HANG)
     result = run(pytester)
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(failed=2)
     text = result.stdout.str()
+    hangs = text.split("_ test_hangs _")[1].split("_ test_both_hang _")[0]
     assert (
-        "ranks(2, timeout=20): rank 0 timed out: still running after 20 s (the test's timeout); ended by "
-        "gputopo; rank 1 timed out" in text
+        "ranks(2, timeout=20): rank 0 failed: RuntimeError: [" in hangs
+        and "Timed out waiting 15000ms for recv operation to complete; rank 1 stuck: still running 3 s after "
+        "rank 0 failed; ended by gputopo" in hangs
     ), text
-    rank1 = text.split("--- rank 1 of 2: timed out")[1]
+    rank1 = hangs.split("--- rank 1 of 2: stuck")[1]
     assert re.search(r'File ".*test_hang\.py", line \d+ in wait_in_sleep', rank1), text
-    rank0 = text.split("--- rank 0 of 2: timed out")[1].split("--- rank 1")[0]
-    assert re.search(r"line \d+ in barrier", rank0) and "test_hangs" in rank0, text
-    assert len(rank_pids(pid_folder)) == 2 and [pid for pid in rank_pids(pid_folder) if alive(pid)] == []
+    rank0 = hangs.split("--- rank 0 of 2: failed")[1].split("--- rank 1")[0]
+    assert re.search(r"line \d+, in barrier", rank0) and "test_hangs" in rank0, text
+    both = text.split("_ test_both_hang _")[1]
+    assert (
+        "ranks(2, timeout=8): rank 0 timed out: still running after 8 s (the test's timeout); ended by "
+        "gputopo; rank 1 timed out" in both
+    ), text
+    assert re.search(r'File ".*test_hang\.py", line \d+ in wait_in_sleep', both.split("--- rank 1 of 2")[1]), text
+    assert len(rank_pids(pid_folder)) == 4 and [pid for pid in rank_pids(pid_folder) if alive(pid)] == []
 
 
 def test_a_test_that_skips_spawns_nothing(pytester):

@@ -204,3 +204,17 @@ def test_a_bandwidth_verdict_is_unknown_only_when_no_figure_is_known_to_fall_sho
     judgements = [_figure(gbps, exp) for gbps, exp in figures]
     verdict = reqs.BandwidthRequirement(metric="p2p").judge(box({}, 2), judgements)
     assert not verdict.ok and verdict.unknown is unknown
+
+
+@pytest.mark.parametrize(
+    ("timeout", "group"),
+    [
+        (None, 270.0),  # torch's 300 s: a tenth left
+        (600, 570.0),  # at most 30 s left
+        (20, 15.0),  # at least 5 s: the others' 3 s after a failure and 2 s for their stacks
+        (8, 4.0),  # never more than half the test's time
+        (1, 0.5),
+    ],
+)
+def test_a_ranks_tests_process_group_times_out_inside_the_tests_own_deadline(timeout, group):
+    assert reqs.RanksRequirement(n=2, timeout=timeout).group_timeout_s == group

@@ -587,6 +587,8 @@ MAX_RANKS = 1024  # ranks of one test on one host (MAX_GPUS: one GPU each)
 MAX_RANKS_TIMEOUT_S = 24 * 3600
 # torch's MultiProcessTestCase gives a test 300 s (TIMEOUT_DEFAULT, torch/testing/_internal/common_distributed.py)
 RANKS_TIMEOUT_S = 300.0
+GROUP_MARGIN_S = (5.0, 30.0)  # the least and most of a test's time left after its group's timeout: 5 s, the 3 s the
+# other ranks are given after one failed (rank_procs.FAILED_GRACE_S) and 2 s for their stacks
 
 
 @dataclass(frozen=True)
@@ -631,6 +633,15 @@ class RanksRequirement(Requirement):
     @property
     def timeout_s(self) -> float:
         return RANKS_TIMEOUT_S if self.timeout is None else self.timeout
+
+    @property
+    def group_timeout_s(self) -> float:
+        """The process group's timeout: a collective that waits this long raises on its rank (gloo) or
+        is aborted by NCCL's watchdog, which names it, before the test's own deadline ends the ranks
+        with stacks only. A tenth of the test's time is left (5 s to 30 s, never above half of it):
+        for the rank to report, and for the others' stacks."""
+        margin = min(max(self.timeout_s / 10, GROUP_MARGIN_S[0]), GROUP_MARGIN_S[1], self.timeout_s / 2)
+        return self.timeout_s - margin
 
     def on_gpus(self, topology: Topology) -> bool:
         """Whether the ranks run on GPUs: NCCL needs them, gloo is given the CPUs, and any other

@@ -176,7 +176,7 @@ class _process_group:
             store=dist.FileStore(self.store, self.info.world_size),
             rank=self.info.rank,
             world_size=self.info.world_size,
-            timeout=timedelta(seconds=self.job["timeout_s"]),
+            timeout=timedelta(seconds=self.job["group_timeout_s"]),
             **bound,
         )
         if "gloo" in self.job["backend"] and "nccl" not in self.job["backend"]:

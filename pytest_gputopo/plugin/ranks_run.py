@@ -83,7 +83,7 @@ def _job(item: pytest.Function, requirement, topology) -> dict:
         "rewrite": item.config.getoption("assertmode", "rewrite") == "rewrite",
         "n": requirement.n,
         "backend": requirement.backend_on(topology),
-        "timeout_s": requirement.timeout_s,
+        "group_timeout_s": requirement.group_timeout_s,
         "gpus": gpus,
         "visible": visible,
         "locks": tuple(rank_procs.Inherited(fd) for fd in locks),  # each rank holds its lease's GPUs too
