@@ -223,7 +223,8 @@ def test_a_hanging_rank_fails_its_test_with_every_live_ranks_stack(pytester, pid
     assert (
         "ranks(2, timeout=20): rank 0 failed: RuntimeError: [" in hangs
         and "Timed out waiting 15000ms for recv operation to complete; rank 1 stuck: still running 3 s after "
-        "rank 0 failed; ended by gputopo" in hangs
+        "rank 0 failed; ended by gputopo"
+        in hangs
     ), text
     rank1 = hangs.split("--- rank 1 of 2: stuck")[1]
     assert re.search(r'File ".*test_hang\.py", line \d+ in wait_in_sleep', rank1), text
@@ -335,6 +336,60 @@ def test_a_bad_argument_is_a_usage_error_naming_the_test(pytester, marker, says)
     result = run_here(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*test_bad.py::test_x: @pytest.mark.ranks: {says}*"])
+
+
+def test_a_backend_torch_lacks_and_more_ranks_than_the_memory_holds_stop_before_any_rank_starts(pytester, pid_folder):
+    """torch's own ``is_backend_available`` (torch/distributed/distributed_c10d.py: built in, or
+    registered with ``Backend.register_backend``; a composite string part by part) is asked in the
+    pytest process: a typo fails at once, naming what the installed torch has. More ranks than the
+    host's memory holds (256 MiB each before the body allocates) are unmet: skipped, failed when
+    strict. No rank starts for either (no pid noted)."""
+    pytester.makeconftest(
+        "from pytest_gputopo.bench import sweep\nsweep.available_memory = lambda: 2**30  # 1 GiB: 4 ranks\n"
+    )
+    pytester.makepyfile(
+        test_checked=PIDS.replace("import os", "import os\nimport pytest")
+        + """
+@pytest.mark.ranks(2, backend="bogus")
+def test_bogus(gputopo_rank):
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+
+@pytest.mark.ranks(2, backend="cpu:gloo,cuda:bogus")
+def test_bogus_part(gputopo_rank):
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+
+@pytest.mark.ranks(5, backend="gloo")
+def test_five(gputopo_rank):
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+
+@pytest.mark.ranks(5, backend="gloo", strict=True)
+def test_five_strict(gputopo_rank):
+    note_pid(os.environ["RANKS_TEST_PIDS"], gputopo_rank.rank)
+"""
+    )
+    result = run(pytester, "-rA")
+    result.assert_outcomes(failed=3, skipped=1)
+    text = result.stdout.str()
+    torch_version = __import__("torch").__version__
+    bogus = f"ranks(2, backend='bogus'): the installed torch {torch_version} has no backend 'bogus'"
+    assert f"{bogus}; available here: gloo\n" in text, text
+    assert "ranks(2, backend='cpu:gloo,cuda:bogus'): the installed torch" in text, text
+    memory = (
+        "5 ranks need about 1.2 GiB of this host's memory before their body allocates anything (256 MiB "
+        "each: python and torch), and 1.0 GiB is available"
+    )
+    assert f"SKIPPED [1] test_checked.py:16: ranks(5, backend='gloo'): {memory}" in text, text
+    assert re.search(rf"_ test_five_strict _+\nranks\(5, backend='gloo'\): {re.escape(memory)}", text), text
+    assert rank_pids(pid_folder) == []
+
+
+@pytest.mark.parametrize(
+    ("n", "available", "fits"), [(4, 2**30, True), (5, 2**30, False), (1024, 24 * 2**30, False), (1024, None, True)]
+)
+def test_the_ranks_fit_the_hosts_memory_at_256_mib_each_and_unknown_memory_bounds_nothing(n, available, fits):
+    from pytest_gputopo.core.requirements import RanksRequirement
+
+    assert (RanksRequirement(n=n).memory_shortfall(available) is None) is fits
 
 
 def test_two_ranks_marks_on_one_test_are_a_usage_error(pytester):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from ..core.requirements import RANK_BASE_BYTES
 from ..core.spec import Figure
 from ..core.units import counted, size_text
 from .allreduce_result import AllReduceResult
@@ -70,11 +71,9 @@ def sweep_entry(
 # CPU each rank waits more than it runs, so the figures describe the scheduler, not the all-reduce
 # (40 ranks on 2 cores took 43 s for one small size).
 RANKS_PER_CPU = 2
-# A gloo rank's memory: python with torch resident before any buffer (about 150 MiB measured on
-# torch 2.x CPU: VmRSS of a worker), with room; then the buffers of the largest size it holds at once
-# (the timed buffer, the verification pattern, its sum and the comparison, gloo's own copies: a peak of
-# about 5.5x the size measured at 64 MiB, VmHWM).
-RANK_BASE_BYTES = 256 * 2**20
+# A gloo rank's memory: python with torch resident before any buffer (``RANK_BASE_BYTES``), then the
+# buffers of the largest size it holds at once (the timed buffer, the verification pattern, its sum and
+# the comparison, gloo's own copies: a peak of about 5.5x the size measured at 64 MiB, VmHWM).
 RANK_BUFFERS = 6
 
 

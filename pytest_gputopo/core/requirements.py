@@ -587,6 +587,9 @@ MAX_RANKS = 1024  # ranks of one test on one host (MAX_GPUS: one GPU each)
 MAX_RANKS_TIMEOUT_S = 24 * 3600
 # torch's MultiProcessTestCase gives a test 300 s (TIMEOUT_DEFAULT, torch/testing/_internal/common_distributed.py)
 RANKS_TIMEOUT_S = 300.0
+# A rank's memory before its body allocates anything: python with torch resident (about 150 MiB measured
+# on torch 2.x CPU: a gloo rank's VmRSS), with room. The gloo sweep adds its buffers (bench.sweep).
+RANK_BASE_BYTES = 256 * 2**20
 GROUP_MARGIN_S = (5.0, 30.0)  # the least and most of a test's time left after its group's timeout: 5 s, the 3 s the
 # other ranks are given after one failed (rank_procs.FAILED_GRACE_S) and 2 s for their stacks
 
@@ -652,6 +655,18 @@ class RanksRequirement(Requirement):
 
     def backend_on(self, topology: Topology) -> str:
         return self.backend or ("nccl" if self.on_gpus(topology) else "gloo")
+
+    def memory_shortfall(self, available: int | None) -> str | None:
+        """Why ``available`` bytes of this host cannot hold the ranks' processes (``RANK_BASE_BYTES``
+        each, before the body allocates), None when they fit or the memory is unknown."""
+        need = self.n * RANK_BASE_BYTES
+        if available is None or need <= available:
+            return None
+        return (
+            f"{self.n} ranks need about {need / 2**30:.1f} GiB of this host's memory before their body "
+            f"allocates anything ({RANK_BASE_BYTES // 2**20} MiB each: python and torch), and "
+            f"{available / 2**30:.1f} GiB is available"
+        )
 
     def findings(self, topology: Topology) -> list[Finding]:
         if not topology.gpus_known and (self.backend or "").lower() not in ("nccl", "gloo"):

@@ -323,7 +323,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         from ..core.requirements import RanksRequirement  # loaded already: the marks were read with it
 
         item.stash[ITEM_REQS] = found
-        ranks = [r for r, _ in found if isinstance(r, RanksRequirement)]
+        ranks = [(r, strict) for r, strict in found if isinstance(r, RanksRequirement)]
         if len(ranks) > 1:
             errors.append(f"{item.nodeid}: @pytest.mark.ranks: {len(ranks)} marks on one test; give it one")
         elif ranks and _of_unittest(item):
@@ -397,12 +397,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """A ``ranks(n)`` test's body runs as its n ranks (``ranks_run``), not in this process."""
-    requirement = pyfuncitem.stash.get(RANKS_TEST, None)
-    if requirement is None:
+    ranks = pyfuncitem.stash.get(RANKS_TEST, None)
+    if ranks is None:
         return None
     from .ranks_run import call
 
-    call(pyfuncitem, requirement)
+    call(pyfuncitem, *ranks)
     return True
 
 

@@ -20,7 +20,10 @@ import pickle
 import signal
 
 import pytest
+import torch  # this module loads when a ranks test runs (``hooks.pytest_pyfunc_call``), for it
+import torch.distributed as dist
 
+from ..bench.sweep import available_memory
 from ..render.escape import terminal_lines
 from ..runtime import environ, rank_procs, run_folder
 from . import rank_body
@@ -28,13 +31,16 @@ from .reporter import RANKS_PROPERTY
 from .run import run_of
 
 
-def call(item: pytest.Function, requirement) -> None:
+def call(item: pytest.Function, requirement, strict: bool | None) -> None:
     """Run ``item``'s body as its ranks; return when every rank passed, else fail (or skip) the test
-    saying which ranks did not pass and why."""
+    saying which ranks did not pass and why. Nothing starts before the launch, the backend and the
+    host's memory are known to allow it."""
     __tracebackhide__ = True
     _refuse_inside_a_launch(requirement)
-    topology = run_of(item.config).topology
-    job = _job(item, requirement, topology)
+    run = run_of(item.config)
+    _check_backend(requirement, requirement.backend_on(run.topology))
+    _check_memory(run, requirement, strict)
+    job = _job(item, requirement, run.topology)
     # private (0700): the store, results, stacks; one a killed run left is removed by a later run
     workdir = run_folder.make(run_folder.RANKS)
     try:
@@ -60,6 +66,41 @@ def _refuse_inside_a_launch(requirement) -> None:
             f"pytest started without a launcher",
             pytrace=False,
         )
+
+
+def _check_backend(requirement, backend: str) -> None:
+    """A backend the installed torch does not have fails the test here, not after n ranks started
+    (torch's own ``is_backend_available``: built in, or registered by ``Backend.register_backend``,
+    as the test's module may do at import; composite ``"cpu:gloo,cuda:nccl"`` checked part by part)."""
+    __tracebackhide__ = True
+    if not dist.is_available():
+        pytest.fail(f"{requirement}: the installed torch {torch.__version__} has no torch.distributed", pytrace=False)
+    try:
+        available = dist.is_backend_available(backend)
+    except (ValueError, KeyError) as exc:  # a composite string torch cannot read
+        available, why = False, f" ({exc})"
+    else:
+        why = ""
+    if not available:
+        unreal = (dist.Backend.UNDEFINED, "fake")  # "fake": torch's own tests' backend, no collective runs
+        have = [b for b in dist.Backend.backend_list if b not in unreal and dist.is_backend_available(b)]
+        pytest.fail(
+            f"{requirement}: the installed torch {torch.__version__} has no backend {backend!r}{why}; available "
+            f"here: {', '.join(have) or 'none'}",
+            pytrace=False,
+        )
+
+
+def _check_memory(run, requirement, strict: bool | None) -> None:
+    """More ranks than this host's memory holds are unmet here, as too few GPUs are: skipped (failed
+    when strict), before any starts, never the host's memory run out under n torch processes."""
+    __tracebackhide__ = True
+    shortfall = requirement.memory_shortfall(available_memory())
+    if shortfall is None:
+        return
+    if run.settings.strict if strict is None else strict:
+        pytest.fail(f"{requirement}: {shortfall}", pytrace=False)
+    raise pytest.skip.Exception(f"{requirement}: {shortfall}", _use_item_location=True)
 
 
 def _job(item: pytest.Function, requirement, topology) -> dict:

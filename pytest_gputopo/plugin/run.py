@@ -141,7 +141,7 @@ class GputopoRun:
 
 
 RUN = pytest.StashKey[GputopoRun]()
-RANKS_TEST = pytest.StashKey[object]()  # a ranks(n) test's RanksRequirement: its body runs as n ranks
+RANKS_TEST = pytest.StashKey[tuple]()  # a ranks(n) test's (RanksRequirement, strict): its body runs as n ranks
 
 
 def run_of(config: pytest.Config) -> GputopoRun:
