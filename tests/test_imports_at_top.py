@@ -78,7 +78,11 @@ ALLOWED: dict[str, tuple[int, str]] = {
         6,
         "torch in each rank; pytest (assertion rewriting, a skip) only where a rank rewrites or fails",
     ),
-    "plugin/ranks_run.py": (1, "load budget: the lease rooms load only under --gputopo-lease"),
+    "plugin/ranks_run.py": (
+        3,
+        "load budget: the lease rooms load only under --gputopo-lease; torch after a launch is refused, "
+        "which a pytest without torch says",
+    ),
     "plugin/reporter.py": (
         17,
         f"{LOADED}: a plain run's summary loads no renderer, run record, verdicts, gate, check items or report writer",
@@ -124,7 +128,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "runtime/rank_procs.py": (1, "torch: torch.multiprocessing spawns a ranks(n) test's processes"),
     "runtime/ranks.py": (1, "torch: torch.distributed's store, for a launch"),
 }
-TOTAL = 149  # the allowances' sum, said in docs/architecture.md
+TOTAL = 151  # the allowances' sum, said in docs/architecture.md
 
 
 def imports_inside_functions(source: str) -> list[int]:

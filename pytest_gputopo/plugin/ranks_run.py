@@ -20,8 +20,6 @@ import pickle
 import signal
 
 import pytest
-import torch  # this module loads when a ranks test runs (``hooks.pytest_pyfunc_call``), for it
-import torch.distributed as dist
 
 from ..bench.sweep import available_memory
 from ..render.escape import terminal_lines
@@ -73,6 +71,9 @@ def _check_backend(requirement, backend: str) -> None:
     (torch's own ``is_backend_available``: built in, or registered by ``Backend.register_backend``,
     as the test's module may do at import; composite ``"cpu:gloo,cuda:nccl"`` checked part by part)."""
     __tracebackhide__ = True
+    import torch  # after the launch's refusal, which a pytest without torch still says
+    import torch.distributed as dist
+
     if not dist.is_available():
         pytest.fail(f"{requirement}: the installed torch {torch.__version__} has no torch.distributed", pytrace=False)
     try:
