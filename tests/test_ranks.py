@@ -392,6 +392,91 @@ def test_the_ranks_fit_the_hosts_memory_at_256_mib_each_and_unknown_memory_bound
     assert (RanksRequirement(n=n).memory_shortfall(available) is None) is fits
 
 
+WORLD_SIZES = """
+import json
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.ranks([1, 2])
+@pytest.mark.parametrize("scale", [1, 3])
+def test_sizes(gputopo_rank, scale):
+    t = torch.ones(1) * scale
+    dist.all_reduce(t)
+    assert t.item() == scale * gputopo_rank.world_size == scale * dist.get_world_size()
+
+
+@pytest.mark.ranks([2, 1], backend="gloo")
+class TestSized:
+    @pytest.mark.ranks(timeout=60)
+    def test_method(self, gputopo_rank):
+        assert os.environ["WORLD_SIZE"] == str(gputopo_rank.world_size)
+"""
+
+
+@pytest.mark.slow
+def test_a_list_of_world_sizes_is_one_test_per_size_each_run_at_its_size(pytester):
+    """``ranks([1, 2])``: one test id per size (DeepSpeed's ``world_size = [1, 2, 4]``), by pytest's
+    parametrize, beside the test's own parameters; a class's list reaches its methods, whose own marks
+    add to it."""
+    pytester.makepyfile(test_sizes=WORLD_SIZES)
+    result = run(pytester, "-v", "-p", "no:randomly")
+    result.assert_outcomes(passed=6)
+    passed = [line.split()[0] for line in result.stdout.lines if line.endswith("%]") and " PASSED " in line]
+    assert passed == [
+        "test_sizes.py::test_sizes[ranks1-1]",
+        "test_sizes.py::test_sizes[ranks1-3]",
+        "test_sizes.py::test_sizes[ranks2-1]",
+        "test_sizes.py::test_sizes[ranks2-3]",
+        "test_sizes.py::TestSized::test_method[ranks2]",
+        "test_sizes.py::TestSized::test_method[ranks1]",
+    ], result.stdout.str()
+
+
+def test_each_world_size_is_judged_at_its_own_size(pytester):
+    """On a recorded 4-GPU machine ``ranks([2, 8])`` plans its 2 to run and its 8 to skip (the plan runs
+    nothing: the same judgement the run makes at setup)."""
+    pytester.makepyfile(test_w="import pytest\n@pytest.mark.ranks([2, 8])\ndef test_x(gputopo_rank): pass\n")
+    result = run_here(pytester, "--gputopo-plan", "--gputopo-machine", "4x-a30")
+    text = result.stdout.str()
+    assert "RUN test_w.py::test_x[ranks2] - ranks(2): met" in text, text
+    assert "SKIP test_w.py::test_x[ranks8] - ranks(8): one GPU per rank, needs 8 GPUs, 4 visible" in text, text
+
+
+@pytest.mark.parametrize(
+    "marker, says",
+    [
+        ("ranks([])", "n (ranks) must list at least one world size, got []"),
+        ("ranks([2, 2])", "n (ranks) lists a world size twice: [2, 2]"),
+        ("ranks([2, 0])", "each world size in n (ranks) must be an integer from 1 to 1024, got 0"),
+    ],
+)
+def test_a_bad_list_of_world_sizes_is_a_usage_error_naming_the_test(pytester, marker, says):
+    pytester.makepyfile(test_bad=f"import pytest\n@pytest.mark.{marker}\ndef test_x(gputopo_rank): pass\n")
+    result = run_here(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"test_bad.py::test_x: @pytest.mark.ranks: {says}" in result.stderr.str()
+
+
+def test_a_list_of_world_sizes_added_after_collection_is_a_usage_error(pytester):
+    pytester.makeconftest(
+        "import pytest\n"
+        "def pytest_collection_modifyitems(items):\n"
+        "    for item in items:\n"
+        "        item.add_marker(pytest.mark.ranks([1, 2]))\n"
+    )
+    pytester.makepyfile(test_late="def test_x(gputopo_rank): pass\n")
+    result = run_here(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert (
+        "test_late.py::test_x: @pytest.mark.ranks([1, 2]): a list of world sizes makes one test per size"
+        in result.stderr.str()
+    )
+
+
 def test_two_ranks_marks_on_one_test_are_a_usage_error(pytester):
     pytester.makepyfile(
         test_bad="import pytest\n@pytest.mark.ranks(2)\n@pytest.mark.ranks(4)\ndef test_x(gputopo_rank): pass\n"

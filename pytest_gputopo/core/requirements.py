@@ -12,7 +12,7 @@ unknown fact is never met.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .causes import Finding, Unknown
@@ -601,12 +601,24 @@ class RanksRequirement(Requirement):
     GPUs it needs ``n`` of them (a MIG-enabled one is unknown: a process sees an instance); on the
     CPUs nothing."""
 
-    n: int = 1
+    n: int = 1  # given a list of world sizes: the first, until each test is given its own (``of_size``)
     timeout: float | None = None  # seconds for the whole test; None: RANKS_TIMEOUT_S
     backend: str | None = None  # the process group's backend; None: NCCL on GPUs, gloo on CPUs
+    sizes: tuple[int, ...] | None = None  # ``ranks([2, 4])``: one test per world size
 
     def __post_init__(self) -> None:
-        _int_arg(self.n, "n (ranks)", 1, MAX_RANKS)
+        sizes = self.n
+        if isinstance(sizes, (list, tuple)):
+            if not sizes:
+                raise RequirementError("n (ranks) must list at least one world size, got []")
+            for size in sizes:
+                _int_arg(size, "each world size in n (ranks)", 1, MAX_RANKS)
+            if len(set(sizes)) < len(sizes):
+                raise RequirementError(f"n (ranks) lists a world size twice: {show_value(list(sizes))}")
+            object.__setattr__(self, "sizes", tuple(sizes))
+            object.__setattr__(self, "n", sizes[0])
+        else:
+            _int_arg(self.n, "n (ranks)", 1, MAX_RANKS)
         if self.timeout is not None:
             if (
                 isinstance(self.timeout, bool)
@@ -629,9 +641,15 @@ class RanksRequirement(Requirement):
             )
 
     def __str__(self) -> str:
-        args = [str(self.n)] + ([f"timeout={self.timeout:g}"] if self.timeout is not None else [])
+        n = str(list(self.sizes)) if self.sizes else str(self.n)
+        args = [n] + ([f"timeout={self.timeout:g}"] if self.timeout is not None else [])
         args += [f"backend={self.backend!r}"] if self.backend is not None else []
         return f"ranks({', '.join(args)})"
+
+    def of_size(self, size: int) -> RanksRequirement:
+        """The requirement of the test that runs at world size ``size`` of ``sizes`` (``ranks(2)``), one
+        test per size as DeepSpeed's ``world_size = [1, 2, 4]``."""
+        return replace(self, n=size, sizes=None)
 
     @property
     def timeout_s(self) -> float:

@@ -312,6 +312,18 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     return True
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``ranks([2, 4])``: one test per world size, by pytest's own parametrization (ids ``ranks2``,
+    ``ranks4``; the parameter is the plugin's, never passed to the body)."""
+    if metafunc.definition.get_closest_marker("ranks") is None:
+        return
+    leave = markers.registered_by_others(metafunc.config.getini("markers"), markers.registration_lines())
+    sizes = markers.world_sizes(metafunc.definition, frozenset(leave))
+    if sizes:
+        metafunc.fixturenames.append(markers.WORLD_SIZE)
+        metafunc.parametrize(markers.WORLD_SIZE, sizes, ids=[f"ranks{size}" for size in sizes])
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Validate every gputopo marker now, so a bad argument stops the run naming the test. Marks of a
     name the project registered itself are the project's, and left alone. ``--gputopo-check``'s items
@@ -331,6 +343,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 f"{item.nodeid}: @pytest.mark.ranks: a unittest.TestCase method is run by unittest itself, "
                 f"once, in this process: its ranks would never start; make it a test function or a method "
                 f"of a class that is not a TestCase"
+            )
+        elif ranks and ranks[0][0].sizes:
+            errors.append(
+                f"{item.nodeid}: @pytest.mark.{ranks[0][0]}: a list of world sizes makes one test per size when "
+                f"the test is collected; this one was given none (a mark added after collection?)"
             )
         elif ranks:
             item.stash[RANKS_TEST] = ranks[0]

@@ -106,7 +106,8 @@ MARKER_HELP = {
     "min_h2d_bw": "host-to-device copy bandwidth of every visible GPU is at least gbps GB/s",
     "requires_nccl_transport": "NCCL takes transport kind (P2P, SHM, NET/IB, NET/Socket, NVLS, COLLNET) between "
     "the GPUs the test uses; gdrdma=True/False for GPUDirect RDMA",
-    "ranks": "run the test as n ranks spawned by torch.multiprocessing, each with its process group initialised "
+    "ranks": "run the test as n ranks spawned by torch.multiprocessing (n: a number, or a list of world sizes "
+    "such as [2, 4]: one test each, ids ranks2, ranks4), each with its process group initialised "
     "(backend: 'nccl', one GPU per rank; 'gloo', on the CPUs; None: NCCL where the machine has a GPU, "
     "else gloo) and the fixture gputopo_rank; timeout: seconds for all ranks (default 300), past it "
     "every rank's stack is reported and the test fails",
@@ -194,10 +195,37 @@ def read_markers(items: list, leave: frozenset = frozenset()) -> tuple[list[tupl
                 if isinstance(result, ValueError):
                     errors.append(f"{item.nodeid}: @pytest.mark.{name}: {result}")
                 else:
-                    found.append(result)
+                    found.append(_of_size(item, *result))
         if found:
             marked.append((item, found))
     return marked, errors
+
+
+WORLD_SIZE = "gputopo_world_size"  # the parameter that gives each test of ``ranks([2, 4])`` its size
+
+
+def world_sizes(definition, leave: frozenset = frozenset()) -> tuple[int, ...] | None:
+    """The world sizes a function's ``ranks([2, 4])`` lists (``pytest_generate_tests`` makes one test
+    of each), None where it has no list; a bad mark is said at collection's end, not here."""
+    if definition.get_closest_marker("ranks") is None or "ranks" in leave:
+        return None
+    marked, _ = read_markers([definition], leave)
+    for _, found in marked:
+        for requirement, _ in found:
+            if isinstance(requirement, _reqs().RanksRequirement):
+                return requirement.sizes
+    return None
+
+
+def _of_size(item, requirement, strict):
+    """A test of ``ranks([2, 4])`` states ``ranks(k)``, k its own world size (its ``WORLD_SIZE``
+    parameter); one not given one (a mark added after parametrization) keeps the list, an error."""
+    if getattr(requirement, "sizes", None):
+        callspec = getattr(item, "callspec", None)
+        size = callspec.params.get(WORLD_SIZE) if callspec is not None else None
+        if size is not None:
+            return requirement.of_size(size), strict
+    return requirement, strict
 
 
 def _keeping(name: str, mark, farther: list) -> tuple[tuple, dict, ValueError | None]:
