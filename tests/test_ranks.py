@@ -436,6 +436,50 @@ def test_a_list_of_world_sizes_is_one_test_per_size_each_run_at_its_size(pyteste
     ], result.stdout.str()
 
 
+LOUD = """
+import os
+import sys
+
+import pytest
+
+
+@pytest.mark.ranks(2)
+def test_loud(gputopo_rank):
+    if gputopo_rank.rank == 0:
+        print("hello from rank 0")
+        print("a warning from rank 0", file=sys.stderr)
+    else:
+        for i in range(200_000):
+            print(f"line {i:06d} of rank 1, padded to fifty bytes ..........")
+        os.system("echo from a child of rank 1")  # what the rank starts writes to the same file
+        assert False, "rank 1 says no"
+"""
+
+
+@pytest.mark.slow
+def test_a_ranks_output_goes_into_the_report_capped_and_is_kept_whole(pytester):
+    """10 MB from a rank: the report shows its first 16 KiB and last 48 KiB, says how much it left out
+    and where the whole of it is (under pytest's basetemp); a short stream goes in whole, under a line
+    naming its rank. A process the rank started writes to the same stream."""
+    pytester.makepyfile(test_loud=LOUD)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    captured_out = text.split("Captured stdout call")[1].split("Captured stderr call")[0]
+    assert "----- rank 0 of 2, stdout -----\nhello from rank 0\n" in captured_out, text[-3000:]
+    assert "----- rank 1 of 2, stdout -----\nline 000000 of rank 1" in captured_out
+    cut = re.search(r"\[\.\.\. (\d+) bytes not shown: the whole stdout of rank 1 is (\S+)\]", captured_out)
+    assert cut, captured_out[:2000]
+    whole = cut.group(2)
+    line = len("line 000000 of rank 1, padded to fifty bytes ..........\n")
+    assert os.path.getsize(whole) == 200_000 * line + len("from a child of rank 1\n") == int(cut.group(1)) + 64 * 1024
+    assert whole.startswith(str(pytester.path)), whole
+    assert captured_out.rstrip(" -").endswith("fifty bytes ..........\nfrom a child of rank 1\n")
+    assert len(captured_out) < 70 * 1024
+    assert "----- rank 0 of 2, stderr -----\na warning from rank 0" in text.split("Captured stderr call")[1]
+    assert "rank 1 failed: AssertionError: rank 1 says no" in text
+
+
 def test_each_world_size_is_judged_at_its_own_size(pytester):
     """On a recorded 4-GPU machine ``ranks([2, 8])`` plans its 2 to run and its 8 to skip (the plan runs
     nothing: the same judgement the run makes at setup)."""

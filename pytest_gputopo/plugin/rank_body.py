@@ -39,6 +39,8 @@ class RankInfo(NamedTuple):
 def main(rank: int, workdir: str, job: dict) -> None:
     """The rank's entry (``torch.multiprocessing`` calls it as ``main(rank, workdir, job)``)."""
     rank_procs.lead_group()
+    if job["capture"]:
+        rank_procs.write_output_to_files(workdir, rank)
     # From here on this is the body's process, below the rank's own, which keeps it: the body and
     # all it started end with the rank, and the rank with pytest, however either ends (torch's
     # ``_wrap`` asks for SIGINT when pytest ends, which a rank blocked inside CUDA or NCCL does not

@@ -17,7 +17,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import signal
+import sys
+import tempfile
 
 import pytest
 
@@ -45,6 +48,8 @@ def call(item: pytest.Function, requirement, strict: bool | None) -> None:
         ended = rank_procs.run_ranks(rank_body.main, (workdir, job), requirement.n, requirement.timeout_s, workdir)
         results = [rank_procs.read_result(workdir, rank) for rank in range(requirement.n)]
     finally:
+        if job["capture"]:
+            _show_output(item, workdir, requirement.n)
         run_folder.remove(workdir)
     _report(item, requirement, ended, results)
 
@@ -130,6 +135,8 @@ def _job(item: pytest.Function, requirement, topology) -> dict:
         "visible": visible,
         "locks": tuple(rank_procs.Inherited(fd) for fd in locks),  # each rank holds its lease's GPUs too
         "parent": os.getpid(),  # each rank dies with this process (``rank_body.main``)
+        # each rank's output to files, shown capped in the report (``_show_output``); under -s it streams
+        "capture": item.config.getoption("capture", "fd") != "no",
     }
 
 
@@ -159,6 +166,35 @@ def _placed(item: pytest.Function, requirement, topology) -> tuple[tuple | None,
     if held is None:
         return tuple(topology.gpus[: requirement.n]), None, ()
     return tuple(held[: requirement.n]), leases.visible_devices(held[: requirement.n]), leases.held_locks(item)
+
+
+def _show_output(item: pytest.Function, workdir: str, n: int) -> None:
+    """Each rank's stdout and stderr into the test's captured output (its report), under a line naming
+    the rank; a stream longer than the report takes (``rank_procs.Output``) is shown by its head and
+    tail, and kept whole under pytest's temporary folder (its last 3 runs are kept), named there."""
+    kept = None
+    for rank in range(n):
+        for stream, to in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+            path = rank_procs.output_path(workdir, rank, stream)
+            output = rank_procs.read_output(path)
+            if output is None:
+                continue
+            to.write(f"----- rank {rank} of {n}, {stream} -----\n{output.head}")
+            if output.cut:
+                kept = kept or _kept_folder(item)
+                whole = os.path.join(kept, f"rank{rank}.{stream}")
+                shutil.copyfile(path, whole)
+                to.write(f"\n[... {output.cut} bytes not shown: the whole {stream} of rank {rank} is {whole}]\n")
+                to.write(output.tail)
+            to.flush()
+
+
+def _kept_folder(item: pytest.Function) -> str:
+    """A folder of this test's own under pytest's ``--basetemp`` (pytest keeps the last 3 runs'), else a
+    private one of the system's temporary folder."""
+    factory = getattr(item.config, "_tmp_path_factory", None)  # pytest's tmp_path_factory (its tmpdir plugin)
+    name = "gputopo-ranks-" + "".join(c if c.isalnum() else "_" for c in item.name)[:40]
+    return str(factory.mktemp(name)) if factory is not None else tempfile.mkdtemp(prefix=name + "-")
 
 
 def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results: list) -> None:

@@ -25,6 +25,7 @@ import multiprocessing.connection
 import multiprocessing.reduction
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +53,60 @@ def result_path(workdir: str, rank: int) -> str:
 def store_path(workdir: str) -> str:
     """The ranks' FileStore: a file in the test's private folder, so no port is picked, held or raced for."""
     return os.path.join(workdir, "store")
+
+
+# What of a rank's stdout or stderr goes into the test's report: its first 16 KiB and its last 48 KiB
+# (where a failure's own lines are); longer output is kept whole beside the report, never dropped.
+OUTPUT_HEAD_BYTES = 16 * 1024
+OUTPUT_TAIL_BYTES = 48 * 1024
+
+
+@dataclass(frozen=True)
+class Output:
+    """A rank's stream as the report shows it: ``head`` and ``tail`` (the whole of it in ``head`` when
+    it fits), and its ``size`` in bytes."""
+
+    head: str
+    tail: str
+    size: int
+
+    @property
+    def cut(self) -> int:
+        """The bytes between ``head`` and ``tail`` that the report leaves out."""
+        return max(0, self.size - OUTPUT_HEAD_BYTES - OUTPUT_TAIL_BYTES) if self.tail else 0
+
+
+def read_output(path: str) -> Output | None:
+    """A rank's stream capped for the report; None where it wrote nothing."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return None
+            if size <= OUTPUT_HEAD_BYTES + OUTPUT_TAIL_BYTES:
+                return Output(f.read().decode("utf-8", "replace"), "", size)
+            head = f.read(OUTPUT_HEAD_BYTES)
+            f.seek(size - OUTPUT_TAIL_BYTES)
+            tail = f.read(OUTPUT_TAIL_BYTES)
+    except OSError:
+        return None
+    return Output(head.decode("utf-8", "replace"), tail.decode("utf-8", "replace"), size)
+
+
+def output_path(workdir: str, rank: int, stream: str) -> str:
+    """Where rank ``rank`` writes its ``stream`` ("stdout" or "stderr") when the run captures output."""
+    return os.path.join(workdir, f"rank{rank}.{stream}")
+
+
+def write_output_to_files(workdir: str, rank: int) -> None:
+    """In the rank: its stdout and stderr (descriptors 1 and 2: Python's, torch's C++ and every process
+    it starts) to files of its own, so that the report takes what fits and the rest is kept."""
+    for fd, stream in ((1, "stdout"), (2, "stderr")):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        target = os.open(output_path(workdir, rank, stream), flags, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a rank killed keeps its lines
 
 
 def write_result(workdir: str, rank: int, result: dict) -> None:
