@@ -54,9 +54,15 @@ def main(rank: int, workdir: str, job: dict) -> None:
     info = RankInfo(rank, job["n"], rank, f"cuda:{gpus[0].index}" if gpus else "cpu", gpus)
     _environment(info, job["visible"])
     try:
+        from .rank_trail import Trail  # torch's functions wrapped before the test's module takes them
+
+        trail = Trail(rank_procs.trail_path(workdir, rank))
+        trail.install()
         body, kwargs = _body(job, info)
         with _process_group(info, job, rank_procs.store_path(workdir)):
+            trail.on = True
             body(**kwargs)
+            trail.on = False
         result = {"outcome": "passed"}
     except BaseException as exc:  # noqa: BLE001 - a rank's outcome, whatever it is, goes to the report
         result = _outcome(exc)
@@ -173,12 +179,15 @@ class _process_group:
         import torch.distributed as dist
 
         bound = _bound_to_gpu(dist, self.job["backend"], self.info.gpus)
+        timeout = timedelta(seconds=self.job["group_timeout_s"])
+        store = dist.FileStore(self.store, self.info.world_size)
+        store.set_timeout(timeout)  # a body's read of a key no rank sets ends as a collective would (300 s by default)
         dist.init_process_group(
             self.job["backend"],
-            store=dist.FileStore(self.store, self.info.world_size),
+            store=store,
             rank=self.info.rank,
             world_size=self.info.world_size,
-            timeout=timedelta(seconds=self.job["group_timeout_s"]),
+            timeout=timeout,
             **bound,
         )
         if "gloo" in self.job["backend"] and "nccl" not in self.job["backend"]:

@@ -25,6 +25,7 @@ import tempfile
 import pytest
 
 from ..bench.sweep import available_memory
+from ..core import hangs
 from ..render.escape import terminal_lines
 from ..runtime import environ, rank_procs, run_folder
 from . import rank_body
@@ -47,11 +48,12 @@ def call(item: pytest.Function, requirement, strict: bool | None) -> None:
     try:
         ended = rank_procs.run_ranks(rank_body.main, (workdir, job), requirement.n, requirement.timeout_s, workdir)
         results = [rank_procs.read_result(workdir, rank) for rank in range(requirement.n)]
+        trails = [hangs.read_trail(rank_procs.read_trail(workdir, rank)) for rank in range(requirement.n)]
     finally:
         if job["capture"]:
             _show_output(item, workdir, requirement.n)
         run_folder.remove(workdir)
-    _report(item, requirement, ended, results)
+    _report(item, requirement, ended, results, trails)
 
 
 def _refuse_inside_a_launch(requirement) -> None:
@@ -197,7 +199,7 @@ def _kept_folder(item: pytest.Function) -> str:
     return str(factory.mktemp(name)) if factory is not None else tempfile.mkdtemp(prefix=name + "-")
 
 
-def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results: list) -> None:
+def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results: list, trails: list) -> None:
     __tracebackhide__ = True
     n = requirement.n
     first_failed = next((e.rank for e in ended.exits if e.status not in (0, None)), None)
@@ -262,9 +264,39 @@ def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results
             f"rank {rank} {outcome}: {headline.partition(chr(10))[0]}" for rank, outcome, headline, _ in problems
         )
     ]
+    stuck = hangs.culprit(_rank_ends(ended, results, trails))
+    lines += [f"where it stopped: {stuck}"] if stuck else []
     for rank, outcome, headline, details in problems:
         lines += ["", f"--- rank {rank} of {n}: {outcome}", details or headline]
     pytest.fail("\n".join(terminal_lines("\n".join(lines).splitlines())), pytrace=False)
+
+
+def _rank_ends(ended: rank_procs.Ended, results: list, trails: list) -> list[hangs.RankEnd]:
+    """Each rank's trail and how it ended, for ``hangs.culprit``."""
+    ends = []
+    for end, result, trail in zip(ended.exits, results, trails, strict=True):
+        outcome = (result or {}).get("outcome")
+        if end.hung_in_exit:
+            state, detail = "hung in exit", f"{outcome}" if outcome else ""
+        elif end.status is None:
+            state, detail = "running", hangs.innermost_frame(end.stack, _not_the_users())
+        elif outcome in ("failed", "skipped"):
+            state, detail = outcome, result.get("error", "")
+        elif outcome == "passed" and end.status == 0:
+            state, detail = "passed", ""
+        else:
+            state, detail = "died", _died(end.status)
+        ends.append(hangs.RankEnd(end.rank, trail, state, detail))
+    return ends
+
+
+def _not_the_users() -> tuple[str, ...]:
+    """Where a rank's innermost frame is not the user's code: torch, the standard library (and what is
+    installed below it), this plugin."""
+    torch = sys.modules.get("torch")  # imported: the ranks were started with it
+    places = [os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(__file__))]
+    places += [os.path.dirname(torch.__file__)] if torch is not None and torch.__file__ else []
+    return tuple(place + os.sep for place in places)
 
 
 def _hung_in_exit(end: rank_procs.RankExit, result: dict | None) -> list[tuple]:

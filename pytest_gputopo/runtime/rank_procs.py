@@ -93,6 +93,22 @@ def read_output(path: str) -> Output | None:
     return Output(head.decode("utf-8", "replace"), tail.decode("utf-8", "replace"), size)
 
 
+def trail_path(workdir: str, rank: int) -> str:
+    """The rank's trail of torch.distributed calls (``plugin.rank_trail``)."""
+    return os.path.join(workdir, f"rank{rank}.trail")
+
+
+def read_trail(workdir: str, rank: int) -> str:
+    """The rank's trail as text (its last 1 MiB: a long loop of collectives ends where it stopped)."""
+    try:
+        with open(trail_path(workdir, rank), "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - (1 << 20)))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def output_path(workdir: str, rank: int, stream: str) -> str:
     """Where rank ``rank`` writes its ``stream`` ("stdout" or "stderr") when the run captures output."""
     return os.path.join(workdir, f"rank{rank}.{stream}")
