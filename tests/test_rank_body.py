@@ -10,6 +10,7 @@ torch's ``init_process_group`` (the installed torch/distributed/distributed_c10d
 from __future__ import annotations
 
 import os
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -54,3 +55,47 @@ def test_a_torch_without_device_id_is_not_given_one(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
     older = SimpleNamespace(init_process_group=lambda backend=None, timeout=None, store=None, rank=-1: None)
     assert rank_body._bound_to_gpu(older, "nccl", RANK.gpus) == {}
+
+
+def test_an_nccl_ranks_flight_recorder_dumps_into_the_tests_folder_unless_the_user_said(environ, tmp_path):
+    """Checked against torch 2.13's ProcessGroupNCCL variables (libtorch's strings: TORCH_FR_BUFFER_SIZE,
+    TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_FR_DUMP_TEMP_FILE, TORCH_NCCL_DEBUG_INFO_TEMP_FILE;
+    TORCH_NCCL_DUMP_ON_TIMEOUT "must be set together with TORCH_NCCL_TRACE_BUFFER_SIZE larger than 0",
+    docs/torch_nccl_environment_variables)."""
+    for name in [k for k in environ if k.startswith(("TORCH_FR_", "TORCH_NCCL_"))]:
+        del environ[name]
+    rank_body._flight_recorder(str(tmp_path))
+    prefix = str(tmp_path / "nccl_trace_rank_")
+    assert environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000" and environ["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert environ["TORCH_FR_DUMP_TEMP_FILE"] == environ["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == prefix
+    mine = {"TORCH_FR_BUFFER_SIZE": "50", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/x/t"}
+    for name in [k for k in environ if k.startswith(("TORCH_FR_", "TORCH_NCCL_"))]:
+        del environ[name]
+    environ.update(mine)
+    rank_body._flight_recorder(str(tmp_path))
+    assert {k: v for k, v in environ.items() if k.startswith(("TORCH_FR_", "TORCH_NCCL_"))} == mine
+
+
+def test_the_ranks_flight_recorder_dumps_are_kept_beside_the_report_and_named(tmp_path):
+    from pytest_gputopo.plugin import ranks_run
+    from pytest_gputopo.runtime import rank_procs
+
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    for rank in (0, 1):
+        (workdir / f"nccl_trace_rank_{rank}").write_bytes(b"pickled entries")
+    (workdir / "nccl_trace_rank_2").mkdir()  # not a file: not a dump
+    item = SimpleNamespace(stash={}, name="test_x[ranks2]", config=SimpleNamespace(_tmp_path_factory=None))
+    assert [p.rsplit("/", 1)[1] for p in rank_procs.flight_recorder_dumps(str(workdir))] == [
+        "nccl_trace_rank_0",
+        "nccl_trace_rank_1",
+    ]
+    line = ranks_run._keep_flight_recorder_dumps(item, str(workdir))
+    kept = item.stash[ranks_run._KEPT]
+    assert (
+        line
+        == f"NCCL's flight recorder dumped 2 rank(s)' last collectives to {kept} (torch's reader: torchfrtrace {kept})"
+    )
+    assert sorted(os.listdir(kept)) == ["nccl_trace_rank_0", "nccl_trace_rank_1"]
+    shutil.rmtree(kept)
+    assert ranks_run._keep_flight_recorder_dumps(item, str(tmp_path / "none")) == ""

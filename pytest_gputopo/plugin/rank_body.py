@@ -23,6 +23,7 @@ from typing import NamedTuple
 from ..runtime import rank_procs, reaper
 
 RANK_FIXTURE = "gputopo_rank"
+FLIGHT_RECORDER_ENTRIES = 2000  # NCCL's flight recorder: the last collectives each rank keeps
 
 
 class RankInfo(NamedTuple):
@@ -53,6 +54,8 @@ def main(rank: int, workdir: str, job: dict) -> None:
     gpus = (job["gpus"][rank],) if job["gpus"] else ()
     info = RankInfo(rank, job["n"], rank, f"cuda:{gpus[0].index}" if gpus else "cpu", gpus)
     _environment(info, job["visible"])
+    if "nccl" in job["backend"]:
+        _flight_recorder(workdir)
     try:
         from .rank_trail import Trail  # torch's functions wrapped before the test's module takes them
 
@@ -110,6 +113,21 @@ def _environment(info: RankInfo, visible: str | None) -> None:
         # interface named lo exactly ("=" matches a whole name; NCCL's docs, env.html,
         # NCCL_SOCKET_IFNAME: "=eth0 : Use only interface eth0"), not the host's first interface.
         os.environ.setdefault("NCCL_SOCKET_IFNAME", "=lo")
+
+
+def _flight_recorder(workdir: str) -> None:
+    """NCCL's flight recorder on, dumped at a watchdog timeout into the test's folder (one file per
+    rank, ``nccl_trace_rank_<r>``: ``ranks_run`` keeps them and names them), unless the user set it:
+    ``TORCH_NCCL_TRACE_BUFFER_SIZE`` (the ring's entries; torch 2.13 also reads ``TORCH_FR_BUFFER_SIZE``),
+    ``TORCH_NCCL_DUMP_ON_TIMEOUT`` (which needs the buffer), and the dump's path prefix
+    (``TORCH_FR_DUMP_TEMP_FILE``, named ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` before): torch's
+    ProcessGroupNCCL environment variables (docs: torch_nccl_environment_variables)."""
+    if "TORCH_FR_BUFFER_SIZE" not in os.environ:
+        os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", str(FLIGHT_RECORDER_ENTRIES))
+    os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    if "TORCH_FR_DUMP_TEMP_FILE" not in os.environ and "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in os.environ:
+        prefix = rank_procs.flight_recorder_prefix(workdir)
+        os.environ.update(TORCH_FR_DUMP_TEMP_FILE=prefix, TORCH_NCCL_DEBUG_INFO_TEMP_FILE=prefix)
 
 
 def _body(job: dict, info: RankInfo):

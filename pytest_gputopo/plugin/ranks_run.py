@@ -52,8 +52,9 @@ def call(item: pytest.Function, requirement, strict: bool | None) -> None:
     finally:
         if job["capture"]:
             _show_output(item, workdir, requirement.n)
+        dumps = _keep_flight_recorder_dumps(item, workdir)
         run_folder.remove(workdir)
-    _report(item, requirement, ended, results, trails)
+    _report(item, requirement, ended, results, trails, dumps)
 
 
 def _refuse_inside_a_launch(requirement) -> None:
@@ -191,15 +192,38 @@ def _show_output(item: pytest.Function, workdir: str, n: int) -> None:
             to.flush()
 
 
+def _keep_flight_recorder_dumps(item: pytest.Function, workdir: str) -> str:
+    """The NCCL flight recorder's dumps the ranks wrote at a watchdog timeout, kept beside the report
+    (``_kept_folder``); the line that names them, "" where there are none."""
+    dumps = rank_procs.flight_recorder_dumps(workdir)
+    if not dumps:
+        return ""
+    kept = _kept_folder(item)
+    for dump in dumps:
+        shutil.copyfile(dump, os.path.join(kept, os.path.basename(dump)))
+    return (
+        f"NCCL's flight recorder dumped {len(dumps)} rank(s)' last collectives to {kept} (torch's reader: "
+        f"torchfrtrace {kept})"
+    )
+
+
 def _kept_folder(item: pytest.Function) -> str:
     """A folder of this test's own under pytest's ``--basetemp`` (pytest keeps the last 3 runs'), else a
     private one of the system's temporary folder."""
-    factory = getattr(item.config, "_tmp_path_factory", None)  # pytest's tmp_path_factory (its tmpdir plugin)
-    name = "gputopo-ranks-" + "".join(c if c.isalnum() else "_" for c in item.name)[:40]
-    return str(factory.mktemp(name)) if factory is not None else tempfile.mkdtemp(prefix=name + "-")
+    kept = item.stash.get(_KEPT, None)
+    if kept is None:
+        factory = getattr(item.config, "_tmp_path_factory", None)  # pytest's tmp_path_factory (its tmpdir plugin)
+        name = "gputopo-ranks-" + "".join(c if c.isalnum() else "_" for c in item.name)[:40]
+        kept = item.stash[_KEPT] = str(factory.mktemp(name)) if factory is not None else tempfile.mkdtemp(prefix=name)
+    return kept
 
 
-def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results: list, trails: list) -> None:
+_KEPT = pytest.StashKey[str]()  # the test's folder of what its ranks left beside the report
+
+
+def _report(
+    item: pytest.Function, requirement, ended: rank_procs.Ended, results: list, trails: list, dumps: str
+) -> None:
     __tracebackhide__ = True
     n = requirement.n
     first_failed = next((e.rank for e in ended.exits if e.status not in (0, None)), None)
@@ -266,6 +290,7 @@ def _report(item: pytest.Function, requirement, ended: rank_procs.Ended, results
     ]
     stuck = hangs.culprit(_rank_ends(ended, results, trails))
     lines += [f"where it stopped: {stuck}"] if stuck else []
+    lines += [dumps] if dumps else []
     for rank, outcome, headline, details in problems:
         lines += ["", f"--- rank {rank} of {n}: {outcome}", details or headline]
     pytest.fail("\n".join(terminal_lines("\n".join(lines).splitlines())), pytrace=False)

@@ -93,6 +93,22 @@ def read_output(path: str) -> Output | None:
     return Output(head.decode("utf-8", "replace"), tail.decode("utf-8", "replace"), size)
 
 
+def flight_recorder_prefix(workdir: str) -> str:
+    """Where an NCCL rank's flight recorder dumps (the rank's number is appended; torch's ``fr_trace``
+    reads a folder of them)."""
+    return os.path.join(workdir, "nccl_trace_rank_")
+
+
+def flight_recorder_dumps(workdir: str) -> list[str]:
+    """The flight recorder dumps the ranks wrote (at an NCCL watchdog timeout)."""
+    prefix = os.path.basename(flight_recorder_prefix(workdir))
+    try:
+        names = sorted(name for name in os.listdir(workdir) if name.startswith(prefix))
+    except OSError:
+        return []
+    return [os.path.join(workdir, name) for name in names if os.path.isfile(os.path.join(workdir, name))]
+
+
 def trail_path(workdir: str, rank: int) -> str:
     """The rank's trail of torch.distributed calls (``plugin.rank_trail``)."""
     return os.path.join(workdir, f"rank{rank}.trail")
