@@ -221,7 +221,7 @@ def test_a_hanging_rank_fails_its_test_with_every_live_ranks_stack(pytester, pid
     text = result.stdout.str()
     hangs = text.split("_ test_hangs _")[1].split("_ test_both_hang _")[0]
     assert (
-        "ranks(2, timeout=20): rank 0 failed: RuntimeError: [" in hangs
+        "ranks(2, timeout=20): rank 0 failed first: RuntimeError: [" in hangs
         and "Timed out waiting 15000ms for recv operation to complete; rank 1 stuck: still running 3 s after "
         "rank 0 failed; ended by gputopo"
         in hangs
@@ -237,6 +237,41 @@ def test_a_hanging_rank_fails_its_test_with_every_live_ranks_stack(pytester, pid
     ), text
     assert re.search(r'File ".*test_hang\.py", line \d+ in wait_in_sleep', both.split("--- rank 1 of 2")[1]), text
     assert len(rank_pids(pid_folder)) == 4 and [pid for pid in rank_pids(pid_folder) if alive(pid)] == []
+
+
+SHARED_FATE = """
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.ranks(3, timeout=300)
+def test_one_raises(gputopo_rank):
+    if gputopo_rank.rank == 1:
+        raise ValueError("rank 1 gives up at once")
+    if gputopo_rank.rank == 0:
+        time.sleep(600)
+    dist.all_reduce(torch.ones(1))
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_ends_the_test_on_every_rank_far_inside_its_timeout(pytester):
+    """Shared fate: rank 1 raises at its first line; rank 2, in a collective with it, fails on its own
+    (gloo: the peer's connection closed), rank 0, sleeping, is ended 3 s later -- not at the test's
+    300 s. The report says which rank failed first and that the others were ended for it."""
+    pytester.makepyfile(test_fate=SHARED_FATE)
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    headline = next(line for line in text.splitlines() if line.startswith("ranks(3, timeout=300): "))
+    assert headline.startswith(
+        "ranks(3, timeout=300): rank 0 stuck: still running 3 s after rank 1 failed; ended by gputopo; "
+        "rank 1 failed first: ValueError: rank 1 gives up at once; rank 2 failed: RuntimeError: "
+    ), text
+    assert "timed out" not in headline
 
 
 def test_a_test_that_skips_spawns_nothing(pytester):

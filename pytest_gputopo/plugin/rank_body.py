@@ -16,6 +16,7 @@ import inspect
 import os
 import pickle
 import sys
+import time
 import traceback
 from datetime import timedelta
 from typing import NamedTuple
@@ -66,9 +67,10 @@ def main(rank: int, workdir: str, job: dict) -> None:
             trail.on = True
             body(**kwargs)
             trail.on = False
-        result = {"outcome": "passed"}
+        result: dict[str, object] = {"outcome": "passed"}
     except BaseException as exc:  # noqa: BLE001 - a rank's outcome, whatever it is, goes to the report
         result = _outcome(exc)
+    result["ended_at"] = time.time()  # which rank failed first, for the report
     rank_procs.write_result(workdir, rank, result)  # what it started ends when it has: its keeper ends it
     if result["outcome"] == "failed":
         sys.exit(1)
@@ -223,7 +225,7 @@ class _process_group:
             dist.destroy_process_group()
 
 
-def _outcome(exc: BaseException) -> dict:
+def _outcome(exc: BaseException) -> dict[str, object]:
     """A failed (or skipped) rank in words: the exception in one line, and its traceback from the test
     function on (this module's frames left out)."""
     import pytest

@@ -226,32 +226,8 @@ def _report(
 ) -> None:
     __tracebackhide__ = True
     n = requirement.n
-    first_failed = next((e.rank for e in ended.exits if e.status not in (0, None)), None)
-    problems = []  # (rank, outcome, headline, details)
-    for end, result in zip(ended.exits, results, strict=True):
-        outcome = (result or {}).get("outcome")
-        if end.hung_in_exit:
-            problems += _hung_in_exit(end, result)
-        elif end.status is None:
-            cause = (
-                f"still running after {requirement.timeout_s:g} s (the test's timeout)"
-                if ended.timed_out
-                else f"still running {rank_procs.FAILED_GRACE_S:g} s after rank {first_failed} failed"
-            )
-            problems.append(
-                (
-                    end.rank,
-                    "timed out" if ended.timed_out else "stuck",
-                    f"{cause}; ended by gputopo",
-                    f"{cause}; ended by gputopo. Its stack:\n{end.stack.rstrip()}",
-                )
-            )
-        elif outcome == "failed":
-            problems.append((end.rank, "failed", result.get("error", ""), result.get("traceback", "").rstrip()))
-        elif outcome == "skipped" or (outcome == "passed" and end.status == 0):
-            continue
-        else:
-            problems.append((end.rank, "died", _died(end.status), end.stack.rstrip()))
+    first = _first_failed(ended, results)
+    problems = _problems(requirement, ended, results, first)
     skipped = [r for r in results if r and r.get("outcome") == "skipped"]
     if not problems and skipped and len(skipped) == n:
         raise pytest.skip.Exception(
@@ -267,33 +243,63 @@ def _report(
         return
     problems.sort()
     for rank, outcome, headline, _ in problems:
-        item.user_properties.append(
-            (
-                RANKS_PROPERTY,
-                json.dumps(
-                    {
-                        "test": item.nodeid,
-                        "rank": rank,
-                        "world_size": n,
-                        "outcome": outcome,
-                        "exit_status": ended.exits[rank].status,
-                        "error": headline,
-                    }
-                ),
-            )
-        )
-    lines = [
-        f"{requirement}: "
-        + "; ".join(
-            f"rank {rank} {outcome}: {headline.partition(chr(10))[0]}" for rank, outcome, headline, _ in problems
-        )
+        record = {"rank": rank, "world_size": n, "outcome": outcome, "exit_status": ended.exits[rank].status}
+        item.user_properties.append((RANKS_PROPERTY, json.dumps({"test": item.nodeid, **record, "error": headline})))
+    shared_fate = len(problems) > 1  # the rank that failed first is said to have, the others ended for it
+    said = [
+        f"rank {rank} {outcome}{' first' if shared_fate and rank == first else ''}: {headline.partition(chr(10))[0]}"
+        for rank, outcome, headline, _ in problems
     ]
+    lines = [f"{requirement}: " + "; ".join(said)]
     stuck = hangs.culprit(_rank_ends(ended, results, trails))
     lines += [f"where it stopped: {stuck}"] if stuck else []
     lines += [dumps] if dumps else []
     for rank, outcome, headline, details in problems:
         lines += ["", f"--- rank {rank} of {n}: {outcome}", details or headline]
     pytest.fail("\n".join(terminal_lines("\n".join(lines).splitlines())), pytrace=False)
+
+
+def _problems(requirement, ended: rank_procs.Ended, results: list, first: int | None) -> list[tuple]:
+    """(rank, outcome, headline, details) of each rank that did not pass: failed, died, hung in exit,
+    timed out, or stuck (ended by the plugin after rank ``first`` failed: shared fate)."""
+    problems = []
+    for end, result in zip(ended.exits, results, strict=True):
+        outcome = (result or {}).get("outcome")
+        if end.hung_in_exit:
+            problems += _hung_in_exit(end, result)
+        elif end.status is None:
+            cause = (
+                f"still running after {requirement.timeout_s:g} s (the test's timeout)"
+                if ended.timed_out
+                else f"still running {rank_procs.FAILED_GRACE_S:g} s after rank {first} failed"
+            )
+            stuck = "timed out" if ended.timed_out else "stuck"
+            problems.append(
+                (
+                    end.rank,
+                    stuck,
+                    f"{cause}; ended by gputopo",
+                    f"{cause}; ended by gputopo. Its stack:\n{end.stack.rstrip()}",
+                )
+            )
+        elif outcome == "failed":
+            problems.append((end.rank, "failed", result.get("error", ""), result.get("traceback", "").rstrip()))
+        elif outcome == "skipped" or (outcome == "passed" and end.status == 0):
+            continue
+        else:
+            problems.append((end.rank, "died", _died(end.status), end.stack.rstrip()))
+    return problems
+
+
+def _first_failed(ended: rank_procs.Ended, results: list) -> int | None:
+    """The rank that failed first: by the time each failed rank wrote its result (``ended_at``), a rank
+    that died without one after them; None where none failed."""
+    failed = [
+        (result.get("ended_at") if result and isinstance(result.get("ended_at"), float) else float("inf"), end.rank)
+        for end, result in zip(ended.exits, results, strict=True)
+        if end.status not in (0, None) or (result or {}).get("outcome") == "failed"
+    ]
+    return min(failed)[1] if failed else None
 
 
 def _rank_ends(ended: rank_procs.Ended, results: list, trails: list) -> list[hangs.RankEnd]:
