@@ -361,7 +361,7 @@ def test_ranks_never_fall_back_to_the_cpus_where_nvml_failed_on_a_host_that_may_
         ("ranks(2, backend='nc cl')", "backend must be a torch.distributed backend name such as 'nccl' or 'gloo'"),
         (
             "ranks(2, 30)",
-            "too many positional arguments; signature: ranks(n, *, timeout=None, backend=None, strict=None)",
+            "too many positional arguments; signature: ranks(n, *, timeout=None, backend=None, pool=None, strict=None)",
         ),
         ("ranks()", "missing a required argument: 'n'"),
     ],

@@ -31,9 +31,9 @@ import pytest
 
 NOTES = Path(os.environ["SUITE_NOTES"])
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+{warm_up}
 
-
-@pytest.mark.ranks(2, timeout=300)
+@pytest.mark.ranks(2, timeout=300{pool})
 def test_ranks_start_helpers_and_{name}(gputopo_rank):
     helpers = [subprocess.Popen(SLEEPER), subprocess.Popen(SLEEPER, start_new_session=True)]
     pids = [os.getppid(), os.getpid(), *(helper.pid for helper in helpers)]  # the rank's, its body's, ...
@@ -49,11 +49,20 @@ ENDINGS = {
 }
 
 
-def _suite(tmp_path: Path, name: str) -> tuple[Path, Path]:
+# A warm pool's ranks: one test passes in the pool first, and the pool lives on into the next.
+WARM_UP = """
+@pytest.mark.ranks(2, timeout=300, pool=True)
+def test_a_warm_up(gputopo_rank):
+    pass
+"""
+
+
+def _suite(tmp_path: Path, name: str, pool: bool = False) -> tuple[Path, Path]:
     folder, notes = tmp_path / "suite", tmp_path / "notes"
     for made in (folder, notes):
         made.mkdir(exist_ok=True)
-    text = SUITE.format(name=name, ending=ENDINGS[name])
+    pooled = {"warm_up": WARM_UP, "pool": ", pool=True"} if pool else {"warm_up": "", "pool": ""}
+    text = SUITE.format(name=name, ending=ENDINGS[name], **pooled)
     (folder / "test_it.py").write_text(text)
     return folder, notes
 
@@ -76,12 +85,13 @@ def _start(folder: Path, notes: Path, temp: Path, *args: str) -> subprocess.Pope
     )
 
 
+@pytest.mark.parametrize("pool", [False, True], ids=["own ranks", "warm pool"])
 @pytest.mark.parametrize("how", ENDS)
-def test_a_run_killed_leaves_no_rank_no_helper_and_no_folder_of_its_ranks(tmp_path, how):
+def test_a_run_killed_leaves_no_rank_no_helper_and_no_folder_of_its_ranks(tmp_path, how, pool):
     """Both ranks hang, each with a helper in its group and a ``setsid`` one, when the run is ended as
     CI ends it: once the run has gone nothing of the ranks is alive, and no folder of the plugin's own
-    is left (or a later run removes it)."""
-    folder, notes = _suite(tmp_path, "hang")
+    is left (or a later run removes it). A warm pool's ranks, which outlive a test, alike."""
+    folder, notes = _suite(tmp_path, "hang", pool)
     temp = tmp_path / "temp"
     temp.mkdir()
     run = _start(folder, notes, temp, *workers(how))
@@ -96,10 +106,11 @@ def test_a_run_killed_leaves_no_rank_no_helper_and_no_folder_of_its_ranks(tmp_pa
     assert folders_left_after_a_later_run(temp) == []
 
 
-def test_a_rank_killed_outright_leaves_nothing_it_started(tmp_path):
+@pytest.mark.parametrize("pool", [False, True], ids=["own ranks", "warm pool"])
+def test_a_rank_killed_outright_leaves_nothing_it_started(tmp_path, pool):
     """A rank's body killed by SIGKILL (as the OOM killer ends it) fails the test naming the signal, and
     its helpers end with it: the one in its group and the ``setsid`` one."""
-    folder, notes = _suite(tmp_path, "one_is_killed")
+    folder, notes = _suite(tmp_path, "one_is_killed", pool)
     temp = tmp_path / "temp"
     temp.mkdir()
     run = _start(folder, notes, temp, "-n", "0")

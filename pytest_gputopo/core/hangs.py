@@ -60,11 +60,12 @@ class RankEnd:
 
 
 def read_trail(text: str) -> tuple[Call, ...]:
-    """A rank's trail as ``rank_trail`` writes it (a JSON object per line: a call entered, or
-    ``{"left": i}`` for the i-th call returning); a line that is not one (a rank killed mid-line, or
+    """A rank's trail as ``rank_trail`` writes it (a JSON object per line: a call entered, numbered
+    ``"i"``, or ``{"left": i}`` when call i returned); a line that is not one (a rank killed mid-line, or
     anything else in the file) is left out, never trusted."""
     calls: list[Call] = []
-    for line in text.splitlines()[: 2 * MAX_TRAIL_CALLS]:
+    position: dict[int, int] = {}  # a call's number in the rank ("i") -> its place in ``calls``
+    for line in text.splitlines()[-2 * MAX_TRAIL_CALLS :]:
         try:
             record = json.loads(line)
         except ValueError:
@@ -72,12 +73,14 @@ def read_trail(text: str) -> tuple[Call, ...]:
         if not isinstance(record, dict):
             continue
         left = record.get("left")
-        if type(left) is int and 0 <= left < len(calls):
-            call = calls[left]
-            calls[left] = Call(call.op, call.group, call.members, call.seq, call.peer, call.shape, True)
+        if type(left) is int and left in position:
+            call = calls[position[left]]
+            calls[position[left]] = Call(call.op, call.group, call.members, call.seq, call.peer, call.shape, True)
             continue
         entered = _call(record)
-        if entered is not None:
+        number = record.get("i")
+        if entered is not None and type(number) is int and number not in position:
+            position[number] = len(calls)
             calls.append(entered)
     return tuple(calls)
 
@@ -95,8 +98,8 @@ def _call(record: dict[str, object]) -> Call | None:
 
 
 def culprit(ranks: Sequence[RankEnd]) -> str | None:
-    """One line naming the rank the others wait for and the call, None where no rank is stuck or
-    failed (a passed test)."""
+    """One line naming the rank the others wait for and the call, None where no rank waited for
+    another (a test that passed, or ranks that failed each on its own)."""
     by_rank = {end.rank: end for end in ranks}
     for end in ranks:
         call = end.waiting_in
@@ -112,10 +115,7 @@ def culprit(ranks: Sequence[RankEnd]) -> str | None:
         others = [e for e in ranks if e not in stuck]
         done = "; every other rank had ended its body" if others and not any(e.waiting_in for e in others) else ""
         return f"rank {stuck[0].rank} was running outside any collective{_where(stuck[0].detail)}{done}"
-    failed = [end for end in ranks if end.state in ("failed", "died")]
-    if failed and failed[0].waiting_in is None:
-        return f"rank {failed[0].rank} {_how(failed[0])}, outside any collective"
-    return None
+    return None  # ranks that failed on their own, none waiting for another: their errors say it all
 
 
 def _partner_missing(end: RankEnd, call: Call, by_rank: dict[int, RankEnd]) -> str | None:

@@ -605,6 +605,7 @@ class RanksRequirement(Requirement):
     timeout: float | None = None  # seconds for the whole test; None: RANKS_TIMEOUT_S
     backend: str | None = None  # the process group's backend; None: NCCL on GPUs, gloo on CPUs
     sizes: tuple[int, ...] | None = None  # ``ranks([2, 4])``: one test per world size
+    pool: bool | None = None  # a warm pool of ranks kept between tests; None: the ini's gputopo_ranks_pool
 
     def __post_init__(self) -> None:
         sizes = self.n
@@ -630,6 +631,8 @@ class RanksRequirement(Requirement):
                     f"{MAX_RANKS_TIMEOUT_S}, got {show_value(self.timeout)}"
                 )
             object.__setattr__(self, "timeout", float(self.timeout))  # 5 and 5.0 are one requirement
+        if self.pool is not None and not isinstance(self.pool, bool):
+            raise RequirementError(f"pool must be True, False or None, got {show_value(self.pool)}")
         if self.backend is not None and (
             not isinstance(self.backend, str)
             or not self.backend
@@ -644,6 +647,7 @@ class RanksRequirement(Requirement):
         n = str(list(self.sizes)) if self.sizes else str(self.n)
         args = [n] + ([f"timeout={self.timeout:g}"] if self.timeout is not None else [])
         args += [f"backend={self.backend!r}"] if self.backend is not None else []
+        args += [f"pool={self.pool}"] if self.pool is not None else []
         return f"ranks({', '.join(args)})"
 
     def of_size(self, size: int) -> RanksRequirement:

@@ -64,8 +64,8 @@ def _requires_nccl_transport(kind, gpus=None, *, gdrdma=None, strict=None):
     return _reqs().TransportRequirement(gpus=gpus, kind=kind, gdrdma=gdrdma)
 
 
-def _ranks(n, *, timeout=None, backend=None, strict=None):
-    return _reqs().RanksRequirement(n=n, timeout=timeout, backend=backend)
+def _ranks(n, *, timeout=None, backend=None, pool=None, strict=None):
+    return _reqs().RanksRequirement(n=n, timeout=timeout, backend=backend, pool=pool)
 
 
 def _reqs():
@@ -110,7 +110,8 @@ MARKER_HELP = {
     "such as [2, 4]: one test each, ids ranks2, ranks4), each with its process group initialised "
     "(backend: 'nccl', one GPU per rank; 'gloo', on the CPUs; None: NCCL where the machine has a GPU, "
     "else gloo) and the fixture gputopo_rank; timeout: seconds for all ranks (default 300), past it "
-    "every rank's stack is reported and the test fails",
+    "every rank's stack is reported and the test fails; pool=True: a warm pool of ranks kept between "
+    "such tests (None: --gputopo-ranks-pool)",
 }
 
 

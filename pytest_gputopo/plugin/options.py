@@ -173,6 +173,12 @@ OPTIONS = {
             "quarter (at least 0.5 GiB more), whole GPUs until it has one (default: whole GPUs, exclusive)",
         ),
         Option(
+            "ranks-pool",
+            None,
+            "ranks(n) tests share warm pools of ranks (per n, backend and GPUs) kept between tests, started "
+            "afresh after a test that leaves one unfit; a marker's pool=True/False overrides it",
+        ),
+        Option(
             "lease-dir",
             "PATH",
             "the folder of the GPU locks, shared by every run of this user on this host; only "

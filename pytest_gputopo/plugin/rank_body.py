@@ -21,7 +21,8 @@ import traceback
 from datetime import timedelta
 from typing import NamedTuple
 
-from ..runtime import rank_procs, reaper
+from ..runtime import lineage, rank_procs, reaper
+from ..runtime.rank_messages import POOL_BARRIER_S, BodyJob, BodyResult, RankSetup, Ready
 
 RANK_FIXTURE = "gputopo_rank"
 FLIGHT_RECORDER_ENTRIES = 2000  # NCCL's flight recorder: the last collectives each rank keeps
@@ -38,42 +39,122 @@ class RankInfo(NamedTuple):
     gpus: tuple
 
 
-def main(rank: int, workdir: str, job: dict) -> None:
-    """The rank's entry (``torch.multiprocessing`` calls it as ``main(rank, workdir, job)``)."""
+def main(rank: int, workdir: str, setup: RankSetup, job: BodyJob) -> None:
+    """A rank started for one test (``torch.multiprocessing`` calls ``main(rank, workdir, setup, job)``):
+    its group, the body, its result written; it exits 1 when the body failed."""
+    info, trail = _start(rank, workdir, setup)
+    group = _Group(info, setup, rank_procs.store_path(workdir))
+    try:
+        group.open()
+        result = _run_body(job, info, trail)
+    except BaseException as exc:  # noqa: BLE001 - a rank's outcome, whatever it is, goes to the report
+        result = _result(job, exc)
+    if result.outcome == "passed":  # a failed body's group is left to the process's end: its peers
+        group.close()  # may still be inside a collective with it
+    rank_procs.write_result(workdir, rank, result.to_json())  # what it started ends when it has: its keeper
+    if result.outcome == "failed":
+        sys.exit(1)
+
+
+def serve(rank: int, workdir: str, setup: RankSetup, pipes: tuple) -> None:
+    """A rank of a warm pool: its group opened at the first job and kept; then each ``BodyJob`` that
+    comes on its pipe run, its ``BodyResult`` sent, and the barrier that decides whether the group is
+    fit for the next test met (``Ready``). It ends at ``None``, when its pipe closes, or after a test
+    that left the group unfit (the pool is started afresh for the next one)."""
+    pipe = pipes[rank]
+    for other in pipes:
+        if other is not pipe:
+            other.close()
+    info, trail = _start(rank, workdir, setup)
+    group = _Group(info, setup, rank_procs.store_path(workdir))
+    try:
+        while (job := pipe.recv()) is not None:
+            result = _run_in_pool(job, info, trail, group)
+            sys.stdout.flush()  # the test's output before its result: the report takes it from here
+            sys.stderr.flush()
+            pipe.send(result)
+            ready = _ready(job.seq, result)
+            pipe.send(ready)
+            if not ready.usable:
+                return
+            _end_helpers()
+    except (EOFError, OSError):  # the pytest process has gone: so does this rank
+        return
+    group.close()
+
+
+def _run_in_pool(job: BodyJob, info: RankInfo, trail, group: _Group) -> BodyResult:
+    try:
+        group.open()
+    except BaseException as exc:  # noqa: BLE001 - the group's error is the first test's
+        return _result(job, exc)
+    return _run_body(job, info, trail)
+
+
+def _ready(seq: int, result: BodyResult) -> Ready:
+    """Whether the group is fit for the next test: the body did not fail (its peers may be stuck in a
+    collective with it), the group is still there, and every rank meets a barrier within
+    ``POOL_BARRIER_S`` (a rank left in a collective, or one that skipped alone, does not)."""
+    import torch.distributed as dist
+
+    if result.outcome == "failed":
+        return Ready(seq, False, "its body failed")
+    if not dist.is_initialized():
+        return Ready(seq, False, "the test destroyed the process group")
+    try:
+        dist.barrier(async_op=True).wait(timeout=timedelta(seconds=POOL_BARRIER_S))
+    except Exception as exc:  # noqa: BLE001 - gloo raises "Operation timed out!", NCCL its own
+        return Ready(seq, False, f"the barrier after the test: {exc}")
+    return Ready(seq, True)
+
+
+def _end_helpers() -> None:
+    """What the test's body started and left running ends before the next test (the keeper ends what
+    left the rank's tree with the pool)."""
+    children = lineage.children_of(os.getpid())
+    if children:
+        lineage.terminate(children, rank_procs.HELPERS_GRACE_S)
+
+
+def _start(rank: int, workdir: str, setup: RankSetup):
+    """The rank's process made ready for bodies: its own group, its output, its keeper, its stacks,
+    its environment, and the trail of its torch.distributed calls."""
     rank_procs.lead_group()
-    if job["capture"]:
+    if setup.capture:
         rank_procs.write_output_to_files(workdir, rank)
     # From here on this is the body's process, below the rank's own, which keeps it: the body and
     # all it started end with the rank, and the rank with pytest, however either ends (torch's
     # ``_wrap`` asks for SIGINT when pytest ends, which a rank blocked inside CUDA or NCCL does not
     # act on: it would run on GPUs whose lease has gone).
-    reaper.keep_a_fork(job["parent"], workdir, rank_procs.HELPERS_GRACE_S, deaf_to=(rank_procs.STACK_SIGNAL,))
+    reaper.keep_a_fork(setup.parent, workdir, rank_procs.HELPERS_GRACE_S, deaf_to=(rank_procs.STACK_SIGNAL,))
     stack = open(rank_procs.stack_path(workdir, rank), "w", encoding="utf-8")  # noqa: SIM115 (open for life)
     faulthandler.register(rank_procs.STACK_SIGNAL, file=stack, all_threads=True)
     faulthandler.enable(file=stack, all_threads=True)  # a fatal signal's stack, for the report
     _native_traces()
-    gpus = (job["gpus"][rank],) if job["gpus"] else ()
-    info = RankInfo(rank, job["n"], rank, f"cuda:{gpus[0].index}" if gpus else "cpu", gpus)
-    _environment(info, job["visible"])
-    if "nccl" in job["backend"]:
+    gpus = (setup.gpus[rank],) if setup.gpus else ()
+    info = RankInfo(rank, setup.n, rank, f"cuda:{gpus[0].index}" if gpus else "cpu", gpus)
+    _environment(info, setup.visible)
+    if "nccl" in setup.backend:
         _flight_recorder(workdir)
-    try:
-        from .rank_trail import Trail  # torch's functions wrapped before the test's module takes them
+    from .rank_trail import Trail  # torch's functions wrapped before the test's module takes them
 
-        trail = Trail(rank_procs.trail_path(workdir, rank))
-        trail.install()
+    trail = Trail(rank_procs.trail_path(workdir, rank))
+    trail.install()
+    return info, trail
+
+
+def _run_body(job: BodyJob, info: RankInfo, trail) -> BodyResult:
+    """The test's body on this rank, its trail on while it runs (numbered from 1 for each test)."""
+    try:
         body, kwargs = _body(job, info)
-        with _process_group(info, job, rank_procs.store_path(workdir)):
-            trail.on = True
+        trail.begin()
+        try:
             body(**kwargs)
+        finally:
             trail.on = False
-        result: dict[str, object] = {"outcome": "passed"}
     except BaseException as exc:  # noqa: BLE001 - a rank's outcome, whatever it is, goes to the report
-        result = _outcome(exc)
-    result["ended_at"] = time.time()  # which rank failed first, for the report
-    rank_procs.write_result(workdir, rank, result)  # what it started ends when it has: its keeper ends it
-    if result["outcome"] == "failed":
-        sys.exit(1)
+        return _result(job, exc)
+    return BodyResult(job.seq, job.test, "passed", ended_at=time.time())
 
 
 def _native_traces() -> None:
@@ -132,18 +213,18 @@ def _flight_recorder(workdir: str) -> None:
         os.environ.update(TORCH_FR_DUMP_TEMP_FILE=prefix, TORCH_NCCL_DEBUG_INFO_TEMP_FILE=prefix)
 
 
-def _body(job: dict, info: RankInfo):
+def _body(job: BodyJob, info: RankInfo):
     """The test function, bound to its instance for a method, and its arguments: the fixture values
     made in the pytest process, and this rank's ``gputopo_rank``."""
-    module = _load(job["module"], job["path"], job["rewrite"])
-    owner, _, name = job["qualname"].rpartition(".")
+    module = _load(job.module, job.path, job.rewrite)
+    owner, _, name = job.qualname.rpartition(".")
     if owner:
-        instance = pickle.loads(job["instance"]) if job["instance"] is not None else None
+        instance = pickle.loads(job.instance) if job.instance is not None else None
         body = getattr(instance if instance is not None else _attr(module, owner)(), name)
     else:
         body = getattr(module, name)
-    kwargs = {arg: pickle.loads(value) for arg, value in job["kwargs"].items()}
-    if job["takes_rank"]:
+    kwargs = {arg: pickle.loads(value) for arg, value in job.kwargs.items()}
+    if job.takes_rank:
         kwargs[RANK_FIXTURE] = info
     return body, kwargs
 
@@ -188,50 +269,51 @@ def _bound_to_gpu(dist, backend: str, gpus) -> dict:
     return {"device_id": device} if "device_id" in inspect.signature(dist.init_process_group).parameters else {}
 
 
-class _process_group:
-    """The rank's process group, initialised before the body and destroyed after it (a failed body's
-    group is left to the process's end: its peers may still be inside a collective with it)."""
+class _Group:
+    """The rank's process group: opened before the first body (on gloo, every rank connected first)
+    and closed after the last one that passed."""
 
-    def __init__(self, info: RankInfo, job: dict, store: str) -> None:
-        self.info, self.job, self.store = info, job, store
+    def __init__(self, info: RankInfo, setup: RankSetup, store: str) -> None:
+        self.info, self.setup, self.store = info, setup, store
 
-    def __enter__(self):
+    def open(self) -> None:
         import torch.distributed as dist
 
-        bound = _bound_to_gpu(dist, self.job["backend"], self.info.gpus)
-        timeout = timedelta(seconds=self.job["group_timeout_s"])
+        if dist.is_initialized():
+            return
+        bound = _bound_to_gpu(dist, self.setup.backend, self.info.gpus)
+        timeout = timedelta(seconds=self.setup.group_timeout_s)
         store = dist.FileStore(self.store, self.info.world_size)
         store.set_timeout(timeout)  # a body's read of a key no rank sets ends as a collective would (300 s by default)
         dist.init_process_group(
-            self.job["backend"],
+            self.setup.backend,
             store=store,
             rank=self.info.rank,
             world_size=self.info.world_size,
             timeout=timeout,
             **bound,
         )
-        if "gloo" in self.job["backend"] and "nccl" not in self.job["backend"]:
+        if "gloo" in self.setup.backend and "nccl" not in self.setup.backend:
             # gloo connects every pair eagerly (connectFullMesh) and may return on one rank while its
             # peer is still finishing the pair: a rank whose body ended at once closed the connection
             # under it ("Connection closed by peer", seen on a loaded 2-core run). No body starts
             # before every rank is connected. (NCCL connects lazily, at the first collective.)
             dist.barrier()
-        return self
 
-    def __exit__(self, kind, exc, tb) -> None:
+    def close(self) -> None:
         import torch.distributed as dist
 
-        if kind is None and dist.is_initialized():
+        if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def _outcome(exc: BaseException) -> dict[str, object]:
+def _result(job: BodyJob, exc: BaseException) -> BodyResult:
     """A failed (or skipped) rank in words: the exception in one line, and its traceback from the test
     function on (this module's frames left out)."""
     import pytest
 
     if isinstance(exc, pytest.skip.Exception):
-        return {"outcome": "skipped", "error": str(exc.msg)}
+        return BodyResult(job.seq, job.test, "skipped", str(exc.msg), ended_at=time.time())
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
@@ -239,4 +321,5 @@ def _outcome(exc: BaseException) -> dict[str, object]:
         error = f"Failed: {exc.msg}"
     else:
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return {"outcome": "failed", "error": error, "traceback": "".join(traceback.format_exception(type(exc), exc, tb))}
+    trace = "".join(traceback.format_exception(type(exc), exc, tb))
+    return BodyResult(job.seq, job.test, "failed", error, trace, ended_at=time.time())

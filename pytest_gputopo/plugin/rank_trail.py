@@ -59,6 +59,11 @@ class Trail:
         self.on = False
         self.inside = threading.local()
 
+    def begin(self) -> None:
+        """A test's body starts: its calls numbered from 1 (every rank begins each test together)."""
+        self.counts.clear()
+        self.on = True
+
     def install(self) -> None:
         for name in COLLECTIVES + POINT_TO_POINT:
             original = getattr(c10d, name, None)
@@ -100,9 +105,10 @@ class Trail:
         key = (record["group"], peer, name in SENDS) if peer is not None else (record["group"],)
         seq = self.counts[key] = self.counts.get(key, 0) + 1
         record["seq"] = seq
-        self._write(record)
+        record["i"] = index = self.entered  # its "left" line names it by this (a trail may be read from its middle)
         self.entered += 1
-        return self.entered - 1
+        self._write(record)
+        return index
 
     def _write(self, record: dict) -> None:
         try:

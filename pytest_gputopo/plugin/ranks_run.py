@@ -14,6 +14,7 @@ comes here, so it spawns nothing.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
@@ -28,6 +29,8 @@ from ..bench.sweep import available_memory
 from ..core import hangs
 from ..render.escape import terminal_lines
 from ..runtime import environ, rank_procs, run_folder
+from ..runtime.rank_messages import BodyJob, BodyResult, RankSetup
+from ..runtime.rank_pool import RankPool, pool_key
 from . import rank_body
 from .reporter import RANKS_PROPERTY
 from .run import run_of
@@ -42,19 +45,77 @@ def call(item: pytest.Function, requirement, strict: bool | None) -> None:
     run = run_of(item.config)
     _check_backend(requirement, requirement.backend_on(run.topology))
     _check_memory(run, requirement, strict)
-    job = _job(item, requirement, run.topology)
+    setup = _setup(item, requirement, run.topology)
+    if _pooled(item, requirement, setup):
+        _call_in_pool(item, requirement, setup)
+        return
+    job = _body_job(item, seq=1)
     # private (0700): the store, results, stacks; one a killed run left is removed by a later run
     workdir = run_folder.make(run_folder.RANKS)
     try:
-        ended = rank_procs.run_ranks(rank_body.main, (workdir, job), requirement.n, requirement.timeout_s, workdir)
-        results = [rank_procs.read_result(workdir, rank) for rank in range(requirement.n)]
+        ended = rank_procs.run_ranks(
+            rank_body.main, (workdir, setup, job), requirement.n, requirement.timeout_s, workdir
+        )
+        results = [BodyResult.from_json(rank_procs.read_result(workdir, rank)) for rank in range(requirement.n)]
         trails = [hangs.read_trail(rank_procs.read_trail(workdir, rank)) for rank in range(requirement.n)]
     finally:
-        if job["capture"]:
+        if setup.capture:
             _show_output(item, workdir, requirement.n)
         dumps = _keep_flight_recorder_dumps(item, workdir)
         run_folder.remove(workdir)
     _report(item, requirement, ended, results, trails, dumps)
+
+
+def _pooled(item: pytest.Function, requirement, setup: RankSetup) -> bool:
+    """A warm pool where the test or the run asks for one (``ranks(..., pool=True)``,
+    ``--gputopo-ranks-pool``), never for a leased test: a pool's ranks would hold its GPUs past its lease."""
+    asked = requirement.pool if requirement.pool is not None else run_of(item.config).settings.ranks_pool
+    return asked and not setup.locks and setup.visible is None
+
+
+def _call_in_pool(item: pytest.Function, requirement, setup: RankSetup) -> None:
+    """The body run by the pool of its kind (started for the first such test, or afresh after a test
+    that left the last one unfit); reported as a test's own ranks are."""
+    __tracebackhide__ = True
+    pool = _pool_for(item.config, setup)
+    job = _body_job(item, pool.next_seq())
+    before = rank_procs.sizes(pool.workdir, setup.n)
+    workdir = pool.workdir
+    try:
+        ended, results = pool.run(job, requirement.timeout_s)
+        trails = [
+            hangs.read_trail(rank_procs.read_trail(workdir, r, before[rank_procs.trail_path(workdir, r)]))
+            for r in range(setup.n)
+        ]
+        if setup.capture:
+            _show_output(item, workdir, setup.n, before)
+        dumps = _keep_flight_recorder_dumps(item, workdir)
+    finally:
+        if not pool.fit:
+            pool.end()
+    _report(item, requirement, ended, results, trails, dumps)
+
+
+def _end_pools(held: list) -> None:
+    while held:
+        held.pop().end()
+
+
+_POOL = pytest.StashKey[list]()  # the run's warm pool of ranks: at most one at a time, ended with the run
+
+
+def _pool_for(config: pytest.Config, setup: RankSetup):
+    """The live pool of ``setup``'s kind, or a new one (the last, of another kind or unfit, ended)."""
+    held = config.stash.get(_POOL, None)
+    if held is None:
+        held = config.stash[_POOL] = []
+        config.add_cleanup(functools.partial(_end_pools, held))  # pytest's own end of the run, however it ends
+    key = pool_key(setup)
+    if held and (held[0].key != key or not held[0].fit):
+        held.pop().end()
+    if not held:
+        held.append(RankPool(key, rank_body.serve, setup))
+    return held[0]
 
 
 def _refuse_inside_a_launch(requirement) -> None:
@@ -112,35 +173,41 @@ def _check_memory(run, requirement, strict: bool | None) -> None:
     raise pytest.skip.Exception(f"{requirement}: {shortfall}", _use_item_location=True)
 
 
-def _job(item: pytest.Function, requirement, topology) -> dict:
-    """What every rank needs to run the body: where the function is, the fixture values pickled (as
-    pytest's own ``pytest_pyfunc_call`` picks them: ``_fixtureinfo.argnames``), its GPUs, its group."""
+def _setup(item: pytest.Function, requirement, topology) -> RankSetup:
+    """What every rank needs before the body: its group, its GPUs, its output."""
+    gpus, visible, locks = _placed(item, requirement, topology)
+    return RankSetup(
+        n=requirement.n,
+        backend=requirement.backend_on(topology),
+        group_timeout_s=requirement.group_timeout_s,
+        gpus=gpus,
+        visible=visible,
+        parent=os.getpid(),  # each rank dies with this process (``rank_body``)
+        # each rank's output to files, shown capped in the report (``_show_output``); under -s it streams
+        capture=item.config.getoption("capture", "fd") != "no",
+        locks=tuple(rank_procs.Inherited(fd) for fd in locks),  # each rank holds its lease's GPUs too
+    )
+
+
+def _body_job(item: pytest.Function, seq: int) -> BodyJob:
+    """The body by reference and the fixture values pickled (as pytest's own ``pytest_pyfunc_call``
+    picks them: ``_fixtureinfo.argnames``)."""
     kwargs = {}
     for name in item._fixtureinfo.argnames:
         if name != rank_body.RANK_FIXTURE:
             kwargs[name] = _pickled(item, f"fixture {name!r}", item.funcargs[name])
     instance = item.instance
-    gpus, visible, locks = _placed(item, requirement, topology)
-    return {
-        "module": item.module.__name__,
-        "path": item.module.__file__,
-        "qualname": item.obj.__qualname__,
-        "instance": None
-        if instance is None
-        else _pickled(item, f"the instance of {type(instance).__name__}", instance),
-        "kwargs": kwargs,
-        "takes_rank": rank_body.RANK_FIXTURE in item._fixtureinfo.argnames,
-        "rewrite": item.config.getoption("assertmode", "rewrite") == "rewrite",
-        "n": requirement.n,
-        "backend": requirement.backend_on(topology),
-        "group_timeout_s": requirement.group_timeout_s,
-        "gpus": gpus,
-        "visible": visible,
-        "locks": tuple(rank_procs.Inherited(fd) for fd in locks),  # each rank holds its lease's GPUs too
-        "parent": os.getpid(),  # each rank dies with this process (``rank_body.main``)
-        # each rank's output to files, shown capped in the report (``_show_output``); under -s it streams
-        "capture": item.config.getoption("capture", "fd") != "no",
-    }
+    return BodyJob(
+        seq=seq,
+        test=item.nodeid,
+        module=item.module.__name__,
+        path=item.module.__file__,
+        qualname=item.obj.__qualname__,
+        instance=None if instance is None else _pickled(item, f"the instance of {type(instance).__name__}", instance),
+        kwargs=kwargs,
+        takes_rank=rank_body.RANK_FIXTURE in item._fixtureinfo.argnames,
+        rewrite=item.config.getoption("assertmode", "rewrite") == "rewrite",
+    )
 
 
 def _pickled(item: pytest.Function, what: str, value) -> bytes:
@@ -171,22 +238,24 @@ def _placed(item: pytest.Function, requirement, topology) -> tuple[tuple | None,
     return tuple(held[: requirement.n]), leases.visible_devices(held[: requirement.n]), leases.held_locks(item)
 
 
-def _show_output(item: pytest.Function, workdir: str, n: int) -> None:
-    """Each rank's stdout and stderr into the test's captured output (its report), under a line naming
-    the rank; a stream longer than the report takes (``rank_procs.Output``) is shown by its head and
-    tail, and kept whole under pytest's temporary folder (its last 3 runs are kept), named there."""
-    kept = None
+def _show_output(item: pytest.Function, workdir: str, n: int, before: dict[str, int] | None = None) -> None:
+    """Each rank's stdout and stderr (from ``before``: where this test's starts in a pool's rank) into
+    the test's captured output (its report), under a line naming the rank; a stream longer than the
+    report takes (``rank_procs.Output``) is shown by its head and tail, and kept whole under pytest's
+    temporary folder (its last 3 runs are kept), named there."""
     for rank in range(n):
         for stream, to in (("stdout", sys.stdout), ("stderr", sys.stderr)):
             path = rank_procs.output_path(workdir, rank, stream)
-            output = rank_procs.read_output(path)
+            start = (before or {}).get(path, 0)
+            output = rank_procs.read_output(path, start)
             if output is None:
                 continue
             to.write(f"----- rank {rank} of {n}, {stream} -----\n{output.head}")
             if output.cut:
-                kept = kept or _kept_folder(item)
-                whole = os.path.join(kept, f"rank{rank}.{stream}")
-                shutil.copyfile(path, whole)
+                whole = os.path.join(_kept_folder(item), f"rank{rank}.{stream}")
+                with open(path, "rb") as source, open(whole, "wb") as copy:
+                    source.seek(start)
+                    shutil.copyfileobj(source, copy)
                 to.write(f"\n[... {output.cut} bytes not shown: the whole {stream} of rank {rank} is {whole}]\n")
                 to.write(output.tail)
             to.flush()
@@ -221,23 +290,24 @@ def _kept_folder(item: pytest.Function) -> str:
 _KEPT = pytest.StashKey[str]()  # the test's folder of what its ranks left beside the report
 
 
+Results = list[BodyResult | None]  # each rank's, None where it wrote none (it died first)
+
+
 def _report(
-    item: pytest.Function, requirement, ended: rank_procs.Ended, results: list, trails: list, dumps: str
+    item: pytest.Function, requirement, ended: rank_procs.Ended, results: Results, trails: list, dumps: str
 ) -> None:
     __tracebackhide__ = True
     n = requirement.n
     first = _first_failed(ended, results)
     problems = _problems(requirement, ended, results, first)
-    skipped = [r for r in results if r and r.get("outcome") == "skipped"]
+    skipped = [r for r in results if r and r.outcome == "skipped"]
     if not problems and skipped and len(skipped) == n:
-        raise pytest.skip.Exception(
-            f"{requirement}: rank 0 skipped: {skipped[0].get('error', '')}", _use_item_location=True
-        )
+        raise pytest.skip.Exception(f"{requirement}: rank 0 skipped: {skipped[0].error}", _use_item_location=True)
     if skipped and len(skipped) < n:  # ranks that disagree on skipping: a rank left in a collective waits
         problems += [
-            (i, "skipped", f"skipped while other ranks ran: {r.get('error', '')}", "")
+            (i, "skipped", f"skipped while other ranks ran: {r.error}", "")
             for i, r in enumerate(results)
-            if r and r.get("outcome") == "skipped"
+            if r and r.outcome == "skipped"
         ]
     if not problems:
         return
@@ -259,12 +329,12 @@ def _report(
     pytest.fail("\n".join(terminal_lines("\n".join(lines).splitlines())), pytrace=False)
 
 
-def _problems(requirement, ended: rank_procs.Ended, results: list, first: int | None) -> list[tuple]:
+def _problems(requirement, ended: rank_procs.Ended, results: Results, first: int | None) -> list[tuple]:
     """(rank, outcome, headline, details) of each rank that did not pass: failed, died, hung in exit,
     timed out, or stuck (ended by the plugin after rank ``first`` failed: shared fate)."""
     problems = []
     for end, result in zip(ended.exits, results, strict=True):
-        outcome = (result or {}).get("outcome")
+        outcome = result.outcome if result else None
         if end.hung_in_exit:
             problems += _hung_in_exit(end, result)
         elif end.status is None:
@@ -283,7 +353,7 @@ def _problems(requirement, ended: rank_procs.Ended, results: list, first: int | 
                 )
             )
         elif outcome == "failed":
-            problems.append((end.rank, "failed", result.get("error", ""), result.get("traceback", "").rstrip()))
+            problems.append((end.rank, "failed", result.error, result.traceback.rstrip()))  # type: ignore[union-attr]
         elif outcome == "skipped" or (outcome == "passed" and end.status == 0):
             continue
         else:
@@ -291,28 +361,28 @@ def _problems(requirement, ended: rank_procs.Ended, results: list, first: int | 
     return problems
 
 
-def _first_failed(ended: rank_procs.Ended, results: list) -> int | None:
+def _first_failed(ended: rank_procs.Ended, results: Results) -> int | None:
     """The rank that failed first: by the time each failed rank wrote its result (``ended_at``), a rank
     that died without one after them; None where none failed."""
     failed = [
-        (result.get("ended_at") if result and isinstance(result.get("ended_at"), float) else float("inf"), end.rank)
+        (result.ended_at if result else float("inf"), end.rank)
         for end, result in zip(ended.exits, results, strict=True)
-        if end.status not in (0, None) or (result or {}).get("outcome") == "failed"
+        if end.status not in (0, None) or (result and result.outcome == "failed")
     ]
     return min(failed)[1] if failed else None
 
 
-def _rank_ends(ended: rank_procs.Ended, results: list, trails: list) -> list[hangs.RankEnd]:
+def _rank_ends(ended: rank_procs.Ended, results: Results, trails: list) -> list[hangs.RankEnd]:
     """Each rank's trail and how it ended, for ``hangs.culprit``."""
     ends = []
     for end, result, trail in zip(ended.exits, results, trails, strict=True):
-        outcome = (result or {}).get("outcome")
+        outcome = result.outcome if result else None
         if end.hung_in_exit:
             state, detail = "hung in exit", f"{outcome}" if outcome else ""
         elif end.status is None:
             state, detail = "running", hangs.innermost_frame(end.stack, _not_the_users())
         elif outcome in ("failed", "skipped"):
-            state, detail = outcome, result.get("error", "")
+            state, detail = outcome, result.error  # type: ignore[union-attr]
         elif outcome == "passed" and end.status == 0:
             state, detail = "passed", ""
         else:
@@ -330,14 +400,14 @@ def _not_the_users() -> tuple[str, ...]:
     return tuple(place + os.sep for place in places)
 
 
-def _hung_in_exit(end: rank_procs.RankExit, result: dict | None) -> list[tuple]:
+def _hung_in_exit(end: rank_procs.RankExit, result: BodyResult | None) -> list[tuple]:
     """A rank that wrote its result and did not end: a failed one is reported by its own error (not
     as timed out), with where it hung; one that passed or skipped did what it was asked."""
-    if result is None or result.get("outcome") != "failed":
+    if result is None or result.outcome != "failed":
         return []
     hung = f"then hung in exit for {rank_procs.EXIT_GRACE_S:g} s; ended by gputopo"
-    details = f"{result.get('traceback', '').rstrip()}\n{hung}. Its stack:\n{end.stack.rstrip()}"
-    return [(end.rank, "failed", f"{result.get('error', '')} ({hung})", details)]
+    details = f"{result.traceback.rstrip()}\n{hung}. Its stack:\n{end.stack.rstrip()}"
+    return [(end.rank, "failed", f"{result.error} ({hung})", details)]
 
 
 def _died(status: int | None) -> str:

@@ -44,6 +44,7 @@ class RunSettings(NamedTuple):  # not a dataclass: cheaper to define, and this m
     lease_memory_gib: float | None = None  # --gputopo-lease-memory: each leased test's budget per GPU; None: whole GPUs
     # --gputopo-lease-memory measured: an undeclared test's budget is its last measured peak's (lease_figures)
     lease_memory_measured: bool = False
+    ranks_pool: bool = False  # --gputopo-ranks-pool: ranks(n) tests share warm pools unless their marker says
     lease_dir: str | None = None  # --gputopo-lease-dir; None: runtime.gpu_locks.default_folder()
     lease_dir_from: str = ""
 
@@ -124,6 +125,7 @@ def read_run_settings(config: pytest.Config) -> RunSettings:
         lease_timeout_s=options.number(config, "lease-timeout", 600.0),
         lease_memory_gib=None if measured else options.number(config, "lease-memory", None),
         lease_memory_measured=measured,
+        ranks_pool=options.flag(config, "ranks-pool"),
         lease_dir=lease_dir,
         lease_dir_from=lease_dir_from,
     )

@@ -76,17 +76,19 @@ class Output:
         return max(0, self.size - OUTPUT_HEAD_BYTES - OUTPUT_TAIL_BYTES) if self.tail else 0
 
 
-def read_output(path: str) -> Output | None:
-    """A rank's stream capped for the report; None where it wrote nothing."""
+def read_output(path: str, offset: int = 0) -> Output | None:
+    """A rank's stream from ``offset`` (where this test's output starts in a pool's rank), capped for
+    the report; None where it wrote nothing."""
     try:
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
+            size = os.fstat(f.fileno()).st_size - offset
+            if size <= 0:
                 return None
+            f.seek(offset)
             if size <= OUTPUT_HEAD_BYTES + OUTPUT_TAIL_BYTES:
-                return Output(f.read().decode("utf-8", "replace"), "", size)
+                return Output(f.read(size).decode("utf-8", "replace"), "", size)
             head = f.read(OUTPUT_HEAD_BYTES)
-            f.seek(size - OUTPUT_TAIL_BYTES)
+            f.seek(offset + size - OUTPUT_TAIL_BYTES)
             tail = f.read(OUTPUT_TAIL_BYTES)
     except OSError:
         return None
@@ -114,15 +116,32 @@ def trail_path(workdir: str, rank: int) -> str:
     return os.path.join(workdir, f"rank{rank}.trail")
 
 
-def read_trail(workdir: str, rank: int) -> str:
-    """The rank's trail as text (its last 1 MiB: a long loop of collectives ends where it stopped)."""
+def read_trail(workdir: str, rank: int, offset: int = 0) -> str:
+    """The rank's trail as text from ``offset`` (this test's, in a pool's rank), its last 1 MiB at most
+    (a long loop of collectives ends where it stopped)."""
     try:
         with open(trail_path(workdir, rank), "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            f.seek(max(0, size - (1 << 20)))
+            f.seek(max(offset, size - (1 << 20)))
             return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def sizes(workdir: str, n: int) -> dict[str, int]:
+    """The size of each rank's output and trail files now (where a pool's next test starts in them)."""
+    found = {}
+    for rank in range(n):
+        for path in (
+            output_path(workdir, rank, "stdout"),
+            output_path(workdir, rank, "stderr"),
+            trail_path(workdir, rank),
+        ):
+            try:
+                found[path] = os.stat(path).st_size
+            except OSError:
+                found[path] = 0
+    return found
 
 
 def output_path(workdir: str, rank: int, stream: str) -> str:
@@ -224,12 +243,12 @@ def run_ranks(
         timed_out = _wait(procs, workdir, time.monotonic() + timeout_s, grace_s)
         states = [_state(p, workdir, i) for i, p in enumerate(procs)]
         running = [i for i, state in enumerate(states) if state is None or state == HUNG]
-        stacks = _stacks(procs, running, workdir)
+        stacks = take_stacks(procs, running, workdir)
         exits = []
         for i, state in enumerate(states):
             code = None if state == HUNG else state
             killed = isinstance(code, int) and code < 0  # its fatal signal's stack (faulthandler), if any
-            stack = stacks.get(i, "") or (_read(stack_path(workdir, i)) if killed else "")
+            stack = stacks.get(i, "") or (read_text(stack_path(workdir, i)) if killed else "")
             exits.append(RankExit(i, code, stack, state == HUNG))  # type: ignore[arg-type]
         return Ended(tuple(exits), timed_out)
     finally:
@@ -276,18 +295,20 @@ def _status(proc) -> int | None:
     return supervisor.exited(proc._popen)
 
 
-def _stacks(procs: list, running: list[int], workdir: str) -> dict[int, str]:
+def take_stacks(procs: list, running: list[int], workdir: str) -> dict[int, str]:
     """The Python stacks of the ranks still running, each asked for with ``STACK_SIGNAL``."""
     for i in running:
         _signal(procs[i], STACK_SIGNAL)
     end = time.monotonic() + STACK_WAIT_S
-    while time.monotonic() < end and not all(_read(stack_path(workdir, i)).endswith("\n") for i in running):
+    while time.monotonic() < end and not all(read_text(stack_path(workdir, i)).endswith("\n") for i in running):
         time.sleep(0.02)
     time.sleep(0.05 if running else 0)  # the last thread's lines
-    return {i: _read(stack_path(workdir, i)) or "(no stack: the rank did not answer SIGUSR1 in time)" for i in running}
+    return {
+        i: read_text(stack_path(workdir, i)) or "(no stack: the rank did not answer SIGUSR1 in time)" for i in running
+    }
 
 
-def _read(path: str) -> str:
+def read_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read(1 << 20)
