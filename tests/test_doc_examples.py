@@ -113,6 +113,11 @@ doc(
     "$ pytest test_ranks.py -v",
     by="tests/test_ranks.py::test_the_documented_example_runs_as_written",
 )
+doc(
+    "docs/markers.md",
+    "def test_pooled_all_reduce(",
+    by="tests/test_ranks_pool.py::test_the_documented_pool_example_runs_as_written",
+)
 
 
 def test_every_runnable_example_is_run_here_or_says_why_not():

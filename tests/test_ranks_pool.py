@@ -200,3 +200,16 @@ def test_pool_must_be_true_false_or_none(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "-n", "0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "test_bad.py::test_x: @pytest.mark.ranks: pool must be True, False or None, got 'yes'" in result.stderr.str()
+
+
+@pytest.mark.slow
+def test_the_documented_pool_example_runs_as_written(pytester):
+    """docs/markers.md's pool example, as written (its module's ``pytestmark``), on a machine without a
+    GPU: its four tests pass."""
+    pytest.importorskip("torch")
+    from doc_examples import blocks
+
+    [example] = [b for b in blocks() if b.path == "docs/markers.md" and "def test_pooled_all_reduce(" in b.text]
+    pytester.makepyfile(test_pooled=example.text)
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0", "-v")
+    result.assert_outcomes(passed=4)
