@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import NamedTuple
 
 from ..runtime import lineage, rank_procs, reaper
-from ..runtime.rank_messages import POOL_BARRIER_S, BodyJob, BodyResult, RankSetup, Ready
+from ..runtime.rank_messages import POOL_BARRIER_S, BodyJob, BodyResult, CoverageSpec, RankSetup, Ready
 
 RANK_FIXTURE = "gputopo_rank"
 FLIGHT_RECORDER_ENTRIES = 2000  # NCCL's flight recorder: the last collectives each rank keeps
@@ -51,6 +51,7 @@ def main(rank: int, workdir: str, setup: RankSetup, job: BodyJob) -> None:
         result = _result(job, exc)
     if result.outcome == "passed":  # a failed body's group is left to the process's end: its peers
         group.close()  # may still be inside a collective with it
+    _save_coverage()
     rank_procs.write_result(workdir, rank, result.to_json())  # what it started ends when it has: its keeper
     if result.outcome == "failed":
         sys.exit(1)
@@ -70,6 +71,7 @@ def serve(rank: int, workdir: str, setup: RankSetup, pipes: tuple) -> None:
     try:
         while (job := pipe.recv()) is not None:
             result = _run_in_pool(job, info, trail, group)
+            _save_coverage()  # each test's lines saved as it ends: a pool ends after the run's coverage is combined
             sys.stdout.flush()  # the test's output before its result: the report takes it from here
             sys.stderr.flush()
             pipe.send(result)
@@ -131,6 +133,8 @@ def _start(rank: int, workdir: str, setup: RankSetup):
     faulthandler.register(rank_procs.STACK_SIGNAL, file=stack, all_threads=True)
     faulthandler.enable(file=stack, all_threads=True)  # a fatal signal's stack, for the report
     _native_traces()
+    if setup.coverage is not None:
+        _measure_coverage(setup.coverage)
     gpus = (setup.gpus[rank],) if setup.gpus else ()
     info = RankInfo(rank, setup.n, rank, f"cuda:{gpus[0].index}" if gpus else "cpu", gpus)
     _environment(info, setup.visible)
@@ -141,6 +145,36 @@ def _start(rank: int, workdir: str, setup: RankSetup):
     trail = Trail(rank_procs.trail_path(workdir, rank))
     trail.install()
     return info, trail
+
+
+_measuring: list = []  # the rank's coverage.Coverage, where the run measures coverage
+
+
+def _measure_coverage(spec: CoverageSpec) -> None:
+    """Coverage measured in this rank as the run measures it, before the test's module is loaded: a
+    parallel data file of its own beside the run's (``data_suffix``), saved by the rank alone
+    (``auto_data`` off: nothing written after the run has combined)."""
+    import coverage
+
+    measuring = coverage.Coverage(
+        data_file=spec.data_file,
+        data_suffix=True,
+        config_file=spec.config_file,
+        source=spec.source,
+        source_pkgs=spec.source_pkgs,
+        include=spec.include,
+        omit=spec.omit,
+        branch=spec.branch,
+        timid=spec.timid,
+        cover_pylib=spec.cover_pylib,
+    )
+    measuring.start()
+    _measuring.append(measuring)
+
+
+def _save_coverage() -> None:
+    for measuring in _measuring:
+        measuring.save()
 
 
 def _run_body(job: BodyJob, info: RankInfo, trail) -> BodyResult:

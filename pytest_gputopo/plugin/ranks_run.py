@@ -29,7 +29,7 @@ from ..bench.sweep import available_memory
 from ..core import hangs
 from ..render.escape import terminal_lines
 from ..runtime import environ, rank_procs, run_folder
-from ..runtime.rank_messages import BodyJob, BodyResult, RankSetup
+from ..runtime.rank_messages import BodyJob, BodyResult, CoverageSpec, RankSetup
 from ..runtime.rank_pool import RankPool, pool_key
 from . import rank_body
 from .reporter import RANKS_PROPERTY
@@ -186,6 +186,33 @@ def _setup(item: pytest.Function, requirement, topology) -> RankSetup:
         # each rank's output to files, shown capped in the report (``_show_output``); under -s it streams
         capture=item.config.getoption("capture", "fd") != "no",
         locks=tuple(rank_procs.Inherited(fd) for fd in locks),  # each rank holds its lease's GPUs too
+        coverage=_coverage(item.config),
+    )
+
+
+def _coverage(config: pytest.Config) -> CoverageSpec | None:
+    """The coverage this process measures (``coverage.Coverage.current()``: pytest-cov's, or ``coverage
+    run``'s), for the ranks to measure alike; None where none runs (coverage is not even imported)."""
+    coverage = sys.modules.get("coverage")
+    current = getattr(getattr(coverage, "Coverage", None), "current", None)
+    measuring = current() if current is not None else None
+    if measuring is None:
+        return None
+    settings = measuring.config
+
+    def listed(values) -> tuple[str, ...] | None:
+        return tuple(values) if values else None
+
+    return CoverageSpec(
+        data_file=os.path.join(config.invocation_params.dir, settings.data_file),  # where the run started
+        config_file=settings.config_file or False,
+        source=listed(settings.source),
+        source_pkgs=listed(settings.source_pkgs),
+        include=listed(settings.run_include),
+        omit=listed(settings.run_omit),
+        branch=bool(settings.branch),
+        timid=bool(settings.timid),
+        cover_pylib=bool(settings.cover_pylib),
     )
 
 

@@ -18,6 +18,23 @@ POOL_BARRIER_S = 5.0  # after each test of a warm pool: every rank meets a barri
 
 
 @dataclass(frozen=True)
+class CoverageSpec:
+    """The coverage measurement the pytest process runs (pytest-cov's, or ``coverage run``'s), for each
+    rank to measure its bodies alike: a parallel data file beside the run's, which the run's own
+    combine takes in (pytest-cov combines at its end; ``coverage combine`` after ``coverage run``)."""
+
+    data_file: str  # absolute: the run's data file, each rank's beside it with a suffix of its own
+    config_file: str | bool  # the file the run's coverage read, or False: none
+    source: tuple[str, ...] | None = None
+    source_pkgs: tuple[str, ...] | None = None
+    include: tuple[str, ...] | None = None
+    omit: tuple[str, ...] | None = None
+    branch: bool = False
+    timid: bool = False
+    cover_pylib: bool = False
+
+
+@dataclass(frozen=True)
 class RankSetup:
     """What every rank of a test (or of a pool) needs before any body: the group and its GPUs."""
 
@@ -29,6 +46,7 @@ class RankSetup:
     parent: int  # the pytest process: each rank dies with it
     capture: bool  # each rank's stdout and stderr to files, for the report
     locks: tuple = ()  # a lease's lock descriptors (``rank_procs.Inherited``), held by every rank
+    coverage: CoverageSpec | None = None  # the run measures coverage: each rank measures its bodies too
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,11 @@ class RankPool:
             except OSError:  # a rank that has gone: its sentinel says so below
                 pass
         results: list[BodyResult | None] = [None] * self.n
-        timed_out = self._collect(job, results, time.monotonic() + timeout_s, grace_s)
+        try:
+            timed_out = self._collect(job, results, time.monotonic() + timeout_s, grace_s)
+        except BaseException:  # pytest-timeout's alarm, Ctrl-C: the ranks are mid-body, never reused
+            self.unfit = True
+            raise
         running = [r for r in range(self.n) if results[r] is None and _status(self.procs[r]) is None]
         stacks = rank_procs.take_stacks(self.procs, running, self.workdir)
         exits = tuple(self._exit(r, results[r], stacks) for r in range(self.n))
