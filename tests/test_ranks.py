@@ -515,6 +515,41 @@ def test_a_ranks_output_goes_into_the_report_capped_and_is_kept_whole(pytester):
     assert "rank 1 failed: AssertionError: rank 1 says no" in text
 
 
+ASYNC = """
+import asyncio
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+@pytest.mark.ranks(2)
+async def test_awaited(gputopo_rank):
+    await asyncio.sleep(0)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+    open(os.path.join(os.environ["RANKS_TEST_PIDS"], f"awaited{gputopo_rank.rank}"), "w").close()
+
+
+@pytest.mark.ranks(2)
+async def test_awaited_fails(gputopo_rank):
+    await asyncio.sleep(0)
+    assert gputopo_rank.rank == 0, "an async body's assert"
+"""
+
+
+def test_an_async_ranks_test_is_awaited_in_each_rank_never_passed_unrun(pytester, pid_folder):
+    """An ``async def`` body returns a coroutine: each rank runs it (``asyncio.run``), so its assert
+    counts; a coroutine left un-awaited would pass a test that never ran."""
+    pytester.makepyfile(test_async=ASYNC)
+    result = run(pytester)
+    result.assert_outcomes(passed=1, failed=1)
+    assert "rank 1 failed: AssertionError: an async body's assert" in result.stdout.str()
+    assert sorted(p.name for p in pid_folder.iterdir() if p.name.startswith("awaited")) == ["awaited0", "awaited1"]
+
+
 def test_each_world_size_is_judged_at_its_own_size(pytester):
     """On a recorded 4-GPU machine ``ranks([2, 8])`` plans its 2 to run and its 8 to skip (the plan runs
     nothing: the same judgement the run makes at setup)."""

@@ -10,6 +10,7 @@ The test module is loaded again here from its file, with pytest's assertion rewr
 from __future__ import annotations
 
 import ast
+import asyncio
 import faulthandler
 import importlib.util
 import inspect
@@ -183,7 +184,9 @@ def _run_body(job: BodyJob, info: RankInfo, trail) -> BodyResult:
         body, kwargs = _body(job, info)
         trail.begin()
         try:
-            body(**kwargs)
+            done = body(**kwargs)
+            if inspect.iscoroutine(done):  # an ``async def`` test: awaited here, never left un-run
+                asyncio.run(done)
         finally:
             trail.on = False
     except BaseException as exc:  # noqa: BLE001 - a rank's outcome, whatever it is, goes to the report
