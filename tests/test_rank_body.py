@@ -77,7 +77,7 @@ def test_an_nccl_ranks_flight_recorder_dumps_into_the_tests_folder_unless_the_us
 
 
 def test_the_ranks_flight_recorder_dumps_are_kept_beside_the_report_and_named(tmp_path):
-    from pytest_gputopo.plugin import ranks_run
+    from pytest_gputopo.plugin import ranks_report
     from pytest_gputopo.runtime import rank_procs
 
     workdir = tmp_path / "work"
@@ -90,12 +90,12 @@ def test_the_ranks_flight_recorder_dumps_are_kept_beside_the_report_and_named(tm
         "nccl_trace_rank_0",
         "nccl_trace_rank_1",
     ]
-    line = ranks_run._keep_flight_recorder_dumps(item, str(workdir))
-    kept = item.stash[ranks_run._KEPT]
+    line = ranks_report.keep_flight_recorder_dumps(item, str(workdir))
+    kept = item.stash[ranks_report._KEPT]
     assert (
         line
         == f"NCCL's flight recorder dumped 2 rank(s)' last collectives to {kept} (torch's reader: torchfrtrace {kept})"
     )
     assert sorted(os.listdir(kept)) == ["nccl_trace_rank_0", "nccl_trace_rank_1"]
     shutil.rmtree(kept)
-    assert ranks_run._keep_flight_recorder_dumps(item, str(tmp_path / "none")) == ""
+    assert ranks_report.keep_flight_recorder_dumps(item, str(tmp_path / "none")) == ""

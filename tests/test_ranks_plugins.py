@@ -73,7 +73,7 @@ def test_in_place():
     assert mod.branch(False) == "in place"
 
 
-@pytest.mark.timeout(6)
+@pytest.mark.timeout(20)  # a hang guard: the ranks start and note their pids long before
 @pytest.mark.ranks(2, timeout=300{pool})
 def test_over_its_timeout(gputopo_rank):
     (NOTES / f"pid{{gputopo_rank.rank}}").write_text(str(os.getpid()))
