@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
-import os
 import time
 from collections.abc import Callable
 
@@ -170,6 +169,6 @@ def _taken(message, job: BodyJob) -> BodyResult | None:
 
 
 def pool_key(setup: RankSetup) -> tuple:
-    """The pools a test may share: its ranks, backend, GPUs, visibility, group timeout, output."""
+    """The pools a test may share: its ranks, backend, GPUs, visibility, group timeout, output, coverage."""
     gpus = tuple(g.uuid or g.index for g in setup.gpus) if setup.gpus else None
-    return (setup.n, setup.backend, gpus, setup.visible, setup.group_timeout_s, setup.capture, os.getpid())
+    return (setup.n, setup.backend, gpus, setup.visible, setup.group_timeout_s, setup.capture, setup.coverage)
