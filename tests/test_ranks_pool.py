@@ -86,6 +86,20 @@ def test_after_skips(gputopo_rank):
     note("after_skips", gputopo_rank.rank)
 
 
+@pytest.mark.ranks(2, pool=True)
+def test_destroys_the_group(gputopo_rank):
+    note("destroys_the_group", gputopo_rank.rank)
+    dist.destroy_process_group()
+
+
+@pytest.mark.ranks(2, pool=True)
+def test_after_the_group_went(gputopo_rank):
+    note("after_the_group_went", gputopo_rank.rank)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+
+
 @pytest.mark.ranks(3, pool=True)
 def test_other_size(gputopo_rank):
     note("other_size", gputopo_rank.rank)
@@ -119,7 +133,7 @@ def test_a_pool_serves_test_after_test_and_is_started_afresh_after_one_that_leav
     finally:
         del os.environ["POOL_NOTES"]
     text = result.stdout.str()
-    result.assert_outcomes(passed=7, failed=3, skipped=1)
+    result.assert_outcomes(passed=9, failed=3, skipped=1)
     ran = pools(notes)
     # the three reductions and the failing test share one pool; its failure ends it
     assert ran["reduce0"] == ran["reduce1"] == ran["reduce2"] == ran["fails"], ran
@@ -128,7 +142,9 @@ def test_a_pool_serves_test_after_test_and_is_started_afresh_after_one_that_leav
     assert ran["skip_on_one"] == ran["after_a_failure"] and ran["hangs"] != ran["skip_on_one"]
     # a hang: its ranks' stacks, then a fresh pool; a skip on every rank keeps the pool
     assert ran["skip_on_all"] != ran["hangs"] and ran["after_skips"] == ran["skip_on_all"]
-    assert len(set(ran["other_size"])) == 3 and set(ran["other_size"]).isdisjoint(ran["after_skips"])
+    # a test that destroyed the group passes, and the next test has a pool of its own
+    assert ran["destroys_the_group"] == ran["after_skips"] and ran["after_the_group_went"] != ran["after_skips"]
+    assert len(set(ran["other_size"])) == 3 and set(ran["other_size"]).isdisjoint(ran["after_the_group_went"])
     assert set(ran["own_ranks"]).isdisjoint(ran["other_size"])
     assert "ranks(2, pool=True): rank 1 failed: AssertionError: rank 1 says no" in text, text
     assert "rank 1 skipped: skipped while other ranks ran: not on rank 1" in text, text
