@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from emulated import emulated_libs, make_host, needs_compiler  # noqa: F401  (a fixture)
+
 SCRIPT = Path(__file__).resolve().parent.parent / "dev" / "gpu-report"
 VENV_BIN = str(Path(sys.executable).parent)
 
@@ -219,7 +221,12 @@ def test_gpu_check_steps_run_here_and_each_gpu_step_says_it_was_skipped_and_why(
     for step in [
         f"numbering, CUDA_VISIBLE_DEVICES {v} |"
         for v in ("unset", "0", "full UUID", "UUID prefix", "0,-1", "empty", "99", "MIG id", "1,0")
-    ] + ["CUDA fails", "boot record", "PCIe generation and width", "all-reduce with injected wrong data must fail"]:
+    ] + [
+        "CUDA_VISIBLE_DEVICES empty",
+        "boot record",
+        "PCIe generation and width",
+        "all-reduce with injected wrong data must fail",
+    ]:
         (row,) = [line for line in report.splitlines() if line.startswith(f"| {step}")]
         assert no_gpu in row, row
     (tools,) = [line for line in report.splitlines() if "test_reference_tools.py" in line and line.startswith("| ")]
@@ -242,3 +249,48 @@ def test_gpu_check_steps_skip_what_the_budget_cannot_hold(tmp_path, monkeypatch)
     assert not ran and report.count("| skipped: ") == 14  # every step, none run
     assert report.count("skipped: the budget of 0 s is spent") >= 12
     assert "| numbering, CUDA_VISIBLE_DEVICES MIG id | skipped: no MIG device" in report
+
+
+@pytest.mark.slow
+@needs_compiler
+def test_gpu_check_steps_dry_run_on_the_emulated_host_passes_every_step_it_runs(emulated_libs, tmp_path):
+    """The steps as a lent GPU runs them, entered on the emulated 8-GPU host (NVML and libcuda
+    emulated): the numbering under each CUDA_VISIBLE_DEVICES form, the empty list (no GPU listed, as
+    CUDA hides every device: the step used to require GPUs there and failed on every host), and the boot
+    record (each run's header must say where CUDA's view came from: the step used to assert nothing).
+    The steps that run CUDA kernels skip, saying so."""
+    _, host = make_host(tmp_path / "host", emulated_libs, "dgx-a100")
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PYTEST_ADDOPTS")} | host
+    out = tmp_path / "check.md"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(STEPS),
+            "-o",
+            str(out),
+            "--captures",
+            str(tmp_path / "cap"),
+            "--budget",
+            "600",
+            "--emulated",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    report = out.read_text()
+    assert done.returncode == 0, report
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line.split(" | ")[1]
+        for line in report.splitlines()
+        if line.startswith("| ") and " | " in line
+    }
+    for value in ("unset", "0", "full UUID", "UUID prefix", "0,-1", "empty", "99", "1,0"):
+        assert rows[f"numbering, CUDA_VISIBLE_DEVICES {value}"] == "passed", report
+    assert rows["CUDA_VISIBLE_DEVICES empty: no GPU listed, NVML-only or with CUDA's view"] == "passed", report
+    assert rows["boot record: probed, from this boot's record, --gputopo-reprobe"] == "passed", report
+    assert "the header says \"CUDA's view from this boot's record\": True" in report, report
+    for step in ("PCIe generation and width", "all-reduce with injected wrong data", "nccl-tests and nvbandwidth"):
+        (row,) = [v for k, v in rows.items() if k.startswith(step)]
+        assert row == "skipped: needs CUDA kernels: a dry run on the emulated host (--emulated)", report
