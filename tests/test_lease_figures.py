@@ -128,7 +128,8 @@ def test_each_leased_tests_peak_is_reported_and_kept_and_one_over_its_budget_is_
         "test_over": 6.0,
         "test_undeclared": 8.0,
     }
-    assert all(v["seconds"] > 0 for v in kept.values())
+    # each test's call duration, kept to the millisecond (a call this short may keep 0.0: seen under load)
+    assert all(type(v["seconds"]) is float and v["seconds"] >= 0 for v in kept.values())
 
 
 @pytest.mark.slow
