@@ -13,6 +13,7 @@ call ``Coverage.combine()``, which takes every ``.coverage.*`` file beside the d
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -25,6 +26,7 @@ from ci_endings import alive
 PLUGINS_PYTHON = Path(__file__).resolve().parents[1] / ".venv-plugins" / "bin" / "python"
 
 
+@functools.cache
 def _has_torch() -> bool:
     if not PLUGINS_PYTHON.exists():
         return False

@@ -13,7 +13,6 @@ an earlier test (PR #176259), DeepSpeed's ``reuse_dist_env`` hangs in ``destroy_
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -121,17 +120,14 @@ def pools(notes: Path) -> dict[str, tuple[int, ...]]:
 
 
 @pytest.mark.slow
-def test_a_pool_serves_test_after_test_and_is_started_afresh_after_one_that_leaves_it_unfit(pytester, tmp_path):
+def test_a_pool_serves_test_after_test_and_is_started_afresh_after_one_that_leaves_it_unfit(
+    pytester, tmp_path, monkeypatch
+):
     pytest.importorskip("torch")
     notes = tmp_path / "notes"
     pytester.makepyfile(test_pooled=POOLED)
-    env = {"POOL_NOTES": str(notes)}
-    for name, value in env.items():
-        os.environ[name] = value
-    try:
-        result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0", "-rA", "-v")
-    finally:
-        del os.environ["POOL_NOTES"]
+    monkeypatch.setenv("POOL_NOTES", str(notes))
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0", "-rA", "-v")
     text = result.stdout.str()
     result.assert_outcomes(passed=9, failed=3, skipped=1)
     ran = pools(notes)
@@ -173,7 +169,7 @@ def test_a_result_is_taken_only_for_its_own_test_and_number():
 
 
 @pytest.mark.slow
-def test_the_runs_option_pools_every_ranks_test_and_a_marker_says_otherwise(pytester, tmp_path):
+def test_the_runs_option_pools_every_ranks_test_and_a_marker_says_otherwise(pytester, tmp_path, monkeypatch):
     """``--gputopo-ranks-pool`` pools each ``ranks`` test; ``pool=False`` on one keeps it on ranks of its
     own; a world-size list pools each size apart; under xdist each worker has its own pool."""
     pytest.importorskip("torch")
@@ -198,13 +194,9 @@ def test_alone(gputopo_rank):
     note("alone", gputopo_rank.rank)
 """
     )
-    os.environ["POOL_NOTES"] = str(notes)
-    try:
-        result = pytester.runpytest_subprocess(
-            "-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0", "--gputopo-ranks-pool"
-        )
-    finally:
-        del os.environ["POOL_NOTES"]
+    monkeypatch.setenv("POOL_NOTES", str(notes))
+    args = ("-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0", "--gputopo-ranks-pool")
+    result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=5)
     ran = pools(notes)
     assert ran["sized1-0"] == ran["sized1-1"] and ran["sized2-0"] == ran["sized2-1"], ran

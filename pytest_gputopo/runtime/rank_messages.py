@@ -96,8 +96,7 @@ class BodyResult:
 @dataclass(frozen=True)
 class Ready:
     """A pool's rank after the barrier that follows a test: ``usable`` when every rank met it within
-    its deadline (the group works for the next test), else why not."""
+    its deadline (the group works for the next test)."""
 
     seq: int
     usable: bool
-    why: str = ""
