@@ -302,6 +302,37 @@ def srun_ranks(folder, port: int, rank_timeout_s: int, extra_env: dict | None = 
     return procs
 
 
+class Stranger:
+    """A plain TCPStore client whose ``set`` has landed when it returns. TCPStore answers no SET (the
+    client sends it and goes on), so a read on another connection could overtake a planted record (seen
+    once in CI: rank 0's own record overwritten after it was written). A ``get`` on the same connection
+    is answered only after the SET before it."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def set(self, key: str, value) -> None:
+        self.store.set(key, value)
+        self.store.get(key)
+
+    def __getattr__(self, name: str):
+        return getattr(self.store, name)
+
+
+def served_store(port: int | None = None):
+    """Rank 0's store (as the srun path serves it) on ``port`` (a free one when None) and a
+    stranger's client of it: what anyone who reaches that port can do."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    port = port or launcher_port()
+    served = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False, timeout=timedelta(seconds=10))
+    stranger = Stranger(dist.TCPStore("127.0.0.1", port, 1, False, timeout=timedelta(seconds=10)))
+    return SimpleNamespace(served=served, stranger=stranger, port=port)
+
+
 def stranger_of(port: int, wait_s: float = 60):
     """A plain TCPStore client of the store rank 0 serves on MASTER_PORT + 1 (``port`` + 1), once it
     is up: what anyone who reaches that port can do."""
@@ -313,7 +344,7 @@ def stranger_of(port: int, wait_s: float = 60):
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return dist.TCPStore("127.0.0.1", port + 1, 1, False, timeout=timedelta(seconds=5))
+            return Stranger(dist.TCPStore("127.0.0.1", port + 1, 1, False, timeout=timedelta(seconds=5)))
         except Exception:
             assert time.monotonic() < deadline, "rank 0's store never came up"
             time.sleep(0.2)

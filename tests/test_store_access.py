@@ -19,12 +19,11 @@ import socket
 import stat
 import subprocess
 import sys
-from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import launcher_port, srun_ranks, stranger_of
+from conftest import launcher_port, served_store, srun_ranks, stranger_of
 from pytest_gputopo.runtime import environ, files, listener
 from pytest_gputopo.runtime.signing import PREFIX, Signer
 
@@ -359,11 +358,8 @@ def test_a_signed_record_opens_only_under_its_key_with_its_secret():
 
 @pytest.fixture
 def store():
-    dist = pytest.importorskip("torch.distributed")
-    port = _free_port()
-    served = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False, timeout=timedelta(seconds=10))
-    stranger = dist.TCPStore("127.0.0.1", port, 1, False, timeout=timedelta(seconds=10))
-    return SimpleNamespace(served=served, stranger=stranger, port=port)
+    pytest.importorskip("torch.distributed")
+    return served_store(_free_port())
 
 
 def _all_ranks(store, signer, name, mine):

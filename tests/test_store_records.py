@@ -5,12 +5,11 @@ each is refused with a reason naming the rank and the key (exit status 9 through
 right shape with false contents is caught only when the run has a secret (test_store_access.py)."""
 
 import json
-from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import launcher_port, srun_ranks, stranger_of
+from conftest import launcher_port, served_store, srun_ranks, stranger_of
 from pytest_gputopo.core import keys
 
 dist = pytest.importorskip("torch.distributed")
@@ -24,11 +23,7 @@ VERDICT = "verdict/min_allreduce_bw(1000)"
 
 @pytest.fixture
 def store():
-    """Rank 0's store (as the srun path serves it) and a stranger's plain client of it."""
-    port = launcher_port()
-    served = dist.TCPStore("127.0.0.1", port, 1, True, wait_for_workers=False, timeout=timedelta(seconds=10))
-    stranger = dist.TCPStore("127.0.0.1", port, 1, False, timeout=timedelta(seconds=10))
-    return SimpleNamespace(served=served, stranger=stranger, port=port)
+    return served_store()
 
 
 def exchange(store, rank=0) -> Exchange:
