@@ -350,6 +350,29 @@ def stranger_of(port: int, wait_s: float = 60):
             time.sleep(0.2)
 
 
+def checks_of(pytester, topology, *args: str) -> dict:
+    """A ``--gputopo-check`` run on ``topology`` recorded as a profile (``--gputopo-machine``): its
+    items by name, as the JSON report has them (check, outcome, message)."""
+    import json
+
+    from pytest_gputopo.probe.recorded import profile_dict
+
+    path = pytester.path / "node.json"
+    path.write_text(json.dumps(profile_dict("node", topology)))
+    report = pytester.path / "run.json"
+    pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "--gputopo-check",
+        "--gputopo-machine",
+        str(path),
+        "--gputopo-json",
+        str(report),
+        *args,
+    )
+    return {c["check"]: c for c in json.loads(report.read_text())["checks"]}
+
+
 def run_cli(capsys, *args) -> tuple[int, str, str]:
     """``gputopo ARGS`` in this process: (exit status, what it printed, what it wrote to stderr)."""
     from pytest_gputopo import cli

@@ -32,6 +32,11 @@ reference (``nvml-nccl-torch.md`` §0, §1.9) says the real module does:
   have neither function, before 12.575 no ``V``; 12.535 and 12.575's ``c_nvmlGpuFabricInfo_t`` have
   the 80-byte clusterUuid they had (12.535: ``partitionId`` for ``cliqueId``) and 12.575's
   ``c_nvmlGpuFabricInfoV_t`` a ``c_char * 16`` one (nvml-nccl-torch.md §1.6);
+* the health calls (``core.health``) return what the GPU's ``health`` records, in the real
+  wrappers' forms: ``nvmlDeviceGetTotalEccErrors`` a count (uncorrected only; corrected errors are
+  not recorded), ``nvmlDeviceGetRemappedRows`` the tuple (0, 0, isPending, failureOccurred),
+  ``...RetiredPagesPendingStatus`` and ``...PersistenceMode`` an ``nvmlEnableState_t`` value,
+  ``...CurrentClocksEventReasons`` (and its older name) the mask, the versions strings;
 * ``nvmlDeviceGetNumaNodeId`` raises ``NotSupported`` (as on x86; the NUMA node comes from
   ``nvmlDeviceGetMemoryAffinity``); a common ancestor or P2P query for a GPU with itself is
   ``InvalidArgument`` (the real answer is unverified);
@@ -548,6 +553,39 @@ class _FakeNvml:
         self._fill_fabric(fabric, out)
         self._write(out, target)
         return 0
+
+    # -- health (core.health): what a GPU's recording does not say is NotSupported -----------------
+
+    def _health(self, device: Any, field: str) -> Any:
+        return self._fact(getattr(self.gpus[self._gpu(device)].health, field, None))
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: Any, errorType: int, counterType: int) -> int:
+        if errorType not in (0, 1) or counterType not in (0, 1):  # nvml.h: an invalid type is InvalidArgument
+            raise self.InvalidArgument()
+        if errorType == 0:  # corrected errors are not recorded
+            raise self.NotSupported()
+        return int(self._health(handle, ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate")[counterType]))
+
+    def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]:
+        pending, failed = self._health(device, "remapped_rows_pending"), self._health(device, "remapping_failed")
+        return (0, 0, int(pending), int(failed))  # (corrRows, uncRows, isPending, failureOccurred); counts not recorded
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: Any) -> int:
+        return int(self._health(device, "retired_pages_pending"))  # NVML_FEATURE_ENABLED / DISABLED
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        return self._health(handle, "clocks_event_reasons")
+
+    nvmlDeviceGetCurrentClocksThrottleReasons = nvmlDeviceGetCurrentClocksEventReasons
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Any) -> int:
+        return int(self._health(handle, "persistence_mode"))
+
+    def nvmlDeviceGetVbiosVersion(self, handle: Any) -> Any:
+        return self._str(self._health(handle, "vbios_version"))
+
+    def nvmlDeviceGetInforomImageVersion(self, handle: Any) -> Any:
+        return self._str(self._health(handle, "inforom_version"))
 
     def nvmlDeviceGetNvLinkState(self, device: Any, link: int) -> int:
         return 1 if self._link(device, link).active else 0  # NVML_FEATURE_ENABLED / DISABLED

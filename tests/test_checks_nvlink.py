@@ -2,12 +2,11 @@
 unless something says it had links; some up and some down is a fault."""
 
 import dataclasses
-import json
 
+from conftest import checks_of
 from pytest_gputopo.core import model
 from pytest_gputopo.plugin.checks import nvlink_lost
 from pytest_gputopo.probe import recorded
-from pytest_gputopo.probe.recorded import profile_dict
 
 A6000 = "NVIDIA RTX A6000"
 
@@ -40,25 +39,10 @@ def _mixed_box(gpus: int = 4) -> model.Topology:
     return model.Topology(gpus=cards, links=pairs)
 
 
-def _checks(pytester, topology: model.Topology) -> dict:
-    path = pytester.path / "node.json"
-    path.write_text(json.dumps(profile_dict("node", topology)))
-    pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "--gputopo-check",
-        "--gputopo-machine",
-        str(path),
-        "--gputopo-json",
-        str(pytester.path / "run.json"),
-    )
-    return {c["check"]: c for c in json.loads((pytester.path / "run.json").read_text())["checks"]}
-
-
 def test_a_card_without_a_bridge_beside_a_bridged_pair_is_not_a_fault(pytester):
     """GPU2 and GPU3 (no bridge, links present and down) pass though GPU0-GPU1 have a bridge: each GPU
     is judged on its own, not failed "0/4 up" by its neighbours' bridge."""
-    checks = _checks(pytester, _mixed_box())
+    checks = checks_of(pytester, _mixed_box())
     assert checks["nvlink[GPU0]"]["outcome"] == checks["nvlink[GPU1]"]["outcome"] == "passed"
     for i in (2, 3):
         assert checks[f"nvlink[GPU{i}]"]["outcome"] == "skipped", checks[f"nvlink[GPU{i}]"]
@@ -68,7 +52,7 @@ def test_a_card_without_a_bridge_beside_a_bridged_pair_is_not_a_fault(pytester):
 def test_a_gpu_that_lost_every_link_in_an_nvswitch_box_still_fails(pytester):
     """The opposite wrong verdict: GPU5 of an HGX H100 with all 18 links down is a fault, told by its
     peers of the same model, whose links reach an NVSwitch."""
-    checks = _checks(pytester, recorded.load_profile("hgx-h100-nvlink-down").topology)
+    checks = checks_of(pytester, recorded.load_profile("hgx-h100-nvlink-down").topology)
     assert checks["nvlink[GPU5]"]["outcome"] == "failed"
     assert "(0/18 up)" in checks["nvlink[GPU5]"]["message"]
     assert checks["nvlink[GPU0]"]["outcome"] == "passed"
@@ -122,7 +106,7 @@ def test_an_nvlink_version_the_architecture_cannot_have_is_warned_by_the_check(p
             for g in h100.gpus
         ),
     )
-    check = _checks(pytester, said_5)["nvlink[GPU0]"]
+    check = checks_of(pytester, said_5)["nvlink[GPU0]"]
     assert check["outcome"] == "passed"
     assert check["message"] == (
         "GPU0: 18/18 NVLinks up; warning: NVML says NVLink 5.0, compute capability 9.0 has 4.0: 4.0 taken"

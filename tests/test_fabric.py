@@ -26,6 +26,7 @@ import json
 import pynvml
 import pytest
 
+from conftest import checks_of
 from fake_nvml import make_fake_pynvml
 from pytest_gputopo.core import fabric_health, faults, model, schema
 from pytest_gputopo.core.requirements import LinkRequirement, NvLinkRequirement, P2PRequirement
@@ -180,21 +181,6 @@ def test_the_profile_keeps_the_fabric_and_profiles_without_one_stay_as_they_were
 # -- judged: the check item, the fleet's faults, the markers ------------------------------------------
 
 
-def _checks(pytester, topology: model.Topology) -> dict:
-    path = pytester.path / "node.json"
-    path.write_text(json.dumps(profile_dict("node", topology)))
-    pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "--gputopo-check",
-        "--gputopo-machine",
-        str(path),
-        "--gputopo-json",
-        str(pytester.path / "run.json"),
-    )
-    return {c["check"]: c for c in json.loads((pytester.path / "run.json").read_text())["checks"]}
-
-
 @pytest.mark.parametrize(
     "state, outcome, says",
     [
@@ -222,13 +208,13 @@ def _checks(pytester, topology: model.Topology) -> dict:
     ],
 )
 def test_the_fabric_item_says_whether_the_fabric_is_up(pytester, state, outcome, says):
-    checks = _checks(pytester, _tray(STATES[state]))
+    checks = checks_of(pytester, _tray(STATES[state]))
     assert (checks["fabric[GPU1]"]["outcome"], checks["fabric[GPU1]"]["message"]) == (outcome, says)
     assert checks["fabric[GPU0]"]["outcome"] == "passed"
 
 
 def test_a_recorded_machine_without_the_fact_has_no_fabric_item(pytester):
-    checks = _checks(pytester, load_profile("gb200-tray").topology)
+    checks = checks_of(pytester, load_profile("gb200-tray").topology)
     assert not [name for name in checks if name.startswith("fabric[")]
 
 
@@ -409,7 +395,7 @@ def test_the_profile_keeps_the_health_mask():
 def test_a_degraded_or_unhealthy_fabric_fails_its_item_and_an_unknown_mask_is_not_passed(pytester, mask, outcome, says):
     """Issue 39 item 3: "degraded bandwidth on GB200 passes" -- a GB200 tray whose GPU1 registered
     (Completed, Success) with its health mask saying bandwidth degraded: the fabric item fails."""
-    checks = _checks(pytester, _tray(_health(mask)))
+    checks = checks_of(pytester, _tray(_health(mask)))
     assert (checks["fabric[GPU1]"]["outcome"], checks["fabric[GPU1]"]["message"]) == (outcome, says)
 
 

@@ -15,6 +15,7 @@ Pure. Each rule is the one the node's own health check applies, called here, not
   and chipsets without P2P, no fault);
 - a figure under the floor the plugin's threshold rule sets for that GPU and link
   (``core.judgement.threshold`` with the default floors), or whose data came back wrong;
+- a GPU's health at rest (``core.health``'s faults: ECC, row remapping, page retirement, clocks held down);
 - a check item the node's own document marks failed.
 
 A GPU with MIG enabled has no NVLink or P2P fact a process sees: those are not judged on it.
@@ -25,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import collectives, fabric_health, keys, spec
+from . import collectives, fabric_health, health, keys, spec
 from .judgement import BELOW, BROKEN, STAGED, Judgement, Measured, threshold
 from .model import Gpu, Link, P2PStatus, Topology, unlisted_line
 from .nvlinks import nvlink_lost
@@ -103,6 +104,7 @@ def topology_faults(topology: Topology) -> list[Fault]:
                 pairs = [ln for ln in topology.pairs() if gpu.index in (ln.a, ln.b)]
                 explains = (f"{name} NVLinks up",) + tuple(f"{ln.name} link" for ln in pairs)
                 out.append(Fault(f"nvlink[{name}]", f"{name}: {lost}", (name,), lost, explains))
+    out.extend(health_faults(topology))
     for link in topology.pairs():
         if mig_enabled(topology, [link.a, link.b]):
             continue
@@ -119,6 +121,20 @@ def topology_faults(topology: Topology) -> list[Fault]:
                     (f"{link.name} P2P",),
                 )
             )
+    return out
+
+
+def health_faults(topology: Topology) -> list[Fault]:
+    """Each GPU's health faults (``core.health``: the check's ``health[GPU<i>]`` item), one per GPU;
+    warnings are no fault."""
+    out = []
+    for gpu in topology.gpus:
+        found = [f for f in health.findings(topology, gpu) if f.severity == health.FAULT]
+        if found:
+            name = f"GPU{gpu.index}"
+            line = f"{name}: " + "; ".join(f.text() for f in found)
+            kinds = "; ".join(f"{health.CODES[f.code].title} ({f.code})" for f in found)  # alike on every node
+            out.append(Fault(f"health[{name}]", line, (name,), kinds))
     return out
 
 

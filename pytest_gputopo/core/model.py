@@ -218,6 +218,29 @@ class Fabric:
 
 
 @dataclass(frozen=True)
+class GpuHealth:
+    """What NVML says of a GPU's health at rest (``core.health`` judges it), each fact None where unknown:
+    the GPU or driver does not report it (NVML's NotSupported: no ECC, no row remapper, MIG enabled,
+    Windows for persistence), the call failed, or the source did not record it. ECC counts are NVML's
+    total uncorrectable errors, volatile (since the driver loaded) and aggregate (the GPU's life);
+    ``clocks_event_reasons`` NVML's bitmask of what holds the clocks down (``nvmlClocksEventReason*``)."""
+
+    ecc_uncorrected_volatile: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapping_failed: bool | None = None
+    retired_pages_pending: bool | None = None
+    clocks_event_reasons: int | None = None
+    persistence_mode: bool | None = None
+    vbios_version: str | None = None
+    inforom_version: str | None = None
+
+    @property
+    def known(self) -> bool:
+        return any(getattr(self, f.name) is not None for f in dataclasses.fields(self))
+
+
+@dataclass(frozen=True)
 class UnlistedGpu:
     """A GPU NVML lists that CUDA does not enumerate, though the environment leaves it visible (issue
     39): no CUDA process can use it. Named as NVML knows it: NVML's index (nvidia-smi's), UUID, PCI
@@ -286,6 +309,7 @@ class Gpu:
     compute_mode: str | None = None  # one of COMPUTE_MODES (nvmlDeviceGetComputeMode)
     mig_devices: tuple[MigDevice, ...] = ()  # listed by nvidia-smi text; () where none was listed
     fabric: Fabric | None = None  # NVML's GPU fabric info; None where NVML gave none (no such function, NotSupported)
+    health: GpuHealth | None = None  # None where no source was asked (a listing without the sections)
 
     @property
     def active_nvlinks(self) -> int:

@@ -33,6 +33,7 @@ from .model import (
     P2P_CAPS,
     Fabric,
     Gpu,
+    GpuHealth,
     Link,
     LinkClass,
     MigDevice,
@@ -78,6 +79,10 @@ def to_dict(topology: Topology) -> dict[str, Any]:
             del gpu["fabric"]
         elif gpu["fabric"]["health_mask"] is None:  # and its health mask only where NVML gave one
             del gpu["fabric"]["health_mask"]
+        if gpu["health"] is None:  # only where a source gave health facts, and only the facts it gave
+            del gpu["health"]
+        else:
+            gpu["health"] = {k: v for k, v in gpu["health"].items() if v is not None}
     for key in ("cuda_devices", "cuda_problem", "cuda_unlisted"):  # only where CUDA was asked: as they were
         if data[key] is None:
             del data[key]
@@ -214,6 +219,31 @@ def _fabric_from(d: Any, path: str) -> Fabric | None:
     )
 
 
+_HEALTH_COUNTS = ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate", "clocks_event_reasons")
+_HEALTH_BOOLS = ("remapped_rows_pending", "remapping_failed", "retired_pages_pending", "persistence_mode")
+_HEALTH_VERSIONS = ("vbios_version", "inforom_version")
+
+
+def _health_from(d: Any, path: str) -> GpuHealth | None:
+    """``gpus[].health``: what NVML (or nvidia-smi's report) said of the GPU's health; a fact left out is unknown."""
+    if d is None:
+        return None
+    d = _mapping(d, path)
+    p = path + "."
+    extra = set(d) - {f.name for f in dataclasses.fields(GpuHealth)}
+    if extra:
+        raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
+    for key in _HEALTH_VERSIONS:
+        version = _get(d, key, p, (str,), None)
+        if version is not None and not 0 < len(version) <= 64:
+            raise SchemaError(f"{p}{key}", f"{show_value(version)} is not a version of 1 to 64 characters")
+    return GpuHealth(
+        **{k: _int(d, k, p, 0, 2**64 - 1) for k in _HEALTH_COUNTS},
+        **{k: _get(d, k, p, (bool,), None) for k in _HEALTH_BOOLS},
+        **{k: d.get(k) for k in _HEALTH_VERSIONS},
+    )
+
+
 def _unlisted_from(d: Any, path: str) -> tuple[UnlistedGpu, ...] | None:
     """``cuda_unlisted``: the GPUs NVML lists and CUDA does not enumerate (None: not compared)."""
     if d is None:
@@ -246,7 +276,7 @@ def _gpu_from(d: Any, path: str) -> Gpu:
         - set(_GPU_INTS)
         - set(_GPU_STRS)
         - set(_GPU_BOOLS)
-        - {"index", "nvlinks", "compute_mode", "mig_devices", "fabric"}
+        - {"index", "nvlinks", "compute_mode", "mig_devices", "fabric", "health"}
     )
     if extra:
         raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
@@ -273,6 +303,7 @@ def _gpu_from(d: Any, path: str) -> Gpu:
         compute_mode=mode,
         mig_devices=migs,
         fabric=_fabric_from(d.get("fabric"), f"{p}fabric"),
+        health=_health_from(d.get("health"), f"{p}health"),
         **{k: _int(d, k, p, low, high) for k, (low, high) in _GPU_INTS.items()},
         **{k: _get(d, k, p, (str,), None) for k in _GPU_STRS},
         **{k: _get(d, k, p, (bool,), None) for k in _GPU_BOOLS},

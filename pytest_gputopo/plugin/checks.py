@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from ..core import fabric_health, faults, judgement, keys, spec, thresholds
+from ..core import fabric_health, faults, health, judgement, keys, spec, thresholds
 from ..core.model import P2PStatus, Topology, unlisted_line
 from ..core.nvlinks import nvlink_lost
 from ..core.regressions import pcie_trained_down  # a link trained down, worded as --gputopo-expect words it
@@ -128,6 +128,8 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
             yield f"nvlink[GPU{gpu.index}]", _nvlink_check(topology, gpu)
         if gpu.fabric is not None or (topology.is_this_host and gpu.nvlinks):
             yield f"fabric[GPU{gpu.index}]", _fabric_check(gpu)
+        if gpu.health is not None or topology.is_this_host:
+            yield f"health[GPU{gpu.index}]", _health_check(topology, gpu)
 
     for link in topology.pairs():
 
@@ -269,6 +271,29 @@ def _fabric_check(gpu):
         return "passed", f"{up}; health: {health.text()}{tail}", {}
 
     return fabric
+
+
+def _health_check(topology: Topology, gpu):
+    """The health item: the GPU's memory, clocks, persistence and firmware by ``core.health``'s rules."""
+
+    def gpu_health():
+        """the GPU is healthy at rest: ECC, row remapping, page retirement, clocks, persistence, firmware"""
+        facts = gpu.health
+        if facts is None:
+            why = f"health not reported (NVML gives none of {', '.join(health.NOT_REPORTED.values())})"
+            return _skipped(f"GPU{gpu.index}: {why}", why)
+        found = health.findings(topology, gpu)
+        faulty = [f for f in found if f.severity == health.FAULT]
+        warned = "".join(f"; warning: {f.text()}" for f in found if f.severity == health.WARNING)
+        unknown = health.not_reported(facts)
+        tail = warned + (f"; not reported: {', '.join(unknown)}" if unknown else "")
+        if faulty:
+            what = "; ".join(f.text() for f in faulty)
+            return _failed(f"GPU{gpu.index}: {what}{tail}", (gpu.index,), what)
+        said = ", ".join(health.judged_facts(facts)) or "nothing judged"
+        return "passed", f"GPU{gpu.index}: {said}{tail}", {}
+
+    return gpu_health
 
 
 NO_HEALTH = "health not reported (no health mask: a driver before nvmlGpuFabricInfo_v2, or none of its fields)"

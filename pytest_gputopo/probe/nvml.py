@@ -23,11 +23,12 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import time
 import uuid as uuids
 from collections.abc import Sequence
 from typing import Any
 
-from ..core import limits, model
+from ..core import health, limits, model
 from ..runtime import environ as runtime
 
 # A GPU whose PCI address is unknown gets a bus id in the all-ones domain from the fake module: PCI
@@ -58,6 +59,14 @@ _LIBRARY_NOT_FOUND, _DRIVER_NOT_LOADED, _NO_PERMISSION = 12, 9, 4  # NVML_ERROR_
 _INVALID_ARGUMENT = 2
 _FABRIC_COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED (pynvml 13.615.71 l.7196; nvml.h "Fabric definitions")
 _FABRIC_UUID_LEN = 16  # NVML_GPU_FABRIC_UUID_LEN: the C struct's clusterUuid[16]
+_ENABLED = 1  # NVML_FEATURE_ENABLED (pynvml l.44)
+_UNCORRECTED, _VOLATILE_ECC, _AGGREGATE_ECC = (
+    1,
+    0,
+    1,
+)  # NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC
+CLOCKS_EVENT_CALLS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+CLOCKS_RECHECK_S = 0.2
 # nvmlDeviceGetGpuFabricInfoV with pynvml's c_nvmlGpuFabricInfoV_t (the v2 struct, its version preset by
 # __init__, as NCCL's nvmlwrap.cc sets nvmlGpuFabricInfo_v2), then, for a driver or binding without it,
 # the older nvmlDeviceGetGpuFabricInfo with c_nvmlGpuFabricInfo_t.
@@ -301,8 +310,55 @@ class _Reader:
             mig=None if mig is None else mig[0] == _MIG_ENABLE,
             compute_mode=model.COMPUTE_MODES[mode] if mode in range(len(model.COMPUTE_MODES)) else None,
             fabric=self.fabric(where, h),
+            health=self.health(h),
         )
         return gpu, bus, links
+
+    def health(self, h: Any) -> model.GpuHealth | None:
+        """The GPU's health facts (``core.health`` judges them), each None where NVML does not give it.
+        Signatures as pynvml 13.615.71 has them: ``nvmlDeviceGetTotalEccErrors(handle, errorType,
+        counterType)`` a count, ``nvmlDeviceGetRemappedRows(device)`` the tuple (corrRows, uncRows,
+        isPending, failureOccurred), ``...RetiredPagesPendingStatus`` and ``...PersistenceMode`` an
+        ``nvmlEnableState_t`` value, the versions strings (bytes before 11.515). A call that fails leaves
+        its fact unknown without a warning: the health item says what was not reported, and an error
+        here (a vGPU guest's, a MIG GPU's) says nothing against the machine's other facts."""
+        rows = self.quiet("nvmlDeviceGetRemappedRows", h)
+        pending = self.quiet("nvmlDeviceGetRetiredPagesPendingStatus", h)
+        persistence = self.quiet("nvmlDeviceGetPersistenceMode", h)
+        vbios, inforom = self.quiet("nvmlDeviceGetVbiosVersion", h), self.quiet("nvmlDeviceGetInforomImageVersion", h)
+        facts = model.GpuHealth(
+            ecc_uncorrected_volatile=self.quiet("nvmlDeviceGetTotalEccErrors", h, _UNCORRECTED, _VOLATILE_ECC),
+            ecc_uncorrected_aggregate=self.quiet("nvmlDeviceGetTotalEccErrors", h, _UNCORRECTED, _AGGREGATE_ECC),
+            remapped_rows_pending=None if rows is None else bool(rows[2]),
+            remapping_failed=None if rows is None else bool(rows[3]),
+            retired_pages_pending=None if pending is None else pending == _ENABLED,
+            clocks_event_reasons=self.clocks_events(h),
+            persistence_mode=None if persistence is None else persistence == _ENABLED,
+            vbios_version=None if vbios is None else _text(vbios) or None,
+            inforom_version=None if inforom is None else _text(inforom) or None,
+        )
+        return facts if facts.known else None
+
+    def clocks_events(self, h: Any) -> int | None:
+        """What holds the GPU's clocks down now (``nvmlClocksEventReason*``; the older name of the call
+        where the binding or driver lacks the new one). A reason the health check judges is kept only
+        where it is still set a moment later: nvml.h says hardware slowdown "may be also reported during
+        PState or clock change"."""
+        for name in CLOCKS_EVENT_CALLS:
+            first = self.quiet(name, h)
+            if first is None:
+                continue
+            if not first & health.JUDGED_REASONS:
+                return first
+            time.sleep(CLOCKS_RECHECK_S)
+            again = self.quiet(name, h)
+            return None if again is None else again & (first | ~health.JUDGED_REASONS)
+        return None
+
+    def quiet(self, name: str, *args: Any) -> Any:
+        """A value, or None where NVML does not give it, with no warning (``health``)."""
+        value = self.call(name, *args)
+        return None if value is NA or isinstance(value, self.error) else value
 
     def fabric(self, where: str, h: Any) -> model.Fabric | None:
         """The GPU's NVLink fabric registration (``FABRIC_CALLS``), or None where NVML gives none: the
