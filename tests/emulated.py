@@ -12,6 +12,7 @@ imported torch, started NVML or started CUDA.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -113,12 +114,14 @@ def make_host(
     nvml_missing=(),
     driver: str | None = None,
     vm: bool = False,
+    health: dict | None = None,
 ) -> tuple[Host, dict]:
     """An emulated host under ``root`` serving a bundled machine, and the environment variables that
     enter it (to be laid over the caller's). ``torch``: the emulated release's personality, None (torch
     not installed) or ``INSTALLED_TORCH`` (the environment's own). ``driver``: a branch of
     ``nvml_drivers.BRANCHES`` (NVML reports its versions and lacks what its header lacks; None: the
-    recording's versions, every function); ``vm``: the GPUs are passed through to a virtual machine."""
+    recording's versions, every function); ``vm``: the GPUs are passed through to a virtual machine;
+    ``health``: {NVML index: {GpuHealth field: value}}, those GPUs' health facts (the others healthy)."""
     if driver is not None:
         from pytest_gputopo.probe.recorded import load_profile
 
@@ -166,6 +169,7 @@ def make_host(
         "GPUTOPO_EMU_NVML_MISSING": ",".join(nvml_missing),
         "GPUTOPO_EMU_DRIVER": driver or "",
         "GPUTOPO_EMU_VM": "1" if vm else "",
+        "GPUTOPO_EMU_HEALTH": json.dumps(health or {}),
         "GPUTOPO_EMU_GPU_MEMORY": str(root / "gpu-memory"),
     }
     return host, env

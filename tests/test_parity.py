@@ -45,6 +45,7 @@ GATE_TWINS: dict[str, list[tuple[tuple, dict, str]]] = {
         ((), {"model": "H100"}, "model=H100@1"),
         ((), {"bf16": True}, "bf16@1"),
         ((), {"multicast": True}, "multicast@1"),
+        ((), {"healthy": True}, "healthy@1"),
     ],
     "requires_versions": [
         ((), {"driver": ">=535"}, "driver>=535"),
@@ -122,6 +123,7 @@ def test_the_marker_parity_bites(monkeypatch):
         model=None,
         bf16=None,
         multicast=None,
+        healthy=None,
         ecc=None,
         strict=None,
     ):  # a keyword the gate does not know
@@ -133,6 +135,7 @@ def test_the_marker_parity_bites(monkeypatch):
             model=model,
             bf16=bf16,
             multicast=multicast,
+            healthy=healthy,
         )
 
     monkeypatch.setitem(markers.MARKERS, "requires_gpus", requires_gpus)

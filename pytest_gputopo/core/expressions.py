@@ -29,6 +29,7 @@ REQUIRE_GRAMMAR = """\
          | "model=" TEXT [@N]          every GPU's name contains TEXT, e.g. model=H100
          | "bf16" [@N]                 every GPU computes bf16 natively (compute capability 8.0+)
          | "multicast" [@N]            every GPU supports multicast (NVLS, NVLink SHARP)
+         | "healthy" [@N]              no GPU has a health fault at rest (ECC, row remapping, clocks)
          | VERSION_OF OP VERSION       driver, cuda (the driver's), cuda_runtime (torch's), nccl
   CLASS := NV | NV<links> | PIX | PXB | PHB | NODE | SYS   (order: NV# > PIX > PXB > PHB > NODE > SYS)
   ARCH  := kepler | maxwell | pascal | volta | turing | ampere | ada | hopper | blackwell
@@ -44,7 +45,7 @@ _TERM_RE = re.compile(
     re.IGNORECASE,
 )
 _FLAGS = {"p2p": P2PRequirement, "no-fallback": NoFallbackRequirement}
-_GPU_FLAGS = ("bf16", "multicast")
+_GPU_FLAGS = ("bf16", "multicast", "healthy")
 
 
 def _number(text: str, what: str, low: int, high: int) -> int:

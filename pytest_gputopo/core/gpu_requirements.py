@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
-from . import hardware
+from . import hardware, health
 from .causes import Finding, Unknown
 from .limits import MAX_MEMORY_BYTES, show_value
 from .model import CUDA, NVML, TORCH, Gpu, Topology
@@ -49,7 +49,8 @@ class GpuRequirement(Requirement):
     every visible GPU, at least one when a condition is set), and each meets every condition given:
     memory in GB (1e9 bytes), a compute-capability specifier, an architecture or comparisons with one
     (``">=hopper"``, ``"<blackwell"``), a model (a substring of the name or a glob over it, any of a
-    list), native bf16, multicast (NVLS)."""
+    list), native bf16, multicast (NVLS), healthy at rest (no ``core.health`` fault; met only where
+    NVML gave some health fact)."""
 
     min_memory_gb: float | None = None
     compute_capability: str | None = None
@@ -57,6 +58,7 @@ class GpuRequirement(Requirement):
     model: tuple[str, ...] | None = None
     bf16: bool | None = None
     multicast: bool | None = None
+    healthy: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", gpus_arg(self.gpus, low=0, what="n"))
@@ -83,6 +85,8 @@ class GpuRequirement(Requirement):
             object.__setattr__(self, "model", _names(self.model, "model"))
         _bool_arg(self.bf16, "bf16")
         _bool_arg(self.multicast, "multicast")
+        if self.healthy is not None and self.healthy is not True:
+            raise RequirementError(f"healthy must be True or None, got {show_value(self.healthy)}")
         if self.gpus == 0 and self.conditions:
             raise RequirementError("conditions on the GPUs need at least one GPU, but n is 0")
 
@@ -90,7 +94,15 @@ class GpuRequirement(Requirement):
     def conditions(self) -> bool:
         return any(
             v is not None
-            for v in (self.min_memory_gb, self.compute_capability, self.arch, self.model, self.bf16, self.multicast)
+            for v in (
+                self.min_memory_gb,
+                self.compute_capability,
+                self.arch,
+                self.model,
+                self.bf16,
+                self.multicast,
+                self.healthy,
+            )
         )
 
     @property
@@ -105,7 +117,8 @@ class GpuRequirement(Requirement):
             value = getattr(self, name)
             if value is not None:
                 args.append(f"{name}={value[0]!r}" if len(value) == 1 else f"{name}={list(value)!r}")
-        args += [f"{name}={getattr(self, name)}" for name in ("bf16", "multicast") if getattr(self, name) is not None]
+        flags = ("bf16", "multicast", "healthy")
+        args += [f"{name}={getattr(self, name)}" for name in flags if getattr(self, name) is not None]
         return f"requires_gpus({', '.join(args)})"
 
     def evaluate(self, topology: Topology, max_pairs: int | None = REASON_PAIRS) -> Verdict:
@@ -191,7 +204,18 @@ class GpuRequirement(Requirement):
                     f"{'has no' if not gpu.multicast else 'has'} multicast (NVLS): CUDA reports "
                     f"CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = {int(gpu.multicast)}"
                 )
+        if self.healthy:
+            problems.extend(_unhealthy(gpu))
         return problems
+
+
+def _unhealthy(gpu: Gpu) -> list[str]:
+    """The GPU's health faults (``core.health``: the check's health item), as one problem; unknown where
+    NVML gave no health fact. Warnings (persistence, firmware across the node) are no fault."""
+    if gpu.health is None or not gpu.health.known:
+        return [Unknown(f"health {UNKNOWN} (NVML reported none of its health facts)")]
+    found = [f.text() for f in health.findings(Topology(gpus=(gpu,)), gpu) if f.severity == health.FAULT]
+    return [f"is not healthy: {'; '.join(found)}"] if found else []
 
 
 def _model_matches(model: str, name: str) -> bool:

@@ -211,5 +211,11 @@ NOT_REPORTED = {
 
 
 def not_reported(h: GpuHealth) -> list[str]:
-    """The health facts NVML did not give (unknown: not judged, never healthy)."""
-    return [name for field, name in NOT_REPORTED.items() if getattr(h, field) is None]
+    """The health facts NVML did not give (unknown: not judged, never healthy). A GPU repairs its memory
+    by one of two means, page retirement before Ampere and row remapping from it: where one is
+    reported, the other's absence is its generation's, not unknown."""
+    unknown = [field for field in NOT_REPORTED if getattr(h, field) is None]
+    repair = {"remapped_rows_pending", "retired_pages_pending"}
+    if len(repair & set(unknown)) == 1:
+        unknown = [field for field in unknown if field not in repair]
+    return [NOT_REPORTED[field] for field in unknown]

@@ -15,7 +15,16 @@ from typing import Any
 
 
 def _requires_gpus(
-    n=1, *, min_memory_gb=None, compute_capability=None, arch=None, model=None, bf16=None, multicast=None, strict=None
+    n=1,
+    *,
+    min_memory_gb=None,
+    compute_capability=None,
+    arch=None,
+    model=None,
+    bf16=None,
+    multicast=None,
+    healthy=None,
+    strict=None,
 ):
     from ..core.gpu_requirements import GpuRequirement
 
@@ -27,6 +36,7 @@ def _requires_gpus(
         model=model,
         bf16=bf16,
         multicast=multicast,
+        healthy=healthy,
     )
 
 
@@ -91,7 +101,8 @@ MARKER_HELP = {
     "requires_gpus": "n GPUs are visible (n: a number, or a list of GPU indices such as [0, 5]) and each of "
     "cuda:0..n-1 (or of those listed) meets every condition given: min_memory_gb (1e9 bytes), "
     "compute_capability ('>=9.0'), arch ('hopper', '>=ampere', '<blackwell', '!=hopper', a list: "
-    "any), model (a substring of the name, or a list: any), bf16 (native), multicast (NVLS)",
+    "any), model (a substring of the name, or a list: any), bf16 (native), multicast (NVLS), "
+    "healthy (no health fault at rest: docs/health.md)",
     "requires_versions": "each version given is met, as a specifier ('>=2.18'): driver (NVIDIA driver), cuda "
     "(CUDA the driver supports), cuda_runtime (CUDA torch was built with), "
     "nccl (NCCL torch loads)",

@@ -10,9 +10,13 @@ the driver's libnvidia-ml has no such symbol. $GPUTOPO_EMU_CALLS: each ``nvmlIni
 $GPUTOPO_EMU_GPU_MEMORY: a folder where an emulated process says what it uses of a GPU (``emulated_gpu.use``):
 NVML lists each live one as a compute process using that many bytes.
 $GPUTOPO_EMU_NVML_HANG: a file to write the pid to, then never answer (a hung driver).
+$GPUTOPO_EMU_HEALTH: JSON {"<nvml index>": {GpuHealth field: value}}: that GPU's health facts instead of
+a healthy one's. A GPU whose recording has no health reports what a healthy GPU of its kind does
+(``_healthy``).
 """
 
 import importlib.util
+import json
 import os
 import sys
 import time
@@ -50,6 +54,41 @@ if os.environ.get("GPUTOPO_EMU_VM") == "1":
             for ln in _topology.links
         ),
     )
+
+
+def _healthy(gpu):
+    """What NVML reports of a healthy GPU at rest: idle clocks, persistence mode on (a server's
+    nvidia-persistenced), one VBIOS per model; ECC, row remapping and an InfoROM on a data-center GPU
+    (a GeForce card has ECC off and no row remapper: NotSupported); page retirement before Ampere."""
+    data_center = "GeForce" not in (gpu.name or "") and "RTX 40" not in (gpu.name or "")
+    major = (gpu.compute_capability or "0").split(".")[0]
+    ampere_on = major.isdigit() and int(major) >= 8
+    return model.GpuHealth(
+        ecc_uncorrected_volatile=0 if data_center else None,
+        ecc_uncorrected_aggregate=0 if data_center else None,
+        remapped_rows_pending=False if data_center and ampere_on else None,
+        remapping_failed=False if data_center and ampere_on else None,
+        retired_pages_pending=False if data_center and not ampere_on else None,
+        clocks_event_reasons=0x1,  # nvmlClocksEventReasonGpuIdle
+        persistence_mode=True,
+        vbios_version=f"96.00.{len(gpu.name or '') % 90:02d}.00.01",
+        inforom_version="G520.0200.00.05" if data_center else None,
+    )
+
+
+_sick = {int(k): v for k, v in json.loads(os.environ.get("GPUTOPO_EMU_HEALTH") or "{}").items()}
+_topology = dataclasses.replace(
+    _topology,
+    gpus=tuple(
+        dataclasses.replace(
+            g,
+            health=dataclasses.replace(
+                g.health or _healthy(g), **_sick.get(g.nvml_index if g.nvml_index is not None else g.index, {})
+            ),
+        )
+        for g in _topology.gpus
+    ),
+)
 _fake = make_fake_pynvml(_topology)
 _init = _fake.nvmlInit
 
