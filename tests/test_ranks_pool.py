@@ -221,3 +221,26 @@ def test_the_documented_pool_example_runs_as_written(pytester):
     pytester.makepyfile(test_pooled=example.text)
     result = pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "-n", "0", "-v")
     result.assert_outcomes(passed=4)
+
+
+@pytest.mark.slow
+def test_a_fresh_pools_start_is_not_the_first_tests_time(pytester):
+    """A test's timeout is its body's: the ranks' start (spawned, torch imported, the group formed, 4 s
+    and more on this 2-CPU machine) is not taken from the first test of a fresh pool, which timed out
+    where its start ate its 2 s (seen under load with ``timeout=8``: its barrier never got its group
+    timeout's turn). ``rank_messages.Opened`` starts its clock."""
+    pytest.importorskip("torch")
+    pytester.makepyfile(
+        test_quick="""
+import pytest
+import torch
+import torch.distributed as dist
+
+@pytest.mark.ranks(2, pool=True, timeout=2)
+def test_quick(gputopo_rank):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == 2
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)

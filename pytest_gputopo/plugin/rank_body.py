@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import NamedTuple
 
 from ..runtime import lineage, rank_procs, reaper
-from ..runtime.rank_messages import POOL_BARRIER_S, BodyJob, BodyResult, CoverageSpec, RankSetup, Ready
+from ..runtime.rank_messages import POOL_BARRIER_S, BodyJob, BodyResult, CoverageSpec, Opened, RankSetup, Ready
 
 RANK_FIXTURE = "gputopo_rank"
 FLIGHT_RECORDER_ENTRIES = 2000  # NCCL's flight recorder: the last collectives each rank keeps
@@ -71,7 +71,7 @@ def serve(rank: int, workdir: str, setup: RankSetup, pipes: tuple) -> None:
     group = _Group(info, setup, rank_procs.store_path(workdir))
     try:
         while (job := pipe.recv()) is not None:
-            result = _run_in_pool(job, info, trail, group)
+            result = _run_in_pool(job, info, trail, group, pipe)
             _save_coverage()  # each test's lines saved as it ends: a pool ends after the run's coverage is combined
             sys.stdout.flush()  # the test's output before its result: the report takes it from here
             sys.stderr.flush()
@@ -86,11 +86,12 @@ def serve(rank: int, workdir: str, setup: RankSetup, pipes: tuple) -> None:
     group.close()
 
 
-def _run_in_pool(job: BodyJob, info: RankInfo, trail, group: _Group) -> BodyResult:
+def _run_in_pool(job: BodyJob, info: RankInfo, trail, group: _Group, pipe) -> BodyResult:
     try:
         group.open()
     except BaseException as exc:  # noqa: BLE001 - the group's error is the first test's
         return _result(job, exc)
+    pipe.send(Opened(job.seq))
     return _run_body(job, info, trail)
 
 

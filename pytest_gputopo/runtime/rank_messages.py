@@ -94,6 +94,14 @@ class BodyResult:
 
 
 @dataclass(frozen=True)
+class Opened:
+    """A pool's rank has its group open and begins the job's body: the test's time starts here, so that
+    a fresh pool's start (torch imported, the group formed) is not taken from the first test's."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
 class Ready:
     """A pool's rank after the barrier that follows a test: ``usable`` when every rank met it within
     its deadline (the group works for the next test)."""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from . import procs as supervisor, rank_procs, run_folder
-from .rank_messages import POOL_BARRIER_S, BodyJob, BodyResult, RankSetup, Ready
+from .rank_messages import POOL_BARRIER_S, BodyJob, BodyResult, Opened, RankSetup, Ready
 
 READY_GRACE_S = 2.0  # past the ranks' own barrier deadline, for their word to arrive
 END_PATIENCE_S = 3.0  # a pool told to stop: time for its ranks to close their group and exit
@@ -57,8 +57,10 @@ class RankPool:
         return self.seq
 
     def run(self, job: BodyJob, timeout_s: float, grace_s: float = rank_procs.FAILED_GRACE_S):
-        """Send ``job`` to every rank; wait for each rank's result until all came, ``grace_s`` after the
-        first failure, or ``timeout_s``; take the stacks of the ranks still in the body. Returns
+        """Send ``job`` to every rank; wait until each has its group open (``Opened``: a fresh pool's
+        start is not the test's time; at most ``timeout_s``), then for each rank's result until all
+        came, ``grace_s`` after the first failure, or ``timeout_s``; take the stacks of the ranks still
+        in the body. Returns
         (``rank_procs.Ended``, each rank's ``BodyResult`` or None); the pool is unfit (to be ended, once
         its files are read) unless every rank passed (or every rank skipped) and then met the barrier."""
         for pipe in self.pipes:
@@ -68,6 +70,7 @@ class RankPool:
                 pass
         results: list[BodyResult | None] = [None] * self.n
         try:
+            self._opened(job, results, time.monotonic() + timeout_s)
             timed_out = self._collect(job, results, time.monotonic() + timeout_s, grace_s)
         except BaseException:  # pytest-timeout's alarm, Ctrl-C: the ranks are mid-body, never reused
             self.unfit = True
@@ -77,6 +80,24 @@ class RankPool:
         exits = tuple(self._exit(r, results[r], stacks) for r in range(self.n))
         self.unfit = self.unfit or not self._ready(job, results)
         return rank_procs.Ended(exits, timed_out and bool(running)), results
+
+    def _opened(self, job: BodyJob, results: list, deadline: float) -> None:
+        """Wait until every rank has opened its group for ``job``, or ``deadline``; a rank that sent its
+        result instead (its group could not be opened) or died ends the wait: ``_collect`` judges it."""
+        waiting = set(range(self.n))
+        while waiting and time.monotonic() < deadline:
+            if any(r is not None for r in results) or any(_status(p) is not None for p in self.procs):
+                return
+            ready = multiprocessing.connection.wait(
+                [self.pipes[r] for r in waiting] + [self.procs[r].sentinel for r in waiting],
+                timeout=max(0.0, deadline - time.monotonic()),
+            )
+            for rank in [self.pipes.index(p) for p in ready if p in self.pipes]:
+                message = _receive(self.pipes[rank])
+                if isinstance(message, Opened) and message.seq == job.seq:
+                    waiting.discard(rank)
+                else:
+                    results[rank] = _taken(message, job) or results[rank]
 
     def _collect(self, job: BodyJob, results: list, deadline: float, grace_s: float) -> bool:
         """Fill ``results``; True when the deadline passed with no rank failed."""
