@@ -125,8 +125,8 @@ def topology_faults(topology: Topology) -> list[Fault]:
 
 
 def health_faults(topology: Topology) -> list[Fault]:
-    """Each GPU's health faults (``core.health``: the check's ``health[GPU<i>]`` item), one per GPU;
-    warnings are no fault."""
+    """Each GPU's health faults (``core.health``: the check's ``health[GPU<i>]`` item), one per GPU, and
+    the node's (its ``pci`` and ``xid`` items); warnings are no fault."""
     out = []
     for gpu in topology.gpus:
         found = [f for f in health.findings(topology, gpu) if f.severity == health.FAULT]
@@ -135,7 +135,15 @@ def health_faults(topology: Topology) -> list[Fault]:
             line = f"{name}: " + "; ".join(f.text() for f in found)
             kinds = "; ".join(f"{health.CODES[f.code].title} ({f.code})" for f in found)  # alike on every node
             out.append(Fault(f"health[{name}]", line, (name,), kinds))
+    node = health.node_findings(topology)
+    for item, code in NODE_ITEMS.items():  # one fault per check item, as the check says it
+        found = [f for f in node if f.code == code]
+        if found:
+            out.append(Fault(item, "; ".join(f.text() for f in found), (), f"{health.CODES[code].title} ({code})"))
     return out
+
+
+NODE_ITEMS = {"pci": "gpu_off_bus", "xid": "xid"}  # the check's node health items and their codes
 
 
 def expected(

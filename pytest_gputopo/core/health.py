@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from . import xid
 from .model import Gpu, GpuHealth, Topology
 from .units import counted
 
@@ -43,6 +44,7 @@ class Code:
 
 
 RESET = "reset the GPU (nvidia-smi -r, or reboot the node)"
+RESET_NODE = "reboot the node"
 DRAIN = "drain the node"
 CODES: dict[str, Code] = {
     "ecc_uncorrected": Code(
@@ -73,6 +75,15 @@ CODES: dict[str, Code] = {
         "an InfoROM image other than its model's in this node",
         "flash one firmware bundle to every GPU of the model",
     ),
+    "gpu_off_bus": Code(
+        FAULT, "a GPU on the PCI bus that NVML does not list", f"{RESET_NODE}; {DRAIN} until it is listed again"
+    ),
+    "xid": Code(
+        FAULT,
+        "an XID in this boot's kernel log that NVIDIA's catalog makes the node's",
+        f"as NVIDIA's resolution for it says (RESET_GPU: reset the GPU; RESTART_BM: {RESET_NODE}; WORKFLOW_*: "
+        f"NVIDIA's workflow for it); {DRAIN} until then",
+    ),
 }
 
 # nvmlClocksEventReason* bits (nvml.h; pynvml 13.615.71 l.2190-2199)
@@ -86,7 +97,7 @@ class Finding:
     figures, without its subject."""
 
     code: str
-    gpu: int
+    gpu: int | None  # None: the node's (the PCI bus, the kernel log)
     what: str
 
     @property
@@ -100,6 +111,36 @@ class Finding:
     def text(self) -> str:
         """``2 uncorrectable ECC errors since the driver loaded [ecc_uncorrected: reset the GPU ...]``."""
         return f"{self.what} [{self.code}: {self.action}]"
+
+
+def unlisted_on_bus(on_bus: tuple[str, ...] | None, listed: list[str | None]) -> tuple[str, ...] | None:
+    """The GPUs on the PCI bus (``probe.pci_bus``) whose bus id NVML does not list; None where unknown:
+    the bus was not read, or it shows none of the GPUs NVML lists (this process sees another view of
+    it than NVML does: a virtual machine's, a container's)."""
+    if on_bus is None:
+        return None
+    known = {bus.upper() for bus in listed if bus}
+    if known and not known & set(on_bus):
+        return None
+    return tuple(bus for bus in on_bus if bus not in known)
+
+
+def node_findings(topology: Topology) -> list[Finding]:
+    """The node's own: a GPU on the bus NVML does not list, an XID that is the node's to act on (each
+    XID and GPU once, with how often it was logged)."""
+    out = [
+        Finding(
+            "gpu_off_bus",
+            None,
+            f"an NVIDIA GPU at PCI {bus} is on the bus, bound to the nvidia driver, and NVML does not list it",
+        )
+        for bus in topology.pci_unlisted or ()
+    ]
+    seen = Counter((e.xid, e.pci) for e in xid.node_faults(list(topology.xids or ())))
+    first = {(e.xid, e.pci): e for e in reversed(topology.xids or ())}
+    for key, times in seen.items():
+        out.append(Finding("xid", None, first[key].describe() + (f", {times} times" if times > 1 else "")))
+    return out
 
 
 def findings(topology: Topology, gpu: Gpu) -> list[Finding]:

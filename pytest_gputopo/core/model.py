@@ -15,6 +15,7 @@ from typing import Any
 
 from .limits import MAX_NVLINKS
 from .units import counted
+from .xid import XidEvent
 
 
 class LinkClass(enum.IntEnum):
@@ -402,6 +403,11 @@ class Topology:
     # The GPUs NVML lists, CUDA_VISIBLE_DEVICES leaves visible and CUDA does not enumerate (MIG apart);
     # () where CUDA's view was compared with NVML's and lacks none, None where it was not compared.
     cuda_unlisted: tuple[UnlistedGpu, ...] | None = None
+    # The NVIDIA GPUs on this host's PCI bus, bound to the nvidia driver and this process's to use, that
+    # NVML does not list, by bus id (``core.health.unlisted_on_bus``): () none, None not looked at or unknown.
+    pci_unlisted: tuple[str, ...] | None = None
+    # The NVIDIA driver's XID events in this boot's kernel log (``core.xid``), None where it could not be read.
+    xids: tuple[XidEvent, ...] | None = None
     warnings: tuple[str, ...] = ()
     # Benchmark figures published for a recorded machine (never measured here): dicts with kind
     # ("allreduce", "p2p", "h2d", ...), gbps, source, and what they were measured on (see docs):

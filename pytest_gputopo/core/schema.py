@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from . import xid
 from .cpus import cpu_ranges, looks_like_cpu_list
 from .limits import (
     MAX_BYTES,
@@ -44,6 +46,7 @@ from .model import (
     UnlistedGpu,
 )
 from .units import counted
+from .xid import MAX_XIDS, XidEvent
 
 SCHEMA_VERSION = 1
 
@@ -83,7 +86,7 @@ def to_dict(topology: Topology) -> dict[str, Any]:
             del gpu["health"]
         else:
             gpu["health"] = {k: v for k, v in gpu["health"].items() if v is not None}
-    for key in ("cuda_devices", "cuda_problem", "cuda_unlisted"):  # only where CUDA was asked: as they were
+    for key in ("cuda_devices", "cuda_problem", "cuda_unlisted", "pci_unlisted", "xids"):  # only where asked
         if data[key] is None:
             del data[key]
     return data
@@ -242,6 +245,44 @@ def _health_from(d: Any, path: str) -> GpuHealth | None:
         **{k: _get(d, k, p, (bool,), None) for k in _HEALTH_BOOLS},
         **{k: d.get(k) for k in _HEALTH_VERSIONS},
     )
+
+
+_BUS_ID = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
+
+
+def _bus_ids_from(d: Any, path: str) -> tuple[str, ...] | None:
+    """``pci_unlisted``: bus ids in NVML's form (None: not looked at)."""
+    if d is None:
+        return None
+    if not isinstance(d, list) or len(d) > MAX_GPUS:
+        raise SchemaError(path, f"expected a list of at most {MAX_GPUS} bus ids, got {show_value(d)}")
+    for i, bus in enumerate(d):
+        if not isinstance(bus, str) or not _BUS_ID.match(bus):
+            raise SchemaError(f"{path}[{i}]", f"{show_value(bus)} is not a PCI bus id as NVML writes one")
+    return tuple(d)
+
+
+def _xids_from(d: Any, path: str) -> tuple[XidEvent, ...] | None:
+    """``xids``: the XID events of the node's kernel log (None: it could not be read)."""
+    if d is None:
+        return None
+    if not isinstance(d, list) or len(d) > MAX_XIDS:
+        raise SchemaError(path, f"expected a list of at most {MAX_XIDS} XID events, got {show_value(d)}")
+    out = []
+    for i, e in enumerate(d):
+        e = _mapping(e, f"{path}[{i}]")
+        p = f"{path}[{i}]."
+        extra = set(e) - {"pci", "xid", "text"}
+        if extra:
+            raise SchemaError(f"{p}{sorted(extra)[0]}", "unknown field")
+        pci = _get(e, "pci", p, (str,), allow_none=False)
+        if not xid.PCI_ADDRESS.fullmatch(pci):
+            raise SchemaError(f"{p}pci", f"{show_value(pci)} is not a PCI address")
+        text = _get(e, "text", p, (str,), allow_none=False)
+        if len(text) > xid.MAX_LINE:
+            raise SchemaError(f"{p}text", f"longer than {xid.MAX_LINE} characters")
+        out.append(XidEvent(pci, _int(e, "xid", p, 0, 9999, ..., allow_none=False), text))
+    return tuple(out)
 
 
 def _unlisted_from(d: Any, path: str) -> tuple[UnlistedGpu, ...] | None:
@@ -426,6 +467,8 @@ def from_dict(d: Any, path: str = "") -> Topology:
         cuda_devices=_int(d, "cuda_devices", p, 0, MAX_GPUS),
         cuda_problem=_get(d, "cuda_problem", p, (str,), None),
         cuda_unlisted=_unlisted_from(d.get("cuda_unlisted"), f"{p}cuda_unlisted"),
+        pci_unlisted=_bus_ids_from(d.get("pci_unlisted"), f"{p}pci_unlisted"),
+        xids=_xids_from(d.get("xids"), f"{p}xids"),
         warnings=_strings(d, "warnings", p, MAX_WARNINGS),
         published=tuple(
             _published_from(f, f"{p}published[{i}]", len(gpus))

@@ -61,8 +61,10 @@ for _xid in range(144, 151):  # NVLink 5 errors (SAW, RLW, TLW, TREX, NVLPW, NET
 
 # "NVRM: Xid (PCI:0000:3b:00): 79, pid=..." and the older "NVRM: Xid (0000:01:00): 3, C 0000..."
 _PCI = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
+PCI_ADDRESS = re.compile(_PCI)
 _LINE = re.compile(rf"NVRM: Xid \((?:PCI:)?(?P<pci>{_PCI})\): (?P<xid>\d{{1,4}})\b(?P<rest>.*)")
 MAX_LINE = 4096  # longer kernel log lines are cut before they are read
+MAX_XIDS = 256  # the events a node keeps: the last ones (a driver in a loop logs thousands)
 
 
 @dataclass(frozen=True)

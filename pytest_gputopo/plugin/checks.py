@@ -101,6 +101,10 @@ def _checks(run: GputopoRun, topology: Topology, level: str):
 
     if topology.is_this_host and topology.gpus:  # CUDA is started for this host only, in a child
         yield "cuda", _cuda_check(run, topology)
+    if topology.is_this_host or topology.pci_unlisted is not None:
+        yield "pci", _pci_check(topology)
+    if topology.is_this_host or topology.xids is not None:
+        yield "xid", _xid_check(topology)
 
     for gpu in topology.gpus:
 
@@ -271,6 +275,42 @@ def _fabric_check(gpu):
         return "passed", f"{up}; health: {health.text()}{tail}", {}
 
     return fabric
+
+
+def _node_failed(topology: Topology, code: str) -> tuple | None:
+    """The node item's failure: its findings of ``code``, each with its code and action; None if none."""
+    found = [f.text() for f in health.node_findings(topology) if f.code == code]
+    if not found:
+        return None
+    what = "; ".join(found)
+    return _failed(what, (), what)
+
+
+def _pci_check(topology: Topology):
+    def pci():
+        """every NVIDIA GPU this process may use on the PCI bus is one NVML lists"""
+        if topology.pci_unlisted is None:
+            why = "the PCI bus not read, or it shows none of NVML's GPUs (a virtual machine's or container's view)"
+            return _skipped(f"GPUs on the PCI bus unknown: {why}", why)
+        failed = _node_failed(topology, "gpu_off_bus")
+        return failed or ("passed", "every NVIDIA GPU on the PCI bus bound to the nvidia driver is one NVML lists", {})
+
+    return pci
+
+
+def _xid_check(topology: Topology):
+    def xid():
+        """no XID in this boot's kernel log is the node's to act on (NVIDIA's Xid catalog)"""
+        if topology.xids is None:
+            why = "the kernel log cannot be read (it needs CAP_SYSLOG where kernel.dmesg_restrict is 1)"
+            return _skipped(f"XIDs unknown: {why}", why)
+        failed = _node_failed(topology, "xid")
+        if failed:
+            return failed
+        theirs = f"{counted(len(topology.xids), 'XID')}, each the application's" if topology.xids else "no XID"
+        return "passed", f"{theirs} in this boot's kernel log", {}
+
+    return xid
 
 
 def _health_check(topology: Topology, gpu):

@@ -17,13 +17,15 @@ folder, importing only the plugin's modules it uses and ``pynvml``, from where t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core import model, schema
+from ..core import health, model, schema, xid
+from . import kernel_log, pci_bus
 
 if TYPE_CHECKING:
     from .cuda_driver import CudaView
@@ -171,11 +173,23 @@ def _nvml_facts() -> model.Topology:
     from . import nvml
 
     try:
-        return nvml.probe(pynvml)
+        topology = nvml.probe(pynvml)
     except pynvml.NVMLError as exc:
         from ..runtime.environ import hostname  # (as in _failed)
 
-        return model.Topology(source=model.Source("nvml"), hostname=hostname(), problem=nvml.unavailable_reason(exc))
+        topology = model.Topology(
+            source=model.Source("nvml"), hostname=hostname(), problem=nvml.unavailable_reason(exc)
+        )
+    return _node_facts(topology)
+
+
+def _node_facts(topology: model.Topology) -> model.Topology:
+    """The node's facts beside NVML's: the GPUs on the PCI bus NVML does not list, and the XIDs of this
+    boot's kernel log (``core.health`` judges both)."""
+    on_bus = health.unlisted_on_bus(pci_bus.nvidia_gpus(), [g.pci_bus_id for g in topology.gpus])
+    log = kernel_log.read_log()
+    xids = None if log is None else tuple(xid.xid_events(log)[-xid.MAX_XIDS :])
+    return dataclasses.replace(topology, pci_unlisted=on_bus, xids=xids)
 
 
 if __name__ == "__main__":

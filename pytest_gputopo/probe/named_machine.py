@@ -50,7 +50,8 @@ def as_nvml_reads(recorded: model.Topology, source: model.Source) -> model.Topol
     NVLinks in NVML's form; a pair's NVLink count counted from its GPUs' links where both list theirs
     (the recorded count where that count is unknown, or where a GPU lists none: ``nvidia-smi topo -m``
     text gives counts, not links); a PCIe class only where NVML has a level for it. What NVML cannot
-    know is the recording's: CUDA's answers, the versions, host name, NICs and figures. A machine
+    know is the recording's: CUDA's answers, the versions, host name, NICs and figures, the GPUs its PCI
+    bus held that NVML did not list and its kernel log's XIDs. A machine
     without GPUs keeps the recording's ``problem`` (why it had none); the recording's warnings and
     CUDA device count were its host's, and are not this machine's facts."""
     listed = recorded.restrict(_nvml_order(recorded))
@@ -63,6 +64,8 @@ def as_nvml_reads(recorded: model.Topology, source: model.Source) -> model.Topol
         hostname=recorded.hostname,
         nics=recorded.nics,
         published=listed.published,
+        pci_unlisted=recorded.pci_unlisted,  # the recorded node's bus and kernel log, as its versions
+        xids=recorded.xids,
     )
     if not listed.gpus:
         return model.Topology(problem=recorded.problem, **base)
