@@ -374,3 +374,45 @@ def test_the_run_gate_requires_a_healthy_node(pytester):
             result.stdout.fnmatch_lines(
                 ["*GPU3 (NVIDIA H100 80GB HBM3) is not healthy: 1 uncorrectable ECC error since*"]
             )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "machine, health_of",
+    [(name, None) for name in bundled_names() if name != "no-gpu"]
+    + [
+        # MIG enabled: NVML has no row remapper to read (nvml.h: "NOT_SUPPORTED If MIG is enabled")
+        ("dgx-a100", {"remapped_rows_pending": None, "remapping_failed": None}),
+        # a vGPU guest: ECC, row remapping and the InfoROM not reported, persistence off in the guest
+        (
+            "single-gpu",
+            {
+                "ecc_uncorrected_volatile": None,
+                "ecc_uncorrected_aggregate": None,
+                "remapped_rows_pending": None,
+                "remapping_failed": None,
+                "inforom_version": None,
+                "persistence_mode": False,
+            },
+        ),
+    ],
+)
+def test_no_machine_of_any_kind_fails_a_health_item_when_healthy(
+    pytester, emulated_libs, tmp_path, monkeypatch, machine, health_of
+):
+    """Every bundled machine (PCIe-only, one GPU, NVSwitch, GeForce, GB200, ...) on the emulated host,
+    its GPUs healthy as NVML reports them, and the MIG and vGPU kinds NVML reports less of: no health,
+    pci or xid item fails (the PCI bus here shows none of the emulated GPUs: pci is not judged)."""
+    gpus = len(load_profile(machine).topology.gpus)
+    _, env = make_host(
+        tmp_path / "host", emulated_libs, machine, health={i: health_of for i in range(gpus)} if health_of else None
+    )
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    report = tmp_path / "check.json"
+    pytester.runpytest_subprocess("--gputopo-check", "quick", "--gputopo-json", str(report))
+    items = {c["check"]: c for c in json.loads(report.read_text())["checks"]}
+    judged = {name: c["outcome"] for name, c in items.items() if name.startswith("health[") or name in ("pci", "xid")}
+    assert len([n for n in judged if n.startswith("health[")]) == gpus
+    assert "failed" not in judged.values(), {n: items[n]["message"] for n, o in judged.items() if o == "failed"}
+    assert all(judged[f"health[GPU{i}]"] == "passed" for i in range(gpus)), judged
