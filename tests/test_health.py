@@ -242,10 +242,16 @@ def test_the_profile_keeps_the_facts_given_and_profiles_without_them_stay_as_the
 # -- the check item, in every medium, and the fleet ---------------------------------------------------
 
 
-def test_the_health_item_fails_with_each_faults_code_and_action(pytester):
+def test_the_health_item_fails_with_each_faults_code_and_action(pytester, monkeypatch):
+    """The code and the action in every medium: the terminal line, the JSON report, JUnit, the HTML
+    report and GitHub's step summary."""
     t = _node(ecc_uncorrected_volatile=2, remapped_rows_pending=True, persistence_mode=False)
-    junit = pytester.path / "junit.xml"
-    checks = checks_of(pytester, t, "--junitxml", str(junit))
+    junit, html, summary = (pytester.path / name for name in ("junit.xml", "report.html", "summary.md"))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    checks = checks_of(pytester, t, "--junitxml", str(junit), "--gputopo-html", str(html))
+    for medium in (junit, html, summary):
+        text = medium.read_text().replace("\\", "")  # Markdown's escapes (row\_remap\_pending)
+        assert "row_remap_pending" in text and "ecc_uncorrected: reset the GPU" in text, medium
     sick = checks["health[GPU3]"]
     assert sick["outcome"] == "failed"
     assert sick["message"] == (
@@ -254,7 +260,6 @@ def test_the_health_item_fails_with_each_faults_code_and_action(pytester):
         "[row_remap_pending: reset the GPU (nvidia-smi -r, or reboot the node)]; warning: persistence mode off "
         "[persistence_off: enable it: nvidia-persistenced, or nvidia-smi -pm 1]"
     )
-    assert "[ecc_uncorrected: reset the GPU" in junit.read_text()
     well = checks["health[GPU0]"]
     assert well["outcome"] == "passed"
     assert well["message"] == (
