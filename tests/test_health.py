@@ -421,3 +421,15 @@ def test_no_machine_of_any_kind_fails_a_health_item_when_healthy(
     assert len([n for n in judged if n.startswith("health[")]) == gpus
     assert "failed" not in judged.values(), {n: items[n]["message"] for n, o in judged.items() if o == "failed"}
     assert all(judged[f"health[GPU{i}]"] == "passed" for i in range(gpus)), judged
+
+
+def test_healthy_is_unmet_on_the_nodes_own_faults():
+    from pytest_gputopo.core import xid
+    from pytest_gputopo.core.gpu_requirements import GpuRequirement
+
+    t = dataclasses.replace(
+        _node(), xids=tuple(xid.xid_events("NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus."))
+    )
+    verdict = GpuRequirement(healthy=True).evaluate(t)
+    assert not verdict.ok and "the node is not healthy: Xid 79 (GPU has fallen off the bus" in verdict.reason
+    assert GpuRequirement(healthy=True).evaluate(dataclasses.replace(_node(), pci_unlisted=(), xids=())).ok

@@ -137,11 +137,15 @@ class GpuRequirement(Requirement):
         """Each GPU's unmet conditions, naming the GPU (``core.causes``); the count apart: see ``evaluate``."""
         if not self._judged(topology):
             return [Finding(f) for f in self.evaluate(topology, None).failures]
-        return [
+        found = [
             Finding(f"GPU{i} ({topology.gpus[i].name or 'unnamed'}) {problem}", (f"GPU{i}",), problem)
             for i in topology.chosen(self.gpus)
             for problem in self.check_gpu(topology.gpus[i])
         ]
+        if self.healthy:  # the node's own faults: a GPU off the bus, an XID the node is to act on
+            node = [f.text() for f in health.node_findings(topology) if f.severity == health.FAULT]
+            found += [Finding(f"the node is not healthy: {what}", (), what) for what in node]
+        return found
 
     def _judged(self, topology: Topology) -> bool:
         """Whether each GPU is judged (the GPUs named are there, and there is one to judge)."""
