@@ -19,7 +19,9 @@ The rules, each from NVML's own words (nvml.h, NVIDIA/go-nvml gen/nvml/nvml.h):
 - persistence mode off, a warning (DCGM's deployment check says it alike): the driver's state is torn
   down when its last client leaves, and each CI job pays the start again;
 - a VBIOS or InfoROM image other than the one most GPUs of its model in the node have (GCM's
-  ``vbios_mismatch``), a warning: GPUs of one model take one firmware bundle.
+  ``vbios_mismatch``), a warning: GPUs of one model take one firmware bundle;
+- the node's own (``node_findings``): a GPU on the PCI bus that NVML does not list (``unlisted_on_bus``),
+  an XID of this boot that NVIDIA's catalog makes the node's (``core.xid``).
 """
 
 from __future__ import annotations
@@ -136,10 +138,11 @@ def node_findings(topology: Topology) -> list[Finding]:
         )
         for bus in topology.pci_unlisted or ()
     ]
-    seen = Counter((e.xid, e.pci) for e in xid.node_faults(list(topology.xids or ())))
-    first = {(e.xid, e.pci): e for e in reversed(topology.xids or ())}
-    for key, times in seen.items():
-        out.append(Finding("xid", None, first[key].describe() + (f", {times} times" if times > 1 else "")))
+    events: dict[tuple[int, str], list[xid.XidEvent]] = {}
+    for event in xid.node_faults(list(topology.xids or ())):
+        events.setdefault((event.xid, event.pci), []).append(event)
+    for first, *more in events.values():
+        out.append(Finding("xid", None, first.describe() + (f", {len(more) + 1} times" if more else "")))
     return out
 
 
