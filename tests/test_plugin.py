@@ -310,7 +310,7 @@ def test_markers_are_registered_with_their_signatures(pytester):
     result.stdout.fnmatch_lines(
         [
             "@pytest.mark.requires_gpus(n=1, min_memory_gb=None, compute_capability=None, arch=None, model=None, "
-            "bf16=None, multicast=None, strict=False): *",
+            "bf16=None, multicast=None, healthy=None, strict=False): *",
             "@pytest.mark.requires_versions(driver=None, cuda=None, cuda_runtime=None, nccl=None, strict=False): *",
             "@pytest.mark.requires_p2p(gpus=None, strict=False): *",
             "@pytest.mark.requires_nvlink(gpus=None, min_links=1, strict=False): *",

@@ -1,17 +1,22 @@
 """What nvidia-smi lists about each GPU (``--query-gpu=... --format=csv``, ``-L``, ``-q -x``): one
 GPU as a listing prints it (``SmiGpu``, None where it does not say), a listing (``SmiGpus``), and PCI
-bus ids compared as addresses. ``parse.text_machine`` joins listings to a machine read from text."""
+bus ids compared as addresses. ``parse.text_machine`` joins listings to a machine read from text.
+
+A GPU's health facts (``SmiHealth``) are read by one set of rules from ``-q`` and ``-q -x``
+(``read_health``), each format naming its own lines or elements (``HealthPaths``); the rules, and which
+lines each format's reader reads, are in ``parse.smi_q`` and ``parse.smi_xml``."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.limits import MAX_MEMORY_BYTES
-from ..core.model import Fabric, MigDevice
+from ..core.model import Fabric, GpuHealth, MigDevice
 
 # The per-GPU facts a listing can give, as ``model.Gpu`` names them, and how a warning says them.
 FACTS = {
@@ -76,6 +81,196 @@ class SmiFabric:
 
 
 @dataclass(frozen=True)
+class SmiHealth:
+    """A GPU's health at rest as ``nvidia-smi -q`` or ``-q -x`` prints it, each fact None where the
+    report does not say (``N/A``, an error in its place, a line it lacks or one not read): the facts
+    ``model.GpuHealth`` holds, read from the values nvidia-smi prints of the same NVML calls (``read_health``)."""
+
+    ecc_uncorrected_volatile: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapping_failed: bool | None = None
+    retired_pages_pending: bool | None = None
+    clocks_event_reasons: int | None = None
+    persistence_mode: bool | None = None
+    vbios_version: str | None = None
+    inforom_version: str | None = None
+
+    def fact(self) -> GpuHealth | None:
+        """The model's ``GpuHealth`` as the NVML reader (``probe.nvml._Reader.health``) holds it; None
+        where the report said nothing of the GPU's health."""
+        health = GpuHealth(**dataclasses.asdict(self))
+        return health if health.known else None
+
+    def text(self) -> str:
+        """``ECC uncorrectable 0 volatile/0 aggregate, ...``: what the report said, '?' where not."""
+
+        def said(value: object) -> str:
+            if value is None:
+                return "?"
+            return ("yes" if value else "no") if isinstance(value, bool) else str(value)
+
+        clocks = "?" if self.clocks_event_reasons is None else hex(self.clocks_event_reasons)
+        persistence = {None: "?", True: "on", False: "off"}[self.persistence_mode]
+        return (
+            f"ECC uncorrectable {said(self.ecc_uncorrected_volatile)} volatile/"
+            f"{said(self.ecc_uncorrected_aggregate)} aggregate, row remap pending "
+            f"{said(self.remapped_rows_pending)} failed {said(self.remapping_failed)}, page retirement pending "
+            f"{said(self.retired_pages_pending)}, clocks events {clocks}, persistence {persistence}, "
+            f"VBIOS {self.vbios_version or '?'}, InfoROM {self.inforom_version or '?'}"
+        )
+
+
+# nvmlClocksEventReason* (nvml.h), each by the line -q prints under "Clocks Event Reasons" (drivers
+# before 535: "Clocks Throttle Reasons") and the tag -q -x writes after "clocks_event_reason_"
+# ("clocks_throttle_reason_"). A mask is read only where all nine are: a reason not read is unknown.
+CLOCKS_EVENT_BITS = (
+    ("Idle", "gpu_idle", 0x1),
+    ("Applications Clocks Setting", "applications_clocks_setting", 0x2),
+    ("SW Power Cap", "sw_power_cap", 0x4),
+    ("HW Slowdown", "hw_slowdown", 0x8),
+    ("Sync Boost", "sync_boost", 0x10),
+    ("SW Thermal Slowdown", "sw_thermal_slowdown", 0x20),
+    ("HW Thermal Slowdown", "hw_thermal_slowdown", 0x40),
+    ("HW Power Brake Slowdown", "hw_power_brake_slowdown", 0x80),
+    ("Display Clock Setting", "display_clocks_setting", 0x100),
+)
+# What nvidia-smi prints where NVML gave no value: N/A, or the error's words (nvmlErrorString), in
+# brackets or not ("[N/A]", "[Not Supported]", "Unknown Error", "[Insufficient Permissions]").
+NOT_KNOWN_RE = re.compile(
+    r"\[?(?:N/A|Not Found|Not Supported|Not Available|Unknown[^\]]{0,80}|Requested functionality[^\]]{0,80}"
+    r"|Insufficient Permissions|No Permission|GPU is lost|Timeout|GPU access blocked[^\]]{0,80})\]?"
+)
+_COUNT_RE = re.compile(r"[0-9]{1,20}")
+MAX_COUNT = 2**64 - 1  # NVML's counts are unsigned long long
+# A firmware version as NVML gives it ("96.00.74.00.01", "G520.0200.00.05"): printable, 1 to 64 characters.
+_FIRMWARE_RE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,62}[\x21-\x7e])?")
+_YES_NO = {"Yes": True, "No": False}
+_ENABLED = {"Enabled": True, "Disabled": False}
+_ACTIVE = {"Active": True, "Not Active": False}
+
+
+@dataclass(frozen=True)
+class Said:
+    """One value as a report printed it: ``value`` None where nvidia-smi printed its word for unknown
+    (``NOT_KNOWN_RE``) or nothing; ``where`` names the line or element for a note."""
+
+    value: str | None
+    where: str
+
+
+# A format's lookup: the value at one of its paths, None where the report prints no such line or element.
+Look = Callable[[str], Said | None]
+
+
+@dataclass(frozen=True)
+class HealthPaths:
+    """Where one format prints each health fact, as its ``Look`` takes paths. ``ecc_shapes``: the
+    uncorrectable counters under ``volatile`` and ``aggregate`` in each shape drivers have printed,
+    summed (the report's shape is the first whose first counter it prints); ``retired_pending``
+    every name of the pending-retirement flag; ``clocks`` per section name, per ``CLOCKS_EVENT_BITS``
+    reason, the paths its line may have."""
+
+    volatile: str
+    aggregate: str
+    ecc_shapes: tuple[tuple[str, ...], ...]
+    remapped_pending: str
+    remapping_failed: str
+    retired_pending: tuple[str, ...]
+    persistence: str
+    vbios: str
+    inforom: str
+    clocks: tuple[tuple[tuple[str, ...], ...], ...]
+
+
+def read_health(look: Look, paths: HealthPaths, notes: list[str]) -> SmiHealth | None:
+    """A GPU's health facts by ``look``; None where the report says none. A value of another kind is
+    a note naming its line or element (the fact unknown), never an error."""
+    health = SmiHealth(
+        ecc_uncorrected_volatile=_ecc(look, paths.volatile, paths.ecc_shapes, notes),
+        ecc_uncorrected_aggregate=_ecc(look, paths.aggregate, paths.ecc_shapes, notes),
+        remapped_rows_pending=_word(look(paths.remapped_pending), _YES_NO, notes),
+        remapping_failed=_word(look(paths.remapping_failed), _YES_NO, notes),
+        retired_pages_pending=_retired(look, paths.retired_pending, notes),
+        clocks_event_reasons=_clocks(look, paths.clocks, notes),
+        persistence_mode=_word(look(paths.persistence), _ENABLED, notes),
+        vbios_version=_firmware(look(paths.vbios), notes),
+        inforom_version=_firmware(look(paths.inforom), notes),
+    )
+    return health if health.fact() is not None else None
+
+
+def _word(said: Said | None, words: dict[str, bool], notes: list[str]) -> bool | None:
+    if said is None or said.value is None:
+        return None
+    if said.value in words:
+        return words[said.value]
+    notes.append(f"{said.where} {said.value[:48]!r} is not {' or '.join(words)}; not read")
+    return None
+
+
+def _count(said: Said | None, notes: list[str]) -> int | None:
+    if said is None or said.value is None:
+        return None
+    if _COUNT_RE.fullmatch(said.value) and int(said.value) <= MAX_COUNT:
+        return int(said.value)
+    notes.append(f"{said.where} {said.value[:48]!r} is not a count of errors; not read")
+    return None
+
+
+def _ecc(look: Look, section: str, shapes: tuple[tuple[str, ...], ...], notes: list[str]) -> int | None:
+    """The uncorrectable errors of ``section`` (volatile or aggregate): the sum of the report's shape's
+    counters, as NVML's total is theirs; unknown where any of them is (N/A, missing, not read)."""
+    for shape in shapes:
+        said = [look(f"{section}/{key}") for key in shape]
+        if said[0] is None:  # its first counter names the shape: DRAM Uncorrectable is in two
+            continue
+        counts = [_count(s, notes) for s in said]  # each read, so each bad one is noted
+        if None in counts:
+            return None
+        total = sum(c for c in counts if c is not None)
+        if total > MAX_COUNT:
+            notes.append(f"{said[0].where} and the counters beside it sum past {MAX_COUNT}; not read")
+            return None
+        return total
+    return None
+
+
+def _retired(look: Look, paths: tuple[str, ...], notes: list[str]) -> bool | None:
+    """Pages pending retirement, by each name the report prints it under (-q -x 580 prints two, of one
+    NVML call); two that disagree are a note, the fact unknown."""
+    said = [s for s in map(look, paths) if s is not None]
+    read = [v for v in (_word(s, _YES_NO, notes) for s in said) if v is not None]
+    if len(set(read)) > 1:
+        notes.append(f"{said[0].where} and its other names disagree on pages pending retirement; not read")
+        return None
+    return read[0] if read else None
+
+
+def _clocks(look: Look, sections: tuple[tuple[tuple[str, ...], ...], ...], notes: list[str]) -> int | None:
+    """NVML's clocks-event mask of the report's section (its reading at the moment it was taken): known
+    only where every reason's line is read, Active or Not Active."""
+    for reasons in sections:
+        said = [next((s for s in map(look, candidates) if s is not None), None) for candidates in reasons]
+        if all(s is None for s in said):
+            continue
+        active = [_word(s, _ACTIVE, notes) for s in said]
+        if None in active:
+            return None
+        return sum(bit for on, (_, _, bit) in zip(active, CLOCKS_EVENT_BITS, strict=True) if on)
+    return None
+
+
+def _firmware(said: Said | None, notes: list[str]) -> str | None:
+    if said is None or said.value is None:
+        return None
+    if _FIRMWARE_RE.fullmatch(said.value):
+        return said.value
+    notes.append(f"{said.where} {said.value[:48]!r} is not a version (1 to 64 printable characters); not read")
+    return None
+
+
+@dataclass(frozen=True)
 class SmiGpu:
     """One GPU as a listing prints it; None where it does not say."""
 
@@ -92,6 +287,7 @@ class SmiGpu:
     mig: bool | None = None
     compute_mode: str | None = None
     fabric: SmiFabric | None = None  # -q -x only; None where it says nothing (N/A) of a fabric
+    health: SmiHealth | None = None  # -q and -q -x only; None where it says nothing of the GPU's health
     mig_devices: tuple[MigDevice, ...] = ()  # the MIG devices listed under it (-L, -q -x, -q)
 
     def to_json(self) -> dict[str, Any]:
@@ -139,6 +335,7 @@ class SmiGpus:
                 + (", MIG enabled" if g.mig else "")
                 + _mig_text(g.mig_devices)
                 + (f", fabric {g.fabric.text()}" if g.fabric else "")
+                + (f", health: {g.health.text()}" if g.health else "")
             )
         versions = [
             f"driver {self.driver_version}" if self.driver_version else "",

@@ -5,15 +5,34 @@ the left margin (``Timestamp``, ``Driver Version``, ``CUDA Version``, ``Attached
 section per GPU headed ``GPU <bus id>`` (in NVML index order, as ``-q -x``'s ``<gpu>`` elements are).
 Inside it, nesting is indentation, four spaces a level: a line with no ``:`` opens a section (``PCI``,
 ``GPU Link Info``), a ``Key : Value`` line is a fact of the section it is in (the key padded with spaces
-to one column). The facts read: ``Product Name``, ``GPU UUID``, ``PCI/Bus Id``,
+to one column); lines indented under a fact are a section named by its key (``HW Slowdown``'s causes).
+The facts read: ``Product Name``, ``GPU UUID``, ``PCI/Bus Id``,
 ``PCI/GPU Link Info/PCIe Generation/{Max,Current}`` (``Max`` is NVML's max link generation, the
 link's; drivers 550+ also print the GPU's ``Device Max`` and the slot's ``Host Max``, not read),
 ``.../Link Width/{Max,Current}`` (``16x``),
 ``FB Memory Usage/Total`` (``81559 MiB``), ``MIG Mode/Current``, each ``MIG Devices/MIG Device``
 (``Index``, ``GPU Instance ID``, ``Compute Instance ID``, ``FB Memory Usage/Total``: the text form of
 ``-q -x``'s ``<mig_device>``, nvidia-ml-py's ``nvidia_smi.py`` sample), ``Compute Mode`` and
-``Fabric/{State,Status,CliqueId,ClusterUUID}`` (``-q -x``'s ``<fabric>``, recorded alike). A
-value nvidia-smi prints for "not known" (``N/A``, ``Not Found``, ``Not Supported``, ...) is unknown:
+``Fabric/{State,Status,CliqueId,ClusterUUID}`` (``-q -x``'s ``<fabric>``, recorded alike), and the
+GPU's health at rest (``SmiHealth``, recorded as NVML's ``GpuHealth``; ``HEALTH_PATHS``):
+
+- ``ECC Errors/{Volatile,Aggregate}``' uncorrectable errors, summed as the driver splits them: drivers
+  550+ print ``SRAM Uncorrectable Parity`` + ``SRAM Uncorrectable SEC-DED`` + ``DRAM Uncorrectable``
+  (H100 565, A10 550), 470-545 on Ampere and later ``SRAM Uncorrectable`` + ``DRAM Uncorrectable``
+  (A16 470, H100 545), Volta and older the ``Double Bit`` section's ``Total`` (NVML's total
+  uncorrected count; V100 470); ``Aggregate Uncorrectable SRAM Sources`` is a breakdown of the
+  aggregate SRAM count, not read. A counter N/A (ECC off, RTX 4090) or missing leaves the sum unknown;
+- ``Remapped Rows/Pending`` and ``.../Remapping Failure Occurred`` (Yes/No; ``Remapped Rows : N/A``
+  where the GPU has no row remapper);
+- ``Retired Pages/Pending Page Blacklist`` (or ``Pending Page Retirement``, or the oldest drivers'
+  ``Pending``; Yes/No);
+- ``Clocks Event Reasons`` (before driver 535 ``Clocks Throttle Reasons``): each of the nine reasons
+  ``Active`` or ``Not Active``, ``HW Thermal Slowdown`` and ``HW Power Brake Slowdown`` indented under
+  ``HW Slowdown``, read as NVML's mask (``CLOCKS_EVENT_BITS``) where all nine are read; the report's
+  moment's reading, kept as it is;
+- ``Persistence Mode`` (Enabled/Disabled), ``VBIOS Version``, ``Inforom Version/Image Version``.
+
+A value nvidia-smi prints for "not known" (``N/A``, ``Not Found``, ``Not Supported``, ...) is unknown:
 ``CUDA Version : Not Found`` on a vGPU host driver is no error. A fact is looked up by its full path,
 so ``vGPU Software Licensed Product/Product Name`` is never the GPU's name.
 
@@ -38,7 +57,19 @@ from dataclasses import dataclass, field
 from ..core.limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
 from ..core.model import COMPUTE_MODES, MigDevice
 from .cells import BadCell, cell_int
-from .smi_gpus import SmiFabric, SmiGpu, SmiGpus, bus_key, mib_bytes
+from .smi_gpus import (
+    CLOCKS_EVENT_BITS,
+    NOT_KNOWN_RE,
+    HealthPaths,
+    Look,
+    Said,
+    SmiFabric,
+    SmiGpu,
+    SmiGpus,
+    bus_key,
+    mib_bytes,
+    read_health,
+)
 from .smi_xml import FABRIC_STATES
 from .which_tool import refusal
 
@@ -60,6 +91,29 @@ _ELISION_RE = re.compile(r"\[?(?:\.{3,}|\u2026)\]?")
 _FABRIC_STATUS_RE = re.compile(r"[A-Za-z][A-Za-z0-9 ,._'-]{0,79}")
 _CLUSTER_UUID_RE = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 _UNKNOWN_RE = re.compile(r"N/A|\[N/A\]|Not Found|Not Supported|Not Available|Unknown.*|Requested functionality.*")
+_CLOCKS_SECTIONS = ("Clocks Event Reasons", "Clocks Throttle Reasons")  # the older name before driver 535
+# Where -q prints each health fact (the module docstring says which shape is which driver's).
+HEALTH_PATHS = HealthPaths(
+    volatile="ECC Errors/Volatile",
+    aggregate="ECC Errors/Aggregate",
+    ecc_shapes=(
+        ("Double Bit/Total",),
+        ("SRAM Uncorrectable Parity", "SRAM Uncorrectable SEC-DED", "DRAM Uncorrectable"),
+        ("SRAM Uncorrectable", "DRAM Uncorrectable"),
+    ),
+    remapped_pending="Remapped Rows/Pending",
+    remapping_failed="Remapped Rows/Remapping Failure Occurred",
+    retired_pending=tuple(
+        f"Retired Pages/{key}" for key in ("Pending Page Blacklist", "Pending Page Retirement", "Pending")
+    ),
+    persistence="Persistence Mode",
+    vbios="VBIOS Version",
+    inforom="Inforom Version/Image Version",
+    clocks=tuple(
+        tuple((f"{section}/{line}", f"{section}/HW Slowdown/{line}") for line, _, _ in CLOCKS_EVENT_BITS)
+        for section in _CLOCKS_SECTIONS
+    ),
+)
 
 
 class SmiQParseError(ValueError):
@@ -74,6 +128,8 @@ class _Section:
     line: int
     facts: list[tuple[str, str, int]] = field(default_factory=list)
     sections: list[_Section] = field(default_factory=list)
+    # Where a fact's section is kept once a line is indented under the fact (None: kept, or never).
+    owner: _Section | None = field(default=None, repr=False, compare=False)
 
     def find(self, path: str) -> tuple[str, int] | None:
         """The value and line of ``Section/.../Key``: the first one, where a section repeats."""
@@ -149,9 +205,12 @@ def _tree(lines: list[str], first: int, base: int) -> tuple[_Section, list[_Sect
                 f"line {number}: {text[:40]!r} at the left margin after a GPU section: "
                 f"{TOOL} prints nothing there (outputs joined?)"
             )
+        if parent.owner is not None:  # the first line under a fact: its section is kept (HW Slowdown's causes)
+            parent.owner.sections.append(parent)
+            parent.owner = None
         if m := _FACT_RE.fullmatch(text):
             parent.facts.append((m.group(1), m.group(2).strip(), number))
-            stack.append((indent, _Section("", number)))  # a line indented under a fact belongs to no section
+            stack.append((indent, _Section(m.group(1), number, owner=parent)))
         else:
             section = _Section(text, number)
             parent.sections.append(section)
@@ -232,6 +291,19 @@ def _fabric(gpu: _Section, notes: list[str]) -> SmiFabric | None:
     return SmiFabric(state, status, clique, cluster)
 
 
+def _look(gpu: _Section) -> Look:
+    """The GPU section's lookup for ``read_health``: a value by its path, its line named."""
+
+    def look(path: str) -> Said | None:
+        found = gpu.find(path)
+        if found is None:
+            return None
+        value, line = found
+        return Said(None if not value or NOT_KNOWN_RE.fullmatch(value) else value, f"line {line}: {path}")
+
+    return look
+
+
 def _gpu(node: _Section, index: int | None, notes: list[str]) -> SmiGpu:
     r = _Reader(node, notes)
     bus = r.checked("PCI/Bus Id", lambda v: bus_key(v) is not None, "a PCI bus id") or node.name
@@ -254,6 +326,7 @@ def _gpu(node: _Section, index: int | None, notes: list[str]) -> SmiGpu:
         compute_mode=r.checked("Compute Mode", lambda v: v in COMPUTE_MODES, f"one of {', '.join(COMPUTE_MODES)}"),
         mig_devices=_mig_devices(node, notes),
         fabric=_fabric(node, notes),
+        health=read_health(_look(node), HEALTH_PATHS, notes),
     )
 
 

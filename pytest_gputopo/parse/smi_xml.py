@@ -10,8 +10,22 @@ one ``<gpu id="<bus id>">`` per GPU in NVML index order, each with ``product_nam
 ``compute_instance_id``, ``fb_memory_usage/total``), ``compute_mode`` and, from drivers that print it,
 ``fabric`` (``state``, ``status``, ``cliqueId``, ``clusterUuid``: the GPU's registration with a
 multi-node NVLink fabric, as NVML's ``nvmlGpuFabricInfo`` gives it, NVML API Reference "Fabric
-definitions"). ``N/A`` and the like are unknown. With ``-i`` some GPUs are listed and ``attached_gpus``
-still counts every one: such GPUs are told by UUID or bus id only.
+definitions"), and the GPU's health at rest (``SmiHealth``, recorded as NVML's ``GpuHealth``;
+``HEALTH_PATHS``, read by the rules ``parse.smi_q`` gives for -q's lines):
+
+- ``ecc_errors/{volatile,aggregate}``' uncorrectable errors, summed: ``sram_uncorrectable_parity`` +
+  ``sram_uncorrectable_secded`` + ``dram_uncorrectable`` (drivers 550+; the H200's 580 in
+  tests/captured), ``sram_uncorrectable`` + ``dram_uncorrectable`` (470-545), or
+  ``double_bit/total`` (Volta and older: NVML's total, as nvidia-ml-py's ``nvidia_smi.py`` writes it);
+- ``remapped_rows/remapped_row_pending`` and ``remapped_row_failure`` (Yes/No);
+- ``retired_pages/pending_retirement`` and ``pending_blacklist`` (Yes/No: 580 writes both, of one NVML
+  call; two that disagree are a note, the fact unknown);
+- ``clocks_event_reasons/clocks_event_reason_*`` (before 535 ``clocks_throttle_reasons/
+  clocks_throttle_reason_*``): the nine reasons, Active or Not Active, as NVML's mask where all are read;
+- ``persistence_mode`` (Enabled/Disabled), ``vbios_version``, ``inforom_version/img_version``.
+
+``N/A`` and the like are unknown. With ``-i`` some GPUs are listed and ``attached_gpus`` still counts
+every one: such GPUs are told by UUID or bus id only.
 
 The text is untrusted: it is read by expat with no entity of its own. nvidia-smi's external
 ``<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">`` is allowed (expat never fetches it); an
@@ -28,7 +42,19 @@ from xml.parsers import expat
 from ..core.limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_PCIE_GEN, MAX_PCIE_WIDTH
 from ..core.model import COMPUTE_MODES, MigDevice
 from ..core.units import counted
-from .smi_gpus import SmiFabric, SmiGpu, SmiGpus, bus_key, mib_bytes
+from .smi_gpus import (
+    CLOCKS_EVENT_BITS,
+    NOT_KNOWN_RE,
+    HealthPaths,
+    Look,
+    Said,
+    SmiFabric,
+    SmiGpu,
+    SmiGpus,
+    bus_key,
+    mib_bytes,
+    read_health,
+)
 from .which_tool import refusal
 
 TOOL = "nvidia-smi -q -x"
@@ -42,6 +68,30 @@ _VERSION_RE = re.compile(r"[0-9]{1,4}(?:\.[0-9]{1,4}){1,3}")
 FABRIC_STATES = ("Not Supported", "Not Started", "In Progress", "Completed")
 _FABRIC_STATUS_RE = re.compile(r"[A-Za-z][A-Za-z0-9 ,._'-]{0,79}")  # "Success", "Insufficient Resources"
 _CLUSTER_UUID_RE = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+# The clocks-event section and its elements' prefix, by the name drivers from 535 give it, then the older.
+_CLOCKS_SECTIONS = (
+    ("clocks_event_reasons", "clocks_event_reason_"),
+    ("clocks_throttle_reasons", "clocks_throttle_reason_"),
+)
+# Where -q -x writes each health fact (the module docstring says which shape is which driver's).
+HEALTH_PATHS = HealthPaths(
+    volatile="ecc_errors/volatile",
+    aggregate="ecc_errors/aggregate",
+    ecc_shapes=(
+        ("double_bit/total",),
+        ("sram_uncorrectable_parity", "sram_uncorrectable_secded", "dram_uncorrectable"),
+        ("sram_uncorrectable", "dram_uncorrectable"),
+    ),
+    remapped_pending="remapped_rows/remapped_row_pending",
+    remapping_failed="remapped_rows/remapped_row_failure",
+    retired_pending=("retired_pages/pending_retirement", "retired_pages/pending_blacklist"),
+    persistence="persistence_mode",
+    vbios="vbios_version",
+    inforom="inforom_version/img_version",
+    clocks=tuple(
+        tuple((f"{section}/{prefix}{tag}",) for _, tag, _ in CLOCKS_EVENT_BITS) for section, prefix in _CLOCKS_SECTIONS
+    ),
+)
 
 
 class SmiXmlParseError(ValueError):
@@ -146,8 +196,23 @@ def _gpu(node: ET.Element, index: int | None, notes: list[str]) -> SmiGpu:
     elif mode is not None:
         notes.append(f"{where}: compute_mode {mode[:20]!r} is not one of {', '.join(COMPUTE_MODES)}; not read")
     facts["fabric"] = _fabric(node, notes, where)
+    facts["health"] = read_health(_look(node, where), HEALTH_PATHS, notes)
     facts["mig_devices"] = _mig_devices(node, notes, where)
     return SmiGpu(**facts)
+
+
+def _look(node: ET.Element, where: str) -> Look:
+    """The ``<gpu>``'s lookup for ``read_health``: an element's text by its path, the element named
+    (its own text: "Not Active" is a value here, not ``_text``'s "not known")."""
+
+    def look(path: str) -> Said | None:
+        found = node.find(path)
+        if found is None:
+            return None
+        value = (found.text or "").strip()
+        return Said(None if not value or NOT_KNOWN_RE.fullmatch(value) else value, f"{where}: {path}")
+
+    return look
 
 
 def _mig_devices(node: ET.Element, notes: list[str], where: str) -> tuple[MigDevice, ...]:

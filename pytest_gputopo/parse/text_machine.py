@@ -4,10 +4,13 @@
 the ``topo -p2p`` matrices' statuses. Then, in the order given, each GPU listing (``--query-gpu``
 CSV, ``-L``, ``-q -x``, ``-q``: ``parse.smi_query``, ``smi_list``, ``smi_xml``, ``smi_q``) and each ``nvlink -s`` joins
 it GPU by GPU. Each fact is filled once, from the first source that gives it; a later source that
-says otherwise is a warning naming both sources and both values, and the first is kept. Last, a GPU
-whose compute capability no source gave gets the one NVIDIA's CUDA GPU list gives its name
-(``core.hardware.capability_of_name``), said in ``inferred``; a capability a source gave that the
-list contradicts is a warning, the source's kept. A name the list does not give leaves it unknown.
+says otherwise is a warning naming both sources and both values, and the first is kept. A GPU's
+health (``-q``, ``-q -x``: ``model.GpuHealth``) is joined so fact by fact: a later report fills what an
+earlier left unknown, and its clocks-event reasons, a reading of another moment, do not replace the
+first's. Last, a GPU whose compute capability no source gave gets the one NVIDIA's CUDA GPU list
+gives its name (``core.hardware.capability_of_name``), said in ``inferred``; a capability a source
+gave that the list contradicts is a warning, the source's kept. A name the list does not give leaves
+it unknown.
 
 A source belongs to the machine only if it can: a GPU is found by its UUID, else its PCI bus id, else
 its nvidia-smi index (NVML's, as topo -m numbers GPUs). A UUID or bus id other than the one the machine
@@ -40,6 +43,18 @@ CUDA_GPU_LIST = "NVIDIA's CUDA GPU list (developer.nvidia.com/cuda-gpus)"
 # What read_listing raises: the refusal of the format the text was told to be.
 LISTING_ERRORS = (SmiXmlParseError, SmiQParseError, SmiListParseError, SmiQueryParseError)
 _VERSIONS = {"driver_version": "driver version", "cuda_driver_version": "CUDA version"}
+# How a warning names each health fact (model.GpuHealth's fields).
+_HEALTH_FACTS = {
+    "ecc_uncorrected_volatile": "uncorrectable ECC errors (volatile)",
+    "ecc_uncorrected_aggregate": "uncorrectable ECC errors (aggregate)",
+    "remapped_rows_pending": "row remapping pending",
+    "remapping_failed": "row remapping failed",
+    "retired_pages_pending": "pages pending retirement",
+    "clocks_event_reasons": "clocks-event reasons",
+    "persistence_mode": "persistence mode",
+    "vbios_version": "VBIOS",
+    "inforom_version": "InfoROM image",
+}
 
 
 class TextMachineError(ValueError):
@@ -67,6 +82,10 @@ def _shown(key: str, value: object) -> str:
         return f"{value / 2**20:g} MiB"
     if isinstance(value, model.Fabric):
         return ", ".join(filter(None, (value.state, value.status)))[:60]
+    if key == "clocks_event_reasons" and isinstance(value, int):
+        return hex(value)
+    if key in _HEALTH_FACTS and isinstance(value, bool):
+        return "yes" if value else "no"
     return str(value)[:60]
 
 
@@ -195,7 +214,33 @@ class TextMachine:
             changes["mig_devices"] = self._mig_devices(gpu, row.mig_devices, source)
         fabric = row.fabric.fact() if row.fabric is not None else None  # as NVML's answer would be held
         self._fill(gpu, "fabric", fabric, source, "NVLink fabric", f"GPU{gpu.index}: ", changes)
+        health = self._fill_health(gpu, row.health.fact() if row.health is not None else None, source)
+        if health is not gpu.health:
+            changes["health"] = health
         return dataclasses.replace(gpu, **changes) if changes else gpu
+
+    def _fill_health(self, gpu: model.Gpu, said: model.GpuHealth | None, source: str) -> model.GpuHealth | None:
+        """The GPU's health with a report's joined fact by fact, as ``_fill`` joins the GPU's facts: each
+        filled once, another value a warning naming both sources, the earlier kept (two reports are two
+        moments: their clocks-event reasons may differ, and the first reading stays the one recorded)."""
+        if said is None:
+            return gpu.health
+        have = gpu.health or model.GpuHealth()
+        filled: dict[str, Any] = {}
+        for key, what in _HEALTH_FACTS.items():
+            value, known = getattr(said, key), getattr(have, key)
+            if value is None:
+                continue
+            if known is None:
+                filled[key] = value
+                self._said[gpu.index, f"health.{key}"] = source
+            elif known != value:
+                earlier = self._said.get((gpu.index, f"health.{key}"), "an earlier source")
+                self._warnings.append(
+                    f"GPU{gpu.index}: {source} says {what} {_shown(key, value)}, an earlier source "
+                    f"{_shown(key, known)}, from {earlier}; the earlier is kept"
+                )
+        return dataclasses.replace(have, **filled) if filled else gpu.health
 
     def _mig_devices(
         self, gpu: model.Gpu, said: tuple[model.MigDevice, ...], source: str
