@@ -178,7 +178,9 @@ def add_record(sub) -> None:
         "compute_cap,driver_version,... --format=csv`, `nvidia-smi -L`, `nvidia-smi -q -x` or "
         "`nvidia-smi -q` "
         "output (told by its text), each GPU's name, UUID, bus id, memory, capability, PCIe and "
-        "the driver and CUDA versions, MIG devices; repeatable (default: none)",
+        "the driver and CUDA versions, MIG devices, and from -q and -q -x the fabric and each GPU's health "
+        "(ECC, remapped rows, retired pages, clocks events, persistence, VBIOS, InfoROM); repeatable "
+        "(default: none)",
     )
     p.add_argument(
         "--nvbandwidth",
