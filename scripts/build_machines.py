@@ -216,7 +216,8 @@ def degrade(base: Machine, name: str, description: str, *, nvlinks_down: int | N
     - ``pcie_trained=(g, gen, width)``: GPU ``g``'s link trained down (the max stays);
     - ``read_write=status``: P2P read and write refused with ``status`` for every pair.
     """
-    gpus = list(base.topology.gpus)
+    # No health facts: the base's were read on its node, and say nothing of a twin's (broken in code)
+    gpus = [replace(g, health=None) for g in base.topology.gpus]
     if nvlinks_down is not None:
         g = gpus[nvlinks_down]
         gpus[g.index] = replace(g, multicast=None,  # off the fabric: what CUDA then says is not captured
@@ -338,6 +339,15 @@ def dgx_a100() -> Machine:
 HGX_H100_NUMA = (0, 0, 0, 0, 1, 1, 1, 1)
 
 
+def captured_health(path: str) -> dict:
+    """Each GPU's health facts (``model.GpuHealth``) by bus id, as ``gputopo record`` reads the
+    ``nvidia-smi -q`` report at ``path`` (of the repository)."""
+    from pytest_gputopo.parse.smi_q import parse_smi_q
+
+    listing = parse_smi_q((ROOT / path).read_text(encoding="utf-8"))
+    return {g.pci_bus_id: g.health.fact() if g.health else None for g in listing.gpus}
+
+
 def hgx_h100() -> Machine:
     name = "hgx-h100"
     topology = nvswitch_box(
@@ -352,7 +362,9 @@ def hgx_h100() -> Machine:
         nics=tuple(f"mlx5_{i}" for i in range(8)),
         driver_version="570.124.06",
     )
-    topology = replace(topology, gpus=tuple(replace(g, multicast=True) for g in topology.gpus),
+    health = captured_health("tests/smi_q/hgx-h100-x8-565.txt")  # the thamada/nvidia-smi node's, by bus id
+    topology = replace(topology, gpus=tuple(replace(g, multicast=True, health=health[g.pci_bus_id])
+                                            for g in topology.gpus),
                        cuda_runtime_version="12.9", cuda_driver_version="12.8")
     cuda_source, cuda_inferred = driver_cuda("570.124.06", "12.8", ("56151895528", "52367432882"),
                                              "Driver Version: 570.124.06     CUDA Version: 12.8")
@@ -373,7 +385,10 @@ def hgx_h100() -> Machine:
             "pair; 18 NVLinks x 26.562 GB/s per GPU",
             "https://github.com/thamada/nvidia-smi nvsim/H100SXMx8_smi.py (`nvidia-smi` and `-a` of an 8x "
             "H100 SXM node, driver 565.57.01): bus ids 18,2A,3A,5D,9A,AB,BA,DB; FB memory total 81559 MiB; "
-            "PCIe generation max/current 5, width max/current 16x; product name NVIDIA H100 80GB HBM3",
+            "PCIe generation max/current 5, width max/current 16x; product name NVIDIA H100 80GB HBM3; each GPU's "
+            "health at rest, as gputopo record reads its -q (tests/smi_q/hgx-h100-x8-565.txt): no uncorrectable "
+            "ECC error, no row remapping pending or failed, only Idle among the clocks event reasons, persistence "
+            "on, VBIOS 96.00.74.00.01, InfoROM G520.0200.00.05",
             "https://github.com/NVIDIA/nccl/issues/1182 (`nvidia-smi nvlink -R`, NVIDIA H100 80GB HBM3): "
             "GPU0's links 0-17 lead to the NVSwitches 00000000:05..08:00.0, 4/5/5/4 links each",
             "a raw nccl-tests log of an Inspur NF5688M7 server (8x H800 HGX, NVSwitch) published as a file on "
