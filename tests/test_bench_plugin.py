@@ -152,8 +152,9 @@ def test_quick_check_on_a_healthy_box(pytester):
     assert result.ret == 0
     result.stdout.fnmatch_lines(
         [
+            "*gputopo-check::health[[]GPU7] PASSED (GPU7: no uncorrectable ECC error since the driver loaded*",
             "*gputopo-check::p2p_status[[]GPU0-GPU1] PASSED (GPU0-GPU1 (NV18): P2P read and write OK)*",
-            f"gputopo check: {1 + 8 + 8 + 28} passed",
+            f"gputopo check: {1 + 8 + 8 + 8 + 28} passed",  # topology, pcie, nvlink, health, p2p_status
         ]
     )
 

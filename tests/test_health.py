@@ -356,7 +356,7 @@ def test_healthy_is_met_on_a_healthy_node_unmet_naming_the_fault_and_unknown_wit
     sick = need.evaluate(_node(remapping_failed=True))
     assert not sick.ok and not sick.unknown
     assert "GPU3 (NVIDIA H100 80GB HBM3) is not healthy: a row remapping has failed [row_remap_failed:" in sick.reason
-    bare = need.evaluate(load_profile("hgx-h100").topology)
+    bare = need.evaluate(load_profile("dgx-a100").topology)  # a profile without health facts
     assert not bare.ok and bare.unknown and "health is unknown" in bare.reason
     with pytest.raises(Exception, match="healthy must be True or None"):
         GpuRequirement(healthy=False)

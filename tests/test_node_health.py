@@ -170,7 +170,7 @@ def test_the_items_fail_with_the_code_and_pass_or_skip_as_the_facts_say(pytester
     assert "[gpu_off_bus: reboot the node; drain the node until it is listed again]" in checks["pci"]["message"]
     checks = checks_of(pytester, _node(xids=tuple(xid.xid_events(LOG.splitlines()[1])), pci_unlisted=()))
     assert (checks["pci"]["outcome"], checks["xid"]["outcome"]) == ("passed", "passed")
-    assert checks["xid"]["message"] == "1 XID, each the application's in this boot's kernel log"
+    assert checks["xid"]["message"] == "1 XID in this boot's kernel log, each the application's"
     checks = checks_of(pytester, A100)  # a recording without them: no item
     assert "pci" not in checks and "xid" not in checks
 

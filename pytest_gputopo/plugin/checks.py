@@ -307,8 +307,9 @@ def _xid_check(topology: Topology):
         failed = _node_failed(topology, "xid")
         if failed:
             return failed
-        theirs = f"{counted(len(topology.xids), 'XID')}, each the application's" if topology.xids else "no XID"
-        return "passed", f"{theirs} in this boot's kernel log", {}
+        if not topology.xids:
+            return "passed", "no XID in this boot's kernel log", {}
+        return "passed", f"{counted(len(topology.xids), 'XID')} in this boot's kernel log, each the application's", {}
 
     return xid
 
