@@ -27,15 +27,15 @@ import argparse
 import hashlib
 import json
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pytest_gputopo.core.model import Gpu, Link, LinkClass, NvLink, P2P, P2PStatus, Topology  # noqa: E402
+from pytest_gputopo.core.model import P2P, Gpu, Link, LinkClass, NvLink, P2PStatus, Topology  # noqa: E402
 from pytest_gputopo.probe import recorded  # noqa: E402
 
 OUT_DIR = recorded.BUNDLED_DIR
@@ -345,7 +345,7 @@ def captured_health(path: str) -> dict:
     from pytest_gputopo.parse.smi_q import parse_smi_q
 
     listing = parse_smi_q((ROOT / path).read_text(encoding="utf-8"))
-    return {g.pci_bus_id: g.health.fact() if g.health else None for g in listing.gpus}
+    return {g.pci_bus_id: g.health for g in listing.gpus}
 
 
 def hgx_h100() -> Machine:

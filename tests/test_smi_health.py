@@ -1,5 +1,5 @@
 """A GPU's health at rest as nvidia-smi's reports print it (issue 44): ``-q`` (``parse.smi_q``) and
-``-q -x`` (``parse.smi_xml``) read into ``SmiHealth``, recorded as the NVML reader holds ``GpuHealth``
+``-q -x`` (``parse.smi_xml``) read into ``GpuHealth`` as the NVML reader holds it
 and judged by ``core.health``. The facts each real sample must yield were read off its text by hand
 (tests/smi_q/SOURCES.md names each sample's source; tests/captured/h200-driver-580/README.md the H200's):
 the three shapes of ECC counters drivers print (V100 470's Double Bit totals, A16 470's and H100 545's
@@ -18,7 +18,6 @@ import pytest
 
 from conftest import run_cli as run
 from pytest_gputopo.core import faults, health, model, schema
-from pytest_gputopo.parse.smi_gpus import SmiHealth
 from pytest_gputopo.parse.smi_q import parse_smi_q
 from pytest_gputopo.parse.smi_topo import parse_topo_matrix
 from pytest_gputopo.parse.smi_xml import parse_smi_xml
@@ -76,7 +75,7 @@ SAMPLES = [
 ]
 
 
-def facts(h: SmiHealth | model.GpuHealth | None) -> tuple:
+def facts(h: model.GpuHealth | None) -> tuple:
     return tuple(getattr(h, f.name) for f in dataclasses.fields(model.GpuHealth))
 
 
@@ -179,7 +178,7 @@ def test_clocks_reasons_nested_under_hw_slowdown_are_read_as_nvmls_bits():
     text = changed(text, pad("HW Thermal Slowdown", "Not Active", 12), pad("HW Thermal Slowdown", "Active", 12))
     h = parse_smi_q(text).gpus[0].health
     assert h.clocks_event_reasons == 0x4 | 0x8 | 0x40
-    t = model.Topology(gpus=(model.Gpu(index=0, name="NVIDIA A10", health=h.fact()),))
+    t = model.Topology(gpus=(model.Gpu(index=0, name="NVIDIA A10", health=h),))
     assert [(f.code, f.severity) for f in health.findings(t, t.gpus[0])] == [("clocks_hw_thermal", "fault")]
 
 
@@ -281,8 +280,6 @@ def test_a_malformed_q_x_value_is_a_note_naming_its_element():
 
 
 def test_a_report_that_says_nothing_of_health_has_none():
-    assert SmiHealth().fact() is None
-    assert SmiHealth(persistence_mode=False).fact() == model.GpuHealth(persistence_mode=False)
     text = re.sub(r"<persistence_mode>.*?</persistence_mode>", "", h200_xml())
     for tag in ("ecc_errors", "retired_pages", "remapped_rows", "clocks_event_reasons", "inforom_version"):
         text = re.sub(rf"<{tag}>.*?</{tag}>", "", text, flags=re.S)

@@ -2,9 +2,10 @@
 GPU as a listing prints it (``SmiGpu``, None where it does not say), a listing (``SmiGpus``), and PCI
 bus ids compared as addresses. ``parse.text_machine`` joins listings to a machine read from text.
 
-A GPU's health facts (``SmiHealth``) are read by one set of rules from ``-q`` and ``-q -x``
-(``read_health``), each format naming its own lines or elements (``HealthPaths``); the rules, and which
-lines each format's reader reads, are in ``parse.smi_q`` and ``parse.smi_xml``."""
+A GPU's health facts (``model.GpuHealth``, as the NVML reader holds them) are read by one set of rules
+from ``-q`` and ``-q -x`` (``read_health``), each format naming its own lines or elements
+(``HealthPaths``); the rules, and which lines each format's reader reads, are in ``parse.smi_q`` and
+``parse.smi_xml``."""
 
 from __future__ import annotations
 
@@ -80,45 +81,24 @@ class SmiFabric:
         return ", ".join(said)
 
 
-@dataclass(frozen=True)
-class SmiHealth:
-    """A GPU's health at rest as ``nvidia-smi -q`` or ``-q -x`` prints it, each fact None where the
-    report does not say (``N/A``, an error in its place, a line it lacks or one not read): the facts
-    ``model.GpuHealth`` holds, read from the values nvidia-smi prints of the same NVML calls (``read_health``)."""
+def health_text(health: GpuHealth) -> str:
+    """``ECC uncorrectable 0 volatile/0 aggregate, ...``: what a report said of a GPU's health, '?' where
+    it did not."""
 
-    ecc_uncorrected_volatile: int | None = None
-    ecc_uncorrected_aggregate: int | None = None
-    remapped_rows_pending: bool | None = None
-    remapping_failed: bool | None = None
-    retired_pages_pending: bool | None = None
-    clocks_event_reasons: int | None = None
-    persistence_mode: bool | None = None
-    vbios_version: str | None = None
-    inforom_version: str | None = None
+    def said(value: object) -> str:
+        if value is None:
+            return "?"
+        return ("yes" if value else "no") if isinstance(value, bool) else str(value)
 
-    def fact(self) -> GpuHealth | None:
-        """The model's ``GpuHealth`` as the NVML reader (``probe.nvml._Reader.health``) holds it; None
-        where the report said nothing of the GPU's health."""
-        health = GpuHealth(**dataclasses.asdict(self))
-        return health if health.known else None
-
-    def text(self) -> str:
-        """``ECC uncorrectable 0 volatile/0 aggregate, ...``: what the report said, '?' where not."""
-
-        def said(value: object) -> str:
-            if value is None:
-                return "?"
-            return ("yes" if value else "no") if isinstance(value, bool) else str(value)
-
-        clocks = "?" if self.clocks_event_reasons is None else hex(self.clocks_event_reasons)
-        persistence = {None: "?", True: "on", False: "off"}[self.persistence_mode]
-        return (
-            f"ECC uncorrectable {said(self.ecc_uncorrected_volatile)} volatile/"
-            f"{said(self.ecc_uncorrected_aggregate)} aggregate, row remap pending "
-            f"{said(self.remapped_rows_pending)} failed {said(self.remapping_failed)}, page retirement pending "
-            f"{said(self.retired_pages_pending)}, clocks events {clocks}, persistence {persistence}, "
-            f"VBIOS {self.vbios_version or '?'}, InfoROM {self.inforom_version or '?'}"
-        )
+    clocks = "?" if health.clocks_event_reasons is None else hex(health.clocks_event_reasons)
+    persistence = {None: "?", True: "on", False: "off"}[health.persistence_mode]
+    return (
+        f"ECC uncorrectable {said(health.ecc_uncorrected_volatile)} volatile/"
+        f"{said(health.ecc_uncorrected_aggregate)} aggregate, row remap pending "
+        f"{said(health.remapped_rows_pending)} failed {said(health.remapping_failed)}, page retirement pending "
+        f"{said(health.retired_pages_pending)}, clocks events {clocks}, persistence {persistence}, "
+        f"VBIOS {health.vbios_version or '?'}, InfoROM {health.inforom_version or '?'}"
+    )
 
 
 # nvmlClocksEventReason* (nvml.h), each by the line -q prints under "Clocks Event Reasons" (drivers
@@ -183,10 +163,10 @@ class HealthPaths:
     clocks: tuple[tuple[tuple[str, ...], ...], ...]
 
 
-def read_health(look: Look, paths: HealthPaths, notes: list[str]) -> SmiHealth | None:
+def read_health(look: Look, paths: HealthPaths, notes: list[str]) -> GpuHealth | None:
     """A GPU's health facts by ``look``; None where the report says none. A value of another kind is
     a note naming its line or element (the fact unknown), never an error."""
-    health = SmiHealth(
+    health = GpuHealth(
         ecc_uncorrected_volatile=_ecc(look, paths.volatile, paths.ecc_shapes, notes),
         ecc_uncorrected_aggregate=_ecc(look, paths.aggregate, paths.ecc_shapes, notes),
         remapped_rows_pending=_word(look(paths.remapped_pending), _YES_NO, notes),
@@ -197,7 +177,7 @@ def read_health(look: Look, paths: HealthPaths, notes: list[str]) -> SmiHealth |
         vbios_version=_firmware(look(paths.vbios), notes),
         inforom_version=_firmware(look(paths.inforom), notes),
     )
-    return health if health.fact() is not None else None
+    return health if health.known else None
 
 
 def _word(said: Said | None, words: dict[str, bool], notes: list[str]) -> bool | None:
@@ -287,7 +267,7 @@ class SmiGpu:
     mig: bool | None = None
     compute_mode: str | None = None
     fabric: SmiFabric | None = None  # -q -x only; None where it says nothing (N/A) of a fabric
-    health: SmiHealth | None = None  # -q and -q -x only; None where it says nothing of the GPU's health
+    health: GpuHealth | None = None  # -q and -q -x only; None where it says nothing of the GPU's health
     mig_devices: tuple[MigDevice, ...] = ()  # the MIG devices listed under it (-L, -q -x, -q)
 
     def to_json(self) -> dict[str, Any]:
@@ -335,7 +315,7 @@ class SmiGpus:
                 + (", MIG enabled" if g.mig else "")
                 + _mig_text(g.mig_devices)
                 + (f", fabric {g.fabric.text()}" if g.fabric else "")
-                + (f", health: {g.health.text()}" if g.health else "")
+                + (f", health: {health_text(g.health)}" if g.health else "")
             )
         versions = [
             f"driver {self.driver_version}" if self.driver_version else "",

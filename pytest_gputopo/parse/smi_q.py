@@ -14,7 +14,7 @@ link's; drivers 550+ also print the GPU's ``Device Max`` and the slot's ``Host M
 (``Index``, ``GPU Instance ID``, ``Compute Instance ID``, ``FB Memory Usage/Total``: the text form of
 ``-q -x``'s ``<mig_device>``, nvidia-ml-py's ``nvidia_smi.py`` sample), ``Compute Mode`` and
 ``Fabric/{State,Status,CliqueId,ClusterUUID}`` (``-q -x``'s ``<fabric>``, recorded alike), and the
-GPU's health at rest (``SmiHealth``, recorded as NVML's ``GpuHealth``; ``HEALTH_PATHS``):
+GPU's health at rest (``model.GpuHealth``, as NVML's reader holds it; ``HEALTH_PATHS``):
 
 - ``ECC Errors/{Volatile,Aggregate}``' uncorrectable errors, summed as the driver splits them: drivers
   550+ print ``SRAM Uncorrectable Parity`` + ``SRAM Uncorrectable SEC-DED`` + ``DRAM Uncorrectable``

@@ -10,7 +10,7 @@ one ``<gpu id="<bus id>">`` per GPU in NVML index order, each with ``product_nam
 ``compute_instance_id``, ``fb_memory_usage/total``), ``compute_mode`` and, from drivers that print it,
 ``fabric`` (``state``, ``status``, ``cliqueId``, ``clusterUuid``: the GPU's registration with a
 multi-node NVLink fabric, as NVML's ``nvmlGpuFabricInfo`` gives it, NVML API Reference "Fabric
-definitions"), and the GPU's health at rest (``SmiHealth``, recorded as NVML's ``GpuHealth``;
+definitions"), and the GPU's health at rest (``model.GpuHealth``, as NVML's reader holds it;
 ``HEALTH_PATHS``, read by the rules ``parse.smi_q`` gives for -q's lines):
 
 - ``ecc_errors/{volatile,aggregate}``' uncorrectable errors, summed: ``sram_uncorrectable_parity`` +

@@ -214,7 +214,7 @@ class TextMachine:
             changes["mig_devices"] = self._mig_devices(gpu, row.mig_devices, source)
         fabric = row.fabric.fact() if row.fabric is not None else None  # as NVML's answer would be held
         self._fill(gpu, "fabric", fabric, source, "NVLink fabric", f"GPU{gpu.index}: ", changes)
-        health = self._fill_health(gpu, row.health.fact() if row.health is not None else None, source)
+        health = self._fill_health(gpu, row.health, source)
         if health is not gpu.health:
             changes["health"] = health
         return dataclasses.replace(gpu, **changes) if changes else gpu
