@@ -40,22 +40,16 @@ class ScriptedOp:
         self.clock.now += k * d + self.overhead_s
 
 
+def measure_on(clock: FakeClock, op, *, name: str = "op", size_bytes: int = 1, **settings) -> Measurement:
+    """``measure`` with ``clock`` both timing the samples and spending the budget."""
+    return measure(name, op, size_bytes=size_bytes, timer=WallTimer(clock=clock), clock=clock, **settings)
+
+
 def test_stops_when_the_interval_of_the_median_is_within_target():
     clock = FakeClock()
     ms = 1e-3
     op = ScriptedOp(clock, [1.0 * ms, 1.04 * ms, 1.08 * ms, 1.02 * ms, 1.06 * ms, 5 * ms])
-    m = measure(
-        "op",
-        op,
-        size_bytes=1_000_000,
-        timer=WallTimer(clock=clock),
-        warmup=0,
-        iterations=4,
-        min_samples=5,
-        target_ci=1.10,
-        budget_s=100,
-        clock=clock,
-    )
+    m = measure_on(clock, op, size_bytes=1_000_000, warmup=0, iterations=4, min_samples=5, target_ci=1.10, budget_s=100)
     # 5 samples: the interval is (min, max) = (1.0, 1.08) ms, within 10%: stop before the 5 ms one
     assert op.calls == [4] * 5
     assert m.stable and (m.ci_low_s, m.ci_high_s) == pytest.approx((1.0e-3, 1.08e-3))
@@ -77,18 +71,7 @@ def test_one_outlier_costs_samples_not_accuracy():
     op = ScriptedOp(
         clock, [2.0 * ms, 1.0 * ms, 1.04 * ms, 1.08 * ms, 1.02 * ms, 1.06 * ms, 1.03 * ms, 1.05 * ms, 1.01 * ms, 9 * ms]
     )
-    m = measure(
-        "op",
-        op,
-        size_bytes=1,
-        timer=WallTimer(clock=clock),
-        warmup=0,
-        iterations=1,
-        min_samples=5,
-        target_ci=1.10,
-        budget_s=100,
-        clock=clock,
-    )
+    m = measure_on(clock, op, warmup=0, iterations=1, min_samples=5, target_ci=1.10, budget_s=100)
     assert len(m.samples_s) == 9 and m.stable
     assert (m.ci_low_s, m.ci_high_s) == pytest.approx((1.01e-3, 1.08e-3))
     assert m.median_s == pytest.approx(1.04e-3)
@@ -102,16 +85,7 @@ def test_verification_time_is_counted_apart():
         clock.now += 0.5
         return None
 
-    m = measure(
-        "op",
-        ScriptedOp(clock, [1e-3]),
-        size_bytes=1,
-        timer=WallTimer(clock=clock),
-        warmup=0,
-        iterations=1,
-        verify=verify,
-        clock=clock,
-    )
+    m = measure_on(clock, ScriptedOp(clock, [1e-3]), warmup=0, iterations=1, verify=verify)
     assert m.verified and m.verify_s == pytest.approx(0.5)
     assert m.wall_s == pytest.approx(5e-3 + 0.5)
 
@@ -138,16 +112,7 @@ def test_median_ci_covers_95_percent_and_is_never_narrower_than_exact():
 def test_bytes_per_iteration_overrides_size():
     clock = FakeClock()
     op = ScriptedOp(clock, [1e-3])
-    m = measure(
-        "bidir",
-        op,
-        size_bytes=1000,
-        bytes_per_iteration=2000,
-        timer=WallTimer(clock=clock),
-        warmup=0,
-        iterations=1,
-        clock=clock,
-    )
+    m = measure_on(clock, op, name="bidir", size_bytes=1000, bytes_per_iteration=2000, warmup=0, iterations=1)
     assert m.bw_gbps == pytest.approx(2000 / 1e-3 / 1e9)
     assert m.size_bytes == 1000 and m.bytes_per_iteration == 2000
 
@@ -155,17 +120,7 @@ def test_bytes_per_iteration_overrides_size():
 def test_calibration_and_early_stop_on_stable_samples():
     clock = FakeClock()
     op = ScriptedOp(clock, [1e-3])  # 1 ms per iteration, perfectly stable
-    m = measure(
-        "op",
-        op,
-        size_bytes=4096,
-        timer=WallTimer(clock=clock),
-        warmup=3,
-        min_samples=5,
-        min_sample_s=0.02,
-        budget_s=100,
-        clock=clock,
-    )
+    m = measure_on(clock, op, size_bytes=4096, warmup=3, min_samples=5, min_sample_s=0.02, budget_s=100)
     # warm-up 3; calibration: k=1 reads 1 ms < 20 ms -> k = ceil(1 * 0.02 * 1.2 / 1e-3) = 24, which
     # reads 24 ms >= 20 ms and counts as the first sample; 4 more make the median's interval (1, 1) ms.
     assert op.calls == [3, 1, 24, 24, 24, 24, 24]
@@ -178,17 +133,8 @@ def test_calibration_and_early_stop_on_stable_samples():
 def test_calibration_grows_at_most_100x_per_step_and_honours_max_iterations():
     clock = FakeClock()
     op = ScriptedOp(clock, [1e-9])
-    m = measure(
-        "tiny",
-        op,
-        size_bytes=1,
-        timer=WallTimer(clock=clock),
-        warmup=0,
-        min_samples=2,
-        max_iterations=50_000,
-        min_sample_s=0.02,
-        budget_s=100,
-        clock=clock,
+    m = measure_on(
+        clock, op, name="tiny", warmup=0, min_samples=2, max_iterations=50_000, min_sample_s=0.02, budget_s=100
     )
     assert op.calls[:4] == [1, 100, 10_000, 50_000]
     assert m.iterations_per_sample == 50_000
@@ -197,18 +143,7 @@ def test_calibration_grows_at_most_100x_per_step_and_honours_max_iterations():
 def test_budget_is_respected_when_samples_never_agree():
     clock = FakeClock()
     op = ScriptedOp(clock, [1e-3, 2e-3])  # alternating: spread 2.0, never stable
-    m = measure(
-        "noisy",
-        op,
-        size_bytes=1,
-        timer=WallTimer(clock=clock),
-        warmup=0,
-        iterations=10,
-        min_samples=5,
-        max_samples=10_000,
-        budget_s=0.2,
-        clock=clock,
-    )
+    m = measure_on(clock, op, name="noisy", warmup=0, iterations=10, min_samples=5, max_samples=10_000, budget_s=0.2)
     assert not m.stable
     assert m.wall_s <= 0.2
     assert m.wall_s > 0.2 - 0.02 - 1e-9  # it used the budget, stopping one (<= 20 ms) sample short
@@ -246,18 +181,7 @@ def test_budget_is_respected_on_the_real_clock():
 def test_max_samples_bounds_the_run():
     clock = FakeClock()
     op = ScriptedOp(clock, [1e-3, 2e-3])
-    m = measure(
-        "noisy",
-        op,
-        size_bytes=1,
-        timer=WallTimer(clock=clock),
-        warmup=0,
-        iterations=1,
-        min_samples=3,
-        max_samples=7,
-        budget_s=100,
-        clock=clock,
-    )
+    m = measure_on(clock, op, name="noisy", warmup=0, iterations=1, min_samples=3, max_samples=7, budget_s=100)
     assert len(m.samples_s) == 7 and not m.stable
     assert m.median_s == pytest.approx(1e-3) and m.spread == pytest.approx(2.0)
 
@@ -265,9 +189,7 @@ def test_max_samples_bounds_the_run():
 def test_at_least_one_sample_even_when_the_budget_is_gone():
     clock = FakeClock()
     op = ScriptedOp(clock, [1.0])  # 1 s per iteration, budget 0.1 s
-    m = measure(
-        "slow", op, size_bytes=10, timer=WallTimer(clock=clock), warmup=1, iterations=1, budget_s=0.1, clock=clock
-    )
+    m = measure_on(clock, op, name="slow", size_bytes=10, warmup=1, iterations=1, budget_s=0.1)
     assert len(m.samples_s) == 1 and m.median_s == pytest.approx(1.0) and m.spread == 1.0
 
 
@@ -317,9 +239,7 @@ def test_verification_runs_after_timing_and_a_crash_is_a_failure():
         events.append("verify")
         raise ValueError("buffer vanished")
 
-    m = measure(
-        "op", run, size_bytes=1, timer=WallTimer(clock=clock), warmup=0, iterations=1, clock=clock, verify=verify
-    )
+    m = measure_on(clock, run, warmup=0, iterations=1, verify=verify)
     assert events[-1] == "verify" and events.count("verify") == 1
     assert m.error == "verification raised ValueError: buffer vanished" and not m.verified
 
@@ -368,17 +288,8 @@ def test_agree_makes_every_rank_take_the_same_decisions():
     def rank_main(rank):
         clock = FakeClock()
         op = ScriptedOp(clock, [1e-3 * (1 + rank), 1.1e-3 * (1 + rank), 0.9e-3 * (1 + rank)])
-        results[rank] = measure(
-            "coll",
-            op,
-            size_bytes=1,
-            timer=WallTimer(clock=clock),
-            warmup=1,
-            min_samples=4,
-            target_ci=1.05,
-            budget_s=0.5,
-            clock=clock,
-            agree=make_agree(rank),
+        results[rank] = measure_on(
+            clock, op, name="coll", warmup=1, min_samples=4, target_ci=1.05, budget_s=0.5, agree=make_agree(rank)
         )
 
     threads = [threading.Thread(target=rank_main, args=(r,)) for r in (0, 1)]
@@ -394,9 +305,7 @@ def test_agree_makes_every_rank_take_the_same_decisions():
 
 def test_measurement_json_names_its_units():
     clock = FakeClock()
-    m = measure(
-        "op", ScriptedOp(clock, [1e-3]), size_bytes=8, timer=WallTimer(clock=clock), warmup=0, iterations=1, clock=clock
-    )
+    m = measure_on(clock, ScriptedOp(clock, [1e-3]), size_bytes=8, warmup=0, iterations=1)
     j = m.to_json()
     for key in (
         "size_bytes",
