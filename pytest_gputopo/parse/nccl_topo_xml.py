@@ -59,6 +59,24 @@ def parse_topo_xml(text: object) -> dict[str, Any]:
     """``NCCL_TOPO_DUMP_FILE`` XML -> cpus, gpus (with their NVLinks), nics.
     Every element's attributes are kept; numbers become ints, ``gdr`` a bool. A GPU or NIC takes the
     busid of the ``<pci>`` it sits in and the numaid of its ``<cpu>``."""
+    root = _system_element(text)
+    out: dict[str, Any] = {"version": root.get("version"), "cpus": [], "gpus": [], "nics": [], "warnings": []}
+    warnings: list[str] = out["warnings"]
+    if root.get("version") != "1":
+        warnings.append(f"<system version={root.get('version')!r}>: NCCL writes version 1")
+    try:
+        _walk(root, None, None, out, warnings)
+    except RecursionError:  # NCCL nests a few levels; thousands are not a topology
+        raise NcclTopoXmlError("elements nested too deeply to be an NCCL topology") from None
+    _name_gpu_peers(out["gpus"])
+    if not out["gpus"]:
+        warnings.append("no <gpu> element: a topology without GPUs (a hand-written NCCL_TOPO_FILE?)")
+    return out
+
+
+def _system_element(text: object) -> ET.Element:
+    """The ``<system>`` root of ``text``, or an ``NcclTopoXmlError`` saying why the text is no NCCL
+    topology (another tool's, not XML, a DOCTYPE, another root)."""
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", errors="replace")
     if not isinstance(text, str) or not text.strip():
@@ -73,89 +91,96 @@ def parse_topo_xml(text: object) -> dict[str, Any]:
         raise NcclTopoXmlError(f"not well-formed XML: {exc}: not {TOOL}") from None
     if root.tag != "system":
         raise NcclTopoXmlError(f"root element is <{root.tag[:40]}>, expected <system>: not {TOOL}")
-    out: dict[str, Any] = {"version": root.get("version"), "cpus": [], "gpus": [], "nics": [], "warnings": []}
-    warnings: list[str] = out["warnings"]
-    if root.get("version") != "1":
-        warnings.append(f"<system version={root.get('version')!r}>: NCCL writes version 1")
+    return root
 
-    def walk(node: ET.Element, numaid: int | str | None, pci: dict[str, str] | None) -> None:
-        for child in node:
-            attrs = dict(child.attrib)
-            if child.tag == "cpu":
-                cpu = dict(attrs, numaid=_num(attrs, "numaid", "<cpu>", warnings))
-                out["cpus"].append(cpu)
-                walk(child, cpu["numaid"], None)
-            elif child.tag == "pci":
-                walk(child, numaid, attrs)
-            elif child.tag == "gpu":
-                out["gpus"].append(gpu(child, attrs, numaid, pci))
-            elif child.tag == "nic":
-                for net in child.iter("net"):
-                    out["nics"].append(nic(dict(net.attrib), numaid, pci))
-            else:
-                walk(child, numaid, pci)
 
-    def gpu(
-        node: ET.Element, attrs: dict[str, str], numaid: int | str | None, pci: dict[str, str] | None
-    ) -> dict[str, Any]:
-        where = f"<gpu dev={attrs.get('dev')!r}>"
-        for key in ("dev", "sm", "rank"):
-            if key not in attrs:
-                warnings.append(f"{where}: no {key} attribute")
-        pci = pci or {}
-        entry: dict[str, Any] = dict(
-            attrs,
-            busid=pci.get("busid"),
-            numaid=numaid,
-            link_speed=pci.get("link_speed"),
-            link_width=_num(pci, "link_width", where, warnings),
-            dev=_num(attrs, "dev", where, warnings),
-            sm=_num(attrs, "sm", where, warnings),
-            rank=_num(attrs, "rank", where, warnings),
-            gdr=attrs.get("gdr") == "1",
-            nvlinks=[],
-            c2c=[],
+def _walk(
+    node: ET.Element, numaid: int | str | None, pci: dict[str, str] | None, out: dict[str, Any], warnings: list[str]
+) -> None:
+    """Each ``<cpu>``, ``<gpu>`` and ``<net>`` under ``node`` into ``out``, in document order; a GPU or
+    NIC with the numaid of the ``<cpu>`` and the attributes of the ``<pci>`` it sits in."""
+    for child in node:
+        attrs = dict(child.attrib)
+        if child.tag == "cpu":
+            cpu = dict(attrs, numaid=_num(attrs, "numaid", "<cpu>", warnings))
+            out["cpus"].append(cpu)
+            _walk(child, cpu["numaid"], None, out, warnings)
+        elif child.tag == "pci":
+            _walk(child, numaid, attrs, out, warnings)
+        elif child.tag == "gpu":
+            out["gpus"].append(_gpu(child, attrs, numaid, pci, warnings))
+        elif child.tag == "nic":
+            for net in child.iter("net"):
+                out["nics"].append(_nic(dict(net.attrib), numaid, pci, warnings))
+        else:
+            _walk(child, numaid, pci, out, warnings)
+
+
+def _gpu(
+    node: ET.Element,
+    attrs: dict[str, str],
+    numaid: int | str | None,
+    pci: dict[str, str] | None,
+    warnings: list[str],
+) -> dict[str, Any]:
+    """A ``<gpu>`` with its NVLinks and C2C links; ``peer_dev`` is filled once every GPU is read."""
+    where = f"<gpu dev={attrs.get('dev')!r}>"
+    for key in ("dev", "sm", "rank"):
+        if key not in attrs:
+            warnings.append(f"{where}: no {key} attribute")
+    pci = pci or {}
+    entry: dict[str, Any] = dict(
+        attrs,
+        busid=pci.get("busid"),
+        numaid=numaid,
+        link_speed=pci.get("link_speed"),
+        link_width=_num(pci, "link_width", where, warnings),
+        dev=_num(attrs, "dev", where, warnings),
+        sm=_num(attrs, "sm", where, warnings),
+        rank=_num(attrs, "rank", where, warnings),
+        gdr=attrs.get("gdr") == "1",
+        nvlinks=[],
+        c2c=[],
+    )
+    for link in node.iter("nvlink"):
+        la = dict(link.attrib)
+        peer = nvlink_peer(la.get("tclass"))
+        entry["nvlinks"].append(
+            {
+                "target": la.get("target"),
+                "count": _num(la, "count", where, warnings),
+                "tclass": la.get("tclass"),
+                "nvswitch": peer == "nvswitch",
+                "peer": peer,
+                "peer_dev": None,  # the GPU at the target, where the file has it (_name_gpu_peers)
+            }
         )
-        for link in node.iter("nvlink"):
-            la = dict(link.attrib)
-            peer = nvlink_peer(la.get("tclass"))
-            entry["nvlinks"].append(
-                {
-                    "target": la.get("target"),
-                    "count": _num(la, "count", where, warnings),
-                    "tclass": la.get("tclass"),
-                    "nvswitch": peer == "nvswitch",
-                    "peer": peer,
-                    "peer_dev": None,  # the GPU at the target, where the file has it (below)
-                }
-            )
-        for link in node.iter("c2c"):
-            la = dict(link.attrib)
-            entry["c2c"].append({"bw": la.get("bw"), "count": _num(la, "count", where, warnings)})
-        return entry
+    for link in node.iter("c2c"):
+        la = dict(link.attrib)
+        entry["c2c"].append({"bw": la.get("bw"), "count": _num(la, "count", where, warnings)})
+    return entry
 
-    def nic(attrs: dict[str, str], numaid: int | str | None, pci: dict[str, str] | None) -> dict[str, Any]:
-        where = f"<net name={attrs.get('name')!r}>"
-        if "name" not in attrs:
-            warnings.append(f"{where}: no name attribute")
-        return dict(
-            attrs,
-            busid=(pci or {}).get("busid"),
-            numaid=numaid,
-            dev=_num(attrs, "dev", where, warnings),
-            speed=_num(attrs, "speed", where, warnings),
-            port=_num(attrs, "port", where, warnings),
-            maxconn=_num(attrs, "maxconn", where, warnings),
-            gdr=attrs.get("gdr") == "1",
-        )
 
-    try:
-        walk(root, None, None)
-    except RecursionError:  # NCCL nests a few levels; thousands are not a topology
-        raise NcclTopoXmlError("elements nested too deeply to be an NCCL topology") from None
-    devs = {_bus(g["busid"]): g["dev"] for g in out["gpus"] if _bus(g["busid"]) is not None}
-    for link in (link for g in out["gpus"] for link in g["nvlinks"] if link["peer"] == "gpu"):
+def _nic(
+    attrs: dict[str, str], numaid: int | str | None, pci: dict[str, str] | None, warnings: list[str]
+) -> dict[str, Any]:
+    where = f"<net name={attrs.get('name')!r}>"
+    if "name" not in attrs:
+        warnings.append(f"{where}: no name attribute")
+    return dict(
+        attrs,
+        busid=(pci or {}).get("busid"),
+        numaid=numaid,
+        dev=_num(attrs, "dev", where, warnings),
+        speed=_num(attrs, "speed", where, warnings),
+        port=_num(attrs, "port", where, warnings),
+        maxconn=_num(attrs, "maxconn", where, warnings),
+        gdr=attrs.get("gdr") == "1",
+    )
+
+
+def _name_gpu_peers(gpus: list[dict[str, Any]]) -> None:
+    """Each NVLink to a GPU gets that GPU's ``dev`` (``peer_dev``), matched by bus id as NCCL does."""
+    devs = {_bus(g["busid"]): g["dev"] for g in gpus if _bus(g["busid"]) is not None}
+    for link in (link for g in gpus for link in g["nvlinks"] if link["peer"] == "gpu"):
         link["peer_dev"] = devs.get(_bus(link["target"]))
-    if not out["gpus"]:
-        warnings.append("no <gpu> element: a topology without GPUs (a hand-written NCCL_TOPO_FILE?)")
-    return out
