@@ -81,6 +81,26 @@ needs_torch = pytest.mark.skipif(
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 NO_CORPUS = f"no conformance corpus at {CORPUS} (it lives beside the repository, not in it)"
 
+# Every machine the package bundles (tests/test_bundled_machines.py holds recorded.bundled_names() to it).
+BUNDLED_MACHINES = (
+    "dgx-a100",
+    "hgx-h100",
+    "dgx1-v100",
+    "2x-rtx3090-nvlink",
+    "4x-a100-40gb",
+    "gb200-tray",
+    "4x-rtx4090",
+    "8x-l40s",
+    "4x-a30",
+    "8x-rtx4090",
+    "2x-rtx-pro-6000",
+    "single-gpu",
+    "no-gpu",
+    "hgx-h100-nvlink-down",
+    "hgx-h100-pcie-x8",
+    "8x-l40s-p2p-disabled",
+)
+
 # CI machines are small and shared: no per-example deadline (a slow example is not a bug here).
 settings.register_profile("gputopo", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("gputopo")

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from allreduce_double import one_size_result
 from conftest import launcher_port
 from pytest_gputopo.core import keys
 
@@ -540,7 +541,6 @@ def test_the_all_reduce_figure_is_timed_unlogged_and_nccls_algorithm_read_from_i
     (NVLS or not) from a short logged run apart from it. When that run fails the figure stands and
     the algorithm is unknown, with the reason."""
     from pytest_gputopo.bench import allreduce
-    from pytest_gputopo.bench.allreduce import AllReduceRow
     from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
     from pytest_gputopo.core import model
 
@@ -550,28 +550,11 @@ def test_the_all_reduce_figure_is_timed_unlogged_and_nccls_algorithm_read_from_i
         calls.append((n, kw["judge_size"], log_nccl))
         if log_nccl and fail_logged:
             raise BenchError("rank 1 died")
-        row = AllReduceRow(
-            size_bytes=kw["judge_size"],
-            count=kw["judge_size"] // 4,
-            time_us=1.0,
-            algbw_gbps=200.0,
-            busbw_gbps=350.0,
-            wrong=0,
-            iterations=1,
-            samples=1,
-            spread=1.0,
-            stable=True,
-            wall_s=0.1,
-            algo="NVLS" if log_nccl else None,
-        )
-        return AllReduceResult(
-            "nccl",
-            n,
-            "float32",
-            (row,),
-            row,
-            nvls=True if log_nccl else None,
-            nvls_evidence=("NVLS comm 0x1 headRank 0",) if log_nccl else (),
+        if not log_nccl:
+            return one_size_result(n, kw["judge_size"], algbw_gbps=200.0, busbw_gbps=350.0)
+        evidence = ("NVLS comm 0x1 headRank 0",)
+        return one_size_result(
+            n, kw["judge_size"], algbw_gbps=200.0, busbw_gbps=350.0, algo="NVLS", nvls=True, nvls_evidence=evidence
         )
 
     monkeypatch.setattr(allreduce, "run_allreduce", fake_run)

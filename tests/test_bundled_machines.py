@@ -15,30 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import BUNDLED_MACHINES
 from pytest_gputopo.core.model import LinkClass, P2PStatus
 from pytest_gputopo.probe import recorded
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "build_machines.py"
-
-MACHINES = (
-    "dgx-a100",
-    "hgx-h100",
-    "dgx1-v100",
-    "2x-rtx3090-nvlink",
-    "4x-a100-40gb",
-    "gb200-tray",
-    "4x-rtx4090",
-    "8x-l40s",
-    "4x-a30",
-    "8x-rtx4090",
-    "2x-rtx-pro-6000",
-    "single-gpu",
-    "no-gpu",
-    "hgx-h100-nvlink-down",
-    "hgx-h100-pcie-x8",
-    "8x-l40s-p2p-disabled",
-)
 
 OK, NS = P2PStatus.OK, P2PStatus.NOT_SUPPORTED
 BUS_RE = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
@@ -71,12 +53,12 @@ def topo(name):
 
 
 def test_every_machine_is_bundled_and_nothing_else():
-    assert sorted(recorded.bundled_names()) == sorted(MACHINES)
+    assert sorted(recorded.bundled_names()) == sorted(BUNDLED_MACHINES)
 
 
 def test_generating_again_gives_identical_files(build_machines):
     files = build_machines.build()
-    assert sorted(files) == sorted(f"{n}.json" for n in MACHINES)
+    assert sorted(files) == sorted(f"{n}.json" for n in BUNDLED_MACHINES)
     for file_name, text in files.items():
         on_disk = (recorded.BUNDLED_DIR / file_name).read_text(encoding="utf-8")
         assert on_disk == text, f"{file_name} is out of date: run scripts/build_machines.py"
@@ -101,7 +83,7 @@ def test_check_mode_reports_a_stale_file(build_machines, tmp_path, capsys):
 # Every profile: loads, names its sources, consistent
 
 
-@pytest.mark.parametrize("name", MACHINES)
+@pytest.mark.parametrize("name", BUNDLED_MACHINES)
 def test_profile_loads_and_names_its_sources(name):
     profile = recorded.load_profile(name)
     assert profile.name == name
@@ -119,7 +101,7 @@ def test_profile_loads_and_names_its_sources(name):
 PRIVATE_CITATION = re.compile(r"\bcorpus [a-z-]+/\d+|\breference/[\w-]+\.md|\.\./shared/")
 
 
-@pytest.mark.parametrize("name", MACHINES)
+@pytest.mark.parametrize("name", BUNDLED_MACHINES)
 def test_profile_cites_no_file_outside_the_repository(name):
     profile = recorded.load_profile(name)
     published = [fig.get("source", "") for fig in profile.topology.published]
@@ -127,7 +109,7 @@ def test_profile_cites_no_file_outside_the_repository(name):
     assert [t for t in texts if PRIVATE_CITATION.search(t)] == []
 
 
-@pytest.mark.parametrize("name", MACHINES)
+@pytest.mark.parametrize("name", BUNDLED_MACHINES)
 def test_gpus_are_numbered_in_pci_order(name):
     gpus = topo(name).gpus
     for i, gpu in enumerate(gpus):
@@ -143,7 +125,7 @@ def test_gpus_are_numbered_in_pci_order(name):
     assert len({g.uuid for g in gpus}) == len(gpus)
 
 
-@pytest.mark.parametrize("name", MACHINES)
+@pytest.mark.parametrize("name", BUNDLED_MACHINES)
 def test_every_pair_has_exactly_one_link(name):
     profile = recorded.load_profile(name)
     t = profile.topology
@@ -169,7 +151,7 @@ def nv_count(a, b):
     return min(switch)
 
 
-@pytest.mark.parametrize("name", MACHINES)
+@pytest.mark.parametrize("name", BUNDLED_MACHINES)
 def test_nvlink_count_follows_the_per_gpu_records(name):
     t = topo(name)
     for ln in t.links:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from allreduce_double import one_size_result
+from conftest import BUNDLED_MACHINES
 from pytest_gputopo.core import gpu_requirements, hardware, requirements as reqs
 from pytest_gputopo.core.expressions import parse_expression
 from pytest_gputopo.probe import probe
@@ -396,18 +398,7 @@ def test_versions_compare_as_pip_compares_them():
 
 def test_bundled_machines_carry_the_facts_the_markers_read():
     """Every bundled machine with GPUs says memory, capability and model; the HGX H100 says multicast."""
-    for name in (
-        "dgx-a100",
-        "hgx-h100",
-        "dgx1-v100",
-        "2x-rtx3090-nvlink",
-        "4x-a100-40gb",
-        "gb200-tray",
-        "4x-rtx4090",
-        "8x-l40s",
-        "2x-rtx-pro-6000",
-        "single-gpu",
-    ):
+    for name in BUNDLED_MACHINES:
         for gpu in probe(name).gpus:
             assert gpu.memory_total_bytes and gpu.compute_capability and gpu.name, (name, gpu.index)
     assert all(g.multicast for g in probe("hgx-h100").gpus)
@@ -486,7 +477,6 @@ def test_an_allreduce_on_named_gpus_runs_one_rank_per_named_gpu(monkeypatch):
     """min_allreduce_bw(gpus=[0, 5]) is measured on GPU0 and GPU5 (the worker puts rank r on
     devices[r], bench/allreduce_worker.py), and judged against the links among those two."""
     from pytest_gputopo.bench import allreduce
-    from pytest_gputopo.bench.allreduce_result import AllReduceResult, AllReduceRow
     from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
     from pytest_gputopo.core import collectives, keys, model
 
@@ -494,20 +484,7 @@ def test_an_allreduce_on_named_gpus_runs_one_rank_per_named_gpu(monkeypatch):
 
     def fake_run(n, sizes, *, log_nccl=False, devices=None, **kw):
         seen.append((n, devices, log_nccl))
-        row = AllReduceRow(
-            size_bytes=kw["judge_size"],
-            count=kw["judge_size"] // 4,
-            time_us=1.0,
-            algbw_gbps=20.0,
-            busbw_gbps=20.0,
-            wrong=0,
-            iterations=1,
-            samples=1,
-            spread=1.0,
-            stable=True,
-            wall_s=0.1,
-        )
-        return AllReduceResult("nccl", n, "float32", (row,), row, nvls=None)
+        return one_size_result(n, kw["judge_size"], algbw_gbps=20.0, busbw_gbps=20.0)
 
     monkeypatch.setattr(allreduce, "run_allreduce", fake_run)
     host = dataclasses.replace(probe("hgx-h100-nvlink-down"), source=model.Source("nvml"))  # as if measured here
