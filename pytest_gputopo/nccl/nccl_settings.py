@@ -188,6 +188,43 @@ def read_settings(environ: Mapping[str, str], conf_files: Sequence[tuple[str, st
     ``setenv(name, value, 0)``: a variable already set — by the real environment, by an earlier file
     or by an earlier line of the same file — is never overwritten; the first value wins."""
     warnings: list[str] = []
+    values, sources = _values_and_sources(environ, conf_files, warnings)
+    p2p_disable, p2p_level = _p2p(values, sources, warnings)
+    net_gdr_level = None
+    if "NCCL_NET_GDR_LEVEL" in values:
+        net_gdr_level = _level(
+            "NCCL_NET_GDR_LEVEL", values["NCCL_NET_GDR_LEVEL"], sources["NCCL_NET_GDR_LEVEL"], warnings
+        )
+    shm = _param("NCCL_SHM_DISABLE", values, sources, 0, warnings)
+    if "NCCL_SHM_DISABLE" in values and shm != 1 and (shm != 0 or _not_a_number(values["NCCL_SHM_DISABLE"])):
+        warnings.append(
+            f"{_describe(values, sources, 'NCCL_SHM_DISABLE')} does not disable SHM: "
+            f"NCCL disables it only for a value that reads as the number 1"
+        )
+    ib = _param("NCCL_IB_DISABLE", values, sources, 0, warnings)
+    if "NCCL_IB_DISABLE" in values and _not_a_number(values["NCCL_IB_DISABLE"]):
+        warnings.append(f"{_describe(values, sources, 'NCCL_IB_DISABLE')} reads as 0: InfiniBand stays on")
+    return NcclSettings(
+        p2p_disable=p2p_disable,
+        p2p_level=p2p_level,
+        shm_disable=shm == 1,
+        ib_disable=ib != 0,
+        net_gdr_level=net_gdr_level,
+        net=values.get("NCCL_NET"),
+        ignore_disabled_p2p=_param("NCCL_IGNORE_DISABLED_P2P", values, sources, 0, warnings),
+        nvb_disable=_param("NCCL_NVB_DISABLE", values, sources, 0, warnings) != 0,
+        sources=sources,
+        warnings=tuple(warnings),
+        values=values,
+    )
+
+
+def _values_and_sources(
+    environ: Mapping[str, str], conf_files: Sequence[tuple[str, str]], warnings: list[str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Every ``NCCL_*`` variable's raw value and where it came from, after NCCL's
+    ``setenv(name, value, 0)`` of each config file line over the environment (the first value wins);
+    a line that does not do what it seems to is a warning."""
     values: dict[str, str] = {k: v for k, v in environ.items() if k.startswith("NCCL_")}
     sources: dict[str, str] = {k: _ENV for k in values}
     for path, text in conf_files:
@@ -218,8 +255,12 @@ def read_settings(environ: Mapping[str, str], conf_files: Sequence[tuple[str, st
                     )
                 continue
             values[name], sources[name] = value, where
+    return values, sources
 
-    # NCCL_P2P_DISABLE / NCCL_P2P_LEVEL: ncclGetLevel(&l, "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL").
+
+def _p2p(values: Mapping[str, str], sources: Mapping[str, str], warnings: list[str]) -> tuple[bool, str | None]:
+    """``p2p_disable`` and ``p2p_level`` as ``ncclGetLevel(&l, "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL")``
+    reads them: a disable that reads as the number 1 wins, and the level is then not read."""
     p2p_disable, p2p_level = False, None
     raw_disable = values.get("NCCL_P2P_DISABLE")
     if raw_disable is not None:
@@ -239,35 +280,7 @@ def read_settings(environ: Mapping[str, str], conf_files: Sequence[tuple[str, st
             )
     elif "NCCL_P2P_LEVEL" in values:
         p2p_level = _level("NCCL_P2P_LEVEL", values["NCCL_P2P_LEVEL"], sources["NCCL_P2P_LEVEL"], warnings)
-
-    net_gdr_level = None
-    if "NCCL_NET_GDR_LEVEL" in values:
-        net_gdr_level = _level(
-            "NCCL_NET_GDR_LEVEL", values["NCCL_NET_GDR_LEVEL"], sources["NCCL_NET_GDR_LEVEL"], warnings
-        )
-
-    shm = _param("NCCL_SHM_DISABLE", values, sources, 0, warnings)
-    if "NCCL_SHM_DISABLE" in values and shm != 1 and (shm != 0 or _not_a_number(values["NCCL_SHM_DISABLE"])):
-        warnings.append(
-            f"{_describe(values, sources, 'NCCL_SHM_DISABLE')} does not disable SHM: "
-            f"NCCL disables it only for a value that reads as the number 1"
-        )
-    ib = _param("NCCL_IB_DISABLE", values, sources, 0, warnings)
-    if "NCCL_IB_DISABLE" in values and _not_a_number(values["NCCL_IB_DISABLE"]):
-        warnings.append(f"{_describe(values, sources, 'NCCL_IB_DISABLE')} reads as 0: InfiniBand stays on")
-    return NcclSettings(
-        p2p_disable=p2p_disable,
-        p2p_level=p2p_level,
-        shm_disable=shm == 1,
-        ib_disable=ib != 0,
-        net_gdr_level=net_gdr_level,
-        net=values.get("NCCL_NET"),
-        ignore_disabled_p2p=_param("NCCL_IGNORE_DISABLED_P2P", values, sources, 0, warnings),
-        nvb_disable=_param("NCCL_NVB_DISABLE", values, sources, 0, warnings) != 0,
-        sources=sources,
-        warnings=tuple(warnings),
-        values=values,
-    )
+    return p2p_disable, p2p_level
 
 
 def _describe(values: Mapping[str, str], sources: Mapping[str, str], name: str) -> str:
