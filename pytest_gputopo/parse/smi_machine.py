@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 from ..core import model
-from .smi_topo import GPU_RE, P2P_VALUES, UNKNOWN, SmiParseError, SmiTopo, read_table, require_gpu_rows
+from .smi_table import GPU_RE, P2P_VALUES, UNKNOWN, SmiParseError, read_table, require_gpu_rows
+from .smi_topo import SmiTopo
 from .which_tool import refusal
 
 Matrix = tuple[tuple[str, ...], ...]  # a topo -p2p matrix: GPU x GPU status abbreviations

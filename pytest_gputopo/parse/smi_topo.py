@@ -1,5 +1,5 @@
-"""Read the text of ``nvidia-smi topo -m`` and ``nvidia-smi topo -p2p <r|w|n|a>`` (``render.smi_topo``
-writes it).
+"""Read the text of ``nvidia-smi topo -m``: each GPU pair's link, each GPU's affinities, the NICs by
+their legend (``render.smi_topo`` writes it; its grid, shared with ``topo -p2p``, is ``parse.smi_table``'s).
 
 Real outputs come tab-separated (cells padded like ``"\\t X \\t"``, empty trailing cells) or
 space-aligned (tabs expanded by a paste), sometimes cut short or with a mangled header. The header
@@ -9,31 +9,27 @@ is a warning; text with no GPU matrix at all is an ``SmiParseError``, and nothin
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import model
 from ..core.units import counted
 from .smi_nic_legend import nic_legend
+from .smi_table import (
+    GPU_RE,
+    SPACES,
+    STOPS,
+    TABS,
+    UNKNOWN,
+    SmiParseError,
+    Table,
+    is_cell,
+    link_label,
+    read_table,
+    require_gpu_rows,
+)
 from .which_tool import refusal
-
-TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
-# Tolerate case and lost spaces ("CPUAffinity") in a mangled header.
-_COLUMN_RES = {c: re.compile(r"\s*".join(c.split()), re.IGNORECASE) for c in TRAILING}
-GPU_RE = re.compile(r"GPU[0-9]+")
-_NIC_LEGEND_RE = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
-# nvidia-smi 580 underlines the matrix's header with terminal codes (ESC[4m ... ESC[0m) even into a file
-# (seen on an H200, driver 580.159.04: tests/captured/h200-driver-580); a terminal shows none of them.
-_TERMINAL_CODES_RE = re.compile(r"\x1b\[[0-9;]*m")
-P2P_VALUES = {s.value for s in model.P2PStatus}
-UNKNOWN = "?"
-
-
-class SmiParseError(ValueError):
-    """The text holds no readable GPU matrix; the message is a one-line reason."""
 
 
 @dataclass(frozen=True)
@@ -72,198 +68,7 @@ class SmiTopo:
 
 
 # ---------------------------------------------------------------------------------------------
-# The matrix as a table: header devices, trailing columns, and one list of cells per row label
-
-
-@dataclass
-class _Table:
-    devices: list[str]
-    columns: tuple[str, ...]
-    rows: dict[str, tuple[list[str], str]]  # label -> (cells, layout: TABS, STOPS or SPACES)
-    rest: list[str]  # the lines after the matrix (for the NIC Legend)
-    warnings: list[str]
-    header_line: int | None = None  # 1-based; None where the header was lost
-    row_lines: dict[str, int] = dataclasses.field(default_factory=dict)  # label -> its row's line (1-based)
-    # (label, line, the first row's line)
-    duplicates: list[tuple[str, int, int]] = dataclasses.field(default_factory=list)
-
-
-def _short(line: str) -> str:
-    return repr(line.strip()[:40])
-
-
-def _header_tokens(line: str) -> tuple[list[str], tuple[str, ...]]:
-    """Device names and trailing column names of a header line. A mangled header may have lost
-    its tabs ("GPU0GPU1...GPU7mlx5_0"), so GPU names are split apart wherever they touch."""
-    found = {c: m.start() for c, r in _COLUMN_RES.items() if (m := r.search(line))}
-    devices_part = line[: min(found.values())] if found else line
-    columns = tuple(sorted(found, key=found.__getitem__))
-    tokens: list[str] = []
-    for word in devices_part.split():
-        tokens += [t for t in re.split(r"(GPU[0-9]+)", word) if t]
-    return tokens, columns
-
-
-def _is_cell(token: str) -> bool:
-    return token.upper() in ("X", UNKNOWN) or token.upper() in P2P_VALUES or _label(token) is not None
-
-
-def _is_header(line: str) -> bool:
-    tokens, columns = _header_tokens(line)
-    if tokens[1:2] and _is_cell(tokens[1]):
-        return False  # a data row: its label, then cells
-    return bool(columns) or tokens[:1] == ["GPU0"]
-
-
-def _row_of(line: str, devices: list[str]) -> bool:
-    """Whether a line that starts as a header does (``GPU0``) is a row of the matrix whose header named
-    ``devices``: its label a device, then a value that is no device name (rocm-smi's ``0``, cells run
-    together), where a repeated header names devices only."""
-    tokens, columns = _header_tokens(line)
-    return (
-        not columns
-        and len(tokens) > 1
-        and tokens[0] in devices
-        and tokens[1] not in devices
-        and not GPU_RE.fullmatch(tokens[1])
-    )
-
-
-TABS, STOPS, SPACES = "tabs", "tab stops", "spaces"  # how a row's cells are separated
-
-
-def _split_row(line: str) -> tuple[str, list[str], str]:
-    """Row label, its cells, and how they were separated: TABS and STOPS (spaces that are expanded
-    tabs) keep empty cells in their places, though STOPS lose those at the end of the line; in
-    other space-aligned text (SPACES) empty cells vanish."""
-    raw, line = line, line.strip(" ")
-    label = line.split(None, 1)[0]
-    rest = line[line.index(label) + len(label) :]
-    if "\t" in rest:
-        # No value nvidia-smi writes in a row holds a space: " X NV12" is two cells whose tab was lost.
-        fields = [part for f in rest.split("\t") for part in (f.split() or [""])]
-        return label, fields[1:] if not fields[0] else fields, TABS
-    stops = _fields_at_tab_stops(raw.rstrip())
-    if stops is not None:
-        return label, stops[1:], STOPS
-    return label, rest.split(), SPACES
-
-
-TAB_STOP = 8  # where a terminal, ``expand`` and Python's expandtabs() put tab stops
-
-
-def _fields_at_tab_stops(line: str) -> list[str] | None:
-    """The tab-separated fields of a line whose tabs were expanded to spaces, empty fields
-    included, or None when its fields do not start at tab stops (then the spaces are no tabs).
-    A tab ends a field at the next stop, so a field that starts a stop further on had an empty
-    one before it. nvidia-smi pads only the row label and the diagonal cell (" X ", one column
-    past its stop), and writes no row value with a space in it. A line indented before or after
-    its tabs were expanded has its stops counted from its first column or from its label."""
-    for origin in dict.fromkeys((0, len(line) - len(line.lstrip(" ")))):
-        fields: list[str] = []
-        stop = 0  # the first stop the next field may start at
-        for m in re.finditer(r"\S+", line[origin:]):
-            if m.start() < stop * TAB_STOP or (fields and m.start() % TAB_STOP > 1):
-                break  # the label may be padded (" GPU0" in topo -p2p), no other field
-            fields += [""] * (m.start() // TAB_STOP - stop) + [m.group()]
-            stop = m.end() // TAB_STOP + 1
-        else:
-            return fields
-    return None
-
-
-def read_table(text: str) -> _Table:
-    lines = _TERMINAL_CODES_RE.sub("", text).splitlines()
-    start = next((i for i, ln in enumerate(lines) if _is_header(ln)), None)
-    warnings: list[str] = []
-    header_devs: list[str]
-    columns: tuple[str, ...]
-    if start is None:
-        # No header: a matrix whose header was lost still names its devices in the row labels.
-        start = next(
-            (i for i, ln in enumerate(lines) if ln.split()[:1] == ["GPU0"] and _split_row(ln)[1][:1] == ["X"]), None
-        )
-        if start is None:
-            raise SmiParseError("no nvidia-smi topology matrix: no header line naming GPU0 and no GPU0 row")
-        header_devs, columns = [], ()
-        warnings.append("no header line; the devices are the row labels and no trailing column is read")
-        body_start, header_line = start, None
-    else:
-        header_devs, columns = _header_tokens(lines[start])
-        body_start, header_line = start + 1, start + 1
-    rows: dict[str, tuple[list[str], str]] = {}
-    order: list[str] = []
-    row_lines: dict[str, int] = {}
-    duplicates: list[tuple[str, int, int]] = []
-    end = len(lines)
-    for i in range(body_start, len(lines)):
-        line = lines[i]
-        if not line.strip():
-            if rows:
-                end = i
-                break
-            continue
-        if line.strip().lower().startswith(("legend", "nic legend")) or _NIC_LEGEND_RE.match(line):
-            end = i
-            break
-        if _is_header(line) and not _row_of(line, header_devs):
-            warnings.append(f"repeated header line ignored: {_short(line)}")
-            continue
-        label, cells, layout = _split_row(line)
-        if not (label in header_devs or GPU_RE.fullmatch(label) or (cells and _is_cell(cells[0]))):
-            warnings.append(f"line ignored, not a matrix row: {_short(line)}")
-            continue
-        if label in rows:
-            warnings.append(f"duplicate row for {label} ignored")
-            duplicates.append((label, i + 1, row_lines[label]))
-            continue
-        rows[label] = (cells, layout)
-        row_lines[label] = i + 1
-        order.append(label)
-    devices = _repair_header(header_devs, order) if header_devs else list(order)
-    extra = [label for label in order if label not in devices]
-    if extra and set(devices) <= set(order):
-        warnings.append(f"header lacks {', '.join(extra)}; the columns are taken from the row labels")
-        devices = list(order)
-    elif extra:
-        warnings.append(f"rows not named in the header ignored: {', '.join(extra)}")
-    twice = [d for d, count in Counter(devices).items() if count > 1]
-    if twice:
-        # nvidia-smi names each device once; a cell is placed by its column, so every cell after the
-        # second name would be read one column off.
-        raise SmiParseError(
-            f"line {header_line}: the header names {twice[0]} twice: not a header nvidia-smi "
-            f"writes, so which column is whose is unknown"
-        )
-    return _Table(devices, columns, rows, lines[end:], warnings, header_line, row_lines, duplicates)
-
-
-def _repair_header(tokens: list[str], labels: list[str]) -> list[str]:
-    """Split header tokens that are several row labels run together ("mlx5_0mlx5_1")."""
-    out: list[str] = []
-    for tok in tokens:
-        parts: list[str] = []
-        rest = tok
-        while rest:
-            match = max((lb for lb in labels if rest.startswith(lb)), key=len, default=None)
-            if match is None:
-                break
-            parts.append(match)
-            rest = rest[len(match) :]
-        out += parts if (tok not in labels and parts and not rest) else [tok]
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
 # topo -m
-
-
-def _label(cell: str) -> str | None:
-    """The canonical label ("SOC" -> "SYS", "nv12" -> "NV12"), or None when it is not one."""
-    try:
-        return str(model.LinkLabel.parse(cell))
-    except ValueError:
-        return None
 
 
 _CELL_NAMES = ("X", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC")
@@ -287,7 +92,7 @@ def _unfused(field: str, room: int) -> list[tuple[list[str], str | None]] | None
         digits = re.match(r"NV([0-9]+)", rest.upper())
         heads += [rest[: 2 + k] for k in range(1, len(digits.group(1)) + 1)] if digits else []
         for head in heads:
-            if head.upper() == "X" or _label(head):
+            if head.upper() == "X" or link_label(head):
                 walk(rest[len(head) :], cells + [head])
 
     walk(field, [])
@@ -306,7 +111,7 @@ def _row_cells(
     for i, raw in enumerate(fields):
         if len(row) == n:
             return row, fields[i:]
-        if not raw or _is_cell(raw):
+        if not raw or is_cell(raw):
             row.append(raw)
             continue
         ways = _unfused(raw, n - len(row))
@@ -375,20 +180,6 @@ def _trailing(
     return values
 
 
-def require_gpu_rows(table: _Table, gpu_names: list[str], what: str) -> None:
-    """Refuse a matrix with no GPU, or whose GPUs have no row: nvidia-smi writes a row per GPU under
-    its header, so a header alone (a capture cut after it) says nothing of any link."""
-    where = f"line {table.header_line}: " if table.header_line else ""
-    if not gpu_names:
-        raise SmiParseError(f"{where}no nvidia-smi {what} matrix: the header names no GPU")
-    if not any(d in table.rows for d in gpu_names):
-        raise SmiParseError(
-            f"{where}no nvidia-smi {what} matrix: the header names {', '.join(gpu_names[:4])}"
-            f"{', ...' if len(gpu_names) > 4 else ''} and no GPU row follows it (a capture cut "
-            f"after its header?)"
-        )
-
-
 def parse_topo_matrix(text: str) -> SmiTopo:
     """The ``nvidia-smi topo -m`` matrix in ``text`` (other lines around it are ignored). Text that
     is no such matrix is refused, never read as GPUs with unknown links; another tool's text (rocm-smi's,
@@ -396,85 +187,24 @@ def parse_topo_matrix(text: str) -> SmiTopo:
     if why := refusal(text, "smi-topo"):
         raise SmiParseError(why)
     table = read_table(text)
-    warnings, devices, n = table.warnings, table.devices, len(table.devices)
+    warnings, devices = table.warnings, table.devices
     gpu_names = [d for d in devices if GPU_RE.fullmatch(d)]
     nic_names = [d for d in devices if d not in gpu_names]
     require_gpu_rows(table, gpu_names, "topology")
     if gpu_names != [f"GPU{i}" for i in range(len(gpu_names))]:
         warnings.append(f"GPU names are not GPU0..GPU{len(gpu_names) - 1}: {' '.join(gpu_names)}")
-    col = {d: j for j, d in enumerate(devices)}
     read = {d: _row_cells(d, table.rows[d][0], devices, warnings) for d in devices if d in table.rows}
     if len(gpu_names) == 1:
-        # One GPU: no pair cell says this is nvidia-smi's matrix; its own cell must (rocm-smi prints 0 there).
-        only = gpu_names[0]
-        own = read[only][0][col[only]] if col[only] < len(read[only][0]) else ""
-        if own.upper() != "X":
-            raise SmiParseError(
-                f"line {table.row_lines[only]}: no nvidia-smi topology matrix: {only}'s own cell is "
-                f"{own[:20]!r}, where nvidia-smi topo -m prints X"
-            )
-    widths = {
-        layout: [
-            _width(after, layout)
-            for d in gpu_names
-            if d in read and (after := read[d][1]) is not None and table.rows[d][1] == layout
-        ]
-        for layout in (TABS, STOPS)
-    }
-    cells, gpus = {}, []  # (row, col) -> canonical label; a missing cell stays absent
-    for d in devices:
-        if d not in table.rows:
-            warnings.append(f"no row for {d}")
-            if d in gpu_names:
-                gpus.append(SmiGpu(d))
-            continue
-        layout = table.rows[d][1]
-        row, trailing = read[d]
-        if d in gpu_names and len(row) == n and trailing and _lost_a_tab(trailing, layout, widths, table.columns):
-            warnings.append(
-                f"{d}: its values after the matrix cannot be placed (a blank one, or a tab lost next "
-                f"to one); its {', '.join(table.columns) or 'values'} are unknown"
-            )
-            trailing = None
-            if re.fullmatch(r"NV[0-9]{2,}", row[-1]):  # "NV1" run into a CPU list "8-15"
-                warnings.append(
-                    f"{d}-{devices[-1]}: {row[-1]} may end in the first digits of the value after "
-                    f"it; the cell is unknown"
-                )
-                row = row[:-1] + [""]
-        present = sum(1 for f in row if f)  # an empty cell is a missing one (a cut tab row)
-        if present < n and trailing is not None:
-            warnings.append(f"{d} row has {present} of {counted(n, 'cell')}")
-        for other, raw in zip(devices, row, strict=False):  # a cut row is shorter: its missing cells stay absent
-            if not raw:
-                continue
-            if other == d:
-                if raw.upper() != "X":
-                    warnings.append(f"{d}: diagonal cell is {raw!r}, expected X")
-            elif _label(raw) is None:
-                warnings.append(f"{d}-{other}: unreadable cell {raw!r}")
-            else:
-                cells[d, other] = _label(raw)
-        if d in gpu_names:
-            values = {} if trailing is None else _trailing(d, trailing, layout, table.columns, warnings)
-            gpus.append(SmiGpu(d, values.get("CPU Affinity"), values.get("NUMA Affinity"), values.get("GPU NUMA ID")))
-
-    def cell(a: str, b: str) -> str:
-        if a == b:
-            return "X"
-        # The matrix is symmetric: a cell missing one way is read from the other.
-        here, there = cells.get((a, b)), cells.get((b, a))
-        if here and there and here != there and col[a] < col[b]:
-            warnings.append(f"{a}-{b} reads {here} one way and {there} the other")
-        return here or there or UNKNOWN
-
+        _require_own_x(table, gpu_names[0], read)
+    cells, gpus = _read_rows(table, gpu_names, read)
     if len(gpu_names) >= 2 and not any(a in gpu_names and b in gpu_names for a, b in cells):
         raise SmiParseError(
             "no nvidia-smi topology matrix: not one GPU pair's cell is a link nvidia-smi "
             "prints (NV#, PIX, PXB, PHB, NODE, SYS)"
         )
-    matrix = tuple(tuple(cell(a, b) for b in gpu_names) for a in gpu_names)
-    gpu_nic = tuple(tuple(cell(a, b) for b in nic_names) for a in gpu_names)
+    col = {d: j for j, d in enumerate(devices)}
+    matrix = tuple(tuple(_pair_cell(cells, col, a, b, warnings) for b in gpu_names) for a in gpu_names)
+    gpu_nic = tuple(tuple(_pair_cell(cells, col, a, b, warnings) for b in nic_names) for a in gpu_names)
     legend = nic_legend(table.rest, nic_names, warnings)
     unnamed = [d for d in nic_names if re.fullmatch(r"NIC[0-9]+", d) and d not in legend]
     if unnamed:
@@ -487,3 +217,92 @@ def parse_topo_matrix(text: str) -> SmiTopo:
         columns=table.columns,
         warnings=tuple(warnings),
     )
+
+
+Cells = dict[str, tuple[list[str], list[str] | None]]  # row label -> its matrix cells and the fields after them
+
+
+def _require_own_x(table: Table, only: str, read: Cells) -> None:
+    """One GPU: no pair cell says this is nvidia-smi's matrix; its own cell must (rocm-smi prints 0 there)."""
+    j = table.devices.index(only)
+    own = read[only][0][j] if j < len(read[only][0]) else ""
+    if own.upper() != "X":
+        raise SmiParseError(
+            f"line {table.row_lines[only]}: no nvidia-smi topology matrix: {only}'s own cell is "
+            f"{own[:20]!r}, where nvidia-smi topo -m prints X"
+        )
+
+
+def _read_rows(table: Table, gpu_names: list[str], read: Cells) -> tuple[dict[tuple[str, str], str], list[SmiGpu]]:
+    """Each row's link cells, (row, column) -> canonical label (a missing or unreadable cell stays
+    absent), and each GPU with the values after its matrix cells, where they can be placed."""
+    warnings, devices, n = table.warnings, table.devices, len(table.devices)
+    widths = {
+        layout: [
+            _width(after, layout)
+            for d in gpu_names
+            if d in read and (after := read[d][1]) is not None and table.rows[d][1] == layout
+        ]
+        for layout in (TABS, STOPS)
+    }
+    cells: dict[tuple[str, str], str] = {}
+    gpus: list[SmiGpu] = []
+    for d in devices:
+        if d not in table.rows:
+            warnings.append(f"no row for {d}")
+            if d in gpu_names:
+                gpus.append(SmiGpu(d))
+            continue
+        layout = table.rows[d][1]
+        row, trailing = read[d]
+        if d in gpu_names and len(row) == n and trailing and _lost_a_tab(trailing, layout, widths, table.columns):
+            row, trailing = _unplaced(d, row, table, warnings), None
+        present = sum(1 for f in row if f)  # an empty cell is a missing one (a cut tab row)
+        if present < n and trailing is not None:
+            warnings.append(f"{d} row has {present} of {counted(n, 'cell')}")
+        _read_links(d, row, devices, cells, warnings)
+        if d in gpu_names:
+            values = {} if trailing is None else _trailing(d, trailing, layout, table.columns, warnings)
+            gpus.append(SmiGpu(d, values.get("CPU Affinity"), values.get("NUMA Affinity"), values.get("GPU NUMA ID")))
+    return cells, gpus
+
+
+def _unplaced(d: str, row: list[str], table: Table, warnings: list[str]) -> list[str]:
+    """A GPU row whose values after the matrix cannot be placed: they are unknown, and so is its last
+    cell where it may have taken the first digits of the value after it. Returns the row's cells."""
+    warnings.append(
+        f"{d}: its values after the matrix cannot be placed (a blank one, or a tab lost next "
+        f"to one); its {', '.join(table.columns) or 'values'} are unknown"
+    )
+    if re.fullmatch(r"NV[0-9]{2,}", row[-1]):  # "NV1" run into a CPU list "8-15"
+        warnings.append(
+            f"{d}-{table.devices[-1]}: {row[-1]} may end in the first digits of the value after it; the cell is unknown"
+        )
+        return row[:-1] + [""]
+    return row
+
+
+def _read_links(
+    d: str, row: list[str], devices: list[str], cells: dict[tuple[str, str], str], warnings: list[str]
+) -> None:
+    """Row ``d``'s cells as links into ``cells``; its diagonal must be X."""
+    for other, raw in zip(devices, row, strict=False):  # a cut row is shorter: its missing cells stay absent
+        if not raw:
+            continue
+        if other == d:
+            if raw.upper() != "X":
+                warnings.append(f"{d}: diagonal cell is {raw!r}, expected X")
+        elif (label := link_label(raw)) is None:
+            warnings.append(f"{d}-{other}: unreadable cell {raw!r}")
+        else:
+            cells[d, other] = label
+
+
+def _pair_cell(cells: dict[tuple[str, str], str], col: dict[str, int], a: str, b: str, warnings: list[str]) -> str:
+    """The pair's link: the matrix is symmetric, so a cell missing one way is read from the other."""
+    if a == b:
+        return "X"
+    here, there = cells.get((a, b)), cells.get((b, a))
+    if here and there and here != there and col[a] < col[b]:
+        warnings.append(f"{a}-{b} reads {here} one way and {there} the other")
+    return here or there or UNKNOWN
