@@ -1,5 +1,6 @@
 # Root conftest: settings shared by the test suite.
 import importlib.util
+import json
 import os
 import random
 import shutil
@@ -373,8 +374,6 @@ def stranger_of(port: int, wait_s: float = 60):
 def checks_of(pytester, topology, *args: str) -> dict:
     """A ``--gputopo-check`` run on ``topology`` recorded as a profile (``--gputopo-machine``): its
     items by name, as the JSON report has them (check, outcome, message)."""
-    import json
-
     from pytest_gputopo.probe.recorded import profile_dict
 
     path = pytester.path / "node.json"
@@ -400,6 +399,26 @@ def run_cli(capsys, *args) -> tuple[int, str, str]:
     code = cli.main([str(a) for a in args])
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def record_node(capsys, tmp_path, topo, *sources) -> tuple[int, str, str]:
+    """``gputopo record --from-smi TOPO SOURCES... -o node.json`` in ``tmp_path``, as run_cli runs it."""
+    return run_cli(capsys, "record", "--from-smi", topo, *sources, "-o", tmp_path / "node.json")
+
+
+def source_files(folder, *sources) -> list:
+    """Each (option, file name, text) of ``sources`` written into ``folder``: the arguments that give
+    ``gputopo record`` those files."""
+    args = []
+    for option, name, text in sources:
+        (folder / name).write_text(text)
+        args += [option, folder / name]
+    return args
+
+
+def node_profile(tmp_path) -> dict:
+    """The profile record_node wrote."""
+    return json.loads((tmp_path / "node.json").read_text())
 
 
 @pytest.fixture

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli as run
+from conftest import node_profile, record_node, run_cli as run
 from pytest_gputopo.core import faults, health, model, schema
 from pytest_gputopo.parse.smi_q import parse_smi_q
 from pytest_gputopo.parse.smi_topo import parse_topo_matrix
 from pytest_gputopo.parse.smi_xml import parse_smi_xml
-from pytest_gputopo.parse.text_machine import TextMachine, read_listing
+from pytest_gputopo.parse.text_machine import TextMachine
 from pytest_gputopo.probe import probe
+from test_text_machine import joined
 
 HERE = Path(__file__).parent
 SMI_Q = HERE / "smi_q"
@@ -313,9 +314,9 @@ def eight_gpus(tmp_path, link: str = "NV18") -> Path:
 
 def record(capsys, tmp_path, topo, *queries) -> tuple[dict, model.Topology]:
     args = [a for q in queries for a in ("--smi-query", q)]
-    code, out, err = run(capsys, "record", "--from-smi", topo, *args, "-o", tmp_path / "node.json")
+    code, out, err = record_node(capsys, tmp_path, topo, *args)
     assert code == 0, err
-    return json.loads((tmp_path / "node.json").read_text()), probe(str(tmp_path / "node.json"))
+    return node_profile(tmp_path), probe(str(tmp_path / "node.json"))
 
 
 HEALTHY_565 = {
@@ -378,10 +379,7 @@ def test_a_later_report_fills_what_an_earlier_left_unknown_and_keeps_the_first_m
     did not give (its persistence N/A) comes from the second."""
     first = h200_xml().replace("<persistence_mode>Enabled<", "<persistence_mode>N/A<")
     later = h200_xml().replace("<clocks_event_reason_gpu_idle>Active<", "<clocks_event_reason_gpu_idle>Not Active<")
-    m = h200_machine()
-    m.add_listing(read_listing(first), "a.xml")
-    m.add_listing(read_listing(later), "b.xml")
-    seen = m.finish()
+    seen = joined(h200_machine(), (first, "a.xml"), (later, "b.xml"))
     assert (seen.gpus[0].health.clocks_event_reasons, seen.gpus[0].health.persistence_mode) == (0x1, True)
     assert (
         "GPU0: nvidia-smi -q -x (b.xml) says clocks-event reasons 0x0, an earlier source 0x1, from "
@@ -390,9 +388,6 @@ def test_a_later_report_fills_what_an_earlier_left_unknown_and_keeps_the_first_m
 
 
 def test_a_listing_without_health_leaves_the_reports_health_as_it_was():
-    m = h200_machine()
-    m.add_listing(read_listing(h200_xml()), "q.xml")
-    m.add_listing(read_listing((H200 / "query.csv").read_text()), "q.csv")
-    seen = m.finish()
+    seen = joined(h200_machine(), (h200_xml(), "q.xml"), ((H200 / "query.csv").read_text(), "q.csv"))
     assert seen.gpus[0].health.vbios_version == "96.00.A5.00.1A"
     assert not [w for w in seen.warnings if "health" in w or "VBIOS" in w]

@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from conftest import run_cli as run
+from conftest import record_node, run_cli as run, source_files
 from pytest_gputopo.core import gpu_requirements
 from pytest_gputopo.parse.smi_xml import parse_smi_xml
 from pytest_gputopo.probe import probe
@@ -89,9 +89,7 @@ def test_nvlink_status_names_the_gpus_of_a_text_machine(tmp_path, h100_topo, cap
     """A profile recorded from topo -m text with nvlink -s knows each GPU's name and UUID (it said
     '8x unknown GPU'), so a test gated on the model is judged on it."""
     (tmp_path / "nvl.txt").write_text(nvlink_s())
-    code, out, err = run(
-        capsys, "record", "--from-smi", h100_topo, "--nvlink-status", tmp_path / "nvl.txt", "-o", tmp_path / "node.json"
-    )
+    code, out, err = record_node(capsys, tmp_path, h100_topo, "--nvlink-status", tmp_path / "nvl.txt")
     assert code == 0, err
     assert f"8x {H100}" in out and "unknown GPU" not in out
     seen = recorded(tmp_path)
@@ -104,43 +102,11 @@ def test_nvlink_status_of_another_machine_is_refused(tmp_path, h100_topo, capsys
     naming both UUIDs, and nothing is written."""
     (tmp_path / "a.txt").write_text(nvlink_s())
     (tmp_path / "b.txt").write_text(nvlink_s(uuids=[u.replace("GPU-0", "GPU-f") for u in UUIDS]))
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        h100_topo,
-        "--nvlink-status",
-        tmp_path / "a.txt",
-        "--nvlink-status",
-        tmp_path / "b.txt",
-        "-o",
-        tmp_path / "node.json",
+    code, out, err = record_node(
+        capsys, tmp_path, h100_topo, "--nvlink-status", tmp_path / "a.txt", "--nvlink-status", tmp_path / "b.txt"
     )
     assert code == 2 and not (tmp_path / "node.json").exists()
     assert "b.txt: nvidia-smi nvlink -s's GPU 0 has UUID GPU-f" in err and "another machine's output" in err
-
-
-def test_nvlink_status_naming_a_gpu_otherwise_is_said(tmp_path, h100_topo, capsys):
-    """Two sources naming one GPU otherwise: the first name is kept, and a warning says both."""
-    (tmp_path / "a.txt").write_text(nvlink_s())
-    (tmp_path / "b.txt").write_text(nvlink_s(name="NVIDIA H100 PCIe"))
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        h100_topo,
-        "--nvlink-status",
-        tmp_path / "a.txt",
-        "--nvlink-status",
-        tmp_path / "b.txt",
-        "-o",
-        tmp_path / "node.json",
-    )
-    assert code == 0, err
-    assert (
-        f"GPU0: nvidia-smi nvlink -s ({tmp_path / 'b.txt'}) says name NVIDIA H100 PCIe, an earlier source {H100}" in err
-    )
-    assert recorded(tmp_path).gpus[0].name == H100
 
 
 # ------------------------------------------------------------------------------ --query-gpu and -L
@@ -150,9 +116,7 @@ def test_query_gpu_csv_gives_each_gpu_its_facts(tmp_path, h100_topo, capsys):
     """--smi-query with --query-gpu CSV: each GPU's name, UUID, bus id, memory (MiB x 2^20), compute
     capability and PCIe, and the driver version, so that memory and capability gates are judged."""
     (tmp_path / "q.csv").write_text(query_csv())
-    code, out, err = run(
-        capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.csv", "-o", tmp_path / "node.json"
-    )
+    code, out, err = record_node(capsys, tmp_path, h100_topo, "--smi-query", tmp_path / "q.csv")
     assert code == 0, err
     seen = recorded(tmp_path)
     gpu = seen.gpus[5]
@@ -262,10 +226,9 @@ def test_smi_list_and_query_join_one_machine(tmp_path, h100_topo, capsys):
     (tmp_path / "l.txt").write_text(smi_list())
     (tmp_path / "q.csv").write_text(query_csv("index,pci.bus_id,memory.total"))
     (tmp_path / "nvl.txt").write_text(nvlink_s())
-    code, out, err = run(
+    code, out, err = record_node(
         capsys,
-        "record",
-        "--from-smi",
+        tmp_path,
         h100_topo,
         "--smi-query",
         tmp_path / "l.txt",
@@ -273,8 +236,6 @@ def test_smi_list_and_query_join_one_machine(tmp_path, h100_topo, capsys):
         tmp_path / "q.csv",
         "--nvlink-status",
         tmp_path / "nvl.txt",
-        "-o",
-        tmp_path / "node.json",
     )
     assert code == 0, err
     gpu = recorded(tmp_path).gpus[7]
@@ -299,11 +260,8 @@ def test_smi_list_and_query_join_one_machine(tmp_path, h100_topo, capsys):
 def test_another_machines_listing_is_refused(tmp_path, h100_topo, capsys, files, says):
     """A listing of another GPU count, or whose UUIDs are other GPUs' or no GPU's of the machine, is
     refused naming the file, and no profile is written."""
-    args = []
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-        args += ["--smi-query", tmp_path / name]
-    code, out, err = run(capsys, "record", "--from-smi", h100_topo, *args, "-o", tmp_path / "node.json")
+    queries = [("--smi-query", name, text) for name, text in files.items()]
+    code, out, err = record_node(capsys, tmp_path, h100_topo, *source_files(tmp_path, *queries))
     assert code == 2 and says in err, err
     assert not (tmp_path / "node.json").exists()
 
@@ -407,9 +365,7 @@ def test_smi_xml_gives_each_gpu_its_facts_and_the_versions(tmp_path, h100_topo, 
     """--smi-query with nvidia-smi -q -x: names, UUIDs, bus ids, memory, PCIe current and max, MIG and
     compute mode, and the driver's and its CUDA's versions; GPU5's link trained down is seen."""
     (tmp_path / "q.xml").write_text(smi_xml())
-    code, out, err = run(
-        capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml", "-o", tmp_path / "node.json"
-    )
+    code, out, err = record_node(capsys, tmp_path, h100_topo, "--smi-query", tmp_path / "q.xml")
     assert code == 0, err
     seen = recorded(tmp_path)
     assert (seen.driver_version, seen.cuda_driver_version) == ("550.90.07", "12.4")
@@ -430,17 +386,8 @@ def test_smi_xml_of_some_gpus_joins_by_uuid(tmp_path, h100_topo, capsys):
     """-q -x -i 6 lists GPU6 only (attached_gpus still 8): it is told by its UUID, never by its place."""
     (tmp_path / "l.txt").write_text(smi_list())
     (tmp_path / "q.xml").write_text(smi_xml(only=[6]))
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        h100_topo,
-        "--smi-query",
-        tmp_path / "l.txt",
-        "--smi-query",
-        tmp_path / "q.xml",
-        "-o",
-        tmp_path / "node.json",
+    code, out, err = record_node(
+        capsys, tmp_path, h100_topo, "--smi-query", tmp_path / "l.txt", "--smi-query", tmp_path / "q.xml"
     )
     assert code == 0, err
     seen = recorded(tmp_path)  # as a process sees it: GPUs in NVML's order where some bus ids are unknown

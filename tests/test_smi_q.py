@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import run_cli as run
+from conftest import node_profile, record_node, run_cli as run
 from pytest_gputopo.core import schema
 from pytest_gputopo.parse.smi_list import parse_smi_list
 from pytest_gputopo.parse.smi_q import SmiQParseError, parse_smi_q
@@ -88,20 +88,17 @@ def test_an_i_block_joins_a_larger_machine_by_its_uuid_with_a_warning(tmp_path, 
     )
     (tmp_path / "topo.txt").write_text(four_gpu_topo())
     (tmp_path / "list.txt").write_text(a16_list)
-    code, out, err = run(
+    code, out, err = record_node(
         capsys,
-        "record",
-        "--from-smi",
+        tmp_path,
         tmp_path / "topo.txt",
         "--smi-query",
         tmp_path / "list.txt",
         "--smi-query",
         HERE / "a16-vgpu-host-470-i0.txt",
-        "-o",
-        tmp_path / "node.json",
     )
     assert code == 0, err
-    machine = schema.from_dict(json.loads((tmp_path / "node.json").read_text())["topology"])
+    machine = schema.from_dict(node_profile(tmp_path)["topology"])
     assert machine.gpus[0].pcie_width_current == 4 and machine.gpus[1].pcie_width_current is None
     assert (machine.driver_version, machine.cuda_driver_version) == ("470.129.04", None)
     assert "some GPUs only" in out
@@ -182,20 +179,11 @@ def test_mig_devices_of_q_and_l_are_one_set_in_the_profile(tmp_path, capsys):
     (tmp_path / "topo.txt").write_text("\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t0-15\t0\n\nLegend:\n")
     (tmp_path / "l.txt").write_text(MIG_L)
     (tmp_path / "q.txt").write_text(MIG_Q)
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        tmp_path / "topo.txt",
-        "--smi-query",
-        tmp_path / "l.txt",
-        "--smi-query",
-        tmp_path / "q.txt",
-        "-o",
-        tmp_path / "node.json",
+    code, out, err = record_node(
+        capsys, tmp_path, tmp_path / "topo.txt", "--smi-query", tmp_path / "l.txt", "--smi-query", tmp_path / "q.txt"
     )
     assert code == 0, err
-    gpu = json.loads((tmp_path / "node.json").read_text())["topology"]["gpus"][0]
+    gpu = node_profile(tmp_path)["topology"]["gpus"][0]
     assert gpu["mig"] is True and gpu["mig_devices"] == [
         {
             "index": 0,
@@ -214,10 +202,7 @@ def test_mig_devices_of_q_and_l_are_one_set_in_the_profile(tmp_path, capsys):
             "memory_total_bytes": 4864 * 2**20,
         },
     ]
-    assert (
-        schema.from_dict(json.loads((tmp_path / "node.json").read_text())["topology"]).gpus[0].mig_devices[1].profile
-        == "1g.5gb"
-    )
+    assert schema.from_dict(node_profile(tmp_path)["topology"]).gpus[0].mig_devices[1].profile == "1g.5gb"
 
 
 def test_mig_devices_of_q_x():

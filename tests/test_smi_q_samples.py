@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli as run
+from conftest import node_profile, record_node, run_cli as run
 from pytest_gputopo.core import schema
 from pytest_gputopo.parse.smi_q import SmiQParseError, parse_smi_q
 
@@ -147,24 +147,18 @@ def eight_gpu_topo() -> str:
     return "\n".join(rows) + "\n\nLegend:\n\n  X    = Self\n"
 
 
+def record_on_eight_gpus(capsys, tmp_path, *queries) -> tuple[int, str, str]:
+    """``gputopo record`` of eight_gpu_topo() joined by each of ``queries`` (``--smi-query``)."""
+    (tmp_path / "topo.txt").write_text(eight_gpu_topo())
+    return record_node(capsys, tmp_path, tmp_path / "topo.txt", *(a for q in queries for a in ("--smi-query", q)))
+
+
 def test_the_i_1_block_joins_its_host_at_gpu1_by_the_hosts_own_l(tmp_path, capsys):
     """The same post's ``nvidia-smi -L`` places the ``-i 1`` block: its UUID is GPU 1's. Its facts land on
     GPU1 only, the others stay unknown, and the warning is in the output and the profile's sources."""
-    (tmp_path / "topo.txt").write_text(eight_gpu_topo())
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        tmp_path / "topo.txt",
-        "--smi-query",
-        HERE / "v100-pcie-470-L.txt",
-        "--smi-query",
-        HERE / "v100-pcie-470-i1.txt",
-        "-o",
-        tmp_path / "node.json",
-    )
+    code, out, err = record_on_eight_gpus(capsys, tmp_path, HERE / "v100-pcie-470-L.txt", HERE / "v100-pcie-470-i1.txt")
     assert code == 0, err
-    data = json.loads((tmp_path / "node.json").read_text())
+    data = node_profile(tmp_path)
     machine = schema.from_dict(data["topology"])
     assert [g.pci_bus_id for g in machine.gpus] == [None, "00000000:1C:00.0"] + [None] * 6
     assert (machine.gpus[1].memory_total_bytes, machine.gpus[1].pcie_gen_max) == (32510 * MIB, 3)
@@ -176,17 +170,7 @@ def test_the_i_1_block_joins_its_host_at_gpu1_by_the_hosts_own_l(tmp_path, capsy
 def test_the_i_1_block_alone_cannot_be_placed_on_an_eight_gpu_machine(tmp_path, capsys):
     """Without a source giving GPU1's UUID or bus id, the block's index is unknown: refused, never put on
     GPU0 by its position."""
-    (tmp_path / "topo.txt").write_text(eight_gpu_topo())
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        tmp_path / "topo.txt",
-        "--smi-query",
-        HERE / "v100-pcie-470-i1.txt",
-        "-o",
-        tmp_path / "node.json",
-    )
+    code, out, err = record_on_eight_gpus(capsys, tmp_path, HERE / "v100-pcie-470-i1.txt")
     assert code == 2 and "which GPU it is is unknown" in err, err
     assert not (tmp_path / "node.json").exists()
 
@@ -236,22 +220,10 @@ def test_gputopo_parse_smi_q_on_eight_4090s_at_gen1(capsys):
 def test_the_code_block_as_published_prompt_line_included_is_read_as_q(tmp_path, capsys):
     """The post's code block opens with its prompt line, ``$ nvidia-smi -q -i 1``: ``record --smi-query``
     tells the format by the NVSMI LOG banner below it, not by the first line (it took it for CSV)."""
-    (tmp_path / "topo.txt").write_text(eight_gpu_topo())
     (tmp_path / "q.txt").write_text("$ nvidia-smi -q -i 1\n" + sample("v100-pcie-470-i1.txt"))
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        tmp_path / "topo.txt",
-        "--smi-query",
-        HERE / "v100-pcie-470-L.txt",
-        "--smi-query",
-        tmp_path / "q.txt",
-        "-o",
-        tmp_path / "node.json",
-    )
+    code, out, err = record_on_eight_gpus(capsys, tmp_path, HERE / "v100-pcie-470-L.txt", tmp_path / "q.txt")
     assert code == 0, err
-    gpu = json.loads((tmp_path / "node.json").read_text())["topology"]["gpus"][1]
+    gpu = node_profile(tmp_path)["topology"]["gpus"][1]
     assert (gpu["pci_bus_id"], gpu["pcie_width_max"]) == ("00000000:1C:00.0", 16)
 
 
@@ -297,18 +269,9 @@ def test_a_q_recording_of_an_hgx_node_keeps_each_gpus_fabric(tmp_path, capsys):
         f"GPU{i}\t" + "\t".join(" X " if i == j else "NV18" for j in range(8)) + f"\t0-15\t{i // 4}" for i in range(8)
     ]
     (tmp_path / "topo.txt").write_text("\n".join(topo) + "\n\nLegend:\n\n  X    = Self\n")
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        tmp_path / "topo.txt",
-        "--smi-query",
-        HERE / "hgx-h100-x8-565.txt",
-        "-o",
-        tmp_path / "node.json",
-    )
+    code, out, err = record_node(capsys, tmp_path, tmp_path / "topo.txt", "--smi-query", HERE / "hgx-h100-x8-565.txt")
     assert code == 0, err
-    gpus = json.loads((tmp_path / "node.json").read_text())["topology"]["gpus"]
+    gpus = node_profile(tmp_path)["topology"]["gpus"]
     assert [g["fabric"] for g in gpus] == [
         {"state": "Completed", "status": "Success", "clique_id": 0, "cluster_uuid": None}
     ] * 8
@@ -327,17 +290,7 @@ def test_a_gpu_nvidia_smi_cannot_reach_is_refused_saying_so_not_as_another_tool(
 
 
 def test_record_says_what_a_lost_gpus_line_means(tmp_path, capsys):
-    (tmp_path / "topo.txt").write_text(eight_gpu_topo())
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        tmp_path / "topo.txt",
-        "--smi-query",
-        HERE / "lost-gpu-a-i0.txt",
-        "-o",
-        tmp_path / "node.json",
-    )
+    code, out, err = record_on_eight_gpus(capsys, tmp_path, HERE / "lost-gpu-a-i0.txt")
     assert code == 2 and "nvidia-smi printed no report" in err and "GPU 0000:09:00.0" in err, err
 
 
@@ -367,22 +320,9 @@ def test_a_report_with_a_lost_gpu_gives_the_others_with_no_index():
 def test_a_lost_gpus_line_above_another_listing_does_not_hide_its_format(tmp_path, capsys):
     """The line comes on stderr, so first in a ``2>&1`` capture of ``-L``: the listing is still told
     by its own lines."""
-    (tmp_path / "topo.txt").write_text(eight_gpu_topo())
     (tmp_path / "l.txt").write_text(
         "Unable to determine the device handle for GPU 0000:1B:00.0: Unknown Error\n" + sample("v100-pcie-470-L.txt")
     )
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        tmp_path / "topo.txt",
-        "--smi-query",
-        tmp_path / "l.txt",
-        "-o",
-        tmp_path / "node.json",
-    )
+    code, out, err = record_on_eight_gpus(capsys, tmp_path, tmp_path / "l.txt")
     assert code == 0, err
-    assert (
-        json.loads((tmp_path / "node.json").read_text())["topology"]["gpus"][1]["uuid"]
-        == "GPU-06e3d8e6-3f54-374a-8142-9752ca1f2316"
-    )
+    assert node_profile(tmp_path)["topology"]["gpus"][1]["uuid"] == "GPU-06e3d8e6-3f54-374a-8142-9752ca1f2316"

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli as run
+from conftest import node_profile, record_node, run_cli as run, source_files
 from pytest_gputopo.core import gpu_requirements
 from pytest_gputopo.core.hardware import capability_of_name
+from pytest_gputopo.core.model import Topology
 from pytest_gputopo.parse.nvlink_status import parse_nvlink_status
 from pytest_gputopo.parse.smi_topo import parse_topo_matrix
 from pytest_gputopo.parse.smi_xml import parse_smi_xml
@@ -32,6 +33,13 @@ def machine(name: str = "hgx-h100") -> TextMachine:
     return TextMachine(parse_topo_matrix(render_topo_matrix(probe(name))), None, "topo.txt")
 
 
+def joined(m: TextMachine, *listings: tuple[str, str]) -> Topology:
+    """``m`` joined by each (text, file name) of ``listings`` in order, and finished."""
+    for text, name in listings:
+        m.add_listing(read_listing(text), name)
+    return m.finish()
+
+
 # ------------------------------------------------------------------------------ capability from the name
 
 
@@ -39,13 +47,11 @@ def test_a_machine_from_q_x_knows_its_capability_by_name(tmp_path, h100_topo, ca
     """-q -x has no compute capability field: the GPUs' name (H100) gives 9.0 from NVIDIA's list, the
     profile says so in ``inferred``, and a capability or architecture gate is judged, not unknown."""
     (tmp_path / "q.xml").write_text(smi_xml())
-    code, out, err = run(
-        capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml", "-o", tmp_path / "node.json"
-    )
+    code, out, err = record_node(capsys, tmp_path, h100_topo, "--smi-query", tmp_path / "q.xml")
     assert code == 0, err
     seen = recorded(tmp_path)
     assert {g.compute_capability for g in seen.gpus} == {"9.0"}
-    inferred = json.loads((tmp_path / "node.json").read_text())["inferred"]
+    inferred = node_profile(tmp_path)["inferred"]
     assert any(
         f"GPU0-GPU7: compute capability 9.0, from the name {H100} in NVIDIA's CUDA GPU list" in line
         for line in inferred
@@ -57,8 +63,7 @@ def test_a_name_the_list_does_not_give_stays_unknown():
     """A10G (AWS) is not on NVIDIA's list: its capability stays unknown, so a capability gate is
     unknown (skipped), never judged on a guess."""
     m = machine()
-    m.add_listing(read_listing(smi_list(name="NVIDIA A10G")), "l.txt")
-    seen = m.finish()
+    seen = joined(m, (smi_list(name="NVIDIA A10G"), "l.txt"))
     assert {g.compute_capability for g in seen.gpus} == {None}
     assert not any("compute capability" in line for line in m.inferred)
     verdict = gpu_requirements.GpuRequirement(compute_capability=">=8.0").evaluate(seen)
@@ -69,9 +74,7 @@ def test_a_capability_an_output_gives_wins_over_the_name_and_a_disagreement_is_s
     """--query-gpu's compute_cap is what the GPU reported: kept, even given after -q -x, and where the
     name's capability differs a warning names both."""
     m = machine()
-    m.add_listing(read_listing(smi_xml()), "q.xml")
-    m.add_listing(read_listing(query_csv("index,compute_cap").replace(", 9.0", ", 8.0")), "q.csv")
-    seen = m.finish()
+    seen = joined(m, (smi_xml(), "q.xml"), (query_csv("index,compute_cap").replace(", 9.0", ", 8.0"), "q.csv"))
     assert {g.compute_capability for g in seen.gpus} == {"8.0"}
     assert not any("compute capability" in line for line in m.inferred)
     assert (
@@ -124,15 +127,8 @@ def test_the_name_table_agrees_with_every_bundled_machine():
 @pytest.mark.skipif(not (H200_CAPTURE / "query.xml").exists(), reason="tests/captured/h200-driver-580 is absent")
 def test_the_captured_h200_q_x_gives_a_machine_of_capability_9_0(tmp_path, capsys):
     """A real H200 host's topo -m and -q -x (driver 580) record an H200 of capability 9.0 (Hopper)."""
-    code, out, err = run(
-        capsys,
-        "record",
-        "-o",
-        tmp_path / "node.json",
-        "--from-smi",
-        H200_CAPTURE / "topo-m.txt",
-        "--smi-query",
-        H200_CAPTURE / "query.xml",
+    code, out, err = record_node(
+        capsys, tmp_path, H200_CAPTURE / "topo-m.txt", "--smi-query", H200_CAPTURE / "query.xml"
     )
     assert code == 0, err
     (gpu,) = recorded(tmp_path).gpus
@@ -142,59 +138,48 @@ def test_the_captured_h200_q_x_gives_a_machine_of_capability_9_0(tmp_path, capsy
 # ------------------------------------------------------------------------------ each fact once, disagreements said
 
 
-def test_two_listings_disagreeing_on_memory_are_said_naming_both(tmp_path, h100_topo, capsys):
-    """-q -x says 81559 MiB and a --query-gpu of 40960 MiB: the first is kept, and the warning names
-    both files and both values in MiB, as nvidia-smi prints them."""
-    (tmp_path / "q.xml").write_text(smi_xml())
-    (tmp_path / "q.csv").write_text(query_csv("index,memory.total").replace("81559", "40960"))
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        h100_topo,
-        "--smi-query",
-        tmp_path / "q.xml",
-        "--smi-query",
-        tmp_path / "q.csv",
-        "-o",
-        tmp_path / "node.json",
-    )
-    assert code == 0, err
-    assert (
-        f"GPU0: nvidia-smi --query-gpu ({tmp_path / 'q.csv'}) says memory 40960 MiB, an earlier source 81559 MiB, "
-        f"from nvidia-smi -q -x ({tmp_path / 'q.xml'}); the earlier is kept"
-    ) in err
-    assert recorded(tmp_path).gpus[0].memory_total_bytes == 81559 * 2**20
+# (first source, second source) as (option, file, text), what the warning says, and the fact kept: (GPU, name, value)
+DISAGREEING = [
+    pytest.param(
+        ("--smi-query", "q.xml", smi_xml()),
+        ("--smi-query", "q.csv", query_csv("index,memory.total").replace("81559", "40960")),
+        "GPU0: nvidia-smi --query-gpu ({second}) says memory 40960 MiB, an earlier source 81559 MiB, "
+        "from nvidia-smi -q -x ({first}); the earlier is kept",
+        (0, "memory_total_bytes", 81559 * 2**20),
+        id="memory-q-x-then-query-gpu",
+    ),
+    pytest.param(
+        ("--smi-query", "l.txt", smi_list()),
+        ("--nvlink-status", "nvl.txt", nvlink_s(name="NVIDIA H100 PCIe")),
+        "GPU7: nvidia-smi nvlink -s ({second}) says name NVIDIA H100 PCIe, an earlier source "
+        f"{H100}, from nvidia-smi -L ({{first}}); the earlier is kept",
+        (7, "name", H100),
+        id="name-L-then-nvlink-s",
+    ),
+    pytest.param(
+        ("--nvlink-status", "a.txt", nvlink_s()),
+        ("--nvlink-status", "b.txt", nvlink_s(name="NVIDIA H100 PCIe")),
+        f"GPU0: nvidia-smi nvlink -s ({{second}}) says name NVIDIA H100 PCIe, an earlier source {H100}",
+        (0, "name", H100),
+        id="name-two-nvlink-s",
+    ),
+]
 
 
-def test_nvlink_status_naming_a_gpu_otherwise_than_smi_list_is_said(tmp_path, h100_topo, capsys):
-    """-L names the GPUs first; nvlink -s naming them otherwise is a warning naming both files."""
-    (tmp_path / "l.txt").write_text(smi_list())
-    (tmp_path / "nvl.txt").write_text(nvlink_s(name="NVIDIA H100 PCIe"))
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        h100_topo,
-        "--smi-query",
-        tmp_path / "l.txt",
-        "--nvlink-status",
-        tmp_path / "nvl.txt",
-        "-o",
-        tmp_path / "node.json",
-    )
+@pytest.mark.parametrize("first, second, says, kept", DISAGREEING)
+def test_two_sources_disagreeing_are_said_naming_both(tmp_path, h100_topo, capsys, first, second, says, kept):
+    """A fact two outputs give otherwise: the first is kept, and the warning names both files and both
+    values (memory in MiB, as nvidia-smi prints it)."""
+    code, out, err = record_node(capsys, tmp_path, h100_topo, *source_files(tmp_path, first, second))
     assert code == 0, err
-    assert (
-        f"GPU7: nvidia-smi nvlink -s ({tmp_path / 'nvl.txt'}) says name NVIDIA H100 PCIe, an earlier source "
-        f"{H100}, from nvidia-smi -L ({tmp_path / 'l.txt'}); the earlier is kept"
-    ) in err
+    assert says.format(first=tmp_path / first[1], second=tmp_path / second[1]) in err
+    gpu, fact, value = kept
+    assert getattr(recorded(tmp_path).gpus[gpu], fact) == value
 
 
 def test_driver_versions_disagreeing_are_said_naming_both():
-    m = machine()
-    m.add_listing(read_listing(smi_xml()), "q.xml")
-    m.add_listing(read_listing(query_csv("index,driver_version").replace("550.90.07", "535.54.03")), "q.csv")
-    seen = m.finish()
+    other_driver = query_csv("index,driver_version").replace("550.90.07", "535.54.03")
+    seen = joined(machine(), (smi_xml(), "q.xml"), (other_driver, "q.csv"))
     assert seen.driver_version == "550.90.07"
     assert (
         "nvidia-smi --query-gpu (q.csv) says driver version 535.54.03, an earlier source 550.90.07, from "
@@ -324,11 +309,9 @@ def _h200_with_fabric(tmp_path, fields: dict) -> Path:
 
 
 def _record(capsys, tmp_path, query) -> dict:
-    code, out, err = run(
-        capsys, "record", "-o", tmp_path / "node.json", "--from-smi", H200_CAPTURE / "topo-m.txt", "--smi-query", query
-    )
+    code, out, err = record_node(capsys, tmp_path, H200_CAPTURE / "topo-m.txt", "--smi-query", query)
     assert code == 0, err
-    return json.loads((tmp_path / "node.json").read_text())["topology"]
+    return node_profile(tmp_path)["topology"]
 
 
 @pytest.mark.skipif(not (H200_CAPTURE / "query.xml").exists(), reason="tests/captured/h200-driver-580 is absent")
@@ -398,9 +381,7 @@ def test_a_fabric_not_up_in_q_x_leaves_nvlink_unknown_on_the_recording(tmp_path,
 
     def record(state: str):
         (tmp_path / "q.xml").write_text(smi_xml().replace("<compute_mode>", FABRIC.replace("Completed", state), 1))
-        code, out, err = run(
-            capsys, "record", "--from-smi", h100_topo, "--smi-query", tmp_path / "q.xml", "-o", tmp_path / "node.json"
-        )
+        code, out, err = record_node(capsys, tmp_path, h100_topo, "--smi-query", tmp_path / "q.xml")
         assert code == 0, err
         return recorded(tmp_path)
 
@@ -425,12 +406,9 @@ def test_a_completed_fabric_of_no_readable_status_is_not_recorded():
 
 
 def test_a_later_listing_disagreeing_on_the_fabric_is_said():
-    m = machine()
-    m.add_listing(read_listing(smi_xml().replace("<compute_mode>", FABRIC, 1)), "a.xml")
-    m.add_listing(
-        read_listing(smi_xml().replace("<compute_mode>", FABRIC.replace("Completed", "Not Started"), 1)), "b.xml"
-    )
-    seen = m.finish()
+    first = smi_xml().replace("<compute_mode>", FABRIC, 1)
+    later = smi_xml().replace("<compute_mode>", FABRIC.replace("Completed", "Not Started"), 1)
+    seen = joined(machine(), (first, "a.xml"), (later, "b.xml"))
     assert seen.gpus[0].fabric.state == "Completed"
     assert (
         "GPU0: nvidia-smi -q -x (b.xml) says NVLink fabric Not Started, an earlier source Completed, Success, "
