@@ -10,14 +10,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from pytest_gputopo.core.model import P2P, Gpu, Link, LinkClass, P2PStatus, Topology
-from pytest_gputopo.nccl import expect, nccl_settings
-from pytest_gputopo.nccl.expect import (
-    default_p2p_level,
-    expected_transports,
-    fallback_summary,
-    find_fallbacks,
-    link_path,
-)
+from pytest_gputopo.nccl import expect, fallbacks, nccl_settings
+from pytest_gputopo.nccl.expect import default_p2p_level, expected_transports, link_path
+from pytest_gputopo.nccl.fallbacks import fallback_summary, find_fallbacks
 from pytest_gputopo.nccl.nccl_settings import NcclSettings, conf_file_paths, read_settings
 from pytest_gputopo.probe import probe_recorded
 
@@ -487,7 +482,14 @@ def test_the_summary_puts_an_nvlink_pair_first(machines):
     assert fbs[0].causes == ("NCCL_P2P_LEVEL=0 from environment (read as LOC), below this pair's NVL",)
 
 
-@pytest.mark.parametrize("module, allowed", [(expect, {"..core.model", ".nccl_settings"}), (nccl_settings, set())])
+@pytest.mark.parametrize(
+    "module, allowed",
+    [
+        (expect, {"..core.model", ".nccl_settings"}),
+        (fallbacks, {"..core.model", ".expect", ".nccl_settings"}),
+        (nccl_settings, set()),
+    ],
+)
 def test_the_modules_are_pure(module, allowed):
     tree = ast.parse(Path(module.__file__).read_text())
     imported = set()

@@ -102,7 +102,8 @@ def test_bad_transport_marker(pytester, args, message):
 def test_nccl_account_and_measured_p2p_in_the_view():
     """NCCL's own account, when one ran, is what the view reports; a measured P2P copy far below
     its link's figure is named as a fallback cause."""
-    from pytest_gputopo.nccl.expect import NcclView, expected_transports
+    from pytest_gputopo.nccl.expect import expected_transports
+    from pytest_gputopo.nccl.fallbacks import NcclView
     from pytest_gputopo.nccl.nccl_settings import NcclSettings
     from pytest_gputopo.probe import probe_recorded
 

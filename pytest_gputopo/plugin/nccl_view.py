@@ -1,11 +1,12 @@
 """The run's view of NCCL: what it should do, predicted from its settings and NVML, and, on GPUs,
 what it did (its own log of a small run, once per run, like any benchmark); kept in the run's
-state once taken. Glue: rules and the view itself (``nccl.expect.NcclView``) from ``nccl``, NCCL's run
+state once taken. Glue: rules and the view itself (``nccl.fallbacks.NcclView``) from ``nccl``, NCCL's run
 from the benchmark suite (``measurements``)."""
 
 from __future__ import annotations
 
-from ..nccl.expect import NcclView, expected_transports, fallback_summary
+from ..nccl.expect import expected_transports
+from ..nccl.fallbacks import NcclView, fallback_summary
 from ..nccl.nccl_settings import read_settings
 from ..runtime import environ
 from .run import GputopoRun

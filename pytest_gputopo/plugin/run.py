@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # annotations only: these load when the run first needs them,
     from ..core.keys import Key
     from ..core.model import Topology
     from ..core.requirements import Outcome, Requirement
-    from ..nccl.expect import NcclView
+    from ..nccl.fallbacks import NcclView
 
 # Exit status of a run stopped by --gputopo-require or --gputopo-expect (pytest uses 0-5).
 GATE_EXIT_STATUS = 8
