@@ -343,12 +343,12 @@ def test_a_finished_run_says_its_report_is_complete(pytester):
 
 
 def test_a_small_threshold_is_not_printed_as_needed_0_0():
-    from pytest_gputopo.core import requirements as reqs
+    from pytest_gputopo.core.fact_requirements import BandwidthRequirement
     from pytest_gputopo.core.judgement import Judgement, Measured, Threshold
     from pytest_gputopo.core.spec import Figure
     from pytest_gputopo.probe import probe
 
-    requirement = reqs.BandwidthRequirement(metric="allreduce", gbps=0.001)
+    requirement = BandwidthRequirement(metric="allreduce", gbps=0.001)
     judged = Judgement(
         Measured(0.0005, "measured", "all-reduce"), Threshold(None, "gloo", 0.8, Figure(0.001, "the marker"))
     )

@@ -25,8 +25,9 @@ import pytest
 from conftest import copy_children as _copy_children
 from fake_nvml import make_fake_pynvml
 from pytest_gputopo.core import keys, model, schema
+from pytest_gputopo.core.fact_requirements import TransportRequirement
 from pytest_gputopo.core.gpu_requirements import GpuRequirement
-from pytest_gputopo.core.requirements import LinkRequirement, NvLinkRequirement, P2PRequirement, TransportRequirement
+from pytest_gputopo.core.requirements import LinkRequirement, NvLinkRequirement, P2PRequirement
 from pytest_gputopo.probe import nvml
 
 OK = model.P2PStatus.OK
@@ -252,8 +253,8 @@ def test_a_mig_enabled_gpu_gets_no_figure_measured_or_published(monkeypatch):
 
 
 def test_a_bandwidth_marker_on_a_prohibited_gpu_is_never_met(monkeypatch):
+    from pytest_gputopo.core.fact_requirements import BandwidthRequirement
     from pytest_gputopo.core.judgement import ABSENT, Judgement, Measured, Threshold
-    from pytest_gputopo.core.requirements import BandwidthRequirement
 
     result = _suite(_box(modes=("Prohibited", "Prohibited"), source="nvml"), monkeypatch).get(keys.Copy("p2p", 0, 1))
     judged = Judgement(

@@ -35,12 +35,12 @@ ALLOWED: dict[str, tuple[int, str]] = {
         "loads only for an all-reduce measured here",
     ),
     "cli/check.py": (1, "pytest: gputopo check's run only; the other commands never load pytest"),
-    "core/hardware.py": (2, "packaging: where a version or a specifier is read"),
-    "core/requirements.py": (
+    "core/fact_requirements.py": (
         4,
         "load budget: the judges (keys, judgement, thresholds) load for a bandwidth "
         "requirement only, not for a run judged on NVML's facts",
     ),
+    "core/hardware.py": (2, "packaging: where a version or a specifier is read"),
     "core/schema.py": (1, "load budget: the keys load where a profile's recorded figures are read"),
     "plugin/fixtures.py": (
         8,
@@ -59,7 +59,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
         f"{LOADED}: the model, the schema and the boot record's owner check (grp, pwd) "
         "load when the machine is learned",
     ),
-    "plugin/markers.py": (3, f"{LOADED}: the requirement classes load when a marker is read"),
+    "plugin/markers.py": (5, f"{LOADED}: the requirement classes (three modules) load when a marker is read"),
     "plugin/measurements.py": (
         3,
         "load budget: the ranks' rendezvous, installed versions and progress lines "
@@ -130,7 +130,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "runtime/rank_procs.py": (1, "torch: torch.multiprocessing spawns a ranks(n) test's processes"),
     "runtime/ranks.py": (1, "torch: torch.distributed's store, for a launch"),
 }
-TOTAL = 155  # the allowances' sum, said in docs/architecture.md
+TOTAL = 157  # the allowances' sum, said in docs/architecture.md
 
 
 def imports_inside_functions(source: str) -> list[int]:

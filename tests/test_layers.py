@@ -134,20 +134,20 @@ def test_the_cycle_test_finds_a_cycle():
 
 def test_a_requirement_built_directly_is_validated():
     """Validation lives in the requirement classes, not in the marker factories."""
-    from pytest_gputopo.core import gpu_requirements, requirements as reqs
+    from pytest_gputopo.core import fact_requirements as facts, gpu_requirements, requirements as reqs
 
     for build, says in (
         (lambda: gpu_requirements.GpuRequirement(gpus=-1), "n must be a number of GPUs from 0 to 1024"),
         (lambda: reqs.P2PRequirement(gpus=0), "gpus must be a number of GPUs from 1 to 1024"),
         (lambda: reqs.LinkRequirement(need="XYZ"), "XYZ"),
-        (lambda: reqs.BandwidthRequirement(gbps=float("nan")), "gbps must be a number above 0"),
-        (lambda: reqs.BandwidthRequirement(metric="bogus"), "metric must be one of"),
-        (lambda: reqs.TransportRequirement(kind="UDP"), "kind must be one of"),
+        (lambda: facts.BandwidthRequirement(gbps=float("nan")), "gbps must be a number above 0"),
+        (lambda: facts.BandwidthRequirement(metric="bogus"), "metric must be one of"),
+        (lambda: facts.TransportRequirement(kind="UDP"), "kind must be one of"),
     ):
         with pytest.raises(reqs.RequirementError, match=says):
             build()
     assert reqs.LinkRequirement(need="nv12") == reqs.LinkRequirement(need=reqs.LinkLabel.parse("NV12"), spelled="NV12")
-    assert reqs.BandwidthRequirement(gbps=50) == reqs.BandwidthRequirement(gbps=50.0)
+    assert facts.BandwidthRequirement(gbps=50) == facts.BandwidthRequirement(gbps=50.0)
 
 
 def test_the_floor_options_are_the_cores_floors():

@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 from pytest_gputopo.core import requirements as reqs
 from pytest_gputopo.core.gpu_requirements import GpuRequirement, VersionRequirement
 from pytest_gputopo.core.placement import Placer, gpus_needed
+from pytest_gputopo.core.ranks_requirement import RanksRequirement
 from pytest_gputopo.probe.recorded import load_profile
 
 
@@ -51,7 +52,7 @@ def test_no_set_on_the_machine_can_meet_it_says_why_as_the_marker_does():
     p2p = Placer(machine("4x-rtx4090"), [reqs.P2PRequirement(gpus=2)], 2)  # P2P refused on every pair
     assert "GPU0-GPU1 cannot do P2P" in p2p.never and not p2p.unknown
     assert Placer(topo, [], 9).never == "needs 9 GPUs, 8 may be leased here"
-    assert Placer(topo, [reqs.RanksRequirement(n=9)], 9).never == "ranks(9): needs 9 GPUs, 8 may be leased here"
+    assert Placer(topo, [RanksRequirement(n=9)], 9).never == "ranks(9): needs 9 GPUs, 8 may be leased here"
 
 
 def test_unknown_is_never_met():

@@ -11,7 +11,7 @@ via P2P/CUMEM/read").
 import pytest
 
 from conftest import CORPUS, NO_CORPUS
-from pytest_gputopo.core.requirements import TransportRequirement
+from pytest_gputopo.core.fact_requirements import TransportRequirement
 from pytest_gputopo.parse.nccl_log import parse_nccl_log, transport_family
 from pytest_gputopo.plugin.run import GATE_EXIT_STATUS
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import CORPUS, NO_CORPUS
-from pytest_gputopo.core.requirements import TransportRequirement
+from pytest_gputopo.core.fact_requirements import TransportRequirement
 from pytest_gputopo.parse.nccl_log import Connection, NcclLog, parse_nccl_log, transport_family
 from pytest_gputopo.parse.nccl_topo_xml import NcclTopoXmlError, parse_topo_xml
 from pytest_gputopo.render.tables import nccl_log_lines

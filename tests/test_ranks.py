@@ -422,7 +422,7 @@ def test_five_strict(gputopo_rank):
     ("n", "available", "fits"), [(4, 2**30, True), (5, 2**30, False), (1024, 24 * 2**30, False), (1024, None, True)]
 )
 def test_the_ranks_fit_the_hosts_memory_at_256_mib_each_and_unknown_memory_bounds_nothing(n, available, fits):
-    from pytest_gputopo.core.requirements import RanksRequirement
+    from pytest_gputopo.core.ranks_requirement import RanksRequirement
 
     assert (RanksRequirement(n=n).memory_shortfall(available) is None) is fits
 

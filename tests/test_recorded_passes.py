@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gputopo.core import judgement, requirements as reqs
+from pytest_gputopo.core import judgement
+from pytest_gputopo.core.fact_requirements import BandwidthRequirement
 from pytest_gputopo.core.spec import Figure
 from pytest_gputopo.probe import reference
 
@@ -92,7 +93,7 @@ def _judged(origin):
 def test_measured_pass_says_nothing_recorded():
     """Only figures recorded for the machine are named: a figure measured here or cached adds nothing."""
     topology = reference("dgx-a100")
-    requirement = reqs.BandwidthRequirement(metric="p2p", gbps=None, gpus=2)
+    requirement = BandwidthRequirement(metric="p2p", gbps=None, gpus=2)
     for origin in ("measured", "cached"):
         verdict = requirement.judge(topology, [_judged(origin)])
         assert verdict.ok and verdict.recorded == ""

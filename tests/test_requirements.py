@@ -4,8 +4,10 @@ import pytest
 
 from pytest_gputopo.core import gpu_requirements, requirements as reqs
 from pytest_gputopo.core.expressions import parse_expression
+from pytest_gputopo.core.fact_requirements import BandwidthRequirement
 from pytest_gputopo.core.judgement import Measured
 from pytest_gputopo.core.model import P2P, Gpu, Link, LinkClass, LinkLabel, P2PStatus, Topology
+from pytest_gputopo.core.ranks_requirement import RanksRequirement
 from pytest_gputopo.core.regressions import regressions
 from pytest_gputopo.plugin.markers import from_marker
 
@@ -202,7 +204,7 @@ def test_an_unmet_verdict_says_whether_it_rests_only_on_unknown_facts(requiremen
 )
 def test_a_bandwidth_verdict_is_unknown_only_when_no_figure_is_known_to_fall_short(figures, unknown):
     judgements = [_figure(gbps, exp) for gbps, exp in figures]
-    verdict = reqs.BandwidthRequirement(metric="p2p").judge(box({}, 2), judgements)
+    verdict = BandwidthRequirement(metric="p2p").judge(box({}, 2), judgements)
     assert not verdict.ok and verdict.unknown is unknown
 
 
@@ -217,4 +219,4 @@ def test_a_bandwidth_verdict_is_unknown_only_when_no_figure_is_known_to_fall_sho
     ],
 )
 def test_a_ranks_tests_process_group_times_out_inside_the_tests_own_deadline(timeout, group):
-    assert reqs.RanksRequirement(n=2, timeout=timeout).group_timeout_s == group
+    assert RanksRequirement(n=2, timeout=timeout).group_timeout_s == group

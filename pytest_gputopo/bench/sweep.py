@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ..core.requirements import RANK_BASE_BYTES
+from ..core.ranks_requirement import RANK_BASE_BYTES
 from ..core.spec import Figure
 from ..core.units import counted, size_text
 from .allreduce_result import AllReduceResult

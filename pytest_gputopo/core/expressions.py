@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 from . import numtext
+from .fact_requirements import NoFallbackRequirement
 from .gpu_requirements import VERSIONS, GpuRequirement, VersionRequirement
 from .limits import MAX_GPUS, MAX_NVLINKS, show_value
 from .requirements import (
     LinkRequirement,
-    NoFallbackRequirement,
     NvLinkRequirement,
     P2PRequirement,
     Requirement,

@@ -16,9 +16,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import combinations
 from math import comb, inf
 
+from .fact_requirements import FactRequirement
 from .gpu_requirements import VersionRequirement
 from .model import Topology
-from .requirements import FactRequirement, RanksRequirement, Requirement
+from .ranks_requirement import RanksRequirement
+from .requirements import Requirement
 from .units import counted
 
 # Above this many k-sets every one is not judged: sets grown greedily from each GPU are (and the

@@ -59,29 +59,41 @@ def _requires_link(cls, gpus=None, *, strict=None):
 
 
 def _min_allreduce_bw(gbps=None, gpus=None, size=None, *, floor=None, strict=None):
-    return _reqs().BandwidthRequirement(gpus=gpus, metric="allreduce", gbps=gbps, size=size, floor=floor)
+    return _fact_reqs().BandwidthRequirement(gpus=gpus, metric="allreduce", gbps=gbps, size=size, floor=floor)
 
 
 def _min_p2p_bw(gbps=None, gpus=None, *, floor=None, strict=None):
-    return _reqs().BandwidthRequirement(gpus=gpus, metric="p2p", gbps=gbps, floor=floor)
+    return _fact_reqs().BandwidthRequirement(gpus=gpus, metric="p2p", gbps=gbps, floor=floor)
 
 
 def _min_h2d_bw(gbps=None, pinned=True, *, floor=None, strict=None):
-    return _reqs().BandwidthRequirement(metric="h2d", gbps=gbps, pinned=pinned, floor=floor)
+    return _fact_reqs().BandwidthRequirement(metric="h2d", gbps=gbps, pinned=pinned, floor=floor)
 
 
 def _requires_nccl_transport(kind, gpus=None, *, gdrdma=None, strict=None):
-    return _reqs().TransportRequirement(gpus=gpus, kind=kind, gdrdma=gdrdma)
+    return _fact_reqs().TransportRequirement(gpus=gpus, kind=kind, gdrdma=gdrdma)
 
 
 def _ranks(n, *, timeout=None, backend=None, pool=None, strict=None):
-    return _reqs().RanksRequirement(n=n, timeout=timeout, backend=backend, pool=pool)
+    return _ranks_req().RanksRequirement(n=n, timeout=timeout, backend=backend, pool=pool)
 
 
 def _reqs():
     from ..core import requirements  # the core, on the first marked test (see the module's docstring)
 
     return requirements
+
+
+def _fact_reqs():
+    from ..core import fact_requirements  # (as _reqs) those judged on figures and NCCL's account
+
+    return fact_requirements
+
+
+def _ranks_req():
+    from ..core import ranks_requirement  # (as _reqs) a test run as n ranks
+
+    return ranks_requirement
 
 
 MARKERS: dict[str, Callable] = {
@@ -224,7 +236,7 @@ def world_sizes(definition, leave: frozenset = frozenset()) -> tuple[int, ...] |
     marked, _ = read_markers([definition], leave)
     for _, found in marked:
         for requirement, _ in found:
-            if isinstance(requirement, _reqs().RanksRequirement):
+            if isinstance(requirement, _ranks_req().RanksRequirement):
                 return requirement.sizes
     return None
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import pytest
 
-from ..core.requirements import FactRequirement
+from ..core.fact_requirements import FactRequirement
 from ..core.units import counted
 from ..render.escape import terminal
 from ..render.report import source_text

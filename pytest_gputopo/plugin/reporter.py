@@ -109,7 +109,7 @@ def say_verdicts(run: GputopoRun, item: pytest.Item, found: list, stop: int) -> 
     the topology); one judged on measurements is ``unknown``: nothing is measured for a test not run."""
     if not run.settings.writes_report:
         return  # only a report reads them (each is a JUnit property too)
-    from ..core.requirements import FactRequirement
+    from ..core.fact_requirements import FactRequirement
     from .run_record import judged_figures
     from .verdicts import evaluate
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ..core import requirements as reqs
+from ..core import fact_requirements as facts, requirements as reqs
 from ..core.causes import MACHINE, Finding, Group, causes
 from ..core.requirements import Outcome
 from ..render import report
@@ -54,7 +54,7 @@ def evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
 
 
 def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
-    if isinstance(requirement, reqs.FactRequirement):
+    if isinstance(requirement, facts.FactRequirement):
         verdict = judge(run, requirement)  # measures lazily, once per run
         mine: dict[str, Any] = {
             "reason": None if verdict.ok else verdict.reason,
@@ -93,11 +93,11 @@ def _evaluate(run: GputopoRun, requirement: reqs.Requirement) -> Outcome:
 
 
 def judge(
-    run: GputopoRun, requirement: reqs.FactRequirement, max_items: int | None = reqs.REASON_PAIRS
+    run: GputopoRun, requirement: facts.FactRequirement, max_items: int | None = reqs.REASON_PAIRS
 ) -> reqs.Verdict:
     """The verdict of a requirement judged on facts beyond the topology, its reason naming the
     source (``max_items=None``: name every failing pair, as a run gate does)."""
-    if isinstance(requirement, reqs.BandwidthRequirement):
+    if isinstance(requirement, facts.BandwidthRequirement):
         return judge_bandwidth(run, requirement, max_items)
     from . import measurements  # the benchmarks and NCCL's view, for requirements on facts
     from .nccl_view import nccl_view
@@ -105,7 +105,7 @@ def judge(
     topology = run.topology
     view = nccl_view(run, observe=True)
     # What the verdict rests on: NCCL's run, and for no-fallback the P2P copies measured so far.
-    transport = isinstance(requirement, reqs.TransportRequirement)
+    transport = isinstance(requirement, facts.TransportRequirement)
     wrong = measurements.wrong_data(run, ("nccl_transports",) if transport else ("nccl_transports", "p2p"))
     if wrong:  # the facts rest on runs whose data came back wrong: a broken node, never a skip
         reason = f"{requirement}: {'; '.join(wrong)} [{report.source_text(topology)}; {view.origin}]"
@@ -227,7 +227,7 @@ def judge_figure(run: GputopoRun, key: keys.Key, gbps: float | None = None, floo
 
 
 def judge_bandwidth(
-    run: GputopoRun, requirement: reqs.BandwidthRequirement, max_items: int | None = reqs.REASON_PAIRS
+    run: GputopoRun, requirement: facts.BandwidthRequirement, max_items: int | None = reqs.REASON_PAIRS
 ) -> reqs.Verdict:
     """The verdict of a ``min_*_bw`` marker, its reason naming the source."""
     from . import measurements  # the benchmarks (see above)
@@ -273,12 +273,12 @@ def gate_causes(run: GputopoRun) -> tuple[list[str], list]:
         for view, topo in nodes:
             prefix = f"{view.where}: " if view is not None else ""
             for term in terms:
-                if isinstance(term, reqs.FactRequirement):
+                if isinstance(term, facts.FactRequirement):
                     continue  # judged below, on this rank's own facts
                 group = _group(term, topo, _node(view), f"{prefix}{term}")
                 if group.findings:
                     groups.append(group)
-        loose += _fact_gate_findings(run, [t for t in terms if isinstance(t, reqs.FactRequirement)])
+        loose += _fact_gate_findings(run, [t for t in terms if isinstance(t, facts.FactRequirement)])
     if settings.expect is not None:
         try:
             ref = reference(settings.expect)
