@@ -5,6 +5,8 @@ import os
 import random
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,9 @@ from hypothesis import HealthCheck, settings
 
 import loopback
 from schedule import slow_first_per_worker
+
+# pytest as a user starts it, in a process of its own; it writes no cache into the test's folder.
+USER_PYTEST = (sys.executable, "-m", "pytest", "-p", "no:cacheprovider")
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -399,6 +404,14 @@ def run_cli(capsys, *args) -> tuple[int, str, str]:
     code = cli.main([str(a) for a in args])
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def wait_for_file(path: Path, timeout_s: float) -> bool:
+    """Whether ``path`` exists within ``timeout_s`` seconds (what another process writes when it gets there)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return path.exists()
 
 
 def record_node(capsys, tmp_path, topo, *sources) -> tuple[int, str, str]:

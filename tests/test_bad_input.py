@@ -12,6 +12,7 @@ import sys
 import pytest
 from hypothesis import given, strategies as st
 
+from conftest import USER_PYTEST, wait_for_file
 from pytest_gputopo.runtime import environ as runtime, files
 
 FAILING = "def test_fails():\n    assert False\n\ndef test_passes():\n    pass\n"
@@ -288,7 +289,6 @@ def test_sigterm_mid_run_leaves_the_report_so_far(pytester):
     written again after each test that added a measurement, marked ``"complete": false`` until the
     end -- with no signal handler in the user's process."""
     import signal
-    import time
 
     started = pytester.path / "started"
     pytester.makepyfile(
@@ -304,25 +304,13 @@ def test_b():
 """
     )
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--gputopo-machine",
-            "dgx-a100",
-            "--gputopo-json",
-            "out.json",
-        ],
+        [*USER_PYTEST, "--gputopo-machine", "dgx-a100", "--gputopo-json", "out.json"],
         cwd=pytester.path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_file(started, 60)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == -signal.SIGTERM  # pytest's own response: no handler of ours
     finally:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, NO_CORPUS
+from conftest import CORPUS, NO_CORPUS, USER_PYTEST, node_profile
 from doc_examples import ROOT, Block, assert_shows, blocks, commands, run_shell, workflow_plan
 from emulated import GCC, build_libs, make_host
 
@@ -392,7 +392,7 @@ def test_readme_commands_on_a_gpu_host_and_on_one_that_degraded(gpu_host, tmp_pa
     assert json.loads((tmp_path / "healthy-node.json").read_text())["topology"]["gpus"][5]["name"]
     assert "GPU0  X     NV18" in said["gputopo show"]
     assert "hgx-h100-nvlink-down" in said["gputopo machines"]
-    assert json.loads((tmp_path / "node.json").read_text())["topology"]["published"]  # nvbandwidth's figures
+    assert node_profile(tmp_path)["topology"]["published"]  # nvbandwidth's figures
 
     degraded = run_shell(
         only(block, "pytest --gputopo-require", "pytest --gputopo-expect"),
@@ -580,17 +580,7 @@ def test_report_transcript(tmp_path):
     """`gputopo report run.json -o run.html` on a run's --gputopo-json document of
     hgx-h100-nvlink-down prints the line the doc shows and writes the page."""
     made = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            "--gputopo-machine",
-            "hgx-h100-nvlink-down",
-            "--gputopo-json",
-            "run.json",
-        ],
+        [*USER_PYTEST, "--gputopo-machine", "hgx-h100-nvlink-down", "--gputopo-json", "run.json"],
         cwd=tmp_path,
         env=shell_env(),
         capture_output=True,

@@ -9,17 +9,31 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from conftest import USER_PYTEST, wait_for_file
 from pytest_gputopo.cli import main as gputopo
 from pytest_gputopo.render.html import ReportError, check_document, html_report
 
 # ---------------------------------------------------------------------------------------------
 # 20.6: a killed run's report
+
+DGX_A100_REPORTS = ("--gputopo-machine", "dgx-a100", "--gputopo-json", "out.json")
+
+
+def start_user_run(folder, *args) -> subprocess.Popen:
+    """pytest ARGS started as a user starts it in ``folder``, in a session of its own (so that killing its
+    group ends xdist's workers too), with TMPDIR there: what a killed run leaves stays there."""
+    return subprocess.Popen(
+        [*USER_PYTEST, *args],
+        cwd=folder,
+        env={**os.environ, "TMPDIR": str(folder)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2", "--dist", "loadfile"]], ids=["serial", "xdist"])
@@ -46,32 +60,9 @@ def test_b():
     time.sleep(120)
 """
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            *xdist,
-            "--gputopo-machine",
-            "dgx-a100",
-            "--gputopo-json",
-            "out.json",
-            "--gputopo-html",
-            "out.html",
-        ],
-        cwd=pytester.path,
-        env={**os.environ, "TMPDIR": str(pytester.path)},  # what the killed run leaves stays here
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = start_user_run(pytester.path, *xdist, *DGX_A100_REPORTS, "--gputopo-html", "out.html")
     try:
-        deadline = time.monotonic() + 90
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert started.exists()
+        assert wait_for_file(started, 90)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
     finally:
@@ -104,30 +95,10 @@ def test_first():
     time.sleep(120)
 """
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "no:cacheprovider",
-            *xdist,
-            "--gputopo-machine",
-            "dgx-a100",
-            "--gputopo-json",
-            "out.json",
-        ],
-        cwd=pytester.path,
-        env={**os.environ, "TMPDIR": str(pytester.path)},  # what the killed run leaves stays here
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = start_user_run(pytester.path, *xdist, *DGX_A100_REPORTS)
     started = pytester.path / "started"
     try:
-        deadline = time.monotonic() + 90
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_file(started, 90)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
