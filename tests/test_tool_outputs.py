@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import pytest_gputopo
-from conftest import CORPUS, NO_CORPUS, run_cli as run
+from conftest import CORPUS, NO_CORPUS, node_profile, record_node, run_cli as run
 from pytest_gputopo.core import schema
 from pytest_gputopo.parse.cuda_samples import parse_p2p_bandwidth_latency
 from pytest_gputopo.parse.nvbandwidth import Nvbandwidth, NvbMatrix, NvbTestcase, parse_nvbandwidth
@@ -109,9 +109,7 @@ def nvlink_text(down: dict[int, tuple[int, ...]], n: int = 8) -> str:
 def test_nvbandwidth_figures_are_recorded_per_pair_and_served_as_recorded(tmp_path, h100_topo, capsys):
     (tmp_path / "nvb.txt").write_text(nvbandwidth_text())
     profile = tmp_path / "node.json"
-    code, out, err = run(
-        capsys, "record", "--from-smi", str(h100_topo), "--nvbandwidth", str(tmp_path / "nvb.txt"), "-o", str(profile)
-    )
+    code, out, err = record_node(capsys, tmp_path, h100_topo, "--nvbandwidth", tmp_path / "nvb.txt")
     assert code == 0, err
     assert "device_to_device_memcpy_write_ce: 55 p2p figure(s) recorded" in out  # 56 pairs, one N/A
     assert "device_to_device_memcpy_read_ce: not recorded (a read: the receiving GPU issues it" in out
@@ -158,24 +156,23 @@ def test_nvbandwidth_figures_are_recorded_per_pair_and_served_as_recorded(tmp_pa
     assert "120 / ?" in page and "<small>recorded</small>" in page and "<small>measured</small>" not in page
 
 
-def test_recorded_figures_are_judged_as_measured_ones_are(tmp_path, capsys):
-    """The same figures in a profile that knows its GPUs (bundled hgx-h100: H100 SXM5, NVLink 4.0)."""
+def full_check_on_nvbandwidth_figures(tmp_path, capsys) -> tuple[int, dict]:
+    """``gputopo check --level full`` of the bundled hgx-h100 (H100 SXM5, NVLink 4.0) with nvbandwidth_text()'s
+    figures recorded in place of its pair-less published one: its exit status and its items by name."""
     data = json.loads((Path(pytest_gputopo.__file__).parent / "machines" / "hgx-h100.json").read_text())
     figures = RecordedFigures(probe("hgx-h100"))
     figures.add_nvbandwidth(parse_nvbandwidth(nvbandwidth_text()), "nvb.txt")
-    data["topology"]["published"] = figures.published  # in place of the pair-less published figure
+    data["topology"]["published"] = figures.published
     (tmp_path / "node.json").write_text(json.dumps(data))
     code, out, err = run(
-        capsys,
-        "check",
-        "--machine",
-        str(tmp_path / "node.json"),
-        "--level",
-        "full",
-        "--json",
-        str(tmp_path / "run.json"),
+        capsys, "check", "--machine", tmp_path / "node.json", "--level", "full", "--json", tmp_path / "run.json"
     )
-    checks = {c["check"]: c for c in json.loads((tmp_path / "run.json").read_text())["checks"]}
+    return code, {c["check"]: c for c in json.loads((tmp_path / "run.json").read_text())["checks"]}
+
+
+def test_recorded_figures_are_judged_as_measured_ones_are(tmp_path, capsys):
+    """The same figures in a profile that knows its GPUs (bundled hgx-h100: H100 SXM5, NVLink 4.0)."""
+    code, checks = full_check_on_nvbandwidth_figures(tmp_path, capsys)
     assert checks[f"p2p_bw[GPU0->GPU{SLOW}]"]["outcome"] == "failed" and code == 1
     assert checks["p2p_bw[GPU0->GPU2]"]["outcome"] == "passed"
     assert "recorded" in checks[f"p2p_bw[GPU0->GPU{SLOW}]"]["message"]
@@ -185,22 +182,7 @@ def test_the_full_check_judges_each_direction_of_every_pair(tmp_path, capsys):
     """Issue 32 G6: the full check's one-way copies go both ways, each judged on its own figure
     (nvbandwidth's write_ce [row][column] and [column][row] are two copies): GPU5 -> GPU0 is slow as
     GPU0 -> GPU5 is, and GPU1 -> GPU0, the cell nvbandwidth could not measure, says so."""
-    data = json.loads((Path(pytest_gputopo.__file__).parent / "machines" / "hgx-h100.json").read_text())
-    figures = RecordedFigures(probe("hgx-h100"))
-    figures.add_nvbandwidth(parse_nvbandwidth(nvbandwidth_text()), "nvb.txt")
-    data["topology"]["published"] = figures.published
-    (tmp_path / "node.json").write_text(json.dumps(data))
-    run(
-        capsys,
-        "check",
-        "--machine",
-        str(tmp_path / "node.json"),
-        "--level",
-        "full",
-        "--json",
-        str(tmp_path / "run.json"),
-    )
-    checks = {c["check"]: c for c in json.loads((tmp_path / "run.json").read_text())["checks"]}
+    code, checks = full_check_on_nvbandwidth_figures(tmp_path, capsys)
     assert len([name for name in checks if name.startswith("p2p_bw[")]) == 56  # 28 pairs, both ways
     assert checks[f"p2p_bw[GPU{SLOW}->GPU0]"]["outcome"] == "failed"
     assert checks["p2p_bw[GPU2->GPU0]"]["outcome"] == "passed"
@@ -288,19 +270,7 @@ def test_a_bidirectional_total_cut_before_its_sum_line_is_still_known_by_its_tit
 def test_published_figures_follow_the_gpus_a_process_sees(tmp_path, h100_topo, capsys, monkeypatch):
     (tmp_path / "nvb.txt").write_text(nvbandwidth_text())
     profile = tmp_path / "node.json"
-    assert (
-        run(
-            capsys,
-            "record",
-            "--from-smi",
-            str(h100_topo),
-            "--nvbandwidth",
-            str(tmp_path / "nvb.txt"),
-            "-o",
-            str(profile),
-        )[0]
-        == 0
-    )
+    assert record_node(capsys, tmp_path, h100_topo, "--nvbandwidth", tmp_path / "nvb.txt")[0] == 0
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"3,{SLOW}")
     seen = probe(str(profile))
     pairs = {(f["src"], f["dst"]): f["gbps"] for f in seen.published if f["kind"] == "p2p"}
@@ -311,9 +281,7 @@ def test_published_figures_follow_the_gpus_a_process_sees(tmp_path, h100_topo, c
 def test_nvlink_states_are_recorded_and_a_down_link_fails_the_check(tmp_path, h100_topo, capsys):
     (tmp_path / "nvl.txt").write_text(nvlink_text({SLOW: (7,)}))
     profile = tmp_path / "node.json"
-    code, out, err = run(
-        capsys, "record", "--from-smi", str(h100_topo), "--nvlink-status", str(tmp_path / "nvl.txt"), "-o", str(profile)
-    )
+    code, out, err = record_node(capsys, tmp_path, h100_topo, "--nvlink-status", tmp_path / "nvl.txt")
     assert code == 0, err
     # topo -m says NV18 for GPU5's pairs, nvlink -s 17 links up: said, both kept as printed
     assert f"GPU{SLOW}: nvidia-smi nvlink -s ({tmp_path / 'nvl.txt'}) shows 17 links up, a pair shows NV18" in err
@@ -376,21 +344,9 @@ def test_p2p_test_figures_are_peer_to_peer_only_where_cuda_said_peer_access(tmp_
     by cudaMemcpyPeerAsync, so it is no P2P figure; the P2P=Disabled matrix is the staged copy."""
     (tmp_path / "topo.txt").write_text(render_topo_matrix(probe("2x-rtx3090-nvlink")))
     (tmp_path / "p2p.txt").write_text(P2P_TEST)
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        str(tmp_path / "topo.txt"),
-        "--p2p-bandwidth",
-        str(tmp_path / "p2p.txt"),
-        "-o",
-        str(tmp_path / "node.json"),
-    )
+    code, out, err = record_node(capsys, tmp_path, tmp_path / "topo.txt", "--p2p-bandwidth", tmp_path / "p2p.txt")
     assert code == 0, err
-    figures = {
-        (f["kind"], f["src"], f["dst"]): f["gbps"]
-        for f in json.loads((tmp_path / "node.json").read_text())["topology"]["published"]
-    }
+    figures = {(f["kind"], f["src"], f["dst"]): f["gbps"] for f in node_profile(tmp_path)["topology"]["published"]}
     assert figures == {
         ("p2p_staged", 0, 1): 11.42,
         ("p2p_staged", 1, 0): 11.45,
@@ -407,18 +363,9 @@ def test_a_p2p_test_read_is_not_the_push_gputopo_measures(tmp_path, capsys):
     reads = P2P_TEST.replace("(P2P Writes)", "(P2P Reads)")
     (tmp_path / "topo.txt").write_text(render_topo_matrix(probe("2x-rtx3090-nvlink")))
     (tmp_path / "p2p.txt").write_text(reads)
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        str(tmp_path / "topo.txt"),
-        "--p2p-bandwidth",
-        str(tmp_path / "p2p.txt"),
-        "-o",
-        str(tmp_path / "node.json"),
-    )
+    code, out, err = record_node(capsys, tmp_path, tmp_path / "topo.txt", "--p2p-bandwidth", tmp_path / "p2p.txt")
     assert code == 0, err
-    kinds = {f["kind"] for f in json.loads((tmp_path / "node.json").read_text())["topology"]["published"]}
+    kinds = {f["kind"] for f in node_profile(tmp_path)["topology"]["published"]}
     assert kinds == {"p2p_staged", "p2p_bidir"}
     assert "(P2P Reads) Matrix (GB/s): not recorded (a read: GPU(row) pulls from GPU(column)" in out
 
@@ -427,33 +374,17 @@ def test_a_p2p_test_read_is_not_the_push_gputopo_measures(tmp_path, capsys):
 def test_a_p2p_test_without_its_connectivity_matrix_records_no_p2p_figure(tmp_path, capsys):
     (tmp_path / "topo.txt").write_text(render_topo_matrix(probe("8x-l40s")))
     sample = CORPUS / "ncclperf" / "006.txt"  # the Bidirectional P2P=Enabled matrix alone
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        str(tmp_path / "topo.txt"),
-        "--p2p-bandwidth",
-        str(sample),
-        "-o",
-        str(tmp_path / "node.json"),
-    )
+    code, out, err = record_node(capsys, tmp_path, tmp_path / "topo.txt", "--p2p-bandwidth", sample)
     assert code == 0, err
     assert "not recorded: no P2P Connectivity Matrix in the text" in out
-    assert json.loads((tmp_path / "node.json").read_text())["topology"]["published"] == []
+    assert node_profile(tmp_path)["topology"]["published"] == []
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason=NO_CORPUS)
 def test_corpus_outputs_of_one_machine_make_one_profile(tmp_path, capsys):
     """corpus topo/001 (8x A100 SXM4, NV12) with nvlink-status/001 (GPU0 of an A100-SXM4-40GB node)."""
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        str(CORPUS / "topo" / "001.txt"),
-        "--nvlink-status",
-        str(CORPUS / "nvlink-status" / "001.txt"),
-        "-o",
-        str(tmp_path / "node.json"),
+    code, out, err = record_node(
+        capsys, tmp_path, CORPUS / "topo" / "001.txt", "--nvlink-status", CORPUS / "nvlink-status" / "001.txt"
     )
     assert code == 0, err
     seen = probe(str(tmp_path / "node.json"))
@@ -629,23 +560,14 @@ def test_record_refuses_p2p_text_of_another_gpu_count(tmp_path, capsys, h100_top
         text, topo, says = P2P_TWO, h100_topo, "saw 2 GPUs and the machine has 8"
     (tmp_path / "p2p.txt").write_text(text)
     for arg in (str(tmp_path / "p2p.txt"), f"rw:{tmp_path / 'p2p.txt'}"):
-        code, out, err = run(capsys, "record", "--from-smi", str(topo), "--p2p", arg, "-o", str(tmp_path / "node.json"))
+        code, out, err = record_node(capsys, tmp_path, topo, "--p2p", arg)
         assert code == 2 and not (tmp_path / "node.json").exists(), err
         assert err.startswith(f"gputopo: {tmp_path / 'p2p.txt'}: nvidia-smi topo -p2p {says}: another machine"), err
         assert len(err.strip().splitlines()) == 1
     # The same machine's text is taken.
     (tmp_path / "p2p.txt").write_text(P2P_TWO)
     (tmp_path / "topo2.txt").write_text(render_topo_matrix(probe("2x-rtx3090-nvlink")))
-    code, out, err = run(
-        capsys,
-        "record",
-        "--from-smi",
-        str(tmp_path / "topo2.txt"),
-        "--p2p",
-        str(tmp_path / "p2p.txt"),
-        "-o",
-        str(tmp_path / "node.json"),
-    )
+    code, out, err = record_node(capsys, tmp_path, tmp_path / "topo2.txt", "--p2p", tmp_path / "p2p.txt")
     assert code == 0, err
 
 
