@@ -168,14 +168,15 @@ def test_no_peer_access_is_no_p2p_figure(monkeypatch):
     cuda = FakeCuda()
     cuda.can_device_access_peer = lambda a, b: False
     monkeypatch.setitem(sys.modules, "torch", cpu_torch(cuda))
-    answer = copies.answer({"key": ["p2p", 0, 1], "budget_s": 0.05})
-    assert answer == {"peer_access": False, "bw_gbps": None, "worker_pid": os.getpid()}
-
     from pytest_gputopo.bench import subproc
+
+    answer = copies.answer(subproc.CopyRequest(keys.Copy("p2p", 0, 1), 0.05))
+    assert answer.detail() == {"peer_access": False, "bw_gbps": None, "worker_pid": os.getpid()}
+
     from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
     from pytest_gputopo.core import model
 
-    monkeypatch.setattr(subproc.CopyWorker, "measure", lambda *a, **k: {"peer_access": False, "bw_gbps": None})
+    monkeypatch.setattr(subproc.CopyWorker, "measure", lambda *a, **k: subproc.CopyAnswer(1, None, peer_access=False))
     host = model.Topology(gpus=(model.Gpu(0), model.Gpu(1)), links=(model.Link(0, 1),), source=model.Source("nvml"))
     result = BenchSuite(host, BenchSettings()).get(keys.Copy("p2p", 0, 1))
     assert result.gbps is None and "no CUDA peer access between GPU0 and GPU1" in result.error
@@ -235,7 +236,7 @@ def test_a_hung_copy_ends_at_its_deadline_and_the_next_copy_gets_a_new_child(mon
     assert _copy_children() == []  # killed and reaped: no orphan, no zombie
     monkeypatch.setenv("PYTEST_GPUTOPO_TEST_FAULTS", '{"copy_gbps": 7.5}')
     try:
-        assert worker.measure(keys.Copy("p2p", 0, 1), host, budget_s=0.1, timeout_s=60)["bw_gbps"] == 7.5
+        assert worker.measure(keys.Copy("p2p", 0, 1), host, budget_s=0.1, timeout_s=60).bw_gbps == 7.5
     finally:
         worker.close()
     assert _copy_children() == []

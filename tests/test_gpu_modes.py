@@ -277,12 +277,12 @@ def test_no_copy_child_outlives_a_copy_on_an_exclusive_gpu(mode, monkeypatch):
     worker = CopyWorker()
     try:
         default = _box(modes=("Default", "Default"), source="nvml")
-        assert worker.measure(keys.Copy("p2p", 0, 1), default, budget_s=0.1, timeout_s=60)["bw_gbps"] == 7.5
+        assert worker.measure(keys.Copy("p2p", 0, 1), default, budget_s=0.1, timeout_s=60).bw_gbps == 7.5
         assert len(_copy_children()) == 1  # a default GPU: the child waits for the rest of the burst
         exclusive = _box(modes=("Default", mode), source="nvml")
-        assert worker.measure(keys.Copy("p2p", 0, 1), exclusive, budget_s=0.1, timeout_s=60)["bw_gbps"] == 7.5
+        assert worker.measure(keys.Copy("p2p", 0, 1), exclusive, budget_s=0.1, timeout_s=60).bw_gbps == 7.5
         assert _copy_children() == []  # ended and reaped with its answer
-        assert worker.measure(keys.HostCopy("h2d", 1, True), exclusive, budget_s=0.1, timeout_s=60)["bw_gbps"] == 7.5
+        assert worker.measure(keys.HostCopy("h2d", 1, True), exclusive, budget_s=0.1, timeout_s=60).bw_gbps == 7.5
         assert _copy_children() == []
     finally:
         worker.close()

@@ -16,16 +16,17 @@ Thresholds are judged at one large size (``judge_size``), never at the sweep ave
 "Avg bus bandwidth" is pulled down by the small sizes).
 
 Process model (why subprocess and not multiprocessing): each rank is ``python -m
-pytest_gputopo.bench.allreduce_worker --worker CONFIG RANK`` started with ``start_new_session=True``, so it
-leads its own process group and no terminal signal reaches it; the parent alone decides when it
+pytest_gputopo.bench.allreduce_worker --worker CONFIG RANK`` started with ``start_new_session=True``, so
+it leads its own process group and no terminal signal reaches it; the parent alone decides when it
 dies. Workers write their progress (phase, size) to ``status.<rank>.json`` and rank 0 its rows to
-``result.json`` in a private temporary directory; stdout/stderr go to files there (a full pipe would
-block a worker). The parent polls exits without reaping them (``waitid(WNOWAIT)``), so a process
-group id cannot be reused before it is killed. Whatever happens -- success, a dead rank, a hang past
-``timeout_s``, an exception or Ctrl-C in the parent -- the ``finally`` block sends SIGTERM to every
-worker's group, SIGKILL after a grace period, reaps every worker and deletes the directory. Should the
-parent itself be killed outright, each worker ends on its own: ``PR_SET_PDEATHSIG`` (Linux), a
-watchdog thread that sees the parent pid change, and a hard deadline a little after the parent's.
+``result.json`` in a private temporary directory (typed messages, ``bench.messages``); stdout/stderr go
+to files there (a full pipe would block a worker). The parent polls exits without reaping them
+(``waitid(WNOWAIT)``), so a process group id cannot be reused before it is killed. Whatever happens
+-- success, a dead rank, a hang past ``timeout_s``, an exception or Ctrl-C in the parent -- the
+``finally`` block sends SIGTERM to every worker's group, SIGKILL after a grace period, reaps every
+worker and deletes the directory. Should the parent itself be killed outright, each worker ends on its
+own: ``PR_SET_PDEATHSIG`` (Linux), a watchdog thread that sees the parent pid change, and a hard
+deadline a little after the parent's.
 
 Cross-rank mode (``peer=(rank, init_method)``), for a caller that is itself one rank of several
 (pytest under torchrun, one process per GPU, possibly on several nodes): each caller starts only the
@@ -40,7 +41,6 @@ worker; a peer that never joins is named (``rank 1 did not join``) when ``timeou
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -54,10 +54,12 @@ from typing import NamedTuple
 
 from ..core.collectives import allreduce_factor
 from ..parse.nccl_tuning import algo_by_size, parse_nccl_tuning
+from ..runtime.messages import MessageError
 from ..runtime.procs import Children
 from .allreduce_plan import AllReducePlan, plan_allreduce
 from .allreduce_result import AllReduceResult, AllReduceRow
-from .allreduce_worker import SCHED_POLICIES, read_json
+from .allreduce_worker import SCHED_POLICIES
+from .messages import CONFIG, ROWS, WorkerRow, WorkerStatus, read_status, rows_path
 
 __all__ = [
     "AllReduceResult",
@@ -117,31 +119,29 @@ def _describe_code(code: int) -> str:
     return f"code {code}"
 
 
-def _phase_text(status: dict | None) -> str:
-    if not status:
-        return "start-up"
-    return status.get("phase") or "start-up"
+def _phase_text(status: WorkerStatus | None) -> str:
+    return status.phase if status is not None and status.phase else "start-up"
 
 
 def _failure_reason(workdir: str, codes: dict[int, int], order: list[int]) -> tuple[str, str]:
     """Name the culprit among failed ranks: one that died without a Python error record (killed,
     ``os._exit``) before one that raised (typically "connection closed" as a consequence)."""
-    statuses = {r: read_json(os.path.join(workdir, f"status.{r}.json")) for r in codes}
-    hard = [r for r in order if not (statuses[r] or {}).get("error")]
+    statuses = {r: read_status(workdir, r) for r in codes}
+    errors = {r: status.error for r, status in statuses.items() if status is not None and status.error}
+    hard = [r for r in order if r not in errors]
     soft = [r for r in order if r not in hard]
     parts = []
     for r in hard:
         parts.append(f"rank {r} exited with {_describe_code(codes[r])} during {_phase_text(statuses[r])}")
     for r in soft:
-        st = statuses[r] or {}
-        parts.append(f"rank {r} failed during {_phase_text(st)}: {st.get('error')}")
+        parts.append(f"rank {r} failed during {_phase_text(statuses[r])}: {errors[r]}")
     culprit = (hard or soft)[0]
     return "; ".join(parts), _tail(os.path.join(workdir, f"rank{culprit}.log"))
 
 
 def _timeout_reason(workdir: str, timeout_s: float, running: list[int], done: list[int]) -> str:
-    statuses = {r: read_json(os.path.join(workdir, f"status.{r}.json")) for r in running + done}
-    missing = sorted({m for r in running for m in ((statuses[r] or {}).get("missing") or ())})
+    statuses = {r: read_status(workdir, r) for r in running + done}
+    missing = sorted({m for r in running if (status := statuses[r]) is not None for m in status.missing})
     if missing:  # cross-rank mode: still waiting for peers to join the process group
         who = "rank" if len(missing) == 1 else "ranks"
         where = "; ".join(f"rank {r} in {_phase_text(statuses[r])}" for r in running)
@@ -151,10 +151,10 @@ def _timeout_reason(workdir: str, timeout_s: float, running: list[int], done: li
         )
     # Suspects: the ranks furthest behind; among them, a rank known to be outside the collective
     # (the others are waiting inside it for that one).
-    steps = {r: (statuses[r] or {}).get("step", -1) for r in running}
+    steps = {r: status.step if (status := statuses[r]) is not None else -1 for r in running}
     behind = min(steps.values())
     laggards = [r for r in running if steps[r] == behind]
-    outside = [r for r in laggards if (statuses[r] or {}).get("outside_collective")]
+    outside = [r for r in laggards if (status := statuses[r]) is not None and status.outside_collective]
     laggards = outside or laggards
     who = "rank" if len(laggards) == 1 else "ranks"
     where = "; ".join(f"rank {r} in {_phase_text(statuses[r])}" for r in running)
@@ -231,7 +231,7 @@ def run_allreduce(world_size: int, sizes_bytes: Sequence[int], **options) -> All
 class _Gathered(NamedTuple):
     """What the workers left in the run's folder, read before the folder goes."""
 
-    rows: list  # rank 0's (or, cross-rank, this worker's) result.json rows
+    rows: tuple[WorkerRow, ...]  # rank 0's (or, cross-rank, this worker's) result.json rows
     nccl_log: str
     nccl_topo_xml: str
 
@@ -261,8 +261,7 @@ def _launch(plan: AllReducePlan, workdir: str, children: Children, logs: list) -
     """Write the workers' configuration and start one worker per rank of ``plan.ranks``, each
     writing its output to ``rank<r>.log`` (opened files are appended to ``logs``)."""
     config_path = os.path.join(workdir, "config.json")
-    with open(config_path, "w") as f:
-        json.dump(plan.worker_config(workdir), f)
+    CONFIG.write_file(config_path, plan.worker_config(workdir))
     child_env = plan.worker_environment(workdir)
     for rank in plan.ranks:
         log = open(os.path.join(workdir, f"rank{rank}.log"), "wb")
@@ -294,18 +293,26 @@ def _wait(plan: AllReducePlan, workdir: str, children: Children, deadline: float
 
 def _gather(plan: AllReducePlan, workdir: str, pids: tuple[int, ...]) -> _Gathered:
     """The rows the first of this call's workers wrote, and NCCL's log and topology where it wrote them."""
-    raw = read_json(os.path.join(workdir, "result.json"))
-    if raw is None:
-        first = plan.ranks[0]
+    first = plan.ranks[0]
+    try:
+        written = ROWS.read_file(rows_path(workdir))
+    except OSError:
         raise BenchError(
             f"rank {first} exited without writing its results",
             pids=pids,
             logs=_tail(os.path.join(workdir, f"rank{first}.log")),
-        )
+        ) from None
+    except MessageError as exc:
+        raise BenchError(str(exc), pids=pids, logs=_tail(os.path.join(workdir, f"rank{first}.log"))) from None
     nccl_log = _read_nccl_logs(workdir) if plan.reads_nccl_log else ""
     topo_xml = os.path.join(workdir, "nccl-topo.xml")
     nccl_topo_xml = open(topo_xml, errors="replace").read() if os.path.exists(topo_xml) else ""
-    return _Gathered(raw["rows"], nccl_log, nccl_topo_xml)
+    counts = tuple(row.count for row in written.rows)
+    if counts != plan.counts:
+        raise BenchError(
+            f"rank {first} wrote rows of {counts} elements, not of the {plan.counts} it was asked", pids=pids
+        )
+    return _Gathered(written.rows, nccl_log, nccl_topo_xml)
 
 
 def _result(plan: AllReducePlan, gathered: _Gathered, *, t_start: float, pids: tuple[int, ...]) -> AllReduceResult:
@@ -316,24 +323,25 @@ def _result(plan: AllReducePlan, gathered: _Gathered, *, t_start: float, pids: t
     factor = allreduce_factor(plan.world_size)
     rows = []
     for item in gathered.rows:
-        m = item["measurement"]
-        size = item["size_bytes"]
+        m = item.measurement
+        size = item.size_bytes
         median_s = m["median_s"]
         algbw = size / median_s / 1e9 if median_s > 0 else math.inf
+        low, high = m["median_ci95_s"]
         rows.append(
             AllReduceRow(
                 size_bytes=size,
-                count=item["count"],
+                count=item.count,
                 time_us=median_s * 1e6,
                 algbw_gbps=algbw,
                 busbw_gbps=algbw * factor,
-                wrong=item["wrong"],
+                wrong=item.wrong,
                 iterations=m["iterations_per_sample"],
                 samples=len(m["samples_s"]),
                 spread=m["spread"],
                 stable=m["stable"],
                 wall_s=m["wall_s"],
-                time_ci_us=tuple(t * 1e6 for t in m["median_ci95_s"]),
+                time_ci_us=(low * 1e6, high * 1e6),
                 error=m["error"],
                 algo=algos.get(size),
             )

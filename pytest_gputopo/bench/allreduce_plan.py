@@ -16,6 +16,7 @@ from ..core.units import counted
 from ..runtime import environ
 from .allreduce_worker import ITEMSIZE, SCHED_POLICIES, element_counts
 from .harness import MIN_SAMPLE_S
+from .messages import WorkerConfig
 
 WORKER_GRACE_S = 10.0  # a worker outlives the parent's deadline by at most this much
 
@@ -56,29 +57,29 @@ class AllReducePlan:
     def reads_nccl_log(self) -> bool:
         return self.backend == "nccl" and self.log_nccl
 
-    def worker_config(self, workdir: str) -> dict:
-        """The configuration file every worker reads (``allreduce_worker._worker``)."""
-        return {
-            "backend": self.backend,
-            "world_size": self.world_size,
-            "counts": list(self.counts),
-            "dtype": self.dtype,
-            "devices": list(self.devices) if self.devices is not None else None,
-            "budget_s": self.budget_s_per_size,
-            "warmup": self.warmup,
-            "min_samples": self.min_samples,
-            "max_samples": self.max_samples,
-            "target_ci": self.target_ci,
-            "min_sample_s": self.min_sample_s,
-            "sched": self.sched,
-            "store": os.path.join(workdir, "store"),
-            "peer": self.cross_rank,
-            "init_method": self.init_method,
-            "workdir": workdir,
-            "parent_pid": os.getpid(),
-            "deadline_epoch": time.time() + self.timeout_s + WORKER_GRACE_S,
-            "pg_timeout_s": self.timeout_s + 60.0,  # the parent's deadline always fires first
-        }
+    def worker_config(self, workdir: str) -> WorkerConfig:
+        """The configuration every worker reads (``allreduce_worker._worker``)."""
+        return WorkerConfig(
+            backend="nccl" if self.backend == "nccl" else "gloo",
+            world_size=self.world_size,
+            counts=self.counts,
+            dtype=self.dtype,
+            devices=self.devices,
+            budget_s=self.budget_s_per_size,
+            warmup=self.warmup,
+            min_samples=self.min_samples,
+            max_samples=self.max_samples,
+            target_ci=self.target_ci,
+            min_sample_s=self.min_sample_s,
+            sched=self.sched,
+            store=os.path.join(workdir, "store"),
+            peer=self.cross_rank,
+            init_method=self.init_method,
+            workdir=workdir,
+            parent_pid=os.getpid(),
+            deadline_epoch=time.time() + self.timeout_s + WORKER_GRACE_S,
+            pg_timeout_s=self.timeout_s + 60.0,  # the parent's deadline always fires first
+        )
 
     def worker_environment(self, workdir: str) -> dict[str, str]:
         """The workers' environment: the caller's, as torchrun gives it (one thread per rank), with

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import json
 import os
 import signal
 import sys
@@ -24,6 +23,7 @@ from ..core.collectives import allreduce_factor
 from ..core.units import size_text
 from ..runtime import environ
 from .harness import MIN_SAMPLE_S, CudaEventTimer, WallTimer, measure
+from .messages import CONFIG, ROWS, STATUS, WorkerConfig, WorkerRow, WorkerRows, WorkerStatus, rows_path, status_path
 
 #: Largest integer each dtype holds exactly (so a sum of small integers stays exact).
 _EXACT_LIMIT = {
@@ -48,14 +48,6 @@ SCHED_POLICIES = ("fair", "fifo")  # CPU scheduling of the workers, see apply_sc
 _FAULTS: dict[str, Any] = {}
 
 
-def read_json(path: str) -> dict | None:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
 def _pattern(n: int, dtype: str) -> tuple[int, list[int]]:
     """(m, per-rank offsets): rank r holds (i mod m) + offsets[r]; the sum n*(i mod m) + sum(offsets)
     must stay exact in ``dtype``. Falls back to nccl-tests' trick (only two ranks carry values)."""
@@ -69,20 +61,30 @@ def _pattern(n: int, dtype: str) -> tuple[int, list[int]]:
 
 class _Status:
     def __init__(self, workdir: str, rank: int) -> None:
-        self.path = os.path.join(workdir, f"status.{rank}.json")
+        self.path = status_path(workdir, rank)
         self.rank = rank
         self.step = 0
+        self.phase = "start-up"
 
-    def __call__(self, phase: str, error: str | None = None, *, advance: bool = True, **extra: Any) -> None:
+    def __call__(
+        self,
+        phase: str,
+        error: str | None = None,
+        *,
+        advance: bool = True,
+        size_bytes: int | None = None,
+        outside_collective: bool = False,
+        url: str | None = None,
+        missing: Sequence[int] = (),
+    ) -> None:
         """Record the current phase; ``step`` counts milestones (equal steps = the same point)."""
         if advance:
             self.step += 1
-        record = {"rank": self.rank, "step": self.step, "phase": phase, "error": error, "pid": os.getpid()}
-        record.update(extra)
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, self.path)
+        self.phase = phase
+        status = WorkerStatus(
+            self.rank, self.step, phase, os.getpid(), error, size_bytes, outside_collective, url, tuple(missing)
+        )
+        STATUS.write_file(self.path, status)
 
 
 def apply_sched(policy: str) -> None:
@@ -127,20 +129,19 @@ def _guard_worker(parent_pid: int, deadline_epoch: float) -> None:
 
 
 def _worker_main(config_path: str, rank: int) -> int:
-    with open(config_path) as f:
-        cfg = json.load(f)
-    status = _Status(cfg["workdir"], rank)
+    cfg = CONFIG.read_file(config_path)  # the parent's own: one it cannot read is a bug, said
+    status = _Status(cfg.workdir, rank)
     status("start-up")
     _FAULTS.update(environ.test_faults())
-    _guard_worker(cfg["parent_pid"], cfg["deadline_epoch"])
+    _guard_worker(cfg.parent_pid, cfg.deadline_epoch)
     try:
-        apply_sched(cfg["sched"])  # before torch starts a thread: they all inherit it
+        apply_sched(cfg.sched)  # before torch starts a thread: they all inherit it
         if "allreduce_busbw_gbps" in _FAULTS:  # the project's tests: a figure without a GPU (_engine_double)
             _engine_double(cfg, rank, status, float(_FAULTS["allreduce_busbw_gbps"]))
             return 0
         _worker(cfg, rank, status)
     except BaseException as exc:  # noqa: BLE001 - report anything, then fail
-        status(_status_phase(status), error=f"{type(exc).__name__}: {exc}".strip()[:500], advance=False)
+        status(status.phase, error=f"{type(exc).__name__}: {exc}".strip()[:500], advance=False)
         raise
     return 0
 
@@ -149,14 +150,14 @@ def _said(text: str | None) -> str | None:
     return text
 
 
-def _engine_double(cfg: dict, rank: int, status: _Status, busbw_gbps: float) -> None:
+def _engine_double(cfg: WorkerConfig, rank: int, status: _Status, busbw_gbps: float) -> None:
     """The all-reduce as the project's tests ask for it without GPUs (``runtime.environ.test_faults``:
     ``allreduce_busbw_gbps``, and ``corrupt`` for wrong data): the harness times each size on a clock
     that advances as a link of that busbw would, and the run goes on as for real (its launch, status
     files and rows); no process group, no torch."""
     rows = []
-    n, itemsize = cfg["world_size"], ITEMSIZE[cfg["dtype"]]
-    for count in cfg["counts"]:
+    n, itemsize = cfg.world_size, ITEMSIZE[cfg.dtype]
+    for count in cfg.counts:
         size = count * itemsize
         status(f"all_reduce of {size_text(size)}", size_bytes=size)
         per_call_s = size * allreduce_factor(n) / (busbw_gbps * 1e9)
@@ -176,21 +177,13 @@ def _engine_double(cfg: dict, rank: int, status: _Status, busbw_gbps: float) -> 
             size_bytes=size,
             timer=WallTimer(clock=clock),
             clock=clock,
-            budget_s=cfg["budget_s"],
+            budget_s=cfg.budget_s,
             verify=functools.partial(_said, said),
         )
-        rows.append({"size_bytes": size, "count": count, "wrong": wrong, "measurement": m.to_json()})
-    if rank == 0 or cfg.get("peer", False):
-        path = os.path.join(cfg["workdir"], "result.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump({"rows": rows}, f)
-        os.replace(path + ".tmp", path)
+        rows.append(WorkerRow(size, count, wrong, m.to_json()))
+    if rank == 0 or cfg.peer:
+        ROWS.write_file(rows_path(cfg.workdir), WorkerRows(tuple(rows)))
     status("done")
-
-
-def _status_phase(status: _Status) -> str:
-    rec = read_json(status.path) or {}
-    return rec.get("phase") or "start-up"
 
 
 def measure_allreduce(
@@ -306,17 +299,17 @@ class _Verification:
         return None
 
 
-def _worker(cfg: dict, rank: int, status: _Status) -> None:
+def _worker(cfg: WorkerConfig, rank: int, status: _Status) -> None:
     import torch
     import torch.distributed as dist
 
-    n = cfg["world_size"]
-    backend = cfg["backend"]
-    itemsize = ITEMSIZE[cfg["dtype"]]
+    n = cfg.world_size
+    backend = cfg.backend
+    itemsize = ITEMSIZE[cfg.dtype]
 
-    peer = cfg.get("peer", False)
+    peer = cfg.peer
     if backend == "nccl":
-        devices = cfg["devices"]
+        devices = cfg.devices
         if peer:  # one worker per caller: its device comes first, else the caller's LOCAL_RANK
             local = environ.local_rank()
             index = devices[0] if devices else (local if local is not None else rank % torch.cuda.device_count())
@@ -327,18 +320,18 @@ def _worker(cfg: dict, rank: int, status: _Status) -> None:
     else:
         device = torch.device("cpu")
 
-    timeout = timedelta(seconds=cfg["pg_timeout_s"])
-    if peer and cfg["init_method"].startswith("tcp://"):
-        store = _join(cfg["init_method"], rank, n, timeout, status)
+    timeout = timedelta(seconds=cfg.pg_timeout_s)
+    if peer and cfg.init_method is not None and cfg.init_method.startswith("tcp://"):
+        store = _join(cfg.init_method, rank, n, timeout, status)
         status("init_process_group")
         dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
     else:
         status("init_process_group")
-        init_method = cfg["init_method"] if peer else "file://" + cfg["store"]
+        init_method = cfg.init_method if peer else "file://" + cfg.store
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=n, timeout=timeout)
 
     rows = []
-    for count in cfg["counts"]:
+    for count in cfg.counts:
         size = count * itemsize
         what = f"all_reduce of {size_text(size)}"
         status(what, size_bytes=size)
@@ -350,23 +343,20 @@ def _worker(cfg: dict, rank: int, status: _Status) -> None:
             os._exit(9)
         m, wrong = measure_allreduce(
             count,
-            dtype=cfg["dtype"],
+            dtype=cfg.dtype,
             device=device,
-            warmup=cfg["warmup"],
-            budget_s=cfg["budget_s"],
-            min_samples=cfg["min_samples"],
-            max_samples=cfg["max_samples"],
-            target_ci=cfg["target_ci"],
-            min_sample_s=cfg["min_sample_s"],
+            warmup=cfg.warmup,
+            budget_s=cfg.budget_s,
+            min_samples=cfg.min_samples,
+            max_samples=cfg.max_samples,
+            target_ci=cfg.target_ci,
+            min_sample_s=cfg.min_sample_s,
         )
-        rows.append({"size_bytes": size, "count": count, "wrong": wrong, "measurement": m.to_json()})
+        rows.append(WorkerRow(size, count, wrong, m.to_json()))
 
     status("finishing")
     if rank == 0 or peer:  # cross-rank mode: every caller reads its own worker's (agreed) figures
-        path = os.path.join(cfg["workdir"], "result.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump({"rows": rows}, f)
-        os.replace(path + ".tmp", path)
+        ROWS.write_file(rows_path(cfg.workdir), WorkerRows(tuple(rows)))
     dist.barrier()
     dist.destroy_process_group()
     status("done")

@@ -9,15 +9,16 @@ torch is imported inside the functions: loading the plugin never imports it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import sys
 import time
 
+from ..core import keys
 from ..core.cpus import cpu_set
 from ..runtime import environ
 from .harness import Measurement, WallTimer, measure
+from .messages import ANSWERS, REQUESTS, CopyAnswer, CopyRequest
 from .subproc import RESULT
 
 DEFAULT_COPY_BYTES = 256 * 2**20  # nvbandwidth uses 512 MiB; 256 MiB reaches line rate on every link we know
@@ -222,7 +223,7 @@ def host_device_copy(
     return result
 
 
-def _test_figure(faults: dict, key: list) -> dict:
+def _test_figure(faults: dict, key: list) -> CopyAnswer:
     """The project's tests' copy figure without a GPU (``runtime.environ.test_faults``): ``copy_gbps``
     one figure for every copy, or a table by copy, its GPUs as CUDA_VISIBLE_DEVICES names them
     ("p2p-GPU-1f..-GPU-9c..") or by index (``keys.name_of``: "p2p-0-1", "h2d-3-True"), and by kind
@@ -234,7 +235,8 @@ def _test_figure(faults: dict, key: list) -> dict:
         kind = key[0] + ("_pageable" if key[0] in ("h2d", "d2h") and not key[2] else "")
         figures = figures.get(_physical_name(key), figures.get(name, figures.get(kind)))
     wrong = name in faults.get("copy_wrong", ())
-    return {"bw_gbps": figures, **({"error": f"{name}: 1 byte differs from the source (test fault)"} if wrong else {})}
+    error = f"{name}: 1 byte differs from the source (test fault)" if wrong else None
+    return CopyAnswer(os.getpid(), None if figures is None else float(figures), error, test_fault=True)
 
 
 def _physical_name(key: list) -> str:
@@ -247,24 +249,23 @@ def _physical_name(key: list) -> str:
     return "-".join([key[0], *(visible[g] for g in gpus), *map(str, key[1 + len(gpus) :])])
 
 
-def answer(request: dict) -> dict:
-    """One measurement a request names (``bench.subproc``), as JSON data with this process's pid."""
-    kind, *args = request["key"]
-    budget = request["budget_s"]
+def answer(request: CopyRequest) -> CopyAnswer:
+    """The measurement a request names (``bench.subproc``), with this process's pid."""
+    key, budget = request.key, request.budget_s
     faults = environ.test_faults()
     if faults.get("copy_hang"):  # the project's tests (runtime.environ.test_faults): a copy that hangs
         time.sleep(3600)
     if "copy_gbps" in faults:  # ... and a figure without a GPU
-        return {**_test_figure(faults, request["key"]), "worker_pid": os.getpid(), "test_fault": True}
-    if kind in ("p2p", "p2p_bidir") and not peer_access(args[0], args[1]):
-        return {"peer_access": False, "bw_gbps": None, "worker_pid": os.getpid()}  # nothing to measure as P2P
-    if kind in ("p2p", "p2p_staged", "p2p_bidir"):
-        m = p2p_copy(args[0], args[1], peer=kind != "p2p_staged", bidirectional=kind == "p2p_bidir", budget_s=budget)
+        return _test_figure(faults, key.to_list())
+    if isinstance(key, keys.Copy):
+        if key.kind in ("p2p", "p2p_bidir") and not peer_access(key.src, key.dst):
+            return CopyAnswer(os.getpid(), None, peer_access=False)  # nothing to measure as P2P
+        peer, both = key.kind != "p2p_staged", key.kind == "p2p_bidir"
+        m = p2p_copy(key.src, key.dst, peer=peer, bidirectional=both, budget_s=budget)
     else:
-        m = host_device_copy(
-            args[0], to_device=kind == "h2d", pinned=args[1], cpu_affinity=request.get("cpu_affinity"), budget_s=budget
-        )
-    return {**m.to_json(), "worker_pid": os.getpid()}
+        to_device, near = key.kind == "h2d", request.cpu_affinity
+        m = host_device_copy(key.gpu, to_device=to_device, pinned=key.pinned, cpu_affinity=near, budget_s=budget)
+    return CopyAnswer(os.getpid(), m.bw_gbps, m.error, measurement=m.to_json())
 
 
 def serve(idle_s: float) -> int:
@@ -281,7 +282,8 @@ def serve(idle_s: float) -> int:
                 return 0
             pending += chunk
         line, pending = pending.split(b"\n", 1)
-        print(RESULT + json.dumps(answer(json.loads(line))), flush=True)
+        request = REQUESTS.decode(line, "the run's request")  # the run's own: one it cannot read is a bug, said
+        print(RESULT + ANSWERS.encode(answer(request)), flush=True)
 
 
 if __name__ == "__main__":

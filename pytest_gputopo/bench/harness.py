@@ -40,7 +40,10 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .messages import MeasurementRecord
 
 MIN_SAMPLE_S = 0.02  # the shortest timed sample (see calibrate, above)
 
@@ -172,7 +175,7 @@ class Measurement:
         """The 95% interval of ``bw_gbps`` (from the interval of the median time)."""
         return _gbps(self.bytes_per_iteration, self.ci_high_s), _gbps(self.bytes_per_iteration, self.ci_low_s)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> MeasurementRecord:
         return {
             "name": self.name,
             "size_bytes": self.size_bytes,

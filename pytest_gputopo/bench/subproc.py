@@ -8,11 +8,13 @@ start-up instead of paying them per copy. It ends itself after ``IDLE_S`` withou
 no CUDA context of ours sits on the GPUs while the user's own tests run; on a GPU in an exclusive
 compute mode (one process at a time) it is ended right after the copy that needed that GPU, or the
 user's next test could find the GPU busy ("all CUDA-capable devices are busy or unavailable").
+
+The request (``CopyRequest``) and the answer (``CopyAnswer``) are a line each, written and read
+through their channels (``bench.messages``); an answer that is not one fails the copy, saying why.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import subprocess
@@ -21,6 +23,7 @@ import time
 
 from ..core import keys, model
 from ..runtime.procs import BenchTimeout, Children, tail
+from .messages import ANSWERS, REQUESTS, CopyAnswer, CopyRequest
 
 IDLE_S = 5.0  # the child's: it exits after this long without a request
 REUSE_S = IDLE_S - 1.0  # ours: a child idle longer may be exiting, so a new one is started
@@ -37,11 +40,11 @@ class CopyWorker:
 
     def measure(
         self, key: keys.Copy | keys.HostCopy, topology: model.Topology, *, budget_s: float, timeout_s: float
-    ) -> dict:
-        """The child's measurement (``Measurement.to_json()``, with ``worker_pid``), or an
-        exception with the reason: ``BenchTimeout`` past ``timeout_s`` (the child is killed)."""
+    ) -> CopyAnswer:
+        """The child's answer, or an exception with the reason: ``BenchTimeout`` past ``timeout_s``
+        (the child is killed), ``MessageError`` for an answer that is not one."""
         cpu_affinity = topology.gpus[key.gpu].cpu_affinity if isinstance(key, keys.HostCopy) else None
-        request = json.dumps({"key": key.to_list(), "budget_s": budget_s, "cpu_affinity": cpu_affinity}) + "\n"
+        request = REQUESTS.encode(CopyRequest(key, budget_s, cpu_affinity)) + "\n"
         if self._proc is None or self._proc.poll() is not None or time.monotonic() - self._last > REUSE_S:
             self._start()
         try:
@@ -65,7 +68,7 @@ class CopyWorker:
             stdin=subprocess.PIPE,
         )
 
-    def _answer(self, deadline: float, timeout_s: float) -> dict:
+    def _answer(self, deadline: float, timeout_s: float) -> CopyAnswer:
         """Read the child's output until its answer line; what else it printed is kept for a reason."""
         out: list[str]
         out, pending = [], b""
@@ -86,7 +89,7 @@ class CopyWorker:
             for raw in lines:
                 line = raw.decode(errors="replace")
                 if line.startswith(RESULT):
-                    return json.loads(line[len(RESULT) :])
+                    return ANSWERS.decode(line[len(RESULT) :], "its output")
                 out.append(line + "\n")
 
     def close(self) -> None:
@@ -102,7 +105,7 @@ class CopyWorker:
 
 def run_copy_benchmark(
     key: keys.Copy | keys.HostCopy, topology: model.Topology, *, budget_s: float, timeout_s: float
-) -> dict:
+) -> CopyAnswer:
     """One copy measured in a child of its own."""
     worker = CopyWorker()
     try:

@@ -473,17 +473,17 @@ class BenchSuite:
                     peer = (peer[0], self._across_ranks(("nccl_algorithm", key.ranks, key.size_bytes))[2])  # type: ignore[misc]  # a peer: across ranks
                 detail.update(nccl_algorithm(key.ranks, row.size_bytes, s.timeout_s, peer=peer, devices=devices))
             return row.busbw_gbps, detail, error
-        data = self._copies.measure(key, self.topology, budget_s=s.budget_s, timeout_s=s.timeout_s)
-        if data.get("peer_access") is False:
+        answer = self._copies.measure(key, self.topology, budget_s=s.budget_s, timeout_s=s.timeout_s)
+        if answer.peer_access is False:
             return (
                 None,
-                data,
+                answer.detail(),
                 (
                     f"no CUDA peer access between GPU{key.src} and GPU{key.dst}: a copy goes "  # type: ignore[union-attr]  # a Copy
                     f"through the host (staged), not P2P"
                 ),
             )
-        return data["bw_gbps"], data, data.get("error")
+        return answer.bw_gbps, answer.detail(), answer.error
 
 
 # A logged run is for NCCL's account, not a figure: one verified sample, no more collectives than that.

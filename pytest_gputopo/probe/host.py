@@ -6,10 +6,12 @@ plugin must never do that to the user's process; importing torch for its version
 a driver that hangs in an NVML call must not hang pytest: past the deadline the child's process group
 is killed and the run goes on with the reason.
 
-The child (``main``, given FACT...: ``nvml``, ``cuda``, ``torch``) prints one JSON line holding each
-fact asked: ``topology`` (NVML's, ``schema.to_dict``), ``cuda`` (CUDA's view, ``CudaView.to_json``),
-``torch`` (the versions torch was built with), and ``warnings``: an optional source that fails leaves
-its facts out and says why, never taking NVML's GPUs with it.
+The child (``main``, given FACT...: ``nvml``, ``cuda``, ``torch``) prints one line, its ``Answer``
+(``ANSWERS``: the one message of this channel, written and read there), holding each fact asked:
+``topology`` (NVML's, ``schema.to_dict``), ``cuda`` (CUDA's view, ``CudaView.to_json``), ``torch``
+(the versions torch was built with), and ``warnings``: an optional source that fails leaves its facts
+out and says why, never taking NVML's GPUs with it. The parent reads it as untrusted: an answer that
+is not one (a field missing, unknown or of another type) is the probe's failure, saying why.
 
 It is started on every run that asks, so it starts lean (``_argv``): without ``site`` and the working
 folder, importing only the plugin's modules it uses and ``pynvml``, from where this process finds them.
@@ -18,13 +20,13 @@ folder, importing only the plugin's modules it uses and ``pynvml``, from where t
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..core import health, model, schema, xid
+from ..runtime.messages import Channel, MessageError, codec
 from . import kernel_log, pci_bus
 
 if TYPE_CHECKING:
@@ -49,14 +51,27 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
+def _cuda_view(data: Any) -> CudaView:
+    from .cuda_driver import CudaView  # CUDA's view, where the child was asked it: not on NVML's facts alone
+
+    return CudaView.from_json(data)
+
+
 @dataclass(frozen=True)
 class Answer:
     """What the child learned: each part None where it was not asked or could not be had."""
 
-    topology: model.Topology | None = None
-    cuda: CudaView | None = None
-    torch: dict | None = None
+    topology: model.Topology | None = field(default=None, metadata=codec(schema.to_dict, schema.from_dict))
+    cuda: CudaView | None = field(default=None, metadata=codec(lambda view: view.to_json(), _cuda_view))
+    torch: dict[str, str | None] | None = None  # torch_cuda.torch_versions: {} where torch is not installed
     warnings: tuple[str, ...] = ()
+
+    def invalid(self) -> str | None:
+        unknown = sorted(set(self.torch or ()) - {"cuda_runtime_version", "nccl_version"})
+        return f"torch's versions name {unknown[0]!r}, which torch_versions does not" if unknown else None
+
+
+ANSWERS = Channel("the probe of this host", Answer)
 
 
 def ask_child(facts, timeout_s: float = PROBE_TIMEOUT_S) -> Answer:
@@ -70,38 +85,29 @@ def ask_child(facts, timeout_s: float = PROBE_TIMEOUT_S) -> Answer:
         status, output = run_child(_argv(asked), timeout_s=timeout_s)
     except (BenchTimeout, OSError) as exc:
         return _failed(asked, f"the probe of this host ({', '.join(asked)}) failed: {exc}")
-    answer = None
-    for line in reversed(output.splitlines()):  # a library may write to stderr: the answer is the last JSON line
-        if line.startswith("{"):
-            try:
-                answer = json.loads(line)
-                break
-            except ValueError:
-                pass
-    if status != 0 or not isinstance(answer, dict):
+    answer, refused = _answer(output)
+    if status == 0 and answer is not None and model.NVML in asked and answer.topology is None:
+        answer, refused = None, "no NVML topology, which it was asked"
+    if status == 0 and answer is None and refused:
+        return _failed(asked, f"the probe of this host answered what cannot be read: {refused}")
+    if status != 0 or answer is None:
         return _failed(
             asked, f"the probe of this host ({', '.join(asked)}) exited with status {status}: {tail(output, 3)}"
         )
-    try:
-        topology = schema.from_dict(answer["topology"]) if model.NVML in asked else None
-        cuda = None
-        if answer.get("cuda") is not None:  # CUDA's view, where the child was asked it: not on NVML's facts alone
-            from .cuda_driver import CudaView
+    return answer
 
-            cuda = CudaView.from_json(answer["cuda"])
-        versions = answer.get("torch")
-        if versions is not None and not (
-            isinstance(versions, dict)
-            and all(
-                k in ("cuda_runtime_version", "nccl_version") and (v is None or isinstance(v, str))
-                for k, v in versions.items()
-            )
-        ):
-            raise ValueError("torch's versions are not version strings")
-        warnings = tuple(str(w) for w in answer.get("warnings", ()))
-    except (KeyError, TypeError, ValueError, schema.SchemaError) as exc:
-        return _failed(asked, f"the probe of this host answered what cannot be read: {exc}")
-    return Answer(topology, cuda, versions, warnings)
+
+def _answer(output: str) -> tuple[Answer | None, str]:
+    """The child's answer (the last line that is one: a library may write to stderr), or None and why
+    the last line that looked like one is not."""
+    refused = ""
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            try:
+                return ANSWERS.decode(line, "its output"), ""
+            except MessageError as exc:
+                refused = refused or str(exc)
+    return None, refused
 
 
 def _argv(asked: list) -> list[str]:
@@ -141,25 +147,24 @@ def _failed(asked: list, problem: str) -> Answer:
 
 def main(argv: list[str]) -> int:
     asked = [a for a in argv if a in FACTS]
-    answer: dict = {"warnings": []}
-    if model.NVML in asked:
-        answer["topology"] = schema.to_dict(_nvml_facts())
+    topology = _nvml_facts() if model.NVML in asked else None
+    cuda, versions, warnings = None, None, []
     if model.CUDA in asked:
         from .cuda_driver import CUDA_UNKNOWN, CudaError, cuda_view
 
         try:
-            answer["cuda"] = cuda_view().to_json()  # initialises CUDA: in this child only
+            cuda = cuda_view()  # initialises CUDA: in this child only
         except Exception as exc:  # an optional source, as torch below
             why = exc if isinstance(exc, CudaError) else f"{type(exc).__name__}: {exc}"
-            answer["warnings"].append(f"{CUDA_UNKNOWN}{why}")
+            warnings.append(f"{CUDA_UNKNOWN}{why}")
     if model.TORCH in asked:
         from .torch_cuda import torch_versions
 
         try:
-            answer["torch"] = torch_versions()
+            versions = torch_versions()
         except Exception as exc:  # an optional source: its facts stay unknown, and the warning says why
-            answer["warnings"].append(f"torch's CUDA and NCCL versions are unknown: {type(exc).__name__}: {exc}")
-    print(json.dumps(answer), flush=True)
+            warnings.append(f"torch's CUDA and NCCL versions are unknown: {type(exc).__name__}: {exc}")
+    print(ANSWERS.encode(Answer(topology, cuda, versions, tuple(warnings))), flush=True)
     return 0
 
 
