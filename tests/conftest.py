@@ -406,6 +406,12 @@ def run_cli(capsys, *args) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+def gputopo_process(*args, cwd=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``gputopo ARGS`` as a user runs it: a process of its own, its output kept as text."""
+    argv = [sys.executable, "-m", "pytest_gputopo.cli", *map(str, args)]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
 def wait_for_file(path: Path, timeout_s: float) -> bool:
     """Whether ``path`` exists within ``timeout_s`` seconds (what another process writes when it gets there)."""
     deadline = time.monotonic() + timeout_s

@@ -92,23 +92,9 @@ def full_check(machine: str) -> str:
     """The document ``gputopo check --machine MACHINE --level full --json`` writes, as its text."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "check.json")
+        check = ["check", "--machine", machine, "--level", "full", "--json", out]
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest_gputopo.cli",
-                "check",
-                "--machine",
-                machine,
-                "--level",
-                "full",
-                "--json",
-                out,
-            ],
-            capture_output=True,
-            text=True,
-            cwd=tmp,
-            timeout=300,
+            [sys.executable, "-m", "pytest_gputopo.cli", *check], capture_output=True, text=True, cwd=tmp, timeout=300
         )
         if done.returncode not in (0, 1):
             raise RuntimeError(

@@ -8,12 +8,11 @@ import json
 import os
 import random
 import re
-import subprocess
 import sys
 
 import pytest
 
-from conftest import browser_render, needs_browser, run_cli
+from conftest import browser_render, gputopo_process, needs_browser, run_cli
 from fleet_docs import FAULTS, measurements, write_fleet
 from pytest_gputopo.core import fleet, keys
 from pytest_gputopo.core.fleet_facts import node_of
@@ -148,30 +147,12 @@ def test_a_document_not_read_is_named_and_the_others_are_still_judged(docs, caps
 def test_documents_of_this_projects_own_runs_mix_in(docs, tmp_path):
     """Real check reports, as gputopo check writes them on bundled machines (recorded facts, no figures)."""
     for name in ("a", "b", "c"):
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest_gputopo.cli",
-                "check",
-                "--machine",
-                "dgx-a100",
-                "--json",
-                str(docs / f"run-{name}.json"),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=120,
+        done = gputopo_process(
+            "check", "--machine", "dgx-a100", "--json", docs / f"run-{name}.json", cwd=tmp_path, timeout=120
         )
         assert done.returncode == 0, done.stdout[-2000:]
     write_fleet(docs, 5, machine="dgx-a100", prefix="sim-", faults=False)
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest_gputopo.cli", "fleet", str(docs), "--json", str(tmp_path / "f.json")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = gputopo_process("fleet", docs, "--json", tmp_path / "f.json", timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     (group,) = json.loads((tmp_path / "f.json").read_text())["groups"]
     by_name = {n["name"]: n for n in group["nodes"]}

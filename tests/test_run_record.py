@@ -28,6 +28,9 @@ def test_impossibly_fast(): pass
 def test_at_the_run_floor(): pass
 """
 
+# The reports a run of PAIR writes: JSON (out.json) and HTML (out.html).
+REPORTS = ("--gputopo-json", "out.json", "--gputopo-html", "out.html")
+
 
 def _cell(html: str, what: str) -> str:
     """The measured cell whose hover text starts with ``what``."""
@@ -39,17 +42,7 @@ def _cell(html: str, what: str) -> str:
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_a_figure_two_tests_were_skipped_over_is_not_green(pytester, xdist):
     pytester.makepyfile(test_f=PAIR)
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        *xdist,
-        "--gputopo-machine",
-        "hgx-h100",
-        "--gputopo-json",
-        "out.json",
-        "--gputopo-html",
-        "out.html",
-    )
+    result = pytester.runpytest("-p", "no:cacheprovider", *xdist, "--gputopo-machine", "hgx-h100", *REPORTS)
     result.assert_outcomes(passed=1, skipped=2)
     doc = json.loads((pytester.path / "out.json").read_text())
     check_document(doc)
@@ -99,16 +92,7 @@ def test_the_record_is_built_once_and_every_output_reads_it(pytester, monkeypatc
     monkeypatch.setattr(report_writer, "build", build)  # the reports' while the run goes
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "summary.md"))
     pytester.makepyfile(test_f=PAIR)
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "--gputopo-machine",
-        "hgx-h100",
-        "--gputopo-json",
-        "out.json",
-        "--gputopo-html",
-        "out.html",
-    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100", *REPORTS)
     result.assert_outcomes(passed=1, skipped=2)
     result.stdout.fnmatch_lines(["gputopo: 2 tests not run for unmet requirements: *"])
     assert built.count(True) == 1 and False in built, built

@@ -6,6 +6,7 @@ where there is no GPU (this project's CI); ``dev/gpu-check`` runs it when a devi
 
 import pytest
 
+from lease_comparison import lease_args
 from pytest_gputopo.probe import probe
 
 HOST = probe(None, needs={"nvml"})
@@ -35,15 +36,7 @@ def test_last_this_process_never_started_cuda():
 def test_a_leased_test_runs_on_its_gpu_alone(pytester, tmp_path):
     pytester.makepyfile(test_leased=SUITE)
     result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:xdist",
-        "-v",
-        "-rs",
-        "-s",
-        "--gputopo-lease",
-        f"--gputopo-lease-dir={tmp_path / 'locks'}",
+        "-p", "no:cacheprovider", "-p", "no:xdist", "-v", "-rs", "-s", *lease_args(tmp_path / "locks")
     )
     print(result.stdout.str())
     result.assert_outcomes(passed=2)

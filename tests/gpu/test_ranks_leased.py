@@ -7,6 +7,7 @@ marker's reason, spawning nothing. Skipped with a reason where there is no GPU (
 
 import pytest
 
+from lease_comparison import lease_args
 from pytest_gputopo.probe import probe
 
 HOST = probe(None, needs={"nvml"})
@@ -46,14 +47,7 @@ def test_last_this_process_never_started_cuda():
 def test_leased_ranks_on_the_real_gpus(pytester, tmp_path):
     pytester.makepyfile(test_leased_ranks=SUITE)
     result = pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:xdist",
-        "-v",
-        "-rs",
-        "--gputopo-lease",
-        f"--gputopo-lease-dir={tmp_path / 'locks'}",
+        "-p", "no:cacheprovider", "-p", "no:xdist", "-v", "-rs", *lease_args(tmp_path / "locks")
     )
     print(result.stdout.str())
     if len(HOST.gpus) >= 2:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
+from conftest import gputopo_process
 from pytest_gputopo.probe import probe
 
 HOST = probe(None, needs={"nvml"})
@@ -63,26 +63,7 @@ def test_all_reduce_perf_runs_through_the_engine_and_agrees_with_the_sweep(tmp_p
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_nccl_available():
         pytest.skip("torch was built without NCCL: gputopo's all-reduce cannot run on it")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest_gputopo.cli",
-            "bench",
-            "allreduce",
-            "--backend",
-            "nccl",
-            "-b",
-            str(SIZE),
-            "-e",
-            str(SIZE),
-            "--budget",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = gputopo_process("bench", "allreduce", "--backend", "nccl", "-b", SIZE, "-e", SIZE, "--budget", 1)
     assert out.returncode == 0, out.stderr[-3000:]
     ours = parse_nccl_tests(out.stdout)
     assert ours.data_ok is True and [row.size_bytes for row in ours.rows] == [SIZE]

@@ -5,10 +5,10 @@ Skipped with a reason where there is no GPU (this project's CI)."""
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 
+from conftest import gputopo_process
 from pytest_gputopo.core.model import P2PStatus
 from pytest_gputopo.parse.nccl_tests import parse_nccl_tests
 from pytest_gputopo.parse.nvlink_status import parse_nvlink_status
@@ -52,30 +52,8 @@ def test_the_sweep_runs_on_nccl_with_one_rank_per_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_nccl_available():
         pytest.skip("torch was built without NCCL")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest_gputopo.cli",
-            "bench",
-            "allreduce",
-            "--backend",
-            "nccl",
-            "-b",
-            "1M",
-            "-e",
-            "16M",
-            "-f",
-            "4",
-            "--budget",
-            "0.5",
-            "--json",
-            str(tmp_path / "s.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    sweep_args = ("-b", "1M", "-e", "16M", "-f", "4", "--budget", 0.5, "--json", tmp_path / "s.json")
+    out = gputopo_process("bench", "allreduce", "--backend", "nccl", *sweep_args)
     assert out.returncode == 0, out.stderr[-3000:]
     table = parse_nccl_tests(out.stdout)
     assert table.nranks == len(HOST.gpus) and table.data_ok is True and len(table.rows) == 3
