@@ -52,22 +52,20 @@ def _checks(pytester) -> dict:
     return {c["check"]: c for c in doc["checks"]}
 
 
+def judge_allreduce(gpu_host, figure: list, *args):
+    """A test marked ``min_allreduce_bw()`` and the full check's all-reduce item, both on ``figure``
+    ([GB/s, error, detail]) of an 8-GPU all-reduce on hgx-h100 at 16 GiB."""
+    src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
+    size = ("--gputopo-allreduce-size", "16G")
+    return gpu_host("hgx-h100", {"allreduce": figure}, src, *size, "--gputopo-check=full", "-k", "allreduce", *args)
+
+
 @pytest.mark.slow
 def test_marker_and_check_item_judge_one_all_reduce_figure_alike(gpu_host, pytester):
     """One figure, one verdict: 300 GB/s on 8x H100 SXM at 16 GiB reaches 0.6 x 450 = 270 but misses
     the published per-SKU floor of 440, so the marker fails as the check item does (they once
     disagreed)."""
-    src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
-    result = gpu_host(
-        "hgx-h100",
-        {"allreduce": [300.0, None]},
-        src,
-        "--gputopo-allreduce-size",
-        "16G",
-        "--gputopo-check=full",
-        "-k",
-        "allreduce",
-    )
+    result = judge_allreduce(gpu_host, [300.0, None])
     result.stdout.fnmatch_lines(
         [
             "*min_allreduce_bw(): all-reduce busbw, 8 ranks, 16 GiB: measured 300* GB/s, "
@@ -83,17 +81,7 @@ def test_a_floor_that_assumes_nvls_does_not_judge_a_run_nccl_took_without_it(gpu
     """The per-SKU floor of 8x H100 (440 GB/s) is above what a ring reaches: it assumes NVLink SHARP.
     When NCCL's log says the all-reduce took another algorithm (``nvls`` False), the floor ratio x the
     expected figure judges it, in the marker and the check alike."""
-    src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
-    result = gpu_host(
-        "hgx-h100",
-        {"allreduce": [300.0, None, {"nvls": False, "algo": "RING"}]},
-        src,
-        "--gputopo-allreduce-size",
-        "16G",
-        "--gputopo-check=full",
-        "-k",
-        "allreduce",
-    )
+    result = judge_allreduce(gpu_host, [300.0, None, {"nvls": False, "algo": "RING"}])
     result.assert_outcomes(passed=1)  # the test; the check's item is counted apart
     result.stdout.fnmatch_lines(["gputopo check: 1 passed"])
     assert "needed 440" not in _checks(pytester)["allreduce_bw"]["message"]
@@ -101,19 +89,7 @@ def test_a_floor_that_assumes_nvls_does_not_judge_a_run_nccl_took_without_it(gpu
 
 @pytest.mark.slow
 def test_an_explicit_floor_rules_marker_and_check_alike(gpu_host, pytester):
-    src = "import pytest\n@pytest.mark.min_allreduce_bw()\ndef test_allreduce(): pass\n"
-    result = gpu_host(
-        "hgx-h100",
-        {"allreduce": [300.0, None]},
-        src,
-        "--gputopo-allreduce-size",
-        "16G",
-        "--gputopo-check=full",
-        "-k",
-        "allreduce",
-        "--gputopo-floor-allreduce",
-        "0.6",
-    )
+    result = judge_allreduce(gpu_host, [300.0, None], "--gputopo-floor-allreduce", "0.6")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["gputopo check: 1 passed"])
     assert _checks(pytester)["allreduce_bw"]["outcome"] == "passed"
