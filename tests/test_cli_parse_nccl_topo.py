@@ -36,7 +36,15 @@ from test_doc_examples import shell_env
 
 HERE = Path(__file__).parent
 
-H100_PAIR = """\
+# Each H100's 18 NVLinks, to the node's four NVSwitches, as ncclTopoGetXmlFromGpu writes them.
+H100_NVSWITCH_LINKS = """\
+          <nvlink target="0000:05:00.0" count="4" tclass="0x068000"/>
+          <nvlink target="0000:06:00.0" count="5" tclass="0x068000"/>
+          <nvlink target="0000:07:00.0" count="5" tclass="0x068000"/>
+          <nvlink target="0000:08:00.0" count="4" tclass="0x068000"/>
+"""
+
+H100_PAIR = f"""\
 <system version="1">
   <cpu host_hash="0x5b1e9cf27a3d4410" numaid="0" affinity="00000000,ffffffff,00000000,ffffffff" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143">
     <pci busid="0000:15:00.0" class="0x060400" vendor="0x1000" device="0xc030" subsystem_vendor="0x1000" subsystem_device="0x100b" link_speed="32.0 GT/s PCIe" link_width="16">
@@ -47,11 +55,7 @@ H100_PAIR = """\
       </pci>
       <pci busid="0000:18:00.0" class="0x030200" vendor="0x10de" device="0x2330" subsystem_vendor="0x10de" subsystem_device="0x16c1" link_speed="32.0 GT/s PCIe" link_width="16">
         <gpu dev="0" sm="90" rank="0" gdr="1">
-          <nvlink target="0000:05:00.0" count="4" tclass="0x068000"/>
-          <nvlink target="0000:06:00.0" count="5" tclass="0x068000"/>
-          <nvlink target="0000:07:00.0" count="5" tclass="0x068000"/>
-          <nvlink target="0000:08:00.0" count="4" tclass="0x068000"/>
-        </gpu>
+{H100_NVSWITCH_LINKS}        </gpu>
       </pci>
     </pci>
   </cpu>
@@ -59,11 +63,7 @@ H100_PAIR = """\
     <pci busid="0000:9a:00.0" class="0x060400" vendor="0x1000" device="0xc030" subsystem_vendor="0x1000" subsystem_device="0x100b" link_speed="32.0 GT/s PCIe" link_width="16">
       <pci busid="0000:9d:00.0" class="0x030200" vendor="0x10de" device="0x2330" subsystem_vendor="0x10de" subsystem_device="0x16c1" link_speed="32.0 GT/s PCIe" link_width="16">
         <gpu dev="4" sm="90" rank="1" gdr="1">
-          <nvlink target="0000:05:00.0" count="4" tclass="0x068000"/>
-          <nvlink target="0000:06:00.0" count="5" tclass="0x068000"/>
-          <nvlink target="0000:07:00.0" count="5" tclass="0x068000"/>
-          <nvlink target="0000:08:00.0" count="4" tclass="0x068000"/>
-        </gpu>
+{H100_NVSWITCH_LINKS}        </gpu>
       </pci>
     </pci>
   </cpu>
