@@ -16,7 +16,7 @@ import pytest
 from conftest import CORPUS, NO_CORPUS
 from fake_nvml import make_fake_pynvml
 from pytest_gputopo.core import model
-from pytest_gputopo.parse import smi_topo
+from pytest_gputopo.parse import smi_table, smi_topo
 from pytest_gputopo.parse.text_machine import TextMachine
 from pytest_gputopo.probe import nvml, probe_recorded
 from pytest_gputopo.probe.named_machine import as_nvml_reads
@@ -127,7 +127,7 @@ def test_a_profile_recorded_from_smi_text_reads_as_through_nvml(path):
         pytest.skip(NO_CORPUS)
     try:
         smi = smi_topo.parse_topo_matrix(path.read_text())
-    except smi_topo.SmiParseError as exc:
+    except smi_table.SmiParseError as exc:
         pytest.skip(f"not a matrix the parser takes: {exc}")
     recorded = TextMachine(smi, name=str(path)).finish()
     recorded = dataclasses.replace(recorded, source=model.Source("none"), warnings=())

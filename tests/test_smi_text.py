@@ -12,7 +12,8 @@ from hypothesis import given, settings, strategies as st
 from conftest import CORPUS, NO_CORPUS
 from pytest_gputopo.core import model
 from pytest_gputopo.parse.smi_machine import parse_p2p_matrix, to_topology
-from pytest_gputopo.parse.smi_topo import SmiParseError, SmiTopo, parse_topo_matrix
+from pytest_gputopo.parse.smi_table import SmiParseError
+from pytest_gputopo.parse.smi_topo import SmiTopo, parse_topo_matrix
 from pytest_gputopo.render.smi_topo import render_p2p_matrix, render_topo_matrix
 
 TOPO = CORPUS / "topo"

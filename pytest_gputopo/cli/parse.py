@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..parse import smi_machine, smi_topo as smi_text
+from ..parse import smi_machine, smi_table, smi_topo as smi_text
 from ..parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
 from ..parse.nccl_log import parse_nccl_log
 from ..parse.nccl_tests import NcclTestsParseError, parse_nccl_tests
@@ -26,12 +26,12 @@ def cmd_parse(args) -> int:
 
 
 def _smi_topo(path: str):
-    smi = read_tool(path, smi_text.parse_topo_matrix, smi_text.SmiParseError)
+    smi = read_tool(path, smi_text.parse_topo_matrix, smi_table.SmiParseError)
     return smi.to_json(), tables.smi_topo_lines(smi, TextMachine(smi, name=path).finish())
 
 
 def _smi_p2p(path: str):
-    matrix = read_tool(path, smi_machine.parse_p2p_matrix, smi_text.SmiParseError)
+    matrix = read_tool(path, smi_machine.parse_p2p_matrix, smi_table.SmiParseError)
     return {"n_gpus": len(matrix), "matrix": [list(r) for r in matrix]}, tables.p2p_status_lines(matrix)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..core import model
 from ..core.units import counted
-from ..parse import smi_machine, smi_topo as smi_text
+from ..parse import smi_machine, smi_table, smi_topo as smi_text
 from ..parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
 from ..parse.nvbandwidth import NvbandwidthParseError, parse_nvbandwidth
 from ..parse.nvlink_status import NvlinkStatusParseError, parse_nvlink_status
@@ -78,7 +78,7 @@ def _p2p_args(values: list[str]) -> dict:
                 f"--p2p {value!r}: {''.join(bad) or 'nothing'!r} before ':' is no capability letter "
                 f"(r read, w write, n nvlink, a atomics)"
             )
-        matrix = read_tool(path, smi_machine.parse_p2p_matrix, smi_text.SmiParseError)
+        matrix = read_tool(path, smi_machine.parse_p2p_matrix, smi_table.SmiParseError)
         for c in caps:
             out[P2P_CAPS[c]] = (path, matrix)
     return out
@@ -87,7 +87,7 @@ def _p2p_args(values: list[str]) -> dict:
 def _text_machine(args):
     """The machine nvidia-smi's text says (``parse.text_machine``): topo -m and -p2p, then the GPU
     listings (first: the UUIDs and bus ids the other outputs are checked against), then nvlink -s."""
-    smi = read_tool(args.from_smi, smi_text.parse_topo_matrix, smi_text.SmiParseError)
+    smi = read_tool(args.from_smi, smi_text.parse_topo_matrix, smi_table.SmiParseError)
     try:
         machine = TextMachine(smi, _p2p_args(args.p2p), name=args.from_smi)
         for path in args.smi_query:

@@ -148,11 +148,11 @@ def is_text(machine: str) -> bool:
 def from_smi_file(path: str) -> model.Topology:
     """``nvidia-smi topo -m`` text as a machine, made where all tool text becomes one
     (``parse.text_machine``)."""
-    from ..parse import smi_topo
+    from ..parse import smi_table, smi_topo
     from ..parse.text_machine import TextMachine
 
     try:
         smi = smi_topo.parse_topo_matrix(files.read_text(path))
-    except (OSError, smi_topo.SmiParseError) as exc:
+    except (OSError, smi_table.SmiParseError) as exc:
         raise MachineError(f"{path}: {exc}") from None
     return TextMachine(smi, name=path).finish()

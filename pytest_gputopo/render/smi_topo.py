@@ -4,7 +4,7 @@ inverse of ``parse.smi_topo``, which reads both back)."""
 from __future__ import annotations
 
 from ..core import model
-from ..parse.smi_topo import UNKNOWN
+from ..parse.smi_table import UNKNOWN
 
 LEGEND = """Legend:
 
