@@ -271,6 +271,39 @@ def launcher_port() -> int:
         return port
 
 
+# Every variable a launcher (torchrun, srun) may set that ``runtime.environ.launch`` reads, and pytest's
+# own that would change a run: cleared (clear_launch) so that the outer environment (a CI job inside
+# Slurm, say) cannot change what a test sees.
+LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "SLURM_PROCID",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_ID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "PYTEST_ADDOPTS",
+    "PYTEST_XDIST_AUTO_NUM_WORKERS",
+    "SLURM_NTASKS",
+    "GROUP_WORLD_SIZE",
+    "SLURM_STEP_NUM_NODES",
+)
+
+
+def clear_launch(monkeypatch) -> None:
+    """Leave none of LAUNCH_VARS in this process's environment (undone after the test)."""
+    for name in LAUNCH_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 

@@ -15,29 +15,7 @@ import os
 
 import pytest
 
-from conftest import launcher_port
-
-# Every variable a launcher may set that ``runtime.environ.launch`` reads; cleared before each test so
-# that the outer environment (a CI job inside Slurm, say) cannot change what these runs see.
-LAUNCH_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "GROUP_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT",
-    "SLURM_PROCID",
-    "SLURM_STEP_NUM_TASKS",
-    "SLURM_STEP_ID",
-    "SLURM_JOB_ID",
-    "SLURM_LOCALID",
-    "SLURM_NODEID",
-    "PYTEST_ADDOPTS",
-    "PYTEST_XDIST_AUTO_NUM_WORKERS",
-)
+from conftest import clear_launch, launcher_port
 
 # A suite that knows nothing of gputopo, with every common outcome, and a test that proves the run
 # imported no torch (the plugin's quiet path costs only its loading).
@@ -131,8 +109,7 @@ RANK_TIMEOUT_S = 3
 
 @pytest.fixture(autouse=True)
 def clean_launch_environment(monkeypatch):
-    for name in LAUNCH_VARS:
-        monkeypatch.delenv(name, raising=False)
+    clear_launch(monkeypatch)
 
 
 def set_launch(monkeypatch, launcher: str) -> None:

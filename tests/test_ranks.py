@@ -22,6 +22,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from conftest import clear_launch
+
 pytest.importorskip("torch")
 
 # Each rank writes its pid where the test can find it, so that the test can see none outlived the run.
@@ -684,10 +686,9 @@ def test_fixture_per_rank(per_rank):
 def test_inside_a_launcher_a_ranks_test_is_refused(pytester, monkeypatch, launcher):
     """Under torchrun or srun the pytest process is already a rank: its ranks test fails with the
     reason, spawning nothing (torch hidden: the launch's exchange is not what is tested here)."""
-    from test_quiet_runs import LAUNCH_VARS, hide_torch, set_launch
+    from test_quiet_runs import hide_torch, set_launch
 
-    for name in LAUNCH_VARS:
-        monkeypatch.delenv(name, raising=False)
+    clear_launch(monkeypatch)
     set_launch(monkeypatch, launcher)
     hide_torch(pytester, monkeypatch)
     pytester.makepyfile(test_in_launch="import pytest\n@pytest.mark.ranks(2)\ndef test_x(gputopo_rank): pass\n")

@@ -2,6 +2,7 @@
 
 import pytest
 
+from conftest import clear_launch
 from pytest_gputopo.core.model import Gpu
 from pytest_gputopo.runtime.environ import visible_gpus
 
@@ -56,25 +57,6 @@ def test_environment_is_read(monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # Launchers: torchrun, or srun starting every rank itself
 
-LAUNCH_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "GROUP_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_STEP_ID",
-    "SLURM_STEP_NUM_TASKS",
-    "SLURM_LOCALID",
-    "SLURM_NODEID",
-    "SLURM_JOB_ID",
-    "TORCHELASTIC_USE_AGENT_STORE",
-    "TORCHELASTIC_RUN_ID",
-    "GROUP_WORLD_SIZE",
-    "SLURM_STEP_NUM_NODES",
-)
 SRUN_TASK_1_OF_4 = {
     "SLURM_JOB_ID": "77",
     "SLURM_STEP_ID": "0",
@@ -91,8 +73,7 @@ SRUN_TASK_1_OF_4 = {
 def _launch_with(monkeypatch, env):
     from pytest_gputopo.runtime import environ
 
-    for name in LAUNCH_VARS:
-        monkeypatch.delenv(name, raising=False)
+    clear_launch(monkeypatch)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return environ.launch()
