@@ -82,6 +82,13 @@ needs_torch = pytest.mark.skipif(
     reason="torch is not installed in this environment (dev/setup installs it)",
 )
 
+
+def quick_gloo(size: str) -> tuple[str, ...]:
+    """The options of an all-reduce of ``size`` measured with gloo on this host's CPUs, 1 s per size: for
+    the tests that assert what a run does with a figure, not its precision."""
+    return ("--gputopo-allreduce-backend", "gloo", "--gputopo-allreduce-size", size, "--gputopo-bench-budget", "1")
+
+
 # The shared corpus of real tool outputs (../shared/corpus): beside the repository, not in it, so a
 # clone alone skips the tests that read it, with this reason.
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

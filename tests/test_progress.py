@@ -13,7 +13,7 @@ import sys
 import pytest
 from _pytest.terminal import TerminalReporter
 
-from conftest import needs_torch
+from conftest import needs_torch, quick_gloo
 from pytest_gputopo.plugin.progress import write_own_line
 
 TWO_TESTS = (
@@ -22,17 +22,7 @@ TWO_TESTS = (
     "@pytest.mark.min_allreduce_bw(0.0001)\ndef test_b(): pass\n"
 )
 DONE = re.compile(r"^gputopo: all-reduce busbw, 2 ranks, 64 KiB: [0-9.]+ GB/s in [0-9.]+ s$")
-# 1 s per size: these tests assert what is said of a measurement, not its precision.
-ARGS = (
-    "-p",
-    "no:cacheprovider",
-    "--gputopo-allreduce-backend",
-    "gloo",
-    "--gputopo-allreduce-size",
-    "64K",
-    "--gputopo-bench-budget",
-    "1",
-)
+ARGS = ("-p", "no:cacheprovider", *quick_gloo("64K"))  # what is said of a measurement, not its precision
 
 
 def lines(result, pattern=DONE) -> list[str]:

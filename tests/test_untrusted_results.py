@@ -11,7 +11,7 @@ import time
 import pytest
 from hypothesis import given, strategies as st
 
-from conftest import launcher_port, needs_torch
+from conftest import launcher_port, needs_torch, quick_gloo
 from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite, SharedFolder
 from pytest_gputopo.core import keys, limits, model
 
@@ -141,17 +141,7 @@ def test_a_corrupted_cache_entry_never_passes_a_test(pytester):
     """End to end: gloo measures this host's CPUs, far below 100000 GB/s, so a NaN cached figure
     must not pass the marker nor a list crash the setup (AttributeError): both are measured again."""
     pytester.makepyfile(test_bw="import pytest\n@pytest.mark.min_allreduce_bw(100000)\ndef test_fast(): pass\n")
-    # 1 s per size: the test asserts what is done with a cached figure, not its precision.
-    args = [
-        "--gputopo-allreduce-backend",
-        "gloo",
-        "--gputopo-allreduce-size",
-        "64K",
-        "--gputopo-bench-budget",
-        "1",
-        "--gputopo-cache",
-        "-rs",
-    ]
+    args = [*quick_gloo("64K"), "--gputopo-cache", "-rs"]  # what is done with a cached figure, not its precision
     pytester.runpytest(*args).assert_outcomes(skipped=1)
     entry = _entry_file(pytester)
     good = json.loads(entry.read_text())
