@@ -190,44 +190,46 @@ def _shape(c: Connection):
     )
 
 
+# A connection line as each era of NCCL writes it, and its _shape as read.
+ERA_LINES = [
+    # 2.4-2.6: "Ring", rank[device]
+    ("Ring 00 : 0[1] -> 1[2] via P2P/IPC", (0, None, 0, "1", 1, "2", "P2P", "IPC", None, False)),
+    ("Ring 03 : 0[1b000] -> 1[1c000] via P2P/IPC", (3, None, 0, "1b000", 1, "1c000", "P2P", "IPC", None, False)),
+    (
+        "Ring 01 : 1[1] -> 0[0] via direct shared memory",
+        (1, None, 1, "1", 0, "0", "SHM", "direct shared memory", None, False),
+    ),
+    ("Ring 00 : 0 -> 1 [send] via NET/IB/0/GDRDMA", (0, None, 0, None, 1, None, "NET/IB", "IB/0/GDRDMA", "send", True)),
+    # 2.7-2.11: "Channel", busids
+    (
+        "Channel 00 : 0[1b000] -> 1[1c000] via P2P/IPC/read",
+        (0, None, 0, "1b000", 1, "1c000", "P2P", "IPC/read", None, False),
+    ),
+    # 2.12-2.18.1: the connection index; SHM keeps the short "Channel NN :" form
+    ("Channel 00/0 : 0[1b000] -> 1[1c000] via P2P/IPC", (0, 0, 0, "1b000", 1, "1c000", "P2P", "IPC", None, False)),
+    (
+        "Channel 05 : 0[1b000] -> 1[1c000] via SHM/direct/direct",
+        (5, None, 0, "1b000", 1, "1c000", "SHM", "direct/direct", None, False),
+    ),
+    (
+        "Channel 00/0 : 0[1b000] -> 8[1b000] [send] via NET/IB/0/GDRDMA",
+        (0, 0, 0, "1b000", 8, "1b000", "NET/IB", "IB/0/GDRDMA", "send", True),
+    ),
+    # 2.18.3-2.19: NVML indices in place of busids
+    ("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read", (0, 0, 0, "0", 1, "1", "P2P", "CUMEM/read", None, False)),
+    (
+        "Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA",
+        (0, 0, 0, "0", 8, "0", "NET/IB", "IB/0/GDRDMA", "send", True),
+    ),
+]
+
+
+@pytest.mark.parametrize("line, shape", ERA_LINES, ids=[line for line, _ in ERA_LINES])
+def test_a_connection_line_of_each_era(line, shape):
+    assert _shape(_one(line)) == shape
+
+
 def test_era_2_4_to_2_6_ring_lines():
-    assert _shape(_one("Ring 00 : 0[1] -> 1[2] via P2P/IPC")) == (0, None, 0, "1", 1, "2", "P2P", "IPC", None, False)
-    assert _shape(_one("Ring 03 : 0[1b000] -> 1[1c000] via P2P/IPC")) == (
-        3,
-        None,
-        0,
-        "1b000",
-        1,
-        "1c000",
-        "P2P",
-        "IPC",
-        None,
-        False,
-    )
-    assert _shape(_one("Ring 01 : 1[1] -> 0[0] via direct shared memory")) == (
-        1,
-        None,
-        1,
-        "1",
-        0,
-        "0",
-        "SHM",
-        "direct shared memory",
-        None,
-        False,
-    )
-    assert _shape(_one("Ring 00 : 0 -> 1 [send] via NET/IB/0/GDRDMA")) == (
-        0,
-        None,
-        0,
-        None,
-        1,
-        None,
-        "NET/IB",
-        "IB/0/GDRDMA",
-        "send",
-        True,
-    )
     c = _one("Ring 00 : 1 -> 0 [receive] via NET/Socket/1")
     assert _shape(c) == (0, None, 1, None, 0, None, "NET/Socket", "Socket/1", "receive", False)
     assert c.net_dev == 1 and c.host == "node1" and c.pid == 4242
@@ -249,18 +251,6 @@ def test_era_2_4_init_lines_without_busid():
 
 
 def test_era_2_7_to_2_11_channel_lines_with_busids():
-    assert _shape(_one("Channel 00 : 0[1b000] -> 1[1c000] via P2P/IPC/read")) == (
-        0,
-        None,
-        0,
-        "1b000",
-        1,
-        "1c000",
-        "P2P",
-        "IPC/read",
-        None,
-        False,
-    )
     assert _shape(_one("Channel 00 : 2[89000] -> 3[b2000] via direct shared memory"))[6:8] == (
         "SHM",
         "direct shared memory",
@@ -275,74 +265,13 @@ def test_era_2_7_to_2_11_channel_lines_with_busids():
 
 
 def test_era_2_12_to_2_18_1_conn_index_and_busids():
-    assert _shape(_one("Channel 00/0 : 0[1b000] -> 1[1c000] via P2P/IPC")) == (
-        0,
-        0,
-        0,
-        "1b000",
-        1,
-        "1c000",
-        "P2P",
-        "IPC",
-        None,
-        False,
-    )
-    # SHM keeps the short "Channel NN :" form
-    assert _shape(_one("Channel 05 : 0[1b000] -> 1[1c000] via SHM/direct/direct")) == (
-        5,
-        None,
-        0,
-        "1b000",
-        1,
-        "1c000",
-        "SHM",
-        "direct/direct",
-        None,
-        False,
-    )
-    assert _shape(_one("Channel 00/0 : 0[1b000] -> 8[1b000] [send] via NET/IB/0/GDRDMA")) == (
-        0,
-        0,
-        0,
-        "1b000",
-        8,
-        "1b000",
-        "NET/IB",
-        "IB/0/GDRDMA",
-        "send",
-        True,
-    )
     c = _one("Channel 01/0 : 3[3e000] -> 4[1b000] [send] via NET/IB/0(2)/GDRDMA")  # PXN through rank 2
     assert (c.transport, c.net_dev, c.proxy_rank, c.gdrdma) == ("NET/IB", 0, 2, True)
     assert _one("Channel 00/0 : 0[3e000] -> 1[40000] via P2P/CUMEM").detail == "CUMEM"
 
 
 def test_era_2_18_3_to_2_19_nvml_indices():
-    assert _shape(_one("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read")) == (
-        0,
-        0,
-        0,
-        "0",
-        1,
-        "1",
-        "P2P",
-        "CUMEM/read",
-        None,
-        False,
-    )
     assert _shape(_one("Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"))[6:8] == ("SHM", "direct/direct")
-    assert _shape(_one("Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA")) == (
-        0,
-        0,
-        0,
-        "0",
-        8,
-        "0",
-        "NET/IB",
-        "IB/0/GDRDMA",
-        "send",
-        True,
-    )
     assert _one("Channel 07/1 : 6[6] -> 7[7] via P2P/direct pointer").conn_index == 1
     assert _one("Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read/CE").detail == "IPC/read/CE"
 
