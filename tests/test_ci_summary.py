@@ -27,7 +27,8 @@ def test_a_failed_check_is_summarised_and_annotated(pytester, summary):
     )
     text = summary.read_text()
     assert text.startswith("earlier step\n## gputopo\n")
-    assert "**Failed checks:**" in text and "- **nvlink\\[GPU5\\]**: GPU5: NVLinks" in text
+    assert "**FAILED**: 45 health checks: 1 failed, 44 passed; 1 test not run for an unmet requirement" in text
+    assert "**Failed checks:**" in text and "- **check nvlink** (GPU5): GPU5: NVLinks" in text
     assert (
         "| test\\_x.py::test\\_nv | skipped | requires\\_nvlink | requires\\_nvlink: GPU0-GPU5 are linked by SYS"
     ) in text
@@ -39,7 +40,7 @@ def test_an_unmet_run_gate_is_summarised_and_annotated(pytester, summary):
     pytester.makepyfile(test_x="def test_a(): pass\n")
     result = pytester.runpytest("--gputopo-machine", "4x-rtx4090", "--gputopo-require", "gpus>=8")
     assert result.ret == GATE_EXIT_STATUS
-    result.stdout.fnmatch_lines(["::error title=gputopo run gate requires_gpus(8)::requires_gpus(8): 4 visible"])
+    result.stdout.fnmatch_lines(["::error title=gputopo run gate requires_gpus(8)::4 visible"])
     assert (
         "**Run gate unmet** \\[recorded:4x-rtx4090 (a recorded machine, not this host)\\]:\n\n"
         "- requires\\_gpus(8): 4 visible"
@@ -97,16 +98,17 @@ def test_a_p2p_refused_node_is_one_annotation_one_row_and_one_banner_row(pyteste
     errors = [line for line in result.stdout.lines if line.startswith("::error")]
     assert 1 <= len(errors) <= 3, errors
     assert errors[0].startswith(
-        "::error title=gputopo check machine::the machine: all 28 pairs of the 8 GPUs fail "
+        "::error title=gputopo check machine::all 28 pairs of the 8 GPUs fail "
         "p2p_status: P2P refused: topology not supported (28 pairs)%0AGPU0-GPU1 (PIX): "
     )
     assert errors[0].endswith("%0Aand 20 more")  # the evidence, eight lines at most
     text = summary.read_text()
     failed = text.split("**Failed checks:**\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert failed == [
-        "- **p2p\\_status x28**: the machine: all 28 pairs of the 8 GPUs fail p2p\\_status: P2P refused: "
+    assert failed[0] == (
+        "- **check p2p\\_status x28** (this machine): all 28 pairs of the 8 GPUs fail p2p\\_status: P2P refused: "
         "topology not supported (28 pairs)"
-    ]
+    )
+    assert [line[:4] for line in failed[1:]] == ["  - "] * 9 and failed[-1] == "  - and 20 more"  # its evidence
     page = (pytester.path / "report.html").read_text()
     banner = page.split('<section id="verdict"', 1)[1].split("</section>", 1)[0]
     rows = re.findall(r'<tr><td class="failed">FAILED</td>.*?</tr>', banner)
@@ -119,16 +121,14 @@ def test_a_p2p_refused_node_is_one_annotation_one_row_and_one_banner_row(pyteste
 
 def test_at_most_ten_annotations_the_last_counting_the_rest():
     """GitHub shows 10 error annotations of a step: more causes than that end in one that counts them."""
+    from pytest_gputopo.core.run_verdict import decide
     from pytest_gputopo.render.markdown import ANNOTATIONS, annotations
 
     checks = [
         {"check": f"pcie[GPU{i}]", "outcome": "failed", "message": f"GPU{i} PCIe link trained down"} for i in range(12)
     ]
-    doc = {
-        "checks": checks,
-        "check_causes": [{"cause": c["check"], "headline": c["message"], "checks": [c["check"]]} for c in checks],
-    }
-    found = annotations(doc)
+    causes = [{"cause": c["check"], "headline": c["message"], "checks": [c["check"]]} for c in checks]
+    found = annotations({"verdict": decide(checks, [], [], [], causes, complete=True).document()})
     assert len(found) == ANNOTATIONS == 10
     assert found[0] == "::error title=gputopo check pcie[GPU0]::GPU0 PCIe link trained down"
     assert found[-1].startswith("::error title=gputopo%3A 3 more causes::check pcie[GPU9]; check pcie[GPU10]; ")

@@ -15,7 +15,7 @@ from hypothesis import example, given, settings, strategies as st
 from markdown_it import MarkdownIt
 
 from pytest_gputopo.cli import main as gputopo
-from pytest_gputopo.core.causes import Cause
+from pytest_gputopo.core.run_verdict import decide
 from pytest_gputopo.probe import probe
 from pytest_gputopo.render import escape, markdown, report
 from pytest_gputopo.render.html import html_report
@@ -317,7 +317,9 @@ def test_a_summary_cell_cannot_split_a_row_hide_the_rest_or_open_a_code_span(tmp
     bad = "a\rb | <!-- c `d` <b>e</b> &amp;"
     doc = {**_run_document(topology, "skipped", bad), "measurements": []}
     doc["checks"][0]["outcome"] = "failed"
-    text = markdown.summary(doc, [Cause(bad, bad, [bad])])
+    gate = [{"cause": bad, "headline": bad, "evidence": [bad]}]
+    doc["verdict"] = decide(doc["checks"], doc["unmet"], gate, [], None, complete=True).document()
+    text = markdown.summary(doc)
     assert "\r" not in text and "<!--" not in text and "`" not in text.replace("\\`", "")
     tokens = MD.parse(text)
     assert not [

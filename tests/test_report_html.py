@@ -13,6 +13,7 @@ import pytest
 
 from conftest import browser_render, needs_browser
 from pytest_gputopo.cli import main as gputopo
+from pytest_gputopo.core.run_verdict import decide
 from pytest_gputopo.probe import probe
 from pytest_gputopo.render.html import html_report
 
@@ -329,16 +330,17 @@ def test_a_run_stopped_by_its_gate_is_failed_and_claims_nothing_of_its_tests(pyt
     assert "<title>FAILED: run gate GPU5 - gputopo report" in page
     assert "the run gate stopped the run (1 cause)" in page
     assert "Every selected test" not in page and "No test ran: the run gate stopped the run" in page
-    # A document written without the causes shows each unmet term.
-    older = html_report({**doc, "gate_causes": None})
+    # A record without the gate's causes shows each unmet term.
+    older = html_report({**doc, "verdict": decide([], [], [], doc["gate"], None, complete=True).document()})
     assert "<title>FAILED: run gate requires_link(&#x27;NV12&#x27;) GPU0-GPU5 and 6 more" in older
 
 
 def test_a_passing_run_is_passed_and_an_unfinished_one_incomplete(pytester):
     page = _run(pytester, "dgx-a100")
     assert "<title>PASSED - gputopo report: recorded:dgx-a100" in page
-    doc = {**json.loads((pytester.path / "run.json").read_text()), "complete": False}
-    unfinished = html_report(doc)
+    doc = json.loads((pytester.path / "run.json").read_text())
+    verdict = decide(doc["checks"], doc["unmet"], [], [], None, complete=False)  # a run not finished
+    unfinished = html_report({**doc, "complete": False, "verdict": verdict.document()})
     assert "<title>INCOMPLETE - gputopo report" in unfinished and "every" not in unfinished.lower()
 
 

@@ -14,7 +14,7 @@ from ..render.html import html_report
 from ..runtime import files
 from ..runtime.software import software
 from .run import GputopoRun
-from .run_record import RunRecord, build, finished
+from .run_record import RunRecord, build, finished, gate_cause_documents
 
 
 def write(run: GputopoRun, complete: bool, changed: bool = False) -> None:
@@ -68,11 +68,10 @@ def report_document(record: RunRecord) -> dict:
     document["ranks_failed"] = list(record.ranks_failed)
     document["leased"] = list(record.leased)  # each leased test's GPU memory: budget, peak (NVML), or why unknown
     document["gate"] = list(record.gate_problems)  # the run gate that stopped the run, if one did
-    document["gate_causes"] = [
-        {"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)} for c in record.gate_causes
-    ]  # the same, cause by cause
+    document["gate_causes"] = gate_cause_documents(record.gate_causes)  # the same, cause by cause
     if record.check_causes is not None:  # the failed check items by cause (check_report.check_causes)
         document["check_causes"] = list(record.check_causes)
+    document["verdict"] = record.verdict.document()  # the run's one verdict: every medium draws it
     document["nccl"] = record.nccl.document() if record.nccl is not None else None
     document["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     document["settings"] = dict(record.settings)
@@ -91,10 +90,9 @@ def github_summary(run: GputopoRun, write_line) -> None:
         return
     record = finished(run)
     document = report_document(record)
-    gate = list(record.gate_causes)
-    for line in markdown.annotations(document, gate):  # one per cause (the check's: ``check_causes``)
+    for line in markdown.annotations(document):  # one per cause of the verdict's failures
         write_line(line)
     try:
-        files.append_text(path, markdown.summary(document, gate))
+        files.append_text(path, markdown.summary(document))
     except OSError as exc:
         write_line(f"ERROR: GITHUB_STEP_SUMMARY: cannot append to {path}: {exc.strerror or exc}")

@@ -57,6 +57,7 @@ class RunState:  # not a dataclass: defining one costs 0.36 ms, this class 0.01 
         "nccl_view",
         "verdicts",
         "judged",
+        "figure_judgements",
         "gate_problems",
         "gate_causes",
         "progress",
@@ -75,6 +76,9 @@ class RunState:  # not a dataclass: defining one costs 0.36 ms, this class 0.01 
         # The figures each requirement on measurements was judged on, at its own threshold
         # (``verdicts.judge_bandwidth``), for the reports' verdicts.
         self.judged: dict[Requirement, tuple[tuple[Key, Judgement], ...]] = {}
+        # Each figure's verdict at the run's own threshold, with what it was judged on (its result and
+        # its staged twin's): an interim report judges only what changed (``verdicts.run_judgements``).
+        self.figure_judgements: dict[Key, tuple[tuple, Judgement]] = {}
         # An unmet run gate (``hooks.pytest_collection``): its problems, and the same grouped by cause;
         # empty when no gate stopped the run.
         self.gate_problems: list[str] = []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
-from ..core import keys
+from ..core import keys, run_verdict
 from ..core.causes import Cause
 from ..core.model import Topology
 from ..core.schema import to_dict
@@ -157,6 +157,12 @@ class RunRecord(NamedTuple):
     nccl: NcclAccount | None
     settings: Mapping[str, Any]
     nodes: tuple[dict, ...] | None  # every distinct node of a launch (None: not under one)
+    verdict: run_verdict.RunVerdict  # the run's, decided here once (``core.run_verdict``): every medium draws it
+
+
+def gate_cause_documents(causes: tuple[Cause, ...]) -> list[dict]:
+    """An unmet run gate, cause by cause, as the report document holds it."""
+    return [{"cause": c.name, "headline": c.headline, "evidence": list(c.evidence)} for c in causes]
 
 
 def finished(run: GputopoRun) -> RunRecord:
@@ -175,24 +181,30 @@ def build(run: GputopoRun, complete: bool) -> RunRecord:
     settings, nodes, check_causes = _settings(run), _nodes(run), _check_causes(run)
     nccl = _nccl(run)
     judged = run_judgements(run, results) if results else {}
+    checks, unmet = tuple(_values(reports, CHECK_PROPERTY)), tuple(_unmet(reports))
+    gate_problems, gate_causes = tuple(run.state.gate_problems), tuple(run.state.gate_causes)
+    verdict = run_verdict.decide(
+        checks, [u.document() for u in unmet], gate_cause_documents(gate_causes), gate_problems, check_causes, complete
+    )
     return RunRecord(
         complete=complete,
         topology=run.topology,
         measurements={key: Measurement(result, judged.get(key)) for key, result in results.items()},
         lost=tuple(lost),
-        checks=tuple(_values(reports, CHECK_PROPERTY)),
+        checks=checks,
         own=tuple(_values(reports, OWN_PROPERTY)),
-        unmet=tuple(_unmet(reports)),
+        unmet=unmet,
         verdicts=tuple(_verdicts(reports)),
         recorded=tuple(_recorded(reports)),
         ranks_failed=tuple(_values(reports, RANKS_PROPERTY)),
         leased=tuple(_values(reports, LEASE_PROPERTY, with_test=True)),
-        gate_problems=tuple(run.state.gate_problems),
-        gate_causes=tuple(run.state.gate_causes),
+        gate_problems=gate_problems,
+        gate_causes=gate_causes,
         check_causes=check_causes,
         nccl=nccl,
         settings=settings,
         nodes=nodes,
+        verdict=verdict,
     )
 
 

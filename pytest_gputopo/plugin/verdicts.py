@@ -198,16 +198,24 @@ def run_judgements(run: GputopoRun, results: dict) -> dict:
     """Each figure of ``results`` (key -> result) against the run's own threshold -- the check
     items' rule, no marker's arguments -- as the report shows it: a P2P copy beside its staged twin
     where that was measured. A key is judged where the threshold rule has a floor for it (NCCL's
-    account is no bandwidth). Nothing is measured for it."""
+    account is no bandwidth). Nothing is measured for it. Each figure is judged once for what it rests
+    on (its result, its staged twin's): the run's interim reports judge only what changed."""
     from . import measurements  # the benchmarks (see above)
 
     judged = [key for key in results if getattr(key, "floor", None) is not None]
-    rule = _Rule(run)
-    expected = measurements.expectations(run, judged)  # one call for all: nothing after it calls the run back
-    return {
-        key: rule.judgement(results[key], expected[key], results.get(key.staged()) if key.kind == "p2p" else None)
-        for key in judged
-    }
+    kept = run.state.figure_judgements
+
+    def grounds(key) -> tuple:
+        return results[key], results.get(key.staged()) if key.kind == "p2p" else None
+
+    new = [key for key in judged if key not in kept or kept[key][0] != grounds(key)]
+    if new:
+        rule = _Rule(run)
+        expected = measurements.expectations(run, new)  # one call for all: nothing after it calls the run back
+        for key in new:
+            result, staged = grounds(key)
+            kept[key] = (result, staged), rule.judgement(result, expected[key], staged)
+    return {key: kept[key][1] for key in judged}
 
 
 def judge_figure(run: GputopoRun, key: keys.Key, gbps: float | None = None, floor: float | None = None):

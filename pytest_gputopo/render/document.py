@@ -204,6 +204,28 @@ NCCL = obj(
     },
 )
 
+# The run's one verdict (``core.run_verdict``), which every medium draws.
+VERDICT = obj(
+    {"word": one_of("PASSED", "FAILED", "INCOMPLETE"), "complete": flag},
+    {
+        "counts": STRINGS,
+        "causes": list_of(
+            obj(
+                {
+                    "outcome": one_of("failed", "error", "skipped"),
+                    "what": text,
+                    "where": text,
+                    "found": text,
+                    "kind": one_of("run gate", "check", "requirement"),
+                    "name": text,
+                },
+                {"evidence": STRINGS},
+            )
+        ),
+        "not_judged": list_of(obj({"checks": STRINGS, "kinds": text, "reason": text})),
+    },
+)
+
 DOCUMENT = obj(
     {"schema": one_of(1), "topology": _topology},
     {
@@ -229,6 +251,7 @@ DOCUMENT = obj(
         "check_causes": null_or(
             list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS, "checks": STRINGS}))
         ),
+        "verdict": VERDICT,
         "nccl": null_or(NCCL),
         "nodes": null_or(list_of(obj({"topology": _topology}, {"where": text, "differs": flag}))),
         "sweeps": null_or(list_of(SWEEP)),

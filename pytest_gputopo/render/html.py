@@ -22,7 +22,7 @@ from .document import ReportError, check_document  # the document's one schema, 
 from .escape import html_attribute, html_text
 from .html_style import CELL_CLASSES, LINK_CLASSES, STYLESHEET
 from .report import header_line, source_text
-from .verdict import FAILED, check_kinds, floorless, has_verdict, no_figures, verdict
+from .verdict import FAILED, failed_causes, floorless, no_figures, verdict
 
 __all__ = ["ReportError", "check_document", "html_report"]  # ``gputopo report`` checks, then draws
 
@@ -471,15 +471,17 @@ def _checks(doc: dict) -> str:
     ordered = sorted(checks, key=lambda c: _FIRST.get(c.get("outcome"), 2))  # failures first; stable within
     rows = [row(c) for c in ordered if c.get("outcome") in ("failed", "error")]
     # Checks skipped for one reason: one row, the reason said once (as the verdict says it).
-    for names, reason in verdict(doc).not_judged:
+    groups = (verdict(doc) or {}).get("not_judged") or [{"checks": [c.get("check")]} for c in ordered]
+    for group in groups:
+        names = group["checks"]
         if len(names) == 1:
             rows += [row(c) for c in ordered if c.get("check") == names[0] and c.get("outcome") == "skipped"][:1]
         else:
             rows.append(
                 [
-                    _cell(check_kinds(names), "text"),
+                    _cell(group["kinds"], "text"),
                     _cell(f"SKIPPED x{len(names)}", "skipped"),
-                    f'<td class="text">{_t(reason)}<br><small>{_t(", ".join(names))}</small></td>',
+                    f'<td class="text">{_t(group["reason"])}<br><small>{_t(", ".join(names))}</small></td>',
                 ]
             )
     rows += [row(c) for c in ordered if c.get("outcome") not in ("failed", "error", "skipped")]
@@ -577,49 +579,54 @@ _VERDICT_CLASS = {"FAILED": "failed", "PASSED": "passed", "INCOMPLETE": "skipped
 _BANNER_ROWS = 8  # causes on the first screen; the sections below list every one, failures first
 
 
-def _banner(doc: dict, origin: str, state: str) -> tuple[str, str]:
-    """The verdict first: PASSED, FAILED or INCOMPLETE, what was judged, and each cause (what failed,
-    where, what was found against what was wanted), then the tests not run and what could not be
-    judged, each shared reason once. Returns the banner and the page's title."""
-    v = verdict(doc)
-    cls = _VERDICT_CLASS[v.word]
-    counts = "; ".join(v.counts) or "no health check ran (--gputopo-check) and no test was held back by a requirement"
-    if v.word == FAILED and not v.complete:
+def _banner(v: dict, origin: str, state: str) -> tuple[str, str]:
+    """The run's verdict first (the document's, ``core.run_verdict``): PASSED, FAILED or INCOMPLETE,
+    what was judged, and each cause (what failed, where, what was found against what was wanted), then
+    the tests not run and what could not be judged, each shared reason once. Returns the banner and
+    the page's title."""
+    word = str(v["word"])
+    cls = _VERDICT_CLASS.get(word, "unknown")
+    counts = "; ".join(v.get("counts") or []) or (
+        "no health check ran (--gputopo-check) and no test was held back by a requirement"
+    )
+    if word == FAILED and not v.get("complete", True):
         counts += "; the run had not finished: more may have failed"
     parts = [
         f'<section id="verdict" class="{cls}">',
-        f'<h1><span class="{cls}">{_t(v.word)}</span> gputopo report{_t(state)}</h1>',
+        f'<h1><span class="{cls}">{_t(word)}</span> gputopo report{_t(state)}</h1>',
         f'<p>{_t(counts)}. Source: <span class="origin">{_t(origin)}</span></p>',
     ]
-    if v.causes:
-        shown = v.causes[:_BANNER_ROWS]
+    causes = v.get("causes") or []
+    if causes:
+        shown = causes[:_BANNER_ROWS]
         rows = [
             [
-                _cell(c.outcome.upper(), _outcome_class(c.outcome)),
-                _cell(c.what),
-                _cell(c.where, "text"),
-                _cell(c.found, "text"),
+                _cell(str(c["outcome"]).upper(), _outcome_class(c["outcome"])),
+                _cell(c["what"]),
+                _cell(c["where"], "text"),
+                _cell(c["found"], "text"),
             ]
             for c in shown
         ]
-        if len(v.causes) > len(shown):
+        if len(causes) > len(shown):
             rows.append(
                 [
-                    f'<td colspan="4" class="text">and {len(v.causes) - len(shown)} more: the sections below '
+                    f'<td colspan="4" class="text">and {len(causes) - len(shown)} more: the sections below '
                     f"list each one, failures first</td>"
                 ]
             )
         parts.append(_table(rows, ["outcome", "what", "where", "found"]))
-    for names, reason in v.not_judged:
+    for group in v.get("not_judged") or []:
+        n = len(group["checks"])
         parts.append(
-            f"<p>Not judged: {_t(f'{len(names)} check' + ('' if len(names) == 1 else 's'))} "
-            f"({_t(check_kinds(names))}): {_t(reason)}</p>"
+            f"<p>Not judged: {_t(f'{n} check' + ('' if n == 1 else 's'))} ({_t(group['kinds'])}): "
+            f"{_t(group['reason'])}</p>"
         )
     parts.append("</section>")
-    first = v.failed[0] if v.failed else None
-    title = v.word + (f": {first.what} {first.where}" if first else "")
-    if len(v.failed) > 1:
-        title += f" and {len(v.failed) - 1} more"
+    failed = failed_causes(v)
+    title = word + (f": {failed[0]['what']} {failed[0]['where']}" if failed else "")
+    if len(failed) > 1:
+        title += f" and {len(failed) - 1} more"
     return "\n".join(parts), f"{title} - gputopo report: {origin}"
 
 
@@ -645,8 +652,9 @@ def html_report(doc: dict) -> str:
     ]
     sections = [(title, content) for title, content in drawn_sections if content is not None]
     body = "\n".join(f"<section><h2>{title}</h2>\n{content}\n</section>" for title, content in sections)
-    if has_verdict(doc):
-        head, title = _banner(doc, origin, state)
+    v = verdict(doc)
+    if v is not None:
+        head, title = _banner(v, origin, state)
     else:
         head = f'<h1>gputopo report{_t(state)}</h1>\n<p>Source: <span class="origin">{_t(origin)}</span></p>'
         title = f"gputopo report: {origin}"

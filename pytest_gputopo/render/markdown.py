@@ -3,11 +3,12 @@
 (``::error title=...::message`` workflow commands) for a failed run gate or check."""
 
 from ..core import schema
-from ..core.causes import EVIDENCE_LINES
 from ..core.model import Topology
 from .escape import markdown, workflow_data, workflow_property
 from .report import header_line, source_text
-from .verdict import check_kinds, floorless, no_figures
+from .verdict import failed_causes, floorless, no_figures, verdict
+
+EVIDENCE_LINES = 8  # a cause's findings shown under it in the summary and its annotation, then how many more
 
 
 def _cell(text) -> str:
@@ -56,22 +57,28 @@ def _figures(doc: dict) -> list[str]:
     return lines + ([""] if lines and absent else []) + absent
 
 
-def summary(doc: dict, gate_causes: list | None = None) -> str:
-    """The job summary of a run: the header line, an unmet run gate cause by cause (``core.causes``:
-    each cause, then the findings that show it), failed checks, unmet requirements, the link matrix
-    and the measured figures (each with its origin)."""
+def summary(doc: dict) -> str:
+    """The job summary of a run: the header line, the run's verdict (the document's: ``core.run_verdict``)
+    with its unmet run gate cause by cause (each cause, then the findings that show it) and its failed
+    checks, the unmet requirements, the link matrix and the measured figures (each with its origin)."""
     topology = schema.from_dict(doc["topology"])
     lines = ["## gputopo", "", _cell(header_line(topology)), ""]
-    if gate_causes:
-        lines += [f"**Run gate unmet** \\[{_cell(source_text(topology))}\\]:", ""]
-        for cause in gate_causes:
-            head, *evidence = cause.lines(indent="")
-            lines += [f"- {_cell(head)}"] + [f"  - {_cell(e)}" for e in evidence]
-        lines += [""]
-    failed = _failed_checks(doc)
-    if failed:
-        lines += ["**Failed checks:**", ""] + [f"- **{_cell(items)}**: {_cell(text)}" for _, items, text, _ in failed]
-        lines += [""]
+    v = verdict(doc)
+    if v is None:
+        lines += ["No verdict in the document.", ""]
+    else:
+        counts = "; ".join(v.get("counts") or []) or "nothing judged"
+        lines += [f"**{_cell(v['word'])}**: {_cell(counts)}", ""]
+        causes = failed_causes(v)
+        gate = [c for c in causes if c["kind"] == "run gate"]
+        if gate:
+            lines += [f"**Run gate unmet** \\[{_cell(source_text(topology))}\\]:", ""]
+            lines += [line for c in gate for line in _cause_lines(_cell(c["where"]), c)] + [""]
+        checks = [c for c in causes if c["kind"] == "check"]
+        if checks:
+            lines += ["**Failed checks:**", ""]
+            lines += [line for c in checks for line in _cause_lines(f"**{_cell(c['what'])}** ({_cell(c['where'])})", c)]
+            lines += [""]
     unmet = doc.get("unmet") or []
     if unmet:
         lines += ["**Tests not run for unmet requirements:**", ""]
@@ -91,40 +98,30 @@ def summary(doc: dict, gate_causes: list | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _failed_checks(doc: dict) -> list[tuple[str, str, str, str]]:
-    """(cause, items, line, evidence) per cause of the failed checks, as the run decided them (the document's
-    ``check_causes``): a cause of one item is that item and its message; of several, its items by kind
-    and its headline, its items' messages the evidence. A document without causes: each failed check."""
-    failed = {c.get("check"): c for c in doc.get("checks") or [] if c.get("outcome") == "failed"}
-    decided = doc.get("check_causes") or [{"checks": [name]} for name in failed]
-    out = []
-    for cause in decided:
-        names = cause.get("checks") or []
-        if len(names) == 1 and names[0] in failed:
-            out.append((str(names[0]), str(names[0]), str(failed[names[0]].get("message", "")), ""))
-        else:
-            evidence = [str(e) for e in cause.get("evidence") or []]
-            shown = evidence[:EVIDENCE_LINES] + (
-                [f"and {len(evidence) - EVIDENCE_LINES} more"] if len(evidence) > EVIDENCE_LINES else []
-            )
-            out.append(
-                (str(cause.get("cause", "")), check_kinds(names), str(cause.get("headline", "")), "\n".join(shown))
-            )
-    return out
+def _cause_lines(label: str, cause: dict) -> list[str]:
+    """A cause as a list item (its label already escaped), then its findings indented under it."""
+    return [f"- {label}: {_cell(cause['found'])}"] + [f"  - {_cell(e)}" for e in _evidence(cause)]
+
+
+def _evidence(cause: dict) -> list[str]:
+    evidence = [str(e) for e in cause.get("evidence") or []]
+    more = len(evidence) - EVIDENCE_LINES
+    return evidence[:EVIDENCE_LINES] + ([f"and {more} more"] if more > 0 else [])
 
 
 # GitHub shows at most 10 error annotations of a step: the causes beyond them are one more, which says so.
 ANNOTATIONS = 10
 
 
-def annotations(doc: dict, gate_causes: list | None = None) -> list[str]:
-    """The run's error annotations: one per cause of an unmet run gate (its evidence in the message)
-    and one per cause of the failed checks (``check_causes``: one cause of 28 failed items is one
-    annotation), at most ``ANNOTATIONS``, the last then counting the causes left to the job summary."""
-    found = [(f"gputopo run gate {c.name}", c.text()) for c in gate_causes or []]
-    found += [
-        (f"gputopo check {cause}", f"{text}\n{evidence}" if evidence else text)
-        for cause, _, text, evidence in _failed_checks(doc)
+def annotations(doc: dict) -> list[str]:
+    """The run's error annotations: one per cause of its verdict's failures (an unmet run gate's causes,
+    the failed checks' causes: one cause of 28 failed items is one annotation), the evidence in the
+    message, at most ``ANNOTATIONS``, the last then counting the causes left to the job summary."""
+    v = verdict(doc)
+    found = [
+        (f"gputopo {c['kind']} {c['name']}", "\n".join([str(c["found"]), *_evidence(c)]))
+        for c in (failed_causes(v) if v else [])
+        if c["kind"] in ("run gate", "check")
     ]
     if len(found) > ANNOTATIONS:
         rest = found[ANNOTATIONS - 1 :]
