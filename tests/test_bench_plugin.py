@@ -240,7 +240,7 @@ def test_a_measured_check_item_says_the_interval_of_its_figure(pytester):
 
 
 def test_interval_of_a_result_from_either_kind_of_detail():
-    from pytest_gputopo.bench.suite import BenchResult
+    from pytest_gputopo.bench.bench_result import BenchResult
 
     copy = BenchResult(keys.HostCopy("h2d", 0, True), "h2d", 20.0, "measured", detail={"bw_ci95_gbps": [19.0, 21.0]})
     allreduce = BenchResult(

@@ -333,7 +333,8 @@ def test_ranks_on_one_node_share_a_copy_benchmark_and_other_gpus_do_not(monkeypa
     the host lock); a rank that sees other GPUs, or another host, measures its own."""
     import dataclasses
 
-    from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite
+    from pytest_gputopo.bench.bench_result import BenchResult
+    from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
     from pytest_gputopo.core import model
     from pytest_gputopo.probe import probe
     from pytest_gputopo.runtime import environ as runtime

@@ -398,7 +398,8 @@ def test_a_planted_met_verdict_of_the_right_shape_is_refused_when_the_run_has_a_
 def test_a_planted_bench_figure_of_the_right_shape_is_measured_again_when_the_run_has_a_secret(store, monkeypatch):
     import dataclasses
 
-    from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite
+    from pytest_gputopo.bench.bench_result import BenchResult
+    from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
     from pytest_gputopo.core import keys, model
     from pytest_gputopo.probe import probe
     from pytest_gputopo.runtime.ranks import Exchange, NodeShare

@@ -135,7 +135,8 @@ def test_a_record_kind_without_a_validator_is_a_programming_error(store):
 def test_a_planted_bench_figure_that_is_not_a_valid_result_is_measured_again(store, monkeypatch):
     import dataclasses
 
-    from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite
+    from pytest_gputopo.bench.bench_result import BenchResult
+    from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
     from pytest_gputopo.core import model
     from pytest_gputopo.probe import probe
 

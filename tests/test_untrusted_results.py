@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from conftest import launcher_port, needs_torch, quick_gloo
-from pytest_gputopo.bench.suite import BenchResult, BenchSettings, BenchSuite, SharedFolder
+from pytest_gputopo.bench.bench_result import BenchResult
+from pytest_gputopo.bench.shared_folder import SharedFolder
+from pytest_gputopo.bench.suite import BenchSettings, BenchSuite
 from pytest_gputopo.core import keys, limits, model
 
 HOST = model.Topology(gpus=(model.Gpu(0), model.Gpu(1)), links=(model.Link(0, 1),), source=model.Source("nvml"))

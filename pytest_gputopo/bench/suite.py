@@ -13,18 +13,14 @@ parallel jobs) never benchmark the same host at once, and may be kept in pytest'
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import keys, model
 from ..core.requirements import MIG_INSTANCE, mig_enabled
-from ..runtime import files
 from . import untrusted
+from .bench_result import BenchResult
 from .bench_settings import BenchSettings
 from .host_lock import LockRefused, host_lock
 from .subproc import CopyWorker
@@ -35,52 +31,6 @@ ACROSS_RANKS = (keys.AllReduce, keys.NcclTransports)
 PLANNED = "planned"
 
 
-@dataclass(frozen=True)
-class BenchResult:
-    key: keys.Key
-    what: str  # "all-reduce busbw, 8 ranks (nccl), 1 GiB"
-    gbps: float | None
-    origin: str  # "measured", "recorded" (published for a recorded machine), "cached" (measured earlier),
-    # or PLANNED (a plan's stand-in for a measurement it does not make)
-    source: str | None = None  # where a recorded figure was published
-    error: str | None = None  # why there is no figure, or why the measurement failed
-    detail: dict = field(default_factory=dict, compare=False)  # the measurement, with units
-
-    @property
-    def interval_gbps(self) -> tuple[float, float] | None:
-        """The 95% interval of ``gbps`` where the harness measured it (not for recorded figures, nor
-        nccl-tests' own output)."""
-        found = self.detail.get("bw_ci95_gbps") or self.detail.get("judged", {}).get("busbw_ci95_gbps")
-        return tuple(found) if found else None
-
-    def to_json(self) -> dict:
-        return {
-            "key": self.key.to_list(),
-            "what": self.what,
-            "gbps": self.gbps,
-            "origin": self.origin,
-            "source": self.source,
-            "error": self.error,
-            "detail": self.detail,
-        }
-
-    @classmethod
-    def from_json(cls, d: Any) -> BenchResult:
-        """The result another process of this run wrote; ValueError says why it cannot be trusted."""
-        problem = untrusted.result_problem(d)
-        if problem:
-            raise ValueError(problem)
-        return cls(
-            keys.from_list(d["key"]),
-            d["what"],
-            d["gbps"],
-            d["origin"],
-            d.get("source"),
-            d.get("error"),
-            d.get("detail", {}),
-        )
-
-
 def _shared_result(data, key: keys.Key) -> BenchResult:
     """A result another process of this run left for ``key``: whole, and the figure of that very
     benchmark (a valid figure of another pair is no figure of this one); ValueError says why not."""
@@ -88,105 +38,6 @@ def _shared_result(data, key: keys.Key) -> BenchResult:
     if result.key != key:
         raise ValueError(f"it is the figure of {result.key.describe()}, not of {key.describe()}")
     return result
-
-
-def _renumbered(data: dict, key: keys.Key) -> dict:
-    """``data``, a result another process wrote in its numbering, as the result of ``key`` (the same
-    GPUs here): its key, and its words' subject ("GPU0->GPU1 copy"), those of this numbering."""
-    try:
-        theirs = keys.from_list(data.get("key"))
-    except ValueError:
-        return data  # not a result: the suite's check says why
-    what = data.get("what")
-    said = theirs.describe()
-    if isinstance(what, str) and what.startswith(said):
-        what = key.describe() + what[len(said) :]
-    return {**data, "key": key.to_list(), "what": what}
-
-
-def _in_numbering(data: dict, where: dict[str, int]) -> dict:
-    """A shared result whose GPUs are named by UUID (``gpus``), in the numbering ``where`` gives."""
-    theirs = keys.from_list(data.get("key"))
-    uuids = data["gpus"]
-    if not isinstance(uuids, list) or len(uuids) != len(keys.gpus_of(theirs)) or not all(u in where for u in uuids):
-        raise ValueError("its GPUs are not this run's")
-    return _renumbered(data, keys.renumbered(theirs, tuple(where[u] for u in uuids)))
-
-
-class SharedFolder:
-    """Results the processes of one run on this host share (xdist workers, and a leased test's process,
-    which numbers its leased GPUs from cuda:0): one JSON file each. A figure of GPUs is shared under
-    their UUIDs, never their indices, and read back in the reader's numbering (``get_figure``,
-    ``results``); ``get_figure``/``put_figure`` are what :class:`BenchSuite` needs of a share
-    (``ranks.NodeShare`` is the other)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def _figure_name(self, key: keys.Key, name: str, uuids: list[str] | None) -> str:
-        """``name`` (``keys.name_of`` and what else makes the figure) where the GPUs are not known by
-        UUID; else its kind and a digest of the GPUs' UUIDs with what is not a GPU index."""
-        if uuids is None:
-            return name
-        suffix = name[len(keys.name_of(key)) :]  # what else makes the figure: an all-reduce's backend
-        rest = [key.kind, getattr(key, "pinned", None), getattr(key, "ranks", None), getattr(key, "size_bytes", None)]
-        digest = hashlib.sha256(json.dumps([rest, suffix, uuids]).encode()).hexdigest()[:24]
-        return f"{key.kind}-{digest}"
-
-    def get_figure(self, key: keys.Key, name: str, uuids: list[str] | None) -> Any:
-        """The result another process left for ``key`` on the GPUs of ``uuids`` (None: by index), in
-        this process's numbering; None where there is none. Checked whole by the suite after."""
-        data = self.get(self._figure_name(key, name, uuids))
-        if data is None or uuids is None:
-            return data
-        if not isinstance(data, dict) or data.get("gpus") != uuids:
-            raise ValueError("it is the figure of other GPUs")
-        return _renumbered(data, key)
-
-    def put_figure(self, key: keys.Key, name: str, uuids: list[str] | None, data: dict) -> None:
-        self.put(self._figure_name(key, name, uuids), {**data, **({"gpus": uuids} if uuids else {})})
-
-    def _file(self, name: str) -> str:
-        return os.path.join(self.path, name + ".json")
-
-    def get(self, name: str) -> Any:
-        """The JSON value stored under ``name``, None when there is none; a file that cannot be read
-        whole (a worker killed while writing one before renames were atomic) is a ValueError."""
-        try:
-            text = files.read_text(self._file(name))
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise ValueError(f"{self._file(name)}: {exc.strerror or exc}") from None
-        try:
-            return json.loads(text)
-        except (ValueError, RecursionError):
-            raise ValueError(f"{self._file(name)} is not whole JSON") from None
-
-    def put(self, name: str, data: dict) -> None:
-        files.write_text(self._file(name), json.dumps(data, allow_nan=False))
-
-    def names(self) -> list[str]:
-        try:
-            return sorted(n[: -len(".json")] for n in os.listdir(self.path) if n.endswith(".json"))
-        except OSError:  # not made yet, or removed at the end
-            return []
-
-    def results(self, topology: model.Topology) -> tuple[list[BenchResult], list[str]]:
-        """Every result in the folder (what the xdist workers and leased tests' processes measured,
-        for the controller's report) in ``topology``'s numbering, and why each file that could not be
-        taken was not."""
-        where = {gpu.uuid: gpu.index for gpu in topology.gpus if gpu.uuid}
-        taken, lost = [], []
-        for name in self.names():
-            try:
-                data = self.get(name)
-                if isinstance(data, dict) and "gpus" in data:
-                    data = _in_numbering(data, where)
-                taken.append(BenchResult.from_json(data))
-            except ValueError as exc:
-                lost.append(f"{name}: {exc}")
-        return taken, lost
 
 
 class BenchSuite:

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..bench.suite import BenchSuite, SharedFolder
+from ..bench.shared_folder import SharedFolder
+from ..bench.suite import BenchSuite
 from ..core import faults, keys, spec
 from ..core.model import Topology
 from ..core.units import counted

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 
-from ..bench.suite import SharedFolder
+from ..bench.shared_folder import SharedFolder
 from ..render import markdown, report
 from ..render.html import html_report
 from ..runtime import files

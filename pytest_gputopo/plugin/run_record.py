@@ -36,7 +36,7 @@ from .run import GputopoRun
 from .verdicts import run_judgements
 
 if TYPE_CHECKING:
-    from ..bench.suite import BenchResult
+    from ..bench.bench_result import BenchResult
     from ..core.judgement import Judgement
 
 # The parts of the run a record reads only where the run had them -- the benchmarks, NCCL's view,
@@ -295,7 +295,7 @@ def _results(run: GputopoRun) -> tuple[dict[keys.Key, BenchResult], list[str]]:
     by_key: dict[keys.Key, BenchResult] = {}
     lost: list[str] = []
     for folder in run.shared_folders:
-        from ..bench.suite import SharedFolder  # the workers' and leased tests' processes' results
+        from ..bench.shared_folder import SharedFolder  # the workers' and leased tests' processes' results
 
         results, unread = SharedFolder(folder).results(run.topology)
         by_key.update({r.key: r for r in results})
