@@ -351,6 +351,31 @@ class Row:
         return self.id or self.original
 
 
+def capability_row(original: str, test: Callable[[int], bool], capability: str, id: str) -> Row:
+    """A TensorRT-LLM SM gate ported as ``requires_gpus(compute_capability=...)``."""
+    return Row(original, trt_sm(test), (f'@pytest.mark.requires_gpus(compute_capability="{capability}")',), id=id)
+
+
+def memory_row(original: str, gb: int, id: str) -> Row:
+    """A TensorRT-LLM ``skip_gpu_memory_less_than`` of ``gb`` GB ported as ``requires_gpus(min_memory_gb=...)``."""
+    port = f"@pytest.mark.requires_gpus(min_memory_gb={gb})"
+    return Row(original, trt_skip_gpu_memory_less_than(gb * 10**9), (port,), id=id)
+
+
+def nccl_row(original: str, version: tuple[int, int], id: str) -> Row:
+    """A PyTorch NCCL version gate ported as ``requires_versions``: without a GPU, current releases decide otherwise."""
+    port = f'@pytest.mark.requires_versions(nccl=">={version[0]}.{version[1]}")'
+    return Row(
+        original, torch_requires_nccl_version(version), (port,), without_gpu, "Without a GPU, current releases", id=id
+    )
+
+
+def arch_row(original: str, test: Callable[[int], bool], arch: str, id: str) -> Row:
+    """A TensorRT-LLM SM gate ported as an architecture (``arch=...``): it differs where a machine's
+    capability is not in the architecture table."""
+    return Row(original, trt_sm(test), (arch,), capability_not_in_table, "the architecture table knows", id=id)
+
+
 ROWS = [
     # Lightning
     Row("`@RunIf(min_cuda_gpus=2)`", pl_min_cuda_gpus(2), ("@pytest.mark.requires_gpus(2)",), id="pl-min-gpus"),
@@ -434,24 +459,9 @@ ROWS = [
         ("@pytest.mark.requires_gpus(min_memory_gb=40000 * 2**20 / 1e9)",),
         id="trt-device-memory-40000",
     ),
-    Row(
-        "`@skip_gpu_memory_less_than_40gb`",
-        trt_skip_gpu_memory_less_than(40 * 10**9),
-        ("@pytest.mark.requires_gpus(min_memory_gb=40)",),
-        id="trt-gpu-memory-40gb",
-    ),
-    Row(
-        "`_80gb`",
-        trt_skip_gpu_memory_less_than(80 * 10**9),
-        ("@pytest.mark.requires_gpus(min_memory_gb=80)",),
-        id="trt-gpu-memory-80gb",
-    ),
-    Row(
-        "`_138gb`",
-        trt_skip_gpu_memory_less_than(138 * 10**9),
-        ("@pytest.mark.requires_gpus(min_memory_gb=138)",),
-        id="trt-gpu-memory-138gb",
-    ),
+    memory_row("`@skip_gpu_memory_less_than_40gb`", 40, "trt-gpu-memory-40gb"),
+    memory_row("`_80gb`", 80, "trt-gpu-memory-80gb"),
+    memory_row("`_138gb`", 138, "trt-gpu-memory-138gb"),
     Row(
         "`skip_num_gpus_less_than(4)`",
         trt_skip_num_gpus_less_than(4),
@@ -459,48 +469,12 @@ ROWS = [
         id="trt-num-gpus",
     ),
     Row("`@skip_single_gpu`", trt_skip_num_gpus_less_than(2), ("@pytest.mark.requires_gpus(2)",), id="trt-single-gpu"),
-    Row(
-        "`@skip_pre_ada`",
-        trt_sm(lambda s: s >= 89),
-        ('@pytest.mark.requires_gpus(compute_capability=">=8.9")',),
-        id="trt-pre-ada",
-    ),
-    Row(
-        "`@skip_pre_hopper`",
-        trt_sm(lambda s: s >= 90),
-        ('@pytest.mark.requires_gpus(compute_capability=">=9.0")',),
-        id="trt-pre-hopper",
-    ),
-    Row(
-        "`@skip_pre_blackwell`",
-        trt_sm(lambda s: s >= 100),
-        ('@pytest.mark.requires_gpus(compute_capability=">=10.0")',),
-        id="trt-pre-blackwell",
-    ),
-    Row(
-        "`@skip_pre_ada`",
-        trt_sm(lambda s: s >= 89),
-        ('arch=">=ada"',),
-        capability_not_in_table,
-        "the architecture table knows",
-        id="trt-pre-ada-arch",
-    ),
-    Row(
-        "`@skip_pre_hopper`",
-        trt_sm(lambda s: s >= 90),
-        ('arch=">=hopper"',),
-        capability_not_in_table,
-        "the architecture table knows",
-        id="trt-pre-hopper-arch",
-    ),
-    Row(
-        "`@skip_pre_blackwell`",
-        trt_sm(lambda s: s >= 100),
-        ('arch=">=blackwell"',),
-        capability_not_in_table,
-        "the architecture table knows",
-        id="trt-pre-blackwell-arch",
-    ),
+    capability_row("`@skip_pre_ada`", lambda s: s >= 89, ">=8.9", "trt-pre-ada"),
+    capability_row("`@skip_pre_hopper`", lambda s: s >= 90, ">=9.0", "trt-pre-hopper"),
+    capability_row("`@skip_pre_blackwell`", lambda s: s >= 100, ">=10.0", "trt-pre-blackwell"),
+    arch_row("`@skip_pre_ada`", lambda s: s >= 89, 'arch=">=ada"', "trt-pre-ada-arch"),
+    arch_row("`@skip_pre_hopper`", lambda s: s >= 90, 'arch=">=hopper"', "trt-pre-hopper-arch"),
+    arch_row("`@skip_pre_blackwell`", lambda s: s >= 100, 'arch=">=blackwell"', "trt-pre-blackwell-arch"),
     Row(
         "`skip_on_arch(min_arch=8)`",
         ds_skip_on_arch(8),
@@ -509,106 +483,28 @@ ROWS = [
         "every capability its table knows",
         id="ds-skip-on-arch-arch",
     ),
-    Row(
-        "`@skip_post_blackwell`",
-        trt_sm(lambda s: s < 100),
-        ('arch="<blackwell"',),
-        capability_not_in_table,
-        "the architecture table knows",
-        id="trt-post-blackwell-arch",
-    ),
-    Row(
-        "`@skip_no_hopper`",
-        trt_sm(lambda s: s == 90),
-        ('arch="hopper"',),
-        capability_not_in_table,
-        "the architecture table knows",
-        id="trt-no-hopper-arch",
-    ),
-    Row(
-        "`@skip_non_ada_unittest`",
-        trt_sm(lambda s: s == 89),
-        ('arch="ada"',),
-        capability_not_in_table,
-        "the architecture table knows",
-        id="trt-non-ada-arch",
-    ),
-    Row(
+    arch_row("`@skip_post_blackwell`", lambda s: s < 100, 'arch="<blackwell"', "trt-post-blackwell-arch"),
+    arch_row("`@skip_no_hopper`", lambda s: s == 90, 'arch="hopper"', "trt-no-hopper-arch"),
+    arch_row("`@skip_non_ada_unittest`", lambda s: s == 89, 'arch="ada"', "trt-non-ada-arch"),
+    arch_row(
         "`@skip_neither_ada_nor_hopper_unittest`",
-        trt_sm(lambda s: s in (89, 90)),
-        ('arch=["ada", "hopper"]',),
-        capability_not_in_table,
-        "the architecture table knows",
-        id="trt-ada-or-hopper-arch",
+        lambda s: s in (89, 90),
+        'arch=["ada", "hopper"]',
+        "trt-ada-or-hopper-arch",
     ),
-    Row(
-        "`@force_ampere`",
-        trt_sm(lambda s: 80 <= s <= 89),
-        ('arch=">=ampere,<=ada"',),
-        capability_not_in_table,
-        "the architecture table knows",
-        id="trt-force-ampere-arch",
+    arch_row("`@force_ampere`", lambda s: 80 <= s <= 89, 'arch=">=ampere,<=ada"', "trt-force-ampere-arch"),
+    capability_row("`@skip_post_blackwell`", lambda s: s < 100, "<10.0", "trt-post-blackwell"),
+    capability_row("`@skip_post_blackwell_ultra`", lambda s: s < 103, "<10.3", "trt-post-blackwell-ultra"),
+    capability_row("`@skip_blackwell`", lambda s: s not in (100, 103), "!=10.0,!=10.3", "trt-blackwell"),
+    capability_row("`@skip_blackwell_geforce`", lambda s: s != 120, "!=12.0", "trt-blackwell-geforce"),
+    capability_row("`@skip_no_hopper`", lambda s: s == 90, "==9.0", "trt-no-hopper"),
+    capability_row("`@skip_non_hopper_unittest`", lambda s: s == 90, "==9.0", "trt-non-hopper"),
+    capability_row("`@skip_non_ada_unittest`", lambda s: s == 89, "==8.9", "trt-non-ada"),
+    capability_row(
+        "`@skip_neither_ada_nor_hopper_unittest`", lambda s: s in (89, 90), ">=8.9,<=9.0", "trt-ada-or-hopper"
     ),
-    Row(
-        "`@skip_post_blackwell`",
-        trt_sm(lambda s: s < 100),
-        ('@pytest.mark.requires_gpus(compute_capability="<10.0")',),
-        id="trt-post-blackwell",
-    ),
-    Row(
-        "`@skip_post_blackwell_ultra`",
-        trt_sm(lambda s: s < 103),
-        ('@pytest.mark.requires_gpus(compute_capability="<10.3")',),
-        id="trt-post-blackwell-ultra",
-    ),
-    Row(
-        "`@skip_blackwell`",
-        trt_sm(lambda s: s not in (100, 103)),
-        ('@pytest.mark.requires_gpus(compute_capability="!=10.0,!=10.3")',),
-        id="trt-blackwell",
-    ),
-    Row(
-        "`@skip_blackwell_geforce`",
-        trt_sm(lambda s: s != 120),
-        ('@pytest.mark.requires_gpus(compute_capability="!=12.0")',),
-        id="trt-blackwell-geforce",
-    ),
-    Row(
-        "`@skip_no_hopper`",
-        trt_sm(lambda s: s == 90),
-        ('@pytest.mark.requires_gpus(compute_capability="==9.0")',),
-        id="trt-no-hopper",
-    ),
-    Row(
-        "`@skip_non_hopper_unittest`",
-        trt_sm(lambda s: s == 90),
-        ('@pytest.mark.requires_gpus(compute_capability="==9.0")',),
-        id="trt-non-hopper",
-    ),
-    Row(
-        "`@skip_non_ada_unittest`",
-        trt_sm(lambda s: s == 89),
-        ('@pytest.mark.requires_gpus(compute_capability="==8.9")',),
-        id="trt-non-ada",
-    ),
-    Row(
-        "`@skip_neither_ada_nor_hopper_unittest`",
-        trt_sm(lambda s: s in (89, 90)),
-        ('@pytest.mark.requires_gpus(compute_capability=">=8.9,<=9.0")',),
-        id="trt-ada-or-hopper",
-    ),
-    Row(
-        "`@skip_no_sm120`",
-        trt_sm(lambda s: s == 120),
-        ('@pytest.mark.requires_gpus(compute_capability="==12.0")',),
-        id="trt-sm120",
-    ),
-    Row(
-        "`@force_ampere`",
-        trt_sm(lambda s: 80 <= s <= 89),
-        ('@pytest.mark.requires_gpus(compute_capability=">=8.0,<=8.9")',),
-        id="trt-force-ampere",
-    ),
+    capability_row("`@skip_no_sm120`", lambda s: s == 120, "==12.0", "trt-sm120"),
+    capability_row("`@force_ampere`", lambda s: 80 <= s <= 89, ">=8.0,<=8.9", "trt-force-ampere"),
     Row(
         '`@pytest.mark.skip_device_not_contain(["H100", "H200"])`',
         trt_skip_device_not_contain(["H100", "H200"]),
@@ -661,22 +557,8 @@ ROWS = [
         ('@pytest.mark.ranks(2, backend="gloo")',),
         id="torch-multiprocess-gloo",
     ),
-    Row(
-        '`@requires_nccl_version((2, 18), "needs NCCL 2.18")`',
-        torch_requires_nccl_version((2, 18)),
-        ('@pytest.mark.requires_versions(nccl=">=2.18")',),
-        without_gpu,
-        "Without a GPU, current releases",
-        id="torch-nccl-version",
-    ),
-    Row(
-        "`@requires_nccl_shrink()`",
-        torch_requires_nccl_version((2, 27)),
-        ('@pytest.mark.requires_versions(nccl=">=2.27")',),
-        without_gpu,
-        "Without a GPU, current releases",
-        id="torch-nccl-shrink",
-    ),
+    nccl_row('`@requires_nccl_version((2, 18), "needs NCCL 2.18")`', (2, 18), "torch-nccl-version"),
+    nccl_row("`@requires_nccl_shrink()`", (2, 27), "torch-nccl-shrink"),
     Row(
         "`@requires_multicast_support()`",
         torch_requires_multicast_support,
