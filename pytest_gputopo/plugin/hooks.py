@@ -332,7 +332,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     run.machine.leave = markers.registered_by_others(config.getini("markers"), markers.registration_lines())
     marked, errors = markers.read_markers(items, frozenset(run.machine.leave))
     for item, found in marked:
-        from ..core.ranks_requirement import RanksRequirement  # a marked run's: its requirements are loaded
+        from ..core.ranks_requirement import RanksRequirement  # on a marked run only: one class, beside the marks' own
 
         item.stash[ITEM_REQS] = found
         ranks = [(r, strict) for r, strict in found if isinstance(r, RanksRequirement)]
