@@ -44,6 +44,24 @@ def record(gpus, sleep=0.0):
 """
 
 
+def recording_test(name: str, *marks: str, then: str = "") -> str:
+    """The source of a test, under each of ``marks`` (``requires_gpus(1)``, ...), that records the GPUs
+    it was leased (RECORD's ``record``), then runs the line ``then``."""
+    decorators = "".join(f"@pytest.mark.{mark}\n" for mark in marks)
+    return f"{decorators}def {name}(gputopo_gpus):\n    record(gputopo_gpus)\n" + (f"    {then}\n" if then else "")
+
+
+def records_then_never_runs(fits: int, too_many: int) -> str:
+    """A test module: a test needing ``fits`` GPUs records them; one needing ``too_many`` never runs."""
+    named = {1: "one", 2: "two", 3: "three"}
+    return (
+        "\nimport pytest\nfrom record import record\n"
+        + recording_test(f"test_{named[fits]}", f"requires_gpus({fits})")
+        + f"@pytest.mark.requires_gpus({too_many})\ndef test_{named[too_many]}():\n"
+        + '    raise AssertionError("never runs")\n'
+    )
+
+
 def lease_log(pytester) -> list[dict]:
     path = pytester.path / "lease.log"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -432,18 +450,7 @@ def test_a_test_no_free_set_meets_waits_then_fails_naming_who_holds_what(pyteste
     waiter = gpu_locks.Ticket(folder, os.getpid(), "other/test_wait.py::test_all", time.time())
     waiter.reserve(uuids("4x-a100-40gb")[2:3])  # a test of another run waiting for GPU2
     try:
-        pytester.makepyfile(
-            test_it="""
-import pytest
-from record import record
-@pytest.mark.requires_gpus(1)
-def test_one(gputopo_gpus):
-    record(gputopo_gpus)
-@pytest.mark.requires_gpus(2)
-def test_two():
-    raise AssertionError("never runs")
-"""
-        )
+        pytester.makepyfile(test_it=records_then_never_runs(1, 2))
         result = pytester.runpytest_subprocess(*args, "--gputopo-lease-timeout=0.5")
     finally:
         waiter.close()
@@ -511,18 +518,7 @@ def test_an_outer_cuda_visible_devices_is_respected(pytester, leased, monkeypatc
     monkeypatch.setenv(
         "CUDA_VISIBLE_DEVICES", ",".join(every[int(e[-1])] if e.startswith("GPU-") else e for e in outer.split(","))
     )
-    pytester.makepyfile(
-        test_it="""
-import pytest
-from record import record
-@pytest.mark.requires_gpus(2)
-def test_two(gputopo_gpus):
-    record(gputopo_gpus)
-@pytest.mark.requires_gpus(3)
-def test_three():
-    raise AssertionError("never runs")
-"""
-    )
+    pytester.makepyfile(test_it=records_then_never_runs(2, 3))
     result = pytester.runpytest_subprocess(*args, "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*needs 3 GPUs, 2 may be leased here*"])
@@ -656,7 +652,7 @@ def test_under_xdist_leased_tests_are_handed_out_largest_first_the_others_in_pla
     pytester.makeconftest(
         "import json, os\ndef pytest_collection_finish(session):\n"
         "    if hasattr(session.config, 'workerinput') and not "
-        "session.config.getoption('gputopo_lease_child'):  # an xdist worker, not a test's own\n"
+        "session.config.pluginmanager.has_plugin('gputopo-lease-child'):  # an xdist worker, not a test's own\n"
         "        with open(os.environ['LEASE_LOG'] + '.order', 'w') as f:\n"
         "            json.dump([i.name for i in session.items], f)\n"
     )
@@ -1244,6 +1240,19 @@ def test_a_tests_own_memory_budget_shares_the_gpu_and_a_bad_one_is_a_usage_error
     result.stderr.fnmatch_lines(["*test_meet.py::test_x: @pytest.mark.lease_memory: give one number of GiB*"])
 
 
+# A module whose tests log the GPU shares they see (``shares``), before its tests.
+KEPT_HEAD = """
+import os, pytest
+from record import record
+from pytest_gputopo.runtime import gpu_shares
+
+def shares(gpus):
+    with open(os.environ["SHARES_LOG"], "a") as log:
+        log.write(repr([s.budget_gib for s in gpu_shares.shares(os.environ["LOCKS"], gpus[0].uuid)]) + "\\n")
+
+"""
+
+
 @pytest.mark.slow
 def test_a_lease_with_a_budget_is_kept_for_a_next_test_within_it_and_shrinks_to_its_budget(
     pytester, leased, monkeypatch, tmp_path
@@ -1254,42 +1263,14 @@ def test_a_lease_with_a_budget_is_kept_for_a_next_test_within_it_and_shrinks_to_
     args = leased("single-gpu")
     monkeypatch.setenv("SHARES_LOG", str(pytester.path / "shares.log"))
     monkeypatch.setenv("LOCKS", str(tmp_path / "locks"))
-    pytester.makepyfile(
-        test_kept="""
-import os, pytest
-from record import record
-from pytest_gputopo.runtime import gpu_shares
-
-def shares(gpus):
-    with open(os.environ["SHARES_LOG"], "a") as log:
-        log.write(repr([s.budget_gib for s in gpu_shares.shares(os.environ["LOCKS"], gpus[0].uuid)]) + "\\n")
-
-@pytest.mark.lease_memory(10)
-@pytest.mark.requires_gpus(1)
-def test_a(gputopo_gpus):
-    record(gputopo_gpus)
-
-@pytest.mark.lease_memory(10)
-@pytest.mark.requires_gpus(1)
-def test_b(gputopo_gpus):
-    record(gputopo_gpus)
-
-@pytest.mark.lease_memory(5)
-@pytest.mark.requires_gpus(1)
-def test_c(gputopo_gpus):
-    record(gputopo_gpus)
-    shares(gputopo_gpus)
-
-@pytest.mark.lease_memory(20)
-@pytest.mark.requires_gpus(1)
-def test_d(gputopo_gpus):
-    record(gputopo_gpus)
-
-@pytest.mark.requires_gpus(1)
-def test_e(gputopo_gpus):
-    record(gputopo_gpus)
-"""
+    tests = (
+        recording_test("test_a", "lease_memory(10)", "requires_gpus(1)"),
+        recording_test("test_b", "lease_memory(10)", "requires_gpus(1)"),
+        recording_test("test_c", "lease_memory(5)", "requires_gpus(1)", then="shares(gputopo_gpus)"),
+        recording_test("test_d", "lease_memory(20)", "requires_gpus(1)"),
+        recording_test("test_e", "requires_gpus(1)"),
     )
+    pytester.makepyfile(test_kept=KEPT_HEAD + "\n".join(tests))
     result = pytester.runpytest_subprocess(*args, f"--gputopo-json={pytester.path / 'r.json'}")
     result.assert_outcomes(passed=5)
     pids = [e["pid"] for e in lease_log(pytester)]
