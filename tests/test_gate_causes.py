@@ -196,12 +196,12 @@ def test_a_machine_without_nvlink_is_one_annotation_not_28(pytester, tmp_path, m
     annotations = [line for line in result.stdout.lines if line.startswith("::error")]
     assert len(annotations) == 1
     assert annotations[0].startswith(
-        "::error title=gputopo run gate machine::the machine: all 28 pairs of the 8 GPUs "
+        "::error title=gputopo run gate machine::all 28 pairs of the 8 GPUs "
         "fail requires_link('NV12'): are linked by SYS (16 pairs)"
     )
-    assert annotations[0].endswith("%0A  and 20 more")  # the evidence, capped: GitHub shows a few lines
+    assert annotations[0].endswith("%0Aand 20 more")  # the evidence, capped: GitHub shows a few lines
     text = summary.read_text()
-    assert "- the machine: all 28 pairs of the 8 GPUs fail requires\\_link('NV12')" in text
+    assert "- this machine: all 28 pairs of the 8 GPUs fail requires\\_link('NV12')" in text
     assert "  - requires\\_link('NV12'): GPU0-GPU1 are linked by PIX" in text and "  - and 20 more" in text
     assert [name for _, name, _ in _junit(pytester.path / "report.xml")] == ["machine"]
 

@@ -155,3 +155,48 @@ def test_the_floor_options_are_the_cores_floors():
     from pytest_gputopo.plugin import options
 
     assert options.FLOOR_KEYS == thresholds.FLOOR_KEYS
+
+
+# The reporters draw a run's verdicts; the judges make them (issue 45: one verdict, made once in the
+# run's record, which every medium renders). A reporter that imported a judge could decide again.
+REPORTERS = ("pytest_gputopo.render", "pytest_gputopo.plugin.reporter", "pytest_gputopo.plugin.report_writer")
+JUDGES = {
+    f"pytest_gputopo.{name}"
+    for name in (
+        "core.causes",
+        "core.fabric_health",
+        "core.fact_requirements",
+        "core.faults",
+        "core.fleet",
+        "core.gpu_requirements",
+        "core.health",
+        "core.judgement",
+        "core.nvlinks",
+        "core.ranks_requirement",
+        "core.regressions",
+        "core.requirements",
+        "core.run_verdict",
+        "core.xid",
+        "nccl.expect",
+        "nccl.fallbacks",
+        "plugin.checks",
+        "plugin.gate",
+        "plugin.nccl_view",
+        "plugin.verdicts",
+    )
+}
+
+
+def test_no_reporter_imports_a_judge():
+    """render/, the reporter and the report writer import no module that decides a verdict (at the top,
+    inside a function or for a type alike): they draw the verdict the record holds."""
+    graph = import_graph()
+    assert JUDGES <= graph.keys(), JUDGES - graph.keys()  # a judge renamed: name it again here
+    found = [
+        f"{module} imports the judge {judge} (line {line})"
+        for module, edges in sorted(graph.items())
+        if module.startswith(REPORTERS[0] + ".") or module in REPORTERS
+        for judge, line in edges.items()
+        if judge in JUDGES
+    ]
+    assert not found, "\n".join(found)

@@ -12,6 +12,7 @@ from ..bench.sweep import element_sizes, gloo_rank_limit, sweep_entry, sweep_siz
 from ..core import model
 from ..core.collectives import NCCL_TESTS_TYPES, allreduce_expected_busbw
 from ..core.limits import MAX_BYTES
+from ..core.nvlinks import nvlink_faults
 from ..core.units import counted, read_size, size_text
 from ..probe import probe
 from ..render import report
@@ -72,7 +73,12 @@ def cmd_bench(args) -> int:
         basis=basis,
     )
     sys.stdout.write(sweep_table(sweep))
-    document = {**report.machine_document(topology), "sweeps": [sweep], "complete": True}
+    document = {
+        **report.machine_document(topology),
+        "nvlink_faults": nvlink_faults(topology),  # judged here: the report colours what it is given
+        "sweeps": [sweep],
+        "complete": True,
+    }
     for flag, path, text in (
         ("--json", args.json, lambda: json.dumps(document, indent=1, allow_nan=False) + "\n"),
         ("--html", args.html, lambda: html_report(document)),

@@ -27,11 +27,17 @@ from typing import Any
 
 from . import keys
 from .collectives import sku_allreduce_floor
+from .figure_states import (  # the words, re-exported: the judges name them as this module's
+    ABSENT as ABSENT,
+    BELOW as BELOW,
+    BROKEN as BROKEN,
+    MET as MET,
+    STAGED as STAGED,
+    STATES as STATES,
+    UNKNOWN as UNKNOWN,
+)
 from .spec import Figure
 from .thresholds import gbps_text, interval_text, parse_floor_ratio
-
-ABSENT, BROKEN, UNKNOWN, BELOW, STAGED, MET = "absent", "broken", "unknown", "below", "staged", "met"
-STATES = (ABSENT, BROKEN, UNKNOWN, BELOW, STAGED, MET)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,13 @@ from __future__ import annotations
 from .model import Gpu, Topology
 
 
+def nvlink_faults(topology: Topology) -> dict[str, str]:
+    """Each GPU whose NVLinks down are a fault (``nvlink_lost``), by its index as text: what a report
+    document carries beside its topology, so that a report colours the links as the check judged them."""
+    found = {str(g.index): nvlink_lost(topology, g) for g in topology.gpus}
+    return {index: fault for index, fault in found.items() if fault}
+
+
 def nvlink_lost(topology: Topology, gpu: Gpu) -> str | None:
     """What is wrong with ``gpu``'s NVLinks, in words; None when nothing is. Each GPU is judged alone:
 

@@ -22,12 +22,12 @@ import pytest
 from ..core.causes import Finding, Group, causes
 from ..core.units import counted
 from ..render.escape import terminal
+from .properties import CHECK_PROPERTY
 from .run import run_of
 
 NODEID = "gputopo-check"  # the collector's node id: every check item's id starts with it
 # What a check item's report carries (user_properties: from xdist workers too, and in JUnit XML): its
-# outcome and message (JSON; the JSON report's ``checks``), and the two below.
-CHECK_PROPERTY = "gputopo_check"
+# outcome and message (JSON: ``properties.CHECK_PROPERTY``, the JSON report's ``checks``), and the two below.
 WHY_PROPERTY = "gputopo_check_why"  # a skipped item's reason without its subject, to say it once
 FINDING_PROPERTY = "gputopo_check_finding"  # a failed item's GPUs and problem without them: its cause
 CATEGORIES = {outcome: f"checks {outcome}" for outcome in ("failed", "passed", "skipped")}

@@ -18,7 +18,8 @@ from ..core.units import counted
 from ..render import report
 from ..render.escape import terminal
 from . import measurements, verdicts
-from .check_report import CHECK_PROPERTY, FINDING_PROPERTY, NODEID, WHY_PROPERTY
+from .check_report import FINDING_PROPERTY, NODEID, WHY_PROPERTY
+from .properties import CHECK_PROPERTY
 from .run import GputopoRun, run_of
 
 

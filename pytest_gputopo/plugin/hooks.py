@@ -90,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """A leased test's own process, started ahead of its lease, takes it here: before any conftest,
     which may start CUDA at import, is loaded."""
-    spec = getattr(early_config.known_args_namespace, "gputopo_lease_child", None)
+    spec = environ.lease_spec()  # a leased test's own process: its environment says so (lease_child)
     if spec:
         from .lease_child import take_lease
 
@@ -101,7 +101,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """A leased test's own process is a worker of the run that started it, before any plugin's
     ``pytest_configure`` asks (report writers leave the writing to that run, as on xdist's workers)."""
-    if config.getoption("gputopo_lease_child", None):
+    if environ.lease_spec():
         from .lease_child import enter_child
 
         enter_child(config, WORKER_TOPOLOGY)
@@ -110,7 +110,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 def _leases(config: pytest.Config) -> None:
     """GPU leases, where asked (``--gputopo-lease``): the leasing plugin, or in a leased test's own
     process the one that relays its reports. Nothing of them is imported otherwise."""
-    if config.getoption("gputopo_lease_child", None):
+    if environ.lease_spec():
         from .lease_child import Child
 
         config.pluginmanager.register(Child(config), "gputopo-lease-child")
@@ -266,7 +266,13 @@ def _header(run: GputopoRun) -> list[str]:
     if run.machine.header_shown:
         return []
     run.machine.header_shown = True
-    return reporter.header_lines(run, run.config.get_verbosity())
+    return reporter.header_lines(run, run.config.get_verbosity(), lambda: _predicted_fallback(run))
+
+
+def _predicted_fallback(run: GputopoRun) -> str:
+    from .nccl_view import predicted_fallback_line  # NCCL's rules, where a header shows their prediction
+
+    return predicted_fallback_line(run)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -287,12 +293,12 @@ def pytest_collection(session: pytest.Session) -> bool | None:
     run.state.gate_problems = problems  # the reports' verdict: a run stopped here FAILED
     run.state.gate_causes = causes
     planned = session.config.pluginmanager.has_plugin("gputopo-plan")  # runs nothing: these lines are its verdict
+    from .gate import NODEID, gate_items
+
     if run.speaks:
         tw = session.config.get_terminal_writer()
-        for i, line in enumerate(reporter.gate_lines(run, causes, as_tests=not planned)):
+        for i, line in enumerate(reporter.gate_lines(run, causes, None if planned else NODEID)):
             tw.line(line, red=True, bold=i == 0)
-    from .gate import gate_items
-
     session.items = [] if planned else gate_items(session, causes)
     session.ihook.pytest_collection_finish(session=session)
     session.testscollected = len(session.items)
@@ -396,7 +402,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         if outcome.reason is None:
             recorded += [outcome.recorded] if outcome.recorded else []
             continue
-        reporter.say_verdicts(run, item, found, index)  # every requirement's verdict, for the JSON report
+        _say_verdicts(run, item, found, index)  # every requirement's verdict, for the JSON report
         item.user_properties.append((reporter.UNMET_PROPERTY, str(requirement)))
         item.user_properties += [(reporter.CAUSE_PROPERTY, cause) for cause in outcome.causes]
         reason = terminal(outcome.reason)  # a reason names GPUs by the names their profile gives
@@ -407,8 +413,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.fail(reason, pytrace=False)
         # Reported at the test's own location, as pytest's skip markers are.
         raise pytest.skip.Exception(reason, _use_item_location=True)
-    reporter.say_verdicts(run, item, found, len(found))
+    _say_verdicts(run, item, found, len(found))
     reporter.say_recorded(item, recorded)
+
+
+def _say_verdicts(run: GputopoRun, item: pytest.Item, found: list, stop: int) -> None:
+    if run.settings.writes_report:  # only a report reads them (each is a JUnit property too)
+        from .verdicts import report_entries
+
+        reporter.say_verdicts(item, report_entries(run, found, stop))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -455,12 +468,22 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if run.shared_dir is not None:  # xdist: the workers collected, so this process has not said it yet
         run.machine.leave = markers.registered_by_others(config.getini("markers"), markers.registration_lines())
         header += _left_to_project(run)
-    lines = header + reporter.summary_lines(run, terminalreporter.stats)
+    lines = header + reporter.summary_lines(run, _finished_record(run))
     if lines:
         terminalreporter.write_sep("-", "gputopo")
         for line in lines:
             terminalreporter.write_line(line)
     reporter.write_github_summary(run, terminalreporter.write_line)
+
+
+def _finished_record(run: GputopoRun):
+    """The run's record once it ended (``run_record``, with its verdict); None where the run used nothing
+    of the plugin (nothing learned: it loads no judge and no record)."""
+    if not run.machine.learned:
+        return None
+    from .run_record import finished
+
+    return finished(run)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -1,6 +1,8 @@
 """What a test's report carries for pytest-gputopo, as ``user_properties``, so that it reaches the
 controller (and JUnit XML) from xdist workers too; the run's record (``run_record``) reads them back.
-A health-check item's outcome is ``check_report.CHECK_PROPERTY``, beside the check's other properties."""
+A health-check item's outcome is ``CHECK_PROPERTY``; the check's other properties are ``check_report``'s."""
+
+CHECK_PROPERTY = "gputopo_check"  # a health-check item's outcome (JSON: check, outcome, message)
 
 OWN_PROPERTY = "gputopo_test_measurement"  # a test's own measurement (``gputopo_bench``)
 UNMET_PROPERTY = "gputopo_unmet"  # the requirement a test did not run for

@@ -72,6 +72,7 @@ def report_document(record: RunRecord) -> dict:
     if record.check_causes is not None:  # the failed check items by cause (check_report.check_causes)
         document["check_causes"] = list(record.check_causes)
     document["verdict"] = record.verdict.document()  # the run's one verdict: every medium draws it
+    document["nvlink_faults"] = dict(record.nvlink_faults)
     document["nccl"] = record.nccl.document() if record.nccl is not None else None
     document["written"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     document["settings"] = dict(record.settings)

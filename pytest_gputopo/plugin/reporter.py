@@ -6,8 +6,8 @@ process that speaks for the run writes."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,6 +15,7 @@ import pytest
 from ..core.units import counted
 from .properties import (
     CAUSE_PROPERTY,
+    CHECK_PROPERTY,
     OWN_PROPERTY,
     RANKS_PROPERTY,
     RECORDED_PROPERTY,
@@ -42,16 +43,17 @@ __all__ = [
 RECORDED_WORD = "PASSED (recorded, not measured)"  # the passed line of such a test (-v, -rA)
 
 
-def header_lines(run: GputopoRun, verbosity: int) -> list[str]:
-    """The machine in one line (``-v``: the whole report) with how its facts were had this time, and
-    the warnings; or, where nothing asked for it, that nothing was probed. Each a terminal line: no
-    control character from a profile, a name or a warning (``escape.terminal``)."""
+def header_lines(run: GputopoRun, verbosity: int, predicted: Callable[[], str]) -> list[str]:
+    """The machine in one line (``-v``: the whole report) with how its facts were had this time, the
+    fallback NCCL is predicted to take (``predicted``: the judge's line, asked only where a plain header
+    shows it), and the warnings; or, where nothing asked for it, that nothing was probed. Each a terminal
+    line: no control character from a profile, a name or a warning (``escape.terminal``)."""
     from ..render.escape import terminal_lines
 
-    return terminal_lines(_header_lines(run, verbosity))
+    return terminal_lines(_header_lines(run, verbosity, predicted))
 
 
-def _header_lines(run: GputopoRun, verbosity: int) -> list[str]:
+def _header_lines(run: GputopoRun, verbosity: int, predicted: Callable[[], str]) -> list[str]:
     from ..render import report  # the renderers, when there is something to say
 
     if not run.speaks:
@@ -72,9 +74,7 @@ def _header_lines(run: GputopoRun, verbosity: int) -> list[str]:
         return _rank_lines(ranks) + warnings
     lines = [report.header_line(topology) + learned]
     if len(topology.gpus) >= 2:  # a fallback needs a pair; hosts without GPUs pay nothing for it
-        from .nccl_view import predicted_fallback_line
-
-        lines += [line for line in (predicted_fallback_line(run),) if line]
+        lines += [line for line in (predicted(),) if line]
     return lines + warnings
 
 
@@ -98,38 +98,11 @@ def say_recorded(item: pytest.Item, recorded: list[str]) -> None:
     item.add_report_section("setup", "gputopo", "\n".join(terminal(note) for note in recorded))
 
 
-UNKNOWN = "unknown"  # a requirement's verdict in the report when not judged (``requirements.Outcome.word``: the others)
-
-
-def say_verdicts(run: GputopoRun, item: pytest.Item, found: list, stop: int) -> None:
-    """Every requirement of a gated test with its verdict -- met, unmet, unknown, broken -- and why,
-    as a ``gputopo_verdict`` property (so that xdist workers' reach the controller's JSON report).
-    ``found``: the test's (requirement, strict) pairs; ``stop``: the index of the first unmet one,
-    which decided (``len(found)``: none). A requirement after it is judged where that is pure (on
-    the topology); one judged on measurements is ``unknown``: nothing is measured for a test not run."""
-    if not run.settings.writes_report:
-        return  # only a report reads them (each is a JUnit property too)
-    from ..core.fact_requirements import FactRequirement
-    from .run_record import judged_figures
-    from .verdicts import evaluate
-
-    for index, (requirement, _) in enumerate(found):
-        if index > stop and isinstance(requirement, FactRequirement):
-            entry = {
-                "verdict": UNKNOWN,
-                "reason": f"not judged: the test did not run for {found[stop][0]}",
-                "recorded": False,
-            }
-        else:
-            outcome = evaluate(run, requirement)  # judged once per run: this is the verdict the test had
-            judged = run.state.judged.get(requirement, ())  # the figures, at this requirement's own threshold
-            entry = {
-                "verdict": outcome.word,
-                "reason": outcome.reason or outcome.recorded or None,
-                "recorded": bool(outcome.recorded),
-                **({"figures": judged_figures(judged)} if judged else {}),
-            }
-        item.user_properties.append((VERDICT_PROPERTY, json.dumps({"requirement": str(requirement), **entry})))
+def say_verdicts(item: pytest.Item, entries: list[str]) -> None:
+    """Every requirement of a gated test with its verdict as the run judged it (``verdicts.report_entries``:
+    met, unmet, unknown, broken, and why), each a ``gputopo_verdict`` property, so that xdist workers'
+    reach the controller's JSON report."""
+    item.user_properties += [(VERDICT_PROPERTY, entry) for entry in entries]
 
 
 def recorded_status(report: pytest.TestReport):
@@ -145,16 +118,13 @@ def recorded_status(report: pytest.TestReport):
     return None
 
 
-def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
+def summary_lines(run: GputopoRun, record: RunRecord | None) -> list[str]:
     """One line counting the tests not run per unmet requirement, one counting the tests that passed
     on recorded figures, and what NCCL itself used when it ran: read from the run's record (its
-    tests' parts from their reports, so that outcomes of xdist workers are counted too). ``stats``:
-    the terminal reporter's, which the record reads."""
-    if not run.machine.learned:  # a run that used nothing of the plugin has nothing to say here
+    tests' parts from their reports, so that outcomes of xdist workers are counted too); None: the run
+    used nothing of the plugin, and has nothing to say here."""
+    if record is None:
         return []
-    from .run_record import finished
-
-    record = finished(run)
     skipped: Counter[str] = Counter()
     failed: Counter[str] = Counter()
     for unmet in record.unmet:
@@ -176,19 +146,18 @@ def summary_lines(run: GputopoRun, stats: dict) -> list[str]:
     return terminal_lines(lines)
 
 
-def gate_lines(run: GputopoRun, causes: list, as_tests: bool = True) -> list[str]:
+def gate_lines(run: GputopoRun, causes: list, nodeid: str | None) -> list[str]:
     """An unmet run gate, as it stops the run: the verdict, then each cause (``core.causes``: a GPU,
-    the machine, or a finding alone) and the findings that show it, each a terminal line;
-    ``as_tests``: each cause is then a failed test (not in a plan, which runs nothing)."""
+    the machine, or a finding alone) and the findings that show it, each a terminal line; ``nodeid``:
+    the gate's, each cause then a failed test under it (None in a plan, which runs nothing)."""
     from ..render.escape import terminal_lines
     from ..render.report import source_text
-    from .gate import NODEID
 
     lines = [f"gputopo: this machine does not meet the run's requirements [{source_text(run.topology)}]:"]
     for cause in causes:
         first, *evidence = cause.lines(indent="    ")
         lines += [f"  - {first}"] + [f"  {line}" for line in evidence]
-    each = f"; {counted(len(causes), 'cause')}, each a failed test {NODEID}::<cause>" if as_tests else ""
+    each = f"; {counted(len(causes), 'cause')}, each a failed test {nodeid}::<cause>" if nodeid else ""
     lines.append("gputopo: the run's tests are not collected" + each)
     return terminal_lines(lines)
 
@@ -252,8 +221,6 @@ class JsonProgress:
     reporter (whose stats the document is read from) has the report already."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from .check_report import CHECK_PROPERTY  # registered with a report: the record reads it anyway
-
         self.config = config
         # What a report of a test adds to the document.
         self.properties = (CHECK_PROPERTY, OWN_PROPERTY, UNMET_PROPERTY, RANKS_PROPERTY)

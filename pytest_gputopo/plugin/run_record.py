@@ -21,10 +21,12 @@ import pytest
 from ..core import keys, run_verdict
 from ..core.causes import Cause
 from ..core.model import Topology
+from ..core.nvlinks import nvlink_faults
 from ..core.schema import to_dict
-from .check_report import CHECK_PROPERTY, document_causes
+from .check_report import document_causes
 from .properties import (
     CAUSE_PROPERTY,
+    CHECK_PROPERTY,
     LEASE_PROPERTY,
     OWN_PROPERTY,
     RANKS_PROPERTY,
@@ -67,10 +69,6 @@ class JudgedFigure(NamedTuple):
 
     def document(self) -> dict:
         return {"key": self.key.to_list(), "state": self.state, "needed_gbps": self.needed_gbps}
-
-    @classmethod
-    def of(cls, key: keys.Key, judgement: Judgement) -> JudgedFigure:
-        return cls(key, judgement.state, judgement.needed_gbps)
 
 
 class RequirementVerdict(NamedTuple):
@@ -158,6 +156,7 @@ class RunRecord(NamedTuple):
     settings: Mapping[str, Any]
     nodes: tuple[dict, ...] | None  # every distinct node of a launch (None: not under one)
     verdict: run_verdict.RunVerdict  # the run's, decided here once (``core.run_verdict``): every medium draws it
+    nvlink_faults: dict[str, str]  # each GPU whose NVLinks down are a fault, as the nvlink check judges it
 
 
 def gate_cause_documents(causes: tuple[Cause, ...]) -> list[dict]:
@@ -205,6 +204,7 @@ def build(run: GputopoRun, complete: bool) -> RunRecord:
         settings=settings,
         nodes=nodes,
         verdict=verdict,
+        nvlink_faults=nvlink_faults(run.topology),
     )
 
 
@@ -277,12 +277,6 @@ def _recorded(reports: dict[str, list]) -> list[str]:
         for key, value in getattr(rep, "user_properties", ())
         if key == RECORDED_PROPERTY
     ]
-
-
-def judged_figures(judged: tuple) -> list[dict]:
-    """The (key, Judgement) pairs a requirement was judged on, as its verdict's ``figures`` (its test's
-    ``VERDICT_PROPERTY``, read back by ``_verdicts``)."""
-    return [JudgedFigure.of(key, judgement).document() for key, judgement in judged]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,6 +355,11 @@ def _nodes(run: GputopoRun) -> tuple[dict, ...] | None:
 
     first = to_dict(run.ranks.views[0].topology)
     return tuple(
-        {"where": view.where, "differs": to_dict(view.topology) != first, "topology": to_dict(view.topology)}
+        {
+            "where": view.where,
+            "differs": to_dict(view.topology) != first,
+            "topology": to_dict(view.topology),
+            "nvlink_faults": nvlink_faults(view.topology),
+        }
         for view in run.ranks.distinct
     )

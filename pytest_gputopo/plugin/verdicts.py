@@ -12,6 +12,7 @@ are judged.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import TYPE_CHECKING, Any
 
 from ..core import fact_requirements as facts, requirements as reqs
@@ -332,3 +333,37 @@ def _fact_gate_findings(run: GputopoRun, terms: list) -> list[Finding]:
     if len(gathered) == 1:
         return [Finding(p, name=name) for name, p in mine]
     return [Finding(f"rank {r}: {p}", name=f"rank {r}") for r, d in enumerate(gathered) for p in d["problems"]]
+
+
+UNKNOWN = "unknown"  # a requirement's verdict in the report when not judged (``requirements.Outcome.word``: the others)
+
+
+def report_entries(run: GputopoRun, found: list, stop: int) -> list[str]:
+    """Every requirement of a gated test with its verdict -- met, unmet, unknown, broken -- and why, for
+    the report (JSON, each a ``gputopo_verdict`` property). ``found``: the test's (requirement, strict)
+    pairs; ``stop``: the index of the first unmet one, which decided (``len(found)``: none). A
+    requirement after it is judged where that is pure (on the topology); one judged on measurements is
+    ``unknown``: nothing is measured for a test not run."""
+    entries = []
+    for index, (requirement, _) in enumerate(found):
+        entry: dict[str, Any]
+        if index > stop and isinstance(requirement, facts.FactRequirement):
+            entry = {"verdict": UNKNOWN, "reason": f"not judged: the test did not run for {found[stop][0]}"}
+            entry["recorded"] = False
+        else:
+            outcome = evaluate(run, requirement)  # judged once per run: this is the verdict the test had
+            judged = run.state.judged.get(requirement, ())  # the figures, at this requirement's own threshold
+            entry = {
+                "verdict": outcome.word,
+                "reason": outcome.reason or outcome.recorded or None,
+                "recorded": bool(outcome.recorded),
+                **({"figures": [_judged_figure(key, j) for key, j in judged]} if judged else {}),
+            }
+        entries.append(json.dumps({"requirement": str(requirement), **entry}))
+    return entries
+
+
+def _judged_figure(key, judgement) -> dict:
+    """A figure a requirement was judged on, as its verdict's ``figures`` hold it (``run_record`` reads
+    it back as a ``JudgedFigure``): its state and the threshold it had to reach there."""
+    return {"key": key.to_list(), "state": judgement.state, "needed_gbps": judgement.needed_gbps}

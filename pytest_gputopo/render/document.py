@@ -17,7 +17,7 @@ from typing import Any
 
 from ..bench.untrusted import ORIGINS, detail_problem, json_problem
 from ..core import keys, schema
-from ..core.judgement import STATES
+from ..core.figure_states import STATES
 from ..core.limits import MAX_BYTES, MAX_GBPS, show_value
 
 MAX_COUNT = 2**63 - 1  # elements of an all-reduce, iterations: an int64 of nccl-tests
@@ -150,7 +150,7 @@ MEASUREMENT = obj(
         "error": null_or(text),
         "detail": _detail,
         "state": one_of(*STATES),
-        "staged_gbps": GBPS,  # the verdict the run gave it (core.judgement)
+        "staged_gbps": GBPS,  # the verdict the run gave it (core.judgement decides it)
         "expected": null_or(
             obj(
                 {},
@@ -204,6 +204,19 @@ NCCL = obj(
     },
 )
 
+
+def _nvlink_faults(value: Any, path: str) -> None:
+    """{"5": "NVLinks [0, 1] are down (16/18 up)"}: a GPU's index, and why its links down are a fault."""
+    if not isinstance(value, dict):
+        _fail(path, "an object", value)
+    for index, fault in value.items():
+        if not index.isdigit() or len(index) > 6:
+            _fail(f"{path}.{index}", "a GPU's index", index)
+        text(fault, f"{path}.{index}")
+
+
+NVLINK_FAULTS = _nvlink_faults
+
 # The run's one verdict (``core.run_verdict``), which every medium draws.
 VERDICT = obj(
     {"word": one_of("PASSED", "FAILED", "INCOMPLETE"), "complete": flag},
@@ -252,8 +265,11 @@ DOCUMENT = obj(
             list_of(obj({"cause": text, "headline": text}, {"evidence": STRINGS, "checks": STRINGS}))
         ),
         "verdict": VERDICT,
+        "nvlink_faults": NVLINK_FAULTS,
         "nccl": null_or(NCCL),
-        "nodes": null_or(list_of(obj({"topology": _topology}, {"where": text, "differs": flag}))),
+        "nodes": null_or(
+            list_of(obj({"topology": _topology}, {"where": text, "differs": flag, "nvlink_faults": NVLINK_FAULTS}))
+        ),
         "sweeps": null_or(list_of(SWEEP)),
         "written": null_or(text),  # when, UTC, ISO 8601
         "settings": null_or(obj()),

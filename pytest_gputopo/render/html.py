@@ -15,7 +15,6 @@ from collections import Counter
 from ..core import keys, schema
 from ..core.hardware import GB, architecture
 from ..core.model import Topology
-from ..core.nvlinks import nvlink_lost
 from ..core.units import size_text
 from .chart import busbw_chart
 from .document import ReportError, check_document  # the document's one schema, checked before it is drawn
@@ -62,7 +61,7 @@ def _cell(text: str, cls: str = "", title: str = "", attrs: str = "") -> str:
 # The machine
 
 
-def _gpu_table(topology: Topology) -> str:
+def _gpu_table(topology: Topology, faults: dict) -> str:
     rows = []
     for g in topology.gpus:
         arch = architecture(g.compute_capability)
@@ -73,7 +72,7 @@ def _gpu_table(topology: Topology) -> str:
                 _cell("?" if g.memory_total_bytes is None else f"{g.memory_total_bytes / GB:.1f} GB"),
                 _cell((g.compute_capability or "?") + (f" ({arch.title()})" if arch else "")),
                 _pcie_cell(g),
-                _nvlinks_cell(topology, g),
+                _nvlinks_cell(faults, g),
                 _cell("?" if g.numa_node is None else str(g.numa_node)),
                 _cell({None: "?", True: "yes", False: "no"}[g.multicast]),
             ]
@@ -93,13 +92,14 @@ def _pcie_cell(g) -> str:
     return _cell(text)
 
 
-def _nvlinks_cell(topology: Topology, g) -> str:
-    """NVLinks up of listed; red, and said, where the links down are a fault (the ``nvlink`` check's rule:
-    a PCIe card without a bridge lists links that are all down, and is no fault)."""
+def _nvlinks_cell(faults: dict, g) -> str:
+    """NVLinks up of listed; red, and said, where the document says the links down are a fault (``faults``:
+    the ``nvlink`` check's rule, ``core.nvlinks``: a PCIe card without a bridge lists links that are all
+    down, and is no fault). A document without them colours none: not judged here."""
     if not g.nvlinks:
         return _cell("none listed")
     text = f"{g.active_nvlinks}/{len(g.nvlinks)}"
-    fault = nvlink_lost(topology, g)
+    fault = faults.get(str(g.index))
     if fault:
         return _cell(f"{text} down", "failed", f"GPU{g.index}: {fault}")
     return _cell(text)
@@ -181,13 +181,13 @@ def _legends() -> str:
     return links + p2p
 
 
-def _machine(topology: Topology) -> str:
+def _machine(topology: Topology, faults: dict) -> str:
     parts = [f"<p>{_t(header_line(topology))}</p>"]
     if topology.problem:
         parts.append(f"<p>No GPU facts: {_t(topology.problem)}</p>")
     if topology.gpus:
         parts += [
-            _gpu_table(topology),
+            _gpu_table(topology, faults),
             _versions(topology),
             "<h3>Link class</h3>",
             _matrix(topology, _link_cell),
@@ -570,7 +570,7 @@ def _nodes(doc: dict) -> str:
     for node in nodes:
         topology = schema.from_dict(node["topology"])
         flag = ' <span class="differs">DIFFERS from rank 0\'s</span>' if node.get("differs") else ""
-        parts += [f"<h3>{_t(node.get('where', ''))}{flag}</h3>", _machine(topology)]
+        parts += [f"<h3>{_t(node.get('where', ''))}{flag}</h3>", _machine(topology, node.get("nvlink_faults") or {})]
     return "\n".join(parts)
 
 
@@ -648,7 +648,9 @@ def html_report(doc: dict) -> str:
         ("leased", "Leased tests' GPU memory", _leased),
     ]
     drawn_sections = [
-        (title, _machine(topology) if draw is None else draw(doc)) for key, title, draw in drawn if key in doc
+        (title, _machine(topology, doc.get("nvlink_faults") or {}) if draw is None else draw(doc))
+        for key, title, draw in drawn
+        if key in doc
     ]
     sections = [(title, content) for title, content in drawn_sections if content is not None]
     body = "\n".join(f"<section><h2>{title}</h2>\n{content}\n</section>" for title, content in sections)
