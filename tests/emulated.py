@@ -101,6 +101,24 @@ nvml_drivers = _drivers()
 
 # make_host(torch=INSTALLED_TORCH): no emulated torch on the path; the environment's own torch is
 # imported (``ranks(n)`` tests spawn real ranks with it, their collectives on the CPUs).
+# The source of ``cuda_sees()``, for a test module run on the emulated host: what its libcuda shows the
+# process, each device's UUID as hex in CUDA's order (cuInit, cuDeviceGetCount, cuDeviceGetUuid).
+CUDA_SEES = """
+def cuda_sees():
+    import ctypes
+
+    cu = ctypes.CDLL("libcuda.so.1")
+    assert cu.cuInit(0) == 0
+    n = ctypes.c_int()
+    assert cu.cuDeviceGetCount(ctypes.byref(n)) == 0
+    seen = []
+    for d in range(n.value):
+        raw = ctypes.create_string_buffer(16)
+        assert cu.cuDeviceGetUuid(raw, d) == 0
+        seen.append(raw.raw.hex())
+    return seen
+"""
+
 INSTALLED_TORCH = "installed"
 
 

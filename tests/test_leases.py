@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from emulated import emulated_host, emulated_libs  # noqa: F401  (fixtures)
+from emulated import CUDA_SEES, emulated_host, emulated_libs  # noqa: F401  (fixtures)
 from pytest_gputopo.core import lease_policy
 from pytest_gputopo.core.gpu_requirements import GpuRequirement
 from pytest_gputopo.plugin import leases as leases_module
@@ -172,17 +172,10 @@ def test_two(gputopo_gpus, made):
 
 # What a leased test's process saw: its environment when it started (/proc/self/environ), what its
 # conftest saw at import, what the emulated libcuda shows it (cuDeviceGetUuid, CUDA's order).
-AHEAD = """
-import ctypes, json, os, pytest
-
-def cuda_sees():
-    cu = ctypes.CDLL("libcuda.so.1")
-    assert cu.cuInit(0) == 0
-    n = ctypes.c_int()
-    assert cu.cuDeviceGetCount(ctypes.byref(n)) == 0
-    raw = [ctypes.create_string_buffer(16) for _ in range(n.value)]
-    return [r.raw.hex() for d, r in enumerate(raw) if cu.cuDeviceGetUuid(r, d) == 0]
-
+AHEAD = (
+    "import json, os, pytest\n"
+    + CUDA_SEES
+    + """
 def note(gpus):
     with open("/proc/self/environ", "rb") as env:
         started = dict(e.decode().partition("=")[::2] for e in env.read().split(b"\\0") if e)
@@ -191,6 +184,7 @@ def note(gpus):
                               "visible": os.environ["CUDA_VISIBLE_DEVICES"], "cuda": cuda_sees(),
                               "uuid": [g.uuid.replace("GPU-", "").replace("-", "") for g in gpus]}) + "\\n")
 """
+)
 CONFTEST_SEES = """
 import os
 with open(os.environ["LEASE_LOG"] + ".conftest", "a") as log:

@@ -20,28 +20,18 @@ import os
 
 import pytest
 
-from emulated import INSTALLED_TORCH, emulated_host, emulated_libs  # noqa: F401  (fixtures)
+from emulated import CUDA_SEES, INSTALLED_TORCH, emulated_host, emulated_libs  # noqa: F401  (fixtures)
 
 pytest.importorskip("torch")
 
 # Each rank writes what it was given and what the emulated CUDA shows it (UUIDs as hex, CUDA's order).
-PLACED = """
-import ctypes, json, os
+PLACED = (
+    """
+import json, os
 import pytest
-
-
-def cuda_sees():
-    cu = ctypes.CDLL("libcuda.so.1")
-    assert cu.cuInit(0) == 0
-    n = ctypes.c_int()
-    assert cu.cuDeviceGetCount(ctypes.byref(n)) == 0
-    seen = []
-    for d in range(n.value):
-        raw = ctypes.create_string_buffer(16)
-        assert cu.cuDeviceGetUuid(raw, d) == 0
-        seen.append(raw.raw.hex())
-    return seen
-
+"""
+    + CUDA_SEES
+    + """
 
 def locks_held():  # the GPU lock files this rank holds open (a lease's: {uuid}.lock)
     held = []
@@ -78,6 +68,7 @@ def test_two(gputopo_rank):
 def test_three(gputopo_rank):
     note(gputopo_rank, "three")
 """
+)
 
 # The pytest process says who it is, so that the test can see it never started CUDA itself.
 CONFTEST = """
