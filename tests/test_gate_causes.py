@@ -129,6 +129,12 @@ def test_the_same_gpu_on_two_nodes_is_two_causes():
 # ------------------------------------------------------------------ the run gate in pytest
 
 
+def run_gated(pytester, machine: str, *args: str):
+    """TESTS run on the recorded ``machine`` with ``args`` (the gate's options among them)."""
+    pytester.makepyfile(test_x=TESTS)
+    return pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", machine, *args)
+
+
 def _junit(path) -> list[tuple[str, str, str]]:
     suite = ET.parse(path).getroot().find("testsuite")
     return [
@@ -142,10 +148,7 @@ def _junit(path) -> list[tuple[str, str, str]]:
 def test_an_unmet_gate_is_one_failed_junit_case_per_cause_and_exit_status_8(pytester, gate, xdist):
     """GitLab's and Jenkins' test widgets read JUnit: an unmet gate is red there, named by its cause,
     the run's own tests are not run, and pytest's internal Exit line is not printed."""
-    pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--gputopo-machine", "hgx-h100-nvlink-down", *gate, *xdist, "--junitxml=report.xml"
-    )
+    result = run_gated(pytester, "hgx-h100-nvlink-down", *gate, *xdist, "--junitxml=report.xml")
     assert result.ret == GATE_EXIT_STATUS
     ((classname, name, message),) = _junit(pytester.path / "report.xml")
     assert (classname, name) == ("gputopo-gate", "GPU5")
@@ -158,15 +161,7 @@ def test_an_unmet_gate_is_one_failed_junit_case_per_cause_and_exit_status_8(pyte
 
 
 def test_the_gate_output_leads_with_the_cause_then_its_evidence(pytester):
-    pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "--gputopo-machine",
-        "hgx-h100-nvlink-down",
-        "--gputopo-require",
-        "gpus>=8,p2p,link>=NV12",
-    )
+    result = run_gated(pytester, "hgx-h100-nvlink-down", "--gputopo-require", "gpus>=8,p2p,link>=NV12")
     result.stdout.fnmatch_lines(
         [
             "gputopo: this machine does not meet the run's requirements [[]recorded:hgx-h100-nvlink-down*]:",
@@ -182,16 +177,7 @@ def test_the_gate_output_leads_with_the_cause_then_its_evidence(pytester):
 def test_a_machine_without_nvlink_is_one_annotation_not_28(pytester, tmp_path, monkeypatch):
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
-    pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "--gputopo-machine",
-        "8x-l40s",
-        "--gputopo-require",
-        "gpus>=8,p2p,link>=NV12",
-        "--junitxml=report.xml",
-    )
+    result = run_gated(pytester, "8x-l40s", "--gputopo-require", "gpus>=8,p2p,link>=NV12", "--junitxml=report.xml")
     assert result.ret == GATE_EXIT_STATUS
     annotations = [line for line in result.stdout.lines if line.startswith("::error")]
     assert len(annotations) == 1
@@ -207,33 +193,14 @@ def test_a_machine_without_nvlink_is_one_annotation_not_28(pytester, tmp_path, m
 
 
 def test_collect_only_with_an_unmet_gate_lists_its_causes_and_exits_8(pytester):
-    pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "--collect-only",
-        "-q",
-        "--gputopo-machine",
-        "hgx-h100-nvlink-down",
-        "--gputopo-require",
-        "link>=NV12",
-    )
+    result = run_gated(pytester, "hgx-h100-nvlink-down", "--collect-only", "-q", "--gputopo-require", "link>=NV12")
     assert result.ret == GATE_EXIT_STATUS
     result.stdout.fnmatch_lines(["gputopo-gate::GPU5"])
     assert "test_x" not in result.stdout.str()
 
 
 def test_a_met_gate_runs_the_tests_as_before(pytester):
-    pytester.makepyfile(test_x=TESTS)
-    result = pytester.runpytest(
-        "-p",
-        "no:cacheprovider",
-        "--gputopo-machine",
-        "hgx-h100",
-        "--gputopo-require",
-        "gpus>=8,p2p,link>=NV18",
-        "--junitxml=report.xml",
-    )
+    result = run_gated(pytester, "hgx-h100", "--gputopo-require", "gpus>=8,p2p,link>=NV18", "--junitxml=report.xml")
     assert result.ret == 0
     result.assert_outcomes(passed=2)
     assert "gputopo-gate" not in result.stdout.str()
