@@ -36,6 +36,13 @@ def faults(**plan) -> dict:
     return {"env": {"PYTEST_GPUTOPO_TEST_FAULTS": json.dumps(plan)}}
 
 
+def failed_allreduce(timeout_s: float, **plan) -> BenchError:
+    """What a two-rank all-reduce of 4 KiB whose workers carry the fault ``plan`` raises."""
+    with pytest.raises(BenchError) as info:
+        run_allreduce(2, [4096], timeout_s=timeout_s, budget_s_per_size=0.3, **faults(**plan))
+    return info.value
+
+
 FAST = dict(timeout_s=60, budget_s_per_size=0.3, warmup=2, min_samples=3, min_sample_s=0.005)
 
 
@@ -121,9 +128,7 @@ def test_single_rank_has_zero_bus_bandwidth(private_tmp):
 
 @pytest.mark.slow
 def test_a_hanging_collective_ends_within_the_timeout(private_tmp):
-    with pytest.raises(BenchError) as info:
-        run_allreduce(2, [4096], timeout_s=8, budget_s_per_size=0.3, **faults(hang_rank=1))
-    err = info.value
+    err = failed_allreduce(8, hang_rank=1)
     # Ended by its own deadline, which names who waited for whom, not by the process group's timeout
     # (the deadline + 60 s), which would say neither: the event, not the seconds (a loaded machine
     # takes its time).
@@ -135,9 +140,7 @@ def test_a_hanging_collective_ends_within_the_timeout(private_tmp):
 
 @pytest.mark.slow
 def test_a_dying_rank_is_named(private_tmp):
-    with pytest.raises(BenchError) as info:
-        run_allreduce(2, [4096], timeout_s=30, budget_s_per_size=0.3, **faults(die_rank=1))
-    err = info.value
+    err = failed_allreduce(30, die_rank=1)
     # Detected on exit, not at the deadline (that reason would say "timed out").
     assert err.reason.startswith("rank 1 exited with code 9 during all_reduce of 4 KiB"), err.reason
     assert_no_debris(err.pids, private_tmp)

@@ -12,7 +12,9 @@ CUDA's list, whatever NVML can say of the devices before it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -127,19 +129,24 @@ def _record_files(pytester) -> list:
     return sorted((pytester.path / ".pytest_cache" / "v" / "gputopo" / "boot").iterdir())
 
 
-def test_a_record_others_could_have_written_is_not_read(pytester, emulated_host):
-    """G4: a boot record in pytest's cache (in the checkout) that is writable by group or others, as a
-    shared checkout's would be, is not read: CUDA is asked again, and a planted "no peer access" fails
-    nothing."""
+def _record_then_no_peer_access_planted(pytester, emulated_host) -> Path:
+    """A run on dgx-a100 that writes this boot's record, then "no peer access" for every pair planted
+    in that record: its file."""
     emulated_host("dgx-a100")
     pytester.makepyfile(test_p2p=REPEAT)
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
     (record,) = _record_files(pytester)
-    import json
+    kept = json.loads(record.read_text())
+    kept["cuda"]["peer"] = [[a, b, False] for a, b, _ in kept["cuda"]["peer"]]
+    record.write_text(json.dumps(kept))
+    return record
 
-    planted = json.loads(record.read_text())
-    planted["cuda"]["peer"] = [[a, b, False] for a, b, _ in planted["cuda"]["peer"]]
-    record.write_text(json.dumps(planted))
+
+def test_a_record_others_could_have_written_is_not_read(pytester, emulated_host):
+    """G4: a boot record in pytest's cache (in the checkout) that is writable by group or others, as a
+    shared checkout's would be, is not read: CUDA is asked again, and a planted "no peer access" fails
+    nothing."""
+    record = _record_then_no_peer_access_planted(pytester, emulated_host)
     record.chmod(0o666)
     again = pytester.runpytest_subprocess()
     again.assert_outcomes(passed=1)
@@ -179,15 +186,7 @@ def test_a_record_written_under_a_umask_of_002_is_read_back(pytester, emulated_h
 def test_a_record_that_contradicts_nvml_is_asked_again(pytester, emulated_host):
     """G4: a kept "no peer access" where NVML now says P2P OK (peer access came back after a change the
     key cannot see) is asked again, not believed until the next boot."""
-    emulated_host("dgx-a100")
-    pytester.makepyfile(test_p2p=REPEAT)
-    pytester.runpytest_subprocess().assert_outcomes(passed=1)
-    (record,) = _record_files(pytester)
-    import json
-
-    kept = json.loads(record.read_text())
-    kept["cuda"]["peer"] = [[a, b, False] for a, b, _ in kept["cuda"]["peer"]]
-    record.write_text(json.dumps(kept))
+    _record_then_no_peer_access_planted(pytester, emulated_host)
     again = pytester.runpytest_subprocess()
     again.assert_outcomes(passed=1)
     again.stdout.fnmatch_lines(["*(NVML probed; CUDA's view probed)"])
