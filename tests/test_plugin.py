@@ -37,53 +37,61 @@ def run(pytester, machine, *args, src=MARKED):
     return pytester.runpytest("--gputopo-machine", machine, "-rs", *args)
 
 
-def test_healthy_nvswitch_box_runs_everything(pytester):
-    result = run(pytester, "hgx-h100")
-    result.assert_outcomes(passed=6)
-    result.stdout.fnmatch_lines(
+# Each bundled machine: how many of MARKED's six tests it skips (the others pass), and the lines that say why.
+MACHINES_SAY = [
+    pytest.param(
+        "hgx-h100",
+        0,
         [
             "gputopo: 8x *H100*, worst link NV18 (GPU0-GPU1), P2P OK on all 28 pairs, "
             "source recorded:hgx-h100 (a recorded machine, not this host)"
-        ]
-    )
-
-
-def test_gpu_that_lost_its_nvlinks_is_named(pytester):
-    result = run(pytester, "hgx-h100-nvlink-down")
-    result.assert_outcomes(passed=4, skipped=2)
-    result.stdout.fnmatch_lines(
+        ],
+        id="healthy-nvswitch-box-runs-everything",
+    ),
+    pytest.param(
+        "hgx-h100-nvlink-down",
+        2,
         [
             "*requires_nvlink: GPU0-GPU5 are linked by *, not NVLink*recorded:hgx-h100-nvlink-down*",
             "*requires_link('PXB'): GPU*-GPU5 are linked by *",
-        ]
-    )
-
-
-def test_pcie_only_box_without_p2p(pytester):
-    result = run(pytester, "4x-rtx4090")
-    result.assert_outcomes(passed=1, skipped=5)
-    result.stdout.fnmatch_lines(["*requires_p2p: GPU0-GPU1 cannot do P2P (read GPU not supported*"])
-
-
-def test_p2p_disabled_twin(pytester):
-    result = run(pytester, "8x-l40s-p2p-disabled")
-    result.stdout.fnmatch_lines(["*requires_p2p: GPU0-GPU1 cannot do P2P (read topology not supported*"])
-
-
-def test_dual_socket_box_names_the_sys_pair(pytester):
-    result = run(pytester, "8x-l40s")
-    result.stdout.fnmatch_lines(["*requires_link('PXB'): GPU*-GPU* are linked by SYS*"])
-
-
-def test_no_gpu_machine_says_why_and_runs_the_rest(pytester):
-    result = run(pytester, "no-gpu")
-    result.assert_outcomes(passed=1, skipped=5)
-    result.stdout.fnmatch_lines(
+        ],
+        id="gpu-that-lost-its-nvlinks-is-named",
+    ),
+    pytest.param(
+        "4x-rtx4090",
+        5,
+        ["*requires_p2p: GPU0-GPU1 cannot do P2P (read GPU not supported*"],
+        id="pcie-only-box-without-p2p",
+    ),
+    pytest.param(
+        "8x-l40s-p2p-disabled",
+        4,
+        ["*requires_p2p: GPU0-GPU1 cannot do P2P (read topology not supported*"],
+        id="p2p-disabled-twin",
+    ),
+    pytest.param(
+        "8x-l40s",
+        3,
+        ["*requires_link('PXB'): GPU*-GPU* are linked by SYS*"],
+        id="dual-socket-box-names-the-sys-pair",
+    ),
+    pytest.param(
+        "no-gpu",
+        5,
         [
             "gputopo: no GPU (NVML library not found*); source recorded:no-gpu*",
             "*requires_gpus(8): 0 visible (NVML library not found*",
-        ]
-    )
+        ],
+        id="no-gpu-machine-says-why-and-runs-the-rest",
+    ),
+]
+
+
+@pytest.mark.parametrize("machine, skipped, says", MACHINES_SAY)
+def test_each_machine_runs_what_it_can_and_says_why_not(pytester, machine, skipped, says):
+    result = run(pytester, machine)
+    result.assert_outcomes(passed=6 - skipped, skipped=skipped)
+    result.stdout.fnmatch_lines(says)
 
 
 def test_this_host_without_nvml(pytester):
