@@ -460,6 +460,16 @@ def wait_for_file(path: Path, timeout_s: float) -> bool:
     return path.exists()
 
 
+def marked_module(**tests: str) -> str:
+    """The source of a test module whose tests, each named by a keyword, pass doing nothing under the
+    marker its value writes (``requires_gpus(8)``; "" for no marker)."""
+    lines = ["import pytest"]
+    for name, marker in tests.items():
+        lines += [f"@pytest.mark.{marker}"] if marker else []
+        lines.append(f"def {name}(): pass")
+    return "\n".join(lines) + "\n"
+
+
 def record_node(capsys, tmp_path, topo, *sources) -> tuple[int, str, str]:
     """``gputopo record --from-smi TOPO SOURCES... -o node.json`` in ``tmp_path``, as run_cli runs it."""
     return run_cli(capsys, "record", "--from-smi", topo, *sources, "-o", tmp_path / "node.json")

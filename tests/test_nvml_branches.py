@@ -28,22 +28,21 @@ saying so, no crash, no traceback in a reason); the facts it has are judged as o
 
 import pytest
 
+from conftest import marked_module
 from emulated import emulated_host, emulated_libs, make_host, nvml_drivers  # noqa: F401  (fixtures)
 
 BRANCHES = tuple(nvml_drivers.BRANCHES)
 A100 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
 
-MARKED = """
-import pytest
-@pytest.mark.requires_gpus(8)
-def test_gpus(): pass
-@pytest.mark.requires_nvlink
-def test_nvlink(): pass
-@pytest.mark.requires_p2p
-def test_p2p(): pass
-@pytest.mark.requires_versions(driver=">=535")
-def test_driver(): pass
+MARKED = (
+    marked_module(
+        test_gpus="requires_gpus(8)",
+        test_nvlink="requires_nvlink",
+        test_p2p="requires_p2p",
+        test_driver='requires_versions(driver=">=535")',
+    )
+    + """
 def test_facts(gputopo):
     import json, os
     with open(os.path.join(os.path.dirname(__file__), "facts.json"), "w") as f:
@@ -54,6 +53,7 @@ def test_facts(gputopo):
                    "p2p": sorted({str(l.p2p_works) for l in gputopo.links}),
                    "source": str(gputopo.source), "warnings": list(gputopo.warnings)}, f)
 """
+)
 
 
 def _run(pytester):
@@ -112,15 +112,12 @@ def test_each_branch_keeps_nvmls_gpus_and_judges_what_it_knows(pytester, emulate
 @pytest.mark.parametrize("branch", [b for b in BRANCHES if nvml_drivers.drives(b, "10.0")])
 def test_gb200_on_the_branches_that_drive_it(pytester, emulated_host, branch):
     emulated_host("gb200-tray", driver=branch)
+    marked = marked_module(
+        test_gpus="requires_gpus(4)", test_nvlink="requires_nvlink(min_links=18)", test_p2p="requires_p2p"
+    )
     pytester.makepyfile(
-        test_x="""
-import pytest
-@pytest.mark.requires_gpus(4)
-def test_gpus(): pass
-@pytest.mark.requires_nvlink(min_links=18)
-def test_nvlink(): pass
-@pytest.mark.requires_p2p
-def test_p2p(): pass
+        test_x=marked
+        + """
 def test_facts(gputopo):
     assert [len(g.nvlinks) for g in gputopo.gpus] == [18] * 4  # links 18.. answer InvalidArgument: the end
     assert {l.version for g in gputopo.gpus for l in g.nvlinks} == {"5.0"}
@@ -142,15 +139,7 @@ def test_the_host_plays_no_branch_older_than_its_gpus(tmp_path, emulated_libs):
 
 def test_in_a_vm_pcie_pairs_refuse_p2p_and_nvlink_pairs_keep_it(pytester, emulated_host):
     emulated_host("8x-l40s", driver="550", vm=True)
-    pytester.makepyfile(
-        test_x="""
-import pytest
-@pytest.mark.requires_gpus(8)
-def test_gpus(): pass
-@pytest.mark.requires_p2p(gpus=2)
-def test_p2p(): pass
-"""
-    )
+    pytester.makepyfile(test_x=marked_module(test_gpus="requires_gpus(8)", test_p2p="requires_p2p(gpus=2)"))
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*requires_p2p(gpus=2): GPU0-GPU1 cannot do P2P (read chipset not supported)*"])
@@ -159,15 +148,7 @@ def test_p2p(): pass
 
 def test_an_hgx_board_passed_whole_to_a_vm_keeps_its_nvlinks(pytester, emulated_host):
     emulated_host("hgx-h100", driver="570", vm=True)
-    pytester.makepyfile(
-        test_x="""
-import pytest
-@pytest.mark.requires_nvlink(min_links=18)
-def test_nvlink(): pass
-@pytest.mark.requires_p2p
-def test_p2p(): pass
-"""
-    )
+    pytester.makepyfile(test_x=marked_module(test_nvlink="requires_nvlink(min_links=18)", test_p2p="requires_p2p"))
     pytester.runpytest_subprocess("-rs").assert_outcomes(passed=2)
 
 
@@ -194,13 +175,7 @@ def test_unknown_nvlink_counts_are_never_shown_as_a_pcie_link(pytester, emulated
     """On 460 (no nvmlDeviceGetNvLinkRemoteDeviceType) a DGX A100's pair counts are unknown; the
     header and requires_link must not then claim the pairs are PCIe links (the machine is NV12)."""
     emulated_host("dgx-a100", driver="460")
-    pytester.makepyfile(
-        test_x="""
-import pytest
-@pytest.mark.requires_link("NV")
-def test_nv(): pass
-"""
-    )
+    pytester.makepyfile(test_x=marked_module(test_nv='requires_link("NV")'))
     result = pytester.runpytest_subprocess("-rs")
     result.assert_outcomes(skipped=1)
     out = result.stdout.str()

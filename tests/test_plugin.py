@@ -7,29 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, NO_CORPUS
+from conftest import CORPUS, NO_CORPUS, marked_module
 from pytest_gputopo.plugin.run import GATE_EXIT_STATUS
 
-MARKED = """
-import pytest
-
-@pytest.mark.requires_gpus(8)
-def test_eight(): pass
-
-@pytest.mark.requires_p2p
-def test_p2p(): pass
-
-@pytest.mark.requires_nvlink
-def test_nvlink(): pass
-
-@pytest.mark.requires_link("PXB")
-def test_pxb(): pass
-
-@pytest.mark.requires_link("NV18", gpus=4)
-def test_nv18_first_four(): pass
-
-def test_plain(): pass
-"""
+MARKED = marked_module(
+    test_eight="requires_gpus(8)",
+    test_p2p="requires_p2p",
+    test_nvlink="requires_nvlink",
+    test_pxb='requires_link("PXB")',
+    test_nv18_first_four='requires_link("NV18", gpus=4)',
+    test_plain="",
+)
 
 
 def run(pytester, machine, *args, src=MARKED):
@@ -456,3 +444,44 @@ def test_the_fixture_examples_in_the_docs_run(pytester):
         result = pytester.runpytest("--gputopo-machine", str(text), "-k", "big_enough", "-rs")
         result.assert_outcomes(skipped=1)
         result.stdout.fnmatch_lines(["*GPU0's memory is unknown*"])
+
+
+LOADED_AT_THE_END = """
+import json, sys
+def pytest_unconfigure(config):
+    with open("loaded.json", "w") as f:
+        json.dump(sorted(m for m in sys.modules if m.startswith("pytest_gputopo")), f)
+"""
+
+
+@pytest.mark.parametrize(
+    "suite, woken",
+    [
+        ("def test_a(): pass\n", False),
+        ("import pytest\n@pytest.mark.requires_gpus(1)\ndef test_a(): pass\n", True),
+        ("def test_a(gputopo): pass\n", True),
+        ("def test_a(request): request.getfixturevalue('gputopo')\n", True),
+    ],
+    ids=["plain", "marked", "fixture", "fixture-by-name"],
+)
+def test_a_run_that_asks_nothing_loads_only_the_entry_point(pytester, suite, woken):
+    """Free until asked (issue 45): a run whose tests use no marker, fixture or setting of the plugin
+    loads its entry point's three modules (options, markers' registration, hookspecs) and no more; a
+    test that asks wakes the plugin, whichever way it asks."""
+    pytester.makeconftest(LOADED_AT_THE_END)
+    pytester.makepyfile(test_a=suite)
+    result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
+    assert result.ret == 0  # passed (or, marked on this host, skipped)
+    loaded = json.loads((pytester.path / "loaded.json").read_text())
+    entry = [
+        "pytest_gputopo",
+        "pytest_gputopo.plugin",
+        "pytest_gputopo.plugin.entry",
+        "pytest_gputopo.plugin.hookspecs",
+        "pytest_gputopo.plugin.markers",
+        "pytest_gputopo.plugin.option_table",
+    ]
+    if woken:
+        assert "pytest_gputopo.plugin.hooks" in loaded
+    else:
+        assert loaded == entry
