@@ -314,19 +314,26 @@ def test_health_checks_are_one_line_of_the_plan(pytester):
     assert "RUN gputopo-check::" not in result.stdout.str()
 
 
-@pytest.mark.parametrize("surface", ["env", "ini", "json-env"])
-def test_the_plan_has_three_surfaces_and_names_the_one_that_asked(pytester, monkeypatch, surface):
+@pytest.mark.parametrize(
+    "variables, ini, source",
+    [
+        pytest.param({"PYTEST_GPUTOPO_PLAN": "1"}, "", "environment variable PYTEST_GPUTOPO_PLAN", id="env"),
+        pytest.param({}, "gputopo_plan = true", "ini option gputopo_plan in *", id="ini"),
+        pytest.param(
+            {"PYTEST_GPUTOPO_PLAN_JSON": "plan.json"},
+            "",
+            "environment variable PYTEST_GPUTOPO_PLAN_JSON",
+            id="json-env",
+        ),
+    ],
+)
+def test_the_plan_has_three_surfaces_and_names_the_one_that_asked(pytester, monkeypatch, variables, ini, source):
     """A plan runs no test, so a stray ini key or variable must show where it came from."""
     pytester.makepyfile(test_suite=SUITE)
-    if surface == "env":
-        monkeypatch.setenv("PYTEST_GPUTOPO_PLAN", "1")
-        source = "environment variable PYTEST_GPUTOPO_PLAN"
-    elif surface == "ini":
-        pytester.makeini("[pytest]\ngputopo_plan = true\n")
-        source = "ini option gputopo_plan in *"
-    else:
-        monkeypatch.setenv("PYTEST_GPUTOPO_PLAN_JSON", "plan.json")
-        source = "environment variable PYTEST_GPUTOPO_PLAN_JSON"
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
     result = pytester.runpytest("-p", "no:cacheprovider", "--gputopo-machine", "dgx-a100")
     assert result.ret == 0
     result.stdout.fnmatch_lines([f"gputopo plan on recorded:dgx-a100 *: 7 run; no test ran ({source})"])
