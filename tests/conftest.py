@@ -94,6 +94,32 @@ def quick_gloo(size: str) -> tuple[str, ...]:
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 NO_CORPUS = f"no conformance corpus at {CORPUS} (it lives beside the repository, not in it)"
 
+
+def corpus_meta(path: Path) -> dict:
+    """What the corpus says of one of its samples: the ``.meta.json`` beside it."""
+    return json.loads(path.with_suffix(".meta.json").read_text())
+
+
+def corpus_samples(kind: str, keep=None) -> list[Path]:
+    """The corpus's samples of one kind (its folder), in order; with ``keep``, those whose meta it
+    accepts. None where the corpus is not here."""
+    folder = CORPUS / kind
+    found = sorted(folder.glob("*.txt")) if folder.is_dir() else []
+    return [p for p in found if keep is None or keep(corpus_meta(p))]
+
+
+def corpus_samples_but(kind: str) -> list[Path]:
+    """Every corpus sample of another kind than ``kind``: what its reader must refuse."""
+    return sorted(p for p in CORPUS.glob("*/*.txt") if p.parent.name != kind) if CORPUS.is_dir() else []
+
+
+def corpus_cases(paths: list[Path]) -> list:
+    """One test case per sample, or one case skipped with the reason where the corpus is not here."""
+    if not paths:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=NO_CORPUS), id="no-corpus")]
+    return [pytest.param(p, id=f"{p.parent.name}/{p.name}") for p in paths]
+
+
 # Every machine the package bundles (tests/test_bundled_machines.py holds recorded.bundled_names() to it).
 BUNDLED_MACHINES = (
     "dgx-a100",

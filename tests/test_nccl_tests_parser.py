@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from conftest import CORPUS, NO_CORPUS
+from conftest import CORPUS, NO_CORPUS, corpus_cases, corpus_meta, corpus_samples
 from pytest_gputopo.bench import nccl_tests as nt
 from pytest_gputopo.bench.nccl_tests import NcclTestsRunError
 from pytest_gputopo.parse.cuda_samples import P2PParseError, parse_p2p_bandwidth_latency
@@ -34,32 +34,15 @@ from pytest_gputopo.runtime.procs import BenchTimeout
 NCCLPERF = CORPUS / "ncclperf"
 
 
-def _samples(folder: Path, keep=lambda meta: True) -> list[Path]:
-    if not folder.is_dir():
-        return []
-    return [p for p in sorted(folder.glob("*.txt")) if keep(_meta(p))]
-
-
-def _meta(path: Path) -> dict:
-    return json.loads(path.with_suffix(".meta.json").read_text())
-
-
 def _is_p2p(meta: dict) -> bool:
     return meta.get("expected", {}).get("tool") == "p2pBandwidthLatencyTest"
 
 
-PERF_SAMPLES = _samples(NCCLPERF, lambda m: not _is_p2p(m))
-P2P_SAMPLES = _samples(NCCLPERF, _is_p2p)
+PERF_SAMPLES = corpus_samples("ncclperf", lambda m: not _is_p2p(m))
+P2P_SAMPLES = corpus_samples("ncclperf", _is_p2p)
 # NCCL_DEBUG=INFO logs in nccl/ that also hold a result table (their meta says so).
-LOGS_WITH_TABLE = _samples(CORPUS / "nccl", lambda m: m.get("expected", {}).get("contains_perf_table"))
-ALL_TEXTS = _samples(NCCLPERF) + _samples(CORPUS / "nccl")
-
-
-def _params(paths: list[Path]):
-    """One case per sample, or one case skipped with the reason when the corpus is not here."""
-    if not paths:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=NO_CORPUS), id="no-corpus")]
-    return [pytest.param(p, id=f"{p.parent.name}/{p.name}") for p in paths]
+LOGS_WITH_TABLE = corpus_samples("nccl", lambda m: m.get("expected", {}).get("contains_perf_table"))
+ALL_TEXTS = corpus_samples("ncclperf") + corpus_samples("nccl")
 
 
 def _all_results(result: NcclTestsResult) -> list[Result]:
@@ -76,9 +59,9 @@ def test_corpus_samples_are_all_classified():
     assert PERF_SAMPLES and P2P_SAMPLES
 
 
-@pytest.mark.parametrize("path", _params(PERF_SAMPLES + LOGS_WITH_TABLE))
+@pytest.mark.parametrize("path", corpus_cases(PERF_SAMPLES + LOGS_WITH_TABLE))
 def test_corpus_table_meets_its_meta(path: Path):
-    meta = _meta(path)
+    meta = corpus_meta(path)
     want = meta["expected"]
     text = path.read_text()
     result = parse_nccl_tests(text)
@@ -126,7 +109,7 @@ def test_corpus_table_meets_its_meta(path: Path):
     json.dumps(result.to_json(), allow_nan=False)
 
 
-@pytest.mark.parametrize("path", _params(PERF_SAMPLES))
+@pytest.mark.parametrize("path", corpus_cases(PERF_SAMPLES))
 def test_corpus_table_cut_anywhere_keeps_what_is_there(path: Path):
     """Published copies are cut mid-line: every cut of a real sample yields the parse error or a
     prefix of the full table, whose last row may lack cells but never holds a wrong one."""
@@ -149,15 +132,15 @@ def test_corpus_table_cut_anywhere_keeps_what_is_there(path: Path):
 # --------------------------------------------------------------------------- corpus: p2p samples
 
 
-@pytest.mark.parametrize("path", _params(P2P_SAMPLES))
+@pytest.mark.parametrize("path", corpus_cases(P2P_SAMPLES))
 def test_corpus_p2p_sample_is_refused_by_the_nccl_parser(path: Path):
     with pytest.raises(NcclTestsParseError, match="p2pBandwidthLatencyTest"):
         parse_nccl_tests(path.read_text())
 
 
-@pytest.mark.parametrize("path", _params(P2P_SAMPLES))
+@pytest.mark.parametrize("path", corpus_cases(P2P_SAMPLES))
 def test_corpus_p2p_sample_meets_its_meta(path: Path):
-    want = _meta(path)["expected"]
+    want = corpus_meta(path)["expected"]
     p2p = parse_p2p_bandwidth_latency(path.read_text())
     assert sorted(p2p.matrices) == sorted(want["sections_present"])
     assert p2p.n_gpus == want["n_gpus"]
@@ -168,7 +151,7 @@ def test_corpus_p2p_sample_meets_its_meta(path: Path):
     assert not p2p.warnings
 
 
-@pytest.mark.parametrize("path", _params(ALL_TEXTS))
+@pytest.mark.parametrize("path", corpus_cases(ALL_TEXTS))
 def test_every_corpus_text_parses_or_is_refused_cleanly(path: Path):
     text = path.read_text(errors="replace")
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from conftest import CORPUS, NO_CORPUS
+from conftest import CORPUS, NO_CORPUS, corpus_cases, corpus_meta, corpus_samples, corpus_samples_but
 from pytest_gputopo.parse.nvbandwidth import (
     Nvbandwidth,
     NvbandwidthParseError,
@@ -27,19 +27,8 @@ from pytest_gputopo.render.nvbandwidth import render_nvbandwidth
 NVB = CORPUS / "nvbandwidth"
 
 
-def _meta(path: Path) -> dict:
-    return json.loads(path.with_suffix(".meta.json").read_text())
-
-
-SAMPLES = sorted(NVB.glob("*.txt")) if NVB.is_dir() else []
-OTHER_TEXTS = sorted(p for p in CORPUS.glob("*/*.txt") if p.parent.name != "nvbandwidth") if CORPUS.is_dir() else []
-
-
-def _params(paths: list[Path]):
-    """One case per sample, or one case skipped with the reason when the corpus is not here."""
-    if not paths:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=NO_CORPUS), id="no-corpus")]
-    return [pytest.param(p, id=f"{p.parent.name}/{p.name}") for p in paths]
+SAMPLES = corpus_samples("nvbandwidth")
+OTHER_TEXTS = corpus_samples_but("nvbandwidth")
 
 
 def _matrices(result: Nvbandwidth) -> list[NvbMatrix]:
@@ -70,9 +59,9 @@ def _one_line_refusal(text) -> str:
 # ----------------------------------------------------------------------------------- corpus
 
 
-@pytest.mark.parametrize("path", _params(SAMPLES))
+@pytest.mark.parametrize("path", corpus_cases(SAMPLES))
 def test_corpus_sample_meets_its_meta(path: Path):
-    want = _meta(path)["expected"]
+    want = corpus_meta(path)["expected"]
     result = parse_nvbandwidth(path.read_text())
 
     assert result.version == want["nvbandwidth_version"]
@@ -108,7 +97,7 @@ def test_corpus_sample_meets_its_meta(path: Path):
     assert looks_like_nvbandwidth(path.read_text())
 
 
-@pytest.mark.parametrize("path", _params(SAMPLES))
+@pytest.mark.parametrize("path", corpus_cases(SAMPLES))
 def test_corpus_sample_renders_back_to_what_it_reads(path: Path):
     result = parse_nvbandwidth(path.read_text())
     assert parse_nvbandwidth(render_nvbandwidth(result)) == result
@@ -139,7 +128,7 @@ def _assert_prefix(part: Nvbandwidth, full: Nvbandwidth, where) -> None:
         assert part.warnings, where
 
 
-@pytest.mark.parametrize("path", _params(SAMPLES))
+@pytest.mark.parametrize("path", corpus_cases(SAMPLES))
 def test_corpus_sample_cut_anywhere_keeps_what_is_there(path: Path):
     """Published copies are cut at a line's end or mid-line: every cut of a real sample is refused
     (one line) or read into a prefix of the full result, never a wrong value."""

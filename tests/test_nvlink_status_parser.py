@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import assume, given, strategies as st
 
-from conftest import CORPUS, NO_CORPUS
+from conftest import CORPUS, NO_CORPUS, corpus_cases, corpus_meta, corpus_samples, corpus_samples_but
 from pytest_gputopo.parse.nvlink_status import (
     ALL_INACTIVE_LINE,
     MAX_GPU_INDEX,
@@ -28,19 +28,8 @@ from pytest_gputopo.render.nvlink_status import format_gbps, render_nvlink_statu
 NVLINK = CORPUS / "nvlink-status"
 
 
-def _meta(path: Path) -> dict:
-    return json.loads(path.with_suffix(".meta.json").read_text())
-
-
-def _params(paths: list[Path]):
-    """One case per sample, or one case skipped with the reason when the corpus is not here."""
-    if not paths:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=NO_CORPUS), id="no-corpus")]
-    return [pytest.param(p, id=f"{p.parent.name}/{p.name}") for p in paths]
-
-
-SAMPLES = sorted(NVLINK.glob("*.txt")) if NVLINK.is_dir() else []
-OTHER_TEXTS = sorted(p for p in CORPUS.glob("*/*.txt") if p.parent.name != "nvlink-status") if CORPUS.is_dir() else []
+SAMPLES = corpus_samples("nvlink-status")
+OTHER_TEXTS = corpus_samples_but("nvlink-status")
 
 
 def _check(status: NvlinkStatus) -> None:
@@ -79,9 +68,9 @@ def test_corpus_has_samples():
     assert SAMPLES
 
 
-@pytest.mark.parametrize("path", _params(SAMPLES))
+@pytest.mark.parametrize("path", corpus_cases(SAMPLES))
 def test_corpus_sample_meets_its_meta(path: Path):
-    meta = _meta(path)
+    meta = corpus_meta(path)
     status = parse_nvlink_status(path.read_text())
     _check(status)
     want = meta["expected"]["gpus"]
@@ -100,17 +89,17 @@ def test_corpus_sample_meets_its_meta(path: Path):
     assert parse_nvlink_status(render_nvlink_status(status)) == status
 
 
-@pytest.mark.parametrize("path", _params(SAMPLES))
+@pytest.mark.parametrize("path", corpus_cases(SAMPLES))
 def test_corpus_sample_rendered_as_printed(path: Path):
     """Unmangled samples are nvidia-smi's own bytes: the renderer writes them back, to the byte."""
-    meta = _meta(path)
+    meta = corpus_meta(path)
     if meta.get("truncated") or meta.get("mangled"):
         pytest.skip("the publication altered this sample")
     text = path.read_text()
     assert render_nvlink_status(parse_nvlink_status(text)) == text.rstrip("\n") + "\n"
 
 
-@pytest.mark.parametrize("path", _params(OTHER_TEXTS))
+@pytest.mark.parametrize("path", corpus_cases(OTHER_TEXTS))
 def test_every_other_corpus_text_is_refused(path: Path):
     _refused(path.read_text(errors="replace"))
 
