@@ -394,6 +394,28 @@ def srun_ranks(folder, port: int, rank_timeout_s: int, extra_env: dict | None = 
     return procs
 
 
+# The conftest of two srun ranks on dgx-a100 (recorded) whose rank 1 waits (up to 60 s) for a file
+# named ``release`` before its test: a stranger plants rank 1's verdict meanwhile, and rank 1's own
+# verdict never overwrites it.
+RANK_1_HELD_BACK = """
+import os, time
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_gputopo_probe(config):
+    from pytest_gputopo.probe import probe_recorded
+    return probe_recorded("dgx-a100")
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    if os.environ["SLURM_PROCID"] == "1":
+        deadline = time.monotonic() + 60
+        while not os.path.exists("release") and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return (yield)
+"""
+
+
 class Stranger:
     """A plain TCPStore client whose ``set`` has landed when it returns. TCPStore answers no SET (the
     client sends it and goes on), so a read on another connection could overtake a planted record (seen

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import launcher_port, served_store, srun_ranks, stranger_of
+from conftest import RANK_1_HELD_BACK, launcher_port, served_store, srun_ranks, stranger_of
 from pytest_gputopo.runtime import environ, files, listener
 from pytest_gputopo.runtime.signing import PREFIX, Signer
 
@@ -421,29 +421,11 @@ def test_a_planted_bench_figure_of_the_right_shape_is_measured_again_when_the_ru
 # End to end: two pytest ranks as srun starts them, given a secret file; a stranger plants a "met"
 # verdict of exactly the right shape as rank 1's while rank 1 is held back.
 
-CONFTEST = """
-import os, time
-import pytest
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_gputopo_probe(config):
-    from pytest_gputopo.probe import probe_recorded
-    return probe_recorded("dgx-a100")
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item):
-    if os.environ["SLURM_PROCID"] == "1":  # held back: its own verdict never overwrites the stranger's
-        deadline = time.monotonic() + 60
-        while not os.path.exists("release") and time.monotonic() < deadline:
-            time.sleep(0.05)
-    return (yield)
-"""
-
 
 @pytest.mark.slow
 def test_a_signed_run_refuses_a_planted_verdict_of_the_right_shape(tmp_path):
     pytest.importorskip("torch.distributed")
-    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "conftest.py").write_text(RANK_1_HELD_BACK)
     (tmp_path / "test_bw.py").write_text("import pytest\n@pytest.mark.min_p2p_bw(100000)\ndef test_bw(): pass\n")
     secret = _secret_file(tmp_path)
     port = launcher_port()

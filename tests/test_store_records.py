@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import launcher_port, served_store, srun_ranks, stranger_of
+from conftest import RANK_1_HELD_BACK, launcher_port, served_store, srun_ranks, stranger_of
 from pytest_gputopo.core import keys
 
 dist = pytest.importorskip("torch.distributed")
@@ -175,31 +175,11 @@ def test_a_planted_bench_figure_that_is_not_a_valid_result_is_measured_again(sto
 # End to end: two pytest ranks started as srun starts them (gloo-free: no collective in the test),
 # a stranger's plain client plants ``{}`` as rank 1's verdict while rank 1 is held back.
 
-END_TO_END_CONFTEST = """
-import os, time
-import pytest
-
-RANK = os.environ["SLURM_PROCID"]
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_gputopo_probe(config):
-    from pytest_gputopo.probe import probe_recorded
-    return probe_recorded("dgx-a100")
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item):
-    if RANK == "1":  # held back, so that its own verdict never overwrites the stranger's record
-        deadline = time.monotonic() + 60
-        while not os.path.exists("release") and time.monotonic() < deadline:
-            time.sleep(0.05)
-    return (yield)
-"""
-
 
 @pytest.mark.slow
 def test_a_planted_empty_verdict_ends_a_real_run_with_the_rank_and_key_not_a_keyerror(tmp_path):
     """The record ``{}`` crashed both ranks with ``KeyError: 'reason'``."""
-    (tmp_path / "conftest.py").write_text(END_TO_END_CONFTEST)
+    (tmp_path / "conftest.py").write_text(RANK_1_HELD_BACK)
     (tmp_path / "test_bw.py").write_text("import pytest\n@pytest.mark.min_p2p_bw(1)\ndef test_bw(): pass\n")
     port = launcher_port()
     procs = srun_ranks(tmp_path, port, 20)
