@@ -62,6 +62,14 @@ def environment(**extra: str) -> dict[str, str]:
     return {**env, "PATH": f"{STAND_IN}{os.pathsep}{BIN}{os.pathsep}{env['PATH']}", **extra}
 
 
+def run_here(folder: Path, *argv: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """ARGV as a user types it in ``folder``: the stand-ins (srun, ...) and this venv's gputopo first on
+    its PATH (``environment()`` unless ``env`` is given); its output kept as text."""
+    return subprocess.run(
+        list(argv), cwd=folder, env=env or environment(), capture_output=True, text=True, timeout=timeout
+    )
+
+
 def reports(folder: Path) -> dict[str, dict]:
     return {p.name: json.loads(p.read_text()) for p in sorted(folder.rglob("*.json"))}
 
@@ -127,48 +135,19 @@ def test_srun_replaces_percent_n_in_its_own_file_names_only(tmp_path):
     every node writes one file literally called %N.json, each replacing the last."""
     (tmp_path / "out").mkdir()
     env = environment(FAKE_SRUN_NODES="n1,n2,n3", PYTEST_GPUTOPO_MACHINE="hgx-h100")
-    done = subprocess.run(
-        [
-            "srun",
-            "--nodes=3",
-            "--ntasks-per-node=1",
-            "--output=out/%N.log",
-            "gputopo",
-            "check",
-            "--json",
-            "out/%N.json",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    check = ("gputopo", "check", "--json", "out/%N.json")
+    done = run_here(tmp_path, "srun", "--nodes=3", "--ntasks-per-node=1", "--output=out/%N.log", *check, env=env)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["%N.json", "n1.log", "n2.log", "n3.log"]
 
 
 def test_the_stand_in_gives_each_task_slurms_variables(tmp_path):
     env = environment(FAKE_SRUN_NODES="a,b")
-    done = subprocess.run(
-        [
-            "srun",
-            "-N",
-            "2",
-            "--ntasks-per-node",
-            "2",
-            "--output=t%2t-%N-%n.txt",
-            "sh",
-            "-c",
-            "echo $SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID $SLURMD_NODENAME $SLURM_STEP_NUM_NODES "
-            "$SLURM_STEP_NUM_TASKS %N",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    says = (
+        "echo $SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID $SLURMD_NODENAME $SLURM_STEP_NUM_NODES $SLURM_STEP_NUM_TASKS"
     )
+    tasks = ("-N", "2", "--ntasks-per-node", "2", "--output=t%2t-%N-%n.txt")
+    done = run_here(tmp_path, "srun", *tasks, "sh", "-c", says + " %N", env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     said = {p.name: p.read_text().strip() for p in tmp_path.glob("t*.txt")}
     assert said == {
@@ -179,7 +158,7 @@ def test_the_stand_in_gives_each_task_slurms_variables(tmp_path):
     }
     # the highest exit status of its tasks; an option it does not know is refused, not ignored
     assert subprocess.run(["srun", "-N", "2", "sh", "-c", "exit $SLURM_NODEID"], cwd=tmp_path, env=env).returncode == 1
-    refused = subprocess.run(["srun", "--exclusive", "true"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    refused = run_here(tmp_path, "srun", "--exclusive", "true", env=env)
     assert refused.returncode == 1 and "unknown option '--exclusive'" in refused.stderr
 
 
@@ -195,13 +174,8 @@ def test_under_srun_with_master_addr_each_node_checks_itself_alone(tmp_path):
         FAKE_SRUN_TASK_ENV=json.dumps(slurm_nodes(tmp_path)),
     )
     (tmp_path / "out").mkdir()
-    done = subprocess.run(
-        ["srun", "--nodes=2", "--output=out/%N.log", "gputopo", "check", "--json-dir", "out/"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    done = run_here(
+        tmp_path, "srun", "--nodes=2", "--output=out/%N.log", "gputopo", "check", "--json-dir", "out/", env=env
     )
     logs = {p.name: p.read_text() for p in (tmp_path / "out").glob("*.log")}
     assert done.returncode == 0, logs
@@ -215,9 +189,7 @@ def test_under_srun_with_master_addr_each_node_checks_itself_alone(tmp_path):
 
 
 def _check(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["gputopo", "check", *args], cwd=tmp_path, env=env or environment(), capture_output=True, text=True, timeout=300
-    )
+    return run_here(tmp_path, "gputopo", "check", *args, env=env)
 
 
 @pytest.mark.slow  # several gputopo processes
@@ -518,9 +490,7 @@ def test_the_kubernetes_recipe_writes_every_report_and_does_not_retry_a_degraded
     for node in nodes:
         env = {e["name"]: node for e in container["env"] if e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"}
         command = [_k8s_expand(a, env).replace(mount, str(out), 1) for a in container["command"]]
-        done = subprocess.run(
-            command, cwd=tmp_path, env=environment(**runners[node], **env), capture_output=True, text=True, timeout=300
-        )
+        done = run_here(tmp_path, *command, env=environment(**runners[node], **env))
         if node == "node-d":
             assert done.returncode == 1, done.stdout[-2000:]
             assert pod_failure_action(spec["podFailurePolicy"], container["name"], done.returncode) == "FailIndex"
@@ -530,14 +500,7 @@ def test_the_kubernetes_recipe_writes_every_report_and_does_not_retry_a_degraded
     policy = spec["podFailurePolicy"]
     assert pod_failure_action(policy, "check", 137) == "Count" and spec["backoffLimitPerIndex"] >= 1
     assert pod_failure_action(policy, "check", 137, ("DisruptionTarget",)) == "Ignore"
-    fleet = subprocess.run(
-        ["gputopo", "fleet", str(out), "--json", str(tmp_path / "fleet.json")],
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    fleet = run_here(tmp_path, "gputopo", "fleet", str(out), "--json", str(tmp_path / "fleet.json"))
     assert fleet.returncode == 1, fleet.stdout + fleet.stderr
     judged = json.loads((tmp_path / "fleet.json").read_text())
     assert judged["named"] == ["node-d"] and judged["not_read"] == []
@@ -567,6 +530,6 @@ def test_the_readme_names_the_fleet_view_with_a_command_it_takes(tmp_path):
             ).returncode
             == 0
         )
-    done = subprocess.run(args, cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=120)
+    done = run_here(tmp_path, *args, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "fleet.html").exists() and "3 nodes" in done.stdout
