@@ -139,15 +139,21 @@ def test_a_users_suite_counts_its_tests_and_the_check_apart(pytester):
     assert Counter(c["outcome"] for c in checks) == {"passed": 44, "failed": 1, "skipped": 109}
 
 
-@pytest.mark.slow
-def test_under_xdist_the_check_is_counted_once_by_the_controller(pytester):
+def failing_quick_check_under_xdist(pytester, machine: str):
+    """The quick check on ``machine``, where it fails, beside a user's passing test on two xdist
+    workers: the run, once its exit status says the check failed and the user's test passed."""
     pytest.importorskip("xdist")
     pytester.makepyfile(test_user="def test_a(): pass\n")
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--gputopo-check", "quick", "--gputopo-machine", "hgx-h100-nvlink-down", "-n", "2"
-    )
+    check = ("--gputopo-check", "quick", "--gputopo-machine", machine)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *check, "-n", "2")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=1)
+    return result
+
+
+@pytest.mark.slow
+def test_under_xdist_the_check_is_counted_once_by_the_controller(pytester):
+    result = failing_quick_check_under_xdist(pytester, "hgx-h100-nvlink-down")
     assert section(result.stdout.lines)[0].startswith("FAILED nvlink[GPU5] ")
     assert result.stdout.lines.count("gputopo check: 1 failed, 44 passed") == 1
 
@@ -334,13 +340,7 @@ def test_x_stops_after_the_whole_check_before_the_users_tests(pytester):
 def test_under_xdist_the_controller_says_the_workers_failed_items_by_cause(pytester):
     """The items fail on the workers; the controller groups them from their reports (each failed
     item's gputopo_check_finding property): still one line, the machine."""
-    pytest.importorskip("xdist")
-    pytester.makepyfile(test_user="def test_a(): pass\n")
-    result = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--gputopo-check", "quick", "--gputopo-machine", "8x-l40s-p2p-disabled", "-n", "2"
-    )
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.assert_outcomes(passed=1)
+    result = failing_quick_check_under_xdist(pytester, "8x-l40s-p2p-disabled")
     assert failed_lines(result.stdout.lines) == [
         "FAILED the machine: all 28 pairs of the 8 GPUs fail p2p_status: P2P refused: topology not supported (28 pairs)"
     ]
