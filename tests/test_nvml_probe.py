@@ -15,7 +15,8 @@ from fake_nvml import make_fake_pynvml
 from pytest_gputopo.core import model, schema
 from pytest_gputopo.probe import nvml, recorded
 
-OK = model.P2PStatus.OK
+S = model.P2PStatus
+OK = S.OK
 PCIE_CLASSES = [c for c in model.LinkClass if c is not model.LinkClass.NV]
 
 
@@ -454,17 +455,18 @@ def test_p2p_keeps_the_worse_direction():
 @pytest.mark.parametrize(
     "x, y, worse",
     [
-        ("OK", "OK", "OK"),
-        ("OK", "U", "U"),
-        ("U", "OK", "U"),
-        ("TNS", "U", "TNS"),
-        ("U", "GNS", "GNS"),
-        ("OK", "CNS", "CNS"),
-        ("DR", "NS", "DR"),
+        (OK, OK, OK),
+        (OK, S.UNKNOWN, S.UNKNOWN),
+        (S.UNKNOWN, OK, S.UNKNOWN),
+        (S.TOPOLOGY_NOT_SUPPORTED, S.UNKNOWN, S.TOPOLOGY_NOT_SUPPORTED),
+        (S.UNKNOWN, S.GPU_NOT_SUPPORTED, S.GPU_NOT_SUPPORTED),
+        (OK, S.CHIPSET_NOT_SUPPORTED, S.CHIPSET_NOT_SUPPORTED),
+        (S.DISABLED_BY_REGKEY, S.NOT_SUPPORTED, S.DISABLED_BY_REGKEY),
     ],
+    ids=lambda status: status.value,  # as nvidia-smi topo -p2p prints it
 )
 def test_worse_of_two_directions(x, y, worse):
-    assert nvml._worse(model.P2PStatus(x), model.P2PStatus(y)) is model.P2PStatus(worse)
+    assert nvml._worse(x, y) is worse
 
 
 # -- small pieces --------------------------------------------------------------------------------
