@@ -592,35 +592,37 @@ _FIGURES = NcclTestsResult(
 )
 
 
-def test_render_prints_the_current_get_float_str_by_default():
-    """The renderer prints today's nccl-tests format, not that of nccl-tests <= 2.16 (src/common.cu
-    BenchTime: "%7.1f" from 100 us, "%7.0f" from 10^4 us). From v2.17.3 (commit 00f5281) nccl-tests
-    prints every figure with getFloatStr (src/util.cu at v2.19.6: the most decimals, 2 then 1 then 0, that fit the column,
-    time 7, bandwidths 6) and #wrong with "%6g" (writeBenchmarkLineBody); the header widens #wrong
-    to "%6s" (writeResultHeader). Lines below: those formats applied by hand."""
-    lines = render_nccl_tests(_FIGURES).splitlines()
-    assert lines[-4:-2] == [
+# What render_nccl_tests prints of _FIGURES: its header's two lines, then the row. By default today's
+# format, not that of nccl-tests <= 2.16 (src/common.cu BenchTime: "%7.1f" from 100 us, "%7.0f" from
+# 10^4 us). From v2.17.3 (commit 00f5281) nccl-tests prints every figure with getFloatStr (src/util.cu
+# at v2.19.6: the most decimals, 2 then 1 then 0, that fit the column, time 7, bandwidths 6) and #wrong
+# with "%6g" (writeBenchmarkLineBody); the header widens #wrong to "%6s" (writeResultHeader). v2.13.9's
+# src/common.cu BenchTime: time "%7.2f" / "%7.1f" from 100 / "%7.0f" from 10^4, bandwidths "%6.2f",
+# #wrong "%5g"; its header prints "#wrong" as " %6s", units "%5s". Lines: those formats applied by hand.
+PRINTED = [
+    pytest.param(
+        {},
         "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong ",
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         ",
-    ]
-    assert lines[-2] == (
-        "  1073741824     268435456     float     sum      -1"
-        "  1234.56  1234.6    8.50       0  12345.7   99.99    0.50  1.04858e+06"
-    )
-
-
-def test_render_prints_an_old_version_as_it_printed():
-    """nccl-tests v2.13.9 src/common.cu BenchTime: time "%7.2f" / "%7.1f" from 100 / "%7.0f" from
-    10^4, bandwidths "%6.2f", #wrong "%5g"; its header prints "#wrong" as " %6s", units "%5s"."""
-    lines = render_nccl_tests(_FIGURES, version=(2, 13, 9)).splitlines()
-    assert lines[-4:-2] == [
+        "  1073741824     268435456     float     sum      -1  1234.56  1234.6    8.50       0  12345.7   99.99    0.50  1.04858e+06",
+        id="current-get-float-str",
+    ),
+    pytest.param(
+        {"version": (2, 13, 9)},
         "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
-    ]
-    assert lines[-2] == (
-        "  1073741824     268435456     float     sum      -1"
-        "   1234.6  1234.56    8.50      0    12346   99.99    0.50  1.04858e+06"
-    )
+        "  1073741824     268435456     float     sum      -1   1234.6  1234.56    8.50      0    12346   99.99    0.50  1.04858e+06",
+        id="v2.13.9",
+    ),
+]
+
+
+@pytest.mark.parametrize("version, header, units, row", PRINTED)
+def test_render_prints_each_version_as_it_printed(version, header, units, row):
+    assert render_nccl_tests(_FIGURES, **version).splitlines()[-4:-1] == [header, units, row]
+
+
+def test_render_changed_its_format_at_2_17_3():
     assert render_nccl_tests(_FIGURES, version=(2, 17, 2)) == render_nccl_tests(_FIGURES, version=(2, 13, 9))
     assert render_nccl_tests(_FIGURES, version=(2, 17, 3)) == render_nccl_tests(_FIGURES)
 
