@@ -508,6 +508,18 @@ def wait_for_file(path: Path, timeout_s: float) -> bool:
     return path.exists()
 
 
+def json_paths(value, prefix: tuple = ()):
+    """Every path into a JSON value (keys and list indices), the value's own ``()`` first: where a
+    mutation may land."""
+    yield prefix
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from json_paths(item, prefix + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from json_paths(item, prefix + (index,))
+
+
 def marked_module(**tests: str) -> str:
     """The source of a test module whose tests, each named by a keyword, pass doing nothing under the
     marker its value writes (``requires_gpus(8)``; "" for no marker)."""

@@ -15,6 +15,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from conftest import json_paths
 from pytest_gputopo.core import limits, schema
 from pytest_gputopo.probe.recorded import BUNDLED_DIR, ProfileError, load_profile
 
@@ -146,18 +147,7 @@ json_values = st.recursive(
 )
 
 
-def _paths(node, prefix=()):
-    """Every path into a profile's JSON: where a mutation may land."""
-    yield prefix
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            yield from _paths(v, prefix + (i,))
-
-
-PATHS = [p for p in _paths(BASE) if p]
+PATHS = [p for p in json_paths(BASE) if p]
 BUNDLED = [json.loads(p.read_text()) for p in sorted(BUNDLED_DIR.glob("*.json"))]
 
 
@@ -165,7 +155,7 @@ BUNDLED = [json.loads(p.read_text()) for p in sorted(BUNDLED_DIR.glob("*.json"))
 def mutated_profiles(draw):
     data = copy.deepcopy(draw(st.sampled_from(BUNDLED)))
     for _ in range(draw(st.integers(1, 3))):
-        paths = [p for p in _paths(data) if p]
+        paths = [p for p in json_paths(data) if p]
         path = draw(st.sampled_from(paths))
         node = data
         for part in path[:-1]:

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import USER_PYTEST, wait_for_file
+from conftest import USER_PYTEST, json_paths, wait_for_file
 from pytest_gputopo.cli import main as gputopo
 from pytest_gputopo.render.html import ReportError, check_document, html_report
 
@@ -320,17 +320,7 @@ _VALUES = st.recursive(
 )
 
 
-def _places(value, path=()):
-    yield path
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _places(v, path + (k,))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _places(v, path + (i,))
-
-
-_ALL_PLACES = [p for p in _places(_VALID) if p]
+_ALL_PLACES = [p for p in json_paths(_VALID) if p]
 
 
 @st.composite
