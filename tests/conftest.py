@@ -508,6 +508,33 @@ def wait_for_file(path: Path, timeout_s: float) -> bool:
     return path.exists()
 
 
+# A ``sitecustomize`` (Python runs it at start-up in every process of a run, xdist workers too) that
+# swaps the path finder for one that cannot see MODULE: ``import MODULE`` fails and
+# ``importlib.util.find_spec(MODULE)`` is None, as on a host where it is not installed.
+_HIDING = """
+import sys
+from importlib.machinery import PathFinder
+
+
+class _PathFinderWithout(PathFinder):
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname.partition(".")[0] == MODULE:
+            return None
+        return super().find_spec(fullname, path, target)
+
+
+sys.meta_path[:] = [_PathFinderWithout if f is PathFinder else f for f in sys.meta_path]
+"""
+
+
+def hide_module(pytester, monkeypatch, module: str) -> None:
+    """Every process the test starts runs as on a host where ``module`` is not installed."""
+    stub = pytester.mkdir(f"no_{module}")
+    (stub / "sitecustomize.py").write_text(_HIDING.replace("MODULE", repr(module)))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")])))
+
+
 def json_paths(value, prefix: tuple = ()):
     """Every path into a JSON value (keys and list indices), the value's own ``()`` first: where a
     mutation may land."""

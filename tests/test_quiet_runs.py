@@ -11,11 +11,9 @@ Every run here is a real pytest process (``runpytest_subprocess``) so that the e
 the one a user's shell gives it.
 """
 
-import os
-
 import pytest
 
-from conftest import clear_launch, launcher_port
+from conftest import clear_launch, hide_module, launcher_port
 
 # A suite that knows nothing of gputopo, with every common outcome, and a test that proves the run
 # imported no torch (the plugin's quiet path costs only its loading).
@@ -59,25 +57,6 @@ LAUNCHES = {
     },
 }
 
-# Put first on PYTHONPATH: Python runs it at start-up in every process of the run (xdist workers
-# too). It swaps the path finder for one that cannot see torch, so that ``import torch`` fails and
-# ``importlib.util.find_spec("torch")`` is None, as on a host where torch is not installed.
-HIDE_TORCH = """
-import sys
-from importlib.machinery import PathFinder
-
-
-class _PathFinderWithoutTorch(PathFinder):
-    @classmethod
-    def find_spec(cls, fullname, path=None, target=None):
-        if fullname.partition(".")[0] == "torch":
-            return None
-        return super().find_spec(fullname, path, target)
-
-
-sys.meta_path[:] = [_PathFinderWithoutTorch if f is PathFinder else f for f in sys.meta_path]
-"""
-
 # A conftest whose probe hook logs each call (process and xdist worker) and answers with a recorded
 # machine, so that the tests see exactly when and where the plugin learned the machine.
 PROBE_LOG_CONFTEST = """
@@ -116,12 +95,6 @@ def set_launch(monkeypatch, launcher: str) -> None:
     for name, value in LAUNCHES[launcher].items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("MASTER_PORT", str(launcher_port()))
-
-
-def hide_torch(pytester, monkeypatch) -> None:
-    stub = pytester.mkdir("no_torch")
-    (stub / "sitecustomize.py").write_text(HIDE_TORCH)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")])))
 
 
 def gputopo_lines(result) -> list[str]:
@@ -225,7 +198,7 @@ def test_a_launch_without_torch_judges_the_process_alone(pytester, monkeypatch, 
     machine option, or only its markers) is judged on its own machine and says so in a header warning:
     never an INTERNALERROR, never a wait for the other ranks."""
     set_launch(monkeypatch, launcher)
-    hide_torch(pytester, monkeypatch)
+    hide_module(pytester, monkeypatch, "torch")
     pytester.makepyfile(
         test_marked="""
 import importlib.util

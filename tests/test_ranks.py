@@ -22,7 +22,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import clear_launch
+from conftest import clear_launch, hide_module
 
 pytest.importorskip("torch")
 
@@ -686,11 +686,11 @@ def test_fixture_per_rank(per_rank):
 def test_inside_a_launcher_a_ranks_test_is_refused(pytester, monkeypatch, launcher):
     """Under torchrun or srun the pytest process is already a rank: its ranks test fails with the
     reason, spawning nothing (torch hidden: the launch's exchange is not what is tested here)."""
-    from test_quiet_runs import hide_torch, set_launch
+    from test_quiet_runs import set_launch
 
     clear_launch(monkeypatch)
     set_launch(monkeypatch, launcher)
-    hide_torch(pytester, monkeypatch)
+    hide_module(pytester, monkeypatch, "torch")
     pytester.makepyfile(test_in_launch="import pytest\n@pytest.mark.ranks(2)\ndef test_x(gputopo_rank): pass\n")
     result = run(pytester)
     result.assert_outcomes(failed=1)

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, NO_CORPUS
+from conftest import CORPUS, NO_CORPUS, hide_module
 from fake_nvml import make_fake_pynvml
 from pytest_gputopo.core import model
 from pytest_gputopo.parse import smi_table, smi_topo
@@ -241,24 +240,6 @@ def test_what_the_straight_reading_keeps_that_the_fake_lost():
     assert as_nvml_reads(no_driver, SOURCE) == through_fake_nvml(no_driver)
 
 
-# Put first on PYTHONPATH: Python runs it at start-up in every process of the run. It swaps the path
-# finder for one that cannot see pynvml, as on a host where nvidia-ml-py is not installed.
-HIDE_PYNVML = """
-import sys
-from importlib.machinery import PathFinder
-
-
-class _PathFinderWithoutPynvml(PathFinder):
-    @classmethod
-    def find_spec(cls, fullname, path=None, target=None):
-        if fullname.partition(".")[0] == "pynvml":
-            return None
-        return super().find_spec(fullname, path, target)
-
-
-sys.meta_path[:] = [_PathFinderWithoutPynvml if f is PathFinder else f for f in sys.meta_path]
-"""
-
 MARKED = """
 import pytest
 
@@ -280,9 +261,7 @@ def test_pynvml_is_not_there():
 def test_a_profile_is_read_without_pynvml(pytester, monkeypatch, machine):
     """Without nvidia-ml-py installed, a named machine (a bundled name, a JSON profile, one without
     GPUs) is read and judged, with no INTERNALERROR; the header says it is a recorded machine."""
-    stub = pytester.mkdir("no_pynvml")
-    (stub / "sitecustomize.py").write_text(HIDE_PYNVML)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")])))
+    hide_module(pytester, monkeypatch, "pynvml")
     if machine == "profile":
         (pytester.path / "node.json").write_text(json.dumps(profile_dict("node", load_profile("dgx-a100").topology)))
         machine, name = "node.json", "node"
