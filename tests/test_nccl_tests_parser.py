@@ -599,25 +599,23 @@ _FIGURES = NcclTestsResult(
 # with "%6g" (writeBenchmarkLineBody); the header widens #wrong to "%6s" (writeResultHeader). v2.13.9's
 # src/common.cu BenchTime: time "%7.2f" / "%7.1f" from 100 / "%7.0f" from 10^4, bandwidths "%6.2f",
 # #wrong "%5g"; its header prints "#wrong" as " %6s", units "%5s". Lines: those formats applied by hand.
-PRINTED = [
-    pytest.param(
+PRINTED = {
+    "current-get-float-str": (
         {},
         "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong ",
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         ",
         "  1073741824     268435456     float     sum      -1  1234.56  1234.6    8.50       0  12345.7   99.99    0.50  1.04858e+06",
-        id="current-get-float-str",
     ),
-    pytest.param(
+    "v2.13.9": (
         {"version": (2, 13, 9)},
         "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
         "  1073741824     268435456     float     sum      -1   1234.6  1234.56    8.50      0    12346   99.99    0.50  1.04858e+06",
-        id="v2.13.9",
     ),
-]
+}
 
 
-@pytest.mark.parametrize("version, header, units, row", PRINTED)
+@pytest.mark.parametrize("version, header, units, row", PRINTED.values(), ids=PRINTED)
 def test_render_prints_each_version_as_it_printed(version, header, units, row):
     assert render_nccl_tests(_FIGURES, **version).splitlines()[-4:-1] == [header, units, row]
 
