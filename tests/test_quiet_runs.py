@@ -13,7 +13,7 @@ the one a user's shell gives it.
 
 import pytest
 
-from conftest import clear_launch, hide_module, launcher_port
+from conftest import clear_launch, hide_module, launcher_port, marked_module
 
 # A suite that knows nothing of gputopo, with every common outcome, and a test that proves the run
 # imported no torch (the plugin's quiet path costs only its loading).
@@ -285,18 +285,7 @@ markers =
 def test_without_the_projects_registration_the_marker_is_gputopos(pytester):
     """The control: where the project registers nothing of the name, ``requires_gpus(4)`` is the
     plugin's and skips on a one-GPU machine, and the header says nothing of a project's marker."""
-    pytester.makepyfile(
-        test_project="""
-import pytest
-
-@pytest.mark.requires_gpus(4)
-def test_four():
-    pass
-
-def test_plain():
-    pass
-"""
-    )
+    pytester.makepyfile(test_project=marked_module(test_four="requires_gpus(4)", test_plain=""))
     result = pytester.runpytest_subprocess("--gputopo-machine", "single-gpu", "-rs")
 
     result.assert_outcomes(passed=1, skipped=1)
