@@ -267,7 +267,7 @@ def test_where_the_plugin_loads_after_conftests_a_process_started_ahead_refuses_
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     pytester.makepyfile(
         ahead=AHEAD,
-        conftest=CONFTEST_SEES + 'pytest_plugins = ["pytest_gputopo.plugin.hooks"]\n',
+        conftest=CONFTEST_SEES + 'pytest_plugins = ["pytest_gputopo.plugin.entry"]\n',
         test_a=TWO_MODULES["test_a"],
     )
     result = pytester.runpytest_subprocess(*args, "-v")

@@ -1,6 +1,8 @@
-"""The fixtures pytest-gputopo gives tests: ``gputopo`` (the machine), ``gputopo_ranks`` (every rank's
-machine, and one decision across the ranks), ``gputopo_bench`` (the measurement harness and the
-run's shared benchmarks) and ``gputopo_rank`` (a ``ranks(n)`` test's own rank)."""
+"""What the fixtures pytest-gputopo gives tests hold (``entry`` names them, so that pytest finds them
+before the plugin wakes): ``gputopo`` (the machine), ``gputopo_ranks`` (every rank's machine, and one
+decision across the ranks), ``gputopo_bench`` (the measurement harness and the run's shared
+benchmarks), ``gputopo_gpus`` (a leased test's GPUs) and ``gputopo_rank`` (a ``ranks(n)`` test's own
+rank)."""
 
 from __future__ import annotations
 
@@ -13,17 +15,13 @@ from .reporter import OWN_PROPERTY, UNMET_PROPERTY
 from .run import RANKS_TEST, GputopoRun, run_of
 
 
-@pytest.fixture(scope="session")
-def gputopo(pytestconfig: pytest.Config):
-    """The machine as this process sees it (``pytest_gputopo.core.model.Topology``): ``gpus``,
-    ``link(a, b)``, ``p2p(a, b)``, ``pairs(gpus=None)``, ``pairs_worse_than("PXB")``, ``source``."""
-    return run_of(pytestconfig).topology
+def machine(config: pytest.Config):
+    """``gputopo``: the machine as this process sees it."""
+    return run_of(config).topology
 
 
-@pytest.fixture
-def gputopo_ranks(request: pytest.FixtureRequest):
-    """Every rank's machine (``views``, ``nodes``) and ``require(predicate, reason)``: a custom
-    condition decided on every rank's topology, so every rank takes the same decision."""
+def rank_facts(request: pytest.FixtureRequest) -> RankFacts:
+    """``gputopo_ranks``: every rank's machine, and one decision across the ranks."""
     return RankFacts(run_of(request.config), request.node)
 
 
@@ -73,9 +71,8 @@ class RankFacts:
         pytest.skip(message)
 
 
-@pytest.fixture
-def gputopo_rank(request: pytest.FixtureRequest):
-    """In each rank of a ``@pytest.mark.ranks(n)`` test: ``rank``, ``world_size``, ``local_rank``,
+def own_rank(request: pytest.FixtureRequest) -> RankInRanks:
+    """``gputopo_rank``: in each rank of a ``@pytest.mark.ranks(n)`` test: ``rank``, ``world_size``, ``local_rank``,
     ``device`` (``"cuda:<i>"`` or ``"cpu"``) and ``gpus`` (the rank's GPU, or () on the CPUs). The
     rank's own value is made in the rank; here, in the pytest process, only its place is kept."""
     if request.node.stash.get(RANKS_TEST, None) is None:
@@ -98,19 +95,17 @@ class RankInRanks:
         )
 
 
-@pytest.fixture
-def gputopo_gpus(request: pytest.FixtureRequest) -> tuple:
-    """The GPUs this test holds under ``--gputopo-lease``, as the machine's ``Gpu`` objects (``index``:
-    ``cuda:<index>`` inside the test, ``uuid``, ``pci_bus_id``, ``name``); without a lease, every GPU
-    the test sees."""
+def leased_gpus(request: pytest.FixtureRequest) -> tuple:
+    """``gputopo_gpus``: the GPUs this test holds under ``--gputopo-lease``, as the machine's ``Gpu``
+    objects (``index``: ``cuda:<index>`` inside the test, ``uuid``, ``pci_bus_id``, ``name``); without a
+    lease, every GPU the test sees."""
     from .leases import gpus_of
 
     return gpus_of(request.node)
 
 
-@pytest.fixture
-def gputopo_bench(request: pytest.FixtureRequest):
-    """The measurement harness (``.measure(name, run, size_bytes=...)``) and the run's shared
+def bench(request: pytest.FixtureRequest) -> BenchFixture:
+    """``gputopo_bench``: the measurement harness (``.measure(name, run, size_bytes=...)``) and the run's shared
     benchmarks (``.allreduce()``, ``.p2p(a, b)``, ``.h2d(gpu)``), as ``BenchResult``s."""
     return BenchFixture(request.config, request.node)
 

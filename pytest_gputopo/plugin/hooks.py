@@ -1,6 +1,7 @@
-"""pytest hooks of pytest-gputopo (the ``pytest11`` entry point). Hooks only: the run object
-(``run``) is built once in ``pytest_configure``; verdicts come from ``verdicts``, measurements from
-``measurements``, NCCL's view from ``nccl_view``, text from ``reporter``. Nothing imports this module.
+"""pytest hooks of pytest-gputopo, registered by the entry point (``entry``) once a run asks something
+of the plugin. Hooks only: the run object (``run``) is built once in ``pytest_configure``; verdicts
+come from ``verdicts``, measurements from ``measurements``, NCCL's view from ``nccl_view``, text from
+``reporter``. Only ``entry`` imports this module.
 
 Loading it imports the standard library, pytest and the light modules of this package only (a test
 checks it); the core's judges and the benchmarks are imported when something needs them.
@@ -14,8 +15,7 @@ import sys
 import pytest
 
 from ..runtime import environ
-from . import hookspecs, markers, options, reporter
-from .fixtures import gputopo, gputopo_bench, gputopo_gpus, gputopo_rank, gputopo_ranks  # noqa: F401  (registered as this plugin's fixtures)
+from . import markers, options, reporter
 from .machine import Machine, boot_record, item_facts, learned_by_others, shared
 from .run import (
     GATE_EXIT_STATUS,
@@ -35,17 +35,7 @@ PROBE_NOTES = pytest.StashKey[tuple]()  # what the probe asked and what it took 
 # xdist: what the controller hands each worker
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    options.addoption(parser)
-
-
-def pytest_addhooks(pluginmanager) -> None:
-    pluginmanager.add_hookspecs(hookspecs)
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    for line in markers.registration_lines():
-        config.addinivalue_line("markers", line)
     settings = read_run_settings(config)
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
@@ -139,6 +129,15 @@ def _learner(config: pytest.Config):
         return topology, config.stash.get(PROBE_NOTES, ())
 
     return learn
+
+
+def fixture_used(config: pytest.Config) -> None:
+    """A fixture of the plugin's is made: the run uses the plugin, and the fixture hands it the whole
+    machine (a test that named it was counted at collection; one that asked by ``getfixturevalue`` is
+    counted here)."""
+    from ..core.model import ALL_FACTS
+
+    _use(config, ALL_FACTS)
 
 
 def _use(config: pytest.Config, facts) -> GputopoRun:
