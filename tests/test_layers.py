@@ -157,6 +157,14 @@ def test_the_floor_options_are_the_cores_floors():
     assert options.FLOOR_KEYS == thresholds.FLOOR_KEYS
 
 
+def test_the_option_tables_environment_prefix_is_the_runtimes():
+    """``option_table`` spells the variables' prefix itself (the entry point imports nothing else)."""
+    from pytest_gputopo.plugin import option_table
+    from pytest_gputopo.runtime import environ
+
+    assert option_table.ENV_PREFIX == environ.ENV_PREFIX
+
+
 # The reporters draw a run's verdicts; the judges make them (issue 45: one verdict, made once in the
 # run's record, which every medium renders). A reporter that imported a judge could decide again.
 REPORTERS = ("pytest_gputopo.render", "pytest_gputopo.plugin.reporter", "pytest_gputopo.plugin.report_writer")
