@@ -2,7 +2,7 @@
 
 Installs the plugin from this checkout as a wheel (not editable: pytest then rewrites the asserts of
 every module of a ``pytest11`` distribution, as it does for users) into a fresh venv under a
-temporary folder, then times ``pytest -q`` on a one-test suite with the plugin and with ``-p
+temporary folder, then times ``pytest -q`` on a 100-test suite with the plugin and with ``-p
 no:gputopo``, paired and interleaved (the order inside each pair alternates), in two settings:
 bytecode cached as usual, and ``PYTHONDONTWRITEBYTECODE=1`` (common in CI images: pytest then
 rewrites the plugin's modules again on every run). Prints the median of the paired differences
@@ -54,13 +54,13 @@ import time
 import pytest, _pytest.main, _pytest.terminal, _pytest.python, _pytest.fixtures, _pytest.tmpdir, _pytest.junitxml
 import dataclasses, inspect, json, shutil, tempfile
 start = time.perf_counter()
-import pytest_gputopo.plugin.hooks
+import pytest_gputopo.plugin.entry
 print((time.perf_counter() - start) * 1e3)
 """
 HOOKS = """
 import functools, inspect, time
 import pytest
-import pytest_gputopo.plugin.hooks as hooks
+import pytest_gputopo.plugin.entry as hooks
 spent = [0.0]
 def timed(fn):
     @functools.wraps(fn)
@@ -101,7 +101,8 @@ def main(pairs: int = 40) -> None:
         )
         suite = Path(tmp, "suite")
         suite.mkdir()
-        (suite / "test_one.py").write_text("def test_one():\n    pass\n")
+        # 100 plain tests, as issue 45 measured it: per-test hooks count too
+        (suite / "test_many.py").write_text("".join(f"def test_{i}():\n    pass\n" for i in range(100)))
         base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         no_bytecode = {**base, "PYTHONDONTWRITEBYTECODE": "1"}
         for setting, env in (("bytecode cached", base), ("PYTHONDONTWRITEBYTECODE=1", no_bytecode)):
@@ -137,7 +138,7 @@ def main(pairs: int = 40) -> None:
             for _ in range(pairs)
         )
         print(
-            f"in one process: importing the plugin {statistics.median(imports):.1f} ms, its hooks in a one-test run "
+            f"in one process: importing the plugin {statistics.median(imports):.1f} ms, its hooks in a 100-test run "
             f"{statistics.median(hooks):.1f} ms (medians of {pairs}) [measured on this host]"
         )
         code = (
