@@ -23,7 +23,18 @@ from datetime import timedelta
 from typing import NamedTuple
 
 from ..runtime import lineage, rank_procs, reaper
-from ..runtime.rank_messages import POOL_BARRIER_S, BodyJob, BodyResult, CoverageSpec, Opened, RankSetup, Ready
+from ..runtime.rank_messages import (
+    POOL_BARRIER_S,
+    TO_RANK,
+    BodyJob,
+    BodyResult,
+    CoverageSpec,
+    Opened,
+    RankSetup,
+    Ready,
+    receive,
+    send,
+)
 
 RANK_FIXTURE = "gputopo_rank"
 FLIGHT_RECORDER_ENTRIES = 2000  # NCCL's flight recorder: the last collectives each rank keeps
@@ -53,7 +64,7 @@ def main(rank: int, workdir: str, setup: RankSetup, job: BodyJob) -> None:
     if result.outcome == "passed":  # a failed body's group is left to the process's end: its peers
         group.close()  # may still be inside a collective with it
     _save_coverage()
-    rank_procs.write_result(workdir, rank, result.to_json())  # what it started ends when it has: its keeper
+    rank_procs.write_result(workdir, rank, result)  # what it started ends when it has: its keeper
     if result.outcome == "failed":
         sys.exit(1)
 
@@ -61,7 +72,7 @@ def main(rank: int, workdir: str, setup: RankSetup, job: BodyJob) -> None:
 def serve(rank: int, workdir: str, setup: RankSetup, pipes: tuple) -> None:
     """A rank of a warm pool: its group opened at the first job and kept; then each ``BodyJob`` that
     comes on its pipe run, its ``BodyResult`` sent, and the barrier that decides whether the group is
-    fit for the next test met (``Ready``). It ends at ``None``, when its pipe closes, or after a test
+    fit for the next test met (``Ready``). It ends at ``Stop``, when its pipe closes, or after a test
     that left the group unfit (the pool is started afresh for the next one)."""
     pipe = pipes[rank]
     for other in pipes:
@@ -70,14 +81,14 @@ def serve(rank: int, workdir: str, setup: RankSetup, pipes: tuple) -> None:
     info, trail = _start(rank, workdir, setup)
     group = _Group(info, setup, rank_procs.store_path(workdir))
     try:
-        while (job := pipe.recv()) is not None:
+        while isinstance(job := receive(pipe, TO_RANK, "the pytest process's pipe"), BodyJob):
             result = _run_in_pool(job, info, trail, group, pipe)
             _save_coverage()  # each test's lines saved as it ends: a pool ends after the run's coverage is combined
             sys.stdout.flush()  # the test's output before its result: the report takes it from here
             sys.stderr.flush()
-            pipe.send(result)
+            send(pipe, result)
             ready = _ready(job.seq, result)
-            pipe.send(ready)
+            send(pipe, ready)
             if not ready.usable:
                 return
             _end_helpers()
@@ -91,7 +102,7 @@ def _run_in_pool(job: BodyJob, info: RankInfo, trail, group: _Group, pipe) -> Bo
         group.open()
     except BaseException as exc:  # noqa: BLE001 - the group's error is the first test's
         return _result(job, exc)
-    pipe.send(Opened(job.seq))
+    send(pipe, Opened(job.seq))
     return _run_body(job, info, trail)
 
 

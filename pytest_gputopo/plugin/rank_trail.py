@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import os
 import threading
 
@@ -23,6 +22,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from ..core.hangs import RECVS, SENDS
+from ..runtime.rank_messages import TRAIL, TrailCall, TrailLeft
 
 COLLECTIVES = (
     "all_reduce",
@@ -86,7 +86,7 @@ class Trail:
                 result = original(*args, **kwargs)
             finally:
                 self.inside.call = False
-            self._write({"left": index})  # not after a raise: the call it failed in stays open
+            self._write(TrailLeft(index))  # not after a raise: the call it failed in stays open
             return result
 
         return traced
@@ -98,21 +98,17 @@ class Trail:
             bound = {}
         group = bound.get("group") if name != "new_group" else None
         group = group if group is not None else dist.group.WORLD
-        record: dict[str, object] = {"op": name, "group": _name_of(group), "members": _members(group)}
-        record["shape"] = _shape(bound)
-        peer = _peer(name, bound, group)
-        record["peer"] = peer
-        key = (record["group"], peer, name in SENDS) if peer is not None else (record["group"],)
+        called, peer = _name_of(group), _peer(name, bound, group)
+        key = (called, peer, name in SENDS) if peer is not None else (called,)
         seq = self.counts[key] = self.counts.get(key, 0) + 1
-        record["seq"] = seq
-        record["i"] = index = self.entered  # its "left" line names it by this (a trail may be read from its middle)
+        index = self.entered  # its "left" line names it by this (a trail may be read from its middle)
         self.entered += 1
-        self._write(record)
+        self._write(TrailCall(name, called, tuple(_members(group)), _shape(bound), peer, seq, index))
         return index
 
-    def _write(self, record: dict) -> None:
+    def _write(self, message: TrailCall | TrailLeft) -> None:
         try:
-            os.write(self.fd, (json.dumps(record) + "\n").encode())
+            os.write(self.fd, (TRAIL.encode(message) + "\n").encode())
         except OSError:  # a full disk: the trail stops, the call goes on
             pass
 

@@ -24,7 +24,7 @@ import pytest
 from ..bench.sweep import available_memory
 from ..core import hangs
 from ..runtime import environ, rank_procs, run_folder
-from ..runtime.rank_messages import BodyJob, BodyResult, CoverageSpec, RankSetup
+from ..runtime.rank_messages import BodyJob, CoverageSpec, RankSetup
 from ..runtime.rank_pool import RankPool, pool_key
 from . import rank_body
 from .ranks_report import keep_flight_recorder_dumps, report, show_output
@@ -51,7 +51,7 @@ def call(item: pytest.Function, requirement, strict: bool | None) -> None:
         ended = rank_procs.run_ranks(
             rank_body.main, (workdir, setup, job), requirement.n, requirement.timeout_s, workdir
         )
-        results = [BodyResult.from_json(rank_procs.read_result(workdir, rank)) for rank in range(requirement.n)]
+        results = [rank_procs.read_result(workdir, rank) for rank in range(requirement.n)]
         trails = [hangs.read_trail(rank_procs.read_trail(workdir, rank)) for rank in range(requirement.n)]
     finally:
         if setup.capture:

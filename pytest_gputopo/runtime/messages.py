@@ -110,8 +110,9 @@ class Channel:
 
     def write_file(self, path: str, message: object) -> None:
         """``message`` as the whole of the file ``path``, replaced at once (a reader never sees half)."""
+        line = self.encode(message) + "\n"  # refused before a file is made
         with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(self.encode(message) + "\n")
+            f.write(line)
         os.replace(path + ".tmp", path)
 
     def read_file(self, path: str) -> Any:

@@ -3,17 +3,22 @@
 ``RankSetup`` starts a rank (its group, GPUs, output); ``BodyJob`` is one test's body, by reference
 (module, qualified name) with the fixture values pickled; ``BodyResult`` is what the body did, with
 the job's sequence number and test id, so that a result of another test is never taken for this
-one's; ``Ready`` is what a warm pool's rank says after the barrier that follows each test. A rank
-started for one test is given its setup and job as spawn arguments and writes its result to a file
-(``rank_procs``); a pool's rank is given jobs and sends results and readiness over its pipe.
+one's; ``Ready`` is what a warm pool's rank says after the barrier that follows each test, ``Stop``
+what ends it. A rank started for one test is given its setup and job as spawn arguments and writes its
+result to a file (``RESULTS``, through ``rank_procs``); a pool's rank is given jobs and sends results
+and readiness over its pipe (``send``, ``receive``: pickled, as torch's spawn pickles the arguments,
+each message checked for its kind as it comes).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Literal, get_args
 
-OUTCOMES = ("passed", "failed", "skipped")
+from .messages import Channel, MessageError, from_json, is_message, to_json
+
+Outcome = Literal["passed", "failed", "skipped"]
+OUTCOMES = get_args(Outcome)
 POOL_BARRIER_S = 5.0  # after each test of a warm pool: every rank meets a barrier this soon, or a new pool
 
 
@@ -71,26 +76,10 @@ class BodyResult:
 
     seq: int
     test: str
-    outcome: str
+    outcome: Outcome
     error: str = ""
     traceback: str = ""
     ended_at: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: object) -> BodyResult | None:
-        """A result as a rank wrote it, or None where it is not one (a rank's file or pipe is read as
-        untrusted: a body may write anything anywhere)."""
-        if not isinstance(data, dict) or set(data) != {f for f in cls.__dataclass_fields__}:
-            return None
-        typed = (
-            type(data["seq"]) is int
-            and all(isinstance(data[k], str) for k in ("test", "outcome", "error", "traceback"))
-            and type(data["ended_at"]) is float
-        )
-        return cls(**data) if typed and data["outcome"] in OUTCOMES else None
 
 
 @dataclass(frozen=True)
@@ -108,3 +97,65 @@ class Ready:
 
     seq: int
     usable: bool
+
+
+@dataclass(frozen=True)
+class Stop:
+    """A pool's rank is told to end: its group closed, it exits."""
+
+
+@dataclass(frozen=True)
+class TrailCall:
+    """A torch.distributed call a rank's body entered (``plugin.rank_trail``): its op, its group's name
+    and members, its first tensor's shape, its peer (point-to-point), its number among the group's
+    calls of its kind (``seq``) and among the rank's calls (``i``, which ``TrailLeft`` names)."""
+
+    op: str
+    group: str
+    members: tuple[int, ...]
+    shape: str
+    peer: int | None
+    seq: int
+    i: int
+
+
+@dataclass(frozen=True)
+class TrailLeft:
+    """The call numbered ``left`` returned."""
+
+    left: int
+
+
+# A rank's trail, a line per message, read back by ``core.hangs.read_trail`` by its own rules (the core
+# reads the lines' fields, as untrusted as any file a body can write to).
+TRAIL = Channel("a rank's trail", TrailCall, TrailLeft)
+RESULTS = Channel("a rank's result file", BodyResult)  # a rank started for one test: its result, as a file
+TO_RANK = (BodyJob, Stop)  # what a pool's rank is sent over its pipe
+FROM_RANK = (Opened, BodyResult, Ready)  # what it sends back
+PoolMessage = BodyJob | Stop | Opened | BodyResult | Ready
+
+
+def send(pipe, message: PoolMessage) -> None:
+    """``message`` over a pool's pipe; TypeError for anything that is not one of its kinds (a dict)."""
+    if type(message) not in TO_RANK + FROM_RANK:
+        raise TypeError(f"a rank's pipe carries {', '.join(k.__name__ for k in TO_RANK + FROM_RANK)}, not {message!r}")
+    pipe.send(message)
+
+
+def receive(pipe, kinds: tuple[type, ...], source: str) -> PoolMessage:
+    """The next message on a pool's pipe, one of ``kinds``; MessageError naming ``source`` otherwise
+    (EOFError or OSError where the other end has gone). A result is checked field by field, as one
+    read from a file is: a body may have replaced anything in its rank."""
+    try:
+        message = pipe.recv()
+    except (EOFError, OSError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - what does not unpickle here is not a message
+        raise MessageError(f"{source}: a message that cannot be read: {type(exc).__name__}: {exc}") from None
+    if type(message) not in kinds or not is_message(message):
+        raise MessageError(
+            f"{source}: sent {type(message).__name__}, not one of {', '.join(k.__name__ for k in kinds)}"
+        )
+    if isinstance(message, BodyResult):
+        return from_json(BodyResult, to_json(message), source)
+    return message

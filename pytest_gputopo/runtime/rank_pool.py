@@ -16,7 +16,20 @@ import time
 from collections.abc import Callable
 
 from . import procs as supervisor, rank_procs, run_folder
-from .rank_messages import POOL_BARRIER_S, BodyJob, BodyResult, Opened, RankSetup, Ready
+from .messages import MessageError, from_json, to_json
+from .rank_messages import (
+    FROM_RANK,
+    POOL_BARRIER_S,
+    BodyJob,
+    BodyResult,
+    Opened,
+    PoolMessage,
+    RankSetup,
+    Ready,
+    Stop,
+    receive,
+    send,
+)
 
 READY_GRACE_S = 2.0  # past the ranks' own barrier deadline, for their word to arrive
 END_PATIENCE_S = 3.0  # a pool told to stop: time for its ranks to close their group and exit
@@ -65,7 +78,7 @@ class RankPool:
         its files are read) unless every rank passed (or every rank skipped) and then met the barrier."""
         for pipe in self.pipes:
             try:
-                pipe.send(job)
+                send(pipe, job)
             except OSError:  # a rank that has gone: its sentinel says so below
                 pass
         results: list[BodyResult | None] = [None] * self.n
@@ -154,7 +167,7 @@ class RankPool:
         self.ended = True
         for pipe in self.pipes:
             try:
-                pipe.send(None)
+                send(pipe, Stop())
             except OSError:
                 pass
         try:
@@ -171,22 +184,25 @@ def _status(proc) -> int | None:
     return supervisor.exited(proc._popen)
 
 
-def _receive(pipe):
+def _receive(pipe) -> PoolMessage | None:
+    """The rank's next message, None where it has gone or sent what is not one (the test is then
+    judged by what the rank did not say)."""
     try:
-        return pipe.recv()
-    except (EOFError, OSError):  # the rank has gone
-        return None
-    except Exception:  # noqa: BLE001 - a message that does not unpickle here is not one
+        return receive(pipe, FROM_RANK, "a pool's rank")
+    except (EOFError, OSError, MessageError):
         return None
 
 
-def _taken(message, job: BodyJob) -> BodyResult | None:
+def _taken(message: object, job: BodyJob) -> BodyResult | None:
     """``message`` as this job's result: a ``BodyResult`` whose fields are what a rank writes, with the
     job's number and test (a stale result of an earlier test is never this one's)."""
     if not isinstance(message, BodyResult):
         return None
-    checked = BodyResult.from_json(message.to_json())
-    return checked if checked is not None and checked.seq == job.seq and checked.test == job.test else None
+    try:
+        checked = from_json(BodyResult, to_json(message), "a pool's rank")
+    except MessageError:
+        return None
+    return checked if checked.seq == job.seq and checked.test == job.test else None
 
 
 def pool_key(setup: RankSetup) -> tuple:

@@ -20,7 +20,6 @@ inside CUDA does not act on) and ends its body and everything below, the helpers
 
 from __future__ import annotations
 
-import json
 import multiprocessing.connection
 import multiprocessing.reduction
 import os
@@ -31,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import procs as supervisor
+from .messages import MessageError
+from .rank_messages import RESULTS, BodyResult
 
 STACK_SIGNAL = signal.SIGUSR1  # faulthandler.register()ed in each rank: its threads' stacks to its stack file
 STACK_WAIT_S = 2.0  # for a rank to write its stack (faulthandler writes from the signal handler itself)
@@ -160,21 +161,17 @@ def write_output_to_files(workdir: str, rank: int) -> None:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a rank killed keeps its lines
 
 
-def write_result(workdir: str, rank: int, result: dict) -> None:
-    path = result_path(workdir, rank)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(result, f)
-    os.replace(path + ".tmp", path)
+def write_result(workdir: str, rank: int, result: BodyResult) -> None:
+    RESULTS.write_file(result_path(workdir, rank), result)
 
 
-def read_result(workdir: str, rank: int) -> dict | None:
-    """What the rank wrote when its body ended, or None (it died first)."""
+def read_result(workdir: str, rank: int) -> BodyResult | None:
+    """What the rank wrote when its body ended, or None: it died first, or what is there is not a
+    result (read as untrusted: a body may write anything anywhere)."""
     try:
-        with open(result_path(workdir, rank), encoding="utf-8") as f:
-            found = json.load(f)
-    except (OSError, ValueError):
+        return RESULTS.read_file(result_path(workdir, rank))
+    except (OSError, MessageError):
         return None
-    return found if isinstance(found, dict) else None
 
 
 def lead_group() -> None:
