@@ -43,13 +43,13 @@ pytestmark = [
 TIMEOUT_SUITE = """
 import time, pytest
 
+pytestmark = pytest.mark.requires_gpus(1)
+
 @pytest.mark.timeout(5)  # (a leased test's time counts its process's start where none was started ahead)
-@pytest.mark.requires_gpus(1)
 def test_over_its_timeout():
     time.sleep(30)
 
 @pytest.mark.timeout(30)
-@pytest.mark.requires_gpus(1)
 def test_within_its_timeout():
     pass
 """
@@ -70,9 +70,8 @@ def test_a_leased_test_over_its_timeout_fails_as_in_place(emulated_libs, tmp_pat
     _, host = make_host(tmp_path / "host", emulated_libs, "dgx-a100")
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "PYTEST_ADDOPTS")} | host
     (tmp_path / "test_suite.py").write_text(TIMEOUT_SUITE)
-    lease = ["--gputopo-lease", f"--gputopo-lease-dir={tmp_path / 'locks'}"]
     seen = []
-    for leased in (lease, []):
+    for leased in (lease_args(tmp_path / "locks"), []):
         done = subprocess.run(
             [str(PLUGINS_PYTHON), "-m", "pytest", "-p", "no:cacheprovider", "-rfE", *workers, *leased],
             cwd=tmp_path,
