@@ -12,6 +12,10 @@ collects the module, then runs the tests it is sent one at a time, as an xdist w
 tests of one module that fit one lease run in one process, paying its start once. Each report comes
 back through ``pytest_report_to_serializable``/``from_serializable`` as it is made, and this process
 logs it as its own: terminal, JUnit, JSON and an xdist controller see the test as if it ran here.
+
+It is told it is a lease's process by its environment, not by an option: ``runtime.environ.LEASE_SPEC``
+names its spec's file (``lease_messages``: every message between the two, typed), and it forgets the
+variable once its plugin is in place, so that nothing it starts takes itself for one.
 """
 
 from __future__ import annotations
@@ -27,20 +31,36 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import pytest
 from _pytest.outcomes import OutcomeException
 
 from ..core.schema import to_dict
-from ..runtime import procs as supervisor, run_folder
+from ..runtime import environ as runtime, procs as supervisor, run_folder
+from ..runtime.messages import MessageError
 from ..runtime.procs import tail
+from .lease_messages import (
+    COMMANDS,
+    HANDED,
+    REPORTS,
+    SPEC,
+    Done,
+    Handed,
+    LeaseSpec,
+    Missing,
+    RecordedWarning,
+    Refused,
+    Report,
+    RunTest,
+    Took,
+)
 from .lease_node import child_options, worker_input
 from .run import WORKER_SHARED_DIR, GputopoRun, run_of
 
-CHILD_OPTION = "--gputopo-lease-child"  # the child's spec file; not a user setting (no ini or env)
 OUTPUT = "output.txt"
-SPEC = "spec.json"
-LEASE = "lease.json"  # the lease's machine and CUDA_VISIBLE_DEVICES; its locks come over a socket
+SPEC_FILE = "spec.json"
+LEASE_FILE = "lease.json"  # the lease's machine and CUDA_VISIBLE_DEVICES; its locks come over a socket
 MAX_LOCKS = 1024
 # pytest's options that select or order tests by what its cache says of earlier runs (dest names)
 CACHE_SELECTION = ("lf", "failedfirst", "newfirst", "stepwise", "stepwise_skip", "stepwise_reset")
@@ -48,7 +68,7 @@ STOP_S = 10.0  # a child told to stop gets this long to tear down before it is t
 NO_CALL = "no call"  # among a test's phases seen: its setup did not pass
 
 
-def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> list[str]:
+def child_args(config: pytest.Config, module: str, folder: str) -> list[str]:
     """The run's own arguments without the tests it named, then the leased test's module by its full
     path (the child starts where the run started), its cache and temporary folders its own (it must
     neither rotate the run's ``pytest-of-<user>`` folders nor write its ``--lf`` record; its temporary
@@ -68,7 +88,6 @@ def child_args(config: pytest.Config, module: str, spec: str, folder: str) -> li
         *extra,
         f"--rootdir={config.rootpath}",
         f"--basetemp={_basetemp(config, folder)}",
-        f"{CHILD_OPTION}={spec}",
         module,
     ]
 
@@ -126,30 +145,22 @@ class LeaseProcess:
         self._reports_in, reports_out = os.pipe()
         self._lease_out, lease_in = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            spec = os.path.join(self.folder, SPEC)
+            spec = os.path.join(self.folder, SPEC_FILE)
             workerinput = dict(worker_input(config))  # as a controller configures a worker (lease_node)
             workerinput[WORKER_SHARED_DIR] = workerinput.get(WORKER_SHARED_DIR) or figures_folder(run_of(config))
-            with open(spec, "w", encoding="utf-8") as handle:
-                json.dump(
-                    {
-                        "lease": lease_in.fileno(),
-                        "commands": commands_in,
-                        "reports": reports_out,
-                        "workerinput": {k: v for k, v in workerinput.items() if _plain(v)},
-                        "terminal": os.path.join(self.folder, OUTPUT) if live else None,
-                    },
-                    handle,
-                )
+            terminal = os.path.join(self.folder, OUTPUT) if live else None
+            plain = {k: v for k, v in workerinput.items() if _plain(v)}
+            SPEC.write_file(spec, LeaseSpec(lease_in.fileno(), commands_in, reports_out, plain, terminal))
             argv = [
                 *keeper(lease_in.fileno(), self.folder),
-                *(sys.executable, "-m", "pytest", *child_args(config, self.module, spec, self.folder)),
+                *(sys.executable, "-m", "pytest", *child_args(config, self.module, self.folder)),
             ]
             stdin = None if live else subprocess.DEVNULL  # -s, --pdb: breakpoint() reads the run's input
             with open(os.path.join(self.folder, OUTPUT), "wb") as output, _own_input(config, live):
                 self.process = supervisor.start(
                     argv,
                     cwd=config.invocation_params.dir,
-                    env=environ,
+                    env={**environ, runtime.LEASE_SPEC: spec},
                     stdin=stdin,
                     output=None if live else output,
                     pass_fds=[lease_in.fileno(), commands_in, reports_out],
@@ -171,8 +182,7 @@ class LeaseProcess:
     def hand(self, lease, visible: str) -> str | None:
         """Hand it ``lease`` (``visible``: the lease's ``CUDA_VISIBLE_DEVICES``) and wait until it took
         it: None then, else why not (it refused it, or it ended)."""
-        with open(os.path.join(self.folder, LEASE), "w", encoding="utf-8") as handle:
-            json.dump({"topology": to_dict(lease.view), "visible": visible}, handle)
+        HANDED.write_file(os.path.join(self.folder, LEASE_FILE), Handed(to_dict(lease.view), visible))
         try:
             socket.send_fds(self._lease_out, [b"L"], list(lease.fds))
         except OSError:
@@ -180,9 +190,14 @@ class LeaseProcess:
         finally:
             self._lease_out.close()
         line = self.reports.readline()
-        answer = json.loads(line) if line else {}
-        self.handed = bool(answer.get("ready"))
-        return None if self.handed else answer.get("refused") or "it ended before it took its lease"
+        if not line:
+            return "it ended before it took its lease"
+        try:
+            answer = REPORTS.decode(line, f"pid {self.process.pid}")
+        except MessageError as exc:
+            return str(exc)
+        self.handed = isinstance(answer, Took)
+        return None if self.handed else answer.why if isinstance(answer, Refused) else f"it said {answer!r}"
 
     @property
     def alive(self) -> bool:
@@ -196,26 +211,15 @@ class LeaseProcess:
         seen: set[str] = set()
         try:
             try:
-                self.commands.write(json.dumps({"run": item.nodeid, "next": nextitem and nextitem.nodeid}) + "\n")
+                self.commands.write(COMMANDS.encode(RunTest(item.nodeid, nextitem.nodeid if nextitem else None)) + "\n")
                 self.commands.flush()
             except BrokenPipeError:  # it has ended: the reports below are none, and the failure says why
                 pass
-            for line in self.reports:
-                data = json.loads(line)
-                if data.get("done") == item.nodeid:
-                    break
-                self._relay(item, data, seen)
-                if begun is not None and seen:  # once
-                    call, begun = begun, None
-                    call()
-            else:  # its reports ended: so did it (or it closed them), before the test finished
+            refused = self._relay_until_done(item, seen, begun)
+            if refused is not None:  # its reports ended (so did it), or it sent what is not one: it ends
                 self._end()
-                self._finish_unfinished(
-                    item,
-                    seen,
-                    f"ended with status {self.process.returncode} before the test "
-                    f"finished; its last output:\n{self.output_tail()}",
-                )
+                what = refused or f"ended with status {self.process.returncode} before the test finished"
+                self._finish_unfinished(item, seen, f"{what}; its last output:\n{self.output_tail()}")
                 self._close()
         except OutcomeException as outcome:  # raised here by a plugin's alarm (pytest-timeout's SIGALRM)
             supervisor.end([self.process], STOP_S)  # as in place, the test ends there; its process with it, now
@@ -226,14 +230,30 @@ class LeaseProcess:
             raise
         item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
-    def _relay(self, item: pytest.Item, data: dict, seen: set[str]) -> None:
+    def _relay_until_done(self, item: pytest.Item, seen: set[str], begun: Callable[[], None] | None) -> str | None:
+        """Relay its reports of ``item`` until it is done: None then, "" where they ended before, or
+        why what it sent is not one."""
+        for line in self.reports:
+            try:
+                message = REPORTS.decode(line, f"pid {self.process.pid}, running {item.nodeid}")
+            except MessageError as exc:
+                return f"sent what is not a report ({exc})"
+            if isinstance(message, Done) and message.test == item.nodeid:
+                return None
+            self._relay(item, message, seen)
+            if begun is not None and seen:  # once
+                call, begun = begun, None
+                call()
+        return ""
+
+    def _relay(self, item: pytest.Item, message: object, seen: set[str]) -> None:
         config = item.config
-        if "warning" in data:
-            config.hook.pytest_warning_recorded.call_historic(kwargs=_warning_from(data["warning"], item))
-        elif "missing" in data:  # its collection differs from the run's (ids made of random values, say)
+        if isinstance(message, RecordedWarning):
+            config.hook.pytest_warning_recorded.call_historic(kwargs=_warning_from(message, item))
+        elif isinstance(message, Missing):  # its collection differs from the run's (ids made of random values, say)
             self._finish_unfinished(item, seen, f"did not collect it; its last output:\n{self.output_tail()}")
-        else:
-            report = config.hook.pytest_report_from_serializable(config=config, data=data)
+        elif isinstance(message, Report):
+            report = config.hook.pytest_report_from_serializable(config=config, data=message.data)
             if isinstance(getattr(report, "longrepr", None), list):
                 # A skip's (path, line, reason): JSON has no tuple, and pytest's summary asserts one
                 # (_pytest/terminal.py _folded_skips; xdist's execnet keeps tuples, our JSON lines do not).
@@ -347,20 +367,18 @@ def _plain(value) -> bool:
         return False
 
 
-def _warning_from(data: dict, item: pytest.Item) -> dict:
+def _warning_from(data: RecordedWarning, item: pytest.Item) -> dict:
     """``pytest_warning_recorded``'s arguments for a warning the child recorded, for the run's
     warnings summary (as xdist relays its workers' warnings). Its category is rebuilt only where it
     needs no import (a builtin, or a class of a module this process already has): the child's record
     names modules, and importing one here would run code the test never ran in this process."""
-    module, name = data.get("module") or "", data.get("category") or ""
+    module, name = data.module, data.category
     found = getattr(builtins if module == "builtins" else sys.modules.get(module), name, None)
     category = found if isinstance(found, type) and issubclass(found, Warning) else UserWarning
-    text = str(data.get("message", ""))
+    text = data.message
     if category is UserWarning and name != "UserWarning":
         text = f"{module}.{name}: {text}" if name else text
-    message = warnings.WarningMessage(
-        category(text), category, str(data.get("filename", "")), int(data.get("lineno") or 0)
-    )
+    message = warnings.WarningMessage(category(text), category, data.filename, data.lineno or 0)
     return {"warning_message": message, "when": "runtest", "nodeid": item.nodeid, "location": None}
 
 
@@ -368,12 +386,20 @@ def _warning_from(data: dict, item: pytest.Item) -> dict:
 # In the child
 
 
-def read_spec(path: str) -> dict:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+def read_spec(path: str) -> LeaseSpec:
+    """This process's spec (the run's own: one that cannot be read is a bug, said as it is)."""
+    return SPEC.read_file(path)
 
 
-TAKEN = pytest.StashKey[dict]()  # the lease this process took: its machine, and its locks' descriptors
+class Taken(NamedTuple):
+    """The lease this process took: its machine, its locks' descriptors and ``CUDA_VISIBLE_DEVICES``."""
+
+    topology: dict[str, Any]
+    locks: list[int]
+    visible: str
+
+
+TAKEN = pytest.StashKey[Taken]()
 
 
 def take_lease(config: pytest.Config, spec_path: str, before_conftests: bool) -> None:
@@ -387,20 +413,19 @@ def take_lease(config: pytest.Config, spec_path: str, before_conftests: bool) ->
     if TAKEN in config.stash:
         return
     spec = read_spec(spec_path)
-    with socket.socket(fileno=spec["lease"]) as channel:
+    with socket.socket(fileno=spec.lease) as channel:
         # close-on-exec: a helper the test starts (``os.system("... &")``) must not keep its GPUs
         # locked after it; the keeper holds them while anything the test started runs.
         message, fds, _, _ = socket.recv_fds(channel, 1, MAX_LOCKS, socket.MSG_CMSG_CLOEXEC)
     if not message:  # the run ended, or stopped this process before it had a lease
         os._exit(0)
-    with open(os.path.join(os.path.dirname(spec_path), LEASE), encoding="utf-8") as handle:
-        lease = json.load(handle)
-    why = _why_not(lease["visible"], before_conftests)
-    os.write(spec["reports"], (json.dumps({"refused": why} if why else {"ready": True}) + "\n").encode())
+    lease = HANDED.read_file(os.path.join(os.path.dirname(spec_path), LEASE_FILE))
+    why = _why_not(lease.visible, before_conftests)
+    os.write(spec.reports, (REPORTS.encode(Refused(why) if why else Took()) + "\n").encode())
     if why:
         os._exit(0)
-    os.environ["CUDA_VISIBLE_DEVICES"] = lease["visible"]
-    config.stash[TAKEN] = {"topology": lease["topology"], "locks": fds, "visible": lease["visible"]}
+    os.environ["CUDA_VISIBLE_DEVICES"] = lease.visible
+    config.stash[TAKEN] = Taken(lease.topology, fds, lease.visible)
 
 
 def _why_not(visible: str, before_conftests: bool) -> str | None:
@@ -421,14 +446,21 @@ def _why_not(visible: str, before_conftests: bool) -> str | None:
     return None
 
 
+def _spec_path() -> str:
+    spec = runtime.lease_spec()
+    if spec is None:  # the plugin asks only where the environment names one (hooks)
+        raise RuntimeError(f"{runtime.LEASE_SPEC} is not set: this is no leased test's process")
+    return spec
+
+
 def enter_child(config: pytest.Config, topology_key: str) -> None:
     """Make this process a worker of the run that started it, holding the leased GPUs' machine
     (never probed again: NVML would list every GPU, and this process sees the lease's alone)."""
-    spec_path = config.getoption("gputopo_lease_child")
+    spec_path = _spec_path()
     take_lease(config, spec_path, before_conftests=False)  # where the plugin loaded too late to wait before
     spec = read_spec(spec_path)
     # xdist's own attributes, set as its workers have them (pytest's Config does not declare them)
-    config.workerinput = {**spec["workerinput"], topology_key: config.stash[TAKEN]["topology"]}  # type: ignore[attr-defined]
+    config.workerinput = {**spec.workerinput, topology_key: config.stash[TAKEN].topology}  # type: ignore[attr-defined]
     config.workeroutput = {}  # type: ignore[attr-defined]
     # The run chose its tests by its cache (--lf, --ff, --nf, --sw; this process's cache is its own):
     # this one runs those it is sent. Turned off before pytest_configure, where cacheprovider's LFPlugin
@@ -444,14 +476,15 @@ class Child:
     then ``done``. Its commands ending (the parent closed them, or died) end its session."""
 
     def __init__(self, config: pytest.Config):
-        spec = read_spec(config.getoption("gputopo_lease_child"))
+        spec = read_spec(_spec_path())
+        runtime.forget_lease_spec()  # what this process starts (a test's own pytest, say) is no lease's
         self.config = config
         self.running: str | None = None
-        self.commands = os.fdopen(spec["commands"], encoding="utf-8")
-        self.out = os.fdopen(spec["reports"], "w", encoding="utf-8")
+        self.commands = os.fdopen(spec.commands, encoding="utf-8")
+        self.out = os.fdopen(spec.reports, "w", encoding="utf-8")
         # Where the test's output goes to the run's terminal (-s, --pdb), this process's own report
         # lines go to its output file, by a terminal reporter of its own there: the run reports the test.
-        self.terminal = None if spec.get("terminal") is None else open(spec["terminal"], "a", encoding="utf-8")  # noqa: SIM115
+        self.terminal = None if spec.terminal is None else open(spec.terminal, "a", encoding="utf-8")  # noqa: SIM115
         self.reporter: pytest.TerminalReporter | None = None
 
     def pytest_plugin_registered(self, plugin: object, plugin_name: str, manager: pytest.PytestPluginManager) -> None:
@@ -467,15 +500,15 @@ class Child:
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         items = {item.nodeid: item for item in session.items}
         for line in self.commands:
-            command = json.loads(line)
-            item = items.get(command["run"])
+            command = COMMANDS.decode(line, "the run")  # the run's own: one that cannot be read is a bug, said
+            item = items.get(command.test)
             if item is None:
-                self._write({"missing": command["run"]})
+                self._write(Missing(command.test))
             else:
                 self.running = item.nodeid
-                item.config.hook.pytest_runtest_protocol(item=item, nextitem=items.get(command["next"] or ""))
+                item.config.hook.pytest_runtest_protocol(item=item, nextitem=items.get(command.next or ""))
                 self.running = None
-            self._write({"done": command["run"]})
+            self._write(Done(command.test))
         return True
 
     @pytest.hookimpl(tryfirst=True)
@@ -490,7 +523,7 @@ class Child:
         """Fail the test where ``CUDA_VISIBLE_DEVICES`` no longer names its lease's GPUs: a conftest
         that still rotates it (a round robin of workers over GPUs) would run the test on GPUs another
         test holds, and CUDA reads it once, so it cannot be put back after CUDA started."""
-        visible = item.config.stash[TAKEN]["visible"]
+        visible = item.config.stash[TAKEN].visible
         found = os.environ.get("CUDA_VISIBLE_DEVICES")
         if found != visible:
             pytest.fail(
@@ -506,23 +539,14 @@ class Child:
         if when != "runtest" or nodeid != self.running:
             return
         category = warning_message.category or UserWarning
-        self._write(
-            {
-                "warning": {
-                    "module": category.__module__,
-                    "category": category.__name__,
-                    "message": str(warning_message.message),
-                    "filename": str(warning_message.filename),
-                    "lineno": warning_message.lineno,
-                }
-            }
-        )
+        message, filename = str(warning_message.message), str(warning_message.filename)
+        self._write(RecordedWarning(category.__module__, category.__name__, message, filename, warning_message.lineno))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self._write(self.config.hook.pytest_report_to_serializable(config=self.config, report=report))
+        self._write(Report(self.config.hook.pytest_report_to_serializable(config=self.config, report=report)))
 
-    def _write(self, data: dict) -> None:
-        self.out.write(json.dumps(data) + "\n")
+    def _write(self, message: Report | RecordedWarning | Missing | Done) -> None:
+        self.out.write(REPORTS.encode(message) + "\n")
         self.out.flush()
 
     def pytest_unconfigure(self) -> None:

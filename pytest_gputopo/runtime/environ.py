@@ -127,6 +127,21 @@ def seeing_only(visible: str) -> dict[str, str]:
     return {**os.environ, "CUDA_VISIBLE_DEVICES": visible}
 
 
+# A leased test's own process (plugin/lease_child) is told so here, its spec's file named: never a
+# setting (no option, no ini key), and forgotten by that process once read (``forget_lease_spec``).
+LEASE_SPEC = "PYTEST_GPUTOPO_LEASE_SPEC"
+
+
+def lease_spec() -> str | None:
+    """The spec's file of the leased test's process this is, None in any other process."""
+    return os.environ.get(LEASE_SPEC) or None
+
+
+def forget_lease_spec() -> None:
+    """This process's lease taken: what it starts (a test's own pytest, a rank) is no lease's process."""
+    os.environ.pop(LEASE_SPEC, None)
+
+
 TEST_FAULTS = "PYTEST_GPUTOPO_TEST_FAULTS"
 
 
