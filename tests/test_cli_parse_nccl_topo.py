@@ -44,6 +44,18 @@ H100_NVSWITCH_LINKS = """\
           <nvlink target="0000:08:00.0" count="4" tclass="0x068000"/>
 """
 
+
+def h100(bus: str, dev: int, rank: int) -> str:
+    """An H100 SXM (PCI device 0x2330) under its PCIe switch, as ncclTopoDumpXmlRec writes it: device
+    ``dev`` of rank ``rank``, with its NVSwitch links."""
+    return (
+        f'      <pci busid="{bus}" class="0x030200" vendor="0x10de" device="0x2330" subsystem_vendor="0x10de" '
+        'subsystem_device="0x16c1" link_speed="32.0 GT/s PCIe" link_width="16">\n'
+        f'        <gpu dev="{dev}" sm="90" rank="{rank}" gdr="1">\n{H100_NVSWITCH_LINKS}        </gpu>\n'
+        "      </pci>\n"
+    )
+
+
 H100_PAIR = f"""\
 <system version="1">
   <cpu host_hash="0x5b1e9cf27a3d4410" numaid="0" affinity="00000000,ffffffff,00000000,ffffffff" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143">
@@ -53,19 +65,11 @@ H100_PAIR = f"""\
           <net name="mlx5_0" dev="0" speed="400000" port="1" latency="0.000000" guid="0x8c2ba10003f0e1c2" maxconn="131072" gdr="1"/>
         </nic>
       </pci>
-      <pci busid="0000:18:00.0" class="0x030200" vendor="0x10de" device="0x2330" subsystem_vendor="0x10de" subsystem_device="0x16c1" link_speed="32.0 GT/s PCIe" link_width="16">
-        <gpu dev="0" sm="90" rank="0" gdr="1">
-{H100_NVSWITCH_LINKS}        </gpu>
-      </pci>
-    </pci>
+{h100("0000:18:00.0", dev=0, rank=0)}    </pci>
   </cpu>
   <cpu host_hash="0x5b1e9cf27a3d4410" numaid="1" affinity="ffffffff,00000000,ffffffff,00000000" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143">
     <pci busid="0000:9a:00.0" class="0x060400" vendor="0x1000" device="0xc030" subsystem_vendor="0x1000" subsystem_device="0x100b" link_speed="32.0 GT/s PCIe" link_width="16">
-      <pci busid="0000:9d:00.0" class="0x030200" vendor="0x10de" device="0x2330" subsystem_vendor="0x10de" subsystem_device="0x16c1" link_speed="32.0 GT/s PCIe" link_width="16">
-        <gpu dev="4" sm="90" rank="1" gdr="1">
-{H100_NVSWITCH_LINKS}        </gpu>
-      </pci>
-    </pci>
+{h100("0000:9d:00.0", dev=4, rank=1)}    </pci>
   </cpu>
 </system>
 """  # noqa: E501 (NCCL's lines, as it writes them)
