@@ -309,3 +309,10 @@ def test_a_rank_result_file_that_is_not_one_is_no_result(tmp_path):
     with pytest.raises(TypeError):
         rank_procs.write_result(str(tmp_path), 1, {"seq": 1, "test": "t", "outcome": "passed"})  # type: ignore[arg-type]
     assert not os.path.exists(rank_procs.result_path(str(tmp_path), 1))
+
+
+def test_a_leased_tests_process_is_told_by_its_environment_not_by_an_option(pytester):
+    """No hidden option carries a lease's spec: ``--gputopo-lease-child`` is no option of pytest's."""
+    result = pytester.runpytest_subprocess("--gputopo-lease-child=spec.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unrecognized arguments: --gputopo-lease-child=spec.json*"])

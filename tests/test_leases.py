@@ -89,13 +89,15 @@ def test_a_leased_test_sees_its_gpus_alone_renumbered_from_cuda0(pytester, lease
     args = leased("dgx-a100")
     pytester.makepyfile(
         test_it="""
-import os, pytest
+import os, sys, pytest
 from record import record
 
 @pytest.mark.requires_p2p(gpus=2)
 def test_pair(gputopo_gpus, gputopo):
     record(gputopo_gpus)
     assert len(gputopo.gpus) == 2  # the machine as the test sees it: its lease
+    # told it is a lease's by its environment, forgotten once read (a pytest it starts is none), no option
+    assert "PYTEST_GPUTOPO_LEASE_SPEC" not in os.environ and not [a for a in sys.argv if "lease-child" in a]
 
 @pytest.mark.requires_gpus(1)
 def test_fails():

@@ -101,13 +101,6 @@ class Channel:
         kind = self.kinds[data.pop(KIND)]
         return from_json(kind, data, where)
 
-    def decode_or_none(self, line: str | bytes) -> Any:
-        """The message ``line`` holds, None where it holds none (a stream others write to as well)."""
-        try:
-            return self.decode(line, "")
-        except MessageError:
-            return None
-
     def write_file(self, path: str, message: object) -> None:
         """``message`` as the whole of the file ``path``, replaced at once (a reader never sees half)."""
         line = self.encode(message) + "\n"  # refused before a file is made
