@@ -53,8 +53,7 @@ def _set(config: pytest.Config) -> bool:
     given = vars(config.known_args_namespace if config.known_args_namespace is not None else config.option)
     if any(value is not None for name, value in given.items() if name.startswith("gputopo_")):
         return True
-    overrides = given.get("override_ini") or ()
-    return any(str(key).startswith("gputopo_") for key in (*config.inicfg, *(o.split("=")[0] for o in overrides)))
+    return any(config.getini(opt.ini) not in (None, "") for opt in option_table.OPTIONS.values())
 
 
 @pytest.hookimpl(tryfirst=True)
