@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import sys
 from pathlib import Path
 
 import pynvml
@@ -170,6 +171,26 @@ def test_the_probe_reads_back_what_the_fake_serves(binding):
     probed = nvml.probe(make_fake_pynvml(t, binding_version=binding))
     assert [g.health for g in probed.gpus] == [g.health for g in t.gpus]
     assert not probed.warnings
+
+
+def test_a_run_that_asks_no_health_reads_none(monkeypatch):
+    """Health is read where asked (a check, ``healthy=True``: ``model.HEALTH``): a run judged on the
+    topology alone makes no health call, reads neither the PCI bus nor the kernel log (on a busy
+    node up to 16 MiB, every run), and holds each GPU's health unknown."""
+    from pytest_gputopo.core import model
+    from pytest_gputopo.core.gpu_requirements import GpuRequirement
+    from pytest_gputopo.probe import host, kernel_log, pci_bus
+
+    t = _node(ecc_uncorrected_volatile=3)
+    fake = make_fake_pynvml(t)
+    for name in ("nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetPersistenceMode"):
+        monkeypatch.setattr(fake, name, lambda *a, name=name: pytest.fail(f"{name} called"))
+    monkeypatch.setattr(pci_bus, "nvidia_gpus", lambda *a: pytest.fail("the PCI bus read"))
+    monkeypatch.setattr(kernel_log, "read_log", lambda *a: pytest.fail("the kernel log read"))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert all(g.health is None for g in host._nvml_facts(with_health=False).gpus)
+    assert model.HEALTH in GpuRequirement(healthy=True).facts and model.HEALTH not in GpuRequirement().facts
+    assert model.HEALTH in model.ALL_FACTS  # a check, a fixture, a report: every fact
 
 
 def test_a_gpu_that_reports_nothing_has_no_health_and_no_warning():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from . import hardware, health
 from .causes import Finding, Unknown
 from .limits import MAX_MEMORY_BYTES, show_value
-from .model import CUDA, NVML, TORCH, Gpu, Topology
+from .model import CUDA, HEALTH, NVML, TORCH, Gpu, Topology
 from .requirements import (
     MIG_INSTANCE,
     REASON_PAIRS,
@@ -107,7 +107,8 @@ class GpuRequirement(Requirement):
 
     @property
     def facts(self) -> frozenset[str]:
-        return frozenset((NVML, CUDA)) if self.multicast is not None else frozenset((NVML,))  # multicast: CUDA's
+        facts = {NVML} | ({CUDA} if self.multicast is not None else set())  # multicast: CUDA's
+        return frozenset(facts | ({HEALTH} if self.healthy else set()))  # healthy: the node's health read
 
     def __str__(self) -> str:
         args = [] if self.gpus is None else [gpus_text(self.gpus)]

@@ -361,7 +361,10 @@ class Link:
 # memory, capability), CUDA's view (device order, peer access, multicast: CUDA started in a child) and
 # torch's versions (the CUDA and NCCL it was built with: torch imported in a child).
 NVML, CUDA, TORCH = "nvml", "cuda", "torch"
-ALL_FACTS = frozenset((NVML, CUDA, TORCH))
+# The node's health at rest, read with NVML's facts where asked (a health check, ``healthy=True``): each
+# GPU's health calls, the PCI bus and this boot's kernel log, which a run on the topology alone skips.
+HEALTH = "health"
+ALL_FACTS = frozenset((NVML, CUDA, TORCH, HEALTH))
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 # A healthy probe takes well under a second for NVML and a few seconds for CUDA's start-up; a
 # minute is far beyond both, and short enough that a hung driver is noticed at once.
 PROBE_TIMEOUT_S = 60.0
-FACTS = (model.NVML, model.CUDA, model.TORCH)
+FACTS = (model.NVML, model.HEALTH, model.CUDA, model.TORCH)  # HEALTH: with NVML's, where asked
 
 # The lean child's start: `pytest_gputopo` and `pynvml` are imported from the folders this process
 # would import them from (argv 1 and 2; "-": not asked), and every other module as Python alone finds it.
@@ -147,7 +147,7 @@ def _failed(asked: list, problem: str) -> Answer:
 
 def main(argv: list[str]) -> int:
     asked = [a for a in argv if a in FACTS]
-    topology = _nvml_facts() if model.NVML in asked else None
+    topology = _nvml_facts(model.HEALTH in asked) if model.NVML in asked else None
     cuda, versions, warnings = None, None, []
     if model.CUDA in asked:
         from .cuda_driver import CUDA_UNKNOWN, CudaError, cuda_view
@@ -168,8 +168,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _nvml_facts() -> model.Topology:
-    """NVML's facts, asked in this process (the child), or why NVML cannot give them."""
+def _nvml_facts(with_health: bool) -> model.Topology:
+    """NVML's facts, asked in this process (the child), or why NVML cannot give them; ``with_health``:
+    the node's health too (each GPU's, the PCI bus, the kernel log), else left unknown."""
     try:
         import pynvml
     except ImportError as exc:
@@ -178,14 +179,14 @@ def _nvml_facts() -> model.Topology:
     from . import nvml
 
     try:
-        topology = nvml.probe(pynvml)
+        topology = nvml.probe(pynvml, health=with_health)
     except pynvml.NVMLError as exc:
         from ..runtime.environ import hostname  # (as in _failed)
 
         topology = model.Topology(
             source=model.Source("nvml"), hostname=hostname(), problem=nvml.unavailable_reason(exc)
         )
-    return _node_facts(topology)
+    return _node_facts(topology) if with_health else topology
 
 
 def _node_facts(topology: model.Topology) -> model.Topology:

@@ -97,11 +97,12 @@ class _NA:
 NA = _NA()  # "not supported": the call said so, or the binding lacks the function
 
 
-def probe(nvml: Any, *, source: model.Source | None = None) -> model.Topology:
-    """Read the machine through ``nvml``; ``nvmlInit`` errors propagate as the NVMLError they are."""
+def probe(nvml: Any, *, source: model.Source | None = None, health: bool = True) -> model.Topology:
+    """Read the machine through ``nvml``; ``nvmlInit`` errors propagate as the NVMLError they are.
+    ``health``: each GPU's health facts too (else unknown: no run asked them)."""
     nvml.nvmlInit()
     try:
-        return _Reader(nvml).topology(source)
+        return _Reader(nvml, health).topology(source)
     finally:
         try:
             nvml.nvmlShutdown()
@@ -202,8 +203,9 @@ def nvlink_counts(
 
 
 class _Reader:
-    def __init__(self, nvml: Any):
+    def __init__(self, nvml: Any, with_health: bool = True):
         self.nvml = nvml
+        self.with_health = with_health
         self.error = nvml.NVMLError
         self.unsupported = tuple(
             c
@@ -310,7 +312,7 @@ class _Reader:
             mig=None if mig is None else mig[0] == _MIG_ENABLE,
             compute_mode=model.COMPUTE_MODES[mode] if mode in range(len(model.COMPUTE_MODES)) else None,
             fabric=self.fabric(where, h),
-            health=self.health(h),
+            health=self.health(h) if self.with_health else None,
         )
         return gpu, bus, links
 

@@ -41,7 +41,8 @@ def learn_this_host(needs: frozenset, boot_record: BootRecord | None, fresh: fro
         )
     from .host import ask_child
 
-    topology: model.Topology = ask_child({model.NVML}).topology  # type: ignore[assignment]  # NVML asked: one
+    # NVML asked: a topology
+    topology: model.Topology = ask_child({model.NVML} | (needs & {model.HEALTH})).topology  # type: ignore[assignment]
     notes = ["NVML probed"]
     if not topology.gpus:
         return Learned(as_cuda_sees_it(topology, None), tuple(notes))
