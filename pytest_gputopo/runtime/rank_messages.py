@@ -7,7 +7,8 @@ one's; ``Ready`` is what a warm pool's rank says after the barrier that follows 
 what ends it. A rank started for one test is given its setup and job as spawn arguments and writes its
 result to a file (``RESULTS``, through ``rank_procs``); a pool's rank is given jobs and sends results
 and readiness over its pipe (``send``, ``receive``: pickled, as torch's spawn pickles the arguments,
-each message checked for its kind as it comes).
+each message checked for its kind as it comes). Every rank appends its trail of torch.distributed
+calls to a file of its own (``TrailCall``, ``TrailLeft``: ``TRAIL``).
 """
 
 from __future__ import annotations
