@@ -50,7 +50,10 @@ def _set(config: pytest.Config) -> bool:
     environment variable. Nothing given is nothing to read, and nothing that can be wrong."""
     if any(name.startswith(option_table.ENV_PREFIX) for name in os.environ):
         return True
-    given = vars(config.known_args_namespace if config.known_args_namespace is not None else config.option)
+    # The command line as parsed so far: before the conftests load, the known arguments; from
+    # pytest_cmdline_main on, all of them (a conftest that loads the plugin adds its options late).
+    known = config.known_args_namespace
+    given = {**(vars(known) if known is not None else {}), **vars(config.option)}
     if any(value is not None for name, value in given.items() if name.startswith("gputopo_")):
         return True
     return any(config.getini(opt.ini) not in (None, "") for opt in option_table.OPTIONS.values())
