@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .units import counted
 
@@ -26,8 +25,7 @@ _SUBJECT = re.compile(r"^(?P<what>[^\[]+)\[(?P<where>.+)\]$")  # nvlink[GPU5], p
 _GPUS = re.compile(r"\bGPU\d+(?:(?:<->|->|-)GPU\d+)?")
 
 
-@dataclass(frozen=True)
-class Cause:
+class Cause(NamedTuple):  # not a dataclass: cheaper to define, and a marked run's summary loads it
     """One row of the verdict: ``outcome`` (failed, skipped), ``what`` failed (a check, a requirement,
     the run gate), ``where`` (a GPU, a pair, the tests), ``found`` (what it has against what it needs);
     ``kind`` (GATE, CHECK, REQUIREMENT) and ``name``, the cause as the run named it ("nvlink[GPU5]",
@@ -42,11 +40,10 @@ class Cause:
     evidence: tuple[str, ...] = ()
 
     def document(self) -> dict[str, Any]:
-        return {**self.__dict__, "evidence": list(self.evidence)}
+        return {**self._asdict(), "evidence": list(self.evidence)}
 
 
-@dataclass(frozen=True)
-class RunVerdict:
+class RunVerdict(NamedTuple):
     word: str
     counts: tuple[str, ...] = ()  # "1 of 45 checks failed", ...
     causes: tuple[Cause, ...] = ()  # failures first, then tests not run

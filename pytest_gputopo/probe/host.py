@@ -25,9 +25,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core import health, model, schema, xid
+from ..core import model, schema
 from ..runtime.messages import Channel, MessageError, codec
-from . import kernel_log, pci_bus
 
 if TYPE_CHECKING:
     from .cuda_driver import CudaView
@@ -192,6 +191,9 @@ def _nvml_facts(with_health: bool) -> model.Topology:
 def _node_facts(topology: model.Topology) -> model.Topology:
     """The node's facts beside NVML's: the GPUs on the PCI bus NVML does not list, and the XIDs of this
     boot's kernel log (``core.health`` judges both)."""
+    from ..core import health, xid  # the node's health: in the child, where a run asks it
+    from . import kernel_log, pci_bus
+
     on_bus = health.unlisted_on_bus(pci_bus.nvidia_gpus(), [g.pci_bus_id for g in topology.gpus])
     log = kernel_log.read_log()
     xids = None if log is None else tuple(xid.xid_events(log)[-xid.MAX_XIDS :])
