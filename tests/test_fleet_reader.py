@@ -71,7 +71,7 @@ def test_a_node_without_a_host_name_is_named_after_its_document(no_files):
 
 def test_a_recorded_profile_is_a_node_without_figures(no_files):
     [node] = nodes_of(PROFILE, "lab.json")
-    assert node.name == "lab-box" and node.figures == () and node.uuids == ()
+    assert node.name == "lab-box" and not node.figures and node.uuids == ()
     assert node.notes == ("a recorded profile: no measured figures",)
     assert node.kind != UNKNOWN_MODEL
 
@@ -83,7 +83,7 @@ def test_a_run_across_nodes_gives_each_node_and_compares_none_of_its_figures(no_
     assert TOPOLOGY["hostname"] is None  # a node of no host name is its document's and its place in the run
     assert [n.name for n in nodes] == ["run.json#0", "node8"]
     assert all(
-        n.figures == () and n.notes == ("one of the 2 nodes of a run: its figures are the run's, not compared",)
+        not n.figures and n.notes == ("one of the 2 nodes of a run: its figures are the run's, not compared",)
         for n in nodes
     )
 

@@ -1,4 +1,4 @@
-"""Which documents are which node (``core.fleet.roster``), a pure rule tested with tables (issue 39
+"""Which documents are which node (``core.fleet_roster.roster``), a pure rule tested with tables (issue 39
 item 2): the fleet trusted any stamp and any shared GPU. A node whose clock was once a year ahead left
 a document dated 2027 that superseded its fresh degraded one (exit 0 for every later collection); one
 planted document dated 2099 with a node's UUIDs did the same; a GPU moved between two nodes (an RMA
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from pytest_gputopo.core.faults import Fault
-from pytest_gputopo.core.fleet import FUTURE_SKEW_S, _stamp, roster
 from pytest_gputopo.core.fleet_facts import Node
+from pytest_gputopo.core.fleet_roster import FUTURE_SKEW_S, _stamp, roster
 
 NOW = _stamp("2026-12-06T12:00:00Z")
 DEGRADED = Fault("nvlink[GPU4]", "GPU4: NVLinks [0] are down (17/18 up)", ("GPU4",), "NVLinks down")

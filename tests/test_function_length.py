@@ -11,9 +11,7 @@ PACKAGE = ROOT / "pytest_gputopo"
 MOST_LINES = 80
 
 # "module::function" -> why it is still long; taken out when it is split
-KNOWN_LONG: dict[str, str] = {
-    "core/fleet_facts.py::node_of": "being split (issue 45 item 4, with the fleet's other work)",
-}
+KNOWN_LONG: dict[str, str] = {}
 
 
 def long_functions(package: Path = PACKAGE, most: int = MOST_LINES) -> dict[str, int]:

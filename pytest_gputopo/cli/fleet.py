@@ -3,11 +3,11 @@ against each other, each node by the peers of its GPU model (``core.fleet``)."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
-from ..core.fleet import judge, roster
+from ..core.fleet import judge
+from ..core.fleet_roster import roster
 from ..render import fleet as fleet_out
 from ..runtime import files
 from .common import CliError, add_command, check_writable
@@ -37,12 +37,13 @@ def cmd_fleet(args) -> int:
             "no node to judge: " + (f"{len(unread)} documents, none readable" if unread else "no document found")
         )
     judged, superseded = roster(nodes, time.time())  # the collection's time: no document is newer
+    nodes.clear()  # the nodes as read (superseded documents' too) are not kept while the fleet is judged
     fleet = judge(judged, tuple(superseded), tuple(read.set_aside))
     try:
         for path, write in (
             (args.html, fleet_out.html_page),
             (args.markdown, fleet_out.summary_markdown),
-            (args.json, lambda f, u: json.dumps(fleet_out.document(f, u), indent=1) + "\n"),
+            (args.json, fleet_out.document_text),
         ):
             if path:
                 files.write_text(path, write(fleet, unread))

@@ -17,7 +17,7 @@ import stat
 from dataclasses import dataclass, field
 
 from ..core import limits
-from ..core.fleet_facts import Node
+from ..core.fleet_facts import Node, Shapes
 from ..render.fleet_reader import FLEET_DOCUMENT, NOT_READ, SetAside, nodes_of, parsed, starts_as_fleet_document
 from ..runtime import files
 from .common import CliError
@@ -118,10 +118,10 @@ def _leads_to_folder(path: str) -> bool:
         return False
 
 
-def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
+def nodes_from(path: str, *, follow: bool = True, shapes: Shapes | None = None) -> list[Node]:
     """The nodes a document's file describes (``render.fleet_reader.nodes_of``); one of ``NOT_READ`` naming
     what is wrong, OSError where it is no regular file of at most ``limits.MAX_DOCUMENT_BYTES`` (``follow=False``: or a
-    link), SetAside where it is the fleet view's own document."""
+    link), SetAside where it is the fleet view's own document. ``shapes``: the fleet's topologies read so far."""
     try:
         text = files.read_text(
             path, limits.MAX_DOCUMENT_BYTES, follow=follow, bound="the most gputopo fleet reads of one document"
@@ -134,13 +134,13 @@ def nodes_from(path: str, *, follow: bool = True) -> list[Node]:
         raise
     doc = parsed(text, path)
     del text  # not kept while the document is read
-    return nodes_of(doc, path)
+    return nodes_of(doc, path, shapes)
 
 
 @dataclass
 class Read:
     """What the documents gave: every node they describe (several documents of one node included:
-    ``core.fleet.roster`` says which is judged), the documents not read with why (an error: exit
+    ``core.fleet_roster.roster`` says which is judged), the documents not read with why (an error: exit
     status 2), and those set aside with why (by design: no error)."""
 
     nodes: list[Node]
@@ -154,9 +154,10 @@ def read_nodes(paths: list[str], outputs: dict[str, str | None] | None = None) -
     listing = documents(paths, outputs)
     named = set(paths)
     nodes, unread, set_aside = [], list(listing.unread), list(listing.set_aside)
+    shapes = Shapes()  # what nodes of one topology have alike, found once while the documents are read
     for path in listing.paths:
         try:
-            nodes += nodes_from(path, follow=path in named)
+            nodes += nodes_from(path, follow=path in named, shapes=shapes)
         except SetAside as exc:
             set_aside.append((path, str(exc)))
         except OSError as exc:

@@ -1,17 +1,5 @@
-"""The fleet view's judgement: which documents are which node, and each node judged twice over.
-
-**A node is its GPUs.** Documents are of one node where their GPUs' UUIDs (NVML's facts on it) are
-mostly the same -- they share more than half of either's: the same set, a GPU lost, one replaced in
-place -- whatever host name they give (``roster``); never through one GPU. Of a node's documents the
-newest by its written time is judged and the older are superseded (listed, no error). A document
-stamped later than the collection by more than ``FUTURE_SKEW_S`` (a clock once ahead, or a planted
-document) ranks below every other: it never supersedes one, and the node is named for it. A document
-whose GPUs are also another node's newest (a GPU moved between nodes, one document holding a UUID of
-each) is taken apart, the newer of the two: a node of its own, named for it, superseding neither. A
-node whose documents give other host names, or that has fewer GPUs than its older document, is named
-for it. Nodes that share a host name but not their GPUs are told apart by a digest of their UUIDs in
-every output (never by which was read first). A document of recorded facts (a bundled machine's
-UUIDs, not a node's) is a node of its own.
+"""The fleet view's judgement: each node judged twice over, among the nodes of its GPU model (which
+documents are which node, and which of them is judged, is ``core.fleet_roster``'s).
 
 **Two kinds of finding, never confused.**
 
@@ -35,17 +23,17 @@ splits with the same sides are one finding.
 
 from __future__ import annotations
 
-import hashlib
+import math
 import re
 import statistics
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from array import array
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from . import causes as causes_
-from .faults import Fault
-from .fleet_facts import Figure, Node
+from .fleet_facts import Figures, Node, listed
+from .fleet_findings import FAULT, IDENTITY, SPLIT, Finding, Fleet, Group, Superseded
 from .units import counted
 
 MAJORITY = 0.75
@@ -57,363 +45,11 @@ MAD_TO_SIGMA = 1.4826  # the median absolute deviation of a normal distribution,
 VERSION_FACTS = frozenset(
     {"driver", "CUDA (driver)", "CUDA runtime (torch)", "NCCL (torch)", "torch", "pytest-gputopo"}
 )
-FUTURE_SKEW_S = 300.0  # a document stamped later than the collection by more: a clock ahead, or planted
-LISTED = 5  # node names a line lists before "and N more" (the JSON lists them all)
-DIGEST = 8  # hex digits of a node's GPU-set digest shown beside a host name other nodes share
-FAULT, SPLIT, IDENTITY = "fault", "split", "identity"
 # A fact's split: (fact, sides), each side (its values, its nodes), as Finding.sides holds them.
 Split = tuple[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]]
 
+_NONE: frozenset[str] = frozenset()  # what a node without a fault explains: one set for them all
 _SUBJECT = re.compile(r"(GPU\d+-GPU\d+|GPU\d+) ")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing the fleet view names: one cause, one line (``says``). ``node`` None: the group's own
-    finding (a split). ``kind``: "fault" (no healthy node has it, whatever its peers hold), "identity"
-    (its documents disagree on what it is), "topology", "version" or "figure" (it differs from its
-    peers), "split". ``fact``: the fact, figure class or cause subject ("GPU5", "the machine");
-    ``column``: the kind of fact, for a table's column ("P2P", "link", a figure class); ``items``:
-    the facts or check items the finding covers; ``evidence``: their lines, where it covers several;
-    ``sides`` (a split): (values, nodes) per side, largest first, the values one per fact of ``items``."""
-
-    kind: str
-    fact: str
-    says: str
-    node: str | None = None
-    value: str | None = None  # a fact's value on the node, and the value its peers agree on
-    reference: str | None = None
-    column: str = ""
-    items: tuple[str, ...] = ()
-    evidence: tuple[str, ...] = ()
-    sides: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
-
-    @property
-    def disagreeing(self) -> tuple[str, ...]:
-        """A split's nodes outside its largest side (every side's, where the largest is tied)."""
-        if len(self.sides) < 2:
-            return ()
-        tied = len(self.sides[0][1]) == len(self.sides[1][1])
-        return tuple(n for _, nodes in (self.sides if tied else self.sides[1:]) for n in nodes)
-
-
-@dataclass(frozen=True)
-class Group:
-    kind: str  # the GPU model
-    nodes: tuple[Node, ...]
-    reference: dict[str, str]  # fact -> the value the group agrees on
-    medians: dict[str, tuple[float, float, int]]  # figure class -> (median GB/s, allowed drop, nodes)
-    findings: tuple[Finding, ...]
-    unjudged: tuple[str, ...]  # what the group as a whole could not judge, and why
-    compared: bool = True  # False: too few nodes to judge them by their peers (faults still named)
-
-    def __post_init__(self) -> None:  # each node's findings, indexed once: every output asks per node
-        by_node: dict[str | None, list[Finding]] = {}
-        split: dict[str, list[Finding]] = {}
-        for f in self.findings:
-            by_node.setdefault(f.node, []).append(f)
-            for n in f.disagreeing:
-                split.setdefault(n, []).append(f)
-        object.__setattr__(self, "_by_node", by_node)
-        object.__setattr__(self, "_split", split)
-
-    def of(self, node: str) -> list[Finding]:
-        return self._by_node.get(node, [])  # type: ignore[attr-defined, no-any-return]  # set in __post_init__
-
-    def disagreeing(self, node: str) -> list[Finding]:
-        """The splits that put ``node`` outside their largest side."""
-        return self._split.get(node, [])  # type: ignore[attr-defined, no-any-return]  # set in __post_init__
-
-    def unjudged_of(self, node: Node) -> list[str]:
-        """What this node's document does not let the group judge, and why."""
-        out = list(node.notes)
-        if not self.compared:
-            out.append("not compared with peers: too few nodes of its kind")
-        if self.reference.get("GPUs", node.facts["GPUs"]) != node.facts["GPUs"]:
-            out.append(
-                f"its GPUs and pairs: {node.facts['GPUs']} GPUs where its peers have "
-                f"{self.reference['GPUs']}, so they cannot be matched to its peers'"
-            )
-        missing = [f for f in self.reference if node.facts.get(f) is None and f in node.facts]
-        if missing:
-            out.append(f"{_listed(missing)}: unknown in its document")
-        return out
-
-
-@dataclass(frozen=True)
-class Superseded:
-    """A document of a node judged by a newer one of it: not judged, and no error."""
-
-    path: str
-    node: str  # the node's name as judged
-    by: str  # the document judged
-    why: str
-
-
-@dataclass(frozen=True)
-class Fleet:
-    groups: tuple[Group, ...]
-    superseded: tuple[Superseded, ...] = ()
-    # documents not read by design, no error (the fleet view's own output, a link inside a folder): (path, why)
-    set_aside: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def named(self) -> list[str]:
-        """The nodes with a finding of their own, in the order they were read."""
-        return [n.name for g in self.groups for n in g.nodes if g.of(n.name)]
-
-    @property
-    def splits(self) -> list[Finding]:
-        return [f for g in self.groups for f in g.findings if f.kind == SPLIT]
-
-    @property
-    def not_compared(self) -> list[Group]:
-        """The groups of too few nodes to judge by their peers."""
-        return [g for g in self.groups if not g.compared]
-
-    @property
-    def healthy(self) -> bool:
-        """Every node judged by its peers, and none named nor in a split group."""
-        return bool(self.groups) and not self.named and not self.splits and not self.not_compared
-
-
-def _listed(names: Iterable[str]) -> str:
-    names = list(names)
-    more = len(names) - LISTED
-    return ", ".join(names[:LISTED]) + (f" and {more} more" if more > 0 else "")
-
-
-# --- which documents are which node ------------------------------------------------------------------
-
-
-def _stamp(when: str | None) -> float | None:
-    """A document's written time (ISO 8601, UTC where it names no zone) as seconds; None where it says none."""
-    try:
-        t = datetime.fromisoformat(when.replace("Z", "+00:00")) if isinstance(when, str) else None
-    except ValueError:
-        return None
-    return None if t is None else (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
-
-
-def digest(uuids: Iterable[str]) -> str:
-    """A short digest of a set of GPU UUIDs: what tells apart nodes that share a host name."""
-    return hashlib.sha256("\n".join(sorted(uuids)).encode()).hexdigest()
-
-
-def _known(node: Node) -> bool:
-    return bool(node.uuids) and all(isinstance(u, str) and u for u in node.uuids)
-
-
-def _gpu_set(node: Node) -> frozenset[str]:
-    return frozenset(u for u in node.uuids if isinstance(u, str)) if _known(node) else frozenset()
-
-
-def _one_node(a: frozenset[str], b: frozenset[str]) -> bool:
-    """Two documents' GPUs are one node's where they share more than half of either's: the same set, a
-    GPU lost, or one replaced in place; never through one GPU (moved between nodes, or planted)."""
-    return bool(a and b) and 2 * len(a & b) > max(len(a), len(b))
-
-
-def _clusters(nodes: list[Node]) -> list[list[int]]:
-    """The documents of each node (by index, in the order read): joined where ``_one_node`` holds."""
-    parent = list(range(len(nodes)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            i = parent[i]
-        return i
-
-    sets = [_gpu_set(n) for n in nodes]
-    holders: dict[str, list[int]] = defaultdict(list)  # only documents that share a GPU are compared
-    for i, gpus in enumerate(sets):
-        for j in dict.fromkeys(j for uuid in sorted(gpus) for j in holders[uuid]):
-            if _one_node(gpus, sets[j]):
-                parent[root(i)] = root(j)
-        for uuid in gpus:
-            holders[uuid].append(i)
-    clusters: dict[int, list[int]] = defaultdict(list)
-    for i in range(len(nodes)):
-        clusters[root(i)].append(i)
-    return list(clusters.values())
-
-
-def _future(node: Node, now: float) -> bool:
-    """Stamped later than the collection (``now``) by more than ``FUTURE_SKEW_S``: a clock once ahead,
-    or a planted document."""
-    t = _stamp(node.when)
-    return t is not None and t > now + FUTURE_SKEW_S
-
-
-def _age_order(nodes: list[Node], members: list[int], now: float) -> list[int]:
-    """Oldest first by written time; the newest last. A document stamped in the future ranks below every
-    other (it never supersedes one); without a time, or equally new, the path that sorts last is newer."""
-
-    def rank(i: int) -> tuple[bool, bool, float, str, int]:
-        t = _stamp(nodes[i].when)
-        return (not _future(nodes[i], now), t is not None, t or 0.0, nodes[i].path, i)
-
-    return sorted(members, key=rank)
-
-
-def _overlapping(nodes: list[Node], clusters: list[list[int]], now: float) -> list[tuple[int, int]]:
-    """Documents whose GPUs are also another node's, each with the node's newest document it shares a
-    GPU with. Of two nodes' newest documents that share a GPU, the one taken out of its node (it
-    supersedes none; the node's next newest is looked at again, until no two share one) is the one
-    whose GPUs are the less its own (the larger share of them shared: a document holding a UUID of each
-    node), else the one stamped in the future, else the newer (a GPU moved since the other was written)."""
-    pulled: list[tuple[int, int]] = []
-    members = [list(c) for c in clusters]
-    while True:
-        newest = sorted((_age_order(nodes, m, now)[-1] for m in members if m), key=lambda i: nodes[i].path)
-        clash = _first_shared(newest, nodes)  # by path: the same clash first in whatever order they were read
-        if clash is None:
-            return pulled
-        apart, other = _taken_apart(nodes, clash, now)
-        pulled.append((apart, other))
-        for m in members:
-            if apart in m:
-                m.remove(apart)
-
-
-def _taken_apart(nodes: list[Node], pair: tuple[int, int], now: float) -> tuple[int, int]:
-    """(the document taken apart, the other) of two that share a GPU (``_overlapping`` says which)."""
-    a, b = pair
-    shared = len(_gpu_set(nodes[a]) & _gpu_set(nodes[b]))
-    age = _age_order(nodes, [a, b], now)
-    apart = max(pair, key=lambda i: (shared / len(_gpu_set(nodes[i])), _future(nodes[i], now), age.index(i)))
-    return apart, (b if apart == a else a)
-
-
-def _first_shared(newest: list[int], nodes: list[Node]) -> tuple[int, int] | None:
-    """Two of these documents that share a GPU, the first found; None where none do."""
-    holder: dict[str, int] = {}
-    for i in newest:
-        for uuid in sorted(_gpu_set(nodes[i])):  # sorted: the same pair first whatever the hash seed
-            if holder.setdefault(uuid, i) != i:
-                return holder[uuid], i
-    return None
-
-
-def roster(nodes: list[Node], now: float) -> tuple[list[Node], list[Superseded]]:
-    """The nodes to judge, one per node, each with a name no other shares, and the documents
-    superseded. A node is its GPUs (``_clusters``); of its documents the newest by its written time is
-    judged, never one stamped later than ``now`` (the collection's time, seconds since the epoch) beyond
-    ``FUTURE_SKEW_S`` while another is at hand, and that one is named; a document whose GPUs are also
-    another node's is a node of its own, named for it, and supersedes neither (``_overlapping``)."""
-    clusters = _clusters(nodes)
-    pulled = _overlapping(nodes, clusters, now)
-    apart = {i for i, _ in pulled}
-    kept: list[tuple[int, Node]] = []
-    superseded: list[Superseded] = []
-    for members in clusters:
-        members = [i for i in members if i not in apart]
-        if members:
-            node, old = _judged_of(nodes, members, now)
-            kept.append((min(members), node))
-            superseded += old
-    for i, other in pulled:
-        alone, _ = _judged_of(nodes, [i], now)
-        because = f"judged apart: its GPUs are also those of {nodes[other].name}'s {nodes[other].path}"
-        faults = alone.faults + (_overlap_fault(nodes[i], nodes[other]),)
-        kept.append((i, replace(alone, faults=faults, judged_because=because)))
-    kept.sort(key=lambda item: item[0])
-    return _named_apart([node for _, node in kept]), superseded
-
-
-def _overlap_fault(node: Node, other: Node) -> Fault:
-    shared = sorted(_gpu_set(node) & _gpu_set(other))
-    line = (
-        f"its GPUs are also another node's: {_listed(shared)} in {other.path} ({other.name}, written "
-        f"{other.when or 'when it does not say'}): a GPU moved between nodes (an RMA swap), or a document not "
-        "its own; judged apart, it supersedes neither"
-    )
-    return Fault("identity", line, (), "GPUs of two nodes", ())
-
-
-def _judged_of(nodes: list[Node], members: list[int], now: float) -> tuple[Node, list[Superseded]]:
-    """One node's documents: the one judged, with what they tell of it, and the others superseded."""
-    order = _age_order(nodes, members, now)
-    newest, older = nodes[order[-1]], [nodes[i] for i in order[:-1]]
-    faults, notes = list(newest.faults), newest.notes
-    future = [n for n in (newest, *older) if _future(n, now)]
-    if future:
-        line = (
-            f"{_listed(f'{n.path} (written {n.when})' for n in future)}: stamped later than this collection "
-            "(a clock once ahead, or a document not its own): never taken over another document"
-        )
-        faults.append(Fault("stamp", line, (), "a document stamped in the future", ()))
-    if older:
-        top = _stamp(newest.when)
-        if top is None or any(_stamp(o.when) == top for o in older):
-            notes += (
-                f"{counted(len(members), 'document')} of this node and none newest by its written time: "
-                f"{newest.path} judged (its path sorts last)",
-            )
-        faults += _history_faults(newest, older)
-    old = [
-        Superseded(
-            o.path,
-            newest.name,
-            newest.path,
-            f"{'a document stamped later than this collection' if _future(o, now) else 'an older document'} of "
-            f"{o.name} (written {o.when or 'when it does not say'}; judged: {newest.path}, written "
-            f"{newest.when or 'when it does not say'})",
-        )
-        for o in older
-    ]
-    return replace(newest, faults=tuple(faults), notes=notes, judged_because=_because(newest, older, now)), old
-
-
-def _because(newest: Node, older: list[Node], now: float) -> str:
-    """Why ``newest`` is the node's judged document, in words."""
-    if not older:
-        return "its only document" + (", stamped later than this collection" if _future(newest, now) else "")
-    of = f"of {counted(len(older) + 1, 'document')} of this node"
-    if _future(newest, now):
-        return f"every document {of} is stamped later than this collection: the newest of them"
-    ahead = sum(_future(o, now) for o in older)
-    return f"the newest by its written time {of}" + (
-        f", {ahead} stamped later than this collection set aside" if ahead else ""
-    )
-
-
-def _history_faults(newest: Node, older: list[Node]) -> list[Fault]:
-    """What a node's older documents tell against its newest: another host name, GPUs no longer seen."""
-    out = []
-    names = sorted({o.name for o in older} - {newest.name})
-    if names:
-        line = (
-            f"its GPUs are also in {counted(len(older), 'older document')} under another host name "
-            f"({_listed(names)}): one node, two names (a renamed host, or a document not its own)"
-        )
-        out.append(Fault("identity", line, (), "identity", ()))
-    lost = set().union(*(_gpu_set(o) for o in older)) - _gpu_set(newest)
-    biggest = max(older, key=lambda o: len(o.uuids))
-    if len(biggest.uuids) > len(newest.uuids):
-        line = (
-            f"GPUs: {len(newest.uuids)}, where its older document {biggest.path} (written "
-            f"{biggest.when or 'when it does not say'}) had {len(biggest.uuids)}: "
-            f"{_listed(sorted(lost))} no longer seen"
-        )
-        out.append(Fault("gpus", line, (), "GPUs missing", ("GPUs",)))
-    return out
-
-
-def _named_apart(judged: list[Node]) -> list[Node]:
-    """Every node a name no other has: a host name several nodes give gets each one's GPU digest."""
-    count = Counter(n.name for n in judged)
-    out = []
-    for node in judged:
-        if count[node.name] > 1:  # every node of a shared name gets its digest: no one keeps it bare
-            tag = (
-                digest(node.uuids)[:DIGEST]  # type: ignore[arg-type]  # a known node's UUIDs are strings
-                if _known(node)
-                else f"document {node.path}"
-            )
-            node = replace(node, name=f"{node.name} [{tag}]")
-        out.append(node)
-    seen = Counter(n.name for n in out)
-    return [n if seen[n.name] == 1 else replace(n, name=f"{n.name} ({n.path})") for n in out]
 
 
 # --- one node's findings, one cause a line -----------------------------------------------------------
@@ -490,8 +126,10 @@ def _merged(
 
 
 def _fault_findings(node: Node) -> list[Finding]:
+    if not node.faults:
+        return []
     items = []
-    classes = {fig.what: fig.cls for fig in node.figures}  # a figure's fault goes in its class's column
+    classes = dict(node.figures.layout)  # a figure's fault goes in its class's column
     for fault in node.faults:
         fact = fault.explains[0] if fault.explains else fault.name
         column = classes.get(fact) or (_column(fact) if fault.explains else _label(fault.name))
@@ -575,12 +213,12 @@ def _split_findings(splits: list[Split]) -> list[Finding]:
         if len(facts) == 1:
             where = f"{facts[0]}: the group is split"
             said = "; ".join(
-                f"{values[0]} on {counted(len(nodes), 'node')} ({_listed(nodes)})" for values, nodes in sides
+                f"{values[0]} on {counted(len(nodes), 'node')} ({listed(nodes)})" for values, nodes in sides
             )
         else:
-            where = f"{len(facts)} facts ({_listed(facts)}): the group is split the same way on each"
+            where = f"{len(facts)} facts ({listed(facts)}): the group is split the same way on each"
             said = "; ".join(
-                f"{counted(len(nodes), 'node')} ({_listed(nodes)}) with {_listed(dict.fromkeys(values))}"
+                f"{counted(len(nodes), 'node')} ({listed(nodes)}) with {listed(dict.fromkeys(values))}"
                 for values, nodes in sides
             )
         columns = list(dict.fromkeys(_column(f) for f in facts))
@@ -597,36 +235,82 @@ def _split_findings(splits: list[Split]) -> list[Finding]:
     return out
 
 
+def _median(values: array[float], sorted_below: int = 4096) -> float:
+    """``statistics.median(values)``, exactly, without a float object per value: the values of the
+    middle ranks are found by sorting only those near them (``_ranked``)."""
+    n = len(values)
+    if n < sorted_below:
+        return statistics.median(values)
+    half = n // 2
+    if n % 2:
+        return _ranked(values, half, half)[0]
+    low, high = _ranked(values, half - 1, half)
+    return (low + high) / 2
+
+
+def _ranked(values: array[float], first: int, last: int) -> list[float]:
+    """``sorted(values)[first : last + 1]``, exactly. A sample of the values bounds those ranks; the
+    values below the bounds are counted, those between them sorted (a few hundred, where sorting them
+    all would make a float object of each), and where the sample misled (or a NaN is there) all are."""
+    n = len(values)
+    sample = sorted(values[:: max(1, n // 4096)])
+    m = len(sample)
+    margin = 4 * math.isqrt(m)  # four times the spread of a sample's rank about the true one
+    lo = sample[max(0, first * m // n - margin)]
+    hi = sample[min(m - 1, last * m // n + margin)]
+    below = above = 0
+    between = []
+    for v in values:
+        if v < lo:
+            below += 1
+        elif v <= hi:
+            between.append(v)
+        elif v > hi:
+            above += 1
+    if below + len(between) + above == n and below <= first and last < below + len(between):
+        between.sort()  # the values of ranks below .. below + len(between) - 1
+        return between[first - below : last - below + 1]
+    return sorted(values)[first : last + 1]
+
+
+# A class's figures on each node: the node's figures and the positions of those of the class judged.
+ClassFigures = dict[str, tuple[Figures, tuple[int, ...]]]
+
+
 def _judge_class(
     cls: str,
-    figures: dict[str, list[Figure]],
+    figures: ClassFigures,
     findings: list[Finding],
     medians: dict[str, tuple[float, float, int]],
     unjudged: list[str],
     splits: list[Split],
 ) -> None:
-    """``figures``: node -> its figures of the class (``fleet_facts.Figure``)."""
     if len(figures) < MIN_FIGURE_PEERS:
         unjudged.append(f"{cls}: figures from {counted(len(figures), 'node')}; {MIN_FIGURE_PEERS} needed")
         return
-    values = [fig.gbps for items in figures.values() for fig in items]
-    median = statistics.median(values)
+    # 8 bytes a figure while the class is judged, not a float object each: a class holds a figure of
+    # every pair of every node
+    values = array("d", (figs.gbps[i] for figs, at in figures.values() for i in at))
+    median = _median(values)
     if median <= 0:
         unjudged.append(f"{cls}: the group's median is 0 GB/s")
         return
-    sigma = MAD_TO_SIGMA * statistics.median(abs(v - median) for v in values)
+    for i, v in enumerate(values):  # each figure's deviation, in place of the figure
+        values[i] = abs(v - median)
+    sigma = MAD_TO_SIGMA * _median(values)
+    del values
     drop = min(max(SPREAD_K * sigma / median, MIN_DROP), MAX_DROP)
     medians[cls] = (median, drop, len(figures))
-    for node, items in figures.items():
-        low = sorted((fig.gbps, fig.what) for fig in items if fig.gbps < median * (1 - drop))
+    for node, (figs, at) in figures.items():
+        low = sorted((figs.gbps[i], figs.layout[i][0]) for i in at if figs.gbps[i] < median * (1 - drop))
         if low:
             gbps, what = low[0]
             also = (
-                f" ({len(low)} of its {len(items)} figures of the class {'is' if len(low) == 1 else 'are'}, "
+                f" ({len(low)} of its {len(at)} figures of the class {'is' if len(low) == 1 else 'are'}, "
                 f"this the lowest)"
                 if len(low) > 1
-                else f" (the only one of its {len(items)} figures of the class)"
-                if len(items) > 1
+                else f" (the only one of its {len(at)} figures of the class)"
+                if len(at) > 1
                 else ""
             )
             findings.append(
@@ -641,14 +325,15 @@ def _judge_class(
                     items=(cls,),
                 )
             )
-    above = [node for node, items in figures.items() if statistics.median(f.gbps for f in items) > median * (1 + drop)]
+    high = median * (1 + drop)
+    above = [node for node, (figs, at) in figures.items() if statistics.median(figs.gbps[i] for i in at) > high]
     if len(above) >= max(2, 0.1 * len(figures)):
         rest = tuple(n for n in figures if n not in above)
         findings.append(
             Finding(
                 SPLIT,
                 cls,
-                f"{cls}: {counted(len(above), 'node')} ({_listed(above)}) measure over "
+                f"{cls}: {counted(len(above), 'node')} ({listed(above)}) measure over "
                 f"{drop:.0%} above the median of {median:.1f} GB/s: the group is split, and its "
                 f"median may be the degraded side",
                 column=cls,
@@ -658,6 +343,17 @@ def _judge_class(
         )
 
 
+def _judged_figures(node: Node, explained: frozenset[str]) -> dict[str, tuple[int, ...]]:
+    """The positions of each class's figures the node is compared on, classes in the order of the first
+    such figure: a figure under its floor is a fault already, not compared. Nodes measured alike share
+    one dict where none is (no copy per node: a fleet holds a figure of every pair of every node)."""
+    classes = node.figures.classes()
+    if not explained or not any(what in explained for what, _ in node.figures.layout):
+        return classes
+    kept = {cls: tuple(i for i in at if node.figures.layout[i][0] not in explained) for cls, at in classes.items()}
+    return dict(sorted(((cls, at) for cls, at in kept.items() if at), key=lambda item: item[1][0]))
+
+
 def judge_group(kind: str, nodes: list[Node]) -> Group:
     """Each node's faults, whatever its peers hold; then, with enough peers, what sets it apart."""
     peer: list[Finding] = []
@@ -665,7 +361,7 @@ def judge_group(kind: str, nodes: list[Node]) -> Group:
     medians: dict[str, tuple[float, float, int]] = {}
     unjudged: list[str] = []
     splits: list[Split] = []
-    explained = {n.name: {e for f in n.faults for e in f.explains} for n in nodes}
+    explained = {n.name: frozenset(e for f in n.faults for e in f.explains) if n.faults else _NONE for n in nodes}
     compared = len(nodes) >= MIN_FACT_PEERS
     if not compared:
         unjudged.append(
@@ -688,12 +384,9 @@ def judge_group(kind: str, nodes: list[Node]) -> Group:
             }
             if values:
                 _judge_fact(fact, values, peer, reference, unjudged, splits)
-        by_class: dict[str, dict[str, list[Figure]]] = defaultdict(lambda: defaultdict(list))
-        for n in nodes:
-            for fig in n.figures:
-                if fig.what not in explained[n.name]:  # a figure under its floor is a fault already
-                    by_class[fig.cls][n.name].append(fig)  # the node's own Figure: no copy per node (scale)
-        for cls, figures in by_class.items():
+        judged = {n.name: _judged_figures(n, explained[n.name]) for n in nodes}
+        for cls in dict.fromkeys(cls for classes in judged.values() for cls in classes):
+            figures = {n.name: (n.figures, at) for n in nodes if (at := judged[n.name].get(cls))}
             _judge_class(cls, figures, peer, medians, unjudged, splits)
     by_node: dict[str, list[Finding]] = {}
     for f in peer:

@@ -1,14 +1,18 @@
 """The fleet view written out: terminal lines, GitHub-flavoured Markdown for a CI step's summary, the JSON
 document and one self-contained HTML page (a table per group: nodes as rows, one column per kind of fact
-that sets a node apart, the evidence on hover and in a details row). It draws what ``core.fleet`` decided:
-one line per finding (a cause), the two kinds of finding (a node's own fault, a difference from its
-peers) said apart. Every string from a document is escaped for the medium it lands in."""
+that sets a node apart, the evidence on hover and in a details row). It draws what ``core.fleet``
+decided, from its records (``core.fleet_findings``): one line per finding (a cause), the two kinds of
+finding (a node's own fault, a difference from its peers) said apart. Every string from a document is
+escaped for the medium it lands in."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..core.fleet import FAULT, IDENTITY, SPLIT, Finding, Fleet, Group
+from ..core.fleet_facts import Node
+from ..core.fleet_findings import FAULT, IDENTITY, SPLIT, Finding, Fleet, Group
 from ..core.units import counted
 from .escape import html_attribute, html_text, markdown, terminal_lines
 
@@ -115,19 +119,21 @@ def _finding(f: Finding) -> dict:
     return out
 
 
-def document(fleet: Fleet, unread: list) -> dict:
-    def node(g: Group, n) -> dict:
-        return {
-            "name": n.name,
-            "document": n.path,
-            "written": n.when,
-            "judged_because": n.judged_because,
-            "gpu_uuids": list(n.uuids),
-            "findings": [_finding(f) for f in g.of(n.name)],
-            "disagrees": [f.fact for f in g.disagreeing(n.name)],
-            "not_judged": g.unjudged_of(n),
-        }
+def _node_entry(g: Group, n: Node) -> dict:
+    return {
+        "name": n.name,
+        "document": n.path,
+        "written": n.when,
+        "judged_because": n.judged_because,
+        "gpu_uuids": list(n.uuids),
+        "findings": [_finding(f) for f in g.of(n.name)],
+        "disagrees": [f.fact for f in g.disagreeing(n.name)],
+        "not_judged": g.unjudged_of(n),
+    }
 
+
+def _document(fleet: Fleet, unread: list, entries: Callable[[Group], Iterable[dict]]) -> dict:
+    """The fleet's JSON document, each group's node entries as ``entries`` gives them."""
     return {
         "schema": FLEET_SCHEMA,
         "kind": FLEET_KIND,
@@ -141,7 +147,7 @@ def document(fleet: Fleet, unread: list) -> dict:
                 "compared": g.compared,
                 "reference": g.reference,
                 "medians": {c: {"median_gbps": m, "allowed_drop": d, "nodes": k} for c, (m, d, k) in g.medians.items()},
-                "nodes": [node(g, n) for n in g.nodes],
+                "nodes": entries(g),
                 "group_findings": [_finding(f) for f in g.findings if f.node is None],
                 "not_judged": list(g.unjudged),
             }
@@ -151,6 +157,54 @@ def document(fleet: Fleet, unread: list) -> dict:
         "set_aside": [{"document": p, "why": w} for p, w in fleet.set_aside],
         "not_read": [{"document": p, "why": w} for p, w in unread],
     }
+
+
+def document(fleet: Fleet, unread: list) -> dict:
+    return _document(fleet, unread, lambda g: [_node_entry(g, n) for n in g.nodes])
+
+
+class _Entries:
+    """A group's node entries, each made when the text reaches it (``document_text``)."""
+
+    def __init__(self, group: Group) -> None:
+        self.group = group
+
+    def __iter__(self) -> Iterator[dict]:
+        return (_node_entry(self.group, n) for n in self.group.nodes)
+
+
+_ENTRY_LEVEL = 4  # a node's entry: the document, "groups", a group, "nodes", the entry
+
+
+def document_text(fleet: Fleet, unread: list) -> str:
+    """``json.dumps(document(fleet, unread), indent=1)`` and a newline, each node's entry made and
+    encoded on its own: a fleet's entries, and the encoder's thousands of small pieces of each, are
+    never all held at once (they were the fleet view's largest use of memory after its nodes')."""
+    out: list[str] = []
+    _encode(_document(fleet, unread, _Entries), 0, out)
+    out.append("\n")  # in the one join: a text and a copy of it with its newline would be held at once
+    return "".join(out)
+
+
+def _encode(value: Any, level: int, out: list[str]) -> None:
+    """``value`` as ``json.dumps(value, indent=1)`` writes it at nesting ``level``, in pieces: a
+    container above a node's entry item by item, anything else whole (json indents each line of it by
+    its depth, and a string's newline is escaped, so each line break takes the ``level`` spaces)."""
+    pad = "\n" + " " * (level + 1)
+    if isinstance(value, _Entries) or (isinstance(value, (list, tuple)) and value and level < _ENTRY_LEVEL):
+        first = True
+        for item in value:
+            out.append(("[" if first else ",") + pad)
+            _encode(item, level + 1, out)
+            first = False
+        out.append("[]" if first else "\n" + " " * level + "]")
+    elif isinstance(value, dict) and value and level < _ENTRY_LEVEL and all(type(k) is str for k in value):
+        for i, (key, item) in enumerate(value.items()):
+            out.append(("," if i else "{") + pad + json.dumps(key) + ": ")
+            _encode(item, level + 1, out)
+        out.append("\n" + " " * level + "}")
+    else:
+        out.append(json.dumps(value, indent=1).replace("\n", "\n" + " " * level))
 
 
 _CSS = """
@@ -203,7 +257,7 @@ def _cell(group: Group, node, column: str) -> str:
         value = ", ".join(dict.fromkeys(v for values in side for v in values)) or "?"
         return f'<td class="split" title="{html_attribute(split[0].says)}">{html_text(value)}</td>'
     if column in group.medians:  # a figure class: the node's lowest figure of it
-        figures = [fig.gbps for fig in node.figures if fig.cls == column]
+        figures = [node.figures.gbps[i] for i in node.figures.classes().get(column, ())]
         value = f"{min(figures):.1f}" if figures else "?"
         evidence = (
             f"lowest of {len(figures)}; group median {group.medians[column][0]:.1f} GB/s"
@@ -287,9 +341,8 @@ def html_page(fleet: Fleet, unread: list) -> str:
         )
     if unread:
         body += ["<h2>Not read</h2><ul>"] + [f"<li>{html_text(p)}: {html_text(w)}</li>" for p, w in unread] + ["</ul>"]
-    return (
+    head = (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{html_text(verdict)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        + "\n".join(body)
-        + "\n</body>\n</html>\n"
+        f"<title>{html_text(verdict)}</title>\n<style>{_CSS}</style>\n</head>\n<body>"
     )
+    return "\n".join([head, *body, "</body>\n</html>\n"])  # one join: no copy of a fleet's page held twice

@@ -12,7 +12,7 @@ import os
 import re
 
 from ..core import keys, limits, schema
-from ..core.fleet_facts import Node, node_of
+from ..core.fleet_facts import Node, Shapes, node_of
 from ..probe.recorded import ProfileError, parse_profile, read_json
 from .document import GBPS_OR_NULL, ORIGINS, ReportError, null_or, one_of, text
 from .fleet import FLEET_KIND
@@ -40,32 +40,18 @@ def starts_as_fleet_document(head: str) -> bool:
     return bool(_FLEET_START.match(head))
 
 
-def _measurements(value, path: str = "measurements") -> None:
-    """A ReportError naming the first field the fleet reads of the measurements that is not as gputopo
-    writes it (the key is checked where it is read)."""
-    if value is None:
-        return
-    if not isinstance(value, list):
-        raise ReportError(f"{path}: not a list")
-    for i, m in enumerate(value):
-        if not isinstance(m, dict):
-            raise ReportError(f"{path}[{i}]: not an object")
-        for name, check in _READ_FIELDS.items():
-            if name in m:
-                check(m[name], f"{path}[{i}].{name}")
-
-
 def _countable(text: str) -> None:
     """Refuse, before parsing, a text of more values or containers than any document gputopo writes
     (counted as characters, strings' included: an upper bound): parsing 16 MiB of tiny values costs
-    twenty times its size in memory."""
-    values = text.count(",")
+    twenty times its size in memory. A text of fewer characters than a bound cannot exceed it: not
+    counted (a full check of 8 GPUs is 0.3 MB, under the million values)."""
+    values = text.count(",") if len(text) > limits.MAX_DOCUMENT_VALUES else 0
     if values > limits.MAX_DOCUMENT_VALUES:
         raise ValueError(
             f"more than {limits.MAX_DOCUMENT_VALUES:,} JSON values (about {values:,}), the most "
             "gputopo fleet reads of one document: not a document gputopo writes"
         )
-    containers = text.count("{") + text.count("[")
+    containers = text.count("{") + text.count("[") if len(text) > limits.MAX_DOCUMENT_CONTAINERS else 0
     if containers > limits.MAX_DOCUMENT_CONTAINERS:
         raise ValueError(
             f"more than {limits.MAX_DOCUMENT_CONTAINERS:,} JSON objects and lists (about "
@@ -97,18 +83,35 @@ def _is_fleet_document(doc: dict) -> bool:
     return doc.get("kind") == FLEET_KIND or ("topology" not in doc and "groups" in doc and "not_read" in doc)
 
 
-def _figures(doc: dict) -> list:
-    out = []
-    for i, m in enumerate(doc.get("measurements") or []):
+def _figures(value, keyed: bool = True) -> list:
+    """(key, GB/s, origin, backend, error, nvls) of each of a document's measurements, read in one pass:
+    a ReportError naming the first field the fleet reads that is not as gputopo writes it, else (where
+    its figures are read, ``keyed``) a ValueError naming the first measurement whose key gputopo does
+    not write."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ReportError("measurements: not a list")
+    out, unknown = [], None
+    for i, m in enumerate(value):
+        if not isinstance(m, dict):
+            raise ReportError(f"measurements[{i}]: not an object")
+        for name, check in _READ_FIELDS.items():
+            if name in m:
+                check(m[name], f"measurements[{i}].{name}")
         try:
             key = keys.from_list(m.get("key"))
         except (ValueError, AttributeError):
-            raise ValueError(f"measurements[{i}]: not a measurement gputopo writes") from None
-        detail = m.get("detail") if isinstance(m.get("detail"), dict) else {}
+            unknown = f"measurements[{i}]" if unknown is None else unknown
+            continue
+        detail = m.get("detail")
+        detail = detail if isinstance(detail, dict) else {}
         backend = detail.get("backend") if isinstance(key, keys.AllReduce) else None
         nvls = detail.get("nvls") if isinstance(detail.get("nvls"), bool) else None
         error = m.get("error") if isinstance(m.get("error"), str) else None
         out.append((key, m.get("gbps"), m.get("origin"), backend if isinstance(backend, str) else None, error, nvls))
+    if unknown is not None and keyed:
+        raise ValueError(f"{unknown}: not a measurement gputopo writes")
     return out
 
 
@@ -124,10 +127,10 @@ def _failed_checks(doc: dict) -> list[tuple[str, str]]:
     ]
 
 
-def nodes_of(doc: object, path: str) -> list[Node]:
+def nodes_of(doc: object, path: str, shapes: Shapes | None = None) -> list[Node]:
     """The nodes a parsed document describes (a run across nodes lists each), ``path`` the name it goes
     by (a node without a host name is named after it); one of ``NOT_READ`` naming what is wrong, SetAside
-    where it is the fleet view's own document."""
+    where it is the fleet view's own document. ``shapes``: the fleet's topologies read so far."""
     if not isinstance(doc, dict):
         raise ValueError("not a gputopo document (a JSON object)")
     if _is_fleet_document(doc):
@@ -142,6 +145,7 @@ def nodes_of(doc: object, path: str) -> list[Node]:
                 path=path,
                 identified=False,
                 notes=("a recorded profile: no measured figures",),
+                shapes=shapes,
             )
         ]
     if doc.get("schema") != 1 or "topology" not in doc:
@@ -156,10 +160,11 @@ def nodes_of(doc: object, path: str) -> list[Node]:
             "recorded profile's (gputopo record) has schema 1 and a topology"
         )
     topology = schema.from_dict(doc["topology"], "topology")
-    _measurements(doc.get("measurements"))  # only what the fleet view reads is checked
+    across = doc.get("nodes") or []
+    # only what the fleet view reads is checked; a run's figures across nodes are no node's: not read
+    figures = _figures(doc.get("measurements"), keyed=len(across) <= 1)
     own = doc.get("source") == "NVML"  # facts (and GPU UUIDs) of the node itself, not a recording's
     notes: tuple[str, ...] = () if own else (f"facts from {doc.get('source')}, not NVML on the node",)
-    across = doc.get("nodes") or []
     if len(across) > 1:  # a run under a launcher: each node's facts; its figures are the run's, no node's
         notes += (f"one of the {len(across)} nodes of a run: its figures are the run's, not compared",)
         tops = []
@@ -168,7 +173,13 @@ def nodes_of(doc: object, path: str) -> list[Node]:
             tops.append(schema.from_dict(n.get("topology") if isinstance(n, dict) else None, f"nodes[{i}].topology"))
         return [
             node_of(
-                t, name=t.hostname or f"{path}#{i}", path=path, when=doc.get("written"), notes=notes, identified=own
+                t,
+                name=t.hostname or f"{path}#{i}",
+                path=path,
+                when=doc.get("written"),
+                notes=notes,
+                identified=own,
+                shapes=shapes,
             )
             for i, t in enumerate(tops)
         ]
@@ -179,11 +190,12 @@ def nodes_of(doc: object, path: str) -> list[Node]:
             topology,
             name=name,
             path=path,
-            figures=_figures(doc),
+            figures=figures,
             when=doc.get("written"),
             notes=notes,
             software=software,
             failed_checks=_failed_checks(doc),
             identified=own,
+            shapes=shapes,
         )
     ]
