@@ -14,11 +14,12 @@ nodes share one fault (a lost NVLink).
     .venv/bin/python tools/perf/bench_fleet.py --against /tmp/before      # and another tree's, on the same fleets
     (git archive REV | tar -x -C /tmp/before: the code of REV, e.g. f0b0cc3, before issue 30's reader)
 
-Prints, per fleet size: the documents' size, the wall time and peak memory (max RSS) of ``gputopo fleet
-DIR --html --json`` (a fresh process), the HTML's size, whether every injected fault was named with its
-reason and nothing else; the memory one node keeps once read (tracemalloc of ``read_nodes`` over 1,000
-documents, in-process); then the false-positive rate over many noisy healthy fleets (in-process,
-``core.fleet.judge``).
+Prints, per fleet size: the documents' size, the wall and CPU time and peak memory (max RSS) of ``gputopo
+fleet DIR --html --json`` (a fresh process; the CPU time is what the wall time is on a quiet machine), the
+HTML's size, whether every injected fault was named with its reason and nothing else; the memory one node
+keeps once read (tracemalloc of ``read_nodes`` over 1,000 documents, in-process; its peak counts the 16 MiB
+``runtime.files.read_text`` asks for each document, of which the pages written are the document's); then
+the false-positive rate over many noisy healthy fleets (in-process, ``core.fleet.judge``).
 
 ``--bounds``: the wall time and peak memory (a fresh process each) of reading one document of each shape
 near the bounds of ``core.limits`` (``MAX_DOCUMENT_BYTES``, ``_VALUES``, ``_CONTAINERS``): the largest real
@@ -31,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -103,9 +105,12 @@ _OWN_PEAK = (
 )
 
 
-def run_fleet(folder: Path, tree: str | None = None) -> tuple[float, float, int, dict, int]:
+def run_fleet(folder: Path, tree: str | None = None) -> tuple[float, float, float, int, dict, int]:
+    """(wall s, CPU s, peak RSS MB, the HTML's size, the JSON document, exit status) of one ``gputopo
+    fleet`` run: the CPU time says what the wall time would be on a quiet machine."""
     out = folder.parent / "out"
     out.mkdir(exist_ok=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(
         [
@@ -125,11 +130,13 @@ def run_fleet(folder: Path, tree: str | None = None) -> tuple[float, float, int,
         cwd=out,
     )
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     peak_mb = float(done.stderr.rsplit("MAXRSS_KB ", 1)[-1]) / 1024
     if done.returncode not in (0, 1):
         raise SystemExit(f"gputopo fleet failed ({done.returncode}):\n{done.stderr[-2000:]}")
     document = json.loads((out / "fleet.json").read_text())
-    return wall, peak_mb, (out / "fleet.html").stat().st_size, document, done.returncode
+    return wall, cpu, peak_mb, (out / "fleet.html").stat().st_size, document, done.returncode
 
 
 def accuracy(doc: dict) -> str:
@@ -213,22 +220,22 @@ def main(sizes: list[int], full: bool = True, against: str | None = None) -> Non
             folder.mkdir()
             write_fleet(folder, n, full=full)
             size = folder_mb(folder)
-            wall, peak, html, doc, code = run_fleet(folder)
+            wall, cpu, peak, html, doc, code = run_fleet(folder)
             print(
-                f"  {n} nodes ({size:.0f} MB of documents): {wall:.1f} s, peak {peak:.0f} MB "
+                f"  {n} nodes ({size:.0f} MB of documents): {wall:.1f} s ({cpu:.1f} s CPU), peak {peak:.0f} MB "
                 f"({peak * 1024 / n:.1f} KB per node), HTML {html / 1e6:.2f} MB, exit {code}; {accuracy(doc)}"
             )
             if against:
-                wall, peak, html, doc, code = run_fleet(folder, against)
+                wall, cpu, peak, html, doc, code = run_fleet(folder, against)
                 print(
-                    f"    the same against {against}: {wall:.1f} s, peak {peak:.0f} MB "
+                    f"    the same against {against}: {wall:.1f} s ({cpu:.1f} s CPU), peak {peak:.0f} MB "
                     f"({peak * 1024 / n:.1f} KB per node), exit {code}"
                 )
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp, "docs")
         folder.mkdir()
         write_fleet(folder, 100, shared_fault=True, full=full)
-        _, _, _, doc, code = run_fleet(folder)
+        *_, doc, code = run_fleet(folder)
         splits = [f["says"][:120] for g in doc["groups"] for f in g["group_findings"] if f["kind"] == "split"]
         named_40 = sum(
             1 for g in doc["groups"] for n in g["nodes"] if any(f["fact"] == "GPU4 NVLinks up" for f in n["findings"])
