@@ -198,3 +198,18 @@ def test_figures_of_a_key_no_node_writes_twice_are_read_once(tmp_path):
     (node,) = nodes_of(doc, "x.json", shapes)
     assert [f.gbps for f in node.figures] == [350.0, 351.0] and node == nodes_of(doc, "x.json")[0]
     assert keys.from_list(["p2p", 0, 1]) in shapes.of(from_dict(topo, "topology")).figures
+
+
+def test_judged_nodes_let_their_figures_go_keeping_what_the_page_draws(tmp_path):
+    folder = _varied_folder(tmp_path)
+    nodes, _ = roster(read_nodes([str(folder)]).nodes, NOW)
+    fleet = judge(nodes)
+    (group,) = [g for g in fleet.groups if g.lowest]
+    assert all(not n.figures for g in fleet.groups for n in g.nodes)
+    read = {n.name: n for n in nodes}
+    for cls, lowest in group.lowest.items():
+        assert cls in group.medians and any(f.column == cls for f in group.findings)
+        for name, (gbps, count) in lowest.items():
+            figures = [f.gbps for f in read[name].figures if f.cls == cls]
+            assert (gbps, count) == (min(figures), len(figures))
+        assert set(lowest) == {n.name for n in nodes if any(f.cls == cls for f in n.figures)}

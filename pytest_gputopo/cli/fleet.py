@@ -39,6 +39,7 @@ def cmd_fleet(args) -> int:
     judged, superseded = roster(nodes, time.time())  # the collection's time: no document is newer
     nodes.clear()  # the nodes as read (superseded documents' too) are not kept while the fleet is judged
     fleet = judge(judged, tuple(superseded), tuple(read.set_aside))
+    judged.clear()  # nor their figures while the outputs are written: the fleet holds what they draw
     try:
         for path, write in (
             (args.html, fleet_out.html_page),

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from . import causes as causes_
-from .fleet_facts import Figures, Node, listed
+from .fleet_facts import NO_FIGURES, Figures, Node, listed
 from .fleet_findings import FAULT, IDENTITY, SPLIT, Finding, Fleet, Group, Superseded
 from .units import counted
 
@@ -396,7 +396,21 @@ def judge_group(kind: str, nodes: list[Node]) -> Group:
     for n in nodes:
         findings += _fault_findings(n) + _peer_findings(n, by_node.get(n.name, []))
     findings += _split_findings(splits) + [f for f in peer if f.node is None]
-    return Group(kind, tuple(nodes), reference, medians, tuple(findings), tuple(unjudged), compared)
+    lowest = {c: _lowest(nodes, c) for c in dict.fromkeys(f.column or f.fact for f in findings) if c in medians}
+    # The nodes as judged, their figures let go: what the outputs draw of them is in ``lowest``, and a
+    # fleet's figures are most of what its nodes hold while its outputs are written.
+    kept = tuple(replace(n, figures=NO_FIGURES) for n in nodes)
+    return Group(kind, kept, reference, medians, tuple(findings), tuple(unjudged), compared, lowest)
+
+
+def _lowest(nodes: list[Node], cls: str) -> dict[str, tuple[float, int]]:
+    """Each node's lowest figure of a class and how many it has of it (a figure under its floor too)."""
+    out = {}
+    for n in nodes:
+        at = n.figures.classes().get(cls)
+        if at:
+            out[n.name] = (min(n.figures.gbps[i] for i in at), len(at))
+    return out
 
 
 def judge(

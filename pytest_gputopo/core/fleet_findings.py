@@ -5,7 +5,7 @@ are which node), so a reporter reads these and imports no judge."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .fleet_facts import Node, listed
 
@@ -51,6 +51,9 @@ class Group:
     findings: tuple[Finding, ...]
     unjudged: tuple[str, ...]  # what the group as a whole could not judge, and why
     compared: bool = True  # False: too few nodes to judge them by their peers (faults still named)
+    # figure class a finding names -> node -> (its lowest figure of the class in GB/s, how many it has):
+    # what the outputs draw of the nodes' figures, which the judged nodes no longer hold
+    lowest: dict[str, dict[str, tuple[float, int]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:  # each node's findings, indexed once: every output asks per node
         by_node: dict[str | None, list[Finding]] = {}

@@ -68,20 +68,17 @@ def _clusters(nodes: list[Node]) -> list[list[int]]:
             i = parent[i]
         return i
 
-    # Only documents that share a GPU are compared: each GPU's documents, one int where it is in one
-    # (nearly every GPU of a fleet: a list per GPU would be most of what judging a fleet holds).
-    holders: dict[str, int | list[int]] = {}
+    # Only documents that share a GPU are compared (``_one_node`` on their GPUs themselves): the
+    # documents of each GPU's hash, one int where it is in one (nearly every GPU of a fleet: a list, or
+    # its UUID, per GPU would be most of what judging a fleet holds).
+    holders: dict[int, int | list[int]] = {}
     for i, node in enumerate(nodes):
         gpus = _gpu_set(node)
-        for j in dict.fromkeys(j for uuid in sorted(gpus) for j in _held(holders.get(uuid))):
+        for j in dict.fromkeys(j for uuid in sorted(gpus) for j in _held(holders.get(hash(uuid)))):
             if _one_node(gpus, _gpu_set(nodes[j])):
                 parent[root(i)] = root(j)
         for uuid in gpus:
-            held = holders.setdefault(uuid, i)
-            if isinstance(held, list):
-                held.append(i)
-            elif held != i:
-                holders[uuid] = [held, i]
+            _hold(holders, hash(uuid), i)
     clusters: dict[int, list[int]] = defaultdict(list)
     for i in range(len(nodes)):
         clusters[root(i)].append(i)
@@ -90,6 +87,14 @@ def _clusters(nodes: list[Node]) -> list[list[int]]:
 
 def _held(holders: int | list[int] | None) -> list[int]:
     return [] if holders is None else [holders] if isinstance(holders, int) else holders
+
+
+def _hold(holders: dict[int, int | list[int]], key: int, i: int) -> None:
+    held = holders.setdefault(key, i)
+    if isinstance(held, list):
+        held.append(i)
+    elif held != i:
+        holders[key] = [held, i]
 
 
 def _future(node: Node, now: float) -> bool:
@@ -141,11 +146,13 @@ def _taken_apart(nodes: list[Node], pair: tuple[int, int], now: float) -> tuple[
 
 def _first_shared(newest: list[int], nodes: list[Node]) -> tuple[int, int] | None:
     """Two of these documents that share a GPU, the first found; None where none do."""
-    holder: dict[str, int] = {}
+    holders: dict[int, int | list[int]] = {}  # by each GPU's hash, as _clusters keeps them
     for i in newest:
         for uuid in sorted(_gpu_set(nodes[i])):  # sorted: the same pair first whatever the hash seed
-            if holder.setdefault(uuid, i) != i:
-                return holder[uuid], i
+            first = next((j for j in _held(holders.get(hash(uuid))) if uuid in _gpu_set(nodes[j])), None)
+            if first is not None and first != i:
+                return first, i
+            _hold(holders, hash(uuid), i)
     return None
 
 

@@ -173,7 +173,9 @@ class _Entries:
         return (_node_entry(self.group, n) for n in self.group.nodes)
 
 
-_ENTRY_LEVEL = 4  # a node's entry: the document, "groups", a group, "nodes", the entry
+# Encoded whole from this nesting on: a node's entry (the document, "groups", a group, "nodes", the
+# entry), a piece of some 700 bytes, which the nodes' figures let go of once judged make room for.
+_WHOLE_LEVEL = 4
 
 
 def document_text(fleet: Fleet, unread: list) -> str:
@@ -188,17 +190,17 @@ def document_text(fleet: Fleet, unread: list) -> str:
 
 def _encode(value: Any, level: int, out: list[str]) -> None:
     """``value`` as ``json.dumps(value, indent=1)`` writes it at nesting ``level``, in pieces: a
-    container above a node's entry item by item, anything else whole (json indents each line of it by
+    container above ``_WHOLE_LEVEL`` item by item, anything else whole (json indents each line of it by
     its depth, and a string's newline is escaped, so each line break takes the ``level`` spaces)."""
     pad = "\n" + " " * (level + 1)
-    if isinstance(value, _Entries) or (isinstance(value, (list, tuple)) and value and level < _ENTRY_LEVEL):
+    if isinstance(value, _Entries) or (isinstance(value, (list, tuple)) and value and level < _WHOLE_LEVEL):
         first = True
         for item in value:
             out.append(("[" if first else ",") + pad)
             _encode(item, level + 1, out)
             first = False
         out.append("[]" if first else "\n" + " " * level + "]")
-    elif isinstance(value, dict) and value and level < _ENTRY_LEVEL and all(type(k) is str for k in value):
+    elif isinstance(value, dict) and value and level < _WHOLE_LEVEL and all(type(k) is str for k in value):
         for i, (key, item) in enumerate(value.items()):
             out.append(("," if i else "{") + pad + json.dumps(key) + ": ")
             _encode(item, level + 1, out)
@@ -257,11 +259,11 @@ def _cell(group: Group, node, column: str) -> str:
         value = ", ".join(dict.fromkeys(v for values in side for v in values)) or "?"
         return f'<td class="split" title="{html_attribute(split[0].says)}">{html_text(value)}</td>'
     if column in group.medians:  # a figure class: the node's lowest figure of it
-        figures = [node.figures.gbps[i] for i in node.figures.classes().get(column, ())]
-        value = f"{min(figures):.1f}" if figures else "?"
+        lowest = group.lowest.get(column, {}).get(node.name)
+        value = f"{lowest[0]:.1f}" if lowest else "?"
         evidence = (
-            f"lowest of {len(figures)}; group median {group.medians[column][0]:.1f} GB/s"
-            if figures
+            f"lowest of {lowest[1]}; group median {group.medians[column][0]:.1f} GB/s"
+            if lowest
             else "no figure of this class in its document"
         )
     else:
