@@ -74,3 +74,23 @@ def test_docs_name_every_option_the_help_lists():
             if flags and not any(re.search(rf"`[^`]*{re.escape(f)}\b[^`]*`", text) for f in flags):
                 missing.append(f"{name} {'/'.join(flags)}")
     assert not missing, "docs/cli.md does not name: " + ", ".join(missing)
+
+
+def test_each_command_is_found_under_its_name_and_loads_alone():
+    """``COMMANDS`` names each command as its module adds it, so that a run of one builds its parser
+    alone; ``gputopo spec`` imports no other command's module (``gputopo fleet`` holds less while it
+    reads a thousand documents), and --help still lists them all."""
+    from pytest_gputopo.cli import COMMANDS
+
+    assert set(_commands()[1]) == set(COMMANDS)
+    for name in COMMANDS:
+        [sub] = [a for a in build_parser(name)._actions if isinstance(a, argparse._SubParsersAction)]
+        assert list(sub.choices) == [name]
+    code = (
+        "import sys; from pytest_gputopo.cli import main; main(['spec']); "
+        "print(sorted(m for m in sys.modules if m.startswith('pytest_gputopo.cli.')), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.strip().splitlines()[-1] == str(
+        ["pytest_gputopo.cli.common", "pytest_gputopo.cli.spec", "pytest_gputopo.cli.stop_signals"]
+    )

@@ -40,6 +40,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
         "load budget: the judges (keys, judgement, thresholds) load for a bandwidth "
         "requirement only, not for a run judged on NVML's facts",
     ),
+    "core/fleet_roster.py": (1, "load budget: hashlib (OpenSSL, 3.6 MB resident) where nodes share a host name"),
     "core/hardware.py": (2, "packaging: where a version or a specifier is read"),
     "core/schema.py": (1, "load budget: the keys load where a profile's recorded figures are read"),
     "plugin/fixtures.py": (
@@ -136,7 +137,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "runtime/rank_procs.py": (1, "torch: torch.multiprocessing spawns a ranks(n) test's processes"),
     "runtime/ranks.py": (1, "torch: torch.distributed's store, for a launch"),
 }
-TOTAL = 158  # the allowances' sum, said in docs/architecture.md
+TOTAL = 159  # the allowances' sum, said in docs/architecture.md
 
 
 def imports_inside_functions(source: str) -> list[int]:

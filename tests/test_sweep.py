@@ -17,7 +17,8 @@ from hypothesis import given, strategies as st
 
 from conftest import browser_render, needs_browser, needs_torch
 from pytest_gputopo.bench.sweep import element_sizes, sweep_sizes
-from pytest_gputopo.cli import CliError, sweep_plan
+from pytest_gputopo.cli import CliError
+from pytest_gputopo.cli.bench import sweep_plan
 from pytest_gputopo.parse.nccl_tests import parse_nccl_tests
 from pytest_gputopo.probe import probe
 from pytest_gputopo.render.chart import busbw_chart

@@ -10,27 +10,36 @@ process it started was ended; never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
 
 from ..render.escape import terminal
-from .bench import add_bench, cmd_bench, sweep_plan
-from .check import add_check, cmd_check
 from .common import CliError
-from .docs import add_docs
-from .fleet import add_fleet
-from .parse import add_parse
-from .record import add_record
-from .report import add_report
-from .show import add_machines, add_show
-from .spec import add_spec
 from .stop_signals import Stopped, catch_stop_signals, stopped
 
-__all__ = ["CliError", "build_parser", "main", "sweep_plan"]
+__all__ = ["CliError", "build_parser", "main"]
+
+# Each command, by name: its module and the function that adds its arguments, in the order --help lists
+# them. A run of one command imports that command's module alone (what `gputopo fleet` holds while it
+# reads a thousand documents starts with what it imported); --help, or a command no one knows, all.
+COMMANDS = {
+    "show": ("show", "add_show"),
+    "machines": ("show", "add_machines"),
+    "record": ("record", "add_record"),
+    "spec": ("spec", "add_spec"),
+    "check": ("check", "add_check"),
+    "bench": ("bench", "add_bench"),
+    "report": ("report", "add_report"),
+    "fleet": ("fleet", "add_fleet"),
+    "parse": ("parse", "add_parse"),
+    "docs": ("docs", "add_docs"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command's, or ``command``'s alone."""
     parser = argparse.ArgumentParser(
         prog="gputopo",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -44,26 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", help="one of these (each says more with --help):"
     )
-    for add in (
-        add_show,
-        add_machines,
-        add_record,
-        add_spec,
-        add_check,
-        add_bench,
-        add_report,
-        add_fleet,
-        add_parse,
-        add_docs,
-    ):
-        add(sub)  # in the order --help lists them
+    for name, (module, adder) in COMMANDS.items():
+        if command in (None, name):
+            getattr(importlib.import_module(f"{__name__}.{module}"), adder)(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    first = next((a for a in argv if not a.startswith("-")), None)  # the command: no option comes before it
+    args = build_parser(first if first in COMMANDS else None).parse_args(argv)
     # gputopo check hands the process to pytest, which answers Ctrl-C itself (exit status 2).
-    previous = None if args.func is cmd_check else catch_stop_signals()
+    previous = None if args.command == "check" else catch_stop_signals()
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, not at exit: a reader that went away is caught below
@@ -77,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         print(terminal(f"gputopo: {exc}"), file=sys.stderr)
         return 2
     except Stopped as exc:
-        return stopped(exc.signum, args.func is cmd_bench)
+        return stopped(exc.signum, args.command == "bench")
     except KeyboardInterrupt:  # Ctrl-C where the handler is not ours (main called from a thread)
-        return stopped(signal.SIGINT, args.func is cmd_bench)
+        return stopped(signal.SIGINT, args.command == "bench")
     except Exception as exc:  # a bug: still one line, never a traceback for the user
         print(terminal(f"gputopo: internal error ({type(exc).__name__}: {exc}); please report it"), file=sys.stderr)
         return 3

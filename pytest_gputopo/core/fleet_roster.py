@@ -16,7 +16,6 @@ its own. What this finds is a ``core.faults.Fault`` of the node, judged with its
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
@@ -42,6 +41,8 @@ def _stamp(when: str | None) -> float | None:
 
 def digest(uuids: Iterable[str]) -> str:
     """A short digest of a set of GPU UUIDs: what tells apart nodes that share a host name."""
+    import hashlib  # OpenSSL, 3.6 MB resident: only where nodes share a host name
+
     return hashlib.sha256("\n".join(sorted(uuids)).encode()).hexdigest()
 
 
