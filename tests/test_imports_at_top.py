@@ -60,7 +60,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
         f"{LOADED}: the model, the schema and the boot record's owner check (grp, pwd) "
         "load when the machine is learned",
     ),
-    "plugin/markers.py": (5, f"{LOADED}: the requirement classes (three modules) load when a marker is read"),
+    "plugin/marker_table.py": (5, f"{LOADED}: the requirement classes (three modules) load when a marker is read"),
     "plugin/measurements.py": (
         3,
         "load budget: the ranks' rendezvous, installed versions and progress lines "

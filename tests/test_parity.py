@@ -1,6 +1,6 @@
 """Twins that cannot be forgotten: what is said in one room and must be said again in another.
 
-- every marker (``plugin/markers.py``) has its run-gate term (``core/expressions.py``) stating the
+- every marker (``plugin/marker_table.py``) has its run-gate term (``core/expressions.py``) stating the
   same requirement, or an exemption that says why;
 - every module of ``parse/`` is reached from ``gputopo parse`` (``cli/parse.py``), or is named here
   with what it is instead (a helper, or a format read elsewhere);

@@ -478,7 +478,7 @@ def test_a_run_that_asks_nothing_loads_only_the_entry_point(pytester, suite, wok
         "pytest_gputopo.plugin",
         "pytest_gputopo.plugin.entry",
         "pytest_gputopo.plugin.hookspecs",
-        "pytest_gputopo.plugin.markers",
+        "pytest_gputopo.plugin.marker_table",
         "pytest_gputopo.plugin.option_table",
     ]
     if woken:

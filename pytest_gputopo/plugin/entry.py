@@ -20,10 +20,10 @@ import os
 
 import pytest
 
-from . import hookspecs, markers, option_table
+from . import hookspecs, marker_table, option_table
 
 AWAKE = pytest.StashKey[bool]()
-_MARKS = frozenset((*markers.MARKERS, markers.LEASE_MEMORY))
+_MARKS = frozenset((*marker_table.MARKERS, marker_table.LEASE_MEMORY))
 _FIXTURES = frozenset(("gputopo", "gputopo_ranks", "gputopo_rank", "gputopo_gpus", "gputopo_bench"))
 
 
@@ -73,7 +73,7 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for line in markers.registration_lines():
+    for line in marker_table.registration_lines():
         config.addinivalue_line("markers", line)
     xdist = hasattr(config, "workerinput") or (
         config.getoption("dist", "no") != "no" and bool(config.getoption("tx", None))
