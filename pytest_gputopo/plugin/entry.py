@@ -8,7 +8,8 @@ something of it. The plugin itself (``hooks``) is registered the moment one of t
 - a selected test with a gputopo marker or fixture, seen at collection (``ranks([2, 4])`` when pytest
   parametrizes it).
 
-A run that asks nothing imports nothing of the package beyond this module's three (docs/performance.md).
+A run that asks nothing imports nothing of the package beyond this module's three (``option_table``,
+``marker_table``, ``hookspecs``: docs/performance.md).
 Where the plugin wakes in the middle of a hook's call, the plugin's own hook for that call is called
 here: pluggy calls the plugins registered when the call began, and ``pytest_configure`` (historic) is
 called on registration.
