@@ -132,3 +132,24 @@ def test_at_most_ten_annotations_the_last_counting_the_rest():
     assert len(found) == ANNOTATIONS == 10
     assert found[0] == "::error title=gputopo check pcie[GPU0]::GPU0 PCIe link trained down"
     assert found[-1].startswith("::error title=gputopo%3A 3 more causes::check pcie[GPU9]; check pcie[GPU10]; ")
+
+
+def test_a_check_item_that_errored_fails_the_summary_as_it_fails_the_banner():
+    """Issue 45: the HTML banner counted a check item whose outcome is pytest's ``error`` (its setup
+    failed) as failed, and the job summary did not. One verdict now, decided once: both draw it."""
+    from pytest_gputopo.core.run_verdict import FAILED, decide
+    from pytest_gputopo.probe import probe
+    from pytest_gputopo.render import report
+    from pytest_gputopo.render.html import html_report
+    from pytest_gputopo.render.markdown import annotations, summary as job_summary
+
+    checks = [
+        {"check": "nvlink[GPU5]", "outcome": "error", "message": "GPU5: the item's setup failed"},
+        {"check": "pcie[GPU0]", "outcome": "passed", "message": "GPU0: x16 of x16"},
+    ]
+    verdict = decide(checks, [], [], [], [], complete=True)
+    assert verdict.word == FAILED and [c.name for c in verdict.failed] == ["nvlink[GPU5]"]
+    doc = {**report.machine_document(probe("dgx-a100")), "checks": checks, "unmet": [], "verdict": verdict.document()}
+    assert "**FAILED**" in job_summary(doc) and "(GPU5): GPU5: the item" in job_summary(doc)
+    assert annotations(doc) == ["::error title=gputopo check nvlink[GPU5]::GPU5: the item's setup failed"]
+    assert '<section id="verdict" class="failed">' in html_report(doc)
