@@ -30,6 +30,13 @@ ENDS = {
 }
 
 
+def as_a_runner_starts_it() -> None:
+    """``preexec_fn`` of a run these tests end: SIGINT as a CI runner's step has it. A shell that runs
+    this suite as a background job without job control (``.ci/run &``) leaves SIGINT ignored in every
+    process it starts (POSIX), Python then keeps it ignored, and a SIGINT would end nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def workers(how: str) -> list[str]:
     """The run's xdist option for an ending of ``ENDS``."""
     return ["-n", "2"] if "-n 2" in how else ["-n", "0"]

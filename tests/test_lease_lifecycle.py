@@ -27,6 +27,7 @@ from ci_endings import (
     ENDS,
     GUARD_S,
     alive,
+    as_a_runner_starts_it,
     folders_left_after_a_later_run,
     kill_group,
     left,
@@ -162,6 +163,7 @@ def test_a_run_killed_leaves_no_process_no_lock_and_no_folder_of_its_leases(emul
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # as a CI runner's step: a group of its own, signalled here alone
+        preexec_fn=as_a_runner_starts_it,
     )
     try:
         notes = folder / "notes"

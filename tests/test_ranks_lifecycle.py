@@ -18,7 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from ci_endings import ENDS, GUARD_S, alive, folders_left_after_a_later_run, kill_group, signal_run, until, workers
+from ci_endings import (
+    ENDS,
+    GUARD_S,
+    alive,
+    as_a_runner_starts_it,
+    folders_left_after_a_later_run,
+    kill_group,
+    signal_run,
+    until,
+    workers,
+)
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -82,6 +92,7 @@ def _start(folder: Path, notes: Path, temp: Path, *args: str) -> subprocess.Pope
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # as a CI runner's step: a group of its own, signalled here alone
+        preexec_fn=as_a_runner_starts_it,
     )
 
 
